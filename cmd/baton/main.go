@@ -1,0 +1,48 @@
+// Command baton is the Baton control plane: server, CLI and tools in one binary.
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
+}
+
+const usage = `Usage: baton <command> [flags]
+
+Commands:
+  migrate   apply the database migrations (--database-url or BATON_DATABASE_URL)
+  version   print the version
+`
+
+// version is set at build time with -ldflags "-X main.version=...".
+var version = "dev"
+
+// run executes one command and returns the process exit code.
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, usage)
+		return 2
+	}
+	switch args[0] {
+	case "migrate":
+		return runMigrate(ctx, args[1:], stdout, stderr)
+	case "version":
+		fmt.Fprintln(stdout, "baton", version)
+		return 0
+	case "help", "-h", "--help":
+		fmt.Fprint(stdout, usage)
+		return 0
+	}
+	fmt.Fprintf(stderr, "baton: unknown command %q\n\n%s", args[0], usage)
+	return 2
+}

@@ -1,0 +1,182 @@
+// Package dispatch is Baton's core: one method per lifecycle transition, each a single store
+// transaction that applies the rules of package lifecycle and appends its audit events and outbox
+// messages, plus the reaper that times out abandoned leases.
+package dispatch
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"math/rand/v2"
+	"time"
+
+	"github.com/jonboulle/clockwork"
+
+	"github.com/baton-dev/baton/internal/store"
+)
+
+// Defaults are the server-wide timing and retry settings; a task's own fields override them.
+type Defaults struct {
+	HeartbeatInterval time.Duration // how often workers are told to heartbeat
+	HeartbeatTimeout  time.Duration // the lease TTL; at least twice the interval (seed 004)
+	MaxAttempts       int
+	BackoffBase       time.Duration
+	BackoffMax        time.Duration
+	CancelGrace       time.Duration
+}
+
+// DefaultDefaults are DESIGN.md section 3's values.
+var DefaultDefaults = Defaults{
+	HeartbeatInterval: 30 * time.Second,
+	HeartbeatTimeout:  90 * time.Second,
+	MaxAttempts:       3,
+	BackoffBase:       10 * time.Second,
+	BackoffMax:        10 * time.Minute,
+	CancelGrace:       30 * time.Second,
+}
+
+// Config configures a Dispatcher. Zero fields take their defaults.
+type Config struct {
+	Clock  clockwork.Clock
+	Logger *slog.Logger
+	// Jitter returns a uniform sample in [0, 1) for the retry backoff.
+	Jitter func() float64
+	// MaxTasksPerJob caps a job's size; 0 means no cap. Seed 001's cap is 50.
+	MaxTasksPerJob int
+	Defaults       Defaults
+}
+
+// Validate reports a setting that cannot work.
+func (c Config) Validate() error {
+	d := c.Defaults
+	switch {
+	case d.HeartbeatInterval < 0, d.HeartbeatTimeout < 0, d.BackoffBase < 0, d.BackoffMax < 0, d.CancelGrace < 0, d.MaxAttempts < 0:
+		return errors.New("dispatch: negative default")
+	case d.HeartbeatTimeout > 0 && d.HeartbeatInterval > 0 && d.HeartbeatTimeout < 2*d.HeartbeatInterval:
+		return errors.New("dispatch: heartbeat timeout must be at least twice the heartbeat interval")
+	case d.BackoffMax > 0 && d.BackoffMax < d.BackoffBase:
+		return errors.New("dispatch: backoff max below backoff base")
+	case c.MaxTasksPerJob < 0:
+		return errors.New("dispatch: negative task cap")
+	}
+	return nil
+}
+
+// Dispatcher applies the task lifecycle to a store.
+type Dispatcher struct {
+	store  store.Store
+	clock  clockwork.Clock
+	log    *slog.Logger
+	jitter func() float64
+	cfg    Config
+}
+
+// New returns a dispatcher over st.
+func New(st store.Store, cfg Config) (*Dispatcher, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	def := DefaultDefaults
+	cfg.Defaults = Defaults{
+		HeartbeatInterval: cmp.Or(cfg.Defaults.HeartbeatInterval, def.HeartbeatInterval),
+		HeartbeatTimeout:  cmp.Or(cfg.Defaults.HeartbeatTimeout, def.HeartbeatTimeout),
+		MaxAttempts:       cmp.Or(cfg.Defaults.MaxAttempts, def.MaxAttempts),
+		BackoffBase:       cmp.Or(cfg.Defaults.BackoffBase, def.BackoffBase),
+		BackoffMax:        cmp.Or(cfg.Defaults.BackoffMax, def.BackoffMax),
+		CancelGrace:       cmp.Or(cfg.Defaults.CancelGrace, def.CancelGrace),
+	}
+	if cfg.Defaults.HeartbeatTimeout < 2*cfg.Defaults.HeartbeatInterval {
+		return nil, errors.New("dispatch: heartbeat timeout must be at least twice the heartbeat interval")
+	}
+	d := &Dispatcher{
+		store:  st,
+		clock:  cmp.Or[clockwork.Clock](cfg.Clock, clockwork.NewRealClock()),
+		log:    cmp.Or(cfg.Logger, slog.Default()),
+		jitter: cfg.Jitter,
+		cfg:    cfg,
+	}
+	if d.jitter == nil {
+		d.jitter = rand.Float64
+	}
+	return d, nil
+}
+
+// Store returns the dispatcher's store, for read-only views.
+func (d *Dispatcher) Store() store.Store { return d.store }
+
+// Defaults returns the effective server-wide defaults.
+func (d *Dispatcher) Defaults() Defaults { return d.cfg.Defaults }
+
+// now is the clock's time at the store's millisecond precision, so that what a transition
+// returns equals what a later read returns.
+func (d *Dispatcher) now() time.Time {
+	return time.UnixMilli(d.clock.Now().UnixMilli()).UTC()
+}
+
+// heartbeatInterval is what a worker of t is told: the default, but never more than half the
+// task's lease so that one lost heartbeat does not cost the lease.
+func (d *Dispatcher) heartbeatInterval(t *store.Task) time.Duration {
+	return min(d.cfg.Defaults.HeartbeatInterval, t.HeartbeatTimeout/2)
+}
+
+// Event types (DESIGN.md section 2, from seed 001).
+const (
+	EventJobCreated        = "Job Created"
+	EventJobTasksAdded     = "Job Tasks Added"
+	EventJobFailure        = "Job Failure Detected"
+	EventJobCompleted      = "Job Completed"
+	EventJobCanceled       = "Job Canceled"
+	EventJobResumed        = "Job Resumed"
+	EventTaskPending       = "Task Pending"
+	EventTaskStarted       = "Task Processing Started"
+	EventTaskHeartbeat     = "Task Heartbeat"
+	EventTaskRetrying      = "Task Processing Failed"
+	EventTaskCompleted     = "Task Completed"
+	EventTaskFailed        = "Task Failed"
+	EventTaskTimeout       = "Task Timeout"
+	EventTaskCanceled      = "Task Canceled"
+	EventTaskSkipped       = "Task Skipped"
+	heartbeatEventInterval = 5 * time.Minute // Task Heartbeat events are sampled, not every beat
+)
+
+// TopicTaskReady is the outbox topic of task wake-ups; the payload is {"task_id": ...} and the key
+// the task's queue.
+const TopicTaskReady = "task.ready"
+
+// changes collects what a transition appends besides its state writes.
+type changes struct {
+	now    time.Time
+	events []*store.Event
+	outbox []*store.OutboxMessage
+}
+
+func (c *changes) event(jobID, taskID, taskKey, typ string, data map[string]any) {
+	b, err := json.Marshal(data)
+	if err != nil {
+		// Every value passed here is a plain map of JSON-able values.
+		panic("dispatch: marshal event data: " + err.Error())
+	}
+	c.events = append(c.events, &store.Event{JobID: jobID, TaskID: taskID, TaskKey: taskKey, Type: typ, At: c.now, Data: b})
+}
+
+// wake queues a wake-up for a task that is claimable from availableAt.
+func (c *changes) wake(taskID, queue string, availableAt time.Time) {
+	payload, _ := json.Marshal(map[string]string{"task_id": taskID})
+	c.outbox = append(c.outbox, &store.OutboxMessage{Topic: TopicTaskReady, Key: queue, Payload: payload, AvailableAt: availableAt, CreatedAt: c.now})
+}
+
+func (c *changes) write(ctx context.Context, tx store.Tx) error {
+	if len(c.events) > 0 {
+		if err := tx.InsertEvents(ctx, c.events); err != nil {
+			return err
+		}
+	}
+	if len(c.outbox) > 0 {
+		if err := tx.InsertOutbox(ctx, c.outbox); err != nil {
+			return err
+		}
+	}
+	return nil
+}

@@ -1,0 +1,553 @@
+package dispatch
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/baton-dev/baton/internal/lifecycle"
+	"github.com/baton-dev/baton/internal/store"
+)
+
+// CreateJobParams is a job submission.
+type CreateJobParams struct {
+	Tenant string
+	Name   string
+	// IdempotencyKey, when set, makes a repeated submission return the first job; RequestHash
+	// (of the request body) tells a true repeat from a different request reusing the key.
+	IdempotencyKey string
+	RequestHash    string
+	Tasks          []lifecycle.TaskSpec
+}
+
+// CreateJobResult is the created (or, on an idempotent repeat, the original) job.
+type CreateJobResult struct {
+	Job       *store.Job
+	RootTasks []string // keys of the tasks with no parents
+	Replayed  bool     // an earlier request with the same idempotency key created Job
+}
+
+// CreateJob validates a DAG and stores it; its root tasks become pending at once.
+func (d *Dispatcher) CreateJob(ctx context.Context, p CreateJobParams) (*CreateJobResult, error) {
+	if p.IdempotencyKey != "" {
+		if res, err := d.replay(ctx, p); res != nil || err != nil {
+			return res, err
+		}
+	}
+	v := lifecycle.ValidateDAG(p.Tasks, nil, d.cfg.MaxTasksPerJob)
+	if len(v.Errors) > 0 {
+		return nil, &ValidationError{Errors: v.Errors}
+	}
+	now := d.now()
+	job := &store.Job{
+		ID:              "job-" + uuid.NewString(),
+		Tenant:          p.Tenant,
+		Name:            p.Name,
+		Status:          lifecycle.JobProcessing,
+		IdempotencyKey:  p.IdempotencyKey,
+		RequestHash:     p.RequestHash,
+		TotalTasks:      len(p.Tasks),
+		UnfinishedTasks: len(p.Tasks),
+		CreatedAt:       now,
+	}
+	c := &changes{now: now}
+	tasks, ids := d.newTasks(job.ID, p.Tasks, now)
+	deps := edges(job.ID, p.Tasks, ids)
+	var roots []string
+	created := make([]map[string]any, len(p.Tasks))
+	for i, t := range tasks {
+		created[i] = map[string]any{"taskId": t.Key, "name": t.Name, "dependsOn": t.DependsOn, "input": t.Input}
+		if len(t.DependsOn) == 0 {
+			roots = append(roots, t.Key)
+		}
+	}
+	c.event(job.ID, "", "", EventJobCreated, map[string]any{"jobId": job.ID, "tasks": created, "totalTasks": len(tasks)})
+	for _, t := range tasks {
+		if t.Status == lifecycle.Pending {
+			c.event(job.ID, t.ID, t.Key, EventTaskPending, map[string]any{"requestId": t.Key, "jobId": job.ID, "name": t.Name, "dependsOn": t.DependsOn})
+			c.wake(t.ID, t.Queue, now)
+		}
+	}
+	err := d.store.InTx(ctx, func(tx store.Tx) error {
+		if err := tx.InsertJob(ctx, job); err != nil {
+			return err
+		}
+		if err := tx.InsertTasks(ctx, tasks); err != nil {
+			return err
+		}
+		if err := tx.InsertDeps(ctx, deps); err != nil {
+			return err
+		}
+		return c.write(ctx, tx)
+	})
+	if errors.Is(err, store.ErrConflict) && p.IdempotencyKey != "" {
+		// A concurrent request with the same key won the race.
+		if res, err := d.replay(ctx, p); res != nil || err != nil {
+			return res, err
+		}
+	}
+	if err != nil {
+		return nil, fmt.Errorf("create job: %w", err)
+	}
+	return &CreateJobResult{Job: job, RootTasks: roots}, nil
+}
+
+func (d *Dispatcher) replay(ctx context.Context, p CreateJobParams) (*CreateJobResult, error) {
+	job, err := d.store.JobByIdempotencyKey(ctx, p.Tenant, p.IdempotencyKey)
+	if errors.Is(err, store.ErrNotFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("look up idempotency key: %w", err)
+	}
+	if job.RequestHash != p.RequestHash {
+		return nil, ErrIdempotencyMismatch
+	}
+	var roots []string
+	for _, t := range p.Tasks {
+		if len(t.DependsOn) == 0 {
+			roots = append(roots, t.Key)
+		}
+	}
+	return &CreateJobResult{Job: job, RootTasks: roots, Replayed: true}, nil
+}
+
+// newTasks builds the rows of new tasks, all pending or waiting by their parent count; the caller
+// adjusts those whose parents already ran. ids maps each new key to its task id.
+func (d *Dispatcher) newTasks(jobID string, specs []lifecycle.TaskSpec, now time.Time) ([]*store.Task, map[string]string) {
+	def := d.cfg.Defaults
+	tasks := make([]*store.Task, len(specs))
+	ids := make(map[string]string, len(specs))
+	for i, s := range specs {
+		id := uuid.Must(uuid.NewV7()).String()
+		ids[s.Key] = id
+		t := &store.Task{
+			ID:                id,
+			JobID:             jobID,
+			Key:               s.Key,
+			Name:              s.Name,
+			Queue:             s.Queue,
+			Priority:          s.Priority,
+			Runtime:           s.Runtime,
+			Input:             s.Input,
+			DependsOn:         s.DependsOn,
+			UnfinishedParents: len(s.DependsOn),
+			Status:            lifecycle.Waiting,
+			MaxAttempts:       optional(s.MaxAttempts, def.MaxAttempts),
+			AvailableAt:       now,
+			BackoffBase:       optionalMs(s.BackoffBaseMs, def.BackoffBase),
+			BackoffMax:        optionalMs(s.BackoffMaxMs, def.BackoffMax),
+			Timeout:           optionalSeconds(s.TimeoutSeconds, 0),
+			HeartbeatTimeout:  optionalSeconds(s.HeartbeatTimeoutSeconds, def.HeartbeatTimeout),
+			CancelGrace:       optionalSeconds(s.CancelGraceSeconds, def.CancelGrace),
+			CreatedAt:         now,
+		}
+		if t.Queue == "" {
+			t.Queue = t.Name
+		}
+		if t.Runtime == "" {
+			t.Runtime = "pull"
+		}
+		if len(t.Input) == 0 {
+			t.Input = json.RawMessage("{}")
+		}
+		if t.DependsOn == nil {
+			t.DependsOn = []string{}
+		}
+		// A task-level base above the server-wide cap raises the cap with it.
+		if s.BackoffMaxMs == nil && t.BackoffMax < t.BackoffBase {
+			t.BackoffMax = t.BackoffBase
+		}
+		if len(s.DependsOn) == 0 {
+			t.Status = lifecycle.Pending
+			t.LastEventType, t.LastEventAt = EventTaskPending, now
+		}
+		tasks[i] = t
+	}
+	return tasks, ids
+}
+
+func edges(jobID string, specs []lifecycle.TaskSpec, ids map[string]string) []store.Dep {
+	var deps []store.Dep
+	for _, s := range specs {
+		for _, parent := range s.DependsOn {
+			deps = append(deps, store.Dep{JobID: jobID, ParentID: ids[parent], ChildID: ids[s.Key]})
+		}
+	}
+	return deps
+}
+
+func optional(v *int, def int) int {
+	if v == nil {
+		return def
+	}
+	return *v
+}
+
+func optionalMs(v *int64, def time.Duration) time.Duration {
+	if v == nil {
+		return def
+	}
+	return time.Duration(*v) * time.Millisecond
+}
+
+func optionalSeconds(v *int, def time.Duration) time.Duration {
+	if v == nil {
+		return def
+	}
+	return time.Duration(*v) * time.Second
+}
+
+// AddTasksParams adds tasks to a running job.
+type AddTasksParams struct {
+	Tenant string
+	JobID  string
+	Tasks  []lifecycle.TaskSpec
+}
+
+// AddTasksResult answers AddTasks in seed 001's terms.
+type AddTasksResult struct {
+	Job              *store.Job
+	AddedTasks       []string
+	ImmediatelyReady []string
+	TotalTasksNow    int
+}
+
+// AddTasks adds tasks that may depend on the job's tasks and on each other. A new task whose
+// parents all completed is pending at once; one with a failed, canceled or skipped parent is
+// skipped at once (rule 9).
+func (d *Dispatcher) AddTasks(ctx context.Context, p AddTasksParams) (*AddTasksResult, error) {
+	var res *AddTasksResult
+	err := d.store.InTx(ctx, func(tx store.Tx) error {
+		job, err := d.lockJob(ctx, tx, p.Tenant, p.JobID)
+		if err != nil {
+			return err
+		}
+		if job.Status != lifecycle.JobProcessing || !job.CancelRequestedAt.IsZero() {
+			return ErrJobFinished
+		}
+		existing, err := tx.JobTasks(ctx, job.ID)
+		if err != nil {
+			return err
+		}
+		keys := make([]string, len(existing))
+		state := make(map[string]lifecycle.TaskStatus, len(existing)+len(p.Tasks))
+		ids := make(map[string]string, len(existing)+len(p.Tasks))
+		for i, t := range existing {
+			keys[i] = t.Key
+			state[t.Key] = t.Status
+			ids[t.Key] = t.ID
+		}
+		v := lifecycle.ValidateDAG(p.Tasks, keys, d.cfg.MaxTasksPerJob)
+		if len(v.Errors) > 0 {
+			return &ValidationError{Errors: v.Errors}
+		}
+		now := d.now()
+		c := &changes{now: now}
+		tasks, newIDs := d.newTasks(job.ID, p.Tasks, now)
+		byKey := make(map[string]*store.Task, len(tasks))
+		for _, t := range tasks {
+			byKey[t.Key] = t
+			ids[t.Key] = newIDs[t.Key]
+		}
+		// Parents first, so that a new parent's state is known before its children's.
+		for _, key := range v.Order {
+			t := byKey[key]
+			t.Status, t.UnfinishedParents = lifecycle.Waiting, 0
+			dead := false
+			for _, parent := range t.DependsOn {
+				s := state[parent]
+				dead = dead || s.Unsuccessful()
+				if s != lifecycle.Completed {
+					t.UnfinishedParents++
+				}
+			}
+			switch {
+			case dead:
+				t.Status, t.FinishedAt = lifecycle.Skipped, now
+				t.LastEventType, t.LastEventAt = EventTaskSkipped, now
+			case t.UnfinishedParents == 0:
+				t.Status = lifecycle.Pending
+				t.LastEventType, t.LastEventAt = EventTaskPending, now
+			default:
+				t.LastEventType, t.LastEventAt = "", time.Time{}
+			}
+			state[key] = t.Status
+		}
+		res = &AddTasksResult{Job: job, AddedTasks: make([]string, len(tasks)), ImmediatelyReady: []string{}}
+		added := make([]map[string]any, len(tasks))
+		skipped := 0
+		for i, t := range tasks {
+			res.AddedTasks[i] = t.Key
+			added[i] = map[string]any{"taskId": t.Key, "name": t.Name, "dependsOn": t.DependsOn, "input": t.Input}
+		}
+		c.event(job.ID, "", "", EventJobTasksAdded, map[string]any{"jobId": job.ID, "newTasks": added,
+			"previousTotalTasks": job.TotalTasks, "totalTasksNow": job.TotalTasks + len(tasks)})
+		for _, t := range tasks {
+			switch t.Status {
+			case lifecycle.Pending:
+				res.ImmediatelyReady = append(res.ImmediatelyReady, t.Key)
+				c.event(job.ID, t.ID, t.Key, EventTaskPending, map[string]any{"requestId": t.Key, "jobId": job.ID, "name": t.Name, "dependsOn": t.DependsOn})
+				c.wake(t.ID, t.Queue, now)
+			case lifecycle.Skipped:
+				skipped++
+				c.event(job.ID, t.ID, t.Key, EventTaskSkipped, map[string]any{"reason": "a parent failed, was canceled or was skipped"})
+			}
+		}
+		if err := tx.InsertTasks(ctx, tasks); err != nil {
+			return err
+		}
+		if err := tx.InsertDeps(ctx, edges(job.ID, p.Tasks, ids)); err != nil {
+			return err
+		}
+		job.TotalTasks += len(tasks)
+		job.UnfinishedTasks += len(tasks) - skipped
+		if err := tx.UpdateJob(ctx, job); err != nil {
+			return err
+		}
+		res.TotalTasksNow = job.TotalTasks
+		return c.write(ctx, tx)
+	})
+	if err != nil {
+		return nil, err
+	}
+	return res, nil
+}
+
+// lockJob loads (and, on PostgreSQL, locks) a job, hiding other tenants' jobs. An empty tenant
+// is the trusted, internal view of all jobs.
+func (d *Dispatcher) lockJob(ctx context.Context, tx store.Tx, tenant, id string) (*store.Job, error) {
+	job, err := tx.GetJob(ctx, id)
+	if errors.Is(err, store.ErrNotFound) || (err == nil && tenant != "" && job.Tenant != tenant) {
+		return nil, ErrJobNotFound
+	}
+	return job, err
+}
+
+// GetJob returns a job and its tasks.
+func (d *Dispatcher) GetJob(ctx context.Context, tenant, id string) (*store.Job, []*store.TaskSummary, error) {
+	job, err := d.store.GetJob(ctx, id)
+	if errors.Is(err, store.ErrNotFound) || (err == nil && tenant != "" && job.Tenant != tenant) {
+		return nil, nil, ErrJobNotFound
+	}
+	if err != nil {
+		return nil, nil, err
+	}
+	tasks, err := d.store.JobTasks(ctx, id)
+	if err != nil {
+		return nil, nil, err
+	}
+	return job, tasks, nil
+}
+
+// ListJobsParams selects a page of a tenant's jobs.
+type ListJobsParams struct {
+	Tenant string
+	Status lifecycle.JobStatus // empty: any
+	Cursor string              // from a previous page's NextCursor
+	Limit  int
+}
+
+// ListJobs returns a page of jobs, newest first, and the cursor of the next page ("" at the end).
+func (d *Dispatcher) ListJobs(ctx context.Context, p ListJobsParams) ([]*store.Job, string, error) {
+	before, err := decodeCursor(p.Cursor)
+	if err != nil {
+		return nil, "", err
+	}
+	limit := p.Limit
+	if limit <= 0 {
+		limit = 20
+	}
+	jobs, err := d.store.ListJobs(ctx, store.ListJobsParams{Tenant: p.Tenant, Status: p.Status, BeforeSeq: before, Limit: limit + 1})
+	if err != nil {
+		return nil, "", err
+	}
+	next := ""
+	if len(jobs) > limit {
+		jobs = jobs[:limit]
+		next = encodeCursor(jobs[limit-1].Seq)
+	}
+	return jobs, next, nil
+}
+
+func encodeCursor(seq int64) string {
+	return base64.RawURLEncoding.EncodeToString([]byte(`{"before":` + strconv.FormatInt(seq, 10) + `}`))
+}
+
+func decodeCursor(s string) (int64, error) {
+	if s == "" {
+		return 0, nil
+	}
+	b, err := base64.RawURLEncoding.DecodeString(s)
+	if err != nil {
+		return 0, ErrInvalidCursor
+	}
+	var c struct {
+		Before int64 `json:"before"`
+	}
+	if err := json.Unmarshal(b, &c); err != nil || c.Before <= 0 {
+		return 0, ErrInvalidCursor
+	}
+	return c.Before, nil
+}
+
+// CancelJob is rule 8 for a job: waiting and pending tasks are canceled at once, running ones are
+// asked to stop and get their cancel grace. Canceling a job already being canceled changes nothing.
+func (d *Dispatcher) CancelJob(ctx context.Context, tenant, id, reason string) (*store.Job, error) {
+	if reason == "" {
+		reason = "user_requested"
+	}
+	var job *store.Job
+	err := d.store.InTx(ctx, func(tx store.Tx) error {
+		var err error
+		job, err = d.lockJob(ctx, tx, tenant, id)
+		if err != nil {
+			return err
+		}
+		if job.Status != lifecycle.JobProcessing {
+			return ErrJobFinished
+		}
+		if !job.CancelRequestedAt.IsZero() {
+			return nil
+		}
+		now := d.now()
+		c := &changes{now: now}
+		scope := store.CancelParams{JobID: id, Now: now, Reason: reason}
+		canceled, err := tx.CancelIdle(ctx, scope)
+		if err != nil {
+			return err
+		}
+		for _, r := range canceled {
+			c.event(id, r.ID, r.Key, EventTaskCanceled, map[string]any{"reason": reason})
+		}
+		if _, err := tx.RequestCancel(ctx, scope); err != nil {
+			return err
+		}
+		job.CancelRequestedAt = now
+		job, err = d.settleJob(ctx, tx, c, job, id, len(canceled), "")
+		if err != nil {
+			return err
+		}
+		return c.write(ctx, tx)
+	})
+	return job, err
+}
+
+// settleJob records that `finished` more tasks of a job reached a terminal state. The caller
+// passes the job if it holds it locked already (its counters are then adjusted here), or nil and
+// its id. failedKey names a task that just failed, for Job Failure Detected: emitted once per run
+// of a job, and not while it is being canceled. When no task is left unfinished the job
+// finishes (rule 10).
+func (d *Dispatcher) settleJob(ctx context.Context, tx store.Tx, c *changes, job *store.Job, jobID string, finished int, failedKey string) (*store.Job, error) {
+	if job == nil {
+		var err error
+		if job, err = tx.AddUnfinished(ctx, jobID, -finished); err != nil {
+			return nil, fmt.Errorf("settle job %s: %w", jobID, err)
+		}
+	} else {
+		job.UnfinishedTasks -= finished
+	}
+	if failedKey != "" && job.FailureDetectedAt.IsZero() && job.CancelRequestedAt.IsZero() {
+		job.FailureDetectedAt = c.now
+		c.event(job.ID, "", "", EventJobFailure, map[string]any{"jobId": job.ID, "taskId": failedKey})
+	}
+	if job.UnfinishedTasks == 0 && job.Status == lifecycle.JobProcessing {
+		tasks, err := tx.JobTasks(ctx, job.ID)
+		if err != nil {
+			return nil, err
+		}
+		allCompleted := true
+		for _, t := range tasks {
+			allCompleted = allCompleted && t.Status == lifecycle.Completed
+		}
+		job.Status = lifecycle.FinishedJobStatus(!job.CancelRequestedAt.IsZero(), allCompleted)
+		job.FinishedAt = c.now
+		switch job.Status {
+		case lifecycle.JobCompleted:
+			c.event(job.ID, "", "", EventJobCompleted, map[string]any{"jobId": job.ID, "status": job.Status, "totalTasks": job.TotalTasks})
+		case lifecycle.JobCanceled:
+			c.event(job.ID, "", "", EventJobCanceled, map[string]any{"jobId": job.ID, "status": job.Status, "totalTasks": job.TotalTasks})
+		}
+	}
+	return job, tx.UpdateJob(ctx, job)
+}
+
+// ResumeResult lists what a resume put back to work.
+type ResumeResult struct {
+	Job     *store.Job
+	Resumed []string // keys of the tasks resumed
+}
+
+// ResumeJob is rule 10's resume: a finished job's failed, canceled and skipped tasks go back to
+// pending or waiting with a fresh retry budget; attempt numbers keep increasing.
+func (d *Dispatcher) ResumeJob(ctx context.Context, tenant, id string) (*ResumeResult, error) {
+	var res *ResumeResult
+	err := d.store.InTx(ctx, func(tx store.Tx) error {
+		job, err := d.lockJob(ctx, tx, tenant, id)
+		if err != nil {
+			return err
+		}
+		if job.Status == lifecycle.JobProcessing {
+			return ErrJobNotFinished
+		}
+		now := d.now()
+		refs, err := tx.ResumeTasks(ctx, id, now)
+		if err != nil {
+			return err
+		}
+		if len(refs) == 0 {
+			return ErrNothingToResume
+		}
+		c := &changes{now: now}
+		res = &ResumeResult{Job: job, Resumed: make([]string, len(refs))}
+		for i, r := range refs {
+			res.Resumed[i] = r.Key
+		}
+		c.event(id, "", "", EventJobResumed, map[string]any{"jobId": id, "tasks": res.Resumed})
+		for _, r := range refs {
+			if r.Status == lifecycle.Pending {
+				c.event(id, r.ID, r.Key, EventTaskPending, map[string]any{"requestId": r.Key, "jobId": id, "name": r.Name, "resumed": true})
+				c.wake(r.ID, r.Queue, now)
+			}
+		}
+		job.Status = lifecycle.JobProcessing
+		job.UnfinishedTasks += len(refs)
+		job.FinishedAt, job.CancelRequestedAt, job.FailureDetectedAt = time.Time{}, time.Time{}, time.Time{}
+		if err := tx.UpdateJob(ctx, job); err != nil {
+			return err
+		}
+		return c.write(ctx, tx)
+	})
+	return res, err
+}
+
+// JobEvents returns a job's audit events after the given event id, oldest first.
+func (d *Dispatcher) JobEvents(ctx context.Context, tenant, jobID string, afterID int64, limit int) ([]*store.Event, error) {
+	job, err := d.store.GetJob(ctx, jobID)
+	if errors.Is(err, store.ErrNotFound) || (err == nil && tenant != "" && job.Tenant != tenant) {
+		return nil, ErrJobNotFound
+	}
+	if err != nil {
+		return nil, err
+	}
+	return d.store.ListEvents(ctx, jobID, afterID, cmpOr(limit, 1000))
+}
+
+// DeadLetters lists a tenant's dead-lettered tasks, newest first; a resume of their job replays
+// them.
+func (d *Dispatcher) DeadLetters(ctx context.Context, tenant string, beforeSeq int64, limit int) ([]*store.Task, error) {
+	return d.store.ListDeadLetters(ctx, tenant, beforeSeq, cmpOr(limit, 100))
+}
+
+func cmpOr(v, def int) int {
+	if v > 0 {
+		return v
+	}
+	return def
+}

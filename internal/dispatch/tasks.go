@@ -1,0 +1,504 @@
+package dispatch
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/baton-dev/baton/internal/lifecycle"
+	"github.com/baton-dev/baton/internal/store"
+)
+
+// Claim is a task leased to a worker: everything it needs to run the attempt and report on it.
+type Claim struct {
+	Task              *store.Task // Attempt, LeaseToken and LeaseExpiresAt are the new lease's
+	DependencyOutputs map[string]json.RawMessage
+	HeartbeatInterval time.Duration
+}
+
+// ClaimTaskParams claims one task by id, as a worker does after a wake-up (seed 000).
+type ClaimTaskParams struct {
+	TaskID   string
+	WorkerID string
+}
+
+// ClaimTask is rule 1: the task must be pending and available; it becomes running under a new
+// attempt and lease token. Otherwise a *NotClaimedError says why and the worker must not run it.
+func (d *Dispatcher) ClaimTask(ctx context.Context, p ClaimTaskParams) (*Claim, error) {
+	var claim *Claim
+	err := d.store.InTx(ctx, func(tx store.Tx) error {
+		claims, err := d.claim(ctx, tx, []string{p.TaskID}, p.WorkerID)
+		if err != nil {
+			return err
+		}
+		if len(claims) == 1 {
+			claim = claims[0]
+			return nil
+		}
+		t, err := tx.GetTask(ctx, p.TaskID)
+		if errors.Is(err, store.ErrNotFound) {
+			return &NotClaimedError{Reason: NotClaimedNotFound}
+		}
+		if err != nil {
+			return err
+		}
+		return &NotClaimedError{Reason: notClaimedReason(t.Status)}
+	})
+	return claim, err
+}
+
+// ClaimNextParams claims the next ready tasks of some queues.
+type ClaimNextParams struct {
+	Queues   []string // in priority order: a task of an earlier queue is claimed first
+	WorkerID string
+	Limit    int // at most this many tasks; default 1
+}
+
+// ClaimNext claims up to Limit ready tasks from the queues in order, within a queue highest
+// priority first, then oldest. It returns no claims, and no error, when nothing is ready.
+func (d *Dispatcher) ClaimNext(ctx context.Context, p ClaimNextParams) ([]*Claim, error) {
+	limit := cmpOr(p.Limit, 1)
+	var claims []*Claim
+	err := d.store.InTx(ctx, func(tx store.Tx) error {
+		claims = nil
+		now := d.now()
+		for _, q := range p.Queues {
+			if len(claims) == limit {
+				break
+			}
+			ids, err := tx.ReadyTaskIDs(ctx, q, now, limit-len(claims))
+			if err != nil {
+				return err
+			}
+			got, err := d.claim(ctx, tx, ids, p.WorkerID)
+			if err != nil {
+				return err
+			}
+			claims = append(claims, got...)
+		}
+		return nil
+	})
+	return claims, err
+}
+
+// claim takes a lease on each of ids that is claimable and returns those it got.
+func (d *Dispatcher) claim(ctx context.Context, tx store.Tx, ids []string, workerID string) ([]*Claim, error) {
+	now := d.now()
+	c := &changes{now: now}
+	var claims []*Claim
+	for _, id := range ids {
+		t, ok, err := tx.ClaimTask(ctx, store.ClaimTaskParams{ID: id, Now: now, WorkerID: workerID, LeaseToken: uuid.NewString()})
+		if err != nil {
+			return nil, err
+		}
+		if !ok {
+			continue
+		}
+		if err := tx.InsertAttempt(ctx, &store.Attempt{TaskID: t.ID, Attempt: t.Attempt, WorkerID: workerID, LeaseToken: t.LeaseToken, StartedAt: now}); err != nil {
+			return nil, err
+		}
+		outputs := map[string]json.RawMessage{}
+		if len(t.DependsOn) > 0 {
+			if outputs, err = tx.ParentOutputs(ctx, t.ID); err != nil {
+				return nil, err
+			}
+		}
+		c.event(t.JobID, t.ID, t.Key, EventTaskStarted, map[string]any{"attempt": t.Attempt, "workerId": workerID})
+		claims = append(claims, &Claim{Task: t, DependencyOutputs: outputs, HeartbeatInterval: d.heartbeatInterval(t)})
+	}
+	return claims, c.write(ctx, tx)
+}
+
+// checkFence is rule 2: a call about an attempt must name the task's current attempt (0: the
+// attempt the token belongs to) and carry that attempt's lease token.
+func checkFence(t *store.Task, attempt int, token string) error {
+	if attempt != 0 && attempt != t.Attempt {
+		return &AttemptMismatchError{Expected: t.Attempt, Received: attempt}
+	}
+	if token == "" || token != t.LeaseToken {
+		return ErrLeaseMismatch
+	}
+	return nil
+}
+
+// HeartbeatParams identifies the attempt that is still alive.
+type HeartbeatParams struct {
+	TaskID     string
+	Attempt    int // 0: whichever attempt LeaseToken belongs to
+	LeaseToken string
+}
+
+// HeartbeatResult is rule 4's answer.
+type HeartbeatResult struct {
+	Task           *store.Task
+	LeaseExpiresAt time.Time
+	ShouldCancel   bool
+	CancelReason   string
+}
+
+// Heartbeat is rule 4: it extends the lease of a running attempt and says whether to cancel. For
+// an attempt that has timed out it answers ErrTaskExpired; if the lease ran out but the reaper has
+// not acted yet, the heartbeat applies the timeout itself, so the answer never depends on when the
+// reaper last ran.
+func (d *Dispatcher) Heartbeat(ctx context.Context, p HeartbeatParams) (*HeartbeatResult, error) {
+	var res *HeartbeatResult
+	var expired bool
+	err := d.store.InTx(ctx, func(tx store.Tx) error {
+		res, expired = nil, false
+		t, err := d.lockTask(ctx, tx, p.TaskID)
+		if err != nil {
+			return err
+		}
+		if err := checkFence(t, p.Attempt, p.LeaseToken); err != nil {
+			return err
+		}
+		now := d.now()
+		if t.Status != lifecycle.Running {
+			return d.endedAttemptError(ctx, tx, t)
+		}
+		if !t.ReapAt.After(now) {
+			expired = true
+			return d.reapTask(ctx, tx, t, now)
+		}
+		fence := store.Fence{Status: t.Status, Attempt: t.Attempt}
+		t.HeartbeatAt = now
+		t.LeaseExpiresAt = now.Add(t.HeartbeatTimeout)
+		t.ReapAt = reapAt(t)
+		c := &changes{now: now}
+		if t.LastEventType != EventTaskHeartbeat || now.Sub(t.LastEventAt) >= heartbeatEventInterval {
+			t.LastEventType, t.LastEventAt = EventTaskHeartbeat, now
+			c.event(t.JobID, t.ID, t.Key, EventTaskHeartbeat, map[string]any{"attempt": t.Attempt, "workerId": t.WorkerID})
+		}
+		if err := tx.UpdateTask(ctx, t, fence); err != nil {
+			return err
+		}
+		res = &HeartbeatResult{Task: t, LeaseExpiresAt: t.LeaseExpiresAt, ShouldCancel: !t.CancelRequestedAt.IsZero(), CancelReason: t.CancelReason}
+		return c.write(ctx, tx)
+	})
+	if err == nil && expired {
+		return nil, ErrTaskExpired
+	}
+	return res, err
+}
+
+// reapAt is when the reaper must look at a running task: the earliest of its lease expiry,
+// execution deadline and cancel grace end.
+func reapAt(t *store.Task) time.Time {
+	at := t.LeaseExpiresAt
+	if !t.DeadlineAt.IsZero() && t.DeadlineAt.Before(at) {
+		at = t.DeadlineAt
+	}
+	if !t.CancelRequestedAt.IsZero() {
+		if end := t.CancelRequestedAt.Add(t.CancelGrace); end.Before(at) {
+			at = end
+		}
+	}
+	return at
+}
+
+// endedAttemptError answers a call about the current attempt of a task that no longer runs it:
+// the attempt reported its own outcome (the task is terminal, or the outcome conflicts), or the
+// dispatcher ended it (timeout, cancel timeout), which the worker hears as ErrTaskExpired.
+func (d *Dispatcher) endedAttemptError(ctx context.Context, tx store.Tx, t *store.Task) error {
+	a, err := tx.GetAttempt(ctx, t.ID, t.Attempt)
+	if err != nil {
+		return fmt.Errorf("attempt %d of task %s: %w", t.Attempt, t.ID, err)
+	}
+	if reported(a.Outcome) && t.Status.Terminal() {
+		return &TerminalError{State: t.Status}
+	}
+	return ErrTaskExpired
+}
+
+// reported: the outcome came from the worker, not from the dispatcher giving up on it.
+func reported(o store.Outcome) bool {
+	return o == store.OutcomeSucceeded || o == store.OutcomeFailed || o == store.OutcomeCanceled
+}
+
+func (d *Dispatcher) lockTask(ctx context.Context, tx store.Tx, id string) (*store.Task, error) {
+	t, err := tx.GetTask(ctx, id)
+	if errors.Is(err, store.ErrNotFound) {
+		return nil, ErrTaskNotFound
+	}
+	return t, err
+}
+
+// CompleteParams is a worker's report of how its attempt ended.
+type CompleteParams struct {
+	TaskID     string
+	Attempt    int // 0: whichever attempt LeaseToken belongs to
+	LeaseToken string
+	Outcome    store.Outcome // succeeded, failed or canceled
+	Output     json.RawMessage
+	Error      *store.TaskError // for failed: category (default USER_CODE), message, retryable
+	Metrics    json.RawMessage
+}
+
+// CompleteResult says what became of the task.
+type CompleteResult struct {
+	Task         *store.Task
+	Status       lifecycle.TaskStatus // completed, pending (retry scheduled), failed, canceled
+	Requeued     bool                 // a retry is scheduled
+	DeadLettered bool                 // failed for good
+	Duplicate    bool                 // the same report was applied before; nothing changed now
+}
+
+// Complete applies a worker's report (rules 2, 3, 6, 7, 9, 10). It is fenced by attempt and lease
+// token, idempotent for a repeated identical report, and accepts a late report of an attempt
+// that timed out as long as no newer attempt has been claimed.
+func (d *Dispatcher) Complete(ctx context.Context, p CompleteParams) (*CompleteResult, error) {
+	switch p.Outcome {
+	case store.OutcomeSucceeded, store.OutcomeCanceled:
+	case store.OutcomeFailed:
+		if p.Error != nil && p.Error.Category != "" && !p.Error.Category.Valid() {
+			return nil, &InvalidError{Message: fmt.Sprintf("unknown error category %q", p.Error.Category)}
+		}
+	default:
+		return nil, &InvalidError{Message: fmt.Sprintf("unknown outcome %q", p.Outcome)}
+	}
+	var res *CompleteResult
+	err := d.store.InTx(ctx, func(tx store.Tx) error {
+		res = nil
+		t, err := d.lockTask(ctx, tx, p.TaskID)
+		if err != nil {
+			return err
+		}
+		if err := checkFence(t, p.Attempt, p.LeaseToken); err != nil {
+			return err
+		}
+		a, err := tx.GetAttempt(ctx, t.ID, t.Attempt)
+		if err != nil {
+			return fmt.Errorf("attempt %d of task %s: %w", t.Attempt, t.ID, err)
+		}
+		if reported(a.Outcome) {
+			if a.Outcome != p.Outcome {
+				return ErrOutcomeConflict
+			}
+			res = &CompleteResult{Task: t, Status: a.Result, Duplicate: true,
+				Requeued:     a.Result == lifecycle.Pending,
+				DeadLettered: a.Outcome == store.OutcomeFailed && a.Result == lifecycle.Failed}
+			return nil
+		}
+		// Running, or (rule 6) back in pending after this very attempt timed out.
+		late := t.Status == lifecycle.Pending && a.Outcome == store.OutcomeTimedOut
+		if t.Status != lifecycle.Running && !late {
+			return ErrTaskExpired
+		}
+		now := d.now()
+		c := &changes{now: now}
+		fence := store.Fence{Status: t.Status, Attempt: t.Attempt}
+		a.FinishedAt, a.Outcome, a.Metrics = now, p.Outcome, p.Metrics
+		res = &CompleteResult{Task: t}
+		switch p.Outcome {
+		case store.OutcomeSucceeded:
+			err = d.succeed(ctx, tx, c, t, fence, p.Output)
+		case store.OutcomeCanceled:
+			err = d.endUnsuccessfully(ctx, tx, c, t, fence, lifecycle.Canceled, nil)
+		case store.OutcomeFailed:
+			e := p.Error
+			if e == nil {
+				e = &store.TaskError{}
+			}
+			if e.Category == "" {
+				e.Category = lifecycle.UserCode
+			}
+			a.Error = e
+			res.Requeued, err = d.fail(ctx, tx, c, t, fence, e)
+			res.DeadLettered = !res.Requeued
+		}
+		if err != nil {
+			return err
+		}
+		a.Result, res.Status = t.Status, t.Status
+		if err := tx.UpdateAttempt(ctx, a); err != nil {
+			return err
+		}
+		return c.write(ctx, tx)
+	})
+	if err != nil {
+		return nil, err
+	}
+	return res, nil
+}
+
+// succeed completes t and releases its children (rule 9).
+func (d *Dispatcher) succeed(ctx context.Context, tx store.Tx, c *changes, t *store.Task, fence store.Fence, output json.RawMessage) error {
+	if len(output) == 0 {
+		output = json.RawMessage("null")
+	}
+	t.Status, t.Output, t.Error = lifecycle.Completed, output, nil
+	endAttempt(t, c.now)
+	t.LastEventType, t.LastEventAt = EventTaskCompleted, c.now
+	if err := tx.UpdateTask(ctx, t, fence); err != nil {
+		return err
+	}
+	c.event(t.JobID, t.ID, t.Key, EventTaskCompleted, map[string]any{"attempt": t.Attempt, "workerId": t.WorkerID})
+	ready, err := tx.ReleaseChildren(ctx, t.ID, c.now)
+	if err != nil {
+		return err
+	}
+	for _, r := range ready {
+		if r.Status == lifecycle.Pending {
+			c.event(t.JobID, r.ID, r.Key, EventTaskPending, map[string]any{"requestId": r.Key, "jobId": t.JobID, "name": r.Name})
+			c.wake(r.ID, r.Queue, c.now)
+		}
+	}
+	_, err = d.settleJob(ctx, tx, c, nil, t.JobID, 1, "")
+	return err
+}
+
+// fail applies rule 7 to a failed attempt: back to pending after a backoff if the failure is
+// retryable, attempts remain and no cancel was asked for; otherwise failed, dead-lettered, with
+// its descendants skipped.
+func (d *Dispatcher) fail(ctx context.Context, tx store.Tx, c *changes, t *store.Task, fence store.Fence, e *store.TaskError) (requeued bool, err error) {
+	t.Error = e
+	retry := t.CancelRequestedAt.IsZero() && lifecycle.ShouldRetry(e.Category, e.Retryable, t.AttemptsUsed(), t.MaxAttempts)
+	if !retry {
+		t.DeadLetteredAt = c.now
+		if err := d.endUnsuccessfully(ctx, tx, c, t, fence, lifecycle.Failed, e); err != nil {
+			return false, err
+		}
+		return false, nil
+	}
+	endAttempt(t, c.now)
+	t.Status = lifecycle.Pending
+	t.AvailableAt = c.now.Add(lifecycle.Backoff(t.AttemptsUsed(), t.BackoffBase, t.BackoffMax, d.jitter()))
+	t.LastEventType, t.LastEventAt = EventTaskRetrying, c.now
+	if err := tx.UpdateTask(ctx, t, fence); err != nil {
+		return false, err
+	}
+	c.event(t.JobID, t.ID, t.Key, EventTaskRetrying, map[string]any{"attempt": t.Attempt, "error": e, "retryAt": t.AvailableAt.UnixMilli()})
+	c.wake(t.ID, t.Queue, t.AvailableAt)
+	return true, nil
+}
+
+// endUnsuccessfully ends t as failed or canceled and skips its descendants (rule 9).
+func (d *Dispatcher) endUnsuccessfully(ctx context.Context, tx store.Tx, c *changes, t *store.Task, fence store.Fence, status lifecycle.TaskStatus, e *store.TaskError) error {
+	t.Status = status
+	endAttempt(t, c.now)
+	typ := EventTaskCanceled
+	data := map[string]any{"attempt": t.Attempt}
+	if status == lifecycle.Failed {
+		typ = EventTaskFailed
+		data["error"], data["deadLettered"] = e, true
+	} else if t.CancelReason != "" {
+		data["reason"] = t.CancelReason
+	}
+	t.LastEventType, t.LastEventAt = typ, c.now
+	if err := tx.UpdateTask(ctx, t, fence); err != nil {
+		return err
+	}
+	c.event(t.JobID, t.ID, t.Key, typ, data)
+	skipped, err := tx.SkipDescendants(ctx, t.ID, c.now)
+	if err != nil {
+		return err
+	}
+	for _, r := range skipped {
+		c.event(t.JobID, r.ID, r.Key, EventTaskSkipped, map[string]any{"reason": fmt.Sprintf("parent %s %s", t.Key, status), "cause": t.Key})
+	}
+	failedKey := ""
+	if status == lifecycle.Failed {
+		failedKey = t.Key
+	}
+	_, err = d.settleJob(ctx, tx, c, nil, t.JobID, 1+len(skipped), failedKey)
+	return err
+}
+
+// endAttempt clears the lease bookkeeping of a task whose attempt is over. The lease token stays:
+// it identifies the attempt for idempotent repeats and late replies.
+func endAttempt(t *store.Task, now time.Time) {
+	t.LeaseExpiresAt, t.DeadlineAt, t.ReapAt = time.Time{}, time.Time{}, time.Time{}
+	if t.Status.Terminal() {
+		t.FinishedAt = now
+	}
+}
+
+// CancelTask is rule 8 for one task: a waiting or pending task is canceled at once and its
+// descendants skipped; a running one is asked to stop. Canceling a task twice changes nothing.
+func (d *Dispatcher) CancelTask(ctx context.Context, taskID, reason string) (*store.Task, error) {
+	if reason == "" {
+		reason = "user_requested"
+	}
+	var t *store.Task
+	err := d.store.InTx(ctx, func(tx store.Tx) error {
+		var err error
+		if t, err = d.lockTask(ctx, tx, taskID); err != nil {
+			return err
+		}
+		now := d.now()
+		c := &changes{now: now}
+		scope := store.CancelParams{JobID: t.JobID, TaskID: t.ID, Now: now, Reason: reason}
+		switch {
+		case t.Status == lifecycle.Canceled:
+			return nil
+		case t.Status.Terminal():
+			return &TerminalError{State: t.Status}
+		case t.Status == lifecycle.Running:
+			if _, err := tx.RequestCancel(ctx, scope); err != nil {
+				return err
+			}
+		default:
+			if _, err := tx.CancelIdle(ctx, scope); err != nil {
+				return err
+			}
+			c.event(t.JobID, t.ID, t.Key, EventTaskCanceled, map[string]any{"reason": reason})
+			skipped, err := tx.SkipDescendants(ctx, t.ID, now)
+			if err != nil {
+				return err
+			}
+			for _, r := range skipped {
+				c.event(t.JobID, r.ID, r.Key, EventTaskSkipped, map[string]any{"reason": fmt.Sprintf("parent %s canceled", t.Key), "cause": t.Key})
+			}
+			if _, err := d.settleJob(ctx, tx, c, nil, t.JobID, 1+len(skipped), ""); err != nil {
+				return err
+			}
+		}
+		if err := c.write(ctx, tx); err != nil {
+			return err
+		}
+		t, err = tx.GetTask(ctx, t.ID)
+		return err
+	})
+	return t, err
+}
+
+// TaskDetail is one task in full, for the producer's task view and the workers' task-fetch.
+type TaskDetail struct {
+	Task              *store.Task
+	DependencyOutputs map[string]json.RawMessage
+	Attempts          []*store.Attempt
+}
+
+// GetTask returns a task with its parents' outputs and every attempt. A non-empty tenant hides
+// other tenants' tasks.
+func (d *Dispatcher) GetTask(ctx context.Context, tenant, taskID string) (*TaskDetail, error) {
+	t, err := d.store.GetTask(ctx, taskID)
+	if errors.Is(err, store.ErrNotFound) {
+		return nil, ErrTaskNotFound
+	}
+	if err != nil {
+		return nil, err
+	}
+	if tenant != "" {
+		job, err := d.store.GetJob(ctx, t.JobID)
+		if err != nil {
+			return nil, err
+		}
+		if job.Tenant != tenant {
+			return nil, ErrTaskNotFound
+		}
+	}
+	outputs, err := d.store.ParentOutputs(ctx, t.ID)
+	if err != nil {
+		return nil, err
+	}
+	attempts, err := d.store.ListAttempts(ctx, t.ID)
+	if err != nil {
+		return nil, err
+	}
+	return &TaskDetail{Task: t, DependencyOutputs: outputs, Attempts: attempts}, nil
+}

@@ -1,0 +1,114 @@
+// Package postgres is the production store driver: PostgreSQL through pgx. Several server
+// replicas may share one database; row locks and SKIP LOCKED keep them out of each other's way.
+package postgres
+
+import (
+	"context"
+	"database/sql"
+	"embed"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"io/fs"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/stdlib"
+	"github.com/pressly/goose/v3"
+	"github.com/pressly/goose/v3/lock"
+
+	"github.com/baton-dev/baton/internal/store"
+	"github.com/baton-dev/baton/internal/store/sqldb"
+)
+
+//go:embed migrations/*.sql
+var migrations embed.FS
+
+// Store is a store.Store on a PostgreSQL database.
+type Store struct{ *sqldb.DB }
+
+var _ store.Store = (*Store)(nil)
+
+// Options tunes Open.
+type Options struct {
+	MaxConns int  // connection pool size; default 16
+	Migrate  bool // apply pending migrations first
+}
+
+// Open connects to the database at url (a postgres:// URL or key=value string).
+func Open(ctx context.Context, url string, opts Options) (*Store, error) {
+	cfg, err := pgx.ParseConfig(url)
+	if err != nil {
+		return nil, fmt.Errorf("parse database url: %w", err)
+	}
+	db := stdlib.OpenDB(*cfg)
+	db.SetMaxOpenConns(cmpOr(opts.MaxConns, 16))
+	db.SetMaxIdleConns(cmpOr(opts.MaxConns, 16))
+	if err := db.PingContext(ctx); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("connect to postgres: %w", err)
+	}
+	if opts.Migrate {
+		if err := Migrate(ctx, db); err != nil {
+			db.Close()
+			return nil, err
+		}
+	}
+	return &Store{sqldb.New(db, db, sqldb.Dialect{
+		LockRow:     " FOR UPDATE",
+		LockSkip:    " FOR UPDATE SKIP LOCKED",
+		MaxParams:   65535,
+		IsUnique:    func(err error) bool { return pgCode(err) == "23505" },
+		IsRetryable: isRetryable,
+	})}, nil
+}
+
+// Migrate applies pending migrations under an advisory lock, so replicas starting together
+// migrate once. The lock is per schema, so isolated schemas in one database do not wait on each
+// other.
+func Migrate(ctx context.Context, db *sql.DB) error {
+	var schema string
+	if err := db.QueryRowContext(ctx, `SELECT current_schema()`).Scan(&schema); err != nil {
+		return fmt.Errorf("current schema: %w", err)
+	}
+	h := fnv.New64a()
+	h.Write([]byte("baton:" + schema))
+	locker, err := lock.NewPostgresSessionLocker(lock.WithLockID(int64(h.Sum64()>>1)), lock.WithLockTimeout(1, 600))
+	if err != nil {
+		return err
+	}
+	fsys, err := fs.Sub(migrations, "migrations")
+	if err != nil {
+		return err
+	}
+	p, err := goose.NewProvider(goose.DialectPostgres, db, fsys, goose.WithSessionLocker(locker))
+	if err != nil {
+		return fmt.Errorf("migrations: %w", err)
+	}
+	if _, err := p.Up(ctx); err != nil {
+		return fmt.Errorf("migrate: %w", err)
+	}
+	return nil
+}
+
+func pgCode(err error) string {
+	var e *pgconn.PgError
+	if errors.As(err, &e) {
+		return e.Code
+	}
+	return ""
+}
+
+// isRetryable: a deadlock or serialization failure aborted the transaction; running it again is
+// the documented remedy.
+func isRetryable(err error) bool {
+	c := pgCode(err)
+	return c == "40P01" || c == "40001"
+}
+
+func cmpOr(v, def int) int {
+	if v > 0 {
+		return v
+	}
+	return def
+}

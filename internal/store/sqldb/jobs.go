@@ -1,0 +1,101 @@
+package sqldb
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+
+	"github.com/baton-dev/baton/internal/store"
+)
+
+const jobCols = `seq, id, tenant, name, status, idempotency_key, request_hash, total_tasks,
+	unfinished_tasks, created_at, finished_at, cancel_requested_at, failure_detected_at`
+
+func scanJob(row interface{ Scan(...any) error }) (*store.Job, error) {
+	var (
+		j                                    store.Job
+		idem                                 sql.NullString
+		created                              int64
+		finished, cancelReq, failureDetected sql.NullInt64
+	)
+	err := row.Scan(&j.Seq, &j.ID, &j.Tenant, &j.Name, &j.Status, &idem, &j.RequestHash,
+		&j.TotalTasks, &j.UnfinishedTasks, &created, &finished, &cancelReq, &failureDetected)
+	if err != nil {
+		return nil, notFound(err)
+	}
+	j.IdempotencyKey = idem.String
+	j.CreatedAt = fromMs(sql.NullInt64{Int64: created, Valid: true})
+	j.FinishedAt = fromMs(finished)
+	j.CancelRequestedAt = fromMs(cancelReq)
+	j.FailureDetectedAt = fromMs(failureDetected)
+	return &j, nil
+}
+
+// GetJob implements store.Reader.
+func (q q) GetJob(ctx context.Context, id string) (*store.Job, error) {
+	return scanJob(q.db.QueryRowContext(ctx, `SELECT `+jobCols+` FROM jobs WHERE id = $1`+q.lockRow(), id))
+}
+
+// JobByIdempotencyKey implements store.Reader.
+func (q q) JobByIdempotencyKey(ctx context.Context, tenant, key string) (*store.Job, error) {
+	return scanJob(q.db.QueryRowContext(ctx,
+		`SELECT `+jobCols+` FROM jobs WHERE tenant = $1 AND idempotency_key = $2`, tenant, key))
+}
+
+// ListJobs implements store.Reader.
+func (q q) ListJobs(ctx context.Context, p store.ListJobsParams) ([]*store.Job, error) {
+	rows, err := q.db.QueryContext(ctx, `SELECT `+jobCols+` FROM jobs WHERE tenant = $1
+		AND ($2 = 0 OR seq < $2) AND ($3 = '' OR status = $3) ORDER BY seq DESC LIMIT $4`,
+		p.Tenant, p.BeforeSeq, string(p.Status), p.Limit)
+	if err != nil {
+		return nil, fmt.Errorf("list jobs: %w", err)
+	}
+	defer rows.Close()
+	var jobs []*store.Job
+	for rows.Next() {
+		j, err := scanJob(rows)
+		if err != nil {
+			return nil, err
+		}
+		jobs = append(jobs, j)
+	}
+	return jobs, rows.Err()
+}
+
+// InsertJob implements store.Tx.
+func (t *tx) InsertJob(ctx context.Context, j *store.Job) error {
+	err := t.db.QueryRowContext(ctx, `INSERT INTO jobs (id, tenant, name, status, idempotency_key,
+		request_hash, total_tasks, unfinished_tasks, created_at, finished_at)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) RETURNING seq`,
+		j.ID, j.Tenant, j.Name, string(j.Status), strArg(j.IdempotencyKey), j.RequestHash,
+		j.TotalTasks, j.UnfinishedTasks, ms(j.CreatedAt), ms(j.FinishedAt)).Scan(&j.Seq)
+	if err != nil {
+		if t.d.IsUnique(err) {
+			return store.ErrConflict
+		}
+		return fmt.Errorf("insert job: %w", err)
+	}
+	return nil
+}
+
+// UpdateJob implements store.Tx.
+func (t *tx) UpdateJob(ctx context.Context, j *store.Job) error {
+	res, err := t.db.ExecContext(ctx, `UPDATE jobs SET status = $2, total_tasks = $3,
+		unfinished_tasks = $4, finished_at = $5, cancel_requested_at = $6, failure_detected_at = $7
+		WHERE id = $1`,
+		j.ID, string(j.Status), j.TotalTasks, j.UnfinishedTasks, ms(j.FinishedAt),
+		ms(j.CancelRequestedAt), ms(j.FailureDetectedAt))
+	if err != nil {
+		return fmt.Errorf("update job: %w", err)
+	}
+	if n, _ := res.RowsAffected(); n == 0 {
+		return store.ErrNotFound
+	}
+	return nil
+}
+
+// AddUnfinished implements store.Tx.
+func (t *tx) AddUnfinished(ctx context.Context, jobID string, delta int) (*store.Job, error) {
+	return scanJob(t.db.QueryRowContext(ctx, `UPDATE jobs SET unfinished_tasks = unfinished_tasks + $2
+		WHERE id = $1 RETURNING `+jobCols, jobID, delta))
+}

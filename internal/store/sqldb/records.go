@@ -1,0 +1,164 @@
+package sqldb
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+
+	"github.com/baton-dev/baton/internal/store"
+)
+
+const attemptCols = `task_id, attempt, worker_id, lease_token, started_at, finished_at, outcome,
+	result, error, metrics`
+
+func scanAttempt(row interface{ Scan(...any) error }) (*store.Attempt, error) {
+	var (
+		a                store.Attempt
+		started          int64
+		finished         sql.NullInt64
+		errJSON, metrics sql.NullString
+	)
+	if err := row.Scan(&a.TaskID, &a.Attempt, &a.WorkerID, &a.LeaseToken, &started, &finished,
+		&a.Outcome, &a.Result, &errJSON, &metrics); err != nil {
+		return nil, notFound(err)
+	}
+	a.StartedAt = fromMs(sql.NullInt64{Int64: started, Valid: true})
+	a.FinishedAt = fromMs(finished)
+	a.Metrics = fromJSON(metrics)
+	var err error
+	a.Error, err = fromErr(errJSON)
+	return &a, err
+}
+
+// GetAttempt implements store.Reader.
+func (q q) GetAttempt(ctx context.Context, taskID string, attempt int) (*store.Attempt, error) {
+	return scanAttempt(q.db.QueryRowContext(ctx, `SELECT `+attemptCols+` FROM attempts
+		WHERE task_id = $1 AND attempt = $2`, taskID, attempt))
+}
+
+// ListAttempts implements store.Reader.
+func (q q) ListAttempts(ctx context.Context, taskID string) ([]*store.Attempt, error) {
+	rows, err := q.db.QueryContext(ctx, `SELECT `+attemptCols+` FROM attempts WHERE task_id = $1
+		ORDER BY attempt`, taskID)
+	if err != nil {
+		return nil, fmt.Errorf("list attempts: %w", err)
+	}
+	defer rows.Close()
+	var out []*store.Attempt
+	for rows.Next() {
+		a, err := scanAttempt(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, a)
+	}
+	return out, rows.Err()
+}
+
+// InsertAttempt implements store.Tx.
+func (t *tx) InsertAttempt(ctx context.Context, a *store.Attempt) error {
+	errJSON, err := errArg(a.Error)
+	if err != nil {
+		return err
+	}
+	_, err = t.db.ExecContext(ctx, `INSERT INTO attempts (`+attemptCols+`)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)`,
+		a.TaskID, a.Attempt, a.WorkerID, a.LeaseToken, ms(a.StartedAt), ms(a.FinishedAt),
+		string(a.Outcome), string(a.Result), errJSON, jsonArg(a.Metrics))
+	if err != nil {
+		return fmt.Errorf("insert attempt %s/%d: %w", a.TaskID, a.Attempt, err)
+	}
+	return nil
+}
+
+// UpdateAttempt implements store.Tx.
+func (t *tx) UpdateAttempt(ctx context.Context, a *store.Attempt) error {
+	errJSON, err := errArg(a.Error)
+	if err != nil {
+		return err
+	}
+	res, err := t.db.ExecContext(ctx, `UPDATE attempts SET finished_at = $3, outcome = $4,
+		result = $5, error = $6, metrics = $7 WHERE task_id = $1 AND attempt = $2`,
+		a.TaskID, a.Attempt, ms(a.FinishedAt), string(a.Outcome), string(a.Result), errJSON,
+		jsonArg(a.Metrics))
+	if err != nil {
+		return fmt.Errorf("update attempt %s/%d: %w", a.TaskID, a.Attempt, err)
+	}
+	if n, _ := res.RowsAffected(); n == 0 {
+		return store.ErrNotFound
+	}
+	return nil
+}
+
+// ListEvents implements store.Reader.
+func (q q) ListEvents(ctx context.Context, jobID string, afterID int64, limit int) ([]*store.Event, error) {
+	rows, err := q.db.QueryContext(ctx, `SELECT id, job_id, task_id, task_key, type, at, data
+		FROM events WHERE job_id = $1 AND id > $2 ORDER BY id LIMIT $3`, jobID, afterID, limit)
+	if err != nil {
+		return nil, fmt.Errorf("list events: %w", err)
+	}
+	defer rows.Close()
+	var out []*store.Event
+	for rows.Next() {
+		var (
+			e    store.Event
+			at   int64
+			data string
+		)
+		if err := rows.Scan(&e.ID, &e.JobID, &e.TaskID, &e.TaskKey, &e.Type, &at, &data); err != nil {
+			return nil, err
+		}
+		e.At = fromMs(sql.NullInt64{Int64: at, Valid: true})
+		e.Data = []byte(data)
+		out = append(out, &e)
+	}
+	return out, rows.Err()
+}
+
+// InsertEvents implements store.Tx.
+func (t *tx) InsertEvents(ctx context.Context, events []*store.Event) error {
+	rows := make([][]any, len(events))
+	for i, e := range events {
+		data := string(e.Data)
+		if e.Data == nil {
+			data = "{}"
+		}
+		rows[i] = []any{e.JobID, e.TaskID, e.TaskKey, e.Type, e.At.UnixMilli(), data}
+	}
+	return t.insertRows(ctx, "events", []string{"job_id", "task_id", "task_key", "type", "at", "data"}, rows, "")
+}
+
+// OutboxAfter implements store.Reader.
+func (q q) OutboxAfter(ctx context.Context, afterID int64, limit int) ([]*store.OutboxMessage, error) {
+	rows, err := q.db.QueryContext(ctx, `SELECT id, topic, msg_key, payload, available_at, created_at
+		FROM outbox WHERE id > $1 ORDER BY id LIMIT $2`, afterID, limit)
+	if err != nil {
+		return nil, fmt.Errorf("list outbox: %w", err)
+	}
+	defer rows.Close()
+	var out []*store.OutboxMessage
+	for rows.Next() {
+		var (
+			m                  store.OutboxMessage
+			payload            string
+			available, created int64
+		)
+		if err := rows.Scan(&m.ID, &m.Topic, &m.Key, &payload, &available, &created); err != nil {
+			return nil, err
+		}
+		m.Payload = []byte(payload)
+		m.AvailableAt = fromMs(sql.NullInt64{Int64: available, Valid: true})
+		m.CreatedAt = fromMs(sql.NullInt64{Int64: created, Valid: true})
+		out = append(out, &m)
+	}
+	return out, rows.Err()
+}
+
+// InsertOutbox implements store.Tx.
+func (t *tx) InsertOutbox(ctx context.Context, msgs []*store.OutboxMessage) error {
+	rows := make([][]any, len(msgs))
+	for i, m := range msgs {
+		rows[i] = []any{m.Topic, m.Key, string(m.Payload), m.AvailableAt.UnixMilli(), m.CreatedAt.UnixMilli()}
+	}
+	return t.insertRows(ctx, "outbox", []string{"topic", "msg_key", "payload", "available_at", "created_at"}, rows, "")
+}

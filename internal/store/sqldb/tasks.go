@@ -1,0 +1,413 @@
+package sqldb
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/baton-dev/baton/internal/store"
+)
+
+// tx is a store.Tx.
+type tx struct{ q }
+
+var _ store.Tx = (*tx)(nil)
+
+const taskCols = `seq, id, job_id, task_key, name, queue, priority, runtime, input, depends_on,
+	unfinished_parents, status, attempt, retry_base, max_attempts, available_at, lease_token,
+	lease_expires_at, worker_id, started_at, heartbeat_at, deadline_at, reap_at,
+	cancel_requested_at, cancel_reason, output, error, backoff_base_ms, backoff_max_ms, timeout_ms,
+	heartbeat_timeout_ms, cancel_grace_ms, created_at, finished_at, dead_lettered_at,
+	last_event_type, last_event_at`
+
+func scanTask(row interface{ Scan(...any) error }) (*store.Task, error) {
+	var (
+		t                                                  store.Task
+		input, deps                                        string
+		output, errJSON, lastEvent                         sql.NullString
+		available, created                                 int64
+		leaseExp, started, hb, deadline, reap, cancelReq   sql.NullInt64
+		finished, dead, lastAt                             sql.NullInt64
+		backoffBase, backoffMax, timeout, hbTimeout, grace int64
+	)
+	err := row.Scan(&t.Seq, &t.ID, &t.JobID, &t.Key, &t.Name, &t.Queue, &t.Priority, &t.Runtime,
+		&input, &deps, &t.UnfinishedParents, &t.Status, &t.Attempt, &t.RetryBase, &t.MaxAttempts,
+		&available, &t.LeaseToken, &leaseExp, &t.WorkerID, &started, &hb, &deadline, &reap,
+		&cancelReq, &t.CancelReason, &output, &errJSON, &backoffBase, &backoffMax, &timeout,
+		&hbTimeout, &grace, &created, &finished, &dead, &lastEvent, &lastAt)
+	if err != nil {
+		return nil, notFound(err)
+	}
+	t.Input = json.RawMessage(input)
+	if err := json.Unmarshal([]byte(deps), &t.DependsOn); err != nil {
+		return nil, fmt.Errorf("decode depends_on of task %s: %w", t.ID, err)
+	}
+	t.AvailableAt = time.UnixMilli(available).UTC()
+	t.LeaseExpiresAt = fromMs(leaseExp)
+	t.StartedAt = fromMs(started)
+	t.HeartbeatAt = fromMs(hb)
+	t.DeadlineAt = fromMs(deadline)
+	t.ReapAt = fromMs(reap)
+	t.CancelRequestedAt = fromMs(cancelReq)
+	t.Output = fromJSON(output)
+	if t.Error, err = fromErr(errJSON); err != nil {
+		return nil, err
+	}
+	t.BackoffBase = time.Duration(backoffBase) * time.Millisecond
+	t.BackoffMax = time.Duration(backoffMax) * time.Millisecond
+	t.Timeout = time.Duration(timeout) * time.Millisecond
+	t.HeartbeatTimeout = time.Duration(hbTimeout) * time.Millisecond
+	t.CancelGrace = time.Duration(grace) * time.Millisecond
+	t.CreatedAt = time.UnixMilli(created).UTC()
+	t.FinishedAt = fromMs(finished)
+	t.DeadLetteredAt = fromMs(dead)
+	t.LastEventType = lastEvent.String
+	t.LastEventAt = fromMs(lastAt)
+	return &t, nil
+}
+
+// GetTask implements store.Reader.
+func (q q) GetTask(ctx context.Context, id string) (*store.Task, error) {
+	return scanTask(q.db.QueryRowContext(ctx, `SELECT `+taskCols+` FROM tasks WHERE id = $1`+q.lockRow(), id))
+}
+
+// JobTasks implements store.Reader.
+func (q q) JobTasks(ctx context.Context, jobID string) ([]*store.TaskSummary, error) {
+	rows, err := q.db.QueryContext(ctx, `SELECT id, task_key, name, depends_on, status, attempt,
+		last_event_type, last_event_at FROM tasks WHERE job_id = $1 ORDER BY seq`, jobID)
+	if err != nil {
+		return nil, fmt.Errorf("job tasks: %w", err)
+	}
+	defer rows.Close()
+	var out []*store.TaskSummary
+	for rows.Next() {
+		var (
+			s         store.TaskSummary
+			deps      string
+			lastEvent sql.NullString
+			lastAt    sql.NullInt64
+		)
+		if err := rows.Scan(&s.ID, &s.Key, &s.Name, &deps, &s.Status, &s.Attempt, &lastEvent, &lastAt); err != nil {
+			return nil, err
+		}
+		if err := json.Unmarshal([]byte(deps), &s.DependsOn); err != nil {
+			return nil, fmt.Errorf("decode depends_on of task %s: %w", s.ID, err)
+		}
+		s.LastEventType = lastEvent.String
+		s.LastEventAt = fromMs(lastAt)
+		out = append(out, &s)
+	}
+	return out, rows.Err()
+}
+
+// ParentOutputs implements store.Reader.
+func (q q) ParentOutputs(ctx context.Context, taskID string) (map[string]json.RawMessage, error) {
+	rows, err := q.db.QueryContext(ctx, `SELECT p.task_key, p.output FROM task_deps d
+		JOIN tasks p ON p.id = d.parent_id WHERE d.child_id = $1`, taskID)
+	if err != nil {
+		return nil, fmt.Errorf("parent outputs: %w", err)
+	}
+	defer rows.Close()
+	out := map[string]json.RawMessage{}
+	for rows.Next() {
+		var (
+			key    string
+			output sql.NullString
+		)
+		if err := rows.Scan(&key, &output); err != nil {
+			return nil, err
+		}
+		out[key] = fromJSON(output)
+		if out[key] == nil {
+			out[key] = json.RawMessage("null")
+		}
+	}
+	return out, rows.Err()
+}
+
+// ListDeadLetters implements store.Reader.
+func (q q) ListDeadLetters(ctx context.Context, tenant string, beforeSeq int64, limit int) ([]*store.Task, error) {
+	rows, err := q.db.QueryContext(ctx, `SELECT `+prefixed("t.", taskCols)+` FROM tasks t
+		JOIN jobs j ON j.id = t.job_id
+		WHERE j.tenant = $1 AND t.status = 'failed' AND t.dead_lettered_at IS NOT NULL
+		AND ($2 = 0 OR t.seq < $2) ORDER BY t.seq DESC LIMIT $3`, tenant, beforeSeq, limit)
+	if err != nil {
+		return nil, fmt.Errorf("list dead letters: %w", err)
+	}
+	return collectTasks(rows)
+}
+
+// NextReapAt implements store.Reader.
+func (q q) NextReapAt(ctx context.Context) (time.Time, bool, error) {
+	var at sql.NullInt64
+	if err := q.db.QueryRowContext(ctx, `SELECT min(reap_at) FROM tasks WHERE status = 'running'`).Scan(&at); err != nil {
+		return time.Time{}, false, fmt.Errorf("next reap: %w", err)
+	}
+	return fromMs(at), at.Valid, nil
+}
+
+// DueTasks implements store.Reader.
+func (q q) DueTasks(ctx context.Context, now time.Time, limit int) ([]string, error) {
+	return q.ids(ctx, `SELECT id FROM tasks WHERE status = 'running' AND reap_at <= $1
+		ORDER BY reap_at LIMIT $2`, now.UnixMilli(), limit)
+}
+
+func (q q) ids(ctx context.Context, query string, args ...any) ([]string, error) {
+	rows, err := q.db.QueryContext(ctx, query, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var ids []string
+	for rows.Next() {
+		var id string
+		if err := rows.Scan(&id); err != nil {
+			return nil, err
+		}
+		ids = append(ids, id)
+	}
+	return ids, rows.Err()
+}
+
+func collectTasks(rows *sql.Rows) ([]*store.Task, error) {
+	defer rows.Close()
+	var out []*store.Task
+	for rows.Next() {
+		t, err := scanTask(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, t)
+	}
+	return out, rows.Err()
+}
+
+// InsertTasks implements store.Tx.
+func (t *tx) InsertTasks(ctx context.Context, tasks []*store.Task) error {
+	cols := []string{"id", "job_id", "task_key", "name", "queue", "priority", "runtime", "input",
+		"depends_on", "unfinished_parents", "status", "max_attempts", "available_at",
+		"backoff_base_ms", "backoff_max_ms", "timeout_ms", "heartbeat_timeout_ms", "cancel_grace_ms",
+		"created_at", "finished_at", "last_event_type", "last_event_at"}
+	rows := make([][]any, len(tasks))
+	for i, tk := range tasks {
+		deps, err := json.Marshal(tk.DependsOn)
+		if err != nil {
+			return err
+		}
+		if tk.DependsOn == nil {
+			deps = []byte("[]")
+		}
+		rows[i] = []any{tk.ID, tk.JobID, tk.Key, tk.Name, tk.Queue, tk.Priority, tk.Runtime,
+			string(tk.Input), string(deps), tk.UnfinishedParents, string(tk.Status), tk.MaxAttempts,
+			tk.AvailableAt.UnixMilli(), tk.BackoffBase.Milliseconds(), tk.BackoffMax.Milliseconds(),
+			tk.Timeout.Milliseconds(), tk.HeartbeatTimeout.Milliseconds(), tk.CancelGrace.Milliseconds(),
+			tk.CreatedAt.UnixMilli(), ms(tk.FinishedAt), strArg(tk.LastEventType), ms(tk.LastEventAt)}
+	}
+	return t.insertRows(ctx, "tasks", cols, rows, "")
+}
+
+// InsertDeps implements store.Tx.
+func (t *tx) InsertDeps(ctx context.Context, deps []store.Dep) error {
+	rows := make([][]any, len(deps))
+	for i, d := range deps {
+		rows[i] = []any{d.ChildID, d.ParentID, d.JobID}
+	}
+	return t.insertRows(ctx, "task_deps", []string{"child_id", "parent_id", "job_id"}, rows, "")
+}
+
+// ReadyTaskIDs implements store.Tx.
+func (t *tx) ReadyTaskIDs(ctx context.Context, queue string, now time.Time, limit int) ([]string, error) {
+	ids, err := t.ids(ctx, `SELECT id FROM tasks WHERE status = 'pending' AND queue = $1
+		AND available_at <= $2 ORDER BY priority DESC, available_at, seq LIMIT $3`+t.d.LockSkip,
+		queue, now.UnixMilli(), limit)
+	if err != nil {
+		return nil, fmt.Errorf("ready tasks of %s: %w", queue, err)
+	}
+	return ids, nil
+}
+
+// ClaimTask implements store.Tx. The WHERE clause is the fence: of two claims racing for one
+// task, the second finds it no longer pending.
+func (t *tx) ClaimTask(ctx context.Context, p store.ClaimTaskParams) (*store.Task, bool, error) {
+	task, err := scanTask(t.db.QueryRowContext(ctx, `UPDATE tasks SET status = 'running',
+		attempt = attempt + 1, lease_token = $2, worker_id = $3, started_at = $4, heartbeat_at = $4,
+		lease_expires_at = $4 + heartbeat_timeout_ms,
+		deadline_at = CASE WHEN timeout_ms > 0 THEN $4 + timeout_ms ELSE NULL END,
+		reap_at = CASE WHEN timeout_ms > 0 AND timeout_ms < heartbeat_timeout_ms
+			THEN $4 + timeout_ms ELSE $4 + heartbeat_timeout_ms END,
+		cancel_requested_at = NULL, cancel_reason = '', finished_at = NULL,
+		last_event_type = 'Task Processing Started', last_event_at = $4
+		WHERE id = $1 AND status = 'pending' AND available_at <= $4
+		RETURNING `+taskCols, p.ID, p.LeaseToken, p.WorkerID, p.Now.UnixMilli()))
+	if err == store.ErrNotFound {
+		return nil, false, nil
+	}
+	if err != nil {
+		return nil, false, fmt.Errorf("claim task %s: %w", p.ID, err)
+	}
+	return task, true, nil
+}
+
+// UpdateTask implements store.Tx.
+func (t *tx) UpdateTask(ctx context.Context, tk *store.Task, fence store.Fence) error {
+	errJSON, err := errArg(tk.Error)
+	if err != nil {
+		return err
+	}
+	res, err := t.db.ExecContext(ctx, `UPDATE tasks SET status = $4, attempt = $5, retry_base = $6,
+		max_attempts = $7, available_at = $8, lease_token = $9, lease_expires_at = $10, worker_id = $11,
+		started_at = $12, heartbeat_at = $13, deadline_at = $14, reap_at = $15,
+		cancel_requested_at = $16, cancel_reason = $17, output = $18, error = $19, finished_at = $20,
+		dead_lettered_at = $21, last_event_type = $22, last_event_at = $23, unfinished_parents = $24
+		WHERE id = $1 AND status = $2 AND attempt = $3`,
+		tk.ID, string(fence.Status), fence.Attempt,
+		string(tk.Status), tk.Attempt, tk.RetryBase, tk.MaxAttempts, tk.AvailableAt.UnixMilli(),
+		tk.LeaseToken, ms(tk.LeaseExpiresAt), tk.WorkerID, ms(tk.StartedAt), ms(tk.HeartbeatAt),
+		ms(tk.DeadlineAt), ms(tk.ReapAt), ms(tk.CancelRequestedAt), tk.CancelReason,
+		jsonArg(tk.Output), errJSON, ms(tk.FinishedAt), ms(tk.DeadLetteredAt),
+		strArg(tk.LastEventType), ms(tk.LastEventAt), tk.UnfinishedParents)
+	if err != nil {
+		return fmt.Errorf("update task %s: %w", tk.ID, err)
+	}
+	if n, _ := res.RowsAffected(); n == 0 {
+		return store.ErrLeaseLost
+	}
+	return nil
+}
+
+const refCols = `id, task_key, name, queue, status, available_at`
+
+func (t *tx) refs(ctx context.Context, query string, args ...any) ([]*store.TaskRef, error) {
+	rows, err := t.db.QueryContext(ctx, query, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []*store.TaskRef
+	for rows.Next() {
+		var (
+			r         store.TaskRef
+			available int64
+		)
+		if err := rows.Scan(&r.ID, &r.Key, &r.Name, &r.Queue, &r.Status, &available); err != nil {
+			return nil, err
+		}
+		r.AvailableAt = time.UnixMilli(available).UTC()
+		out = append(out, &r)
+	}
+	return out, rows.Err()
+}
+
+// lockChildren takes the children's row locks in id order, so that two parents completing at
+// once cannot lock shared children in opposite orders and deadlock.
+func (t *tx) lockChildren(ctx context.Context, parentID string) error {
+	if t.d.LockRow == "" {
+		return nil
+	}
+	_, err := t.ids(ctx, `SELECT id FROM tasks WHERE id IN
+		(SELECT child_id FROM task_deps WHERE parent_id = $1) ORDER BY id`+t.d.LockRow, parentID)
+	return err
+}
+
+// ReleaseChildren implements store.Tx.
+func (t *tx) ReleaseChildren(ctx context.Context, parentID string, now time.Time) ([]*store.TaskRef, error) {
+	if err := t.lockChildren(ctx, parentID); err != nil {
+		return nil, fmt.Errorf("lock children of %s: %w", parentID, err)
+	}
+	// SET expressions see the row as it was before the update.
+	refs, err := t.refs(ctx, `UPDATE tasks SET unfinished_parents = unfinished_parents - 1,
+		status = CASE WHEN unfinished_parents = 1 AND status = 'waiting' THEN 'pending' ELSE status END,
+		available_at = CASE WHEN unfinished_parents = 1 AND status = 'waiting' THEN $2 ELSE available_at END,
+		last_event_type = CASE WHEN unfinished_parents = 1 AND status = 'waiting' THEN 'Task Pending' ELSE last_event_type END,
+		last_event_at = CASE WHEN unfinished_parents = 1 AND status = 'waiting' THEN $2 ELSE last_event_at END
+		WHERE id IN (SELECT child_id FROM task_deps WHERE parent_id = $1) AND unfinished_parents > 0
+		RETURNING `+refCols, parentID, now.UnixMilli())
+	if err != nil {
+		return nil, fmt.Errorf("release children of %s: %w", parentID, err)
+	}
+	return refs, nil
+}
+
+// SkipDescendants implements store.Tx.
+func (t *tx) SkipDescendants(ctx context.Context, taskID string, now time.Time) ([]*store.TaskRef, error) {
+	refs, err := t.refs(ctx, `WITH RECURSIVE d(id) AS (
+			SELECT child_id FROM task_deps WHERE parent_id = $1
+			UNION
+			SELECT td.child_id FROM task_deps td JOIN d ON td.parent_id = d.id
+		)
+		UPDATE tasks SET status = 'skipped', finished_at = $2, reap_at = NULL,
+			last_event_type = 'Task Skipped', last_event_at = $2
+		WHERE id IN (SELECT id FROM d) AND status IN ('waiting', 'pending')
+		RETURNING `+refCols, taskID, now.UnixMilli())
+	if err != nil {
+		return nil, fmt.Errorf("skip descendants of %s: %w", taskID, err)
+	}
+	return refs, nil
+}
+
+// CancelIdle implements store.Tx.
+func (t *tx) CancelIdle(ctx context.Context, p store.CancelParams) ([]*store.TaskRef, error) {
+	refs, err := t.refs(ctx, `UPDATE tasks SET status = 'canceled', finished_at = $3,
+		cancel_requested_at = $3, cancel_reason = $4, reap_at = NULL,
+		last_event_type = 'Task Canceled', last_event_at = $3
+		WHERE job_id = $1 AND ($2 = '' OR id = $2) AND status IN ('waiting', 'pending')
+		RETURNING `+refCols, p.JobID, p.TaskID, p.Now.UnixMilli(), p.Reason)
+	if err != nil {
+		return nil, fmt.Errorf("cancel idle tasks of %s: %w", p.JobID, err)
+	}
+	return refs, nil
+}
+
+// RequestCancel implements store.Tx.
+func (t *tx) RequestCancel(ctx context.Context, p store.CancelParams) ([]*store.TaskRef, error) {
+	refs, err := t.refs(ctx, `UPDATE tasks SET cancel_requested_at = $3, cancel_reason = $4,
+		reap_at = CASE WHEN reap_at IS NULL OR $3 + cancel_grace_ms < reap_at
+			THEN $3 + cancel_grace_ms ELSE reap_at END
+		WHERE job_id = $1 AND ($2 = '' OR id = $2) AND status = 'running'
+		AND cancel_requested_at IS NULL
+		RETURNING `+refCols, p.JobID, p.TaskID, p.Now.UnixMilli(), p.Reason)
+	if err != nil {
+		return nil, fmt.Errorf("request cancel of %s: %w", p.JobID, err)
+	}
+	return refs, nil
+}
+
+// ResumeTasks implements store.Tx.
+func (t *tx) ResumeTasks(ctx context.Context, jobID string, now time.Time) ([]*store.TaskRef, error) {
+	// Every task being resumed is unfinished, before and after this statement, so the count of a
+	// task's unfinished parents is the same whichever snapshot the subquery sees.
+	const unfinished = `(SELECT count(*) FROM task_deps d JOIN tasks p ON p.id = d.parent_id
+		WHERE d.child_id = tasks.id AND p.status <> 'completed')`
+	refs, err := t.refs(ctx, `UPDATE tasks SET
+		status = CASE WHEN `+unfinished+` = 0 THEN 'pending' ELSE 'waiting' END,
+		unfinished_parents = `+unfinished+`,
+		retry_base = attempt, available_at = $2, error = NULL, finished_at = NULL,
+		dead_lettered_at = NULL, cancel_requested_at = NULL, cancel_reason = '', reap_at = NULL,
+		last_event_type = CASE WHEN `+unfinished+` = 0 THEN 'Task Pending' ELSE last_event_type END,
+		last_event_at = CASE WHEN `+unfinished+` = 0 THEN $2 ELSE last_event_at END
+		WHERE job_id = $1 AND status IN ('failed', 'canceled', 'skipped')
+		RETURNING `+refCols, jobID, now.UnixMilli())
+	if err != nil {
+		return nil, fmt.Errorf("resume tasks of %s: %w", jobID, err)
+	}
+	return refs, nil
+}
+
+func prefixed(prefix, cols string) string {
+	out := []byte{}
+	start := true
+	for i := 0; i < len(cols); i++ {
+		c := cols[i]
+		if start && c != ' ' && c != '\n' && c != '\t' {
+			out = append(out, prefix...)
+			start = false
+		}
+		if c == ',' {
+			start = true
+		}
+		out = append(out, c)
+	}
+	return string(out)
+}

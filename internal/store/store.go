@@ -1,0 +1,280 @@
+// Package store is the seam between the dispatcher and its database: the domain records, the
+// Store interface every driver implements, and the sentinel errors drivers translate into.
+package store
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"time"
+
+	"github.com/baton-dev/baton/internal/lifecycle"
+)
+
+var (
+	// ErrNotFound: no row with that id.
+	ErrNotFound = errors.New("not found")
+	// ErrConflict: a unique key is taken (e.g. a job's idempotency key).
+	ErrConflict = errors.New("conflict")
+	// ErrLeaseLost: a fenced write matched no row; the caller no longer owns the state it read.
+	ErrLeaseLost = errors.New("lease lost")
+)
+
+// Store is the only source of truth. Every state change runs inside InTx; reads outside a
+// transaction use the Reader methods.
+type Store interface {
+	Reader
+	// InTx runs fn in one read-write transaction and commits when fn returns nil. A driver may
+	// run fn more than once when the database asks for a retry (deadlock, serialization failure),
+	// so fn must not have effects outside the transaction other than setting its results.
+	InTx(ctx context.Context, fn func(Tx) error) error
+	// Ping checks that the database answers.
+	Ping(ctx context.Context) error
+	Close() error
+}
+
+// Reader holds the queries. Inside a Tx, GetJob and GetTask lock the row for the rest of the
+// transaction where the database supports row locks.
+type Reader interface {
+	GetJob(ctx context.Context, id string) (*Job, error)
+	JobByIdempotencyKey(ctx context.Context, tenant, key string) (*Job, error)
+	ListJobs(ctx context.Context, p ListJobsParams) ([]*Job, error)
+	GetTask(ctx context.Context, id string) (*Task, error)
+	// JobTasks lists a job's tasks in submission order, without their inputs and outputs.
+	JobTasks(ctx context.Context, jobID string) ([]*TaskSummary, error)
+	// ParentOutputs maps each parent's key to its output (null when it has none).
+	ParentOutputs(ctx context.Context, taskID string) (map[string]json.RawMessage, error)
+	GetAttempt(ctx context.Context, taskID string, attempt int) (*Attempt, error)
+	ListAttempts(ctx context.Context, taskID string) ([]*Attempt, error)
+	// ListEvents returns a job's events with ID > afterID, oldest first.
+	ListEvents(ctx context.Context, jobID string, afterID int64, limit int) ([]*Event, error)
+	// ListDeadLetters returns failed, dead-lettered tasks of a tenant, newest first, with
+	// Seq < beforeSeq (0: from the newest).
+	ListDeadLetters(ctx context.Context, tenant string, beforeSeq int64, limit int) ([]*Task, error)
+	// OutboxAfter returns outbox messages with ID > afterID, oldest first.
+	OutboxAfter(ctx context.Context, afterID int64, limit int) ([]*OutboxMessage, error)
+	// NextReapAt is the earliest lease expiry, deadline or cancel grace end of a running task.
+	NextReapAt(ctx context.Context) (t time.Time, ok bool, err error)
+	// DueTasks lists running tasks whose reap time is at or before now, earliest first.
+	DueTasks(ctx context.Context, now time.Time, limit int) ([]string, error)
+}
+
+// Tx is one read-write transaction.
+type Tx interface {
+	Reader
+
+	// InsertJob returns ErrConflict when the tenant already has a job with its idempotency key.
+	InsertJob(ctx context.Context, j *Job) error
+	// UpdateJob writes a job's mutable fields.
+	UpdateJob(ctx context.Context, j *Job) error
+	// AddUnfinished adds delta to the job's count of non-terminal tasks and returns the job,
+	// locked for the rest of the transaction.
+	AddUnfinished(ctx context.Context, jobID string, delta int) (*Job, error)
+
+	InsertTasks(ctx context.Context, tasks []*Task) error
+	InsertDeps(ctx context.Context, deps []Dep) error
+	// ReadyTaskIDs selects up to limit claimable tasks of a queue (pending, available at or
+	// before now), highest priority first, skipping rows another transaction has locked.
+	ReadyTaskIDs(ctx context.Context, queue string, now time.Time, limit int) ([]string, error)
+	// ClaimTask is rule 1's only way into running: pending and available → running with
+	// attempt+1, the given lease token, a lease of the task's heartbeat timeout, and its
+	// execution deadline. ok is false, and nothing changes, when the task is not claimable.
+	ClaimTask(ctx context.Context, p ClaimTaskParams) (t *Task, ok bool, err error)
+	// UpdateTask writes a task's mutable fields if its status and attempt are still those of
+	// fence; otherwise it returns ErrLeaseLost and changes nothing.
+	UpdateTask(ctx context.Context, t *Task, fence Fence) error
+	// ReleaseChildren is rule 9 for a completed parent: each child's unfinished-parent count
+	// drops by one; waiting children that reach zero become pending and are returned.
+	ReleaseChildren(ctx context.Context, parentID string, now time.Time) ([]*TaskRef, error)
+	// SkipDescendants turns every waiting or pending descendant of a task into skipped.
+	SkipDescendants(ctx context.Context, taskID string, now time.Time) ([]*TaskRef, error)
+	// CancelIdle turns the waiting and pending tasks in scope into canceled.
+	CancelIdle(ctx context.Context, p CancelParams) ([]*TaskRef, error)
+	// RequestCancel marks the running tasks in scope as cancel-requested, moving their reap time
+	// to the end of their cancel grace if that comes first.
+	RequestCancel(ctx context.Context, p CancelParams) ([]*TaskRef, error)
+	// ResumeTasks puts a job's failed, canceled and skipped tasks back to pending (no unfinished
+	// parent) or waiting, with a fresh retry budget.
+	ResumeTasks(ctx context.Context, jobID string, now time.Time) ([]*TaskRef, error)
+
+	InsertAttempt(ctx context.Context, a *Attempt) error
+	UpdateAttempt(ctx context.Context, a *Attempt) error
+	InsertEvents(ctx context.Context, events []*Event) error
+	InsertOutbox(ctx context.Context, msgs []*OutboxMessage) error
+}
+
+// Job is one submitted DAG.
+type Job struct {
+	Seq               int64 // insertion order; the list cursor
+	ID                string
+	Tenant            string
+	Name              string
+	Status            lifecycle.JobStatus
+	IdempotencyKey    string
+	RequestHash       string
+	TotalTasks        int
+	UnfinishedTasks   int // tasks not yet terminal
+	CreatedAt         time.Time
+	FinishedAt        time.Time // zero while processing
+	CancelRequestedAt time.Time
+	FailureDetectedAt time.Time
+}
+
+// Task is one node of a job's DAG and its current attempt.
+type Task struct {
+	Seq               int64
+	ID                string // global uuid, used by every worker dialect
+	JobID             string
+	Key               string // the producer's taskId
+	Name              string
+	Queue             string
+	Priority          int
+	Runtime           string
+	Input             json.RawMessage
+	DependsOn         []string
+	UnfinishedParents int
+	Status            lifecycle.TaskStatus
+	Attempt           int // the latest attempt claimed; 0 before the first claim
+	RetryBase         int // Attempt when the current run began; Attempt-RetryBase attempts used
+	MaxAttempts       int
+	AvailableAt       time.Time
+	LeaseToken        string // the latest attempt's token, kept after it ends for idempotency
+	LeaseExpiresAt    time.Time
+	WorkerID          string
+	StartedAt         time.Time
+	HeartbeatAt       time.Time
+	DeadlineAt        time.Time // execution deadline of the running attempt
+	ReapAt            time.Time // earliest of lease expiry, deadline and cancel grace end
+	CancelRequestedAt time.Time
+	CancelReason      string
+	Output            json.RawMessage
+	Error             *TaskError
+	BackoffBase       time.Duration
+	BackoffMax        time.Duration
+	Timeout           time.Duration // 0: no execution deadline
+	HeartbeatTimeout  time.Duration // the lease TTL
+	CancelGrace       time.Duration
+	CreatedAt         time.Time
+	FinishedAt        time.Time
+	DeadLetteredAt    time.Time
+	LastEventType     string
+	LastEventAt       time.Time
+}
+
+// AttemptsUsed counts the attempts of the current run against MaxAttempts.
+func (t *Task) AttemptsUsed() int { return t.Attempt - t.RetryBase }
+
+// TaskError is the last failure of a task or attempt.
+type TaskError struct {
+	Category   lifecycle.Category `json:"category"`
+	Message    string             `json:"message"`
+	StackTrace string             `json:"stackTrace,omitempty"`
+	Retryable  *bool              `json:"retryable,omitempty"`
+	Reason     string             `json:"reason,omitempty"` // HEARTBEAT_TIMEOUT, CANCEL_TIMEOUT, ...
+	Code       string             `json:"code,omitempty"`
+}
+
+// TaskSummary is a task as the job view lists it.
+type TaskSummary struct {
+	ID            string
+	Key           string
+	Name          string
+	DependsOn     []string
+	Status        lifecycle.TaskStatus
+	Attempt       int
+	LastEventType string
+	LastEventAt   time.Time
+}
+
+// TaskRef names a task a bulk transition touched, with its status afterwards.
+type TaskRef struct {
+	ID          string
+	Key         string
+	Name        string
+	Queue       string
+	Status      lifecycle.TaskStatus
+	AvailableAt time.Time
+}
+
+// Dep is one edge of the DAG.
+type Dep struct {
+	JobID    string
+	ParentID string
+	ChildID  string
+}
+
+// Fence is the state a task must still be in for UpdateTask to apply.
+type Fence struct {
+	Status  lifecycle.TaskStatus
+	Attempt int
+}
+
+// ClaimTaskParams is the input of Tx.ClaimTask.
+type ClaimTaskParams struct {
+	ID         string
+	Now        time.Time
+	WorkerID   string
+	LeaseToken string
+}
+
+// CancelParams scopes a cancellation to a job, or to one task of it when TaskID is set.
+type CancelParams struct {
+	JobID  string
+	TaskID string
+	Now    time.Time
+	Reason string
+}
+
+// Attempt is one execution of a task.
+type Attempt struct {
+	TaskID     string
+	Attempt    int
+	WorkerID   string
+	LeaseToken string
+	StartedAt  time.Time
+	FinishedAt time.Time
+	Outcome    Outcome              // empty while it runs
+	Result     lifecycle.TaskStatus // the task's status right after the outcome was applied
+	Error      *TaskError
+	Metrics    json.RawMessage
+}
+
+// Outcome is how an attempt ended.
+type Outcome string
+
+const (
+	OutcomeSucceeded     Outcome = "succeeded"
+	OutcomeFailed        Outcome = "failed"
+	OutcomeCanceled      Outcome = "canceled"
+	OutcomeTimedOut      Outcome = "timed_out"
+	OutcomeCancelTimeout Outcome = "cancel_timeout"
+)
+
+// Event is one audit row.
+type Event struct {
+	ID      int64
+	JobID   string
+	TaskID  string // empty for job events
+	TaskKey string
+	Type    string
+	At      time.Time
+	Data    json.RawMessage
+}
+
+// OutboxMessage is a message to publish, written in the transaction that caused it.
+type OutboxMessage struct {
+	ID          int64
+	Topic       string
+	Key         string // routing key, e.g. the queue of a task wake-up
+	Payload     json.RawMessage
+	AvailableAt time.Time // not to be published before
+	CreatedAt   time.Time
+}
+
+// ListJobsParams selects a page of jobs, newest first.
+type ListJobsParams struct {
+	Tenant    string
+	Status    lifecycle.JobStatus // empty: any
+	BeforeSeq int64               // 0: from the newest
+	Limit     int
+}

@@ -1,0 +1,106 @@
+// Package storetest holds what tests need to run against every store driver: a fresh, isolated
+// store per test for each driver, and the contract suite all drivers must pass unchanged.
+package storetest
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/google/uuid"
+	_ "github.com/jackc/pgx/v5/stdlib" // the "pgx" database/sql driver, for schema setup
+
+	"github.com/baton-dev/baton/internal/store"
+	"github.com/baton-dev/baton/internal/store/postgres"
+	"github.com/baton-dev/baton/internal/store/sqlite"
+)
+
+// PostgresURLEnv names the environment variable that points the tests at a PostgreSQL database.
+const PostgresURLEnv = "BATON_TEST_POSTGRES_URL"
+
+// Driver opens a fresh, empty store for one test and closes it when the test ends.
+type Driver struct {
+	Name string
+	Open func(t testing.TB) store.Store
+}
+
+// Drivers lists every driver. The PostgreSQL one skips its test, saying why, when
+// BATON_TEST_POSTGRES_URL is unset.
+func Drivers() []Driver {
+	return []Driver{{"sqlite", OpenSQLite}, {"postgres", OpenPostgres}}
+}
+
+// ForEachDriver runs fn as a parallel subtest per driver.
+func ForEachDriver(t *testing.T, fn func(t *testing.T, st store.Store)) {
+	t.Helper()
+	for _, d := range Drivers() {
+		t.Run(d.Name, func(t *testing.T) {
+			t.Parallel()
+			fn(t, d.Open(t))
+		})
+	}
+}
+
+// OpenSQLite opens a store on a new file in the test's temporary directory.
+func OpenSQLite(t testing.TB) store.Store {
+	t.Helper()
+	st, err := sqlite.Open(context.Background(), filepath.Join(t.TempDir(), "baton.db"))
+	if err != nil {
+		t.Fatalf("open sqlite: %v", err)
+	}
+	t.Cleanup(func() { st.Close() })
+	return st
+}
+
+var admin struct {
+	once sync.Once
+	db   *sql.DB
+	err  error
+}
+
+// OpenPostgres opens a store in a new schema of the test database, dropped when the test ends,
+// so tests can run in parallel on one database.
+func OpenPostgres(t testing.TB) store.Store {
+	t.Helper()
+	url := os.Getenv(PostgresURLEnv)
+	if url == "" {
+		t.Skipf("%s is not set; skipping the PostgreSQL run (e.g. %s=postgres://postgres@127.0.0.1:5432/test?sslmode=disable)", PostgresURLEnv, PostgresURLEnv)
+	}
+	admin.once.Do(func() { admin.db, admin.err = sql.Open("pgx", url) })
+	if admin.err != nil {
+		t.Fatalf("connect to %s: %v", url, admin.err)
+	}
+	ctx := context.Background()
+	schema := "baton_test_" + strings.ReplaceAll(uuid.NewString(), "-", "")[:16]
+	if _, err := admin.db.ExecContext(ctx, "CREATE SCHEMA "+schema); err != nil {
+		t.Fatalf("create schema: %v", err)
+	}
+	t.Cleanup(func() {
+		if _, err := admin.db.ExecContext(ctx, "DROP SCHEMA "+schema+" CASCADE"); err != nil {
+			t.Errorf("drop schema %s: %v", schema, err)
+		}
+	})
+	st, err := postgres.Open(ctx, withSearchPath(url, schema), postgres.Options{MaxConns: 10, Migrate: true})
+	if err != nil {
+		t.Fatalf("open postgres: %v", err)
+	}
+	t.Cleanup(func() { st.Close() })
+	return st
+}
+
+// withSearchPath adds a search_path runtime parameter to a URL or key=value connection string.
+func withSearchPath(url, schema string) string {
+	if strings.Contains(url, "://") {
+		sep := "?"
+		if strings.Contains(url, "?") {
+			sep = "&"
+		}
+		return url + sep + "search_path=" + schema
+	}
+	return fmt.Sprintf("%s search_path=%s", url, schema)
+}
