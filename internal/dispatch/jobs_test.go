@@ -1,0 +1,226 @@
+package dispatch_test
+
+import (
+	"errors"
+	"fmt"
+	"testing"
+
+	"github.com/baton-dev/baton/internal/dispatch"
+	"github.com/baton-dev/baton/internal/lifecycle"
+	"github.com/baton-dev/baton/internal/store"
+	"github.com/baton-dev/baton/internal/store/storetest"
+)
+
+func TestCreateJobRejectsAnInvalidDAGWithTheSeedsMessagesAndStoresNothing(t *testing.T) {
+	storetest.ForEachDriver(t, func(t *testing.T, st store.Store) {
+		e := newEnv(t, st)
+		tooMany := make([]lifecycle.TaskSpec, 51)
+		for i := range tooMany {
+			tooMany[i] = spec(fmt.Sprintf("t%d", i))
+		}
+		tests := []struct {
+			tasks []lifecycle.TaskSpec
+			want  string
+		}{
+			{nil, "tasks must be a non-empty array"},
+			{tooMany, "Too many tasks: 51 (max 50)"},
+			{[]lifecycle.TaskSpec{spec("my task!")}, `Invalid taskId: "my task!" — must match /^[a-zA-Z0-9-_]{1,128}$/`},
+			{[]lifecycle.TaskSpec{spec("a"), spec("a")}, "Duplicate taskId: a"},
+			{[]lifecycle.TaskSpec{spec("a"), spec("color-tags", "unknown-task")}, `Task color-tags depends on "unknown-task" which does not exist`},
+			{[]lifecycle.TaskSpec{spec("r"), spec("a", "b"), spec("b", "a")}, "Cycle detected involving: a, b"},
+		}
+		for _, tc := range tests {
+			_, err := e.d.CreateJob(e.ctx, dispatch.CreateJobParams{Tenant: tenant, Tasks: tc.tasks})
+			if v := wantErr[*dispatch.ValidationError](t, err); len(v.Errors) == 0 || v.Errors[0] != tc.want {
+				t.Errorf("errors %q, want first %q", v.Errors, tc.want)
+			}
+		}
+		if jobs, _, _ := e.d.ListJobs(e.ctx, dispatch.ListJobsParams{Tenant: tenant}); len(jobs) != 0 {
+			t.Errorf("invalid submissions stored %d jobs", len(jobs))
+		}
+	})
+}
+
+func TestCreateJobWithIdempotencyKeyReturnsTheSameJob(t *testing.T) {
+	storetest.ForEachDriver(t, func(t *testing.T, st store.Store) {
+		e := newEnv(t, st)
+		p := dispatch.CreateJobParams{Tenant: tenant, IdempotencyKey: "k1", RequestHash: "h1", Tasks: []lifecycle.TaskSpec{spec("a"), spec("b", "a")}}
+		first, err := e.d.CreateJob(e.ctx, p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		again, err := e.d.CreateJob(e.ctx, p)
+		if err != nil || !again.Replayed || again.Job.ID != first.Job.ID || len(again.RootTasks) != 1 {
+			t.Fatalf("repeat: %+v, %v", again, err)
+		}
+		p.RequestHash = "h2"
+		if _, err := e.d.CreateJob(e.ctx, p); !errors.Is(err, dispatch.ErrIdempotencyMismatch) {
+			t.Errorf("same key, different body: %v", err)
+		}
+		p.Tenant, p.RequestHash = "other", "h1"
+		if other, err := e.d.CreateJob(e.ctx, p); err != nil || other.Replayed {
+			t.Errorf("another tenant's key: %+v, %v", other, err)
+		}
+		if jobs, _, _ := e.d.ListJobs(e.ctx, dispatch.ListJobsParams{Tenant: tenant}); len(jobs) != 1 {
+			t.Errorf("%d jobs for the tenant, want 1", len(jobs))
+		}
+	})
+}
+
+func TestAddTasksToARunningJob(t *testing.T) {
+	storetest.ForEachDriver(t, func(t *testing.T, st store.Store) {
+		e := newEnv(t, st)
+		job := e.submit(spec("scrape"), spec("compile", "scrape"), spec("broken"), spec("slow"))
+		e.run(job, "scrape")
+		e.fail(e.claim(job, "broken"), lifecycle.DataQuality)
+		res, err := e.d.AddTasks(e.ctx, dispatch.AddTasksParams{Tenant: tenant, JobID: job.ID, Tasks: []lifecycle.TaskSpec{
+			spec("extra", "scrape"),
+			spec("final", "extra", "compile"),
+			spec("doomed", "broken"),
+			spec("fresh"),
+		}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		wantEvents(t, res.AddedTasks, "extra", "final", "doomed", "fresh")
+		wantEvents(t, res.ImmediatelyReady, "extra", "fresh")
+		if res.TotalTasksNow != 8 {
+			t.Errorf("total %d, want 8", res.TotalTasksNow)
+		}
+		wantStatus(t, e, job, map[string]lifecycle.TaskStatus{"extra": lifecycle.Pending, "final": lifecycle.Waiting, "doomed": lifecycle.Skipped, "fresh": lifecycle.Pending})
+		c := e.claim(job, "extra")
+		if string(c.DependencyOutputs["scrape"]) != `{"by":"scrape"}` {
+			t.Errorf("dependency outputs %s", c.DependencyOutputs)
+		}
+		e.succeed(c)
+		e.run(job, "compile", "final", "fresh", "slow")
+		if j := e.job(job.ID); j.Status != lifecycle.JobPartialFailure || j.TotalTasks != 8 {
+			t.Errorf("job %s with %d tasks", j.Status, j.TotalTasks)
+		}
+		if n := count(e.events(job), dispatch.EventJobTasksAdded); n != 1 {
+			t.Errorf("%d Job Tasks Added events", n)
+		}
+
+		_, err = e.d.AddTasks(e.ctx, dispatch.AddTasksParams{Tenant: tenant, JobID: job.ID, Tasks: []lifecycle.TaskSpec{spec("late")}})
+		if !errors.Is(err, dispatch.ErrJobFinished) {
+			t.Errorf("adding to a finished job: %v", err)
+		}
+	})
+}
+
+func TestAddTasksValidatesAgainstTheExistingDAG(t *testing.T) {
+	storetest.ForEachDriver(t, func(t *testing.T, st store.Store) {
+		e := newEnv(t, st)
+		job := e.submit(spec("a"), spec("b", "a"))
+		tests := []struct {
+			tasks []lifecycle.TaskSpec
+			want  string
+		}{
+			{[]lifecycle.TaskSpec{spec("a")}, "Duplicate taskId: a"},
+			{[]lifecycle.TaskSpec{spec("c", "nope")}, `Task c depends on "nope" which does not exist`},
+			{[]lifecycle.TaskSpec{spec("c", "d"), spec("d", "c")}, "Cycle detected involving: c, d"},
+		}
+		for _, tc := range tests {
+			_, err := e.d.AddTasks(e.ctx, dispatch.AddTasksParams{Tenant: tenant, JobID: job.ID, Tasks: tc.tasks})
+			if v := wantErr[*dispatch.ValidationError](t, err); v.Errors[0] != tc.want {
+				t.Errorf("errors %q, want %q", v.Errors, tc.want)
+			}
+		}
+		big := make([]lifecycle.TaskSpec, 49)
+		for i := range big {
+			big[i] = spec(fmt.Sprintf("n%d", i), "b")
+		}
+		_, err := e.d.AddTasks(e.ctx, dispatch.AddTasksParams{Tenant: tenant, JobID: job.ID, Tasks: big})
+		if v := wantErr[*dispatch.ValidationError](t, err); v.Errors[0] != "Too many tasks: 51 (max 50)" {
+			t.Errorf("cap: %q", v.Errors)
+		}
+		if _, err := e.d.AddTasks(e.ctx, dispatch.AddTasksParams{Tenant: "other", JobID: job.ID, Tasks: []lifecycle.TaskSpec{spec("c")}}); !errors.Is(err, dispatch.ErrJobNotFound) {
+			t.Errorf("another tenant: %v", err)
+		}
+		if j := e.job(job.ID); j.TotalTasks != 2 {
+			t.Errorf("rejected additions changed the job: %d tasks", j.TotalTasks)
+		}
+	})
+}
+
+func TestListJobsNewestFirstWithCursorAndStatusFilter(t *testing.T) {
+	storetest.ForEachDriver(t, func(t *testing.T, st store.Store) {
+		e := newEnv(t, st)
+		var ids []string
+		for i := 0; i < 5; i++ {
+			ids = append(ids, e.submit(spec("a")).ID)
+		}
+		e.run(&store.Job{ID: ids[1]}, "a")
+		var got []string
+		cursor := ""
+		for page := 0; ; page++ {
+			jobs, next, err := e.d.ListJobs(e.ctx, dispatch.ListJobsParams{Tenant: tenant, Limit: 2, Cursor: cursor})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, j := range jobs {
+				got = append(got, j.ID)
+			}
+			if next == "" {
+				break
+			}
+			cursor = next
+		}
+		wantEvents(t, got, ids[4], ids[3], ids[2], ids[1], ids[0])
+		done, _, err := e.d.ListJobs(e.ctx, dispatch.ListJobsParams{Tenant: tenant, Status: lifecycle.JobCompleted})
+		if err != nil || len(done) != 1 || done[0].ID != ids[1] {
+			t.Errorf("completed jobs: %v, %v", done, err)
+		}
+		if other, _, _ := e.d.ListJobs(e.ctx, dispatch.ListJobsParams{Tenant: "other"}); len(other) != 0 {
+			t.Errorf("another tenant lists %d jobs", len(other))
+		}
+		for _, bad := range []string{"%%%", "bm90LWpzb24", "eyJiZWZvcmUiOi0xfQ"} {
+			if _, _, err := e.d.ListJobs(e.ctx, dispatch.ListJobsParams{Tenant: tenant, Cursor: bad}); !errors.Is(err, dispatch.ErrInvalidCursor) {
+				t.Errorf("cursor %q: %v", bad, err)
+			}
+		}
+	})
+}
+
+func TestJobsOfAnotherTenantAreNotFound(t *testing.T) {
+	storetest.ForEachDriver(t, func(t *testing.T, st store.Store) {
+		e := newEnv(t, st)
+		job := e.submit(spec("a"))
+		id := e.task(job, "a").ID
+		if _, _, err := e.d.GetJob(e.ctx, "other", job.ID); !errors.Is(err, dispatch.ErrJobNotFound) {
+			t.Errorf("get job: %v", err)
+		}
+		if _, err := e.d.JobEvents(e.ctx, "other", job.ID, 0, 10); !errors.Is(err, dispatch.ErrJobNotFound) {
+			t.Errorf("job events: %v", err)
+		}
+		if _, err := e.d.GetTask(e.ctx, "other", id); !errors.Is(err, dispatch.ErrTaskNotFound) {
+			t.Errorf("get task: %v", err)
+		}
+		if _, err := e.d.ResumeJob(e.ctx, "other", job.ID); !errors.Is(err, dispatch.ErrJobNotFound) {
+			t.Errorf("resume: %v", err)
+		}
+	})
+}
+
+func TestGetTaskShowsEveryAttempt(t *testing.T) {
+	storetest.ForEachDriver(t, func(t *testing.T, st store.Store) {
+		e := newEnv(t, st)
+		job := e.submit(spec("a"), spec("b", "a"))
+		e.run(job, "a")
+		c := e.claim(job, "b")
+		e.fail(c, lifecycle.Infrastructure)
+		e.clock.Advance(e.task(job, "b").AvailableAt.Sub(e.clock.Now()))
+		e.run(job, "b")
+		detail, err := e.d.GetTask(e.ctx, tenant, c.Task.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(detail.Attempts) != 2 || detail.Attempts[0].Outcome != store.OutcomeFailed || detail.Attempts[0].Error == nil ||
+			detail.Attempts[1].Outcome != store.OutcomeSucceeded || detail.Attempts[1].Result != lifecycle.Completed {
+			t.Errorf("attempts %+v", detail.Attempts)
+		}
+		if string(detail.DependencyOutputs["a"]) != `{"by":"a"}` || string(detail.Task.Output) != `{"by":"b"}` {
+			t.Errorf("outputs %s / %s", detail.DependencyOutputs, detail.Task.Output)
+		}
+	})
+}
