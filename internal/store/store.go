@@ -24,6 +24,7 @@ var (
 // transaction use the Reader methods.
 type Store interface {
 	Reader
+	Keys
 	// InTx runs fn in one read-write transaction and commits when fn returns nil. A driver may
 	// run fn more than once when the database asks for a retry (deadlock, serialization failure),
 	// so fn must not have effects outside the transaction other than setting its results.
@@ -57,6 +58,29 @@ type Reader interface {
 	NextReapAt(ctx context.Context) (t time.Time, ok bool, err error)
 	// DueTasks lists running tasks whose reap time is at or before now, earliest first.
 	DueTasks(ctx context.Context, now time.Time, limit int) ([]string, error)
+}
+
+// Keys stores producer API keys and counts their use.
+type Keys interface {
+	InsertAPIKey(ctx context.Context, k *APIKey) error
+	// APIKeyByHash finds a key, revoked or not, by the SHA-256 of its secret.
+	APIKeyByHash(ctx context.Context, secretHash string) (*APIKey, error)
+	ListAPIKeys(ctx context.Context) ([]*APIKey, error)
+	// RevokeAPIKey marks a key revoked; ErrNotFound if there is no such key.
+	RevokeAPIKey(ctx context.Context, id string, at time.Time) error
+	// CountRequest adds one to a key's count for a UTC day ("2006-01-02") and returns the new count.
+	CountRequest(ctx context.Context, keyID, day string) (int64, error)
+}
+
+// APIKey is a producer credential. Only a hash of the secret is kept.
+type APIKey struct {
+	ID         string
+	Tenant     string
+	Name       string
+	SecretHash string
+	Prefix     string
+	CreatedAt  time.Time
+	RevokedAt  time.Time
 }
 
 // Tx is one read-write transaction.

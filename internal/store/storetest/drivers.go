@@ -67,6 +67,13 @@ var admin struct {
 // so tests can run in parallel on one database.
 func OpenPostgres(t testing.TB) store.Store {
 	t.Helper()
+	return OpenPostgresReplicas(t, 1)[0]
+}
+
+// OpenPostgresReplicas opens n stores on one new schema, as n server replicas sharing a database
+// would.
+func OpenPostgresReplicas(t testing.TB, n int) []store.Store {
+	t.Helper()
 	url := os.Getenv(PostgresURLEnv)
 	if url == "" {
 		t.Skipf("%s is not set; skipping the PostgreSQL run (e.g. %s=postgres://postgres@127.0.0.1:5432/test?sslmode=disable)", PostgresURLEnv, PostgresURLEnv)
@@ -85,12 +92,16 @@ func OpenPostgres(t testing.TB) store.Store {
 			t.Errorf("drop schema %s: %v", schema, err)
 		}
 	})
-	st, err := postgres.Open(ctx, withSearchPath(url, schema), postgres.Options{MaxConns: 10, Migrate: true})
-	if err != nil {
-		t.Fatalf("open postgres: %v", err)
+	stores := make([]store.Store, n)
+	for i := range stores {
+		st, err := postgres.Open(ctx, withSearchPath(url, schema), postgres.Options{MaxConns: 10, Migrate: true})
+		if err != nil {
+			t.Fatalf("open postgres: %v", err)
+		}
+		t.Cleanup(func() { st.Close() })
+		stores[i] = st
 	}
-	t.Cleanup(func() { st.Close() })
-	return st
+	return stores
 }
 
 // withSearchPath adds a search_path runtime parameter to a URL or key=value connection string.

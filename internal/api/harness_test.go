@@ -1,0 +1,161 @@
+package api_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"testing"
+	"time"
+
+	"github.com/baton-dev/baton/internal/api"
+	"github.com/baton-dev/baton/internal/auth"
+	"github.com/baton-dev/baton/internal/dispatch"
+	"github.com/baton-dev/baton/internal/store"
+	"github.com/baton-dev/baton/internal/store/storetest"
+)
+
+// testAPI is a producer API over a real store, with one API key of tenant "acme".
+type testAPI struct {
+	t   *testing.T
+	st  store.Store
+	d   *dispatch.Dispatcher
+	srv *httptest.Server
+	key string // x-api-key of tenant acme
+}
+
+type apiOptions struct {
+	limits       auth.Limits
+	maxBodyBytes int64
+	maxTasks     int
+}
+
+func defaultOptions() apiOptions {
+	return apiOptions{limits: auth.Limits{}, maxTasks: 50} // no rate limit unless a test sets one
+}
+
+func newAPI(t *testing.T, st store.Store, opts apiOptions) *testAPI {
+	t.Helper()
+	quiet := slog.New(slog.DiscardHandler)
+	d, err := dispatch.New(st, dispatch.Config{MaxTasksPerJob: opts.maxTasks, Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := api.New(api.Config{Dispatcher: d, Auth: auth.NewAuthenticator(st, opts.limits, nil), Logger: quiet,
+		MaxBodyBytes: opts.maxBodyBytes, EventPoll: 20 * time.Millisecond})
+	srv := httptest.NewServer(s.ProducerHandler())
+	t.Cleanup(srv.Close)
+	a := &testAPI{t: t, st: st, d: d, srv: srv}
+	a.key = a.newKey("acme")
+	return a
+}
+
+// forEachDriver runs fn as parallel subtests on SQLite and PostgreSQL.
+func forEachDriver(t *testing.T, opts apiOptions, fn func(t *testing.T, a *testAPI)) {
+	t.Helper()
+	storetest.ForEachDriver(t, func(t *testing.T, st store.Store) { fn(t, newAPI(t, st, opts)) })
+}
+
+func (a *testAPI) newKey(tenant string) string {
+	a.t.Helper()
+	_, secret, err := auth.CreateKey(context.Background(), a.st, "test-"+tenant, tenant, "", time.Now())
+	if err != nil {
+		a.t.Fatal(err)
+	}
+	return secret
+}
+
+// response is a decoded answer.
+type response struct {
+	Status int
+	Header http.Header
+	Body   map[string]any
+	Raw    []byte
+}
+
+// do sends a request with the acme key (or the given headers, which replace it) and decodes the
+// JSON answer.
+func (a *testAPI) do(method, path string, body any, headers ...string) response {
+	a.t.Helper()
+	var rd io.Reader
+	switch b := body.(type) {
+	case nil:
+	case string:
+		rd = bytes.NewBufferString(b)
+	case []byte:
+		rd = bytes.NewReader(b)
+	default:
+		raw, err := json.Marshal(b)
+		if err != nil {
+			a.t.Fatal(err)
+		}
+		rd = bytes.NewReader(raw)
+	}
+	req, err := http.NewRequest(method, a.srv.URL+path, rd)
+	if err != nil {
+		a.t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	if len(headers) == 0 {
+		req.Header.Set("x-api-key", a.key)
+	}
+	for i := 0; i+1 < len(headers); i += 2 {
+		req.Header.Set(headers[i], headers[i+1])
+	}
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		a.t.Fatal(err)
+	}
+	defer res.Body.Close()
+	raw, _ := io.ReadAll(res.Body)
+	out := response{Status: res.StatusCode, Header: res.Header, Raw: raw}
+	if len(raw) > 0 && res.Header.Get("Content-Type") == "application/json" {
+		if err := json.Unmarshal(raw, &out.Body); err != nil {
+			a.t.Fatalf("%s %s: answer is not a JSON object: %s", method, path, raw)
+		}
+	}
+	return out
+}
+
+// seedJob is seed 001's five-task example request.
+const seedJob = `{
+  "tasks": [
+    { "taskId": "scrape-store", "name": "scrape-store", "dependsOn": [], "input": { "storeId": "store-123", "url": "https://example.com" } },
+    { "taskId": "analyze-competitors", "name": "analyze-competitors", "dependsOn": [], "input": { "market": "fashion" } },
+    { "taskId": "color-tags", "name": "color-tags", "dependsOn": ["scrape-store"], "input": { "style": "modern" } },
+    { "taskId": "font-pairing", "name": "font-pairing", "dependsOn": ["scrape-store"], "input": {} },
+    { "taskId": "compile-result", "name": "compile-result", "dependsOn": ["color-tags", "font-pairing"], "input": {} }
+  ]
+}`
+
+// runTask claims the task with the given key (by its global id) and completes it through the core.
+func (a *testAPI) runTask(jobID, key string, fail bool) {
+	a.t.Helper()
+	ctx := context.Background()
+	_, tasks, err := a.d.GetJob(ctx, "", jobID)
+	if err != nil {
+		a.t.Fatal(err)
+	}
+	for _, tk := range tasks {
+		if tk.Key != key {
+			continue
+		}
+		c, err := a.d.ClaimTask(ctx, dispatch.ClaimTaskParams{TaskID: tk.ID, WorkerID: "test-worker"})
+		if err != nil {
+			a.t.Fatalf("claim %s: %v", key, err)
+		}
+		p := dispatch.CompleteParams{TaskID: tk.ID, Attempt: c.Task.Attempt, LeaseToken: c.Task.LeaseToken,
+			Outcome: store.OutcomeSucceeded, Output: json.RawMessage(`{"done":"` + key + `"}`)}
+		if fail {
+			p.Outcome, p.Error = store.OutcomeFailed, &store.TaskError{Category: "DATA_QUALITY", Message: "bad input"}
+		}
+		if _, err := a.d.Complete(ctx, p); err != nil {
+			a.t.Fatalf("complete %s: %v", key, err)
+		}
+		return
+	}
+	a.t.Fatalf("no task %s in %s", key, jobID)
+}

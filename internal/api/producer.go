@@ -1,0 +1,438 @@
+package api
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/baton-dev/baton/internal/dispatch"
+	"github.com/baton-dev/baton/internal/lifecycle"
+	"github.com/baton-dev/baton/internal/store"
+)
+
+// Route is one registered endpoint.
+type Route struct {
+	Method, Pattern string
+	h               handler
+}
+
+// ProducerRoutes lists the producer API (seed 001 and Baton's additions), all behind an API key.
+func (s *Server) ProducerRoutes() []Route {
+	return []Route{
+		{"POST", "/jobs", s.createJob},
+		{"GET", "/jobs", s.listJobs},
+		{"GET", "/jobs/{jobId}", s.getJob},
+		{"POST", "/jobs/{jobId}/tasks", s.addTasks},
+		{"GET", "/jobs/{jobId}/tasks/{taskId}", s.getTask},
+		{"POST", "/jobs/{jobId}/cancel", s.cancelJob},
+		{"POST", "/jobs/{jobId}/resume", s.resumeJob},
+		{"GET", "/jobs/{jobId}/events", s.jobEvents},
+	}
+}
+
+// ProducerHandler serves the producer API, /openapi.json, /healthz and /readyz.
+func (s *Server) ProducerHandler() http.Handler {
+	mux := http.NewServeMux()
+	for _, rt := range s.ProducerRoutes() {
+		mux.Handle(rt.Method+" "+rt.Pattern, s.serve(s.authenticated(rt.h)))
+	}
+	s.health(mux)
+	mux.HandleFunc("GET /openapi.json", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write(openAPI)
+	})
+	mux.Handle("/", s.serve(func(w http.ResponseWriter, r *http.Request) (any, error) {
+		return nil, errorf(http.StatusNotFound, "no such endpoint: %s %s", r.Method, r.URL.Path)
+	}))
+	return mux
+}
+
+func (s *Server) health(mux *http.ServeMux) {
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+	})
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
+		ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
+		defer cancel()
+		if err := s.d.Store().Ping(ctx); err != nil {
+			s.log.WarnContext(ctx, "store not ready", "err", err)
+			writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "unavailable", "error": "the store does not answer"})
+			return
+		}
+		writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})
+	})
+}
+
+type tenantKey struct{}
+
+// authenticated resolves the x-api-key header to a tenant before the endpoint runs.
+func (s *Server) authenticated(h handler) handler {
+	return func(w http.ResponseWriter, r *http.Request) (any, error) {
+		k, err := s.auth.Authenticate(r.Context(), r.Header.Get("x-api-key"))
+		if err != nil {
+			return nil, err
+		}
+		return h(w, r.WithContext(context.WithValue(r.Context(), tenantKey{}, k.Tenant)))
+	}
+}
+
+func tenantOf(r *http.Request) string {
+	t, _ := r.Context().Value(tenantKey{}).(string)
+	if t == "" {
+		// Unreachable behind authenticated; refuse rather than fall back to the all-tenants view.
+		panic("api: producer request without a tenant")
+	}
+	return t
+}
+
+func ms(t time.Time) any {
+	if t.IsZero() {
+		return nil
+	}
+	return t.UnixMilli()
+}
+
+// POST /jobs
+func (s *Server) createJob(w http.ResponseWriter, r *http.Request) (any, error) {
+	body, err := readBody(r)
+	if err != nil {
+		return nil, err
+	}
+	obj, err := decodeObject(body)
+	if err != nil {
+		return nil, err
+	}
+	if err := checkFields(obj, "", "tasks", "name"); err != nil {
+		return nil, err
+	}
+	raw, present := obj["tasks"]
+	tasks, err := decodeTasks(raw, present)
+	if err != nil {
+		return nil, err
+	}
+	f := fields{obj: obj, where: "body"}
+	name := f.str("name")
+	if f.err != nil {
+		return nil, f.err
+	}
+	key := r.Header.Get("Idempotency-Key")
+	if len(key) > 255 {
+		return nil, errorf(http.StatusBadRequest, "Idempotency-Key must be at most 255 characters")
+	}
+	hash := sha256.Sum256(body)
+	res, err := s.d.CreateJob(r.Context(), dispatch.CreateJobParams{Tenant: tenantOf(r), Name: name,
+		IdempotencyKey: key, RequestHash: hex.EncodeToString(hash[:]), Tasks: tasks})
+	if err != nil {
+		return nil, err
+	}
+	if res.Replayed {
+		w.Header().Set("Idempotent-Replayed", "true")
+	}
+	roots := res.RootTasks
+	if roots == nil {
+		roots = []string{}
+	}
+	return created{map[string]any{
+		"jobId":      res.Job.ID,
+		"status":     "created",
+		"totalTasks": res.Job.TotalTasks,
+		"rootTasks":  roots,
+		"createdAt":  res.Job.CreatedAt.UnixMilli(),
+	}}, nil
+}
+
+// POST /jobs/{jobId}/tasks
+func (s *Server) addTasks(w http.ResponseWriter, r *http.Request) (any, error) {
+	body, err := readBody(r)
+	if err != nil {
+		return nil, err
+	}
+	obj, err := decodeObject(body)
+	if err != nil {
+		return nil, err
+	}
+	if err := checkFields(obj, "", "tasks"); err != nil {
+		return nil, err
+	}
+	raw, present := obj["tasks"]
+	tasks, err := decodeTasks(raw, present)
+	if err != nil {
+		return nil, err
+	}
+	res, err := s.d.AddTasks(r.Context(), dispatch.AddTasksParams{Tenant: tenantOf(r), JobID: r.PathValue("jobId"), Tasks: tasks})
+	if err == dispatch.ErrJobFinished {
+		return nil, errorf(http.StatusConflict, "Job already completed — cannot add tasks")
+	}
+	if err != nil {
+		return nil, err
+	}
+	return map[string]any{
+		"jobId":            res.Job.ID,
+		"addedTasks":       res.AddedTasks,
+		"immediatelyReady": res.ImmediatelyReady,
+		"totalTasksNow":    res.TotalTasksNow,
+	}, nil
+}
+
+var jobStatuses = []lifecycle.JobStatus{lifecycle.JobProcessing, lifecycle.JobCompleted, lifecycle.JobPartialFailure, lifecycle.JobCanceled}
+
+// GET /jobs
+func (s *Server) listJobs(w http.ResponseWriter, r *http.Request) (any, error) {
+	q := r.URL.Query()
+	limit := 20
+	if v := q.Get("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil {
+			return nil, errorf(http.StatusBadRequest, "limit must be an integer from 1 to 100, got %q", v)
+		}
+		limit = min(max(n, 1), 100) // seed 001 clamps
+	}
+	status := lifecycle.JobStatus(q.Get("status"))
+	if status != "" && !containsStatus(jobStatuses, status) {
+		return nil, errorf(http.StatusBadRequest, "status must be one of processing, completed, partial_failure, canceled; got %q", status)
+	}
+	jobs, next, err := s.d.ListJobs(r.Context(), dispatch.ListJobsParams{Tenant: tenantOf(r), Status: status, Cursor: q.Get("cursor"), Limit: limit})
+	if err != nil {
+		return nil, err
+	}
+	out := make([]map[string]any, len(jobs))
+	for i, j := range jobs {
+		out[i] = map[string]any{"jobId": j.ID, "status": j.Status, "totalTasks": j.TotalTasks, "createdAt": j.CreatedAt.UnixMilli()}
+		if j.Name != "" {
+			out[i]["name"] = j.Name
+		}
+	}
+	var nextCursor any
+	if next != "" {
+		nextCursor = next
+	}
+	return map[string]any{"jobs": out, "nextCursor": nextCursor}, nil
+}
+
+func containsStatus(list []lifecycle.JobStatus, s lifecycle.JobStatus) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+// producerStatus is a task status in seed 001's words: running is "processing".
+func producerStatus(s lifecycle.TaskStatus) string {
+	if s == lifecycle.Running {
+		return "processing"
+	}
+	return string(s)
+}
+
+func nullable(s string) any {
+	if s == "" {
+		return nil
+	}
+	return s
+}
+
+// GET /jobs/{jobId}
+func (s *Server) getJob(w http.ResponseWriter, r *http.Request) (any, error) {
+	job, tasks, err := s.d.GetJob(r.Context(), tenantOf(r), r.PathValue("jobId"))
+	if err != nil {
+		return nil, err
+	}
+	progress := map[string]int{"waiting": 0, "pending": 0, "processing": 0, "completed": 0, "failed": 0, "canceled": 0, "skipped": 0}
+	views := make([]map[string]any, len(tasks))
+	for i, t := range tasks {
+		st := producerStatus(t.Status)
+		progress[st]++
+		views[i] = map[string]any{
+			"taskId":        t.Key,
+			"id":            t.ID,
+			"name":          t.Name,
+			"dependsOn":     t.DependsOn,
+			"status":        st,
+			"attempt":       t.Attempt,
+			"lastEventType": nullable(t.LastEventType),
+			"lastEventAt":   ms(t.LastEventAt),
+		}
+	}
+	return map[string]any{
+		"jobId":       job.ID,
+		"name":        nullable(job.Name),
+		"status":      job.Status,
+		"totalTasks":  job.TotalTasks,
+		"progress":    progress,
+		"createdAt":   job.CreatedAt.UnixMilli(),
+		"completedAt": ms(job.FinishedAt),
+		"tasks":       views,
+	}, nil
+}
+
+// GET /jobs/{jobId}/tasks/{taskId}: the task by its taskId in the job, or by its global id.
+func (s *Server) getTask(w http.ResponseWriter, r *http.Request) (any, error) {
+	tenant, jobID, key := tenantOf(r), r.PathValue("jobId"), r.PathValue("taskId")
+	_, tasks, err := s.d.GetJob(r.Context(), tenant, jobID)
+	if err != nil {
+		return nil, err
+	}
+	id := ""
+	for _, t := range tasks {
+		if t.Key == key || t.ID == key {
+			id = t.ID
+			break
+		}
+	}
+	if id == "" {
+		return nil, dispatch.ErrTaskNotFound
+	}
+	d, err := s.d.GetTask(r.Context(), tenant, id)
+	if err != nil {
+		return nil, err
+	}
+	t := d.Task
+	attempts := make([]map[string]any, len(d.Attempts))
+	for i, a := range d.Attempts {
+		attempts[i] = map[string]any{
+			"attempt":    a.Attempt,
+			"workerId":   a.WorkerID,
+			"startedAt":  a.StartedAt.UnixMilli(),
+			"finishedAt": ms(a.FinishedAt),
+			"outcome":    nullable(string(a.Outcome)),
+			"result":     nullable(producerStatus(a.Result)),
+			"error":      a.Error,
+			"metrics":    rawOrNull(a.Metrics),
+		}
+	}
+	return map[string]any{
+		"jobId":             t.JobID,
+		"taskId":            t.Key,
+		"id":                t.ID,
+		"name":              t.Name,
+		"queue":             t.Queue,
+		"priority":          t.Priority,
+		"runtime":           t.Runtime,
+		"status":            producerStatus(t.Status),
+		"dependsOn":         t.DependsOn,
+		"input":             t.Input,
+		"dependencyOutputs": d.DependencyOutputs,
+		"output":            rawOrNull(t.Output),
+		"error":             t.Error,
+		"attempt":           t.Attempt,
+		"maxAttempts":       t.MaxAttempts,
+		"attemptsUsed":      t.AttemptsUsed(),
+		"availableAt":       ms(t.AvailableAt),
+		"leaseExpiresAt":    ms(t.LeaseExpiresAt),
+		"workerId":          nullable(t.WorkerID),
+		"cancelRequestedAt": ms(t.CancelRequestedAt),
+		"deadLetteredAt":    ms(t.DeadLetteredAt),
+		"createdAt":         t.CreatedAt.UnixMilli(),
+		"finishedAt":        ms(t.FinishedAt),
+		"lastEventType":     nullable(t.LastEventType),
+		"lastEventAt":       ms(t.LastEventAt),
+		"attempts":          attempts,
+	}, nil
+}
+
+func rawOrNull(b json.RawMessage) json.RawMessage {
+	if len(b) == 0 {
+		return json.RawMessage("null")
+	}
+	return b
+}
+
+func jobSummary(j *store.Job) map[string]any {
+	return map[string]any{"jobId": j.ID, "status": j.Status, "totalTasks": j.TotalTasks,
+		"createdAt": j.CreatedAt.UnixMilli(), "completedAt": ms(j.FinishedAt), "cancelRequestedAt": ms(j.CancelRequestedAt)}
+}
+
+// POST /jobs/{jobId}/cancel
+func (s *Server) cancelJob(w http.ResponseWriter, r *http.Request) (any, error) {
+	if err := emptyBody(r); err != nil {
+		return nil, err
+	}
+	job, err := s.d.CancelJob(r.Context(), tenantOf(r), r.PathValue("jobId"), "user_requested")
+	if err != nil {
+		return nil, err
+	}
+	return jobSummary(job), nil
+}
+
+// POST /jobs/{jobId}/resume
+func (s *Server) resumeJob(w http.ResponseWriter, r *http.Request) (any, error) {
+	if err := emptyBody(r); err != nil {
+		return nil, err
+	}
+	res, err := s.d.ResumeJob(r.Context(), tenantOf(r), r.PathValue("jobId"))
+	if err != nil {
+		return nil, err
+	}
+	out := jobSummary(res.Job)
+	out["resumedTasks"] = res.Resumed
+	return out, nil
+}
+
+// emptyBody accepts no body, an empty object or null, so that `curl -X POST` and clients that
+// always send {} both work.
+func emptyBody(r *http.Request) error {
+	b, err := readBody(r)
+	if err != nil {
+		return err
+	}
+	if t := strings.TrimSpace(string(b)); t != "" && t != "{}" && t != "null" {
+		return errorf(http.StatusBadRequest, "this endpoint takes no request body")
+	}
+	return nil
+}
+
+func eventView(e *store.Event) map[string]any {
+	return map[string]any{"id": e.ID, "type": e.Type, "taskId": nullable(e.TaskKey), "at": e.At.UnixMilli(), "data": json.RawMessage(e.Data)}
+}
+
+// GET /jobs/{jobId}/events: the audit log, as JSON pages (?after=ID&limit=N) or, when the client
+// accepts text/event-stream, as a live Server-Sent Events stream that ends when the job does.
+func (s *Server) jobEvents(w http.ResponseWriter, r *http.Request) (any, error) {
+	q := r.URL.Query()
+	after, err := intParam(q.Get("after"), 0)
+	if err != nil {
+		return nil, errorf(http.StatusBadRequest, "after must be an event id (an integer)")
+	}
+	if strings.Contains(r.Header.Get("Accept"), "text/event-stream") {
+		if id := r.Header.Get("Last-Event-ID"); id != "" {
+			if after, err = intParam(id, 0); err != nil {
+				return nil, errorf(http.StatusBadRequest, "Last-Event-ID must be an event id")
+			}
+		}
+		return nil, s.streamEvents(w, r, r.PathValue("jobId"), after)
+	}
+	limit, err := intParam(q.Get("limit"), 1000)
+	if err != nil || limit < 1 || limit > 1000 {
+		return nil, errorf(http.StatusBadRequest, "limit must be an integer from 1 to 1000")
+	}
+	events, err := s.d.JobEvents(r.Context(), tenantOf(r), r.PathValue("jobId"), after, int(limit))
+	if err != nil {
+		return nil, err
+	}
+	out := make([]map[string]any, len(events))
+	next := after
+	for i, e := range events {
+		out[i] = eventView(e)
+		next = e.ID
+	}
+	return map[string]any{"events": out, "nextAfter": next}, nil
+}
+
+func intParam(v string, def int64) (int64, error) {
+	if v == "" {
+		return def, nil
+	}
+	n, err := strconv.ParseInt(v, 10, 64)
+	if err != nil || n < 0 {
+		return 0, fmt.Errorf("not a non-negative integer: %q", v)
+	}
+	return n, nil
+}

@@ -1,0 +1,163 @@
+// Package api holds the HTTP adapters: one file per wire dialect, each translating its seed's
+// shapes into dispatcher calls, and one place (this file) that maps errors to status codes.
+package api
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/baton-dev/baton/internal/auth"
+	"github.com/baton-dev/baton/internal/dispatch"
+)
+
+// DefaultMaxBodyBytes caps request bodies (4 MiB).
+const DefaultMaxBodyBytes = 4 << 20
+
+// Config configures a Server.
+type Config struct {
+	Dispatcher   *dispatch.Dispatcher
+	Auth         *auth.Authenticator
+	Logger       *slog.Logger
+	MaxBodyBytes int64 // default DefaultMaxBodyBytes
+	// EventPoll is how often an event stream looks for new events; default 250 ms.
+	EventPoll time.Duration
+}
+
+// Server serves Baton's HTTP APIs.
+type Server struct {
+	d       *dispatch.Dispatcher
+	auth    *auth.Authenticator
+	log     *slog.Logger
+	maxBody int64
+	poll    time.Duration
+}
+
+// New returns a Server.
+func New(cfg Config) *Server {
+	s := &Server{d: cfg.Dispatcher, auth: cfg.Auth, log: cfg.Logger, maxBody: cfg.MaxBodyBytes, poll: cfg.EventPoll}
+	if s.log == nil {
+		s.log = slog.Default()
+	}
+	if s.maxBody <= 0 {
+		s.maxBody = DefaultMaxBodyBytes
+	}
+	if s.poll <= 0 {
+		s.poll = 250 * time.Millisecond
+	}
+	return s
+}
+
+// httpError is an error with its status code and JSON body.
+type httpError struct {
+	status int
+	body   map[string]any
+	header http.Header
+}
+
+func (e *httpError) Error() string { return fmt.Sprintf("%d %v", e.status, e.body["error"]) }
+
+func errorf(status int, format string, args ...any) *httpError {
+	return &httpError{status: status, body: map[string]any{"error": fmt.Sprintf(format, args...)}}
+}
+
+// created marks a response that answers 201.
+type created struct{ body any }
+
+// handler is an endpoint: it returns what to write as JSON, or an error.
+type handler func(w http.ResponseWriter, r *http.Request) (any, error)
+
+// serve wraps an endpoint: it caps the body, writes the JSON answer, and maps errors.
+func (s *Server) serve(h handler) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		r.Body = http.MaxBytesReader(w, r.Body, s.maxBody)
+		res, err := h(w, r)
+		if err != nil {
+			s.writeError(w, r, err)
+			return
+		}
+		if res == nil { // the handler wrote the response itself (e.g. a stream)
+			return
+		}
+		status := http.StatusOK
+		if c, ok := res.(created); ok {
+			status, res = http.StatusCreated, c.body
+		}
+		writeJSON(w, status, res)
+	}
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	enc := json.NewEncoder(w)
+	enc.SetEscapeHTML(false)
+	_ = enc.Encode(v)
+}
+
+// writeError answers err with its status code and a JSON body that always has an "error" field.
+// Internal errors are logged, and the client sees only seed 001's generic text.
+func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
+	he := s.toHTTP(err)
+	if he.status >= 500 {
+		s.log.ErrorContext(r.Context(), "request failed", "method", r.Method, "path", r.URL.Path, "err", err)
+	}
+	for k, v := range he.header {
+		w.Header()[k] = v
+	}
+	writeJSON(w, he.status, he.body)
+}
+
+func (s *Server) toHTTP(err error) *httpError {
+	var (
+		he       *httpError
+		invalid  *dispatch.ValidationError
+		bad      *dispatch.InvalidError
+		limit    *auth.LimitError
+		tooLarge *http.MaxBytesError
+	)
+	switch {
+	case errors.As(err, &he):
+		return he
+	case errors.As(err, &invalid):
+		return &httpError{status: http.StatusBadRequest, body: map[string]any{"error": invalid.Errors[0], "errors": invalid.Errors}}
+	case errors.As(err, &bad):
+		return errorf(http.StatusBadRequest, "%s", bad.Message)
+	case errors.As(err, &tooLarge):
+		return errorf(http.StatusRequestEntityTooLarge, "request body too large: the limit is %d bytes", tooLarge.Limit)
+	case errors.Is(err, auth.ErrNoKey):
+		return errorf(http.StatusUnauthorized, "missing API key: send it in the x-api-key header")
+	case errors.Is(err, auth.ErrBadKey):
+		return errorf(http.StatusUnauthorized, "invalid API key")
+	case errors.As(err, &limit):
+		he := errorf(http.StatusTooManyRequests, "rate limit exceeded")
+		if limit.Quota {
+			he = errorf(http.StatusTooManyRequests, "daily request quota exceeded")
+		}
+		secs := int((limit.RetryAfter + time.Second - 1) / time.Second)
+		he.header = http.Header{"Retry-After": {strconv.Itoa(max(secs, 1))}}
+		return he
+	case errors.Is(err, dispatch.ErrJobNotFound):
+		return errorf(http.StatusNotFound, "Job not found")
+	case errors.Is(err, dispatch.ErrTaskNotFound):
+		return errorf(http.StatusNotFound, "Task not found")
+	case errors.Is(err, dispatch.ErrJobFinished):
+		return errorf(http.StatusConflict, "Job already finished")
+	case errors.Is(err, dispatch.ErrJobNotFinished):
+		return errorf(http.StatusConflict, "Job is still processing; only a finished job can be resumed")
+	case errors.Is(err, dispatch.ErrNothingToResume):
+		return errorf(http.StatusConflict, "Job has no failed, canceled or skipped tasks to resume")
+	case errors.Is(err, dispatch.ErrIdempotencyMismatch):
+		return errorf(http.StatusUnprocessableEntity, "Idempotency-Key was already used with a different request body")
+	case errors.Is(err, dispatch.ErrInvalidCursor):
+		return errorf(http.StatusBadRequest, "invalid cursor: pass the nextCursor of a previous page")
+	case errors.Is(err, context.Canceled):
+		return errorf(499, "request canceled")
+	}
+	return errorf(http.StatusInternalServerError, "Internal server error")
+}

@@ -1,0 +1,91 @@
+package sqldb
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"time"
+
+	"github.com/baton-dev/baton/internal/store"
+)
+
+const keyCols = `id, tenant, name, secret_hash, prefix, created_at, revoked_at`
+
+func scanKey(row interface{ Scan(...any) error }) (*store.APIKey, error) {
+	var (
+		k       store.APIKey
+		created int64
+		revoked sql.NullInt64
+	)
+	if err := row.Scan(&k.ID, &k.Tenant, &k.Name, &k.SecretHash, &k.Prefix, &created, &revoked); err != nil {
+		return nil, notFound(err)
+	}
+	k.CreatedAt = fromMs(sql.NullInt64{Int64: created, Valid: true})
+	k.RevokedAt = fromMs(revoked)
+	return &k, nil
+}
+
+// InsertAPIKey implements store.Keys.
+func (db *DB) InsertAPIKey(ctx context.Context, k *store.APIKey) error {
+	_, err := db.write.ExecContext(ctx, `INSERT INTO api_keys (`+keyCols+`) VALUES ($1, $2, $3, $4, $5, $6, $7)`,
+		k.ID, k.Tenant, k.Name, k.SecretHash, k.Prefix, ms(k.CreatedAt), ms(k.RevokedAt))
+	if err != nil {
+		if db.dialect.IsUnique(err) {
+			return store.ErrConflict
+		}
+		return fmt.Errorf("insert api key: %w", err)
+	}
+	return nil
+}
+
+// APIKeyByHash implements store.Keys.
+func (db *DB) APIKeyByHash(ctx context.Context, secretHash string) (*store.APIKey, error) {
+	return scanKey(db.read.QueryRowContext(ctx, `SELECT `+keyCols+` FROM api_keys WHERE secret_hash = $1`, secretHash))
+}
+
+// ListAPIKeys implements store.Keys.
+func (db *DB) ListAPIKeys(ctx context.Context) ([]*store.APIKey, error) {
+	rows, err := db.read.QueryContext(ctx, `SELECT `+keyCols+` FROM api_keys ORDER BY created_at, id`)
+	if err != nil {
+		return nil, fmt.Errorf("list api keys: %w", err)
+	}
+	defer rows.Close()
+	var out []*store.APIKey
+	for rows.Next() {
+		k, err := scanKey(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, k)
+	}
+	return out, rows.Err()
+}
+
+// RevokeAPIKey implements store.Keys.
+func (db *DB) RevokeAPIKey(ctx context.Context, id string, at time.Time) error {
+	res, err := db.write.ExecContext(ctx, `UPDATE api_keys SET revoked_at = $2 WHERE id = $1 AND revoked_at IS NULL`, id, at.UnixMilli())
+	if err != nil {
+		return fmt.Errorf("revoke api key: %w", err)
+	}
+	if n, _ := res.RowsAffected(); n == 0 {
+		var exists int
+		if err := db.write.QueryRowContext(ctx, `SELECT count(*) FROM api_keys WHERE id = $1`, id).Scan(&exists); err != nil {
+			return err
+		}
+		if exists == 0 {
+			return store.ErrNotFound
+		}
+	}
+	return nil
+}
+
+// CountRequest implements store.Keys.
+func (db *DB) CountRequest(ctx context.Context, keyID, day string) (int64, error) {
+	var n int64
+	err := db.write.QueryRowContext(ctx, `INSERT INTO api_key_usage (key_id, day, count) VALUES ($1, $2, 1)
+		ON CONFLICT (key_id, day) DO UPDATE SET count = api_key_usage.count + 1 RETURNING count`, keyID, day).Scan(&n)
+	if err != nil {
+		return 0, fmt.Errorf("count request: %w", err)
+	}
+	return n, nil
+}
