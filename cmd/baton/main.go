@@ -20,8 +20,13 @@ func main() {
 const usage = `Usage: baton <command> [flags]
 
 Commands:
-  migrate   apply the database migrations (--database-url or BATON_DATABASE_URL)
+  dev       run Baton on this machine: embedded SQLite, producer and worker APIs, background loops
+  server    run a production replica on PostgreSQL (--database-url or BATON_DATABASE_URL)
+  migrate   apply the database migrations
+  apikey    create, list and revoke producer API keys
   version   print the version
+
+Run 'baton <command> -h' for a command's flags.
 `
 
 // version is set at build time with -ldflags "-X main.version=...".
@@ -34,6 +39,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	switch args[0] {
+	case "dev":
+		return runDev(ctx, args[1:], stdout, stderr)
+	case "server":
+		return runServer(ctx, args[1:], stdout, stderr)
+	case "apikey":
+		return runAPIKey(ctx, args[1:], stdout, stderr)
 	case "migrate":
 		return runMigrate(ctx, args[1:], stdout, stderr)
 	case "version":

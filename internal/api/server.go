@@ -161,3 +161,14 @@ func (s *Server) toHTTP(err error) *httpError {
 	}
 	return errorf(http.StatusInternalServerError, "Internal server error")
 }
+
+// InternalHandler serves the worker-facing listener: health checks here; the worker dialects
+// register their routes on it.
+func (s *Server) InternalHandler() http.Handler {
+	mux := http.NewServeMux()
+	s.health(mux)
+	mux.Handle("/", s.serve(func(w http.ResponseWriter, r *http.Request) (any, error) {
+		return nil, errorf(http.StatusNotFound, "no such endpoint: %s %s", r.Method, r.URL.Path)
+	}))
+	return mux
+}

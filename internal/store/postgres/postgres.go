@@ -32,8 +32,11 @@ var _ store.Store = (*Store)(nil)
 // Options tunes Open.
 type Options struct {
 	MaxConns int  // connection pool size; default 16
-	Migrate  bool // apply pending migrations first
+	Migrate  bool // apply pending migrations first; otherwise a schema that is behind is an error
 }
+
+// ErrSchemaBehind: the database lacks migrations this binary needs.
+var ErrSchemaBehind = errors.New("the database schema is not up to date: run `baton migrate`")
 
 // Open connects to the database at url (a postgres:// URL or key=value string).
 func Open(ctx context.Context, url string, opts Options) (*Store, error) {
@@ -53,6 +56,9 @@ func Open(ctx context.Context, url string, opts Options) (*Store, error) {
 			db.Close()
 			return nil, err
 		}
+	} else if err := checkSchema(ctx, db); err != nil {
+		db.Close()
+		return nil, err
 	}
 	return &Store{sqldb.New(db, db, sqldb.Dialect{
 		LockRow:     " FOR UPDATE",
@@ -61,6 +67,33 @@ func Open(ctx context.Context, url string, opts Options) (*Store, error) {
 		IsUnique:    func(err error) bool { return pgCode(err) == "23505" },
 		IsRetryable: isRetryable,
 	})}, nil
+}
+
+func provider(db *sql.DB, opts ...goose.ProviderOption) (*goose.Provider, error) {
+	fsys, err := fs.Sub(migrations, "migrations")
+	if err != nil {
+		return nil, err
+	}
+	p, err := goose.NewProvider(goose.DialectPostgres, db, fsys, opts...)
+	if err != nil {
+		return nil, fmt.Errorf("migrations: %w", err)
+	}
+	return p, nil
+}
+
+func checkSchema(ctx context.Context, db *sql.DB) error {
+	p, err := provider(db)
+	if err != nil {
+		return err
+	}
+	pending, err := p.HasPending(ctx)
+	if err != nil {
+		return fmt.Errorf("check schema version: %w", err)
+	}
+	if pending {
+		return ErrSchemaBehind
+	}
+	return nil
 }
 
 // Migrate applies pending migrations under an advisory lock, so replicas starting together
@@ -77,13 +110,9 @@ func Migrate(ctx context.Context, db *sql.DB) error {
 	if err != nil {
 		return err
 	}
-	fsys, err := fs.Sub(migrations, "migrations")
+	p, err := provider(db, goose.WithSessionLocker(locker))
 	if err != nil {
 		return err
-	}
-	p, err := goose.NewProvider(goose.DialectPostgres, db, fsys, goose.WithSessionLocker(locker))
-	if err != nil {
-		return fmt.Errorf("migrations: %w", err)
 	}
 	if _, err := p.Up(ctx); err != nil {
 		return fmt.Errorf("migrate: %w", err)

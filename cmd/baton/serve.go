@@ -1,0 +1,105 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/baton-dev/baton/internal/api"
+	"github.com/baton-dev/baton/internal/auth"
+	"github.com/baton-dev/baton/internal/dispatch"
+	"github.com/baton-dev/baton/internal/store"
+)
+
+// serverFlags are the settings `baton dev` and `baton server` share.
+type serverFlags struct {
+	listen, internalListen string
+	maxTasksPerJob         int
+	maxBodyBytes           int64
+	limits                 auth.Limits
+	defaults               dispatch.Defaults
+	shutdownTimeout        time.Duration
+}
+
+func (f *serverFlags) register(fs *flag.FlagSet) {
+	def := dispatch.DefaultDefaults
+	fs.StringVar(&f.listen, "listen", "127.0.0.1:8080", "address of the producer API")
+	fs.StringVar(&f.internalListen, "internal-listen", "127.0.0.1:8081", "address of the worker-facing /internal/* API")
+	fs.IntVar(&f.maxTasksPerJob, "max-tasks-per-job", 50, "most tasks one job may have (0: no cap)")
+	fs.Int64Var(&f.maxBodyBytes, "max-body-bytes", api.DefaultMaxBodyBytes, "largest request body accepted")
+	fs.Float64Var(&f.limits.RatePerSecond, "rate-limit", auth.DefaultLimits.RatePerSecond, "requests per second per API key (0: unlimited)")
+	fs.IntVar(&f.limits.Burst, "rate-burst", auth.DefaultLimits.Burst, "burst of requests per API key")
+	fs.Int64Var(&f.limits.DailyQuota, "daily-quota", auth.DefaultLimits.DailyQuota, "requests per API key per UTC day (0: unlimited)")
+	fs.DurationVar(&f.defaults.HeartbeatInterval, "heartbeat-interval", def.HeartbeatInterval, "default heartbeat interval told to workers")
+	fs.DurationVar(&f.defaults.HeartbeatTimeout, "heartbeat-timeout", def.HeartbeatTimeout, "default lease TTL (at least twice the interval)")
+	fs.IntVar(&f.defaults.MaxAttempts, "max-attempts", def.MaxAttempts, "default attempts per task")
+	fs.DurationVar(&f.defaults.BackoffBase, "backoff-base", def.BackoffBase, "default retry backoff base")
+	fs.DurationVar(&f.defaults.BackoffMax, "backoff-max", def.BackoffMax, "default retry backoff cap")
+	fs.DurationVar(&f.defaults.CancelGrace, "cancel-grace", def.CancelGrace, "default time a cancelled task has to stop")
+	fs.DurationVar(&f.shutdownTimeout, "shutdown-timeout", 30*time.Second, "how long to let in-flight requests finish on shutdown")
+}
+
+// listeners are bound before anything is printed, so a port in use fails fast and clearly.
+type listeners struct{ producer, internal net.Listener }
+
+func (f *serverFlags) bind() (*listeners, error) {
+	p, err := net.Listen("tcp", f.listen)
+	if err != nil {
+		return nil, fmt.Errorf("listen on %s: %w", f.listen, err)
+	}
+	i, err := net.Listen("tcp", f.internalListen)
+	if err != nil {
+		p.Close()
+		return nil, fmt.Errorf("listen on %s: %w", f.internalListen, err)
+	}
+	return &listeners{p, i}, nil
+}
+
+// serve runs the APIs and the background loops on st until ctx ends, then shuts down
+// gracefully: listeners stop accepting, in-flight requests finish (each answered only after its
+// transaction committed), the loops stop.
+func serve(ctx context.Context, f *serverFlags, ls *listeners, st store.Store, log *slog.Logger) error {
+	d, err := dispatch.New(st, dispatch.Config{Logger: log, MaxTasksPerJob: f.maxTasksPerJob, Defaults: f.defaults})
+	if err != nil {
+		return err
+	}
+	s := api.New(api.Config{Dispatcher: d, Auth: auth.NewAuthenticator(st, f.limits, nil), Logger: log, MaxBodyBytes: f.maxBodyBytes})
+	reaper := d.NewReaper()
+	reaper.Start(ctx)
+	defer reaper.Stop()
+
+	servers := []*http.Server{
+		{Handler: s.ProducerHandler(), ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)},
+		{Handler: s.InternalHandler(), ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)},
+	}
+	errs := make(chan error, 2)
+	for i, l := range []net.Listener{ls.producer, ls.internal} {
+		go func() { errs <- servers[i].Serve(l) }()
+	}
+	select {
+	case <-ctx.Done():
+	case err := <-errs:
+		return fmt.Errorf("serve: %w", err)
+	}
+	log.Info("shutting down: finishing in-flight requests")
+	shutdownCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), f.shutdownTimeout)
+	defer cancel()
+	var shutdownErr error
+	for _, srv := range servers {
+		if err := srv.Shutdown(shutdownCtx); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			shutdownErr = errors.Join(shutdownErr, err)
+		}
+	}
+	reaper.Stop()
+	return shutdownErr
+}
+
+func newLogger(w io.Writer) *slog.Logger {
+	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: slog.LevelInfo}))
+}
