@@ -88,7 +88,8 @@ func (s *Server) streamEvents(w http.ResponseWriter, r *http.Request, jobID stri
 			recent = recent[1:]
 		}
 		if finished {
-			fmt.Fprintf(w, "event: end\ndata: {\"jobId\":%q,\"status\":%q}\n\n", job.ID, job.Status)
+			end, _ := json.Marshal(map[string]any{"jobId": job.ID, "status": job.Status})
+			fmt.Fprintf(w, "event: end\ndata: %s\n\n", end)
 			flusher.Flush()
 			return nil
 		}

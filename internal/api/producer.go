@@ -1,6 +1,7 @@
 package api
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -383,8 +384,12 @@ func emptyBody(r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	if t := strings.TrimSpace(string(b)); t != "" && t != "{}" && t != "null" {
-		return errorf(http.StatusBadRequest, "this endpoint takes no request body")
+	if len(bytes.TrimSpace(b)) == 0 {
+		return nil
+	}
+	var v map[string]json.RawMessage
+	if json.Unmarshal(b, &v) != nil || len(v) > 0 {
+		return errorf(http.StatusBadRequest, "this endpoint takes no request body (send nothing, {} or null)")
 	}
 	return nil
 }

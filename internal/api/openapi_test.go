@@ -1,0 +1,298 @@
+package api_test
+
+import (
+	"encoding/json"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"regexp"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/baton-dev/baton/internal/api"
+)
+
+// openAPIMethods are the operation keys of an OpenAPI path item.
+var openAPIMethods = []string{"get", "put", "post", "delete", "options", "head", "patch", "trace"}
+
+// openAPIUnauthenticated are the operations ProducerHandler serves besides ProducerRoutes, without a key.
+var openAPIUnauthenticated = []string{"GET /healthz", "GET /readyz", "GET /openapi.json"}
+
+// openAPIServer is a server for listing routes and serving /openapi.json; neither touches the
+// dispatcher or the authenticator, so it has none.
+func openAPIServer() *api.Server {
+	return api.New(api.Config{Logger: slog.New(slog.DiscardHandler)})
+}
+
+// fetchOpenAPI gets /openapi.json from the producer handler and decodes it.
+func fetchOpenAPI(t *testing.T, s *api.Server) (map[string]any, *httptest.ResponseRecorder) {
+	t.Helper()
+	rec := httptest.NewRecorder()
+	s.ProducerHandler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/openapi.json", nil))
+	if rec.Code != http.StatusOK {
+		t.Fatalf("GET /openapi.json = %d: %s", rec.Code, rec.Body)
+	}
+	var doc map[string]any
+	if err := json.Unmarshal(rec.Body.Bytes(), &doc); err != nil {
+		t.Fatalf("GET /openapi.json is not a JSON object: %v", err)
+	}
+	return doc, rec
+}
+
+// openAPIOperation is one method of one path of the document.
+type openAPIOperation struct {
+	key  string // "GET /jobs/{jobId}"
+	path string
+	item map[string]any // the path item
+	op   map[string]any
+}
+
+func openAPIOperations(t *testing.T, doc map[string]any) []openAPIOperation {
+	t.Helper()
+	paths, ok := doc["paths"].(map[string]any)
+	if !ok {
+		t.Fatal("the document has no paths object")
+	}
+	var ops []openAPIOperation
+	for path, v := range paths {
+		item, ok := v.(map[string]any)
+		if !ok {
+			t.Fatalf("paths[%q] is not an object", path)
+		}
+		for _, m := range openAPIMethods {
+			if raw, ok := item[m]; ok {
+				op, ok := raw.(map[string]any)
+				if !ok {
+					t.Fatalf("paths[%q].%s is not an object", path, m)
+				}
+				ops = append(ops, openAPIOperation{key: strings.ToUpper(m) + " " + path, path: path, item: item, op: op})
+			}
+		}
+	}
+	sort.Slice(ops, func(i, j int) bool { return ops[i].key < ops[j].key })
+	return ops
+}
+
+func TestOpenAPIDocumentsEveryProducerRoute(t *testing.T) {
+	s := openAPIServer()
+	doc, _ := fetchOpenAPI(t, s)
+
+	registered := map[string]bool{}
+	for _, rt := range s.ProducerRoutes() {
+		registered[rt.Method+" "+rt.Pattern] = true
+	}
+	if len(registered) == 0 {
+		t.Fatal("ProducerRoutes lists no route")
+	}
+	documented := map[string]openAPIOperation{}
+	for _, op := range openAPIOperations(t, doc) {
+		documented[op.key] = op
+	}
+
+	for key := range registered {
+		op, ok := documented[key]
+		if !ok {
+			t.Errorf("route %s is registered but not documented", key)
+			continue
+		}
+		// A producer route needs the API key: it must not opt out of the global security.
+		if sec, ok := op.op["security"].([]any); ok && len(sec) == 0 {
+			t.Errorf("%s is documented without security, but the server requires x-api-key", key)
+		}
+		if _, ok := op.op["responses"].(map[string]any)["401"]; !ok {
+			t.Errorf("%s does not document the 401 of a missing or invalid key", key)
+		}
+	}
+	for key, op := range documented {
+		switch {
+		case registered[key]:
+		case slices.Contains(openAPIUnauthenticated, key):
+			if sec, ok := op.op["security"].([]any); !ok || len(sec) != 0 {
+				t.Errorf("%s needs no key; document it with security: []", key)
+			}
+		default:
+			t.Errorf("%s is documented but the server registers no such route", key)
+		}
+	}
+	for _, key := range openAPIUnauthenticated {
+		if _, ok := documented[key]; !ok {
+			t.Errorf("%s is served but not documented", key)
+		}
+	}
+
+	security, _ := doc["security"].([]any)
+	if len(security) != 1 {
+		t.Fatalf("global security = %v, want the API key scheme", doc["security"])
+	}
+	for name := range security[0].(map[string]any) {
+		scheme, _ := lookupJSONPointer(doc, "#/components/securitySchemes/"+name)
+		m, _ := scheme.(map[string]any)
+		if m["type"] != "apiKey" || m["in"] != "header" || m["name"] != "x-api-key" {
+			t.Errorf("security scheme %s = %v, want an apiKey in header x-api-key", name, scheme)
+		}
+	}
+}
+
+var (
+	openAPITemplateVar = regexp.MustCompile(`\{([^{}]+)\}`)
+	openAPIStatusCode  = regexp.MustCompile(`^[1-5][0-9][0-9]$`)
+)
+
+func TestOpenAPIDocumentIsWellFormed(t *testing.T) {
+	doc, rec := fetchOpenAPI(t, openAPIServer())
+	if ct := rec.Header().Get("Content-Type"); ct != "application/json" {
+		t.Errorf("Content-Type = %q, want application/json", ct)
+	}
+	if doc["openapi"] != "3.1.0" {
+		t.Errorf("openapi = %v, want 3.1.0", doc["openapi"])
+	}
+	info, _ := doc["info"].(map[string]any)
+	if info["title"] == nil || info["version"] == nil {
+		t.Errorf("info = %v, want a title and a version", info)
+	}
+
+	ids := map[string]string{}
+	for _, op := range openAPIOperations(t, doc) {
+		id, _ := op.op["operationId"].(string)
+		switch {
+		case id == "":
+			t.Errorf("%s has no operationId", op.key)
+		case ids[id] != "":
+			t.Errorf("operationId %q is used by %s and %s", id, ids[id], op.key)
+		default:
+			ids[id] = op.key
+		}
+
+		responses, _ := op.op["responses"].(map[string]any)
+		if len(responses) == 0 {
+			t.Errorf("%s has no responses", op.key)
+		}
+		for code := range responses {
+			if code != "default" && !openAPIStatusCode.MatchString(code) {
+				t.Errorf("%s: response key %q is not a status code", op.key, code)
+			}
+		}
+
+		// Every template variable of the path is a required path parameter, and every path
+		// parameter is a template variable.
+		declared := map[string]bool{}
+		for _, list := range []any{op.item["parameters"], op.op["parameters"]} {
+			params, _ := list.([]any)
+			for _, p := range params {
+				p = resolveRef(t, doc, p)
+				m, _ := p.(map[string]any)
+				if m["in"] != "path" {
+					continue
+				}
+				name, _ := m["name"].(string)
+				if m["required"] != true {
+					t.Errorf("%s: path parameter %q must be required", op.key, name)
+				}
+				declared[name] = true
+			}
+		}
+		vars := map[string]bool{}
+		for _, match := range openAPITemplateVar.FindAllStringSubmatch(op.path, -1) {
+			vars[match[1]] = true
+			if !declared[match[1]] {
+				t.Errorf("%s: template variable {%s} has no path parameter", op.key, match[1])
+			}
+		}
+		for name := range declared {
+			if !vars[name] {
+				t.Errorf("%s: path parameter %q is not in the path", op.key, name)
+			}
+		}
+	}
+
+	// Every $ref points inside the document and resolves.
+	n := 0
+	walkRefs(doc, "#", func(where string, ref string) {
+		n++
+		if !strings.HasPrefix(ref, "#/") {
+			t.Errorf("%s: $ref %q does not point inside the document", where, ref)
+			return
+		}
+		if _, ok := lookupJSONPointer(doc, ref); !ok {
+			t.Errorf("%s: $ref %q does not resolve", where, ref)
+		}
+	})
+	if n == 0 {
+		t.Error("the document has no $ref; shared shapes belong in components")
+	}
+}
+
+// walkRefs calls fn with every $ref string in v and the location of the object holding it.
+func walkRefs(v any, where string, fn func(where, ref string)) {
+	switch x := v.(type) {
+	case map[string]any:
+		if ref, ok := x["$ref"].(string); ok {
+			fn(where, ref)
+		}
+		for k, c := range x {
+			walkRefs(c, where+"/"+escapeJSONPointer(k), fn)
+		}
+	case []any:
+		for i, c := range x {
+			walkRefs(c, where+"/"+strconv.Itoa(i), fn)
+		}
+	}
+}
+
+func escapeJSONPointer(s string) string {
+	return strings.ReplaceAll(strings.ReplaceAll(s, "~", "~0"), "/", "~1")
+}
+
+// lookupJSONPointer resolves a local JSON pointer reference ("#/a/b~1c").
+func lookupJSONPointer(doc any, ref string) (any, bool) {
+	if ref == "#" {
+		return doc, true
+	}
+	if !strings.HasPrefix(ref, "#/") {
+		return nil, false
+	}
+	cur := doc
+	for _, tok := range strings.Split(ref[2:], "/") {
+		tok = strings.ReplaceAll(strings.ReplaceAll(tok, "~1", "/"), "~0", "~")
+		switch x := cur.(type) {
+		case map[string]any:
+			v, ok := x[tok]
+			if !ok {
+				return nil, false
+			}
+			cur = v
+		case []any:
+			i, err := strconv.Atoi(tok)
+			if err != nil || i < 0 || i >= len(x) {
+				return nil, false
+			}
+			cur = x[i]
+		default:
+			return nil, false
+		}
+	}
+	return cur, true
+}
+
+// resolveRef follows $ref chains of an object (a parameter, a response); nil if one does not resolve.
+func resolveRef(t *testing.T, doc, v any) any {
+	t.Helper()
+	for range 10 {
+		m, ok := v.(map[string]any)
+		if !ok {
+			return v
+		}
+		ref, ok := m["$ref"].(string)
+		if !ok {
+			return v
+		}
+		if v, ok = lookupJSONPointer(doc, ref); !ok {
+			return nil // reported by the walk over every $ref
+		}
+	}
+	t.Error("$ref chain too long")
+	return nil
+}
