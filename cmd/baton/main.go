@@ -24,6 +24,7 @@ Commands:
   server    run a production replica on PostgreSQL (--database-url or BATON_DATABASE_URL)
   migrate   apply the database migrations
   apikey    create, list and revoke producer API keys
+  job       submit, list, get, cancel, resume and watch jobs (BATON_URL, BATON_API_KEY)
   version   print the version
 
 Run 'baton <command> -h' for a command's flags.
@@ -43,6 +44,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return runDev(ctx, args[1:], stdout, stderr)
 	case "server":
 		return runServer(ctx, args[1:], stdout, stderr)
+	case "job":
+		return runJob(ctx, args[1:], stdout, stderr)
 	case "apikey":
 		return runAPIKey(ctx, args[1:], stdout, stderr)
 	case "migrate":
