@@ -108,7 +108,8 @@ type Tx interface {
 	// fence; otherwise it returns ErrLeaseLost and changes nothing.
 	UpdateTask(ctx context.Context, t *Task, fence Fence) error
 	// ReleaseChildren is rule 9 for a completed parent: each child's unfinished-parent count
-	// drops by one; waiting children that reach zero become pending and are returned.
+	// drops by one, and waiting children that reach zero become pending. It returns every child
+	// it touched with its status afterwards; those now pending are the ones it released.
 	ReleaseChildren(ctx context.Context, parentID string, now time.Time) ([]*TaskRef, error)
 	// SkipDescendants turns every waiting or pending descendant of a task into skipped.
 	SkipDescendants(ctx context.Context, taskID string, now time.Time) ([]*TaskRef, error)

@@ -45,7 +45,7 @@ func (q q) JobByIdempotencyKey(ctx context.Context, tenant, key string) (*store.
 // ListJobs implements store.Reader.
 func (q q) ListJobs(ctx context.Context, p store.ListJobsParams) ([]*store.Job, error) {
 	rows, err := q.db.QueryContext(ctx, `SELECT `+jobCols+` FROM jobs WHERE tenant = $1
-		AND ($2 = 0 OR seq < $2) AND ($3 = '' OR status = $3) ORDER BY seq DESC LIMIT $4`,
+		AND (CAST($2 AS BIGINT) = 0 OR seq < $2) AND ($3 = '' OR status = $3) ORDER BY seq DESC LIMIT $4`,
 		p.Tenant, p.BeforeSeq, string(p.Status), p.Limit)
 	if err != nil {
 		return nil, fmt.Errorf("list jobs: %w", err)

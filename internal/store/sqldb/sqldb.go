@@ -24,6 +24,9 @@ type Dialect struct {
 	LockSkip string
 	// MaxParams is the most bind parameters one statement may carry.
 	MaxParams int
+	// Positional makes multi-row inserts use "?" placeholders. SQLite resolves "$N" by a linear
+	// scan of the statement's parameter names, which makes a 20,000-parameter insert quadratic.
+	Positional bool
 	// IsUnique reports a unique-constraint violation.
 	IsUnique func(error) bool
 	// IsRetryable reports an error after which the whole transaction may simply be run again.
@@ -214,8 +217,12 @@ func (q q) insertRows(ctx context.Context, table string, cols []string, rows [][
 				if j > 0 {
 					b.WriteString(", ")
 				}
-				b.WriteByte('$')
-				b.WriteString(strconv.Itoa(len(args) + 1))
+				if q.d.Positional {
+					b.WriteByte('?')
+				} else {
+					b.WriteByte('$')
+					b.WriteString(strconv.Itoa(len(args) + 1))
+				}
 				args = append(args, row[j])
 			}
 			b.WriteByte(')')

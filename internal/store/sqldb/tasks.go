@@ -132,7 +132,7 @@ func (q q) ListDeadLetters(ctx context.Context, tenant string, beforeSeq int64, 
 	rows, err := q.db.QueryContext(ctx, `SELECT `+prefixed("t.", taskCols)+` FROM tasks t
 		JOIN jobs j ON j.id = t.job_id
 		WHERE j.tenant = $1 AND t.status = 'failed' AND t.dead_lettered_at IS NOT NULL
-		AND ($2 = 0 OR t.seq < $2) ORDER BY t.seq DESC LIMIT $3`, tenant, beforeSeq, limit)
+		AND (CAST($2 AS BIGINT) = 0 OR t.seq < $2) ORDER BY t.seq DESC LIMIT $3`, tenant, beforeSeq, limit)
 	if err != nil {
 		return nil, fmt.Errorf("list dead letters: %w", err)
 	}

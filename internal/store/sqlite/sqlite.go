@@ -60,6 +60,7 @@ func Open(ctx context.Context, path string) (*Store, error) {
 	read.SetMaxIdleConns(readers)
 	return &Store{sqldb.New(write, read, sqldb.Dialect{
 		MaxParams:   32766,
+		Positional:  true,
 		IsUnique:    isUnique,
 		IsRetryable: isBusy,
 	})}, nil

@@ -1,0 +1,9 @@
+package sqlite_test
+
+import (
+	"testing"
+
+	"github.com/baton-dev/baton/internal/store/storetest"
+)
+
+func TestContract(t *testing.T) { storetest.Run(t, storetest.OpenSQLite) }
