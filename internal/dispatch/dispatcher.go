@@ -71,6 +71,7 @@ type Dispatcher struct {
 	log    *slog.Logger
 	jitter func() float64
 	cfg    Config
+	ready  notifier
 }
 
 // New returns a dispatcher over st.
@@ -150,6 +151,24 @@ type changes struct {
 	now    time.Time
 	events []*store.Event
 	outbox []*store.OutboxMessage
+	ready  bool // a task became claimable now: wake waiting claimers once committed
+}
+
+// update runs fn as one store transaction that also appends the events and outbox messages fn
+// collected, and wakes waiting claimers after it committed if fn made a task claimable.
+func (d *Dispatcher) update(ctx context.Context, fn func(tx store.Tx, c *changes) error) error {
+	var c *changes
+	err := d.store.InTx(ctx, func(tx store.Tx) error {
+		c = &changes{now: d.now()}
+		if err := fn(tx, c); err != nil {
+			return err
+		}
+		return c.write(ctx, tx)
+	})
+	if err == nil && c.ready {
+		d.ready.notify()
+	}
+	return err
 }
 
 func (c *changes) event(jobID, taskID, taskKey, typ string, data map[string]any) {
@@ -163,6 +182,9 @@ func (c *changes) event(jobID, taskID, taskKey, typ string, data map[string]any)
 
 // wake queues a wake-up for a task that is claimable from availableAt.
 func (c *changes) wake(taskID, queue string, availableAt time.Time) {
+	if !availableAt.After(c.now) {
+		c.ready = true
+	}
 	payload, _ := json.Marshal(map[string]string{"task_id": taskID})
 	c.outbox = append(c.outbox, &store.OutboxMessage{Topic: TopicTaskReady, Key: queue, Payload: payload, AvailableAt: availableAt, CreatedAt: c.now})
 }

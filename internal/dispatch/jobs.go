@@ -56,7 +56,6 @@ func (d *Dispatcher) CreateJob(ctx context.Context, p CreateJobParams) (*CreateJ
 		UnfinishedTasks: len(p.Tasks),
 		CreatedAt:       now,
 	}
-	c := &changes{now: now}
 	tasks, ids := d.newTasks(job.ID, p.Tasks, now)
 	deps := edges(job.ID, p.Tasks, ids)
 	var roots []string
@@ -67,14 +66,14 @@ func (d *Dispatcher) CreateJob(ctx context.Context, p CreateJobParams) (*CreateJ
 			roots = append(roots, t.Key)
 		}
 	}
-	c.event(job.ID, "", "", EventJobCreated, map[string]any{"jobId": job.ID, "tasks": created, "totalTasks": len(tasks)})
-	for _, t := range tasks {
-		if t.Status == lifecycle.Pending {
-			c.event(job.ID, t.ID, t.Key, EventTaskPending, map[string]any{"requestId": t.Key, "jobId": job.ID, "name": t.Name, "dependsOn": t.DependsOn})
-			c.wake(t.ID, t.Queue, now)
+	err := d.update(ctx, func(tx store.Tx, c *changes) error {
+		c.event(job.ID, "", "", EventJobCreated, map[string]any{"jobId": job.ID, "tasks": created, "totalTasks": len(tasks)})
+		for _, t := range tasks {
+			if t.Status == lifecycle.Pending {
+				c.event(job.ID, t.ID, t.Key, EventTaskPending, map[string]any{"requestId": t.Key, "jobId": job.ID, "name": t.Name, "dependsOn": t.DependsOn})
+				c.wake(t.ID, t.Queue, now)
+			}
 		}
-	}
-	err := d.store.InTx(ctx, func(tx store.Tx) error {
 		if err := tx.InsertJob(ctx, job); err != nil {
 			return err
 		}
@@ -84,7 +83,7 @@ func (d *Dispatcher) CreateJob(ctx context.Context, p CreateJobParams) (*CreateJ
 		if err := tx.InsertDeps(ctx, deps); err != nil {
 			return err
 		}
-		return c.write(ctx, tx)
+		return nil
 	})
 	if errors.Is(err, store.ErrConflict) && p.IdempotencyKey != "" {
 		// A concurrent request with the same key won the race.
@@ -224,7 +223,7 @@ type AddTasksResult struct {
 // skipped at once (rule 9).
 func (d *Dispatcher) AddTasks(ctx context.Context, p AddTasksParams) (*AddTasksResult, error) {
 	var res *AddTasksResult
-	err := d.store.InTx(ctx, func(tx store.Tx) error {
+	err := d.update(ctx, func(tx store.Tx, c *changes) error {
 		job, err := d.lockJob(ctx, tx, p.Tenant, p.JobID)
 		if err != nil {
 			return err
@@ -248,8 +247,7 @@ func (d *Dispatcher) AddTasks(ctx context.Context, p AddTasksParams) (*AddTasksR
 		if len(v.Errors) > 0 {
 			return &ValidationError{Errors: v.Errors}
 		}
-		now := d.now()
-		c := &changes{now: now}
+		now := c.now
 		tasks, newIDs := d.newTasks(job.ID, p.Tasks, now)
 		byKey := make(map[string]*store.Task, len(tasks))
 		for _, t := range tasks {
@@ -312,7 +310,7 @@ func (d *Dispatcher) AddTasks(ctx context.Context, p AddTasksParams) (*AddTasksR
 			return err
 		}
 		res.TotalTasksNow = job.TotalTasks
-		return c.write(ctx, tx)
+		return nil
 	})
 	if err != nil {
 		return nil, err
@@ -404,7 +402,7 @@ func (d *Dispatcher) CancelJob(ctx context.Context, tenant, id, reason string) (
 		reason = "user_requested"
 	}
 	var job *store.Job
-	err := d.store.InTx(ctx, func(tx store.Tx) error {
+	err := d.update(ctx, func(tx store.Tx, c *changes) error {
 		var err error
 		job, err = d.lockJob(ctx, tx, tenant, id)
 		if err != nil {
@@ -416,8 +414,7 @@ func (d *Dispatcher) CancelJob(ctx context.Context, tenant, id, reason string) (
 		if !job.CancelRequestedAt.IsZero() {
 			return nil
 		}
-		now := d.now()
-		c := &changes{now: now}
+		now := c.now
 		scope := store.CancelParams{JobID: id, Now: now, Reason: reason}
 		canceled, err := tx.CancelIdle(ctx, scope)
 		if err != nil {
@@ -434,7 +431,7 @@ func (d *Dispatcher) CancelJob(ctx context.Context, tenant, id, reason string) (
 		if err != nil {
 			return err
 		}
-		return c.write(ctx, tx)
+		return nil
 	})
 	return job, err
 }
@@ -488,7 +485,7 @@ type ResumeResult struct {
 // pending or waiting with a fresh retry budget; attempt numbers keep increasing.
 func (d *Dispatcher) ResumeJob(ctx context.Context, tenant, id string) (*ResumeResult, error) {
 	var res *ResumeResult
-	err := d.store.InTx(ctx, func(tx store.Tx) error {
+	err := d.update(ctx, func(tx store.Tx, c *changes) error {
 		job, err := d.lockJob(ctx, tx, tenant, id)
 		if err != nil {
 			return err
@@ -496,7 +493,7 @@ func (d *Dispatcher) ResumeJob(ctx context.Context, tenant, id string) (*ResumeR
 		if job.Status == lifecycle.JobProcessing {
 			return ErrJobNotFinished
 		}
-		now := d.now()
+		now := c.now
 		refs, err := tx.ResumeTasks(ctx, id, now)
 		if err != nil {
 			return err
@@ -504,7 +501,6 @@ func (d *Dispatcher) ResumeJob(ctx context.Context, tenant, id string) (*ResumeR
 		if len(refs) == 0 {
 			return ErrNothingToResume
 		}
-		c := &changes{now: now}
 		res = &ResumeResult{Job: job, Resumed: make([]string, len(refs))}
 		for i, r := range refs {
 			res.Resumed[i] = r.Key
@@ -522,7 +518,7 @@ func (d *Dispatcher) ResumeJob(ctx context.Context, tenant, id string) (*ResumeR
 		if err := tx.UpdateJob(ctx, job); err != nil {
 			return err
 		}
-		return c.write(ctx, tx)
+		return nil
 	})
 	return res, err
 }

@@ -30,7 +30,7 @@ func (d *Dispatcher) Reap(ctx context.Context) (int, error) {
 		}
 		for _, id := range ids {
 			var done bool
-			err := d.store.InTx(ctx, func(tx store.Tx) error {
+			err := d.update(ctx, func(tx store.Tx, c *changes) error {
 				done = false
 				t, err := tx.GetTask(ctx, id)
 				if err != nil {
@@ -41,7 +41,7 @@ func (d *Dispatcher) Reap(ctx context.Context) (int, error) {
 					return nil
 				}
 				done = true
-				return d.reapTask(ctx, tx, t, now)
+				return d.reapTask(ctx, tx, c, t)
 			})
 			if err != nil {
 				return reaped, fmt.Errorf("reap task %s: %w", id, err)
@@ -56,9 +56,9 @@ func (d *Dispatcher) Reap(ctx context.Context) (int, error) {
 	}
 }
 
-// reapTask ends the running attempt of t, which is due at now.
-func (d *Dispatcher) reapTask(ctx context.Context, tx store.Tx, t *store.Task, now time.Time) error {
-	c := &changes{now: now}
+// reapTask ends the running attempt of t, which is due at c.now.
+func (d *Dispatcher) reapTask(ctx context.Context, tx store.Tx, c *changes, t *store.Task) error {
+	now := c.now
 	fence := store.Fence{Status: t.Status, Attempt: t.Attempt}
 	a, err := tx.GetAttempt(ctx, t.ID, t.Attempt)
 	if err != nil {
@@ -88,10 +88,7 @@ func (d *Dispatcher) reapTask(ctx context.Context, tx store.Tx, t *store.Task, n
 		}
 	}
 	a.Result = t.Status
-	if err := tx.UpdateAttempt(ctx, a); err != nil {
-		return err
-	}
-	return c.write(ctx, tx)
+	return tx.UpdateAttempt(ctx, a)
 }
 
 // maxReaperSleep bounds the reaper's sleep, so that a lease taken on another replica (which

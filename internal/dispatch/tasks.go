@@ -30,8 +30,8 @@ type ClaimTaskParams struct {
 // attempt and lease token. Otherwise a *NotClaimedError says why and the worker must not run it.
 func (d *Dispatcher) ClaimTask(ctx context.Context, p ClaimTaskParams) (*Claim, error) {
 	var claim *Claim
-	err := d.store.InTx(ctx, func(tx store.Tx) error {
-		claims, err := d.claim(ctx, tx, []string{p.TaskID}, p.WorkerID)
+	err := d.update(ctx, func(tx store.Tx, c *changes) error {
+		claims, err := d.claim(ctx, tx, c, []string{p.TaskID}, p.WorkerID)
 		if err != nil {
 			return err
 		}
@@ -63,18 +63,17 @@ type ClaimNextParams struct {
 func (d *Dispatcher) ClaimNext(ctx context.Context, p ClaimNextParams) ([]*Claim, error) {
 	limit := cmpOr(p.Limit, 1)
 	var claims []*Claim
-	err := d.store.InTx(ctx, func(tx store.Tx) error {
+	err := d.update(ctx, func(tx store.Tx, c *changes) error {
 		claims = nil
-		now := d.now()
 		for _, q := range p.Queues {
 			if len(claims) == limit {
 				break
 			}
-			ids, err := tx.ReadyTaskIDs(ctx, q, now, limit-len(claims))
+			ids, err := tx.ReadyTaskIDs(ctx, q, c.now, limit-len(claims))
 			if err != nil {
 				return err
 			}
-			got, err := d.claim(ctx, tx, ids, p.WorkerID)
+			got, err := d.claim(ctx, tx, c, ids, p.WorkerID)
 			if err != nil {
 				return err
 			}
@@ -86,9 +85,8 @@ func (d *Dispatcher) ClaimNext(ctx context.Context, p ClaimNextParams) ([]*Claim
 }
 
 // claim takes a lease on each of ids that is claimable and returns those it got.
-func (d *Dispatcher) claim(ctx context.Context, tx store.Tx, ids []string, workerID string) ([]*Claim, error) {
-	now := d.now()
-	c := &changes{now: now}
+func (d *Dispatcher) claim(ctx context.Context, tx store.Tx, c *changes, ids []string, workerID string) ([]*Claim, error) {
+	now := c.now
 	var claims []*Claim
 	for _, id := range ids {
 		t, ok, err := tx.ClaimTask(ctx, store.ClaimTaskParams{ID: id, Now: now, WorkerID: workerID, LeaseToken: uuid.NewString()})
@@ -110,7 +108,7 @@ func (d *Dispatcher) claim(ctx context.Context, tx store.Tx, ids []string, worke
 		c.event(t.JobID, t.ID, t.Key, EventTaskStarted, map[string]any{"attempt": t.Attempt, "workerId": workerID})
 		claims = append(claims, &Claim{Task: t, DependencyOutputs: outputs, HeartbeatInterval: d.heartbeatInterval(t)})
 	}
-	return claims, c.write(ctx, tx)
+	return claims, nil
 }
 
 // checkFence is rule 2: a call about an attempt must name the task's current attempt (0: the
@@ -147,7 +145,7 @@ type HeartbeatResult struct {
 func (d *Dispatcher) Heartbeat(ctx context.Context, p HeartbeatParams) (*HeartbeatResult, error) {
 	var res *HeartbeatResult
 	var expired bool
-	err := d.store.InTx(ctx, func(tx store.Tx) error {
+	err := d.update(ctx, func(tx store.Tx, c *changes) error {
 		res, expired = nil, false
 		t, err := d.lockTask(ctx, tx, p.TaskID)
 		if err != nil {
@@ -156,19 +154,18 @@ func (d *Dispatcher) Heartbeat(ctx context.Context, p HeartbeatParams) (*Heartbe
 		if err := checkFence(t, p.Attempt, p.LeaseToken); err != nil {
 			return err
 		}
-		now := d.now()
+		now := c.now
 		if t.Status != lifecycle.Running {
 			return d.endedAttemptError(ctx, tx, t)
 		}
 		if !t.ReapAt.After(now) {
 			expired = true
-			return d.reapTask(ctx, tx, t, now)
+			return d.reapTask(ctx, tx, c, t)
 		}
 		fence := store.Fence{Status: t.Status, Attempt: t.Attempt}
 		t.HeartbeatAt = now
 		t.LeaseExpiresAt = now.Add(t.HeartbeatTimeout)
 		t.ReapAt = reapAt(t)
-		c := &changes{now: now}
 		if t.LastEventType != EventTaskHeartbeat || now.Sub(t.LastEventAt) >= heartbeatEventInterval {
 			t.LastEventType, t.LastEventAt = EventTaskHeartbeat, now
 			c.event(t.JobID, t.ID, t.Key, EventTaskHeartbeat, map[string]any{"attempt": t.Attempt, "workerId": t.WorkerID})
@@ -177,7 +174,7 @@ func (d *Dispatcher) Heartbeat(ctx context.Context, p HeartbeatParams) (*Heartbe
 			return err
 		}
 		res = &HeartbeatResult{Task: t, LeaseExpiresAt: t.LeaseExpiresAt, ShouldCancel: !t.CancelRequestedAt.IsZero(), CancelReason: t.CancelReason}
-		return c.write(ctx, tx)
+		return nil
 	})
 	if err == nil && expired {
 		return nil, ErrTaskExpired
@@ -261,7 +258,7 @@ func (d *Dispatcher) Complete(ctx context.Context, p CompleteParams) (*CompleteR
 		return nil, &InvalidError{Message: fmt.Sprintf("unknown outcome %q", p.Outcome)}
 	}
 	var res *CompleteResult
-	err := d.store.InTx(ctx, func(tx store.Tx) error {
+	err := d.update(ctx, func(tx store.Tx, c *changes) error {
 		res = nil
 		t, err := d.lockTask(ctx, tx, p.TaskID)
 		if err != nil {
@@ -288,8 +285,7 @@ func (d *Dispatcher) Complete(ctx context.Context, p CompleteParams) (*CompleteR
 		if t.Status != lifecycle.Running && !late {
 			return ErrTaskExpired
 		}
-		now := d.now()
-		c := &changes{now: now}
+		now := c.now
 		fence := store.Fence{Status: t.Status, Attempt: t.Attempt}
 		a.FinishedAt, a.Outcome, a.Metrics = now, p.Outcome, p.Metrics
 		res = &CompleteResult{Task: t}
@@ -317,7 +313,7 @@ func (d *Dispatcher) Complete(ctx context.Context, p CompleteParams) (*CompleteR
 		if err := tx.UpdateAttempt(ctx, a); err != nil {
 			return err
 		}
-		return c.write(ctx, tx)
+		return nil
 	})
 	if err != nil {
 		return nil, err
@@ -424,13 +420,12 @@ func (d *Dispatcher) CancelTask(ctx context.Context, taskID, reason string) (*st
 		reason = "user_requested"
 	}
 	var t *store.Task
-	err := d.store.InTx(ctx, func(tx store.Tx) error {
+	err := d.update(ctx, func(tx store.Tx, c *changes) error {
 		var err error
 		if t, err = d.lockTask(ctx, tx, taskID); err != nil {
 			return err
 		}
-		now := d.now()
-		c := &changes{now: now}
+		now := c.now
 		scope := store.CancelParams{JobID: t.JobID, TaskID: t.ID, Now: now, Reason: reason}
 		switch {
 		case t.Status == lifecycle.Canceled:
@@ -456,9 +451,6 @@ func (d *Dispatcher) CancelTask(ctx context.Context, taskID, reason string) (*st
 			if _, err := d.settleJob(ctx, tx, c, nil, t.JobID, 1+len(skipped), ""); err != nil {
 				return err
 			}
-		}
-		if err := c.write(ctx, tx); err != nil {
-			return err
 		}
 		t, err = tx.GetTask(ctx, t.ID)
 		return err

@@ -52,6 +52,8 @@ type Reader interface {
 	// ListDeadLetters returns failed, dead-lettered tasks of a tenant, newest first, with
 	// Seq < beforeSeq (0: from the newest).
 	ListDeadLetters(ctx context.Context, tenant string, beforeSeq int64, limit int) ([]*Task, error)
+	ListDatasetEvents(ctx context.Context, taskID string) ([]*DatasetEvent, error)
+	ListBufferPublishes(ctx context.Context, taskID string) ([]*BufferPublish, error)
 	// OutboxAfter returns outbox messages with ID > afterID, oldest first.
 	OutboxAfter(ctx context.Context, afterID int64, limit int) ([]*OutboxMessage, error)
 	// NextReapAt is the earliest lease expiry, deadline or cancel grace end of a running task.
@@ -70,6 +72,21 @@ type Keys interface {
 	RevokeAPIKey(ctx context.Context, id string, at time.Time) error
 	// CountRequest adds one to a key's count for a UTC day ("2006-01-02") and returns the new count.
 	CountRequest(ctx context.Context, keyID, day string) (int64, error)
+
+	// InsertSigningKey stores a token signing key; ErrConflict if its kid exists.
+	InsertSigningKey(ctx context.Context, k *SigningKey) error
+	// ListSigningKeys returns every signing key, newest first.
+	ListSigningKeys(ctx context.Context) ([]*SigningKey, error)
+	// RetireSigningKey stops a key from verifying; ErrNotFound if there is no such key.
+	RetireSigningKey(ctx context.Context, kid string, at time.Time) error
+}
+
+// SigningKey is an HMAC key for capability tokens.
+type SigningKey struct {
+	KID       string
+	Secret    []byte
+	CreatedAt time.Time
+	RetiredAt time.Time
 }
 
 // APIKey is a producer credential. Only a hash of the secret is kept.
@@ -121,6 +138,13 @@ type Tx interface {
 	// ResumeTasks puts a job's failed, canceled and skipped tasks back to pending (no unfinished
 	// parent) or waiting, with a fresh retry budget.
 	ResumeTasks(ctx context.Context, jobID string, now time.Time) ([]*TaskRef, error)
+
+	// InsertDatasetEvents stores events, skipping any whose DedupeKey is already stored, and
+	// returns how many were new.
+	InsertDatasetEvents(ctx context.Context, events []*DatasetEvent) (int, error)
+	// InsertBufferPublish stores a publish record; ok is false, and nothing changes, when the same
+	// (task, attempt, batch URI) was recorded before.
+	InsertBufferPublish(ctx context.Context, p *BufferPublish) (ok bool, err error)
 
 	InsertAttempt(ctx context.Context, a *Attempt) error
 	UpdateAttempt(ctx context.Context, a *Attempt) error
@@ -274,6 +298,39 @@ const (
 	OutcomeTimedOut      Outcome = "timed_out"
 	OutcomeCancelTimeout Outcome = "cancel_timeout"
 )
+
+// DatasetEvent is an upstream event a task reported: a dataset version reached a cursor, or a
+// partition of it was written.
+type DatasetEvent struct {
+	ID             int64
+	DedupeKey      string // identifies a repeat of the same event by the same task
+	JobID          string
+	TaskID         string
+	Attempt        int
+	DatasetUUID    string
+	DatasetVersion string
+	Cursor         *int64
+	PartitionKey   string
+	Start, End     *int64
+	CreatedAt      time.Time
+}
+
+// BufferPublish records that a task wrote a batch for the sink to load.
+type BufferPublish struct {
+	ID             int64
+	TaskID         string
+	Attempt        int
+	BatchURI       string
+	JobID          string
+	Tenant         string
+	DatasetUUID    string
+	DatasetVersion string
+	RecordCount    *int64
+	ContentType    string
+	BatchSizeBytes *int64
+	DedupeScope    string
+	CreatedAt      time.Time
+}
 
 // Event is one audit row.
 type Event struct {

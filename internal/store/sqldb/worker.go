@@ -1,0 +1,177 @@
+package sqldb
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"time"
+
+	"github.com/baton-dev/baton/internal/store"
+)
+
+func nullInt(p *int64) any {
+	if p == nil {
+		return nil
+	}
+	return *p
+}
+
+func fromNullInt(n sql.NullInt64) *int64 {
+	if !n.Valid {
+		return nil
+	}
+	v := n.Int64
+	return &v
+}
+
+// InsertDatasetEvents implements store.Tx.
+func (t *tx) InsertDatasetEvents(ctx context.Context, events []*store.DatasetEvent) (int, error) {
+	n := 0
+	for _, e := range events {
+		res, err := t.db.ExecContext(ctx, `INSERT INTO dataset_events (dedupe_key, job_id, task_id,
+			attempt, dataset_uuid, dataset_version, cursor, partition_key, range_start, range_end,
+			created_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)
+			ON CONFLICT (dedupe_key) DO NOTHING`,
+			e.DedupeKey, e.JobID, e.TaskID, e.Attempt, e.DatasetUUID, e.DatasetVersion,
+			nullInt(e.Cursor), strArg(e.PartitionKey), nullInt(e.Start), nullInt(e.End), ms(e.CreatedAt))
+		if err != nil {
+			return n, fmt.Errorf("insert dataset event: %w", err)
+		}
+		if k, _ := res.RowsAffected(); k > 0 {
+			n++
+		}
+	}
+	return n, nil
+}
+
+// ListDatasetEvents implements store.Reader.
+func (q q) ListDatasetEvents(ctx context.Context, taskID string) ([]*store.DatasetEvent, error) {
+	rows, err := q.db.QueryContext(ctx, `SELECT id, dedupe_key, job_id, task_id, attempt,
+		dataset_uuid, dataset_version, cursor, partition_key, range_start, range_end, created_at
+		FROM dataset_events WHERE task_id = $1 ORDER BY id`, taskID)
+	if err != nil {
+		return nil, fmt.Errorf("list dataset events: %w", err)
+	}
+	defer rows.Close()
+	var out []*store.DatasetEvent
+	for rows.Next() {
+		var (
+			e                  store.DatasetEvent
+			cursor, start, end sql.NullInt64
+			partition          sql.NullString
+			created            int64
+		)
+		if err := rows.Scan(&e.ID, &e.DedupeKey, &e.JobID, &e.TaskID, &e.Attempt, &e.DatasetUUID,
+			&e.DatasetVersion, &cursor, &partition, &start, &end, &created); err != nil {
+			return nil, err
+		}
+		e.Cursor, e.Start, e.End = fromNullInt(cursor), fromNullInt(start), fromNullInt(end)
+		e.PartitionKey = partition.String
+		e.CreatedAt = time.UnixMilli(created).UTC()
+		out = append(out, &e)
+	}
+	return out, rows.Err()
+}
+
+// InsertBufferPublish implements store.Tx.
+func (t *tx) InsertBufferPublish(ctx context.Context, p *store.BufferPublish) (bool, error) {
+	err := t.db.QueryRowContext(ctx, `INSERT INTO buffer_publishes (task_id, attempt, batch_uri,
+		job_id, tenant, dataset_uuid, dataset_version, record_count, content_type, batch_size_bytes,
+		dedupe_scope, created_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)
+		ON CONFLICT (task_id, attempt, batch_uri) DO NOTHING RETURNING id`,
+		p.TaskID, p.Attempt, p.BatchURI, p.JobID, p.Tenant, p.DatasetUUID, p.DatasetVersion,
+		nullInt(p.RecordCount), p.ContentType, nullInt(p.BatchSizeBytes), p.DedupeScope,
+		ms(p.CreatedAt)).Scan(&p.ID)
+	if err == sql.ErrNoRows {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("insert buffer publish: %w", err)
+	}
+	return true, nil
+}
+
+// ListBufferPublishes implements store.Reader.
+func (q q) ListBufferPublishes(ctx context.Context, taskID string) ([]*store.BufferPublish, error) {
+	rows, err := q.db.QueryContext(ctx, `SELECT id, task_id, attempt, batch_uri, job_id, tenant,
+		dataset_uuid, dataset_version, record_count, content_type, batch_size_bytes, dedupe_scope,
+		created_at FROM buffer_publishes WHERE task_id = $1 ORDER BY id`, taskID)
+	if err != nil {
+		return nil, fmt.Errorf("list buffer publishes: %w", err)
+	}
+	defer rows.Close()
+	var out []*store.BufferPublish
+	for rows.Next() {
+		var (
+			p            store.BufferPublish
+			count, bytes sql.NullInt64
+			created      int64
+		)
+		if err := rows.Scan(&p.ID, &p.TaskID, &p.Attempt, &p.BatchURI, &p.JobID, &p.Tenant,
+			&p.DatasetUUID, &p.DatasetVersion, &count, &p.ContentType, &bytes, &p.DedupeScope, &created); err != nil {
+			return nil, err
+		}
+		p.RecordCount, p.BatchSizeBytes = fromNullInt(count), fromNullInt(bytes)
+		p.CreatedAt = time.UnixMilli(created).UTC()
+		out = append(out, &p)
+	}
+	return out, rows.Err()
+}
+
+// InsertSigningKey implements store.Keys.
+func (db *DB) InsertSigningKey(ctx context.Context, k *store.SigningKey) error {
+	_, err := db.write.ExecContext(ctx, `INSERT INTO signing_keys (kid, secret, created_at, retired_at)
+		VALUES ($1, $2, $3, $4)`, k.KID, string(k.Secret), ms(k.CreatedAt), ms(k.RetiredAt))
+	if err != nil {
+		if db.dialect.IsUnique(err) {
+			return store.ErrConflict
+		}
+		return fmt.Errorf("insert signing key: %w", err)
+	}
+	return nil
+}
+
+// ListSigningKeys implements store.Keys.
+func (db *DB) ListSigningKeys(ctx context.Context) ([]*store.SigningKey, error) {
+	rows, err := db.read.QueryContext(ctx, `SELECT kid, secret, created_at, retired_at FROM signing_keys
+		ORDER BY created_at DESC, kid DESC`)
+	if err != nil {
+		return nil, fmt.Errorf("list signing keys: %w", err)
+	}
+	defer rows.Close()
+	var out []*store.SigningKey
+	for rows.Next() {
+		var (
+			k       store.SigningKey
+			secret  string
+			created int64
+			retired sql.NullInt64
+		)
+		if err := rows.Scan(&k.KID, &secret, &created, &retired); err != nil {
+			return nil, err
+		}
+		k.Secret = []byte(secret)
+		k.CreatedAt = time.UnixMilli(created).UTC()
+		k.RetiredAt = fromMs(retired)
+		out = append(out, &k)
+	}
+	return out, rows.Err()
+}
+
+// RetireSigningKey implements store.Keys.
+func (db *DB) RetireSigningKey(ctx context.Context, kid string, at time.Time) error {
+	res, err := db.write.ExecContext(ctx, `UPDATE signing_keys SET retired_at = $2 WHERE kid = $1 AND retired_at IS NULL`, kid, at.UnixMilli())
+	if err != nil {
+		return fmt.Errorf("retire signing key: %w", err)
+	}
+	if n, _ := res.RowsAffected(); n == 0 {
+		var exists int
+		if err := db.write.QueryRowContext(ctx, `SELECT count(*) FROM signing_keys WHERE kid = $1`, kid).Scan(&exists); err != nil {
+			return err
+		}
+		if exists == 0 {
+			return store.ErrNotFound
+		}
+	}
+	return nil
+}
