@@ -8,8 +8,11 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/jonboulle/clockwork"
 
 	"github.com/baton-dev/baton/internal/api"
 	"github.com/baton-dev/baton/internal/auth"
@@ -158,4 +161,124 @@ func (a *testAPI) runTask(jobID, key string, fail bool) {
 		return
 	}
 	a.t.Fatalf("no task %s in %s", key, jobID)
+}
+
+// on returns a copy of a whose helpers report to t, for subtests that share a's server.
+func (a *testAPI) on(t *testing.T) *testAPI {
+	c := *a
+	c.t = t
+	return &c
+}
+
+// newKeyWithID creates a key of tenant and returns its id and secret.
+func (a *testAPI) newKeyWithID(tenant string) (id, secret string) {
+	a.t.Helper()
+	k, secret, err := auth.CreateKey(context.Background(), a.st, "test-"+tenant, tenant, "", time.Now())
+	if err != nil {
+		a.t.Fatal(err)
+	}
+	return k.ID, secret
+}
+
+// createJob submits body with the acme key and returns the new job's id.
+func (a *testAPI) createJob(body string) string {
+	a.t.Helper()
+	res := a.do("POST", "/jobs", body)
+	if res.Status != http.StatusCreated {
+		a.t.Fatalf("POST /jobs: %d %s", res.Status, res.Raw)
+	}
+	id, _ := res.Body["jobId"].(string)
+	return id
+}
+
+// send is do without the test: it may run on any goroutine and returns transport errors.
+func (a *testAPI) send(method, path, body string, headers ...string) (response, error) {
+	req, err := http.NewRequest(method, a.srv.URL+path, bytes.NewBufferString(body))
+	if err != nil {
+		return response{}, err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	for i := 0; i+1 < len(headers); i += 2 {
+		req.Header.Set(headers[i], headers[i+1])
+	}
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return response{}, err
+	}
+	defer res.Body.Close()
+	raw, err := io.ReadAll(res.Body)
+	if err != nil {
+		return response{}, err
+	}
+	out := response{Status: res.StatusCode, Header: res.Header, Raw: raw}
+	if len(raw) > 0 && res.Header.Get("Content-Type") == "application/json" {
+		if err := json.Unmarshal(raw, &out.Body); err != nil {
+			return out, err
+		}
+	}
+	return out, nil
+}
+
+// wantStatus fails the test unless res answered code.
+func wantStatus(t *testing.T, res response, code int) {
+	t.Helper()
+	if res.Status != code {
+		t.Fatalf("status %d, want %d; body: %s", res.Status, code, res.Raw)
+	}
+}
+
+// wantError fails the test unless res answered code with a JSON body whose "error" is msg.
+func wantError(t *testing.T, res response, code int, msg string) {
+	t.Helper()
+	wantStatus(t, res, code)
+	if got, _ := res.Body["error"].(string); got != msg {
+		t.Fatalf("error %q, want %q; body: %s", got, msg, res.Raw)
+	}
+}
+
+// wantErrors fails the test unless res is a 400 whose "error" is msgs[0] and "errors" is msgs.
+func wantErrors(t *testing.T, res response, msgs ...string) {
+	t.Helper()
+	wantError(t, res, http.StatusBadRequest, msgs[0])
+	got, ok := res.Body["errors"].([]any)
+	if !ok || len(got) != len(msgs) {
+		t.Fatalf("errors %v, want %q; body: %s", res.Body["errors"], msgs, res.Raw)
+	}
+	for i, m := range msgs {
+		if got[i] != m {
+			t.Fatalf("errors[%d] = %q, want %q; body: %s", i, got[i], m, res.Raw)
+		}
+	}
+}
+
+// tickingClock is a real clock whose every reading is one millisecond after the one before, so
+// that two readings taken in one transition never agree by chance.
+type tickingClock struct {
+	clockwork.Clock
+	ms atomic.Int64
+}
+
+func newTickingClock() *tickingClock {
+	c := &tickingClock{Clock: clockwork.NewRealClock()}
+	c.ms.Store(time.Now().UnixMilli())
+	return c
+}
+
+func (c *tickingClock) Now() time.Time { return time.UnixMilli(c.ms.Add(1)).UTC() }
+
+// newAPIWithClock is newAPI with a dispatcher that reads clock.
+func newAPIWithClock(t *testing.T, st store.Store, opts apiOptions, clock clockwork.Clock) *testAPI {
+	t.Helper()
+	quiet := slog.New(slog.DiscardHandler)
+	d, err := dispatch.New(st, dispatch.Config{Clock: clock, MaxTasksPerJob: opts.maxTasks, Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := api.New(api.Config{Dispatcher: d, Auth: auth.NewAuthenticator(st, opts.limits, nil), Logger: quiet,
+		MaxBodyBytes: opts.maxBodyBytes, EventPoll: 20 * time.Millisecond})
+	srv := httptest.NewServer(s.ProducerHandler())
+	t.Cleanup(srv.Close)
+	a := &testAPI{t: t, st: st, d: d, srv: srv}
+	a.key = a.newKey("acme")
+	return a
 }

@@ -163,6 +163,11 @@ func (d *Dispatcher) update(ctx context.Context, fn func(tx store.Tx, c *changes
 		if err := fn(tx, c); err != nil {
 			return err
 		}
+		if c.ready {
+			if err := tx.NotifyReady(ctx); err != nil {
+				return err
+			}
+		}
 		return c.write(ctx, tx)
 	})
 	if err == nil && c.ready {

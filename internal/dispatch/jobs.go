@@ -44,29 +44,36 @@ func (d *Dispatcher) CreateJob(ctx context.Context, p CreateJobParams) (*CreateJ
 	if len(v.Errors) > 0 {
 		return nil, &ValidationError{Errors: v.Errors}
 	}
-	now := d.now()
-	job := &store.Job{
-		ID:              "job-" + uuid.NewString(),
-		Tenant:          p.Tenant,
-		Name:            p.Name,
-		Status:          lifecycle.JobProcessing,
-		IdempotencyKey:  p.IdempotencyKey,
-		RequestHash:     p.RequestHash,
-		TotalTasks:      len(p.Tasks),
-		UnfinishedTasks: len(p.Tasks),
-		CreatedAt:       now,
+	if msg := lifecycle.CheckName(p.Name); msg != "" {
+		return nil, &InvalidError{Message: "job name " + msg}
 	}
-	tasks, ids := d.newTasks(job.ID, p.Tasks, now)
-	deps := edges(job.ID, p.Tasks, ids)
-	var roots []string
-	created := make([]map[string]any, len(p.Tasks))
-	for i, t := range tasks {
-		created[i] = map[string]any{"taskId": t.Key, "name": t.Name, "dependsOn": t.DependsOn, "input": t.Input}
-		if len(t.DependsOn) == 0 {
-			roots = append(roots, t.Key)
-		}
-	}
+	var (
+		job   *store.Job
+		roots []string
+	)
 	err := d.update(ctx, func(tx store.Tx, c *changes) error {
+		now := c.now
+		job = &store.Job{
+			ID:              "job-" + uuid.NewString(),
+			Tenant:          p.Tenant,
+			Name:            p.Name,
+			Status:          lifecycle.JobProcessing,
+			IdempotencyKey:  p.IdempotencyKey,
+			RequestHash:     p.RequestHash,
+			TotalTasks:      len(p.Tasks),
+			UnfinishedTasks: len(p.Tasks),
+			CreatedAt:       now,
+		}
+		tasks, ids := d.newTasks(job.ID, p.Tasks, now)
+		deps := edges(job.ID, p.Tasks, ids)
+		roots = nil
+		created := make([]map[string]any, len(p.Tasks))
+		for i, t := range tasks {
+			created[i] = map[string]any{"taskId": t.Key, "name": t.Name, "dependsOn": t.DependsOn, "input": t.Input}
+			if len(t.DependsOn) == 0 {
+				roots = append(roots, t.Key)
+			}
+		}
 		c.event(job.ID, "", "", EventJobCreated, map[string]any{"jobId": job.ID, "tasks": created, "totalTasks": len(tasks)})
 		for _, t := range tasks {
 			if t.Status == lifecycle.Pending {
@@ -80,10 +87,7 @@ func (d *Dispatcher) CreateJob(ctx context.Context, p CreateJobParams) (*CreateJ
 		if err := tx.InsertTasks(ctx, tasks); err != nil {
 			return err
 		}
-		if err := tx.InsertDeps(ctx, deps); err != nil {
-			return err
-		}
-		return nil
+		return tx.InsertDeps(ctx, deps)
 	})
 	if errors.Is(err, store.ErrConflict) && p.IdempotencyKey != "" {
 		// A concurrent request with the same key won the race.

@@ -86,6 +86,9 @@ func (d *Dispatcher) ClaimNext(ctx context.Context, p ClaimNextParams) ([]*Claim
 
 // claim takes a lease on each of ids that is claimable and returns those it got.
 func (d *Dispatcher) claim(ctx context.Context, tx store.Tx, c *changes, ids []string, workerID string) ([]*Claim, error) {
+	if msg := lifecycle.CheckName(workerID); msg != "" {
+		return nil, &InvalidError{Message: "worker id " + msg}
+	}
 	now := c.now
 	var claims []*Claim
 	for _, id := range ids {
@@ -233,6 +236,7 @@ type CompleteParams struct {
 	Output     json.RawMessage
 	Error      *store.TaskError // for failed: category (default USER_CODE), message, retryable
 	Metrics    json.RawMessage
+	Events     []DatasetEvent // final upstream events, stored with the completion
 }
 
 // CompleteResult says what became of the task.
@@ -286,6 +290,15 @@ func (d *Dispatcher) Complete(ctx context.Context, p CompleteParams) (*CompleteR
 			return ErrTaskExpired
 		}
 		now := c.now
+		if len(p.Events) > 0 {
+			rows, err := validateEvents(t, t.Attempt, p.Events, now)
+			if err != nil {
+				return err
+			}
+			if _, err := tx.InsertDatasetEvents(ctx, rows); err != nil {
+				return err
+			}
+		}
 		fence := store.Fence{Status: t.Status, Attempt: t.Attempt}
 		a.FinishedAt, a.Outcome, a.Metrics = now, p.Outcome, p.Metrics
 		res = &CompleteResult{Task: t}

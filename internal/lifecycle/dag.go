@@ -2,8 +2,11 @@ package lifecycle
 
 import (
 	"encoding/json"
+	"fmt"
 	"strconv"
 	"strings"
+	"unicode"
+	"unicode/utf8"
 )
 
 // TaskSpec is one task of a submission as the producer wrote it. Optional fields are pointers so that
@@ -104,6 +107,8 @@ func dagCheckFields(tasks []TaskSpec, existing map[string]struct{}) (map[string]
 		}
 		if t.Name == "" {
 			errs = append(errs, "Task "+t.Key+": name is required")
+		} else if msg := CheckName(t.Name); msg != "" {
+			errs = append(errs, "Task "+t.Key+": name "+msg)
 		}
 		for _, dep := range t.DependsOn {
 			m, ok := seenDep[dep]
@@ -272,4 +277,25 @@ func dagRootError(tasks []TaskSpec, existingCount int) string {
 		}
 	}
 	return "At least one root task (empty dependsOn) is required"
+}
+
+// MaxNameLength bounds task, job and worker names: they are routing keys (a task's queue defaults
+// to its name) and index entries.
+const MaxNameLength = 256
+
+// CheckName returns what is wrong with a name ("" when nothing): too long, or containing control
+// characters, which no queue, log or database column should have to carry.
+func CheckName(name string) string {
+	if utf8.RuneCountInString(name) > MaxNameLength {
+		return fmt.Sprintf("must be at most %d characters", MaxNameLength)
+	}
+	if !utf8.ValidString(name) {
+		return "must be valid UTF-8"
+	}
+	for _, r := range name {
+		if unicode.IsControl(r) {
+			return "must not contain control characters"
+		}
+	}
+	return ""
 }

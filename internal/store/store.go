@@ -60,6 +60,14 @@ type Reader interface {
 	NextReapAt(ctx context.Context) (t time.Time, ok bool, err error)
 	// DueTasks lists running tasks whose reap time is at or before now, earliest first.
 	DueTasks(ctx context.Context, now time.Time, limit int) ([]string, error)
+	// NextAvailableAt is the earliest time a pending task of the queues becomes claimable.
+	NextAvailableAt(ctx context.Context, queues []string) (t time.Time, ok bool, err error)
+}
+
+// Listener is implemented by stores shared between processes (PostgreSQL): Listen calls fn each
+// time any process commits a transaction that called Tx.NotifyReady, until ctx ends.
+type Listener interface {
+	Listen(ctx context.Context, fn func()) error
 }
 
 // Keys stores producer API keys and counts their use.
@@ -145,6 +153,10 @@ type Tx interface {
 	// InsertBufferPublish stores a publish record; ok is false, and nothing changes, when the same
 	// (task, attempt, batch URI) was recorded before.
 	InsertBufferPublish(ctx context.Context, p *BufferPublish) (ok bool, err error)
+
+	// NotifyReady tells other processes sharing the database, once this transaction commits, that
+	// a task became claimable. A no-op where one process owns the database.
+	NotifyReady(ctx context.Context) error
 
 	InsertAttempt(ctx context.Context, a *Attempt) error
 	UpdateAttempt(ctx context.Context, a *Attempt) error

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"hash/fnv"
 	"io/fs"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -25,9 +26,53 @@ import (
 var migrations embed.FS
 
 // Store is a store.Store on a PostgreSQL database.
-type Store struct{ *sqldb.DB }
+type Store struct {
+	*sqldb.DB
+	cfg *pgx.ConnConfig
+}
 
-var _ store.Store = (*Store)(nil)
+var (
+	_ store.Store    = (*Store)(nil)
+	_ store.Listener = (*Store)(nil)
+)
+
+// readyChannel is the NOTIFY channel of task wake-ups between replicas.
+const readyChannel = "baton_ready"
+
+// Listen implements store.Listener on a dedicated connection, reconnecting after errors.
+func (s *Store) Listen(ctx context.Context, fn func()) error {
+	for {
+		s.listen(ctx, fn)
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		// A dropped connection may have missed notifications; waking waiters costs only a look.
+		fn()
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(time.Second):
+		}
+	}
+}
+
+// listen delivers notifications until the connection fails or ctx ends.
+func (s *Store) listen(ctx context.Context, fn func()) {
+	conn, err := pgx.ConnectConfig(ctx, s.cfg.Copy())
+	if err != nil {
+		return
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	if _, err := conn.Exec(ctx, "LISTEN "+readyChannel); err != nil {
+		return
+	}
+	for {
+		if _, err := conn.WaitForNotification(ctx); err != nil {
+			return
+		}
+		fn()
+	}
+}
 
 // Options tunes Open.
 type Options struct {
@@ -60,13 +105,14 @@ func Open(ctx context.Context, url string, opts Options) (*Store, error) {
 		db.Close()
 		return nil, err
 	}
-	return &Store{sqldb.New(db, db, sqldb.Dialect{
+	return &Store{DB: sqldb.New(db, db, sqldb.Dialect{
+		Notify:      "SELECT pg_notify('" + readyChannel + "', '')",
 		LockRow:     " FOR UPDATE",
 		LockSkip:    " FOR UPDATE SKIP LOCKED",
 		MaxParams:   65535,
 		IsUnique:    func(err error) bool { return pgCode(err) == "23505" },
 		IsRetryable: isRetryable,
-	})}, nil
+	}), cfg: cfg}, nil
 }
 
 func provider(db *sql.DB, opts ...goose.ProviderOption) (*goose.Provider, error) {

@@ -24,6 +24,8 @@ type Dialect struct {
 	LockSkip string
 	// MaxParams is the most bind parameters one statement may carry.
 	MaxParams int
+	// Notify is the statement that announces a ready task to other processes ("" for none).
+	Notify string
 	// Positional makes multi-row inserts use "?" placeholders. SQLite resolves "$N" by a linear
 	// scan of the statement's parameter names, which makes a 20,000-parameter insert quadratic.
 	Positional bool

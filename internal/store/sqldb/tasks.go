@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"encoding/json"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/baton-dev/baton/internal/store"
@@ -152,6 +153,38 @@ func (q q) NextReapAt(ctx context.Context) (time.Time, bool, error) {
 func (q q) DueTasks(ctx context.Context, now time.Time, limit int) ([]string, error) {
 	return q.ids(ctx, `SELECT id FROM tasks WHERE status = 'running' AND reap_at <= $1
 		ORDER BY reap_at LIMIT $2`, now.UnixMilli(), limit)
+}
+
+// NextAvailableAt implements store.Reader.
+func (q q) NextAvailableAt(ctx context.Context, queues []string) (time.Time, bool, error) {
+	if len(queues) == 0 {
+		return time.Time{}, false, nil
+	}
+	var b strings.Builder
+	args := make([]any, len(queues))
+	for i, qu := range queues {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		fmt.Fprintf(&b, "$%d", i+1)
+		args[i] = qu
+	}
+	var at sql.NullInt64
+	err := q.db.QueryRowContext(ctx, `SELECT min(available_at) FROM tasks WHERE status = 'pending'
+		AND queue IN (`+b.String()+`)`, args...).Scan(&at)
+	if err != nil {
+		return time.Time{}, false, fmt.Errorf("next available: %w", err)
+	}
+	return fromMs(at), at.Valid, nil
+}
+
+// NotifyReady implements store.Tx.
+func (t *tx) NotifyReady(ctx context.Context) error {
+	if t.d.Notify == "" {
+		return nil
+	}
+	_, err := t.db.ExecContext(ctx, t.d.Notify)
+	return err
 }
 
 func (q q) ids(ctx context.Context, query string, args ...any) ([]string, error) {

@@ -1,0 +1,225 @@
+package dispatch
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"regexp"
+	"strconv"
+	"time"
+
+	"github.com/baton-dev/baton/internal/lifecycle"
+	"github.com/baton-dev/baton/internal/store"
+)
+
+// ClaimWait is ClaimNext as a long poll: when nothing is ready it waits, up to maxWait, until a
+// transition makes a task claimable (in this process, or in another one sharing the database when
+// ListenForWakeups runs) or a backed-off task's retry time comes, and claims then.
+func (d *Dispatcher) ClaimWait(ctx context.Context, p ClaimNextParams, maxWait time.Duration) ([]*Claim, error) {
+	deadline := d.clock.Now().Add(maxWait)
+	for {
+		woken := d.ready.wait() // before looking, so a wake-up between look and wait is kept
+		claims, err := d.ClaimNext(ctx, p)
+		if err != nil || len(claims) > 0 {
+			return claims, err
+		}
+		now := d.clock.Now()
+		wait := deadline.Sub(now)
+		if wait <= 0 {
+			return nil, nil
+		}
+		next, ok, err := d.store.NextAvailableAt(ctx, p.Queues)
+		if err != nil {
+			return nil, err
+		}
+		if ok {
+			// Stored times have millisecond precision; wait until just past the retry time.
+			wait = min(wait, max(next.Sub(now)+time.Millisecond, time.Millisecond))
+		}
+		timer := d.clock.NewTimer(wait)
+		select {
+		case <-woken:
+		case <-timer.Chan():
+		case <-ctx.Done():
+			timer.Stop()
+			return nil, ctx.Err()
+		}
+		timer.Stop()
+	}
+}
+
+// ListenForWakeups relays wake-ups committed by other processes sharing the store to this
+// dispatcher's waiting claimers, until ctx ends. It returns at once for a store that no other
+// process shares.
+func (d *Dispatcher) ListenForWakeups(ctx context.Context) {
+	if l, ok := d.store.(store.Listener); ok {
+		_ = l.Listen(ctx, d.ready.notify)
+	}
+}
+
+// Fence identifies the attempt a worker call is about (rule 2).
+type Fence struct {
+	TaskID     string
+	Attempt    int // 0: whichever attempt LeaseToken belongs to
+	LeaseToken string
+}
+
+// lockAttempt locks a task for a call about its current attempt: the fence must match, and the
+// attempt must still be running or (rule 6) have timed out with no newer attempt claimed.
+func (d *Dispatcher) lockAttempt(ctx context.Context, tx store.Tx, f Fence) (*store.Task, error) {
+	t, err := d.lockTask(ctx, tx, f.TaskID)
+	if err != nil {
+		return nil, err
+	}
+	if err := checkFence(t, f.Attempt, f.LeaseToken); err != nil {
+		return nil, err
+	}
+	if t.Status == lifecycle.Running {
+		return t, nil
+	}
+	if t.Status == lifecycle.Pending {
+		a, err := tx.GetAttempt(ctx, t.ID, t.Attempt)
+		if err != nil {
+			return nil, err
+		}
+		if a.Outcome == store.OutcomeTimedOut {
+			return t, nil
+		}
+	}
+	return nil, d.endedAttemptError(ctx, tx, t)
+}
+
+// DatasetEvent is an upstream event as a worker reports it (seeds 000 and 003): a dataset version
+// reached a cursor, or a partition "start-end" of it was written.
+type DatasetEvent struct {
+	DatasetUUID    string `json:"dataset_uuid"`
+	DatasetVersion string `json:"dataset_version"`
+	Cursor         *int64 `json:"cursor,omitempty"`
+	PartitionKey   string `json:"partition_key,omitempty"`
+	Start          *int64 `json:"start,omitempty"`
+	End            *int64 `json:"end,omitempty"`
+}
+
+var partitionKey = regexp.MustCompile(`^(\d+)-(\d+)$`)
+
+// validateEvents checks events and turns them into rows of task t's attempt.
+func validateEvents(t *store.Task, attempt int, events []DatasetEvent, now time.Time) ([]*store.DatasetEvent, error) {
+	rows := make([]*store.DatasetEvent, len(events))
+	for i, e := range events {
+		bad := func(format string, args ...any) error {
+			return &InvalidError{Message: fmt.Sprintf("events[%d]: ", i) + fmt.Sprintf(format, args...)}
+		}
+		switch {
+		case e.DatasetUUID == "":
+			return nil, bad("dataset_uuid is required")
+		case e.DatasetVersion == "":
+			return nil, bad("dataset_version is required")
+		case e.Cursor == nil && e.PartitionKey == "":
+			return nil, bad("an event needs a cursor or a partition_key")
+		}
+		if e.PartitionKey != "" {
+			m := partitionKey.FindStringSubmatch(e.PartitionKey)
+			if m == nil {
+				return nil, bad("partition_key must be \"start-end\", got %q", e.PartitionKey)
+			}
+			start, _ := strconv.ParseInt(m[1], 10, 64)
+			end, _ := strconv.ParseInt(m[2], 10, 64)
+			if start > end || (e.Start != nil && *e.Start != start) || (e.End != nil && *e.End != end) {
+				return nil, bad("partition_key %q does not match start %v and end %v", e.PartitionKey, deref(e.Start), deref(e.End))
+			}
+		} else if e.Start != nil || e.End != nil {
+			return nil, bad("start and end belong to a partitioned event (with partition_key)")
+		}
+		key, _ := json.Marshal([]any{t.ID, e.DatasetUUID, e.DatasetVersion, e.Cursor, e.PartitionKey, e.Start, e.End})
+		sum := sha256.Sum256(key)
+		rows[i] = &store.DatasetEvent{DedupeKey: hex.EncodeToString(sum[:]), JobID: t.JobID, TaskID: t.ID, Attempt: attempt,
+			DatasetUUID: e.DatasetUUID, DatasetVersion: e.DatasetVersion, Cursor: e.Cursor, PartitionKey: e.PartitionKey,
+			Start: e.Start, End: e.End, CreatedAt: now}
+	}
+	return rows, nil
+}
+
+func deref(p *int64) any {
+	if p == nil {
+		return nil
+	}
+	return *p
+}
+
+// RecordEvents stores upstream events reported mid-task by the current attempt. Events are
+// idempotent: a repeat is accepted and stored once. It returns how many were new.
+func (d *Dispatcher) RecordEvents(ctx context.Context, f Fence, events []DatasetEvent) (int, error) {
+	var n int
+	err := d.update(ctx, func(tx store.Tx, c *changes) error {
+		t, err := d.lockAttempt(ctx, tx, f)
+		if err != nil {
+			return err
+		}
+		rows, err := validateEvents(t, t.Attempt, events, c.now)
+		if err != nil {
+			return err
+		}
+		n, err = tx.InsertDatasetEvents(ctx, rows)
+		return err
+	})
+	return n, err
+}
+
+// BufferPublishParams is a buffered dataset publish (seeds 000 and 003).
+type BufferPublishParams struct {
+	Fence
+	BatchURI       string
+	DatasetUUID    string
+	DatasetVersion string
+	RecordCount    *int64
+	ContentType    string
+	BatchSizeBytes *int64
+	DedupeScope    string
+}
+
+// TopicBufferBatch is the outbox topic of buffered publishes for the sink.
+const TopicBufferBatch = "buffer.batch"
+
+// maxBatchURI keeps the sink's queue message far below its 256 KB limit.
+const maxBatchURI = 2048
+
+// BufferPublish records that the current attempt wrote a batch for the sink, and queues the
+// sink's message in the same transaction. A repeat of the same (task, attempt, batch URI) is
+// accepted without a second record; duplicate reports false then.
+func (d *Dispatcher) BufferPublish(ctx context.Context, p BufferPublishParams) (duplicate bool, err error) {
+	if p.BatchURI == "" || len(p.BatchURI) > maxBatchURI {
+		return false, &InvalidError{Message: fmt.Sprintf("batch_uri is required and at most %d characters", maxBatchURI)}
+	}
+	if (p.RecordCount != nil && *p.RecordCount < 0) || (p.BatchSizeBytes != nil && *p.BatchSizeBytes < 0) {
+		return false, &InvalidError{Message: "record_count and batch_size_bytes must not be negative"}
+	}
+	err = d.update(ctx, func(tx store.Tx, c *changes) error {
+		duplicate = false
+		t, err := d.lockAttempt(ctx, tx, p.Fence)
+		if err != nil {
+			return err
+		}
+		job, err := tx.GetJob(ctx, t.JobID)
+		if err != nil {
+			return err
+		}
+		rec := &store.BufferPublish{TaskID: t.ID, Attempt: t.Attempt, BatchURI: p.BatchURI, JobID: t.JobID, Tenant: job.Tenant,
+			DatasetUUID: p.DatasetUUID, DatasetVersion: p.DatasetVersion, RecordCount: p.RecordCount, ContentType: p.ContentType,
+			BatchSizeBytes: p.BatchSizeBytes, DedupeScope: p.DedupeScope, CreatedAt: c.now}
+		ok, err := tx.InsertBufferPublish(ctx, rec)
+		if err != nil || !ok {
+			duplicate = !ok
+			return err
+		}
+		// The sink takes the tenant from this trusted record, never from the batch's rows.
+		msg, _ := json.Marshal(map[string]any{"kind": "buffer_batch", "org_id": job.Tenant, "dataset_uuid": p.DatasetUUID,
+			"dataset_version": p.DatasetVersion, "batch_uri": p.BatchURI, "record_count": p.RecordCount,
+			"content_type": p.ContentType, "batch_size_bytes": p.BatchSizeBytes, "dedupe_scope": p.DedupeScope,
+			"producer": map[string]any{"task_id": t.ID, "attempt": t.Attempt}})
+		c.outbox = append(c.outbox, &store.OutboxMessage{Topic: TopicBufferBatch, Key: p.DatasetUUID, Payload: msg, AvailableAt: c.now, CreatedAt: c.now})
+		return nil
+	})
+	return duplicate, err
+}

@@ -1,0 +1,232 @@
+package dispatch_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/baton-dev/baton/internal/dispatch"
+	"github.com/baton-dev/baton/internal/lifecycle"
+	"github.com/baton-dev/baton/internal/store"
+	"github.com/baton-dev/baton/internal/store/storetest"
+)
+
+func fence(c *dispatch.Claim) dispatch.Fence {
+	return dispatch.Fence{TaskID: c.Task.ID, Attempt: c.Task.Attempt, LeaseToken: c.Task.LeaseToken}
+}
+
+func i64(v int64) *int64 { return &v }
+
+func TestClaimWaitReturnsAsSoonAsATaskBecomesReady(t *testing.T) {
+	storetest.ForEachDriver(t, func(t *testing.T, st store.Store) {
+		d, err := dispatch.New(st, dispatch.Config{Logger: quiet}) // real clock: this waits for real
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx := context.Background()
+		res, err := d.CreateJob(ctx, dispatch.CreateJobParams{Tenant: tenant, Tasks: []lifecycle.TaskSpec{
+			{Key: "parent", Name: "p"}, {Key: "child", Name: "c", DependsOn: []string{"parent"}}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := make(chan []*dispatch.Claim, 1)
+		go func() {
+			claims, err := d.ClaimWait(ctx, dispatch.ClaimNextParams{Queues: []string{"c"}, WorkerID: "w"}, 10*time.Second)
+			if err != nil {
+				t.Error(err)
+			}
+			got <- claims
+		}()
+		parent, err := d.ClaimNext(ctx, dispatch.ClaimNextParams{Queues: []string{"p"}, WorkerID: "w"})
+		if err != nil || len(parent) != 1 {
+			t.Fatalf("claim parent: %v", err)
+		}
+		start := time.Now()
+		if _, err := d.Complete(ctx, dispatch.CompleteParams{TaskID: parent[0].Task.ID, LeaseToken: parent[0].Task.LeaseToken, Outcome: store.OutcomeSucceeded}); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case claims := <-got:
+			if len(claims) != 1 || claims[0].Task.Key != "child" || claims[0].Task.JobID != res.Job.ID {
+				t.Fatalf("long poll returned %v", claims)
+			}
+			if waited := time.Since(start); waited > 5*time.Second {
+				t.Errorf("long poll answered %v after the child became ready", waited)
+			}
+		case <-time.After(9 * time.Second):
+			t.Fatal("long poll did not return when the task became ready")
+		}
+	})
+}
+
+func TestClaimWaitWakesWhenABackoffEnds(t *testing.T) {
+	storetest.ForEachDriver(t, func(t *testing.T, st store.Store) {
+		e := newEnv(t, st)
+		job := e.submit(spec("a"))
+		e.fail(e.claim(job, "a"), lifecycle.UserCode) // retry in 10 s
+		got := make(chan int, 1)
+		go func() {
+			claims, err := e.d.ClaimWait(e.ctx, dispatch.ClaimNextParams{Queues: []string{"work"}, WorkerID: "w"}, time.Minute)
+			if err != nil {
+				t.Error(err)
+			}
+			got <- len(claims)
+		}()
+		if err := e.clock.BlockUntilContext(e.ctx, 1); err != nil { // the poll sleeps until the retry time
+			t.Fatal(err)
+		}
+		e.clock.Advance(10*time.Second + time.Millisecond)
+		if n := <-got; n != 1 {
+			t.Fatalf("claimed %d tasks when the backoff ended, want 1", n)
+		}
+	})
+}
+
+func TestClaimWaitGivesUpAfterMaxWait(t *testing.T) {
+	storetest.ForEachDriver(t, func(t *testing.T, st store.Store) {
+		e := newEnv(t, st)
+		got := make(chan int, 1)
+		go func() {
+			claims, err := e.d.ClaimWait(e.ctx, dispatch.ClaimNextParams{Queues: []string{"empty"}, WorkerID: "w"}, 5*time.Second)
+			if err != nil {
+				t.Error(err)
+			}
+			got <- len(claims)
+		}()
+		if err := e.clock.BlockUntilContext(e.ctx, 1); err != nil {
+			t.Fatal(err)
+		}
+		e.clock.Advance(5 * time.Second)
+		if n := <-got; n != 0 {
+			t.Fatalf("claimed %d tasks from an empty queue", n)
+		}
+	})
+}
+
+func TestRecordEventsIsFencedIdempotentAndValidated(t *testing.T) {
+	storetest.ForEachDriver(t, func(t *testing.T, st store.Store) {
+		e := newEnv(t, st)
+		job := e.submit(spec("a"))
+		c := e.claim(job, "a")
+		events := []dispatch.DatasetEvent{
+			{DatasetUUID: "ds-1", DatasetVersion: "v1", Cursor: i64(12345)},
+			{DatasetUUID: "ds-1", DatasetVersion: "v1", PartitionKey: "1000000-1010000", Start: i64(1000000), End: i64(1010000)},
+		}
+		n, err := e.d.RecordEvents(e.ctx, fence(c), events)
+		if err != nil || n != 2 {
+			t.Fatalf("record: %d, %v", n, err)
+		}
+		if n, err := e.d.RecordEvents(e.ctx, fence(c), events); err != nil || n != 0 {
+			t.Fatalf("repeat: %d new, %v; want 0 new and no error", n, err)
+		}
+		stored, _ := st.ListDatasetEvents(e.ctx, c.Task.ID)
+		if len(stored) != 2 || *stored[0].Cursor != 12345 || stored[1].PartitionKey != "1000000-1010000" || stored[0].Attempt != 1 {
+			t.Errorf("stored events %+v", stored)
+		}
+		for _, bad := range [][]dispatch.DatasetEvent{
+			{{DatasetVersion: "v1", Cursor: i64(1)}},
+			{{DatasetUUID: "ds", Cursor: i64(1)}},
+			{{DatasetUUID: "ds", DatasetVersion: "v1"}},
+			{{DatasetUUID: "ds", DatasetVersion: "v1", PartitionKey: "10-5"}},
+			{{DatasetUUID: "ds", DatasetVersion: "v1", PartitionKey: "1-5", Start: i64(2), End: i64(5)}},
+		} {
+			_, err := e.d.RecordEvents(e.ctx, fence(c), bad)
+			wantErr[*dispatch.InvalidError](t, err)
+		}
+		stale := fence(c)
+		stale.LeaseToken = "not-it"
+		if _, err := e.d.RecordEvents(e.ctx, stale, events[:1]); !errors.Is(err, dispatch.ErrLeaseMismatch) {
+			t.Errorf("stale token: %v", err)
+		}
+		e.succeed(c)
+		if _, err := e.d.RecordEvents(e.ctx, fence(c), []dispatch.DatasetEvent{{DatasetUUID: "ds-2", DatasetVersion: "v", Cursor: i64(1)}}); err == nil {
+			t.Error("events accepted after the attempt completed")
+		}
+		if stored, _ := st.ListDatasetEvents(e.ctx, c.Task.ID); len(stored) != 2 {
+			t.Errorf("refused calls stored events: %d", len(stored))
+		}
+	})
+}
+
+func TestEventsOfATimedOutAttemptAreAcceptedUntilTheNextClaim(t *testing.T) {
+	storetest.ForEachDriver(t, func(t *testing.T, st store.Store) {
+		e := newEnv(t, st)
+		job := e.submit(spec("a"))
+		c := e.claim(job, "a")
+		e.expire()
+		ev := []dispatch.DatasetEvent{{DatasetUUID: "ds", DatasetVersion: "v", Cursor: i64(1)}}
+		if _, err := e.d.RecordEvents(e.ctx, fence(c), ev); err != nil {
+			t.Fatalf("late events before the next claim: %v", err)
+		}
+		e.clock.Advance(10 * time.Second)
+		e.claim(job, "a")
+		_, err := e.d.RecordEvents(e.ctx, fence(c), ev)
+		wantErr[*dispatch.AttemptMismatchError](t, err)
+		_, err = e.d.BufferPublish(e.ctx, dispatch.BufferPublishParams{Fence: fence(c), BatchURI: "s3://b/x.jsonl"})
+		wantErr[*dispatch.AttemptMismatchError](t, err)
+	})
+}
+
+func TestBufferPublishRecordsOnceAndQueuesTheSinkMessage(t *testing.T) {
+	storetest.ForEachDriver(t, func(t *testing.T, st store.Store) {
+		e := newEnv(t, st)
+		job := e.submit(spec("a"))
+		c := e.claim(job, "a")
+		p := dispatch.BufferPublishParams{Fence: fence(c), BatchURI: "s3://trace-scratch/buffers/ds/t/1/batch.jsonl",
+			DatasetUUID: "ds", DatasetVersion: "v1", RecordCount: i64(1000)}
+		dup, err := e.d.BufferPublish(e.ctx, p)
+		if err != nil || dup {
+			t.Fatalf("publish: dup=%v %v", dup, err)
+		}
+		if dup, err := e.d.BufferPublish(e.ctx, p); err != nil || !dup {
+			t.Fatalf("repeat: dup=%v %v", dup, err)
+		}
+		recs, _ := st.ListBufferPublishes(e.ctx, c.Task.ID)
+		if len(recs) != 1 || recs[0].Tenant != tenant || *recs[0].RecordCount != 1000 {
+			t.Fatalf("records %+v", recs)
+		}
+		msgs, _ := st.OutboxAfter(e.ctx, 0, 100)
+		var sink []map[string]any
+		for _, m := range msgs {
+			if m.Topic == dispatch.TopicBufferBatch {
+				var v map[string]any
+				if err := json.Unmarshal(m.Payload, &v); err != nil {
+					t.Fatal(err)
+				}
+				sink = append(sink, v)
+			}
+		}
+		if len(sink) != 1 || sink[0]["org_id"] != tenant || sink[0]["kind"] != "buffer_batch" || sink[0]["batch_uri"] != p.BatchURI {
+			t.Errorf("sink messages %v", sink)
+		}
+		for _, bad := range []dispatch.BufferPublishParams{{Fence: fence(c)}, {Fence: fence(c), BatchURI: "x", RecordCount: i64(-1)}} {
+			_, err := e.d.BufferPublish(e.ctx, bad)
+			wantErr[*dispatch.InvalidError](t, err)
+		}
+	})
+}
+
+func TestCompletionStoresItsFinalEventsWithTheOutcome(t *testing.T) {
+	storetest.ForEachDriver(t, func(t *testing.T, st store.Store) {
+		e := newEnv(t, st)
+		job := e.submit(spec("a"))
+		c := e.claim(job, "a")
+		bad := dispatch.CompleteParams{TaskID: c.Task.ID, Attempt: 1, LeaseToken: c.Task.LeaseToken, Outcome: store.OutcomeSucceeded,
+			Events: []dispatch.DatasetEvent{{DatasetUUID: "ds"}}}
+		_, err := e.d.Complete(e.ctx, bad)
+		wantErr[*dispatch.InvalidError](t, err)
+		if s := e.status(job, "a"); s != lifecycle.Running {
+			t.Fatalf("an invalid completion changed the task to %s", s)
+		}
+		good := bad
+		good.Events = []dispatch.DatasetEvent{{DatasetUUID: "ds", DatasetVersion: "v", Cursor: i64(7)}}
+		if _, err := e.d.Complete(e.ctx, good); err != nil {
+			t.Fatal(err)
+		}
+		if evs, _ := st.ListDatasetEvents(e.ctx, c.Task.ID); len(evs) != 1 || *evs[0].Cursor != 7 {
+			t.Errorf("events %+v", evs)
+		}
+	})
+}
