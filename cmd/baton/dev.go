@@ -48,13 +48,17 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "baton dev:", err)
 		return 1
 	}
+	workerLine := fmt.Sprintf("http://%s   /internal/*: loopback only and WITHOUT TLS, for development only", ls.internal.Addr())
+	if ls.internalTLS {
+		workerLine = fmt.Sprintf("https://%s   /internal/*: mTLS, a client certificate signed by %s is required", ls.internal.Addr(), f.internalTLSClientCA)
+	}
 	fmt.Fprintf(stdout, `Baton dev server
   database      %s (SQLite)
   producer API  http://%s   (send the key in the x-api-key header)
-  worker API    http://%s   /internal/*: loopback only and WITHOUT TLS, for development only
+  worker API    %s
   %s
 Press Ctrl-C to stop.
-`, path, ls.producer.Addr(), ls.internal.Addr(), keyLine)
+`, path, ls.producer.Addr(), workerLine, keyLine)
 	if err := serve(ctx, &f, ls, st, newLogger(stderr)); err != nil {
 		fmt.Fprintln(stderr, "baton dev:", err)
 		return 1

@@ -24,6 +24,7 @@ Commands:
   server    run a production replica on PostgreSQL (--database-url or BATON_DATABASE_URL)
   migrate   apply the database migrations
   apikey    create, list and revoke producer API keys
+  certs     make a development CA and mTLS certificates for /internal/* (certs dev --out DIR)
   job       submit, list, get, cancel, resume and watch jobs (BATON_URL, BATON_API_KEY)
   version   print the version
 
@@ -48,6 +49,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return runJob(ctx, args[1:], stdout, stderr)
 	case "apikey":
 		return runAPIKey(ctx, args[1:], stdout, stderr)
+	case "certs":
+		return runCerts(ctx, args[1:], stdout, stderr)
 	case "migrate":
 		return runMigrate(ctx, args[1:], stdout, stderr)
 	case "version":

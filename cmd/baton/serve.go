@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"flag"
 	"fmt"
@@ -9,6 +10,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/baton-dev/baton/internal/api"
@@ -25,6 +27,8 @@ type serverFlags struct {
 	limits                 auth.Limits
 	defaults               dispatch.Defaults
 	shutdownTimeout        time.Duration
+	// The internal listener's mutual TLS: all three files or none.
+	internalTLSCert, internalTLSKey, internalTLSClientCA string
 }
 
 func (f *serverFlags) register(fs *flag.FlagSet) {
@@ -43,12 +47,59 @@ func (f *serverFlags) register(fs *flag.FlagSet) {
 	fs.DurationVar(&f.defaults.BackoffMax, "backoff-max", def.BackoffMax, "default retry backoff cap")
 	fs.DurationVar(&f.defaults.CancelGrace, "cancel-grace", def.CancelGrace, "default time a cancelled task has to stop")
 	fs.DurationVar(&f.shutdownTimeout, "shutdown-timeout", 30*time.Second, "how long to let in-flight requests finish on shutdown")
+	fs.StringVar(&f.internalTLSCert, "internal-tls-cert", "", "PEM server certificate of the /internal/* listener (with --internal-tls-key and --internal-tls-client-ca: mutual TLS)")
+	fs.StringVar(&f.internalTLSKey, "internal-tls-key", "", "PEM private key of --internal-tls-cert")
+	fs.StringVar(&f.internalTLSClientCA, "internal-tls-client-ca", "", "PEM CA bundle that worker client certificates must chain to")
+}
+
+// internalTLSFlags names the flags that turn on mutual TLS for /internal/*.
+const internalTLSFlags = "--internal-tls-cert, --internal-tls-key and --internal-tls-client-ca"
+
+// internalTLS reports whether the internal listener is to use mutual TLS: true when all three
+// files are set, false when none is, an error when only some are.
+func (f *serverFlags) internalTLS() (bool, error) {
+	var set, unset []string
+	for _, fl := range []struct{ name, value string }{
+		{"--internal-tls-cert", f.internalTLSCert},
+		{"--internal-tls-key", f.internalTLSKey},
+		{"--internal-tls-client-ca", f.internalTLSClientCA},
+	} {
+		if fl.value == "" {
+			unset = append(unset, fl.name)
+		} else {
+			set = append(set, fl.name)
+		}
+	}
+	switch {
+	case len(unset) == 0:
+		return true, nil
+	case len(set) == 0:
+		return false, nil
+	}
+	return false, fmt.Errorf("mutual TLS for /internal/* needs all of %s; missing %s", internalTLSFlags, strings.Join(unset, ", "))
 }
 
 // listeners are bound before anything is printed, so a port in use fails fast and clearly.
-type listeners struct{ producer, internal net.Listener }
+// internalTLS says the internal listener requires a client certificate.
+type listeners struct {
+	producer, internal net.Listener
+	internalTLS        bool
+}
 
+// bind loads the internal listener's certificates, when its TLS flags are set, and opens both
+// listeners. A TLS handshake runs on each connection's own goroutine, bounded by the server's
+// ReadHeaderTimeout, so a stalled client does not hold up Accept.
 func (f *serverFlags) bind() (*listeners, error) {
+	useTLS, err := f.internalTLS()
+	if err != nil {
+		return nil, err
+	}
+	var tlsConf *tls.Config
+	if useTLS {
+		if tlsConf, err = auth.ServerTLSConfig(f.internalTLSCert, f.internalTLSKey, f.internalTLSClientCA); err != nil {
+			return nil, fmt.Errorf("internal listener TLS: %w", err)
+		}
+	}
 	p, err := net.Listen("tcp", f.listen)
 	if err != nil {
 		return nil, fmt.Errorf("listen on %s: %w", f.listen, err)
@@ -58,7 +109,10 @@ func (f *serverFlags) bind() (*listeners, error) {
 		p.Close()
 		return nil, fmt.Errorf("listen on %s: %w", f.internalListen, err)
 	}
-	return &listeners{p, i}, nil
+	if tlsConf != nil {
+		i = tls.NewListener(i, tlsConf)
+	}
+	return &listeners{producer: p, internal: i, internalTLS: tlsConf != nil}, nil
 }
 
 // serve runs the APIs and the background loops on st until ctx ends, then shuts down

@@ -17,28 +17,58 @@ func runServer(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	dbURL := fs.String("database-url", os.Getenv("BATON_DATABASE_URL"), "PostgreSQL URL (env BATON_DATABASE_URL)")
 	migrate := fs.Bool("migrate", false, "apply pending migrations before serving (safe with several replicas)")
 	maxConns := fs.Int("max-conns", 16, "database connection pool size")
+	insecure := fs.Bool("internal-insecure", false, "serve /internal/* WITHOUT TLS or client certificates (only on a private network)")
 	var f serverFlags
 	f.register(fs)
 	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "baton server: unexpected argument %q\n", fs.Arg(0))
+		return 2
+	}
+	// Checked before the database: a replica must not come up with an open worker API.
+	useTLS, err := f.internalTLS()
+	if err != nil {
+		fmt.Fprintln(stderr, "baton server:", err)
+		return 2
+	}
+	switch {
+	case useTLS && *insecure:
+		fmt.Fprintf(stderr, "baton server: --internal-insecure contradicts %s; pass one or the other\n", internalTLSFlags)
+		return 2
+	case !useTLS && !*insecure:
+		fmt.Fprintf(stderr, "baton server: /internal/* requires mutual TLS: set %s\n"+
+			"  (development certificates: `baton certs dev --out DIR`),\n"+
+			"  or pass --internal-insecure to serve it without TLS on a private network\n", internalTLSFlags)
 		return 2
 	}
 	if *dbURL == "" {
 		fmt.Fprintln(stderr, "baton server: set --database-url or BATON_DATABASE_URL (for a database-free start, use `baton dev`)")
 		return 2
 	}
-	st, err := postgres.Open(ctx, *dbURL, postgres.Options{MaxConns: *maxConns, Migrate: *migrate})
-	if err != nil {
-		fmt.Fprintln(stderr, "baton server:", err)
-		return 1
-	}
-	defer st.Close()
 	ls, err := f.bind()
 	if err != nil {
 		fmt.Fprintln(stderr, "baton server:", err)
 		return 1
 	}
+	st, err := postgres.Open(ctx, *dbURL, postgres.Options{MaxConns: *maxConns, Migrate: *migrate})
+	if err != nil {
+		ls.producer.Close()
+		ls.internal.Close()
+		fmt.Fprintln(stderr, "baton server:", err)
+		return 1
+	}
+	defer st.Close()
 	log := newLogger(stderr)
-	log.Info("baton server started", "producer", ls.producer.Addr().String(), "internal", ls.internal.Addr().String())
+	if ls.internalTLS {
+		log.Info("baton server started", "producer", ls.producer.Addr().String(), "internal", ls.internal.Addr().String(), "internal_tls", "mutual TLS, client certificate required")
+	} else {
+		log.Warn("INSECURE: /internal/* is served WITHOUT TLS and WITHOUT client certificates (--internal-insecure); "+
+			"anyone who can reach this address can claim tasks and report results: use only on a private network",
+			"internal", ls.internal.Addr().String())
+		log.Info("baton server started", "producer", ls.producer.Addr().String(), "internal", ls.internal.Addr().String(), "internal_tls", "none")
+	}
 	if err := serve(ctx, &f, ls, st, log); err != nil {
 		fmt.Fprintln(stderr, "baton server:", err)
 		return 1
