@@ -123,10 +123,15 @@ func serve(ctx context.Context, f *serverFlags, ls *listeners, st store.Store, l
 	if err != nil {
 		return err
 	}
-	s := api.New(api.Config{Dispatcher: d, Auth: auth.NewAuthenticator(st, f.limits, nil), Logger: log, MaxBodyBytes: f.maxBodyBytes})
+	s := api.New(api.Config{Dispatcher: d, Auth: auth.NewAuthenticator(st, f.limits, nil), Tokens: auth.NewTokens(st, nil),
+		Logger: log, MaxBodyBytes: f.maxBodyBytes})
 	reaper := d.NewReaper()
 	reaper.Start(ctx)
 	defer reaper.Stop()
+	// Wake long-polling claimers when another replica makes a task ready (PostgreSQL).
+	listenCtx, stopListening := context.WithCancel(ctx)
+	defer stopListening()
+	go d.ListenForWakeups(listenCtx)
 
 	servers := []*http.Server{
 		{Handler: s.ProducerHandler(), ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)},

@@ -44,6 +44,8 @@ func (s *Server) ProducerHandler() http.Handler {
 		mux.Handle(rt.Method+" "+rt.Pattern, s.serve(s.authenticated(rt.h)))
 	}
 	s.health(mux)
+	s.registerTaskScoped(mux)
+	s.registerCallback(mux)
 	mux.HandleFunc("GET /openapi.json", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		_, _ = w.Write(openAPI)

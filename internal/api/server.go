@@ -23,6 +23,7 @@ const DefaultMaxBodyBytes = 4 << 20
 type Config struct {
 	Dispatcher   *dispatch.Dispatcher
 	Auth         *auth.Authenticator
+	Tokens       *auth.Tokens // capability tokens of the worker dialects
 	Logger       *slog.Logger
 	MaxBodyBytes int64 // default DefaultMaxBodyBytes
 	// EventPoll is how often an event stream looks for new events; default 250 ms.
@@ -33,6 +34,7 @@ type Config struct {
 type Server struct {
 	d       *dispatch.Dispatcher
 	auth    *auth.Authenticator
+	tokens  *auth.Tokens
 	log     *slog.Logger
 	maxBody int64
 	poll    time.Duration
@@ -40,7 +42,7 @@ type Server struct {
 
 // New returns a Server.
 func New(cfg Config) *Server {
-	s := &Server{d: cfg.Dispatcher, auth: cfg.Auth, log: cfg.Logger, maxBody: cfg.MaxBodyBytes, poll: cfg.EventPoll}
+	s := &Server{d: cfg.Dispatcher, auth: cfg.Auth, tokens: cfg.Tokens, log: cfg.Logger, maxBody: cfg.MaxBodyBytes, poll: cfg.EventPoll}
 	if s.log == nil {
 		s.log = slog.Default()
 	}
@@ -156,6 +158,14 @@ func (s *Server) toHTTP(err error) *httpError {
 		return errorf(http.StatusUnprocessableEntity, "Idempotency-Key was already used with a different request body")
 	case errors.Is(err, dispatch.ErrInvalidCursor):
 		return errorf(http.StatusBadRequest, "invalid cursor: pass the nextCursor of a previous page")
+	case errors.Is(err, auth.ErrTokenMissing):
+		return errorf(http.StatusUnauthorized, "missing task capability token")
+	case errors.Is(err, auth.ErrTokenExpired):
+		return errorf(http.StatusUnauthorized, "task capability token expired")
+	case errors.Is(err, auth.ErrTokenInvalid):
+		return errorf(http.StatusUnauthorized, "invalid task capability token")
+	case errors.Is(err, errTokenScope):
+		return errorf(http.StatusForbidden, "capability token does not cover this task attempt")
 	case errors.Is(err, context.Canceled):
 		return errorf(499, "request canceled")
 	}
@@ -167,6 +177,8 @@ func (s *Server) toHTTP(err error) *httpError {
 func (s *Server) InternalHandler() http.Handler {
 	mux := http.NewServeMux()
 	s.health(mux)
+	s.registerInternal(mux)
+	s.registerStream(mux)
 	mux.Handle("/", s.serve(func(w http.ResponseWriter, r *http.Request) (any, error) {
 		return nil, errorf(http.StatusNotFound, "no such endpoint: %s %s", r.Method, r.URL.Path)
 	}))

@@ -187,7 +187,7 @@ const maxBatchURI = 2048
 
 // BufferPublish records that the current attempt wrote a batch for the sink, and queues the
 // sink's message in the same transaction. A repeat of the same (task, attempt, batch URI) is
-// accepted without a second record; duplicate reports false then.
+// accepted without a second record; duplicate reports true then.
 func (d *Dispatcher) BufferPublish(ctx context.Context, p BufferPublishParams) (duplicate bool, err error) {
 	if p.BatchURI == "" || len(p.BatchURI) > maxBatchURI {
 		return false, &InvalidError{Message: fmt.Sprintf("batch_uri is required and at most %d characters", maxBatchURI)}

@@ -1,0 +1,379 @@
+package api
+
+// The callback dialect (seed 004, ADR-023), served on the public listener without an API key: a
+// worker that received a task (typically by push) reports on it through
+// /v1/tasks/{task_id}/started, /heartbeat and /completed, authenticated by the task's capability
+// token as "Authorization: Bearer <token>". The token binds the task and the attempt and carries
+// the attempt's lease token, so the body's {task_id (path), attempt} must match the token and the
+// fence of every core call comes from the token. camelCase; states SUCCEEDED, FAILED, CANCELLED.
+//
+// This file only translates shapes and errors; every rule is the dispatcher's.
+
+import (
+	"cmp"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"net/http"
+	"time"
+
+	"github.com/baton-dev/baton/internal/dispatch"
+	"github.com/baton-dev/baton/internal/lifecycle"
+	"github.com/baton-dev/baton/internal/store"
+)
+
+// registerCallback adds seed 004's routes to the public listener. They are not behind the API
+// key: the task token is their only credential.
+func (s *Server) registerCallback(mux *http.ServeMux) {
+	routes := []struct {
+		endpoint string
+		h        handler
+	}{
+		{"started", s.callbackStarted},
+		{"heartbeat", s.callbackHeartbeat},
+		{"completed", s.callbackCompleted},
+	}
+	for _, rt := range routes {
+		h := s.withTaskToken("Authorization", rt.h)
+		if s.tokens == nil {
+			h = func(w http.ResponseWriter, r *http.Request) (any, error) {
+				return nil, errorf(http.StatusServiceUnavailable, "this server was started without task tokens (api.Config.Tokens): it cannot authenticate workers")
+			}
+		}
+		mux.Handle("POST /v1/tasks/{task_id}/"+rt.endpoint, s.serve(s.callbackRefusals(rt.endpoint, h)))
+	}
+}
+
+// errCallbackCancelRequested: /started for an attempt whose cancellation was requested.
+var errCallbackCancelRequested = errors.New("task was cancelled before worker started")
+
+// POST /v1/tasks/{task_id}/started {attempt, workerId, startedAt}
+//
+// The core has no "started" transition: the claim already made the attempt running. The answer
+// is read from the task, with the core's own fence and ended-attempt errors: the attempt must be
+// the current one, and still running; a running attempt whose cancellation was requested gets 409
+// task_already_terminal / CANCELLED, which tells the worker not to start (seed 004 section 5).
+// Nothing is written. An attempt whose lease ran out but which the reaper has not yet timed out
+// still answers 200 here (the adapter owns no clock); its first heartbeat gets the 410.
+func (s *Server) callbackStarted(w http.ResponseWriter, r *http.Request) (any, error) {
+	obj, fence, err := callbackRequest(r, "attempt", "workerId", "startedAt")
+	if err != nil {
+		return nil, err
+	}
+	if err := callbackTimeField(obj, "startedAt"); err != nil {
+		return nil, err
+	}
+	d, err := s.d.GetTask(r.Context(), claimsOf(r).Tenant, fence.TaskID)
+	if err != nil {
+		return nil, err
+	}
+	if err := callbackStartCheck(d, fence); err != nil {
+		return nil, err
+	}
+	return map[string]any{"acknowledged": true, "serverTime": callbackNow()}, nil
+}
+
+// callbackStartCheck mirrors, read-only, the order of the core's checks for a call about an
+// attempt (checkFence, then lockAttempt's ended-attempt errors).
+func callbackStartCheck(d *dispatch.TaskDetail, f dispatch.Fence) error {
+	t := d.Task
+	if f.Attempt != t.Attempt {
+		return &dispatch.AttemptMismatchError{Expected: t.Attempt, Received: f.Attempt}
+	}
+	if f.LeaseToken == "" || f.LeaseToken != t.LeaseToken {
+		return dispatch.ErrLeaseMismatch
+	}
+	if t.Status == lifecycle.Running {
+		if !t.CancelRequestedAt.IsZero() {
+			return errCallbackCancelRequested
+		}
+		return nil
+	}
+	for _, a := range d.Attempts {
+		if a.Attempt != t.Attempt {
+			continue
+		}
+		switch a.Outcome {
+		case store.OutcomeSucceeded, store.OutcomeFailed, store.OutcomeCanceled:
+			if t.Status.Terminal() {
+				return &dispatch.TerminalError{State: t.Status}
+			}
+		}
+	}
+	// Timed out (maybe awaiting its retry), given up on after a cancel, or failed and retried.
+	return dispatch.ErrTaskExpired
+}
+
+// POST /v1/tasks/{task_id}/heartbeat {attempt, workerId, heartbeatAt?, progressPct?, message?}
+//
+// heartbeatAt, progressPct and message are validated but not stored: the lease is extended from
+// the server's receipt time (a worker's clock must not lengthen its own lease), and the core's
+// heartbeat records no progress.
+func (s *Server) callbackHeartbeat(w http.ResponseWriter, r *http.Request) (any, error) {
+	obj, fence, err := callbackRequest(r, "attempt", "workerId", "heartbeatAt", "progressPct", "message")
+	if err != nil {
+		return nil, err
+	}
+	if err := callbackTimeField(obj, "heartbeatAt"); err != nil {
+		return nil, err
+	}
+	if raw, ok := obj["progressPct"]; ok && !isNull(raw) {
+		var p float64
+		if json.Unmarshal(raw, &p) != nil || math.IsNaN(p) || p < 0 || p > 100 {
+			return nil, errorf(http.StatusBadRequest, "body.progressPct must be a number from 0 to 100")
+		}
+	}
+	f := fields{obj: obj, where: "body"}
+	_ = f.str("message")
+	if f.err != nil {
+		return nil, f.err
+	}
+	res, err := s.d.Heartbeat(r.Context(), dispatch.HeartbeatParams{TaskID: fence.TaskID, Attempt: fence.Attempt, LeaseToken: fence.LeaseToken})
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]any{"acknowledged": true, "shouldCancel": res.ShouldCancel, "serverTime": callbackNow()}
+	if res.ShouldCancel {
+		out["cancelReason"] = cmp.Or(res.CancelReason, "user_requested")
+	}
+	tok, exp, err := s.refreshToken(r.Context(), claimsOf(r), res.Task)
+	if err != nil {
+		// The lease extension is committed; the next heartbeat tries again.
+		s.log.WarnContext(r.Context(), "refresh task token", "task", res.Task.ID, "attempt", res.Task.Attempt, "err", err)
+	} else if tok != "" {
+		out["taskToken"], out["tokenExpiresAt"] = tok, exp.UTC().Format(time.RFC3339)
+	}
+	return out, nil
+}
+
+var callbackOutcomes = map[string]store.Outcome{
+	"SUCCEEDED": store.OutcomeSucceeded,
+	"FAILED":    store.OutcomeFailed,
+	"CANCELLED": store.OutcomeCanceled,
+}
+
+// POST /v1/tasks/{task_id}/completed {attempt, workerId, outcome, completedAt, output, error,
+// metrics, cancelledDuringPhase, partialProgress}
+//
+// metrics (an object) is stored with the attempt. For CANCELLED, cancelledDuringPhase and
+// partialProgress are stored in that same attempt metrics object, under their own names (they
+// win over metrics members of the same name): a canceled task keeps no output. output belongs to
+// SUCCEEDED and error to FAILED; sending either with another outcome is a 400 rather than a
+// silent drop. completedAt is validated; the server's clock times the transition.
+func (s *Server) callbackCompleted(w http.ResponseWriter, r *http.Request) (any, error) {
+	obj, fence, err := callbackRequest(r, "attempt", "workerId", "outcome", "completedAt", "output", "error",
+		"metrics", "cancelledDuringPhase", "partialProgress")
+	if err != nil {
+		return nil, err
+	}
+	f := fields{obj: obj, where: "body"}
+	outcomeName := f.str("outcome")
+	phase := f.str("cancelledDuringPhase")
+	if f.err != nil {
+		return nil, f.err
+	}
+	outcome, ok := callbackOutcomes[outcomeName]
+	if !ok {
+		return nil, errorf(http.StatusBadRequest, "body.outcome is required: one of SUCCEEDED, FAILED, CANCELLED")
+	}
+	if err := callbackTimeField(obj, "completedAt"); err != nil {
+		return nil, err
+	}
+	present := func(name string) bool { raw, ok := obj[name]; return ok && !isNull(raw) }
+	for _, c := range []struct {
+		name string
+		ok   bool
+	}{
+		{"output", outcome == store.OutcomeSucceeded},
+		{"error", outcome == store.OutcomeFailed},
+		{"cancelledDuringPhase", outcome == store.OutcomeCanceled},
+		{"partialProgress", outcome == store.OutcomeCanceled},
+	} {
+		if present(c.name) && !c.ok {
+			return nil, errorf(http.StatusBadRequest, "body.%s does not belong to outcome %s", c.name, outcomeName)
+		}
+	}
+	p := dispatch.CompleteParams{TaskID: fence.TaskID, Attempt: fence.Attempt, LeaseToken: fence.LeaseToken, Outcome: outcome}
+	if present("output") {
+		p.Output = compact(obj["output"])
+	}
+	if present("error") {
+		if p.Error, err = callbackTaskError(obj["error"]); err != nil {
+			return nil, err
+		}
+	}
+	var metrics map[string]json.RawMessage
+	if present("metrics") {
+		if err := json.Unmarshal(obj["metrics"], &metrics); err != nil {
+			return nil, errorf(http.StatusBadRequest, "body.metrics must be a JSON object")
+		}
+	}
+	if outcome == store.OutcomeCanceled && (present("cancelledDuringPhase") || present("partialProgress")) {
+		if metrics == nil {
+			metrics = map[string]json.RawMessage{}
+		}
+		if phase != "" {
+			metrics["cancelledDuringPhase"], _ = json.Marshal(phase)
+		}
+		if present("partialProgress") {
+			metrics["partialProgress"] = compact(obj["partialProgress"])
+		}
+	}
+	if metrics != nil {
+		if p.Metrics, err = json.Marshal(metrics); err != nil {
+			return nil, errorf(http.StatusBadRequest, "body.metrics: %v", err)
+		}
+	}
+	res, err := s.d.Complete(r.Context(), p)
+	if err != nil {
+		return nil, err
+	}
+	return map[string]any{"acknowledged": true, "finalState": callbackState(res.Status), "willRetry": res.Requeued,
+		"serverTime": callbackNow()}, nil
+}
+
+// callbackTaskError reads {category, message, stackTrace, retryable}; an absent category is the
+// core's default (USER_CODE), an unknown one a 400.
+func callbackTaskError(raw json.RawMessage) (*store.TaskError, error) {
+	obj, err := decodeObject(raw)
+	if err != nil {
+		return nil, errorf(http.StatusBadRequest, "body.error must be a JSON object {category, message, stackTrace, retryable}")
+	}
+	if err := checkFields(obj, "body.error: ", "category", "message", "stackTrace", "retryable"); err != nil {
+		return nil, err
+	}
+	f := fields{obj: obj, where: "body.error"}
+	e := &store.TaskError{Category: lifecycle.Category(f.str("category")), Message: f.str("message"), StackTrace: f.str("stackTrace")}
+	if f.err != nil {
+		return nil, f.err
+	}
+	if e.Category != "" && !e.Category.Valid() {
+		return nil, errorf(http.StatusBadRequest, "body.error.category must be one of USER_CODE, DATA_QUALITY, INFRASTRUCTURE, CONFIGURATION, TIMEOUT, CANCELLED; got %q", e.Category)
+	}
+	if e.Retryable, err = streamBool(obj, "body.error", "retryable"); err != nil {
+		return nil, err
+	}
+	return e, nil
+}
+
+// callbackRequest reads a callback body with only the allowed members and binds it to the
+// request's token: the path's task must be the token's (checked before the body is read), and the
+// body's attempt, required, must be the token's. workerId is required too; it is informational
+// (a pushed task's lease belongs to the dispatcher's claim, not to the worker's own id).
+func callbackRequest(r *http.Request, allowed ...string) (map[string]json.RawMessage, dispatch.Fence, error) {
+	taskID := r.PathValue("task_id")
+	if _, err := tokenFence(r, taskID, 0, ""); err != nil {
+		return nil, dispatch.Fence{}, err
+	}
+	obj, err := streamBody(r, allowed...)
+	if err != nil {
+		return nil, dispatch.Fence{}, err
+	}
+	f := fields{obj: obj, where: "body"}
+	attempt := f.intp("attempt")
+	workerID := f.str("workerId")
+	if f.err != nil {
+		return nil, dispatch.Fence{}, f.err
+	}
+	if attempt == nil || *attempt < 1 {
+		return nil, dispatch.Fence{}, errorf(http.StatusBadRequest, "body.attempt is required: a positive integer (the attempt of the task token)")
+	}
+	if workerID == "" {
+		return nil, dispatch.Fence{}, errorf(http.StatusBadRequest, "body.workerId is required: a non-empty string")
+	}
+	fence, err := tokenFence(r, taskID, *attempt, "")
+	return obj, fence, err
+}
+
+// callbackTimeField checks an optional RFC 3339 timestamp member.
+func callbackTimeField(obj map[string]json.RawMessage, name string) error {
+	raw, ok := obj[name]
+	if !ok || isNull(raw) {
+		return nil
+	}
+	var s string
+	if json.Unmarshal(raw, &s) == nil {
+		if _, err := time.Parse(time.RFC3339Nano, s); err == nil {
+			return nil
+		}
+	}
+	return errorf(http.StatusBadRequest, "body.%s must be an RFC 3339 timestamp such as \"2025-01-15T10:00:00Z\"", name)
+}
+
+// callbackState is a task status in seed 004's words. A failed attempt whose retry is scheduled
+// (the task is pending again) ended FAILED; willRetry says the rest.
+func callbackState(st lifecycle.TaskStatus) string {
+	switch st {
+	case lifecycle.Completed:
+		return "SUCCEEDED"
+	case lifecycle.Canceled, lifecycle.Skipped:
+		return "CANCELLED"
+	}
+	return "FAILED"
+}
+
+func callbackNow() string { return time.Now().UTC().Format(time.RFC3339) }
+
+// callbackRefusals answers the dialect's refusals as {"error": code, "message": text, ...}.
+func (s *Server) callbackRefusals(endpoint string, h handler) handler {
+	return func(w http.ResponseWriter, r *http.Request) (any, error) {
+		res, err := h(w, r)
+		if err != nil {
+			return nil, s.callbackRefusal(r, endpoint, err)
+		}
+		return res, nil
+	}
+}
+
+// callbackRefusal maps err to seed 004's status codes and bodies; the texts of the seed's examples
+// are kept where the seed gives one.
+func (s *Server) callbackRefusal(r *http.Request, endpoint string, err error) error {
+	refuse := func(status int, body map[string]any) error {
+		return &streamShapedError{he: &httpError{status: status, body: body}, cause: err}
+	}
+	var (
+		mismatch *dispatch.AttemptMismatchError
+		terminal *dispatch.TerminalError
+	)
+	switch {
+	case errors.As(err, &mismatch):
+		msg := fmt.Sprintf("Attempt %d is not the task's current attempt %d", mismatch.Received, mismatch.Expected)
+		if mismatch.Received < mismatch.Expected {
+			msg = fmt.Sprintf("Attempt %d is stale: attempt %d has been dispatched since", mismatch.Received, mismatch.Expected)
+		}
+		if endpoint == "completed" {
+			msg = "A newer attempt has already completed" // seed 004's text
+		}
+		// Seed 004 section 7: late results are logged, and ignored.
+		s.log.WarnContext(r.Context(), "ignoring callback of a stale attempt", "task", r.PathValue("task_id"), "endpoint", endpoint,
+			"received", mismatch.Received, "current", mismatch.Expected)
+		return refuse(http.StatusConflict, map[string]any{"error": "attempt_mismatch", "expectedAttempt": mismatch.Expected,
+			"receivedAttempt": mismatch.Received, "message": msg})
+	case errors.Is(err, errCallbackCancelRequested):
+		return refuse(http.StatusConflict, map[string]any{"error": "task_already_terminal", "state": "CANCELLED",
+			"message": "Task was cancelled before worker started"})
+	case errors.As(err, &terminal):
+		state := callbackState(terminal.State)
+		return refuse(http.StatusConflict, map[string]any{"error": "task_already_terminal", "state": state,
+			"message": "Task already " + state})
+	case errors.Is(err, dispatch.ErrOutcomeConflict):
+		return refuse(http.StatusConflict, map[string]any{"error": "outcome_conflict",
+			"message": "This attempt already reported a different outcome"})
+	case errors.Is(err, dispatch.ErrLeaseMismatch):
+		return refuse(http.StatusConflict, map[string]any{"error": "lease_mismatch",
+			"message": "The task token's lease is not the attempt's current lease"})
+	case errors.Is(err, dispatch.ErrTaskExpired):
+		msg := "Task attempt expired: it timed out or was given up on, and can no longer report"
+		if endpoint == "heartbeat" {
+			msg = "Task exceeded heartbeat timeout" // seed 004's text
+		}
+		return refuse(http.StatusGone, map[string]any{"error": "task_expired", "message": msg})
+	case errors.Is(err, dispatch.ErrTaskNotFound):
+		return refuse(http.StatusNotFound, map[string]any{"error": "task_not_found", "message": "Task not found"})
+	}
+	he := s.toHTTP(err)
+	msg, _ := he.body["error"].(string)
+	return &streamShapedError{he: &httpError{status: he.status, header: he.header,
+		body: map[string]any{"error": streamStatusName(he.status), "message": msg}}, cause: err}
+}

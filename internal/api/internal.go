@@ -1,0 +1,618 @@
+package api
+
+// Seed 000's worker dialect, served on the internal (mTLS) listener: a worker claims a task by id
+// after a wake-up, may fetch it, heartbeats, reports upstream events and buffered publishes, and
+// completes it. Every call about an attempt is fenced by {task_id, attempt, lease_token}.
+//
+// The four fenced operations (heartbeat, complete, events, buffer-publish) are shared with the
+// task-scoped dialect of seed 003 (taskscoped.go): each is one function that takes the step that
+// turns the body's {task_id, attempt, lease_token} into the fence the core checks. Here the body
+// is taken as it is (the listener's client certificate vouches for the caller); there it is first
+// bound to the capability token. Neither holds a lifecycle rule: they translate shapes and errors.
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"slices"
+	"sort"
+	"time"
+
+	"github.com/golang-jwt/jwt/v5"
+	"github.com/google/uuid"
+
+	"github.com/baton-dev/baton/internal/auth"
+	"github.com/baton-dev/baton/internal/dispatch"
+	"github.com/baton-dev/baton/internal/lifecycle"
+	"github.com/baton-dev/baton/internal/store"
+)
+
+// registerInternal adds seed 000's routes to the internal listener.
+func (s *Server) registerInternal(mux *http.ServeMux) {
+	route := func(pattern string, h handler) { mux.Handle(pattern, s.serve(s.fencedErrors(h))) }
+	route("POST /internal/task-claim", s.internalClaim)
+	route("GET /internal/task-fetch", s.internalFetch)
+	route("POST /internal/heartbeat", s.fencedHeartbeat(bodyFence))
+	route("POST /internal/task-complete", s.fencedComplete(bodyFence))
+	route("POST /internal/events", s.fencedEvents(bodyFence))
+	route("POST /internal/buffer-publish", s.fencedBufferPublish(bodyFence))
+}
+
+// fenceFunc resolves the attempt a fenced call is about from the task_id, attempt and lease_token
+// of its body.
+type fenceFunc func(r *http.Request, taskID string, attempt int, leaseToken string) (dispatch.Fence, error)
+
+// bodyFence is the internal dialect's fence: the body's own ids, checked by the core alone.
+func bodyFence(_ *http.Request, taskID string, attempt int, leaseToken string) (dispatch.Fence, error) {
+	return dispatch.Fence{TaskID: taskID, Attempt: attempt, LeaseToken: leaseToken}, nil
+}
+
+// invalidRequest is the dialects' 400: a code and a message that names the field.
+func invalidRequest(format string, args ...any) *httpError {
+	return &httpError{status: http.StatusBadRequest, body: map[string]any{"error": "invalid_request", "message": fmt.Sprintf(format, args...)}}
+}
+
+func codedError(status int, code, message string) *httpError {
+	return &httpError{status: status, body: map[string]any{"error": code, "message": message}}
+}
+
+// fencedErrors maps the errors of the internal and task-scoped dialects to their snake_case
+// answers; anything it does not know goes on to toHTTP (a 500 is logged there).
+func (s *Server) fencedErrors(h handler) handler {
+	return func(w http.ResponseWriter, r *http.Request) (any, error) {
+		res, err := h(w, r)
+		if err != nil {
+			return nil, fencedError(err)
+		}
+		return res, nil
+	}
+}
+
+func fencedError(err error) error {
+	var (
+		he       *httpError
+		bad      *dispatch.InvalidError
+		mismatch *dispatch.AttemptMismatchError
+		terminal *dispatch.TerminalError
+	)
+	switch {
+	case errors.As(err, &he):
+		// The shared JSON helpers answer {"error": message}; these dialects answer a code.
+		if _, ok := he.body["message"]; he.status == http.StatusBadRequest && !ok {
+			return invalidRequest("%v", he.body["error"])
+		}
+		return he
+	case errors.As(err, &bad):
+		return invalidRequest("%s", bad.Message)
+	case errors.As(err, &mismatch):
+		return &httpError{status: http.StatusConflict, body: map[string]any{"error": "attempt_mismatch",
+			"expected_attempt": mismatch.Expected, "received_attempt": mismatch.Received, "message": mismatch.Error()}}
+	case errors.Is(err, dispatch.ErrLeaseMismatch):
+		return codedError(http.StatusConflict, "lease_mismatch", "lease_token is not the current attempt's lease token")
+	case errors.Is(err, dispatch.ErrTaskExpired):
+		return codedError(http.StatusGone, "task_expired", "the attempt timed out or was given up on: stop running it")
+	case errors.As(err, &terminal):
+		return &httpError{status: http.StatusConflict, body: map[string]any{"error": "task_already_terminal",
+			"state": internalStatus(terminal.State), "message": terminal.Error()}}
+	case errors.Is(err, dispatch.ErrOutcomeConflict):
+		return codedError(http.StatusConflict, "outcome_conflict", "the attempt already reported a different outcome")
+	case errors.Is(err, dispatch.ErrTaskNotFound):
+		return codedError(http.StatusNotFound, "task_not_found", "no task with this task_id")
+	case errors.Is(err, auth.ErrTokenMissing), errors.Is(err, auth.ErrTokenExpired), errors.Is(err, auth.ErrTokenInvalid):
+		return codedError(http.StatusUnauthorized, "unauthorized", err.Error())
+	case errors.Is(err, errTokenScope):
+		return codedError(http.StatusForbidden, "forbidden", err.Error())
+	}
+	return err
+}
+
+// internalStatus is a task status in seed 000's words.
+func internalStatus(st lifecycle.TaskStatus) string {
+	switch st {
+	case lifecycle.Waiting:
+		return "Waiting"
+	case lifecycle.Pending:
+		return "Pending"
+	case lifecycle.Running:
+		return "Running"
+	case lifecycle.Completed:
+		return "Completed"
+	case lifecycle.Failed:
+		return "Failed"
+	case lifecycle.Canceled:
+		return "Canceled"
+	case lifecycle.Skipped:
+		return "Skipped"
+	}
+	return string(st)
+}
+
+// snakeTime is an RFC 3339 UTC time, or null for the zero time.
+func snakeTime(t time.Time) any {
+	if t.IsZero() {
+		return nil
+	}
+	return t.UTC().Format(time.RFC3339)
+}
+
+// checkTaskID checks the shape of a task id: the dispatcher's ids are UUIDs.
+func checkTaskID(id string) error {
+	if id == "" {
+		return invalidRequest("task_id is required")
+	}
+	if len(id) != 36 || uuid.Validate(id) != nil {
+		return invalidRequest("task_id must be a task UUID, got %q", id)
+	}
+	return nil
+}
+
+// readStrict reads a JSON object body that may hold only the allowed members.
+func readStrict(r *http.Request, allowed ...string) (*fields, error) {
+	body, err := readBody(r)
+	if err != nil {
+		return nil, err
+	}
+	obj, err := decodeObject(body)
+	if err != nil {
+		return nil, err
+	}
+	if err := checkFields(obj, "", allowed...); err != nil {
+		return nil, err
+	}
+	return &fields{obj: obj, where: "body"}, nil
+}
+
+var fenceFields = []string{"task_id", "attempt", "lease_token"}
+
+// fencedBody is the body of a call about one attempt.
+type fencedBody struct {
+	*fields
+	taskID     string
+	attempt    int
+	leaseToken string
+}
+
+// readFenced reads a strict body made of task_id, attempt, lease_token (all required) and the
+// members in extra.
+func readFenced(r *http.Request, extra ...string) (*fencedBody, error) {
+	f, err := readStrict(r, append(slices.Clone(fenceFields), extra...)...)
+	if err != nil {
+		return nil, err
+	}
+	b := &fencedBody{fields: f, taskID: f.str("task_id"), leaseToken: f.str("lease_token")}
+	attempt := f.intp("attempt")
+	if f.err != nil {
+		return nil, f.err
+	}
+	if err := checkTaskID(b.taskID); err != nil {
+		return nil, err
+	}
+	if attempt == nil {
+		return nil, invalidRequest("attempt is required")
+	}
+	if *attempt < 1 {
+		return nil, invalidRequest("attempt must be a positive integer, got %d", *attempt)
+	}
+	b.attempt = *attempt
+	if b.leaseToken == "" {
+		return nil, invalidRequest("lease_token is required")
+	}
+	return b, nil
+}
+
+// resolve turns the body's ids into the fence the core checks, after the whole body was read.
+func (b *fencedBody) resolve(r *http.Request, fence fenceFunc) (dispatch.Fence, error) {
+	if b.err != nil {
+		return dispatch.Fence{}, b.err
+	}
+	return fence(r, b.taskID, b.attempt, b.leaseToken)
+}
+
+// present reports whether the body has the member with a non-null value.
+func (b *fencedBody) present(name string) (json.RawMessage, bool) {
+	raw, ok := b.obj[name]
+	if !ok || isNull(raw) {
+		return nil, false
+	}
+	return raw, true
+}
+
+// ---- claim and fetch (internal dialect only) ----
+
+// seed000Reason maps the core's NotClaimed reason to one of the four reasons of seed 000, which
+// strict clients parse: Failed → Completed, Skipped → Canceled, NotReady (waiting for parents or
+// backing off before a retry) → AlreadyRunning. In every case the worker's action is the seed's
+// one — do not run the task, ack the queue message — so the coarser name loses nothing a client
+// acts on; the core's precise reason is in "detail".
+func seed000Reason(r dispatch.NotClaimedReason) dispatch.NotClaimedReason {
+	switch r {
+	case dispatch.NotClaimedFailed:
+		return dispatch.NotClaimedCompleted
+	case dispatch.NotClaimedSkipped:
+		return dispatch.NotClaimedCanceled
+	case dispatch.NotClaimedNotReady:
+		return dispatch.NotClaimedAlreadyRunning
+	}
+	return r
+}
+
+// maxWorkerID bounds a worker id, which is stored with every attempt and audit event.
+const maxWorkerID = 256
+
+// POST /internal/task-claim
+func (s *Server) internalClaim(w http.ResponseWriter, r *http.Request) (any, error) {
+	f, err := readStrict(r, "task_id", "worker_id")
+	if err != nil {
+		return nil, err
+	}
+	taskID, workerID := f.str("task_id"), f.str("worker_id")
+	if f.err != nil {
+		return nil, f.err
+	}
+	if err := checkTaskID(taskID); err != nil {
+		return nil, err
+	}
+	if workerID == "" {
+		return nil, invalidRequest("worker_id is required")
+	}
+	if len(workerID) > maxWorkerID {
+		return nil, invalidRequest("worker_id must be at most %d characters", maxWorkerID)
+	}
+	if s.tokens == nil {
+		// Refuse before taking a lease that could not be handed out with its token.
+		return nil, errors.New("api: no capability token issuer configured (Config.Tokens)")
+	}
+	ctx := r.Context()
+	c, err := s.d.ClaimTask(ctx, dispatch.ClaimTaskParams{TaskID: taskID, WorkerID: workerID})
+	var nc *dispatch.NotClaimedError
+	if errors.As(err, &nc) {
+		return map[string]any{"status": "NotClaimed", "reason": seed000Reason(nc.Reason), "detail": nc.Reason}, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	t := c.Task
+	job, err := s.d.Store().GetJob(ctx, t.JobID)
+	if err != nil {
+		return nil, err
+	}
+	token, tokenExp, err := s.issueToken(ctx, t)
+	if err != nil {
+		return nil, err
+	}
+	return map[string]any{
+		"status":                      "Claimed",
+		"attempt":                     t.Attempt,
+		"lease_token":                 t.LeaseToken,
+		"lease_expires_at":            snakeTime(t.LeaseExpiresAt),
+		"capability_token":            token,
+		"capability_token_expires_at": snakeTime(tokenExp),
+		"heartbeat_interval_seconds":  max(int64(c.HeartbeatInterval/time.Second), 1),
+		"lease_ttl_seconds":           int64(t.HeartbeatTimeout / time.Second),
+		"task":                        taskPayload(t, job, c.DependencyOutputs),
+	}, nil
+}
+
+// taskPayload is everything a worker needs to run a task (seed 000's task object): the claim's
+// "task", the body of task-fetch, and the push runtime's envelope.
+func taskPayload(t *store.Task, job *store.Job, deps map[string]json.RawMessage) map[string]any {
+	keys := make([]string, 0, len(deps))
+	for k := range deps {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	inputs := make([]map[string]any, len(keys))
+	outputs := make(map[string]json.RawMessage, len(keys))
+	for i, k := range keys {
+		inputs[i] = map[string]any{"task_id": k, "output": rawOrNull(deps[k])}
+		outputs[k] = rawOrNull(deps[k])
+	}
+	config := t.Input
+	if len(config) == 0 {
+		config = json.RawMessage("{}")
+	}
+	var timeout any
+	if t.Timeout > 0 {
+		timeout = int64(t.Timeout / time.Second)
+	}
+	return map[string]any{
+		"task_id":            t.ID,
+		"attempt":            t.Attempt,
+		"task_key":           t.Key,
+		"job":                map[string]any{"job_id": job.ID, "dag_name": nullable(job.Name), "name": t.Key},
+		"operator":           t.Name,
+		"config":             config,
+		"inputs":             inputs,
+		"dependency_outputs": outputs,
+		"queue":              t.Queue,
+		"timeout_seconds":    timeout,
+	}
+}
+
+// GET /internal/task-fetch?task_id=
+func (s *Server) internalFetch(w http.ResponseWriter, r *http.Request) (any, error) {
+	ids := r.URL.Query()["task_id"]
+	switch {
+	case len(ids) == 0 || ids[0] == "":
+		return nil, invalidRequest("task_id is required: GET /internal/task-fetch?task_id=<uuid>")
+	case len(ids) > 1:
+		return nil, invalidRequest("task_id must be given once")
+	}
+	if err := checkTaskID(ids[0]); err != nil {
+		return nil, err
+	}
+	ctx := r.Context()
+	d, err := s.d.GetTask(ctx, "", ids[0])
+	if err != nil {
+		return nil, err
+	}
+	t := d.Task
+	job, err := s.d.Store().GetJob(ctx, t.JobID)
+	if err != nil {
+		return nil, err
+	}
+	out := taskPayload(t, job, d.DependencyOutputs)
+	cancelRequested := !t.CancelRequestedAt.IsZero()
+	out["status"] = internalStatus(t.Status)
+	out["lease_expires_at"] = nil
+	if t.Status == lifecycle.Running {
+		out["lease_expires_at"] = snakeTime(t.LeaseExpiresAt)
+		if cancelRequested {
+			// Seed 000: the wrapper does not run (or stops) the operator and reports Canceled.
+			out["status"] = "Canceled"
+		}
+	}
+	out["cancel_requested"] = cancelRequested
+	return out, nil
+}
+
+// ---- the fenced operations, shared with the task-scoped dialect ----
+
+// fencedHeartbeat: POST /internal/heartbeat, POST /v1/task/heartbeat.
+func (s *Server) fencedHeartbeat(fence fenceFunc) handler {
+	return func(w http.ResponseWriter, r *http.Request) (any, error) {
+		b, err := readFenced(r)
+		if err != nil {
+			return nil, err
+		}
+		f, err := b.resolve(r, fence)
+		if err != nil {
+			return nil, err
+		}
+		ctx := r.Context()
+		res, err := s.d.Heartbeat(ctx, dispatch.HeartbeatParams{TaskID: f.TaskID, Attempt: f.Attempt, LeaseToken: f.LeaseToken})
+		if err != nil {
+			return nil, err
+		}
+		out := map[string]any{"ok": true, "lease_expires_at": snakeTime(res.LeaseExpiresAt), "should_cancel": res.ShouldCancel, "cancel_reason": nil}
+		if res.ShouldCancel {
+			out["cancel_reason"] = nullable(res.CancelReason)
+		}
+		if token, exp := s.heartbeatToken(ctx, claimsOf(r), res.Task); token != "" {
+			out["capability_token"], out["capability_token_expires_at"] = token, snakeTime(exp)
+		}
+		return out, nil
+	}
+}
+
+// heartbeatToken is the fresh capability token a heartbeat answer carries when the caller's has
+// less than half of its life left. A task-scoped call presents its token; an internal one does
+// not, so it is judged by the token its claim handed out (issued when the attempt started). The
+// lease is already extended: a failure to sign is logged and the next heartbeat tries again.
+func (s *Server) heartbeatToken(ctx context.Context, c *auth.TaskClaims, t *store.Task) (string, time.Time) {
+	if s.tokens == nil {
+		return "", time.Time{}
+	}
+	if c == nil {
+		c = &auth.TaskClaims{}
+		c.IssuedAt = jwt.NewNumericDate(t.StartedAt)
+		c.ExpiresAt = jwt.NewNumericDate(t.StartedAt.Add(auth.TokenTTL(t.Timeout)))
+	}
+	token, exp, err := s.refreshToken(ctx, c, t)
+	if err != nil {
+		s.log.ErrorContext(ctx, "refresh capability token", "task_id", t.ID, "attempt", t.Attempt, "err", err)
+		return "", time.Time{}
+	}
+	return token, exp
+}
+
+// fencedComplete: POST /internal/task-complete, POST /v1/task/complete.
+func (s *Server) fencedComplete(fence fenceFunc) handler {
+	return func(w http.ResponseWriter, r *http.Request) (any, error) {
+		b, err := readFenced(r, "status", "events", "outputs", "datasets_published", "error_message", "error")
+		if err != nil {
+			return nil, err
+		}
+		var p dispatch.CompleteParams
+		switch st := b.str("status"); st {
+		case "Completed":
+			p.Outcome = store.OutcomeSucceeded
+		case "Failed":
+			p.Outcome = store.OutcomeFailed
+		case "Canceled":
+			p.Outcome = store.OutcomeCanceled
+		case "":
+			if b.err == nil {
+				return nil, invalidRequest("status is required: Completed, Failed or Canceled")
+			}
+		default:
+			return nil, invalidRequest("status must be Completed, Failed or Canceled, got %q", st)
+		}
+		if raw, ok := b.present("events"); ok {
+			if p.Events, err = decodeUpstreamEvents(raw); err != nil {
+				return nil, err
+			}
+		}
+		output := map[string]json.RawMessage{}
+		for _, name := range []string{"outputs", "datasets_published"} {
+			if raw, ok := b.present(name); ok {
+				if output[name], err = objectArray(raw, name); err != nil {
+					return nil, err
+				}
+			}
+		}
+		message := b.str("error_message")
+		var taskErr *store.TaskError
+		if raw, ok := b.present("error"); ok {
+			if taskErr, err = decodeTaskError(raw); err != nil {
+				return nil, err
+			}
+		}
+		f, err := b.resolve(r, fence)
+		if err != nil {
+			return nil, err
+		}
+		p.TaskID, p.Attempt, p.LeaseToken = f.TaskID, f.Attempt, f.LeaseToken
+		switch p.Outcome {
+		case store.OutcomeSucceeded:
+			p.Output, _ = json.Marshal(output)
+		case store.OutcomeFailed:
+			if taskErr == nil {
+				taskErr = &store.TaskError{}
+			}
+			if taskErr.Message == "" {
+				taskErr.Message = message
+			}
+			p.Error = taskErr // the core defaults the category to USER_CODE
+		}
+		res, err := s.d.Complete(r.Context(), p)
+		if err != nil {
+			return nil, err
+		}
+		return map[string]any{"ok": true, "ack": true, "status": completeStatus(res.Status), "requeued": res.Requeued,
+			"dead_lettered": res.DeadLettered, "duplicate": res.Duplicate}, nil
+	}
+}
+
+// completeStatus is what became of the task, in the dialect's words.
+func completeStatus(st lifecycle.TaskStatus) string {
+	if st == lifecycle.Pending {
+		return "RetryScheduled"
+	}
+	return internalStatus(st)
+}
+
+var taskErrorFields = []string{"category", "message", "stack_trace", "retryable"}
+
+// decodeTaskError reads the optional error object of a failed completion.
+func decodeTaskError(raw json.RawMessage) (*store.TaskError, error) {
+	obj, err := decodeObject(raw)
+	if err != nil {
+		return nil, invalidRequest("error must be an object {category, message, stack_trace, retryable}")
+	}
+	if err := checkFields(obj, "error: ", taskErrorFields...); err != nil {
+		return nil, err
+	}
+	f := fields{obj: obj, where: "error"}
+	e := &store.TaskError{Category: lifecycle.Category(f.str("category")), Message: f.str("message"), StackTrace: f.str("stack_trace")}
+	if f.err != nil {
+		return nil, f.err
+	}
+	if raw, ok := obj["retryable"]; ok && !isNull(raw) {
+		var v bool
+		if json.Unmarshal(raw, &v) != nil {
+			return nil, invalidRequest("error.retryable must be true or false")
+		}
+		e.Retryable = &v
+	}
+	return e, nil
+}
+
+// objectArray checks that raw is an array of JSON objects and returns it compacted.
+func objectArray(raw json.RawMessage, name string) (json.RawMessage, error) {
+	var items []json.RawMessage
+	if json.Unmarshal(raw, &items) != nil {
+		return nil, invalidRequest("%s must be an array of objects", name)
+	}
+	for i, it := range items {
+		var obj map[string]json.RawMessage
+		if json.Unmarshal(it, &obj) != nil || obj == nil {
+			return nil, invalidRequest("%s[%d] must be an object", name, i)
+		}
+	}
+	return compact(raw), nil
+}
+
+var upstreamEventFields = []string{"dataset_uuid", "dataset_version", "cursor", "partition_key", "start", "end"}
+
+// decodeUpstreamEvents reads seed 000's events (single, partitioned or batch shapes); what they
+// mean is checked by the core.
+func decodeUpstreamEvents(raw json.RawMessage) ([]dispatch.DatasetEvent, error) {
+	var items []json.RawMessage
+	if json.Unmarshal(raw, &items) != nil {
+		return nil, invalidRequest("events must be an array of event objects")
+	}
+	events := make([]dispatch.DatasetEvent, len(items))
+	for i, item := range items {
+		where := fmt.Sprintf("events[%d]", i)
+		obj, err := decodeObject(item)
+		if err != nil {
+			return nil, invalidRequest("%s must be an object", where)
+		}
+		if err := checkFields(obj, where+": ", upstreamEventFields...); err != nil {
+			return nil, err
+		}
+		f := fields{obj: obj, where: where}
+		events[i] = dispatch.DatasetEvent{DatasetUUID: f.str("dataset_uuid"), DatasetVersion: f.str("dataset_version"),
+			Cursor: f.int64p("cursor"), PartitionKey: f.str("partition_key"), Start: f.int64p("start"), End: f.int64p("end")}
+		if f.err != nil {
+			return nil, f.err
+		}
+	}
+	return events, nil
+}
+
+// fencedEvents: POST /internal/events, POST /v1/task/events.
+func (s *Server) fencedEvents(fence fenceFunc) handler {
+	return func(w http.ResponseWriter, r *http.Request) (any, error) {
+		b, err := readFenced(r, "events")
+		if err != nil {
+			return nil, err
+		}
+		raw, ok := b.present("events")
+		if !ok {
+			return nil, invalidRequest("events is required: an array of one or more events")
+		}
+		events, err := decodeUpstreamEvents(raw)
+		if err != nil {
+			return nil, err
+		}
+		if len(events) == 0 {
+			return nil, invalidRequest("events must hold at least one event")
+		}
+		f, err := b.resolve(r, fence)
+		if err != nil {
+			return nil, err
+		}
+		stored, err := s.d.RecordEvents(r.Context(), f, events)
+		if err != nil {
+			return nil, err
+		}
+		return map[string]any{"ok": true, "received": len(events), "stored": stored}, nil
+	}
+}
+
+// fencedBufferPublish: POST /internal/buffer-publish (seed 000's body), POST
+// /v1/task/buffer-publish (seed 003's body); both accept either set of fields.
+func (s *Server) fencedBufferPublish(fence fenceFunc) handler {
+	return func(w http.ResponseWriter, r *http.Request) (any, error) {
+		b, err := readFenced(r, "dataset_uuid", "dataset_version", "batch_uri", "record_count",
+			"content_type", "batch_size_bytes", "dedupe_scope")
+		if err != nil {
+			return nil, err
+		}
+		p := dispatch.BufferPublishParams{BatchURI: b.str("batch_uri"), DatasetUUID: b.str("dataset_uuid"),
+			DatasetVersion: b.str("dataset_version"), RecordCount: b.int64p("record_count"), ContentType: b.str("content_type"),
+			BatchSizeBytes: b.int64p("batch_size_bytes"), DedupeScope: b.str("dedupe_scope")}
+		if p.Fence, err = b.resolve(r, fence); err != nil {
+			return nil, err
+		}
+		dup, err := s.d.BufferPublish(r.Context(), p)
+		if err != nil {
+			return nil, err
+		}
+		return map[string]any{"ok": true, "duplicate": dup}, nil
+	}
+}

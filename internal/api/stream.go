@@ -1,0 +1,439 @@
+package api
+
+// The stream-worker dialect (seed 002), served on the internal listener: trusted workers long-poll
+// named queues ("streams", in priority order) for the next task ("job"), heartbeat under its lease,
+// and report the outcome with /complete or /fail. Names: job_id is Baton's task id, attempt_id the
+// attempt number, a stream a queue name. Every answer says whether the worker should ACK its
+// stream message (ack): the store transport has no stream message (message_id is null), but a
+// Redis Streams transport hands one to the worker, and the worker ACKs it exactly when ack is true.
+//
+// This file only translates shapes and errors; every rule is the dispatcher's.
+
+import (
+	"cmp"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"time"
+
+	"github.com/baton-dev/baton/internal/auth"
+	"github.com/baton-dev/baton/internal/dispatch"
+	"github.com/baton-dev/baton/internal/lifecycle"
+	"github.com/baton-dev/baton/internal/store"
+)
+
+const (
+	// streamMaxWaitMs caps max_wait_ms: one minute of long poll.
+	streamMaxWaitMs = 60000
+	// streamMaxStreams bounds the queues one claim looks at.
+	streamMaxStreams = 100
+	// streamMaxWorkerID bounds the worker id a claim records.
+	streamMaxWorkerID = 256
+)
+
+// registerStream adds seed 002's routes to the internal listener.
+func (s *Server) registerStream(mux *http.ServeMux) {
+	mux.Handle("POST /internal/worker/claim", s.serve(s.streamRefusals(s.streamClaim)))
+	mux.Handle("POST /internal/worker/heartbeat", s.serve(s.streamRefusals(s.streamHeartbeat)))
+	mux.Handle("POST /internal/worker/complete", s.serve(s.streamRefusals(s.streamComplete)))
+	mux.Handle("POST /internal/worker/fail", s.serve(s.streamRefusals(s.streamFail)))
+}
+
+// POST /internal/worker/claim {worker_id, streams, max_wait_ms}
+func (s *Server) streamClaim(w http.ResponseWriter, r *http.Request) (any, error) {
+	obj, err := streamBody(r, "worker_id", "streams", "max_wait_ms")
+	if err != nil {
+		return nil, err
+	}
+	f := fields{obj: obj, where: "body"}
+	workerID := f.str("worker_id")
+	wait := f.int64p("max_wait_ms")
+	if f.err != nil {
+		return nil, f.err
+	}
+	if workerID == "" || len(workerID) > streamMaxWorkerID {
+		return nil, errorf(http.StatusBadRequest, "body.worker_id is required: a non-empty string of at most %d bytes", streamMaxWorkerID)
+	}
+	streams, err := streamNames(obj["streams"])
+	if err != nil {
+		return nil, err
+	}
+	maxWait := time.Duration(0)
+	if wait != nil {
+		if *wait < 0 || *wait > streamMaxWaitMs {
+			return nil, errorf(http.StatusBadRequest, "body.max_wait_ms must be an integer from 0 to %d", streamMaxWaitMs)
+		}
+		maxWait = time.Duration(*wait) * time.Millisecond
+	}
+	if s.tokens == nil {
+		// Refuse before taking a lease that could not be handed out with its token.
+		return nil, errors.New("api: no capability token issuer configured (Config.Tokens)")
+	}
+	// ClaimWait returns when a task is claimed, when maxWait passes, or when the worker hangs up
+	// (the request context ends; nothing was claimed then).
+	claims, err := s.d.ClaimWait(r.Context(), dispatch.ClaimNextParams{Queues: streams, WorkerID: workerID, Limit: 1}, maxWait)
+	if err != nil {
+		return nil, err
+	}
+	if len(claims) == 0 {
+		return map[string]any{"claimed": false}, nil
+	}
+	c := claims[0]
+	t := c.Task
+	// If minting fails the worker gets a 500 and never runs the attempt; its lease then expires
+	// and the reaper retries the task, as for any worker that vanishes after a claim.
+	tok, exp, err := s.issueToken(r.Context(), t)
+	if err != nil {
+		return nil, fmt.Errorf("issue capability token for task %s attempt %d: %w", t.ID, t.Attempt, err)
+	}
+	var timeout any
+	if t.Timeout > 0 {
+		timeout = t.Timeout.Seconds()
+	}
+	return map[string]any{
+		"claimed":     true,
+		"job_id":      t.ID,
+		"attempt_id":  t.Attempt,
+		"lease_token": t.LeaseToken,
+		"stream":      t.Queue,
+		"message_id":  nil, // the store transport has no stream message; a Redis transport fills it
+		"payload": map[string]any{
+			"task_id":            t.ID,
+			"task_key":           t.Key,
+			"job_id":             t.JobID,
+			"name":               t.Name,
+			"input":              rawOrNull(t.Input),
+			"dependency_outputs": c.DependencyOutputs,
+			"attempt":            t.Attempt,
+			"timeout_seconds":    timeout,
+		},
+		"lease_ttl_seconds":           t.HeartbeatTimeout.Seconds(),
+		"heartbeat_interval_seconds":  c.HeartbeatInterval.Seconds(),
+		"lease_expires_at":            streamTime(t.LeaseExpiresAt),
+		"capability_token":            tok,
+		"capability_token_expires_at": streamTime(exp),
+	}, nil
+}
+
+// POST /internal/worker/heartbeat {worker_id, job_id, lease_token}. The seed's heartbeat names no
+// attempt: the lease token identifies it (Attempt 0). An attempt_id, when sent, fences as well.
+func (s *Server) streamHeartbeat(w http.ResponseWriter, r *http.Request) (any, error) {
+	obj, err := streamBody(r, "worker_id", "job_id", "lease_token", "attempt_id")
+	if err != nil {
+		return nil, err
+	}
+	f := fields{obj: obj, where: "body"}
+	_ = f.str("worker_id")
+	taskID := streamRequired(&f, "job_id")
+	lease := streamRequired(&f, "lease_token")
+	attempt := 0
+	if _, ok := obj["attempt_id"]; ok && !isNull(obj["attempt_id"]) {
+		attempt = streamAttempt(&f)
+	}
+	if f.err != nil {
+		return nil, f.err
+	}
+	res, err := s.d.Heartbeat(r.Context(), dispatch.HeartbeatParams{TaskID: taskID, Attempt: attempt, LeaseToken: lease})
+	if err != nil {
+		return nil, err
+	}
+	var reason any
+	if res.ShouldCancel {
+		reason = cmp.Or(res.CancelReason, "user_requested")
+	}
+	out := map[string]any{
+		"ok":               true,
+		"lease_expires_at": streamTime(res.LeaseExpiresAt),
+		"should_cancel":    res.ShouldCancel,
+		"cancel_reason":    reason,
+	}
+	// Seed 002's heartbeat carries no capability token, so the server cannot see how old the
+	// worker's token is. The claim minted it when the attempt started (Task.StartedAt) with
+	// auth.TokenTTL; once that token is past half its life (in the dispatcher's time), every
+	// heartbeat answer carries a freshly minted one, so a worker that heartbeats on schedule always
+	// holds a token with at least half a lifetime, minus one heartbeat interval, left.
+	t := res.Task
+	if ttl := auth.TokenTTL(t.Timeout); s.tokens != nil && t.HeartbeatAt.Sub(t.StartedAt) >= ttl/2 {
+		tok, exp, err := s.issueToken(r.Context(), t)
+		if err != nil {
+			// The lease was extended and committed; the next heartbeat tries again.
+			s.log.WarnContext(r.Context(), "refresh capability token", "task", t.ID, "attempt", t.Attempt, "err", err)
+		} else {
+			out["capability_token"], out["capability_token_expires_at"] = tok, streamTime(exp)
+		}
+	}
+	return out, nil
+}
+
+// POST /internal/worker/complete {worker_id, job_id, attempt_id, lease_token, stream, message_id, result}
+func (s *Server) streamComplete(w http.ResponseWriter, r *http.Request) (any, error) {
+	obj, err := streamBody(r, "worker_id", "job_id", "attempt_id", "lease_token", "stream", "message_id", "result")
+	if err != nil {
+		return nil, err
+	}
+	p, err := streamReport(obj)
+	if err != nil {
+		return nil, err
+	}
+	p.Outcome = store.OutcomeSucceeded
+	if raw, ok := obj["result"]; ok {
+		p.Output = compact(raw)
+	}
+	if _, err := s.d.Complete(r.Context(), p); err != nil {
+		return nil, err
+	}
+	// The success is committed (or was, by an identical earlier report): the message is done.
+	return map[string]any{"ok": true, "ack": true}, nil
+}
+
+// POST /internal/worker/fail {worker_id, job_id, attempt_id, lease_token, stream, message_id,
+// error: {code, message, stack, retryable}}
+func (s *Server) streamFail(w http.ResponseWriter, r *http.Request) (any, error) {
+	obj, err := streamBody(r, "worker_id", "job_id", "attempt_id", "lease_token", "stream", "message_id", "error")
+	if err != nil {
+		return nil, err
+	}
+	p, err := streamReport(obj)
+	if err != nil {
+		return nil, err
+	}
+	e, err := streamTaskError(obj["error"])
+	if err != nil {
+		return nil, err
+	}
+	p.Outcome, p.Error = store.OutcomeFailed, e
+	res, err := s.d.Complete(r.Context(), p)
+	if err != nil {
+		return nil, err
+	}
+	// Either way the DB state is final for this attempt: a retry is scheduled (with its own
+	// wake-up message) or the task is dead-lettered.
+	return map[string]any{"ok": true, "ack": true, "requeued": res.Requeued, "dlq": res.DeadLettered}, nil
+}
+
+// streamReport reads the members /complete and /fail share into the fence of a report.
+func streamReport(obj map[string]json.RawMessage) (dispatch.CompleteParams, error) {
+	f := fields{obj: obj, where: "body"}
+	_ = f.str("worker_id")
+	_ = f.str("stream")
+	_ = f.str("message_id") // a Redis message id is a string ("1700000000000-0")
+	p := dispatch.CompleteParams{
+		TaskID:     streamRequired(&f, "job_id"),
+		Attempt:    streamAttempt(&f),
+		LeaseToken: streamRequired(&f, "lease_token"),
+	}
+	return p, f.err
+}
+
+// streamTaskError turns seed 002's {code, message, stack, retryable} into a task error. A code
+// that is one of the six categories is the category; any other code is kept as Code under the
+// default category USER_CODE. retryable, when given, is the explicit flag of the retry rule.
+func streamTaskError(raw json.RawMessage) (*store.TaskError, error) {
+	if raw == nil || isNull(raw) {
+		return nil, errorf(http.StatusBadRequest, "body.error is required: {code, message, stack, retryable}")
+	}
+	obj, err := decodeObject(raw)
+	if err != nil {
+		return nil, errorf(http.StatusBadRequest, "body.error must be a JSON object {code, message, stack, retryable}")
+	}
+	if err := checkFields(obj, "body.error: ", "code", "message", "stack", "retryable"); err != nil {
+		return nil, err
+	}
+	f := fields{obj: obj, where: "body.error"}
+	code := f.str("code")
+	e := &store.TaskError{Message: f.str("message"), StackTrace: f.str("stack")}
+	if f.err != nil {
+		return nil, f.err
+	}
+	retryable, err := streamBool(obj, "body.error", "retryable")
+	if err != nil {
+		return nil, err
+	}
+	e.Retryable = retryable
+	if c := lifecycle.Category(code); c.Valid() {
+		e.Category = c
+	} else {
+		e.Category, e.Code = lifecycle.UserCode, code
+	}
+	return e, nil
+}
+
+// streamBody reads a JSON object with only the given members.
+func streamBody(r *http.Request, allowed ...string) (map[string]json.RawMessage, error) {
+	body, err := readBody(r)
+	if err != nil {
+		return nil, err
+	}
+	obj, err := decodeObject(body)
+	if err != nil {
+		return nil, err
+	}
+	if err := checkFields(obj, "", allowed...); err != nil {
+		return nil, err
+	}
+	return obj, nil
+}
+
+// streamRequired reads a required non-empty string member.
+func streamRequired(f *fields, name string) string {
+	v := f.str(name)
+	if v == "" && f.err == nil {
+		f.err = errorf(http.StatusBadRequest, "%s.%s is required: a non-empty string", f.where, name)
+	}
+	return v
+}
+
+// streamAttempt reads the required attempt_id, a positive integer.
+func streamAttempt(f *fields) int {
+	n := f.intp("attempt_id")
+	if f.err != nil {
+		return 0
+	}
+	if n == nil || *n < 1 {
+		f.err = errorf(http.StatusBadRequest, "%s.attempt_id is required: a positive integer (the attempt_id of the claim)", f.where)
+		return 0
+	}
+	return *n
+}
+
+// streamNames reads "streams": a non-empty array of queue names, deduplicated in order.
+func streamNames(raw json.RawMessage) ([]string, error) {
+	var names []string
+	if raw == nil || isNull(raw) || json.Unmarshal(raw, &names) != nil || len(names) == 0 {
+		return nil, errorf(http.StatusBadRequest, "body.streams is required: a non-empty array of stream (queue) names in priority order")
+	}
+	if len(names) > streamMaxStreams {
+		return nil, errorf(http.StatusBadRequest, "body.streams lists %d streams; at most %d are allowed", len(names), streamMaxStreams)
+	}
+	seen := make(map[string]bool, len(names))
+	out := names[:0]
+	for i, n := range names {
+		if n == "" {
+			return nil, errorf(http.StatusBadRequest, "body.streams[%d] must be a non-empty string", i)
+		}
+		if !seen[n] {
+			seen[n] = true
+			out = append(out, n)
+		}
+	}
+	return out, nil
+}
+
+// streamBool reads an optional boolean member (absent or null: nil).
+func streamBool(obj map[string]json.RawMessage, where, name string) (*bool, error) {
+	raw, ok := obj[name]
+	if !ok || isNull(raw) {
+		return nil, nil
+	}
+	var b bool
+	if json.Unmarshal(raw, &b) != nil {
+		return nil, errorf(http.StatusBadRequest, "%s.%s must be true or false", where, name)
+	}
+	return &b, nil
+}
+
+// streamTime is a time as RFC 3339 UTC with milliseconds, or null for none.
+func streamTime(t time.Time) any {
+	if t.IsZero() {
+		return nil
+	}
+	return t.UTC().Format("2006-01-02T15:04:05.000Z07:00")
+}
+
+// streamRefusals answers the dialect's refusals as {"ok": false, "ack": B, "error": code,
+// "message": text}.
+func (s *Server) streamRefusals(h handler) handler {
+	return func(w http.ResponseWriter, r *http.Request) (any, error) {
+		res, err := h(w, r)
+		if err != nil {
+			return nil, s.streamRefusal(err)
+		}
+		return res, nil
+	}
+}
+
+// streamRefusal maps err to its status code and body.
+//
+// ack follows seed 002: ACK a message only once the DB no longer needs it, i.e. the attempt's
+// final state is committed or the task was safely requeued or dead-lettered. Every refusal about
+// an attempt that is not (or no longer) the live one answers ack=true: attempt_mismatch and
+// lease_mismatch (a newer attempt was claimed — through its own wake-up message, which governs
+// it — or the call does not hold the live lease, whose holder reports under its own message),
+// task_expired (the dispatcher timed the attempt out and already requeued or dead-lettered the
+// task in that same transaction), task_already_terminal and outcome_conflict (the attempt's or the
+// task's final state is committed), task_not_found (no row will ever need the message: ids are
+// never reused). Keeping such a message un-ACKed would only get it redelivered to claim nothing.
+// The transport never decides correctness: the lease does, so an ACK can cost at most latency.
+// Refusals that decided nothing — a malformed request, an internal error, a request the worker
+// hung up on — answer ack=false: the worker must fix or retry the call, and keeps its message.
+func (s *Server) streamRefusal(err error) error {
+	refuse := func(status int, code, msg string, extra ...any) error {
+		body := map[string]any{"ok": false, "ack": true, "error": code, "message": msg}
+		for i := 0; i+1 < len(extra); i += 2 {
+			body[extra[i].(string)] = extra[i+1]
+		}
+		return &streamShapedError{he: &httpError{status: status, body: body}, cause: err}
+	}
+	var (
+		mismatch *dispatch.AttemptMismatchError
+		terminal *dispatch.TerminalError
+	)
+	switch {
+	case errors.As(err, &mismatch):
+		return refuse(http.StatusConflict, "attempt_mismatch",
+			fmt.Sprintf("attempt_id %d is not the job's current attempt %d", mismatch.Received, mismatch.Expected),
+			"current_attempt_id", mismatch.Expected, "received_attempt_id", mismatch.Received)
+	case errors.Is(err, dispatch.ErrLeaseMismatch):
+		return refuse(http.StatusConflict, "lease_mismatch", "lease_token is not the current attempt's lease: this worker no longer holds the job")
+	case errors.As(err, &terminal):
+		return refuse(http.StatusConflict, "task_already_terminal", fmt.Sprintf("job already %s", terminal.State), "status", string(terminal.State))
+	case errors.Is(err, dispatch.ErrOutcomeConflict):
+		return refuse(http.StatusConflict, "outcome_conflict", "this attempt already reported a different outcome")
+	case errors.Is(err, dispatch.ErrTaskExpired):
+		return refuse(http.StatusGone, "task_expired", "the attempt expired (lease or deadline passed, or it was given up on); abort it")
+	case errors.Is(err, dispatch.ErrTaskNotFound):
+		return refuse(http.StatusNotFound, "task_not_found", "no job with this job_id")
+	}
+	he := s.toHTTP(err)
+	msg, _ := he.body["error"].(string)
+	return &streamShapedError{he: &httpError{status: he.status, header: he.header,
+		body: map[string]any{"ok": false, "ack": false, "error": streamStatusName(he.status), "message": msg}}, cause: err}
+}
+
+// streamStatusName names an HTTP status for the "error" member of dialects that use codes.
+func streamStatusName(status int) string {
+	switch status {
+	case http.StatusBadRequest:
+		return "invalid_request"
+	case http.StatusUnauthorized:
+		return "unauthorized"
+	case http.StatusForbidden:
+		return "forbidden"
+	case http.StatusNotFound:
+		return "not_found"
+	case http.StatusConflict:
+		return "conflict"
+	case http.StatusRequestEntityTooLarge:
+		return "payload_too_large"
+	case http.StatusTooManyRequests:
+		return "rate_limited"
+	case 499:
+		return "request_canceled"
+	case http.StatusServiceUnavailable:
+		return "unavailable"
+	}
+	if status >= 500 {
+		return "internal_error"
+	}
+	return "error"
+}
+
+// streamShapedError is a dialect-shaped error answer that keeps the error it answers for the log.
+type streamShapedError struct {
+	he    *httpError
+	cause error
+}
+
+func (e *streamShapedError) Error() string { return e.he.Error() + ": " + e.cause.Error() }
+func (e *streamShapedError) Unwrap() error { return e.he }

@@ -1,0 +1,82 @@
+package api
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/baton-dev/baton/internal/auth"
+	"github.com/baton-dev/baton/internal/dispatch"
+	"github.com/baton-dev/baton/internal/store"
+)
+
+// issueToken mints the capability token of a claimed attempt (DESIGN.md section 5): it binds the
+// tenant, job, task and attempt, and carries the lease token so that dialects whose bodies do not
+// (seed 004) are fenced all the same.
+func (s *Server) issueToken(ctx context.Context, t *store.Task) (string, time.Time, error) {
+	job, err := s.d.Store().GetJob(ctx, t.JobID)
+	if err != nil {
+		return "", time.Time{}, err
+	}
+	return s.tokens.Issue(ctx, auth.TaskClaims{Tenant: job.Tenant, JobID: t.JobID, TaskID: t.ID, Attempt: t.Attempt,
+		LeaseToken: t.LeaseToken}, auth.TokenTTL(t.Timeout))
+}
+
+// refreshToken returns a fresh token for the attempt when the current one has less than half of
+// its life left, and "" otherwise.
+func (s *Server) refreshToken(ctx context.Context, c *auth.TaskClaims, t *store.Task) (string, time.Time, error) {
+	if c == nil || c.ExpiresAt == nil || c.IssuedAt == nil {
+		return "", time.Time{}, nil
+	}
+	life := c.ExpiresAt.Sub(c.IssuedAt.Time)
+	if time.Until(c.ExpiresAt.Time) >= life/2 {
+		return "", time.Time{}, nil
+	}
+	return s.issueToken(ctx, t)
+}
+
+type claimsKey struct{}
+
+// withTaskToken authenticates a task-scoped request by its capability token, read from the
+// header the dialect uses ("X-Trace-Task-Capability", or "Authorization: Bearer"), and puts the
+// verified claims in the request context. Whether the claims fit the request is checked by
+// tokenFence.
+func (s *Server) withTaskToken(header string, h handler) handler {
+	return func(w http.ResponseWriter, r *http.Request) (any, error) {
+		raw := r.Header.Get(header)
+		if header == "Authorization" {
+			scheme, token, ok := strings.Cut(raw, " ")
+			if !ok || !strings.EqualFold(scheme, "Bearer") {
+				raw = ""
+			} else {
+				raw = strings.TrimSpace(token)
+			}
+		}
+		c, err := s.tokens.Verify(r.Context(), raw)
+		if err != nil {
+			return nil, err
+		}
+		return h(w, r.WithContext(context.WithValue(r.Context(), claimsKey{}, c)))
+	}
+}
+
+func claimsOf(r *http.Request) *auth.TaskClaims {
+	c, _ := r.Context().Value(claimsKey{}).(*auth.TaskClaims)
+	return c
+}
+
+// errTokenScope: the token is valid but for another task or attempt than the request names.
+var errTokenScope = errors.New("capability token does not cover this task attempt")
+
+// tokenFence binds a task-scoped request to its token (deny by default): the task it names must
+// be the token's task, and the attempt (0: not named) the token's attempt. The fence it returns
+// carries the token's lease token unless the body named one, which must then be the same.
+func tokenFence(r *http.Request, taskID string, attempt int, leaseToken string) (dispatch.Fence, error) {
+	c := claimsOf(r)
+	if c == nil || taskID != c.TaskID || (attempt != 0 && attempt != c.Attempt) || (leaseToken != "" && leaseToken != c.LeaseToken) {
+		return dispatch.Fence{}, errTokenScope
+	}
+	return dispatch.Fence{TaskID: c.TaskID, Attempt: c.Attempt, LeaseToken: c.LeaseToken}, nil
+}

@@ -1,0 +1,157 @@
+package api_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"testing"
+	"time"
+
+	"github.com/baton-dev/baton/internal/api"
+	"github.com/baton-dev/baton/internal/auth"
+	"github.com/baton-dev/baton/internal/dispatch"
+	"github.com/baton-dev/baton/internal/lifecycle"
+	"github.com/baton-dev/baton/internal/store"
+	"github.com/baton-dev/baton/internal/store/storetest"
+)
+
+// workerAPI is a full server over a real store: the producer listener (which also serves the
+// task-scoped dialects) and the internal listener, with capability tokens.
+type workerAPI struct {
+	t        *testing.T
+	st       store.Store
+	d        *dispatch.Dispatcher
+	tokens   *auth.Tokens
+	public   *httptest.Server
+	internal *httptest.Server
+}
+
+func newWorkerAPI(t *testing.T, st store.Store) *workerAPI {
+	t.Helper()
+	quiet := slog.New(slog.DiscardHandler)
+	d, err := dispatch.New(st, dispatch.Config{Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tokens := auth.NewTokens(st, nil)
+	s := api.New(api.Config{Dispatcher: d, Auth: auth.NewAuthenticator(st, auth.Limits{}, nil), Tokens: tokens, Logger: quiet})
+	w := &workerAPI{t: t, st: st, d: d, tokens: tokens,
+		public: httptest.NewServer(s.ProducerHandler()), internal: httptest.NewServer(s.InternalHandler())}
+	t.Cleanup(w.public.Close)
+	t.Cleanup(w.internal.Close)
+	return w
+}
+
+// forEachWorkerDriver runs fn as parallel subtests on SQLite and PostgreSQL.
+func forEachWorkerDriver(t *testing.T, fn func(t *testing.T, w *workerAPI)) {
+	t.Helper()
+	storetest.ForEachDriver(t, func(t *testing.T, st store.Store) { fn(t, newWorkerAPI(t, st)) })
+}
+
+// submit creates a job of tenant "acme" through the core and returns the global id of each task
+// by its key.
+func (w *workerAPI) submit(specs ...lifecycle.TaskSpec) (jobID string, ids map[string]string) {
+	w.t.Helper()
+	ctx := context.Background()
+	res, err := w.d.CreateJob(ctx, dispatch.CreateJobParams{Tenant: "acme", Tasks: specs})
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	_, tasks, err := w.d.GetJob(ctx, "", res.Job.ID)
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	ids = map[string]string{}
+	for _, tk := range tasks {
+		ids[tk.Key] = tk.ID
+	}
+	return res.Job.ID, ids
+}
+
+// claim leases a task through the core (as a push dispatch would) and returns the claim and a
+// capability token for it.
+func (w *workerAPI) claim(taskID string) (*dispatch.Claim, string) {
+	w.t.Helper()
+	ctx := context.Background()
+	c, err := w.d.ClaimTask(ctx, dispatch.ClaimTaskParams{TaskID: taskID, WorkerID: "harness"})
+	if err != nil {
+		w.t.Fatalf("claim %s: %v", taskID, err)
+	}
+	return c, w.token(c.Task, time.Hour)
+}
+
+// token mints a capability token for an attempt of t with the given lifetime (negative: expired).
+func (w *workerAPI) token(t *store.Task, ttl time.Duration) string {
+	w.t.Helper()
+	ctx := context.Background()
+	job, err := w.st.GetJob(ctx, t.JobID)
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	issuer := w.tokens
+	if ttl < 0 {
+		issuedAt := time.Now().Add(2 * ttl) // so that it expired ttl ago
+		issuer = auth.NewTokens(w.st, func() time.Time { return issuedAt })
+		ttl = -ttl
+	}
+	tok, _, err := issuer.Issue(ctx, auth.TaskClaims{Tenant: job.Tenant, JobID: t.JobID, TaskID: t.ID, Attempt: t.Attempt, LeaseToken: t.LeaseToken}, ttl)
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	return tok
+}
+
+// post sends a JSON body to base+path with the given header pairs and decodes the answer.
+func (w *workerAPI) post(base, path string, body any, headers ...string) response {
+	w.t.Helper()
+	return w.request("POST", base+path, body, headers...)
+}
+
+func (w *workerAPI) request(method, url string, body any, headers ...string) response {
+	w.t.Helper()
+	var rd io.Reader
+	switch b := body.(type) {
+	case nil:
+	case string:
+		rd = bytes.NewBufferString(b)
+	default:
+		raw, err := json.Marshal(b)
+		if err != nil {
+			w.t.Fatal(err)
+		}
+		rd = bytes.NewReader(raw)
+	}
+	req, err := http.NewRequest(method, url, rd)
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	for i := 0; i+1 < len(headers); i += 2 {
+		req.Header.Set(headers[i], headers[i+1])
+	}
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	defer res.Body.Close()
+	raw, _ := io.ReadAll(res.Body)
+	out := response{Status: res.StatusCode, Header: res.Header, Raw: raw}
+	if len(raw) > 0 {
+		_ = json.Unmarshal(raw, &out.Body)
+	}
+	return out
+}
+
+// task reads a task from the store.
+func (w *workerAPI) task(id string) *store.Task {
+	w.t.Helper()
+	t, err := w.st.GetTask(context.Background(), id)
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	return t
+}
