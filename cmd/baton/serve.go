@@ -147,6 +147,7 @@ func serve(ctx context.Context, f *serverFlags, ls *listeners, st store.Store, l
 		return fmt.Errorf("serve: %w", err)
 	}
 	log.Info("shutting down: finishing in-flight requests")
+	s.Drain()
 	shutdownCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), f.shutdownTimeout)
 	defer cancel()
 	var shutdownErr error

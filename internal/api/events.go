@@ -101,6 +101,8 @@ func (s *Server) streamEvents(w http.ResponseWriter, r *http.Request, jobID stri
 		select {
 		case <-ctx.Done():
 			return nil
+		case <-s.drainCtx.Done():
+			return nil
 		case <-ticker.C:
 		}
 	}

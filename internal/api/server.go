@@ -38,7 +38,14 @@ type Server struct {
 	log     *slog.Logger
 	maxBody int64
 	poll    time.Duration
+
+	drainCtx context.Context // ends when the server starts shutting down
+	drain    context.CancelFunc
 }
+
+// Drain ends waiting long polls and event streams: call it when shutdown begins, before
+// http.Server.Shutdown waits for in-flight requests.
+func (s *Server) Drain() { s.drain() }
 
 // New returns a Server.
 func New(cfg Config) *Server {
@@ -52,6 +59,7 @@ func New(cfg Config) *Server {
 	if s.poll <= 0 {
 		s.poll = 250 * time.Millisecond
 	}
+	s.drainCtx, s.drain = context.WithCancel(context.Background())
 	return s
 }
 

@@ -11,6 +11,7 @@ package api
 
 import (
 	"cmp"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -72,7 +73,16 @@ func (s *Server) streamClaim(w http.ResponseWriter, r *http.Request) (any, error
 	}
 	// ClaimWait returns when a task is claimed, when maxWait passes, or when the worker hangs up
 	// (the request context ends; nothing was claimed then).
-	claims, err := s.d.ClaimWait(r.Context(), dispatch.ClaimNextParams{Queues: streams, WorkerID: workerID, Limit: 1}, maxWait)
+	// A server shutting down ends waiting long polls at once, empty-handed, instead of holding
+	// up the shutdown for up to max_wait_ms.
+	ctx, cancel := context.WithCancel(r.Context())
+	defer cancel()
+	stop := context.AfterFunc(s.drainCtx, cancel)
+	defer stop()
+	claims, err := s.d.ClaimWait(ctx, dispatch.ClaimNextParams{Queues: streams, WorkerID: workerID, Limit: 1}, maxWait)
+	if err != nil && r.Context().Err() == nil && s.drainCtx.Err() != nil {
+		claims, err = nil, nil
+	}
 	if err != nil {
 		return nil, err
 	}

@@ -749,3 +749,34 @@ func streamReportPercentiles(b *testing.B, lat []time.Duration) {
 	b.ReportMetric(float64(at(50).Microseconds()), "p50-µs")
 	b.ReportMetric(float64(at(99).Microseconds()), "p99-µs")
 }
+
+func TestStreamLongPollEndsWhenTheServerDrains(t *testing.T) {
+	st := storetest.OpenSQLite(t)
+	quiet := slog.New(slog.DiscardHandler)
+	d, err := dispatch.New(st, dispatch.Config{Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := api.New(api.Config{Dispatcher: d, Auth: auth.NewAuthenticator(st, auth.Limits{}, nil), Tokens: auth.NewTokens(st, nil), Logger: quiet})
+	srv := httptest.NewServer(s.InternalHandler())
+	defer srv.Close()
+	done := make(chan response, 1)
+	w := &workerAPI{t: t}
+	go func() {
+		done <- w.post(srv.URL, "/internal/worker/claim", map[string]any{"worker_id": "w", "streams": []string{"q"}, "max_wait_ms": 60000})
+	}()
+	time.Sleep(100 * time.Millisecond) // let the poll start waiting; the assertion below does not depend on it
+	start := time.Now()
+	s.Drain()
+	select {
+	case r := <-done:
+		if r.Status != 200 || r.Body["claimed"] != false {
+			t.Errorf("drained poll: %d %s", r.Status, r.Raw)
+		}
+		if time.Since(start) > 5*time.Second {
+			t.Errorf("the poll ended %v after Drain", time.Since(start))
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("a long poll kept waiting after Drain")
+	}
+}
