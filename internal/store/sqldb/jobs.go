@@ -33,18 +33,18 @@ func scanJob(row interface{ Scan(...any) error }) (*store.Job, error) {
 
 // GetJob implements store.Reader.
 func (q q) GetJob(ctx context.Context, id string) (*store.Job, error) {
-	return scanJob(q.db.QueryRowContext(ctx, `SELECT `+jobCols+` FROM jobs WHERE id = $1`+q.lockRow(), id))
+	return scanJob(q.queryRow(ctx, `SELECT `+jobCols+` FROM jobs WHERE id = $1`+q.lockRow(), id))
 }
 
 // JobByIdempotencyKey implements store.Reader.
 func (q q) JobByIdempotencyKey(ctx context.Context, tenant, key string) (*store.Job, error) {
-	return scanJob(q.db.QueryRowContext(ctx,
+	return scanJob(q.queryRow(ctx,
 		`SELECT `+jobCols+` FROM jobs WHERE tenant = $1 AND idempotency_key = $2`, tenant, key))
 }
 
 // ListJobs implements store.Reader.
 func (q q) ListJobs(ctx context.Context, p store.ListJobsParams) ([]*store.Job, error) {
-	rows, err := q.db.QueryContext(ctx, `SELECT `+jobCols+` FROM jobs WHERE tenant = $1
+	rows, err := q.query(ctx, `SELECT `+jobCols+` FROM jobs WHERE tenant = $1
 		AND (CAST($2 AS BIGINT) = 0 OR seq < $2) AND ($3 = '' OR status = $3) ORDER BY seq DESC LIMIT $4`,
 		p.Tenant, p.BeforeSeq, string(p.Status), p.Limit)
 	if err != nil {
@@ -64,7 +64,7 @@ func (q q) ListJobs(ctx context.Context, p store.ListJobsParams) ([]*store.Job, 
 
 // InsertJob implements store.Tx.
 func (t *tx) InsertJob(ctx context.Context, j *store.Job) error {
-	err := t.db.QueryRowContext(ctx, `INSERT INTO jobs (id, tenant, name, status, idempotency_key,
+	err := t.queryRow(ctx, `INSERT INTO jobs (id, tenant, name, status, idempotency_key,
 		request_hash, total_tasks, unfinished_tasks, created_at, finished_at)
 		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) RETURNING seq`,
 		j.ID, j.Tenant, j.Name, string(j.Status), strArg(j.IdempotencyKey), j.RequestHash,
@@ -80,7 +80,7 @@ func (t *tx) InsertJob(ctx context.Context, j *store.Job) error {
 
 // UpdateJob implements store.Tx.
 func (t *tx) UpdateJob(ctx context.Context, j *store.Job) error {
-	res, err := t.db.ExecContext(ctx, `UPDATE jobs SET status = $2, total_tasks = $3,
+	res, err := t.exec(ctx, `UPDATE jobs SET status = $2, total_tasks = $3,
 		unfinished_tasks = $4, finished_at = $5, cancel_requested_at = $6, failure_detected_at = $7
 		WHERE id = $1`,
 		j.ID, string(j.Status), j.TotalTasks, j.UnfinishedTasks, ms(j.FinishedAt),
@@ -96,6 +96,6 @@ func (t *tx) UpdateJob(ctx context.Context, j *store.Job) error {
 
 // AddUnfinished implements store.Tx.
 func (t *tx) AddUnfinished(ctx context.Context, jobID string, delta int) (*store.Job, error) {
-	return scanJob(t.db.QueryRowContext(ctx, `UPDATE jobs SET unfinished_tasks = unfinished_tasks + $2
+	return scanJob(t.queryRow(ctx, `UPDATE jobs SET unfinished_tasks = unfinished_tasks + $2
 		WHERE id = $1 RETURNING `+jobCols, jobID, delta))
 }

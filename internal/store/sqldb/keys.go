@@ -27,8 +27,11 @@ func scanKey(row interface{ Scan(...any) error }) (*store.APIKey, error) {
 
 // InsertAPIKey implements store.Keys.
 func (db *DB) InsertAPIKey(ctx context.Context, k *store.APIKey) error {
-	_, err := db.write.ExecContext(ctx, `INSERT INTO api_keys (`+keyCols+`) VALUES ($1, $2, $3, $4, $5, $6, $7)`,
-		k.ID, k.Tenant, k.Name, k.SecretHash, k.Prefix, ms(k.CreatedAt), ms(k.RevokedAt))
+	err := db.writeTx(ctx, func(t *tx) error {
+		_, err := t.exec(ctx, `INSERT INTO api_keys (`+keyCols+`) VALUES ($1, $2, $3, $4, $5, $6, $7)`,
+			k.ID, k.Tenant, k.Name, k.SecretHash, k.Prefix, ms(k.CreatedAt), ms(k.RevokedAt))
+		return err
+	})
 	if err != nil {
 		if db.dialect.IsUnique(err) {
 			return store.ErrConflict
@@ -63,27 +66,32 @@ func (db *DB) ListAPIKeys(ctx context.Context) ([]*store.APIKey, error) {
 
 // RevokeAPIKey implements store.Keys.
 func (db *DB) RevokeAPIKey(ctx context.Context, id string, at time.Time) error {
-	res, err := db.write.ExecContext(ctx, `UPDATE api_keys SET revoked_at = $2 WHERE id = $1 AND revoked_at IS NULL`, id, at.UnixMilli())
-	if err != nil {
-		return fmt.Errorf("revoke api key: %w", err)
-	}
-	if n, _ := res.RowsAffected(); n == 0 {
+	return db.writeTx(ctx, func(t *tx) error {
+		res, err := t.exec(ctx, `UPDATE api_keys SET revoked_at = $2 WHERE id = $1 AND revoked_at IS NULL`, id, at.UnixMilli())
+		if err != nil {
+			return fmt.Errorf("revoke api key: %w", err)
+		}
+		if n, _ := res.RowsAffected(); n > 0 {
+			return nil
+		}
 		var exists int
-		if err := db.write.QueryRowContext(ctx, `SELECT count(*) FROM api_keys WHERE id = $1`, id).Scan(&exists); err != nil {
+		if err := t.queryRow(ctx, `SELECT count(*) FROM api_keys WHERE id = $1`, id).Scan(&exists); err != nil {
 			return err
 		}
 		if exists == 0 {
 			return store.ErrNotFound
 		}
-	}
-	return nil
+		return nil
+	})
 }
 
 // CountRequest implements store.Keys.
 func (db *DB) CountRequest(ctx context.Context, keyID, day string) (int64, error) {
 	var n int64
-	err := db.write.QueryRowContext(ctx, `INSERT INTO api_key_usage (key_id, day, count) VALUES ($1, $2, 1)
-		ON CONFLICT (key_id, day) DO UPDATE SET count = api_key_usage.count + 1 RETURNING count`, keyID, day).Scan(&n)
+	err := db.writeTx(ctx, func(t *tx) error {
+		return t.queryRow(ctx, `INSERT INTO api_key_usage (key_id, day, count) VALUES ($1, $2, 1)
+			ON CONFLICT (key_id, day) DO UPDATE SET count = api_key_usage.count + 1 RETURNING count`, keyID, day).Scan(&n)
+	})
 	if err != nil {
 		return 0, fmt.Errorf("count request: %w", err)
 	}

@@ -32,13 +32,13 @@ func scanAttempt(row interface{ Scan(...any) error }) (*store.Attempt, error) {
 
 // GetAttempt implements store.Reader.
 func (q q) GetAttempt(ctx context.Context, taskID string, attempt int) (*store.Attempt, error) {
-	return scanAttempt(q.db.QueryRowContext(ctx, `SELECT `+attemptCols+` FROM attempts
+	return scanAttempt(q.queryRow(ctx, `SELECT `+attemptCols+` FROM attempts
 		WHERE task_id = $1 AND attempt = $2`, taskID, attempt))
 }
 
 // ListAttempts implements store.Reader.
 func (q q) ListAttempts(ctx context.Context, taskID string) ([]*store.Attempt, error) {
-	rows, err := q.db.QueryContext(ctx, `SELECT `+attemptCols+` FROM attempts WHERE task_id = $1
+	rows, err := q.query(ctx, `SELECT `+attemptCols+` FROM attempts WHERE task_id = $1
 		ORDER BY attempt`, taskID)
 	if err != nil {
 		return nil, fmt.Errorf("list attempts: %w", err)
@@ -61,7 +61,7 @@ func (t *tx) InsertAttempt(ctx context.Context, a *store.Attempt) error {
 	if err != nil {
 		return err
 	}
-	_, err = t.db.ExecContext(ctx, `INSERT INTO attempts (`+attemptCols+`)
+	_, err = t.exec(ctx, `INSERT INTO attempts (`+attemptCols+`)
 		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)`,
 		a.TaskID, a.Attempt, a.WorkerID, a.LeaseToken, ms(a.StartedAt), ms(a.FinishedAt),
 		string(a.Outcome), string(a.Result), errJSON, jsonArg(a.Metrics))
@@ -77,7 +77,7 @@ func (t *tx) UpdateAttempt(ctx context.Context, a *store.Attempt) error {
 	if err != nil {
 		return err
 	}
-	res, err := t.db.ExecContext(ctx, `UPDATE attempts SET finished_at = $3, outcome = $4,
+	res, err := t.exec(ctx, `UPDATE attempts SET finished_at = $3, outcome = $4,
 		result = $5, error = $6, metrics = $7 WHERE task_id = $1 AND attempt = $2`,
 		a.TaskID, a.Attempt, ms(a.FinishedAt), string(a.Outcome), string(a.Result), errJSON,
 		jsonArg(a.Metrics))
@@ -92,7 +92,7 @@ func (t *tx) UpdateAttempt(ctx context.Context, a *store.Attempt) error {
 
 // ListEvents implements store.Reader.
 func (q q) ListEvents(ctx context.Context, jobID string, afterID int64, limit int) ([]*store.Event, error) {
-	rows, err := q.db.QueryContext(ctx, `SELECT id, job_id, task_id, task_key, type, at, data
+	rows, err := q.query(ctx, `SELECT id, job_id, task_id, task_key, type, at, data
 		FROM events WHERE job_id = $1 AND id > $2 ORDER BY id LIMIT $3`, jobID, afterID, limit)
 	if err != nil {
 		return nil, fmt.Errorf("list events: %w", err)
@@ -130,7 +130,7 @@ func (t *tx) InsertEvents(ctx context.Context, events []*store.Event) error {
 
 // OutboxAfter implements store.Reader.
 func (q q) OutboxAfter(ctx context.Context, afterID int64, limit int) ([]*store.OutboxMessage, error) {
-	rows, err := q.db.QueryContext(ctx, `SELECT id, topic, msg_key, payload, available_at, created_at
+	rows, err := q.query(ctx, `SELECT id, topic, msg_key, payload, available_at, created_at
 		FROM outbox WHERE id > $1 ORDER BY id LIMIT $2`, afterID, limit)
 	if err != nil {
 		return nil, fmt.Errorf("list outbox: %w", err)

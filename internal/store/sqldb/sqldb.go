@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/baton-dev/baton/internal/store"
@@ -26,6 +27,13 @@ type Dialect struct {
 	MaxParams int
 	// Notify is the statement that announces a ready task to other processes ("" for none).
 	Notify string
+	// SingleWriter serialises write transactions in this process (SQLite: one writer at a time,
+	// so concurrent callers queue here instead of failing with SQLITE_BUSY).
+	SingleWriter bool
+	// CacheStatements keeps prepared statements for reuse. database/sql with modernc.org/sqlite
+	// otherwise parses every statement again, which was a third of the CPU of a completion; pgx
+	// caches prepared statements by itself.
+	CacheStatements bool
 	// Positional makes multi-row inserts use "?" placeholders. SQLite resolves "$N" by a linear
 	// scan of the statement's parameter names, which makes a 20,000-parameter insert quadratic.
 	Positional bool
@@ -39,6 +47,8 @@ type Dialect struct {
 // a single connection, PostgreSQL passes the same pool twice.
 type DB struct {
 	q       // queries outside transactions, on the read pool
+	wstmts  *stmtCache
+	wmu     sync.Mutex // held by each write transaction when the dialect has a single writer
 	write   *sql.DB
 	read    *sql.DB
 	dialect Dialect
@@ -51,6 +61,10 @@ var _ store.Store = (*DB)(nil)
 func New(write, read *sql.DB, d Dialect, closers ...func() error) *DB {
 	db := &DB{write: write, read: read, dialect: d, closers: closers}
 	db.q = q{db: read, d: &db.dialect}
+	if d.CacheStatements {
+		db.q.stmts = newStmtCache(read)
+		db.wstmts = newStmtCache(write)
+	}
 	return db
 }
 
@@ -64,7 +78,15 @@ func (db *DB) Ping(ctx context.Context) error {
 
 // Close closes the pools.
 func (db *DB) Close() error {
-	err := db.write.Close()
+	var err error
+	for _, c := range []*stmtCache{db.q.stmts, db.wstmts} {
+		if c != nil {
+			for _, st := range c.m {
+				err = errors.Join(err, st.Close())
+			}
+		}
+	}
+	err = errors.Join(err, db.write.Close())
 	if db.read != db.write {
 		err = errors.Join(err, db.read.Close())
 	}
@@ -79,6 +101,11 @@ const maxTxRuns = 20
 
 // InTx implements store.Store.
 func (db *DB) InTx(ctx context.Context, fn func(store.Tx) error) error {
+	return db.writeTx(ctx, func(t *tx) error { return fn(t) })
+}
+
+// writeTx runs fn in a write transaction, again when the database asks for a retry.
+func (db *DB) writeTx(ctx context.Context, fn func(*tx) error) error {
 	for run := 1; ; run++ {
 		err := db.runTx(ctx, fn)
 		if err == nil || !db.dialect.IsRetryable(err) || run == maxTxRuns {
@@ -92,7 +119,11 @@ func (db *DB) InTx(ctx context.Context, fn func(store.Tx) error) error {
 	}
 }
 
-func (db *DB) runTx(ctx context.Context, fn func(store.Tx) error) (err error) {
+func (db *DB) runTx(ctx context.Context, fn func(*tx) error) (err error) {
+	if db.dialect.SingleWriter {
+		db.wmu.Lock()
+		defer db.wmu.Unlock()
+	}
 	sqlTx, err := db.write.BeginTx(ctx, nil)
 	if err != nil {
 		return fmt.Errorf("begin: %w", err)
@@ -102,7 +133,7 @@ func (db *DB) runTx(ctx context.Context, fn func(store.Tx) error) (err error) {
 			_ = sqlTx.Rollback()
 		}
 	}()
-	if err = fn(&tx{q: q{db: sqlTx, d: &db.dialect, inTx: true}}); err != nil {
+	if err = fn(&tx{q: q{db: sqlTx, d: &db.dialect, inTx: true, tx: sqlTx, stmts: db.wstmts}}); err != nil {
 		return err
 	}
 	if err = sqlTx.Commit(); err != nil {
@@ -120,9 +151,88 @@ type querier interface {
 
 // q holds the queries, used by DB outside transactions and by tx inside them.
 type q struct {
-	db   querier
-	d    *Dialect
-	inTx bool
+	db    querier
+	d     *Dialect
+	inTx  bool
+	tx    *sql.Tx    // the transaction, when inTx
+	stmts *stmtCache // prepared statements of db's pool, or nil
+}
+
+// stmtCache holds one prepared statement per query text for a pool; database/sql prepares it on
+// each connection once and reuses it there.
+type stmtCache struct {
+	db *sql.DB
+	mu sync.Mutex
+	m  map[string]*sql.Stmt
+}
+
+func newStmtCache(db *sql.DB) *stmtCache { return &stmtCache{db: db, m: map[string]*sql.Stmt{}} }
+
+func (c *stmtCache) get(ctx context.Context, query string) (*sql.Stmt, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if st, ok := c.m[query]; ok {
+		return st, nil
+	}
+	st, err := c.db.PrepareContext(ctx, query)
+	if err != nil {
+		return nil, err
+	}
+	c.m[query] = st
+	return st, nil
+}
+
+// stmt returns the cached statement for query, bound to the transaction if there is one, or nil
+// when statements are not cached.
+func (q q) stmt(ctx context.Context, query string) (*sql.Stmt, error) {
+	if q.stmts == nil {
+		return nil, nil
+	}
+	st, err := q.stmts.get(ctx, query)
+	if err != nil || q.tx == nil {
+		return st, err
+	}
+	return q.tx.StmtContext(ctx, st), nil
+}
+
+func (q q) exec(ctx context.Context, query string, args ...any) (sql.Result, error) {
+	st, err := q.stmt(ctx, query)
+	if err != nil {
+		return nil, err
+	}
+	if st != nil {
+		return st.ExecContext(ctx, args...)
+	}
+	return q.db.ExecContext(ctx, query, args...)
+}
+
+func (q q) query(ctx context.Context, query string, args ...any) (*sql.Rows, error) {
+	st, err := q.stmt(ctx, query)
+	if err != nil {
+		return nil, err
+	}
+	if st != nil {
+		return st.QueryContext(ctx, args...)
+	}
+	return q.db.QueryContext(ctx, query, args...)
+}
+
+// rowScanner is what QueryRow returns, with a preparation error folded in.
+type rowScanner interface{ Scan(...any) error }
+
+type errRow struct{ err error }
+
+func (r errRow) Scan(...any) error { return r.err }
+
+func (q q) queryRow(ctx context.Context, query string, args ...any) rowScanner {
+	st, err := q.stmt(ctx, query)
+	if err != nil {
+		return errRow{err}
+	}
+	if st != nil {
+		return st.QueryRowContext(ctx, args...)
+	}
+	return q.db.QueryRowContext(ctx, query, args...)
 }
 
 // lockRow is the row-lock suffix inside a transaction, nothing outside one.

@@ -71,12 +71,12 @@ func scanTask(row interface{ Scan(...any) error }) (*store.Task, error) {
 
 // GetTask implements store.Reader.
 func (q q) GetTask(ctx context.Context, id string) (*store.Task, error) {
-	return scanTask(q.db.QueryRowContext(ctx, `SELECT `+taskCols+` FROM tasks WHERE id = $1`+q.lockRow(), id))
+	return scanTask(q.queryRow(ctx, `SELECT `+taskCols+` FROM tasks WHERE id = $1`+q.lockRow(), id))
 }
 
 // JobTasks implements store.Reader.
 func (q q) JobTasks(ctx context.Context, jobID string) ([]*store.TaskSummary, error) {
-	rows, err := q.db.QueryContext(ctx, `SELECT id, task_key, name, depends_on, status, attempt,
+	rows, err := q.query(ctx, `SELECT id, task_key, name, depends_on, status, attempt,
 		last_event_type, last_event_at FROM tasks WHERE job_id = $1 ORDER BY seq`, jobID)
 	if err != nil {
 		return nil, fmt.Errorf("job tasks: %w", err)
@@ -105,7 +105,7 @@ func (q q) JobTasks(ctx context.Context, jobID string) ([]*store.TaskSummary, er
 
 // ParentOutputs implements store.Reader.
 func (q q) ParentOutputs(ctx context.Context, taskID string) (map[string]json.RawMessage, error) {
-	rows, err := q.db.QueryContext(ctx, `SELECT p.task_key, p.output FROM task_deps d
+	rows, err := q.query(ctx, `SELECT p.task_key, p.output FROM task_deps d
 		JOIN tasks p ON p.id = d.parent_id WHERE d.child_id = $1`, taskID)
 	if err != nil {
 		return nil, fmt.Errorf("parent outputs: %w", err)
@@ -130,7 +130,7 @@ func (q q) ParentOutputs(ctx context.Context, taskID string) (map[string]json.Ra
 
 // ListDeadLetters implements store.Reader.
 func (q q) ListDeadLetters(ctx context.Context, tenant string, beforeSeq int64, limit int) ([]*store.Task, error) {
-	rows, err := q.db.QueryContext(ctx, `SELECT `+prefixed("t.", taskCols)+` FROM tasks t
+	rows, err := q.query(ctx, `SELECT `+prefixed("t.", taskCols)+` FROM tasks t
 		JOIN jobs j ON j.id = t.job_id
 		WHERE j.tenant = $1 AND t.status = 'failed' AND t.dead_lettered_at IS NOT NULL
 		AND (CAST($2 AS BIGINT) = 0 OR t.seq < $2) ORDER BY t.seq DESC LIMIT $3`, tenant, beforeSeq, limit)
@@ -143,7 +143,7 @@ func (q q) ListDeadLetters(ctx context.Context, tenant string, beforeSeq int64, 
 // NextReapAt implements store.Reader.
 func (q q) NextReapAt(ctx context.Context) (time.Time, bool, error) {
 	var at sql.NullInt64
-	if err := q.db.QueryRowContext(ctx, `SELECT min(reap_at) FROM tasks WHERE status = 'running'`).Scan(&at); err != nil {
+	if err := q.queryRow(ctx, `SELECT min(reap_at) FROM tasks WHERE status = 'running'`).Scan(&at); err != nil {
 		return time.Time{}, false, fmt.Errorf("next reap: %w", err)
 	}
 	return fromMs(at), at.Valid, nil
@@ -170,7 +170,7 @@ func (q q) NextAvailableAt(ctx context.Context, queues []string) (time.Time, boo
 		args[i] = qu
 	}
 	var at sql.NullInt64
-	err := q.db.QueryRowContext(ctx, `SELECT min(available_at) FROM tasks WHERE status = 'pending'
+	err := q.queryRow(ctx, `SELECT min(available_at) FROM tasks WHERE status = 'pending'
 		AND queue IN (`+b.String()+`)`, args...).Scan(&at)
 	if err != nil {
 		return time.Time{}, false, fmt.Errorf("next available: %w", err)
@@ -183,12 +183,12 @@ func (t *tx) NotifyReady(ctx context.Context) error {
 	if t.d.Notify == "" {
 		return nil
 	}
-	_, err := t.db.ExecContext(ctx, t.d.Notify)
+	_, err := t.exec(ctx, t.d.Notify)
 	return err
 }
 
 func (q q) ids(ctx context.Context, query string, args ...any) ([]string, error) {
-	rows, err := q.db.QueryContext(ctx, query, args...)
+	rows, err := q.query(ctx, query, args...)
 	if err != nil {
 		return nil, err
 	}
@@ -264,7 +264,7 @@ func (t *tx) ReadyTaskIDs(ctx context.Context, queue string, now time.Time, limi
 // ClaimTask implements store.Tx. The WHERE clause is the fence: of two claims racing for one
 // task, the second finds it no longer pending.
 func (t *tx) ClaimTask(ctx context.Context, p store.ClaimTaskParams) (*store.Task, bool, error) {
-	task, err := scanTask(t.db.QueryRowContext(ctx, `UPDATE tasks SET status = 'running',
+	task, err := scanTask(t.queryRow(ctx, `UPDATE tasks SET status = 'running',
 		attempt = attempt + 1, lease_token = $2, worker_id = $3, started_at = $4, heartbeat_at = $4,
 		lease_expires_at = $4 + heartbeat_timeout_ms,
 		deadline_at = CASE WHEN timeout_ms > 0 THEN $4 + timeout_ms ELSE NULL END,
@@ -289,7 +289,7 @@ func (t *tx) UpdateTask(ctx context.Context, tk *store.Task, fence store.Fence) 
 	if err != nil {
 		return err
 	}
-	res, err := t.db.ExecContext(ctx, `UPDATE tasks SET status = $4, attempt = $5, retry_base = $6,
+	res, err := t.exec(ctx, `UPDATE tasks SET status = $4, attempt = $5, retry_base = $6,
 		max_attempts = $7, available_at = $8, lease_token = $9, lease_expires_at = $10, worker_id = $11,
 		started_at = $12, heartbeat_at = $13, deadline_at = $14, reap_at = $15,
 		cancel_requested_at = $16, cancel_reason = $17, output = $18, error = $19, finished_at = $20,
@@ -313,7 +313,7 @@ func (t *tx) UpdateTask(ctx context.Context, tk *store.Task, fence store.Fence) 
 const refCols = `id, task_key, name, queue, status, available_at`
 
 func (t *tx) refs(ctx context.Context, query string, args ...any) ([]*store.TaskRef, error) {
-	rows, err := t.db.QueryContext(ctx, query, args...)
+	rows, err := t.query(ctx, query, args...)
 	if err != nil {
 		return nil, err
 	}

@@ -28,7 +28,7 @@ func fromNullInt(n sql.NullInt64) *int64 {
 func (t *tx) InsertDatasetEvents(ctx context.Context, events []*store.DatasetEvent) (int, error) {
 	n := 0
 	for _, e := range events {
-		res, err := t.db.ExecContext(ctx, `INSERT INTO dataset_events (dedupe_key, job_id, task_id,
+		res, err := t.exec(ctx, `INSERT INTO dataset_events (dedupe_key, job_id, task_id,
 			attempt, dataset_uuid, dataset_version, cursor, partition_key, range_start, range_end,
 			created_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)
 			ON CONFLICT (dedupe_key) DO NOTHING`,
@@ -46,7 +46,7 @@ func (t *tx) InsertDatasetEvents(ctx context.Context, events []*store.DatasetEve
 
 // ListDatasetEvents implements store.Reader.
 func (q q) ListDatasetEvents(ctx context.Context, taskID string) ([]*store.DatasetEvent, error) {
-	rows, err := q.db.QueryContext(ctx, `SELECT id, dedupe_key, job_id, task_id, attempt,
+	rows, err := q.query(ctx, `SELECT id, dedupe_key, job_id, task_id, attempt,
 		dataset_uuid, dataset_version, cursor, partition_key, range_start, range_end, created_at
 		FROM dataset_events WHERE task_id = $1 ORDER BY id`, taskID)
 	if err != nil {
@@ -75,7 +75,7 @@ func (q q) ListDatasetEvents(ctx context.Context, taskID string) ([]*store.Datas
 
 // InsertBufferPublish implements store.Tx.
 func (t *tx) InsertBufferPublish(ctx context.Context, p *store.BufferPublish) (bool, error) {
-	err := t.db.QueryRowContext(ctx, `INSERT INTO buffer_publishes (task_id, attempt, batch_uri,
+	err := t.queryRow(ctx, `INSERT INTO buffer_publishes (task_id, attempt, batch_uri,
 		job_id, tenant, dataset_uuid, dataset_version, record_count, content_type, batch_size_bytes,
 		dedupe_scope, created_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)
 		ON CONFLICT (task_id, attempt, batch_uri) DO NOTHING RETURNING id`,
@@ -93,7 +93,7 @@ func (t *tx) InsertBufferPublish(ctx context.Context, p *store.BufferPublish) (b
 
 // ListBufferPublishes implements store.Reader.
 func (q q) ListBufferPublishes(ctx context.Context, taskID string) ([]*store.BufferPublish, error) {
-	rows, err := q.db.QueryContext(ctx, `SELECT id, task_id, attempt, batch_uri, job_id, tenant,
+	rows, err := q.query(ctx, `SELECT id, task_id, attempt, batch_uri, job_id, tenant,
 		dataset_uuid, dataset_version, record_count, content_type, batch_size_bytes, dedupe_scope,
 		created_at FROM buffer_publishes WHERE task_id = $1 ORDER BY id`, taskID)
 	if err != nil {
@@ -120,8 +120,11 @@ func (q q) ListBufferPublishes(ctx context.Context, taskID string) ([]*store.Buf
 
 // InsertSigningKey implements store.Keys.
 func (db *DB) InsertSigningKey(ctx context.Context, k *store.SigningKey) error {
-	_, err := db.write.ExecContext(ctx, `INSERT INTO signing_keys (kid, secret, created_at, retired_at)
-		VALUES ($1, $2, $3, $4)`, k.KID, string(k.Secret), ms(k.CreatedAt), ms(k.RetiredAt))
+	err := db.writeTx(ctx, func(t *tx) error {
+		_, err := t.exec(ctx, `INSERT INTO signing_keys (kid, secret, created_at, retired_at)
+			VALUES ($1, $2, $3, $4)`, k.KID, string(k.Secret), ms(k.CreatedAt), ms(k.RetiredAt))
+		return err
+	})
 	if err != nil {
 		if db.dialect.IsUnique(err) {
 			return store.ErrConflict
@@ -160,18 +163,21 @@ func (db *DB) ListSigningKeys(ctx context.Context) ([]*store.SigningKey, error) 
 
 // RetireSigningKey implements store.Keys.
 func (db *DB) RetireSigningKey(ctx context.Context, kid string, at time.Time) error {
-	res, err := db.write.ExecContext(ctx, `UPDATE signing_keys SET retired_at = $2 WHERE kid = $1 AND retired_at IS NULL`, kid, at.UnixMilli())
-	if err != nil {
-		return fmt.Errorf("retire signing key: %w", err)
-	}
-	if n, _ := res.RowsAffected(); n == 0 {
+	return db.writeTx(ctx, func(t *tx) error {
+		res, err := t.exec(ctx, `UPDATE signing_keys SET retired_at = $2 WHERE kid = $1 AND retired_at IS NULL`, kid, at.UnixMilli())
+		if err != nil {
+			return fmt.Errorf("retire signing key: %w", err)
+		}
+		if n, _ := res.RowsAffected(); n > 0 {
+			return nil
+		}
 		var exists int
-		if err := db.write.QueryRowContext(ctx, `SELECT count(*) FROM signing_keys WHERE kid = $1`, kid).Scan(&exists); err != nil {
+		if err := t.queryRow(ctx, `SELECT count(*) FROM signing_keys WHERE kid = $1`, kid).Scan(&exists); err != nil {
 			return err
 		}
 		if exists == 0 {
 			return store.ErrNotFound
 		}
-	}
-	return nil
+		return nil
+	})
 }

@@ -1,5 +1,6 @@
-// Package sqlite is the embedded store driver: modernc.org/sqlite (pure Go), WAL, and one writer
-// connection so that concurrent transactions queue in Go instead of failing with SQLITE_BUSY.
+// Package sqlite is the embedded store driver: modernc.org/sqlite (pure Go), WAL, and a single
+// writer at a time, so that concurrent transactions queue in Go instead of failing with
+// SQLITE_BUSY.
 package sqlite
 
 import (
@@ -43,8 +44,10 @@ func Open(ctx context.Context, path string) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open %s: %w", path, err)
 	}
-	write.SetMaxOpenConns(1)
-	write.SetMaxIdleConns(1)
+	// Writes are serialised by the store's writer lock; the second connection lets statements be
+	// prepared for the cache while a transaction holds the first.
+	write.SetMaxOpenConns(2)
+	write.SetMaxIdleConns(2)
 	write.SetConnMaxLifetime(0)
 	write.SetConnMaxIdleTime(0)
 	if err := migrate(ctx, write); err != nil {
@@ -59,10 +62,12 @@ func Open(ctx context.Context, path string) (*Store, error) {
 	read.SetMaxOpenConns(readers)
 	read.SetMaxIdleConns(readers)
 	return &Store{sqldb.New(write, read, sqldb.Dialect{
-		MaxParams:   32766,
-		Positional:  true,
-		IsUnique:    isUnique,
-		IsRetryable: isBusy,
+		MaxParams:       32766,
+		Positional:      true,
+		CacheStatements: true,
+		SingleWriter:    true,
+		IsUnique:        isUnique,
+		IsRetryable:     isBusy,
 	})}, nil
 }
 
