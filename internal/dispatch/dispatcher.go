@@ -151,7 +151,7 @@ type changes struct {
 	now    time.Time
 	events []*store.Event
 	outbox []*store.OutboxMessage
-	ready  bool // a task became claimable now: wake waiting claimers once committed
+	ready  bool // a task became or will become claimable: wake waiting claimers once committed
 }
 
 // update runs fn as one store transaction that also appends the events and outbox messages fn
@@ -187,9 +187,9 @@ func (c *changes) event(jobID, taskID, taskKey, typ string, data map[string]any)
 
 // wake queues a wake-up for a task that is claimable from availableAt.
 func (c *changes) wake(taskID, queue string, availableAt time.Time) {
-	if !availableAt.After(c.now) {
-		c.ready = true
-	}
+	// Waiters are told even of a task that becomes claimable later (a retry after its backoff):
+	// they then recompute how long to sleep, instead of missing it until their poll ends.
+	c.ready = true
 	payload, _ := json.Marshal(map[string]string{"task_id": taskID})
 	c.outbox = append(c.outbox, &store.OutboxMessage{Topic: TopicTaskReady, Key: queue, Payload: payload, AvailableAt: availableAt, CreatedAt: c.now})
 }

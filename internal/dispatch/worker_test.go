@@ -230,3 +230,30 @@ func TestCompletionStoresItsFinalEventsWithTheOutcome(t *testing.T) {
 		}
 	})
 }
+
+func TestClaimWaitNoticesARetryScheduledWhileItWaits(t *testing.T) {
+	storetest.ForEachDriver(t, func(t *testing.T, st store.Store) {
+		e := newEnv(t, st)
+		job := e.submit(spec("a"))
+		c := e.claim(job, "a")
+		got := make(chan int, 1)
+		go func() {
+			claims, err := e.d.ClaimWait(e.ctx, dispatch.ClaimNextParams{Queues: []string{"work"}, WorkerID: "w"}, time.Minute)
+			if err != nil {
+				t.Error(err)
+			}
+			got <- len(claims)
+		}()
+		if err := e.clock.BlockUntilContext(e.ctx, 1); err != nil { // waiting, with nothing scheduled
+			t.Fatal(err)
+		}
+		e.fail(c, lifecycle.UserCode) // retry in 10 s: the poll must now sleep 10 s, not a minute
+		if err := e.clock.BlockUntilContext(e.ctx, 1); err != nil {
+			t.Fatal(err)
+		}
+		e.clock.Advance(10*time.Second + time.Millisecond)
+		if n := <-got; n != 1 {
+			t.Fatalf("claimed %d tasks when the retry came due, want 1", n)
+		}
+	})
+}

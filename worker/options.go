@@ -1,0 +1,77 @@
+package worker
+
+import (
+	"log/slog"
+	"net/http"
+	"time"
+)
+
+const (
+	defaultShutdownTimeout = 30 * time.Second
+	defaultPollWait        = 20 * time.Second
+	// maxPollWait is the longest long poll the server accepts (max_wait_ms ≤ 60000).
+	maxPollWait = time.Minute
+)
+
+type config struct {
+	queues            []string
+	concurrency       int
+	batchSize         int
+	heartbeatInterval time.Duration
+	workerID          string
+	httpClient        *http.Client
+	caFile            string
+	certFile          string
+	keyFile           string
+	logger            *slog.Logger
+	shutdownTimeout   time.Duration
+	pollWait          time.Duration
+}
+
+// Option configures a Worker.
+type Option func(*config)
+
+// WithQueues sets the queues to claim from, in priority order. By default a worker claims from
+// the queues named after its handlers' task names (a task's queue defaults to its name), as
+// registered when Run starts.
+func WithQueues(queues ...string) Option {
+	return func(c *config) { c.queues = append([]string(nil), queues...) }
+}
+
+// WithConcurrency sets how many tasks run at once (default 1).
+func WithConcurrency(n int) Option { return func(c *config) { c.concurrency = n } }
+
+// WithBatchSize sets how many claim requests are in flight at once (default 1). The worker never
+// claims more tasks than it has free slots, so values above the concurrency do not help.
+func WithBatchSize(n int) Option { return func(c *config) { c.batchSize = n } }
+
+// WithHeartbeatInterval caps the interval between heartbeats. The worker heartbeats every
+// min(d, the interval the server asks for in each claim); by default it uses the server's.
+func WithHeartbeatInterval(d time.Duration) Option {
+	return func(c *config) { c.heartbeatInterval = d }
+}
+
+// WithWorkerID sets the id the worker claims under (default hostname-pid).
+func WithWorkerID(id string) Option { return func(c *config) { c.workerID = id } }
+
+// WithHTTPClient sends requests with hc. Leave its Timeout at zero: claims are long polls, and
+// every request already carries its own deadline.
+func WithHTTPClient(hc *http.Client) Option { return func(c *config) { c.httpClient = hc } }
+
+// WithClientCert authenticates the worker to the server's internal listener with mutual TLS: it
+// trusts only the CA in caFile and presents the client certificate in certFile and keyFile.
+func WithClientCert(caFile, certFile, keyFile string) Option {
+	return func(c *config) { c.caFile, c.certFile, c.keyFile = caFile, certFile, keyFile }
+}
+
+// WithLogger sets the logger (default slog.Default()).
+func WithLogger(l *slog.Logger) Option { return func(c *config) { c.logger = l } }
+
+// WithShutdownTimeout sets how long Run waits, once its context ends, for running handlers to
+// finish and their outcomes to be reported (default 30 s). Handlers still running then have
+// their contexts cancelled and are handed back to the server as retryable INFRASTRUCTURE
+// failures.
+func WithShutdownTimeout(d time.Duration) Option { return func(c *config) { c.shutdownTimeout = d } }
+
+// WithPollWait sets how long one claim request waits for a task (default 20 s, at most 60 s).
+func WithPollWait(d time.Duration) Option { return func(c *config) { c.pollWait = d } }

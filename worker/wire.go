@@ -1,0 +1,175 @@
+package worker
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net/http"
+	"time"
+)
+
+// The stream-worker dialect (seed 002) of the server's internal listener, plus the internal
+// dialect's task-complete (seed 000) for reporting a cancelled attempt, which seed 002 cannot say.
+const (
+	pathClaim        = "/internal/worker/claim"
+	pathHeartbeat    = "/internal/worker/heartbeat"
+	pathComplete     = "/internal/worker/complete"
+	pathFail         = "/internal/worker/fail"
+	pathTaskComplete = "/internal/task-complete"
+)
+
+const (
+	// claimSlack is how much longer than its long poll a claim request may take.
+	claimSlack = 15 * time.Second
+	// requestTimeout bounds one heartbeat or report request.
+	requestTimeout = 30 * time.Second
+	// maxAnswer caps how much of an answer is read.
+	maxAnswer = 4 << 20
+	// Retries of heartbeats, reports and claims back off exponentially between these bounds.
+	minBackoff = 100 * time.Millisecond
+	maxBackoff = 10 * time.Second
+)
+
+// apiError is a non-2xx answer of the server.
+type apiError struct {
+	Path    string
+	Status  int
+	Code    string // the body's "error"
+	Message string // the body's "message"
+}
+
+func (e *apiError) Error() string {
+	return fmt.Sprintf("baton worker: %s: %d %s: %s", e.Path, e.Status, e.Code, e.Message)
+}
+
+// gone reports an answer that means the attempt is no longer this worker's to run or report:
+// 409 (attempt_mismatch, lease_mismatch, task_already_terminal, outcome_conflict),
+// 410 task_expired, 404 task_not_found.
+func gone(err error) bool {
+	var e *apiError
+	return errors.As(err, &e) && (e.Status == http.StatusConflict || e.Status == http.StatusGone || e.Status == http.StatusNotFound)
+}
+
+// transient reports an error worth retrying: no answer at all (network, timeout), a 5xx, 408 or
+// 429. Any other answer was a decision of the server.
+func transient(err error) bool {
+	var e *apiError
+	if !errors.As(err, &e) {
+		return true
+	}
+	return e.Status >= 500 || e.Status == http.StatusRequestTimeout || e.Status == http.StatusTooManyRequests
+}
+
+// post sends body as JSON to the server and decodes a 2xx answer into out (unless nil).
+func (w *Worker) post(ctx context.Context, timeout time.Duration, path string, body, out any) error {
+	raw, err := json.Marshal(body)
+	if err != nil {
+		return fmt.Errorf("baton worker: %s: encode the request: %w", path, err)
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, w.url+path, bytes.NewReader(raw))
+	if err != nil {
+		return fmt.Errorf("baton worker: %s: %w", path, err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	res, err := w.http.Do(req)
+	if err != nil {
+		return fmt.Errorf("baton worker: %s: %w", path, err)
+	}
+	defer res.Body.Close()
+	ans, err := io.ReadAll(io.LimitReader(res.Body, maxAnswer))
+	if err != nil {
+		return fmt.Errorf("baton worker: %s: read the answer: %w", path, err)
+	}
+	if res.StatusCode/100 != 2 {
+		e := &apiError{Path: path, Status: res.StatusCode}
+		var b struct {
+			Error   any    `json:"error"`
+			Message string `json:"message"`
+		}
+		if json.Unmarshal(ans, &b) == nil {
+			e.Code, e.Message = fmt.Sprint(b.Error), b.Message
+		} else {
+			e.Message = string(bytes.TrimSpace(ans[:min(len(ans), 200)]))
+		}
+		return e
+	}
+	if out != nil {
+		if err := json.Unmarshal(ans, out); err != nil {
+			// A proxy's 2xx page, say: the call may not have reached the server.
+			return fmt.Errorf("baton worker: %s: decode the answer: %w", path, err)
+		}
+	}
+	return nil
+}
+
+// backoff is an exponential delay from minBackoff to maxBackoff with ±50% jitter.
+type backoff struct{ n int }
+
+func (b *backoff) next() time.Duration {
+	d := min(maxBackoff, minBackoff<<min(b.n, 20))
+	b.n++
+	return time.Duration(float64(d) * (0.5 + rand.Float64()))
+}
+
+func (b *backoff) reset() { b.n = 0 }
+
+// sleep waits for d or until ctx ends; it reports whether d passed.
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+// claimAnswer is /internal/worker/claim's answer.
+type claimAnswer struct {
+	Claimed    bool    `json:"claimed"`
+	JobID      string  `json:"job_id"` // the task id
+	AttemptID  int     `json:"attempt_id"`
+	LeaseToken string  `json:"lease_token"`
+	Stream     string  `json:"stream"`
+	MessageID  *string `json:"message_id"`
+	Payload    struct {
+		TaskID            string                     `json:"task_id"`
+		TaskKey           string                     `json:"task_key"`
+		JobID             string                     `json:"job_id"`
+		Name              string                     `json:"name"`
+		Input             json.RawMessage            `json:"input"`
+		DependencyOutputs map[string]json.RawMessage `json:"dependency_outputs"`
+		Attempt           int                        `json:"attempt"`
+		TimeoutSeconds    *float64                   `json:"timeout_seconds"`
+	} `json:"payload"`
+	LeaseTTLSeconds          float64   `json:"lease_ttl_seconds"`
+	HeartbeatIntervalSeconds float64   `json:"heartbeat_interval_seconds"`
+	LeaseExpiresAt           time.Time `json:"lease_expires_at"`
+	CapabilityToken          string    `json:"capability_token"`
+	CapabilityTokenExpiresAt time.Time `json:"capability_token_expires_at"`
+}
+
+// heartbeatAnswer is /internal/worker/heartbeat's answer.
+type heartbeatAnswer struct {
+	OK             bool      `json:"ok"`
+	LeaseExpiresAt time.Time `json:"lease_expires_at"`
+	ShouldCancel   bool      `json:"should_cancel"`
+	CancelReason   *string   `json:"cancel_reason"`
+}
+
+// failure is seed 002's error object of /internal/worker/fail.
+type failure struct {
+	Code      string `json:"code"`
+	Message   string `json:"message"`
+	Stack     string `json:"stack,omitempty"`
+	Retryable *bool  `json:"retryable,omitempty"`
+}
+
+func seconds(s float64) time.Duration { return time.Duration(s * float64(time.Second)) }

@@ -1,0 +1,343 @@
+// Package worker is Baton's Go worker SDK. A Worker claims tasks from a Baton server's internal
+// listener, runs the handler registered for each task's name, keeps the attempt's lease alive
+// with heartbeats while it runs, and reports the outcome:
+//
+//	w, err := worker.New(os.Getenv("BATON_INTERNAL_URL"))
+//	w.Handle("resize", func(ctx context.Context, t *worker.Task) (any, error) {
+//		return map[string]any{"ok": true}, nil
+//	})
+//	err = w.Run(ctx) // until ctx ends; then finishes or hands back the tasks it runs
+//
+// A handler's return decides the report: a nil error completes the task with the output
+// (JSON-encoded; a json.RawMessage passes through as it is); an *Error fails it with its category
+// and retry flag; any other error is a retryable USER_CODE failure; a panic is a USER_CODE failure
+// with the goroutine's stack. The handler's context is cancelled, with a cause that
+// context.Cause reports, when
+//
+//   - the task or its job is cancelled (ErrCancelRequested): the attempt is reported cancelled,
+//     whatever the handler returns;
+//   - the server no longer counts the attempt as this worker's, a heartbeat having been answered
+//     409 or 410 (ErrLeaseLost): an error returned then is not reported;
+//   - the task's execution timeout passes (ErrTimeout, the context's deadline): the worker
+//     heartbeats at once, so that the server applies its timeout (a TIMEOUT failure, retried by
+//     the usual rule) without waiting for its reaper; an error returned then is not reported;
+//   - the worker shuts down and its shutdown timeout passed (ErrShutdown): the attempt is handed
+//     back as a retryable INFRASTRUCTURE failure.
+//
+// A successful output is always offered to the server, which accepts it only from the attempt
+// that still holds the task: after a timeout, only while no newer attempt has been claimed.
+//
+// Reports are retried with exponential backoff (100 ms to 10 s, jittered) on network errors and
+// 5xx answers until the server acknowledges them or answers that the attempt is no longer this
+// worker's (409, 410); a report repeated after a lost answer is acknowledged again without a
+// second effect. The worker speaks the stream-worker dialect (/internal/worker/...) and reports a
+// cancelled attempt through /internal/task-complete.
+package worker
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"os"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/baton-dev/baton/internal/auth"
+)
+
+// Task is one claimed attempt of a task, as a Handler receives it.
+type Task struct {
+	ID, JobID, Key, Name string // global task id, job id, the producer's taskId, task name
+	Attempt              int
+	Input                json.RawMessage
+	// DependencyOutputs holds each parent's output by the parent's taskId.
+	DependencyOutputs map[string]json.RawMessage
+	// CapabilityToken authenticates task-scoped calls (/v1/task/...) about this attempt. It is
+	// the token of the claim; it lives for the task's timeout plus 5 minutes (an hour without a
+	// timeout).
+	CapabilityToken          string
+	CapabilityTokenExpiresAt time.Time
+	Timeout                  time.Duration // 0: none
+}
+
+// Handler runs one attempt of a task. Its output is JSON-encoded; a json.RawMessage passes
+// through.
+type Handler func(ctx context.Context, t *Task) (output any, err error)
+
+// handBackTimeout bounds how long Run, once its shutdown timeout has passed, still tries to hand
+// back unfinished attempts and deliver outcomes that are not reported yet.
+const handBackTimeout = 10 * time.Second
+
+// Worker claims tasks and runs their handlers. Register handlers with Handle, then call Run.
+type Worker struct {
+	url  string
+	cfg  config
+	http *http.Client
+	log  *slog.Logger
+
+	mu       sync.RWMutex
+	handlers map[string]Handler
+
+	running atomic.Bool
+	// Set when Run starts:
+	runCtx    context.Context // Run's context without its cancellation: values for handlers
+	reportCtx context.Context // ends when Run gives up on unreported outcomes
+	force     chan struct{}   // closed when the shutdown timeout passed
+	slots     chan struct{}   // one per running attempt (concurrency)
+	attempts  sync.WaitGroup
+	// unreported counts attempts whose outcome Run could not deliver before returning.
+	unreported atomic.Int64
+}
+
+// New returns a worker of the Baton server whose internal listener is at internalURL
+// (e.g. "https://baton.internal:8081").
+func New(internalURL string, opts ...Option) (*Worker, error) {
+	var cfg config
+	for _, o := range opts {
+		o(&cfg)
+	}
+	u, err := url.Parse(internalURL)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return nil, fmt.Errorf("baton worker: internal URL %q: want http(s)://host[:port]", internalURL)
+	}
+	switch {
+	case cfg.concurrency < 0:
+		return nil, errors.New("baton worker: concurrency must be positive")
+	case cfg.batchSize < 0:
+		return nil, errors.New("baton worker: batch size must be positive")
+	case cfg.heartbeatInterval < 0, cfg.shutdownTimeout < 0, cfg.pollWait < 0:
+		return nil, errors.New("baton worker: negative duration")
+	case cfg.pollWait > maxPollWait:
+		return nil, fmt.Errorf("baton worker: poll wait %s is above the server's limit of %s", cfg.pollWait, maxPollWait)
+	}
+	for _, q := range cfg.queues {
+		if q == "" {
+			return nil, errors.New("baton worker: empty queue name")
+		}
+	}
+	cfg.concurrency = cmp.Or(cfg.concurrency, 1)
+	cfg.batchSize = cmp.Or(cfg.batchSize, 1)
+	cfg.shutdownTimeout = cmp.Or(cfg.shutdownTimeout, defaultShutdownTimeout)
+	cfg.pollWait = cmp.Or(cfg.pollWait, defaultPollWait)
+	if cfg.workerID == "" {
+		host, _ := os.Hostname()
+		cfg.workerID = fmt.Sprintf("%s-%d", cmp.Or(host, "worker"), os.Getpid())
+	}
+	hc := cmp.Or(cfg.httpClient, http.DefaultClient)
+	if cfg.caFile != "" || cfg.certFile != "" || cfg.keyFile != "" {
+		if hc, err = withClientCert(hc, cfg.caFile, cfg.certFile, cfg.keyFile); err != nil {
+			return nil, err
+		}
+	}
+	log := cmp.Or(cfg.logger, slog.Default())
+	return &Worker{
+		url:      strings.TrimRight(internalURL, "/"),
+		cfg:      cfg,
+		http:     hc,
+		log:      log.With("worker_id", cfg.workerID),
+		handlers: map[string]Handler{},
+	}, nil
+}
+
+// withClientCert returns a copy of hc whose transport presents the client certificate and trusts
+// only the given CA.
+func withClientCert(hc *http.Client, caFile, certFile, keyFile string) (*http.Client, error) {
+	tlsCfg, err := auth.ClientTLSConfig(caFile, certFile, keyFile)
+	if err != nil {
+		return nil, fmt.Errorf("baton worker: client certificate: %w", err)
+	}
+	var tr *http.Transport
+	switch t := hc.Transport.(type) {
+	case nil:
+		tr = http.DefaultTransport.(*http.Transport).Clone()
+	case *http.Transport:
+		tr = t.Clone()
+	default:
+		return nil, fmt.Errorf("baton worker: WithClientCert needs an *http.Transport, the HTTP client has a %T", t)
+	}
+	tr.TLSClientConfig = tlsCfg
+	c := *hc
+	c.Transport = tr
+	return &c, nil
+}
+
+// Handle registers h for tasks named taskName, replacing an earlier handler of that name. It
+// panics on an empty name or a nil handler.
+func (w *Worker) Handle(taskName string, h Handler) {
+	if taskName == "" || h == nil {
+		panic("baton worker: Handle needs a task name and a handler")
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.handlers[taskName] = h
+}
+
+func (w *Worker) handler(name string) Handler {
+	w.mu.RLock()
+	defer w.mu.RUnlock()
+	return w.handlers[name]
+}
+
+// Run claims and runs tasks until ctx ends, then shuts down gracefully: it stops claiming, waits
+// up to the shutdown timeout for running handlers to finish and their outcomes to be reported,
+// then cancels the handlers still running and hands their attempts back to the server (a
+// retryable INFRASTRUCTURE failure). It returns nil after a clean shutdown, and an error if it
+// could not start or some outcome could not be delivered before it gave up. A Worker runs once.
+func (w *Worker) Run(ctx context.Context) error {
+	if !w.running.CompareAndSwap(false, true) {
+		return errors.New("baton worker: Run called twice")
+	}
+	queues := w.cfg.queues
+	if len(queues) == 0 {
+		w.mu.RLock()
+		for name := range w.handlers {
+			queues = append(queues, name)
+		}
+		w.mu.RUnlock()
+		slices.Sort(queues)
+	}
+	if len(queues) == 0 {
+		return errors.New("baton worker: no handlers registered and no queues given")
+	}
+	w.runCtx = context.WithoutCancel(ctx)
+	reportCtx, abandon := context.WithCancel(w.runCtx)
+	defer abandon()
+	w.reportCtx = reportCtx
+	w.force = make(chan struct{})
+	w.slots = make(chan struct{}, w.cfg.concurrency)
+
+	w.log.InfoContext(ctx, "worker started", "queues", queues, "concurrency", w.cfg.concurrency)
+	var claimers sync.WaitGroup
+	for range w.cfg.batchSize {
+		claimers.Go(func() { w.claimLoop(ctx, queues) })
+	}
+	<-ctx.Done()
+	claimers.Wait()
+
+	done := make(chan struct{})
+	go func() { w.attempts.Wait(); close(done) }()
+	timer := time.NewTimer(w.cfg.shutdownTimeout)
+	defer timer.Stop()
+	select {
+	case <-done:
+	case <-timer.C:
+		w.log.WarnContext(w.runCtx, "shutdown timeout passed: handing back running tasks", "timeout", w.cfg.shutdownTimeout)
+		close(w.force)
+		timer.Reset(handBackTimeout)
+		select {
+		case <-done:
+		case <-timer.C:
+			abandon() // the report loops give up and return
+			<-done
+		}
+	}
+	if n := w.unreported.Load(); n > 0 {
+		return fmt.Errorf("baton worker: %d attempt outcome(s) not delivered before shutdown; the server will time them out", n)
+	}
+	w.log.InfoContext(w.runCtx, "worker stopped")
+	return nil
+}
+
+// claimLoop claims a task whenever a slot is free, until ctx ends.
+func (w *Worker) claimLoop(ctx context.Context, queues []string) {
+	var b backoff
+	for {
+		select {
+		case w.slots <- struct{}{}:
+		case <-ctx.Done():
+			return
+		}
+		a, err := w.claim(ctx, queues)
+		if err != nil || a == nil {
+			<-w.slots
+			if ctx.Err() != nil {
+				return
+			}
+			if err != nil {
+				w.log.WarnContext(ctx, "claim failed", "err", err)
+				if !sleep(ctx, b.next()) {
+					return
+				}
+			}
+			continue
+		}
+		b.reset()
+		w.attempts.Add(1)
+		go func() {
+			defer w.attempts.Done()
+			defer func() { <-w.slots }()
+			w.run(a)
+		}()
+	}
+}
+
+// claim long-polls the queues once; it returns nil when nothing was claimed.
+func (w *Worker) claim(ctx context.Context, queues []string) (*attempt, error) {
+	var ans claimAnswer
+	body := map[string]any{"worker_id": w.cfg.workerID, "streams": queues, "max_wait_ms": w.cfg.pollWait.Milliseconds()}
+	if err := w.post(ctx, w.cfg.pollWait+claimSlack, pathClaim, body, &ans); err != nil {
+		return nil, err
+	}
+	if !ans.Claimed {
+		return nil, nil
+	}
+	claimedAt := time.Now()
+	p := ans.Payload
+	t := &Task{
+		ID:                       cmp.Or(p.TaskID, ans.JobID),
+		JobID:                    p.JobID,
+		Key:                      p.TaskKey,
+		Name:                     p.Name,
+		Attempt:                  cmp.Or(ans.AttemptID, p.Attempt),
+		Input:                    p.Input,
+		DependencyOutputs:        p.DependencyOutputs,
+		CapabilityToken:          ans.CapabilityToken,
+		CapabilityTokenExpiresAt: ans.CapabilityTokenExpiresAt,
+	}
+	if p.TimeoutSeconds != nil && *p.TimeoutSeconds > 0 {
+		t.Timeout = seconds(*p.TimeoutSeconds)
+	}
+	if t.DependencyOutputs == nil {
+		t.DependencyOutputs = map[string]json.RawMessage{}
+	}
+	a := &attempt{
+		task:      t,
+		taskID:    ans.JobID,
+		lease:     ans.LeaseToken,
+		stream:    ans.Stream,
+		messageID: ans.MessageID,
+		every:     w.heartbeatEvery(ans),
+		log:       w.log.With("task_id", ans.JobID, "attempt", ans.AttemptID, "task", p.Name),
+	}
+	a.ctx, a.cancel = context.WithCancelCause(w.runCtx)
+	a.handlerCtx, a.stopDeadline = a.ctx, func() {}
+	if t.Timeout > 0 {
+		a.handlerCtx, a.stopDeadline = context.WithDeadlineCause(a.ctx, claimedAt.Add(t.Timeout), ErrTimeout)
+	}
+	a.log.DebugContext(ctx, "task claimed", "lease_expires_at", ans.LeaseExpiresAt, "heartbeat_every", a.every)
+	return a, nil
+}
+
+// heartbeatEvery is min(WithHeartbeatInterval, the server's interval), ignoring an unset one.
+func (w *Worker) heartbeatEvery(ans claimAnswer) time.Duration {
+	server := seconds(ans.HeartbeatIntervalSeconds)
+	switch mine := w.cfg.heartbeatInterval; {
+	case server > 0 && mine > 0:
+		return min(server, mine)
+	case server > 0:
+		return server
+	case mine > 0:
+		return mine
+	case ans.LeaseTTLSeconds > 0:
+		return seconds(ans.LeaseTTLSeconds) / 3
+	}
+	return 10 * time.Second
+}
