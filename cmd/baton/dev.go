@@ -22,6 +22,7 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("baton dev", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	dataDir := fs.String("data-dir", "./.baton", "directory of the SQLite database")
+	demo := fs.Bool("demo", false, "also run seed 001's five-task example end to end: one worker process per task name, mTLS on /internal/* with development certificates made under --data-dir")
 	var f serverFlags
 	f.register(fs)
 	if err := fs.Parse(args); err != nil {
@@ -38,6 +39,13 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	defer st.Close()
+	var demoCerts auth.DevCerts
+	if *demo {
+		if demoCerts, err = prepareDemo(&f, *dataDir); err != nil {
+			fmt.Fprintln(stderr, "baton dev:", err)
+			return 1
+		}
+	}
 	ls, err := f.bind()
 	if err != nil {
 		fmt.Fprintln(stderr, "baton dev:", err)
@@ -59,10 +67,16 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) int {
   %s
 Press Ctrl-C to stop.
 `, path, ls.producer.Addr(), workerLine, keyLine)
+	stopDemo := func() {}
+	if *demo {
+		stopDemo = startDemo(ctx, st, ls, demoCerts, stdout, stderr)
+	}
+	defer stopDemo()
 	if err := serve(ctx, &f, ls, st, newLogger(stderr)); err != nil {
 		fmt.Fprintln(stderr, "baton dev:", err)
 		return 1
 	}
+	stopDemo()
 	fmt.Fprintln(stdout, "stopped")
 	return 0
 }

@@ -21,10 +21,12 @@ const usage = `Usage: baton <command> [flags]
 
 Commands:
   dev       run Baton on this machine: embedded SQLite, producer and worker APIs, background loops
+            (dev --demo: also run seed 001's five-task job end to end with real worker processes)
   server    run a production replica on PostgreSQL (--database-url or BATON_DATABASE_URL)
   migrate   apply the database migrations
   apikey    create, list and revoke producer API keys
   certs     make a development CA and mTLS certificates for /internal/* (certs dev --out DIR)
+  worker    run untrusted programs as tasks: baton worker --task NAME --exec 'COMMAND'
   job       submit, list, get, cancel, resume and watch jobs (BATON_URL, BATON_API_KEY)
   version   print the version
 
@@ -47,6 +49,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return runServer(ctx, args[1:], stdout, stderr)
 	case "job":
 		return runJob(ctx, args[1:], stdout, stderr)
+	case "worker":
+		return runWorker(ctx, args[1:], stdout, stderr)
+	case "demo-task": // hidden: the child program of `baton dev --demo`
+		return runDemoTask(ctx, args[1:], stdout, stderr)
 	case "apikey":
 		return runAPIKey(ctx, args[1:], stdout, stderr)
 	case "certs":

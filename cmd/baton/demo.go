@@ -1,0 +1,424 @@
+package main
+
+// `baton dev --demo`: the dev server as usual, plus one `baton worker` process per task name of
+// seed 001's five-task example, each running the hidden `baton demo-task` as its child program;
+// the demo submits the example through the producer API, prints its progress until it completes
+// (a few seconds), and leaves everything running. The internal listener uses mutual TLS with
+// development certificates made for the occasion, so the demo runs the production arrangement:
+// the workers hold the client certificate, their children (an unprivileged user when run as root)
+// hold only their task's capability token.
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/baton-dev/baton/client"
+	"github.com/baton-dev/baton/internal/auth"
+	"github.com/baton-dev/baton/internal/runner"
+	"github.com/baton-dev/baton/internal/store"
+)
+
+// demoJob is examples/seed-001-job.json (a test keeps the two equal), built in so that the demo
+// runs from any directory.
+const demoJob = `{
+  "tasks": [
+    {
+      "taskId": "scrape-store",
+      "name": "scrape-store",
+      "dependsOn": [],
+      "input": { "storeId": "store-123", "url": "https://example.com" }
+    },
+    {
+      "taskId": "analyze-competitors",
+      "name": "analyze-competitors",
+      "dependsOn": [],
+      "input": { "market": "fashion" }
+    },
+    {
+      "taskId": "color-tags",
+      "name": "color-tags",
+      "dependsOn": ["scrape-store"],
+      "input": { "style": "modern" }
+    },
+    {
+      "taskId": "font-pairing",
+      "name": "font-pairing",
+      "dependsOn": ["scrape-store"],
+      "input": {}
+    },
+    {
+      "taskId": "compile-result",
+      "name": "compile-result",
+      "dependsOn": ["color-tags", "font-pairing"],
+      "input": {}
+    }
+  ]
+}
+`
+
+// demoTaskNames are the task names of demoJob: one worker process each.
+var demoTaskNames = []string{"scrape-store", "analyze-competitors", "color-tags", "font-pairing", "compile-result"}
+
+// demoCertsDir is where, under --data-dir, the demo keeps its development certificates.
+const demoCertsDir = "demo-certs"
+
+// demoWorkerStop bounds how long a demo worker has to stop after SIGTERM.
+const demoWorkerStop = 15 * time.Second
+
+// prepareDemo makes development certificates under dataDir and turns on mutual TLS for the
+// internal listener with them. It runs before the listeners are bound.
+func prepareDemo(f *serverFlags, dataDir string) (auth.DevCerts, error) {
+	if f.internalTLSCert != "" || f.internalTLSKey != "" || f.internalTLSClientCA != "" {
+		return auth.DevCerts{}, fmt.Errorf("--demo makes its own certificates for /internal/*: drop %s", internalTLSFlags)
+	}
+	dc, err := auth.WriteDevCerts(filepath.Join(dataDir, demoCertsDir), nil, time.Now(), true)
+	if err != nil {
+		return auth.DevCerts{}, fmt.Errorf("demo certificates: %w", err)
+	}
+	f.internalTLSCert, f.internalTLSKey, f.internalTLSClientCA = dc.ServerCert, dc.ServerKey, dc.CA
+	return dc, nil
+}
+
+// demo is a running `baton dev --demo`.
+type demo struct {
+	producerURL, internalURL string
+	certs                    auth.DevCerts
+	apiKey                   string
+	stdout, stderr           io.Writer
+}
+
+// startDemo starts the demo in the background: a key to submit with (BATON_API_KEY's, or one made
+// for this run and revoked when it stops), the workers, the job. The returned function stops the
+// workers and waits for them; it may be called more than once.
+func startDemo(ctx context.Context, st store.Store, ls *listeners, certs auth.DevCerts, stdout, stderr io.Writer) func() {
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		d := &demo{producerURL: loopbackURL("http", ls.producer.Addr()), internalURL: loopbackURL("https", ls.internal.Addr()),
+			certs: certs, apiKey: os.Getenv("BATON_API_KEY"), stdout: stdout, stderr: stderr}
+		if d.apiKey == "" {
+			k, secret, err := auth.CreateKey(ctx, st, "dev --demo", auth.DefaultTenant, "", time.Now())
+			if err != nil {
+				fmt.Fprintln(stderr, "baton dev --demo: create an API key:", err)
+				return
+			}
+			d.apiKey = secret
+			defer func() { _ = st.RevokeAPIKey(context.WithoutCancel(ctx), k.ID, time.Now()) }()
+		}
+		if err := d.run(ctx); err != nil && ctx.Err() == nil {
+			fmt.Fprintln(stderr, "baton dev --demo:", err)
+		}
+	}()
+	var once sync.Once
+	return func() { once.Do(func() { cancel(); <-done }) }
+}
+
+// loopbackURL is the URL to reach a listener from this machine.
+func loopbackURL(scheme string, addr net.Addr) string {
+	host, port, err := net.SplitHostPort(addr.String())
+	if err != nil {
+		return scheme + "://" + addr.String()
+	}
+	if ip := net.ParseIP(host); ip == nil || ip.IsUnspecified() {
+		host = "127.0.0.1"
+	}
+	return scheme + "://" + net.JoinHostPort(host, port)
+}
+
+// run starts the workers, submits the job, follows it to the end, and keeps the workers running
+// until ctx ends.
+func (d *demo) run(ctx context.Context) error {
+	self, err := os.Executable()
+	if err != nil {
+		return fmt.Errorf("find this program: %w", err)
+	}
+	taskBin, cleanup, err := demoTaskBinary(self)
+	if err != nil {
+		return err
+	}
+	defer cleanup()
+
+	var procs []*demoProc
+	defer func() { stopDemoWorkers(procs) }()
+	for _, name := range demoTaskNames {
+		p, err := d.startWorker(ctx, self, taskBin, name)
+		if err != nil {
+			return err
+		}
+		procs = append(procs, p)
+	}
+	fmt.Fprintf(d.stdout, "demo: started %d `baton worker` processes (one per task name), each running `baton demo-task` as its child program\n", len(procs))
+
+	c := client.New(d.producerURL, d.apiKey)
+	res, err := c.SubmitJobJSON(ctx, []byte(demoJob))
+	if err != nil {
+		return fmt.Errorf("submit seed 001's example: %w", err)
+	}
+	start := time.Now()
+	fmt.Fprintf(d.stdout, "demo: submitted seed 001's example as job %s (%d tasks; roots %s)\n", res.JobID, res.TotalTasks, strings.Join(res.RootTasks, ", "))
+	seen := map[string]string{}
+	job, err := c.Watch(ctx, res.JobID, 100*time.Millisecond, func(j *client.Job) {
+		for _, t := range j.Tasks {
+			status := t.Status
+			if t.Status == client.TaskProcessing || t.Attempt > 1 {
+				status = fmt.Sprintf("%s (attempt %d)", t.Status, t.Attempt)
+			}
+			if seen[t.TaskID] != status {
+				seen[t.TaskID] = status
+				fmt.Fprintf(d.stdout, "demo: %5.1fs  %-20s %s\n", time.Since(start).Seconds(), t.TaskID, status)
+			}
+		}
+	})
+	if err != nil {
+		return err
+	}
+	took := time.Since(start).Seconds()
+	if job.Status != client.JobCompleted {
+		fmt.Fprintf(d.stdout, "demo: job %s ended %s after %.1fs; see `baton job get %s`\n", job.JobID, job.Status, took, job.JobID)
+	} else {
+		fmt.Fprintf(d.stdout, "demo: job %s completed in %.1fs\n", job.JobID, took)
+		if t, err := c.GetTask(ctx, job.JobID, "compile-result"); err == nil {
+			var out bytes.Buffer
+			if json.Indent(&out, t.Output, "      ", "  ") == nil {
+				fmt.Fprintf(d.stdout, "demo: compile-result's output:\n      %s\n", out.String())
+			}
+		}
+	}
+	fmt.Fprintf(d.stdout, "demo: the workers keep running; submit the example again with\n      BATON_URL=%s BATON_API_KEY=%s baton job submit -f examples/seed-001-job.json\n",
+		d.producerURL, d.apiKey)
+	<-ctx.Done()
+	return nil
+}
+
+// demoTaskBinary is the program the workers' children run. As root the children run as an
+// unprivileged user, who may not reach this program (`go run` builds it in a private directory),
+// so it is copied into a directory everyone can read; the returned function removes the copy.
+func demoTaskBinary(self string) (string, func(), error) {
+	if os.Geteuid() != 0 {
+		return self, func() {}, nil
+	}
+	dir, err := os.MkdirTemp("", "baton-demo-")
+	if err != nil {
+		return "", nil, err
+	}
+	cleanup := func() { os.RemoveAll(dir) }
+	bin := filepath.Join(dir, "baton")
+	err = os.Chmod(dir, 0o755)
+	if err == nil {
+		err = copyFile(self, bin, 0o755)
+	}
+	if err != nil {
+		cleanup()
+		return "", nil, fmt.Errorf("copy the demo task program: %w", err)
+	}
+	return bin, cleanup, nil
+}
+
+func copyFile(from, to string, mode os.FileMode) error {
+	in, err := os.Open(from)
+	if err != nil {
+		return err
+	}
+	defer in.Close()
+	out, err := os.OpenFile(to, os.O_WRONLY|os.O_CREATE|os.O_EXCL, mode)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(out, in); err != nil {
+		out.Close()
+		return err
+	}
+	return out.Close()
+}
+
+// demoProc is one worker process.
+type demoProc struct {
+	name string
+	cmd  *exec.Cmd
+	done chan struct{}
+}
+
+// startWorker starts `baton worker` for one task name, its output prefixed on stderr.
+func (d *demo) startWorker(ctx context.Context, self, taskBin, name string) (*demoProc, error) {
+	cmd := exec.Command(self, "worker", "--task", name, "--exec", shellQuote(taskBin)+" demo-task",
+		"--internal-url", d.internalURL, "--url", d.producerURL,
+		"--internal-tls-ca", d.certs.CA, "--internal-tls-cert", d.certs.ClientCert, "--internal-tls-key", d.certs.ClientKey,
+		"--worker-id", "demo-"+name, "--grace", "3s", "--log-level", "warn")
+	// The worker needs none of these; its children never see its environment anyway.
+	cmd.Env = slices.DeleteFunc(os.Environ(), func(kv string) bool {
+		k, _, _ := strings.Cut(kv, "=")
+		return k == "BATON_API_KEY" || k == "BATON_URL" || k == "BATON_INTERNAL_URL"
+	})
+	out := &prefixWriter{w: d.stderr, prefix: "[worker " + name + "] "}
+	cmd.Stdout, cmd.Stderr = out, out
+	cmd.SysProcAttr = runner.TiedToParent(syscall.SIGTERM)
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("start the %s worker: %w", name, err)
+	}
+	p := &demoProc{name: name, cmd: cmd, done: make(chan struct{})}
+	go func() {
+		err := cmd.Wait()
+		out.flush()
+		close(p.done)
+		if ctx.Err() == nil {
+			fmt.Fprintf(d.stderr, "baton dev --demo: the %s worker exited: %v\n", name, err)
+		}
+	}()
+	return p, nil
+}
+
+// stopDemoWorkers sends SIGTERM to every worker and waits for them, killing those that take
+// longer than demoWorkerStop.
+func stopDemoWorkers(procs []*demoProc) {
+	for _, p := range procs {
+		_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	}
+	deadline := time.After(demoWorkerStop)
+	for _, p := range procs {
+		select {
+		case <-p.done:
+		case <-deadline:
+			_ = p.cmd.Process.Kill()
+			<-p.done
+		}
+	}
+}
+
+// shellQuote quotes s for /bin/sh.
+func shellQuote(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'" }
+
+// prefixWriter writes whole lines to w, each after prefix.
+type prefixWriter struct {
+	mu     sync.Mutex
+	w      io.Writer
+	prefix string
+	buf    []byte
+}
+
+func (p *prefixWriter) Write(b []byte) (int, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.buf = append(p.buf, b...)
+	for {
+		i := bytes.IndexByte(p.buf, '\n')
+		if i < 0 {
+			break
+		}
+		fmt.Fprintf(p.w, "%s%s\n", p.prefix, p.buf[:i])
+		p.buf = p.buf[i+1:]
+	}
+	return len(b), nil
+}
+
+func (p *prefixWriter) flush() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if len(p.buf) > 0 {
+		fmt.Fprintf(p.w, "%s%s\n", p.prefix, p.buf)
+		p.buf = nil
+	}
+}
+
+// demoStdin is what `baton demo-task` reads; tests replace it.
+var demoStdin io.Reader = os.Stdin
+
+// runDemoTask is the hidden `baton demo-task`, the child program of the demo's workers: it reads
+// its payload from stdin, calls the task-scoped heartbeat with its capability token (to show that
+// the token is all it needs), takes half a second to a second, and prints its output as JSON.
+func runDemoTask(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	if len(args) > 0 {
+		fmt.Fprintln(stderr, "baton demo-task: no arguments expected")
+		return 2
+	}
+	var p childPayload
+	if err := json.NewDecoder(demoStdin).Decode(&p); err != nil {
+		fmt.Fprintln(stderr, "baton demo-task: read the payload from stdin:", err)
+		return 1
+	}
+	heartbeat := demoHeartbeat(ctx, p)
+	select {
+	case <-time.After(500*time.Millisecond + rand.N(500*time.Millisecond)):
+	case <-ctx.Done():
+		fmt.Fprintln(stderr, "baton demo-task: stopped")
+		return 1
+	}
+	var in map[string]any
+	_ = json.Unmarshal(p.Input, &in)
+	deps := make([]string, 0, len(p.DependencyOutputs))
+	for k := range p.DependencyOutputs {
+		deps = append(deps, k)
+	}
+	slices.Sort(deps)
+	var result string
+	switch p.TaskKey {
+	case "scrape-store":
+		result = fmt.Sprintf("scraped %v at %v: 24 products, 5 colours, 2 typefaces", in["storeId"], in["url"])
+	case "analyze-competitors":
+		result = fmt.Sprintf("found 3 competitors in the %v market", in["market"])
+	case "color-tags":
+		result = fmt.Sprintf("tagged the palette from %s as %v", strings.Join(deps, ", "), in["style"])
+	case "font-pairing":
+		result = fmt.Sprintf("paired the typefaces from %s", strings.Join(deps, ", "))
+	case "compile-result":
+		result = fmt.Sprintf("compiled the results of %s", strings.Join(deps, " and "))
+	default:
+		result = fmt.Sprintf("ran %s with %d upstream output(s)", p.Name, len(deps))
+	}
+	out := map[string]any{
+		"task":                p.TaskKey,
+		"attempt":             p.Attempt,
+		"input":               json.RawMessage(cmpRaw(p.Input)),
+		"usedOutputsOf":       deps,
+		"result":              result,
+		"ranAsUid":            os.Getuid(),
+		"taskScopedHeartbeat": heartbeat,
+	}
+	if err := json.NewEncoder(stdout).Encode(out); err != nil {
+		fmt.Fprintln(stderr, "baton demo-task:", err)
+		return 1
+	}
+	return 0
+}
+
+// demoHeartbeat calls POST $BATON_URL/v1/task/heartbeat with the task's capability token and
+// returns the answer's status code (or the error).
+func demoHeartbeat(ctx context.Context, p childPayload) any {
+	body, _ := json.Marshal(map[string]any{"task_id": p.TaskID, "attempt": p.Attempt, "lease_token": p.LeaseToken})
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, strings.TrimRight(os.Getenv(envPublicURL), "/")+"/v1/task/heartbeat", bytes.NewReader(body))
+	if err != nil {
+		return err.Error()
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("X-Trace-Task-Capability", os.Getenv(envCapability))
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return err.Error()
+	}
+	defer res.Body.Close()
+	_, _ = io.Copy(io.Discard, res.Body)
+	return res.StatusCode
+}
+
+func cmpRaw(r json.RawMessage) json.RawMessage {
+	if len(bytes.TrimSpace(r)) == 0 {
+		return json.RawMessage("null")
+	}
+	return r
+}

@@ -1,0 +1,351 @@
+package main
+
+// `baton worker --exec`: the trusted wrapper that runs untrusted programs as Baton tasks. It holds
+// every privileged credential itself (the mTLS client certificate for /internal/*, its own
+// environment and whatever secrets that holds) and runs the command once per task as a child
+// process that gets only its task's payload, its capability token and the public URL
+// (internal/runner does the running). There is no proxy: the child can reach the server only
+// where anyone can, the public listener, and there only /v1/task/* for its own attempt.
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/url"
+	"os"
+	"os/user"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/baton-dev/baton/internal/runner"
+	"github.com/baton-dev/baton/worker"
+)
+
+const workerUsage = `Usage: baton worker --task NAME [--task NAME ...] --exec 'COMMAND ARGS' [flags]
+
+Claims tasks of the given names and runs COMMAND once per task, with /bin/sh -c, as a child
+process. The child gets the task payload as JSON on stdin and in the file named by
+BATON_TASK_PAYLOAD, its capability token in TRACE_TASK_CAPABILITY_TOKEN (for /v1/task/* on
+BATON_URL) and nothing else privileged: its environment is built from an allowlist, and when the
+wrapper runs as root the child runs as --child-user. The last JSON value the child writes to stdout
+is the task's output; a non-zero exit fails the task with the exit status and the end of stderr.
+A cancelled or timed-out task's process group gets SIGTERM, then SIGKILL after --grace.
+
+The child's whole environment: PATH, HOME, TMPDIR and PWD (its own work directory), LANG and TZ
+(when set), BATON_TASK_PAYLOAD, BATON_URL, TRACE_TASK_CAPABILITY_TOKEN, BATON_TASK_ID,
+BATON_TASK_KEY, BATON_TASK_NAME, BATON_JOB_ID, BATON_ATTEMPT, BATON_LEASE_TOKEN, and --child-env.
+
+Flags:
+`
+
+// Child environment variables set per task, besides runner's HOME, TMPDIR, PWD, PATH and
+// BATON_TASK_PAYLOAD.
+const (
+	envCapability = "TRACE_TASK_CAPABILITY_TOKEN"
+	envPublicURL  = "BATON_URL"
+	envTaskID     = "BATON_TASK_ID"
+	envAttempt    = "BATON_ATTEMPT"
+	envLeaseToken = "BATON_LEASE_TOKEN"
+	envJobID      = "BATON_JOB_ID"
+	envTaskKey    = "BATON_TASK_KEY"
+	envTaskName   = "BATON_TASK_NAME"
+)
+
+// passedThrough are the wrapper's own variables a child gets, when set: locale and time zone.
+var passedThrough = []string{"LANG", "TZ"}
+
+// reservedChildEnv are names --child-env may not set.
+var reservedChildEnv = []string{envCapability, envPublicURL, envTaskID, envAttempt, envLeaseToken, envJobID,
+	envTaskKey, envTaskName, runner.EnvPayload, runner.EnvHome, runner.EnvTmpDir, runner.EnvPWD}
+
+// childPayload is the JSON a child reads on stdin and from BATON_TASK_PAYLOAD.
+type childPayload struct {
+	TaskID            string                     `json:"task_id"`
+	JobID             string                     `json:"job_id"`
+	TaskKey           string                     `json:"task_key"`
+	Name              string                     `json:"name"`
+	Attempt           int                        `json:"attempt"`
+	LeaseToken        string                     `json:"lease_token"`
+	Input             json.RawMessage            `json:"input"`
+	DependencyOutputs map[string]json.RawMessage `json:"dependency_outputs"`
+	TimeoutSeconds    float64                    `json:"timeout_seconds,omitempty"`
+}
+
+// listFlag is a repeatable string flag.
+type listFlag []string
+
+func (l *listFlag) String() string     { return strings.Join(*l, ",") }
+func (l *listFlag) Set(v string) error { *l = append(*l, v); return nil }
+
+// wrapper is a configured `baton worker --exec`.
+type wrapper struct {
+	command   []string
+	publicURL string
+	cred      *runner.Credential // nil: children run as the wrapper's user
+	baseEnv   map[string]string  // what every child gets besides its task's variables
+	workRoot  string
+	grace     time.Duration
+	log       *slog.Logger
+}
+
+func runWorker(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("baton worker", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() { fmt.Fprint(stderr, workerUsage); fs.PrintDefaults() }
+	var tasks, queues, childEnv listFlag
+	fs.Var(&tasks, "task", "task `NAME` to run (repeatable; at least one)")
+	execCmd := fs.String("exec", "", "`COMMAND` run with /bin/sh -c once per task, as the child process")
+	internalURL := fs.String("internal-url", cmpEnv("BATON_INTERNAL_URL", "http://127.0.0.1:8081"), "URL of the server's /internal/* listener (env BATON_INTERNAL_URL); never given to the child")
+	publicURL := fs.String("url", cmpEnv("BATON_URL", jobDefaultURL), "public URL of the server, handed to the child as BATON_URL (env BATON_URL)")
+	concurrency := fs.Int("concurrency", 1, "tasks run at once")
+	childUser := fs.String("child-user", "nobody", "user the child runs as when the wrapper runs as root (never root)")
+	grace := fs.Duration("grace", runner.DefaultGrace, "time a stopped child's process group has between SIGTERM and SIGKILL")
+	caFile := fs.String("internal-tls-ca", "", "PEM CA bundle that the internal listener's certificate must chain to")
+	certFile := fs.String("internal-tls-cert", "", "PEM client certificate for the internal listener (mTLS)")
+	keyFile := fs.String("internal-tls-key", "", "PEM private key of --internal-tls-cert; keep it readable only by the wrapper's user (mode 600)")
+	workerID := fs.String("worker-id", "", "worker id the server records (default: host name and process id)")
+	workRoot := fs.String("work-dir", "", "directory in which each task gets a fresh work directory (default: the system's temporary directory); the child user must be able to traverse it")
+	heartbeat := fs.Duration("heartbeat-interval", 0, "heartbeat at least this often (0: as the server asks)")
+	shutdown := fs.Duration("shutdown-timeout", 0, "on SIGTERM, how long running tasks may finish before they are stopped and handed back (0: 30s)")
+	logLevel := fs.String("log-level", "info", "log level: debug, info, warn or error")
+	fs.Var(&queues, "queue", "queue `NAME` to claim from (repeatable; default: the task names)")
+	fs.Var(&childEnv, "child-env", "`NAME=VALUE` set in every child's environment (repeatable; PATH may be overridden; not for secrets)")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	usageErr := func(format string, a ...any) int {
+		fmt.Fprintf(stderr, "baton worker: "+format+"\n", a...)
+		return 2
+	}
+	switch {
+	case fs.NArg() > 0:
+		return usageErr("unexpected argument %q (quote the whole --exec command)", fs.Arg(0))
+	case len(tasks) == 0:
+		return usageErr("--task NAME is required")
+	case strings.TrimSpace(*execCmd) == "":
+		return usageErr("--exec COMMAND is required")
+	case *concurrency < 1:
+		return usageErr("--concurrency must be at least 1")
+	case *grace <= 0:
+		return usageErr("--grace must be positive")
+	case *heartbeat < 0, *shutdown < 0:
+		return usageErr("durations must not be negative")
+	}
+	for _, name := range tasks {
+		if name == "" {
+			return usageErr("empty --task name")
+		}
+	}
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(*logLevel)); err != nil {
+		return usageErr("--log-level %q: want debug, info, warn or error", *logLevel)
+	}
+	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
+	if u, err := url.Parse(*publicURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return usageErr("--url %q: want http(s)://host[:port]", *publicURL)
+	}
+	tlsSet := 0
+	for _, f := range []string{*caFile, *certFile, *keyFile} {
+		if f != "" {
+			tlsSet++
+		}
+	}
+	if tlsSet != 0 && tlsSet != 3 {
+		return usageErr("mTLS needs all of --internal-tls-ca, --internal-tls-cert and --internal-tls-key")
+	}
+	explicitUser := false
+	fs.Visit(func(f *flag.Flag) { explicitUser = explicitUser || f.Name == "child-user" })
+
+	w := &wrapper{command: []string{"/bin/sh", "-c", *execCmd}, publicURL: *publicURL, workRoot: *workRoot,
+		grace: *grace, log: log, baseEnv: map[string]string{}}
+	for _, kv := range childEnv {
+		k, v, ok := strings.Cut(kv, "=")
+		if !ok || k == "" || strings.ContainsAny(k, "\x00") {
+			return usageErr("--child-env %q: want NAME=VALUE", kv)
+		}
+		if slices.Contains(reservedChildEnv, k) {
+			return usageErr("--child-env may not set %s: the wrapper sets it", k)
+		}
+		w.baseEnv[k] = v
+	}
+	for _, k := range passedThrough {
+		if v, ok := os.LookupEnv(k); ok {
+			if _, set := w.baseEnv[k]; !set {
+				w.baseEnv[k] = v
+			}
+		}
+	}
+
+	// Who the child runs as.
+	if os.Geteuid() == 0 {
+		cred, err := runner.LookupChild(*childUser)
+		if err != nil {
+			fmt.Fprintln(stderr, "baton worker:", err)
+			return 1
+		}
+		if *keyFile != "" {
+			if err := runner.CheckPrivate(*keyFile, cred); err != nil {
+				fmt.Fprintln(stderr, "baton worker:", err)
+				return 1
+			}
+		}
+		w.cred = cred
+		log.Info("children run as an unprivileged user", "user", cred.Username, "uid", cred.Uid, "gid", cred.Gid)
+	} else {
+		me, _ := user.Current()
+		name := strconv.Itoa(os.Geteuid())
+		if me != nil {
+			name = me.Username
+		}
+		if explicitUser {
+			if cred, err := runner.LookupChild(*childUser); err != nil {
+				fmt.Fprintln(stderr, "baton worker:", err)
+				return 1
+			} else if int(cred.Uid) != os.Geteuid() {
+				fmt.Fprintf(stderr, "baton worker: --child-user %s: running children as another user needs the wrapper to run as root (it runs as %s)\n", *childUser, name)
+				return 1
+			}
+		} else {
+			log.Warn("not running as root: children run as the wrapper's own user and can read every file it can, the client key included; run the wrapper as root to isolate them as --child-user",
+				"user", name, "uid", os.Geteuid())
+		}
+	}
+	if err := runner.HideFromSameUser(); err != nil {
+		log.Warn("could not make the wrapper's /proc entries private", "err", err)
+	}
+	if strings.HasPrefix(*internalURL, "http://") {
+		log.Warn("the internal URL is not protected by mTLS: anything that can reach it, children included, can call /internal/*; use https with --internal-tls-* outside development", "internal_url", *internalURL)
+	}
+	if os.Getpid() == 1 {
+		log.Warn("the wrapper is PID 1: processes orphaned by killed tasks become its zombies; run it under an init (docker run --init, tini)")
+	}
+
+	opts := []worker.Option{worker.WithConcurrency(*concurrency), worker.WithLogger(log)}
+	if len(queues) > 0 {
+		opts = append(opts, worker.WithQueues(queues...))
+	}
+	if *workerID != "" {
+		opts = append(opts, worker.WithWorkerID(*workerID))
+	}
+	if tlsSet == 3 {
+		opts = append(opts, worker.WithClientCert(*caFile, *certFile, *keyFile))
+	}
+	if *heartbeat > 0 {
+		opts = append(opts, worker.WithHeartbeatInterval(*heartbeat))
+	}
+	if *shutdown > 0 {
+		opts = append(opts, worker.WithShutdownTimeout(*shutdown))
+	}
+	wk, err := worker.New(*internalURL, opts...)
+	if err != nil {
+		fmt.Fprintln(stderr, "baton worker:", err)
+		return 1
+	}
+	for _, name := range tasks {
+		wk.Handle(name, w.handle)
+	}
+	log.Info("running tasks as child processes", "tasks", []string(tasks), "exec", *execCmd, "child_env", w.childEnvNames())
+	if err := wk.Run(ctx); err != nil {
+		fmt.Fprintln(stderr, "baton worker:", err)
+		return 1
+	}
+	return 0
+}
+
+// childEnvNames lists the variables every child gets, for the log: names only.
+func (w *wrapper) childEnvNames() []string {
+	names := []string{envCapability, envPublicURL, envTaskID, envAttempt, envLeaseToken, envJobID, envTaskKey,
+		envTaskName, runner.EnvPayload, runner.EnvHome, runner.EnvTmpDir, runner.EnvPWD, runner.EnvPath}
+	for k := range w.baseEnv {
+		names = append(names, k)
+	}
+	slices.Sort(names)
+	return slices.Compact(names)
+}
+
+// handle runs one attempt as a child process.
+func (w *wrapper) handle(ctx context.Context, t *worker.Task) (any, error) {
+	lease := leaseFromToken(t.CapabilityToken)
+	p := childPayload{TaskID: t.ID, JobID: t.JobID, TaskKey: t.Key, Name: t.Name, Attempt: t.Attempt, LeaseToken: lease,
+		Input: t.Input, DependencyOutputs: t.DependencyOutputs, TimeoutSeconds: t.Timeout.Seconds()}
+	if p.DependencyOutputs == nil {
+		p.DependencyOutputs = map[string]json.RawMessage{}
+	}
+	payload, err := json.Marshal(p)
+	if err != nil {
+		return nil, worker.Errorf(worker.DataQuality, "encode the payload: %v", err)
+	}
+	env := make(map[string]string, len(w.baseEnv)+8)
+	for k, v := range w.baseEnv {
+		env[k] = v
+	}
+	env[envCapability] = t.CapabilityToken
+	env[envPublicURL] = w.publicURL
+	env[envTaskID] = t.ID
+	env[envAttempt] = strconv.Itoa(t.Attempt)
+	env[envLeaseToken] = lease
+	env[envJobID] = t.JobID
+	env[envTaskKey] = t.Key
+	env[envTaskName] = t.Name
+	log := w.log.With("task_id", t.ID, "attempt", t.Attempt, "task", t.Name)
+	if lease == "" {
+		log.Warn("no lease token in the capability token's claims: the child cannot call /v1/task/*")
+	}
+	log.Debug("starting the child")
+	res, err := runner.Run(ctx, runner.Spec{Command: w.command, Payload: payload, Env: env, Credential: w.cred,
+		TempRoot: w.workRoot, Grace: w.grace})
+	var f *runner.Failure
+	switch {
+	case err == nil:
+		log.Info("child succeeded", "pid", res.PID, "took", res.Duration.Round(time.Millisecond), "stopped", res.Stopped)
+		return res.Output, nil
+	case errors.As(err, &f):
+		if ctx.Err() != nil {
+			// Cancelled, timed out, lease lost or shutting down: the worker reports what that
+			// calls for, whatever this returns.
+			log.Info("child stopped", "cause", context.Cause(ctx), "err", f)
+			return nil, fmt.Errorf("stopped (%v): %w", context.Cause(ctx), f)
+		}
+		log.Warn("child failed", "pid", res.PID, "err", f)
+		return nil, worker.Errorf(worker.UserCode, "%s", f.Error())
+	default:
+		log.Error("could not run the child", "err", err)
+		return nil, worker.Errorf(worker.Infrastructure, "%s", err.Error())
+	}
+}
+
+// leaseFromToken reads the lease token from the capability token's claims. The child needs it
+// for the body of /v1/task/* calls; the token came from the server over the wrapper's own
+// connection, so it is not verified here (the server verifies it on every call).
+func leaseFromToken(tok string) string {
+	parts := strings.Split(tok, ".")
+	if len(parts) != 3 {
+		return ""
+	}
+	raw, err := base64.RawURLEncoding.DecodeString(parts[1])
+	if err != nil {
+		return ""
+	}
+	var c struct {
+		LeaseToken string `json:"lease_token"`
+	}
+	if json.Unmarshal(raw, &c) != nil {
+		return ""
+	}
+	return c.LeaseToken
+}
+
+// cmpEnv is the value of the environment variable name, or def when it is unset or empty.
+func cmpEnv(name, def string) string {
+	if v := os.Getenv(name); v != "" {
+		return v
+	}
+	return def
+}

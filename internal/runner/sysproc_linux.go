@@ -1,0 +1,31 @@
+package runner
+
+import "syscall"
+
+// sysProcAttr puts the child in a process group of its own, under cred when set, and has the
+// kernel kill it if the wrapper dies.
+func sysProcAttr(cred *Credential) *syscall.SysProcAttr {
+	a := &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	if cred != nil {
+		// An empty, non-nil Groups drops the supplementary groups of the wrapper.
+		a.Credential = &syscall.Credential{Uid: cred.Uid, Gid: cred.Gid, Groups: []uint32{}}
+	}
+	return a
+}
+
+// HideFromSameUser marks this process not dumpable (prctl PR_SET_DUMPABLE 0): its
+// /proc/PID/{environ,mem,fd,...} then belong to root and processes of the same user can neither
+// read them nor ptrace it. It matters when children run as the wrapper's own user.
+func HideFromSameUser() error {
+	const prSetDumpable = 4
+	if _, _, e := syscall.RawSyscall(syscall.SYS_PRCTL, prSetDumpable, 0, 0); e != 0 {
+		return e
+	}
+	return nil
+}
+
+// TiedToParent is the SysProcAttr of a helper process (not a task) that is to get sig when this
+// process dies.
+func TiedToParent(sig syscall.Signal) *syscall.SysProcAttr {
+	return &syscall.SysProcAttr{Pdeathsig: sig}
+}
