@@ -45,17 +45,13 @@ func (s *Server) registerCallback(mux *http.ServeMux) {
 	}
 }
 
-// errCallbackCancelRequested: /started for an attempt whose cancellation was requested.
-var errCallbackCancelRequested = errors.New("task was cancelled before worker started")
-
 // POST /v1/tasks/{task_id}/started {attempt, workerId, startedAt}
 //
 // The core has no "started" transition: the claim already made the attempt running. The answer
 // is read from the task, with the core's own fence and ended-attempt errors: the attempt must be
 // the current one, and still running; a running attempt whose cancellation was requested gets 409
 // task_already_terminal / CANCELLED, which tells the worker not to start (seed 004 section 5).
-// Nothing is written. An attempt whose lease ran out but which the reaper has not yet timed out
-// still answers 200 here (the adapter owns no clock); its first heartbeat gets the 410.
+// Nothing is written; the decision is the core's (Dispatcher.StartAttempt).
 func (s *Server) callbackStarted(w http.ResponseWriter, r *http.Request) (any, error) {
 	obj, fence, err := callbackRequest(r, "attempt", "workerId", "startedAt")
 	if err != nil {
@@ -64,45 +60,10 @@ func (s *Server) callbackStarted(w http.ResponseWriter, r *http.Request) (any, e
 	if err := callbackTimeField(obj, "startedAt"); err != nil {
 		return nil, err
 	}
-	d, err := s.d.GetTask(r.Context(), claimsOf(r).Tenant, fence.TaskID)
-	if err != nil {
-		return nil, err
-	}
-	if err := callbackStartCheck(d, fence); err != nil {
+	if _, err := s.d.StartAttempt(r.Context(), fence); err != nil {
 		return nil, err
 	}
 	return map[string]any{"acknowledged": true, "serverTime": callbackNow()}, nil
-}
-
-// callbackStartCheck mirrors, read-only, the order of the core's checks for a call about an
-// attempt (checkFence, then lockAttempt's ended-attempt errors).
-func callbackStartCheck(d *dispatch.TaskDetail, f dispatch.Fence) error {
-	t := d.Task
-	if f.Attempt != t.Attempt {
-		return &dispatch.AttemptMismatchError{Expected: t.Attempt, Received: f.Attempt}
-	}
-	if f.LeaseToken == "" || f.LeaseToken != t.LeaseToken {
-		return dispatch.ErrLeaseMismatch
-	}
-	if t.Status == lifecycle.Running {
-		if !t.CancelRequestedAt.IsZero() {
-			return errCallbackCancelRequested
-		}
-		return nil
-	}
-	for _, a := range d.Attempts {
-		if a.Attempt != t.Attempt {
-			continue
-		}
-		switch a.Outcome {
-		case store.OutcomeSucceeded, store.OutcomeFailed, store.OutcomeCanceled:
-			if t.Status.Terminal() {
-				return &dispatch.TerminalError{State: t.Status}
-			}
-		}
-	}
-	// Timed out (maybe awaiting its retry), given up on after a cancel, or failed and retried.
-	return dispatch.ErrTaskExpired
 }
 
 // POST /v1/tasks/{task_id}/heartbeat {attempt, workerId, heartbeatAt?, progressPct?, message?}
@@ -350,7 +311,7 @@ func (s *Server) callbackRefusal(r *http.Request, endpoint string, err error) er
 			"received", mismatch.Received, "current", mismatch.Expected)
 		return refuse(http.StatusConflict, map[string]any{"error": "attempt_mismatch", "expectedAttempt": mismatch.Expected,
 			"receivedAttempt": mismatch.Received, "message": msg})
-	case errors.Is(err, errCallbackCancelRequested):
+	case errors.Is(err, dispatch.ErrCancelRequested):
 		return refuse(http.StatusConflict, map[string]any{"error": "task_already_terminal", "state": "CANCELLED",
 			"message": "Task was cancelled before worker started"})
 	case errors.As(err, &terminal):

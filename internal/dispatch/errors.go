@@ -21,6 +21,8 @@ var (
 	ErrLeaseMismatch = errors.New("lease token does not match the current attempt")
 	// ErrTaskExpired: the attempt timed out or was given up on; the worker must abort (rule 4).
 	ErrTaskExpired = errors.New("task attempt expired")
+	// ErrCancelRequested: the attempt must not start because its task's cancellation was requested.
+	ErrCancelRequested = errors.New("task cancellation requested")
 	// ErrOutcomeConflict: the attempt already reported a different outcome.
 	ErrOutcomeConflict = errors.New("attempt already reported a different outcome")
 	// ErrIdempotencyMismatch: the idempotency key was used for a different request.

@@ -203,7 +203,7 @@ func reapAt(t *store.Task) time.Time {
 // endedAttemptError answers a call about the current attempt of a task that no longer runs it:
 // the attempt reported its own outcome (the task is terminal, or the outcome conflicts), or the
 // dispatcher ended it (timeout, cancel timeout), which the worker hears as ErrTaskExpired.
-func (d *Dispatcher) endedAttemptError(ctx context.Context, tx store.Tx, t *store.Task) error {
+func (d *Dispatcher) endedAttemptError(ctx context.Context, tx store.Reader, t *store.Task) error {
 	a, err := tx.GetAttempt(ctx, t.ID, t.Attempt)
 	if err != nil {
 		return fmt.Errorf("attempt %d of task %s: %w", t.Attempt, t.ID, err)

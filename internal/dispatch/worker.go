@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"regexp"
 	"strconv"
@@ -89,6 +90,33 @@ func (d *Dispatcher) lockAttempt(ctx context.Context, tx store.Tx, f Fence) (*st
 		}
 	}
 	return nil, d.endedAttemptError(ctx, tx, t)
+}
+
+// StartAttempt answers a worker that is about to run an attempt (seed 004's /started): the fence
+// must match and the attempt must be running with a live lease. A running attempt whose task's
+// cancellation was requested gets ErrCancelRequested: the worker must not start. It changes
+// nothing.
+func (d *Dispatcher) StartAttempt(ctx context.Context, f Fence) (*store.Task, error) {
+	t, err := d.store.GetTask(ctx, f.TaskID)
+	if errors.Is(err, store.ErrNotFound) {
+		return nil, ErrTaskNotFound
+	}
+	if err != nil {
+		return nil, err
+	}
+	if err := checkFence(t, f.Attempt, f.LeaseToken); err != nil {
+		return nil, err
+	}
+	if t.Status != lifecycle.Running {
+		return nil, d.endedAttemptError(ctx, d.store, t)
+	}
+	switch {
+	case !t.ReapAt.After(d.now()) && t.CancelRequestedAt.IsZero():
+		return nil, ErrTaskExpired // the lease ran out; the reaper or the next heartbeat times it out
+	case !t.CancelRequestedAt.IsZero():
+		return nil, ErrCancelRequested
+	}
+	return t, nil
 }
 
 // DatasetEvent is an upstream event as a worker reports it (seeds 000 and 003): a dataset version

@@ -257,3 +257,46 @@ func TestClaimWaitNoticesARetryScheduledWhileItWaits(t *testing.T) {
 		}
 	})
 }
+
+func TestStartAttemptSaysWhetherAWorkerMayRunTheAttempt(t *testing.T) {
+	storetest.ForEachDriver(t, func(t *testing.T, st store.Store) {
+		e := newEnv(t, st)
+		job := e.submit(spec("a"), spec("b"), spec("c"))
+		a := e.claim(job, "a")
+		if _, err := e.d.StartAttempt(e.ctx, fence(a)); err != nil {
+			t.Errorf("running attempt: %v", err)
+		}
+		bad := fence(a)
+		bad.LeaseToken = "x"
+		if _, err := e.d.StartAttempt(e.ctx, bad); !errors.Is(err, dispatch.ErrLeaseMismatch) {
+			t.Errorf("wrong token: %v", err)
+		}
+		bad = fence(a)
+		bad.Attempt = 2
+		_, err := e.d.StartAttempt(e.ctx, bad)
+		wantErr[*dispatch.AttemptMismatchError](t, err)
+
+		b := e.claim(job, "b")
+		if _, err := e.d.CancelTask(e.ctx, b.Task.ID, ""); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := e.d.StartAttempt(e.ctx, fence(b)); !errors.Is(err, dispatch.ErrCancelRequested) {
+			t.Errorf("cancel requested: %v", err)
+		}
+
+		c := e.claim(job, "c")
+		e.succeed(a)
+		_, err = e.d.StartAttempt(e.ctx, fence(a))
+		wantErr[*dispatch.TerminalError](t, err)
+		e.clock.Advance(91 * time.Second) // c's lease ran out; nothing reaped it yet
+		if _, err := e.d.StartAttempt(e.ctx, fence(c)); !errors.Is(err, dispatch.ErrTaskExpired) {
+			t.Errorf("expired lease: %v", err)
+		}
+		if s := e.status(job, "c"); s != lifecycle.Running {
+			t.Errorf("StartAttempt changed the task to %s", s)
+		}
+		if _, err := e.d.StartAttempt(e.ctx, dispatch.Fence{TaskID: "00000000-0000-0000-0000-000000000000", LeaseToken: "x"}); !errors.Is(err, dispatch.ErrTaskNotFound) {
+			t.Errorf("unknown task: %v", err)
+		}
+	})
+}
