@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -79,10 +80,9 @@ type response struct {
 	Raw    []byte
 }
 
-// do sends a request with the acme key (or the given headers, which replace it) and decodes the
-// JSON answer.
-func (a *testAPI) do(method, path string, body any, headers ...string) response {
-	a.t.Helper()
+// roundTrip sends one request and decodes a JSON answer; it may run on any goroutine. body is a
+// string or []byte sent as is, nil, or a value encoded as JSON; headers are name, value pairs.
+func roundTrip(method, url string, body any, headers ...string) (response, error) {
 	var rd io.Reader
 	switch b := body.(type) {
 	case nil:
@@ -93,34 +93,48 @@ func (a *testAPI) do(method, path string, body any, headers ...string) response 
 	default:
 		raw, err := json.Marshal(b)
 		if err != nil {
-			a.t.Fatal(err)
+			return response{}, err
 		}
 		rd = bytes.NewReader(raw)
 	}
-	req, err := http.NewRequest(method, a.srv.URL+path, rd)
+	req, err := http.NewRequest(method, url, rd)
 	if err != nil {
-		a.t.Fatal(err)
+		return response{}, err
 	}
 	req.Header.Set("Content-Type", "application/json")
-	if len(headers) == 0 {
-		req.Header.Set("x-api-key", a.key)
-	}
 	for i := 0; i+1 < len(headers); i += 2 {
 		req.Header.Set(headers[i], headers[i+1])
 	}
 	res, err := http.DefaultClient.Do(req)
 	if err != nil {
-		a.t.Fatal(err)
+		return response{}, err
 	}
 	defer res.Body.Close()
-	raw, _ := io.ReadAll(res.Body)
+	raw, err := io.ReadAll(res.Body)
+	if err != nil {
+		return response{}, err
+	}
 	out := response{Status: res.StatusCode, Header: res.Header, Raw: raw}
 	if len(raw) > 0 && res.Header.Get("Content-Type") == "application/json" {
 		if err := json.Unmarshal(raw, &out.Body); err != nil {
-			a.t.Fatalf("%s %s: answer is not a JSON object: %s", method, path, raw)
+			return out, fmt.Errorf("%s %s: answer is not a JSON object: %s", method, url, raw)
 		}
 	}
-	return out
+	return out, nil
+}
+
+// do sends a request with the acme key (or the given headers, which replace it) and decodes the
+// JSON answer.
+func (a *testAPI) do(method, path string, body any, headers ...string) response {
+	a.t.Helper()
+	if len(headers) == 0 {
+		headers = []string{"x-api-key", a.key}
+	}
+	res, err := roundTrip(method, a.srv.URL+path, body, headers...)
+	if err != nil {
+		a.t.Fatal(err)
+	}
+	return res
 }
 
 // seedJob is seed 001's five-task example request.
@@ -193,30 +207,7 @@ func (a *testAPI) createJob(body string) string {
 
 // send is do without the test: it may run on any goroutine and returns transport errors.
 func (a *testAPI) send(method, path, body string, headers ...string) (response, error) {
-	req, err := http.NewRequest(method, a.srv.URL+path, bytes.NewBufferString(body))
-	if err != nil {
-		return response{}, err
-	}
-	req.Header.Set("Content-Type", "application/json")
-	for i := 0; i+1 < len(headers); i += 2 {
-		req.Header.Set(headers[i], headers[i+1])
-	}
-	res, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return response{}, err
-	}
-	defer res.Body.Close()
-	raw, err := io.ReadAll(res.Body)
-	if err != nil {
-		return response{}, err
-	}
-	out := response{Status: res.StatusCode, Header: res.Header, Raw: raw}
-	if len(raw) > 0 && res.Header.Get("Content-Type") == "application/json" {
-		if err := json.Unmarshal(raw, &out.Body); err != nil {
-			return out, err
-		}
-	}
-	return out, nil
+	return roundTrip(method, a.srv.URL+path, body, headers...)
 }
 
 // wantStatus fails the test unless res answered code.

@@ -3,9 +3,7 @@ package api_test
 import (
 	"context"
 	"encoding/json"
-	"log/slog"
 	"net/http"
-	"net/http/httptest"
 	"strconv"
 	"strings"
 	"testing"
@@ -14,43 +12,13 @@ import (
 	"github.com/google/uuid"
 	"github.com/jonboulle/clockwork"
 
-	"github.com/baton-dev/baton/internal/api"
 	"github.com/baton-dev/baton/internal/auth"
 	"github.com/baton-dev/baton/internal/dispatch"
 	"github.com/baton-dev/baton/internal/lifecycle"
 	"github.com/baton-dev/baton/internal/store"
-	"github.com/baton-dev/baton/internal/store/storetest"
 )
 
 // ---- harness additions for the internal (000) and task-scoped (003) dialects ----
-
-// newClockedWorkerAPI is newWorkerAPI over a dispatcher that reads clock, so that a test can move
-// time past leases and backoffs and run the reaper. Capability tokens keep real time.
-func newClockedWorkerAPI(t *testing.T, st store.Store, clock clockwork.Clock) *workerAPI {
-	t.Helper()
-	quiet := slog.New(slog.DiscardHandler)
-	d, err := dispatch.New(st, dispatch.Config{Clock: clock, Logger: quiet})
-	if err != nil {
-		t.Fatal(err)
-	}
-	tokens := auth.NewTokens(st, nil)
-	s := api.New(api.Config{Dispatcher: d, Auth: auth.NewAuthenticator(st, auth.Limits{}, nil), Tokens: tokens, Logger: quiet})
-	w := &workerAPI{t: t, st: st, d: d, tokens: tokens,
-		public: httptest.NewServer(s.ProducerHandler()), internal: httptest.NewServer(s.InternalHandler())}
-	t.Cleanup(w.public.Close)
-	t.Cleanup(w.internal.Close)
-	return w
-}
-
-// forEachClockedWorkerDriver runs fn on SQLite and PostgreSQL with a fake dispatcher clock that
-// starts at start.
-func forEachClockedWorkerDriver(t *testing.T, start time.Time, fn func(t *testing.T, w *workerAPI, clock *clockwork.FakeClock)) {
-	t.Helper()
-	storetest.ForEachDriver(t, func(t *testing.T, st store.Store) {
-		clock := clockwork.NewFakeClockAt(start)
-		fn(t, newClockedWorkerAPI(t, st, clock), clock)
-	})
-}
 
 // submitNamedJob creates a job with a name (seed 000's dag_name) through the core and returns the
 // global id of each task by its key.

@@ -27,30 +27,10 @@ import (
 
 // Tests of seed 002's stream-worker dialect (stream.go).
 
-// newStreamClockedAPI is newWorkerAPI with a dispatcher that reads clock (tokens keep real time).
-func newStreamClockedAPI(t *testing.T, st store.Store, clock clockwork.Clock) *workerAPI {
-	t.Helper()
-	quiet := slog.New(slog.DiscardHandler)
-	d, err := dispatch.New(st, dispatch.Config{Clock: clock, Logger: quiet})
-	if err != nil {
-		t.Fatal(err)
-	}
-	tokens := auth.NewTokens(st, nil)
-	s := api.New(api.Config{Dispatcher: d, Auth: auth.NewAuthenticator(st, auth.Limits{}, nil), Tokens: tokens, Logger: quiet})
-	w := &workerAPI{t: t, st: st, d: d, tokens: tokens,
-		public: httptest.NewServer(s.ProducerHandler()), internal: httptest.NewServer(s.InternalHandler())}
-	t.Cleanup(w.public.Close)
-	t.Cleanup(w.internal.Close)
-	return w
-}
-
 // forEachStreamClockedDriver runs fn on both drivers with a fake dispatcher clock.
 func forEachStreamClockedDriver(t *testing.T, fn func(t *testing.T, w *workerAPI, clock *clockwork.FakeClock)) {
 	t.Helper()
-	storetest.ForEachDriver(t, func(t *testing.T, st store.Store) {
-		clock := clockwork.NewFakeClockAt(time.Now().UTC().Truncate(time.Millisecond))
-		fn(t, newStreamClockedAPI(t, st, clock), clock)
-	})
+	forEachClockedWorkerDriver(t, time.Now().UTC().Truncate(time.Millisecond), fn)
 }
 
 func streamPtr[T any](v T) *T { return &v }

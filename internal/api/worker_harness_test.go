@@ -1,15 +1,13 @@
 package api_test
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
-	"io"
 	"log/slog"
-	"net/http"
 	"net/http/httptest"
 	"testing"
 	"time"
+
+	"github.com/jonboulle/clockwork"
 
 	"github.com/baton-dev/baton/internal/api"
 	"github.com/baton-dev/baton/internal/auth"
@@ -32,8 +30,15 @@ type workerAPI struct {
 
 func newWorkerAPI(t *testing.T, st store.Store) *workerAPI {
 	t.Helper()
+	return newClockedWorkerAPI(t, st, nil)
+}
+
+// newClockedWorkerAPI is newWorkerAPI over a dispatcher that reads clock (nil: the real clock), so
+// that a test can move time past leases and backoffs. Capability tokens keep real time.
+func newClockedWorkerAPI(t *testing.T, st store.Store, clock clockwork.Clock) *workerAPI {
+	t.Helper()
 	quiet := slog.New(slog.DiscardHandler)
-	d, err := dispatch.New(st, dispatch.Config{Logger: quiet})
+	d, err := dispatch.New(st, dispatch.Config{Clock: clock, Logger: quiet})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -44,6 +49,16 @@ func newWorkerAPI(t *testing.T, st store.Store) *workerAPI {
 	t.Cleanup(w.public.Close)
 	t.Cleanup(w.internal.Close)
 	return w
+}
+
+// forEachClockedWorkerDriver runs fn on SQLite and PostgreSQL with a fake dispatcher clock that
+// starts at start.
+func forEachClockedWorkerDriver(t *testing.T, start time.Time, fn func(t *testing.T, w *workerAPI, clock *clockwork.FakeClock)) {
+	t.Helper()
+	storetest.ForEachDriver(t, func(t *testing.T, st store.Store) {
+		clock := clockwork.NewFakeClockAt(start)
+		fn(t, newClockedWorkerAPI(t, st, clock), clock)
+	})
 }
 
 // forEachWorkerDriver runs fn as parallel subtests on SQLite and PostgreSQL.
@@ -113,37 +128,11 @@ func (w *workerAPI) post(base, path string, body any, headers ...string) respons
 
 func (w *workerAPI) request(method, url string, body any, headers ...string) response {
 	w.t.Helper()
-	var rd io.Reader
-	switch b := body.(type) {
-	case nil:
-	case string:
-		rd = bytes.NewBufferString(b)
-	default:
-		raw, err := json.Marshal(b)
-		if err != nil {
-			w.t.Fatal(err)
-		}
-		rd = bytes.NewReader(raw)
-	}
-	req, err := http.NewRequest(method, url, rd)
-	if err != nil {
+	res, err := roundTrip(method, url, body, headers...)
+	if err != nil && res.Status == 0 {
 		w.t.Fatal(err)
 	}
-	req.Header.Set("Content-Type", "application/json")
-	for i := 0; i+1 < len(headers); i += 2 {
-		req.Header.Set(headers[i], headers[i+1])
-	}
-	res, err := http.DefaultClient.Do(req)
-	if err != nil {
-		w.t.Fatal(err)
-	}
-	defer res.Body.Close()
-	raw, _ := io.ReadAll(res.Body)
-	out := response{Status: res.StatusCode, Header: res.Header, Raw: raw}
-	if len(raw) > 0 {
-		_ = json.Unmarshal(raw, &out.Body)
-	}
-	return out
+	return res
 }
 
 // task reads a task from the store.
