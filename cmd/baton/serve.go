@@ -128,6 +128,11 @@ func serve(ctx context.Context, f *serverFlags, ls *listeners, st store.Store, l
 	reaper := d.NewReaper()
 	reaper.Start(ctx)
 	defer reaper.Stop()
+	// The store transport: workers find work in the store, so the relay only marks wake-ups sent
+	// and prunes them.
+	relay := d.NewRelay(dispatch.RelayConfig{Publisher: dispatch.StorePublisher{}})
+	relay.Start(ctx)
+	defer relay.Stop()
 	// Wake long-polling claimers when another replica makes a task ready (PostgreSQL).
 	listenCtx, stopListening := context.WithCancel(ctx)
 	defer stopListening()
@@ -157,6 +162,7 @@ func serve(ctx context.Context, f *serverFlags, ls *listeners, st store.Store, l
 		}
 	}
 	reaper.Stop()
+	relay.Stop()
 	return shutdownErr
 }
 

@@ -162,6 +162,19 @@ type Tx interface {
 	UpdateAttempt(ctx context.Context, a *Attempt) error
 	InsertEvents(ctx context.Context, events []*Event) error
 	InsertOutbox(ctx context.Context, msgs []*OutboxMessage) error
+
+	// ClaimOutbox selects up to limit unsent outbox messages with AvailableAt at or before now,
+	// oldest (lowest ID) first, and locks them for the rest of the transaction, skipping rows
+	// another transaction holds, so that relays on several replicas never take the same message.
+	ClaimOutbox(ctx context.Context, now time.Time, limit int) ([]*OutboxMessage, error)
+	// MarkOutboxSent sets the sent time of the messages; ids that do not exist are ignored.
+	MarkOutboxSent(ctx context.Context, ids []int64, at time.Time) error
+	// RetryOutbox records a failed publish: the message's attempt count becomes attempts and it is
+	// not claimable again before nextAt. ErrNotFound if there is no such message.
+	RetryOutbox(ctx context.Context, id int64, attempts int, nextAt time.Time) error
+	// DeleteSentOutbox deletes up to limit messages sent before the given time (never an unsent
+	// one) and returns how many it deleted.
+	DeleteSentOutbox(ctx context.Context, before time.Time, limit int) (int, error)
 }
 
 // Job is one submitted DAG.
@@ -363,6 +376,7 @@ type OutboxMessage struct {
 	Payload     json.RawMessage
 	AvailableAt time.Time // not to be published before
 	CreatedAt   time.Time
+	Attempts    int // failed publishes so far; set by ClaimOutbox, ignored by InsertOutbox
 }
 
 // ListJobsParams selects a page of jobs, newest first.
