@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"sync"
 	"time"
 
 	"github.com/jonboulle/clockwork"
@@ -97,12 +96,10 @@ const maxReaperSleep = time.Second
 
 // Reaper runs Reap whenever the earliest reap time comes, and at least every second.
 type Reaper struct {
-	d      *Dispatcher
-	clock  clockwork.Clock
-	log    *slog.Logger
-	cancel context.CancelFunc
-	done   chan struct{}
-	once   sync.Once
+	d     *Dispatcher
+	clock clockwork.Clock
+	log   *slog.Logger
+	service
 }
 
 // NewReaper returns a stopped reaper.
@@ -111,24 +108,9 @@ func (d *Dispatcher) NewReaper() *Reaper {
 }
 
 // Start runs the reaper until Stop or until ctx ends.
-func (r *Reaper) Start(ctx context.Context) {
-	ctx, r.cancel = context.WithCancel(ctx)
-	r.done = make(chan struct{})
-	go r.run(ctx)
-}
-
-// Stop stops the reaper and waits for it; it may be called more than once.
-func (r *Reaper) Stop() {
-	r.once.Do(func() {
-		if r.cancel != nil {
-			r.cancel()
-			<-r.done
-		}
-	})
-}
+func (r *Reaper) Start(ctx context.Context) { r.start(ctx, r.run) }
 
 func (r *Reaper) run(ctx context.Context) {
-	defer close(r.done)
 	for {
 		if n, err := r.d.Reap(ctx); err != nil {
 			if ctx.Err() != nil {

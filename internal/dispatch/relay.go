@@ -76,9 +76,7 @@ type Relay struct {
 	mu        sync.Mutex // guards nextRetry and lastPrune
 	nextRetry time.Time  // earliest retry this relay scheduled and has not yet seen due
 	lastPrune time.Time
-	cancel    context.CancelFunc
-	done      chan struct{}
-	once      sync.Once
+	service
 }
 
 // NewRelay returns a stopped relay over d's store, using d's clock and logger.
@@ -101,21 +99,7 @@ func (d *Dispatcher) NewRelay(cfg RelayConfig) *Relay {
 }
 
 // Start runs the relay until Stop or until ctx ends.
-func (r *Relay) Start(ctx context.Context) {
-	ctx, r.cancel = context.WithCancel(ctx)
-	r.done = make(chan struct{})
-	go r.run(ctx)
-}
-
-// Stop stops the relay and waits for it; it may be called more than once.
-func (r *Relay) Stop() {
-	r.once.Do(func() {
-		if r.cancel != nil {
-			r.cancel()
-			<-r.done
-		}
-	})
-}
+func (r *Relay) Start(ctx context.Context) { r.start(ctx, r.run) }
 
 // RunOnce runs one pass: it claims up to Batch due messages, publishes them and records the
 // outcome, all in one transaction. It returns how many messages were published.
@@ -237,7 +221,6 @@ func (r *Relay) sleep(claimed int) time.Duration {
 }
 
 func (r *Relay) run(ctx context.Context) {
-	defer close(r.done)
 	for {
 		// Take the wake-up channel before the pass, so a commit during it is not missed.
 		woken := r.d.ready.wait()
