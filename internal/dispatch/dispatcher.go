@@ -46,6 +46,7 @@ type Config struct {
 	// MaxTasksPerJob caps a job's size; 0 means no cap. Seed 001's cap is 50.
 	MaxTasksPerJob int
 	Defaults       Defaults
+	GroupCommit    GroupCommit
 }
 
 // Validate reports a setting that cannot work.
@@ -72,6 +73,7 @@ type Dispatcher struct {
 	jitter func() float64
 	cfg    Config
 	ready  notifier
+	commit *committer // nil: group commit is off
 }
 
 // New returns a dispatcher over st.
@@ -100,6 +102,9 @@ func New(st store.Store, cfg Config) (*Dispatcher, error) {
 	}
 	if d.jitter == nil {
 		d.jitter = rand.Float64
+	}
+	if !cfg.GroupCommit.Off {
+		d.commit = newCommitter(d, cfg.GroupCommit)
 	}
 	return d, nil
 }
@@ -154,9 +159,18 @@ type changes struct {
 	ready  bool // a task became or will become claimable: wake waiting claimers once committed
 }
 
-// update runs fn as one store transaction that also appends the events and outbox messages fn
-// collected, and wakes waiting claimers after it committed if fn made a task claimable.
+// update runs fn as one store transaction (or a part of one, with group commit) that also
+// appends the events and outbox messages fn collected, and wakes waiting claimers after it
+// committed if fn made a task claimable.
 func (d *Dispatcher) update(ctx context.Context, fn func(tx store.Tx, c *changes) error) error {
+	if d.commit != nil {
+		return d.commit.do(ctx, fn)
+	}
+	return d.updateAlone(ctx, fn)
+}
+
+// updateAlone is update in a transaction of its own.
+func (d *Dispatcher) updateAlone(ctx context.Context, fn func(tx store.Tx, c *changes) error) error {
 	var c *changes
 	err := d.store.InTx(ctx, func(tx store.Tx) error {
 		c = &changes{now: d.now()}
@@ -186,10 +200,14 @@ func (c *changes) event(jobID, taskID, taskKey, typ string, data map[string]any)
 }
 
 // wake queues a wake-up for a task that is claimable from availableAt.
-func (c *changes) wake(taskID, queue string, availableAt time.Time) {
+func (c *changes) wake(taskID, queue, runtime string, availableAt time.Time) {
 	// Waiters are told even of a task that becomes claimable later (a retry after its backoff):
 	// they then recompute how long to sleep, instead of missing it until their poll ends.
 	c.ready = true
+	if runtime == "push" {
+		// The push dispatcher claims it, woken by the notification; no worker is to be woken.
+		return
+	}
 	payload, _ := json.Marshal(map[string]string{"task_id": taskID})
 	c.outbox = append(c.outbox, &store.OutboxMessage{Topic: TopicTaskReady, Key: queue, Payload: payload, AvailableAt: availableAt, CreatedAt: c.now})
 }

@@ -78,7 +78,7 @@ func (d *Dispatcher) CreateJob(ctx context.Context, p CreateJobParams) (*CreateJ
 		for _, t := range tasks {
 			if t.Status == lifecycle.Pending {
 				c.event(job.ID, t.ID, t.Key, EventTaskPending, map[string]any{"requestId": t.Key, "jobId": job.ID, "name": t.Name, "dependsOn": t.DependsOn})
-				c.wake(t.ID, t.Queue, now)
+				c.wake(t.ID, t.Queue, t.Runtime, now)
 			}
 		}
 		if err := tx.InsertJob(ctx, job); err != nil {
@@ -296,7 +296,7 @@ func (d *Dispatcher) AddTasks(ctx context.Context, p AddTasksParams) (*AddTasksR
 			case lifecycle.Pending:
 				res.ImmediatelyReady = append(res.ImmediatelyReady, t.Key)
 				c.event(job.ID, t.ID, t.Key, EventTaskPending, map[string]any{"requestId": t.Key, "jobId": job.ID, "name": t.Name, "dependsOn": t.DependsOn})
-				c.wake(t.ID, t.Queue, now)
+				c.wake(t.ID, t.Queue, t.Runtime, now)
 			case lifecycle.Skipped:
 				skipped++
 				c.event(job.ID, t.ID, t.Key, EventTaskSkipped, map[string]any{"reason": "a parent failed, was canceled or was skipped"})
@@ -513,7 +513,7 @@ func (d *Dispatcher) ResumeJob(ctx context.Context, tenant, id string) (*ResumeR
 		for _, r := range refs {
 			if r.Status == lifecycle.Pending {
 				c.event(id, r.ID, r.Key, EventTaskPending, map[string]any{"requestId": r.Key, "jobId": id, "name": r.Name, "resumed": true})
-				c.wake(r.ID, r.Queue, now)
+				c.wake(r.ID, r.Queue, r.Runtime, now)
 			}
 		}
 		job.Status = lifecycle.JobProcessing

@@ -31,7 +31,7 @@ type ClaimTaskParams struct {
 func (d *Dispatcher) ClaimTask(ctx context.Context, p ClaimTaskParams) (*Claim, error) {
 	var claim *Claim
 	err := d.update(ctx, func(tx store.Tx, c *changes) error {
-		claims, err := d.claim(ctx, tx, c, []string{p.TaskID}, p.WorkerID)
+		claims, err := d.claim(ctx, tx, c, []string{p.TaskID}, p.WorkerID, "pull")
 		if err != nil {
 			return err
 		}
@@ -45,6 +45,10 @@ func (d *Dispatcher) ClaimTask(ctx context.Context, p ClaimTaskParams) (*Claim, 
 		}
 		if err != nil {
 			return err
+		}
+		if t.Runtime == "push" && t.Status == lifecycle.Pending {
+			// The server dispatches push tasks itself; no worker may claim one.
+			return &NotClaimedError{Reason: NotClaimedNotReady}
 		}
 		return &NotClaimedError{Reason: notClaimedReason(t.Status)}
 	})
@@ -73,7 +77,7 @@ func (d *Dispatcher) ClaimNext(ctx context.Context, p ClaimNextParams) ([]*Claim
 			if err != nil {
 				return err
 			}
-			got, err := d.claim(ctx, tx, c, ids, p.WorkerID)
+			got, err := d.claim(ctx, tx, c, ids, p.WorkerID, "pull")
 			if err != nil {
 				return err
 			}
@@ -84,15 +88,31 @@ func (d *Dispatcher) ClaimNext(ctx context.Context, p ClaimNextParams) ([]*Claim
 	return claims, err
 }
 
-// claim takes a lease on each of ids that is claimable and returns those it got.
-func (d *Dispatcher) claim(ctx context.Context, tx store.Tx, c *changes, ids []string, workerID string) ([]*Claim, error) {
+// ClaimPush claims up to limit ready push tasks, of any queue, for the server's push dispatcher,
+// which then delivers each to its target. It returns no claims, and no error, when none is ready.
+func (d *Dispatcher) ClaimPush(ctx context.Context, workerID string, limit int) ([]*Claim, error) {
+	var claims []*Claim
+	err := d.update(ctx, func(tx store.Tx, c *changes) error {
+		ids, err := tx.ReadyPushTaskIDs(ctx, c.now, cmpOr(limit, 1))
+		if err != nil {
+			return err
+		}
+		claims, err = d.claim(ctx, tx, c, ids, workerID, "push")
+		return err
+	})
+	return claims, err
+}
+
+// claim takes a lease on each of ids that is claimable and of the runtime, and returns those it
+// got.
+func (d *Dispatcher) claim(ctx context.Context, tx store.Tx, c *changes, ids []string, workerID, runtime string) ([]*Claim, error) {
 	if msg := lifecycle.CheckName(workerID); msg != "" {
 		return nil, &InvalidError{Message: "worker id " + msg}
 	}
 	now := c.now
 	var claims []*Claim
 	for _, id := range ids {
-		t, ok, err := tx.ClaimTask(ctx, store.ClaimTaskParams{ID: id, Now: now, WorkerID: workerID, LeaseToken: uuid.NewString()})
+		t, ok, err := tx.ClaimTask(ctx, store.ClaimTaskParams{ID: id, Now: now, WorkerID: workerID, LeaseToken: uuid.NewString(), Runtime: runtime})
 		if err != nil {
 			return nil, err
 		}
@@ -353,7 +373,7 @@ func (d *Dispatcher) succeed(ctx context.Context, tx store.Tx, c *changes, t *st
 	for _, r := range ready {
 		if r.Status == lifecycle.Pending {
 			c.event(t.JobID, r.ID, r.Key, EventTaskPending, map[string]any{"requestId": r.Key, "jobId": t.JobID, "name": r.Name})
-			c.wake(r.ID, r.Queue, c.now)
+			c.wake(r.ID, r.Queue, r.Runtime, c.now)
 		}
 	}
 	_, err = d.settleJob(ctx, tx, c, nil, t.JobID, 1, "")
@@ -381,7 +401,7 @@ func (d *Dispatcher) fail(ctx context.Context, tx store.Tx, c *changes, t *store
 		return false, err
 	}
 	c.event(t.JobID, t.ID, t.Key, EventTaskRetrying, map[string]any{"attempt": t.Attempt, "error": e, "retryAt": t.AvailableAt.UnixMilli()})
-	c.wake(t.ID, t.Queue, t.AvailableAt)
+	c.wake(t.ID, t.Queue, t.Runtime, t.AvailableAt)
 	return true, nil
 }
 

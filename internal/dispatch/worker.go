@@ -19,10 +19,26 @@ import (
 // transition makes a task claimable (in this process, or in another one sharing the database when
 // ListenForWakeups runs) or a backed-off task's retry time comes, and claims then.
 func (d *Dispatcher) ClaimWait(ctx context.Context, p ClaimNextParams, maxWait time.Duration) ([]*Claim, error) {
+	return d.claimWait(ctx, maxWait,
+		func() ([]*Claim, error) { return d.ClaimNext(ctx, p) },
+		func() (time.Time, bool, error) { return d.store.NextAvailableAt(ctx, p.Queues) })
+}
+
+// ClaimPushWait is ClaimPush as a long poll, as ClaimWait is ClaimNext's.
+func (d *Dispatcher) ClaimPushWait(ctx context.Context, workerID string, limit int, maxWait time.Duration) ([]*Claim, error) {
+	return d.claimWait(ctx, maxWait,
+		func() ([]*Claim, error) { return d.ClaimPush(ctx, workerID, limit) },
+		func() (time.Time, bool, error) { return d.store.NextPushAvailableAt(ctx) })
+}
+
+// claimWait calls claim until it claims something or maxWait passes, sleeping in between until a
+// wake-up or the time nextAvailable reports.
+func (d *Dispatcher) claimWait(ctx context.Context, maxWait time.Duration, claim func() ([]*Claim, error),
+	nextAvailable func() (time.Time, bool, error)) ([]*Claim, error) {
 	deadline := d.clock.Now().Add(maxWait)
 	for {
 		woken := d.ready.wait() // before looking, so a wake-up between look and wait is kept
-		claims, err := d.ClaimNext(ctx, p)
+		claims, err := claim()
 		if err != nil || len(claims) > 0 {
 			return claims, err
 		}
@@ -31,7 +47,7 @@ func (d *Dispatcher) ClaimWait(ctx context.Context, p ClaimNextParams, maxWait t
 		if wait <= 0 {
 			return nil, nil
 		}
-		next, ok, err := d.store.NextAvailableAt(ctx, p.Queues)
+		next, ok, err := nextAvailable()
 		if err != nil {
 			return nil, err
 		}

@@ -60,8 +60,15 @@ type Reader interface {
 	NextReapAt(ctx context.Context) (t time.Time, ok bool, err error)
 	// DueTasks lists running tasks whose reap time is at or before now, earliest first.
 	DueTasks(ctx context.Context, now time.Time, limit int) ([]string, error)
-	// NextAvailableAt is the earliest time a pending task of the queues becomes claimable.
+	// NextAvailableAt is the earliest time a pending pull task of the queues becomes claimable.
 	NextAvailableAt(ctx context.Context, queues []string) (t time.Time, ok bool, err error)
+	// NextPushAvailableAt is the earliest time a pending push task becomes claimable.
+	NextPushAvailableAt(ctx context.Context) (t time.Time, ok bool, err error)
+	// ReadyCounts counts, per queue, the pull tasks that have been claimable since before.
+	ReadyCounts(ctx context.Context, before time.Time) (map[string]int, error)
+	// OldestReady lists up to limit pull tasks of queue claimable since before, longest
+	// waiting first, without locking them.
+	OldestReady(ctx context.Context, queue string, before time.Time, limit int) ([]string, error)
 }
 
 // Listener is implemented by stores shared between processes (PostgreSQL): Listen calls fn each
@@ -122,9 +129,15 @@ type Tx interface {
 
 	InsertTasks(ctx context.Context, tasks []*Task) error
 	InsertDeps(ctx context.Context, deps []Dep) error
-	// ReadyTaskIDs selects up to limit claimable tasks of a queue (pending, available at or
+	// Nested runs fn as a part of the transaction that can fail alone: when fn returns an error,
+	// its writes are undone (back to a savepoint) and the rest of the transaction stands. An
+	// error after which the database wants the whole transaction rerun still reruns it.
+	Nested(ctx context.Context, fn func(Tx) error) error
+	// ReadyTaskIDs selects up to limit claimable pull tasks of a queue (pending, available at or
 	// before now), highest priority first, skipping rows another transaction has locked.
 	ReadyTaskIDs(ctx context.Context, queue string, now time.Time, limit int) ([]string, error)
+	// ReadyPushTaskIDs is ReadyTaskIDs for push tasks, of every queue.
+	ReadyPushTaskIDs(ctx context.Context, now time.Time, limit int) ([]string, error)
 	// ClaimTask is rule 1's only way into running: pending and available → running with
 	// attempt+1, the given lease token, a lease of the task's heartbeat timeout, and its
 	// execution deadline. ok is false, and nothing changes, when the task is not claimable.
@@ -266,6 +279,7 @@ type TaskRef struct {
 	Key         string
 	Name        string
 	Queue       string
+	Runtime     string
 	Status      lifecycle.TaskStatus
 	AvailableAt time.Time
 }
@@ -289,6 +303,7 @@ type ClaimTaskParams struct {
 	Now        time.Time
 	WorkerID   string
 	LeaseToken string
+	Runtime    string // "pull" or "push": only a task of this runtime is claimed
 }
 
 // CancelParams scopes a cancellation to a job, or to one task of it when TaskID is set.

@@ -96,6 +96,9 @@ func (db *DB) Close() error {
 	return err
 }
 
+// SingleWriter reports whether write transactions run one at a time (SQLite).
+func (db *DB) SingleWriter() bool { return db.dialect.SingleWriter }
+
 // maxTxRuns bounds how often InTx re-runs a transaction the database aborted for a retry.
 const maxTxRuns = 20
 
@@ -133,8 +136,13 @@ func (db *DB) runTx(ctx context.Context, fn func(*tx) error) (err error) {
 			_ = sqlTx.Rollback()
 		}
 	}()
-	if err = fn(&tx{q: q{db: sqlTx, d: &db.dialect, inTx: true, tx: sqlTx, stmts: db.wstmts}}); err != nil {
+	t := &tx{q: q{db: sqlTx, d: &db.dialect, inTx: true, tx: sqlTx, stmts: db.wstmts}}
+	if err = fn(t); err != nil {
 		return err
+	}
+	if t.doomed != nil {
+		// A nested part hit a conflict the database wants the whole transaction retried for.
+		return t.doomed
 	}
 	if err = sqlTx.Commit(); err != nil {
 		return fmt.Errorf("commit: %w", err)

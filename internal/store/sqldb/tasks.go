@@ -1,10 +1,13 @@
 package sqldb
 
 import (
+	"cmp"
 	"context"
 	"database/sql"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
@@ -12,7 +15,37 @@ import (
 )
 
 // tx is a store.Tx.
-type tx struct{ q }
+type tx struct {
+	q
+	savepoints int   // savepoints taken so far, for unique names
+	doomed     error // a nested part failed with a retryable error: the transaction must rerun
+}
+
+// Nested implements store.Tx.
+func (t *tx) Nested(ctx context.Context, fn func(store.Tx) error) error {
+	t.savepoints++
+	name := "sp" + strconv.Itoa(t.savepoints)
+	if _, err := t.exec(ctx, "SAVEPOINT "+name); err != nil {
+		return fmt.Errorf("savepoint: %w", err)
+	}
+	ferr := fn(t)
+	if ferr == nil {
+		if _, err := t.exec(ctx, "RELEASE SAVEPOINT "+name); err != nil {
+			return fmt.Errorf("release savepoint: %w", err)
+		}
+		return nil
+	}
+	if t.d.IsRetryable(ferr) && t.doomed == nil {
+		t.doomed = ferr
+	}
+	if _, err := t.exec(ctx, "ROLLBACK TO SAVEPOINT "+name); err != nil {
+		return errors.Join(ferr, fmt.Errorf("roll back to savepoint: %w", err))
+	}
+	if _, err := t.exec(ctx, "RELEASE SAVEPOINT "+name); err != nil {
+		return errors.Join(ferr, fmt.Errorf("release savepoint: %w", err))
+	}
+	return ferr
+}
 
 var _ store.Tx = (*tx)(nil)
 
@@ -171,11 +204,54 @@ func (q q) NextAvailableAt(ctx context.Context, queues []string) (time.Time, boo
 	}
 	var at sql.NullInt64
 	err := q.queryRow(ctx, `SELECT min(available_at) FROM tasks WHERE status = 'pending'
-		AND queue IN (`+b.String()+`)`, args...).Scan(&at)
+		AND runtime = 'pull' AND queue IN (`+b.String()+`)`, args...).Scan(&at)
 	if err != nil {
 		return time.Time{}, false, fmt.Errorf("next available: %w", err)
 	}
 	return fromMs(at), at.Valid, nil
+}
+
+// NextPushAvailableAt implements store.Reader.
+func (q q) NextPushAvailableAt(ctx context.Context) (time.Time, bool, error) {
+	var at sql.NullInt64
+	err := q.queryRow(ctx, `SELECT min(available_at) FROM tasks WHERE status = 'pending' AND runtime = 'push'`).Scan(&at)
+	if err != nil {
+		return time.Time{}, false, fmt.Errorf("next push available: %w", err)
+	}
+	return fromMs(at), at.Valid, nil
+}
+
+// ReadyCounts implements store.Reader.
+func (q q) ReadyCounts(ctx context.Context, before time.Time) (map[string]int, error) {
+	rows, err := q.query(ctx, `SELECT queue, count(*) FROM tasks WHERE status = 'pending'
+		AND runtime = 'pull' AND available_at <= $1 GROUP BY queue`, before.UnixMilli())
+	if err != nil {
+		return nil, fmt.Errorf("ready counts: %w", err)
+	}
+	defer rows.Close()
+	counts := map[string]int{}
+	for rows.Next() {
+		var (
+			queue string
+			n     int
+		)
+		if err := rows.Scan(&queue, &n); err != nil {
+			return nil, fmt.Errorf("ready counts: %w", err)
+		}
+		counts[queue] = n
+	}
+	return counts, rows.Err()
+}
+
+// OldestReady implements store.Reader.
+func (q q) OldestReady(ctx context.Context, queue string, before time.Time, limit int) ([]string, error) {
+	ids, err := q.ids(ctx, `SELECT id FROM tasks WHERE status = 'pending' AND queue = $1
+		AND runtime = 'pull' AND available_at <= $2 ORDER BY available_at, seq LIMIT $3`,
+		queue, before.UnixMilli(), limit)
+	if err != nil {
+		return nil, fmt.Errorf("oldest ready of %s: %w", queue, err)
+	}
+	return ids, nil
 }
 
 // NotifyReady implements store.Tx.
@@ -253,10 +329,21 @@ func (t *tx) InsertDeps(ctx context.Context, deps []store.Dep) error {
 // ReadyTaskIDs implements store.Tx.
 func (t *tx) ReadyTaskIDs(ctx context.Context, queue string, now time.Time, limit int) ([]string, error) {
 	ids, err := t.ids(ctx, `SELECT id FROM tasks WHERE status = 'pending' AND queue = $1
-		AND available_at <= $2 ORDER BY priority DESC, available_at, seq LIMIT $3`+t.d.LockSkip,
+		AND available_at <= $2 AND runtime = 'pull' ORDER BY priority DESC, available_at, seq LIMIT $3`+t.d.LockSkip,
 		queue, now.UnixMilli(), limit)
 	if err != nil {
 		return nil, fmt.Errorf("ready tasks of %s: %w", queue, err)
+	}
+	return ids, nil
+}
+
+// ReadyPushTaskIDs implements store.Tx.
+func (t *tx) ReadyPushTaskIDs(ctx context.Context, now time.Time, limit int) ([]string, error) {
+	ids, err := t.ids(ctx, `SELECT id FROM tasks WHERE status = 'pending' AND runtime = 'push'
+		AND available_at <= $1 ORDER BY priority DESC, available_at, seq LIMIT $2`+t.d.LockSkip,
+		now.UnixMilli(), limit)
+	if err != nil {
+		return nil, fmt.Errorf("ready push tasks: %w", err)
 	}
 	return ids, nil
 }
@@ -272,8 +359,8 @@ func (t *tx) ClaimTask(ctx context.Context, p store.ClaimTaskParams) (*store.Tas
 			THEN $4 + timeout_ms ELSE $4 + heartbeat_timeout_ms END,
 		cancel_requested_at = NULL, cancel_reason = '', finished_at = NULL,
 		last_event_type = 'Task Processing Started', last_event_at = $4
-		WHERE id = $1 AND status = 'pending' AND available_at <= $4
-		RETURNING `+taskCols, p.ID, p.LeaseToken, p.WorkerID, p.Now.UnixMilli()))
+		WHERE id = $1 AND status = 'pending' AND available_at <= $4 AND runtime = $5
+		RETURNING `+taskCols, p.ID, p.LeaseToken, p.WorkerID, p.Now.UnixMilli(), cmp.Or(p.Runtime, "pull")))
 	if err == store.ErrNotFound {
 		return nil, false, nil
 	}
@@ -310,7 +397,7 @@ func (t *tx) UpdateTask(ctx context.Context, tk *store.Task, fence store.Fence) 
 	return nil
 }
 
-const refCols = `id, task_key, name, queue, status, available_at`
+const refCols = `id, task_key, name, queue, runtime, status, available_at`
 
 func (t *tx) refs(ctx context.Context, query string, args ...any) ([]*store.TaskRef, error) {
 	rows, err := t.query(ctx, query, args...)
@@ -324,7 +411,7 @@ func (t *tx) refs(ctx context.Context, query string, args ...any) ([]*store.Task
 			r         store.TaskRef
 			available int64
 		)
-		if err := rows.Scan(&r.ID, &r.Key, &r.Name, &r.Queue, &r.Status, &available); err != nil {
+		if err := rows.Scan(&r.ID, &r.Key, &r.Name, &r.Queue, &r.Runtime, &r.Status, &available); err != nil {
 			return nil, err
 		}
 		r.AvailableAt = time.UnixMilli(available).UTC()
