@@ -124,6 +124,9 @@ func (s *Server) createJob(w http.ResponseWriter, r *http.Request) (any, error) 
 	if f.err != nil {
 		return nil, f.err
 	}
+	if err := s.checkPushTargets(tasks); err != nil {
+		return nil, err
+	}
 	key := r.Header.Get("Idempotency-Key")
 	if len(key) > 255 {
 		return nil, errorf(http.StatusBadRequest, "Idempotency-Key must be at most 255 characters")
@@ -166,6 +169,9 @@ func (s *Server) addTasks(w http.ResponseWriter, r *http.Request) (any, error) {
 	raw, present := obj["tasks"]
 	tasks, err := decodeTasks(raw, present)
 	if err != nil {
+		return nil, err
+	}
+	if err := s.checkPushTargets(tasks); err != nil {
 		return nil, err
 	}
 	res, err := s.d.AddTasks(r.Context(), dispatch.AddTasksParams{Tenant: tenantOf(r), JobID: r.PathValue("jobId"), Tasks: tasks})

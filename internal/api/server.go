@@ -28,6 +28,9 @@ type Config struct {
 	MaxBodyBytes int64 // default DefaultMaxBodyBytes
 	// EventPoll is how often an event stream looks for new events; default 250 ms.
 	EventPoll time.Duration
+	// PushTargets, when not nil, are the push targets by task name (the Pusher's): a submitted
+	// push task whose name has none is refused with a 400.
+	PushTargets map[string]string
 }
 
 // Server serves Baton's HTTP APIs.
@@ -39,6 +42,8 @@ type Server struct {
 	maxBody int64
 	poll    time.Duration
 
+	pushTargets map[string]string
+
 	drainCtx context.Context // ends when the server starts shutting down
 	drain    context.CancelFunc
 }
@@ -49,7 +54,8 @@ func (s *Server) Drain() { s.drain() }
 
 // New returns a Server.
 func New(cfg Config) *Server {
-	s := &Server{d: cfg.Dispatcher, auth: cfg.Auth, tokens: cfg.Tokens, log: cfg.Logger, maxBody: cfg.MaxBodyBytes, poll: cfg.EventPoll}
+	s := &Server{d: cfg.Dispatcher, auth: cfg.Auth, tokens: cfg.Tokens, log: cfg.Logger, maxBody: cfg.MaxBodyBytes, poll: cfg.EventPoll,
+		pushTargets: cfg.PushTargets}
 	if s.log == nil {
 		s.log = slog.Default()
 	}

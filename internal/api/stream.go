@@ -39,6 +39,7 @@ func (s *Server) registerStream(mux *http.ServeMux) {
 	mux.Handle("POST /internal/worker/heartbeat", s.serve(s.streamRefusals(s.streamHeartbeat)))
 	mux.Handle("POST /internal/worker/complete", s.serve(s.streamRefusals(s.streamComplete)))
 	mux.Handle("POST /internal/worker/fail", s.serve(s.streamRefusals(s.streamFail)))
+	s.registerBatch(mux)
 }
 
 // POST /internal/worker/claim {worker_id, streams, max_wait_ms}
@@ -89,11 +90,15 @@ func (s *Server) streamClaim(w http.ResponseWriter, r *http.Request) (any, error
 	if len(claims) == 0 {
 		return map[string]any{"claimed": false}, nil
 	}
-	c := claims[0]
+	return s.streamClaimAnswer(r.Context(), claims[0])
+}
+
+// streamClaimAnswer is the answer of a claim that got c.
+func (s *Server) streamClaimAnswer(ctx context.Context, c *dispatch.Claim) (map[string]any, error) {
 	t := c.Task
 	// If minting fails the worker gets a 500 and never runs the attempt; its lease then expires
 	// and the reaper retries the task, as for any worker that vanishes after a claim.
-	tok, exp, err := s.issueToken(r.Context(), t)
+	tok, exp, err := s.issueToken(ctx, t)
 	if err != nil {
 		return nil, fmt.Errorf("issue capability token for task %s attempt %d: %w", t.ID, t.Attempt, err)
 	}
@@ -178,10 +183,20 @@ func (s *Server) streamHeartbeat(w http.ResponseWriter, r *http.Request) (any, e
 
 // POST /internal/worker/complete {worker_id, job_id, attempt_id, lease_token, stream, message_id, result}
 func (s *Server) streamComplete(w http.ResponseWriter, r *http.Request) (any, error) {
-	obj, err := streamBody(r, "worker_id", "job_id", "attempt_id", "lease_token", "stream", "message_id", "result")
+	obj, err := streamBody(r, streamCompleteFields...)
 	if err != nil {
 		return nil, err
 	}
+	return s.streamCompleteObj(r.Context(), obj)
+}
+
+var (
+	streamCompleteFields = []string{"worker_id", "job_id", "attempt_id", "lease_token", "stream", "message_id", "result"}
+	streamFailFields     = []string{"worker_id", "job_id", "attempt_id", "lease_token", "stream", "message_id", "error"}
+)
+
+// streamCompleteObj applies a /complete report read into obj.
+func (s *Server) streamCompleteObj(ctx context.Context, obj map[string]json.RawMessage) (any, error) {
 	p, err := streamReport(obj)
 	if err != nil {
 		return nil, err
@@ -190,7 +205,7 @@ func (s *Server) streamComplete(w http.ResponseWriter, r *http.Request) (any, er
 	if raw, ok := obj["result"]; ok {
 		p.Output = compact(raw)
 	}
-	if _, err := s.d.Complete(r.Context(), p); err != nil {
+	if _, err := s.d.Complete(ctx, p); err != nil {
 		return nil, err
 	}
 	// The success is committed (or was, by an identical earlier report): the message is done.
@@ -200,10 +215,15 @@ func (s *Server) streamComplete(w http.ResponseWriter, r *http.Request) (any, er
 // POST /internal/worker/fail {worker_id, job_id, attempt_id, lease_token, stream, message_id,
 // error: {code, message, stack, retryable}}
 func (s *Server) streamFail(w http.ResponseWriter, r *http.Request) (any, error) {
-	obj, err := streamBody(r, "worker_id", "job_id", "attempt_id", "lease_token", "stream", "message_id", "error")
+	obj, err := streamBody(r, streamFailFields...)
 	if err != nil {
 		return nil, err
 	}
+	return s.streamFailObj(r.Context(), obj)
+}
+
+// streamFailObj applies a /fail report read into obj.
+func (s *Server) streamFailObj(ctx context.Context, obj map[string]json.RawMessage) (any, error) {
 	p, err := streamReport(obj)
 	if err != nil {
 		return nil, err
@@ -213,7 +233,7 @@ func (s *Server) streamFail(w http.ResponseWriter, r *http.Request) (any, error)
 		return nil, err
 	}
 	p.Outcome, p.Error = store.OutcomeFailed, e
-	res, err := s.d.Complete(r.Context(), p)
+	res, err := s.d.Complete(ctx, p)
 	if err != nil {
 		return nil, err
 	}

@@ -1,0 +1,163 @@
+package api
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/baton-dev/baton/internal/dispatch"
+)
+
+// Batch endpoints of the stream-worker dialect, beyond seed 002: one request claims several
+// tasks, or carries several reports. They exist for throughput (one HTTP round trip and, with
+// group commit, one database commit for many tasks); each item means exactly what the per-task
+// endpoint means, and the per-task endpoints are unchanged.
+
+// batchMax bounds the tasks of one claim-batch and the reports of one report-batch.
+const batchMax = 256
+
+// registerBatch adds the batch routes to the internal listener (from registerStream).
+func (s *Server) registerBatch(mux *http.ServeMux) {
+	mux.Handle("POST /internal/worker/claim-batch", s.serve(s.streamRefusals(s.streamClaimBatch)))
+	mux.Handle("POST /internal/worker/report-batch", s.serve(s.streamReportBatch))
+}
+
+// POST /internal/worker/claim-batch {worker_id, streams, max_wait_ms, max_tasks}
+// → {"claims": [<the /internal/worker/claim answer of each claimed task>]}
+func (s *Server) streamClaimBatch(w http.ResponseWriter, r *http.Request) (any, error) {
+	obj, err := streamBody(r, "worker_id", "streams", "max_wait_ms", "max_tasks")
+	if err != nil {
+		return nil, err
+	}
+	f := fields{obj: obj, where: "body"}
+	workerID := f.str("worker_id")
+	wait := f.int64p("max_wait_ms")
+	maxTasks := f.intp("max_tasks")
+	if f.err != nil {
+		return nil, f.err
+	}
+	if workerID == "" || len(workerID) > streamMaxWorkerID {
+		return nil, errorf(http.StatusBadRequest, "body.worker_id is required: a non-empty string of at most %d bytes", streamMaxWorkerID)
+	}
+	if maxTasks == nil || *maxTasks < 1 || *maxTasks > batchMax {
+		return nil, errorf(http.StatusBadRequest, "body.max_tasks is required: an integer from 1 to %d", batchMax)
+	}
+	streams, err := streamNames(obj["streams"])
+	if err != nil {
+		return nil, err
+	}
+	maxWait := time.Duration(0)
+	if wait != nil {
+		if *wait < 0 || *wait > streamMaxWaitMs {
+			return nil, errorf(http.StatusBadRequest, "body.max_wait_ms must be an integer from 0 to %d", streamMaxWaitMs)
+		}
+		maxWait = time.Duration(*wait) * time.Millisecond
+	}
+	if s.tokens == nil {
+		return nil, errors.New("api: no capability token issuer configured (Config.Tokens)")
+	}
+	ctx, cancel := context.WithCancel(r.Context())
+	defer cancel()
+	stop := context.AfterFunc(s.drainCtx, cancel)
+	defer stop()
+	claims, err := s.d.ClaimWait(ctx, dispatch.ClaimNextParams{Queues: streams, WorkerID: workerID, Limit: *maxTasks}, maxWait)
+	if err != nil && r.Context().Err() == nil && s.drainCtx.Err() != nil {
+		claims, err = nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	out := make([]map[string]any, 0, len(claims))
+	for _, c := range claims {
+		a, err := s.streamClaimAnswer(r.Context(), c)
+		if err != nil {
+			// The leases of the claims not handed out expire and the reaper retries them.
+			return nil, err
+		}
+		out = append(out, a)
+	}
+	return map[string]any{"claims": out}, nil
+}
+
+// POST /internal/worker/report-batch {worker_id, reports: [{type: "complete"|"fail", ...the body
+// of /internal/worker/complete or /fail without worker_id}]}
+// → {"results": [{"status": <the status the per-task endpoint would answer>, ...its body}]}
+//
+// The reports are applied concurrently, so group commit puts them in as few transactions as it
+// can; each is fenced and idempotent exactly as alone. The request answers 200 once every report
+// is decided, each result saying what became of its report, in order.
+func (s *Server) streamReportBatch(w http.ResponseWriter, r *http.Request) (any, error) {
+	obj, err := streamBody(r, "worker_id", "reports")
+	if err != nil {
+		return nil, err
+	}
+	var raws []json.RawMessage
+	if raw, ok := obj["reports"]; !ok || isNull(raw) || json.Unmarshal(raw, &raws) != nil || len(raws) == 0 {
+		return nil, errorf(http.StatusBadRequest, "body.reports is required: a non-empty array of reports")
+	}
+	if len(raws) > batchMax {
+		return nil, errorf(http.StatusBadRequest, "body.reports has %d reports; at most %d are allowed", len(raws), batchMax)
+	}
+	type item struct {
+		fail bool
+		obj  map[string]json.RawMessage
+	}
+	items := make([]item, len(raws))
+	for i, raw := range raws {
+		o, err := decodeObject(raw)
+		if err != nil {
+			return nil, errorf(http.StatusBadRequest, "body.reports[%d] must be a JSON object", i)
+		}
+		var typ string
+		if t, ok := o["type"]; !ok || json.Unmarshal(t, &typ) != nil || (typ != "complete" && typ != "fail") {
+			return nil, errorf(http.StatusBadRequest, `body.reports[%d].type is required: "complete" or "fail"`, i)
+		}
+		delete(o, "type")
+		allowed := streamCompleteFields
+		if typ == "fail" {
+			allowed = streamFailFields
+		}
+		if err := checkFields(o, fmt.Sprintf("body.reports[%d]: ", i), allowed...); err != nil {
+			return nil, err
+		}
+		items[i] = item{fail: typ == "fail", obj: o}
+	}
+	results := make([]map[string]any, len(items))
+	var wg sync.WaitGroup
+	for i, it := range items {
+		wg.Go(func() {
+			var (
+				res any
+				err error
+			)
+			if it.fail {
+				res, err = s.streamFailObj(r.Context(), it.obj)
+			} else {
+				res, err = s.streamCompleteObj(r.Context(), it.obj)
+			}
+			if err != nil {
+				he := s.toHTTP(s.streamRefusal(err))
+				if he.status >= 500 {
+					s.log.ErrorContext(r.Context(), "batch report failed", "index", i, "err", err)
+				}
+				out := map[string]any{"status": he.status}
+				for k, v := range he.body {
+					out[k] = v
+				}
+				results[i] = out
+				return
+			}
+			out := map[string]any{"status": http.StatusOK}
+			for k, v := range res.(map[string]any) {
+				out[k] = v
+			}
+			results[i] = out
+		})
+	}
+	wg.Wait()
+	return map[string]any{"results": results}, nil
+}

@@ -1,0 +1,395 @@
+package api
+
+// The push runtime (DESIGN.md section 6): for a task with runtime "push" the server takes the
+// lease itself (Dispatcher.ClaimPushWait) and POSTs seed 004's TaskEnvelope to the HTTP target
+// configured for the task's name. A 2xx answer means the target took the task: it then reports
+// through the callback (callback.go) or task-scoped dialect with the envelope's task token, like
+// any worker. Anything else fails the attempt through the core's retry rule, so the dispatcher
+// owns every retry (seed 000: the target's own retries should be off).
+
+import (
+	"bytes"
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"strings"
+	"sync"
+	"time"
+	"unicode"
+
+	"github.com/baton-dev/baton/internal/dispatch"
+	"github.com/baton-dev/baton/internal/lifecycle"
+	"github.com/baton-dev/baton/internal/store"
+)
+
+// PushConfig configures the push dispatcher.
+type PushConfig struct {
+	Targets         map[string]string // task name → target URL (baton server --push-target NAME=URL)
+	CallbackBaseURL string            // the public URL targets call back (the envelope's callbackBaseUrl)
+	Timeout         time.Duration     // how long a target has to answer a delivery; default 30 s
+	Concurrency     int               // deliveries in flight at once; default 16
+	// Client sends the deliveries. The default has no overall timeout (Timeout bounds each
+	// request) and does not follow redirects: a 3xx is an answer, and a failed delivery.
+	Client   *http.Client
+	WorkerID string // the worker id push attempts are claimed under; default "baton-push"
+}
+
+const (
+	// pushMaxWait bounds one claim long poll, so that the loop looks at its slots again now and
+	// then; Stop does not wait for it (the poll ends with the loop's context).
+	pushMaxWait = 5 * time.Second
+	// pushRetryPause is the pause after a claim failed (the store is unreachable, say).
+	pushRetryPause = time.Second
+	// pushCompleteTimeout bounds the core call that fails an attempt after a delivery.
+	pushCompleteTimeout = 30 * time.Second
+	// pushSnippetBytes bounds how much of a refusing target's answer goes into the task error.
+	pushSnippetBytes = 200
+)
+
+// Pusher claims ready push tasks and delivers each to its target. Start it once; Stop stops it.
+type Pusher struct {
+	s       *Server
+	log     *slog.Logger
+	cfg     PushConfig
+	client  *http.Client
+	ownTr   *http.Transport // the default client's transport, closed on Stop
+	targets map[string]pushTarget
+	slots   chan struct{} // one token per delivery in flight
+
+	inflight  sync.WaitGroup
+	startOnce sync.Once
+	stopOnce  sync.Once
+	cancel    context.CancelFunc
+	done      chan struct{}
+}
+
+// pushTarget is a configured target: the URL to POST to, how messages name it (without its
+// password or query, which may hold credentials: task errors are shown to the tenant), and why it
+// cannot be used, if it cannot.
+type pushTarget struct {
+	url, display, invalid string
+}
+
+// NewPusher returns a stopped push dispatcher.
+func (s *Server) NewPusher(cfg PushConfig) *Pusher {
+	cfg.Timeout = cmp.Or(cfg.Timeout, 30*time.Second)
+	cfg.Concurrency = max(cmp.Or(cfg.Concurrency, 16), 1)
+	cfg.WorkerID = cmp.Or(cfg.WorkerID, "baton-push")
+	cfg.CallbackBaseURL = strings.TrimRight(cfg.CallbackBaseURL, "/")
+	p := &Pusher{s: s, log: s.log, cfg: cfg, client: cfg.Client, targets: make(map[string]pushTarget, len(cfg.Targets)),
+		slots: make(chan struct{}, cfg.Concurrency)}
+	if p.client == nil {
+		p.ownTr = http.DefaultTransport.(*http.Transport).Clone()
+		p.ownTr.MaxIdleConnsPerHost = cfg.Concurrency
+		p.client = &http.Client{Transport: p.ownTr,
+			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	}
+	for name, raw := range cfg.Targets {
+		p.targets[name] = parsePushTarget(raw)
+	}
+	return p
+}
+
+func parsePushTarget(raw string) pushTarget {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return pushTarget{url: raw, display: "(unparsable URL)", invalid: "is not a valid URL"}
+	}
+	shown := *u
+	shown.RawQuery, shown.ForceQuery, shown.Fragment, shown.RawFragment = "", false, "", ""
+	t := pushTarget{url: raw, display: shown.Redacted()}
+	if (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		t.invalid = "is not an http(s) URL"
+	}
+	return t
+}
+
+// Start runs the push dispatcher until Stop or until ctx ends. Deliveries outlive ctx: each one
+// finishes (bounded by Timeout) and its outcome is recorded.
+func (p *Pusher) Start(ctx context.Context) {
+	p.startOnce.Do(func() {
+		ctx, p.cancel = context.WithCancel(ctx)
+		p.done = make(chan struct{})
+		go func() {
+			defer close(p.done)
+			p.run(ctx)
+		}()
+	})
+}
+
+// Stop stops claiming and waits for the deliveries in flight. It may be called more than once,
+// and before Start.
+func (p *Pusher) Stop() {
+	p.stopOnce.Do(func() {
+		p.startOnce.Do(func() {}) // a Start after Stop does nothing
+		if p.cancel != nil {
+			p.cancel()
+			<-p.done
+		}
+		p.inflight.Wait()
+		if p.ownTr != nil {
+			p.ownTr.CloseIdleConnections()
+		}
+	})
+}
+
+func (p *Pusher) run(ctx context.Context) {
+	if p.s.tokens == nil {
+		// Without tokens a target could not call back: claiming would only burn attempts.
+		p.log.ErrorContext(ctx, "push dispatcher not started: no capability token issuer configured (api.Config.Tokens)")
+		return
+	}
+	if p.cfg.CallbackBaseURL == "" {
+		p.log.WarnContext(ctx, "push dispatcher has no callback base URL: targets cannot report back")
+	}
+	for {
+		n, ok := p.acquire(ctx)
+		if !ok {
+			return
+		}
+		claims, err := p.s.d.ClaimPushWait(ctx, p.cfg.WorkerID, n, pushMaxWait)
+		if err != nil {
+			claims = nil // the transaction did not commit
+		}
+		p.release(n - len(claims))
+		for _, c := range claims {
+			p.inflight.Add(1)
+			go func() {
+				defer p.inflight.Done()
+				defer p.release(1)
+				p.deliver(context.WithoutCancel(ctx), c)
+			}()
+		}
+		if err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			p.log.ErrorContext(ctx, "claim push tasks", "err", err)
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(pushRetryPause):
+			}
+		}
+	}
+}
+
+// acquire waits for a free delivery slot and takes it and every other free one.
+func (p *Pusher) acquire(ctx context.Context) (int, bool) {
+	select {
+	case p.slots <- struct{}{}:
+	case <-ctx.Done():
+		return 0, false
+	}
+	n := 1
+	for n < cap(p.slots) {
+		select {
+		case p.slots <- struct{}{}:
+			n++
+		default:
+			return n, true
+		}
+	}
+	return n, true
+}
+
+func (p *Pusher) release(n int) {
+	for range n {
+		<-p.slots
+	}
+}
+
+// deliver hands one claimed attempt to its target, and fails the attempt if the target does not
+// take it.
+func (p *Pusher) deliver(ctx context.Context, c *dispatch.Claim) {
+	t := c.Task
+	log := p.log.With("task", t.ID, "job", t.JobID, "attempt", t.Attempt, "name", t.Name)
+	target, ok := p.targets[t.Name]
+	if !ok {
+		p.fail(ctx, log, t, lifecycle.Configuration,
+			fmt.Sprintf("no push target for task name %q (baton server --push-target %s=URL)", t.Name, t.Name))
+		return
+	}
+	log = log.With("target", target.display)
+	if target.invalid != "" {
+		p.fail(ctx, log, t, lifecycle.Configuration, fmt.Sprintf("push target %s for task name %q %s", target.display, t.Name, target.invalid))
+		return
+	}
+	key := fmt.Sprintf("%s/%s/%d", t.JobID, t.ID, t.Attempt)
+	body, err := p.envelope(ctx, c, key)
+	if err != nil {
+		p.fail(ctx, log, t, lifecycle.Infrastructure, fmt.Sprintf("could not prepare the delivery to push target %s: %v", target.display, err))
+		return
+	}
+	start := time.Now()
+	status, err := p.post(ctx, target, key, body)
+	if err != nil {
+		p.fail(ctx, log, t, lifecycle.Infrastructure, err.Error())
+		return
+	}
+	log.DebugContext(ctx, "push delivered", "status", status, "took", time.Since(start))
+}
+
+// taskEnvelope is seed 004's TaskEnvelope (section 8) in the callback dialect's camelCase. Times
+// are RFC 3339 UTC strings, or null.
+type taskEnvelope struct {
+	TaskID              string                     `json:"taskId"`
+	RunID               string                     `json:"runId"` // the job
+	TaskKey             string                     `json:"taskKey"`
+	TaskName            string                     `json:"taskName"` // what the target runs: one URL may serve several names
+	Queue               string                     `json:"queue"`
+	TenantID            string                     `json:"tenantId"`
+	Attempt             int                        `json:"attempt"`
+	LeaseToken          string                     `json:"leaseToken"`
+	LeaseExpiresAt      any                        `json:"leaseExpiresAt"`
+	EnqueuedAt          any                        `json:"enqueuedAt"` // when the task became claimable (ready, or due for its retry)
+	Deadline            any                        `json:"deadline"`   // null: no execution timeout
+	Input               json.RawMessage            `json:"input"`
+	DependencyOutputs   map[string]json.RawMessage `json:"dependencyOutputs"` // parent task key → output
+	CallbackBaseURL     string                     `json:"callbackBaseUrl"`
+	TaskToken           string                     `json:"taskToken"`
+	TokenExpiresAt      any                        `json:"tokenExpiresAt"`
+	HeartbeatIntervalMs int64                      `json:"heartbeatIntervalMs"`
+	HeartbeatTimeoutMs  int64                      `json:"heartbeatTimeoutMs"`
+	CancelGracePeriodMs int64                      `json:"cancelGracePeriodMs"`
+	IdempotencyKey      string                     `json:"idempotencyKey"` // also the Idempotency-Key header
+}
+
+func (p *Pusher) envelope(ctx context.Context, c *dispatch.Claim, key string) ([]byte, error) {
+	t := c.Task
+	job, err := p.s.d.Store().GetJob(ctx, t.JobID)
+	if err != nil {
+		return nil, fmt.Errorf("read job %s: %w", t.JobID, err)
+	}
+	token, tokenExp, err := p.s.issueToken(ctx, t)
+	if err != nil {
+		return nil, fmt.Errorf("issue task token: %w", err)
+	}
+	deps := make(map[string]json.RawMessage, len(c.DependencyOutputs))
+	for k, v := range c.DependencyOutputs {
+		deps[k] = rawOrNull(v)
+	}
+	env := taskEnvelope{
+		TaskID:              t.ID,
+		RunID:               t.JobID,
+		TaskKey:             t.Key,
+		TaskName:            t.Name,
+		Queue:               t.Queue,
+		TenantID:            job.Tenant,
+		Attempt:             t.Attempt,
+		LeaseToken:          t.LeaseToken,
+		LeaseExpiresAt:      snakeTime(t.LeaseExpiresAt),
+		EnqueuedAt:          snakeTime(t.AvailableAt),
+		Deadline:            snakeTime(t.DeadlineAt),
+		Input:               rawOrNull(t.Input),
+		DependencyOutputs:   deps,
+		CallbackBaseURL:     p.cfg.CallbackBaseURL,
+		TaskToken:           token,
+		TokenExpiresAt:      snakeTime(tokenExp),
+		HeartbeatIntervalMs: c.HeartbeatInterval.Milliseconds(),
+		HeartbeatTimeoutMs:  t.HeartbeatTimeout.Milliseconds(),
+		CancelGracePeriodMs: t.CancelGrace.Milliseconds(),
+		IdempotencyKey:      key,
+	}
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(env); err != nil {
+		return nil, fmt.Errorf("encode envelope: %w", err)
+	}
+	return b.Bytes(), nil
+}
+
+// post sends one delivery. A nil error means the target took the task (a 2xx); otherwise the
+// error's text is the task error's message.
+func (p *Pusher) post(ctx context.Context, target pushTarget, key string, body []byte) (int, error) {
+	ctx, cancel := context.WithTimeout(ctx, p.cfg.Timeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, target.url, bytes.NewReader(body))
+	if err != nil {
+		return 0, fmt.Errorf("push target %s: %w", target.display, err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Idempotency-Key", key)
+	res, err := p.client.Do(req)
+	if err != nil {
+		var ue *url.Error
+		if errors.Is(ctx.Err(), context.DeadlineExceeded) || (errors.As(err, &ue) && ue.Timeout()) {
+			return 0, fmt.Errorf("push target %s did not answer within %s", target.display, p.cfg.Timeout)
+		}
+		if errors.As(err, &ue) {
+			err = ue.Err // url.Error repeats the full URL, query included
+		}
+		return 0, fmt.Errorf("push target %s could not be reached: %v", target.display, err)
+	}
+	defer res.Body.Close()
+	answer, _ := io.ReadAll(io.LimitReader(res.Body, 4<<10)) // drained, so the connection is reused
+	if res.StatusCode >= 200 && res.StatusCode < 300 {
+		return res.StatusCode, nil
+	}
+	msg := fmt.Sprintf("push target %s answered %s", target.display, strings.TrimSpace(fmt.Sprintf("%d %s", res.StatusCode, http.StatusText(res.StatusCode))))
+	if s := snippet(answer); s != "" {
+		msg += ": " + s
+	}
+	return res.StatusCode, errors.New(msg)
+}
+
+// snippet is the start of a target's answer on one line, for a task error.
+func snippet(b []byte) string {
+	s := strings.ToValidUTF8(string(b), "")
+	s = strings.Join(strings.FieldsFunc(s, unicode.IsSpace), " ")
+	if len(s) > pushSnippetBytes {
+		s = strings.ToValidUTF8(s[:pushSnippetBytes], "") + "…"
+	}
+	return s
+}
+
+// fail ends the delivered attempt as failed; the core's retry rule decides what follows. An
+// attempt that already ended (the target reported before it answered, or the lease was lost) is
+// left as it is.
+func (p *Pusher) fail(ctx context.Context, log *slog.Logger, t *store.Task, category lifecycle.Category, message string) {
+	ctx, cancel := context.WithTimeout(ctx, pushCompleteTimeout)
+	defer cancel()
+	res, err := p.s.d.Complete(ctx, dispatch.CompleteParams{TaskID: t.ID, Attempt: t.Attempt, LeaseToken: t.LeaseToken,
+		Outcome: store.OutcomeFailed, Error: &store.TaskError{Category: category, Message: message}})
+	var mismatch *dispatch.AttemptMismatchError
+	switch {
+	case err == nil:
+		log.WarnContext(ctx, "push delivery failed", "category", category, "error", message,
+			"requeued", res.Requeued, "dead_lettered", res.DeadLettered, "duplicate", res.Duplicate)
+	case errors.As(err, &mismatch), errors.Is(err, dispatch.ErrLeaseMismatch),
+		errors.Is(err, dispatch.ErrOutcomeConflict), errors.Is(err, dispatch.ErrTaskExpired), errors.Is(err, dispatch.ErrTaskNotFound):
+		log.DebugContext(ctx, "push delivery failed after the attempt ended", "error", message, "refusal", err)
+	default:
+		// The lease stands; when it expires the reaper fails the attempt instead.
+		log.ErrorContext(ctx, "record failed push delivery", "error", message, "err", err)
+	}
+}
+
+// checkPushTargets refuses, at submission, push tasks whose name has no target (when the server
+// knows its targets), in the shape of the DAG validation errors. A task with no name is left to
+// the DAG validator.
+func (s *Server) checkPushTargets(tasks []lifecycle.TaskSpec) error {
+	if s.pushTargets == nil {
+		return nil
+	}
+	var errs []string
+	for _, t := range tasks {
+		if t.Runtime != "push" || t.Name == "" {
+			continue
+		}
+		if _, ok := s.pushTargets[t.Name]; !ok {
+			errs = append(errs, fmt.Sprintf("Task %s: no push target for task name %q (baton server --push-target %s=URL)", t.Key, t.Name, t.Name))
+		}
+	}
+	if len(errs) > 0 {
+		return &dispatch.ValidationError{Errors: errs}
+	}
+	return nil
+}
