@@ -9,6 +9,8 @@ import (
 	"runtime/debug"
 	"sync/atomic"
 	"time"
+
+	"github.com/baton-dev/baton/internal/transport"
 )
 
 // maxErrorText caps the message and the stack of a reported failure, so that a huge error text
@@ -34,6 +36,9 @@ type attempt struct {
 
 	cancelRequested atomic.Bool // a heartbeat answered should_cancel
 	lost            atomic.Bool // a heartbeat answered that the attempt is no longer ours
+	abandoned       atomic.Bool // the outcome could not be reported before Run gave up
+
+	wake transport.Delivery // the wake-up that led to the claim, if any: acknowledged once settled
 }
 
 // result is how a handler returned.
@@ -49,6 +54,7 @@ type result struct {
 
 // run runs a's handler under heartbeats and reports its outcome.
 func (w *Worker) run(a *attempt) {
+	defer w.ackWake(a) // last: after the heartbeats stopped and the outcome was reported
 	defer a.stopDeadline()
 	defer a.cancel(context.Canceled) // the attempt is over; a cause set before stays
 
@@ -220,6 +226,7 @@ func (w *Worker) report(a *attempt, what, path string, body map[string]any) (del
 		a.log.WarnContext(w.runCtx, "report failed, retrying", "outcome", what, "err", err)
 		if !sleep(w.reportCtx, b.next()) {
 			w.unreported.Add(1)
+			a.abandoned.Store(true)
 			a.log.ErrorContext(w.runCtx, "outcome not reported: the worker stopped", "outcome", what, "err", err)
 			return abandoned, err
 		}
@@ -252,6 +259,11 @@ func (w *Worker) heartbeat(ctx context.Context, a *attempt) {
 		switch {
 		case err == nil:
 			b.reset()
+			if a.wake != nil {
+				if err := a.wake.InProgress(ctx); err != nil {
+					a.log.WarnContext(w.runCtx, "wake-up: mark in progress", "err", err)
+				}
+			}
 			if ans.ShouldCancel && !a.cancelRequested.Swap(true) {
 				a.log.InfoContext(w.runCtx, "cancellation requested", "reason", ans.CancelReason)
 				a.cancel(ErrCancelRequested)

@@ -26,6 +26,8 @@ type config struct {
 	logger            *slog.Logger
 	shutdownTimeout   time.Duration
 	pollWait          time.Duration
+	// Wake-ups from a transport instead of long polls (WithWakeups).
+	wakeKind, wakeURL, wakeNamespace string
 }
 
 // Option configures a Worker.
@@ -75,3 +77,18 @@ func WithShutdownTimeout(d time.Duration) Option { return func(c *config) { c.sh
 
 // WithPollWait sets how long one claim request waits for a task (default 20 s, at most 60 s).
 func WithPollWait(d time.Duration) Option { return func(c *config) { c.pollWait = d } }
+
+// WithWakeups makes the worker wait for wake-ups on a transport instead of long-polling the
+// server: kind "redis" (Redis Streams; url redis://host:port[/db]) or "nats" (NATS JetStream;
+// url nats://host:port), the transport the server runs with (baton server --transport). For each
+// wake-up the worker claims the task by id (/internal/task-claim, seed 000); a wake-up whose task
+// is no longer claimable (NotClaimed) is acknowledged and skipped. A wake-up is acknowledged once
+// the attempt's outcome is reported, so one held by a worker that dies is redelivered. The
+// server re-publishes missing wake-ups, so the transport losing messages only delays tasks.
+func WithWakeups(kind, url string) Option {
+	return func(c *config) { c.wakeKind, c.wakeURL = kind, url }
+}
+
+// WithWakeupNamespace sets the namespace of the wake-up transport's keys and streams (default
+// "baton"); it must match the server's --transport-namespace.
+func WithWakeupNamespace(ns string) Option { return func(c *config) { c.wakeNamespace = ns } }

@@ -51,6 +51,7 @@ import (
 	"time"
 
 	"github.com/baton-dev/baton/internal/auth"
+	"github.com/baton-dev/baton/internal/transport/dial"
 )
 
 // Task is one claimed attempt of a task, as a Handler receives it.
@@ -216,8 +217,21 @@ func (w *Worker) Run(ctx context.Context) error {
 
 	w.log.InfoContext(ctx, "worker started", "queues", queues, "concurrency", w.cfg.concurrency)
 	var claimers sync.WaitGroup
-	for range w.cfg.batchSize {
-		claimers.Go(func() { w.claimLoop(ctx, queues) })
+	if w.cfg.wakeKind != "" {
+		tr, err := dial.Open(ctx, w.cfg.wakeKind, w.cfg.wakeURL, w.cfg.wakeNamespace)
+		if err != nil {
+			return fmt.Errorf("baton worker: wake-ups: %w", err)
+		}
+		defer tr.Close()
+		for i := range w.cfg.batchSize {
+			c := tr.NewConsumer(fmt.Sprintf("%s-%d", w.cfg.workerID, i))
+			defer c.Close()
+			claimers.Go(func() { w.wakeLoop(ctx, queues, c) })
+		}
+	} else {
+		for range w.cfg.batchSize {
+			claimers.Go(func() { w.claimLoop(ctx, queues) })
+		}
 	}
 	<-ctx.Done()
 	claimers.Wait()
@@ -289,6 +303,11 @@ func (w *Worker) claim(ctx context.Context, queues []string) (*attempt, error) {
 	if !ans.Claimed {
 		return nil, nil
 	}
+	return w.newAttempt(ctx, ans), nil
+}
+
+// newAttempt prepares the attempt a claim answered.
+func (w *Worker) newAttempt(ctx context.Context, ans claimAnswer) *attempt {
 	claimedAt := time.Now()
 	p := ans.Payload
 	t := &Task{
@@ -323,7 +342,7 @@ func (w *Worker) claim(ctx context.Context, queues []string) (*attempt, error) {
 		a.handlerCtx, a.stopDeadline = context.WithDeadlineCause(a.ctx, claimedAt.Add(t.Timeout), ErrTimeout)
 	}
 	a.log.DebugContext(ctx, "task claimed", "lease_expires_at", ans.LeaseExpiresAt, "heartbeat_every", a.every)
-	return a, nil
+	return a
 }
 
 // heartbeatEvery is min(WithHeartbeatInterval, the server's interval), ignoring an unset one.

@@ -46,7 +46,7 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			return 1
 		}
 	}
-	ls, err := f.bind()
+	ls, err := f.bind(ctx)
 	if err != nil {
 		fmt.Fprintln(stderr, "baton dev:", err)
 		return 1

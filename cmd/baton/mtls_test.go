@@ -63,7 +63,7 @@ func startMTLSServer(t *testing.T, dc auth.DevCerts) (producerURL, internalURL s
 	if err := fs.Parse(args); err != nil {
 		t.Fatal(err)
 	}
-	ls, err := f.bind()
+	ls, err := f.bind(t.Context())
 	if err != nil {
 		t.Fatal(err)
 	}

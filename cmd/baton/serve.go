@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"crypto/tls"
 	"errors"
@@ -10,6 +11,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/url"
 	"strings"
 	"time"
 
@@ -17,6 +19,7 @@ import (
 	"github.com/baton-dev/baton/internal/auth"
 	"github.com/baton-dev/baton/internal/dispatch"
 	"github.com/baton-dev/baton/internal/store"
+	"github.com/baton-dev/baton/internal/transport"
 )
 
 // serverFlags are the settings `baton dev` and `baton server` share.
@@ -29,6 +32,11 @@ type serverFlags struct {
 	shutdownTimeout        time.Duration
 	// The internal listener's mutual TLS: all three files or none.
 	internalTLSCert, internalTLSKey, internalTLSClientCA string
+	transport                                            transportFlags
+	reconcileEvery, reconcileGrace                       time.Duration
+	pushTargets                                          listFlag
+	publicURL                                            string
+	pushTimeout                                          time.Duration
 }
 
 func (f *serverFlags) register(fs *flag.FlagSet) {
@@ -50,6 +58,29 @@ func (f *serverFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.internalTLSCert, "internal-tls-cert", "", "PEM server certificate of the /internal/* listener (with --internal-tls-key and --internal-tls-client-ca: mutual TLS)")
 	fs.StringVar(&f.internalTLSKey, "internal-tls-key", "", "PEM private key of --internal-tls-cert")
 	fs.StringVar(&f.internalTLSClientCA, "internal-tls-client-ca", "", "PEM CA bundle that worker client certificates must chain to")
+	f.transport.register(fs, "how workers are woken: store (they long-poll the server), redis (Redis Streams) or nats (NATS JetStream)")
+	fs.DurationVar(&f.reconcileEvery, "reconcile-every", dispatch.DefaultReconcilerConfig.Every, "with --transport redis|nats: how often missing wake-ups are re-published and dead consumers' ones reclaimed")
+	fs.DurationVar(&f.reconcileGrace, "reconcile-grace", dispatch.DefaultReconcilerConfig.Grace, "with --transport redis|nats: how long a task may wait ready before its missing wake-up is re-published")
+	fs.Var(&f.pushTargets, "push-target", "`NAME=URL`: deliver tasks named NAME with runtime push to the HTTP target URL (repeatable)")
+	fs.StringVar(&f.publicURL, "public-url", "", "URL at which push targets reach the producer listener's callback API (default: http://<--listen>)")
+	fs.DurationVar(&f.pushTimeout, "push-timeout", 30*time.Second, "how long a push target has to accept a task")
+}
+
+// pushTargetMap parses --push-target NAME=URL flags.
+func (f *serverFlags) pushTargetMap() (map[string]string, error) {
+	targets := map[string]string{}
+	for _, kv := range f.pushTargets {
+		name, target, ok := strings.Cut(kv, "=")
+		u, err := url.Parse(target)
+		if !ok || name == "" || err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			return nil, fmt.Errorf("--push-target %q: want NAME=http(s)://host[:port]/path", kv)
+		}
+		if _, dup := targets[name]; dup {
+			return nil, fmt.Errorf("--push-target: task name %q given twice", name)
+		}
+		targets[name] = target
+	}
+	return targets, nil
 }
 
 // internalTLSFlags names the flags that turn on mutual TLS for /internal/*.
@@ -84,15 +115,41 @@ func (f *serverFlags) internalTLS() (bool, error) {
 type listeners struct {
 	producer, internal net.Listener
 	internalTLS        bool
+	transport          transport.Transport // nil: the store transport
+	pushTargets        map[string]string
+}
+
+// close releases what bind opened, for a caller that will not serve.
+func (ls *listeners) close() {
+	ls.producer.Close()
+	ls.internal.Close()
+	if ls.transport != nil {
+		ls.transport.Close()
+	}
 }
 
 // bind loads the internal listener's certificates, when its TLS flags are set, and opens both
 // listeners. A TLS handshake runs on each connection's own goroutine, bounded by the server's
 // ReadHeaderTimeout, so a stalled client does not hold up Accept.
-func (f *serverFlags) bind() (*listeners, error) {
+func (f *serverFlags) bind(ctx context.Context) (*listeners, error) {
 	useTLS, err := f.internalTLS()
 	if err != nil {
 		return nil, err
+	}
+	if err := f.transport.check(); err != nil {
+		return nil, err
+	}
+	targets, err := f.pushTargetMap()
+	if err != nil {
+		return nil, err
+	}
+	if f.reconcileEvery <= 0 || f.reconcileGrace <= 0 || f.pushTimeout <= 0 {
+		return nil, errors.New("--reconcile-every, --reconcile-grace and --push-timeout must be positive")
+	}
+	if f.publicURL != "" {
+		if u, err := url.Parse(f.publicURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			return nil, fmt.Errorf("--public-url %q: want http(s)://host[:port]", f.publicURL)
+		}
 	}
 	var tlsConf *tls.Config
 	if useTLS {
@@ -112,7 +169,13 @@ func (f *serverFlags) bind() (*listeners, error) {
 	if tlsConf != nil {
 		i = tls.NewListener(i, tlsConf)
 	}
-	return &listeners{producer: p, internal: i, internalTLS: tlsConf != nil}, nil
+	tr, err := f.transport.open(ctx)
+	if err != nil {
+		p.Close()
+		i.Close()
+		return nil, err
+	}
+	return &listeners{producer: p, internal: i, internalTLS: tlsConf != nil, transport: tr, pushTargets: targets}, nil
 }
 
 // serve runs the APIs and the background loops on st until ctx ends, then shuts down
@@ -124,15 +187,30 @@ func serve(ctx context.Context, f *serverFlags, ls *listeners, st store.Store, l
 		return err
 	}
 	s := api.New(api.Config{Dispatcher: d, Auth: auth.NewAuthenticator(st, f.limits, nil), Tokens: auth.NewTokens(st, nil),
-		Logger: log, MaxBodyBytes: f.maxBodyBytes})
+		Logger: log, MaxBodyBytes: f.maxBodyBytes, PushTargets: ls.pushTargets})
 	reaper := d.NewReaper()
 	reaper.Start(ctx)
 	defer reaper.Stop()
-	// The store transport: workers find work in the store, so the relay only marks wake-ups sent
-	// and prunes them.
-	relay := d.NewRelay(dispatch.RelayConfig{Publisher: dispatch.StorePublisher{}})
+	// With the store transport workers find work in the store, so the relay only marks wake-ups
+	// sent and prunes them; with redis or nats it publishes them, and the reconciler heals what
+	// the transport loses.
+	var publisher dispatch.Publisher = dispatch.StorePublisher{}
+	if ls.transport != nil {
+		defer ls.transport.Close()
+		publisher = dispatch.TransportPublisher{Transport: ls.transport}
+		rec := d.NewReconciler(ls.transport, dispatch.ReconcilerConfig{Every: f.reconcileEvery, Grace: f.reconcileGrace})
+		rec.Start(ctx)
+		defer rec.Stop()
+		log.Info("wake-up transport", "transport", ls.transport.Name(), "url", redactURL(f.transport.url()), "namespace", f.transport.namespace)
+	}
+	relay := d.NewRelay(dispatch.RelayConfig{Publisher: publisher})
 	relay.Start(ctx)
 	defer relay.Stop()
+	// The push runtime: deliver push tasks to their HTTP targets.
+	pusher := s.NewPusher(api.PushConfig{Targets: ls.pushTargets, Timeout: f.pushTimeout,
+		CallbackBaseURL: cmp.Or(f.publicURL, "http://"+ls.producer.Addr().String())})
+	pusher.Start(ctx)
+	defer pusher.Stop()
 	// Wake long-polling claimers when another replica makes a task ready (PostgreSQL).
 	listenCtx, stopListening := context.WithCancel(ctx)
 	defer stopListening()
@@ -153,6 +231,8 @@ func serve(ctx context.Context, f *serverFlags, ls *listeners, st store.Store, l
 	}
 	log.Info("shutting down: finishing in-flight requests")
 	s.Drain()
+	// Push deliveries in flight finish while the callback listener still serves their targets.
+	pusher.Stop()
 	shutdownCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), f.shutdownTimeout)
 	defer cancel()
 	var shutdownErr error
@@ -168,4 +248,13 @@ func serve(ctx context.Context, f *serverFlags, ls *listeners, st store.Store, l
 
 func newLogger(w io.Writer) *slog.Logger {
 	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: slog.LevelInfo}))
+}
+
+// redactURL hides the password of a server URL for logging.
+func redactURL(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return "(unparsable URL)"
+	}
+	return u.Redacted()
 }

@@ -47,15 +47,14 @@ func runServer(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		fmt.Fprintln(stderr, "baton server: set --database-url or BATON_DATABASE_URL (for a database-free start, use `baton dev`)")
 		return 2
 	}
-	ls, err := f.bind()
+	ls, err := f.bind(ctx)
 	if err != nil {
 		fmt.Fprintln(stderr, "baton server:", err)
 		return 1
 	}
 	st, err := postgres.Open(ctx, *dbURL, postgres.Options{MaxConns: *maxConns, Migrate: *migrate})
 	if err != nil {
-		ls.producer.Close()
-		ls.internal.Close()
+		ls.close()
 		fmt.Fprintln(stderr, "baton server:", err)
 		return 1
 	}

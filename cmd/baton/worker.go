@@ -113,9 +113,12 @@ func runWorker(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	workerID := fs.String("worker-id", "", "worker id the server records (default: host name and process id)")
 	workRoot := fs.String("work-dir", "", "directory in which each task gets a fresh work directory (default: the system's temporary directory); the child user must be able to traverse it")
 	heartbeat := fs.Duration("heartbeat-interval", 0, "heartbeat at least this often (0: as the server asks)")
+	pollWait := fs.Duration("poll-wait", 0, "how long one wait for work lasts: a long poll of the server, or a wait on the transport (0: 20s; at most 1m)")
 	shutdown := fs.Duration("shutdown-timeout", 0, "on SIGTERM, how long running tasks may finish before they are stopped and handed back (0: 30s)")
 	logLevel := fs.String("log-level", "info", "log level: debug, info, warn or error")
 	fs.Var(&queues, "queue", "queue `NAME` to claim from (repeatable; default: the task names)")
+	var tf transportFlags
+	tf.register(fs, "how the worker finds tasks: store (long-poll the server), redis or nats (wait for wake-ups there, then claim by task id); as the server's --transport")
 	fs.Var(&childEnv, "child-env", "`NAME=VALUE` set in every child's environment (repeatable; PATH may be overridden; not for secrets)")
 	if err := fs.Parse(args); err != nil {
 		return 2
@@ -135,8 +138,11 @@ func runWorker(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		return usageErr("--concurrency must be at least 1")
 	case *grace <= 0:
 		return usageErr("--grace must be positive")
-	case *heartbeat < 0, *shutdown < 0:
+	case *heartbeat < 0, *shutdown < 0, *pollWait < 0:
 		return usageErr("durations must not be negative")
+	}
+	if err := tf.check(); err != nil {
+		return usageErr("%v", err)
 	}
 	for _, name := range tasks {
 		if name == "" {
@@ -242,6 +248,13 @@ func runWorker(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	}
 	if *shutdown > 0 {
 		opts = append(opts, worker.WithShutdownTimeout(*shutdown))
+	}
+	if *pollWait > 0 {
+		opts = append(opts, worker.WithPollWait(*pollWait))
+	}
+	if tf.kind != "store" {
+		opts = append(opts, worker.WithWakeups(tf.kind, tf.url()), worker.WithWakeupNamespace(tf.namespace))
+		log.Info("waiting for wake-ups", "transport", tf.kind, "url", redactURL(tf.url()), "namespace", tf.namespace)
 	}
 	wk, err := worker.New(*internalURL, opts...)
 	if err != nil {
