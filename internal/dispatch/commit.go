@@ -18,6 +18,8 @@ type GroupCommit struct {
 	Off        bool // one transaction per transition
 	MaxBatch   int  // most transitions per transaction; default 128
 	Committers int  // transactions in flight at once; default 1 on a single-writer store (SQLite), else 4
+	// Observe, when set, is called after each batch with its size and whether it committed.
+	Observe func(size int, committed bool)
 }
 
 // pending is a transition waiting for its batch to commit.
@@ -34,6 +36,7 @@ type committer struct {
 	d          *Dispatcher
 	maxBatch   int
 	committers int
+	observe    func(int, bool)
 
 	mu     sync.Mutex
 	queue  []*pending
@@ -44,7 +47,7 @@ type committer struct {
 type singleWriter interface{ SingleWriter() bool }
 
 func newCommitter(d *Dispatcher, cfg GroupCommit) *committer {
-	c := &committer{d: d, maxBatch: cfg.MaxBatch, committers: cfg.Committers}
+	c := &committer{d: d, maxBatch: cfg.MaxBatch, committers: cfg.Committers, observe: cfg.Observe}
 	if c.maxBatch <= 0 {
 		c.maxBatch = 128
 	}
@@ -55,6 +58,13 @@ func newCommitter(d *Dispatcher, cfg GroupCommit) *committer {
 		}
 	}
 	return c
+}
+
+// queued is the number of transitions waiting for a committer.
+func (cm *committer) queued() int {
+	cm.mu.Lock()
+	defer cm.mu.Unlock()
+	return len(cm.queue)
 }
 
 // do queues fn and waits until the transaction holding it has committed or failed.
@@ -99,6 +109,9 @@ func (cm *committer) commit(batch []*pending) {
 		// Alone: no savepoint needed.
 		p := batch[0]
 		p.err = d.updateAlone(p.ctx, p.fn)
+		if cm.observe != nil {
+			cm.observe(1, p.err == nil)
+		}
 		close(p.done)
 		return
 	}
@@ -125,6 +138,9 @@ func (cm *committer) commit(batch []*pending) {
 	})
 	if err == nil && ready {
 		d.ready.notify()
+	}
+	if cm.observe != nil {
+		cm.observe(len(batch), err == nil)
 	}
 	for _, p := range batch {
 		if err != nil {

@@ -109,6 +109,14 @@ func New(st store.Store, cfg Config) (*Dispatcher, error) {
 	return d, nil
 }
 
+// Queued is the number of transitions waiting for a group commit (0 with group commit off).
+func (d *Dispatcher) Queued() int {
+	if d.commit == nil {
+		return 0
+	}
+	return d.commit.queued()
+}
+
 // Store returns the dispatcher's store, for read-only views.
 func (d *Dispatcher) Store() store.Store { return d.store }
 

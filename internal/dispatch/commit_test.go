@@ -1,0 +1,239 @@
+package dispatch_test
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jonboulle/clockwork"
+
+	"github.com/baton-dev/baton/internal/dispatch"
+	"github.com/baton-dev/baton/internal/lifecycle"
+	"github.com/baton-dev/baton/internal/store"
+	"github.com/baton-dev/baton/internal/store/storetest"
+)
+
+// gatedStore holds every transaction while closed, so that transitions queue up behind it.
+type gatedStore struct {
+	store.Store
+	mu      sync.Mutex
+	gate    chan struct{} // nil: open
+	waiting int           // transactions held at the gate
+}
+
+// waitHeld waits until a transaction is held at the gate.
+func (g *gatedStore) waitHeld(t *testing.T) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		g.mu.Lock()
+		n := g.waiting
+		g.mu.Unlock()
+		if n > 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no transaction reached the gate")
+		}
+		time.Sleep(time.Millisecond) // a goroutine reaching the gate
+	}
+}
+
+func (g *gatedStore) close() {
+	g.mu.Lock()
+	g.gate = make(chan struct{})
+	g.mu.Unlock()
+}
+
+func (g *gatedStore) open() {
+	g.mu.Lock()
+	close(g.gate)
+	g.gate = nil
+	g.mu.Unlock()
+}
+
+func (g *gatedStore) InTx(ctx context.Context, fn func(store.Tx) error) error {
+	g.mu.Lock()
+	gate := g.gate
+	if gate != nil {
+		g.waiting++
+	}
+	g.mu.Unlock()
+	if gate != nil {
+		<-gate
+		g.mu.Lock()
+		g.waiting--
+		g.mu.Unlock()
+	}
+	return g.Store.InTx(ctx, fn)
+}
+
+// batches records the group commits of a dispatcher.
+type batches struct {
+	mu    sync.Mutex
+	sizes []int
+}
+
+func (b *batches) observe(n int, committed bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if committed {
+		b.sizes = append(b.sizes, n)
+	}
+}
+
+func (b *batches) max() int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	m := 0
+	for _, n := range b.sizes {
+		m = max(m, n)
+	}
+	return m
+}
+
+// newGroupEnv is newEnv with one committer behind a gate the test controls.
+func newGroupEnv(t *testing.T, st store.Store) (*env, *gatedStore, *batches) {
+	g := &gatedStore{Store: st}
+	b := &batches{}
+	clock := clockwork.NewFakeClockAt(epoch)
+	d, err := dispatch.New(g, dispatch.Config{Clock: clock, Jitter: func() float64 { return 0.5 }, MaxTasksPerJob: 50,
+		Logger: quiet, GroupCommit: dispatch.GroupCommit{Committers: 1, Observe: b.observe}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &env{t: t, ctx: context.Background(), st: st, clock: clock, d: d}, g, b
+}
+
+// waitQueued waits until n transitions wait for the committer.
+func waitQueued(t *testing.T, d *dispatch.Dispatcher, n int) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for d.Queued() < n {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d transitions queued, want %d", d.Queued(), n)
+		}
+		time.Sleep(time.Millisecond) // goroutines reaching the queue
+	}
+}
+
+// A stale completion committed in the same transaction as the winning one is refused and has no
+// effect, whichever comes first in the batch; the winner's effects all stand.
+func TestGroupCommit_StaleCompletionInTheWinnersBatchIsRefused(t *testing.T) {
+	for _, staleFirst := range []bool{true, false} {
+		name := "winner first"
+		if staleFirst {
+			name = "stale first"
+		}
+		t.Run(name, func(t *testing.T) {
+			storetest.ForEachDriver(t, func(t *testing.T, st store.Store) {
+				e, gate, b := newGroupEnv(t, st)
+				job := e.submit(spec("a"), spec("b", "a"))
+				first := e.claim(job, "a")
+				e.expire()
+				e.clock.Advance(10 * time.Second) // the backoff after attempt 1
+				second := e.claim(job, "a")
+				eventsBefore := len(e.events(job, "a"))
+
+				// Hold the committer with a heartbeat, queue both completions behind it, then let
+				// them commit together.
+				gate.close()
+				var wg sync.WaitGroup
+				wg.Go(func() {
+					_, _ = e.d.Heartbeat(e.ctx, dispatch.HeartbeatParams{TaskID: second.Task.ID, Attempt: 2, LeaseToken: second.Task.LeaseToken})
+				})
+				gate.waitHeld(t) // the heartbeat holds the only committer
+				var staleErr, winErr error
+				stale := func() {
+					_, staleErr = e.d.Complete(e.ctx, dispatch.CompleteParams{TaskID: first.Task.ID, Attempt: 1,
+						LeaseToken: first.Task.LeaseToken, Outcome: store.OutcomeSucceeded, Output: []byte(`{"by":"stale"}`)})
+				}
+				win := func() {
+					_, winErr = e.d.Complete(e.ctx, dispatch.CompleteParams{TaskID: second.Task.ID, Attempt: 2,
+						LeaseToken: second.Task.LeaseToken, Outcome: store.OutcomeSucceeded, Output: []byte(`{"by":"winner"}`)})
+				}
+				order := []func(){win, stale}
+				if staleFirst {
+					order = []func(){stale, win}
+				}
+				for i, f := range order {
+					wg.Go(f)
+					waitQueued(t, e.d, i+1)
+				}
+				gate.open()
+				wg.Wait()
+
+				if b.max() < 2 {
+					t.Fatalf("the completions were not committed in one batch (batch sizes %v)", b.sizes)
+				}
+				wantErr[*dispatch.AttemptMismatchError](t, staleErr)
+				if winErr != nil {
+					t.Fatalf("winning completion: %v", winErr)
+				}
+				a := e.task(job, "a")
+				if a.Status != lifecycle.Completed || a.Attempt != 2 || string(a.Output) != `{"by":"winner"}` {
+					t.Errorf("task a: %s attempt %d output %s", a.Status, a.Attempt, a.Output)
+				}
+				if n := count(e.events(job, "a"), dispatch.EventTaskCompleted); n != 1 {
+					t.Errorf("%d Task Completed events, want 1", n)
+				}
+				var written []string
+				for _, ev := range e.events(job, "a")[eventsBefore:] {
+					if ev != dispatch.EventTaskHeartbeat {
+						written = append(written, ev)
+					}
+				}
+				if len(written) != 1 || written[0] != dispatch.EventTaskCompleted {
+					t.Errorf("events written for a: %v, want only the winner's completion", written)
+				}
+				if s := e.status(job, "b"); s != lifecycle.Pending {
+					t.Errorf("child b is %s, want pending (released once)", s)
+				}
+			})
+		})
+	}
+}
+
+// Transitions that fail in a batch roll back alone; the others in the same transaction commit.
+func TestGroupCommit_FailedTransitionRollsBackAlone(t *testing.T) {
+	storetest.ForEachDriver(t, func(t *testing.T, st store.Store) {
+		e, gate, b := newGroupEnv(t, st)
+		job := e.submit(spec("a"), spec("b"), spec("c"))
+		ca, cb := e.claim(job, "a"), e.claim(job, "b")
+		gate.close()
+		var wg sync.WaitGroup
+		wg.Go(func() {
+			_, _ = e.d.ClaimNext(e.ctx, dispatch.ClaimNextParams{Queues: []string{"work"}, WorkerID: "w", Limit: 1})
+		})
+		gate.waitHeld(t)
+		errs := make([]error, 3)
+		calls := []func(){
+			func() {
+				_, errs[0] = e.d.Complete(e.ctx, dispatch.CompleteParams{TaskID: ca.Task.ID, Attempt: 1, LeaseToken: ca.Task.LeaseToken, Outcome: store.OutcomeSucceeded})
+			},
+			func() {
+				_, errs[1] = e.d.Complete(e.ctx, dispatch.CompleteParams{TaskID: cb.Task.ID, Attempt: 1, LeaseToken: "forged", Outcome: store.OutcomeSucceeded})
+			},
+			func() {
+				_, errs[2] = e.d.Complete(e.ctx, dispatch.CompleteParams{TaskID: cb.Task.ID, Attempt: 1, LeaseToken: cb.Task.LeaseToken, Outcome: store.OutcomeSucceeded})
+			},
+		}
+		for i, f := range calls {
+			wg.Go(f)
+			waitQueued(t, e.d, i+1)
+		}
+		gate.open()
+		wg.Wait()
+		if b.max() < 3 {
+			t.Fatalf("batch sizes %v, want one of at least 3", b.sizes)
+		}
+		if errs[0] != nil || errs[2] != nil {
+			t.Fatalf("valid completions failed: %v, %v", errs[0], errs[2])
+		}
+		if errs[1] == nil {
+			t.Fatal("a forged lease token was accepted")
+		}
+		wantStatus(t, e, job, map[string]lifecycle.TaskStatus{"a": lifecycle.Completed, "b": lifecycle.Completed, "c": lifecycle.Running})
+	})
+}
