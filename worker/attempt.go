@@ -210,8 +210,15 @@ const (
 func (w *Worker) report(a *attempt, what, path string, body map[string]any) (delivery, error) {
 	var b backoff
 	for {
-		var ans map[string]any
-		err := w.post(w.reportCtx, requestTimeout, path, body, &ans)
+		var (
+			ans map[string]any
+			err error
+		)
+		if path == pathComplete || path == pathFail {
+			ans, err = w.reports.report(w.reportCtx, path, body)
+		} else {
+			err = w.post(w.reportCtx, requestTimeout, path, body, &ans)
+		}
 		switch {
 		case err == nil:
 			a.log.InfoContext(w.runCtx, "task "+what, "answer", ans)

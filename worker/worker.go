@@ -96,6 +96,7 @@ type Worker struct {
 	attempts  sync.WaitGroup
 	// unreported counts attempts whose outcome Run could not deliver before returning.
 	unreported atomic.Int64
+	reports    reporter
 }
 
 // New returns a worker of the Baton server whose internal listener is at internalURL
@@ -139,13 +140,15 @@ func New(internalURL string, opts ...Option) (*Worker, error) {
 		}
 	}
 	log := cmp.Or(cfg.logger, slog.Default())
-	return &Worker{
+	w := &Worker{
 		url:      strings.TrimRight(internalURL, "/"),
 		cfg:      cfg,
 		http:     hc,
 		log:      log.With("worker_id", cfg.workerID),
 		handlers: map[string]Handler{},
-	}, nil
+	}
+	w.reports.w = w
+	return w, nil
 }
 
 // withClientCert returns a copy of hc whose transport presents the client certificate and trusts
@@ -260,7 +263,8 @@ func (w *Worker) Run(ctx context.Context) error {
 	return nil
 }
 
-// claimLoop claims a task whenever a slot is free, until ctx ends.
+// claimLoop claims tasks whenever slots are free, as many in one request as there are free
+// slots, until ctx ends.
 func (w *Worker) claimLoop(ctx context.Context, queues []string) {
 	var b backoff
 	for {
@@ -269,9 +273,21 @@ func (w *Worker) claimLoop(ctx context.Context, queues []string) {
 		case <-ctx.Done():
 			return
 		}
-		a, err := w.claim(ctx, queues)
-		if err != nil || a == nil {
+		n := 1
+	more:
+		for n < maxBatch {
+			select {
+			case w.slots <- struct{}{}:
+				n++
+			default:
+				break more
+			}
+		}
+		as, err := w.claim(ctx, queues, n)
+		for range n - len(as) {
 			<-w.slots
+		}
+		if err != nil || len(as) == 0 {
 			if ctx.Err() != nil {
 				return
 			}
@@ -284,26 +300,44 @@ func (w *Worker) claimLoop(ctx context.Context, queues []string) {
 			continue
 		}
 		b.reset()
-		w.attempts.Add(1)
-		go func() {
-			defer w.attempts.Done()
-			defer func() { <-w.slots }()
-			w.run(a)
-		}()
+		for _, a := range as {
+			w.attempts.Add(1)
+			go func() {
+				defer w.attempts.Done()
+				defer func() { <-w.slots }()
+				w.run(a)
+			}()
+		}
 	}
 }
 
-// claim long-polls the queues once; it returns nil when nothing was claimed.
-func (w *Worker) claim(ctx context.Context, queues []string) (*attempt, error) {
-	var ans claimAnswer
+// claim long-polls the queues once for up to n tasks (seed 002's claim for one, claim-batch
+// for more); it returns none when nothing was claimed.
+func (w *Worker) claim(ctx context.Context, queues []string, n int) ([]*attempt, error) {
 	body := map[string]any{"worker_id": w.cfg.workerID, "streams": queues, "max_wait_ms": w.cfg.pollWait.Milliseconds()}
-	if err := w.post(ctx, w.cfg.pollWait+claimSlack, pathClaim, body, &ans); err != nil {
+	if n == 1 {
+		var ans claimAnswer
+		if err := w.post(ctx, w.cfg.pollWait+claimSlack, pathClaim, body, &ans); err != nil {
+			return nil, err
+		}
+		if !ans.Claimed {
+			return nil, nil
+		}
+		return []*attempt{w.newAttempt(ctx, ans)}, nil
+	}
+	body["max_tasks"] = n
+	var ans claimBatchAnswer
+	if err := w.post(ctx, w.cfg.pollWait+claimSlack, pathClaimBatch, body, &ans); err != nil {
 		return nil, err
 	}
-	if !ans.Claimed {
-		return nil, nil
+	if len(ans.Claims) > n {
+		return nil, fmt.Errorf("baton worker: %s: %d claims for %d slots", pathClaimBatch, len(ans.Claims), n)
 	}
-	return w.newAttempt(ctx, ans), nil
+	as := make([]*attempt, len(ans.Claims))
+	for i, c := range ans.Claims {
+		as[i] = w.newAttempt(ctx, c)
+	}
+	return as, nil
 }
 
 // newAttempt prepares the attempt a claim answered.

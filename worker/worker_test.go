@@ -225,7 +225,7 @@ func TestLostLeaseStopsTheHandlerAndReportsNothing(t *testing.T) {
 	if err := w.stop(); err != nil {
 		t.Fatal(err)
 	}
-	if n := p.count("/internal/worker/fail") + p.count("/internal/worker/complete") + p.count("/internal/task-complete"); n != 0 {
+	if n := p.count("/internal/worker/fail") + p.count("/internal/worker/complete") + p.count("/internal/worker/report-batch") + p.count("/internal/task-complete"); n != 0 {
 		t.Errorf("%d reports sent for a lost attempt", n)
 	}
 	if tk := s.task(ids["t"]); tk.Status != lifecycle.Running {
@@ -300,8 +300,10 @@ func TestReportsSurviveLostRequestsAndAnswers(t *testing.T) {
 				s := newServer(t)
 				jobID, ids := s.submit(spec{key: "t", name: "t", maxAttempts: 1})
 				const drops = 3
+				// Reports travel in report-batch requests (each item meaning what path means).
+				const wire = "/internal/worker/report-batch"
 				p := newProxy(t, s.url(), func(w http.ResponseWriter, r *http.Request, n int, forward func() *http.Response) bool {
-					if r.URL.Path != path || n > drops {
+					if r.URL.Path != wire || n > drops {
 						return false
 					}
 					switch mode {
@@ -328,7 +330,7 @@ func TestReportsSurviveLostRequestsAndAnswers(t *testing.T) {
 					want, event = lifecycle.Failed, dispatch.EventTaskFailed
 				}
 				s.waitTask(ids["t"], string(want), status(want))
-				waitFor(t, "the acknowledged report", func() bool { return p.count(path) == drops+1 })
+				waitFor(t, "the acknowledged report", func() bool { return p.count(wire) == drops+1 })
 				if n := s.events(jobID, event); n != 1 {
 					t.Errorf("%d %q events, want 1", n, event)
 				}

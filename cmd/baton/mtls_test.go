@@ -37,6 +37,8 @@ var internalRoutes = []struct{ method, path string }{
 	{http.MethodPost, "/internal/worker/heartbeat"},
 	{http.MethodPost, "/internal/worker/complete"},
 	{http.MethodPost, "/internal/worker/fail"},
+	{http.MethodPost, "/internal/worker/claim-batch"},
+	{http.MethodPost, "/internal/worker/report-batch"},
 }
 
 func devCerts(t *testing.T) auth.DevCerts {

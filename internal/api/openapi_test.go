@@ -106,9 +106,18 @@ func TestOpenAPIDocumentsEveryProducerRoute(t *testing.T) {
 			t.Errorf("%s does not document the 401 of a missing or invalid key", key)
 		}
 	}
+	internal := s.InternalHandler()
 	for key, op := range documented {
 		switch {
 		case registered[key]:
+		case op.item["servers"] != nil:
+			// Documented on the internal listener: it must be served there.
+			method, path, _ := strings.Cut(key, " ")
+			rec := httptest.NewRecorder()
+			internal.ServeHTTP(rec, httptest.NewRequest(method, path, strings.NewReader("{}")))
+			if rec.Code == http.StatusNotFound || rec.Code == http.StatusMethodNotAllowed {
+				t.Errorf("%s is documented on the internal listener but not served there (%d)", key, rec.Code)
+			}
 		case slices.Contains(openAPIUnauthenticated, key):
 			if sec, ok := op.op["security"].([]any); !ok || len(sec) != 0 {
 				t.Errorf("%s needs no key; document it with security: []", key)
