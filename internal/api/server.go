@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"net/http"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/baton-dev/baton/internal/auth"
@@ -43,6 +44,9 @@ type Server struct {
 	poll    time.Duration
 
 	pushTargets map[string]string
+
+	tenantMu sync.Mutex
+	tenants  map[string]string // job id → tenant, for minting tokens
 
 	drainCtx context.Context // ends when the server starts shutting down
 	drain    context.CancelFunc

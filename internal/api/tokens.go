@@ -16,12 +16,37 @@ import (
 // tenant, job, task and attempt, and carries the lease token so that dialects whose bodies do not
 // (seed 004) are fenced all the same.
 func (s *Server) issueToken(ctx context.Context, t *store.Task) (string, time.Time, error) {
-	job, err := s.d.Store().GetJob(ctx, t.JobID)
+	tenant, err := s.tenantOf(ctx, t.JobID)
 	if err != nil {
 		return "", time.Time{}, err
 	}
-	return s.tokens.Issue(ctx, auth.TaskClaims{Tenant: job.Tenant, JobID: t.JobID, TaskID: t.ID, Attempt: t.Attempt,
+	return s.tokens.Issue(ctx, auth.TaskClaims{Tenant: tenant, JobID: t.JobID, TaskID: t.ID, Attempt: t.Attempt,
 		LeaseToken: t.LeaseToken}, auth.TokenTTL(t.Timeout))
+}
+
+// maxTenantCache bounds the job → tenant cache; it is emptied when full.
+const maxTenantCache = 100_000
+
+// tenantOf is the tenant of a job. A job's tenant never changes, so it is cached: a claim then
+// mints its token without reading the job row.
+func (s *Server) tenantOf(ctx context.Context, jobID string) (string, error) {
+	s.tenantMu.Lock()
+	tenant, ok := s.tenants[jobID]
+	s.tenantMu.Unlock()
+	if ok {
+		return tenant, nil
+	}
+	job, err := s.d.Store().GetJob(ctx, jobID)
+	if err != nil {
+		return "", err
+	}
+	s.tenantMu.Lock()
+	if s.tenants == nil || len(s.tenants) >= maxTenantCache {
+		s.tenants = map[string]string{}
+	}
+	s.tenants[jobID] = job.Tenant
+	s.tenantMu.Unlock()
+	return job.Tenant, nil
 }
 
 // refreshToken returns a fresh token for the attempt when the current one has less than half of

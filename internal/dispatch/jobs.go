@@ -446,15 +446,18 @@ func (d *Dispatcher) CancelJob(ctx context.Context, tenant, id, reason string) (
 // of a job, and not while it is being canceled. When no task is left unfinished the job
 // finishes (rule 10).
 func (d *Dispatcher) settleJob(ctx context.Context, tx store.Tx, c *changes, job *store.Job, jobID string, finished int, failedKey string) (*store.Job, error) {
+	dirty := true // job holds changes not yet written
 	if job == nil {
 		var err error
 		if job, err = tx.AddUnfinished(ctx, jobID, -finished); err != nil {
 			return nil, fmt.Errorf("settle job %s: %w", jobID, err)
 		}
+		dirty = false // AddUnfinished wrote the count
 	} else {
 		job.UnfinishedTasks -= finished
 	}
 	if failedKey != "" && job.FailureDetectedAt.IsZero() && job.CancelRequestedAt.IsZero() {
+		dirty = true
 		job.FailureDetectedAt = c.now
 		c.event(job.ID, "", "", EventJobFailure, map[string]any{"jobId": job.ID, "taskId": failedKey})
 	}
@@ -467,6 +470,7 @@ func (d *Dispatcher) settleJob(ctx context.Context, tx store.Tx, c *changes, job
 		for _, t := range tasks {
 			allCompleted = allCompleted && t.Status == lifecycle.Completed
 		}
+		dirty = true
 		job.Status = lifecycle.FinishedJobStatus(!job.CancelRequestedAt.IsZero(), allCompleted)
 		job.FinishedAt = c.now
 		switch job.Status {
@@ -475,6 +479,9 @@ func (d *Dispatcher) settleJob(ctx context.Context, tx store.Tx, c *changes, job
 		case lifecycle.JobCanceled:
 			c.event(job.ID, "", "", EventJobCanceled, map[string]any{"jobId": job.ID, "status": job.Status, "totalTasks": job.TotalTasks})
 		}
+	}
+	if !dirty {
+		return job, nil
 	}
 	return job, tx.UpdateJob(ctx, job)
 }

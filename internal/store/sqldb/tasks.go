@@ -420,21 +420,14 @@ func (t *tx) refs(ctx context.Context, query string, args ...any) ([]*store.Task
 	return out, rows.Err()
 }
 
-// lockChildren takes the children's row locks in id order, so that two parents completing at
-// once cannot lock shared children in opposite orders and deadlock.
-func (t *tx) lockChildren(ctx context.Context, parentID string) error {
-	if t.d.LockRow == "" {
-		return nil
-	}
-	_, err := t.ids(ctx, `SELECT id FROM tasks WHERE id IN
-		(SELECT child_id FROM task_deps WHERE parent_id = $1) ORDER BY id`+t.d.LockRow, parentID)
-	return err
-}
-
 // ReleaseChildren implements store.Tx.
 func (t *tx) ReleaseChildren(ctx context.Context, parentID string, now time.Time) ([]*store.TaskRef, error) {
-	if err := t.lockChildren(ctx, parentID); err != nil {
-		return nil, fmt.Errorf("lock children of %s: %w", parentID, err)
+	children := `SELECT child_id FROM task_deps WHERE parent_id = $1`
+	if t.d.LockRow != "" {
+		// Lock the children in id order, so that two parents completing at once cannot lock
+		// shared children in opposite orders and deadlock; in the same statement, to save a
+		// round trip.
+		children = `SELECT id FROM tasks WHERE id IN (` + children + `) ORDER BY id` + t.d.LockRow
 	}
 	// SET expressions see the row as it was before the update.
 	refs, err := t.refs(ctx, `UPDATE tasks SET unfinished_parents = unfinished_parents - 1,
@@ -442,7 +435,7 @@ func (t *tx) ReleaseChildren(ctx context.Context, parentID string, now time.Time
 		available_at = CASE WHEN unfinished_parents = 1 AND status = 'waiting' THEN $2 ELSE available_at END,
 		last_event_type = CASE WHEN unfinished_parents = 1 AND status = 'waiting' THEN 'Task Pending' ELSE last_event_type END,
 		last_event_at = CASE WHEN unfinished_parents = 1 AND status = 'waiting' THEN $2 ELSE last_event_at END
-		WHERE id IN (SELECT child_id FROM task_deps WHERE parent_id = $1) AND unfinished_parents > 0
+		WHERE id IN (`+children+`) AND unfinished_parents > 0
 		RETURNING `+refCols, parentID, now.UnixMilli())
 	if err != nil {
 		return nil, fmt.Errorf("release children of %s: %w", parentID, err)
