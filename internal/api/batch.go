@@ -127,36 +127,59 @@ func (s *Server) streamReportBatch(w http.ResponseWriter, r *http.Request) (any,
 		items[i] = item{fail: typ == "fail", obj: o}
 	}
 	results := make([]map[string]any, len(items))
-	var wg sync.WaitGroup
+	refused := func(i int, err error) {
+		he := s.toHTTP(s.streamRefusal(err))
+		if he.status >= 500 {
+			s.log.ErrorContext(r.Context(), "batch report failed", "index", i, "err", err)
+		}
+		out := map[string]any{"status": he.status}
+		for k, v := range he.body {
+			out[k] = v
+		}
+		results[i] = out
+	}
+	answered := func(i int, res any) {
+		out := map[string]any{"status": http.StatusOK}
+		for k, v := range res.(map[string]any) {
+			out[k] = v
+		}
+		results[i] = out
+	}
+	// Successes go to the core together (set-based, one transaction); failures one by one,
+	// concurrently, so that group commit still batches them.
+	var (
+		wg        sync.WaitGroup
+		completes []dispatch.CompleteParams
+		where     []int
+	)
 	for i, it := range items {
-		wg.Go(func() {
-			var (
-				res any
-				err error
-			)
-			if it.fail {
-				res, err = s.streamFailObj(r.Context(), it.obj)
-			} else {
-				res, err = s.streamCompleteObj(r.Context(), it.obj)
-			}
+		if it.fail {
+			wg.Go(func() {
+				if res, err := s.streamFailObj(r.Context(), it.obj); err != nil {
+					refused(i, err)
+				} else {
+					answered(i, res)
+				}
+			})
+			continue
+		}
+		p, err := streamCompleteParams(it.obj)
+		if err != nil {
+			refused(i, err)
+			continue
+		}
+		completes = append(completes, p)
+		where = append(where, i)
+	}
+	if len(completes) > 0 {
+		_, errs := s.d.CompleteMany(r.Context(), completes)
+		for k, err := range errs {
 			if err != nil {
-				he := s.toHTTP(s.streamRefusal(err))
-				if he.status >= 500 {
-					s.log.ErrorContext(r.Context(), "batch report failed", "index", i, "err", err)
-				}
-				out := map[string]any{"status": he.status}
-				for k, v := range he.body {
-					out[k] = v
-				}
-				results[i] = out
-				return
+				refused(where[k], err)
+			} else {
+				answered(where[k], map[string]any{"ok": true, "ack": true})
 			}
-			out := map[string]any{"status": http.StatusOK}
-			for k, v := range res.(map[string]any) {
-				out[k] = v
-			}
-			results[i] = out
-		})
+		}
 	}
 	wg.Wait()
 	return map[string]any{"results": results}, nil

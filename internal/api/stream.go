@@ -195,15 +195,24 @@ var (
 	streamFailFields     = []string{"worker_id", "job_id", "attempt_id", "lease_token", "stream", "message_id", "error"}
 )
 
-// streamCompleteObj applies a /complete report read into obj.
-func (s *Server) streamCompleteObj(ctx context.Context, obj map[string]json.RawMessage) (any, error) {
+// streamCompleteParams reads a /complete report.
+func streamCompleteParams(obj map[string]json.RawMessage) (dispatch.CompleteParams, error) {
 	p, err := streamReport(obj)
 	if err != nil {
-		return nil, err
+		return p, err
 	}
 	p.Outcome = store.OutcomeSucceeded
 	if raw, ok := obj["result"]; ok {
 		p.Output = compact(raw)
+	}
+	return p, nil
+}
+
+// streamCompleteObj applies a /complete report read into obj.
+func (s *Server) streamCompleteObj(ctx context.Context, obj map[string]json.RawMessage) (any, error) {
+	p, err := streamCompleteParams(obj)
+	if err != nil {
+		return nil, err
 	}
 	if _, err := s.d.Complete(ctx, p); err != nil {
 		return nil, err

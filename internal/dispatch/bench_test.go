@@ -37,7 +37,11 @@ func benchCreateFlat(b *testing.B, d *dispatch.Dispatcher, n int) {
 
 // benchClaimComplete times ClaimNext (limit tasks at a time) and Complete of b.N ready tasks by
 // eight concurrent workers.
-func benchClaimComplete(b *testing.B, limit int) {
+func benchClaimComplete(b *testing.B, limit int) { benchClaimReport(b, limit, false) }
+
+// benchClaimReport is benchClaimComplete; with many, each claimed batch is reported with one
+// CompleteMany, as the SDK's report-batch does.
+func benchClaimReport(b *testing.B, limit int, many bool) {
 	const workers = 8
 	for _, drv := range storetest.Drivers() {
 		b.Run(drv.Name, func(b *testing.B) {
@@ -65,6 +69,23 @@ func benchClaimComplete(b *testing.B, limit int) {
 							continue
 						}
 						claimed.Add(int64(len(cls)))
+						if many {
+							ps := make([]dispatch.CompleteParams, len(cls))
+							for i, cl := range cls {
+								ps[i] = dispatch.CompleteParams{TaskID: cl.Task.ID, Attempt: cl.Task.Attempt,
+									LeaseToken: cl.Task.LeaseToken, Outcome: store.OutcomeSucceeded, Output: output}
+							}
+							_, errs := d.CompleteMany(ctx, ps)
+							for _, err := range errs {
+								if err != nil {
+									b.Errorf("complete many: %v", err)
+									failed.Store(true)
+									return
+								}
+							}
+							completed.Add(int64(len(cls)))
+							continue
+						}
 						for _, cl := range cls {
 							_, err := d.Complete(ctx, dispatch.CompleteParams{TaskID: cl.Task.ID, Attempt: cl.Task.Attempt,
 								LeaseToken: cl.Task.LeaseToken, Outcome: store.OutcomeSucceeded, Output: output})
@@ -91,6 +112,8 @@ func benchClaimComplete(b *testing.B, limit int) {
 func BenchmarkClaimComplete(b *testing.B) { benchClaimComplete(b, 1) }
 
 func BenchmarkClaimBatchComplete(b *testing.B) { benchClaimComplete(b, 32) }
+
+func BenchmarkClaimBatchCompleteMany(b *testing.B) { benchClaimReport(b, 32, true) }
 
 // benchDiamonds is a job of n tasks: diamonds of five (a root, three middles, a join), plus
 // independent tasks for the remainder.

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/google/uuid"
@@ -110,20 +111,46 @@ func (d *Dispatcher) claim(ctx context.Context, tx store.Tx, c *changes, ids []s
 		return nil, &InvalidError{Message: "worker id " + msg}
 	}
 	now := c.now
-	var claims []*Claim
-	for _, id := range ids {
-		t, ok, err := tx.ClaimTask(ctx, store.ClaimTaskParams{ID: id, Now: now, WorkerID: workerID, LeaseToken: uuid.NewString(), Runtime: runtime})
+	if len(ids) == 0 {
+		return nil, nil
+	}
+	ps := make([]store.ClaimTaskParams, len(ids))
+	order := make(map[string]int, len(ids))
+	for i, id := range ids {
+		ps[i] = store.ClaimTaskParams{ID: id, Now: now, WorkerID: workerID, LeaseToken: uuid.NewString(), Runtime: runtime}
+		order[id] = i
+	}
+	var tasks []*store.Task
+	if len(ps) == 1 {
+		t, ok, err := tx.ClaimTask(ctx, ps[0])
 		if err != nil {
 			return nil, err
 		}
-		if !ok {
-			continue
+		if ok {
+			tasks = []*store.Task{t}
 		}
-		if err := tx.InsertAttempt(ctx, &store.Attempt{TaskID: t.ID, Attempt: t.Attempt, WorkerID: workerID, LeaseToken: t.LeaseToken, StartedAt: now}); err != nil {
+	} else {
+		var err error
+		if tasks, err = tx.ClaimTasks(ctx, ps); err != nil {
 			return nil, err
 		}
+		slices.SortFunc(tasks, func(a, b *store.Task) int { return order[a.ID] - order[b.ID] })
+	}
+	if len(tasks) == 0 {
+		return nil, nil
+	}
+	attempts := make([]*store.Attempt, len(tasks))
+	for i, t := range tasks {
+		attempts[i] = &store.Attempt{TaskID: t.ID, Attempt: t.Attempt, WorkerID: workerID, LeaseToken: t.LeaseToken, StartedAt: now}
+	}
+	if err := tx.InsertAttempts(ctx, attempts); err != nil {
+		return nil, err
+	}
+	claims := make([]*Claim, 0, len(tasks))
+	for _, t := range tasks {
 		outputs := map[string]json.RawMessage{}
 		if len(t.DependsOn) > 0 {
+			var err error
 			if outputs, err = tx.ParentOutputs(ctx, t.ID); err != nil {
 				return nil, err
 			}

@@ -133,6 +133,24 @@ type Tx interface {
 	// its writes are undone (back to a savepoint) and the rest of the transaction stands. An
 	// error after which the database wants the whole transaction rerun still reruns it.
 	Nested(ctx context.Context, fn func(Tx) error) error
+	// LockTasks returns the tasks of ids that exist, in id order, each locked for the rest of the
+	// transaction.
+	LockTasks(ctx context.Context, ids []string) ([]*Task, error)
+	// CurrentAttempts returns the current attempt of each task of ids that has one.
+	CurrentAttempts(ctx context.Context, ids []string) ([]*Attempt, error)
+	// CompleteTasks is rule 9's success for many running attempts at once: each task becomes
+	// completed with its output, its lease and deadlines cleared. It returns ErrLeaseLost, having
+	// changed nothing the caller may keep, unless every task was running the given attempt.
+	CompleteTasks(ctx context.Context, done []CompletedTask, now time.Time) error
+	// FinishAttempts records those attempts as succeeded, with their metrics.
+	FinishAttempts(ctx context.Context, done []CompletedTask, now time.Time) error
+	// ClaimTasks is ClaimTask for several tasks, all with the same worker, time and runtime; it
+	// returns the tasks it claimed (those still claimable), in no particular order.
+	ClaimTasks(ctx context.Context, ps []ClaimTaskParams) ([]*Task, error)
+	// InsertAttempts is InsertAttempt for several attempts.
+	InsertAttempts(ctx context.Context, as []*Attempt) error
+	// ReleaseChildrenOf is ReleaseChildren for several completed parents at once.
+	ReleaseChildrenOf(ctx context.Context, parentIDs []string, now time.Time) ([]*TaskRef, error)
 	// ReadyTaskIDs selects up to limit claimable pull tasks of a queue (pending, available at or
 	// before now), highest priority first, skipping rows another transaction has locked.
 	ReadyTaskIDs(ctx context.Context, queue string, now time.Time, limit int) ([]string, error)
@@ -276,6 +294,7 @@ type TaskSummary struct {
 // TaskRef names a task a bulk transition touched, with its status afterwards.
 type TaskRef struct {
 	ID          string
+	JobID       string
 	Key         string
 	Name        string
 	Queue       string
@@ -295,6 +314,14 @@ type Dep struct {
 type Fence struct {
 	Status  lifecycle.TaskStatus
 	Attempt int
+}
+
+// CompletedTask is one succeeded attempt of Tx.CompleteTasks and Tx.FinishAttempts.
+type CompletedTask struct {
+	ID      string
+	Attempt int
+	Output  json.RawMessage
+	Metrics json.RawMessage
 }
 
 // ClaimTaskParams is the input of Tx.ClaimTask.

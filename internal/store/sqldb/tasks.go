@@ -397,7 +397,7 @@ func (t *tx) UpdateTask(ctx context.Context, tk *store.Task, fence store.Fence) 
 	return nil
 }
 
-const refCols = `id, task_key, name, queue, runtime, status, available_at`
+const refCols = `id, job_id, task_key, name, queue, runtime, status, available_at`
 
 func (t *tx) refs(ctx context.Context, query string, args ...any) ([]*store.TaskRef, error) {
 	rows, err := t.query(ctx, query, args...)
@@ -411,7 +411,7 @@ func (t *tx) refs(ctx context.Context, query string, args ...any) ([]*store.Task
 			r         store.TaskRef
 			available int64
 		)
-		if err := rows.Scan(&r.ID, &r.Key, &r.Name, &r.Queue, &r.Runtime, &r.Status, &available); err != nil {
+		if err := rows.Scan(&r.ID, &r.JobID, &r.Key, &r.Name, &r.Queue, &r.Runtime, &r.Status, &available); err != nil {
 			return nil, err
 		}
 		r.AvailableAt = time.UnixMilli(available).UTC()

@@ -373,7 +373,7 @@ func checkRefMatchesTask(t testing.TB, st store.Store, what string, r *store.Tas
 		t.Errorf("%s: ref %s: GetTask: %v", what, r.ID, err)
 		return
 	}
-	want := &store.TaskRef{ID: tk.ID, Key: tk.Key, Name: tk.Name, Queue: tk.Queue, Runtime: tk.Runtime, Status: tk.Status, AvailableAt: tk.AvailableAt}
+	want := &store.TaskRef{ID: tk.ID, JobID: tk.JobID, Key: tk.Key, Name: tk.Name, Queue: tk.Queue, Runtime: tk.Runtime, Status: tk.Status, AvailableAt: tk.AvailableAt}
 	checkSame(t, what+": ref "+tk.Key, want, r)
 }
 

@@ -1,0 +1,169 @@
+package dispatch
+
+import (
+	"context"
+	"encoding/json"
+	"slices"
+	"sync"
+
+	"github.com/baton-dev/baton/internal/lifecycle"
+	"github.com/baton-dev/baton/internal/store"
+)
+
+// CompleteMany applies several reports, each exactly as Complete would (same fencing, same
+// idempotency, same answers), and returns their results and errors in order. Successes of
+// running attempts without final events — the common case — are applied together, with
+// set-based statements in one transaction: a batch of them costs a handful of round trips to the
+// database rather than several per task. Every other report goes through Complete.
+func (d *Dispatcher) CompleteMany(ctx context.Context, ps []CompleteParams) ([]*CompleteResult, []error) {
+	results := make([]*CompleteResult, len(ps))
+	errs := make([]error, len(ps))
+	var fast []int
+	seen := map[string]bool{}
+	for i, p := range ps {
+		if p.Outcome == store.OutcomeSucceeded && len(p.Events) == 0 && !seen[p.TaskID] {
+			seen[p.TaskID] = true
+			fast = append(fast, i)
+		}
+	}
+	slow := d.completeFast(ctx, ps, fast, results, errs)
+	isFast := map[int]bool{}
+	for _, i := range fast {
+		isFast[i] = true
+	}
+	for _, i := range slow {
+		isFast[i] = false
+	}
+	var wg sync.WaitGroup
+	for i := range ps {
+		if isFast[i] {
+			continue
+		}
+		wg.Go(func() { results[i], errs[i] = d.Complete(ctx, ps[i]) })
+	}
+	wg.Wait()
+	return results, errs
+}
+
+// completeFast applies the successes ps[idx...] in one transaction and fills in their results
+// and errors. It returns the indexes it left for Complete: reports of attempts that are not
+// simply running (a late report after a timeout), or all of them if the transaction failed.
+func (d *Dispatcher) completeFast(ctx context.Context, ps []CompleteParams, idx []int, results []*CompleteResult, errs []error) (slow []int) {
+	if len(idx) == 0 {
+		return nil
+	}
+	ids := make([]string, len(idx))
+	for k, i := range idx {
+		ids[k] = ps[i].TaskID
+	}
+	err := d.update(ctx, func(tx store.Tx, c *changes) error {
+		slow = nil
+		for _, i := range idx {
+			results[i], errs[i] = nil, nil
+		}
+		tasks, err := tx.LockTasks(ctx, ids)
+		if err != nil {
+			return err
+		}
+		attempts, err := tx.CurrentAttempts(ctx, ids)
+		if err != nil {
+			return err
+		}
+		byID := make(map[string]*store.Task, len(tasks))
+		for _, t := range tasks {
+			byID[t.ID] = t
+		}
+		current := make(map[string]*store.Attempt, len(attempts))
+		for _, a := range attempts {
+			current[a.TaskID] = a
+		}
+		var (
+			done    []store.CompletedTask
+			doneIdx []int
+		)
+		for _, i := range idx {
+			p := ps[i]
+			t := byID[p.TaskID]
+			if t == nil {
+				errs[i] = ErrTaskNotFound
+				continue
+			}
+			if err := checkFence(t, p.Attempt, p.LeaseToken); err != nil {
+				errs[i] = err
+				continue
+			}
+			a := current[t.ID]
+			switch {
+			case a == nil:
+				slow = append(slow, i) // Complete reports the missing attempt
+			case reported(a.Outcome):
+				if a.Outcome != p.Outcome {
+					errs[i] = ErrOutcomeConflict
+				} else {
+					results[i] = &CompleteResult{Task: t, Status: a.Result, Duplicate: true}
+				}
+			case t.Status != lifecycle.Running:
+				slow = append(slow, i) // a late report (rule 6) or an expired attempt
+			default:
+				output := p.Output
+				if len(output) == 0 {
+					output = json.RawMessage("null")
+				}
+				done = append(done, store.CompletedTask{ID: t.ID, Attempt: t.Attempt, Output: output, Metrics: p.Metrics})
+				doneIdx = append(doneIdx, i)
+			}
+		}
+		if len(done) == 0 {
+			return nil
+		}
+		now := c.now
+		if err := tx.CompleteTasks(ctx, done, now); err != nil {
+			return err
+		}
+		if err := tx.FinishAttempts(ctx, done, now); err != nil {
+			return err
+		}
+		parents := make([]string, len(done))
+		finished := map[string]int{} // per job
+		for k, dn := range done {
+			t := byID[dn.ID]
+			parents[k] = t.ID
+			finished[t.JobID]++
+			t.Status, t.Output, t.Error = lifecycle.Completed, dn.Output, nil
+			endAttempt(t, now)
+			t.LastEventType, t.LastEventAt = EventTaskCompleted, now
+			c.event(t.JobID, t.ID, t.Key, EventTaskCompleted, map[string]any{"attempt": t.Attempt, "workerId": t.WorkerID})
+			results[doneIdx[k]] = &CompleteResult{Task: t, Status: lifecycle.Completed}
+		}
+		ready, err := tx.ReleaseChildrenOf(ctx, parents, now)
+		if err != nil {
+			return err
+		}
+		for _, r := range ready {
+			if r.Status == lifecycle.Pending {
+				c.event(r.JobID, r.ID, r.Key, EventTaskPending, map[string]any{"requestId": r.Key, "jobId": r.JobID, "name": r.Name})
+				c.wake(r.ID, r.Queue, r.Runtime, now)
+			}
+		}
+		jobs := make([]string, 0, len(finished))
+		for j := range finished {
+			jobs = append(jobs, j)
+		}
+		slices.Sort(jobs) // lock job rows in one order
+		for _, j := range jobs {
+			if _, err := d.settleJob(ctx, tx, c, nil, j, finished[j], ""); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		d.log.WarnContext(ctx, "batch completion failed; applying its reports one by one", "reports", len(idx), "err", err)
+		// Nothing was committed: let Complete apply each report alone.
+		for _, i := range idx {
+			results[i], errs[i] = nil, nil
+		}
+		return idx
+	}
+	return slow
+}

@@ -1,0 +1,96 @@
+package dispatch_test
+
+import (
+	"errors"
+	"testing"
+
+	"github.com/baton-dev/baton/internal/dispatch"
+	"github.com/baton-dev/baton/internal/lifecycle"
+	"github.com/baton-dev/baton/internal/store"
+	"github.com/baton-dev/baton/internal/store/storetest"
+)
+
+// CompleteMany answers every report as Complete would, applying the plain successes together.
+func TestCompleteManyAnswersEachReportAsComplete(t *testing.T) {
+	storetest.ForEachDriver(t, func(t *testing.T, st store.Store) {
+		e := newEnv(t, st)
+		dag := e.submit(spec("p1"), spec("p2"), spec("child", "p1", "p2"), spec("solo", "p1"), spec("other"))
+		flat := e.submit(spec("x"), spec("y"))
+		p1, p2, other := e.claim(dag, "p1"), e.claim(dag, "p2"), e.claim(dag, "other")
+		x, y := e.claim(flat, "x"), e.claim(flat, "y")
+		done := e.succeed(other) // reported before: repeated below
+		if done.Status != lifecycle.Completed {
+			t.Fatal(done)
+		}
+		ok := func(c *dispatch.Claim, out string) dispatch.CompleteParams {
+			return dispatch.CompleteParams{TaskID: c.Task.ID, Attempt: c.Task.Attempt, LeaseToken: c.Task.LeaseToken,
+				Outcome: store.OutcomeSucceeded, Output: []byte(out)}
+		}
+		forged := ok(x, `1`)
+		forged.LeaseToken = "forged"
+		failOther := ok(other, ``)
+		failOther.Outcome, failOther.Error = store.OutcomeFailed, &store.TaskError{Category: lifecycle.UserCode, Message: "no"}
+		ps := []dispatch.CompleteParams{
+			ok(p1, `{"p":1}`),
+			ok(p2, `{"p":2}`),
+			forged,               // refused: lease mismatch, no effect
+			ok(x, `{"x":1}`),     // applied (the forged one before it changed nothing)
+			ok(other, `{"n":1}`), // a repeat of an applied report: duplicate
+			{TaskID: "no-such-task", Attempt: 1, LeaseToken: "t", Outcome: store.OutcomeSucceeded},
+			ok(p1, `{"p":1}`), // the same report twice in one batch: applied once
+			failOther,         // a failure goes through Complete: other succeeded, so it conflicts
+		}
+		results, errs := e.d.CompleteMany(e.ctx, ps)
+		for i, want := range []string{"ok", "ok", "lease", "ok", "dup", "notfound", "dup", "conflict"} {
+			err, res := errs[i], results[i]
+			switch want {
+			case "ok":
+				if err != nil || res == nil || res.Status != lifecycle.Completed || res.Duplicate {
+					t.Errorf("report %d: %+v, %v; want applied", i, res, err)
+				}
+			case "dup":
+				if err != nil || res == nil || !res.Duplicate || res.Status != lifecycle.Completed {
+					t.Errorf("report %d: %+v, %v; want a duplicate", i, res, err)
+				}
+			case "lease":
+				if !errors.Is(err, dispatch.ErrLeaseMismatch) {
+					t.Errorf("report %d: %v, want ErrLeaseMismatch", i, err)
+				}
+			case "notfound":
+				if !errors.Is(err, dispatch.ErrTaskNotFound) {
+					t.Errorf("report %d: %v, want ErrTaskNotFound", i, err)
+				}
+			case "conflict":
+				if !errors.Is(err, dispatch.ErrOutcomeConflict) {
+					t.Errorf("report %d: %v, want ErrOutcomeConflict", i, err)
+				}
+			}
+		}
+		wantStatus(t, e, dag, map[string]lifecycle.TaskStatus{"p1": lifecycle.Completed, "p2": lifecycle.Completed,
+			"child": lifecycle.Pending, "solo": lifecycle.Pending, "other": lifecycle.Completed})
+		if tk := e.task(dag, "p1"); string(tk.Output) != `{"p":1}` || !tk.LeaseExpiresAt.IsZero() || tk.FinishedAt.IsZero() {
+			t.Errorf("p1 after CompleteMany: output %s lease %v finished %v", tk.Output, tk.LeaseExpiresAt, tk.FinishedAt)
+		}
+		for key, n := range map[string]int{"p1": 1, "p2": 1, "other": 1} {
+			if got := count(e.events(dag, key), dispatch.EventTaskCompleted); got != n {
+				t.Errorf("%s: %d Task Completed events, want %d", key, got, n)
+			}
+		}
+		if got := count(e.events(dag, "child"), dispatch.EventTaskPending); got != 1 {
+			t.Errorf("child released %d times, want once (after both parents)", got)
+		}
+		as, err := st.ListAttempts(e.ctx, p1.Task.ID)
+		if err != nil || len(as) != 1 || as[0].Outcome != store.OutcomeSucceeded || as[0].Result != lifecycle.Completed || as[0].FinishedAt.IsZero() {
+			t.Errorf("p1's attempt: %+v, %v", as, err)
+		}
+		// Finishing the rest completes both jobs, with the counts the batch left.
+		e.run(dag, "child", "solo")
+		if j := e.job(dag.ID); j.Status != lifecycle.JobCompleted || j.UnfinishedTasks != 0 {
+			t.Errorf("dag job: %s with %d unfinished", j.Status, j.UnfinishedTasks)
+		}
+		e.succeed(y)
+		if j := e.job(flat.ID); j.UnfinishedTasks != 0 || j.Status == lifecycle.JobProcessing {
+			t.Errorf("flat job: %s with %d unfinished", j.Status, j.UnfinishedTasks)
+		}
+	})
+}
