@@ -10,6 +10,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"os/signal"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -17,9 +18,10 @@ import (
 )
 
 // TestMain lets this test binary stand in for `baton` when `baton dev --demo` re-executes itself
-// as `worker` and, through the workers, as `demo-task`.
+// as `worker` and, through the workers, as `demo-task`, and when `baton bench` re-executes itself
+// as its server (`dev`, `server`, or `bench profile-child` for a profiled one).
 func TestMain(m *testing.M) {
-	if len(os.Args) > 1 && (os.Args[1] == "worker" || os.Args[1] == "demo-task") {
+	if len(os.Args) > 1 && slices.Contains([]string{"worker", "demo-task", "dev", "server", "bench"}, os.Args[1]) {
 		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 		code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
 		stop()

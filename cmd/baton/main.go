@@ -28,6 +28,7 @@ Commands:
   certs     make a development CA and mTLS certificates for /internal/* (certs dev --out DIR)
   worker    run untrusted programs as tasks: baton worker --task NAME --exec 'COMMAND'
   job       submit, list, get, cancel, resume and watch jobs (BATON_URL, BATON_API_KEY)
+  bench     measure throughput and latency with no-op tasks (bench --tasks N --via sdk|stream-worker|internal|callback)
   version   print the version
 
 Run 'baton <command> -h' for a command's flags.
@@ -59,6 +60,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return runCerts(ctx, args[1:], stdout, stderr)
 	case "migrate":
 		return runMigrate(ctx, args[1:], stdout, stderr)
+	case "bench":
+		return runBench(ctx, args[1:], stdout, stderr)
 	case "version":
 		fmt.Fprintln(stdout, "baton", version)
 		return 0

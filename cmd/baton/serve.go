@@ -37,6 +37,7 @@ type serverFlags struct {
 	pushTargets                                          listFlag
 	publicURL                                            string
 	pushTimeout                                          time.Duration
+	groupCommit                                          bool
 }
 
 func (f *serverFlags) register(fs *flag.FlagSet) {
@@ -64,6 +65,7 @@ func (f *serverFlags) register(fs *flag.FlagSet) {
 	fs.Var(&f.pushTargets, "push-target", "`NAME=URL`: deliver tasks named NAME with runtime push to the HTTP target URL (repeatable)")
 	fs.StringVar(&f.publicURL, "public-url", "", "URL at which push targets reach the producer listener's callback API (default: http://<--listen>)")
 	fs.DurationVar(&f.pushTimeout, "push-timeout", 30*time.Second, "how long a push target has to accept a task")
+	fs.BoolVar(&f.groupCommit, "group-commit", true, "apply transitions that arrive together in one database transaction (--group-commit=false: one each)")
 }
 
 // pushTargetMap parses --push-target NAME=URL flags.
@@ -182,7 +184,8 @@ func (f *serverFlags) bind(ctx context.Context) (*listeners, error) {
 // gracefully: listeners stop accepting, in-flight requests finish (each answered only after its
 // transaction committed), the loops stop.
 func serve(ctx context.Context, f *serverFlags, ls *listeners, st store.Store, log *slog.Logger) error {
-	d, err := dispatch.New(st, dispatch.Config{Logger: log, MaxTasksPerJob: f.maxTasksPerJob, Defaults: f.defaults})
+	d, err := dispatch.New(st, dispatch.Config{Logger: log, MaxTasksPerJob: f.maxTasksPerJob, Defaults: f.defaults,
+		GroupCommit: dispatch.GroupCommit{Off: !f.groupCommit}})
 	if err != nil {
 		return err
 	}

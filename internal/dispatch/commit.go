@@ -17,7 +17,7 @@ import (
 type GroupCommit struct {
 	Off        bool // one transaction per transition
 	MaxBatch   int  // most transitions per transaction; default 128
-	Committers int  // transactions in flight at once; default 1 on a single-writer store (SQLite), else 4
+	Committers int  // transactions in flight at once; default 1
 	// Observe, when set, is called after each batch with its size and whether it committed.
 	Observe func(size int, committed bool)
 }
@@ -43,19 +43,17 @@ type committer struct {
 	active int // committer goroutines running
 }
 
-// singleWriter is implemented by stores that serialise write transactions (SQLite).
-type singleWriter interface{ SingleWriter() bool }
-
 func newCommitter(d *Dispatcher, cfg GroupCommit) *committer {
 	c := &committer{d: d, maxBatch: cfg.MaxBatch, committers: cfg.Committers, observe: cfg.Observe}
 	if c.maxBatch <= 0 {
 		c.maxBatch = 128
 	}
 	if c.committers <= 0 {
-		c.committers = 4
-		if sw, ok := d.store.(singleWriter); ok && sw.SingleWriter() {
-			c.committers = 1
-		}
+		// One transaction in flight per process: its batch holds the row locks of many
+		// transitions at once, and two such batches would take them in different orders and
+		// deadlock (PostgreSQL then stalls both for deadlock_timeout). One committer with large
+		// batches does the same work without lock waits; on SQLite writes are serial anyway.
+		c.committers = 1
 	}
 	return c
 }

@@ -1,0 +1,314 @@
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"runtime/pprof"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/baton-dev/baton/internal/auth"
+	"github.com/baton-dev/baton/internal/bench"
+	"github.com/baton-dev/baton/internal/store/postgres"
+)
+
+const benchUsage = `Usage: baton bench [flags]
+
+Starts a Baton server as a child process (baton dev on a fresh SQLite database, or baton server on
+PostgreSQL with --database-url), or uses a running one (--url), and measures it with no-op tasks
+worked by in-process workers over HTTP on loopback. Two phases of --tasks tasks each, on fresh jobs:
+  work-only       everything is submitted first, no worker running; then the workers start:
+                  tasks/s from their start to the last acknowledged completion
+  submit-to-done  the workers run while the jobs are submitted: tasks/s from the first
+                  submission to the last acknowledged completion
+Every job is checked completed through the producer API. Latencies are client-side: claim (a
+claim request that returned a task, long-poll wait included) and DAG hand-off (a parent's
+completion acknowledged → its last-released child got by a worker).
+
+Flags:
+`
+
+// benchProfileChild is the hidden first argument of `baton bench` with which the bench starts
+// its server under the CPU profiler: baton bench profile-child FILE dev|server ...
+const benchProfileChild = "profile-child"
+
+// runBench is `baton bench`.
+func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	if len(args) >= 2 && args[0] == benchProfileChild {
+		return runProfiled(ctx, args[1], args[2:], stdout, stderr)
+	}
+	fs := flag.NewFlagSet("baton bench", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprint(stderr, benchUsage)
+		fs.PrintDefaults()
+	}
+	var cfg bench.Config
+	fs.IntVar(&cfg.Tasks, "tasks", 10000, "tasks per phase")
+	fs.StringVar(&cfg.DAG, "dag", bench.Flat, "shape of each job: "+strings.Join(bench.DAGs, ", ")+
+		" (flat: independent tasks; chain: each task depends on the one before; fanout: a root and its children; diamond: a root, its children and a sink)")
+	fs.IntVar(&cfg.JobSize, "job-size", 1000, "most tasks in one job; a larger DAG is several jobs of its shape")
+	fs.IntVar(&cfg.Workers, "workers", 64, "concurrent workers: SDK slots, dialect goroutines or push handlers")
+	fs.StringVar(&cfg.Via, "via", bench.ViaSDK, "worker path: "+strings.Join(bench.Vias, ", ")+
+		" (sdk: the Go worker package; stream-worker: /internal/worker/claim and /complete; internal: transport wake-ups, /internal/task-claim and /task-complete; callback: push tasks reported on /v1/tasks/{id}/completed)")
+	fs.IntVar(&cfg.Batch, "batch", 8, "sdk: claim requests in flight (worker.WithBatchSize)")
+	asJSON := fs.Bool("json", false, "print the result as one JSON object")
+	dbURL := fs.String("database-url", "", "run `baton server` on this PostgreSQL database (migrated first) instead of `baton dev` on SQLite")
+	var tf transportFlags
+	tf.register(fs, "the server's wake-up transport: store, redis or nats (--via internal needs redis or nats)")
+	url := fs.String("url", "", "use the running server whose producer API is at this URL instead of starting one")
+	internalURL := fs.String("internal-url", "", "with --url: the server's internal listener (without TLS)")
+	apiKey := fs.String("api-key", os.Getenv("BATON_API_KEY"), "with --url: a producer API key (env BATON_API_KEY)")
+	serverPID := fs.Int("server-pid", 0, "with --url: the server's process id, to report its CPU time and peak RSS")
+	timeout := fs.Duration("timeout", 10*time.Minute, "give up after this long")
+	verbose := fs.Bool("verbose", false, "print the server's output and the workers' warnings on stderr")
+	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the server process to this file (go tool pprof FILE)")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	usageErr := func(format string, a ...any) int {
+		fmt.Fprintf(stderr, "baton bench: "+format+"\n", a...)
+		return 2
+	}
+	if fs.NArg() > 0 {
+		return usageErr("unexpected argument %q", fs.Arg(0))
+	}
+	cfg.Transport = tf.kind
+	cfg.TransportURL = tf.url()
+	cfg.TransportNamespace = tf.namespace
+	if err := tf.check(); err != nil {
+		return usageErr("%v", err)
+	}
+	if err := cfg.Validate(); err != nil {
+		return usageErr("%v", err)
+	}
+	if *timeout <= 0 {
+		return usageErr("--timeout must be positive")
+	}
+	external := *url != ""
+	switch {
+	case external && *dbURL != "":
+		return usageErr("--url uses a running server; --database-url starts one: give one or the other")
+	case external && *internalURL == "" && cfg.Via != bench.ViaCallback:
+		return usageErr("--url needs --internal-url: the workers claim on the server's internal listener")
+	case external && *apiKey == "":
+		return usageErr("--url needs --api-key (or BATON_API_KEY)")
+	case external && cfg.Via == bench.ViaCallback:
+		return usageErr("--via callback needs the server the bench starts: the server must be told the bench's push target when it starts")
+	case external && *cpuProfile != "":
+		return usageErr("--cpuprofile profiles the server the bench starts; for a running server use its own profiler")
+	case !external && (*internalURL != "" || *serverPID != 0):
+		return usageErr("--internal-url and --server-pid go with --url")
+	case *serverPID < 0:
+		return usageErr("--server-pid must be a process id")
+	}
+	if *serverPID != 0 {
+		if _, err := bench.ReadProcStats(*serverPID); err != nil {
+			return usageErr("--server-pid %d: %v", *serverPID, err)
+		}
+	}
+
+	ctx, cancel := context.WithTimeoutCause(ctx, *timeout, fmt.Errorf("--timeout %s passed", *timeout))
+	defer cancel()
+	logOut := io.Discard
+	if *verbose {
+		logOut = stderr
+	}
+	cfg.Log = slog.New(slog.NewTextHandler(logOut, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	cfg.TaskName = "bench-" + randomHex(4)
+	fail := func(err error) int {
+		fmt.Fprintln(stderr, "baton bench:", err)
+		return 1
+	}
+
+	store := "external"
+	var child *bench.Child
+	if external {
+		cfg.ProducerURL, cfg.InternalURL, cfg.APIKey = strings.TrimRight(*url, "/"), strings.TrimRight(*internalURL, "/"), *apiKey
+		cfg.ServerPID = *serverPID
+	} else {
+		store = "sqlite"
+		if *dbURL != "" {
+			store = "postgres"
+		}
+		if cfg.Via == bench.ViaCallback {
+			push, err := bench.NewPushTarget(2*cfg.Tasks + 1024)
+			if err != nil {
+				return fail(err)
+			}
+			defer push.Close()
+			cfg.Push = push
+		}
+		var output io.Writer
+		if *verbose {
+			output = stderr
+		}
+		var dataDir string
+		if *dbURL == "" {
+			dir, err := os.MkdirTemp("", "baton-bench-")
+			if err != nil {
+				return fail(err)
+			}
+			defer os.RemoveAll(dir) // after the server stopped: defers run last in, first out
+			dataDir = dir
+		}
+		var err error
+		child, err = startBenchServer(ctx, &cfg, dataDir, *dbURL, tf, *cpuProfile, output)
+		if err != nil {
+			return fail(err)
+		}
+		cfg.ServerPID = child.PID()
+		defer child.Stop(30 * time.Second)
+	}
+
+	res, err := bench.Run(ctx, cfg)
+	if child != nil {
+		if stopErr := child.Stop(30 * time.Second); stopErr != nil && err == nil {
+			err = stopErr
+		}
+	}
+	if err != nil {
+		return fail(err)
+	}
+	res.Store = store
+	if *asJSON {
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		if err := enc.Encode(res); err != nil {
+			return fail(err)
+		}
+	} else {
+		printBench(stdout, res)
+	}
+	if *cpuProfile != "" {
+		fmt.Fprintf(stderr, "server CPU profile written to %s (go tool pprof -top %s)\n", *cpuProfile, *cpuProfile)
+	}
+	return 0
+}
+
+// startBenchServer starts this binary as `baton dev` on a fresh SQLite database in dataDir, or as
+// `baton server` on dbURL, with free loopback ports, no per-job, rate or quota
+// limits, and fills in the server's URLs and API key.
+func startBenchServer(ctx context.Context, cfg *bench.Config, dataDir, dbURL string, tf transportFlags, cpuProfile string, output io.Writer) (*bench.Child, error) {
+	exe, err := os.Executable()
+	if err != nil {
+		return nil, fmt.Errorf("find this program to start the server: %w", err)
+	}
+	producer, err := bench.FreeAddr()
+	if err != nil {
+		return nil, err
+	}
+	internal, err := bench.FreeAddr()
+	if err != nil {
+		return nil, err
+	}
+	common := []string{"--listen", producer, "--internal-listen", internal,
+		"--max-tasks-per-job", "0", "--rate-limit", "0", "--daily-quota", "0", "--shutdown-timeout", "10s",
+		"--transport", tf.kind, "--redis-url", tf.redisURL, "--nats-url", tf.natsURL, "--transport-namespace", tf.namespace}
+	if cfg.Push != nil {
+		common = append(common, "--push-target", cfg.TaskName+"="+cfg.Push.URL(), "--public-url", "http://"+producer)
+	}
+	var args, env []string
+	if dbURL == "" {
+		cfg.APIKey = "bench-" + randomHex(16)
+		args = append([]string{"dev", "--data-dir", dataDir}, common...)
+		env = []string{"BATON_API_KEY=" + cfg.APIKey}
+	} else {
+		if cfg.APIKey, err = benchPostgresKey(ctx, dbURL, cfg.TaskName); err != nil {
+			return nil, err
+		}
+		args = append([]string{"server", "--database-url", dbURL, "--internal-insecure"}, common...)
+	}
+	if cpuProfile != "" {
+		args = append([]string{"bench", benchProfileChild, cpuProfile}, args...)
+	}
+	cfg.ProducerURL, cfg.InternalURL = "http://"+producer, "http://"+internal
+	return bench.StartChild(ctx, bench.ChildConfig{Path: exe, Args: args, Env: env, ProducerURL: cfg.ProducerURL, Output: output})
+}
+
+// benchPostgresKey migrates the database and creates an API key on it, as `baton migrate` and
+// `baton apikey create` would.
+func benchPostgresKey(ctx context.Context, dbURL, name string) (string, error) {
+	st, err := postgres.Open(ctx, dbURL, postgres.Options{MaxConns: 2, Migrate: true})
+	if err != nil {
+		return "", err
+	}
+	defer st.Close()
+	_, secret, err := auth.CreateKey(ctx, st, name, auth.DefaultTenant, "", time.Now())
+	if err != nil {
+		return "", fmt.Errorf("create an API key: %w", err)
+	}
+	return secret, nil
+}
+
+// runProfiled runs a server command under the CPU profiler, writing the profile when it stops.
+func runProfiled(ctx context.Context, file string, args []string, stdout, stderr io.Writer) int {
+	f, err := os.Create(file)
+	if err != nil {
+		fmt.Fprintln(stderr, "baton bench:", err)
+		return 1
+	}
+	defer f.Close()
+	if err := pprof.StartCPUProfile(f); err != nil {
+		fmt.Fprintln(stderr, "baton bench:", err)
+		return 1
+	}
+	code := run(ctx, args, stdout, stderr)
+	pprof.StopCPUProfile()
+	return code
+}
+
+func randomHex(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+// printBench prints the result as one table.
+func printBench(w io.Writer, r *bench.Result) {
+	tw := tabwriter.NewWriter(w, 2, 4, 3, ' ', 0)
+	via := r.Via
+	if r.Via == bench.ViaSDK {
+		via += fmt.Sprintf(" (batch %d)", r.Batch)
+	}
+	fmt.Fprintf(tw, "store\t%s\n", r.Store)
+	fmt.Fprintf(tw, "via\t%s\n", via)
+	fmt.Fprintf(tw, "dag\t%s\n", r.DAG)
+	fmt.Fprintf(tw, "tasks\t%d per phase, in %d jobs\n", r.Tasks, r.Jobs)
+	fmt.Fprintf(tw, "workers\t%d\n", r.Workers)
+	fmt.Fprintf(tw, "\twork-only\tsubmit-to-done\n")
+	a, b := r.WorkOnly, r.SubmitToDone
+	fmt.Fprintf(tw, "tasks/s\t%.0f\t%.0f\n", a.TasksPerSec, b.TasksPerSec)
+	fmt.Fprintf(tw, "seconds\t%.3f\t%.3f\n", a.Seconds, b.Seconds)
+	fmt.Fprintf(tw, "submit seconds\t%.3f\t%.3f\n", a.SubmitSeconds, b.SubmitSeconds)
+	fmt.Fprintf(tw, "claim ms p50 / p95 / p99\t%s\t%s\n", fmtLatency(a.ClaimLatency), fmtLatency(b.ClaimLatency))
+	fmt.Fprintf(tw, "hand-off ms p50 / p95 / p99\t%s\t%s\n", fmtLatency(a.HandoffLatency), fmtLatency(b.HandoffLatency))
+	fmt.Fprintf(tw, "failed requests\t%d\t%d\n", a.Errors, b.Errors)
+	fmt.Fprintf(tw, "server CPU seconds\t%s\n", fmtOpt(r.ServerCPUSeconds, func(v float64) string { return strconv.FormatFloat(v, 'f', 2, 64) }))
+	fmt.Fprintf(tw, "server peak RSS\t%s\n", fmtOpt(r.ServerPeakRSSBytes, func(v int64) string { return fmt.Sprintf("%.1f MiB", float64(v)/(1<<20)) }))
+	fmt.Fprintf(tw, "bench CPU seconds\t%s\n", fmtOpt(r.BenchCPUSeconds, func(v float64) string { return strconv.FormatFloat(v, 'f', 2, 64) }))
+	tw.Flush()
+}
+
+func fmtLatency(l *bench.Latency) string {
+	if l == nil {
+		return "n/a"
+	}
+	return fmt.Sprintf("%.2f / %.2f / %.2f", l.P50, l.P95, l.P99)
+}
+
+func fmtOpt[T any](v *T, f func(T) string) string {
+	if v == nil {
+		return "unknown"
+	}
+	return f(*v)
+}

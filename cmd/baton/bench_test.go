@@ -1,0 +1,204 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/baton-dev/baton/internal/bench"
+)
+
+// runBenchJSON runs `baton bench` with args and --json, and decodes its result. The bench starts its
+// server as a child process: this test binary, which TestMain turns into `baton dev`/`server`.
+func runBenchJSON(t *testing.T, args ...string) *bench.Result {
+	t.Helper()
+	var stdout, stderr bytes.Buffer
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	start := time.Now()
+	code := run(ctx, append([]string{"bench", "--json", "--timeout", "90s"}, args...), &stdout, &stderr)
+	t.Logf("baton bench %s: %s", strings.Join(args, " "), time.Since(start).Round(time.Millisecond))
+	if code != 0 {
+		t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s", code, stdout.String(), stderr.String())
+	}
+	var res bench.Result
+	dec := json.NewDecoder(&stdout)
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&res); err != nil {
+		t.Fatalf("decode the result: %v\n%s", err, stdout.String())
+	}
+	return &res
+}
+
+// checkBench checks that every figure is there and plausible.
+func checkBench(t *testing.T, res *bench.Result, store, via, dag string, tasks int, serverKnown bool) {
+	t.Helper()
+	if res.Store != store || res.Via != via || res.DAG != dag || res.Tasks != tasks || res.Jobs < 1 || res.Workers < 1 {
+		t.Errorf("header: %+v", res)
+	}
+	for name, p := range map[string]bench.Phase{"work-only": res.WorkOnly, "submit-to-done": res.SubmitToDone} {
+		if p.TasksPerSec <= 0 || p.Seconds <= 0 || p.SubmitSeconds <= 0 || p.Errors != 0 {
+			t.Errorf("%s: %+v", name, p)
+		}
+		if p.Seconds < p.SubmitSeconds && name == "submit-to-done" {
+			t.Errorf("%s: done after %.3fs, before the submission ended at %.3fs", name, p.Seconds, p.SubmitSeconds)
+		}
+		switch l := p.ClaimLatency; {
+		case via == bench.ViaCallback:
+			if l != nil {
+				t.Errorf("%s: claim latency %+v for pushed tasks", name, l)
+			}
+		case l == nil || l.Samples != tasks || l.P50 <= 0 || l.P50 > l.P95 || l.P95 > l.P99:
+			t.Errorf("%s: claim latency %+v, want one sample per task", name, l)
+		}
+		// Every task but a root has parents: one root per job.
+		switch l := p.HandoffLatency; {
+		case dag == bench.Flat:
+			if l != nil {
+				t.Errorf("%s: hand-off latency %+v without edges", name, l)
+			}
+		case l == nil || l.Samples != tasks-res.Jobs || l.P50 < 0 || l.P50 > l.P95 || l.P95 > l.P99:
+			t.Errorf("%s: hand-off latency %+v, want %d samples", name, l, tasks-res.Jobs)
+		}
+	}
+	if serverKnown != (res.ServerCPUSeconds != nil) || serverKnown != (res.ServerPeakRSSBytes != nil) {
+		t.Errorf("server statistics %v, %v: want known=%v", res.ServerCPUSeconds, res.ServerPeakRSSBytes, serverKnown)
+	}
+	if serverKnown && (*res.ServerCPUSeconds <= 0 || *res.ServerPeakRSSBytes < 1<<20) {
+		t.Errorf("server CPU %.2f s, peak RSS %d bytes", *res.ServerCPUSeconds, *res.ServerPeakRSSBytes)
+	}
+	if res.BenchCPUSeconds == nil || *res.BenchCPUSeconds <= 0 {
+		t.Errorf("bench CPU %v", res.BenchCPUSeconds)
+	}
+}
+
+// The bench on SQLite, through each pull path and the push path, on DAGs with and without edges.
+func TestBenchSQLite(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		via, dag string
+		tasks    int
+	}{
+		{bench.ViaSDK, bench.Flat, 300},
+		{bench.ViaSDK, bench.Diamond, 300},
+		{bench.ViaStreamWorker, bench.Flat, 300},
+		{bench.ViaStreamWorker, bench.Diamond, 300},
+		{bench.ViaCallback, bench.Fanout, 100},
+	} {
+		t.Run(c.via+"-"+c.dag, func(t *testing.T) {
+			t.Parallel()
+			res := runBenchJSON(t, "--tasks", fmt.Sprint(c.tasks), "--job-size", "100", "--workers", "16", "--via", c.via, "--dag", c.dag)
+			checkBench(t, res, "sqlite", c.via, c.dag, c.tasks, true)
+		})
+	}
+}
+
+// The table has a row for every figure, with numbers where they apply and n/a where not.
+func TestBenchTable(t *testing.T) {
+	t.Parallel()
+	var stdout, stderr bytes.Buffer
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	if code := run(ctx, []string{"bench", "--tasks", "50", "--workers", "8", "--dag", "chain"}, &stdout, &stderr); code != 0 {
+		t.Fatalf("exit %d\n%s\n%s", code, stdout.String(), stderr.String())
+	}
+	out := stdout.String()
+	num := `[0-9]+(\.[0-9]+)?`
+	lat := num + " / " + num + " / " + num
+	for _, row := range []string{
+		`store +sqlite`, `via +sdk \(batch 8\)`, `dag +chain`, `tasks +50 per phase, in 1 jobs`, `workers +8`,
+		` +work-only +submit-to-done`,
+		`tasks/s +` + num + ` +` + num, `seconds +` + num + ` +` + num, `submit seconds +` + num + ` +` + num,
+		`claim ms p50 / p95 / p99 +` + lat + ` +` + lat, `hand-off ms p50 / p95 / p99 +` + lat + ` +` + lat,
+		`failed requests +0 +0`, `server CPU seconds +` + num, `server peak RSS +` + num + ` MiB`, `bench CPU seconds +` + num,
+	} {
+		if !regexp.MustCompile(`(?m)^` + row + ` *$`).MatchString(out) {
+			t.Errorf("no row %q in\n%s", row, out)
+		}
+	}
+}
+
+// --url measures a server that runs already; its CPU and memory are unknown unless its pid is
+// given.
+func TestBenchRunningServer(t *testing.T) {
+	t.Parallel()
+	producer, internal, dir := freeAddr(t), freeAddr(t), t.TempDir()
+	code, keyOut, stderr := runBaton(t, "apikey", "create", "--name", "bench", "--data-dir", dir)
+	if code != 0 {
+		t.Fatalf("apikey create: exit %d: %s", code, stderr)
+	}
+	key := strings.TrimSpace(keyOut)
+	ctx, stop := context.WithCancel(context.Background())
+	defer stop()
+	exited := make(chan int, 1)
+	var srvOut, srvErr syncBuffer
+	go func() {
+		exited <- run(ctx, []string{"dev", "--data-dir", dir, "--listen", producer, "--internal-listen", internal,
+			"--max-tasks-per-job", "0", "--rate-limit", "0", "--daily-quota", "0"}, &srvOut, &srvErr)
+	}()
+	// The bench waits for nothing: wait until the server listens.
+	for deadline := time.Now().Add(20 * time.Second); !strings.Contains(srvOut.String(), "Press Ctrl-C"); {
+		if time.Now().After(deadline) {
+			t.Fatalf("the dev server did not start:\n%s\n%s", srvOut.String(), srvErr.String())
+		}
+		time.Sleep(20 * time.Millisecond) // a server starting in the background
+	}
+	args := []string{"--url", "http://" + producer, "--internal-url", "http://" + internal, "--api-key", key,
+		"--tasks", "50", "--workers", "8", "--via", "stream-worker", "--dag", "fanout"}
+	checkBench(t, runBenchJSON(t, args...), "external", bench.ViaStreamWorker, bench.Fanout, 50, false)
+	// The server runs in this very process here.
+	checkBench(t, runBenchJSON(t, append(args, "--server-pid", fmt.Sprint(os.Getpid()))...), "external", bench.ViaStreamWorker, bench.Fanout, 50, true)
+	stop()
+	if code := <-exited; code != 0 {
+		t.Errorf("dev server exited %d: %s", code, srvErr.String())
+	}
+}
+
+func TestBenchPostgres(t *testing.T) {
+	t.Parallel()
+	url := pgSchemaURL(t)
+	res := runBenchJSON(t, "--database-url", url, "--tasks", "150", "--job-size", "50", "--workers", "16", "--via", "sdk", "--dag", "diamond")
+	checkBench(t, res, "postgres", bench.ViaSDK, bench.Diamond, 150, true)
+}
+
+func TestBenchInternalRedis(t *testing.T) {
+	t.Parallel()
+	redisURL := os.Getenv("BATON_TEST_REDIS_URL")
+	if redisURL == "" {
+		t.Skip("BATON_TEST_REDIS_URL not set; skipping the --via internal run on Redis Streams (e.g. redis://127.0.0.1:6379/0)")
+	}
+	res := runBenchJSON(t, "--via", "internal", "--transport", "redis", "--redis-url", redisURL,
+		"--transport-namespace", "baton-bench-test-"+randomHex(4), "--tasks", "150", "--job-size", "50", "--workers", "16", "--dag", "diamond")
+	checkBench(t, res, "sqlite", bench.ViaInternal, bench.Diamond, 150, true)
+}
+
+// Bad flags are refused with a message that names the flag, before anything starts.
+func TestBenchRefusesBadFlags(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--dag", "zigzag"}, `--dag "zigzag": want flat, chain, fanout or diamond`},
+		{[]string{"--tasks", "0"}, "--tasks must be at least 1"},
+		{[]string{"--via", "internal"}, "--via internal needs --transport redis or --transport nats"},
+		{[]string{"--via", "carrier-pigeon"}, `--via "carrier-pigeon": want sdk, stream-worker, internal or callback`},
+		{[]string{"--workers", "-1"}, "--workers must be at least 1"},
+		{[]string{"--transport", "kafka"}, `--transport "kafka"`},
+		{[]string{"--url", "http://127.0.0.1:1", "--api-key", "k"}, "--url needs --internal-url"},
+		{[]string{"--url", "http://127.0.0.1:1", "--internal-url", "http://127.0.0.1:1", "--api-key", "k", "--via", "callback"}, "--via callback needs the server the bench starts"},
+		{[]string{"--server-pid", "1"}, "--internal-url and --server-pid go with --url"},
+		{[]string{"extra"}, `unexpected argument "extra"`},
+	} {
+		code, stdout, stderr := runBaton(t, append([]string{"bench"}, c.args...)...)
+		if code != 2 || !strings.Contains(stderr, c.want) || stdout != "" {
+			t.Errorf("bench %v: exit %d, stdout %q, stderr %q; want 2 and %q", c.args, code, stdout, stderr, c.want)
+		}
+	}
+}

@@ -1,0 +1,54 @@
+package bench
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"net/http/httptest"
+	"testing"
+	"time"
+
+	"github.com/baton-dev/baton/internal/api"
+	"github.com/baton-dev/baton/internal/auth"
+	"github.com/baton-dev/baton/internal/dispatch"
+	"github.com/baton-dev/baton/internal/store/storetest"
+)
+
+// BenchmarkBenchHTTP is the hot path above the dispatcher's own benchmarks: a task's whole life
+// over HTTP (submission, claim, completion, the job's completion) with the server in this process,
+// so that `go test -bench BenchHTTP -cpuprofile` profiles server and workers together. One
+// operation is one task of each phase; the phases' rates are reported as metrics.
+func BenchmarkBenchHTTP(b *testing.B) {
+	for _, drv := range storetest.Drivers() {
+		for _, via := range []string{ViaSDK, ViaStreamWorker} {
+			b.Run(drv.Name+"/"+via, func(b *testing.B) {
+				st := drv.Open(b)
+				log := slog.New(slog.NewTextHandler(io.Discard, nil))
+				d, err := dispatch.New(st, dispatch.Config{Logger: log})
+				if err != nil {
+					b.Fatal(err)
+				}
+				s := api.New(api.Config{Dispatcher: d, Auth: auth.NewAuthenticator(st, auth.Limits{}, nil),
+					Tokens: auth.NewTokens(st, nil), Logger: log})
+				producer := httptest.NewServer(s.ProducerHandler())
+				defer producer.Close()
+				internal := httptest.NewServer(s.InternalHandler())
+				defer internal.Close()
+				defer s.Drain()
+				ctx := context.Background()
+				_, key, err := auth.CreateKey(ctx, st, "bench", auth.DefaultTenant, "", time.Now())
+				if err != nil {
+					b.Fatal(err)
+				}
+				b.ResetTimer()
+				res, err := Run(ctx, Config{ProducerURL: producer.URL, InternalURL: internal.URL, APIKey: key,
+					Tasks: b.N, DAG: Flat, JobSize: 1000, Workers: 64, Via: via, Batch: 8})
+				if err != nil {
+					b.Fatal(err)
+				}
+				b.ReportMetric(res.WorkOnly.TasksPerSec, "work-only-tasks/s")
+				b.ReportMetric(res.SubmitToDone.TasksPerSec, "submit-to-done-tasks/s")
+			})
+		}
+	}
+}
