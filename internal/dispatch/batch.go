@@ -19,10 +19,8 @@ func (d *Dispatcher) CompleteMany(ctx context.Context, ps []CompleteParams) ([]*
 	results := make([]*CompleteResult, len(ps))
 	errs := make([]error, len(ps))
 	var fast []int
-	seen := map[string]bool{}
 	for i, p := range ps {
-		if p.Outcome == store.OutcomeSucceeded && len(p.Events) == 0 && !seen[p.TaskID] {
-			seen[p.TaskID] = true
+		if p.Outcome == store.OutcomeSucceeded && len(p.Events) == 0 {
 			fast = append(fast, i)
 		}
 	}
@@ -52,22 +50,39 @@ func (d *Dispatcher) completeFast(ctx context.Context, ps []CompleteParams, idx 
 	if len(idx) == 0 {
 		return nil
 	}
-	ids := make([]string, len(idx))
-	for k, i := range idx {
-		ids[k] = ps[i].TaskID
-	}
 	err := d.update(ctx, func(tx store.Tx, c *changes) error {
-		slow = nil
+		var err error
+		slow, err = d.completeBatch(ctx, tx, c, ps, idx, results, errs)
+		return err
+	})
+	if err != nil {
+		d.log.WarnContext(ctx, "batch completion failed; applying its reports one by one", "reports", len(idx), "err", err)
+		// Nothing was committed: let Complete apply each report alone.
 		for _, i := range idx {
 			results[i], errs[i] = nil, nil
 		}
+		return idx
+	}
+	return slow
+}
+
+// completeBatch is completeFast's transaction: it applies the plain successes among ps[idx...]
+// with set-based statements and returns the indexes left for Complete. It may run again.
+func (d *Dispatcher) completeBatch(ctx context.Context, tx store.Tx, c *changes, ps []CompleteParams, idx []int,
+	results []*CompleteResult, errs []error) (slow []int, err error) {
+	ids := make([]string, len(idx))
+	for k, i := range idx {
+		ids[k] = ps[i].TaskID
+		results[i], errs[i] = nil, nil
+	}
+	{
 		tasks, err := tx.LockTasks(ctx, ids)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		attempts, err := tx.CurrentAttempts(ctx, ids)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		byID := make(map[string]*store.Task, len(tasks))
 		for _, t := range tasks {
@@ -80,6 +95,7 @@ func (d *Dispatcher) completeFast(ctx context.Context, ps []CompleteParams, idx 
 		var (
 			done    []store.CompletedTask
 			doneIdx []int
+			doneIDs = map[string]bool{}
 		)
 		for _, i := range idx {
 			p := ps[i]
@@ -104,7 +120,11 @@ func (d *Dispatcher) completeFast(ctx context.Context, ps []CompleteParams, idx 
 				}
 			case t.Status != lifecycle.Running:
 				slow = append(slow, i) // a late report (rule 6) or an expired attempt
+			case doneIDs[t.ID]:
+				// A second report of the attempt in this batch: a repeat, as Complete would see it.
+				results[i] = &CompleteResult{Task: t, Status: lifecycle.Completed, Duplicate: true}
 			default:
+				doneIDs[t.ID] = true
 				output := p.Output
 				if len(output) == 0 {
 					output = json.RawMessage("null")
@@ -114,14 +134,14 @@ func (d *Dispatcher) completeFast(ctx context.Context, ps []CompleteParams, idx 
 			}
 		}
 		if len(done) == 0 {
-			return nil
+			return slow, nil
 		}
 		now := c.now
 		if err := tx.CompleteTasks(ctx, done, now); err != nil {
-			return err
+			return nil, err
 		}
 		if err := tx.FinishAttempts(ctx, done, now); err != nil {
-			return err
+			return nil, err
 		}
 		parents := make([]string, len(done))
 		finished := map[string]int{} // per job
@@ -137,7 +157,7 @@ func (d *Dispatcher) completeFast(ctx context.Context, ps []CompleteParams, idx 
 		}
 		ready, err := tx.ReleaseChildrenOf(ctx, parents, now)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		for _, r := range ready {
 			if r.Status == lifecycle.Pending {
@@ -152,18 +172,9 @@ func (d *Dispatcher) completeFast(ctx context.Context, ps []CompleteParams, idx 
 		slices.Sort(jobs) // lock job rows in one order
 		for _, j := range jobs {
 			if _, err := d.settleJob(ctx, tx, c, nil, j, finished[j], ""); err != nil {
-				return err
+				return nil, err
 			}
 		}
-		return nil
-	})
-	if err != nil {
-		d.log.WarnContext(ctx, "batch completion failed; applying its reports one by one", "reports", len(idx), "err", err)
-		// Nothing was committed: let Complete apply each report alone.
-		for _, i := range idx {
-			results[i], errs[i] = nil, nil
-		}
-		return idx
+		return slow, nil
 	}
-	return slow
 }

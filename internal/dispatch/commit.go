@@ -24,8 +24,14 @@ type GroupCommit struct {
 
 // pending is a transition waiting for its batch to commit.
 type pending struct {
-	ctx  context.Context
-	fn   func(store.Tx, *changes) error
+	ctx context.Context
+	fn  func(store.Tx, *changes) error
+	// A plain success of Complete, applied together with the others of its batch with
+	// set-based statements (completeBatch) instead of by fn. slow: it must be applied alone.
+	complete *CompleteParams
+	result   *CompleteResult
+	slow     bool
+
 	c    *changes
 	err  error
 	done chan struct{}
@@ -68,6 +74,20 @@ func (cm *committer) queued() int {
 // do queues fn and waits until the transaction holding it has committed or failed.
 func (cm *committer) do(ctx context.Context, fn func(store.Tx, *changes) error) error {
 	p := &pending{ctx: context.WithoutCancel(ctx), fn: fn, done: make(chan struct{})}
+	cm.wait(p)
+	return p.err
+}
+
+// doComplete queues a plain success to be applied with the others of its batch. slow reports
+// that it was not applied and must go through Complete's own transition.
+func (cm *committer) doComplete(ctx context.Context, cp CompleteParams) (res *CompleteResult, err error, slow bool) {
+	p := &pending{ctx: context.WithoutCancel(ctx), complete: &cp, done: make(chan struct{})}
+	cm.wait(p)
+	return p.result, p.err, p.slow
+}
+
+// wait queues p and waits until its transaction has committed or failed.
+func (cm *committer) wait(p *pending) {
 	cm.mu.Lock()
 	cm.queue = append(cm.queue, p)
 	if cm.active < cm.committers {
@@ -78,7 +98,6 @@ func (cm *committer) do(ctx context.Context, fn func(store.Tx, *changes) error) 
 	// Once queued, the transition may commit whatever the caller does: wait for the outcome, so
 	// that the answer never misstates what happened.
 	<-p.done
-	return p.err
 }
 
 // loop commits batches until the queue is empty.
@@ -103,7 +122,20 @@ func (cm *committer) loop() {
 // releases the callers.
 func (cm *committer) commit(batch []*pending) {
 	d := cm.d
-	if len(batch) == 1 {
+	// Plain successes are applied together, set-based.
+	var completes []*pending
+	var ps []CompleteParams
+	others := batch[:0:0]
+	for _, p := range batch {
+		if p.complete == nil {
+			others = append(others, p)
+			continue
+		}
+		completes = append(completes, p)
+		ps = append(ps, *p.complete)
+	}
+	batch = others
+	if len(batch) == 1 && len(completes) == 0 {
 		// Alone: no savepoint needed.
 		p := batch[0]
 		p.err = d.updateAlone(p.ctx, p.fn)
@@ -113,10 +145,45 @@ func (cm *committer) commit(batch []*pending) {
 		close(p.done)
 		return
 	}
+	if len(batch) == 0 && len(completes) == 0 {
+		return
+	}
+	ctx := context.Background()
+	if len(batch) > 0 {
+		ctx = batch[0].ctx
+	} else {
+		ctx = completes[0].ctx
+	}
+	idx := make([]int, len(completes))
+	for i := range idx {
+		idx[i] = i
+	}
+	results := make([]*CompleteResult, len(completes))
+	errs := make([]error, len(completes))
 	ready := false
-	err := d.store.InTx(batch[0].ctx, func(tx store.Tx) error {
+	err := d.store.InTx(ctx, func(tx store.Tx) error {
 		// InTx may run this more than once: start afresh.
 		ready = false
+		if len(completes) > 0 {
+			c := &changes{now: d.now()}
+			var slow []int
+			nerr := tx.Nested(ctx, func(tx store.Tx) error {
+				var err error
+				if slow, err = d.completeBatch(ctx, tx, c, ps, idx, results, errs); err != nil {
+					return err
+				}
+				return c.write(ctx, tx)
+			})
+			for i, p := range completes {
+				p.result, p.err, p.slow = results[i], errs[i], nerr != nil
+			}
+			for _, i := range slow {
+				completes[i].result, completes[i].err, completes[i].slow = nil, nil, true
+			}
+			if nerr == nil && c.ready {
+				ready = true
+			}
+		}
 		for _, p := range batch {
 			p.c = &changes{now: d.now()}
 			p.err = tx.Nested(p.ctx, func(tx store.Tx) error {
@@ -130,7 +197,7 @@ func (cm *committer) commit(batch []*pending) {
 			}
 		}
 		if ready {
-			return tx.NotifyReady(batch[0].ctx)
+			return tx.NotifyReady(ctx)
 		}
 		return nil
 	})
@@ -138,11 +205,17 @@ func (cm *committer) commit(batch []*pending) {
 		d.ready.notify()
 	}
 	if cm.observe != nil {
-		cm.observe(len(batch), err == nil)
+		cm.observe(len(batch)+len(completes), err == nil)
 	}
 	for _, p := range batch {
 		if err != nil {
 			p.err = err
+		}
+		close(p.done)
+	}
+	for _, p := range completes {
+		if err != nil {
+			p.result, p.err, p.slow = nil, err, false
 		}
 		close(p.done)
 	}

@@ -308,6 +308,12 @@ func (d *Dispatcher) Complete(ctx context.Context, p CompleteParams) (*CompleteR
 	default:
 		return nil, &InvalidError{Message: fmt.Sprintf("unknown outcome %q", p.Outcome)}
 	}
+	if d.commit != nil && p.Outcome == store.OutcomeSucceeded && len(p.Events) == 0 {
+		// Applied with the other plain successes of its group commit, set-based.
+		if res, err, slow := d.commit.doComplete(ctx, p); !slow {
+			return res, err
+		}
+	}
 	var res *CompleteResult
 	err := d.update(ctx, func(tx store.Tx, c *changes) error {
 		res = nil

@@ -3,6 +3,7 @@ package sqldb
 import (
 	"context"
 	"fmt"
+	"math/bits"
 	"strconv"
 	"strings"
 	"time"
@@ -25,10 +26,24 @@ func placeholders(from, n int) string {
 	return b.String()
 }
 
+// padded is the size class of a list of n items: the next power of two. Lists are padded to it
+// with items that match nothing, so that each statement has a few texts, prepared once and
+// cached (by the SQLite store's statement cache and by pgx), instead of one per length.
+func padded(n int) int {
+	if n <= 1 {
+		return 1
+	}
+	return 1 << bits.Len(uint(n-1))
+}
+
+// stringArgs returns ss as arguments, padded with "" (no task has the empty id).
 func stringArgs(ss []string) []any {
-	args := make([]any, len(ss))
-	for i, s := range ss {
-		args[i] = s
+	args := make([]any, padded(len(ss)))
+	for i := range args {
+		args[i] = ""
+		if i < len(ss) {
+			args[i] = ss[i]
+		}
 	}
 	return args
 }
@@ -38,8 +53,9 @@ func (t *tx) LockTasks(ctx context.Context, ids []string) ([]*store.Task, error)
 	if len(ids) == 0 {
 		return nil, nil
 	}
-	rows, err := t.query(ctx, `SELECT `+taskCols+` FROM tasks WHERE id IN (`+placeholders(1, len(ids))+`)
-		ORDER BY id`+t.d.LockRow, stringArgs(ids)...)
+	args := stringArgs(ids)
+	rows, err := t.query(ctx, `SELECT `+taskCols+` FROM tasks WHERE id IN (`+placeholders(1, len(args))+`)
+		ORDER BY id`+t.d.LockRow, args...)
 	if err != nil {
 		return nil, fmt.Errorf("lock tasks: %w", err)
 	}
@@ -53,8 +69,9 @@ func (t *tx) CurrentAttempts(ctx context.Context, ids []string) ([]*store.Attemp
 	}
 	fields := strings.FieldsFunc(attemptCols, func(r rune) bool { return r == ',' || r == ' ' || r == '\n' || r == '\t' })
 	cols := "a." + strings.Join(fields, ", a.")
+	args := stringArgs(ids)
 	rows, err := t.query(ctx, `SELECT `+cols+` FROM attempts a JOIN tasks t ON t.id = a.task_id AND t.attempt = a.attempt
-		WHERE a.task_id IN (`+placeholders(1, len(ids))+`)`, stringArgs(ids)...)
+		WHERE a.task_id IN (`+placeholders(1, len(args))+`)`, args...)
 	if err != nil {
 		return nil, fmt.Errorf("current attempts: %w", err)
 	}
@@ -70,27 +87,53 @@ func (t *tx) CurrentAttempts(ctx context.Context, ids []string) ([]*store.Attemp
 	return out, rows.Err()
 }
 
+// caseOf builds "CASE key WHEN $i THEN $j ... END" and the IN list of keys for a padded list
+// of rows: args gets each row's key and value. The plain IN list lets the database use the
+// primary key, which a join against a VALUES list of parameters may not.
+func caseOf(key string, n int, args *[]any, row func(i int) (k, v any), cast string) (expr, in string) {
+	var c, l strings.Builder
+	c.WriteString("CASE " + key)
+	for i := range n {
+		k, v := row(i)
+		*args = append(*args, k, v)
+		ki, vi := len(*args)-1, len(*args)
+		val := "$" + strconv.Itoa(vi)
+		if cast != "" {
+			val = "CAST(" + val + " AS " + cast + ")"
+		}
+		fmt.Fprintf(&c, " WHEN $%d THEN %s", ki, val)
+		if i > 0 {
+			l.WriteString(", ")
+		}
+		l.WriteString("$" + strconv.Itoa(ki))
+	}
+	c.WriteString(" END")
+	return c.String(), l.String()
+}
+
 // CompleteTasks implements store.Tx.
 func (t *tx) CompleteTasks(ctx context.Context, done []store.CompletedTask, now time.Time) error {
 	if len(done) == 0 {
 		return nil
 	}
-	var values strings.Builder
+	n := padded(len(done))
 	args := []any{now.UnixMilli()}
-	for i, d := range done {
-		if i > 0 {
-			values.WriteString(", ")
+	output, ids := caseOf("id", n, &args, func(i int) (any, any) {
+		if i < len(done) {
+			return done[i].ID, jsonArg(done[i].Output)
 		}
-		n := len(args)
-		fmt.Fprintf(&values, "($%d, CAST($%d AS INTEGER), $%d)", n+1, n+2, n+3)
-		args = append(args, d.ID, d.Attempt, jsonArg(d.Output))
-	}
-	res, err := t.exec(ctx, `WITH v(id, attempt, output) AS (VALUES `+values.String()+`)
-		UPDATE tasks SET status = 'completed', output = (SELECT v.output FROM v WHERE v.id = tasks.id),
+		return "", nil
+	}, "")
+	attempt, _ := caseOf("id", n, &args, func(i int) (any, any) {
+		if i < len(done) {
+			return done[i].ID, done[i].Attempt
+		}
+		return "", 0
+	}, "INTEGER")
+	res, err := t.exec(ctx, `UPDATE tasks SET status = 'completed', output = `+output+`,
 		error = NULL, lease_expires_at = NULL, deadline_at = NULL, reap_at = NULL, finished_at = $1,
 		last_event_type = 'Task Completed', last_event_at = $1
-		WHERE id IN (SELECT v.id FROM v) AND status = 'running'
-		AND attempt = (SELECT v.attempt FROM v WHERE v.id = tasks.id)`, args...)
+		WHERE id IN (`+ids+`) AND status = 'running' AND attempt = `+attempt, args...)
 	if err != nil {
 		return fmt.Errorf("complete tasks: %w", err)
 	}
@@ -105,20 +148,29 @@ func (t *tx) FinishAttempts(ctx context.Context, done []store.CompletedTask, now
 	if len(done) == 0 {
 		return nil
 	}
-	var values strings.Builder
+	n := padded(len(done))
 	args := []any{now.UnixMilli()}
-	for i, d := range done {
-		if i > 0 {
-			values.WriteString(", ")
+	metrics, _ := caseOf("task_id", n, &args, func(i int) (any, any) {
+		if i < len(done) {
+			return done[i].ID, jsonArg(done[i].Metrics)
 		}
-		n := len(args)
-		fmt.Fprintf(&values, "($%d, CAST($%d AS INTEGER), $%d)", n+1, n+2, n+3)
-		args = append(args, d.ID, d.Attempt, jsonArg(d.Metrics))
+		return "", nil
+	}, "")
+	var pairs strings.Builder
+	for i := range n {
+		if i > 0 {
+			pairs.WriteString(", ")
+		}
+		fmt.Fprintf(&pairs, "($%d, CAST($%d AS INTEGER))", len(args)+1, len(args)+2)
+		if i < len(done) {
+			args = append(args, done[i].ID, done[i].Attempt)
+		} else {
+			args = append(args, "", 0)
+		}
 	}
-	res, err := t.exec(ctx, `WITH v(task_id, attempt, metrics) AS (VALUES `+values.String()+`)
-		UPDATE attempts SET finished_at = $1, outcome = 'succeeded', result = 'completed', error = NULL,
-		metrics = (SELECT v.metrics FROM v WHERE v.task_id = attempts.task_id AND v.attempt = attempts.attempt)
-		WHERE (task_id, attempt) IN (SELECT v.task_id, v.attempt FROM v)`, args...)
+	res, err := t.exec(ctx, `UPDATE attempts SET finished_at = $1, outcome = 'succeeded', result = 'completed',
+		error = NULL, metrics = `+metrics+`
+		WHERE (task_id, attempt) IN (`+pairs.String()+`)`, args...)
 	if err != nil {
 		return fmt.Errorf("finish attempts: %w", err)
 	}
@@ -133,16 +185,18 @@ func (t *tx) ReleaseChildrenOf(ctx context.Context, parentIDs []string, now time
 	if len(parentIDs) == 0 {
 		return nil, nil
 	}
-	args := append([]any{now.UnixMilli()}, stringArgs(parentIDs)...)
-	children := `SELECT d.child_id FROM d`
+	parents := stringArgs(parentIDs)
+	args := append([]any{now.UnixMilli()}, parents...)
+	in := placeholders(2, len(parents))
+	children := `SELECT child_id FROM task_deps WHERE parent_id IN (` + in + `)`
 	if t.d.LockRow != "" {
 		// Children locked in id order, as ReleaseChildren does.
-		children = `SELECT id FROM tasks WHERE id IN (SELECT d.child_id FROM d) ORDER BY id` + t.d.LockRow
+		children = `SELECT id FROM tasks WHERE id IN (` + children + `) ORDER BY id` + t.d.LockRow
 	}
-	const n = `(SELECT d.n FROM d WHERE d.child_id = tasks.id)`
-	refs, err := t.refs(ctx, `WITH d(child_id, n) AS (SELECT child_id, count(*) FROM task_deps
-			WHERE parent_id IN (`+placeholders(2, len(parentIDs))+`) GROUP BY child_id)
-		UPDATE tasks SET unfinished_parents = unfinished_parents - `+n+`,
+	// n: how many of the completed parents each child has (task_deps' primary key leads with
+	// child_id).
+	n := `(SELECT count(*) FROM task_deps d WHERE d.child_id = tasks.id AND d.parent_id IN (` + in + `))`
+	refs, err := t.refs(ctx, `UPDATE tasks SET unfinished_parents = unfinished_parents - `+n+`,
 		status = CASE WHEN unfinished_parents = `+n+` AND status = 'waiting' THEN 'pending' ELSE status END,
 		available_at = CASE WHEN unfinished_parents = `+n+` AND status = 'waiting' THEN $1 ELSE available_at END,
 		last_event_type = CASE WHEN unfinished_parents = `+n+` AND status = 'waiting' THEN 'Task Pending' ELSE last_event_type END,
@@ -161,22 +215,20 @@ func (t *tx) ClaimTasks(ctx context.Context, ps []store.ClaimTaskParams) ([]*sto
 		return nil, nil
 	}
 	p0 := ps[0]
-	var values strings.Builder
-	args := []any{p0.Now.UnixMilli(), p0.WorkerID, cmpOr(p0.Runtime, "pull")}
-	for i, p := range ps {
+	for _, p := range ps {
 		if p.WorkerID != p0.WorkerID || !p.Now.Equal(p0.Now) || cmpOr(p.Runtime, "pull") != cmpOr(p0.Runtime, "pull") {
 			return nil, fmt.Errorf("claim tasks: one worker, time and runtime per call")
 		}
-		if i > 0 {
-			values.WriteString(", ")
-		}
-		n := len(args)
-		fmt.Fprintf(&values, "($%d, $%d)", n+1, n+2)
-		args = append(args, p.ID, p.LeaseToken)
 	}
-	rows, err := t.query(ctx, `WITH v(id, token) AS (VALUES `+values.String()+`)
-		UPDATE tasks SET status = 'running',
-		attempt = attempt + 1, lease_token = (SELECT v.token FROM v WHERE v.id = tasks.id), worker_id = $2,
+	args := []any{p0.Now.UnixMilli(), p0.WorkerID, cmpOr(p0.Runtime, "pull")}
+	token, ids := caseOf("id", padded(len(ps)), &args, func(i int) (any, any) {
+		if i < len(ps) {
+			return ps[i].ID, ps[i].LeaseToken
+		}
+		return "", ""
+	}, "")
+	rows, err := t.query(ctx, `UPDATE tasks SET status = 'running',
+		attempt = attempt + 1, lease_token = `+token+`, worker_id = $2,
 		started_at = $1, heartbeat_at = $1,
 		lease_expires_at = $1 + heartbeat_timeout_ms,
 		deadline_at = CASE WHEN timeout_ms > 0 THEN $1 + timeout_ms ELSE NULL END,
@@ -184,7 +236,7 @@ func (t *tx) ClaimTasks(ctx context.Context, ps []store.ClaimTaskParams) ([]*sto
 			THEN $1 + timeout_ms ELSE $1 + heartbeat_timeout_ms END,
 		cancel_requested_at = NULL, cancel_reason = '', finished_at = NULL,
 		last_event_type = 'Task Processing Started', last_event_at = $1
-		WHERE id IN (SELECT v.id FROM v) AND status = 'pending' AND available_at <= $1 AND runtime = $3
+		WHERE id IN (`+ids+`) AND status = 'pending' AND available_at <= $1 AND runtime = $3
 		RETURNING `+taskCols, args...)
 	if err != nil {
 		return nil, fmt.Errorf("claim tasks: %w", err)

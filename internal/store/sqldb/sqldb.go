@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math/bits"
 	"strconv"
 	"strings"
 	"sync"
@@ -320,8 +321,15 @@ func (q q) insertRows(ctx context.Context, table string, cols []string, rows [][
 		perStmt = 1000
 	}
 	head := "INSERT INTO " + table + " (" + strings.Join(cols, ", ") + ") VALUES "
-	for start := 0; start < len(rows); start += perStmt {
-		chunk := rows[start:min(start+perStmt, len(rows))]
+	for start := 0; start < len(rows); {
+		n := min(perStmt, len(rows)-start)
+		if q.stmts != nil && n < perStmt {
+			// A cached statement for each power of two: a batch of n rows is at most log2(n)
+			// statements, none of which the database has to parse again.
+			n = 1 << (bits.Len(uint(n)) - 1)
+		}
+		chunk := rows[start : start+n]
+		start += n
 		var b strings.Builder
 		b.WriteString(head)
 		args := make([]any, 0, len(chunk)*len(cols))
@@ -345,7 +353,11 @@ func (q q) insertRows(ctx context.Context, table string, cols []string, rows [][
 			b.WriteByte(')')
 		}
 		b.WriteString(suffix)
-		if _, err := q.db.ExecContext(ctx, b.String(), args...); err != nil {
+		exec := q.db.ExecContext
+		if q.stmts != nil && n < perStmt {
+			exec = q.exec
+		}
+		if _, err := exec(ctx, b.String(), args...); err != nil {
 			return fmt.Errorf("insert %s: %w", table, err)
 		}
 	}
