@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"slices"
+	"strings"
 	"sync"
 
 	"github.com/baton-dev/baton/internal/lifecycle"
@@ -177,4 +178,59 @@ func (d *Dispatcher) completeBatch(ctx context.Context, tx store.Tx, c *changes,
 		}
 		return slow, nil
 	}
+}
+
+// claimMany serves the ClaimNext requests ps of one batch together: requests for the same
+// queues share one ready-task query per queue and one claiming statement, and each request gets
+// the next ready tasks in queue-priority order, up to its limit, in the order the requests came.
+func (d *Dispatcher) claimMany(ctx context.Context, tx store.Tx, c *changes, ps []*pending) error {
+	groups := map[string][]*pending{}
+	var keys []string
+	for _, p := range ps {
+		p.claims, p.err = nil, nil
+		k := strings.Join(p.claimNext.Queues, "\x00")
+		if _, ok := groups[k]; !ok {
+			keys = append(keys, k)
+		}
+		groups[k] = append(groups[k], p)
+	}
+	for _, k := range keys {
+		group := groups[k]
+		total := 0
+		for _, p := range group {
+			total += p.claimNext.Limit
+		}
+		var ids []string
+		for _, q := range group[0].claimNext.Queues {
+			if len(ids) == total {
+				break
+			}
+			got, err := tx.ReadyTaskIDs(ctx, q, c.now, total-len(ids))
+			if err != nil {
+				return err
+			}
+			ids = append(ids, got...)
+		}
+		workers := make([]string, len(ids))
+		owner := make(map[string]*pending, len(ids))
+		next := 0
+		for _, p := range group {
+			for range p.claimNext.Limit {
+				if next == len(ids) {
+					break
+				}
+				workers[next], owner[ids[next]] = p.claimNext.WorkerID, p
+				next++
+			}
+		}
+		claims, err := d.claimFor(ctx, tx, c, ids, workers, "pull")
+		if err != nil {
+			return err
+		}
+		for _, cl := range claims {
+			p := owner[cl.Task.ID]
+			p.claims = append(p.claims, cl)
+		}
+	}
+	return nil
 }

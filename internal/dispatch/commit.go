@@ -31,6 +31,9 @@ type pending struct {
 	complete *CompleteParams
 	result   *CompleteResult
 	slow     bool
+	// A ClaimNext, claimed together with the others of its batch (claimMany).
+	claimNext *ClaimNextParams
+	claims    []*Claim
 
 	c    *changes
 	err  error
@@ -86,6 +89,13 @@ func (cm *committer) doComplete(ctx context.Context, cp CompleteParams) (res *Co
 	return p.result, p.err, p.slow
 }
 
+// doClaim queues a ClaimNext to be claimed with the others of its batch.
+func (cm *committer) doClaim(ctx context.Context, p ClaimNextParams) ([]*Claim, error) {
+	pd := &pending{ctx: context.WithoutCancel(ctx), claimNext: &p, done: make(chan struct{})}
+	cm.wait(pd)
+	return pd.claims, pd.err
+}
+
 // wait queues p and waits until its transaction has committed or failed.
 func (cm *committer) wait(p *pending) {
 	cm.mu.Lock()
@@ -123,19 +133,22 @@ func (cm *committer) loop() {
 func (cm *committer) commit(batch []*pending) {
 	d := cm.d
 	// Plain successes are applied together, set-based.
-	var completes []*pending
+	var completes, claims []*pending
 	var ps []CompleteParams
 	others := batch[:0:0]
 	for _, p := range batch {
-		if p.complete == nil {
+		switch {
+		case p.complete != nil:
+			completes = append(completes, p)
+			ps = append(ps, *p.complete)
+		case p.claimNext != nil:
+			claims = append(claims, p)
+		default:
 			others = append(others, p)
-			continue
 		}
-		completes = append(completes, p)
-		ps = append(ps, *p.complete)
 	}
 	batch = others
-	if len(batch) == 1 && len(completes) == 0 {
+	if len(batch) == 1 && len(completes) == 0 && len(claims) == 0 {
 		// Alone: no savepoint needed.
 		p := batch[0]
 		p.err = d.updateAlone(p.ctx, p.fn)
@@ -145,14 +158,16 @@ func (cm *committer) commit(batch []*pending) {
 		close(p.done)
 		return
 	}
-	if len(batch) == 0 && len(completes) == 0 {
-		return
-	}
 	ctx := context.Background()
-	if len(batch) > 0 {
+	switch {
+	case len(batch) > 0:
 		ctx = batch[0].ctx
-	} else {
+	case len(completes) > 0:
 		ctx = completes[0].ctx
+	case len(claims) > 0:
+		ctx = claims[0].ctx
+	default:
+		return
 	}
 	idx := make([]int, len(completes))
 	for i := range idx {
@@ -184,6 +199,22 @@ func (cm *committer) commit(batch []*pending) {
 				ready = true
 			}
 		}
+		if len(claims) > 0 {
+			c := &changes{now: d.now()}
+			nerr := tx.Nested(ctx, func(tx store.Tx) error {
+				if err := d.claimMany(ctx, tx, c, claims); err != nil {
+					return err
+				}
+				return c.write(ctx, tx)
+			})
+			if nerr != nil {
+				for _, p := range claims {
+					p.claims, p.err = nil, nerr
+				}
+			} else if c.ready {
+				ready = true
+			}
+		}
 		for _, p := range batch {
 			p.c = &changes{now: d.now()}
 			p.err = tx.Nested(p.ctx, func(tx store.Tx) error {
@@ -205,7 +236,7 @@ func (cm *committer) commit(batch []*pending) {
 		d.ready.notify()
 	}
 	if cm.observe != nil {
-		cm.observe(len(batch)+len(completes), err == nil)
+		cm.observe(len(batch)+len(completes)+len(claims), err == nil)
 	}
 	for _, p := range batch {
 		if err != nil {
@@ -216,6 +247,12 @@ func (cm *committer) commit(batch []*pending) {
 	for _, p := range completes {
 		if err != nil {
 			p.result, p.err, p.slow = nil, err, false
+		}
+		close(p.done)
+	}
+	for _, p := range claims {
+		if err != nil {
+			p.claims, p.err = nil, err
 		}
 		close(p.done)
 	}

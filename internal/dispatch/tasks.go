@@ -67,6 +67,14 @@ type ClaimNextParams struct {
 // priority first, then oldest. It returns no claims, and no error, when nothing is ready.
 func (d *Dispatcher) ClaimNext(ctx context.Context, p ClaimNextParams) ([]*Claim, error) {
 	limit := cmpOr(p.Limit, 1)
+	if d.commit != nil {
+		if msg := lifecycle.CheckName(p.WorkerID); msg != "" {
+			return nil, &InvalidError{Message: "worker id " + msg}
+		}
+		// Claimed together with the other claims of its group commit (claimMany).
+		p.Limit = limit
+		return d.commit.doClaim(ctx, p)
+	}
 	var claims []*Claim
 	err := d.update(ctx, func(tx store.Tx, c *changes) error {
 		claims = nil
@@ -110,6 +118,16 @@ func (d *Dispatcher) claim(ctx context.Context, tx store.Tx, c *changes, ids []s
 	if msg := lifecycle.CheckName(workerID); msg != "" {
 		return nil, &InvalidError{Message: "worker id " + msg}
 	}
+	workers := make([]string, len(ids))
+	for i := range workers {
+		workers[i] = workerID
+	}
+	return d.claimFor(ctx, tx, c, ids, workers, runtime)
+}
+
+// claimFor is claim with a worker per task: ids[i] is claimed for workers[i]. The claims are
+// returned in the order of ids.
+func (d *Dispatcher) claimFor(ctx context.Context, tx store.Tx, c *changes, ids, workers []string, runtime string) ([]*Claim, error) {
 	now := c.now
 	if len(ids) == 0 {
 		return nil, nil
@@ -117,7 +135,7 @@ func (d *Dispatcher) claim(ctx context.Context, tx store.Tx, c *changes, ids []s
 	ps := make([]store.ClaimTaskParams, len(ids))
 	order := make(map[string]int, len(ids))
 	for i, id := range ids {
-		ps[i] = store.ClaimTaskParams{ID: id, Now: now, WorkerID: workerID, LeaseToken: uuid.NewString(), Runtime: runtime}
+		ps[i] = store.ClaimTaskParams{ID: id, Now: now, WorkerID: workers[i], LeaseToken: uuid.NewString(), Runtime: runtime}
 		order[id] = i
 	}
 	var tasks []*store.Task
@@ -141,7 +159,7 @@ func (d *Dispatcher) claim(ctx context.Context, tx store.Tx, c *changes, ids []s
 	}
 	attempts := make([]*store.Attempt, len(tasks))
 	for i, t := range tasks {
-		attempts[i] = &store.Attempt{TaskID: t.ID, Attempt: t.Attempt, WorkerID: workerID, LeaseToken: t.LeaseToken, StartedAt: now}
+		attempts[i] = &store.Attempt{TaskID: t.ID, Attempt: t.Attempt, WorkerID: t.WorkerID, LeaseToken: t.LeaseToken, StartedAt: now}
 	}
 	if err := tx.InsertAttempts(ctx, attempts); err != nil {
 		return nil, err
@@ -155,7 +173,7 @@ func (d *Dispatcher) claim(ctx context.Context, tx store.Tx, c *changes, ids []s
 				return nil, err
 			}
 		}
-		c.event(t.JobID, t.ID, t.Key, EventTaskStarted, map[string]any{"attempt": t.Attempt, "workerId": workerID})
+		c.event(t.JobID, t.ID, t.Key, EventTaskStarted, map[string]any{"attempt": t.Attempt, "workerId": t.WorkerID})
 		claims = append(claims, &Claim{Task: t, DependencyOutputs: outputs, HeartbeatInterval: d.heartbeatInterval(t)})
 	}
 	return claims, nil

@@ -144,7 +144,7 @@ type Tx interface {
 	CompleteTasks(ctx context.Context, done []CompletedTask, now time.Time) error
 	// FinishAttempts records those attempts as succeeded, with their metrics.
 	FinishAttempts(ctx context.Context, done []CompletedTask, now time.Time) error
-	// ClaimTasks is ClaimTask for several tasks, all with the same worker, time and runtime; it
+	// ClaimTasks is ClaimTask for several tasks, all with the same time and runtime; it
 	// returns the tasks it claimed (those still claimable), in no particular order.
 	ClaimTasks(ctx context.Context, ps []ClaimTaskParams) ([]*Task, error)
 	// InsertAttempts is InsertAttempt for several attempts.

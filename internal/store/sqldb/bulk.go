@@ -216,19 +216,26 @@ func (t *tx) ClaimTasks(ctx context.Context, ps []store.ClaimTaskParams) ([]*sto
 	}
 	p0 := ps[0]
 	for _, p := range ps {
-		if p.WorkerID != p0.WorkerID || !p.Now.Equal(p0.Now) || cmpOr(p.Runtime, "pull") != cmpOr(p0.Runtime, "pull") {
-			return nil, fmt.Errorf("claim tasks: one worker, time and runtime per call")
+		if !p.Now.Equal(p0.Now) || cmpOr(p.Runtime, "pull") != cmpOr(p0.Runtime, "pull") {
+			return nil, fmt.Errorf("claim tasks: one time and runtime per call")
 		}
 	}
-	args := []any{p0.Now.UnixMilli(), p0.WorkerID, cmpOr(p0.Runtime, "pull")}
-	token, ids := caseOf("id", padded(len(ps)), &args, func(i int) (any, any) {
+	args := []any{p0.Now.UnixMilli(), cmpOr(p0.Runtime, "pull")}
+	n := padded(len(ps))
+	token, ids := caseOf("id", n, &args, func(i int) (any, any) {
 		if i < len(ps) {
 			return ps[i].ID, ps[i].LeaseToken
 		}
 		return "", ""
 	}, "")
+	worker, _ := caseOf("id", n, &args, func(i int) (any, any) {
+		if i < len(ps) {
+			return ps[i].ID, ps[i].WorkerID
+		}
+		return "", ""
+	}, "")
 	rows, err := t.query(ctx, `UPDATE tasks SET status = 'running',
-		attempt = attempt + 1, lease_token = `+token+`, worker_id = $2,
+		attempt = attempt + 1, lease_token = `+token+`, worker_id = `+worker+`,
 		started_at = $1, heartbeat_at = $1,
 		lease_expires_at = $1 + heartbeat_timeout_ms,
 		deadline_at = CASE WHEN timeout_ms > 0 THEN $1 + timeout_ms ELSE NULL END,
@@ -236,7 +243,7 @@ func (t *tx) ClaimTasks(ctx context.Context, ps []store.ClaimTaskParams) ([]*sto
 			THEN $1 + timeout_ms ELSE $1 + heartbeat_timeout_ms END,
 		cancel_requested_at = NULL, cancel_reason = '', finished_at = NULL,
 		last_event_type = 'Task Processing Started', last_event_at = $1
-		WHERE id IN (`+ids+`) AND status = 'pending' AND available_at <= $1 AND runtime = $3
+		WHERE id IN (`+ids+`) AND status = 'pending' AND available_at <= $1 AND runtime = $2
 		RETURNING `+taskCols, args...)
 	if err != nil {
 		return nil, fmt.Errorf("claim tasks: %w", err)
