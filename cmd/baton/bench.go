@@ -70,6 +70,8 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	apiKey := fs.String("api-key", os.Getenv("BATON_API_KEY"), "with --url: a producer API key (env BATON_API_KEY)")
 	serverPID := fs.Int("server-pid", 0, "with --url: the server's process id, to report its CPU time and peak RSS")
 	timeout := fs.Duration("timeout", 10*time.Minute, "give up after this long")
+	var serverFlags listFlag
+	fs.Var(&serverFlags, "server-flag", "`FLAG` passed to the server the bench starts, e.g. --server-flag=--committers=2 (repeatable)")
 	verbose := fs.Bool("verbose", false, "print the server's output and the workers' warnings on stderr")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the server process to this file (go tool pprof FILE)")
 	if err := fs.Parse(args); err != nil {
@@ -162,7 +164,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 			dataDir = dir
 		}
 		var err error
-		child, err = startBenchServer(ctx, &cfg, dataDir, *dbURL, tf, *cpuProfile, output)
+		child, err = startBenchServer(ctx, &cfg, dataDir, *dbURL, tf, *cpuProfile, output, serverFlags)
 		if err != nil {
 			return fail(err)
 		}
@@ -198,7 +200,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 // startBenchServer starts this binary as `baton dev` on a fresh SQLite database in dataDir, or as
 // `baton server` on dbURL, with free loopback ports, no per-job, rate or quota
 // limits, and fills in the server's URLs and API key.
-func startBenchServer(ctx context.Context, cfg *bench.Config, dataDir, dbURL string, tf transportFlags, cpuProfile string, output io.Writer) (*bench.Child, error) {
+func startBenchServer(ctx context.Context, cfg *bench.Config, dataDir, dbURL string, tf transportFlags, cpuProfile string, output io.Writer, extra []string) (*bench.Child, error) {
 	exe, err := os.Executable()
 	if err != nil {
 		return nil, fmt.Errorf("find this program to start the server: %w", err)
@@ -217,6 +219,7 @@ func startBenchServer(ctx context.Context, cfg *bench.Config, dataDir, dbURL str
 	if cfg.Push != nil {
 		common = append(common, "--push-target", cfg.TaskName+"="+cfg.Push.URL(), "--public-url", "http://"+producer)
 	}
+	common = append(common, extra...)
 	var args, env []string
 	if dbURL == "" {
 		cfg.APIKey = "bench-" + randomHex(16)
