@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math/bits"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -180,31 +181,68 @@ func (t *tx) FinishAttempts(ctx context.Context, done []store.CompletedTask, now
 	return nil
 }
 
-// ReleaseChildrenOf implements store.Tx.
+// ReleaseChildrenOf implements store.Tx. It counts, per child, how many of the parents it has,
+// then updates the children in one statement per distinct count (usually one): a correlated
+// count per updated row was quadratic in the children of a wide fan-out.
 func (t *tx) ReleaseChildrenOf(ctx context.Context, parentIDs []string, now time.Time) ([]*store.TaskRef, error) {
 	if len(parentIDs) == 0 {
 		return nil, nil
 	}
 	parents := stringArgs(parentIDs)
-	args := append([]any{now.UnixMilli()}, parents...)
-	in := placeholders(2, len(parents))
-	children := `SELECT child_id FROM task_deps WHERE parent_id IN (` + in + `)`
-	if t.d.LockRow != "" {
-		// Children locked in id order, as ReleaseChildren does.
-		children = `SELECT id FROM tasks WHERE id IN (` + children + `) ORDER BY id` + t.d.LockRow
-	}
-	// n: how many of the completed parents each child has (task_deps' primary key leads with
-	// child_id).
-	n := `(SELECT count(*) FROM task_deps d WHERE d.child_id = tasks.id AND d.parent_id IN (` + in + `))`
-	refs, err := t.refs(ctx, `UPDATE tasks SET unfinished_parents = unfinished_parents - `+n+`,
-		status = CASE WHEN unfinished_parents = `+n+` AND status = 'waiting' THEN 'pending' ELSE status END,
-		available_at = CASE WHEN unfinished_parents = `+n+` AND status = 'waiting' THEN $1 ELSE available_at END,
-		last_event_type = CASE WHEN unfinished_parents = `+n+` AND status = 'waiting' THEN 'Task Pending' ELSE last_event_type END,
-		last_event_at = CASE WHEN unfinished_parents = `+n+` AND status = 'waiting' THEN $1 ELSE last_event_at END
-		WHERE id IN (`+children+`) AND unfinished_parents > 0
-		RETURNING `+refCols, args...)
+	rows, err := t.query(ctx, `SELECT child_id, count(*) FROM task_deps WHERE parent_id IN (`+
+		placeholders(1, len(parents))+`) GROUP BY child_id ORDER BY child_id`, parents...)
 	if err != nil {
 		return nil, fmt.Errorf("release children: %w", err)
+	}
+	var children []string
+	byCount := map[int][]string{}
+	for rows.Next() {
+		var (
+			child string
+			n     int
+		)
+		if err := rows.Scan(&child, &n); err != nil {
+			rows.Close()
+			return nil, fmt.Errorf("release children: %w", err)
+		}
+		children = append(children, child)
+		byCount[n] = append(byCount[n], child)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("release children: %w", err)
+	}
+	if len(children) == 0 {
+		return nil, nil
+	}
+	if t.d.LockRow != "" {
+		// Lock the children in id order, as ReleaseChildren does, before updating them.
+		args := stringArgs(children)
+		if _, err := t.ids(ctx, `SELECT id FROM tasks WHERE id IN (`+placeholders(1, len(args))+`)
+			ORDER BY id`+t.d.LockRow, args...); err != nil {
+			return nil, fmt.Errorf("lock children: %w", err)
+		}
+	}
+	counts := make([]int, 0, len(byCount))
+	for n := range byCount {
+		counts = append(counts, n)
+	}
+	slices.Sort(counts)
+	var refs []*store.TaskRef
+	for _, n := range counts {
+		ids := stringArgs(byCount[n])
+		args := append([]any{now.UnixMilli(), n}, ids...)
+		got, err := t.refs(ctx, `UPDATE tasks SET unfinished_parents = unfinished_parents - CAST($2 AS INTEGER),
+			status = CASE WHEN unfinished_parents = CAST($2 AS INTEGER) AND status = 'waiting' THEN 'pending' ELSE status END,
+			available_at = CASE WHEN unfinished_parents = CAST($2 AS INTEGER) AND status = 'waiting' THEN $1 ELSE available_at END,
+			last_event_type = CASE WHEN unfinished_parents = CAST($2 AS INTEGER) AND status = 'waiting' THEN 'Task Pending' ELSE last_event_type END,
+			last_event_at = CASE WHEN unfinished_parents = CAST($2 AS INTEGER) AND status = 'waiting' THEN $1 ELSE last_event_at END
+			WHERE id IN (`+placeholders(3, len(ids))+`) AND unfinished_parents > 0
+			RETURNING `+refCols, args...)
+		if err != nil {
+			return nil, fmt.Errorf("release children: %w", err)
+		}
+		refs = append(refs, got...)
 	}
 	return refs, nil
 }
