@@ -112,9 +112,10 @@ func (a *pushAPI) untilRetried(id string, want lifecycle.TaskStatus) func() bool
 	return func() bool {
 		tk := a.task(id)
 		if tk.Status == lifecycle.Pending && tk.Attempt > 0 {
-			// Also when the retry time has just passed: the dispatcher's timer may have been set
-			// after an earlier advance, and fires on the next one.
-			a.clock.Advance(max(tk.AvailableAt.Sub(a.clock.Now()), 0) + time.Millisecond)
+			// Also when the retry time has passed: the dispatcher's timer may have been set
+			// after an earlier advance, as long from then as the wait it computed before it, so
+			// keep moving time on in steps until it fires.
+			a.clock.Advance(max(tk.AvailableAt.Sub(a.clock.Now()), 0) + 50*time.Millisecond)
 		}
 		return tk.Status == want
 	}
