@@ -67,7 +67,7 @@ func (f *serverFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.publicURL, "public-url", "", "URL at which push targets reach the producer listener's callback API (default: http://<--listen>)")
 	fs.DurationVar(&f.pushTimeout, "push-timeout", 30*time.Second, "how long a push target has to accept a task")
 	fs.BoolVar(&f.groupCommit, "group-commit", true, "apply transitions that arrive together in one database transaction (--group-commit=false: one each)")
-	fs.IntVar(&f.committers, "committers", 1, "group-commit transactions in flight at once; more than 1 spreads the database work over connections but can deadlock on PostgreSQL")
+	fs.IntVar(&f.committers, "committers", 0, "group-commit transactions in flight at once (0: 2 on PostgreSQL, 1 on SQLite); more spread the database work over connections but can deadlock")
 }
 
 // pushTargetMap parses --push-target NAME=URL flags.
@@ -147,8 +147,8 @@ func (f *serverFlags) bind(ctx context.Context) (*listeners, error) {
 	if err != nil {
 		return nil, err
 	}
-	if f.reconcileEvery <= 0 || f.reconcileGrace <= 0 || f.pushTimeout <= 0 || f.committers <= 0 {
-		return nil, errors.New("--reconcile-every, --reconcile-grace, --push-timeout and --committers must be positive")
+	if f.reconcileEvery <= 0 || f.reconcileGrace <= 0 || f.pushTimeout <= 0 || f.committers < 0 {
+		return nil, errors.New("--reconcile-every, --reconcile-grace and --push-timeout must be positive, --committers not negative")
 	}
 	if f.publicURL != "" {
 		if u, err := url.Parse(f.publicURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {

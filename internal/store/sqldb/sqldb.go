@@ -97,6 +97,9 @@ func (db *DB) Close() error {
 	return err
 }
 
+// SingleWriter reports whether write transactions run one at a time (SQLite).
+func (db *DB) SingleWriter() bool { return db.dialect.SingleWriter }
+
 // maxTxRuns bounds how often InTx re-runs a transaction the database aborted for a retry.
 const maxTxRuns = 20
 
