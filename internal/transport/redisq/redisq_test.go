@@ -213,12 +213,16 @@ func TestReceiveWaitsAcrossBlockingReads(t *testing.T) {
 	tr := openTest(t)
 	c := tr.NewConsumer("c1")
 	defer c.Close()
-	timer := time.AfterFunc(blockSlice+blockSlice/2, func() {
+	// The publisher is waited for before the test ends: Receive may get the message while
+	// Publish still reads its reply.
+	var publisher sync.WaitGroup
+	defer publisher.Wait()
+	publisher.Go(func() {
+		time.Sleep(blockSlice + blockSlice/2) // into the second blocking read
 		if failed := tr.Publish(ctx, []transport.Wakeup{{ID: 1, Queue: "q", TaskID: "late"}}); len(failed) > 0 {
 			t.Errorf("Publish: %v", failed)
 		}
 	})
-	defer timer.Stop()
 	ds, err := c.Receive(ctx, []string{"q"}, 1, 15*time.Second)
 	if err != nil {
 		t.Fatal(err)
