@@ -136,8 +136,9 @@ func (cm *committer) loop() {
 	}
 }
 
-// commit applies batch in one transaction, each transition in its own savepoint, and then
-// releases the callers.
+// commit applies batch in one transaction and then releases the callers: the plain successes
+// together (completeBatch) and the ClaimNext requests together (claimMany), each group in a
+// savepoint, and every other transition in a savepoint of its own.
 func (cm *committer) commit(batch []*pending) {
 	d := cm.d
 	// Plain successes are applied together, set-based.
@@ -198,7 +199,12 @@ func (cm *committer) commit(batch []*pending) {
 				return c.write(ctx, tx)
 			})
 			for i, p := range completes {
-				p.result, p.err, p.slow = results[i], errs[i], nerr != nil
+				if nerr != nil {
+					// Rolled back: each is applied alone after this batch.
+					p.result, p.err, p.slow = nil, nil, true
+					continue
+				}
+				p.result, p.err, p.slow = results[i], errs[i], false
 			}
 			for _, i := range slow {
 				completes[i].result, completes[i].err, completes[i].slow = nil, nil, true
