@@ -343,6 +343,15 @@ func (w *Worker) claim(ctx context.Context, queues []string, n int) ([]*attempt,
 // newAttempt prepares the attempt a claim answered.
 func (w *Worker) newAttempt(ctx context.Context, ans claimAnswer) *attempt {
 	claimedAt := time.Now()
+	if ans.LeaseTTLSeconds > 0 && !ans.LeaseExpiresAt.IsZero() {
+		// The execution deadline runs from when the server claimed the task, which is earlier
+		// than the answer's arrival by the claim's latency: use it, so that the handler is
+		// stopped with ErrTimeout no later than the server times the attempt out. A difference
+		// of more than a few seconds is clock skew, not latency: then keep the arrival time.
+		if started := ans.LeaseExpiresAt.Add(-seconds(ans.LeaseTTLSeconds)); started.Before(claimedAt) && claimedAt.Sub(started) < 5*time.Second {
+			claimedAt = started
+		}
+	}
 	p := ans.Payload
 	t := &Task{
 		ID:                       cmp.Or(p.TaskID, ans.JobID),
