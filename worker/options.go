@@ -57,7 +57,8 @@ func WithHeartbeatInterval(d time.Duration) Option {
 func WithWorkerID(id string) Option { return func(c *config) { c.workerID = id } }
 
 // WithHTTPClient sends requests with hc. Leave its Timeout at zero: claims are long polls, and
-// every request already carries its own deadline.
+// every request already carries its own deadline. By default the worker uses a client that keeps
+// an idle connection per concurrent task.
 func WithHTTPClient(hc *http.Client) Option { return func(c *config) { c.httpClient = hc } }
 
 // WithClientCert authenticates the worker to the server's internal listener with mutual TLS: it

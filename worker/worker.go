@@ -133,7 +133,14 @@ func New(internalURL string, opts ...Option) (*Worker, error) {
 		host, _ := os.Hostname()
 		cfg.workerID = fmt.Sprintf("%s-%d", cmp.Or(host, "worker"), os.Getpid())
 	}
-	hc := cmp.Or(cfg.httpClient, http.DefaultClient)
+	hc := cfg.httpClient
+	if hc == nil {
+		// http.DefaultClient keeps 2 idle connections per host: with more tasks in flight every
+		// report and heartbeat would open a new connection. Keep one per slot.
+		tr := http.DefaultTransport.(*http.Transport).Clone()
+		tr.MaxIdleConnsPerHost = max(cfg.concurrency+cfg.batchSize, 2)
+		hc = &http.Client{Transport: tr}
+	}
 	if cfg.caFile != "" || cfg.certFile != "" || cfg.keyFile != "" {
 		if hc, err = withClientCert(hc, cfg.caFile, cfg.certFile, cfg.keyFile); err != nil {
 			return nil, err
