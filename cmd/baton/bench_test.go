@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	goredis "github.com/redis/go-redis/v9"
+
 	"github.com/baton-dev/baton/internal/bench"
 )
 
@@ -173,8 +175,10 @@ func TestBenchInternalRedis(t *testing.T) {
 	if redisURL == "" {
 		t.Skip("BATON_TEST_REDIS_URL not set; skipping the --via internal run on Redis Streams (e.g. redis://127.0.0.1:6379/0)")
 	}
+	ns := "baton-bench-test-" + randomHex(4)
+	t.Cleanup(func() { deleteRedisKeys(t, redisURL, ns+":") })
 	res := runBenchJSON(t, "--via", "internal", "--transport", "redis", "--redis-url", redisURL,
-		"--transport-namespace", "baton-bench-test-"+randomHex(4), "--tasks", "150", "--job-size", "50", "--workers", "16", "--dag", "diamond")
+		"--transport-namespace", ns, "--tasks", "150", "--job-size", "50", "--workers", "16", "--dag", "diamond")
 	checkBench(t, res, "sqlite", bench.ViaInternal, bench.Diamond, 150, true)
 }
 
@@ -200,5 +204,24 @@ func TestBenchRefusesBadFlags(t *testing.T) {
 		if code != 2 || !strings.Contains(stderr, c.want) || stdout != "" {
 			t.Errorf("bench %v: exit %d, stdout %q, stderr %q; want 2 and %q", c.args, code, stdout, stderr, c.want)
 		}
+	}
+}
+
+// deleteRedisKeys removes the keys a test left under prefix.
+func deleteRedisKeys(t *testing.T, url, prefix string) {
+	opts, err := goredis.ParseURL(url)
+	if err != nil {
+		t.Errorf("redis url: %v", err)
+		return
+	}
+	c := goredis.NewClient(opts)
+	defer c.Close()
+	ctx := context.Background()
+	iter := c.Scan(ctx, 0, prefix+"*", 100).Iterator()
+	for iter.Next(ctx) {
+		c.Del(ctx, iter.Val())
+	}
+	if err := iter.Err(); err != nil {
+		t.Errorf("clean up redis keys %s*: %v", prefix, err)
 	}
 }

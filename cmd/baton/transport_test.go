@@ -80,6 +80,24 @@ func transportCases(t *testing.T) []transportCase {
 	return cases
 }
 
+// cleanUp removes what a test left on the transport's server under namespace ns.
+func (tc transportCase) cleanUp(t *testing.T, ns string) {
+	switch tc.kind {
+	case "redis":
+		deleteRedisKeys(t, tc.url, ns+":")
+	case "nats":
+		nc, err := nats.Connect(tc.url)
+		if err != nil {
+			t.Errorf("clean up: %v", err)
+			return
+		}
+		defer nc.Close()
+		if js, err := jetstream.New(nc); err == nil {
+			_ = js.DeleteStream(context.Background(), strings.ToUpper(ns)+"_WAKEUPS")
+		}
+	}
+}
+
 // transportFlagArgs are the flags selecting tc under namespace ns.
 func (tc transportCase) args(ns string) []string {
 	return []string{"--transport", tc.kind, "--" + tc.kind + "-url", tc.url, "--transport-namespace", ns}
@@ -283,6 +301,7 @@ func TestTransportEndToEnd(t *testing.T) {
 	for _, tc := range transportCases(t) {
 		t.Run(tc.kind, func(t *testing.T) {
 			ns := "bt" + strings.ReplaceAll(uuid.NewString(), "-", "")[:10]
+			t.Cleanup(func() { tc.cleanUp(t, ns) }) // after the server and workers stop
 			p, internal := startDevServer(t, tc.args(ns)...)
 			runs := runLog(t)
 			startWorkerProcesses(t, 2, internal, p.url, runs, tc.args(ns))
@@ -385,6 +404,7 @@ func TestServerReplicasRelayToRedis(t *testing.T) {
 	}
 	key := strings.TrimSpace(out.String())
 	ns := "bt" + strings.ReplaceAll(uuid.NewString(), "-", "")[:10]
+	t.Cleanup(func() { tc.cleanUp(t, ns) })
 
 	srvCtx, stop := context.WithCancel(ctx)
 	defer stop()
