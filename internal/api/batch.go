@@ -1,13 +1,10 @@
 package api
 
 import (
-	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"net/http"
 	"sync"
-	"time"
 
 	"github.com/baton-dev/baton/internal/dispatch"
 )
@@ -34,40 +31,14 @@ func (s *Server) streamClaimBatch(w http.ResponseWriter, r *http.Request) (any, 
 		return nil, err
 	}
 	f := fields{obj: obj, where: "body"}
-	workerID := f.str("worker_id")
-	wait := f.int64p("max_wait_ms")
 	maxTasks := f.intp("max_tasks")
 	if f.err != nil {
 		return nil, f.err
 	}
-	if workerID == "" || len(workerID) > streamMaxWorkerID {
-		return nil, errorf(http.StatusBadRequest, "body.worker_id is required: a non-empty string of at most %d bytes", streamMaxWorkerID)
-	}
 	if maxTasks == nil || *maxTasks < 1 || *maxTasks > batchMax {
 		return nil, errorf(http.StatusBadRequest, "body.max_tasks is required: an integer from 1 to %d", batchMax)
 	}
-	streams, err := streamNames(obj["streams"])
-	if err != nil {
-		return nil, err
-	}
-	maxWait := time.Duration(0)
-	if wait != nil {
-		if *wait < 0 || *wait > streamMaxWaitMs {
-			return nil, errorf(http.StatusBadRequest, "body.max_wait_ms must be an integer from 0 to %d", streamMaxWaitMs)
-		}
-		maxWait = time.Duration(*wait) * time.Millisecond
-	}
-	if s.tokens == nil {
-		return nil, errors.New("api: no capability token issuer configured (Config.Tokens)")
-	}
-	ctx, cancel := context.WithCancel(r.Context())
-	defer cancel()
-	stop := context.AfterFunc(s.drainCtx, cancel)
-	defer stop()
-	claims, err := s.d.ClaimWait(ctx, dispatch.ClaimNextParams{Queues: streams, WorkerID: workerID, Limit: *maxTasks}, maxWait)
-	if err != nil && r.Context().Err() == nil && s.drainCtx.Err() != nil {
-		claims, err = nil, nil
-	}
+	claims, err := s.streamClaimWait(r, obj, *maxTasks)
 	if err != nil {
 		return nil, err
 	}

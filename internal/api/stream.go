@@ -48,6 +48,21 @@ func (s *Server) streamClaim(w http.ResponseWriter, r *http.Request) (any, error
 	if err != nil {
 		return nil, err
 	}
+	claims, err := s.streamClaimWait(r, obj, 1)
+	if err != nil {
+		return nil, err
+	}
+	if len(claims) == 0 {
+		return map[string]any{"claimed": false}, nil
+	}
+	return s.streamClaimAnswer(r.Context(), claims[0])
+}
+
+// streamClaimWait reads a claim's worker_id, streams and max_wait_ms from obj and long-polls
+// for up to limit tasks. It returns when tasks are claimed, when max_wait_ms passes, or when the
+// worker hangs up (nothing was claimed then); a server shutting down ends waiting long polls at
+// once, empty-handed, instead of holding up the shutdown for up to max_wait_ms.
+func (s *Server) streamClaimWait(r *http.Request, obj map[string]json.RawMessage, limit int) ([]*dispatch.Claim, error) {
 	f := fields{obj: obj, where: "body"}
 	workerID := f.str("worker_id")
 	wait := f.int64p("max_wait_ms")
@@ -72,25 +87,15 @@ func (s *Server) streamClaim(w http.ResponseWriter, r *http.Request) (any, error
 		// Refuse before taking a lease that could not be handed out with its token.
 		return nil, errors.New("api: no capability token issuer configured (Config.Tokens)")
 	}
-	// ClaimWait returns when a task is claimed, when maxWait passes, or when the worker hangs up
-	// (the request context ends; nothing was claimed then).
-	// A server shutting down ends waiting long polls at once, empty-handed, instead of holding
-	// up the shutdown for up to max_wait_ms.
 	ctx, cancel := context.WithCancel(r.Context())
 	defer cancel()
 	stop := context.AfterFunc(s.drainCtx, cancel)
 	defer stop()
-	claims, err := s.d.ClaimWait(ctx, dispatch.ClaimNextParams{Queues: streams, WorkerID: workerID, Limit: 1}, maxWait)
+	claims, err := s.d.ClaimWait(ctx, dispatch.ClaimNextParams{Queues: streams, WorkerID: workerID, Limit: limit}, maxWait)
 	if err != nil && r.Context().Err() == nil && s.drainCtx.Err() != nil {
-		claims, err = nil, nil
+		return nil, nil
 	}
-	if err != nil {
-		return nil, err
-	}
-	if len(claims) == 0 {
-		return map[string]any{"claimed": false}, nil
-	}
-	return s.streamClaimAnswer(r.Context(), claims[0])
+	return claims, err
 }
 
 // streamClaimAnswer is the answer of a claim that got c.

@@ -138,22 +138,11 @@ func (d *Dispatcher) claimFor(ctx context.Context, tx store.Tx, c *changes, ids,
 		ps[i] = store.ClaimTaskParams{ID: id, Now: now, WorkerID: workers[i], LeaseToken: uuid.NewString(), Runtime: runtime}
 		order[id] = i
 	}
-	var tasks []*store.Task
-	if len(ps) == 1 {
-		t, ok, err := tx.ClaimTask(ctx, ps[0])
-		if err != nil {
-			return nil, err
-		}
-		if ok {
-			tasks = []*store.Task{t}
-		}
-	} else {
-		var err error
-		if tasks, err = tx.ClaimTasks(ctx, ps); err != nil {
-			return nil, err
-		}
-		slices.SortFunc(tasks, func(a, b *store.Task) int { return order[a.ID] - order[b.ID] })
+	tasks, err := tx.ClaimTasks(ctx, ps)
+	if err != nil {
+		return nil, err
 	}
+	slices.SortFunc(tasks, func(a, b *store.Task) int { return order[a.ID] - order[b.ID] })
 	if len(tasks) == 0 {
 		return nil, nil
 	}
@@ -164,14 +153,21 @@ func (d *Dispatcher) claimFor(ctx context.Context, tx store.Tx, c *changes, ids,
 	if err := tx.InsertAttempts(ctx, attempts); err != nil {
 		return nil, err
 	}
+	var withParents []string
+	for _, t := range tasks {
+		if len(t.DependsOn) > 0 {
+			withParents = append(withParents, t.ID)
+		}
+	}
+	parentOutputs, err := tx.ParentOutputsOf(ctx, withParents)
+	if err != nil {
+		return nil, err
+	}
 	claims := make([]*Claim, 0, len(tasks))
 	for _, t := range tasks {
-		outputs := map[string]json.RawMessage{}
-		if len(t.DependsOn) > 0 {
-			var err error
-			if outputs, err = tx.ParentOutputs(ctx, t.ID); err != nil {
-				return nil, err
-			}
+		outputs := parentOutputs[t.ID]
+		if outputs == nil {
+			outputs = map[string]json.RawMessage{}
 		}
 		c.event(t.JobID, t.ID, t.Key, EventTaskStarted, map[string]any{"attempt": t.Attempt, "workerId": t.WorkerID})
 		claims = append(claims, &Claim{Task: t, DependencyOutputs: outputs, HeartbeatInterval: d.heartbeatInterval(t)})

@@ -45,6 +45,9 @@ type Reader interface {
 	JobTasks(ctx context.Context, jobID string) ([]*TaskSummary, error)
 	// ParentOutputs maps each parent's key to its output (null when it has none).
 	ParentOutputs(ctx context.Context, taskID string) (map[string]json.RawMessage, error)
+	// ParentOutputsOf is ParentOutputs for several tasks, by task id; a task without parents
+	// has no entry.
+	ParentOutputsOf(ctx context.Context, taskIDs []string) (map[string]map[string]json.RawMessage, error)
 	GetAttempt(ctx context.Context, taskID string, attempt int) (*Attempt, error)
 	ListAttempts(ctx context.Context, taskID string) ([]*Attempt, error)
 	// ListEvents returns a job's events with ID > afterID, oldest first.

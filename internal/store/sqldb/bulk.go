@@ -1,6 +1,7 @@
 package sqldb
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"math/bits"
@@ -254,11 +255,11 @@ func (t *tx) ClaimTasks(ctx context.Context, ps []store.ClaimTaskParams) ([]*sto
 	}
 	p0 := ps[0]
 	for _, p := range ps {
-		if !p.Now.Equal(p0.Now) || cmpOr(p.Runtime, "pull") != cmpOr(p0.Runtime, "pull") {
+		if !p.Now.Equal(p0.Now) || cmp.Or(p.Runtime, "pull") != cmp.Or(p0.Runtime, "pull") {
 			return nil, fmt.Errorf("claim tasks: one time and runtime per call")
 		}
 	}
-	args := []any{p0.Now.UnixMilli(), cmpOr(p0.Runtime, "pull")}
+	args := []any{p0.Now.UnixMilli(), cmp.Or(p0.Runtime, "pull")}
 	n := padded(len(ps))
 	token, ids := caseOf("id", n, &args, func(i int) (any, any) {
 		if i < len(ps) {
@@ -287,13 +288,6 @@ func (t *tx) ClaimTasks(ctx context.Context, ps []store.ClaimTaskParams) ([]*sto
 		return nil, fmt.Errorf("claim tasks: %w", err)
 	}
 	return collectTasks(rows)
-}
-
-func cmpOr(a, b string) string {
-	if a != "" {
-		return a
-	}
-	return b
 }
 
 // InsertAttempts implements store.Tx.

@@ -1,7 +1,6 @@
 package sqldb
 
 import (
-	"cmp"
 	"context"
 	"database/sql"
 	"encoding/json"
@@ -138,24 +137,43 @@ func (q q) JobTasks(ctx context.Context, jobID string) ([]*store.TaskSummary, er
 
 // ParentOutputs implements store.Reader.
 func (q q) ParentOutputs(ctx context.Context, taskID string) (map[string]json.RawMessage, error) {
-	rows, err := q.query(ctx, `SELECT p.task_key, p.output FROM task_deps d
-		JOIN tasks p ON p.id = d.parent_id WHERE d.child_id = $1`, taskID)
+	all, err := q.ParentOutputsOf(ctx, []string{taskID})
+	if err != nil {
+		return nil, err
+	}
+	if out := all[taskID]; out != nil {
+		return out, nil
+	}
+	return map[string]json.RawMessage{}, nil
+}
+
+// ParentOutputsOf implements store.Reader.
+func (q q) ParentOutputsOf(ctx context.Context, taskIDs []string) (map[string]map[string]json.RawMessage, error) {
+	out := map[string]map[string]json.RawMessage{}
+	if len(taskIDs) == 0 {
+		return out, nil
+	}
+	args := stringArgs(taskIDs)
+	rows, err := q.query(ctx, `SELECT d.child_id, p.task_key, p.output FROM task_deps d
+		JOIN tasks p ON p.id = d.parent_id WHERE d.child_id IN (`+placeholders(1, len(args))+`)`, args...)
 	if err != nil {
 		return nil, fmt.Errorf("parent outputs: %w", err)
 	}
 	defer rows.Close()
-	out := map[string]json.RawMessage{}
 	for rows.Next() {
 		var (
-			key    string
-			output sql.NullString
+			child, key string
+			output     sql.NullString
 		)
-		if err := rows.Scan(&key, &output); err != nil {
+		if err := rows.Scan(&child, &key, &output); err != nil {
 			return nil, err
 		}
-		out[key] = fromJSON(output)
-		if out[key] == nil {
-			out[key] = json.RawMessage("null")
+		if out[child] == nil {
+			out[child] = map[string]json.RawMessage{}
+		}
+		out[child][key] = fromJSON(output)
+		if out[child][key] == nil {
+			out[child][key] = json.RawMessage("null")
 		}
 	}
 	return out, rows.Err()
@@ -351,23 +369,11 @@ func (t *tx) ReadyPushTaskIDs(ctx context.Context, now time.Time, limit int) ([]
 // ClaimTask implements store.Tx. The WHERE clause is the fence: of two claims racing for one
 // task, the second finds it no longer pending.
 func (t *tx) ClaimTask(ctx context.Context, p store.ClaimTaskParams) (*store.Task, bool, error) {
-	task, err := scanTask(t.queryRow(ctx, `UPDATE tasks SET status = 'running',
-		attempt = attempt + 1, lease_token = $2, worker_id = $3, started_at = $4, heartbeat_at = $4,
-		lease_expires_at = $4 + heartbeat_timeout_ms,
-		deadline_at = CASE WHEN timeout_ms > 0 THEN $4 + timeout_ms ELSE NULL END,
-		reap_at = CASE WHEN timeout_ms > 0 AND timeout_ms < heartbeat_timeout_ms
-			THEN $4 + timeout_ms ELSE $4 + heartbeat_timeout_ms END,
-		cancel_requested_at = NULL, cancel_reason = '', finished_at = NULL,
-		last_event_type = 'Task Processing Started', last_event_at = $4
-		WHERE id = $1 AND status = 'pending' AND available_at <= $4 AND runtime = $5
-		RETURNING `+taskCols, p.ID, p.LeaseToken, p.WorkerID, p.Now.UnixMilli(), cmp.Or(p.Runtime, "pull")))
-	if err == store.ErrNotFound {
-		return nil, false, nil
+	tasks, err := t.ClaimTasks(ctx, []store.ClaimTaskParams{p})
+	if err != nil || len(tasks) == 0 {
+		return nil, false, err
 	}
-	if err != nil {
-		return nil, false, fmt.Errorf("claim task %s: %w", p.ID, err)
-	}
-	return task, true, nil
+	return tasks[0], true, nil
 }
 
 // UpdateTask implements store.Tx.
@@ -422,25 +428,7 @@ func (t *tx) refs(ctx context.Context, query string, args ...any) ([]*store.Task
 
 // ReleaseChildren implements store.Tx.
 func (t *tx) ReleaseChildren(ctx context.Context, parentID string, now time.Time) ([]*store.TaskRef, error) {
-	children := `SELECT child_id FROM task_deps WHERE parent_id = $1`
-	if t.d.LockRow != "" {
-		// Lock the children in id order, so that two parents completing at once cannot lock
-		// shared children in opposite orders and deadlock; in the same statement, to save a
-		// round trip.
-		children = `SELECT id FROM tasks WHERE id IN (` + children + `) ORDER BY id` + t.d.LockRow
-	}
-	// SET expressions see the row as it was before the update.
-	refs, err := t.refs(ctx, `UPDATE tasks SET unfinished_parents = unfinished_parents - 1,
-		status = CASE WHEN unfinished_parents = 1 AND status = 'waiting' THEN 'pending' ELSE status END,
-		available_at = CASE WHEN unfinished_parents = 1 AND status = 'waiting' THEN $2 ELSE available_at END,
-		last_event_type = CASE WHEN unfinished_parents = 1 AND status = 'waiting' THEN 'Task Pending' ELSE last_event_type END,
-		last_event_at = CASE WHEN unfinished_parents = 1 AND status = 'waiting' THEN $2 ELSE last_event_at END
-		WHERE id IN (`+children+`) AND unfinished_parents > 0
-		RETURNING `+refCols, parentID, now.UnixMilli())
-	if err != nil {
-		return nil, fmt.Errorf("release children of %s: %w", parentID, err)
-	}
-	return refs, nil
+	return t.ReleaseChildrenOf(ctx, []string{parentID}, now)
 }
 
 // SkipDescendants implements store.Tx.
