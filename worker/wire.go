@@ -139,21 +139,19 @@ type claimAnswer struct {
 	LeaseToken string  `json:"lease_token"`
 	Stream     string  `json:"stream"`
 	MessageID  *string `json:"message_id"`
-	Payload    struct {
-		TaskID            string                     `json:"task_id"`
-		TaskKey           string                     `json:"task_key"`
-		JobID             string                     `json:"job_id"`
-		Name              string                     `json:"name"`
-		Input             json.RawMessage            `json:"input"`
-		DependencyOutputs map[string]json.RawMessage `json:"dependency_outputs"`
-		Attempt           int                        `json:"attempt"`
-		TimeoutSeconds    *float64                   `json:"timeout_seconds"`
-	} `json:"payload"`
-	LeaseTTLSeconds          float64   `json:"lease_ttl_seconds"`
-	HeartbeatIntervalSeconds float64   `json:"heartbeat_interval_seconds"`
-	LeaseExpiresAt           time.Time `json:"lease_expires_at"`
-	CapabilityToken          string    `json:"capability_token"`
-	CapabilityTokenExpiresAt time.Time `json:"capability_token_expires_at"`
+	// Payload is the task's input as the producer sent it; what Baton adds are its siblings.
+	Payload                  json.RawMessage            `json:"payload"`
+	TaskID                   string                     `json:"task_id"`
+	TaskKey                  string                     `json:"task_key"`
+	TaskName                 string                     `json:"task_name"`
+	RunID                    string                     `json:"run_id"` // the task's job
+	DependencyOutputs        map[string]json.RawMessage `json:"dependency_outputs"`
+	TimeoutSeconds           *float64                   `json:"timeout_seconds"`
+	LeaseTTLSeconds          float64                    `json:"lease_ttl_seconds"`
+	HeartbeatIntervalSeconds float64                    `json:"heartbeat_interval_seconds"`
+	LeaseExpiresAt           time.Time                  `json:"lease_expires_at"`
+	CapabilityToken          string                     `json:"capability_token"`
+	CapabilityTokenExpiresAt time.Time                  `json:"capability_token_expires_at"`
 }
 
 // heartbeatAnswer is /internal/worker/heartbeat's answer.

@@ -359,20 +359,19 @@ func (w *Worker) newAttempt(ctx context.Context, ans claimAnswer) *attempt {
 			claimedAt = started
 		}
 	}
-	p := ans.Payload
 	t := &Task{
-		ID:                       cmp.Or(p.TaskID, ans.JobID),
-		JobID:                    p.JobID,
-		Key:                      p.TaskKey,
-		Name:                     p.Name,
-		Attempt:                  cmp.Or(ans.AttemptID, p.Attempt),
-		Input:                    p.Input,
-		DependencyOutputs:        p.DependencyOutputs,
+		ID:                       cmp.Or(ans.TaskID, ans.JobID),
+		JobID:                    ans.RunID,
+		Key:                      ans.TaskKey,
+		Name:                     ans.TaskName,
+		Attempt:                  ans.AttemptID,
+		Input:                    ans.Payload,
+		DependencyOutputs:        ans.DependencyOutputs,
 		CapabilityToken:          ans.CapabilityToken,
 		CapabilityTokenExpiresAt: ans.CapabilityTokenExpiresAt,
 	}
-	if p.TimeoutSeconds != nil && *p.TimeoutSeconds > 0 {
-		t.Timeout = seconds(*p.TimeoutSeconds)
+	if ans.TimeoutSeconds != nil && *ans.TimeoutSeconds > 0 {
+		t.Timeout = seconds(*ans.TimeoutSeconds)
 	}
 	if t.DependencyOutputs == nil {
 		t.DependencyOutputs = map[string]json.RawMessage{}
@@ -384,7 +383,7 @@ func (w *Worker) newAttempt(ctx context.Context, ans claimAnswer) *attempt {
 		stream:    ans.Stream,
 		messageID: ans.MessageID,
 		every:     w.heartbeatEvery(ans),
-		log:       w.log.With("task_id", ans.JobID, "attempt", ans.AttemptID, "task", p.Name),
+		log:       w.log.With("task_id", ans.JobID, "attempt", ans.AttemptID, "task", ans.TaskName),
 	}
 	a.ctx, a.cancel = context.WithCancelCause(w.runCtx)
 	a.handlerCtx, a.stopDeadline = a.ctx, func() {}

@@ -191,8 +191,10 @@ func serve(ctx context.Context, f *serverFlags, ls *listeners, st store.Store, l
 	if err != nil {
 		return err
 	}
+	// A transport whose wake-ups are stream entries lets stream-worker claims hand out their ids.
+	wakeups, _ := ls.transport.(transport.MessageIDs)
 	s := api.New(api.Config{Dispatcher: d, Auth: auth.NewAuthenticator(st, f.limits, nil), Tokens: auth.NewTokens(st, nil),
-		Logger: log, MaxBodyBytes: f.maxBodyBytes, PushTargets: ls.pushTargets})
+		Logger: log, MaxBodyBytes: f.maxBodyBytes, PushTargets: ls.pushTargets, Wakeups: wakeups})
 	reaper := d.NewReaper()
 	reaper.Start(ctx)
 	defer reaper.Stop()

@@ -2,7 +2,6 @@ package api
 
 import (
 	"encoding/json"
-	"fmt"
 	"net/http"
 	"sync"
 
@@ -26,7 +25,7 @@ func (s *Server) registerBatch(mux *http.ServeMux) {
 // POST /internal/worker/claim-batch {worker_id, streams, max_wait_ms, max_tasks}
 // → {"claims": [<the /internal/worker/claim answer of each claimed task>]}
 func (s *Server) streamClaimBatch(w http.ResponseWriter, r *http.Request) (any, error) {
-	obj, err := streamBody(r, "worker_id", "streams", "max_wait_ms", "max_tasks")
+	obj, err := workerBody(r)
 	if err != nil {
 		return nil, err
 	}
@@ -42,14 +41,9 @@ func (s *Server) streamClaimBatch(w http.ResponseWriter, r *http.Request) (any, 
 	if err != nil {
 		return nil, err
 	}
-	out := make([]map[string]any, 0, len(claims))
-	for _, c := range claims {
-		a, err := s.streamClaimAnswer(r.Context(), c)
-		if err != nil {
-			// The leases of the claims not handed out expire and the reaper retries them.
-			return nil, err
-		}
-		out = append(out, a)
+	out, err := s.streamClaimAnswers(r.Context(), claims)
+	if err != nil {
+		return nil, err
 	}
 	return map[string]any{"claims": out}, nil
 }
@@ -62,9 +56,16 @@ func (s *Server) streamClaimBatch(w http.ResponseWriter, r *http.Request) (any, 
 // can; each is fenced and idempotent exactly as alone. The request answers 200 once every report
 // is decided, each result saying what became of its report, in order.
 func (s *Server) streamReportBatch(w http.ResponseWriter, r *http.Request) (any, error) {
-	obj, err := streamBody(r, "worker_id", "reports")
+	obj, err := workerBody(r)
 	if err != nil {
 		return nil, err
+	}
+	f := fields{obj: obj, where: "body"}
+	if workerID := streamRequired(&f, "worker_id"); f.err == nil && len(workerID) > streamMaxWorkerID {
+		return nil, errorf(http.StatusBadRequest, "body.worker_id must be at most %d bytes", streamMaxWorkerID)
+	}
+	if f.err != nil {
+		return nil, f.err
 	}
 	var raws []json.RawMessage
 	if raw, ok := obj["reports"]; !ok || isNull(raw) || json.Unmarshal(raw, &raws) != nil || len(raws) == 0 {
@@ -88,13 +89,6 @@ func (s *Server) streamReportBatch(w http.ResponseWriter, r *http.Request) (any,
 			return nil, errorf(http.StatusBadRequest, `body.reports[%d].type is required: "complete" or "fail"`, i)
 		}
 		delete(o, "type")
-		allowed := streamCompleteFields
-		if typ == "fail" {
-			allowed = streamFailFields
-		}
-		if err := checkFields(o, fmt.Sprintf("body.reports[%d]: ", i), allowed...); err != nil {
-			return nil, err
-		}
 		items[i] = item{fail: typ == "fail", obj: o}
 	}
 	results := make([]map[string]any, len(items))

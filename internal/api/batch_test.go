@@ -56,7 +56,9 @@ func TestClaimBatchRefusesBadRequests(t *testing.T) {
 			{"worker_id": "w", "streams": []string{"q"}, "max_tasks": "3"},
 			{"worker_id": "w", "streams": []string{}, "max_tasks": 3},
 			{"streams": []string{"q"}, "max_tasks": 3},
-			{"worker_id": "w", "streams": []string{"q"}, "max_tasks": 3, "extra": 1},
+			{"worker_id": "w", "streams": []string{"q"}, "max_tasks": 3, "max_wait_ms": "100"},
+			{"worker_id": "w", "streams": []string{"q"}, "max_tasks": 3, "max_wait_ms": 1.5},
+			{"worker_id": "w", "streams": []string{"q"}, "max_tasks": 3, "max_wait_ms": true},
 		} {
 			if res := w.streamCall("claim-batch", body); res.Status != http.StatusBadRequest {
 				t.Errorf("claim-batch %v: %d %s, want 400", body, res.Status, res.Raw)
@@ -133,7 +135,10 @@ func TestReportBatchRefusesBadRequests(t *testing.T) {
 			{"worker_id": "w", "reports": []any{good, "x"}},
 			{"worker_id": "w", "reports": []any{good, streamWith(good, "type", "finish")}},
 			{"worker_id": "w", "reports": []any{good, streamWith(good, "type", nil)}},
-			{"worker_id": "w", "reports": []any{good, streamWith(good, "bogus", 1)}},
+			{"reports": []any{good}},
+			{"worker_id": "", "reports": []any{good}},
+			{"worker_id": 5, "reports": []any{good}},
+			{"worker_id": nil, "reports": []any{good}},
 		} {
 			if res := w.streamCall("report-batch", body); res.Status != http.StatusBadRequest {
 				t.Errorf("report-batch %v: %d %s, want 400", body, res.Status, res.Raw)

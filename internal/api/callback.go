@@ -16,6 +16,7 @@ import (
 	"fmt"
 	"math"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/baton-dev/baton/internal/dispatch"
@@ -41,7 +42,10 @@ func (s *Server) registerCallback(mux *http.ServeMux) {
 				return nil, errorf(http.StatusServiceUnavailable, "this server was started without task tokens (api.Config.Tokens): it cannot authenticate workers")
 			}
 		}
-		mux.Handle("POST /v1/tasks/{task_id}/"+rt.endpoint, s.serve(s.callbackRefusals(rt.endpoint, h)))
+		// /api/v1/tasks/... is the newer path of the same contract: same handlers.
+		for _, prefix := range []string{"/v1/tasks/", "/api/v1/tasks/"} {
+			mux.Handle("POST "+prefix+"{task_id}/"+rt.endpoint, s.serve(s.callbackRefusals(rt.endpoint, h)))
+		}
 	}
 }
 
@@ -51,17 +55,23 @@ func (s *Server) registerCallback(mux *http.ServeMux) {
 // is read from the task, with the core's own fence and ended-attempt errors: the attempt must be
 // the current one, and still running; a running attempt whose cancellation was requested gets 409
 // task_already_terminal / CANCELLED, which tells the worker not to start (seed 004 section 5).
-// Nothing is written; the decision is the core's (Dispatcher.StartAttempt).
+// The decision is the core's (Dispatcher.StartAttempt); only a traceparent is written, on the
+// attempt.
 func (s *Server) callbackStarted(w http.ResponseWriter, r *http.Request) (any, error) {
-	obj, fence, err := callbackRequest(r, "attempt", "workerId", "startedAt")
+	obj, fence, err := s.callbackRequest(r)
 	if err != nil {
 		return nil, err
 	}
 	if err := callbackTimeField(obj, "startedAt"); err != nil {
 		return nil, err
 	}
-	if _, err := s.d.StartAttempt(r.Context(), fence); err != nil {
+	if _, err := s.d.StartAttempt(r.Context(), fence.Fence); err != nil {
 		return nil, err
+	}
+	if fence.traceparent != "" {
+		if err := s.d.RecordTraceparent(r.Context(), fence.Fence, fence.traceparent); err != nil {
+			return nil, err
+		}
 	}
 	return map[string]any{"acknowledged": true, "serverTime": callbackNow()}, nil
 }
@@ -72,7 +82,7 @@ func (s *Server) callbackStarted(w http.ResponseWriter, r *http.Request) (any, e
 // the server's receipt time (a worker's clock must not lengthen its own lease), and the core's
 // heartbeat records no progress.
 func (s *Server) callbackHeartbeat(w http.ResponseWriter, r *http.Request) (any, error) {
-	obj, fence, err := callbackRequest(r, "attempt", "workerId", "heartbeatAt", "progressPct", "message")
+	obj, fence, err := s.callbackRequest(r)
 	if err != nil {
 		return nil, err
 	}
@@ -90,7 +100,8 @@ func (s *Server) callbackHeartbeat(w http.ResponseWriter, r *http.Request) (any,
 	if f.err != nil {
 		return nil, f.err
 	}
-	res, err := s.d.Heartbeat(r.Context(), dispatch.HeartbeatParams{TaskID: fence.TaskID, Attempt: fence.Attempt, LeaseToken: fence.LeaseToken})
+	res, err := s.d.Heartbeat(r.Context(), dispatch.HeartbeatParams{TaskID: fence.TaskID, Attempt: fence.Attempt, LeaseToken: fence.LeaseToken,
+		Traceparent: fence.traceparent})
 	if err != nil {
 		return nil, err
 	}
@@ -123,8 +134,7 @@ var callbackOutcomes = map[string]store.Outcome{
 // SUCCEEDED and error to FAILED; sending either with another outcome is a 400 rather than a
 // silent drop. completedAt is validated; the server's clock times the transition.
 func (s *Server) callbackCompleted(w http.ResponseWriter, r *http.Request) (any, error) {
-	obj, fence, err := callbackRequest(r, "attempt", "workerId", "outcome", "completedAt", "output", "error",
-		"metrics", "cancelledDuringPhase", "partialProgress")
+	obj, fence, err := s.callbackRequest(r)
 	if err != nil {
 		return nil, err
 	}
@@ -155,7 +165,8 @@ func (s *Server) callbackCompleted(w http.ResponseWriter, r *http.Request) (any,
 			return nil, errorf(http.StatusBadRequest, "body.%s does not belong to outcome %s", c.name, outcomeName)
 		}
 	}
-	p := dispatch.CompleteParams{TaskID: fence.TaskID, Attempt: fence.Attempt, LeaseToken: fence.LeaseToken, Outcome: outcome}
+	p := dispatch.CompleteParams{TaskID: fence.TaskID, Attempt: fence.Attempt, LeaseToken: fence.LeaseToken, Outcome: outcome,
+		Traceparent: fence.traceparent}
 	if present("output") {
 		p.Output = compact(obj["output"])
 	}
@@ -201,9 +212,6 @@ func callbackTaskError(raw json.RawMessage) (*store.TaskError, error) {
 	if err != nil {
 		return nil, errorf(http.StatusBadRequest, "body.error must be a JSON object {category, message, stackTrace, retryable}")
 	}
-	if err := checkFields(obj, "body.error: ", "category", "message", "stackTrace", "retryable"); err != nil {
-		return nil, err
-	}
 	f := fields{obj: obj, where: "body.error"}
 	e := &store.TaskError{Category: lifecycle.Category(f.str("category")), Message: f.str("message"), StackTrace: f.str("stackTrace")}
 	if f.err != nil {
@@ -218,33 +226,67 @@ func callbackTaskError(raw json.RawMessage) (*store.TaskError, error) {
 	return e, nil
 }
 
-// callbackRequest reads a callback body with only the allowed members and binds it to the
-// request's token: the path's task must be the token's (checked before the body is read), and the
-// body's attempt, required, must be the token's. workerId is required too; it is informational
-// (a pushed task's lease belongs to the dispatcher's claim, not to the worker's own id).
-func callbackRequest(r *http.Request, allowed ...string) (map[string]json.RawMessage, dispatch.Fence, error) {
+// callbackRequest reads a callback body and binds it to the request's token: the path's task must
+// be the token's (checked before the body is read), and the body's attempt, required, and
+// attemptId, when sent, must name the current attempt (tokenFence). workerId is required too; it
+// is informational (a pushed task's lease belongs to the dispatcher's claim, not to the worker's
+// own id). traceparent, when sent, must be a W3C trace context; the returned fence carries it.
+func (s *Server) callbackRequest(r *http.Request) (map[string]json.RawMessage, callbackFence, error) {
 	taskID := r.PathValue("task_id")
-	if _, err := tokenFence(r, taskID, 0, ""); err != nil {
-		return nil, dispatch.Fence{}, err
+	if c := claimsOf(r); c == nil || c.TaskID != taskID {
+		return nil, callbackFence{}, errTokenScope
 	}
-	obj, err := streamBody(r, allowed...)
+	obj, err := workerBody(r)
 	if err != nil {
-		return nil, dispatch.Fence{}, err
+		return nil, callbackFence{}, err
 	}
 	f := fields{obj: obj, where: "body"}
 	attempt := f.intp("attempt")
 	workerID := f.str("workerId")
+	attemptID := f.str("attemptId")
+	traceparent := f.str("traceparent")
 	if f.err != nil {
-		return nil, dispatch.Fence{}, f.err
+		return nil, callbackFence{}, f.err
 	}
 	if attempt == nil || *attempt < 1 {
-		return nil, dispatch.Fence{}, errorf(http.StatusBadRequest, "body.attempt is required: a positive integer (the attempt of the task token)")
+		return nil, callbackFence{}, errorf(http.StatusBadRequest, "body.attempt is required: a positive integer (the attempt of the task token)")
 	}
 	if workerID == "" {
-		return nil, dispatch.Fence{}, errorf(http.StatusBadRequest, "body.workerId is required: a non-empty string")
+		return nil, callbackFence{}, errorf(http.StatusBadRequest, "body.workerId is required: a non-empty string")
 	}
-	fence, err := tokenFence(r, taskID, *attempt, "")
-	return obj, fence, err
+	if traceparent != "" && !validTraceparent(traceparent) {
+		return nil, callbackFence{}, errorf(http.StatusBadRequest,
+			"body.traceparent must be a W3C trace context: 00-<32 hex trace id>-<16 hex parent id>-<2 hex flags>")
+	}
+	// attemptId is the envelope's id of the attempt: its lease token.
+	fence, err := s.tokenFence(r, taskID, *attempt, attemptID)
+	return obj, callbackFence{Fence: fence, traceparent: traceparent}, err
+}
+
+// callbackFence is the fence of a callback and the trace context the worker sent with it.
+type callbackFence struct {
+	dispatch.Fence
+	traceparent string
+}
+
+// validTraceparent reports whether v is a W3C traceparent header value: version-traceid-parentid-
+// flags in lowercase hex, version not ff, ids not all zeros.
+func validTraceparent(v string) bool {
+	parts := strings.Split(v, "-")
+	if len(parts) < 4 || len(parts[0]) != 2 || len(parts[1]) != 32 || len(parts[2]) != 16 || len(parts[3]) != 2 {
+		return false
+	}
+	if parts[0] == "ff" || (parts[0] == "00" && len(parts) != 4) {
+		return false
+	}
+	for _, p := range parts[:4] {
+		for _, c := range p {
+			if !(c >= '0' && c <= '9' || c >= 'a' && c <= 'f') {
+				return false
+			}
+		}
+	}
+	return strings.Trim(parts[1], "0") != "" && strings.Trim(parts[2], "0") != ""
 }
 
 // callbackTimeField checks an optional RFC 3339 timestamp member.

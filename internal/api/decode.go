@@ -33,6 +33,9 @@ func decodeObject(body []byte) (map[string]json.RawMessage, error) {
 	if len(bytes.TrimSpace(body)) == 0 {
 		return nil, errorf(http.StatusBadRequest, "request body is empty: send a JSON object")
 	}
+	if err := checkJSONText(body); err != nil {
+		return nil, err
+	}
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.UseNumber()
 	var obj map[string]json.RawMessage

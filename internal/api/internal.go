@@ -16,7 +16,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"slices"
 	"sort"
 	"time"
 
@@ -148,23 +147,14 @@ func checkTaskID(id string) error {
 	return nil
 }
 
-// readStrict reads a JSON object body that may hold only the allowed members.
-func readStrict(r *http.Request, allowed ...string) (*fields, error) {
-	body, err := readBody(r)
+// readWorker reads the JSON object body of a worker endpoint (unknown members ignored).
+func readWorker(r *http.Request) (*fields, error) {
+	obj, err := workerBody(r)
 	if err != nil {
-		return nil, err
-	}
-	obj, err := decodeObject(body)
-	if err != nil {
-		return nil, err
-	}
-	if err := checkFields(obj, "", allowed...); err != nil {
 		return nil, err
 	}
 	return &fields{obj: obj, where: "body"}, nil
 }
-
-var fenceFields = []string{"task_id", "attempt", "lease_token"}
 
 // fencedBody is the body of a call about one attempt.
 type fencedBody struct {
@@ -174,10 +164,10 @@ type fencedBody struct {
 	leaseToken string
 }
 
-// readFenced reads a strict body made of task_id, attempt, lease_token (all required) and the
-// members in extra.
-func readFenced(r *http.Request, extra ...string) (*fencedBody, error) {
-	f, err := readStrict(r, append(slices.Clone(fenceFields), extra...)...)
+// readFenced reads the body of a call about one attempt: task_id, attempt and lease_token, all
+// required, and whatever else the endpoint reads from it.
+func readFenced(r *http.Request) (*fencedBody, error) {
+	f, err := readWorker(r)
 	if err != nil {
 		return nil, err
 	}
@@ -241,9 +231,20 @@ func seed000Reason(r dispatch.NotClaimedReason) dispatch.NotClaimedReason {
 // maxWorkerID bounds a worker id, which is stored with every attempt and audit event.
 const maxWorkerID = 256
 
-// POST /internal/task-claim
+// peerName names the caller of a worker endpoint that did not name itself: the subject of its
+// client certificate (mTLS), or "unknown".
+func peerName(r *http.Request) string {
+	if r.TLS != nil && len(r.TLS.PeerCertificates) > 0 {
+		if name := r.TLS.PeerCertificates[0].Subject.String(); name != "" && len(name) <= maxWorkerID {
+			return name
+		}
+	}
+	return "unknown"
+}
+
+// POST /internal/task-claim {task_id, worker_id?}: worker_id is optional (peerName).
 func (s *Server) internalClaim(w http.ResponseWriter, r *http.Request) (any, error) {
-	f, err := readStrict(r, "task_id", "worker_id")
+	f, err := readWorker(r)
 	if err != nil {
 		return nil, err
 	}
@@ -255,7 +256,7 @@ func (s *Server) internalClaim(w http.ResponseWriter, r *http.Request) (any, err
 		return nil, err
 	}
 	if workerID == "" {
-		return nil, invalidRequest("worker_id is required")
+		workerID = peerName(r)
 	}
 	if len(workerID) > maxWorkerID {
 		return nil, invalidRequest("worker_id must be at most %d characters", maxWorkerID)
@@ -284,6 +285,7 @@ func (s *Server) internalClaim(w http.ResponseWriter, r *http.Request) (any, err
 	}
 	return map[string]any{
 		"status":                      "Claimed",
+		"task_id":                     t.ID,
 		"attempt":                     t.Attempt,
 		"lease_token":                 t.LeaseToken,
 		"lease_expires_at":            snakeTime(t.LeaseExpiresAt),
@@ -421,7 +423,7 @@ func (s *Server) heartbeatToken(ctx context.Context, c *auth.TaskClaims, t *stor
 // fencedComplete: POST /internal/task-complete, POST /v1/task/complete.
 func (s *Server) fencedComplete(fence fenceFunc) handler {
 	return func(w http.ResponseWriter, r *http.Request) (any, error) {
-		b, err := readFenced(r, "status", "events", "outputs", "datasets_published", "error_message", "error")
+		b, err := readFenced(r)
 		if err != nil {
 			return nil, err
 		}
@@ -494,16 +496,11 @@ func completeStatus(st lifecycle.TaskStatus) string {
 	return internalStatus(st)
 }
 
-var taskErrorFields = []string{"category", "message", "stack_trace", "retryable"}
-
 // decodeTaskError reads the optional error object of a failed completion.
 func decodeTaskError(raw json.RawMessage) (*store.TaskError, error) {
 	obj, err := decodeObject(raw)
 	if err != nil {
 		return nil, invalidRequest("error must be an object {category, message, stack_trace, retryable}")
-	}
-	if err := checkFields(obj, "error: ", taskErrorFields...); err != nil {
-		return nil, err
 	}
 	f := fields{obj: obj, where: "error"}
 	e := &store.TaskError{Category: lifecycle.Category(f.str("category")), Message: f.str("message"), StackTrace: f.str("stack_trace")}
@@ -535,8 +532,6 @@ func objectArray(raw json.RawMessage, name string) (json.RawMessage, error) {
 	return compact(raw), nil
 }
 
-var upstreamEventFields = []string{"dataset_uuid", "dataset_version", "cursor", "partition_key", "start", "end"}
-
 // decodeUpstreamEvents reads seed 000's events (single, partitioned or batch shapes); what they
 // mean is checked by the core.
 func decodeUpstreamEvents(raw json.RawMessage) ([]dispatch.DatasetEvent, error) {
@@ -551,9 +546,6 @@ func decodeUpstreamEvents(raw json.RawMessage) ([]dispatch.DatasetEvent, error) 
 		if err != nil {
 			return nil, invalidRequest("%s must be an object", where)
 		}
-		if err := checkFields(obj, where+": ", upstreamEventFields...); err != nil {
-			return nil, err
-		}
 		f := fields{obj: obj, where: where}
 		events[i] = dispatch.DatasetEvent{DatasetUUID: f.str("dataset_uuid"), DatasetVersion: f.str("dataset_version"),
 			Cursor: f.int64p("cursor"), PartitionKey: f.str("partition_key"), Start: f.int64p("start"), End: f.int64p("end")}
@@ -567,7 +559,7 @@ func decodeUpstreamEvents(raw json.RawMessage) ([]dispatch.DatasetEvent, error) 
 // fencedEvents: POST /internal/events, POST /v1/task/events.
 func (s *Server) fencedEvents(fence fenceFunc) handler {
 	return func(w http.ResponseWriter, r *http.Request) (any, error) {
-		b, err := readFenced(r, "events")
+		b, err := readFenced(r)
 		if err != nil {
 			return nil, err
 		}
@@ -598,8 +590,7 @@ func (s *Server) fencedEvents(fence fenceFunc) handler {
 // /v1/task/buffer-publish (seed 003's body); both accept either set of fields.
 func (s *Server) fencedBufferPublish(fence fenceFunc) handler {
 	return func(w http.ResponseWriter, r *http.Request) (any, error) {
-		b, err := readFenced(r, "dataset_uuid", "dataset_version", "batch_uri", "record_count",
-			"content_type", "batch_size_bytes", "dedupe_scope")
+		b, err := readFenced(r)
 		if err != nil {
 			return nil, err
 		}

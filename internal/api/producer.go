@@ -50,10 +50,8 @@ func (s *Server) ProducerHandler() http.Handler {
 		w.Header().Set("Content-Type", "application/json")
 		_, _ = w.Write(openAPI)
 	})
-	mux.Handle("/", s.serve(func(w http.ResponseWriter, r *http.Request) (any, error) {
-		return nil, errorf(http.StatusNotFound, "no such endpoint: %s %s", r.Method, r.URL.Path)
-	}))
-	return mux
+	mux.Handle("/", s.notFound(mux))
+	return s.guard(mux)
 }
 
 func (s *Server) health(mux *http.ServeMux) {

@@ -315,7 +315,7 @@ func TestCreateJobValidation(t *testing.T) {
 		{"reference errors stop before cycles", tasksBody(r, tk("a", "a", "b", "nope"), tk("b", "b", "a")),
 			[]string{`Task a depends on "nope" which does not exist`}},
 
-		{"queue", tasksBody(withFields(r, "queue", "no spaces")), []string{"Task r: queue must match /^[a-zA-Z0-9-_]{1,128}$/"}},
+		{"queue", tasksBody(withFields(r, "queue", "tab\tin it")), []string{"Task r: queue must not contain control characters"}},
 		{"priority above", tasksBody(withFields(r, "priority", 1001)), []string{"Task r: priority must be between -1000 and 1000"}},
 		{"priority below", tasksBody(withFields(r, "priority", -1001)), []string{"Task r: priority must be between -1000 and 1000"}},
 		{"runtime", tasksBody(withFields(r, "runtime", "lambda")), []string{`Task r: runtime must be "pull" or "push"`}},
@@ -331,9 +331,9 @@ func TestCreateJobValidation(t *testing.T) {
 		{"heartbeatTimeoutSeconds above", tasksBody(withFields(r, "heartbeatTimeoutSeconds", 86401)), []string{"Task r: heartbeatTimeoutSeconds must be between 2 and 86400"}},
 		{"cancelGraceSeconds below", tasksBody(withFields(r, "cancelGraceSeconds", -1)), []string{"Task r: cancelGraceSeconds must be between 0 and 86400"}},
 		{"cancelGraceSeconds above", tasksBody(withFields(r, "cancelGraceSeconds", 86401)), []string{"Task r: cancelGraceSeconds must be between 0 and 86400"}},
-		{"every optional field at once", tasksBody(withFields(r, "queue", "a b", "priority", 2000, "runtime", "x", "maxAttempts", 0,
+		{"every optional field at once", tasksBody(withFields(r, "queue", "a\u0001b", "priority", 2000, "runtime", "x", "maxAttempts", 0,
 			"backoffBaseMs", 10, "backoffMaxMs", 5, "timeoutSeconds", 0, "heartbeatTimeoutSeconds", 0, "cancelGraceSeconds", -5)),
-			[]string{"Task r: queue must match /^[a-zA-Z0-9-_]{1,128}$/", "Task r: priority must be between -1000 and 1000",
+			[]string{"Task r: queue must not contain control characters", "Task r: priority must be between -1000 and 1000",
 				`Task r: runtime must be "pull" or "push"`, "Task r: maxAttempts must be between 1 and 1000",
 				"Task r: backoffMaxMs must not be less than backoffBaseMs", "Task r: timeoutSeconds must be between 1 and 604800",
 				"Task r: heartbeatTimeoutSeconds must be between 2 and 86400", "Task r: cancelGraceSeconds must be between 0 and 86400"}},
@@ -1097,11 +1097,22 @@ func TestIdempotencyKey(t *testing.T) {
 func TestUnknownRouteAndHealth(t *testing.T) {
 	forEachDriver(t, defaultOptions(), func(t *testing.T, a *testAPI) {
 		for _, c := range []struct{ method, path string }{
-			{"GET", "/nope"}, {"GET", "/jobs/x/y/z"}, {"POST", "/jobs/x/unknown"}, {"DELETE", "/jobs"}, {"PUT", "/jobs/x"},
+			{"GET", "/nope"}, {"GET", "/jobs/x/y/z"}, {"POST", "/jobs/x/unknown"},
 		} {
 			for _, headers := range [][]string{nil, {"Accept", "application/json"}} {
 				res := a.do(c.method, c.path, nil, headers...)
 				wantError(t, res, http.StatusNotFound, "no such endpoint: "+c.method+" "+c.path)
+			}
+		}
+		// A known path with a method it does not serve is a 405 that says which ones it does.
+		for _, c := range []struct{ method, path, allow string }{
+			{"DELETE", "/jobs", "GET, HEAD, POST"}, {"PUT", "/jobs/x", "GET, HEAD"}, {"GET", "/jobs/x/cancel", "POST"},
+			{"PATCH", "/jobs/x/tasks", "POST"},
+		} {
+			res := a.do(c.method, c.path, nil)
+			wantError(t, res, http.StatusMethodNotAllowed, "method "+c.method+" is not allowed on "+c.path+"; allowed: "+c.allow)
+			if got := res.Header.Get("Allow"); got != c.allow {
+				t.Errorf("%s %s: Allow %q, want %q", c.method, c.path, got, c.allow)
 			}
 		}
 		for path, want := range map[string]string{"/healthz": `{"status":"ok"}`, "/readyz": `{"status":"ready"}`} {

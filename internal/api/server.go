@@ -15,6 +15,7 @@ import (
 
 	"github.com/baton-dev/baton/internal/auth"
 	"github.com/baton-dev/baton/internal/dispatch"
+	"github.com/baton-dev/baton/internal/transport"
 )
 
 // DefaultMaxBodyBytes caps request bodies (4 MiB).
@@ -32,6 +33,9 @@ type Config struct {
 	// PushTargets, when not nil, are the push targets by task name (the Pusher's): a submitted
 	// push task whose name has none is refused with a 400.
 	PushTargets map[string]string
+	// Wakeups, when not nil, is the wake-up transport's view of its messages (Redis Streams):
+	// stream-worker claims hand out a task's wake-up entry id, and reports settle it.
+	Wakeups transport.MessageIDs
 }
 
 // Server serves Baton's HTTP APIs.
@@ -44,6 +48,7 @@ type Server struct {
 	poll    time.Duration
 
 	pushTargets map[string]string
+	wakeups     transport.MessageIDs
 
 	tenantMu sync.Mutex
 	tenants  map[string]string // job id → tenant, for minting tokens
@@ -59,7 +64,7 @@ func (s *Server) Drain() { s.drain() }
 // New returns a Server.
 func New(cfg Config) *Server {
 	s := &Server{d: cfg.Dispatcher, auth: cfg.Auth, tokens: cfg.Tokens, log: cfg.Logger, maxBody: cfg.MaxBodyBytes, poll: cfg.EventPoll,
-		pushTargets: cfg.PushTargets}
+		pushTargets: cfg.PushTargets, wakeups: cfg.Wakeups}
 	if s.log == nil {
 		s.log = slog.Default()
 	}
@@ -197,8 +202,6 @@ func (s *Server) InternalHandler() http.Handler {
 	s.health(mux)
 	s.registerInternal(mux)
 	s.registerStream(mux)
-	mux.Handle("/", s.serve(func(w http.ResponseWriter, r *http.Request) (any, error) {
-		return nil, errorf(http.StatusNotFound, "no such endpoint: %s %s", r.Method, r.URL.Path)
-	}))
-	return mux
+	mux.Handle("/", s.notFound(mux))
+	return s.guard(mux)
 }

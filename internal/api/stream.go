@@ -3,20 +3,26 @@ package api
 // The stream-worker dialect (seed 002), served on the internal listener: trusted workers long-poll
 // named queues ("streams", in priority order) for the next task ("job"), heartbeat under its lease,
 // and report the outcome with /complete or /fail. Names: job_id is Baton's task id, attempt_id the
-// attempt number, a stream a queue name. Every answer says whether the worker should ACK its
-// stream message (ack): the store transport has no stream message (message_id is null), but a
-// Redis Streams transport hands one to the worker, and the worker ACKs it exactly when ack is true.
+// attempt number, a stream a queue name (any name a Redis key may have, such as jobs:stream:high).
+// A claim hands out the task's stream message id: the entry id of its wake-up with the Redis
+// transport, a stable id of the same form otherwise. Every report's answer says whether the worker
+// should ACK that message (ack); the server settles the wake-up on the transport itself then, so
+// a worker's own XACK is harmless either way.
 //
 // This file only translates shapes and errors; every rule is the dispatcher's.
 
 import (
 	"cmp"
 	"context"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"net/http"
 	"time"
+
+	"github.com/google/uuid"
 
 	"github.com/baton-dev/baton/internal/auth"
 	"github.com/baton-dev/baton/internal/dispatch"
@@ -44,7 +50,7 @@ func (s *Server) registerStream(mux *http.ServeMux) {
 
 // POST /internal/worker/claim {worker_id, streams, max_wait_ms}
 func (s *Server) streamClaim(w http.ResponseWriter, r *http.Request) (any, error) {
-	obj, err := streamBody(r, "worker_id", "streams", "max_wait_ms")
+	obj, err := workerBody(r)
 	if err != nil {
 		return nil, err
 	}
@@ -55,7 +61,11 @@ func (s *Server) streamClaim(w http.ResponseWriter, r *http.Request) (any, error
 	if len(claims) == 0 {
 		return map[string]any{"claimed": false}, nil
 	}
-	return s.streamClaimAnswer(r.Context(), claims[0])
+	answers, err := s.streamClaimAnswers(r.Context(), claims)
+	if err != nil {
+		return nil, err
+	}
+	return answers[0], nil
 }
 
 // streamClaimWait reads a claim's worker_id, streams and max_wait_ms from obj and long-polls
@@ -98,8 +108,13 @@ func (s *Server) streamClaimWait(r *http.Request, obj map[string]json.RawMessage
 	return claims, err
 }
 
-// streamClaimAnswer is the answer of a claim that got c.
-func (s *Server) streamClaimAnswer(ctx context.Context, c *dispatch.Claim) (map[string]any, error) {
+// streamClaimAnswer is the answer of a claim that got c; msgID is the id of its wake-up message
+// (streamMessageIDs).
+//
+// payload is the task's input exactly as the producer sent it (an empty object when it sent
+// none): clients of the dialect read their own fields from it. What Baton adds — the task's key
+// and name, its job (run_id), its parents' outputs, its execution timeout — are siblings of it.
+func (s *Server) streamClaimAnswer(ctx context.Context, c *dispatch.Claim, msgID string) (map[string]any, error) {
 	t := c.Task
 	// If minting fails the worker gets a 500 and never runs the attempt; its lease then expires
 	// and the reaper retries the task, as for any worker that vanishes after a claim.
@@ -111,23 +126,28 @@ func (s *Server) streamClaimAnswer(ctx context.Context, c *dispatch.Claim) (map[
 	if t.Timeout > 0 {
 		timeout = t.Timeout.Seconds()
 	}
+	payload := t.Input
+	if len(payload) == 0 {
+		payload = json.RawMessage("{}")
+	}
+	deps := c.DependencyOutputs
+	if deps == nil {
+		deps = map[string]json.RawMessage{}
+	}
 	return map[string]any{
-		"claimed":     true,
-		"job_id":      t.ID,
-		"attempt_id":  t.Attempt,
-		"lease_token": t.LeaseToken,
-		"stream":      t.Queue,
-		"message_id":  nil, // the store transport has no stream message; a Redis transport fills it
-		"payload": map[string]any{
-			"task_id":            t.ID,
-			"task_key":           t.Key,
-			"job_id":             t.JobID,
-			"name":               t.Name,
-			"input":              rawOrNull(t.Input),
-			"dependency_outputs": c.DependencyOutputs,
-			"attempt":            t.Attempt,
-			"timeout_seconds":    timeout,
-		},
+		"claimed":                     true,
+		"job_id":                      t.ID,
+		"attempt_id":                  t.Attempt,
+		"lease_token":                 t.LeaseToken,
+		"stream":                      t.Queue,
+		"message_id":                  msgID,
+		"payload":                     payload,
+		"task_id":                     t.ID,
+		"task_key":                    t.Key,
+		"task_name":                   t.Name,
+		"run_id":                      t.JobID,
+		"dependency_outputs":          deps,
+		"timeout_seconds":             timeout,
 		"lease_ttl_seconds":           t.HeartbeatTimeout.Seconds(),
 		"heartbeat_interval_seconds":  c.HeartbeatInterval.Seconds(),
 		"lease_expires_at":            streamTime(t.LeaseExpiresAt),
@@ -136,10 +156,88 @@ func (s *Server) streamClaimAnswer(ctx context.Context, c *dispatch.Claim) (map[
 	}, nil
 }
 
+// streamClaimAnswers answers claims in order, each with its message id.
+func (s *Server) streamClaimAnswers(ctx context.Context, claims []*dispatch.Claim) ([]map[string]any, error) {
+	ids := s.streamMessageIDs(ctx, claims)
+	out := make([]map[string]any, 0, len(claims))
+	for _, c := range claims {
+		a, err := s.streamClaimAnswer(ctx, c, ids[c.Task.ID])
+		if err != nil {
+			// The leases of the claims not handed out expire and the reaper retries them.
+			return nil, err
+		}
+		out = append(out, a)
+	}
+	return out, nil
+}
+
+// streamMessageIDs is the message_id of each claimed task, by task id. With a transport whose
+// wake-ups are stream entries (Redis), it is the entry id of the task's wake-up; otherwise, or
+// when the transport does not answer (the lease is taken: the worker must get its task), a stable
+// id of the claimed attempt in the same "<milliseconds>-<sequence>" form, so that a client which
+// acknowledges it on its own stream gets a well-formed id (and acknowledges nothing).
+func (s *Server) streamMessageIDs(ctx context.Context, claims []*dispatch.Claim) map[string]string {
+	ids := make(map[string]string, len(claims))
+	if s.wakeups != nil {
+		byQueue := map[string][]string{}
+		for _, c := range claims {
+			byQueue[c.Task.Queue] = append(byQueue[c.Task.Queue], c.Task.ID)
+		}
+		for queue, tasks := range byQueue {
+			got, err := s.wakeups.MessageIDs(ctx, queue, tasks)
+			if err != nil {
+				s.log.WarnContext(ctx, "look up wake-up message ids", "queue", queue, "err", err)
+				continue
+			}
+			maps.Copy(ids, got)
+		}
+	}
+	for _, c := range claims {
+		if ids[c.Task.ID] == "" {
+			ids[c.Task.ID] = stableMessageID(c.Task)
+		}
+	}
+	return ids
+}
+
+// stableMessageID is "<claim time in ms>-<48 bits of the task id>": the same for every answer
+// about one attempt, distinct across tasks and attempts, and a valid Redis stream entry id.
+func stableMessageID(t *store.Task) string {
+	var seq uint64
+	if id, err := uuid.Parse(t.ID); err == nil {
+		seq = binary.BigEndian.Uint64(id[:8]) >> 16
+	}
+	return fmt.Sprintf("%d-%d", max(t.StartedAt.UnixMilli(), 0), seq)
+}
+
+// streamSettle settles, on the transport, the wake-up message a report names once the report's
+// answer tells the worker to ACK it (err is nil, or a refusal with ack: true): the worker's own
+// XACK then finds it settled. Best effort: a wake-up left outstanding costs the reconciler a look,
+// never correctness.
+func (s *Server) streamSettle(ctx context.Context, obj map[string]json.RawMessage, err error) {
+	if s.wakeups == nil {
+		return
+	}
+	if err != nil {
+		he := s.toHTTP(s.streamRefusal(err))
+		if ack, _ := he.body["ack"].(bool); !ack {
+			return
+		}
+	}
+	f := fields{obj: obj, where: "body"}
+	stream, msgID, taskID := f.str("stream"), f.str("message_id"), f.str("job_id")
+	if f.err != nil || stream == "" || msgID == "" || taskID == "" {
+		return
+	}
+	if err := s.wakeups.Settle(ctx, stream, taskID, msgID); err != nil {
+		s.log.WarnContext(ctx, "settle wake-up message", "queue", stream, "task", taskID, "message_id", msgID, "err", err)
+	}
+}
+
 // POST /internal/worker/heartbeat {worker_id, job_id, lease_token}. The seed's heartbeat names no
 // attempt: the lease token identifies it (Attempt 0). An attempt_id, when sent, fences as well.
 func (s *Server) streamHeartbeat(w http.ResponseWriter, r *http.Request) (any, error) {
-	obj, err := streamBody(r, "worker_id", "job_id", "lease_token", "attempt_id")
+	obj, err := workerBody(r)
 	if err != nil {
 		return nil, err
 	}
@@ -188,17 +286,14 @@ func (s *Server) streamHeartbeat(w http.ResponseWriter, r *http.Request) (any, e
 
 // POST /internal/worker/complete {worker_id, job_id, attempt_id, lease_token, stream, message_id, result}
 func (s *Server) streamComplete(w http.ResponseWriter, r *http.Request) (any, error) {
-	obj, err := streamBody(r, streamCompleteFields...)
+	obj, err := workerBody(r)
 	if err != nil {
 		return nil, err
 	}
-	return s.streamCompleteObj(r.Context(), obj)
+	res, err := s.streamCompleteObj(r.Context(), obj)
+	s.streamSettle(r.Context(), obj, err)
+	return res, err
 }
-
-var (
-	streamCompleteFields = []string{"worker_id", "job_id", "attempt_id", "lease_token", "stream", "message_id", "result"}
-	streamFailFields     = []string{"worker_id", "job_id", "attempt_id", "lease_token", "stream", "message_id", "error"}
-)
 
 // streamCompleteParams reads a /complete report.
 func streamCompleteParams(obj map[string]json.RawMessage) (dispatch.CompleteParams, error) {
@@ -229,11 +324,13 @@ func (s *Server) streamCompleteObj(ctx context.Context, obj map[string]json.RawM
 // POST /internal/worker/fail {worker_id, job_id, attempt_id, lease_token, stream, message_id,
 // error: {code, message, stack, retryable}}
 func (s *Server) streamFail(w http.ResponseWriter, r *http.Request) (any, error) {
-	obj, err := streamBody(r, streamFailFields...)
+	obj, err := workerBody(r)
 	if err != nil {
 		return nil, err
 	}
-	return s.streamFailObj(r.Context(), obj)
+	res, err := s.streamFailObj(r.Context(), obj)
+	s.streamSettle(r.Context(), obj, err)
+	return res, err
 }
 
 // streamFailObj applies a /fail report read into obj.
@@ -281,9 +378,6 @@ func streamTaskError(raw json.RawMessage) (*store.TaskError, error) {
 	if err != nil {
 		return nil, errorf(http.StatusBadRequest, "body.error must be a JSON object {code, message, stack, retryable}")
 	}
-	if err := checkFields(obj, "body.error: ", "code", "message", "stack", "retryable"); err != nil {
-		return nil, err
-	}
 	f := fields{obj: obj, where: "body.error"}
 	code := f.str("code")
 	e := &store.TaskError{Message: f.str("message"), StackTrace: f.str("stack")}
@@ -303,20 +397,16 @@ func streamTaskError(raw json.RawMessage) (*store.TaskError, error) {
 	return e, nil
 }
 
-// streamBody reads a JSON object with only the given members.
-func streamBody(r *http.Request, allowed ...string) (map[string]json.RawMessage, error) {
+// workerBody reads the JSON object body of a worker endpoint. Members it does not know are
+// ignored: clients of the worker contracts evolve and add fields (attemptId, traceparent...) that
+// an older server must let through. A body that is not an object, and members of the wrong type,
+// are still refused by the readers of the members.
+func workerBody(r *http.Request) (map[string]json.RawMessage, error) {
 	body, err := readBody(r)
 	if err != nil {
 		return nil, err
 	}
-	obj, err := decodeObject(body)
-	if err != nil {
-		return nil, err
-	}
-	if err := checkFields(obj, "", allowed...); err != nil {
-		return nil, err
-	}
-	return obj, nil
+	return decodeObject(body)
 }
 
 // streamRequired reads a required non-empty string member.

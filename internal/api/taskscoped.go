@@ -15,7 +15,7 @@ const capabilityHeader = "X-Trace-Task-Capability"
 // producer API key: the capability token is their credential.
 func (s *Server) registerTaskScoped(mux *http.ServeMux) {
 	route := func(pattern string, op func(fenceFunc) handler) {
-		mux.Handle(pattern, s.serve(s.fencedErrors(s.withTaskToken(capabilityHeader, op(tokenFence)))))
+		mux.Handle(pattern, s.serve(s.fencedErrors(s.withTaskToken(capabilityHeader, op(s.tokenFence)))))
 	}
 	route("POST /v1/task/heartbeat", s.fencedHeartbeat)
 	route("POST /v1/task/complete", s.fencedComplete)

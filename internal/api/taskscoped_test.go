@@ -321,7 +321,10 @@ func TestTaskScopedAuthMatrix(t *testing.T) {
 					// check (the token is authentic and covers what it asks) and is fenced by the core:
 					// 409 attempt_mismatch.
 					{"previous attempt's token and body", tok1, body1, nil, 409, "attempt_mismatch", "attempt"},
-					{"body's lease token is not the token's", tok2, call.body(target, 2, lease1), nil, 403, "forbidden", "token"},
+					// A valid token for the task whose body names a stale lease: a conflict, not a
+					// permission problem (409, as the core answers a stale lease).
+					{"body's lease token is a stale one", tok2, call.body(target, 2, lease1), nil, 409, "lease_mismatch", "lease"},
+					{"current token, previous attempt's body", tok2, body1, nil, 409, "attempt_mismatch", "attempt"},
 					{"expired token", expired, body2, nil, 401, "unauthorized", "expired"},
 					{"signature altered", tamperSignature(tok2), body2, nil, 401, "unauthorized", "invalid"},
 					{"claims altered", tamperClaims(t, tok1, forge), body2, nil, 401, "unauthorized", "invalid"},
@@ -425,7 +428,9 @@ func TestTaskScopedStaleWorkerIsFenced(t *testing.T) {
 				t.Errorf("%s: %s", c.name, res.Raw)
 			}
 			wantFencedError(t, scoped(w, c.scopedPath, c.body(id, 2, lease2), tok1), http.StatusForbidden, "forbidden", "token")
-			wantFencedError(t, scoped(w, c.scopedPath, c.body(id, 2, lease1), tok2), http.StatusForbidden, "forbidden", "token")
+			// The current token with a stale lease in the body: a conflict (the worker aborts), not
+			// a permission problem.
+			wantFencedError(t, scoped(w, c.scopedPath, c.body(id, 2, lease1), tok2), http.StatusConflict, "lease_mismatch", "lease")
 			if fencedState(t, w, jobID, id) != before {
 				t.Fatalf("%s: a stale call changed state", c.name)
 			}
@@ -449,7 +454,8 @@ func TestTaskScopedBadBodiesAreRejected(t *testing.T) {
 			{"/v1/task/heartbeat", `{"task_id":"` + id + `","lease_token":"` + lease + `"}`, "attempt"},
 			{"/v1/task/heartbeat", `{"task_id":"` + id + `","attempt":1}`, "lease_token"},
 			{"/v1/task/heartbeat", `{"attempt":1,"lease_token":"` + lease + `"}`, "task_id"},
-			{"/v1/task/heartbeat", `{` + fence + `,"extra":true}`, "extra"},
+			{"/v1/task/heartbeat", `{"task_id":"` + id + `","attempt":"1","lease_token":"` + lease + `"}`, "attempt"},
+			{"/v1/task/heartbeat", `{"task_id":"` + id + `","attempt":1,"lease_token":7}`, "lease_token"},
 			{"/v1/task/heartbeat", `{` + fence, "JSON"},
 			{"/v1/task/complete", `{` + fence + `,"status":"SUCCEEDED"}`, "status"},
 			{"/v1/task/complete", `{` + fence + `,"status":"Completed","datasets_published":[[]]}`, "datasets_published[0]"},

@@ -95,13 +95,33 @@ func claimsOf(r *http.Request) *auth.TaskClaims {
 // errTokenScope: the token is valid but for another task or attempt than the request names.
 var errTokenScope = errors.New("capability token does not cover this task attempt")
 
-// tokenFence binds a task-scoped request to its token (deny by default): the task it names must
-// be the token's task, and the attempt (0: not named) the token's attempt. The fence it returns
-// carries the token's lease token unless the body named one, which must then be the same.
-func tokenFence(r *http.Request, taskID string, attempt int, leaseToken string) (dispatch.Fence, error) {
+// tokenFence binds a task-scoped request to its token (deny by default). The task it names must
+// be the token's task (403 otherwise). When the attempt (0: not named) and lease token ("": not
+// named) it names are the token's, the fence is the token's, and the core checks it against the
+// live lease. When they are not, the request is either a stale one — its body names an attempt
+// or lease that is no longer the current one, which is a conflict (409, as the core would answer)
+// and not a permission problem — or an older attempt's token used with the current attempt's
+// body, which must never act (403).
+func (s *Server) tokenFence(r *http.Request, taskID string, attempt int, leaseToken string) (dispatch.Fence, error) {
 	c := claimsOf(r)
-	if c == nil || taskID != c.TaskID || (attempt != 0 && attempt != c.Attempt) || (leaseToken != "" && leaseToken != c.LeaseToken) {
+	if c == nil || taskID != c.TaskID {
 		return dispatch.Fence{}, errTokenScope
 	}
-	return dispatch.Fence{TaskID: c.TaskID, Attempt: c.Attempt, LeaseToken: c.LeaseToken}, nil
+	if (attempt == 0 || attempt == c.Attempt) && (leaseToken == "" || leaseToken == c.LeaseToken) {
+		return dispatch.Fence{TaskID: c.TaskID, Attempt: c.Attempt, LeaseToken: c.LeaseToken}, nil
+	}
+	t, err := s.d.Store().GetTask(r.Context(), taskID)
+	if errors.Is(err, store.ErrNotFound) {
+		return dispatch.Fence{}, dispatch.ErrTaskNotFound
+	}
+	if err != nil {
+		return dispatch.Fence{}, err
+	}
+	switch {
+	case attempt != 0 && attempt != t.Attempt:
+		return dispatch.Fence{}, &dispatch.AttemptMismatchError{Expected: t.Attempt, Received: attempt}
+	case leaseToken != "" && leaseToken != t.LeaseToken:
+		return dispatch.Fence{}, dispatch.ErrLeaseMismatch
+	}
+	return dispatch.Fence{}, errTokenScope
 }

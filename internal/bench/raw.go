@@ -40,17 +40,15 @@ type streamClaimRequest struct {
 }
 
 type streamClaimAnswer struct {
-	Claimed    bool    `json:"claimed"`
-	JobID      string  `json:"job_id"` // the task id
-	AttemptID  int     `json:"attempt_id"`
-	LeaseToken string  `json:"lease_token"`
-	Stream     string  `json:"stream"`
-	MessageID  *string `json:"message_id"`
-	Payload    struct {
-		TaskKey           string                     `json:"task_key"`
-		JobID             string                     `json:"job_id"`
-		DependencyOutputs map[string]json.RawMessage `json:"dependency_outputs"`
-	} `json:"payload"`
+	Claimed           bool                       `json:"claimed"`
+	JobID             string                     `json:"job_id"` // the task id
+	AttemptID         int                        `json:"attempt_id"`
+	LeaseToken        string                     `json:"lease_token"`
+	Stream            string                     `json:"stream"`
+	MessageID         *string                    `json:"message_id"`
+	TaskKey           string                     `json:"task_key"`
+	RunID             string                     `json:"run_id"` // the task's job
+	DependencyOutputs map[string]json.RawMessage `json:"dependency_outputs"`
 }
 
 type streamCompleteRequest struct {
@@ -77,9 +75,9 @@ func (b *bench) streamWorker(ctx context.Context, workerID string) {
 		}
 		got := time.Now()
 		rec := b.rec.cur()
-		t := ref{ans.Payload.JobID, ans.Payload.TaskKey}
+		t := ref{ans.RunID, ans.TaskKey}
 		rec.claimed(got.Sub(start))
-		rec.started(ans.JobID, t, parentKeys(ans.Payload.DependencyOutputs), got)
+		rec.started(ans.JobID, t, parentKeys(ans.DependencyOutputs), got)
 		done := streamCompleteRequest{WorkerID: workerID, JobID: ans.JobID, AttemptID: ans.AttemptID, LeaseToken: ans.LeaseToken,
 			Stream: ans.Stream, MessageID: ans.MessageID, Result: json.RawMessage(`{}`)}
 		if b.report(ctx, b.cfg.InternalURL+pathStreamComplete, done) {

@@ -165,6 +165,9 @@ type changes struct {
 	events []*store.Event
 	outbox []*store.OutboxMessage
 	ready  bool // a task became or will become claimable: wake waiting claimers once committed
+	// traceparent, when set, is the W3C trace context of the worker's request: every audit event
+	// of the transition carries it.
+	traceparent string
 }
 
 // update runs fn as one store transaction (or a part of one, with group commit) that also
@@ -199,6 +202,9 @@ func (d *Dispatcher) updateAlone(ctx context.Context, fn func(tx store.Tx, c *ch
 }
 
 func (c *changes) event(jobID, taskID, taskKey, typ string, data map[string]any) {
+	if c.traceparent != "" {
+		data["traceparent"] = c.traceparent
+	}
 	b, err := json.Marshal(data)
 	if err != nil {
 		// Every value passed here is a plain map of JSON-able values.

@@ -189,9 +189,10 @@ func checkFence(t *store.Task, attempt int, token string) error {
 
 // HeartbeatParams identifies the attempt that is still alive.
 type HeartbeatParams struct {
-	TaskID     string
-	Attempt    int // 0: whichever attempt LeaseToken belongs to
-	LeaseToken string
+	TaskID      string
+	Attempt     int // 0: whichever attempt LeaseToken belongs to
+	LeaseToken  string
+	Traceparent string // the worker's W3C trace context, put on the audit events; optional
 }
 
 // HeartbeatResult is rule 4's answer.
@@ -211,6 +212,7 @@ func (d *Dispatcher) Heartbeat(ctx context.Context, p HeartbeatParams) (*Heartbe
 	var expired bool
 	err := d.update(ctx, func(tx store.Tx, c *changes) error {
 		res, expired = nil, false
+		c.traceparent = p.Traceparent
 		t, err := d.lockTask(ctx, tx, p.TaskID)
 		if err != nil {
 			return err
@@ -298,6 +300,8 @@ type CompleteParams struct {
 	Error      *store.TaskError // for failed: category (default USER_CODE), message, retryable
 	Metrics    json.RawMessage
 	Events     []DatasetEvent // final upstream events, stored with the completion
+	// Traceparent is the worker's W3C trace context: kept on the attempt and its audit events.
+	Traceparent string
 }
 
 // CompleteResult says what became of the task.
@@ -322,7 +326,7 @@ func (d *Dispatcher) Complete(ctx context.Context, p CompleteParams) (*CompleteR
 	default:
 		return nil, &InvalidError{Message: fmt.Sprintf("unknown outcome %q", p.Outcome)}
 	}
-	if d.commit != nil && p.Outcome == store.OutcomeSucceeded && len(p.Events) == 0 {
+	if d.commit != nil && p.Outcome == store.OutcomeSucceeded && len(p.Events) == 0 && p.Traceparent == "" {
 		// Applied with the other plain successes of its group commit, set-based.
 		if res, err, slow := d.commit.doComplete(ctx, p); !slow {
 			return res, err
@@ -331,6 +335,7 @@ func (d *Dispatcher) Complete(ctx context.Context, p CompleteParams) (*CompleteR
 	var res *CompleteResult
 	err := d.update(ctx, func(tx store.Tx, c *changes) error {
 		res = nil
+		c.traceparent = p.Traceparent
 		t, err := d.lockTask(ctx, tx, p.TaskID)
 		if err != nil {
 			return err
@@ -368,6 +373,9 @@ func (d *Dispatcher) Complete(ctx context.Context, p CompleteParams) (*CompleteR
 		}
 		fence := store.Fence{Status: t.Status, Attempt: t.Attempt}
 		a.FinishedAt, a.Outcome, a.Metrics = now, p.Outcome, p.Metrics
+		if p.Traceparent != "" {
+			a.Traceparent = p.Traceparent
+		}
 		res = &CompleteResult{Task: t}
 		switch p.Outcome {
 		case store.OutcomeSucceeded:

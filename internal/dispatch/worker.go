@@ -135,6 +135,29 @@ func (d *Dispatcher) StartAttempt(ctx context.Context, f Fence) (*store.Task, er
 	return t, nil
 }
 
+// RecordTraceparent keeps a worker's W3C trace context on the attempt f names, which must be
+// the current one (rule 2). Writing the same value again changes nothing.
+func (d *Dispatcher) RecordTraceparent(ctx context.Context, f Fence, traceparent string) error {
+	return d.update(ctx, func(tx store.Tx, c *changes) error {
+		t, err := d.lockTask(ctx, tx, f.TaskID)
+		if err != nil {
+			return err
+		}
+		if err := checkFence(t, f.Attempt, f.LeaseToken); err != nil {
+			return err
+		}
+		a, err := tx.GetAttempt(ctx, t.ID, t.Attempt)
+		if err != nil {
+			return fmt.Errorf("attempt %d of task %s: %w", t.Attempt, t.ID, err)
+		}
+		if a.Traceparent == traceparent {
+			return nil
+		}
+		a.Traceparent = traceparent
+		return tx.UpdateAttempt(ctx, a)
+	})
+}
+
 // DatasetEvent is an upstream event as a worker reports it (seeds 000 and 003): a dataset version
 // reached a cursor, or a partition "start-end" of it was written.
 type DatasetEvent struct {

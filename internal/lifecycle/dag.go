@@ -127,8 +127,10 @@ func dagCheckFields(tasks []TaskSpec, existing map[string]struct{}) (map[string]
 
 func dagCheckOptions(t *TaskSpec, errs []string) []string {
 	prefix := "Task " + t.Key + ": "
-	if t.Queue != "" && !dagValidKey(t.Queue) {
-		errs = append(errs, prefix+"queue must match "+dagKeyPattern)
+	// A queue is named like a task (its default is the task's name): a Redis-style key such as
+	// jobs:stream:high is fine; the transports map names to their own keys and subjects.
+	if msg := CheckName(t.Queue); t.Queue != "" && msg != "" {
+		errs = append(errs, prefix+"queue "+msg)
 	}
 	if t.Priority < -1000 || t.Priority > 1000 {
 		errs = append(errs, prefix+"priority must be between -1000 and 1000")

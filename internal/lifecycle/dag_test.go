@@ -184,8 +184,9 @@ func TestValidateDAG(t *testing.T) {
 		},
 
 		// Stage 3: optional fields.
-		{name: "queue invalid", tasks: dagOpt(func(t *TaskSpec) { t.Queue = "my queue" }), want: []string{"Task a: queue must match /^[a-zA-Z0-9-_]{1,128}$/"}},
-		{name: "queue too long", tasks: dagOpt(func(t *TaskSpec) { t.Queue = long129 }), want: []string{"Task a: queue must match /^[a-zA-Z0-9-_]{1,128}$/"}},
+		{name: "queue invalid", tasks: dagOpt(func(t *TaskSpec) { t.Queue = "my\x00queue" }), want: []string{"Task a: queue must not contain control characters"}},
+		{name: "queue a Redis-style key", tasks: dagOpt(func(t *TaskSpec) { t.Queue = "jobs:stream:high.v2" })},
+		{name: "queue too long", tasks: dagOpt(func(t *TaskSpec) { t.Queue = strings.Repeat("q", 257) }), want: []string{"Task a: queue must be at most 256 characters"}},
 		{name: "queue valid", tasks: dagOpt(func(t *TaskSpec) { t.Queue = "gpu-queue_1" })},
 		{name: "priority above 1000", tasks: dagOpt(func(t *TaskSpec) { t.Priority = 1001 }), want: []string{"Task a: priority must be between -1000 and 1000"}},
 		{name: "priority below -1000", tasks: dagOpt(func(t *TaskSpec) { t.Priority = -1001 }), want: []string{"Task a: priority must be between -1000 and 1000"}},
@@ -231,12 +232,12 @@ func TestValidateDAG(t *testing.T) {
 		{
 			name: "every optional-field error in order",
 			tasks: dagOpt(func(t *TaskSpec) {
-				t.Queue, t.Priority, t.Runtime = "bad queue", -5000, "lambda"
+				t.Queue, t.Priority, t.Runtime = "bad\nqueue", -5000, "lambda"
 				t.MaxAttempts, t.BackoffBaseMs, t.BackoffMaxMs = new(0), new(int64(86400001)), new(int64(-1))
 				t.TimeoutSeconds, t.HeartbeatTimeoutSeconds, t.CancelGraceSeconds = new(0), new(0), new(-1)
 			}),
 			want: []string{
-				"Task a: queue must match /^[a-zA-Z0-9-_]{1,128}$/",
+				"Task a: queue must not contain control characters",
 				"Task a: priority must be between -1000 and 1000",
 				`Task a: runtime must be "pull" or "push"`,
 				"Task a: maxAttempts must be between 1 and 1000",

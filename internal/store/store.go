@@ -356,6 +356,8 @@ type Attempt struct {
 	Result     lifecycle.TaskStatus // the task's status right after the outcome was applied
 	Error      *TaskError
 	Metrics    json.RawMessage
+	// Traceparent is the W3C trace context the worker reported the attempt under, if any.
+	Traceparent string
 }
 
 // Outcome is how an attempt ended.

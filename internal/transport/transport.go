@@ -60,3 +60,15 @@ type Transport interface {
 	NewConsumer(name string) Consumer
 	Close() error
 }
+
+// MessageIDs is implemented by a transport whose wake-ups have ids that mean something to
+// workers outside Baton's own SDK: a Redis stream entry id, which clients of the stream-worker
+// dialect are handed with their claim and may acknowledge themselves.
+type MessageIDs interface {
+	// MessageIDs returns the ids of the latest outstanding wake-ups of the tasks of queue, by
+	// task id; tasks with none are left out.
+	MessageIDs(ctx context.Context, queue string, taskIDs []string) (map[string]string, error)
+	// Settle settles wake-up id of taskID in queue (as Delivery.Ack would): the task's outcome
+	// is committed. An id the transport does not know, or no longer has, is not an error.
+	Settle(ctx context.Context, queue, taskID, id string) error
+}

@@ -303,7 +303,7 @@ func (t *tx) InsertAttempts(ctx context.Context, as []*store.Attempt) error {
 			return err
 		}
 		rows[i] = []any{a.TaskID, a.Attempt, a.WorkerID, a.LeaseToken, ms(a.StartedAt), ms(a.FinishedAt),
-			string(a.Outcome), string(a.Result), errJSON, jsonArg(a.Metrics)}
+			string(a.Outcome), string(a.Result), errJSON, jsonArg(a.Metrics), a.Traceparent}
 	}
 	return t.insertRows(ctx, "attempts", cols, rows, "")
 }

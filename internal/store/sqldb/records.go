@@ -9,7 +9,7 @@ import (
 )
 
 const attemptCols = `task_id, attempt, worker_id, lease_token, started_at, finished_at, outcome,
-	result, error, metrics`
+	result, error, metrics, traceparent`
 
 func scanAttempt(row interface{ Scan(...any) error }) (*store.Attempt, error) {
 	var (
@@ -19,7 +19,7 @@ func scanAttempt(row interface{ Scan(...any) error }) (*store.Attempt, error) {
 		errJSON, metrics sql.NullString
 	)
 	if err := row.Scan(&a.TaskID, &a.Attempt, &a.WorkerID, &a.LeaseToken, &started, &finished,
-		&a.Outcome, &a.Result, &errJSON, &metrics); err != nil {
+		&a.Outcome, &a.Result, &errJSON, &metrics, &a.Traceparent); err != nil {
 		return nil, notFound(err)
 	}
 	a.StartedAt = fromMs(sql.NullInt64{Int64: started, Valid: true})
@@ -62,9 +62,9 @@ func (t *tx) InsertAttempt(ctx context.Context, a *store.Attempt) error {
 		return err
 	}
 	_, err = t.exec(ctx, `INSERT INTO attempts (`+attemptCols+`)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)`,
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)`,
 		a.TaskID, a.Attempt, a.WorkerID, a.LeaseToken, ms(a.StartedAt), ms(a.FinishedAt),
-		string(a.Outcome), string(a.Result), errJSON, jsonArg(a.Metrics))
+		string(a.Outcome), string(a.Result), errJSON, jsonArg(a.Metrics), a.Traceparent)
 	if err != nil {
 		return fmt.Errorf("insert attempt %s/%d: %w", a.TaskID, a.Attempt, err)
 	}
@@ -78,9 +78,9 @@ func (t *tx) UpdateAttempt(ctx context.Context, a *store.Attempt) error {
 		return err
 	}
 	res, err := t.exec(ctx, `UPDATE attempts SET finished_at = $3, outcome = $4,
-		result = $5, error = $6, metrics = $7 WHERE task_id = $1 AND attempt = $2`,
+		result = $5, error = $6, metrics = $7, traceparent = $8 WHERE task_id = $1 AND attempt = $2`,
 		a.TaskID, a.Attempt, ms(a.FinishedAt), string(a.Outcome), string(a.Result), errJSON,
-		jsonArg(a.Metrics))
+		jsonArg(a.Metrics), a.Traceparent)
 	if err != nil {
 		return fmt.Errorf("update attempt %s/%d: %w", a.TaskID, a.Attempt, err)
 	}

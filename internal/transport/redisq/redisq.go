@@ -14,6 +14,7 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
+	"strconv"
 	"strings"
 	"time"
 
@@ -56,7 +57,10 @@ type Transport struct {
 	keys   string // the prefix of every stream key: Prefix+"wake:"
 }
 
-var _ transport.Transport = (*Transport)(nil)
+var (
+	_ transport.Transport  = (*Transport)(nil)
+	_ transport.MessageIDs = (*Transport)(nil)
+)
 
 // Open connects to the Redis server at url (redis://[user:password@]host:port/db, with the
 // query options redis.ParseURL accepts), pings it, and returns the transport.
@@ -103,21 +107,43 @@ func (t *Transport) Name() string { return "redis" }
 
 func (t *Transport) stream(queue string) string { return t.keys + queue }
 
-// Publish implements transport.Transport: one pipeline of XADDs, bounded by PublishTimeout.
-// It does not create consumer groups; the consumers do (at id 0), so nothing is missed.
+// ids is the hash of queue's outstanding wake-ups: task id → the entry id of its latest one.
+// Workers of the stream-worker dialect are told the entry id of the task they claimed (the
+// message they would acknowledge), which the server finds here.
+func (t *Transport) ids(queue string) string { return t.opts.Prefix + "wakeid:" + queue }
+
+// publishScript adds a wake-up to the stream (KEYS[1]) and records its entry id under its task
+// (ARGV[1]) in the ids hash (KEYS[2]), atomically.
+var publishScript = redis.NewScript(`
+local id = redis.call('XADD', KEYS[1], '*', 'task_id', ARGV[1], 'queue', ARGV[2])
+redis.call('HSET', KEYS[2], ARGV[1], id)
+return id`)
+
+// settleScript acknowledges entry ARGV[2] of stream KEYS[1] in group ARGV[1], deletes it, and
+// forgets it in the ids hash KEYS[2] unless task ARGV[3] has a newer wake-up there. A missing
+// group (NOGROUP: nobody ever read the stream) has nothing to acknowledge.
+var settleScript = redis.NewScript(`
+redis.pcall('XACK', KEYS[1], ARGV[1], ARGV[2])
+redis.call('XDEL', KEYS[1], ARGV[2])
+if ARGV[3] ~= '' and redis.call('HGET', KEYS[2], ARGV[3]) == ARGV[2] then
+  redis.call('HDEL', KEYS[2], ARGV[3])
+end
+return 1`)
+
+// Publish implements transport.Transport: one pipeline of XADDs (each with its entry id recorded
+// by task), bounded by PublishTimeout. It does not create consumer groups; the consumers do (at
+// id 0), so nothing is missed. Each script is sent whole (EVAL): a pipeline cannot fall back from
+// EVALSHA after a Redis restart forgot the script, and the script is a few hundred bytes.
 func (t *Transport) Publish(ctx context.Context, msgs []transport.Wakeup) map[int64]error {
 	if len(msgs) == 0 {
 		return nil
 	}
 	ctx, cancel := context.WithTimeout(ctx, t.opts.PublishTimeout)
 	defer cancel()
-	cmds := make([]*redis.StringCmd, len(msgs))
+	cmds := make([]*redis.Cmd, len(msgs))
 	_, pipeErr := t.client.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for i, m := range msgs {
-			cmds[i] = p.XAdd(ctx, &redis.XAddArgs{
-				Stream: t.stream(m.Queue),
-				Values: []any{"task_id", m.TaskID, "queue", m.Queue},
-			})
+			cmds[i] = publishScript.Eval(ctx, p, []string{t.stream(m.Queue), t.ids(m.Queue)}, m.TaskID, m.Queue)
 		}
 		return nil
 	})
@@ -266,23 +292,65 @@ type delivery struct {
 func (d *delivery) TaskID() string { return d.taskID }
 func (d *delivery) Queue() string  { return d.queue }
 
-// Ack acks and deletes the entry in one MULTI, so no crash leaves a delivered entry that is
+// Ack acks and deletes the entry in one script, so no crash leaves a delivered entry that is
 // neither pending nor gone (counted outstanding forever, never redelivered). An entry, group or
 // stream that no longer exists has nothing left to settle.
 func (d *delivery) Ack(ctx context.Context) error {
-	stream := d.t.stream(d.queue)
-	var ack, del *redis.IntCmd
-	_, err := d.t.client.TxPipelined(ctx, func(p redis.Pipeliner) error {
-		ack = p.XAck(ctx, stream, d.t.opts.Group, d.id)
-		del = p.XDel(ctx, stream, d.id)
-		return nil
-	})
-	for _, e := range []error{ack.Err(), del.Err(), err} {
-		if e != nil && !isNoGroup(e) {
-			return fmt.Errorf("redis: ack task %s of queue %q: %w", d.taskID, d.queue, e)
-		}
+	if err := d.t.settle(ctx, d.queue, d.taskID, d.id); err != nil {
+		return fmt.Errorf("redis: ack task %s of queue %q: %w", d.taskID, d.queue, err)
 	}
 	return nil
+}
+
+// settle acknowledges and deletes entry id of queue's stream, and forgets it as taskID's latest.
+func (t *Transport) settle(ctx context.Context, queue, taskID, id string) error {
+	return settleScript.Run(ctx, t.client, []string{t.stream(queue), t.ids(queue)}, t.opts.Group, id, taskID).Err()
+}
+
+// MessageIDs implements transport.MessageIDs: the entry ids of the latest outstanding wake-ups
+// of the tasks of queue, by task id; a task with none is left out.
+func (t *Transport) MessageIDs(ctx context.Context, queue string, taskIDs []string) (map[string]string, error) {
+	if len(taskIDs) == 0 {
+		return nil, nil
+	}
+	vals, err := t.client.HMGet(ctx, t.ids(queue), taskIDs...).Result()
+	if err != nil {
+		return nil, fmt.Errorf("redis: message ids of queue %q: %w", queue, err)
+	}
+	out := make(map[string]string, len(vals))
+	for i, v := range vals {
+		if id, ok := v.(string); ok {
+			out[taskIDs[i]] = id
+		}
+	}
+	return out, nil
+}
+
+// Settle implements transport.MessageIDs: it settles wake-up id of taskID in queue on behalf of
+// a worker that was told id and whose outcome is now committed. A wake-up that is no longer there
+// (already settled, flushed) is not an error.
+func (t *Transport) Settle(ctx context.Context, queue, taskID, id string) error {
+	if _, _, err := parseEntryID(id); err != nil {
+		return nil // not an entry id this transport handed out
+	}
+	if err := t.settle(ctx, queue, taskID, id); err != nil {
+		return fmt.Errorf("redis: settle task %s of queue %q: %w", taskID, queue, err)
+	}
+	return nil
+}
+
+// parseEntryID splits a stream entry id "<ms>-<seq>".
+func parseEntryID(id string) (ms, seq uint64, err error) {
+	a, b, ok := strings.Cut(id, "-")
+	if ok {
+		if ms, err = strconv.ParseUint(a, 10, 64); err == nil {
+			seq, err = strconv.ParseUint(b, 10, 64)
+		}
+	}
+	if !ok || err != nil {
+		return 0, 0, fmt.Errorf("not a stream entry id: %q", id)
+	}
+	return ms, seq, nil
 }
 
 // InProgress resets the entry's idle time by claiming it again for the same consumer, so
