@@ -24,6 +24,7 @@ type workerAPI struct {
 	st       store.Store
 	d        *dispatch.Dispatcher
 	tokens   *auth.Tokens
+	server   *api.Server
 	public   *httptest.Server
 	internal *httptest.Server
 }
@@ -44,7 +45,7 @@ func newClockedWorkerAPI(t *testing.T, st store.Store, clock clockwork.Clock) *w
 	}
 	tokens := auth.NewTokens(st, nil)
 	s := api.New(api.Config{Dispatcher: d, Auth: auth.NewAuthenticator(st, auth.Limits{}, nil), Tokens: tokens, Logger: quiet})
-	w := &workerAPI{t: t, st: st, d: d, tokens: tokens,
+	w := &workerAPI{t: t, st: st, d: d, tokens: tokens, server: s,
 		public: httptest.NewServer(s.ProducerHandler()), internal: httptest.NewServer(s.InternalHandler())}
 	t.Cleanup(w.public.Close)
 	t.Cleanup(w.internal.Close)

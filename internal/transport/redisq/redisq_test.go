@@ -418,3 +418,70 @@ func TestReclaimKeepsToItsPrefix(t *testing.T) {
 		t.Fatalf("Outstanding of the other prefix = %d, %v; want 1", n, err)
 	}
 }
+
+// A published wake-up's entry id is found by its task (MessageIDs) until it is settled, by an
+// Ack or by Settle on a worker's behalf; a newer wake-up of the same task is not forgotten when an
+// older one is settled.
+func TestMessageIDsFollowWakeups(t *testing.T) {
+	tr := openTest(t)
+	ctx := context.Background()
+	const q = "jobs:stream:high"
+	if failed := tr.Publish(ctx, []transport.Wakeup{{ID: 1, Queue: q, TaskID: "t1"}, {ID: 2, Queue: q, TaskID: "t2"}}); failed != nil {
+		t.Fatal(failed)
+	}
+	entries, err := tr.client.XRange(ctx, tr.stream(q), "-", "+").Result()
+	if err != nil || len(entries) != 2 {
+		t.Fatalf("stream: %v %v", entries, err)
+	}
+	ids, err := tr.MessageIDs(ctx, q, []string{"t1", "t2", "t3"})
+	if err != nil || len(ids) != 2 || ids["t1"] != entries[0].ID || ids["t2"] != entries[1].ID {
+		t.Fatalf("MessageIDs = %v, %v; entries %v", ids, err, entries)
+	}
+	// A newer wake-up of t1 replaces its id; settling the older one keeps the newer.
+	if failed := tr.Publish(ctx, []transport.Wakeup{{ID: 3, Queue: q, TaskID: "t1"}}); failed != nil {
+		t.Fatal(failed)
+	}
+	newer, _ := tr.MessageIDs(ctx, q, []string{"t1"})
+	if newer["t1"] == entries[0].ID {
+		t.Fatalf("t1's id did not move to its newer wake-up")
+	}
+	if err := tr.Settle(ctx, q, "t1", entries[0].ID); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := tr.MessageIDs(ctx, q, []string{"t1"}); got["t1"] != newer["t1"] {
+		t.Fatalf("after settling the older wake-up: %v, want %s", got, newer["t1"])
+	}
+	if n := mustLen(t, tr, q); n != 2 {
+		t.Fatalf("outstanding %d, want 2", n)
+	}
+	// A delivered wake-up acknowledged by a consumer is forgotten too.
+	c := tr.NewConsumer("c1")
+	defer c.Close()
+	ds, err := c.Receive(ctx, []string{q}, 10, time.Second)
+	if err != nil || len(ds) != 2 {
+		t.Fatalf("receive: %d %v", len(ds), err)
+	}
+	for _, d := range ds {
+		if err := d.Ack(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got, _ := tr.MessageIDs(ctx, q, []string{"t1", "t2"}); len(got) != 0 {
+		t.Fatalf("ids left after every wake-up was acknowledged: %v", got)
+	}
+	// Settling what is gone, or an id that is not an entry id, is not an error.
+	for _, id := range []string{entries[1].ID, "not-an-id", "1-2"} {
+		if err := tr.Settle(ctx, q, "t2", id); err != nil {
+			t.Errorf("Settle(%q): %v", id, err)
+		}
+	}
+}
+
+func mustLen(t *testing.T, tr *Transport, queue string) int {
+	t.Helper()
+	n, err := tr.Outstanding(context.Background(), queue)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}

@@ -333,7 +333,7 @@ func testAnyQueueName(t *testing.T, h Harness) {
 	ctx := ctxFor(t)
 	tr := h.Open(t)
 	c := consumer(t, tr, "c1")
-	queues := []string{"a.b", "with space", "star*gt>", "ünïcode/slash", "plain"}
+	queues := []string{"a.b", "jobs:stream:high", "with space", "star*gt>", "ünïcode/slash", "plain"}
 	for i, q := range queues {
 		publish(t, ctx, tr, q, fmt.Sprintf("t%d", i))
 	}
