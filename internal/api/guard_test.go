@@ -152,7 +152,7 @@ func TestJSONTextCheck(t *testing.T) {
 			input string
 			ok    bool
 		}{
-			{`"\u00e9\u003c\u0026 \\u0000 is text"`, true},   // escaped backslash: a literal \u0000
+			{`"\u00e9\u003c\u0026 \\u0000 is text"`, true},     // escaped backslash: a literal \u0000
 			{`"\ud83d\ude00 emoji as a surrogate pair"`, true}, // a valid pair
 			{`"caf\u00e9"`, true},
 			{`"\u0000"`, false},
