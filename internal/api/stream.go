@@ -200,12 +200,13 @@ func (s *Server) streamMessageIDs(ctx context.Context, claims []*dispatch.Claim)
 	return ids
 }
 
-// stableMessageID is "<claim time in ms>-<48 bits of the task id>": the same for every answer
-// about one attempt, distinct across tasks and attempts, and a valid Redis stream entry id.
+// stableMessageID is "<claim time in ms>-<63 random bits of the task id>": the same for every
+// answer about one attempt, distinct across tasks and attempts, and a valid Redis stream entry id.
+// (Task ids are UUIDv7: their first half is a timestamp, their second half random.)
 func stableMessageID(t *store.Task) string {
 	var seq uint64
 	if id, err := uuid.Parse(t.ID); err == nil {
-		seq = binary.BigEndian.Uint64(id[:8]) >> 16
+		seq = binary.BigEndian.Uint64(id[8:]) >> 1
 	}
 	return fmt.Sprintf("%d-%d", max(t.StartedAt.UnixMilli(), 0), seq)
 }
