@@ -39,7 +39,8 @@ func (s *Server) ProducerRoutes() []Route {
 	}
 }
 
-// ProducerHandler serves the producer API, /openapi.json, /healthz and /readyz.
+// ProducerHandler serves the public listener: the producer API, /openapi.json, /healthz and
+// /readyz, and the task-scoped and callback dialects, all behind the CORS policy.
 func (s *Server) ProducerHandler() http.Handler {
 	mux := http.NewServeMux()
 	for _, rt := range s.ProducerRoutes() {
@@ -55,7 +56,7 @@ func (s *Server) ProducerHandler() http.Handler {
 	mux.Handle("/", s.serve(func(w http.ResponseWriter, r *http.Request) (any, error) {
 		return nil, errorf(http.StatusNotFound, "no such endpoint: %s %s", r.Method, r.URL.Path)
 	}))
-	return mux
+	return s.cors(mux)
 }
 
 func (s *Server) health(mux *http.ServeMux) {

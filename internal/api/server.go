@@ -32,6 +32,11 @@ type Config struct {
 	// PushTargets, when not nil, are the push targets by task name (the Pusher's): a submitted
 	// push task whose name has none is refused with a 400.
 	PushTargets map[string]string
+	// CORSOrigins are the browser origins that may call the public listener (cors.go): {"*"} for
+	// every origin, as the producer contract's own API allows (the command line's default), or
+	// origins such as "https://app.example.com" (ParseCORSOrigins reads and checks a list).
+	// Empty: no CORS.
+	CORSOrigins []string
 }
 
 // Server serves Baton's HTTP APIs.
@@ -44,6 +49,7 @@ type Server struct {
 	poll    time.Duration
 
 	pushTargets map[string]string
+	corsPolicy  corsPolicy
 
 	tenantMu sync.Mutex
 	tenants  map[string]string // job id → tenant, for minting tokens
@@ -59,7 +65,7 @@ func (s *Server) Drain() { s.drain() }
 // New returns a Server.
 func New(cfg Config) *Server {
 	s := &Server{d: cfg.Dispatcher, auth: cfg.Auth, tokens: cfg.Tokens, log: cfg.Logger, maxBody: cfg.MaxBodyBytes, poll: cfg.EventPoll,
-		pushTargets: cfg.PushTargets}
+		pushTargets: cfg.PushTargets, corsPolicy: newCORSPolicy(cfg.CORSOrigins)}
 	if s.log == nil {
 		s.log = slog.Default()
 	}
