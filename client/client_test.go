@@ -299,11 +299,13 @@ func TestGetJob_ShowsProgressAndTasks(t *testing.T) {
 	}
 	for _, tk := range got.Tasks {
 		if tk.TaskID == "scrape-store" {
-			if tk.Status != client.TaskCompleted || tk.Attempt != 1 || tk.LastEventType != "Task Completed" || tk.LastEventAt == nil || tk.ID == "" {
+			if tk.Status != client.TaskCompleted || tk.Attempt != 1 || tk.LastEventType != "Task Completed" || tk.LastEventAt == nil || tk.ID == "" ||
+				string(tk.Output) != `{"done":"scrape-store"}` || tk.Error != nil {
 				t.Errorf("scrape-store %+v", tk)
 			}
 		}
-		if tk.TaskID == "compile-result" && (tk.Status != client.TaskWaiting || !slices.Equal(tk.DependsOn, []string{"color-tags", "font-pairing"})) {
+		if tk.TaskID == "compile-result" && (tk.Status != client.TaskWaiting || !slices.Equal(tk.DependsOn, []string{"color-tags", "font-pairing"}) ||
+			string(tk.Output) != "null" || tk.Error != nil) {
 			t.Errorf("compile-result %+v", tk)
 		}
 	}

@@ -95,6 +95,10 @@ type JobTask struct {
 	Attempt       int      `json:"attempt"`
 	LastEventType string   `json:"lastEventType"`
 	LastEventAt   *int64   `json:"lastEventAt"`
+	// Output is the task's output once it has completed; JSON null before, and for other statuses.
+	Output json.RawMessage `json:"output"`
+	// Error is the task's error once it has failed for good; nil otherwise.
+	Error *TaskError `json:"error"`
 }
 
 // JobSummary is a job as lists and the cancel and resume answers show it.

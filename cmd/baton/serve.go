@@ -39,6 +39,22 @@ type serverFlags struct {
 	pushTimeout                                          time.Duration
 	groupCommit                                          bool
 	committers                                           int
+	corsOrigins                                          corsFlag
+}
+
+// corsFlag is --cors-origins, checked as it is parsed.
+type corsFlag struct{ origins []string }
+
+func (c *corsFlag) String() string {
+	if c == nil || c.origins == nil {
+		return api.CORSOff
+	}
+	return strings.Join(c.origins, ",")
+}
+
+func (c *corsFlag) Set(v string) (err error) {
+	c.origins, err = api.ParseCORSOrigins(v)
+	return err
 }
 
 func (f *serverFlags) register(fs *flag.FlagSet) {
@@ -68,6 +84,8 @@ func (f *serverFlags) register(fs *flag.FlagSet) {
 	fs.DurationVar(&f.pushTimeout, "push-timeout", 30*time.Second, "how long a push target has to accept a task")
 	fs.BoolVar(&f.groupCommit, "group-commit", true, "apply transitions that arrive together in one database transaction (--group-commit=false: one each)")
 	fs.IntVar(&f.committers, "committers", 0, "group-commit transactions in flight at once (0: 2 on PostgreSQL, 1 on SQLite); more spread the database work over connections but can deadlock")
+	f.corsOrigins = corsFlag{origins: []string{"*"}}
+	fs.Var(&f.corsOrigins, "cors-origins", "browser `ORIGINS` that may call the producer listener: * (any), a comma-separated list such as https://app.example.com,http://localhost:5173, or none (no CORS headers, no preflight answers)")
 }
 
 // pushTargetMap parses --push-target NAME=URL flags.
@@ -194,7 +212,8 @@ func serve(ctx context.Context, f *serverFlags, ls *listeners, st store.Store, l
 	// A transport whose wake-ups are stream entries lets stream-worker claims hand out their ids.
 	wakeups, _ := ls.transport.(transport.MessageIDs)
 	s := api.New(api.Config{Dispatcher: d, Auth: auth.NewAuthenticator(st, f.limits, nil), Tokens: auth.NewTokens(st, nil),
-		Logger: log, MaxBodyBytes: f.maxBodyBytes, PushTargets: ls.pushTargets, Wakeups: wakeups})
+		Logger: log, MaxBodyBytes: f.maxBodyBytes, PushTargets: ls.pushTargets, Wakeups: wakeups,
+		CORSOrigins: f.corsOrigins.origins})
 	reaper := d.NewReaper()
 	reaper.Start(ctx)
 	defer reaper.Stop()

@@ -25,6 +25,7 @@ func producerRequests(id string) []struct{ method, path, body string } {
 		{"POST", "/jobs/" + id + "/cancel", ""},
 		{"POST", "/jobs/" + id + "/resume", ""},
 		{"GET", "/jobs/" + id + "/events", ""},
+		{"GET", "/jobs/" + id + "/tasks/scrape-store/events", ""},
 	}
 }
 
@@ -88,6 +89,8 @@ func TestTenantIsolation(t *testing.T) {
 				{"POST", "/jobs/" + jobID + "/resume", ""},
 				{"GET", "/jobs/" + jobID + "/events", ""},
 				{"GET", "/jobs/" + jobID + "/events?after=1&limit=5", ""},
+				{"GET", "/jobs/" + jobID + "/tasks/scrape-store/events", ""},
+				{"GET", "/jobs/" + jobID + "/tasks/" + scrapeID + "/events", ""},
 			} {
 				wantError(t, a.do(r.method, r.path, r.body, "x-api-key", other), http.StatusNotFound, "Job not found")
 			}

@@ -606,3 +606,114 @@ func jsonText(v any) string {
 	b, _ := json.Marshal(v)
 	return string(b)
 }
+
+// taskEvents reads one page of a task's events.
+func (a *testAPI) taskEvents(path string) ([]map[string]any, int64) {
+	a.t.Helper()
+	res := a.do("GET", path, nil)
+	if res.Status != http.StatusOK {
+		a.t.Fatalf("GET %s: %d %s", path, res.Status, res.Raw)
+	}
+	if got := sortedKeys(res.Body); !slices.Equal(got, []string{"events", "nextAfter"}) {
+		a.t.Fatalf("GET %s: keys %v", path, got)
+	}
+	out := []map[string]any{}
+	for _, x := range res.Body["events"].([]any) {
+		out = append(out, x.(map[string]any))
+	}
+	return out, jsonInt(a.t, res.Body["nextAfter"])
+}
+
+// A task's events are exactly its entries of the job's log, oldest first, by taskId or global id.
+func TestTaskEvents(t *testing.T) {
+	forEachDriver(t, defaultOptions(), func(t *testing.T, a *testAPI) {
+		id := a.createJob(seedJob)
+		a.runTask(id, "scrape-store", false)
+		a.runTask(id, "analyze-competitors", true)
+		log := a.jobEvents(id)
+		job := a.getJob(id)
+
+		for key, want := range map[string][]string{
+			"scrape-store":        {"Task Pending", "Task Processing Started", "Task Completed"},
+			"analyze-competitors": {"Task Pending", "Task Processing Started", "Task Failed"},
+			"color-tags":          {"Task Pending"}, // released by scrape-store
+			"compile-result":      {},               // still waiting: no event yet
+		} {
+			var fromLog []map[string]any
+			for _, e := range log {
+				if e["taskId"] == key {
+					fromLog = append(fromLog, e)
+				}
+			}
+			byKey, next := a.taskEvents("/jobs/" + id + "/tasks/" + key + "/events")
+			var types []string
+			for _, e := range byKey {
+				types = append(types, e["type"].(string))
+			}
+			if !slices.Equal(types, want) {
+				t.Errorf("%s: events %v, want %v", key, types, want)
+			}
+			if len(fromLog) > 0 && !reflect.DeepEqual(byKey, fromLog) {
+				t.Errorf("%s: task events\n%v\nits entries of the job's log\n%v", key, byKey, fromLog)
+			}
+			wantNext := int64(0)
+			if len(byKey) > 0 {
+				wantNext = jsonInt(t, byKey[len(byKey)-1]["id"])
+			}
+			if next != wantNext {
+				t.Errorf("%s: nextAfter %d, want %d", key, next, wantNext)
+			}
+			byID, _ := a.taskEvents("/jobs/" + id + "/tasks/" + taskIn(t, job, key)["id"].(string) + "/events")
+			if !reflect.DeepEqual(byID, byKey) {
+				t.Errorf("%s: by global id %v, by taskId %v", key, byID, byKey)
+			}
+		}
+
+		// after and limit page through them, newest last.
+		all, _ := a.taskEvents("/jobs/" + id + "/tasks/scrape-store/events")
+		var paged []map[string]any
+		for after := int64(0); ; {
+			page, next := a.taskEvents(fmt.Sprintf("/jobs/%s/tasks/scrape-store/events?after=%d&limit=2", id, after))
+			if len(page) > 2 {
+				t.Fatalf("a page of limit 2 has %d events", len(page))
+			}
+			if len(page) == 0 {
+				if next != after {
+					t.Errorf("empty page: nextAfter %d, want %d", next, after)
+				}
+				break
+			}
+			paged = append(paged, page...)
+			after = next
+		}
+		if !reflect.DeepEqual(paged, all) {
+			t.Errorf("paged %v, want %v", paged, all)
+		}
+		if last := all[len(all)-1]; last["type"] != "Task Completed" {
+			t.Errorf("the newest event is not last: %v", all)
+		}
+
+		// A later event of the task shows up after the earlier ones.
+		a.runTask(id, "color-tags", false)
+		color, _ := a.taskEvents(fmt.Sprintf("/jobs/%s/tasks/color-tags/events?after=%d", id, jsonInt(t, log[0]["id"])))
+		if len(color) != 3 || color[0]["type"] != "Task Pending" || color[2]["type"] != "Task Completed" {
+			t.Errorf("color-tags after running: %v", color)
+		}
+
+		for _, q := range []string{"after=x", "after=-1", "limit=0", "limit=1001", "limit=x"} {
+			res := a.do("GET", "/jobs/"+id+"/tasks/scrape-store/events?"+q, nil)
+			wantStatus(t, res, http.StatusBadRequest)
+		}
+		other := a.createJob(seedJob)
+		otherTask := taskIn(t, a.getJob(other), "scrape-store")["id"].(string)
+		for _, path := range []string{
+			"/jobs/" + id + "/tasks/nope/events",
+			"/jobs/" + id + "/tasks/" + otherTask + "/events", // a task of another job
+		} {
+			wantError(t, a.do("GET", path, nil), http.StatusNotFound, "Task not found")
+		}
+		wantError(t, a.do("GET", "/jobs/job-nope/tasks/scrape-store/events", nil), http.StatusNotFound, "Job not found")
+		// Another tenant sees no job at all (TestTenantIsolation covers the route too).
+		wantError(t, a.do("GET", "/jobs/"+id+"/tasks/scrape-store/events", nil, "x-api-key", a.newKey("other")), http.StatusNotFound, "Job not found")
+	})
+}

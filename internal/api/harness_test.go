@@ -35,6 +35,7 @@ type apiOptions struct {
 	limits       auth.Limits
 	maxBodyBytes int64
 	maxTasks     int
+	corsOrigins  []string
 }
 
 func defaultOptions() apiOptions {
@@ -49,7 +50,7 @@ func newAPI(t *testing.T, st store.Store, opts apiOptions) *testAPI {
 		t.Fatal(err)
 	}
 	s := api.New(api.Config{Dispatcher: d, Auth: auth.NewAuthenticator(st, opts.limits, nil), Logger: quiet,
-		MaxBodyBytes: opts.maxBodyBytes, EventPoll: 20 * time.Millisecond})
+		MaxBodyBytes: opts.maxBodyBytes, EventPoll: 20 * time.Millisecond, CORSOrigins: opts.corsOrigins})
 	srv := httptest.NewServer(s.ProducerHandler())
 	t.Cleanup(srv.Close)
 	a := &testAPI{t: t, st: st, d: d, srv: srv}
@@ -266,7 +267,7 @@ func newAPIWithClock(t *testing.T, st store.Store, opts apiOptions, clock clockw
 		t.Fatal(err)
 	}
 	s := api.New(api.Config{Dispatcher: d, Auth: auth.NewAuthenticator(st, opts.limits, nil), Logger: quiet,
-		MaxBodyBytes: opts.maxBodyBytes, EventPoll: 20 * time.Millisecond})
+		MaxBodyBytes: opts.maxBodyBytes, EventPoll: 20 * time.Millisecond, CORSOrigins: opts.corsOrigins})
 	srv := httptest.NewServer(s.ProducerHandler())
 	t.Cleanup(srv.Close)
 	a := &testAPI{t: t, st: st, d: d, srv: srv}

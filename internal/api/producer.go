@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"net/url"
 	"strconv"
 	"strings"
 	"time"
@@ -34,10 +35,12 @@ func (s *Server) ProducerRoutes() []Route {
 		{"POST", "/jobs/{jobId}/cancel", s.cancelJob},
 		{"POST", "/jobs/{jobId}/resume", s.resumeJob},
 		{"GET", "/jobs/{jobId}/events", s.jobEvents},
+		{"GET", "/jobs/{jobId}/tasks/{taskId}/events", s.taskEvents},
 	}
 }
 
-// ProducerHandler serves the producer API, /openapi.json, /healthz and /readyz.
+// ProducerHandler serves the public listener: the producer API, /openapi.json, /healthz and
+// /readyz, and the task-scoped and callback dialects, all behind the CORS policy.
 func (s *Server) ProducerHandler() http.Handler {
 	mux := http.NewServeMux()
 	for _, rt := range s.ProducerRoutes() {
@@ -51,7 +54,7 @@ func (s *Server) ProducerHandler() http.Handler {
 		_, _ = w.Write(openAPI)
 	})
 	mux.Handle("/", s.notFound(mux))
-	return s.guard(mux)
+	return s.cors(s.guard(mux))
 }
 
 func (s *Server) health(mux *http.ServeMux) {
@@ -246,9 +249,11 @@ func nullable(s string) any {
 	return s
 }
 
-// GET /jobs/{jobId}
+// GET /jobs/{jobId}. Each task carries its result once it has one for good: "output" (as
+// getTask shows it) when completed, "error" when failed; both are null otherwise, even when an
+// earlier, retried attempt left one.
 func (s *Server) getJob(w http.ResponseWriter, r *http.Request) (any, error) {
-	job, tasks, err := s.d.GetJob(r.Context(), tenantOf(r), r.PathValue("jobId"))
+	job, tasks, err := s.d.GetJobWithResults(r.Context(), tenantOf(r), r.PathValue("jobId"))
 	if err != nil {
 		return nil, err
 	}
@@ -266,6 +271,8 @@ func (s *Server) getJob(w http.ResponseWriter, r *http.Request) (any, error) {
 			"attempt":       t.Attempt,
 			"lastEventType": nullable(t.LastEventType),
 			"lastEventAt":   ms(t.LastEventAt),
+			"output":        rawOrNull(t.Output),
+			"error":         t.Error,
 		}
 	}
 	return map[string]any{
@@ -282,20 +289,10 @@ func (s *Server) getJob(w http.ResponseWriter, r *http.Request) (any, error) {
 
 // GET /jobs/{jobId}/tasks/{taskId}: the task by its taskId in the job, or by its global id.
 func (s *Server) getTask(w http.ResponseWriter, r *http.Request) (any, error) {
-	tenant, jobID, key := tenantOf(r), r.PathValue("jobId"), r.PathValue("taskId")
-	_, tasks, err := s.d.GetJob(r.Context(), tenant, jobID)
+	tenant := tenantOf(r)
+	id, err := s.d.TaskInJob(r.Context(), tenant, r.PathValue("jobId"), r.PathValue("taskId"))
 	if err != nil {
 		return nil, err
-	}
-	id := ""
-	for _, t := range tasks {
-		if t.Key == key || t.ID == key {
-			id = t.ID
-			break
-		}
-	}
-	if id == "" {
-		return nil, dispatch.ErrTaskNotFound
 	}
 	d, err := s.d.GetTask(r.Context(), tenant, id)
 	if err != nil {
@@ -420,21 +417,54 @@ func (s *Server) jobEvents(w http.ResponseWriter, r *http.Request) (any, error) 
 		}
 		return nil, s.streamEvents(w, r, r.PathValue("jobId"), after)
 	}
-	limit, err := intParam(q.Get("limit"), 1000)
-	if err != nil || limit < 1 || limit > 1000 {
-		return nil, errorf(http.StatusBadRequest, "limit must be an integer from 1 to 1000")
-	}
-	events, err := s.d.JobEvents(r.Context(), tenantOf(r), r.PathValue("jobId"), after, int(limit))
+	limit, err := eventLimit(q)
 	if err != nil {
 		return nil, err
 	}
+	events, err := s.d.JobEvents(r.Context(), tenantOf(r), r.PathValue("jobId"), after, limit)
+	if err != nil {
+		return nil, err
+	}
+	return eventPage(events, after), nil
+}
+
+// GET /jobs/{jobId}/tasks/{taskId}/events: one task's audit events (the task named by its taskId
+// in the job or its global id, as getTask takes it), as JSON pages of the job events' shape.
+// There is no live stream of one task: follow the job's stream and pick the task's events.
+func (s *Server) taskEvents(w http.ResponseWriter, r *http.Request) (any, error) {
+	q := r.URL.Query()
+	after, err := intParam(q.Get("after"), 0)
+	if err != nil {
+		return nil, errorf(http.StatusBadRequest, "after must be an event id (an integer)")
+	}
+	limit, err := eventLimit(q)
+	if err != nil {
+		return nil, err
+	}
+	events, err := s.d.TaskEvents(r.Context(), tenantOf(r), r.PathValue("jobId"), r.PathValue("taskId"), after, limit)
+	if err != nil {
+		return nil, err
+	}
+	return eventPage(events, after), nil
+}
+
+func eventLimit(q url.Values) (int, error) {
+	limit, err := intParam(q.Get("limit"), 1000)
+	if err != nil || limit < 1 || limit > 1000 {
+		return 0, errorf(http.StatusBadRequest, "limit must be an integer from 1 to 1000")
+	}
+	return int(limit), nil
+}
+
+// eventPage is a page of events, oldest first, with the cursor of the next one.
+func eventPage(events []*store.Event, after int64) map[string]any {
 	out := make([]map[string]any, len(events))
 	next := after
 	for i, e := range events {
 		out[i] = eventView(e)
 		next = e.ID
 	}
-	return map[string]any{"events": out, "nextAfter": next}, nil
+	return map[string]any{"events": out, "nextAfter": next}
 }
 
 func intParam(v string, def int64) (int64, error) {

@@ -905,6 +905,80 @@ func TestGetTask(t *testing.T) {
 	})
 }
 
+// failRetryably runs one attempt of the task with the given key that fails with a retryable
+// error, so the task goes back to pending with that error as its last one.
+func (a *testAPI) failRetryably(jobID, key string) {
+	a.t.Helper()
+	ctx := context.Background()
+	id, err := a.d.TaskInJob(ctx, "", jobID, key)
+	if err != nil {
+		a.t.Fatal(err)
+	}
+	c, err := a.d.ClaimTask(ctx, dispatch.ClaimTaskParams{TaskID: id, WorkerID: "test-worker"})
+	if err != nil {
+		a.t.Fatalf("claim %s: %v", key, err)
+	}
+	if _, err := a.d.Complete(ctx, dispatch.CompleteParams{TaskID: id, Attempt: c.Task.Attempt, LeaseToken: c.Task.LeaseToken,
+		Outcome: store.OutcomeFailed, Error: &store.TaskError{Category: "INFRASTRUCTURE", Message: "connection reset"}}); err != nil {
+		a.t.Fatalf("fail %s: %v", key, err)
+	}
+}
+
+// The job view lists each task's result once it is final: the output of a completed task and the
+// error of a failed one, in the shapes of the task view; null for every other task.
+func TestGetJobShowsTaskOutputsAndErrors(t *testing.T) {
+	forEachDriver(t, defaultOptions(), func(t *testing.T, a *testAPI) {
+		id := a.createJob(seedJob)
+		a.runTask(id, "scrape-store", false)
+		a.runTask(id, "analyze-competitors", true)
+		a.failRetryably(id, "color-tags") // pending again, with a last error
+		job := a.getJob(id)
+
+		wantKeys := []string{"attempt", "dependsOn", "error", "id", "lastEventAt", "lastEventType", "name", "output", "status", "taskId"}
+		for _, x := range job["tasks"].([]any) {
+			if got := sortedKeys(x.(map[string]any)); !slices.Equal(got, wantKeys) {
+				t.Fatalf("task keys %v, want %v", got, wantKeys)
+			}
+		}
+		scrape := taskIn(t, job, "scrape-store")
+		if scrape["status"] != "completed" || !jsonEqual(t, scrape["output"], `{"done":"scrape-store"}`) || scrape["error"] != nil {
+			t.Errorf("completed task: %v", scrape)
+		}
+		failed := taskIn(t, job, "analyze-competitors")
+		if failed["status"] != "failed" || failed["output"] != nil ||
+			!jsonEqual(t, failed["error"], `{"category":"DATA_QUALITY","message":"bad input"}`) {
+			t.Errorf("failed task: %v", failed)
+		}
+		for _, key := range []string{"color-tags", "font-pairing", "compile-result"} {
+			if tk := taskIn(t, job, key); tk["output"] != nil || tk["error"] != nil {
+				t.Errorf("%s (%s): output %v, error %v; want both null", key, tk["status"], tk["output"], tk["error"])
+			}
+		}
+		// The task view keeps the retried task's last error; the job view waits for a final one.
+		color := a.do("GET", "/jobs/"+id+"/tasks/color-tags", nil).Body
+		if color["status"] != "pending" || !jsonEqual(t, color["error"], `{"category":"INFRASTRUCTURE","message":"connection reset"}`) {
+			t.Fatalf("color-tags in the task view: %v", color)
+		}
+		// Final results read the same in both views.
+		for _, key := range []string{"scrape-store", "analyze-competitors"} {
+			full := a.do("GET", "/jobs/"+id+"/tasks/"+key, nil).Body
+			if tk := taskIn(t, job, key); !reflect.DeepEqual(tk["output"], full["output"]) || !reflect.DeepEqual(tk["error"], full["error"]) {
+				t.Errorf("%s: job view output %v error %v, task view output %v error %v", key, tk["output"], tk["error"], full["output"], full["error"])
+			}
+		}
+
+		// The whole job, run to the end: every task shows its own output.
+		done := a.createJob(seedJob)
+		a.runAll(done, seedKeys...)
+		job = a.getJob(done)
+		for _, key := range seedKeys {
+			if tk := taskIn(t, job, key); !jsonEqual(t, tk["output"], fmt.Sprintf(`{"done":%q}`, key)) || tk["error"] != nil {
+				t.Errorf("%s: output %v, error %v", key, tk["output"], tk["error"])
+			}
+		}
+	})
+}
+
 func TestCancelJob(t *testing.T) {
 	forEachDriver(t, defaultOptions(), func(t *testing.T, a *testAPI) {
 		id := a.createJob(seedJob)

@@ -36,6 +36,11 @@ type Config struct {
 	// Wakeups, when not nil, is the wake-up transport's view of its messages (Redis Streams):
 	// stream-worker claims hand out a task's wake-up entry id, and reports settle it.
 	Wakeups transport.MessageIDs
+	// CORSOrigins are the browser origins that may call the public listener (cors.go): {"*"} for
+	// every origin, as the producer contract's own API allows (the command line's default), or
+	// origins such as "https://app.example.com" (ParseCORSOrigins reads and checks a list).
+	// Empty: no CORS.
+	CORSOrigins []string
 }
 
 // Server serves Baton's HTTP APIs.
@@ -49,6 +54,7 @@ type Server struct {
 
 	pushTargets map[string]string
 	wakeups     transport.MessageIDs
+	corsPolicy  corsPolicy
 
 	tenantMu sync.Mutex
 	tenants  map[string]string // job id → tenant, for minting tokens
@@ -64,7 +70,7 @@ func (s *Server) Drain() { s.drain() }
 // New returns a Server.
 func New(cfg Config) *Server {
 	s := &Server{d: cfg.Dispatcher, auth: cfg.Auth, tokens: cfg.Tokens, log: cfg.Logger, maxBody: cfg.MaxBodyBytes, poll: cfg.EventPoll,
-		pushTargets: cfg.PushTargets, wakeups: cfg.Wakeups}
+		pushTargets: cfg.PushTargets, wakeups: cfg.Wakeups, corsPolicy: newCORSPolicy(cfg.CORSOrigins)}
 	if s.log == nil {
 		s.log = slog.Default()
 	}

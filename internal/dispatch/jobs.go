@@ -334,18 +334,51 @@ func (d *Dispatcher) lockJob(ctx context.Context, tx store.Tx, tenant, id string
 
 // GetJob returns a job and its tasks.
 func (d *Dispatcher) GetJob(ctx context.Context, tenant, id string) (*store.Job, []*store.TaskSummary, error) {
-	job, err := d.store.GetJob(ctx, id)
-	if errors.Is(err, store.ErrNotFound) || (err == nil && tenant != "" && job.Tenant != tenant) {
-		return nil, nil, ErrJobNotFound
-	}
+	return d.getJob(ctx, tenant, id, d.store.JobTasks)
+}
+
+// GetJobWithResults is GetJob with the output of each completed task and the error of each
+// failed one.
+func (d *Dispatcher) GetJobWithResults(ctx context.Context, tenant, id string) (*store.Job, []*store.TaskSummary, error) {
+	return d.getJob(ctx, tenant, id, d.store.JobTasksWithResults)
+}
+
+func (d *Dispatcher) getJob(ctx context.Context, tenant, id string,
+	list func(context.Context, string) ([]*store.TaskSummary, error)) (*store.Job, []*store.TaskSummary, error) {
+	job, err := d.tenantJob(ctx, tenant, id)
 	if err != nil {
 		return nil, nil, err
 	}
-	tasks, err := d.store.JobTasks(ctx, id)
+	tasks, err := list(ctx, id)
 	if err != nil {
 		return nil, nil, err
 	}
 	return job, tasks, nil
+}
+
+// tenantJob loads a job, hiding other tenants' jobs; an empty tenant sees every job.
+func (d *Dispatcher) tenantJob(ctx context.Context, tenant, id string) (*store.Job, error) {
+	job, err := d.store.GetJob(ctx, id)
+	if errors.Is(err, store.ErrNotFound) || (err == nil && tenant != "" && job.Tenant != tenant) {
+		return nil, ErrJobNotFound
+	}
+	return job, err
+}
+
+// TaskInJob returns the global id of the task that ref names in the job: its taskId there, or
+// its global id. ErrJobNotFound for an unknown job or another tenant's, ErrTaskNotFound when the
+// job has no such task.
+func (d *Dispatcher) TaskInJob(ctx context.Context, tenant, jobID, ref string) (string, error) {
+	_, tasks, err := d.GetJob(ctx, tenant, jobID)
+	if err != nil {
+		return "", err
+	}
+	for _, t := range tasks {
+		if t.Key == ref || t.ID == ref {
+			return t.ID, nil
+		}
+	}
+	return "", ErrTaskNotFound
 }
 
 // ListJobsParams selects a page of a tenant's jobs.
@@ -536,14 +569,20 @@ func (d *Dispatcher) ResumeJob(ctx context.Context, tenant, id string) (*ResumeR
 
 // JobEvents returns a job's audit events after the given event id, oldest first.
 func (d *Dispatcher) JobEvents(ctx context.Context, tenant, jobID string, afterID int64, limit int) ([]*store.Event, error) {
-	job, err := d.store.GetJob(ctx, jobID)
-	if errors.Is(err, store.ErrNotFound) || (err == nil && tenant != "" && job.Tenant != tenant) {
-		return nil, ErrJobNotFound
-	}
-	if err != nil {
+	if _, err := d.tenantJob(ctx, tenant, jobID); err != nil {
 		return nil, err
 	}
 	return d.store.ListEvents(ctx, jobID, afterID, cmpOr(limit, 1000))
+}
+
+// TaskEvents returns the audit events of one task of a job (named as TaskInJob takes it) after
+// the given event id, oldest first.
+func (d *Dispatcher) TaskEvents(ctx context.Context, tenant, jobID, taskRef string, afterID int64, limit int) ([]*store.Event, error) {
+	id, err := d.TaskInJob(ctx, tenant, jobID, taskRef)
+	if err != nil {
+		return nil, err
+	}
+	return d.store.ListTaskEvents(ctx, jobID, id, afterID, cmpOr(limit, 1000))
 }
 
 // DeadLetters lists a tenant's dead-lettered tasks, newest first; a resume of their job replays

@@ -43,6 +43,9 @@ type Reader interface {
 	GetTask(ctx context.Context, id string) (*Task, error)
 	// JobTasks lists a job's tasks in submission order, without their inputs and outputs.
 	JobTasks(ctx context.Context, jobID string) ([]*TaskSummary, error)
+	// JobTasksWithResults is JobTasks with the Output of each completed task and the Error of
+	// each failed one; other tasks' results are left out (nil) and not even read.
+	JobTasksWithResults(ctx context.Context, jobID string) ([]*TaskSummary, error)
 	// ParentOutputs maps each parent's key to its output (null when it has none).
 	ParentOutputs(ctx context.Context, taskID string) (map[string]json.RawMessage, error)
 	// ParentOutputsOf is ParentOutputs for several tasks, by task id; a task without parents
@@ -52,6 +55,8 @@ type Reader interface {
 	ListAttempts(ctx context.Context, taskID string) ([]*Attempt, error)
 	// ListEvents returns a job's events with ID > afterID, oldest first.
 	ListEvents(ctx context.Context, jobID string, afterID int64, limit int) ([]*Event, error)
+	// ListTaskEvents is ListEvents narrowed to the events of one task of the job.
+	ListTaskEvents(ctx context.Context, jobID, taskID string, afterID int64, limit int) ([]*Event, error)
 	// ListDeadLetters returns failed, dead-lettered tasks of a tenant, newest first, with
 	// Seq < beforeSeq (0: from the newest).
 	ListDeadLetters(ctx context.Context, tenant string, beforeSeq int64, limit int) ([]*Task, error)
@@ -292,6 +297,10 @@ type TaskSummary struct {
 	Attempt       int
 	LastEventType string
 	LastEventAt   time.Time
+	// Output and Error are set by JobTasksWithResults only: the output of a completed task, the
+	// error of a failed one.
+	Output json.RawMessage
+	Error  *TaskError
 }
 
 // TaskRef names a task a bulk transition touched, with its status afterwards.

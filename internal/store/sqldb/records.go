@@ -97,6 +97,24 @@ func (q q) ListEvents(ctx context.Context, jobID string, afterID int64, limit in
 	if err != nil {
 		return nil, fmt.Errorf("list events: %w", err)
 	}
+	return collectEvents(rows)
+}
+
+// ListTaskEvents implements store.Reader. The job's condition lets the query walk the job's
+// events index: events have no index by task, which would cost every transition a write.
+func (q q) ListTaskEvents(ctx context.Context, jobID, taskID string, afterID int64, limit int) ([]*store.Event, error) {
+	if taskID == "" { // job events have no task id: they are not a task's
+		return nil, nil
+	}
+	rows, err := q.query(ctx, `SELECT id, job_id, task_id, task_key, type, at, data
+		FROM events WHERE job_id = $1 AND task_id = $2 AND id > $3 ORDER BY id LIMIT $4`, jobID, taskID, afterID, limit)
+	if err != nil {
+		return nil, fmt.Errorf("list task events: %w", err)
+	}
+	return collectEvents(rows)
+}
+
+func collectEvents(rows *sql.Rows) ([]*store.Event, error) {
 	defer rows.Close()
 	var out []*store.Event
 	for rows.Next() {

@@ -108,8 +108,24 @@ func (q q) GetTask(ctx context.Context, id string) (*store.Task, error) {
 
 // JobTasks implements store.Reader.
 func (q q) JobTasks(ctx context.Context, jobID string) ([]*store.TaskSummary, error) {
+	return q.jobTasks(ctx, jobID, false)
+}
+
+// JobTasksWithResults implements store.Reader.
+func (q q) JobTasksWithResults(ctx context.Context, jobID string) ([]*store.TaskSummary, error) {
+	return q.jobTasks(ctx, jobID, true)
+}
+
+// jobTasks reads a job's task summaries. With results, the CASE projections read the output of
+// completed tasks and the error of failed ones only, so the rows of unfinished tasks (and stale
+// results of retried or resumed ones) cost nothing.
+func (q q) jobTasks(ctx context.Context, jobID string, withResults bool) ([]*store.TaskSummary, error) {
+	results := "NULL, NULL"
+	if withResults {
+		results = "CASE WHEN status = 'completed' THEN output END, CASE WHEN status = 'failed' THEN error END"
+	}
 	rows, err := q.query(ctx, `SELECT id, task_key, name, depends_on, status, attempt,
-		last_event_type, last_event_at FROM tasks WHERE job_id = $1 ORDER BY seq`, jobID)
+		last_event_type, last_event_at, `+results+` FROM tasks WHERE job_id = $1 ORDER BY seq`, jobID)
 	if err != nil {
 		return nil, fmt.Errorf("job tasks: %w", err)
 	}
@@ -117,12 +133,12 @@ func (q q) JobTasks(ctx context.Context, jobID string) ([]*store.TaskSummary, er
 	var out []*store.TaskSummary
 	for rows.Next() {
 		var (
-			s         store.TaskSummary
-			deps      string
-			lastEvent sql.NullString
-			lastAt    sql.NullInt64
+			s                       store.TaskSummary
+			deps                    string
+			lastEvent, output, errJ sql.NullString
+			lastAt                  sql.NullInt64
 		)
-		if err := rows.Scan(&s.ID, &s.Key, &s.Name, &deps, &s.Status, &s.Attempt, &lastEvent, &lastAt); err != nil {
+		if err := rows.Scan(&s.ID, &s.Key, &s.Name, &deps, &s.Status, &s.Attempt, &lastEvent, &lastAt, &output, &errJ); err != nil {
 			return nil, err
 		}
 		if err := json.Unmarshal([]byte(deps), &s.DependsOn); err != nil {
@@ -130,6 +146,10 @@ func (q q) JobTasks(ctx context.Context, jobID string) ([]*store.TaskSummary, er
 		}
 		s.LastEventType = lastEvent.String
 		s.LastEventAt = fromMs(lastAt)
+		s.Output = fromJSON(output)
+		if s.Error, err = fromErr(errJ); err != nil {
+			return nil, fmt.Errorf("task %s: %w", s.ID, err)
+		}
 		out = append(out, &s)
 	}
 	return out, rows.Err()

@@ -35,6 +35,7 @@ func Run(t *testing.T, open func(t testing.TB) store.Store) {
 		{"CursorsAreInt64", testCursorsAreInt64},
 		{"TaskRoundTrip", testTaskRoundTrip},
 		{"JobTasksInInsertionOrder", testJobTasksInInsertionOrder},
+		{"JobTasksWithResults", testJobTasksWithResults},
 		{"ParentOutputs", testParentOutputs},
 		{"ReadyTaskIDsFilterAndOrder", testReadyTaskIDsFilterAndOrder},
 		{"ClaimTaskTakesLease", testClaimTaskTakesLease},
@@ -56,6 +57,7 @@ func Run(t *testing.T, open func(t testing.TB) store.Store) {
 		{"Attempts", testAttempts},
 		{"UpdateAttemptUnknownIsNotFound", testUpdateAttemptUnknownIsNotFound},
 		{"EventsBulkInsertAndList", testEventsBulkInsertAndList},
+		{"ListTaskEvents", testListTaskEvents},
 		{"Outbox", testOutbox},
 		{"NextReapAtAndDueTasks", testNextReapAtAndDueTasks},
 		{"ListDeadLetters", testListDeadLetters},
@@ -776,6 +778,79 @@ func testJobTasksInInsertionOrder(t *testing.T, st store.Store) {
 	}
 	if sums, err := st.JobTasks(ctx, "job-"+uuid.NewString()); err != nil || len(sums) != 0 {
 		t.Errorf("JobTasks(unknown job) = %d tasks, %v; want none", len(sums), err)
+	}
+}
+
+// testJobTasksWithResults: the job view carries a completed task's output and a failed task's
+// error, and nothing for other tasks, even those that hold a stale result from an earlier run.
+func testJobTasksWithResults(t *testing.T, st store.Store) {
+	ctx := t.Context()
+	job := newJob("tenant")
+	ts := seed(t, st, job, newTask(job.ID, "done"), newTask(job.ID, "broken"), newTask(job.ID, "empty"),
+		newTask(job.ID, "retrying"), newTask(job.ID, "resumed"), newTask(job.ID, "waiting", "done"))
+	mutate(t, st, ts["done"].ID, func(tk *store.Task) {
+		tk.Status, tk.Output, tk.FinishedAt = lifecycle.Completed, json.RawMessage(`{"tags": ["navy", "cream"]}`), t0
+	})
+	retryable := false
+	brokenErr := &store.TaskError{Category: "DATA_QUALITY", Message: "bad input", StackTrace: "at x", Retryable: &retryable}
+	mutate(t, st, ts["broken"].ID, func(tk *store.Task) {
+		tk.Status, tk.Error, tk.FinishedAt = lifecycle.Failed, brokenErr, t0
+	})
+	setStatus(t, st, ts["empty"].ID, lifecycle.Completed, t0) // completed without an output
+	mutate(t, st, ts["retrying"].ID, func(tk *store.Task) {
+		tk.Error = &store.TaskError{Category: "INFRASTRUCTURE", Message: "connection reset"} // pending again
+	})
+	mutate(t, st, ts["resumed"].ID, func(tk *store.Task) {
+		tk.Output = json.RawMessage(`{"old": true}`) // pending again, with a result of its last run
+	})
+
+	sums, err := st.JobTasksWithResults(ctx, job.ID)
+	if err != nil {
+		t.Fatalf("JobTasksWithResults: %v", err)
+	}
+	byKey := map[string]*store.TaskSummary{}
+	for _, s := range sums {
+		byKey[s.Key] = s
+	}
+	if len(sums) != 6 || sums[0].Key != "done" || sums[5].Key != "waiting" {
+		t.Fatalf("JobTasksWithResults returned %d tasks, not the job's six in order", len(sums))
+	}
+	if got := byKey["done"]; string(got.Output) != `{"tags": ["navy", "cream"]}` || got.Error != nil || got.Status != lifecycle.Completed {
+		t.Errorf("completed task: output %s, error %+v, status %s", got.Output, got.Error, got.Status)
+	}
+	if got := byKey["broken"]; got.Output != nil || got.Error == nil {
+		t.Errorf("failed task: output %s, error %+v", got.Output, got.Error)
+	} else {
+		checkSame(t, "failed task's error", brokenErr, got.Error)
+	}
+	for _, k := range []string{"empty", "retrying", "resumed", "waiting"} {
+		if got := byKey[k]; got.Output != nil || got.Error != nil {
+			t.Errorf("task %s (%s): output %s, error %+v; want neither", k, got.Status, got.Output, got.Error)
+		}
+	}
+	// The plain list reads no results; otherwise it matches.
+	plain, err := st.JobTasks(ctx, job.ID)
+	if err != nil {
+		t.Fatalf("JobTasks: %v", err)
+	}
+	for i, p := range plain {
+		if p.Output != nil || p.Error != nil {
+			t.Errorf("JobTasks: task %s has a result: %s %+v", p.Key, p.Output, p.Error)
+		}
+		checkSame(t, "summary "+p.Key, p, sums[i], "Output", "Error")
+	}
+	inTx(t, st, func(tx store.Tx) error {
+		got, err := tx.JobTasksWithResults(ctx, job.ID)
+		if err != nil {
+			return err
+		}
+		if len(got) != 6 || string(got[0].Output) != `{"tags": ["navy", "cream"]}` {
+			t.Errorf("Tx.JobTasksWithResults: %d tasks, first output %s", len(got), got[0].Output)
+		}
+		return nil
+	})
+	if sums, err := st.JobTasksWithResults(ctx, "job-"+uuid.NewString()); err != nil || len(sums) != 0 {
+		t.Errorf("JobTasksWithResults(unknown job) = %d tasks, %v; want none", len(sums), err)
 	}
 }
 
@@ -1832,6 +1907,64 @@ func testEventsBulkInsertAndList(t *testing.T, st store.Store) {
 		t.Fatalf("ListEvents after a later insert: %d events, want 1", len(got))
 	}
 	checkSame(t, "later event", more, got[0], "ID")
+}
+
+// testListTaskEvents: one task's events, oldest first, after an id and up to a limit; never
+// another task's or another job's, nor the job's own.
+func testListTaskEvents(t *testing.T, st store.Store) {
+	ctx := t.Context()
+	jobA, jobB := newJob("tenant"), newJob("tenant")
+	seed(t, st, jobA)
+	seed(t, st, jobB)
+	taskX, taskY := uuid.NewString(), uuid.NewString()
+	var all, wantX []*store.Event
+	add := func(jobID, taskID, key, typ string) {
+		e := &store.Event{JobID: jobID, TaskID: taskID, TaskKey: key, Type: typ, At: at(time.Duration(len(all)) * time.Millisecond),
+			Data: json.RawMessage(fmt.Sprintf(`{"n": %d}`, len(all)))}
+		all = append(all, e)
+		if jobID == jobA.ID && taskID == taskX {
+			wantX = append(wantX, e)
+		}
+	}
+	add(jobA.ID, "", "", "Job Created")
+	for i := 0; i < 5; i++ {
+		add(jobA.ID, taskX, "x", fmt.Sprintf("X %d", i))
+		add(jobA.ID, taskY, "y", fmt.Sprintf("Y %d", i))
+		add(jobB.ID, taskX, "x", fmt.Sprintf("B %d", i)) // the same task id in another job: not listed
+	}
+	add(jobA.ID, "", "", "Job Completed")
+	inTx(t, st, func(tx store.Tx) error { return tx.InsertEvents(ctx, all) })
+
+	list := func(jobID, taskID string, after int64, limit int) []*store.Event {
+		t.Helper()
+		evs, err := st.ListTaskEvents(ctx, jobID, taskID, after, limit)
+		if err != nil {
+			t.Fatalf("ListTaskEvents(%s, %s, %d, %d): %v", jobID, taskID, after, limit, err)
+		}
+		return evs
+	}
+	got := list(jobA.ID, taskX, 0, 100)
+	if len(got) != len(wantX) {
+		t.Fatalf("ListTaskEvents returned %d events, want %d", len(got), len(wantX))
+	}
+	for i, g := range got {
+		checkSame(t, fmt.Sprintf("task event %d", i), wantX[i], g, "ID")
+		if i > 0 && g.ID <= got[i-1].ID {
+			t.Errorf("ids not increasing: %v", idsOf(got))
+		}
+	}
+	if page := list(jobA.ID, taskX, got[1].ID, 2); !slices.Equal(idsOf(page), idsOf(got[2:4])) {
+		t.Errorf("after the second, 2: %v, want %v", idsOf(page), idsOf(got[2:4]))
+	}
+	if page := list(jobA.ID, taskX, got[4].ID, 10); len(page) != 0 {
+		t.Errorf("after the last: %d events", len(page))
+	}
+	if page := list(jobA.ID, uuid.NewString(), 0, 10); len(page) != 0 {
+		t.Errorf("unknown task: %d events", len(page))
+	}
+	if page := list(jobA.ID, "", 0, 10); len(page) != 0 {
+		t.Errorf("an empty task id lists the job's own events: %d", len(page))
+	}
 }
 
 func idsOf(evs []*store.Event) []int64 {
