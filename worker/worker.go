@@ -32,6 +32,9 @@
 // worker's (409, 410); a report repeated after a lost answer is acknowledged again without a
 // second effect. The worker speaks the stream-worker dialect (/internal/worker/...) and reports a
 // cancelled attempt through /internal/task-complete.
+//
+// For the push runtime, where Baton POSTs each task to an HTTP target instead, the target checks
+// that a delivery comes from Baton with VerifyPushRequest or the PushAuth middleware.
 package worker
 
 import (

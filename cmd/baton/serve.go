@@ -12,6 +12,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"os"
 	"strings"
 	"time"
 
@@ -34,7 +35,7 @@ type serverFlags struct {
 	internalTLSCert, internalTLSKey, internalTLSClientCA string
 	transport                                            transportFlags
 	reconcileEvery, reconcileGrace                       time.Duration
-	pushTargets                                          listFlag
+	pushTargets, pushSecrets                             listFlag
 	publicURL                                            string
 	pushTimeout                                          time.Duration
 	groupCommit                                          bool
@@ -80,6 +81,8 @@ func (f *serverFlags) register(fs *flag.FlagSet) {
 	fs.DurationVar(&f.reconcileEvery, "reconcile-every", dispatch.DefaultReconcilerConfig.Every, "with --transport redis|nats: how often missing wake-ups are re-published and dead consumers' ones reclaimed")
 	fs.DurationVar(&f.reconcileGrace, "reconcile-grace", dispatch.DefaultReconcilerConfig.Grace, "with --transport redis|nats: how long a task may wait ready before its missing wake-up is re-published")
 	fs.Var(&f.pushTargets, "push-target", "`NAME=URL`: deliver tasks named NAME with runtime push to the HTTP target URL (repeatable)")
+	fs.Var(&f.pushSecrets, "push-secret", "`NAME=SECRET`: authenticate Baton to the push target of NAME: send SECRET as a bearer token and sign every delivery "+
+		"with it (headers Baton-Timestamp and Baton-Signature: v1=HMAC-SHA256); NAME=@FILE reads the secret from FILE (repeatable; without it the target gets no authentication)")
 	fs.StringVar(&f.publicURL, "public-url", "", "URL at which push targets reach the producer listener's callback API (default: http://<--listen>)")
 	fs.DurationVar(&f.pushTimeout, "push-timeout", 30*time.Second, "how long a push target has to accept a task")
 	fs.BoolVar(&f.groupCommit, "group-commit", true, "apply transitions that arrive together in one database transaction (--group-commit=false: one each)")
@@ -103,6 +106,38 @@ func (f *serverFlags) pushTargetMap() (map[string]string, error) {
 		targets[name] = target
 	}
 	return targets, nil
+}
+
+// pushSecretMap parses --push-secret NAME=SECRET and NAME=@FILE flags, for task names that have a
+// target. A file's secret loses one trailing newline. Messages never repeat a secret.
+func (f *serverFlags) pushSecretMap(targets map[string]string) (map[string]string, error) {
+	secrets := map[string]string{}
+	for _, kv := range f.pushSecrets {
+		name, secret, ok := strings.Cut(kv, "=")
+		if !ok || name == "" {
+			return nil, errors.New("--push-secret: want NAME=SECRET or NAME=@FILE")
+		}
+		if _, ok := targets[name]; !ok {
+			return nil, fmt.Errorf("--push-secret %s: task name %q has no --push-target %s=URL", name, name, name)
+		}
+		if _, dup := secrets[name]; dup {
+			return nil, fmt.Errorf("--push-secret: task name %q given twice", name)
+		}
+		from := "--push-secret " + name
+		if file, ok := strings.CutPrefix(secret, "@"); ok {
+			b, err := os.ReadFile(file)
+			if err != nil {
+				return nil, fmt.Errorf("%s: read the secret: %w", from, err)
+			}
+			secret = strings.TrimSuffix(strings.TrimSuffix(string(b), "\n"), "\r")
+			from += " (" + file + ")"
+		}
+		if err := auth.CheckPushSecret(secret); err != nil {
+			return nil, fmt.Errorf("%s: %w", from, err)
+		}
+		secrets[name] = secret
+	}
+	return secrets, nil
 }
 
 // internalTLSFlags names the flags that turn on mutual TLS for /internal/*.
@@ -139,6 +174,7 @@ type listeners struct {
 	internalTLS        bool
 	transport          transport.Transport // nil: the store transport
 	pushTargets        map[string]string
+	pushSecrets        map[string]string
 }
 
 // close releases what bind opened, for a caller that will not serve.
@@ -162,6 +198,10 @@ func (f *serverFlags) bind(ctx context.Context) (*listeners, error) {
 		return nil, err
 	}
 	targets, err := f.pushTargetMap()
+	if err != nil {
+		return nil, err
+	}
+	secrets, err := f.pushSecretMap(targets)
 	if err != nil {
 		return nil, err
 	}
@@ -197,7 +237,7 @@ func (f *serverFlags) bind(ctx context.Context) (*listeners, error) {
 		i.Close()
 		return nil, err
 	}
-	return &listeners{producer: p, internal: i, internalTLS: tlsConf != nil, transport: tr, pushTargets: targets}, nil
+	return &listeners{producer: p, internal: i, internalTLS: tlsConf != nil, transport: tr, pushTargets: targets, pushSecrets: secrets}, nil
 }
 
 // serve runs the APIs and the background loops on st until ctx ends, then shuts down
@@ -233,7 +273,7 @@ func serve(ctx context.Context, f *serverFlags, ls *listeners, st store.Store, l
 	relay.Start(ctx)
 	defer relay.Stop()
 	// The push runtime: deliver push tasks to their HTTP targets.
-	pusher := s.NewPusher(api.PushConfig{Targets: ls.pushTargets, Timeout: f.pushTimeout,
+	pusher := s.NewPusher(api.PushConfig{Targets: ls.pushTargets, Secrets: ls.pushSecrets, Timeout: f.pushTimeout,
 		CallbackBaseURL: cmp.Or(f.publicURL, "http://"+ls.producer.Addr().String())})
 	pusher.Start(ctx)
 	defer pusher.Stop()

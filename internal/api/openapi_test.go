@@ -13,6 +13,7 @@ import (
 	"testing"
 
 	"github.com/baton-dev/baton/internal/api"
+	"github.com/baton-dev/baton/internal/auth"
 )
 
 // openAPIMethods are the operation keys of an OpenAPI path item.
@@ -304,4 +305,62 @@ func resolveRef(t *testing.T, doc, v any) any {
 	}
 	t.Error("$ref chain too long")
 	return nil
+}
+
+// The push delivery is documented as a webhook: the envelope's members and the authentication
+// headers are the ones the pusher sends.
+func TestOpenAPIDocumentsThePushDelivery(t *testing.T) {
+	doc, _ := fetchOpenAPI(t, openAPIServer())
+	op, ok := lookupJSONPointer(doc, "#/webhooks/pushTask/post")
+	if !ok {
+		t.Fatal("no webhook pushTask")
+	}
+	post := op.(map[string]any)
+
+	headers := map[string]bool{}
+	params, _ := post["parameters"].([]any)
+	for _, p := range params {
+		m, _ := resolveRef(t, doc, p).(map[string]any)
+		if m["in"] == "header" {
+			headers[m["name"].(string)] = true
+		}
+	}
+	for _, h := range []string{auth.PushTimestampHeader, auth.PushSignatureHeader, "Idempotency-Key"} {
+		if !headers[h] {
+			t.Errorf("the push delivery does not document header %s", h)
+		}
+	}
+	var bearer bool
+	security, _ := post["security"].([]any)
+	for _, req := range security {
+		for name := range req.(map[string]any) {
+			scheme, _ := lookupJSONPointer(doc, "#/components/securitySchemes/"+name)
+			m, _ := scheme.(map[string]any)
+			bearer = bearer || (m["type"] == "http" && m["scheme"] == "bearer")
+		}
+	}
+	if !bearer {
+		t.Errorf("the push delivery's security %v names no bearer scheme", security)
+	}
+
+	schema, ok := lookupJSONPointer(doc, "#/webhooks/pushTask/post/requestBody/content/application~1json/schema")
+	if !ok {
+		t.Fatal("the push delivery has no JSON body")
+	}
+	env, _ := resolveRef(t, doc, schema).(map[string]any)
+	props, _ := env["properties"].(map[string]any)
+	required, _ := env["required"].([]any)
+	var documented, mandatory []string
+	for k := range props {
+		documented = append(documented, k)
+	}
+	for _, k := range required {
+		mandatory = append(mandatory, k.(string))
+	}
+	want := slices.Sorted(slices.Values(envelopeKeys))
+	slices.Sort(documented)
+	slices.Sort(mandatory)
+	if !slices.Equal(documented, want) || !slices.Equal(mandatory, want) {
+		t.Errorf("TaskEnvelope documents %v (required %v), the pusher sends %v", documented, mandatory, want)
+	}
 }

@@ -6,6 +6,12 @@ package api
 // through the callback (callback.go) or task-scoped dialect with the envelope's task token, like
 // any worker. Anything else fails the attempt through the core's retry rule, so the dispatcher
 // owns every retry (seed 000: the target's own retries should be off).
+//
+// A target with a secret (PushConfig.Secrets) gets it as a bearer token, and each delivery is
+// signed over its timestamp and exact body (internal/auth's SignPush; the worker SDK's
+// VerifyPushRequest checks it), so the target can refuse forged and replayed deliveries. Every
+// delivery, a retry's too, is signed afresh when it is sent. A target without a secret gets no
+// authentication headers.
 
 import (
 	"bytes"
@@ -23,6 +29,9 @@ import (
 	"time"
 	"unicode"
 
+	"github.com/jonboulle/clockwork"
+
+	"github.com/baton-dev/baton/internal/auth"
 	"github.com/baton-dev/baton/internal/dispatch"
 	"github.com/baton-dev/baton/internal/lifecycle"
 	"github.com/baton-dev/baton/internal/store"
@@ -34,6 +43,15 @@ type PushConfig struct {
 	CallbackBaseURL string            // the public URL targets call back (the envelope's callbackBaseUrl)
 	Timeout         time.Duration     // how long a target has to answer a delivery; default 30 s
 	Concurrency     int               // deliveries in flight at once; default 16
+	// Secrets are the targets' secrets by task name (baton server --push-secret NAME=SECRET). A
+	// target with one is sent "Authorization: Bearer <secret>", Baton-Timestamp and
+	// Baton-Signature with every delivery; one without is sent none of them. A secret that
+	// auth.CheckPushSecret refuses, the empty one included, makes its target unusable (its
+	// deliveries fail as CONFIGURATION); a secret for a name without a target is unused.
+	Secrets map[string]string
+	// Clock stamps the signatures; default the real clock. Not the dispatcher's: a target checks
+	// the timestamp against its own clock.
+	Clock clockwork.Clock
 	// Client sends the deliveries. The default has no overall timeout (Timeout bounds each
 	// request) and does not follow redirects: a 3xx is an answer, and a failed delivery.
 	Client   *http.Client
@@ -70,10 +88,10 @@ type Pusher struct {
 }
 
 // pushTarget is a configured target: the URL to POST to, how messages name it (without its
-// password or query, which may hold credentials: task errors are shown to the tenant), and why it
-// cannot be used, if it cannot.
+// password or query, which may hold credentials: task errors are shown to the tenant), the secret
+// that signs its deliveries ("": none), and why it cannot be used, if it cannot.
 type pushTarget struct {
-	url, display, invalid string
+	url, display, secret, invalid string
 }
 
 // NewPusher returns a stopped push dispatcher.
@@ -82,6 +100,9 @@ func (s *Server) NewPusher(cfg PushConfig) *Pusher {
 	cfg.Concurrency = max(cmp.Or(cfg.Concurrency, 16), 1)
 	cfg.WorkerID = cmp.Or(cfg.WorkerID, "baton-push")
 	cfg.CallbackBaseURL = strings.TrimRight(cfg.CallbackBaseURL, "/")
+	if cfg.Clock == nil {
+		cfg.Clock = clockwork.NewRealClock()
+	}
 	p := &Pusher{s: s, log: s.log, cfg: cfg, client: cfg.Client, targets: make(map[string]pushTarget, len(cfg.Targets)),
 		slots: make(chan struct{}, cfg.Concurrency)}
 	if p.client == nil {
@@ -91,21 +112,27 @@ func (s *Server) NewPusher(cfg PushConfig) *Pusher {
 			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
 	}
 	for name, raw := range cfg.Targets {
-		p.targets[name] = parsePushTarget(raw)
+		secret, signed := cfg.Secrets[name]
+		p.targets[name] = parsePushTarget(raw, secret, signed)
 	}
 	return p
 }
 
-func parsePushTarget(raw string) pushTarget {
+// parsePushTarget reads a target's URL and, when signed, its secret. An empty secret makes the
+// target unusable rather than unsigned: it is more likely a secret that failed to load than a
+// wish to send none.
+func parsePushTarget(raw, secret string, signed bool) pushTarget {
 	u, err := url.Parse(raw)
 	if err != nil {
 		return pushTarget{url: raw, display: "(unparsable URL)", invalid: "is not a valid URL"}
 	}
 	shown := *u
 	shown.RawQuery, shown.ForceQuery, shown.Fragment, shown.RawFragment = "", false, "", ""
-	t := pushTarget{url: raw, display: shown.Redacted()}
+	t := pushTarget{url: raw, display: shown.Redacted(), secret: secret}
 	if (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		t.invalid = "is not an http(s) URL"
+	} else if err := auth.CheckPushSecret(secret); signed && err != nil {
+		t.invalid = "has an unusable secret: " + err.Error()
 	}
 	return t
 }
@@ -317,6 +344,12 @@ func (p *Pusher) post(ctx context.Context, target pushTarget, key string, body [
 	}
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Idempotency-Key", key)
+	if target.secret != "" {
+		ts, sig := auth.SignPush(target.secret, p.cfg.Clock.Now(), body)
+		req.Header.Set("Authorization", "Bearer "+target.secret)
+		req.Header.Set(auth.PushTimestampHeader, ts)
+		req.Header.Set(auth.PushSignatureHeader, sig)
+	}
 	res, err := p.client.Do(req)
 	if err != nil {
 		var ue *url.Error

@@ -1,6 +1,7 @@
 package api_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -144,7 +145,7 @@ func (d delivery) str(key string) string { s, _ := d.env[key].(string); return s
 func (d delivery) num(key string) int64  { n, _ := d.env[key].(float64); return int64(n) }
 
 // testTarget is a push target: an HTTP server that records each delivery and answers it with
-// answer.
+// answer, which can read the request's body again.
 type testTarget struct {
 	url string
 	mu  sync.Mutex
@@ -156,6 +157,7 @@ func newTestTarget(t *testing.T, answer func(d delivery, w http.ResponseWriter, 
 	tt := &testTarget{}
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		raw, _ := io.ReadAll(r.Body)
+		r.Body = io.NopCloser(bytes.NewReader(raw))
 		d := delivery{header: r.Header.Clone(), raw: raw}
 		_ = json.Unmarshal(raw, &d.env)
 		tt.mu.Lock()
