@@ -273,6 +273,7 @@ type taskEnvelope struct {
 	Queue               string                     `json:"queue"`
 	TenantID            string                     `json:"tenantId"`
 	Attempt             int                        `json:"attempt"`
+	AttemptID           string                     `json:"attemptId"` // the attempt's id, which callbacks may send back to fence on
 	LeaseToken          string                     `json:"leaseToken"`
 	LeaseExpiresAt      any                        `json:"leaseExpiresAt"`
 	EnqueuedAt          any                        `json:"enqueuedAt"` // when the task became claimable (ready, or due for its retry)
@@ -310,6 +311,7 @@ func (p *Pusher) envelope(ctx context.Context, c *dispatch.Claim, key string) ([
 		Queue:               t.Queue,
 		TenantID:            job.Tenant,
 		Attempt:             t.Attempt,
+		AttemptID:           t.LeaseToken,
 		LeaseToken:          t.LeaseToken,
 		LeaseExpiresAt:      snakeTime(t.LeaseExpiresAt),
 		EnqueuedAt:          snakeTime(t.AvailableAt),

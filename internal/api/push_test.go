@@ -182,7 +182,7 @@ func (tt *testTarget) received(n int) func() bool {
 }
 
 // envelopeKeys are the members of every envelope.
-var envelopeKeys = []string{"taskId", "runId", "taskKey", "taskName", "queue", "tenantId", "attempt", "leaseToken",
+var envelopeKeys = []string{"taskId", "runId", "taskKey", "taskName", "queue", "tenantId", "attempt", "attemptId", "leaseToken",
 	"leaseExpiresAt", "enqueuedAt", "deadline", "input", "dependencyOutputs", "callbackBaseUrl", "taskToken",
 	"tokenExpiresAt", "heartbeatIntervalMs", "heartbeatTimeoutMs", "cancelGracePeriodMs", "idempotencyKey"}
 
@@ -267,7 +267,7 @@ func TestPushDeliversTheEnvelopeAndCallbacksRunTheDAG(t *testing.T) {
 			idem := fmt.Sprintf("%s/%s/1", jobID, ids[c.key])
 			want := map[string]any{
 				"taskId": ids[c.key], "runId": jobID, "taskKey": c.key, "taskName": "work", "queue": tk.Queue, "tenantId": "acme",
-				"attempt": 1.0, "leaseToken": tk.LeaseToken, "callbackBaseUrl": a.public.URL,
+				"attempt": 1.0, "attemptId": tk.LeaseToken, "leaseToken": tk.LeaseToken, "callbackBaseUrl": a.public.URL,
 				"leaseExpiresAt": pushStart.Add(40 * time.Second).Format(time.RFC3339),
 				"enqueuedAt":     tk.AvailableAt.UTC().Format(time.RFC3339),
 				"deadline":       c.deadline,
