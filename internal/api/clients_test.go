@@ -135,7 +135,7 @@ func storeDrivers(t *testing.T, fn func(t *testing.T, w *workerAPI, a *testAPI))
 	})
 }
 
-// TestTaskClaimWithoutWorkerID: seed 000's claim may omit worker_id; the attempt is then recorded
+// TestTaskClaimWithoutWorkerID: the internal dialect's claim may omit worker_id; the attempt is then recorded
 // under the client certificate's subject, or "unknown"; the answer has task_id at its top level.
 func TestTaskClaimWithoutWorkerID(t *testing.T) {
 	forEachWorkerDriver(t, func(t *testing.T, w *workerAPI) {
