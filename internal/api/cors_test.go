@@ -156,9 +156,10 @@ func TestCORSPreflight(t *testing.T) {
 			wantPreflightOK(t, "OPTIONS "+c.path, a.preflight(c.path, browserOrigin, c.method, c.headers), "*", c.method)
 		}
 		// An OPTIONS that is not a preflight (no Origin, or no requested method) is an ordinary
-		// request: there is no such endpoint.
-		wantError(t, a.do("OPTIONS", "/jobs", nil, "x-api-key", a.key), http.StatusNotFound, "no such endpoint: OPTIONS /jobs")
-		wantError(t, a.do("OPTIONS", "/jobs", nil, "Origin", browserOrigin), http.StatusNotFound, "no such endpoint: OPTIONS /jobs")
+		// request, with a method /jobs does not serve.
+		notAllowed := "method OPTIONS is not allowed on /jobs; allowed: GET, HEAD, POST"
+		wantError(t, a.do("OPTIONS", "/jobs", nil, "x-api-key", a.key), http.StatusMethodNotAllowed, notAllowed)
+		wantError(t, a.do("OPTIONS", "/jobs", nil, "Origin", browserOrigin), http.StatusMethodNotAllowed, notAllowed)
 	})
 
 	// Preflights need no key and spend none of a key's budget; a 429 is readable and its
@@ -221,7 +222,7 @@ func TestCORSOff(t *testing.T) {
 		wantStatus(t, res, http.StatusOK)
 		wantNoCORS(t, "GET /jobs", res)
 		pre := a.preflight("/jobs", browserOrigin, "POST", "x-api-key")
-		wantError(t, pre, http.StatusNotFound, "no such endpoint: OPTIONS /jobs")
+		wantError(t, pre, http.StatusMethodNotAllowed, "method OPTIONS is not allowed on /jobs; allowed: GET, HEAD, POST")
 		wantNoCORS(t, "OPTIONS /jobs", pre)
 	})
 }
