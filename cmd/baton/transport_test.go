@@ -80,6 +80,18 @@ func transportCases(t *testing.T) []transportCase {
 	return cases
 }
 
+// redisCase is the Redis Streams transport case; the test skips without BATON_TEST_REDIS_URL.
+func redisCase(t *testing.T) transportCase {
+	t.Helper()
+	for _, c := range transportCases(t) {
+		if c.kind == "redis" {
+			return c
+		}
+	}
+	t.Skip("BATON_TEST_REDIS_URL not set; skipping a test of the Redis Streams transport")
+	return transportCase{}
+}
+
 // cleanUp removes what a test left on the transport's server under namespace ns.
 func (tc transportCase) cleanUp(t *testing.T, ns string) {
 	switch tc.kind {
@@ -384,15 +396,7 @@ func TestTransportEndToEnd(t *testing.T) {
 // wake-up is published exactly once and no task is claimed twice.
 func TestServerReplicasRelayToRedis(t *testing.T) {
 	dbURL := pgSchemaURL(t)
-	var tc transportCase
-	for _, c := range transportCases(t) {
-		if c.kind == "redis" {
-			tc = c
-		}
-	}
-	if tc.kind == "" {
-		t.Skip("BATON_TEST_REDIS_URL not set; skipping the Redis replicas test")
-	}
+	tc := redisCase(t)
 	ctx := context.Background()
 	var out, errOut bytes.Buffer
 	if code := run(ctx, []string{"migrate", "--database-url", dbURL}, &out, &errOut); code != 0 {

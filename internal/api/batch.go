@@ -147,5 +147,12 @@ func (s *Server) streamReportBatch(w http.ResponseWriter, r *http.Request) (any,
 		}
 	}
 	wg.Wait()
+	var acked []map[string]json.RawMessage
+	for i, res := range results {
+		if res["ack"] == true {
+			acked = append(acked, items[i].obj)
+		}
+	}
+	s.streamSettle(r.Context(), acked...)
 	return map[string]any{"results": results}, nil
 }

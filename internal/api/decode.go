@@ -15,7 +15,8 @@ import (
 	"github.com/baton-dev/baton/internal/lifecycle"
 )
 
-// readBody reads the whole (size-capped) request body.
+// readBody reads the whole (size-capped) request body, refusing text no store can keep
+// (checkJSONText), once for the whole body.
 func readBody(r *http.Request) ([]byte, error) {
 	b, err := io.ReadAll(r.Body)
 	var tooLarge *http.MaxBytesError
@@ -25,6 +26,9 @@ func readBody(r *http.Request) ([]byte, error) {
 	if err != nil {
 		return nil, errorf(http.StatusBadRequest, "could not read the request body: %v", err)
 	}
+	if err := checkJSONText(b); err != nil {
+		return nil, err
+	}
 	return b, nil
 }
 
@@ -32,9 +36,6 @@ func readBody(r *http.Request) ([]byte, error) {
 func decodeObject(body []byte) (map[string]json.RawMessage, error) {
 	if len(bytes.TrimSpace(body)) == 0 {
 		return nil, errorf(http.StatusBadRequest, "request body is empty: send a JSON object")
-	}
-	if err := checkJSONText(body); err != nil {
-		return nil, err
 	}
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.UseNumber()

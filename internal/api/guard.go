@@ -35,8 +35,9 @@ func guardError(r *http.Request, msg string) *httpError {
 	return invalidRequest("%s", msg)
 }
 
+// isProducerPath reports whether p is outside the worker dialects' paths.
 func isProducerPath(p string) bool {
-	return p == "/jobs" || strings.HasPrefix(p, "/jobs/") || !strings.HasPrefix(p, "/internal/") && !strings.HasPrefix(p, "/v1/") && !strings.HasPrefix(p, "/api/")
+	return !strings.HasPrefix(p, "/internal/") && !strings.HasPrefix(p, "/v1/") && !strings.HasPrefix(p, "/api/")
 }
 
 // badRequestBytes says what is wrong with the request's path, query or headers, or "".
@@ -45,7 +46,8 @@ func badRequestBytes(r *http.Request) string {
 		return "the request path must be valid UTF-8 without NUL or control characters"
 	}
 	if r.URL.RawQuery != "" {
-		q, err := urlQuery(r)
+		// URL.Query would silently drop what it cannot parse (a bad %-escape).
+		q, err := url.ParseQuery(r.URL.RawQuery)
 		if err != nil {
 			return "malformed query string: " + err.Error()
 		}
@@ -71,9 +73,6 @@ func badRequestBytes(r *http.Request) string {
 	}
 	return ""
 }
-
-// urlQuery parses the query, refusing what URL.Query would silently drop (a bad %-escape).
-func urlQuery(r *http.Request) (url.Values, error) { return url.ParseQuery(r.URL.RawQuery) }
 
 // cleanText reports whether s is valid UTF-8 without NUL or other control characters (a tab is
 // allowed: header values may fold with it).

@@ -6,7 +6,8 @@ package api
 // attempt number, a stream a queue name (any name a Redis key may have, such as jobs:stream:high).
 // A claim hands out the task's stream message id: the entry id of its wake-up with the Redis
 // transport, a stable id of the same form otherwise. Every report's answer says whether the worker
-// should ACK that message (ack); the server settles the wake-up on the transport itself then, so
+// should ACK that message (ack); the server settles the wake-up on the transport itself then (for
+// report-batch too), so
 // a worker's own XACK is harmless either way.
 //
 // This file only translates shapes and errors; every rule is the dispatcher's.
@@ -28,6 +29,7 @@ import (
 	"github.com/baton-dev/baton/internal/dispatch"
 	"github.com/baton-dev/baton/internal/lifecycle"
 	"github.com/baton-dev/baton/internal/store"
+	"github.com/baton-dev/baton/internal/transport"
 )
 
 const (
@@ -211,27 +213,36 @@ func stableMessageID(t *store.Task) string {
 	return fmt.Sprintf("%d-%d", max(t.StartedAt.UnixMilli(), 0), seq)
 }
 
-// streamSettle settles, on the transport, the wake-up message a report names once the report's
-// answer tells the worker to ACK it (err is nil, or a refusal with ack: true): the worker's own
-// XACK then finds it settled. Best effort: a wake-up left outstanding costs the reconciler a look,
-// never correctness.
-func (s *Server) streamSettle(ctx context.Context, obj map[string]json.RawMessage, err error) {
+// streamAcked reports whether the answer to a report, whose error is err, tells the worker to
+// ACK its message: a success, or a refusal with ack: true (streamRefusal).
+func (s *Server) streamAcked(err error) bool {
+	if err == nil {
+		return true
+	}
+	var se *streamShapedError
+	return errors.As(s.streamRefusal(err), &se) && se.he.body["ack"] == true
+}
+
+// streamSettle settles, on the transport, the wake-up messages that acknowledged reports name
+// (stream, job_id and message_id): the worker's own XACK then finds them settled. Best effort: a
+// wake-up left outstanding costs the reconciler a look, never correctness.
+func (s *Server) streamSettle(ctx context.Context, reports ...map[string]json.RawMessage) {
 	if s.wakeups == nil {
 		return
 	}
-	if err != nil {
-		he := s.toHTTP(s.streamRefusal(err))
-		if ack, _ := he.body["ack"].(bool); !ack {
-			return
+	refs := make([]transport.WakeupRef, 0, len(reports))
+	for _, obj := range reports {
+		f := fields{obj: obj, where: "body"}
+		ref := transport.WakeupRef{Queue: f.str("stream"), TaskID: f.str("job_id"), ID: f.str("message_id")}
+		if f.err == nil && ref.Queue != "" && ref.TaskID != "" && ref.ID != "" {
+			refs = append(refs, ref)
 		}
 	}
-	f := fields{obj: obj, where: "body"}
-	stream, msgID, taskID := f.str("stream"), f.str("message_id"), f.str("job_id")
-	if f.err != nil || stream == "" || msgID == "" || taskID == "" {
+	if len(refs) == 0 {
 		return
 	}
-	if err := s.wakeups.Settle(ctx, stream, taskID, msgID); err != nil {
-		s.log.WarnContext(ctx, "settle wake-up message", "queue", stream, "task", taskID, "message_id", msgID, "err", err)
+	if err := s.wakeups.Settle(ctx, refs); err != nil {
+		s.log.WarnContext(ctx, "settle wake-up messages", "messages", len(refs), "err", err)
 	}
 }
 
@@ -292,7 +303,9 @@ func (s *Server) streamComplete(w http.ResponseWriter, r *http.Request) (any, er
 		return nil, err
 	}
 	res, err := s.streamCompleteObj(r.Context(), obj)
-	s.streamSettle(r.Context(), obj, err)
+	if s.streamAcked(err) {
+		s.streamSettle(r.Context(), obj)
+	}
 	return res, err
 }
 
@@ -330,7 +343,9 @@ func (s *Server) streamFail(w http.ResponseWriter, r *http.Request) (any, error)
 		return nil, err
 	}
 	res, err := s.streamFailObj(r.Context(), obj)
-	s.streamSettle(r.Context(), obj, err)
+	if s.streamAcked(err) {
+		s.streamSettle(r.Context(), obj)
+	}
 	return res, err
 }
 

@@ -68,7 +68,10 @@ type MessageIDs interface {
 	// MessageIDs returns the ids of the latest outstanding wake-ups of the tasks of queue, by
 	// task id; tasks with none are left out.
 	MessageIDs(ctx context.Context, queue string, taskIDs []string) (map[string]string, error)
-	// Settle settles wake-up id of taskID in queue (as Delivery.Ack would): the task's outcome
-	// is committed. An id the transport does not know, or no longer has, is not an error.
-	Settle(ctx context.Context, queue, taskID, id string) error
+	// Settle settles the wake-ups refs name (as Delivery.Ack would): their tasks' outcomes are
+	// committed. An id the transport does not know, or no longer has, is not an error.
+	Settle(ctx context.Context, refs []WakeupRef) error
 }
+
+// WakeupRef names a wake-up message a worker was handed: its queue, its task and its id.
+type WakeupRef struct{ Queue, TaskID, ID string }

@@ -326,15 +326,28 @@ func (t *Transport) MessageIDs(ctx context.Context, queue string, taskIDs []stri
 	return out, nil
 }
 
-// Settle implements transport.MessageIDs: it settles wake-up id of taskID in queue on behalf of
-// a worker that was told id and whose outcome is now committed. A wake-up that is no longer there
-// (already settled, flushed) is not an error.
-func (t *Transport) Settle(ctx context.Context, queue, taskID, id string) error {
-	if _, _, err := parseEntryID(id); err != nil {
-		return nil // not an entry id this transport handed out
+// Settle implements transport.MessageIDs: one pipeline settles the wake-ups of refs on behalf
+// of workers that were handed them and whose outcomes are now committed. An id that is not a
+// stream entry id is skipped; a wake-up that is no longer there (settled, flushed) is not an error.
+func (t *Transport) Settle(ctx context.Context, refs []transport.WakeupRef) error {
+	cmds := make([]*redis.Cmd, 0, len(refs))
+	_, err := t.client.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for _, r := range refs {
+			if _, _, err := parseEntryID(r.ID); err == nil {
+				cmds = append(cmds, settleScript.Eval(ctx, p, []string{t.stream(r.Queue), t.ids(r.Queue)}, t.opts.Group, r.ID, r.TaskID))
+			}
+		}
+		return nil
+	})
+	if err == nil {
+		for _, c := range cmds {
+			if err = c.Err(); err != nil {
+				break
+			}
+		}
 	}
-	if err := t.settle(ctx, queue, taskID, id); err != nil {
-		return fmt.Errorf("redis: settle task %s of queue %q: %w", taskID, queue, err)
+	if err != nil {
+		return fmt.Errorf("redis: settle %d wake-ups: %w", len(cmds), err)
 	}
 	return nil
 }

@@ -445,7 +445,7 @@ func TestMessageIDsFollowWakeups(t *testing.T) {
 	if newer["t1"] == entries[0].ID {
 		t.Fatalf("t1's id did not move to its newer wake-up")
 	}
-	if err := tr.Settle(ctx, q, "t1", entries[0].ID); err != nil {
+	if err := tr.Settle(ctx, []transport.WakeupRef{{Queue: q, TaskID: "t1", ID: entries[0].ID}}); err != nil {
 		t.Fatal(err)
 	}
 	if got, _ := tr.MessageIDs(ctx, q, []string{"t1"}); got["t1"] != newer["t1"] {
@@ -471,7 +471,7 @@ func TestMessageIDsFollowWakeups(t *testing.T) {
 	}
 	// Settling what is gone, or an id that is not an entry id, is not an error.
 	for _, id := range []string{entries[1].ID, "not-an-id", "1-2"} {
-		if err := tr.Settle(ctx, q, "t2", id); err != nil {
+		if err := tr.Settle(ctx, []transport.WakeupRef{{Queue: q, TaskID: "t2", ID: id}}); err != nil {
 			t.Errorf("Settle(%q): %v", id, err)
 		}
 	}
