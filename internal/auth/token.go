@@ -78,7 +78,9 @@ func (t *Tokens) Rotate(ctx context.Context) (string, error) {
 	if _, err := rand.Read(secret); err != nil {
 		return "", err
 	}
-	k := &store.SigningKey{KID: "k-" + uuid.NewString()[:13], Secret: []byte(base64.RawStdEncoding.EncodeToString(secret)), CreatedAt: t.now()}
+	// A UUIDv7, in full: keys are ordered by creation time and then by kid, and two keys made in
+	// the same millisecond must still sort in the order they were made.
+	k := &store.SigningKey{KID: "k-" + uuid.Must(uuid.NewV7()).String(), Secret: []byte(base64.RawStdEncoding.EncodeToString(secret)), CreatedAt: t.now()}
 	if err := t.keys.InsertSigningKey(ctx, k); err != nil {
 		return "", fmt.Errorf("store signing key: %w", err)
 	}
