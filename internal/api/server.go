@@ -144,6 +144,9 @@ func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 	writeJSON(w, he.status, he.body)
 }
 
+// retryAfterUnavailable is the Retry-After, in seconds, of a 503 for a database that failed.
+const retryAfterUnavailable = 2
+
 func (s *Server) toHTTP(err error) *httpError {
 	var (
 		he       *httpError
@@ -197,6 +200,12 @@ func (s *Server) toHTTP(err error) *httpError {
 		return errorf(http.StatusForbidden, "capability token does not cover this task attempt")
 	case errors.Is(err, context.Canceled):
 		return errorf(499, "request canceled")
+	case s.d.Unavailable(err):
+		// The database failed transiently and kept failing while the dispatcher retried: the
+		// request changed nothing and may be sent again.
+		he := errorf(http.StatusServiceUnavailable, "The database is unavailable; try again later")
+		he.header = http.Header{"Retry-After": {strconv.Itoa(retryAfterUnavailable)}}
+		return he
 	}
 	return errorf(http.StatusInternalServerError, "Internal server error")
 }

@@ -3,7 +3,6 @@ package dispatch
 import (
 	"context"
 	"encoding/json"
-	"slices"
 	"strings"
 	"sync"
 
@@ -51,7 +50,11 @@ func (d *Dispatcher) completeFast(ctx context.Context, ps []CompleteParams, idx 
 	if len(idx) == 0 {
 		return nil
 	}
-	err := d.update(ctx, func(tx store.Tx, c *changes) error {
+	locks := store.LockSet{Tasks: make([]string, len(idx))}
+	for k, i := range idx {
+		locks.Tasks[k] = ps[i].TaskID
+	}
+	err := d.update(ctx, locks, func(tx store.Tx, c *changes) error {
 		var err error
 		slow, err = d.completeBatch(ctx, tx, c, ps, idx, results, errs)
 		return err
@@ -156,25 +159,9 @@ func (d *Dispatcher) completeBatch(ctx context.Context, tx store.Tx, c *changes,
 			c.event(t.JobID, t.ID, t.Key, EventTaskCompleted, map[string]any{"attempt": t.Attempt, "workerId": t.WorkerID})
 			results[doneIdx[k]] = &CompleteResult{Task: t, Status: lifecycle.Completed}
 		}
-		ready, err := tx.ReleaseChildrenOf(ctx, parents, now)
-		if err != nil {
-			return nil, err
-		}
-		for _, r := range ready {
-			if r.Status == lifecycle.Pending {
-				c.event(r.JobID, r.ID, r.Key, EventTaskPending, map[string]any{"requestId": r.Key, "jobId": r.JobID, "name": r.Name})
-				c.wake(r.ID, r.Queue, r.Runtime, now)
-			}
-		}
-		jobs := make([]string, 0, len(finished))
-		for j := range finished {
-			jobs = append(jobs, j)
-		}
-		slices.Sort(jobs) // lock job rows in one order
-		for _, j := range jobs {
-			if _, err := d.settleJob(ctx, tx, c, nil, j, finished[j], ""); err != nil {
-				return nil, err
-			}
+		c.release(parents...)
+		for j, n := range finished {
+			c.finish(j, n, "")
 		}
 		return slow, nil
 	}

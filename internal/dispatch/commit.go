@@ -2,6 +2,7 @@ package dispatch
 
 import (
 	"context"
+	"slices"
 	"sync"
 
 	"github.com/baton-dev/baton/internal/store"
@@ -24,8 +25,9 @@ type GroupCommit struct {
 
 // pending is a transition waiting for its batch to commit.
 type pending struct {
-	ctx context.Context
-	fn  func(store.Tx, *changes) error
+	ctx   context.Context
+	locks store.LockSet // the rows it will change (see Dispatcher.update)
+	fn    func(store.Tx, *changes) error
 	// A plain success of Complete, applied together with the others of its batch with
 	// set-based statements (completeBatch) instead of by fn. slow: it must be applied alone.
 	complete *CompleteParams
@@ -38,6 +40,9 @@ type pending struct {
 	c    *changes
 	err  error
 	done chan struct{}
+	// alone: the batch failed transiently; the transition was not applied and its caller must
+	// apply it in a transaction of its own.
+	alone bool
 }
 
 // committer batches transitions (see GroupCommit).
@@ -60,10 +65,8 @@ func newCommitter(d *Dispatcher, cfg GroupCommit) *committer {
 	if c.committers <= 0 {
 		// Two transactions in flight on a database with concurrent writers (PostgreSQL): one
 		// backend doing all the writing was the bottleneck (2 took the SDK bench from ~3,700 to
-		// ~4,900 tasks/s). Not more: a batch holds the row locks of many transitions, and
-		// batches that take them in different orders deadlock, which PostgreSQL resolves only
-		// after deadlock_timeout; the set-based paths take task, child and job locks in id
-		// order. On SQLite writes are serial anyway: one.
+		// ~4,900 tasks/s). Not more: a batch holds the row locks of many transitions, so
+		// batches on the same jobs wait for each other. On SQLite writes are serial anyway: one.
 		c.committers = 2
 		if sw, ok := d.store.(singleWriter); ok && sw.SingleWriter() {
 			c.committers = 1
@@ -83,24 +86,47 @@ func (cm *committer) queued() int {
 type singleWriter interface{ SingleWriter() bool }
 
 // do queues fn and waits until the transaction holding it has committed or failed.
-func (cm *committer) do(ctx context.Context, fn func(store.Tx, *changes) error) error {
-	p := &pending{ctx: context.WithoutCancel(ctx), fn: fn, done: make(chan struct{})}
+func (cm *committer) do(ctx context.Context, locks store.LockSet, fn func(store.Tx, *changes) error) error {
+	p := &pending{ctx: context.WithoutCancel(ctx), locks: locks, fn: fn, done: make(chan struct{})}
 	cm.wait(p)
+	if p.alone {
+		return cm.d.updateAlone(p.ctx, locks, fn)
+	}
 	return p.err
 }
 
 // doComplete queues a plain success to be applied with the others of its batch. slow reports
 // that it was not applied and must go through Complete's own transition.
 func (cm *committer) doComplete(ctx context.Context, cp CompleteParams) (res *CompleteResult, err error, slow bool) {
-	p := &pending{ctx: context.WithoutCancel(ctx), complete: &cp, done: make(chan struct{})}
+	locks := store.LockSet{Tasks: []string{cp.TaskID}}
+	p := &pending{ctx: context.WithoutCancel(ctx), locks: locks, complete: &cp, done: make(chan struct{})}
 	cm.wait(p)
-	return p.result, p.err, p.slow
+	if !p.alone {
+		return p.result, p.err, p.slow
+	}
+	d, ps := cm.d, []CompleteParams{cp}
+	results, errs := make([]*CompleteResult, 1), make([]error, 1)
+	var left []int
+	err = d.updateAlone(p.ctx, locks, func(tx store.Tx, c *changes) (err error) {
+		left, err = d.completeBatch(p.ctx, tx, c, ps, []int{0}, results, errs)
+		return err
+	})
+	if err != nil {
+		return nil, err, false
+	}
+	return results[0], errs[0], len(left) > 0
 }
 
 // doClaim queues a ClaimNext to be claimed with the others of its batch.
 func (cm *committer) doClaim(ctx context.Context, p ClaimNextParams) ([]*Claim, error) {
 	pd := &pending{ctx: context.WithoutCancel(ctx), claimNext: &p, done: make(chan struct{})}
 	cm.wait(pd)
+	if pd.alone {
+		err := cm.d.updateAlone(pd.ctx, store.LockSet{}, func(tx store.Tx, c *changes) error {
+			return cm.d.claimMany(pd.ctx, tx, c, []*pending{pd})
+		})
+		return pd.claims, err
+	}
 	return pd.claims, pd.err
 }
 
@@ -136,11 +162,19 @@ func (cm *committer) loop() {
 	}
 }
 
-// commit applies batch in one transaction and then releases the callers: the plain successes
-// together (completeBatch) and the ClaimNext requests together (claimMany), each group in a
-// savepoint, and every other transition in a savepoint of its own.
+// commit applies batch in one transaction and then releases the callers. The transaction first
+// locks every row the transitions named (store.LockSet), all at once and in the one lock order,
+// so that batches cannot deadlock; then it applies the plain successes together (completeBatch)
+// and the ClaimNext requests together (claimMany), each group in a savepoint, and every other
+// transition in a savepoint of its own. If the transaction fails transiently, none of it stands
+// and each caller applies its transition again alone (Dispatcher.updateAlone): a transition is
+// never retried as part of the group that failed.
 func (cm *committer) commit(batch []*pending) {
 	d := cm.d
+	var locks store.LockSet
+	for _, p := range batch {
+		locks.Add(p.locks)
+	}
 	// Plain successes are applied together, set-based.
 	var completes, claims []*pending
 	var ps []CompleteParams
@@ -160,7 +194,7 @@ func (cm *committer) commit(batch []*pending) {
 	if len(batch) == 1 && len(completes) == 0 && len(claims) == 0 {
 		// Alone: no savepoint needed.
 		p := batch[0]
-		p.err = d.updateAlone(p.ctx, p.fn)
+		p.err = d.updateAlone(p.ctx, p.locks, p.fn)
 		if cm.observe != nil {
 			cm.observe(1, p.err == nil)
 		}
@@ -186,8 +220,11 @@ func (cm *committer) commit(batch []*pending) {
 	errs := make([]error, len(completes))
 	ready := false
 	err := d.store.InTx(ctx, func(tx store.Tx) error {
-		// InTx may run this more than once: start afresh.
-		ready = false
+		if err := tx.LockRows(ctx, locks); err != nil {
+			return err
+		}
+		// The job progress of every part that stood, applied once per job at the end.
+		group := &changes{now: d.now()}
 		if len(completes) > 0 {
 			c := &changes{now: d.now()}
 			var slow []int
@@ -209,8 +246,9 @@ func (cm *committer) commit(batch []*pending) {
 			for _, i := range slow {
 				completes[i].result, completes[i].err, completes[i].slow = nil, nil, true
 			}
-			if nerr == nil && c.ready {
-				ready = true
+			if nerr == nil {
+				group.absorb(c)
+				ready = ready || c.ready
 			}
 		}
 		if len(claims) > 0 {
@@ -237,10 +275,18 @@ func (cm *committer) commit(batch []*pending) {
 				}
 				return p.c.write(p.ctx, tx)
 			})
-			if p.err == nil && p.c.ready {
-				ready = true
+			if p.err == nil {
+				group.absorb(p.c)
+				ready = ready || p.c.ready
 			}
 		}
+		if err := d.settle(ctx, tx, group); err != nil {
+			return err
+		}
+		if err := group.write(ctx, tx); err != nil {
+			return err
+		}
+		ready = ready || group.ready
 		if ready {
 			return tx.NotifyReady(ctx)
 		}
@@ -249,24 +295,17 @@ func (cm *committer) commit(batch []*pending) {
 	if err == nil && ready {
 		d.ready.notify()
 	}
+	alone := err != nil && d.store.Transient(err)
+	if alone {
+		d.log.WarnContext(ctx, "group commit failed transiently; applying its transitions one by one",
+			"transitions", len(batch)+len(completes)+len(claims), "err", err)
+	}
 	if cm.observe != nil {
 		cm.observe(len(batch)+len(completes)+len(claims), err == nil)
 	}
-	for _, p := range batch {
+	for _, p := range slices.Concat(batch, completes, claims) {
 		if err != nil {
-			p.err = err
-		}
-		close(p.done)
-	}
-	for _, p := range completes {
-		if err != nil {
-			p.result, p.err, p.slow = nil, err, false
-		}
-		close(p.done)
-	}
-	for _, p := range claims {
-		if err != nil {
-			p.claims, p.err = nil, err
+			p.err, p.result, p.slow, p.claims, p.alone = err, nil, false, nil, alone
 		}
 		close(p.done)
 	}

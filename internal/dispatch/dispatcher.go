@@ -14,6 +14,7 @@ import (
 
 	"github.com/jonboulle/clockwork"
 
+	"github.com/baton-dev/baton/internal/lifecycle"
 	"github.com/baton-dev/baton/internal/store"
 )
 
@@ -47,6 +48,9 @@ type Config struct {
 	MaxTasksPerJob int
 	Defaults       Defaults
 	GroupCommit    GroupCommit
+	// RetryFor is how long a transition is retried after transient database failures before
+	// the caller gets ErrUnavailable; default DefaultRetryFor.
+	RetryFor time.Duration
 }
 
 // Validate reports a setting that cannot work.
@@ -74,6 +78,8 @@ type Dispatcher struct {
 	cfg    Config
 	ready  notifier
 	commit *committer // nil: group commit is off
+	// retryFor: see Config.RetryFor.
+	retryFor time.Duration
 }
 
 // New returns a dispatcher over st.
@@ -94,11 +100,12 @@ func New(st store.Store, cfg Config) (*Dispatcher, error) {
 		return nil, errors.New("dispatch: heartbeat timeout must be at least twice the heartbeat interval")
 	}
 	d := &Dispatcher{
-		store:  st,
-		clock:  cmp.Or[clockwork.Clock](cfg.Clock, clockwork.NewRealClock()),
-		log:    cmp.Or(cfg.Logger, slog.Default()),
-		jitter: cfg.Jitter,
-		cfg:    cfg,
+		store:    st,
+		clock:    cmp.Or[clockwork.Clock](cfg.Clock, clockwork.NewRealClock()),
+		log:      cmp.Or(cfg.Logger, slog.Default()),
+		jitter:   cfg.Jitter,
+		cfg:      cfg,
+		retryFor: cmp.Or(cfg.RetryFor, DefaultRetryFor),
 	}
 	if d.jitter == nil {
 		d.jitter = rand.Float64
@@ -168,37 +175,76 @@ type changes struct {
 	// traceparent, when set, is the W3C trace context of the worker's request: every audit event
 	// of the transition carries it.
 	traceparent string
+	// What settle does at the end of the transaction (see there): the children of released
+	// to release, the descendants of ended to skip, and per job the count of tasks that
+	// reached a terminal state to take off its counter.
+	released []string
+	ended    []endedTask
+	finished map[string]*jobProgress
 }
 
-// update runs fn as one store transaction (or a part of one, with group commit) that also
-// appends the events and outbox messages fn collected, and wakes waiting claimers after it
-// committed if fn made a task claimable.
-func (d *Dispatcher) update(ctx context.Context, fn func(tx store.Tx, c *changes) error) error {
+// endedTask is a task that failed or was canceled: its descendants are to be skipped.
+type endedTask struct {
+	id, key, jobID string
+	status         lifecycle.TaskStatus
+}
+
+// release records that tasks completed: settle releases their children.
+func (c *changes) release(taskIDs ...string) { c.released = append(c.released, taskIDs...) }
+
+// skip records that t ended unsuccessfully with status: settle skips its descendants.
+func (c *changes) skip(t *store.Task, status lifecycle.TaskStatus) {
+	c.ended = append(c.ended, endedTask{id: t.ID, key: t.Key, jobID: t.JobID, status: status})
+}
+
+// jobProgress is what a transaction did to one job's tasks.
+type jobProgress struct {
+	finished  int    // tasks that reached a terminal state
+	failedKey string // a task that failed for good, for Job Failure Detected
+}
+
+// finish records that n more tasks of a job reached a terminal state; failedKey names one that
+// failed for good, if any did.
+func (c *changes) finish(jobID string, n int, failedKey string) {
+	if c.finished == nil {
+		c.finished = map[string]*jobProgress{}
+	}
+	p := c.finished[jobID]
+	if p == nil {
+		p = &jobProgress{}
+		c.finished[jobID] = p
+	}
+	p.finished += n
+	if p.failedKey == "" {
+		p.failedKey = failedKey
+	}
+}
+
+// absorb takes over what o left for settle, for o's part of a group commit that stood.
+func (c *changes) absorb(o *changes) {
+	c.released = append(c.released, o.released...)
+	c.ended = append(c.ended, o.ended...)
+	for id, p := range o.finished {
+		c.finish(id, p.finished, p.failedKey)
+	}
+	o.released, o.ended, o.finished = nil, nil, nil
+}
+
+// update runs fn as one store transaction (or a part of one, with group commit) that first locks
+// the rows of locks, also appends the events and outbox messages fn collected, and wakes waiting
+// claimers after it committed if fn made a task claimable. locks must name every row fn may
+// change, as far as fn can know in advance (see store.LockSet): that is what keeps transactions
+// from deadlocking. fn may run more than once, so it must set its results afresh each time.
+func (d *Dispatcher) update(ctx context.Context, locks store.LockSet, fn func(tx store.Tx, c *changes) error) error {
 	if d.commit != nil {
-		return d.commit.do(ctx, fn)
+		return d.commit.do(ctx, locks, fn)
 	}
-	return d.updateAlone(ctx, fn)
+	return d.updateAlone(ctx, locks, fn)
 }
 
-// updateAlone is update in a transaction of its own.
-func (d *Dispatcher) updateAlone(ctx context.Context, fn func(tx store.Tx, c *changes) error) error {
-	var c *changes
-	err := d.store.InTx(ctx, func(tx store.Tx) error {
-		c = &changes{now: d.now()}
-		if err := fn(tx, c); err != nil {
-			return err
-		}
-		if c.ready {
-			if err := tx.NotifyReady(ctx); err != nil {
-				return err
-			}
-		}
-		return c.write(ctx, tx)
-	})
-	if err == nil && c.ready {
-		d.ready.notify()
-	}
-	return err
+// updateAlone is update in a transaction of its own, retried after transient failures.
+func (d *Dispatcher) updateAlone(ctx context.Context, locks store.LockSet, fn func(tx store.Tx, c *changes) error) error {
+	return d.retry(ctx, func() error { return d.runOnce(ctx, locks, fn) })
 }
 
 func (c *changes) event(jobID, taskID, taskKey, typ string, data map[string]any) {

@@ -6,6 +6,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"strconv"
 	"time"
 
@@ -50,11 +52,16 @@ func (d *Dispatcher) CreateJob(ctx context.Context, p CreateJobParams) (*CreateJ
 	var (
 		job   *store.Job
 		roots []string
+		// Chosen once: if a try commits but its answer is lost with the connection, the next try
+		// meets this id and knows the job was created.
+		jobID = "job-" + uuid.NewString()
 	)
-	err := d.update(ctx, func(tx store.Tx, c *changes) error {
+	// A new job has no rows to lock in advance; only a concurrent request with the same
+	// idempotency key waits, on the key.
+	err := d.update(ctx, store.LockSet{}, func(tx store.Tx, c *changes) error {
 		now := c.now
 		job = &store.Job{
-			ID:              "job-" + uuid.NewString(),
+			ID:              jobID,
 			Tenant:          p.Tenant,
 			Name:            p.Name,
 			Status:          lifecycle.JobProcessing,
@@ -89,6 +96,11 @@ func (d *Dispatcher) CreateJob(ctx context.Context, p CreateJobParams) (*CreateJ
 		}
 		return tx.InsertDeps(ctx, deps)
 	})
+	if errors.Is(err, store.ErrConflict) {
+		if created, gerr := d.store.GetJob(ctx, jobID); gerr == nil {
+			return &CreateJobResult{Job: created, RootTasks: roots}, nil
+		}
+	}
 	if errors.Is(err, store.ErrConflict) && p.IdempotencyKey != "" {
 		// A concurrent request with the same key won the race.
 		if res, err := d.replay(ctx, p); res != nil || err != nil {
@@ -227,7 +239,9 @@ type AddTasksResult struct {
 // skipped at once (rule 9).
 func (d *Dispatcher) AddTasks(ctx context.Context, p AddTasksParams) (*AddTasksResult, error) {
 	var res *AddTasksResult
-	err := d.update(ctx, func(tx store.Tx, c *changes) error {
+	// A transaction on a whole job runs alone, never in a group commit: it locks the job row
+	// before its end, which a group, whose job rows come last, could not keep in order.
+	err := d.updateAlone(ctx, store.LockSet{Jobs: []string{p.JobID}}, func(tx store.Tx, c *changes) error {
 		job, err := d.lockJob(ctx, tx, p.Tenant, p.JobID)
 		if err != nil {
 			return err
@@ -439,7 +453,9 @@ func (d *Dispatcher) CancelJob(ctx context.Context, tenant, id, reason string) (
 		reason = "user_requested"
 	}
 	var job *store.Job
-	err := d.update(ctx, func(tx store.Tx, c *changes) error {
+	// A transaction on a whole job runs alone, never in a group commit: it locks the job row
+	// before its end, which a group, whose job rows come last, could not keep in order.
+	err := d.updateAlone(ctx, store.LockSet{Jobs: []string{id}}, func(tx store.Tx, c *changes) error {
 		var err error
 		job, err = d.lockJob(ctx, tx, tenant, id)
 		if err != nil {
@@ -471,6 +487,60 @@ func (d *Dispatcher) CancelJob(ctx context.Context, tenant, id, reason string) (
 		return nil
 	})
 	return job, err
+}
+
+// settle ends a transaction (a group commit's, or a transition's alone) with what its transitions
+// left for the end, in the lock order every transaction keeps (see store.LockSet). First the
+// dependents: the children of the tasks that completed and the descendants of those that failed
+// or were canceled, locked together in id order, then released (rule 9: a child whose parents
+// all completed becomes pending) or skipped. Then the jobs, a job at a time in id order: each
+// job row is written once per transaction, however many of its tasks the transaction finished.
+// A dependent locked here was never named by a transition in the transaction (it is waiting),
+// so these locks come after the named tasks'; job rows come last.
+func (d *Dispatcher) settle(ctx context.Context, tx store.Tx, c *changes) error {
+	if len(c.released) > 0 || len(c.ended) > 0 {
+		ended := make([]string, len(c.ended))
+		for i, e := range c.ended {
+			ended[i] = e.id
+		}
+		if err := tx.LockRows(ctx, store.LockSet{Releasing: c.released, Ending: ended}); err != nil {
+			return err
+		}
+	}
+	if len(c.released) > 0 {
+		refs, err := tx.ReleaseChildrenOf(ctx, c.released, c.now)
+		if err != nil {
+			return err
+		}
+		for _, r := range refs {
+			if r.Status == lifecycle.Pending {
+				c.event(r.JobID, r.ID, r.Key, EventTaskPending, map[string]any{"requestId": r.Key, "jobId": r.JobID, "name": r.Name})
+				c.wake(r.ID, r.Queue, r.Runtime, c.now)
+			}
+		}
+	}
+	for _, e := range c.ended {
+		skipped, err := tx.SkipDescendants(ctx, e.id, c.now)
+		if err != nil {
+			return err
+		}
+		for _, r := range skipped {
+			c.event(e.jobID, r.ID, r.Key, EventTaskSkipped, map[string]any{"reason": fmt.Sprintf("parent %s %s", e.key, e.status), "cause": e.key})
+		}
+		if len(skipped) > 0 {
+			c.finish(e.jobID, len(skipped), "")
+		}
+	}
+	c.released, c.ended = nil, nil
+	ids := slices.Sorted(maps.Keys(c.finished))
+	for _, id := range ids {
+		p := c.finished[id]
+		if _, err := d.settleJob(ctx, tx, c, nil, id, p.finished, p.failedKey); err != nil {
+			return err
+		}
+	}
+	c.finished = nil
+	return nil
 }
 
 // settleJob records that `finished` more tasks of a job reached a terminal state. The caller
@@ -529,7 +599,9 @@ type ResumeResult struct {
 // pending or waiting with a fresh retry budget; attempt numbers keep increasing.
 func (d *Dispatcher) ResumeJob(ctx context.Context, tenant, id string) (*ResumeResult, error) {
 	var res *ResumeResult
-	err := d.update(ctx, func(tx store.Tx, c *changes) error {
+	// A transaction on a whole job runs alone, never in a group commit: it locks the job row
+	// before its end, which a group, whose job rows come last, could not keep in order.
+	err := d.updateAlone(ctx, store.LockSet{Jobs: []string{id}}, func(tx store.Tx, c *changes) error {
 		job, err := d.lockJob(ctx, tx, tenant, id)
 		if err != nil {
 			return err

@@ -29,7 +29,7 @@ func (d *Dispatcher) Reap(ctx context.Context) (int, error) {
 		}
 		for _, id := range ids {
 			var done bool
-			err := d.update(ctx, func(tx store.Tx, c *changes) error {
+			err := d.update(ctx, store.LockSet{Tasks: []string{id}}, func(tx store.Tx, c *changes) error {
 				done = false
 				t, err := tx.GetTask(ctx, id)
 				if err != nil {

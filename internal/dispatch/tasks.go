@@ -31,7 +31,7 @@ type ClaimTaskParams struct {
 // attempt and lease token. Otherwise a *NotClaimedError says why and the worker must not run it.
 func (d *Dispatcher) ClaimTask(ctx context.Context, p ClaimTaskParams) (*Claim, error) {
 	var claim *Claim
-	err := d.update(ctx, func(tx store.Tx, c *changes) error {
+	err := d.update(ctx, store.LockSet{Tasks: []string{p.TaskID}}, func(tx store.Tx, c *changes) error {
 		claims, err := d.claim(ctx, tx, c, []string{p.TaskID}, p.WorkerID, "pull")
 		if err != nil {
 			return err
@@ -76,7 +76,8 @@ func (d *Dispatcher) ClaimNext(ctx context.Context, p ClaimNextParams) ([]*Claim
 		return d.commit.doClaim(ctx, p)
 	}
 	var claims []*Claim
-	err := d.update(ctx, func(tx store.Tx, c *changes) error {
+	// Claims lock nothing in advance: they skip the rows other transactions hold.
+	err := d.update(ctx, store.LockSet{}, func(tx store.Tx, c *changes) error {
 		claims = nil
 		for _, q := range p.Queues {
 			if len(claims) == limit {
@@ -101,7 +102,7 @@ func (d *Dispatcher) ClaimNext(ctx context.Context, p ClaimNextParams) ([]*Claim
 // which then delivers each to its target. It returns no claims, and no error, when none is ready.
 func (d *Dispatcher) ClaimPush(ctx context.Context, workerID string, limit int) ([]*Claim, error) {
 	var claims []*Claim
-	err := d.update(ctx, func(tx store.Tx, c *changes) error {
+	err := d.update(ctx, store.LockSet{}, func(tx store.Tx, c *changes) error {
 		ids, err := tx.ReadyPushTaskIDs(ctx, c.now, cmpOr(limit, 1))
 		if err != nil {
 			return err
@@ -210,7 +211,9 @@ type HeartbeatResult struct {
 func (d *Dispatcher) Heartbeat(ctx context.Context, p HeartbeatParams) (*HeartbeatResult, error) {
 	var res *HeartbeatResult
 	var expired bool
-	err := d.update(ctx, func(tx store.Tx, c *changes) error {
+	// Only the task: a heartbeat that finds the lease run out times the attempt out, which may
+	// lock the job too, out of order; that is rare, and a deadlock it caused would be retried.
+	err := d.update(ctx, store.LockSet{Tasks: []string{p.TaskID}}, func(tx store.Tx, c *changes) error {
 		res, expired = nil, false
 		c.traceparent = p.Traceparent
 		t, err := d.lockTask(ctx, tx, p.TaskID)
@@ -333,7 +336,7 @@ func (d *Dispatcher) Complete(ctx context.Context, p CompleteParams) (*CompleteR
 		}
 	}
 	var res *CompleteResult
-	err := d.update(ctx, func(tx store.Tx, c *changes) error {
+	err := d.update(ctx, store.LockSet{Tasks: []string{p.TaskID}}, func(tx store.Tx, c *changes) error {
 		res = nil
 		c.traceparent = p.Traceparent
 		t, err := d.lockTask(ctx, tx, p.TaskID)
@@ -421,18 +424,9 @@ func (d *Dispatcher) succeed(ctx context.Context, tx store.Tx, c *changes, t *st
 		return err
 	}
 	c.event(t.JobID, t.ID, t.Key, EventTaskCompleted, map[string]any{"attempt": t.Attempt, "workerId": t.WorkerID})
-	ready, err := tx.ReleaseChildren(ctx, t.ID, c.now)
-	if err != nil {
-		return err
-	}
-	for _, r := range ready {
-		if r.Status == lifecycle.Pending {
-			c.event(t.JobID, r.ID, r.Key, EventTaskPending, map[string]any{"requestId": r.Key, "jobId": t.JobID, "name": r.Name})
-			c.wake(r.ID, r.Queue, r.Runtime, c.now)
-		}
-	}
-	_, err = d.settleJob(ctx, tx, c, nil, t.JobID, 1, "")
-	return err
+	c.release(t.ID)
+	c.finish(t.JobID, 1, "")
+	return nil
 }
 
 // fail applies rule 7 to a failed attempt: back to pending after a backoff if the failure is
@@ -477,19 +471,13 @@ func (d *Dispatcher) endUnsuccessfully(ctx context.Context, tx store.Tx, c *chan
 		return err
 	}
 	c.event(t.JobID, t.ID, t.Key, typ, data)
-	skipped, err := tx.SkipDescendants(ctx, t.ID, c.now)
-	if err != nil {
-		return err
-	}
-	for _, r := range skipped {
-		c.event(t.JobID, r.ID, r.Key, EventTaskSkipped, map[string]any{"reason": fmt.Sprintf("parent %s %s", t.Key, status), "cause": t.Key})
-	}
+	c.skip(t, status)
 	failedKey := ""
 	if status == lifecycle.Failed {
 		failedKey = t.Key
 	}
-	_, err = d.settleJob(ctx, tx, c, nil, t.JobID, 1+len(skipped), failedKey)
-	return err
+	c.finish(t.JobID, 1, failedKey)
+	return nil
 }
 
 // endAttempt clears the lease bookkeeping of a task whose attempt is over. The lease token stays:
@@ -508,7 +496,7 @@ func (d *Dispatcher) CancelTask(ctx context.Context, taskID, reason string) (*st
 		reason = "user_requested"
 	}
 	var t *store.Task
-	err := d.update(ctx, func(tx store.Tx, c *changes) error {
+	err := d.update(ctx, store.LockSet{Tasks: []string{taskID}}, func(tx store.Tx, c *changes) error {
 		var err error
 		if t, err = d.lockTask(ctx, tx, taskID); err != nil {
 			return err
@@ -529,16 +517,8 @@ func (d *Dispatcher) CancelTask(ctx context.Context, taskID, reason string) (*st
 				return err
 			}
 			c.event(t.JobID, t.ID, t.Key, EventTaskCanceled, map[string]any{"reason": reason})
-			skipped, err := tx.SkipDescendants(ctx, t.ID, now)
-			if err != nil {
-				return err
-			}
-			for _, r := range skipped {
-				c.event(t.JobID, r.ID, r.Key, EventTaskSkipped, map[string]any{"reason": fmt.Sprintf("parent %s canceled", t.Key), "cause": t.Key})
-			}
-			if _, err := d.settleJob(ctx, tx, c, nil, t.JobID, 1+len(skipped), ""); err != nil {
-				return err
-			}
+			c.skip(t, lifecycle.Canceled)
+			c.finish(t.JobID, 1, "")
 		}
 		t, err = tx.GetTask(ctx, t.ID)
 		return err

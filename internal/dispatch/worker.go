@@ -138,7 +138,7 @@ func (d *Dispatcher) StartAttempt(ctx context.Context, f Fence) (*store.Task, er
 // RecordTraceparent keeps a worker's W3C trace context on the attempt f names, which must be
 // the current one (rule 2). Writing the same value again changes nothing.
 func (d *Dispatcher) RecordTraceparent(ctx context.Context, f Fence, traceparent string) error {
-	return d.update(ctx, func(tx store.Tx, c *changes) error {
+	return d.update(ctx, store.LockSet{Tasks: []string{f.TaskID}}, func(tx store.Tx, c *changes) error {
 		t, err := d.lockTask(ctx, tx, f.TaskID)
 		if err != nil {
 			return err
@@ -219,7 +219,7 @@ func deref(p *int64) any {
 // idempotent: a repeat is accepted and stored once. It returns how many were new.
 func (d *Dispatcher) RecordEvents(ctx context.Context, f Fence, events []DatasetEvent) (int, error) {
 	var n int
-	err := d.update(ctx, func(tx store.Tx, c *changes) error {
+	err := d.update(ctx, store.LockSet{Tasks: []string{f.TaskID}}, func(tx store.Tx, c *changes) error {
 		t, err := d.lockAttempt(ctx, tx, f)
 		if err != nil {
 			return err
@@ -262,13 +262,14 @@ func (d *Dispatcher) BufferPublish(ctx context.Context, p BufferPublishParams) (
 	if (p.RecordCount != nil && *p.RecordCount < 0) || (p.BatchSizeBytes != nil && *p.BatchSizeBytes < 0) {
 		return false, &InvalidError{Message: "record_count and batch_size_bytes must not be negative"}
 	}
-	err = d.update(ctx, func(tx store.Tx, c *changes) error {
+	err = d.update(ctx, store.LockSet{Tasks: []string{p.TaskID}}, func(tx store.Tx, c *changes) error {
 		duplicate = false
 		t, err := d.lockAttempt(ctx, tx, p.Fence)
 		if err != nil {
 			return err
 		}
-		job, err := tx.GetJob(ctx, t.JobID)
+		// Read for its tenant, which never changes: outside the transaction, so as not to lock it.
+		job, err := d.store.GetJob(ctx, t.JobID)
 		if err != nil {
 			return err
 		}

@@ -25,10 +25,15 @@ var (
 type Store interface {
 	Reader
 	Keys
-	// InTx runs fn in one read-write transaction and commits when fn returns nil. A driver may
-	// run fn more than once when the database asks for a retry (deadlock, serialization failure),
-	// so fn must not have effects outside the transaction other than setting its results.
+	// InTx runs fn in one read-write transaction, once, and commits when fn returns nil. It does
+	// not retry: a failure for which Transient is true may be followed by running the whole
+	// transaction again, which is the caller's decision.
 	InTx(ctx context.Context, fn func(Tx) error) error
+	// Transient reports whether err is a failure of the database rather than of the request: a
+	// deadlock, a serialization failure, a connection lost or refused, a backend shut down. The
+	// same work may succeed if it is done again. After a connection was lost during a commit the
+	// transaction may have committed: work that is done again must then find its own result.
+	Transient(err error) bool
 	// Ping checks that the database answers.
 	Ping(ctx context.Context) error
 	Close() error
@@ -123,9 +128,41 @@ type APIKey struct {
 	RevokedAt  time.Time
 }
 
+// LockSet names the task rows a transaction is about to change, so that it can lock them all at
+// once before anything else. Every transaction takes its row locks in one order: task rows by id,
+// then job rows by id, last (the dispatcher writes a job's counters once, at the end of the
+// transaction, job by job in id order). Transactions that take their locks in one global order
+// cannot deadlock on them; a group commit merges the sets of its transitions and locks their
+// union first. A transition that later locks a task its set did not name (which the dispatcher
+// keeps to rare paths) can still deadlock, and is then retried alone.
+type LockSet struct {
+	Tasks     []string // these tasks
+	Releasing []string // the children of these tasks (that completed)
+	Ending    []string // every descendant of these tasks (that failed or were canceled)
+	Jobs      []string // every task of these jobs, then the jobs: for a transaction on whole jobs
+}
+
+// Add merges o into s.
+func (s *LockSet) Add(o LockSet) {
+	s.Tasks = append(s.Tasks, o.Tasks...)
+	s.Releasing = append(s.Releasing, o.Releasing...)
+	s.Ending = append(s.Ending, o.Ending...)
+	s.Jobs = append(s.Jobs, o.Jobs...)
+}
+
+// Empty reports whether s names no row.
+func (s LockSet) Empty() bool {
+	return len(s.Tasks)+len(s.Releasing)+len(s.Ending)+len(s.Jobs) == 0
+}
+
 // Tx is one read-write transaction.
 type Tx interface {
 	Reader
+
+	// LockRows locks the rows of s for the rest of the transaction, tasks by id and then the jobs
+	// of s.Jobs by id, waiting for other transactions that hold them. Rows that do not exist are ignored. A
+	// no-op where write transactions run one at a time (SQLite).
+	LockRows(ctx context.Context, s LockSet) error
 
 	// InsertJob returns ErrConflict when the tenant already has a job with its idempotency key.
 	InsertJob(ctx context.Context, j *Job) error
@@ -138,8 +175,9 @@ type Tx interface {
 	InsertTasks(ctx context.Context, tasks []*Task) error
 	InsertDeps(ctx context.Context, deps []Dep) error
 	// Nested runs fn as a part of the transaction that can fail alone: when fn returns an error,
-	// its writes are undone (back to a savepoint) and the rest of the transaction stands. An
-	// error after which the database wants the whole transaction rerun still reruns it.
+	// its writes are undone (back to a savepoint) and the rest of the transaction stands. A
+	// transient error (a deadlock, say) dooms the whole transaction: it fails with that error
+	// whatever the rest does.
 	Nested(ctx context.Context, fn func(Tx) error) error
 	// LockTasks returns the tasks of ids that exist, in id order, each locked for the rest of the
 	// transaction.

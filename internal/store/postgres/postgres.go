@@ -5,11 +5,16 @@ package postgres
 import (
 	"context"
 	"database/sql"
+	"database/sql/driver"
 	"embed"
 	"errors"
 	"fmt"
 	"hash/fnv"
+	"io"
 	"io/fs"
+	"net"
+	"strings"
+	"syscall"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -95,6 +100,12 @@ func Open(ctx context.Context, url string, opts Options) (*Store, error) {
 		// cannot see the values and plans scans: a batch ran 2.3x slower. Plan each run.
 		cfg.RuntimeParams["plan_cache_mode"] = "force_custom_plan"
 	}
+	if _, set := cfg.RuntimeParams["jit"]; !set {
+		// Recursive queries over the DAG (descendants to skip or lock) get row estimates in the
+		// millions, which push their cost past jit_above_cost: PostgreSQL then compiled each one
+		// for ~20 ms to run it in well under one. Baton's statements are all short.
+		cfg.RuntimeParams["jit"] = "off"
+	}
 	db := stdlib.OpenDB(*cfg)
 	db.SetMaxOpenConns(cmpOr(opts.MaxConns, 16))
 	db.SetMaxIdleConns(cmpOr(opts.MaxConns, 16))
@@ -112,12 +123,12 @@ func Open(ctx context.Context, url string, opts Options) (*Store, error) {
 		return nil, err
 	}
 	return &Store{DB: sqldb.New(db, db, sqldb.Dialect{
-		Notify:      "SELECT pg_notify('" + readyChannel + "', '')",
-		LockRow:     " FOR UPDATE",
-		LockSkip:    " FOR UPDATE SKIP LOCKED",
-		MaxParams:   65535,
-		IsUnique:    func(err error) bool { return pgCode(err) == "23505" },
-		IsRetryable: isRetryable,
+		Notify:    "SELECT pg_notify('" + readyChannel + "', '')",
+		LockRow:   " FOR UPDATE",
+		LockSkip:  " FOR UPDATE SKIP LOCKED",
+		MaxParams: 65535,
+		IsUnique:  func(err error) bool { return pgCode(err) == "23505" },
+		Transient: transient,
 	}), cfg: cfg}, nil
 }
 
@@ -180,11 +191,32 @@ func pgCode(err error) string {
 	return ""
 }
 
-// isRetryable: a deadlock or serialization failure aborted the transaction; running it again is
-// the documented remedy.
-func isRetryable(err error) bool {
-	c := pgCode(err)
-	return c == "40P01" || c == "40001"
+// transient: the database, not the request, failed, and the same work may succeed if done
+// again. PostgreSQL says so by SQLSTATE (a deadlock or serialization failure aborted the
+// transaction; a backend was shut down; the server refuses connections for now); a connection
+// that broke or could not be made says so by failing below SQL.
+func transient(err error) bool {
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) {
+		switch pe.Code {
+		case "40001", // serialization_failure
+			"40P01", // deadlock_detected
+			"57P01", // admin_shutdown (pg_terminate_backend, a fast shutdown)
+			"57P02", // crash_shutdown
+			"57P03", // cannot_connect_now (starting up, shutting down)
+			"53300": // too_many_connections
+			return true
+		}
+		return strings.HasPrefix(pe.Code, "08") // connection exceptions
+	}
+	var (
+		netErr     net.Error
+		connectErr *pgconn.ConnectError
+	)
+	return errors.Is(err, driver.ErrBadConn) || errors.Is(err, sql.ErrConnDone) ||
+		errors.Is(err, pgconn.ErrConnClosed) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
+		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.EPIPE) ||
+		errors.As(err, &netErr) || errors.As(err, &connectErr) || pgconn.SafeToRetry(err)
 }
 
 func cmpOr(v, def int) int {

@@ -43,12 +43,12 @@ func (db *DB) InsertAPIKey(ctx context.Context, k *store.APIKey) error {
 
 // APIKeyByHash implements store.Keys.
 func (db *DB) APIKeyByHash(ctx context.Context, secretHash string) (*store.APIKey, error) {
-	return scanKey(db.read.QueryRowContext(ctx, `SELECT `+keyCols+` FROM api_keys WHERE secret_hash = $1`, secretHash))
+	return scanKey(db.q.queryRow(ctx, `SELECT `+keyCols+` FROM api_keys WHERE secret_hash = $1`, secretHash))
 }
 
 // ListAPIKeys implements store.Keys.
 func (db *DB) ListAPIKeys(ctx context.Context) ([]*store.APIKey, error) {
-	rows, err := db.read.QueryContext(ctx, `SELECT `+keyCols+` FROM api_keys ORDER BY created_at, id`)
+	rows, err := db.q.query(ctx, `SELECT `+keyCols+` FROM api_keys ORDER BY created_at, id`)
 	if err != nil {
 		return nil, fmt.Errorf("list api keys: %w", err)
 	}

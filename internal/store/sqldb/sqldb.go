@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"math/bits"
+	"math/rand/v2"
 	"strconv"
 	"strings"
 	"sync"
@@ -40,8 +41,9 @@ type Dialect struct {
 	Positional bool
 	// IsUnique reports a unique-constraint violation.
 	IsUnique func(error) bool
-	// IsRetryable reports an error after which the whole transaction may simply be run again.
-	IsRetryable func(error) bool
+	// Transient reports a failure after which the whole transaction may be run again (see
+	// store.Store.Transient).
+	Transient func(error) bool
 }
 
 // DB is a store.Store. Transactions go to write, queries outside them to read; SQLite gives write
@@ -100,27 +102,27 @@ func (db *DB) Close() error {
 // SingleWriter reports whether write transactions run one at a time (SQLite).
 func (db *DB) SingleWriter() bool { return db.dialect.SingleWriter }
 
-// maxTxRuns bounds how often InTx re-runs a transaction the database aborted for a retry.
-const maxTxRuns = 20
-
 // InTx implements store.Store.
 func (db *DB) InTx(ctx context.Context, fn func(store.Tx) error) error {
-	return db.writeTx(ctx, func(t *tx) error { return fn(t) })
+	return db.runTx(ctx, func(t *tx) error { return fn(t) })
 }
 
-// writeTx runs fn in a write transaction, again when the database asks for a retry.
+// writeTx runs fn in a write transaction, again (a few times, after a short random pause) when it
+// fails transiently. For the store's own small transactions (API keys, signing keys); the
+// dispatcher decides for its own.
 func (db *DB) writeTx(ctx context.Context, fn func(*tx) error) error {
 	for run := 1; ; run++ {
 		err := db.runTx(ctx, fn)
-		if err == nil || !db.dialect.IsRetryable(err) || run == maxTxRuns {
+		if err == nil || !db.Transient(err) || run == 5 || ctx.Err() != nil {
 			return err
 		}
-		if ctx.Err() != nil {
-			return err
-		}
-		// Jitter a little so that the two sides of a deadlock do not collide again.
-		time.Sleep(time.Duration(run) * time.Millisecond)
+		time.Sleep(time.Duration(rand.Int64N(int64(run) * int64(10*time.Millisecond))))
 	}
+}
+
+// Transient implements store.Store.
+func (db *DB) Transient(err error) bool {
+	return err != nil && db.dialect.Transient(err)
 }
 
 func (db *DB) runTx(ctx context.Context, fn func(*tx) error) (err error) {
@@ -142,7 +144,7 @@ func (db *DB) runTx(ctx context.Context, fn func(*tx) error) (err error) {
 		return err
 	}
 	if t.doomed != nil {
-		// A nested part hit a conflict the database wants the whole transaction retried for.
+		// A nested part failed in a way that dooms the whole transaction (a deadlock, say).
 		return t.doomed
 	}
 	if err = sqlTx.Commit(); err != nil {
@@ -215,7 +217,34 @@ func (q q) exec(ctx context.Context, query string, args ...any) (sql.Result, err
 	return q.db.ExecContext(ctx, query, args...)
 }
 
+// maxReadTries bounds how often a query outside a transaction is sent again after a transient
+// failure. A connection the database ended (a backend terminated, a failover) fails the first
+// query sent on it, and every pooled connection may have been ended at once.
+const maxReadTries = 20
+
+// readAgain reports whether a query outside a transaction that failed with err, on its tries-th
+// try, is to be sent again: reading has no effect to repeat. It pauses a little from the third
+// try on, when the database itself may be restarting.
+func (q q) readAgain(ctx context.Context, err error, tries int) bool {
+	if q.inTx || err == nil || !q.d.Transient(err) || tries >= maxReadTries || ctx.Err() != nil {
+		return false
+	}
+	if tries >= 2 {
+		time.Sleep(time.Duration(rand.Int64N(int64(tries) * int64(5*time.Millisecond))))
+	}
+	return true
+}
+
 func (q q) query(ctx context.Context, query string, args ...any) (*sql.Rows, error) {
+	for tries := 1; ; tries++ {
+		rows, err := q.queryOnce(ctx, query, args...)
+		if !q.readAgain(ctx, err, tries) {
+			return rows, err
+		}
+	}
+}
+
+func (q q) queryOnce(ctx context.Context, query string, args ...any) (*sql.Rows, error) {
 	st, err := q.stmt(ctx, query)
 	if err != nil {
 		return nil, err
@@ -234,6 +263,15 @@ type errRow struct{ err error }
 func (r errRow) Scan(...any) error { return r.err }
 
 func (q q) queryRow(ctx context.Context, query string, args ...any) rowScanner {
+	for tries := 1; ; tries++ {
+		row := q.queryRowOnce(ctx, query, args...)
+		if r, ok := row.(*sql.Row); !ok || !q.readAgain(ctx, r.Err(), tries) {
+			return row
+		}
+	}
+}
+
+func (q q) queryRowOnce(ctx context.Context, query string, args ...any) rowScanner {
 	st, err := q.stmt(ctx, query)
 	if err != nil {
 		return errRow{err}

@@ -17,7 +17,7 @@ import (
 type tx struct {
 	q
 	savepoints int   // savepoints taken so far, for unique names
-	doomed     error // a nested part failed with a retryable error: the transaction must rerun
+	doomed     error // a nested part failed with a transient error: the transaction fails with it
 }
 
 // Nested implements store.Tx.
@@ -34,7 +34,7 @@ func (t *tx) Nested(ctx context.Context, fn func(store.Tx) error) error {
 		}
 		return nil
 	}
-	if t.d.IsRetryable(ferr) && t.doomed == nil {
+	if t.d.Transient(ferr) && t.doomed == nil {
 		t.doomed = ferr
 	}
 	if _, err := t.exec(ctx, "ROLLBACK TO SAVEPOINT "+name); err != nil {

@@ -136,7 +136,7 @@ func (db *DB) InsertSigningKey(ctx context.Context, k *store.SigningKey) error {
 
 // ListSigningKeys implements store.Keys.
 func (db *DB) ListSigningKeys(ctx context.Context) ([]*store.SigningKey, error) {
-	rows, err := db.read.QueryContext(ctx, `SELECT kid, secret, created_at, retired_at FROM signing_keys
+	rows, err := db.q.query(ctx, `SELECT kid, secret, created_at, retired_at FROM signing_keys
 		ORDER BY created_at DESC, kid DESC`)
 	if err != nil {
 		return nil, fmt.Errorf("list signing keys: %w", err)

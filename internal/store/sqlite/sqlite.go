@@ -67,7 +67,7 @@ func Open(ctx context.Context, path string) (*Store, error) {
 		CacheStatements: true,
 		SingleWriter:    true,
 		IsUnique:        isUnique,
-		IsRetryable:     isBusy,
+		Transient:       isBusy,
 	})}, nil
 }
 

@@ -6,11 +6,13 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	neturl "net/url"
 	"os"
 	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/google/uuid"
 	_ "github.com/jackc/pgx/v5/stdlib" // the "pgx" database/sql driver, for schema setup
@@ -114,4 +116,94 @@ func withSearchPath(url, schema string) string {
 		return url + sep + "search_path=" + schema
 	}
 	return fmt.Sprintf("%s search_path=%s", url, schema)
+}
+
+// PostgresDatabase is a database of its own for one test, for figures PostgreSQL keeps per
+// database (deadlocks, for one) that other tests sharing a database would blur.
+type PostgresDatabase struct {
+	Name string
+	URL  string // connects to it
+}
+
+// NewPostgresDatabase creates a database for the test, dropped (with its connections) when the
+// test ends. It skips the test when BATON_TEST_POSTGRES_URL is unset.
+func NewPostgresDatabase(t testing.TB) *PostgresDatabase {
+	t.Helper()
+	url := os.Getenv(PostgresURLEnv)
+	if url == "" {
+		t.Skipf("%s is not set; skipping the PostgreSQL run (e.g. %s=postgres://postgres@127.0.0.1:5432/test?sslmode=disable)", PostgresURLEnv, PostgresURLEnv)
+	}
+	admin.once.Do(func() { admin.db, admin.err = sql.Open("pgx", url) })
+	if admin.err != nil {
+		t.Fatalf("connect to %s: %v", url, admin.err)
+	}
+	ctx := context.Background()
+	name := "baton_test_" + strings.ReplaceAll(uuid.NewString(), "-", "")[:16]
+	if _, err := admin.db.ExecContext(ctx, "CREATE DATABASE "+name); err != nil {
+		t.Fatalf("create database: %v", err)
+	}
+	t.Cleanup(func() {
+		if _, err := admin.db.ExecContext(ctx, "DROP DATABASE "+name+" WITH (FORCE)"); err != nil {
+			t.Errorf("drop database %s: %v", name, err)
+		}
+	})
+	return &PostgresDatabase{Name: name, URL: withDatabase(t, url, name)}
+}
+
+// withDatabase points a URL or key=value connection string at another database.
+func withDatabase(t testing.TB, conn, name string) string {
+	if !strings.Contains(conn, "://") {
+		return conn + " dbname=" + name
+	}
+	u, err := neturl.Parse(conn)
+	if err != nil {
+		t.Fatalf("parse %s: %v", conn, err)
+	}
+	u.Path = "/" + name
+	return u.String()
+}
+
+// Open opens a store on the database, migrating it first.
+func (p *PostgresDatabase) Open(t testing.TB) *postgres.Store {
+	t.Helper()
+	st, err := postgres.Open(context.Background(), p.URL, postgres.Options{MaxConns: 10, Migrate: true})
+	if err != nil {
+		t.Fatalf("open postgres: %v", err)
+	}
+	t.Cleanup(func() { st.Close() })
+	return st
+}
+
+// Deadlocks is how many deadlocks PostgreSQL has counted in the database. Backends report their
+// counts when a transaction ends after a quiet second, or when they exit: close the stores first
+// and the figure settles (it is read until it stops changing).
+func (p *PostgresDatabase) Deadlocks(t testing.TB) int64 {
+	t.Helper()
+	var last int64 = -1
+	for stable := 0; stable < 3; {
+		var n int64
+		if err := admin.db.QueryRow(`SELECT deadlocks FROM pg_stat_database WHERE datname = $1`, p.Name).Scan(&n); err != nil {
+			t.Fatalf("read deadlocks: %v", err)
+		}
+		if n == last {
+			stable++
+		} else {
+			stable, last = 0, n
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	return last
+}
+
+// TerminateBackends ends every connection to the database but the caller's own, as an operator's
+// pg_terminate_backend or a failover would, and returns how many it ended.
+func (p *PostgresDatabase) TerminateBackends(t testing.TB) int {
+	t.Helper()
+	var n int
+	err := admin.db.QueryRow(`SELECT count(*) FROM (SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+		WHERE datname = $1 AND pid <> pg_backend_pid()) AS ended`, p.Name).Scan(&n)
+	if err != nil {
+		t.Errorf("terminate backends of %s: %v", p.Name, err)
+	}
+	return n
 }
