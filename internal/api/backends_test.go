@@ -228,3 +228,35 @@ func (h *countingHandler) Handle(_ context.Context, r slog.Record) error {
 	}
 	return nil
 }
+
+// A database that keeps failing transiently is a 503 with Retry-After, never a 500; once it
+// answers again, so does the server.
+func TestUnavailableDatabaseIs503(t *testing.T) {
+	st := &storetest.Faulty{Store: storetest.OpenSQLite(t)}
+	quiet := slog.New(slog.DiscardHandler)
+	d, err := dispatch.New(st, dispatch.Config{Logger: quiet, RetryFor: 20 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := api.New(api.Config{Dispatcher: d, Auth: auth.NewAuthenticator(st, auth.Limits{}, nil), Logger: quiet})
+	srv := httptest.NewServer(s.ProducerHandler())
+	defer srv.Close()
+	_, key, err := auth.CreateKey(context.Background(), st, "test", "acme", "", time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	job := map[string]any{"tasks": []map[string]any{{"taskId": "a", "name": "work"}}}
+	st.FailBegin.Store(1 << 30)
+	res, err := roundTrip("POST", srv.URL+"/jobs", job, "x-api-key", key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Status != http.StatusServiceUnavailable || res.Header.Get("Retry-After") == "" || res.Body["error"] == nil {
+		t.Fatalf("POST /jobs on a failing database: %d %v %s, want 503 with Retry-After and an error", res.Status, res.Header, res.Raw)
+	}
+	st.FailBegin.Store(0)
+	res, err = roundTrip("POST", srv.URL+"/jobs", job, "x-api-key", key)
+	if err != nil || res.Status != http.StatusCreated {
+		t.Fatalf("POST /jobs once the database answers: %d %s %v", res.Status, res.Raw, err)
+	}
+}
