@@ -2,6 +2,7 @@ package dispatch_test
 
 import (
 	"context"
+	"encoding/json"
 	"sync"
 	"testing"
 	"time"
@@ -236,4 +237,60 @@ func TestGroupCommit_FailedTransitionRollsBackAlone(t *testing.T) {
 		}
 		wantStatus(t, e, job, map[string]lifecycle.TaskStatus{"a": lifecycle.Completed, "b": lifecycle.Completed, "c": lifecycle.Running})
 	})
+}
+
+// Children released and descendants skipped at the end of a group commit, and the job's own
+// events, carry the traceparent of the report that caused them, as when it commits alone.
+func TestGroupCommit_SettledEventsKeepTheTraceparent(t *testing.T) {
+	const tp = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+	e, gate, b := newGroupEnv(t, storetest.OpenSQLite(t))
+	job := e.submit(spec("a"), spec("b", "a"), spec("c"), spec("d", "c"), spec("x"))
+	a, c, x := e.claim(job, "a"), e.claim(job, "c"), e.claim(job, "x")
+
+	// Hold the committer with a heartbeat, then queue both reports behind it: one batch.
+	gate.close()
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		_, _ = e.d.Heartbeat(e.ctx, dispatch.HeartbeatParams{TaskID: x.Task.ID, Attempt: 1, LeaseToken: x.Task.LeaseToken})
+	})
+	gate.waitHeld(t)
+	errs := make([]error, 2)
+	for i, cl := range []*dispatch.Claim{a, c} {
+		p := dispatch.CompleteParams{TaskID: cl.Task.ID, Attempt: 1, LeaseToken: cl.Task.LeaseToken,
+			Outcome: store.OutcomeSucceeded, Traceparent: tp}
+		if cl == c {
+			p.Outcome, p.Error = store.OutcomeFailed, &store.TaskError{Category: lifecycle.Configuration}
+		}
+		wg.Go(func() { _, errs[i] = e.d.Complete(e.ctx, p) })
+		waitQueued(t, e.d, i+1)
+	}
+	gate.open()
+	wg.Wait()
+	if b.max() < 2 {
+		t.Fatalf("the reports were not committed in one batch (batch sizes %v)", b.sizes)
+	}
+	for _, err := range errs {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	events, err := e.st.ListEvents(e.ctx, job.ID, 0, 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := map[string]bool{}
+	for _, ev := range events {
+		var data map[string]any
+		if err := json.Unmarshal(ev.Data, &data); err != nil {
+			t.Fatal(err)
+		}
+		if data["traceparent"] == tp {
+			seen[ev.TaskKey+" "+ev.Type] = true
+		}
+	}
+	for _, want := range []string{"b " + dispatch.EventTaskPending, "d " + dispatch.EventTaskSkipped, " " + dispatch.EventJobFailure} {
+		if !seen[want] {
+			t.Errorf("no %q event with the report's traceparent; those with it: %v", want, seen)
+		}
+	}
 }

@@ -178,29 +178,38 @@ type changes struct {
 	// What settle does at the end of the transaction (see there): the children of released
 	// to release, the descendants of ended to skip, and per job the count of tasks that
 	// reached a terminal state to take off its counter.
-	released []string
+	// Each keeps the traceparent of the transition that left it, for the events settle adds.
+	released []releasedTask
 	ended    []endedTask
 	finished map[string]*jobProgress
 }
 
+// releasedTask is a task that completed: its children are to be released.
+type releasedTask struct{ id, traceparent string }
+
 // endedTask is a task that failed or was canceled: its descendants are to be skipped.
 type endedTask struct {
-	id, key, jobID string
-	status         lifecycle.TaskStatus
+	id, key, jobID, traceparent string
+	status                      lifecycle.TaskStatus
 }
 
 // release records that tasks completed: settle releases their children.
-func (c *changes) release(taskIDs ...string) { c.released = append(c.released, taskIDs...) }
+func (c *changes) release(taskIDs ...string) {
+	for _, id := range taskIDs {
+		c.released = append(c.released, releasedTask{id: id, traceparent: c.traceparent})
+	}
+}
 
 // skip records that t ended unsuccessfully with status: settle skips its descendants.
 func (c *changes) skip(t *store.Task, status lifecycle.TaskStatus) {
-	c.ended = append(c.ended, endedTask{id: t.ID, key: t.Key, jobID: t.JobID, status: status})
+	c.ended = append(c.ended, endedTask{id: t.ID, key: t.Key, jobID: t.JobID, traceparent: c.traceparent, status: status})
 }
 
 // jobProgress is what a transaction did to one job's tasks.
 type jobProgress struct {
-	finished  int    // tasks that reached a terminal state
-	failedKey string // a task that failed for good, for Job Failure Detected
+	finished    int    // tasks that reached a terminal state
+	failedKey   string // a task that failed for good, for Job Failure Detected
+	traceparent string // of the first transition that finished a task, for the job's events
 }
 
 // finish records that n more tasks of a job reached a terminal state; failedKey names one that
@@ -218,6 +227,9 @@ func (c *changes) finish(jobID string, n int, failedKey string) {
 	if p.failedKey == "" {
 		p.failedKey = failedKey
 	}
+	if p.traceparent == "" {
+		p.traceparent = c.traceparent
+	}
 }
 
 // absorb takes over what o left for settle, for o's part of a group commit that stood.
@@ -225,7 +237,7 @@ func (c *changes) absorb(o *changes) {
 	c.released = append(c.released, o.released...)
 	c.ended = append(c.ended, o.ended...)
 	for id, p := range o.finished {
-		c.finish(id, p.finished, p.failedKey)
+		c.withTraceparent(p.traceparent, func() { c.finish(id, p.finished, p.failedKey) })
 	}
 	o.released, o.ended, o.finished = nil, nil, nil
 }
@@ -245,6 +257,14 @@ func (d *Dispatcher) update(ctx context.Context, locks store.LockSet, fn func(tx
 // updateAlone is update in a transaction of its own, retried after transient failures.
 func (d *Dispatcher) updateAlone(ctx context.Context, locks store.LockSet, fn func(tx store.Tx, c *changes) error) error {
 	return d.retry(ctx, func() error { return d.runOnce(ctx, locks, fn) })
+}
+
+// withTraceparent runs fn with the events it adds carrying traceparent (none if empty).
+func (c *changes) withTraceparent(traceparent string, fn func()) {
+	saved := c.traceparent
+	c.traceparent = traceparent
+	defer func() { c.traceparent = saved }()
+	fn()
 }
 
 func (c *changes) event(jobID, taskID, taskKey, typ string, data map[string]any) {

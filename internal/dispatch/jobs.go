@@ -495,47 +495,61 @@ func (d *Dispatcher) CancelJob(ctx context.Context, tenant, id, reason string) (
 // or were canceled, locked together in id order, then released (rule 9: a child whose parents
 // all completed becomes pending) or skipped. Then the jobs, a job at a time in id order: each
 // job row is written once per transaction, however many of its tasks the transaction finished.
-// A dependent locked here was never named by a transition in the transaction (it is waiting),
-// so these locks come after the named tasks'; job rows come last.
+// Dependents are waiting or pending tasks, which transitions seldom name (a claim or a cancel
+// of one task by id): their locks come after those of the named tasks; job rows come last.
 func (d *Dispatcher) settle(ctx context.Context, tx store.Tx, c *changes) error {
 	if len(c.released) > 0 || len(c.ended) > 0 {
-		ended := make([]string, len(c.ended))
-		for i, e := range c.ended {
-			ended[i] = e.id
+		var locks store.LockSet
+		for _, r := range c.released {
+			locks.Releasing = append(locks.Releasing, r.id)
 		}
-		if err := tx.LockRows(ctx, store.LockSet{Releasing: c.released, Ending: ended}); err != nil {
+		for _, e := range c.ended {
+			locks.Ending = append(locks.Ending, e.id)
+		}
+		if err := tx.LockRows(ctx, locks); err != nil {
 			return err
 		}
 	}
-	if len(c.released) > 0 {
-		refs, err := tx.ReleaseChildrenOf(ctx, c.released, c.now)
+	// Released together, but per traceparent, so that each child's Task Pending carries the
+	// trace of the completion that released it (usually there is none: one statement).
+	byTrace := map[string][]string{}
+	for _, r := range c.released {
+		byTrace[r.traceparent] = append(byTrace[r.traceparent], r.id)
+	}
+	for _, tp := range slices.Sorted(maps.Keys(byTrace)) {
+		refs, err := tx.ReleaseChildrenOf(ctx, byTrace[tp], c.now)
 		if err != nil {
 			return err
 		}
-		for _, r := range refs {
-			if r.Status == lifecycle.Pending {
-				c.event(r.JobID, r.ID, r.Key, EventTaskPending, map[string]any{"requestId": r.Key, "jobId": r.JobID, "name": r.Name})
-				c.wake(r.ID, r.Queue, r.Runtime, c.now)
+		c.withTraceparent(tp, func() {
+			for _, r := range refs {
+				if r.Status == lifecycle.Pending {
+					c.event(r.JobID, r.ID, r.Key, EventTaskPending, map[string]any{"requestId": r.Key, "jobId": r.JobID, "name": r.Name})
+					c.wake(r.ID, r.Queue, r.Runtime, c.now)
+				}
 			}
-		}
+		})
 	}
 	for _, e := range c.ended {
 		skipped, err := tx.SkipDescendants(ctx, e.id, c.now)
 		if err != nil {
 			return err
 		}
-		for _, r := range skipped {
-			c.event(e.jobID, r.ID, r.Key, EventTaskSkipped, map[string]any{"reason": fmt.Sprintf("parent %s %s", e.key, e.status), "cause": e.key})
-		}
-		if len(skipped) > 0 {
-			c.finish(e.jobID, len(skipped), "")
-		}
+		c.withTraceparent(e.traceparent, func() {
+			for _, r := range skipped {
+				c.event(e.jobID, r.ID, r.Key, EventTaskSkipped, map[string]any{"reason": fmt.Sprintf("parent %s %s", e.key, e.status), "cause": e.key})
+			}
+			if len(skipped) > 0 {
+				c.finish(e.jobID, len(skipped), "")
+			}
+		})
 	}
 	c.released, c.ended = nil, nil
-	ids := slices.Sorted(maps.Keys(c.finished))
-	for _, id := range ids {
+	for _, id := range slices.Sorted(maps.Keys(c.finished)) {
 		p := c.finished[id]
-		if _, err := d.settleJob(ctx, tx, c, nil, id, p.finished, p.failedKey); err != nil {
+		var err error
+		c.withTraceparent(p.traceparent, func() { _, err = d.settleJob(ctx, tx, c, nil, id, p.finished, p.failedKey) })
+		if err != nil {
 			return err
 		}
 	}
