@@ -223,7 +223,8 @@ func (cm *committer) commit(batch []*pending) {
 		if err := tx.LockRows(ctx, locks); err != nil {
 			return err
 		}
-		// The job progress of every part that stood, applied once per job at the end.
+		// What every part that stood left for the end of the transaction (Dispatcher.settle):
+		// children to release, descendants to skip, job counters.
 		group := &changes{now: d.now()}
 		if len(completes) > 0 {
 			c := &changes{now: d.now()}

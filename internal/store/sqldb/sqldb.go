@@ -116,7 +116,17 @@ func (db *DB) writeTx(ctx context.Context, fn func(*tx) error) error {
 		if err == nil || !db.Transient(err) || run == 5 || ctx.Err() != nil {
 			return err
 		}
-		time.Sleep(time.Duration(rand.Int64N(int64(run) * int64(10*time.Millisecond))))
+		pauseBeforeTry(run + 1)
+	}
+}
+
+// pauseBeforeTry sleeps before the try-th try of work that failed transiently: not at all before
+// the second (a connection the database ended fails at once, and the next one usually works),
+// then for a random time below try × 5 ms, so that the two sides of a deadlock, or many callers
+// of a restarting database, do not meet again.
+func pauseBeforeTry(try int) {
+	if try > 2 {
+		time.Sleep(time.Duration(rand.Int64N(int64(try) * int64(5*time.Millisecond))))
 	}
 }
 
@@ -223,15 +233,12 @@ func (q q) exec(ctx context.Context, query string, args ...any) (sql.Result, err
 const maxReadTries = 20
 
 // readAgain reports whether a query outside a transaction that failed with err, on its tries-th
-// try, is to be sent again: reading has no effect to repeat. It pauses a little from the third
-// try on, when the database itself may be restarting.
+// try, is to be sent again (reading has no effect to repeat), after pausing for it.
 func (q q) readAgain(ctx context.Context, err error, tries int) bool {
 	if q.inTx || err == nil || !q.d.Transient(err) || tries >= maxReadTries || ctx.Err() != nil {
 		return false
 	}
-	if tries >= 2 {
-		time.Sleep(time.Duration(rand.Int64N(int64(tries) * int64(5*time.Millisecond))))
-	}
+	pauseBeforeTry(tries + 1)
 	return true
 }
 

@@ -72,9 +72,9 @@ func OpenPostgres(t testing.TB) store.Store {
 	return OpenPostgresReplicas(t, 1)[0]
 }
 
-// OpenPostgresReplicas opens n stores on one new schema, as n server replicas sharing a database
-// would.
-func OpenPostgresReplicas(t testing.TB, n int) []store.Store {
+// connectAdmin returns BATON_TEST_POSTGRES_URL, with the admin connection (for creating and
+// dropping schemas and databases) open on it; it skips the test, saying why, when it is unset.
+func connectAdmin(t testing.TB) string {
 	t.Helper()
 	url := os.Getenv(PostgresURLEnv)
 	if url == "" {
@@ -84,8 +84,19 @@ func OpenPostgresReplicas(t testing.TB, n int) []store.Store {
 	if admin.err != nil {
 		t.Fatalf("connect to %s: %v", url, admin.err)
 	}
+	return url
+}
+
+// uniqueName is a fresh name for a test's schema or database.
+func uniqueName() string { return "baton_test_" + strings.ReplaceAll(uuid.NewString(), "-", "")[:16] }
+
+// OpenPostgresReplicas opens n stores on one new schema, as n server replicas sharing a database
+// would.
+func OpenPostgresReplicas(t testing.TB, n int) []store.Store {
+	t.Helper()
+	url := connectAdmin(t)
 	ctx := context.Background()
-	schema := "baton_test_" + strings.ReplaceAll(uuid.NewString(), "-", "")[:16]
+	schema := uniqueName()
 	if _, err := admin.db.ExecContext(ctx, "CREATE SCHEMA "+schema); err != nil {
 		t.Fatalf("create schema: %v", err)
 	}
@@ -129,16 +140,9 @@ type PostgresDatabase struct {
 // test ends. It skips the test when BATON_TEST_POSTGRES_URL is unset.
 func NewPostgresDatabase(t testing.TB) *PostgresDatabase {
 	t.Helper()
-	url := os.Getenv(PostgresURLEnv)
-	if url == "" {
-		t.Skipf("%s is not set; skipping the PostgreSQL run (e.g. %s=postgres://postgres@127.0.0.1:5432/test?sslmode=disable)", PostgresURLEnv, PostgresURLEnv)
-	}
-	admin.once.Do(func() { admin.db, admin.err = sql.Open("pgx", url) })
-	if admin.err != nil {
-		t.Fatalf("connect to %s: %v", url, admin.err)
-	}
+	url := connectAdmin(t)
 	ctx := context.Background()
-	name := "baton_test_" + strings.ReplaceAll(uuid.NewString(), "-", "")[:16]
+	name := uniqueName()
 	if _, err := admin.db.ExecContext(ctx, "CREATE DATABASE "+name); err != nil {
 		t.Fatalf("create database: %v", err)
 	}
