@@ -229,7 +229,11 @@ func (r *Relay) run(ctx context.Context) {
 			if ctx.Err() != nil {
 				return
 			}
-			r.log.ErrorContext(ctx, "outbox relay pass failed", "err", err)
+			level := slog.LevelError
+			if r.d.Unavailable(err) {
+				level = slog.LevelWarn // the database failed for a moment; the next pass tries again
+			}
+			r.log.Log(ctx, level, "outbox relay pass failed", "err", err)
 		}
 		r.mu.Lock()
 		prune := r.clock.Since(r.lastPrune) >= relayPruneEach
