@@ -123,7 +123,7 @@ func (r *Relay) pass(ctx context.Context) (published, claimed int, err error) {
 	err = r.d.store.InTx(ctx, func(tx store.Tx) error {
 		// InTx may run this more than once: reset what it reports.
 		published, claimed, dead, nextRetry = 0, 0, nil, time.Time{}
-		msgs, err := tx.ClaimOutbox(ctx, now, r.cfg.Batch)
+		msgs, err := tx.ClaimOutbox(ctx, now, r.cfg.Batch, store.OutboxFilter{Topic: TopicDatasetEvent, Except: true})
 		if err != nil {
 			return err
 		}

@@ -54,7 +54,7 @@ func unsent(t *testing.T, st store.Store, at time.Time) []*store.OutboxMessage {
 	var out []*store.OutboxMessage
 	err := st.InTx(t.Context(), func(tx store.Tx) error {
 		var err error
-		out, err = tx.ClaimOutbox(t.Context(), at, 100000)
+		out, err = tx.ClaimOutbox(t.Context(), at, 100000, store.OutboxFilter{})
 		if err != nil {
 			return err
 		}

@@ -366,11 +366,7 @@ func (d *Dispatcher) Complete(ctx context.Context, p CompleteParams) (*CompleteR
 		}
 		now := c.now
 		if len(p.Events) > 0 {
-			rows, err := validateEvents(t, t.Attempt, p.Events, now)
-			if err != nil {
-				return err
-			}
-			if _, err := tx.InsertDatasetEvents(ctx, rows); err != nil {
+			if _, err := d.acceptEvents(ctx, tx, c, t, p.Events); err != nil {
 				return err
 			}
 		}

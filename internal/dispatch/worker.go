@@ -224,11 +224,7 @@ func (d *Dispatcher) RecordEvents(ctx context.Context, f Fence, events []Dataset
 		if err != nil {
 			return err
 		}
-		rows, err := validateEvents(t, t.Attempt, events, c.now)
-		if err != nil {
-			return err
-		}
-		n, err = tx.InsertDatasetEvents(ctx, rows)
+		n, err = d.acceptEvents(ctx, tx, c, t, events)
 		return err
 	})
 	return n, err

@@ -42,6 +42,7 @@ type Store interface {
 // Reader holds the queries. Inside a Tx, GetJob and GetTask lock the row for the rest of the
 // transaction where the database supports row locks.
 type Reader interface {
+	PipelineReader
 	GetJob(ctx context.Context, id string) (*Job, error)
 	JobByIdempotencyKey(ctx context.Context, tenant, key string) (*Job, error)
 	ListJobs(ctx context.Context, p ListJobsParams) ([]*Job, error)
@@ -158,6 +159,7 @@ func (s LockSet) Empty() bool {
 // Tx is one read-write transaction.
 type Tx interface {
 	Reader
+	PipelineWriter
 
 	// LockRows locks the rows of s for the rest of the transaction, tasks by id and then the jobs
 	// of s.Jobs by id, waiting for other transactions that hold them. Rows that do not exist are ignored. A
@@ -225,7 +227,7 @@ type Tx interface {
 	ResumeTasks(ctx context.Context, jobID string, now time.Time) ([]*TaskRef, error)
 
 	// InsertDatasetEvents stores events, skipping any whose DedupeKey is already stored, and
-	// returns how many were new.
+	// returns how many were new; each new event gets its ID, a skipped one keeps ID 0.
 	InsertDatasetEvents(ctx context.Context, events []*DatasetEvent) (int, error)
 	// InsertBufferPublish stores a publish record; ok is false, and nothing changes, when the same
 	// (task, attempt, batch URI) was recorded before.
@@ -243,7 +245,8 @@ type Tx interface {
 	// ClaimOutbox selects up to limit unsent outbox messages with AvailableAt at or before now,
 	// oldest (lowest ID) first, and locks them for the rest of the transaction, skipping rows
 	// another transaction holds, so that relays on several replicas never take the same message.
-	ClaimOutbox(ctx context.Context, now time.Time, limit int) ([]*OutboxMessage, error)
+	// Only messages f selects are claimed.
+	ClaimOutbox(ctx context.Context, now time.Time, limit int, f OutboxFilter) ([]*OutboxMessage, error)
 	// MarkOutboxSent sets the sent time of the messages; ids that do not exist are ignored.
 	MarkOutboxSent(ctx context.Context, ids []int64, at time.Time) error
 	// RetryOutbox records a failed publish: the message's attempt count becomes attempts and it is
@@ -269,6 +272,11 @@ type Job struct {
 	FinishedAt        time.Time // zero while processing
 	CancelRequestedAt time.Time
 	FailureDetectedAt time.Time
+	// Pipeline, PipelineVersion and PipelineJob name the pipeline job a routed or source task
+	// runs for; empty for jobs submitted over the producer API.
+	Pipeline        string
+	PipelineVersion string
+	PipelineJob     string
 }
 
 // Task is one node of a job's DAG and its current attempt.
@@ -310,6 +318,9 @@ type Task struct {
 	DeadLetteredAt    time.Time
 	LastEventType     string
 	LastEventAt       time.Time
+	// Route is the data-plane part of a pipeline task's payload (its job, inputs and outputs);
+	// nil for other tasks.
+	Route json.RawMessage
 }
 
 // AttemptsUsed counts the attempts of the current run against MaxAttempts.
@@ -471,6 +482,13 @@ type OutboxMessage struct {
 	AvailableAt time.Time // not to be published before
 	CreatedAt   time.Time
 	Attempts    int // failed publishes so far; set by ClaimOutbox, ignored by InsertOutbox
+}
+
+// OutboxFilter selects outbox messages by topic: those of Topic, or with Except those of every
+// other topic. The zero filter selects every message.
+type OutboxFilter struct {
+	Topic  string
+	Except bool
 }
 
 // ListJobsParams selects a page of jobs, newest first.

@@ -4,26 +4,30 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"strings"
 
 	"github.com/baton-dev/baton/internal/store"
 )
 
 const jobCols = `seq, id, tenant, name, status, idempotency_key, request_hash, total_tasks,
-	unfinished_tasks, created_at, finished_at, cancel_requested_at, failure_detected_at`
+	unfinished_tasks, created_at, finished_at, cancel_requested_at, failure_detected_at, pipeline,
+	pipeline_version, pipeline_job`
 
 func scanJob(row interface{ Scan(...any) error }) (*store.Job, error) {
 	var (
 		j                                    store.Job
-		idem                                 sql.NullString
+		idem, pipeline, version, pipelineJob sql.NullString
 		created                              int64
 		finished, cancelReq, failureDetected sql.NullInt64
 	)
 	err := row.Scan(&j.Seq, &j.ID, &j.Tenant, &j.Name, &j.Status, &idem, &j.RequestHash,
-		&j.TotalTasks, &j.UnfinishedTasks, &created, &finished, &cancelReq, &failureDetected)
+		&j.TotalTasks, &j.UnfinishedTasks, &created, &finished, &cancelReq, &failureDetected,
+		&pipeline, &version, &pipelineJob)
 	if err != nil {
 		return nil, notFound(err)
 	}
 	j.IdempotencyKey = idem.String
+	j.Pipeline, j.PipelineVersion, j.PipelineJob = pipeline.String, version.String, pipelineJob.String
 	j.CreatedAt = fromMs(sql.NullInt64{Int64: created, Valid: true})
 	j.FinishedAt = fromMs(finished)
 	j.CancelRequestedAt = fromMs(cancelReq)
@@ -64,11 +68,8 @@ func (q q) ListJobs(ctx context.Context, p store.ListJobsParams) ([]*store.Job, 
 
 // InsertJob implements store.Tx.
 func (t *tx) InsertJob(ctx context.Context, j *store.Job) error {
-	err := t.queryRow(ctx, `INSERT INTO jobs (id, tenant, name, status, idempotency_key,
-		request_hash, total_tasks, unfinished_tasks, created_at, finished_at)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) RETURNING seq`,
-		j.ID, j.Tenant, j.Name, string(j.Status), strArg(j.IdempotencyKey), j.RequestHash,
-		j.TotalTasks, j.UnfinishedTasks, ms(j.CreatedAt), ms(j.FinishedAt)).Scan(&j.Seq)
+	err := t.queryRow(ctx, `INSERT INTO jobs (`+strings.Join(jobInsertCols, ", ")+`)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13) RETURNING seq`, jobRow(j)...).Scan(&j.Seq)
 	if err != nil {
 		if t.d.IsUnique(err) {
 			return store.ErrConflict
@@ -76,6 +77,16 @@ func (t *tx) InsertJob(ctx context.Context, j *store.Job) error {
 		return fmt.Errorf("insert job: %w", err)
 	}
 	return nil
+}
+
+var jobInsertCols = []string{"id", "tenant", "name", "status", "idempotency_key", "request_hash",
+	"total_tasks", "unfinished_tasks", "created_at", "finished_at", "pipeline", "pipeline_version", "pipeline_job"}
+
+// jobRow is the values of jobInsertCols.
+func jobRow(j *store.Job) []any {
+	return []any{j.ID, j.Tenant, j.Name, string(j.Status), strArg(j.IdempotencyKey), j.RequestHash,
+		j.TotalTasks, j.UnfinishedTasks, ms(j.CreatedAt), ms(j.FinishedAt), strArg(j.Pipeline),
+		strArg(j.PipelineVersion), strArg(j.PipelineJob)}
 }
 
 // UpdateJob implements store.Tx.

@@ -17,10 +17,21 @@ import (
 // ClaimOutbox implements store.Tx. The rows stay locked until the transaction ends; on
 // PostgreSQL SKIP LOCKED makes a concurrent relay pass over them, on SQLite the single writer
 // serialises relays.
-func (t *tx) ClaimOutbox(ctx context.Context, now time.Time, limit int) ([]*store.OutboxMessage, error) {
+func (t *tx) ClaimOutbox(ctx context.Context, now time.Time, limit int, f store.OutboxFilter) ([]*store.OutboxMessage, error) {
+	topic := ""
+	switch {
+	case f.Topic != "" && f.Except:
+		topic = " AND topic <> $3"
+	case f.Topic != "":
+		topic = " AND topic = $3"
+	}
+	args := []any{now.UnixMilli(), limit}
+	if topic != "" {
+		args = append(args, f.Topic)
+	}
 	rows, err := t.query(ctx, `SELECT id, topic, msg_key, payload, available_at, created_at, attempts
-		FROM outbox WHERE sent_at IS NULL AND available_at <= $1 ORDER BY id LIMIT $2`+t.d.LockSkip,
-		now.UnixMilli(), limit)
+		FROM outbox WHERE sent_at IS NULL AND available_at <= $1`+topic+` ORDER BY id LIMIT $2`+t.d.LockSkip,
+		args...)
 	if err != nil {
 		return nil, fmt.Errorf("claim outbox: %w", err)
 	}

@@ -313,6 +313,9 @@ func fromMs(n sql.NullInt64) time.Time {
 	return time.UnixMilli(n.Int64).UTC()
 }
 
+// fromMillis is a NOT NULL time.
+func fromMillis(n int64) time.Time { return time.UnixMilli(n).UTC() }
+
 // JSON is stored verbatim as text; NULL is a nil RawMessage.
 
 func jsonArg(b json.RawMessage) any {

@@ -53,13 +53,13 @@ const taskCols = `seq, id, job_id, task_key, name, queue, priority, runtime, inp
 	lease_expires_at, worker_id, started_at, heartbeat_at, deadline_at, reap_at,
 	cancel_requested_at, cancel_reason, output, error, backoff_base_ms, backoff_max_ms, timeout_ms,
 	heartbeat_timeout_ms, cancel_grace_ms, created_at, finished_at, dead_lettered_at,
-	last_event_type, last_event_at`
+	last_event_type, last_event_at, route`
 
 func scanTask(row interface{ Scan(...any) error }) (*store.Task, error) {
 	var (
 		t                                                  store.Task
 		input, deps                                        string
-		output, errJSON, lastEvent                         sql.NullString
+		output, errJSON, lastEvent, route                  sql.NullString
 		available, created                                 int64
 		leaseExp, started, hb, deadline, reap, cancelReq   sql.NullInt64
 		finished, dead, lastAt                             sql.NullInt64
@@ -69,7 +69,7 @@ func scanTask(row interface{ Scan(...any) error }) (*store.Task, error) {
 		&input, &deps, &t.UnfinishedParents, &t.Status, &t.Attempt, &t.RetryBase, &t.MaxAttempts,
 		&available, &t.LeaseToken, &leaseExp, &t.WorkerID, &started, &hb, &deadline, &reap,
 		&cancelReq, &t.CancelReason, &output, &errJSON, &backoffBase, &backoffMax, &timeout,
-		&hbTimeout, &grace, &created, &finished, &dead, &lastEvent, &lastAt)
+		&hbTimeout, &grace, &created, &finished, &dead, &lastEvent, &lastAt, &route)
 	if err != nil {
 		return nil, notFound(err)
 	}
@@ -98,6 +98,7 @@ func scanTask(row interface{ Scan(...any) error }) (*store.Task, error) {
 	t.DeadLetteredAt = fromMs(dead)
 	t.LastEventType = lastEvent.String
 	t.LastEventAt = fromMs(lastAt)
+	t.Route = fromJSON(route)
 	return &t, nil
 }
 
@@ -336,7 +337,7 @@ func (t *tx) InsertTasks(ctx context.Context, tasks []*store.Task) error {
 	cols := []string{"id", "job_id", "task_key", "name", "queue", "priority", "runtime", "input",
 		"depends_on", "unfinished_parents", "status", "max_attempts", "available_at",
 		"backoff_base_ms", "backoff_max_ms", "timeout_ms", "heartbeat_timeout_ms", "cancel_grace_ms",
-		"created_at", "finished_at", "last_event_type", "last_event_at"}
+		"created_at", "finished_at", "last_event_type", "last_event_at", "route"}
 	rows := make([][]any, len(tasks))
 	for i, tk := range tasks {
 		deps, err := json.Marshal(tk.DependsOn)
@@ -350,7 +351,8 @@ func (t *tx) InsertTasks(ctx context.Context, tasks []*store.Task) error {
 			string(tk.Input), string(deps), tk.UnfinishedParents, string(tk.Status), tk.MaxAttempts,
 			tk.AvailableAt.UnixMilli(), tk.BackoffBase.Milliseconds(), tk.BackoffMax.Milliseconds(),
 			tk.Timeout.Milliseconds(), tk.HeartbeatTimeout.Milliseconds(), tk.CancelGrace.Milliseconds(),
-			tk.CreatedAt.UnixMilli(), ms(tk.FinishedAt), strArg(tk.LastEventType), ms(tk.LastEventAt)}
+			tk.CreatedAt.UnixMilli(), ms(tk.FinishedAt), strArg(tk.LastEventType), ms(tk.LastEventAt),
+			jsonArg(tk.Route)}
 	}
 	return t.insertRows(ctx, "tasks", cols, rows, "")
 }

@@ -3,6 +3,7 @@ package sqldb
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"time"
 
@@ -24,53 +25,55 @@ func fromNullInt(n sql.NullInt64) *int64 {
 	return &v
 }
 
-// InsertDatasetEvents implements store.Tx.
+// InsertDatasetEvents implements store.Tx. Each new event gets its ID; a repeat keeps ID 0.
 func (t *tx) InsertDatasetEvents(ctx context.Context, events []*store.DatasetEvent) (int, error) {
 	n := 0
 	for _, e := range events {
-		res, err := t.exec(ctx, `INSERT INTO dataset_events (dedupe_key, job_id, task_id,
+		err := t.queryRow(ctx, `INSERT INTO dataset_events (dedupe_key, job_id, task_id,
 			attempt, dataset_uuid, dataset_version, cursor, partition_key, range_start, range_end,
 			created_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)
-			ON CONFLICT (dedupe_key) DO NOTHING`,
+			ON CONFLICT (dedupe_key) DO NOTHING RETURNING id`,
 			e.DedupeKey, e.JobID, e.TaskID, e.Attempt, e.DatasetUUID, e.DatasetVersion,
-			nullInt(e.Cursor), strArg(e.PartitionKey), nullInt(e.Start), nullInt(e.End), ms(e.CreatedAt))
-		if err != nil {
+			nullInt(e.Cursor), strArg(e.PartitionKey), nullInt(e.Start), nullInt(e.End), ms(e.CreatedAt)).Scan(&e.ID)
+		switch {
+		case errors.Is(err, sql.ErrNoRows):
+			e.ID = 0
+		case err != nil:
 			return n, fmt.Errorf("insert dataset event: %w", err)
-		}
-		if k, _ := res.RowsAffected(); k > 0 {
+		default:
 			n++
 		}
 	}
 	return n, nil
 }
 
+const datasetEventCols = `id, dedupe_key, job_id, task_id, attempt, dataset_uuid, dataset_version,
+	cursor, partition_key, range_start, range_end, created_at`
+
+func scanDatasetEvent(row interface{ Scan(...any) error }) (*store.DatasetEvent, error) {
+	var (
+		e                  store.DatasetEvent
+		cursor, start, end sql.NullInt64
+		partition          sql.NullString
+		created            int64
+	)
+	if err := row.Scan(&e.ID, &e.DedupeKey, &e.JobID, &e.TaskID, &e.Attempt, &e.DatasetUUID,
+		&e.DatasetVersion, &cursor, &partition, &start, &end, &created); err != nil {
+		return nil, err
+	}
+	e.Cursor, e.Start, e.End = fromNullInt(cursor), fromNullInt(start), fromNullInt(end)
+	e.PartitionKey = partition.String
+	e.CreatedAt = fromMillis(created)
+	return &e, nil
+}
+
 // ListDatasetEvents implements store.Reader.
 func (q q) ListDatasetEvents(ctx context.Context, taskID string) ([]*store.DatasetEvent, error) {
-	rows, err := q.query(ctx, `SELECT id, dedupe_key, job_id, task_id, attempt,
-		dataset_uuid, dataset_version, cursor, partition_key, range_start, range_end, created_at
-		FROM dataset_events WHERE task_id = $1 ORDER BY id`, taskID)
+	rows, err := q.query(ctx, `SELECT `+datasetEventCols+` FROM dataset_events WHERE task_id = $1 ORDER BY id`, taskID)
 	if err != nil {
 		return nil, fmt.Errorf("list dataset events: %w", err)
 	}
-	defer rows.Close()
-	var out []*store.DatasetEvent
-	for rows.Next() {
-		var (
-			e                  store.DatasetEvent
-			cursor, start, end sql.NullInt64
-			partition          sql.NullString
-			created            int64
-		)
-		if err := rows.Scan(&e.ID, &e.DedupeKey, &e.JobID, &e.TaskID, &e.Attempt, &e.DatasetUUID,
-			&e.DatasetVersion, &cursor, &partition, &start, &end, &created); err != nil {
-			return nil, err
-		}
-		e.Cursor, e.Start, e.End = fromNullInt(cursor), fromNullInt(start), fromNullInt(end)
-		e.PartitionKey = partition.String
-		e.CreatedAt = time.UnixMilli(created).UTC()
-		out = append(out, &e)
-	}
-	return out, rows.Err()
+	return collect(rows, scanDatasetEvent)
 }
 
 // InsertBufferPublish implements store.Tx.

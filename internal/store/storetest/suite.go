@@ -2404,7 +2404,7 @@ func claimOutbox(t *testing.T, st store.Store, now time.Time, limit int) []*stor
 	var out []*store.OutboxMessage
 	err := st.InTx(t.Context(), func(tx store.Tx) error {
 		var err error
-		if out, err = tx.ClaimOutbox(t.Context(), now, limit); err != nil {
+		if out, err = tx.ClaimOutbox(t.Context(), now, limit, store.OutboxFilter{}); err != nil {
 			return err
 		}
 		return rollback

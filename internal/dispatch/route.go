@@ -1,0 +1,364 @@
+package dispatch
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/baton-dev/baton/internal/lifecycle"
+	"github.com/baton-dev/baton/internal/store"
+)
+
+// TopicDatasetEvent is the outbox topic of accepted dataset events, which the router turns into
+// tasks of the reactive jobs that read the dataset. The payload is a routedEvent.
+const TopicDatasetEvent = "dataset.event"
+
+// routedEvent is a dataset event as the router reads it from the outbox.
+type routedEvent struct {
+	Tenant         string `json:"tenant"`
+	EventID        int64  `json:"event_id"`
+	TaskID         string `json:"task_id"`
+	DatasetUUID    string `json:"dataset_uuid"`
+	DatasetVersion string `json:"dataset_version"`
+	Cursor         *int64 `json:"cursor,omitempty"`
+	PartitionKey   string `json:"partition_key,omitempty"`
+	Start          *int64 `json:"start,omitempty"`
+	End            *int64 `json:"end,omitempty"`
+}
+
+// dedupeKey names the update an event reports: the same key routed twice makes one task per
+// consuming job, however many times and by however many replicas it is delivered.
+func (e *routedEvent) dedupeKey() string {
+	if e.PartitionKey != "" {
+		return "partition:" + e.DatasetUUID + ":" + e.DatasetVersion + ":" + e.PartitionKey
+	}
+	return "cursor:" + e.DatasetUUID + ":" + e.DatasetVersion + ":" + strconv.FormatInt(*e.Cursor, 10)
+}
+
+// acceptEvents stores the events of t's current attempt and queues each new one for routing, in
+// the caller's transaction: an event is routed exactly when it is stored. It returns how many
+// events were new.
+func (d *Dispatcher) acceptEvents(ctx context.Context, tx store.Tx, c *changes, t *store.Task, events []DatasetEvent) (int, error) {
+	rows, err := validateEvents(t, t.Attempt, events, c.now)
+	if err != nil {
+		return 0, err
+	}
+	n, err := tx.InsertDatasetEvents(ctx, rows)
+	if err != nil || n == 0 {
+		return n, err
+	}
+	// Read for its tenant, which never changes: outside the transaction, so as not to lock it.
+	job, err := d.store.GetJob(ctx, t.JobID)
+	if err != nil {
+		return 0, err
+	}
+	for _, e := range rows {
+		if e.ID == 0 {
+			continue // a repeat: routed when it was first stored
+		}
+		payload, _ := json.Marshal(routedEvent{Tenant: job.Tenant, EventID: e.ID, TaskID: t.ID, DatasetUUID: e.DatasetUUID,
+			DatasetVersion: e.DatasetVersion, Cursor: e.Cursor, PartitionKey: e.PartitionKey, Start: e.Start, End: e.End})
+		c.outbox = append(c.outbox, &store.OutboxMessage{Topic: TopicDatasetEvent, Key: e.DatasetUUID, Payload: payload,
+			AvailableAt: c.now, CreatedAt: c.now})
+	}
+	c.ready = true // wakes the routers (and claimers) once committed
+	return n, nil
+}
+
+// RouteConfig configures a Router. Zero fields take their defaults.
+type RouteConfig struct {
+	Batch int // events routed per transaction; default 500
+}
+
+// Router turns accepted dataset events into tasks: each pass claims a batch of the outbox's
+// dataset events (skipping rows other replicas' routers hold), and in the same transaction
+// creates, for every reactive job of an active pipeline version that reads the event's dataset,
+// one task per dedupe key, then marks the events routed. Events of a dataset version that is not
+// the dataset's current one, and events on datasets of another tenant, route nothing; they stay
+// stored for audit.
+type Router struct {
+	d     *Dispatcher
+	batch int
+	specs sync.Map // "tenant\x00pipeline\x00version" → *pipelineSpec; versions are immutable
+	service
+}
+
+// NewRouter returns a stopped router over d's store.
+func (d *Dispatcher) NewRouter(cfg RouteConfig) *Router {
+	return &Router{d: d, batch: cmpOr(cfg.Batch, 500)}
+}
+
+// Start runs the router until Stop or until ctx ends.
+func (r *Router) Start(ctx context.Context) { r.start(ctx, r.run) }
+
+func (r *Router) run(ctx context.Context) {
+	for {
+		woken := r.d.ready.wait() // before the pass, so an event committed during it is not missed
+		claimed, _, err := r.RunOnce(ctx)
+		if err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			level := slog.LevelError
+			if r.d.Unavailable(err) {
+				level = slog.LevelWarn
+			}
+			r.d.log.Log(ctx, level, "routing pass failed", "err", err)
+		}
+		if claimed >= r.batch {
+			continue // more are waiting
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-woken:
+		case <-r.d.clock.After(time.Second):
+		}
+	}
+}
+
+// RunOnce routes one batch of events and returns how many events it claimed and how many tasks
+// it created.
+func (r *Router) RunOnce(ctx context.Context) (events, tasks int, err error) {
+	err = r.d.updateAlone(ctx, store.LockSet{}, func(tx store.Tx, c *changes) error {
+		events, tasks = 0, 0
+		msgs, err := tx.ClaimOutbox(ctx, c.now, r.batch, store.OutboxFilter{Topic: TopicDatasetEvent})
+		if err != nil || len(msgs) == 0 {
+			return err
+		}
+		events = len(msgs)
+		ids := make([]int64, len(msgs))
+		evs := make([]*routedEvent, 0, len(msgs))
+		for i, m := range msgs {
+			ids[i] = m.ID
+			var e routedEvent
+			if err := json.Unmarshal(m.Payload, &e); err != nil || (e.Cursor == nil && e.PartitionKey == "") {
+				r.d.log.ErrorContext(ctx, "unreadable dataset event in the outbox; not routed", "id", m.ID, "err", err)
+				continue
+			}
+			evs = append(evs, &e)
+		}
+		if tasks, err = r.route(ctx, tx, c, evs); err != nil {
+			return err
+		}
+		return tx.MarkOutboxSent(ctx, ids, c.now)
+	})
+	return events, tasks, err
+}
+
+// route creates the tasks of evs in tx.
+func (r *Router) route(ctx context.Context, tx store.Tx, c *changes, evs []*routedEvent) (int, error) {
+	uuids := make([]string, 0, len(evs))
+	for _, e := range evs {
+		uuids = append(uuids, e.DatasetUUID)
+	}
+	datasets, err := r.datasets(ctx, tx, uuids)
+	if err != nil {
+		return 0, err
+	}
+	var routable []*routedEvent
+	for _, e := range evs {
+		ds := datasets[e.DatasetUUID]
+		if ds != nil && ds.Tenant == e.Tenant && ds.CurrentVersion == e.DatasetVersion {
+			routable = append(routable, e)
+		}
+	}
+	if len(routable) == 0 {
+		return 0, nil
+	}
+	consumers, err := tx.Consumers(ctx, uniq(uuids))
+	if err != nil {
+		return 0, err
+	}
+	byDataset := map[string][]*store.Consumer{}
+	var specs []*pipelineSpec
+	for _, cs := range consumers {
+		byDataset[cs.DatasetUUID] = append(byDataset[cs.DatasetUUID], cs)
+		spec, err := r.spec(ctx, tx, cs.Tenant, cs.Pipeline, cs.Version)
+		if err != nil {
+			return 0, err
+		}
+		specs = append(specs, spec)
+	}
+	// The datasets the new tasks read and write, for their versions.
+	var more []string
+	for _, s := range specs {
+		more = append(more, s.datasetUUIDs()...)
+	}
+	if err := r.addDatasets(ctx, tx, datasets, more); err != nil {
+		return 0, err
+	}
+	var (
+		jobs  []*store.Job
+		tasks = map[string]*store.Task{} // by job id
+		seen  = map[string]bool{}
+	)
+	for _, e := range routable {
+		for _, cs := range byDataset[e.DatasetUUID] {
+			if cs.Tenant != e.Tenant {
+				continue
+			}
+			spec, _ := r.specs.Load(specKey(cs.Tenant, cs.Pipeline, cs.Version))
+			js := spec.(*pipelineSpec).job(cs.Job)
+			if js == nil || (js.Strategy == "PerPartition" && e.PartitionKey == "") {
+				continue // a partitioned job is not started by a cursor
+			}
+			key := "pipeline:" + cs.Pipeline + ":" + cs.Job + ":" + e.dedupeKey()
+			if seen[key] {
+				continue
+			}
+			seen[key] = true
+			job, task := r.d.newPipelineTask(spec.(*pipelineSpec), js, c.now, key)
+			task.Route = js.route(spec.(*pipelineSpec), datasets, cs.InputIndex, e, nil)
+			jobs = append(jobs, job)
+			tasks[job.ID] = task
+		}
+	}
+	return r.d.insertPipelineTasks(ctx, tx, c, jobs, tasks)
+}
+
+// insertPipelineTasks stores the one-task jobs of pipeline tasks whose idempotency key is new and
+// their tasks, and returns how many it stored.
+func (d *Dispatcher) insertPipelineTasks(ctx context.Context, tx store.Tx, c *changes, jobs []*store.Job, tasks map[string]*store.Task) (int, error) {
+	if len(jobs) == 0 {
+		return 0, nil
+	}
+	// In key order, so that concurrent routers wait on each other's keys without deadlock.
+	slices.SortFunc(jobs, func(a, b *store.Job) int { return strings.Compare(a.IdempotencyKey, b.IdempotencyKey) })
+	inserted, err := tx.InsertJobsIfAbsent(ctx, jobs)
+	if err != nil || len(inserted) == 0 {
+		return 0, err
+	}
+	byID := make(map[string]*store.Job, len(jobs))
+	for _, j := range jobs {
+		byID[j.ID] = j
+	}
+	created := make([]*store.Task, 0, len(inserted))
+	for _, id := range inserted {
+		t, job := tasks[id], byID[id]
+		created = append(created, t)
+		c.event(id, "", "", EventJobCreated, map[string]any{"jobId": id, "totalTasks": 1, "pipeline": job.Pipeline,
+			"pipelineVersion": job.PipelineVersion, "pipelineJob": job.PipelineJob, "routeKey": job.IdempotencyKey,
+			"tasks": []map[string]any{{"taskId": t.Key, "name": t.Name, "dependsOn": []string{}, "input": t.Input}}})
+		c.event(id, t.ID, t.Key, EventTaskPending, map[string]any{"requestId": t.Key, "jobId": id, "name": t.Name, "dependsOn": []string{}})
+		c.wake(t.ID, t.Queue, t.Runtime, t.AvailableAt)
+	}
+	if err := tx.InsertTasks(ctx, created); err != nil {
+		return 0, err
+	}
+	return len(created), nil
+}
+
+// newPipelineTask builds a pending task of pipeline job js and its one-task job, keyed for
+// idempotency by key.
+func (d *Dispatcher) newPipelineTask(spec *pipelineSpec, js *jobSpec, now time.Time, key string) (*store.Job, *store.Task) {
+	def := d.cfg.Defaults
+	job := &store.Job{
+		ID:              "job-" + uuid.NewString(),
+		Tenant:          spec.Tenant,
+		Name:            spec.Name + "." + js.Name,
+		Status:          lifecycle.JobProcessing,
+		IdempotencyKey:  key,
+		TotalTasks:      1,
+		UnfinishedTasks: 1,
+		CreatedAt:       now,
+		Pipeline:        spec.Name,
+		PipelineVersion: spec.Version,
+		PipelineJob:     js.Name,
+	}
+	t := &store.Task{
+		ID:               uuid.Must(uuid.NewV7()).String(),
+		JobID:            job.ID,
+		Key:              js.Name,
+		Name:             js.Operator,
+		Queue:            js.Queue,
+		Priority:         js.Priority,
+		Runtime:          js.taskRuntime(),
+		Input:            js.Config,
+		DependsOn:        []string{},
+		Status:           lifecycle.Pending,
+		MaxAttempts:      optional(ptrIf(js.MaxAttempts), def.MaxAttempts),
+		AvailableAt:      now,
+		BackoffBase:      def.BackoffBase,
+		BackoffMax:       def.BackoffMax,
+		Timeout:          time.Duration(js.TimeoutSeconds) * time.Second,
+		HeartbeatTimeout: optionalSeconds(ptrIf(js.HeartbeatTimeoutSeconds), def.HeartbeatTimeout),
+		CancelGrace:      def.CancelGrace,
+		CreatedAt:        now,
+		LastEventType:    EventTaskPending,
+		LastEventAt:      now,
+	}
+	if len(t.Input) == 0 {
+		t.Input = json.RawMessage("{}")
+	}
+	return job, t
+}
+
+// ptrIf is nil for 0, else a pointer to n: a spec's unset number.
+func ptrIf(n int) *int {
+	if n == 0 {
+		return nil
+	}
+	return &n
+}
+
+// datasets loads the datasets of uuids by uuid.
+func (r *Router) datasets(ctx context.Context, tx store.Tx, uuids []string) (map[string]*store.Dataset, error) {
+	out := map[string]*store.Dataset{}
+	return out, r.addDatasets(ctx, tx, out, uuids)
+}
+
+// addDatasets loads into m the datasets of uuids it does not hold yet.
+func (r *Router) addDatasets(ctx context.Context, tx store.Tx, m map[string]*store.Dataset, uuids []string) error {
+	var missing []string
+	for _, u := range uniq(uuids) {
+		if _, ok := m[u]; !ok {
+			missing = append(missing, u)
+		}
+	}
+	ds, err := tx.GetDatasets(ctx, missing)
+	if err != nil {
+		return err
+	}
+	for _, d := range ds {
+		m[d.UUID] = d
+	}
+	return nil
+}
+
+// spec returns a pipeline version's spec, read once: versions never change.
+func (r *Router) spec(ctx context.Context, tx store.Tx, tenant, pipeline, version string) (*pipelineSpec, error) {
+	key := specKey(tenant, pipeline, version)
+	if s, ok := r.specs.Load(key); ok {
+		return s.(*pipelineSpec), nil
+	}
+	v, err := tx.GetPipelineVersion(ctx, tenant, pipeline, version)
+	if err != nil {
+		return nil, fmt.Errorf("pipeline %s version %s: %w", pipeline, version, err)
+	}
+	s, err := decodeSpec(v)
+	if err != nil {
+		return nil, err
+	}
+	r.specs.Store(key, s)
+	return s, nil
+}
+
+func specKey(tenant, pipeline, version string) string {
+	return tenant + "\x00" + pipeline + "\x00" + version
+}
+
+// uniq returns the distinct strings of ss, sorted.
+func uniq(ss []string) []string {
+	out := slices.Clone(ss)
+	slices.Sort(out)
+	return slices.Compact(out)
+}

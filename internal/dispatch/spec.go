@@ -1,0 +1,171 @@
+package dispatch
+
+import (
+	"encoding/json"
+	"fmt"
+
+	"github.com/baton-dev/baton/internal/store"
+)
+
+// pipelineSpec is a deployed pipeline version as routing and sources read it: each job with its
+// defaults applied and every dataset it reads or writes by uuid. It is stored with the version,
+// which never changes.
+type pipelineSpec struct {
+	Tenant  string     `json:"tenant"`
+	Name    string     `json:"name"`
+	Version string     `json:"version"`
+	Jobs    []*jobSpec `json:"jobs"`
+}
+
+// jobSpec is one job of a pipelineSpec.
+type jobSpec struct {
+	Name                    string          `json:"name"`
+	Activation              string          `json:"activation"`
+	Runtime                 string          `json:"runtime"`
+	Operator                string          `json:"operator"`
+	Queue                   string          `json:"queue"`
+	Strategy                string          `json:"execution_strategy,omitempty"`
+	Priority                int             `json:"priority"`
+	MaxAttempts             int             `json:"max_attempts,omitempty"`
+	TimeoutSeconds          int             `json:"timeout_seconds,omitempty"`
+	HeartbeatTimeoutSeconds int             `json:"heartbeat_timeout_seconds,omitempty"`
+	MaxConcurrency          int             `json:"max_concurrency,omitempty"`
+	Config                  json.RawMessage `json:"config"`
+	SourceKind              string          `json:"source_kind,omitempty"`
+	Schedule                string          `json:"schedule,omitempty"`
+	WebhookPath             string          `json:"webhook_path,omitempty"`
+	Inputs                  []inputSpec     `json:"inputs"`
+	Outputs                 []outputSpec    `json:"outputs"`
+}
+
+// inputSpec is one input of a job: the dataset it reads and the filter its tasks apply.
+type inputSpec struct {
+	DatasetUUID string          `json:"dataset_uuid"`
+	DatasetName string          `json:"dataset_name,omitempty"`
+	Where       json.RawMessage `json:"where,omitempty"`
+}
+
+// outputSpec is one output of a job: the dataset it writes.
+type outputSpec struct {
+	OutputIndex int    `json:"output_index"`
+	DatasetUUID string `json:"dataset_uuid"`
+	DatasetName string `json:"dataset_name,omitempty"`
+}
+
+func decodeSpec(v *store.PipelineVersion) (*pipelineSpec, error) {
+	var s pipelineSpec
+	if err := json.Unmarshal(v.Spec, &s); err != nil {
+		return nil, fmt.Errorf("pipeline %s version %s: decode spec: %w", v.Pipeline, v.Version, err)
+	}
+	return &s, nil
+}
+
+func (s *pipelineSpec) job(name string) *jobSpec {
+	for _, j := range s.Jobs {
+		if j.Name == name {
+			return j
+		}
+	}
+	return nil
+}
+
+// datasetUUIDs lists every dataset the version's jobs read or write.
+func (s *pipelineSpec) datasetUUIDs() []string {
+	var out []string
+	for _, j := range s.Jobs {
+		for _, in := range j.Inputs {
+			out = append(out, in.DatasetUUID)
+		}
+		for _, o := range j.Outputs {
+			out = append(out, o.DatasetUUID)
+		}
+	}
+	return out
+}
+
+// taskRuntime is how the job's tasks are run: "push" to a push target for lambda jobs, else
+// "pull" (by workers, or by the server itself for dispatcher jobs, on their reserved queue).
+func (j *jobSpec) taskRuntime() string {
+	if j.Runtime == "lambda" {
+		return "push"
+	}
+	return "pull"
+}
+
+// TaskRoute is the data-plane part of a pipeline task's payload, which every worker dialect
+// hands to the task: which pipeline job it runs for, what it reads and what it writes.
+type TaskRoute struct {
+	Job     RouteJob        `json:"job"`
+	Version string          `json:"pipeline_version"`
+	Inputs  []RouteInput    `json:"inputs"`
+	Outputs []RouteOutput   `json:"outputs"`
+	Trigger json.RawMessage `json:"trigger,omitempty"`
+}
+
+// RouteJob names a pipeline job.
+type RouteJob struct {
+	DAGName string `json:"dag_name"`
+	Name    string `json:"name"`
+}
+
+// RouteInput is a dataset a task reads: for the input whose event started it, the event's
+// version and cursor or partition; for the others, the version current when it was created.
+type RouteInput struct {
+	InputIndex     int             `json:"input_index"`
+	DatasetUUID    string          `json:"dataset_uuid"`
+	DatasetVersion string          `json:"dataset_version"`
+	DatasetName    string          `json:"dataset_name,omitempty"`
+	Cursor         *int64          `json:"cursor,omitempty"`
+	PartitionKey   string          `json:"partition_key,omitempty"`
+	Start          *int64          `json:"start,omitempty"`
+	End            *int64          `json:"end,omitempty"`
+	Where          json.RawMessage `json:"where,omitempty"`
+	StorageRef     json.RawMessage `json:"storage_ref"`
+}
+
+// RouteOutput is a dataset a task writes, at the version current when it was created.
+type RouteOutput struct {
+	OutputIndex    int    `json:"output_index"`
+	DatasetUUID    string `json:"dataset_uuid"`
+	DatasetVersion string `json:"dataset_version"`
+	DatasetName    string `json:"dataset_name,omitempty"`
+}
+
+// DecodeRoute reads a task's route; nil for a task that is not a pipeline task.
+func DecodeRoute(t *store.Task) *TaskRoute {
+	if len(t.Route) == 0 {
+		return nil
+	}
+	var r TaskRoute
+	if json.Unmarshal(t.Route, &r) != nil {
+		return nil
+	}
+	return &r
+}
+
+// route builds the route of a task of j: started by event e on input fired (e nil, fired -1: a
+// source task, with trigger describing what started it).
+func (j *jobSpec) route(s *pipelineSpec, datasets map[string]*store.Dataset, fired int, e *routedEvent, trigger json.RawMessage) json.RawMessage {
+	r := TaskRoute{Job: RouteJob{DAGName: s.Name, Name: j.Name}, Version: s.Version, Trigger: trigger,
+		Inputs: make([]RouteInput, len(j.Inputs)), Outputs: make([]RouteOutput, len(j.Outputs))}
+	for i, in := range j.Inputs {
+		ri := RouteInput{InputIndex: i, DatasetUUID: in.DatasetUUID, DatasetName: in.DatasetName, Where: in.Where,
+			StorageRef: json.RawMessage("null")}
+		if ds := datasets[in.DatasetUUID]; ds != nil {
+			ri.DatasetVersion = ds.CurrentVersion
+		}
+		if i == fired && e != nil {
+			ri.DatasetVersion, ri.Cursor, ri.PartitionKey, ri.Start, ri.End = e.DatasetVersion, e.Cursor, e.PartitionKey, e.Start, e.End
+		}
+		r.Inputs[i] = ri
+	}
+	for i, o := range j.Outputs {
+		ro := RouteOutput{OutputIndex: o.OutputIndex, DatasetUUID: o.DatasetUUID, DatasetName: o.DatasetName}
+		if ds := datasets[o.DatasetUUID]; ds != nil {
+			ro.DatasetVersion = ds.CurrentVersion
+		}
+		r.Outputs[i] = ro
+	}
+	b, _ := json.Marshal(r)
+	return b
+}

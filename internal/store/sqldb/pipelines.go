@@ -1,0 +1,331 @@
+package sqldb
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"slices"
+
+	"github.com/baton-dev/baton/internal/store"
+)
+
+// The data plane's tables: pipelines, their versions and inputs, datasets and their versions.
+
+const pipelineCols = `tenant, name, active_version, created_at, updated_at`
+
+func scanPipeline(row interface{ Scan(...any) error }) (*store.Pipeline, error) {
+	var (
+		p                store.Pipeline
+		created, updated int64
+	)
+	if err := row.Scan(&p.Tenant, &p.Name, &p.ActiveVersion, &created, &updated); err != nil {
+		return nil, notFound(err)
+	}
+	p.CreatedAt, p.UpdatedAt = fromMillis(created), fromMillis(updated)
+	return &p, nil
+}
+
+// GetPipeline implements store.Reader.
+func (q q) GetPipeline(ctx context.Context, tenant, name string) (*store.Pipeline, error) {
+	return scanPipeline(q.queryRow(ctx, `SELECT `+pipelineCols+` FROM pipelines
+		WHERE tenant = $1 AND name = $2`+q.lockRow(), tenant, name))
+}
+
+// ListPipelines implements store.Reader.
+func (q q) ListPipelines(ctx context.Context, tenant string) ([]*store.Pipeline, error) {
+	rows, err := q.query(ctx, `SELECT `+pipelineCols+` FROM pipelines WHERE tenant = $1 ORDER BY name`, tenant)
+	if err != nil {
+		return nil, fmt.Errorf("list pipelines: %w", err)
+	}
+	return collect(rows, scanPipeline)
+}
+
+// PutPipeline implements store.Tx.
+func (t *tx) PutPipeline(ctx context.Context, p *store.Pipeline) error {
+	_, err := t.exec(ctx, `INSERT INTO pipelines (`+pipelineCols+`) VALUES ($1, $2, $3, $4, $5)
+		ON CONFLICT (tenant, name) DO UPDATE SET active_version = excluded.active_version,
+		updated_at = excluded.updated_at`,
+		p.Tenant, p.Name, p.ActiveVersion, ms(p.CreatedAt), ms(p.UpdatedAt))
+	if err != nil {
+		return fmt.Errorf("put pipeline: %w", err)
+	}
+	return nil
+}
+
+const versionCols = `seq, tenant, pipeline, version, document, content_type, spec, created_at`
+
+func scanVersion(row interface{ Scan(...any) error }) (*store.PipelineVersion, error) {
+	var (
+		v         store.PipelineVersion
+		doc, spec string
+		created   int64
+	)
+	if err := row.Scan(&v.Seq, &v.Tenant, &v.Pipeline, &v.Version, &doc, &v.ContentType, &spec, &created); err != nil {
+		return nil, notFound(err)
+	}
+	v.Document, v.Spec, v.CreatedAt = []byte(doc), []byte(spec), fromMillis(created)
+	return &v, nil
+}
+
+// GetPipelineVersion implements store.Reader.
+func (q q) GetPipelineVersion(ctx context.Context, tenant, name, version string) (*store.PipelineVersion, error) {
+	return scanVersion(q.queryRow(ctx, `SELECT `+versionCols+` FROM pipeline_versions
+		WHERE tenant = $1 AND pipeline = $2 AND version = $3`, tenant, name, version))
+}
+
+// ListPipelineVersions implements store.Reader.
+func (q q) ListPipelineVersions(ctx context.Context, tenant, name string) ([]*store.PipelineVersion, error) {
+	rows, err := q.query(ctx, `SELECT `+versionCols+` FROM pipeline_versions
+		WHERE tenant = $1 AND pipeline = $2 ORDER BY seq DESC`, tenant, name)
+	if err != nil {
+		return nil, fmt.Errorf("list pipeline versions: %w", err)
+	}
+	return collect(rows, scanVersion)
+}
+
+// InsertPipelineVersion implements store.Tx.
+func (t *tx) InsertPipelineVersion(ctx context.Context, v *store.PipelineVersion) (bool, error) {
+	res, err := t.exec(ctx, `INSERT INTO pipeline_versions (tenant, pipeline, version, document,
+		content_type, spec, created_at) VALUES ($1, $2, $3, $4, $5, $6, $7)
+		ON CONFLICT (tenant, pipeline, version) DO NOTHING`,
+		v.Tenant, v.Pipeline, v.Version, string(v.Document), v.ContentType, string(v.Spec), ms(v.CreatedAt))
+	if err != nil {
+		return false, fmt.Errorf("insert pipeline version: %w", err)
+	}
+	n, _ := res.RowsAffected()
+	return n > 0, nil
+}
+
+// PipelineTaskCounts implements store.Reader.
+func (q q) PipelineTaskCounts(ctx context.Context, tenant, name string) ([]*store.PipelineTaskCount, error) {
+	rows, err := q.query(ctx, `SELECT j.pipeline_job, t.status, COUNT(*) FROM jobs j
+		JOIN tasks t ON t.job_id = j.id WHERE j.tenant = $1 AND j.pipeline = $2
+		GROUP BY j.pipeline_job, t.status ORDER BY j.pipeline_job, t.status`, tenant, name)
+	if err != nil {
+		return nil, fmt.Errorf("pipeline task counts: %w", err)
+	}
+	return collect(rows, func(row interface{ Scan(...any) error }) (*store.PipelineTaskCount, error) {
+		var c store.PipelineTaskCount
+		err := row.Scan(&c.Job, &c.Status, &c.Count)
+		return &c, err
+	})
+}
+
+// PipelineJobsNotStarted implements store.Reader.
+func (q q) PipelineJobsNotStarted(ctx context.Context, tenant, name, version string) ([]string, error) {
+	return q.ids(ctx, `SELECT DISTINCT j.id FROM jobs j JOIN tasks t ON t.job_id = j.id
+		WHERE j.tenant = $1 AND j.pipeline = $2 AND j.pipeline_version = $3
+		AND t.status IN ('waiting', 'pending') AND t.attempt = 0 ORDER BY j.id`, tenant, name, version)
+}
+
+const datasetCols = `uuid, tenant, producer, name, pipeline, job, output_index, current_version,
+	storage, write_mode, schema, filter_fields, created_at, updated_at`
+
+func scanDataset(row interface{ Scan(...any) error }) (*store.Dataset, error) {
+	var (
+		d                     store.Dataset
+		name, schema, filters sql.NullString
+		created, updated      int64
+	)
+	if err := row.Scan(&d.UUID, &d.Tenant, &d.Producer, &name, &d.Pipeline, &d.Job, &d.OutputIndex,
+		&d.CurrentVersion, &d.Storage, &d.WriteMode, &schema, &filters, &created, &updated); err != nil {
+		return nil, notFound(err)
+	}
+	d.Name, d.Schema, d.FilterFields = name.String, fromJSON(schema), fromJSON(filters)
+	d.CreatedAt, d.UpdatedAt = fromMillis(created), fromMillis(updated)
+	return &d, nil
+}
+
+// GetDatasets implements store.Reader.
+func (q q) GetDatasets(ctx context.Context, uuids []string) ([]*store.Dataset, error) {
+	if len(uuids) == 0 {
+		return nil, nil
+	}
+	args := stringArgs(uuids)
+	rows, err := q.query(ctx, `SELECT `+datasetCols+` FROM datasets WHERE uuid IN (`+placeholders(1, len(args))+`)`, args...)
+	if err != nil {
+		return nil, fmt.Errorf("get datasets: %w", err)
+	}
+	return collect(rows, scanDataset)
+}
+
+// DatasetByName implements store.Reader.
+func (q q) DatasetByName(ctx context.Context, tenant, name string) (*store.Dataset, error) {
+	return scanDataset(q.queryRow(ctx, `SELECT `+datasetCols+` FROM datasets
+		WHERE tenant = $1 AND name = $2`, tenant, name))
+}
+
+// DatasetsByProducer implements store.Reader.
+func (q q) DatasetsByProducer(ctx context.Context, tenant string, producers []string) ([]*store.Dataset, error) {
+	if len(producers) == 0 {
+		return nil, nil
+	}
+	args := append([]any{tenant}, stringArgs(producers)...)
+	rows, err := q.query(ctx, `SELECT `+datasetCols+` FROM datasets WHERE tenant = $1
+		AND producer IN (`+placeholders(2, len(args)-1)+`)`, args...)
+	if err != nil {
+		return nil, fmt.Errorf("datasets by producer: %w", err)
+	}
+	return collect(rows, scanDataset)
+}
+
+// ListDatasets implements store.Reader.
+func (q q) ListDatasets(ctx context.Context, tenant string) ([]*store.Dataset, error) {
+	rows, err := q.query(ctx, `SELECT `+datasetCols+` FROM datasets WHERE tenant = $1
+		ORDER BY CASE WHEN name IS NULL THEN 1 ELSE 0 END, name, producer`, tenant)
+	if err != nil {
+		return nil, fmt.Errorf("list datasets: %w", err)
+	}
+	return collect(rows, scanDataset)
+}
+
+// InsertDatasets implements store.Tx.
+func (t *tx) InsertDatasets(ctx context.Context, ds []*store.Dataset) error {
+	cols := []string{"uuid", "tenant", "producer", "name", "pipeline", "job", "output_index",
+		"current_version", "storage", "write_mode", "schema", "filter_fields", "created_at", "updated_at"}
+	rows := make([][]any, len(ds))
+	for i, d := range ds {
+		rows[i] = []any{d.UUID, d.Tenant, d.Producer, strArg(d.Name), d.Pipeline, d.Job, d.OutputIndex,
+			d.CurrentVersion, d.Storage, d.WriteMode, jsonArg(d.Schema), jsonArg(d.FilterFields),
+			ms(d.CreatedAt), ms(d.UpdatedAt)}
+	}
+	err := t.insertRows(ctx, "datasets", cols, rows, " ON CONFLICT (tenant, producer) DO NOTHING")
+	if err != nil && t.d.IsUnique(err) {
+		return store.ErrConflict
+	}
+	return err
+}
+
+// UpdateDataset implements store.Tx.
+func (t *tx) UpdateDataset(ctx context.Context, d *store.Dataset) error {
+	res, err := t.exec(ctx, `UPDATE datasets SET name = $2, current_version = $3, storage = $4,
+		write_mode = $5, schema = $6, filter_fields = $7, updated_at = $8 WHERE uuid = $1`,
+		d.UUID, strArg(d.Name), d.CurrentVersion, d.Storage, d.WriteMode, jsonArg(d.Schema),
+		jsonArg(d.FilterFields), ms(d.UpdatedAt))
+	if err != nil {
+		if t.d.IsUnique(err) {
+			return store.ErrConflict
+		}
+		return fmt.Errorf("update dataset: %w", err)
+	}
+	if n, _ := res.RowsAffected(); n == 0 {
+		return store.ErrNotFound
+	}
+	return nil
+}
+
+// ListDatasetVersions implements store.Reader.
+func (q q) ListDatasetVersions(ctx context.Context, uuid string) ([]*store.DatasetVersion, error) {
+	rows, err := q.query(ctx, `SELECT dataset_uuid, version, storage_ref, config_hash, range_start,
+		range_end, task_id, created_at FROM dataset_versions WHERE dataset_uuid = $1
+		ORDER BY created_at, version`, uuid)
+	if err != nil {
+		return nil, fmt.Errorf("list dataset versions: %w", err)
+	}
+	return collect(rows, func(row interface{ Scan(...any) error }) (*store.DatasetVersion, error) {
+		var (
+			v          store.DatasetVersion
+			ref        sql.NullString
+			start, end sql.NullInt64
+			created    int64
+		)
+		if err := row.Scan(&v.DatasetUUID, &v.Version, &ref, &v.ConfigHash, &start, &end, &v.TaskID, &created); err != nil {
+			return nil, err
+		}
+		v.StorageRef, v.Start, v.End, v.CreatedAt = fromJSON(ref), fromNullInt(start), fromNullInt(end), fromMillis(created)
+		return &v, nil
+	})
+}
+
+// InsertDatasetVersions implements store.Tx.
+func (t *tx) InsertDatasetVersions(ctx context.Context, vs []*store.DatasetVersion) error {
+	cols := []string{"dataset_uuid", "version", "storage_ref", "config_hash", "range_start", "range_end",
+		"task_id", "created_at"}
+	rows := make([][]any, len(vs))
+	for i, v := range vs {
+		rows[i] = []any{v.DatasetUUID, v.Version, jsonArg(v.StorageRef), v.ConfigHash, nullInt(v.Start),
+			nullInt(v.End), v.TaskID, ms(v.CreatedAt)}
+	}
+	return t.insertRows(ctx, "dataset_versions", cols, rows, " ON CONFLICT (dataset_uuid, version) DO NOTHING")
+}
+
+// RecentDatasetEvents implements store.Reader.
+func (q q) RecentDatasetEvents(ctx context.Context, uuid string, limit int) ([]*store.DatasetEvent, error) {
+	rows, err := q.query(ctx, `SELECT `+datasetEventCols+` FROM dataset_events WHERE dataset_uuid = $1
+		ORDER BY id DESC LIMIT $2`, uuid, limit)
+	if err != nil {
+		return nil, fmt.Errorf("recent dataset events: %w", err)
+	}
+	return collect(rows, scanDatasetEvent)
+}
+
+// Consumers implements store.Reader.
+func (q q) Consumers(ctx context.Context, uuids []string) ([]*store.Consumer, error) {
+	if len(uuids) == 0 {
+		return nil, nil
+	}
+	args := stringArgs(uuids)
+	rows, err := q.query(ctx, `SELECT i.dataset_uuid, i.tenant, i.pipeline, i.version, i.job, i.input_index
+		FROM pipeline_inputs i JOIN pipelines p ON p.tenant = i.tenant AND p.name = i.pipeline
+		AND p.active_version = i.version WHERE i.dataset_uuid IN (`+placeholders(1, len(args))+`)
+		ORDER BY i.dataset_uuid, i.tenant, i.pipeline, i.job, i.input_index`, args...)
+	if err != nil {
+		return nil, fmt.Errorf("consumers: %w", err)
+	}
+	return collect(rows, func(row interface{ Scan(...any) error }) (*store.Consumer, error) {
+		var c store.Consumer
+		err := row.Scan(&c.DatasetUUID, &c.Tenant, &c.Pipeline, &c.Version, &c.Job, &c.InputIndex)
+		return &c, err
+	})
+}
+
+// InsertConsumers implements store.Tx.
+func (t *tx) InsertConsumers(ctx context.Context, cs []*store.Consumer) error {
+	cols := []string{"dataset_uuid", "tenant", "pipeline", "version", "job", "input_index"}
+	rows := make([][]any, len(cs))
+	for i, c := range cs {
+		rows[i] = []any{c.DatasetUUID, c.Tenant, c.Pipeline, c.Version, c.Job, c.InputIndex}
+	}
+	return t.insertRows(ctx, "pipeline_inputs", cols, rows, " ON CONFLICT DO NOTHING")
+}
+
+// InsertJobsIfAbsent implements store.Tx.
+func (t *tx) InsertJobsIfAbsent(ctx context.Context, jobs []*store.Job) ([]string, error) {
+	if len(jobs) == 0 {
+		return nil, nil
+	}
+	rows := make([][]any, len(jobs))
+	ids := make([]string, len(jobs))
+	for i, j := range jobs {
+		rows[i] = jobRow(j)
+		ids[i] = j.ID
+	}
+	if err := t.insertRows(ctx, "jobs", jobInsertCols, rows, " ON CONFLICT DO NOTHING"); err != nil {
+		return nil, fmt.Errorf("insert jobs: %w", err)
+	}
+	// The ids are new: those found now are the rows this statement inserted.
+	var inserted []string
+	for chunk := range slices.Chunk(ids, 1000) {
+		args := stringArgs(chunk)
+		found, err := t.ids(ctx, `SELECT id FROM jobs WHERE id IN (`+placeholders(1, len(args))+`)`, args...)
+		if err != nil {
+			return nil, fmt.Errorf("inserted jobs: %w", err)
+		}
+		inserted = append(inserted, found...)
+	}
+	return inserted, nil
+}
+
+// collect scans every row with scan.
+func collect[T any](rows *sql.Rows, scan func(interface{ Scan(...any) error }) (T, error)) ([]T, error) {
+	defer rows.Close()
+	var out []T
+	for rows.Next() {
+		v, err := scan(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, v)
+	}
+	return out, rows.Err()
+}
