@@ -1,0 +1,185 @@
+package pipeline
+
+import (
+	"bytes"
+	"encoding/json"
+)
+
+var jobKeys = append([]string{
+	"name", "activation", "runtime", "operator", "queue", "outputs", "inputs",
+	"execution_strategy", "update_strategy", "unique_key", "source", "bootstrap", "secrets",
+	"scaling", "timeout_seconds", "idle_timeout", "config", "udf",
+}, limitKeys...)
+
+// runtimeECSUDF is the source system's runtime for user code in containers; Baton keeps the name
+// so that a document using it gets a clear answer.
+const runtimeECSUDF = "ecs_udf"
+
+// job reads jobs[i], the node n at path.
+func (w *walker) job(n *node, path string, i int, dc *docContext, def Defaults) Job {
+	var j Job
+	if !w.object(n, path, jobKeys...) {
+		return j
+	}
+	if v := w.required(n, path, "name"); v != nil {
+		if name, ok := w.name(v, child(path, "name"), nameRE); ok {
+			if dc.names[name] {
+				w.node(v, child(path, "name"), "duplicate job name %q", name)
+			}
+			dc.names[name] = true
+			j.Name = name
+		}
+	}
+	if v := w.required(n, path, "activation"); v != nil {
+		j.Activation, _ = w.oneOf(v, child(path, "activation"), ActivationSource, ActivationReactive)
+	}
+	if v := w.required(n, path, "runtime"); v != nil {
+		if v.kind == kindString && v.s == runtimeECSUDF {
+			w.node(v, child(path, "runtime"), "ecs_udf is reserved and not supported; use lambda, ecs_platform or dispatcher")
+		} else {
+			j.Runtime, _ = w.oneOf(v, child(path, "runtime"), RuntimeLambda, RuntimeECSPlatform, RuntimeDispatcher)
+		}
+	}
+	if v := w.required(n, path, "operator"); v != nil {
+		j.Operator, _ = w.name(v, child(path, "operator"), operatorRE)
+	}
+	j.Queue = j.Operator
+	if v := n.lookup("queue"); v != nil {
+		j.Queue, _ = w.name(v, child(path, "queue"), operatorRE)
+	}
+	if v := w.required(n, path, "outputs"); v != nil {
+		j.Outputs, _ = w.intRange(v, child(path, "outputs"), 0, maxOutputs)
+	}
+
+	w.jobInputs(n, path, &j, dc)
+	w.strategies(n, path, &j)
+
+	src := n.lookup("source")
+	switch {
+	case j.Activation == ActivationSource && src == nil:
+		w.node(n, child(path, "source"), "required for a source job")
+	case j.Activation == ActivationReactive && src != nil:
+		w.node(src, child(path, "source"), "not allowed for a reactive job")
+	case src != nil:
+		j.Source = w.source(src, child(path, "source"), dc)
+	}
+
+	if v := n.lookup("bootstrap"); v != nil && w.object(v, child(path, "bootstrap"), "reset_outputs") {
+		j.Bootstrap = &Bootstrap{}
+		if r := v.lookup("reset_outputs"); r != nil {
+			j.Bootstrap.ResetOutputs, _ = w.boolean(r, child(path, "bootstrap", "reset_outputs"))
+		}
+	}
+	if v := n.lookup("secrets"); v != nil {
+		if n.lookup("udf") != nil {
+			w.node(v, child(path, "secrets"), "not allowed on a UDF job")
+		} else {
+			j.Secrets, _ = w.names(v, child(path, "secrets"), secretRE, "secret")
+		}
+	}
+	if v := n.lookup("scaling"); v != nil && w.object(v, child(path, "scaling"), "max_concurrency") {
+		j.Scaling = &Scaling{}
+		if mc := w.required(v, child(path, "scaling"), "max_concurrency"); mc != nil {
+			j.Scaling.MaxConcurrency, _ = w.positive(mc, child(path, "scaling", "max_concurrency"))
+		}
+	}
+	if v := n.lookup("timeout_seconds"); v != nil {
+		j.TimeoutSeconds, _ = w.positive(v, child(path, "timeout_seconds"))
+	}
+	applyDefaults(&j, w.limits(n, path), def)
+	if v := n.lookup("idle_timeout"); v != nil {
+		j.IdleTimeout, _ = w.duration(v, child(path, "idle_timeout"))
+	}
+
+	j.Config = json.RawMessage("{}")
+	if v := n.lookup("config"); v != nil {
+		if v.kind != kindMap {
+			w.node(v, child(path, "config"), "must be a map")
+		} else {
+			j.Config = marshalConfig(v)
+		}
+	}
+	if v := n.lookup("udf"); v != nil && w.object(v, child(path, "udf"), "bundle_id", "entrypoint") {
+		j.UDF = &UDF{}
+		j.UDF.BundleID = w.nonEmpty(v, child(path, "udf"), "bundle_id")
+		j.UDF.Entrypoint = w.nonEmpty(v, child(path, "udf"), "entrypoint")
+	}
+	return j
+}
+
+// marshalConfig writes a config map as compact JSON, keys sorted, and "<", ">" and "&" as they are.
+func marshalConfig(n *node) json.RawMessage {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	_ = enc.Encode(n.toAny()) // a tree always encodes
+	return bytes.TrimSuffix(buf.Bytes(), []byte("\n"))
+}
+
+// maxOutputs bounds a job's outputs: each one is a dataset of its own.
+const maxOutputs = 1000
+
+// nonEmpty reads the required, non-empty string key of the map m.
+func (w *walker) nonEmpty(m *node, path, key string) string {
+	v := w.required(m, path, key)
+	if v == nil {
+		return ""
+	}
+	s, ok := w.str(v, child(path, key))
+	if ok && s == "" {
+		w.node(v, child(path, key), "must not be empty")
+	}
+	return s
+}
+
+// strategies reads execution_strategy, update_strategy and unique_key.
+func (w *walker) strategies(n *node, path string, j *Job) {
+	if v := n.lookup("execution_strategy"); v != nil {
+		if j.Activation == ActivationSource {
+			w.node(v, child(path, "execution_strategy"), "only allowed for reactive jobs")
+		} else {
+			j.ExecutionStrategy, _ = w.oneOf(v, child(path, "execution_strategy"), PerUpdate, PerPartition)
+		}
+	} else if j.Activation == ActivationReactive {
+		j.ExecutionStrategy = PerUpdate
+	}
+	if v := n.lookup("update_strategy"); v != nil {
+		j.UpdateStrategy, _ = w.oneOf(v, child(path, "update_strategy"), UpdateAppend, UpdateReplace)
+	}
+	switch v := n.lookup("unique_key"); {
+	case v != nil:
+		keys, ok := w.names(v, child(path, "unique_key"), columnRE, "column")
+		if ok && len(keys) == 0 {
+			w.node(v, child(path, "unique_key"), "must list at least one column")
+		}
+		j.UniqueKey = keys
+	case j.UpdateStrategy == UpdateAppend:
+		w.node(n, child(path, "unique_key"), "required when update_strategy is append")
+	}
+}
+
+// jobInputs reads inputs: required (and non-empty) for a reactive job, refused for a source job.
+func (w *walker) jobInputs(n *node, path string, j *Job, dc *docContext) {
+	v := n.lookup("inputs")
+	p := child(path, "inputs")
+	switch {
+	case v == nil:
+		if j.Activation == ActivationReactive {
+			w.node(n, p, "required for a reactive job")
+		}
+		return
+	case j.Activation == ActivationSource:
+		w.node(v, p, "not allowed for a source job")
+		return
+	case v.kind != kindList:
+		w.node(v, p, "must be a list")
+		return
+	case len(v.list) == 0 && j.Activation == ActivationReactive:
+		w.node(v, p, "a reactive job needs at least one input")
+		return
+	}
+	j.Inputs = make([]Input, 0, len(v.list))
+	for k, in := range v.list {
+		j.Inputs = append(j.Inputs, w.input(in, index(p, k), j.Name, dc))
+	}
+}
