@@ -171,7 +171,7 @@ func (c *Client) send(ctx context.Context, r request, accept string) (*http.Resp
 	if c.userAgent != "" {
 		req.Header.Set("User-Agent", c.userAgent)
 	}
-	if r.body != nil {
+	if r.body != nil && req.Header.Get("Content-Type") == "" {
 		req.Header.Set("Content-Type", "application/json")
 	}
 	res, err := c.http.Do(req)

@@ -98,9 +98,15 @@ type internalClaimAnswer struct {
 		TaskID  string `json:"task_id"`
 		TaskKey string `json:"task_key"`
 		Job     struct {
-			JobID string `json:"job_id"`
+			JobID   string `json:"job_id"`
+			DAGName string `json:"dag_name"`
+			Name    string `json:"name"`
+			Version string `json:"pipeline_version"`
 		} `json:"job"`
 		Operator          string                     `json:"operator"`
+		Inputs            json.RawMessage            `json:"inputs"`
+		Outputs           []DatasetOutput            `json:"outputs"`
+		Trigger           json.RawMessage            `json:"trigger"`
 		Config            json.RawMessage            `json:"config"`
 		DependencyOutputs map[string]json.RawMessage `json:"dependency_outputs"`
 		TimeoutSeconds    *float64                   `json:"timeout_seconds"`
@@ -128,5 +134,11 @@ func (a internalClaimAnswer) claimAnswer(taskID, queue string) claimAnswer {
 	c.LeaseExpiresAt = a.LeaseExpiresAt
 	c.CapabilityToken = a.CapabilityToken
 	c.CapabilityTokenExpiresAt = a.CapabilityTokenExpiresAt
+	if j := a.Task.Job; j.Version != "" {
+		// A pipeline task: its inputs are datasets (other tasks' inputs are parents' outputs).
+		c.Job = &pipelineJob{DAGName: j.DAGName, Name: j.Name, Version: j.Version}
+		c.Operator, c.Outputs, c.Trigger = a.Task.Operator, a.Task.Outputs, a.Task.Trigger
+		_ = json.Unmarshal(a.Task.Inputs, &c.Inputs)
+	}
 	return c
 }

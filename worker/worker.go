@@ -70,6 +70,43 @@ type Task struct {
 	CapabilityToken          string
 	CapabilityTokenExpiresAt time.Time
 	Timeout                  time.Duration // 0: none
+	// Pipeline is set for a task of a pipeline job: the job, the datasets it reads and writes,
+	// and what started it. Input is then the job's config.
+	Pipeline *PipelineTask
+}
+
+// PipelineTask is the data plane of a pipeline job's task.
+type PipelineTask struct {
+	DAGName  string          `json:"dag_name"`
+	Job      string          `json:"name"`
+	Version  string          `json:"pipeline_version"`
+	Operator string          `json:"operator"`
+	Inputs   []DatasetInput  `json:"inputs"`
+	Outputs  []DatasetOutput `json:"outputs"`
+	Trigger  json.RawMessage `json:"trigger,omitempty"`
+}
+
+// DatasetInput is a dataset the task reads. The input whose event started the task carries the
+// event's version and cursor, or its partition; Where is the filter to apply when reading.
+type DatasetInput struct {
+	InputIndex     int             `json:"input_index"`
+	DatasetUUID    string          `json:"dataset_uuid"`
+	DatasetVersion string          `json:"dataset_version"`
+	DatasetName    string          `json:"dataset_name,omitempty"`
+	Cursor         *int64          `json:"cursor,omitempty"`
+	PartitionKey   string          `json:"partition_key,omitempty"`
+	Start          *int64          `json:"start,omitempty"`
+	End            *int64          `json:"end,omitempty"`
+	Where          json.RawMessage `json:"where,omitempty"`
+	StorageRef     json.RawMessage `json:"storage_ref"`
+}
+
+// DatasetOutput is a dataset the task writes: output OutputIndex of its job.
+type DatasetOutput struct {
+	OutputIndex    int    `json:"output_index"`
+	DatasetUUID    string `json:"dataset_uuid"`
+	DatasetVersion string `json:"dataset_version"`
+	DatasetName    string `json:"dataset_name,omitempty"`
 }
 
 // Handler runs one attempt of a task. Its output is JSON-encoded; a json.RawMessage passes
@@ -378,6 +415,10 @@ func (w *Worker) newAttempt(ctx context.Context, ans claimAnswer) *attempt {
 	}
 	if t.DependencyOutputs == nil {
 		t.DependencyOutputs = map[string]json.RawMessage{}
+	}
+	if ans.Job != nil {
+		t.Pipeline = &PipelineTask{DAGName: ans.Job.DAGName, Job: ans.Job.Name, Version: ans.Job.Version,
+			Operator: ans.Operator, Inputs: ans.Inputs, Outputs: ans.Outputs, Trigger: ans.Trigger}
 	}
 	a := &attempt{
 		task:      t,

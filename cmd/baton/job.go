@@ -39,43 +39,28 @@ var jobStdin io.Reader = os.Stdin
 
 // runJob runs "baton job ...": the producer API from the command line.
 func runJob(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	if len(args) == 0 {
-		fmt.Fprint(stderr, jobUsage)
-		return 2
-	}
-	cmds := map[string]func(context.Context, *jobCmd, []string) int{
+	return runGroup(ctx, "job", jobUsage, map[string]func(context.Context, *jobCmd, []string) int{
 		"submit": jobSubmit,
 		"list":   jobList,
 		"get":    jobGet,
 		"cancel": jobCancel,
 		"resume": jobResume,
 		"watch":  jobWatch,
-	}
-	switch args[0] {
-	case "help", "-h", "--help":
-		fmt.Fprint(stdout, jobUsage)
-		return 0
-	}
-	fn, ok := cmds[args[0]]
-	if !ok {
-		fmt.Fprintf(stderr, "baton job: unknown command %q\n\n%s", args[0], jobUsage)
-		return 2
-	}
-	return fn(ctx, newJobCmd(args[0], stdout, stderr), args[1:])
+	}, args, stdout, stderr)
 }
 
 // jobCmd holds what every job subcommand shares: its flags, the connection flags among them,
 // and its output.
 type jobCmd struct {
-	name           string
+	group, name    string // "job", "submit"
 	fs             *flag.FlagSet
 	url, key       string
 	stdout, stderr io.Writer
 }
 
-func newJobCmd(name string, stdout, stderr io.Writer) *jobCmd {
-	c := &jobCmd{name: name, stdout: stdout, stderr: stderr}
-	c.fs = flag.NewFlagSet("baton job "+name, flag.ContinueOnError)
+func newJobCmd(group, name string, stdout, stderr io.Writer) *jobCmd {
+	c := &jobCmd{group: group, name: name, stdout: stdout, stderr: stderr}
+	c.fs = flag.NewFlagSet("baton "+group+" "+name, flag.ContinueOnError)
 	c.fs.SetOutput(stderr)
 	c.fs.StringVar(&c.url, "url", "", "server URL (env BATON_URL, default "+jobDefaultURL+")")
 	// No default shown: the key comes from the environment and must not appear in help text.
@@ -117,8 +102,8 @@ func (c *jobCmd) parse(args []string, names ...string) ([]string, int, bool) {
 
 // usageError prints a usage mistake and returns exit status 2.
 func (c *jobCmd) usageError(format string, args ...any) int {
-	fmt.Fprintf(c.stderr, "baton job %s: %s\n", c.name, fmt.Sprintf(format, args...))
-	fmt.Fprintf(c.stderr, "Run 'baton job %s -h' for usage.\n", c.name)
+	fmt.Fprintf(c.stderr, "baton %s %s: %s\n", c.group, c.name, fmt.Sprintf(format, args...))
+	fmt.Fprintf(c.stderr, "Run 'baton %s %s -h' for usage.\n", c.group, c.name)
 	return 2
 }
 
@@ -127,7 +112,7 @@ func (c *jobCmd) usageError(format string, args ...any) int {
 func (c *jobCmd) client() (*client.Client, int, bool) {
 	key := cmp.Or(c.key, os.Getenv("BATON_API_KEY"))
 	if key == "" {
-		fmt.Fprintf(c.stderr, "baton job %s: no API key: set BATON_API_KEY or pass --api-key\n", c.name)
+		fmt.Fprintf(c.stderr, "baton %s %s: no API key: set BATON_API_KEY or pass --api-key\n", c.group, c.name)
 		return nil, 2, false
 	}
 	url := cmp.Or(c.url, os.Getenv("BATON_URL"), jobDefaultURL)
@@ -139,11 +124,11 @@ func (c *jobCmd) client() (*client.Client, int, bool) {
 func (c *jobCmd) fail(err error) int {
 	var e *client.APIError
 	if !errors.As(err, &e) {
-		fmt.Fprintf(c.stderr, "baton job %s: %v\n", c.name, err)
+		fmt.Fprintf(c.stderr, "baton %s %s: %v\n", c.group, c.name, err)
 		return 1
 	}
 	if len(e.Errors) > 1 {
-		fmt.Fprintf(c.stderr, "baton job %s: the server refused the request (HTTP %d):\n", c.name, e.Status)
+		fmt.Fprintf(c.stderr, "baton %s %s: the server refused the request (HTTP %d):\n", c.group, c.name, e.Status)
 		for _, m := range e.Errors {
 			fmt.Fprintf(c.stderr, "  - %s\n", m)
 		}
@@ -153,7 +138,7 @@ func (c *jobCmd) fail(err error) int {
 	if len(e.Errors) == 1 && e.Errors[0] != msg {
 		msg += ": " + e.Errors[0]
 	}
-	fmt.Fprintf(c.stderr, "baton job %s: %s (HTTP %d)\n", c.name, msg, e.Status)
+	fmt.Fprintf(c.stderr, "baton %s %s: %s (HTTP %d)\n", c.group, c.name, msg, e.Status)
 	if e.Status == http.StatusUnauthorized {
 		fmt.Fprintf(c.stderr, "Check BATON_API_KEY or --api-key.\n")
 	}
@@ -166,7 +151,7 @@ func (c *jobCmd) printJSON(v any) int {
 	enc.SetIndent("", "  ")
 	enc.SetEscapeHTML(false)
 	if err := enc.Encode(v); err != nil {
-		fmt.Fprintf(c.stderr, "baton job %s: %v\n", c.name, err)
+		fmt.Fprintf(c.stderr, "baton %s %s: %v\n", c.group, c.name, err)
 		return 1
 	}
 	return 0

@@ -28,6 +28,8 @@ Commands:
   certs     make a development CA and mTLS certificates for /internal/* (certs dev --out DIR)
   worker    run untrusted programs as tasks: baton worker --task NAME --exec 'COMMAND'
   job       submit, list, get, cancel, resume and watch jobs (BATON_URL, BATON_API_KEY)
+  pipeline  deploy, list, get, list versions of and roll back pipelines (DAG documents)
+  dataset   list and inspect datasets; cut over to a registered version
   bench     measure throughput and latency with no-op tasks (bench --tasks N --via sdk|stream-worker|internal|callback)
   version   print the version
 
@@ -50,6 +52,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return runServer(ctx, args[1:], stdout, stderr)
 	case "job":
 		return runJob(ctx, args[1:], stdout, stderr)
+	case "pipeline":
+		return runPipeline(ctx, args[1:], stdout, stderr)
+	case "dataset":
+		return runDataset(ctx, args[1:], stdout, stderr)
 	case "worker":
 		return runWorker(ctx, args[1:], stdout, stderr)
 	case "demo-task": // hidden: the child program of `baton dev --demo`

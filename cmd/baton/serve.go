@@ -272,6 +272,9 @@ func serve(ctx context.Context, f *serverFlags, ls *listeners, st store.Store, l
 	relay := d.NewRelay(dispatch.RelayConfig{Publisher: publisher})
 	relay.Start(ctx)
 	defer relay.Stop()
+	router := d.NewRouter(dispatch.RouteConfig{})
+	router.Start(ctx)
+	defer router.Stop()
 	// The push runtime: deliver push tasks to their HTTP targets.
 	pusher := s.NewPusher(api.PushConfig{Targets: ls.pushTargets, Secrets: ls.pushSecrets, Timeout: f.pushTimeout,
 		CallbackBaseURL: cmp.Or(f.publicURL, "http://"+ls.producer.Addr().String())})
@@ -309,6 +312,7 @@ func serve(ctx context.Context, f *serverFlags, ls *listeners, st store.Store, l
 	}
 	reaper.Stop()
 	relay.Stop()
+	router.Stop()
 	return shutdownErr
 }
 

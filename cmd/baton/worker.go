@@ -76,6 +76,21 @@ type childPayload struct {
 	Input             json.RawMessage            `json:"input"`
 	DependencyOutputs map[string]json.RawMessage `json:"dependency_outputs"`
 	TimeoutSeconds    float64                    `json:"timeout_seconds,omitempty"`
+	// A pipeline task's data plane, in the worker contracts' task shape; Input is then the
+	// job's config, repeated as config.
+	Job      *childJob              `json:"job,omitempty"`
+	Operator string                 `json:"operator,omitempty"`
+	Config   json.RawMessage        `json:"config,omitempty"`
+	Inputs   []worker.DatasetInput  `json:"inputs,omitempty"`
+	Outputs  []worker.DatasetOutput `json:"outputs,omitempty"`
+	Trigger  json.RawMessage        `json:"trigger,omitempty"`
+}
+
+// childJob names a pipeline task's job.
+type childJob struct {
+	DAGName string `json:"dag_name"`
+	Name    string `json:"name"`
+	Version string `json:"pipeline_version"`
 }
 
 // listFlag is a repeatable string flag.
@@ -290,6 +305,10 @@ func (w *wrapper) handle(ctx context.Context, t *worker.Task) (any, error) {
 		Input: t.Input, DependencyOutputs: t.DependencyOutputs, TimeoutSeconds: t.Timeout.Seconds()}
 	if p.DependencyOutputs == nil {
 		p.DependencyOutputs = map[string]json.RawMessage{}
+	}
+	if pt := t.Pipeline; pt != nil {
+		p.Job = &childJob{DAGName: pt.DAGName, Name: pt.Job, Version: pt.Version}
+		p.Operator, p.Config, p.Inputs, p.Outputs, p.Trigger = pt.Operator, t.Input, pt.Inputs, pt.Outputs, pt.Trigger
 	}
 	payload, err := json.Marshal(p)
 	if err != nil {

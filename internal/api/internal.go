@@ -319,7 +319,7 @@ func taskPayload(t *store.Task, job *store.Job, deps map[string]json.RawMessage)
 	if t.Timeout > 0 {
 		timeout = int64(t.Timeout / time.Second)
 	}
-	return map[string]any{
+	out := map[string]any{
 		"task_id":            t.ID,
 		"attempt":            t.Attempt,
 		"task_key":           t.Key,
@@ -330,6 +330,26 @@ func taskPayload(t *store.Task, job *store.Job, deps map[string]json.RawMessage)
 		"dependency_outputs": outputs,
 		"queue":              t.Queue,
 		"timeout_seconds":    timeout,
+	}
+	addRoute(out, t, job)
+	return out
+}
+
+// addRoute adds a pipeline task's data plane to its payload: its pipeline job, the datasets it
+// reads (inputs, in place of parents' outputs, which a pipeline task has none of) and writes
+// (outputs), and what started it.
+func addRoute(out map[string]any, t *store.Task, job *store.Job) {
+	r := dispatch.DecodeRoute(t)
+	if r == nil {
+		return
+	}
+	out["job"] = map[string]any{"job_id": job.ID, "dag_name": r.Job.DAGName, "name": r.Job.Name, "pipeline_version": r.Version}
+	out["operator"] = t.Name
+	out["config"] = rawOrNull(t.Input)
+	out["inputs"] = r.Inputs
+	out["outputs"] = r.Outputs
+	if len(r.Trigger) > 0 {
+		out["trigger"] = r.Trigger
 	}
 }
 

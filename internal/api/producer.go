@@ -43,7 +43,7 @@ func (s *Server) ProducerRoutes() []Route {
 // /readyz, and the task-scoped and callback dialects, all behind the CORS policy.
 func (s *Server) ProducerHandler() http.Handler {
 	mux := http.NewServeMux()
-	for _, rt := range s.ProducerRoutes() {
+	for _, rt := range append(s.ProducerRoutes(), s.PipelineRoutes()...) {
 		mux.Handle(rt.Method+" "+rt.Pattern, s.serve(s.authenticated(rt.h)))
 	}
 	s.health(mux)

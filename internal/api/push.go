@@ -287,6 +287,14 @@ type taskEnvelope struct {
 	HeartbeatTimeoutMs  int64                      `json:"heartbeatTimeoutMs"`
 	CancelGracePeriodMs int64                      `json:"cancelGracePeriodMs"`
 	IdempotencyKey      string                     `json:"idempotencyKey"` // also the Idempotency-Key header
+	// A pipeline task's data plane, in the worker contracts' own names: its pipeline job, its
+	// operator and config, the datasets it reads and writes, and what started it.
+	Job      *dispatch.RouteJob     `json:"job,omitempty"`
+	Operator string                 `json:"operator,omitempty"`
+	Config   json.RawMessage        `json:"config,omitempty"`
+	Inputs   []dispatch.RouteInput  `json:"inputs,omitempty"`
+	Outputs  []dispatch.RouteOutput `json:"outputs,omitempty"`
+	Trigger  json.RawMessage        `json:"trigger,omitempty"`
 }
 
 func (p *Pusher) envelope(ctx context.Context, c *dispatch.Claim, key string) ([]byte, error) {
@@ -325,6 +333,10 @@ func (p *Pusher) envelope(ctx context.Context, c *dispatch.Claim, key string) ([
 		HeartbeatTimeoutMs:  t.HeartbeatTimeout.Milliseconds(),
 		CancelGracePeriodMs: t.CancelGrace.Milliseconds(),
 		IdempotencyKey:      key,
+	}
+	if r := dispatch.DecodeRoute(t); r != nil {
+		env.Job, env.Operator, env.Config = &r.Job, t.Name, rawOrNull(t.Input)
+		env.Inputs, env.Outputs, env.Trigger = r.Inputs, r.Outputs, r.Trigger
 	}
 	var b bytes.Buffer
 	enc := json.NewEncoder(&b)

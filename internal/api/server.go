@@ -178,6 +178,10 @@ func (s *Server) toHTTP(err error) *httpError {
 		return he
 	case errors.Is(err, dispatch.ErrJobNotFound):
 		return errorf(http.StatusNotFound, "Job not found")
+	case errors.Is(err, dispatch.ErrPipelineNotFound):
+		return errorf(http.StatusNotFound, "Pipeline not found")
+	case errors.Is(err, dispatch.ErrDatasetNotFound):
+		return errorf(http.StatusNotFound, "Dataset not found")
 	case errors.Is(err, dispatch.ErrTaskNotFound):
 		return errorf(http.StatusNotFound, "Task not found")
 	case errors.Is(err, dispatch.ErrJobFinished):

@@ -136,7 +136,7 @@ func (s *Server) streamClaimAnswer(ctx context.Context, c *dispatch.Claim, msgID
 	if deps == nil {
 		deps = map[string]json.RawMessage{}
 	}
-	return map[string]any{
+	out := map[string]any{
 		"claimed":                     true,
 		"job_id":                      t.ID,
 		"attempt_id":                  t.Attempt,
@@ -155,7 +155,15 @@ func (s *Server) streamClaimAnswer(ctx context.Context, c *dispatch.Claim, msgID
 		"lease_expires_at":            streamTime(t.LeaseExpiresAt),
 		"capability_token":            tok,
 		"capability_token_expires_at": streamTime(exp),
-	}, nil
+	}
+	if r := dispatch.DecodeRoute(t); r != nil {
+		out["job"] = map[string]any{"dag_name": r.Job.DAGName, "name": r.Job.Name, "pipeline_version": r.Version}
+		out["operator"], out["config"], out["inputs"], out["outputs"] = t.Name, payload, r.Inputs, r.Outputs
+		if len(r.Trigger) > 0 {
+			out["trigger"] = r.Trigger
+		}
+	}
+	return out, nil
 }
 
 // streamClaimAnswers answers claims in order, each with its message id.

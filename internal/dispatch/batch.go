@@ -20,7 +20,7 @@ func (d *Dispatcher) CompleteMany(ctx context.Context, ps []CompleteParams) ([]*
 	errs := make([]error, len(ps))
 	var fast []int
 	for i, p := range ps {
-		if p.Outcome == store.OutcomeSucceeded && len(p.Events) == 0 {
+		if p.Outcome == store.OutcomeSucceeded && len(p.Events) == 0 && len(p.Published) == 0 {
 			fast = append(fast, i)
 		}
 	}

@@ -160,8 +160,8 @@ func (r *Router) route(ctx context.Context, tx store.Tx, c *changes, evs []*rout
 	for _, e := range evs {
 		uuids = append(uuids, e.DatasetUUID)
 	}
-	datasets, err := r.datasets(ctx, tx, uuids)
-	if err != nil {
+	datasets := map[string]*store.Dataset{}
+	if err := addDatasets(ctx, tx, datasets, uuids); err != nil {
 		return 0, err
 	}
 	var routable []*routedEvent
@@ -193,7 +193,7 @@ func (r *Router) route(ctx context.Context, tx store.Tx, c *changes, evs []*rout
 	for _, s := range specs {
 		more = append(more, s.datasetUUIDs()...)
 	}
-	if err := r.addDatasets(ctx, tx, datasets, more); err != nil {
+	if err := addDatasets(ctx, tx, datasets, more); err != nil {
 		return 0, err
 	}
 	var (
@@ -279,7 +279,7 @@ func (d *Dispatcher) newPipelineTask(spec *pipelineSpec, js *jobSpec, now time.T
 		JobID:            job.ID,
 		Key:              js.Name,
 		Name:             js.Operator,
-		Queue:            js.Queue,
+		Queue:            js.taskQueue(),
 		Priority:         js.Priority,
 		Runtime:          js.taskRuntime(),
 		Input:            js.Config,
@@ -310,14 +310,8 @@ func ptrIf(n int) *int {
 	return &n
 }
 
-// datasets loads the datasets of uuids by uuid.
-func (r *Router) datasets(ctx context.Context, tx store.Tx, uuids []string) (map[string]*store.Dataset, error) {
-	out := map[string]*store.Dataset{}
-	return out, r.addDatasets(ctx, tx, out, uuids)
-}
-
 // addDatasets loads into m the datasets of uuids it does not hold yet.
-func (r *Router) addDatasets(ctx context.Context, tx store.Tx, m map[string]*store.Dataset, uuids []string) error {
+func addDatasets(ctx context.Context, tx store.Tx, m map[string]*store.Dataset, uuids []string) error {
 	var missing []string
 	for _, u := range uniq(uuids) {
 		if _, ok := m[u]; !ok {

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 
+	"github.com/baton-dev/baton/internal/pipeline"
 	"github.com/baton-dev/baton/internal/store"
 )
 
@@ -86,10 +87,18 @@ func (s *pipelineSpec) datasetUUIDs() []string {
 // taskRuntime is how the job's tasks are run: "push" to a push target for lambda jobs, else
 // "pull" (by workers, or by the server itself for dispatcher jobs, on their reserved queue).
 func (j *jobSpec) taskRuntime() string {
-	if j.Runtime == "lambda" {
+	if j.Runtime == pipeline.RuntimeLambda {
 		return "push"
 	}
 	return "pull"
+}
+
+// taskQueue is the queue of the job's tasks: the server's own for dispatcher jobs.
+func (j *jobSpec) taskQueue() string {
+	if j.Runtime == pipeline.RuntimeDispatcher {
+		return ControlQueue
+	}
+	return j.Queue
 }
 
 // TaskRoute is the data-plane part of a pipeline task's payload, which every worker dialect

@@ -303,6 +303,8 @@ type CompleteParams struct {
 	Error      *store.TaskError // for failed: category (default USER_CODE), message, retryable
 	Metrics    json.RawMessage
 	Events     []DatasetEvent // final upstream events, stored with the completion
+	// Published are the dataset versions a successful attempt wrote, registered with it.
+	Published []PublishedVersion
 	// Traceparent is the worker's W3C trace context: kept on the attempt and its audit events.
 	Traceparent string
 }
@@ -329,7 +331,7 @@ func (d *Dispatcher) Complete(ctx context.Context, p CompleteParams) (*CompleteR
 	default:
 		return nil, &InvalidError{Message: fmt.Sprintf("unknown outcome %q", p.Outcome)}
 	}
-	if d.commit != nil && p.Outcome == store.OutcomeSucceeded && len(p.Events) == 0 && p.Traceparent == "" {
+	if d.commit != nil && p.Outcome == store.OutcomeSucceeded && len(p.Events) == 0 && len(p.Published) == 0 && p.Traceparent == "" {
 		// Applied with the other plain successes of its group commit, set-based.
 		if res, err, slow := d.commit.doComplete(ctx, p); !slow {
 			return res, err
@@ -378,6 +380,9 @@ func (d *Dispatcher) Complete(ctx context.Context, p CompleteParams) (*CompleteR
 		res = &CompleteResult{Task: t}
 		switch p.Outcome {
 		case store.OutcomeSucceeded:
+			if err := d.registerVersions(ctx, tx, c, t, p.Published); err != nil {
+				return err
+			}
 			err = d.succeed(ctx, tx, c, t, fence, p.Output)
 		case store.OutcomeCanceled:
 			err = d.endUnsuccessfully(ctx, tx, c, t, fence, lifecycle.Canceled, nil)

@@ -19,6 +19,11 @@ type PipelineReader interface {
 	ListPipelineVersions(ctx context.Context, tenant, name string) ([]*PipelineVersion, error)
 	// PipelineTaskCounts counts the tasks of a pipeline's jobs by pipeline job and status.
 	PipelineTaskCounts(ctx context.Context, tenant, name string) ([]*PipelineTaskCount, error)
+	// ActivePipelines lists every tenant's pipelines.
+	ActivePipelines(ctx context.Context) ([]*Pipeline, error)
+	// PipelineJobTasks counts the tasks of one pipeline job: all of them, and those not yet
+	// terminal (waiting, pending, running).
+	PipelineJobTasks(ctx context.Context, tenant, pipeline, job string) (total, live int, err error)
 	// PipelineJobsNotStarted lists the ids of the jobs of one version of a pipeline that have a
 	// waiting or pending task no attempt has started yet.
 	PipelineJobsNotStarted(ctx context.Context, tenant, name, version string) ([]string, error)

@@ -40,6 +40,26 @@ func (q q) ListPipelines(ctx context.Context, tenant string) ([]*store.Pipeline,
 	return collect(rows, scanPipeline)
 }
 
+// ActivePipelines implements store.Reader.
+func (q q) ActivePipelines(ctx context.Context) ([]*store.Pipeline, error) {
+	rows, err := q.query(ctx, `SELECT `+pipelineCols+` FROM pipelines ORDER BY tenant, name`)
+	if err != nil {
+		return nil, fmt.Errorf("active pipelines: %w", err)
+	}
+	return collect(rows, scanPipeline)
+}
+
+// PipelineJobTasks implements store.Reader.
+func (q q) PipelineJobTasks(ctx context.Context, tenant, pipeline, job string) (total, live int, err error) {
+	err = q.queryRow(ctx, `SELECT COUNT(*), COALESCE(SUM(CASE WHEN t.status IN ('waiting', 'pending', 'running')
+		THEN 1 ELSE 0 END), 0) FROM jobs j JOIN tasks t ON t.job_id = j.id
+		WHERE j.tenant = $1 AND j.pipeline = $2 AND j.pipeline_job = $3`, tenant, pipeline, job).Scan(&total, &live)
+	if err != nil {
+		return 0, 0, fmt.Errorf("pipeline job tasks: %w", err)
+	}
+	return total, live, nil
+}
+
 // PutPipeline implements store.Tx.
 func (t *tx) PutPipeline(ctx context.Context, p *store.Pipeline) error {
 	_, err := t.exec(ctx, `INSERT INTO pipelines (`+pipelineCols+`) VALUES ($1, $2, $3, $4, $5)

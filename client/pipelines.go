@@ -1,0 +1,203 @@
+package client
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/url"
+	"time"
+)
+
+// Pipeline is a deployed DAG document: its active version and its jobs.
+type Pipeline struct {
+	Name          string        `json:"name"`
+	ActiveVersion string        `json:"active_version"`
+	CreatedAt     time.Time     `json:"created_at"`
+	UpdatedAt     time.Time     `json:"updated_at"`
+	Jobs          []PipelineJob `json:"jobs,omitempty"`
+	// Set by DeployPipeline: the deployed version, whether it is new, and whether the deploy made
+	// it the active one.
+	Version   string `json:"version,omitempty"`
+	Created   bool   `json:"created,omitempty"`
+	Activated bool   `json:"activated,omitempty"`
+}
+
+// PipelineJob is a job of a pipeline's active version with its task counts (routed: every task
+// created for it; then by status).
+type PipelineJob struct {
+	Name       string            `json:"name"`
+	Activation string            `json:"activation"`
+	Runtime    string            `json:"runtime"`
+	Operator   string            `json:"operator"`
+	Queue      string            `json:"queue"`
+	Source     string            `json:"source,omitempty"`
+	Outputs    []PipelineDataset `json:"outputs"`
+	Inputs     []PipelineDataset `json:"inputs"`
+	Counts     map[string]int    `json:"counts"`
+}
+
+// PipelineDataset is a dataset a pipeline job writes (an output) or reads (an input, with its
+// filter).
+type PipelineDataset struct {
+	OutputIndex int             `json:"output_index"`
+	DatasetUUID string          `json:"dataset_uuid"`
+	DatasetName string          `json:"dataset_name,omitempty"`
+	Where       json.RawMessage `json:"where,omitempty"`
+}
+
+// PipelineVersion is one deployed text of a pipeline.
+type PipelineVersion struct {
+	Version     string    `json:"version"`
+	Active      bool      `json:"active"`
+	ContentType string    `json:"content_type"`
+	CreatedAt   time.Time `json:"created_at"`
+}
+
+// RollbackResponse says what a rollback did.
+type RollbackResponse struct {
+	Name          string `json:"name"`
+	ActiveVersion string `json:"active_version"`
+	Activated     bool   `json:"activated"`
+	CanceledJobs  int    `json:"canceled_jobs"`
+}
+
+// DeployPipeline deploys a DAG document (POST /pipelines), YAML or JSON as contentType says
+// ("application/yaml" or "application/json"). The same content deployed again creates no version.
+func (c *Client) DeployPipeline(ctx context.Context, document []byte, contentType string) (*Pipeline, error) {
+	var out Pipeline
+	_, err := c.do(ctx, request{method: http.MethodPost, path: "/pipelines", body: document,
+		header: http.Header{"Content-Type": {contentType}}, retry: true}, &out)
+	if err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
+// ListPipelines lists the tenant's pipelines (GET /pipelines).
+func (c *Client) ListPipelines(ctx context.Context) ([]Pipeline, error) {
+	var out struct {
+		Pipelines []Pipeline `json:"pipelines"`
+	}
+	_, err := c.do(ctx, request{method: http.MethodGet, path: "/pipelines", retry: true}, &out)
+	return out.Pipelines, err
+}
+
+// GetPipeline returns a pipeline with its active version's jobs (GET /pipelines/{name}).
+func (c *Client) GetPipeline(ctx context.Context, name string) (*Pipeline, error) {
+	var out Pipeline
+	_, err := c.do(ctx, request{method: http.MethodGet, path: "/pipelines/" + url.PathEscape(name), retry: true}, &out)
+	if err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
+// PipelineVersions lists a pipeline's versions, newest first (GET /pipelines/{name}/versions).
+func (c *Client) PipelineVersions(ctx context.Context, name string) ([]PipelineVersion, error) {
+	var out struct {
+		Versions []PipelineVersion `json:"versions"`
+	}
+	_, err := c.do(ctx, request{method: http.MethodGet, path: "/pipelines/" + url.PathEscape(name) + "/versions", retry: true}, &out)
+	return out.Versions, err
+}
+
+// RollbackPipeline makes an earlier version active (version "": the one before the active one)
+// and cancels the rolled-back version's tasks that have not started (POST
+// /pipelines/{name}/rollback).
+func (c *Client) RollbackPipeline(ctx context.Context, name, version string) (*RollbackResponse, error) {
+	body, _ := json.Marshal(map[string]string{"version": version})
+	if version == "" {
+		body = []byte("{}")
+	}
+	var out RollbackResponse
+	_, err := c.do(ctx, request{method: http.MethodPost, path: "/pipelines/" + url.PathEscape(name) + "/rollback", body: body}, &out)
+	if err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
+// Dataset is a job output of a pipeline (named when published), or a named buffered dataset.
+type Dataset struct {
+	DatasetUUID    string           `json:"dataset_uuid"`
+	Name           *string          `json:"name"`
+	CurrentVersion string           `json:"current_version"`
+	Producer       *DatasetProducer `json:"producer"` // nil for a buffered dataset
+	Storage        *string          `json:"storage"`
+	WriteMode      *string          `json:"write_mode"`
+	Schema         json.RawMessage  `json:"schema,omitempty"`
+	CreatedAt      time.Time        `json:"created_at"`
+	UpdatedAt      time.Time        `json:"updated_at"`
+	// Set by GetDataset and SetCurrentVersion only.
+	FilterFields []string         `json:"filter_fields,omitempty"`
+	Versions     []DatasetVersion `json:"versions,omitempty"`
+	RecentEvents []DatasetEvent   `json:"recent_events,omitempty"`
+}
+
+// DatasetProducer is the pipeline job output that writes a dataset.
+type DatasetProducer struct {
+	Pipeline    string `json:"pipeline"`
+	Job         string `json:"job"`
+	OutputIndex int    `json:"output_index"`
+}
+
+// DatasetVersion is a registered version of a dataset.
+type DatasetVersion struct {
+	DatasetVersion string          `json:"dataset_version"`
+	Current        bool            `json:"current"`
+	StorageRef     json.RawMessage `json:"storage_ref"`
+	ConfigHash     *string         `json:"config_hash"`
+	RangeStart     *int64          `json:"range_start"`
+	RangeEnd       *int64          `json:"range_end"`
+	TaskID         *string         `json:"task_id"`
+	CreatedAt      time.Time       `json:"created_at"`
+}
+
+// DatasetEvent is an event a task reported on a dataset.
+type DatasetEvent struct {
+	ID             int64     `json:"id"`
+	DatasetVersion string    `json:"dataset_version"`
+	Cursor         *int64    `json:"cursor"`
+	PartitionKey   *string   `json:"partition_key"`
+	Start          *int64    `json:"start"`
+	End            *int64    `json:"end"`
+	TaskID         string    `json:"task_id"`
+	Attempt        int       `json:"attempt"`
+	CreatedAt      time.Time `json:"created_at"`
+}
+
+// ListDatasets lists the tenant's datasets, named ones first (GET /datasets).
+func (c *Client) ListDatasets(ctx context.Context) ([]Dataset, error) {
+	var out struct {
+		Datasets []Dataset `json:"datasets"`
+	}
+	_, err := c.do(ctx, request{method: http.MethodGet, path: "/datasets", retry: true}, &out)
+	return out.Datasets, err
+}
+
+// GetDataset returns a dataset, by name or dataset_uuid, with its versions and latest events
+// (GET /datasets/{name}).
+func (c *Client) GetDataset(ctx context.Context, name string) (*Dataset, error) {
+	var out Dataset
+	_, err := c.do(ctx, request{method: http.MethodGet, path: "/datasets/" + url.PathEscape(name), retry: true}, &out)
+	if err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
+// SetCurrentVersion switches a dataset's current version to a registered one (POST
+// /datasets/{name}/current): from then on its events of that version are routed.
+func (c *Client) SetCurrentVersion(ctx context.Context, name, version string) (*Dataset, error) {
+	body, err := json.Marshal(map[string]string{"dataset_version": version})
+	if err != nil {
+		return nil, fmt.Errorf("baton: encode: %w", err)
+	}
+	var out Dataset
+	_, err = c.do(ctx, request{method: http.MethodPost, path: "/datasets/" + url.PathEscape(name) + "/current", body: body, retry: true}, &out)
+	if err != nil {
+		return nil, err
+	}
+	return &out, nil
+}

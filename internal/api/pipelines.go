@@ -1,0 +1,245 @@
+package api
+
+import (
+	"encoding/json"
+	"mime"
+	"net/http"
+	"strings"
+
+	"github.com/baton-dev/baton/internal/dispatch"
+	"github.com/baton-dev/baton/internal/store"
+)
+
+// The data plane's producer endpoints: pipelines (deployed DAG documents) and datasets. Field
+// names are snake_case, as in the DAG document and the worker contracts' dataset fields.
+
+// PipelineRoutes lists the pipeline and dataset endpoints, all behind an API key.
+func (s *Server) PipelineRoutes() []Route {
+	return []Route{
+		{"POST", "/pipelines", s.deployPipeline},
+		{"GET", "/pipelines", s.listPipelines},
+		{"GET", "/pipelines/{name}", s.getPipeline},
+		{"GET", "/pipelines/{name}/versions", s.pipelineVersions},
+		{"GET", "/pipelines/{name}/versions/{version}", s.pipelineVersion},
+		{"POST", "/pipelines/{name}/rollback", s.rollbackPipeline},
+		{"GET", "/datasets", s.listDatasets},
+		{"GET", "/datasets/{name}", s.getDataset},
+		{"POST", "/datasets/{name}/current", s.setCurrentVersion},
+	}
+}
+
+// POST /pipelines: the body is the DAG document, as YAML (Content-Type application/yaml, the
+// default) or JSON (application/json).
+func (s *Server) deployPipeline(w http.ResponseWriter, r *http.Request) (any, error) {
+	body, err := readBody(r)
+	if err != nil {
+		return nil, err
+	}
+	if len(strings.TrimSpace(string(body))) == 0 {
+		return nil, errorf(http.StatusBadRequest, "request body is empty: send the pipeline document as YAML or JSON")
+	}
+	ct, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type"))
+	switch ct {
+	case "", "application/yaml", "application/x-yaml", "text/yaml", "text/x-yaml", "application/json", "text/plain":
+	default:
+		return nil, errorf(http.StatusUnsupportedMediaType, "Content-Type must be application/yaml or application/json, got %q", ct)
+	}
+	tenant := tenantOf(r)
+	res, err := s.d.Deploy(r.Context(), tenant, body, ct)
+	if err != nil {
+		return nil, err
+	}
+	v, err := s.d.GetPipeline(r.Context(), tenant, res.Pipeline.Name)
+	if err != nil {
+		return nil, err
+	}
+	out := pipelineView(v)
+	out["version"], out["created"], out["activated"] = res.Version, res.Created, res.Activated
+	if res.Created {
+		return created{out}, nil
+	}
+	return out, nil
+}
+
+func pipelineSummary(p *store.Pipeline) map[string]any {
+	return map[string]any{"name": p.Name, "active_version": p.ActiveVersion, "created_at": snakeTime(p.CreatedAt),
+		"updated_at": snakeTime(p.UpdatedAt)}
+}
+
+func pipelineView(v *dispatch.PipelineView) map[string]any {
+	out := pipelineSummary(v.Pipeline)
+	out["jobs"] = v.Jobs()
+	return out
+}
+
+// GET /pipelines
+func (s *Server) listPipelines(w http.ResponseWriter, r *http.Request) (any, error) {
+	ps, err := s.d.ListPipelines(r.Context(), tenantOf(r))
+	if err != nil {
+		return nil, err
+	}
+	out := make([]map[string]any, len(ps))
+	for i, p := range ps {
+		out[i] = pipelineSummary(p)
+	}
+	return map[string]any{"pipelines": out}, nil
+}
+
+// GET /pipelines/{name}
+func (s *Server) getPipeline(w http.ResponseWriter, r *http.Request) (any, error) {
+	v, err := s.d.GetPipeline(r.Context(), tenantOf(r), r.PathValue("name"))
+	if err != nil {
+		return nil, err
+	}
+	return pipelineView(v), nil
+}
+
+// GET /pipelines/{name}/versions
+func (s *Server) pipelineVersions(w http.ResponseWriter, r *http.Request) (any, error) {
+	tenant, name := tenantOf(r), r.PathValue("name")
+	vs, err := s.d.PipelineVersions(r.Context(), tenant, name)
+	if err != nil {
+		return nil, err
+	}
+	p, err := s.d.Store().GetPipeline(r.Context(), tenant, name)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]map[string]any, len(vs))
+	for i, v := range vs {
+		out[i] = map[string]any{"version": v.Version, "active": v.Version == p.ActiveVersion,
+			"content_type": v.ContentType, "created_at": snakeTime(v.CreatedAt)}
+	}
+	return map[string]any{"name": name, "active_version": p.ActiveVersion, "versions": out}, nil
+}
+
+// GET /pipelines/{name}/versions/{version}: the document as it was deployed.
+func (s *Server) pipelineVersion(w http.ResponseWriter, r *http.Request) (any, error) {
+	tenant, name := tenantOf(r), r.PathValue("name")
+	vs, err := s.d.PipelineVersions(r.Context(), tenant, name)
+	if err != nil {
+		return nil, err
+	}
+	for _, v := range vs {
+		if v.Version == r.PathValue("version") {
+			return map[string]any{"name": name, "version": v.Version, "content_type": v.ContentType,
+				"created_at": snakeTime(v.CreatedAt), "document": string(v.Document)}, nil
+		}
+	}
+	return nil, errorf(http.StatusNotFound, "Pipeline version not found")
+}
+
+// POST /pipelines/{name}/rollback {"version": "..."}: version defaults to the one deployed
+// before the active one.
+func (s *Server) rollbackPipeline(w http.ResponseWriter, r *http.Request) (any, error) {
+	body, err := readBody(r)
+	if err != nil {
+		return nil, err
+	}
+	var version string
+	if len(strings.TrimSpace(string(body))) > 0 && strings.TrimSpace(string(body)) != "null" {
+		obj, err := decodeObject(body)
+		if err != nil {
+			return nil, err
+		}
+		f := fields{obj: obj}
+		version = f.str("version")
+		if f.err != nil {
+			return nil, f.err
+		}
+		if err := checkFields(obj, "", "version"); err != nil {
+			return nil, err
+		}
+	}
+	name := r.PathValue("name")
+	res, canceled, err := s.d.Rollback(r.Context(), tenantOf(r), name, version)
+	if err != nil {
+		return nil, err
+	}
+	return map[string]any{"name": name, "active_version": res.Version, "activated": res.Activated,
+		"canceled_jobs": canceled}, nil
+}
+
+// GET /datasets
+func (s *Server) listDatasets(w http.ResponseWriter, r *http.Request) (any, error) {
+	ds, err := s.d.ListDatasets(r.Context(), tenantOf(r))
+	if err != nil {
+		return nil, err
+	}
+	out := make([]map[string]any, len(ds))
+	for i, x := range ds {
+		out[i] = datasetSummary(x)
+	}
+	return map[string]any{"datasets": out}, nil
+}
+
+func datasetSummary(x *store.Dataset) map[string]any {
+	out := map[string]any{"dataset_uuid": x.UUID, "name": nullable(x.Name), "current_version": x.CurrentVersion,
+		"producer": map[string]any{"pipeline": nullable(x.Pipeline), "job": nullable(x.Job), "output_index": x.OutputIndex},
+		"storage":  nullable(x.Storage), "write_mode": nullable(x.WriteMode), "created_at": snakeTime(x.CreatedAt),
+		"updated_at": snakeTime(x.UpdatedAt)}
+	if x.Pipeline == "" {
+		out["producer"] = nil // a buffered dataset: many writers
+	}
+	if len(x.Schema) > 0 {
+		out["schema"] = json.RawMessage(x.Schema)
+	}
+	return out
+}
+
+// GET /datasets/{name}: by name, or by dataset_uuid.
+func (s *Server) getDataset(w http.ResponseWriter, r *http.Request) (any, error) {
+	v, err := s.d.GetDataset(r.Context(), tenantOf(r), r.PathValue("name"), 20)
+	if err != nil {
+		return nil, err
+	}
+	return datasetView(v), nil
+}
+
+func datasetView(v *dispatch.DatasetView) map[string]any {
+	out := datasetSummary(v.Dataset)
+	versions := make([]map[string]any, len(v.Versions))
+	for i, dv := range v.Versions {
+		versions[i] = map[string]any{"dataset_version": dv.Version, "current": dv.Version == v.Dataset.CurrentVersion,
+			"storage_ref": rawOrNull(dv.StorageRef), "config_hash": nullable(dv.ConfigHash), "range_start": dv.Start,
+			"range_end": dv.End, "task_id": nullable(dv.TaskID), "created_at": snakeTime(dv.CreatedAt)}
+	}
+	events := make([]map[string]any, len(v.Events))
+	for i, e := range v.Events {
+		events[i] = map[string]any{"id": e.ID, "dataset_version": e.DatasetVersion, "cursor": e.Cursor,
+			"partition_key": nullable(e.PartitionKey), "start": e.Start, "end": e.End, "task_id": e.TaskID,
+			"attempt": e.Attempt, "created_at": snakeTime(e.CreatedAt)}
+	}
+	out["versions"], out["recent_events"], out["filter_fields"] = versions, events, v.Allowed
+	return out
+}
+
+// POST /datasets/{name}/current {"dataset_version": "..."}: the cutover.
+func (s *Server) setCurrentVersion(w http.ResponseWriter, r *http.Request) (any, error) {
+	body, err := readBody(r)
+	if err != nil {
+		return nil, err
+	}
+	obj, err := decodeObject(body)
+	if err != nil {
+		return nil, err
+	}
+	f := fields{obj: obj}
+	version := f.str("dataset_version")
+	if f.err != nil {
+		return nil, f.err
+	}
+	if err := checkFields(obj, "", "dataset_version"); err != nil {
+		return nil, err
+	}
+	tenant := tenantOf(r)
+	x, err := s.d.SetCurrentVersion(r.Context(), tenant, r.PathValue("name"), version)
+	if err != nil {
+		return nil, err
+	}
+	v, err := s.d.GetDataset(r.Context(), tenant, x.UUID, 20)
+	if err != nil {
+		return nil, err
+	}
+	return datasetView(v), nil
+}

@@ -1,0 +1,159 @@
+package api_test
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/baton-dev/baton/internal/auth"
+	"github.com/baton-dev/baton/internal/dispatch"
+	"github.com/baton-dev/baton/internal/lifecycle"
+)
+
+const apiPipeline = `
+name: chain
+jobs:
+  - name: follower
+    activation: source
+    runtime: ecs_platform
+    operator: block_follower
+    outputs: 1
+    source: {kind: always_on}
+  - name: mainnet
+    activation: reactive
+    runtime: ecs_platform
+    operator: alerts
+    outputs: 1
+    config: {level: high}
+    inputs:
+      - from: {dataset: blocks}
+        where: {chain: mainnet}
+publish:
+  blocks:
+    from: {job: follower, output: 0}
+    filter_fields: [chain]
+`
+
+// The same content as JSON: the same version.
+const apiPipelineJSON = `{"publish": {"blocks": {"filter_fields": ["chain"], "from": {"output": 0, "job": "follower"}}},
+ "name": "chain", "jobs": [
+  {"name": "follower", "activation": "source", "runtime": "ecs_platform", "operator": "block_follower", "outputs": 1, "source": {"kind": "always_on"}},
+  {"name": "mainnet", "activation": "reactive", "runtime": "ecs_platform", "operator": "alerts", "outputs": 1,
+   "config": {"level": "high"}, "inputs": [{"from": {"dataset": "blocks"}, "where": {"chain": "mainnet"}}]}]}`
+
+func TestPipelineEndpoints(t *testing.T) {
+	forEachWorkerDriver(t, func(t *testing.T, w *workerAPI) {
+		key := w.apiKey("acme")
+		yaml := []string{"x-api-key", key, "Content-Type", "application/yaml"}
+		res := w.request("POST", w.public.URL+"/pipelines", apiPipeline, yaml...)
+		wantStatus(t, res, http.StatusCreated)
+		version, _ := res.Body["version"].(string)
+		if res.Body["created"] != true || res.Body["active_version"] != version || len(version) != 16 {
+			t.Fatalf("deploy: %s", res.Raw)
+		}
+		jobs := res.Body["jobs"].([]any)
+		follower := jobs[0].(map[string]any)
+		blocks := follower["outputs"].([]any)[0].(map[string]any)
+		if blocks["dataset_name"] != "blocks" || blocks["dataset_uuid"] == "" {
+			t.Errorf("follower outputs: %v", follower["outputs"])
+		}
+		// The same content as JSON creates nothing.
+		res = w.request("POST", w.public.URL+"/pipelines", apiPipelineJSON, "x-api-key", key)
+		wantStatus(t, res, http.StatusOK)
+		if res.Body["created"] != false || res.Body["version"] != version {
+			t.Errorf("redeploy as JSON: %s", res.Raw)
+		}
+		// Every problem at once, nothing stored.
+		bad := strings.Replace(apiPipeline, "name: chain", "name: Bad-Name", 1)
+		bad = strings.Replace(bad, "outputs: 1\n    config", "outputs: many\n    config", 1)
+		res = w.request("POST", w.public.URL+"/pipelines", bad, yaml...)
+		wantStatus(t, res, http.StatusBadRequest)
+		if errs, _ := res.Body["errors"].([]any); len(errs) < 2 {
+			t.Errorf("bad document: %s", res.Raw)
+		}
+		res = w.request("POST", w.public.URL+"/pipelines", "name: x", "x-api-key", key, "Content-Type", "image/png")
+		wantStatus(t, res, http.StatusUnsupportedMediaType)
+
+		res = w.request("GET", w.public.URL+"/pipelines", nil, "x-api-key", key)
+		if ps := res.Body["pipelines"].([]any); len(ps) != 1 {
+			t.Errorf("list: %s", res.Raw)
+		}
+		res = w.request("GET", w.public.URL+"/pipelines/chain/versions", nil, "x-api-key", key)
+		if vs := res.Body["versions"].([]any); len(vs) != 1 || vs[0].(map[string]any)["active"] != true {
+			t.Errorf("versions: %s", res.Raw)
+		}
+		res = w.request("GET", w.public.URL+"/pipelines/chain/versions/"+version, nil, "x-api-key", key)
+		if res.Body["document"] != apiPipeline {
+			t.Errorf("the version's document: %s", res.Raw)
+		}
+		wantError(t, w.request("GET", w.public.URL+"/pipelines/nope", nil, "x-api-key", key), http.StatusNotFound, "Pipeline not found")
+		wantStatus(t, w.request("POST", w.public.URL+"/pipelines/chain/rollback", nil, "x-api-key", key), http.StatusBadRequest)
+		// Another tenant sees none of it.
+		other := w.apiKey("other")
+		wantStatus(t, w.request("GET", w.public.URL+"/pipelines/chain", nil, "x-api-key", other), http.StatusNotFound)
+		wantStatus(t, w.request("GET", w.public.URL+"/datasets/blocks", nil, "x-api-key", other), http.StatusNotFound)
+
+		// An event on blocks, reported over the internal dialect, routes a task whose claim
+		// answer carries its data plane.
+		_, ids := w.submit(lifecycle.TaskSpec{Key: "emit", Name: "emit"})
+		c := claimInternal(t, w, ids["emit"])
+		res = w.post(w.internal.URL, "/internal/events", map[string]any{"task_id": ids["emit"], "attempt": c["attempt"],
+			"lease_token": c["lease_token"], "events": []map[string]any{{"dataset_uuid": blocks["dataset_uuid"],
+				"dataset_version": w.currentVersion(key, "blocks"), "partition_key": "100-199", "start": 100, "end": 199}}})
+		wantOK(t, res)
+		if _, n, err := w.d.NewRouter(dispatch.RouteConfig{}).RunOnce(context.Background()); err != nil || n != 1 {
+			t.Fatalf("route: %d tasks, %v", n, err)
+		}
+		claim := w.streamClaimed("w-1", "alerts")
+		job := claim["job"].(map[string]any)
+		if job["dag_name"] != "chain" || job["name"] != "mainnet" || claim["operator"] != "alerts" {
+			t.Errorf("claim job %v operator %v", job, claim["operator"])
+		}
+		if !sameJSON(claim["config"], `{"level":"high"}`) || !sameJSON(claim["payload"], `{"level":"high"}`) {
+			t.Errorf("config %v", claim["config"])
+		}
+		in := claim["inputs"].([]any)[0].(map[string]any)
+		if in["dataset_uuid"] != blocks["dataset_uuid"] || in["partition_key"] != "100-199" || !sameJSON(in["where"], `{"chain":"mainnet"}`) {
+			t.Errorf("inputs %v", claim["inputs"])
+		}
+		if outs := claim["outputs"].([]any); len(outs) != 1 || outs[0].(map[string]any)["output_index"] != float64(0) {
+			t.Errorf("outputs %v", claim["outputs"])
+		}
+		fetched := fetchInternal(w, claim["task_id"].(string))
+		inputs, _ := json.Marshal(claim["inputs"])
+		if !sameJSON(fetched.Body["inputs"], string(inputs)) || fetched.Body["job"].(map[string]any)["name"] != "mainnet" {
+			t.Errorf("task-fetch: %s", fetched.Raw)
+		}
+		res = w.request("GET", w.public.URL+"/pipelines/chain", nil, "x-api-key", key)
+		counts := res.Body["jobs"].([]any)[1].(map[string]any)["counts"].(map[string]any)
+		if counts["routed"] != float64(1) || counts["running"] != float64(1) {
+			t.Errorf("counts %v", counts)
+		}
+		res = w.request("GET", w.public.URL+"/datasets/blocks", nil, "x-api-key", key)
+		if evs := res.Body["recent_events"].([]any); len(evs) != 1 || !sameJSON(res.Body["filter_fields"], `["chain"]`) {
+			t.Errorf("dataset: %s", res.Raw)
+		}
+		wantStatus(t, w.request("POST", w.public.URL+"/datasets/blocks/current", map[string]any{"dataset_version": "v9"}, "x-api-key", key), http.StatusBadRequest)
+	})
+}
+
+// apiKey creates a key of tenant.
+func (w *workerAPI) apiKey(tenant string) string {
+	w.t.Helper()
+	_, secret, err := auth.CreateKey(context.Background(), w.st, "test-"+tenant, tenant, "", time.Now())
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	return secret
+}
+
+// currentVersion reads a dataset's current version over the API.
+func (w *workerAPI) currentVersion(key, name string) string {
+	w.t.Helper()
+	res := w.request("GET", w.public.URL+"/datasets/"+name, nil, "x-api-key", key)
+	v, _ := res.Body["current_version"].(string)
+	return v
+}

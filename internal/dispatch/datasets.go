@@ -1,0 +1,132 @@
+package dispatch
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+
+	"github.com/google/uuid"
+
+	"github.com/baton-dev/baton/internal/store"
+)
+
+// DatasetView is a dataset with its registered versions and latest events.
+type DatasetView struct {
+	Dataset  *store.Dataset
+	Versions []*store.DatasetVersion
+	Events   []*store.DatasetEvent
+	Allowed  []string // the fields a where may use
+}
+
+// findDataset finds a tenant's dataset by name, or by uuid.
+func (d *Dispatcher) findDataset(ctx context.Context, st store.Reader, tenant, ref string) (*store.Dataset, error) {
+	x, err := st.DatasetByName(ctx, tenant, ref)
+	if errors.Is(err, store.ErrNotFound) && uuid.Validate(ref) == nil {
+		var ds []*store.Dataset
+		if ds, err = st.GetDatasets(ctx, []string{ref}); err == nil && len(ds) == 1 && ds[0].Tenant == tenant {
+			return ds[0], nil
+		}
+		err = store.ErrNotFound
+	}
+	if errors.Is(err, store.ErrNotFound) {
+		return nil, ErrDatasetNotFound
+	}
+	return x, err
+}
+
+// GetDataset returns a tenant's dataset, named or by uuid, with its versions and its latest
+// events (up to limit).
+func (d *Dispatcher) GetDataset(ctx context.Context, tenant, ref string, limit int) (*DatasetView, error) {
+	x, err := d.findDataset(ctx, d.store, tenant, ref)
+	if err != nil {
+		return nil, err
+	}
+	v := &DatasetView{Dataset: x, Allowed: []string{}}
+	if v.Versions, err = d.store.ListDatasetVersions(ctx, x.UUID); err != nil {
+		return nil, err
+	}
+	if v.Events, err = d.store.RecentDatasetEvents(ctx, x.UUID, cmpOr(limit, 20)); err != nil {
+		return nil, err
+	}
+	for f := range allowlistOf(x).Fields {
+		v.Allowed = append(v.Allowed, f)
+	}
+	slices.Sort(v.Allowed)
+	return v, nil
+}
+
+// ListDatasets lists a tenant's datasets, named ones first.
+func (d *Dispatcher) ListDatasets(ctx context.Context, tenant string) ([]*store.Dataset, error) {
+	return d.store.ListDatasets(ctx, tenant)
+}
+
+// SetCurrentVersion makes a registered version the dataset's current one, atomically: events of
+// the version it replaces are no longer routed, events of the new one are.
+func (d *Dispatcher) SetCurrentVersion(ctx context.Context, tenant, ref, version string) (*store.Dataset, error) {
+	if version == "" {
+		return nil, &InvalidError{Message: "dataset_version is required"}
+	}
+	var out *store.Dataset
+	err := d.updateAlone(ctx, store.LockSet{}, func(tx store.Tx, c *changes) error {
+		x, err := d.findDataset(ctx, tx, tenant, ref)
+		if err != nil {
+			return err
+		}
+		versions, err := tx.ListDatasetVersions(ctx, x.UUID)
+		if err != nil {
+			return err
+		}
+		if !slices.ContainsFunc(versions, func(v *store.DatasetVersion) bool { return v.Version == version }) {
+			return &InvalidError{Message: fmt.Sprintf("dataset %s has no registered version %q (versions are registered by datasets_published on task completion)", ref, version)}
+		}
+		x.CurrentVersion, x.UpdatedAt = version, c.now
+		out = x
+		return tx.UpdateDataset(ctx, x)
+	})
+	return out, err
+}
+
+// PublishedVersion is one entry of a completion's datasets_published: a dataset version the task
+// wrote, to register.
+type PublishedVersion struct {
+	DatasetUUID    string          `json:"dataset_uuid"`
+	DatasetVersion string          `json:"dataset_version"`
+	StorageRef     json.RawMessage `json:"storage_ref,omitempty"`
+	ConfigHash     string          `json:"config_hash,omitempty"`
+	RangeStart     *int64          `json:"range_start,omitempty"`
+	RangeEnd       *int64          `json:"range_end,omitempty"`
+}
+
+// registerVersions registers the versions a completing task published, on the datasets of its
+// tenant; versions of unknown datasets or of other tenants' are ignored.
+func (d *Dispatcher) registerVersions(ctx context.Context, tx store.Tx, c *changes, t *store.Task, pub []PublishedVersion) error {
+	var uuids []string
+	for i, p := range pub {
+		if p.DatasetUUID == "" || p.DatasetVersion == "" {
+			return &InvalidError{Message: fmt.Sprintf("datasets_published[%d]: dataset_uuid and dataset_version are required", i)}
+		}
+		uuids = append(uuids, p.DatasetUUID)
+	}
+	ds, err := tx.GetDatasets(ctx, uuids)
+	if err != nil || len(ds) == 0 {
+		return err
+	}
+	job, err := d.store.GetJob(ctx, t.JobID)
+	if err != nil {
+		return err
+	}
+	mine := map[string]bool{}
+	for _, x := range ds {
+		mine[x.UUID] = x.Tenant == job.Tenant
+	}
+	var vs []*store.DatasetVersion
+	for _, p := range pub {
+		if mine[p.DatasetUUID] {
+			vs = append(vs, &store.DatasetVersion{DatasetUUID: p.DatasetUUID, Version: p.DatasetVersion, StorageRef: p.StorageRef,
+				ConfigHash: p.ConfigHash, Start: p.RangeStart, End: p.RangeEnd, TaskID: t.ID, CreatedAt: c.now})
+		}
+	}
+	return tx.InsertDatasetVersions(ctx, vs)
+}

@@ -1,0 +1,506 @@
+package dispatch
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"strconv"
+
+	"github.com/google/uuid"
+
+	"github.com/baton-dev/baton/internal/pipeline"
+	"github.com/baton-dev/baton/internal/store"
+)
+
+// MaxPipelineBytes is the largest pipeline document a deploy accepts.
+const MaxPipelineBytes = 1 << 20
+
+// ErrPipelineNotFound: the tenant has no pipeline (or version) of that name.
+var ErrPipelineNotFound = errors.New("pipeline not found")
+
+// ErrDatasetNotFound: the tenant has no dataset of that name or uuid.
+var ErrDatasetNotFound = errors.New("dataset not found")
+
+// DeployResult says what a deploy did.
+type DeployResult struct {
+	Pipeline *store.Pipeline
+	Version  string
+	Created  bool // a new version was stored (false: the same text was deployed before)
+	// Activated: the version became the active one (false: it already was).
+	Activated bool
+}
+
+// outputProducer is the producer key of output i of job j of pipeline p.
+func outputProducer(p, j string, i int) string {
+	return "output:" + p + "/" + j + "/" + strconv.Itoa(i)
+}
+
+func bufferedProducer(name string) string { return "buffered:" + name }
+
+// Deploy validates a pipeline document and stores it as the pipeline's active version. Every
+// problem, in the document or against the tenant's other pipelines' datasets, is reported in one
+// ValidationError and nothing is stored. The same content deployed again creates no version; if
+// it is an earlier version, it becomes the active one again.
+func (d *Dispatcher) Deploy(ctx context.Context, tenant string, body []byte, contentType string) (*DeployResult, error) {
+	if len(body) > MaxPipelineBytes {
+		return nil, &InvalidError{Message: fmt.Sprintf("a pipeline document is at most %d bytes", MaxPipelineBytes)}
+	}
+	doc, problems := pipeline.Parse(body, contentType)
+	if doc == nil || len(problems) > 0 {
+		return nil, &ValidationError{Errors: problems.Strings()}
+	}
+	existing, more, err := d.checkAgainstTenant(ctx, tenant, doc)
+	if err != nil {
+		return nil, err
+	}
+	if len(more) > 0 {
+		return nil, &ValidationError{Errors: more.Strings()}
+	}
+	var res *DeployResult
+	err = d.updateAlone(ctx, store.LockSet{}, func(tx store.Tx, c *changes) error {
+		res = &DeployResult{Version: doc.Version}
+		spec, err := d.storeDatasets(ctx, tx, c, tenant, doc, existing)
+		if err != nil {
+			return err
+		}
+		specJSON, _ := json.Marshal(spec)
+		if res.Created, err = tx.InsertPipelineVersion(ctx, &store.PipelineVersion{Tenant: tenant, Pipeline: doc.Name,
+			Version: doc.Version, Document: body, ContentType: contentType, Spec: specJSON, CreatedAt: c.now}); err != nil {
+			return err
+		}
+		if res.Created {
+			if err := tx.InsertConsumers(ctx, spec.consumers()); err != nil {
+				return err
+			}
+		}
+		p, err := tx.GetPipeline(ctx, tenant, doc.Name)
+		switch {
+		case errors.Is(err, store.ErrNotFound):
+			p = &store.Pipeline{Tenant: tenant, Name: doc.Name, CreatedAt: c.now}
+		case err != nil:
+			return err
+		}
+		res.Activated = p.ActiveVersion != doc.Version
+		p.ActiveVersion, p.UpdatedAt = doc.Version, c.now
+		if res.Activated {
+			if err := tx.PutPipeline(ctx, p); err != nil {
+				return err
+			}
+		}
+		res.Pipeline = p
+		return nil
+	})
+	if errors.Is(err, store.ErrConflict) {
+		return nil, &ValidationError{Errors: []string{"publish: a dataset name was taken by another deploy at the same time; deploy again"}}
+	}
+	return res, err
+}
+
+// checkAgainstTenant checks what a document cannot check alone: that the datasets it reads from
+// other pipelines exist and its filters use their allowed fields, and that the names it publishes
+// are not another producer's. It returns the tenant's datasets the document names or produces,
+// by producer key and by name.
+func (d *Dispatcher) checkAgainstTenant(ctx context.Context, tenant string, doc *pipeline.Document) (map[string]*store.Dataset, pipeline.Problems, error) {
+	st := d.store
+	existing := map[string]*store.Dataset{}
+	var producers []string
+	for _, j := range doc.Jobs {
+		for i := range j.Outputs {
+			producers = append(producers, outputProducer(doc.Name, j.Name, i))
+		}
+	}
+	for name, p := range doc.Publish {
+		if p.WriteMode == pipeline.WriteBuffered {
+			producers = append(producers, bufferedProducer(name))
+		}
+	}
+	ds, err := st.DatasetsByProducer(ctx, tenant, producers)
+	if err != nil {
+		return nil, nil, err
+	}
+	for _, x := range ds {
+		existing[x.Producer] = x
+	}
+	var problems pipeline.Problems
+	bad := func(path, format string, args ...any) {
+		problems = append(problems, pipeline.Problem{Path: path, Message: fmt.Sprintf(format, args...)})
+	}
+	byName := func(name string) (*store.Dataset, error) {
+		if x, ok := existing["name:"+name]; ok {
+			return x, nil
+		}
+		x, err := st.DatasetByName(ctx, tenant, name)
+		if errors.Is(err, store.ErrNotFound) {
+			x, err = nil, nil
+		}
+		existing["name:"+name] = x
+		return x, err
+	}
+	for _, name := range sortedKeys(doc.Publish) {
+		p := doc.Publish[name]
+		path := "publish." + name
+		held, err := byName(name)
+		if err != nil {
+			return nil, nil, err
+		}
+		want := outputProducer(doc.Name, p.From.Job, p.From.Output)
+		if p.WriteMode == pipeline.WriteBuffered {
+			want = bufferedProducer(name)
+		}
+		if held != nil && held.Producer != want {
+			bad(path, "dataset %q is already produced by %s", name, describeProducer(held))
+			continue
+		}
+		if mine := existing[want]; mine != nil && mine.Name != "" && mine.Name != name {
+			bad(path+".from", "output %d of job %q is already published as %q", p.From.Output, p.From.Job, mine.Name)
+		}
+	}
+	var lookupErr error
+	problems = append(problems, doc.CheckExternal(func(name string) (pipeline.Allowlist, bool) {
+		x, err := byName(name)
+		if err != nil {
+			lookupErr = err
+		}
+		if x == nil {
+			return pipeline.Allowlist{}, false
+		}
+		return allowlistOf(x), true
+	})...)
+	if lookupErr != nil {
+		return nil, nil, lookupErr
+	}
+	return existing, problems, nil
+}
+
+// allowlistOf is the fields a stored dataset may be filtered on.
+func allowlistOf(x *store.Dataset) pipeline.Allowlist {
+	p := &pipeline.Publish{Dataset: x.Name}
+	if len(x.Schema) > 0 {
+		p.Schema = &pipeline.Schema{}
+		_ = json.Unmarshal(x.Schema, p.Schema)
+	}
+	_ = json.Unmarshal(x.FilterFields, &p.FilterFields)
+	return p.Allowlist()
+}
+
+func describeProducer(x *store.Dataset) string {
+	if x.Pipeline == "" {
+		return "buffered writers"
+	}
+	return fmt.Sprintf("pipeline %q job %q output %d", x.Pipeline, x.Job, x.OutputIndex)
+}
+
+// storeDatasets creates the datasets of doc that do not exist yet (every job output, and each
+// named buffered dataset) with a first current version, names the published ones, and returns the
+// document's spec with every dataset by uuid.
+func (d *Dispatcher) storeDatasets(ctx context.Context, tx store.Tx, c *changes, tenant string, doc *pipeline.Document,
+	existing map[string]*store.Dataset) (*pipelineSpec, error) {
+	var fresh []*store.Dataset
+	var versions []*store.DatasetVersion
+	add := func(producer, name, job string, index int) {
+		if existing[producer] != nil {
+			return
+		}
+		x := &store.Dataset{UUID: uuid.NewString(), Tenant: tenant, Producer: producer, Pipeline: doc.Name, Job: job,
+			OutputIndex: index, CurrentVersion: uuid.NewString(), CreatedAt: c.now, UpdatedAt: c.now}
+		if job == "" {
+			x.Pipeline = ""
+		}
+		fresh = append(fresh, x)
+		versions = append(versions, &store.DatasetVersion{DatasetUUID: x.UUID, Version: x.CurrentVersion, CreatedAt: c.now})
+	}
+	for _, j := range doc.Jobs {
+		for i := range j.Outputs {
+			add(outputProducer(doc.Name, j.Name, i), "", j.Name, i)
+		}
+	}
+	for name, p := range doc.Publish {
+		if p.WriteMode == pipeline.WriteBuffered {
+			add(bufferedProducer(name), name, "", 0)
+		}
+	}
+	if err := tx.InsertDatasets(ctx, fresh); err != nil {
+		return nil, err
+	}
+	if err := tx.InsertDatasetVersions(ctx, versions); err != nil {
+		return nil, err
+	}
+	// Read back: a concurrent deploy may have created some of them first.
+	var producers []string
+	for _, x := range fresh {
+		producers = append(producers, x.Producer)
+	}
+	got, err := tx.DatasetsByProducer(ctx, tenant, producers)
+	if err != nil {
+		return nil, err
+	}
+	byProducer := map[string]*store.Dataset{}
+	for k, x := range existing {
+		byProducer[k] = x
+	}
+	for _, x := range got {
+		byProducer[x.Producer] = x
+	}
+	// Name the published datasets and keep their schema and filter fields.
+	for _, name := range sortedKeys(doc.Publish) {
+		p := doc.Publish[name]
+		producer := outputProducer(doc.Name, p.From.Job, p.From.Output)
+		if p.WriteMode == pipeline.WriteBuffered {
+			producer = bufferedProducer(name)
+		}
+		x := byProducer[producer]
+		if x == nil {
+			return nil, fmt.Errorf("dataset of %s vanished during the deploy", producer)
+		}
+		x.Name, x.Storage, x.WriteMode, x.UpdatedAt = name, p.Storage, p.WriteMode, c.now
+		x.Schema, x.FilterFields = nil, nil
+		if p.Schema != nil {
+			x.Schema, _ = json.Marshal(p.Schema)
+		}
+		if len(p.FilterFields) > 0 {
+			x.FilterFields, _ = json.Marshal(p.FilterFields)
+		}
+		if err := tx.UpdateDataset(ctx, x); err != nil {
+			return nil, err
+		}
+	}
+	return buildSpec(tenant, doc, byProducer)
+}
+
+// buildSpec resolves doc's datasets to uuids: byProducer holds every dataset it produces, by
+// producer key, and the other pipelines' datasets it reads, by "name:" and their name.
+func buildSpec(tenant string, doc *pipeline.Document, byProducer map[string]*store.Dataset) (*pipelineSpec, error) {
+	s := &pipelineSpec{Tenant: tenant, Name: doc.Name, Version: doc.Version}
+	outputUUID := func(job string, i int) string {
+		if x := byProducer[outputProducer(doc.Name, job, i)]; x != nil {
+			return x.UUID
+		}
+		return ""
+	}
+	for _, j := range doc.Jobs {
+		js := &jobSpec{Name: j.Name, Activation: j.Activation, Runtime: j.Runtime, Operator: j.Operator, Queue: j.Queue,
+			Strategy: j.ExecutionStrategy, Priority: j.Priority, MaxAttempts: j.MaxAttempts, TimeoutSeconds: j.TimeoutSeconds,
+			HeartbeatTimeoutSeconds: j.HeartbeatTimeoutSeconds, Config: j.Config}
+		if j.Scaling != nil {
+			js.MaxConcurrency = j.Scaling.MaxConcurrency
+		}
+		if j.Source != nil {
+			js.SourceKind, js.Schedule, js.WebhookPath = j.Source.Kind, j.Source.Schedule, j.Source.WebhookPath
+		}
+		for i := range j.Outputs {
+			o := outputSpec{OutputIndex: i, DatasetUUID: outputUUID(j.Name, i)}
+			if p := doc.PublishedAs(j.Name, i); p != nil {
+				o.DatasetName = p.Dataset
+				if p.WriteMode == pipeline.WriteBuffered {
+					o.DatasetUUID = byProducer[bufferedProducer(p.Dataset)].UUID
+				}
+			}
+			js.Outputs = append(js.Outputs, o)
+		}
+		for _, in := range j.Inputs {
+			is := inputSpec{}
+			if len(in.Where) > 0 {
+				is.Where, _ = json.Marshal(in.Where)
+			}
+			switch name := in.From.Dataset; {
+			case name == "":
+				is.DatasetUUID = outputUUID(in.From.Job, *in.From.Output)
+				if p := doc.PublishedAs(in.From.Job, *in.From.Output); p != nil {
+					is.DatasetName = p.Dataset
+				}
+			case doc.Publish[name] != nil:
+				p := doc.Publish[name]
+				is.DatasetName = name
+				if p.WriteMode == pipeline.WriteBuffered {
+					is.DatasetUUID = byProducer[bufferedProducer(name)].UUID
+				} else {
+					is.DatasetUUID = outputUUID(p.From.Job, p.From.Output)
+				}
+			default:
+				x := byProducer["name:"+name]
+				if x == nil {
+					return nil, fmt.Errorf("dataset %q vanished during the deploy", name)
+				}
+				is.DatasetName, is.DatasetUUID = name, x.UUID
+			}
+			js.Inputs = append(js.Inputs, is)
+		}
+		s.Jobs = append(s.Jobs, js)
+	}
+	return s, nil
+}
+
+// consumers is the routing rows of the spec's reactive jobs.
+func (s *pipelineSpec) consumers() []*store.Consumer {
+	var out []*store.Consumer
+	for _, j := range s.Jobs {
+		for i, in := range j.Inputs {
+			out = append(out, &store.Consumer{DatasetUUID: in.DatasetUUID, Tenant: s.Tenant, Pipeline: s.Name,
+				Version: s.Version, Job: j.Name, InputIndex: i})
+		}
+	}
+	return out
+}
+
+// Rollback makes an earlier version of a pipeline active again (version "": the one deployed
+// before the active one) and cancels the tasks of the version it replaces that have not started.
+func (d *Dispatcher) Rollback(ctx context.Context, tenant, name, version string) (*DeployResult, int, error) {
+	p, err := d.store.GetPipeline(ctx, tenant, name)
+	if errors.Is(err, store.ErrNotFound) {
+		return nil, 0, ErrPipelineNotFound
+	}
+	if err != nil {
+		return nil, 0, err
+	}
+	if version == "" {
+		versions, err := d.store.ListPipelineVersions(ctx, tenant, name)
+		if err != nil {
+			return nil, 0, err
+		}
+		for i, v := range versions {
+			if v.Version == p.ActiveVersion && i+1 < len(versions) {
+				version = versions[i+1].Version
+				break
+			}
+		}
+		if version == "" {
+			return nil, 0, &InvalidError{Message: fmt.Sprintf("pipeline %q has no version deployed before %s to roll back to", name, p.ActiveVersion)}
+		}
+	} else if _, err := d.store.GetPipelineVersion(ctx, tenant, name, version); errors.Is(err, store.ErrNotFound) {
+		return nil, 0, &InvalidError{Message: fmt.Sprintf("pipeline %q has no version %q", name, version)}
+	} else if err != nil {
+		return nil, 0, err
+	}
+	var old string
+	res := &DeployResult{Version: version}
+	err = d.updateAlone(ctx, store.LockSet{}, func(tx store.Tx, c *changes) error {
+		p, err := tx.GetPipeline(ctx, tenant, name)
+		if err != nil {
+			return err
+		}
+		old = p.ActiveVersion
+		res.Activated = old != version
+		p.ActiveVersion, p.UpdatedAt = version, c.now
+		res.Pipeline = p
+		if !res.Activated {
+			return nil
+		}
+		return tx.PutPipeline(ctx, p)
+	})
+	if err != nil || !res.Activated {
+		return res, 0, err
+	}
+	n, err := d.cancelNotStarted(ctx, tenant, name, old)
+	return res, n, err
+}
+
+// cancelNotStarted cancels the jobs of a pipeline version whose task has not started.
+func (d *Dispatcher) cancelNotStarted(ctx context.Context, tenant, name, version string) (int, error) {
+	ids, err := d.store.PipelineJobsNotStarted(ctx, tenant, name, version)
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	for _, id := range ids {
+		if _, err := d.CancelJob(ctx, tenant, id, "pipeline_rolled_back"); err != nil {
+			if errors.Is(err, ErrJobNotFound) {
+				continue
+			}
+			return n, err
+		}
+		n++
+	}
+	return n, nil
+}
+
+// PipelineView is a pipeline with its active version's spec and its jobs' task counts.
+type PipelineView struct {
+	Pipeline *store.Pipeline
+	Active   *store.PipelineVersion
+	Spec     *pipelineSpec
+	Counts   []*store.PipelineTaskCount
+}
+
+// PipelineJobView is one job of a pipeline view.
+type PipelineJobView struct {
+	Name       string         `json:"name"`
+	Activation string         `json:"activation"`
+	Runtime    string         `json:"runtime"`
+	Operator   string         `json:"operator"`
+	Queue      string         `json:"queue"`
+	Source     string         `json:"source,omitempty"`
+	Outputs    []outputSpec   `json:"outputs"`
+	Inputs     []inputSpec    `json:"inputs"`
+	Counts     map[string]int `json:"counts"`
+}
+
+// Jobs lists the active version's jobs with their outputs' datasets and task counts: routed
+// (every task ever created for the job), waiting, pending, running, completed, failed, canceled.
+func (v *PipelineView) Jobs() []PipelineJobView {
+	out := make([]PipelineJobView, 0, len(v.Spec.Jobs))
+	for _, j := range v.Spec.Jobs {
+		jv := PipelineJobView{Name: j.Name, Activation: j.Activation, Runtime: j.Runtime, Operator: j.Operator,
+			Queue: j.Queue, Source: j.SourceKind, Outputs: j.Outputs, Inputs: j.Inputs,
+			Counts: map[string]int{"routed": 0, "waiting": 0, "pending": 0, "running": 0, "completed": 0, "failed": 0, "canceled": 0}}
+		if jv.Outputs == nil {
+			jv.Outputs = []outputSpec{}
+		}
+		if jv.Inputs == nil {
+			jv.Inputs = []inputSpec{}
+		}
+		for _, c := range v.Counts {
+			if c.Job == j.Name {
+				jv.Counts[string(c.Status)] += c.Count
+				jv.Counts["routed"] += c.Count
+			}
+		}
+		out = append(out, jv)
+	}
+	return out
+}
+
+// GetPipeline returns a tenant's pipeline with its active version.
+func (d *Dispatcher) GetPipeline(ctx context.Context, tenant, name string) (*PipelineView, error) {
+	p, err := d.store.GetPipeline(ctx, tenant, name)
+	if errors.Is(err, store.ErrNotFound) {
+		return nil, ErrPipelineNotFound
+	}
+	if err != nil {
+		return nil, err
+	}
+	v, err := d.store.GetPipelineVersion(ctx, tenant, name, p.ActiveVersion)
+	if err != nil {
+		return nil, err
+	}
+	spec, err := decodeSpec(v)
+	if err != nil {
+		return nil, err
+	}
+	counts, err := d.store.PipelineTaskCounts(ctx, tenant, name)
+	if err != nil {
+		return nil, err
+	}
+	return &PipelineView{Pipeline: p, Active: v, Spec: spec, Counts: counts}, nil
+}
+
+// ListPipelines lists a tenant's pipelines.
+func (d *Dispatcher) ListPipelines(ctx context.Context, tenant string) ([]*store.Pipeline, error) {
+	return d.store.ListPipelines(ctx, tenant)
+}
+
+// PipelineVersions lists a pipeline's versions, newest first.
+func (d *Dispatcher) PipelineVersions(ctx context.Context, tenant, name string) ([]*store.PipelineVersion, error) {
+	if _, err := d.store.GetPipeline(ctx, tenant, name); errors.Is(err, store.ErrNotFound) {
+		return nil, ErrPipelineNotFound
+	} else if err != nil {
+		return nil, err
+	}
+	return d.store.ListPipelineVersions(ctx, tenant, name)
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	return slices.Sorted(maps.Keys(m))
+}

@@ -1,0 +1,516 @@
+package dispatch_test
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/baton-dev/baton/internal/dispatch"
+	"github.com/baton-dev/baton/internal/lifecycle"
+	"github.com/baton-dev/baton/internal/store"
+	"github.com/baton-dev/baton/internal/store/storetest"
+)
+
+// chainDoc is a pipeline: a source emits block ranges on output 0 (published as "blocks"), a
+// PerUpdate job turns them into a second dataset, a PerPartition job consumes that, and two jobs
+// read "blocks" with different filters.
+const chainDoc = `
+name: chain
+defaults:
+  max_attempts: 2
+jobs:
+  - name: follower
+    activation: source
+    runtime: ecs_platform
+    operator: block_follower
+    outputs: 1
+    source: {kind: always_on}
+  - name: ranges
+    activation: reactive
+    runtime: ecs_platform
+    operator: range_builder
+    outputs: 1
+    execution_strategy: PerUpdate
+    inputs:
+      - from: {job: follower, output: 0}
+  - name: totals
+    activation: reactive
+    runtime: ecs_platform
+    operator: totals
+    outputs: 0
+    execution_strategy: PerPartition
+    config: {unit: blocks}
+    inputs:
+      - from: {job: ranges, output: 0}
+  - name: mainnet
+    activation: reactive
+    runtime: ecs_platform
+    operator: alerts
+    outputs: 0
+    inputs:
+      - from: {dataset: blocks}
+        where: {chain: mainnet}
+  - name: testnets
+    activation: reactive
+    runtime: ecs_platform
+    operator: alerts
+    queue: alerts_test
+    outputs: 0
+    inputs:
+      - from: {dataset: blocks}
+        where: {chain: [sepolia, holesky]}
+publish:
+  blocks:
+    from: {job: follower, output: 0}
+    filter_fields: [chain]
+`
+
+// pipelineEnv is an env with chainDoc deployed and an emitter: a running task whose events stand
+// for the source's.
+type pipelineEnv struct {
+	*env
+	router  *dispatch.Router
+	view    *dispatch.PipelineView
+	emitter *dispatch.Claim
+}
+
+func newPipelineEnv(t *testing.T, st store.Store) *pipelineEnv {
+	e := &pipelineEnv{env: newEnv(t, st)}
+	if _, err := e.d.Deploy(e.ctx, tenant, []byte(chainDoc), "application/yaml"); err != nil {
+		t.Fatalf("deploy: %v", err)
+	}
+	e.view = e.pipeline("chain")
+	e.router = e.d.NewRouter(dispatch.RouteConfig{})
+	job := e.submit(lifecycle.TaskSpec{Key: "emit", Name: "emit"})
+	e.emitter = e.claim(job, "emit")
+	return e
+}
+
+func (e *pipelineEnv) pipeline(name string) *dispatch.PipelineView {
+	e.t.Helper()
+	v, err := e.d.GetPipeline(e.ctx, tenant, name)
+	if err != nil {
+		e.t.Fatalf("get pipeline %s: %v", name, err)
+	}
+	return v
+}
+
+// output is the dataset of a job's output in the deployed version.
+func (e *pipelineEnv) output(job string, i int) (uuid, version string) {
+	e.t.Helper()
+	for _, j := range e.view.Jobs() {
+		if j.Name == job {
+			ds, err := e.st.GetDatasets(e.ctx, []string{j.Outputs[i].DatasetUUID})
+			if err != nil || len(ds) != 1 {
+				e.t.Fatalf("dataset of %s[%d]: %v %v", job, i, ds, err)
+			}
+			return ds[0].UUID, ds[0].CurrentVersion
+		}
+	}
+	e.t.Fatalf("no job %s", job)
+	return "", ""
+}
+
+func (e *pipelineEnv) emit(events ...dispatch.DatasetEvent) {
+	e.t.Helper()
+	c := e.emitter.Task
+	if _, err := e.d.RecordEvents(e.ctx, dispatch.Fence{TaskID: c.ID, Attempt: c.Attempt, LeaseToken: c.LeaseToken}, events); err != nil {
+		e.t.Fatalf("record events: %v", err)
+	}
+}
+
+// route runs the router until the outbox holds no event and returns the tasks it created.
+func (e *pipelineEnv) route() int {
+	e.t.Helper()
+	total := 0
+	for {
+		n, tasks, err := e.router.RunOnce(e.ctx)
+		if err != nil {
+			e.t.Fatalf("route: %v", err)
+		}
+		total += tasks
+		if n == 0 {
+			return total
+		}
+	}
+}
+
+// counts is the task count of each pipeline job ("routed").
+func (e *pipelineEnv) counts() map[string]int {
+	e.t.Helper()
+	out := map[string]int{}
+	for _, j := range e.pipeline("chain").Jobs() {
+		out[j.Name] = j.Counts["routed"]
+	}
+	return out
+}
+
+func partition(uuid, version string, start, end int64) dispatch.DatasetEvent {
+	return dispatch.DatasetEvent{DatasetUUID: uuid, DatasetVersion: version, PartitionKey: fmt.Sprintf("%d-%d", start, end), Start: &start, End: &end}
+}
+
+func cursorEvent(uuid, version string, cursor int64) dispatch.DatasetEvent {
+	return dispatch.DatasetEvent{DatasetUUID: uuid, DatasetVersion: version, Cursor: &cursor}
+}
+
+func TestRoutingOneTaskPerConsumerAndDedupeKey(t *testing.T) {
+	storetest.ForEachDriver(t, func(t *testing.T, st store.Store) {
+		e := newPipelineEnv(t, st)
+		blocks, v := e.output("follower", 0)
+		ev := partition(blocks, v, 100, 199)
+		// The same event, sent concurrently, twice more, and again by the same task.
+		var wg sync.WaitGroup
+		for range 8 {
+			wg.Go(func() { e.emit(ev) })
+		}
+		wg.Wait()
+		e.emit(ev, ev)
+		if got := e.route(); got != 3 {
+			t.Errorf("routed %d tasks, want 3 (ranges, mainnet, testnets)", got)
+		}
+		// A second task reporting the same partition: the dedupe key is the same.
+		other := e.claim(e.submit(lifecycle.TaskSpec{Key: "emit2", Name: "emit"}), "emit2")
+		if _, err := e.d.RecordEvents(e.ctx, dispatch.Fence{TaskID: other.Task.ID, LeaseToken: other.Task.LeaseToken},
+			[]dispatch.DatasetEvent{ev}); err != nil {
+			t.Fatal(err)
+		}
+		if got := e.route(); got != 0 {
+			t.Errorf("the same partition from another task routed %d tasks, want 0", got)
+		}
+		want := map[string]int{"follower": 0, "ranges": 1, "totals": 0, "mainnet": 1, "testnets": 1}
+		if got := e.counts(); !mapsEqual(got, want) {
+			t.Errorf("counts %v, want %v", got, want)
+		}
+		// A new partition and a cursor event: PerPartition jobs take only partitions.
+		e.emit(partition(blocks, v, 200, 299), cursorEvent(blocks, v, 42))
+		if got := e.route(); got != 6 {
+			t.Errorf("routed %d tasks, want 6", got)
+		}
+	})
+}
+
+func TestRoutingPerPartitionTakesPartitionsOnly(t *testing.T) {
+	storetest.ForEachDriver(t, func(t *testing.T, st store.Store) {
+		e := newPipelineEnv(t, st)
+		ranges, v := e.output("ranges", 0)
+		e.emit(cursorEvent(ranges, v, 7))
+		if got := e.route(); got != 0 {
+			t.Errorf("a cursor routed %d tasks to a PerPartition job, want 0", got)
+		}
+		e.emit(partition(ranges, v, 0, 9), partition(ranges, v, 10, 19), partition(ranges, v, 0, 9))
+		if got := e.route(); got != 2 {
+			t.Errorf("routed %d tasks, want 2 (one per partition)", got)
+		}
+	})
+}
+
+func TestRoutingIgnoresVersionsThatAreNotCurrentAndOtherTenants(t *testing.T) {
+	storetest.ForEachDriver(t, func(t *testing.T, st store.Store) {
+		e := newPipelineEnv(t, st)
+		blocks, _ := e.output("follower", 0)
+		e.emit(partition(blocks, "not-the-current-version", 0, 9))
+		if got := e.route(); got != 0 {
+			t.Errorf("an old version's event routed %d tasks", got)
+		}
+		// The event is kept for audit.
+		evs, err := st.ListDatasetEvents(e.ctx, e.emitter.Task.ID)
+		if err != nil || len(evs) != 1 {
+			t.Errorf("stored events %v, %v; want the one event", evs, err)
+		}
+		// Another tenant's task reporting on this tenant's dataset routes nothing.
+		res, err := e.d.CreateJob(e.ctx, dispatch.CreateJobParams{Tenant: "intruder", Tasks: []lifecycle.TaskSpec{{Key: "x", Name: "x"}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		tasks, _ := st.JobTasks(e.ctx, res.Job.ID)
+		c, err := e.d.ClaimTask(e.ctx, dispatch.ClaimTaskParams{TaskID: tasks[0].ID, WorkerID: "w"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, v := e.output("follower", 0)
+		if _, err := e.d.RecordEvents(e.ctx, dispatch.Fence{TaskID: c.Task.ID, LeaseToken: c.Task.LeaseToken},
+			[]dispatch.DatasetEvent{partition(blocks, v, 0, 9)}); err != nil {
+			t.Fatal(err)
+		}
+		if got := e.route(); got != 0 {
+			t.Errorf("another tenant's event routed %d tasks", got)
+		}
+	})
+}
+
+func TestRoutingStaleAttemptRoutesNothing(t *testing.T) {
+	storetest.ForEachDriver(t, func(t *testing.T, st store.Store) {
+		e := newPipelineEnv(t, st)
+		blocks, v := e.output("follower", 0)
+		c := e.emitter.Task
+		_, err := e.d.Complete(e.ctx, dispatch.CompleteParams{TaskID: c.ID, Attempt: c.Attempt, LeaseToken: "stale-lease",
+			Outcome: store.OutcomeSucceeded, Events: []dispatch.DatasetEvent{partition(blocks, v, 0, 9)}})
+		if !errors.Is(err, dispatch.ErrLeaseMismatch) {
+			t.Fatalf("completion with a stale lease: %v, want a fencing error", err)
+		}
+		if got := e.route(); got != 0 {
+			t.Errorf("a stale attempt's final events routed %d tasks", got)
+		}
+		// The current attempt's final events are routed.
+		if _, err := e.d.Complete(e.ctx, dispatch.CompleteParams{TaskID: c.ID, Attempt: c.Attempt, LeaseToken: c.LeaseToken,
+			Outcome: store.OutcomeSucceeded, Events: []dispatch.DatasetEvent{partition(blocks, v, 0, 9)}}); err != nil {
+			t.Fatal(err)
+		}
+		if got := e.route(); got != 3 {
+			t.Errorf("final events routed %d tasks, want 3", got)
+		}
+	})
+}
+
+func TestRoutedTaskCarriesItsDataPlane(t *testing.T) {
+	storetest.ForEachDriver(t, func(t *testing.T, st store.Store) {
+		e := newPipelineEnv(t, st)
+		blocks, v := e.output("follower", 0)
+		e.emit(partition(blocks, v, 1000, 1999))
+		e.route()
+		claims, err := e.d.ClaimNext(e.ctx, dispatch.ClaimNextParams{Queues: []string{"alerts_test"}, WorkerID: "w"})
+		if err != nil || len(claims) != 1 {
+			t.Fatalf("claim: %v %v", claims, err)
+		}
+		task := claims[0].Task
+		if task.Name != "alerts" {
+			t.Errorf("task name %q, want the operator", task.Name)
+		}
+		r := dispatch.DecodeRoute(task)
+		if r == nil {
+			t.Fatal("the routed task has no route")
+		}
+		if r.Job != (dispatch.RouteJob{DAGName: "chain", Name: "testnets"}) || r.Version != e.view.Pipeline.ActiveVersion {
+			t.Errorf("route job %+v version %s", r.Job, r.Version)
+		}
+		if len(r.Inputs) != 1 {
+			t.Fatalf("inputs %+v", r.Inputs)
+		}
+		in := r.Inputs[0]
+		if in.DatasetUUID != blocks || in.DatasetVersion != v || in.DatasetName != "blocks" || in.PartitionKey != "1000-1999" ||
+			*in.Start != 1000 || *in.End != 1999 || string(in.Where) != `{"chain":["sepolia","holesky"]}` {
+			t.Errorf("input %+v where %s", in, in.Where)
+		}
+		// The routed job's counts and the ranges task's outputs.
+		claims, err = e.d.ClaimNext(e.ctx, dispatch.ClaimNextParams{Queues: []string{"range_builder"}, WorkerID: "w"})
+		if err != nil || len(claims) != 1 {
+			t.Fatalf("claim ranges: %v %v", claims, err)
+		}
+		r = dispatch.DecodeRoute(claims[0].Task)
+		ranges, rv := e.output("ranges", 0)
+		if len(r.Outputs) != 1 || r.Outputs[0] != (dispatch.RouteOutput{OutputIndex: 0, DatasetUUID: ranges, DatasetVersion: rv}) {
+			t.Errorf("outputs %+v", r.Outputs)
+		}
+		job, err := st.GetJob(e.ctx, claims[0].Task.JobID)
+		if err != nil || job.Pipeline != "chain" || job.PipelineJob != "ranges" {
+			t.Errorf("job %+v %v", job, err)
+		}
+		// The routed task is an ordinary task: it completes, with its own events routed on.
+		if _, err := e.d.Complete(e.ctx, dispatch.CompleteParams{TaskID: claims[0].Task.ID, LeaseToken: claims[0].Task.LeaseToken,
+			Outcome: store.OutcomeSucceeded, Events: []dispatch.DatasetEvent{partition(ranges, rv, 1000, 1999)}}); err != nil {
+			t.Fatal(err)
+		}
+		if got := e.route(); got != 1 {
+			t.Errorf("the ranges task's event routed %d tasks, want 1 (totals)", got)
+		}
+		claims, err = e.d.ClaimNext(e.ctx, dispatch.ClaimNextParams{Queues: []string{"totals"}, WorkerID: "w"})
+		if err != nil || len(claims) != 1 || string(claims[0].Task.Input) != `{"unit":"blocks"}` {
+			t.Fatalf("claim totals: %v %v", claims, err)
+		}
+	})
+}
+
+func TestRollbackCancelsTasksNotStarted(t *testing.T) {
+	storetest.ForEachDriver(t, func(t *testing.T, st store.Store) {
+		e := newPipelineEnv(t, st)
+		first := e.view.Pipeline.ActiveVersion
+		second := strings.Replace(chainDoc, "max_attempts: 2", "max_attempts: 3", 1)
+		res, err := e.d.Deploy(e.ctx, tenant, []byte(second), "application/yaml")
+		if err != nil || !res.Created || !res.Activated || res.Version == first {
+			t.Fatalf("deploy a new text: %+v %v", res, err)
+		}
+		again, err := e.d.Deploy(e.ctx, tenant, []byte(second), "application/yaml")
+		if err != nil || again.Created || again.Activated {
+			t.Fatalf("deploy the same text again: %+v %v", again, err)
+		}
+		blocks, v := e.output("follower", 0)
+		e.emit(partition(blocks, v, 0, 9), partition(blocks, v, 10, 19))
+		if got := e.route(); got != 6 {
+			t.Fatalf("routed %d, want 6", got)
+		}
+		// One task of the new version starts; the rollback cancels the five others.
+		claims, err := e.d.ClaimNext(e.ctx, dispatch.ClaimNextParams{Queues: []string{"range_builder"}, WorkerID: "w"})
+		if err != nil || len(claims) != 1 {
+			t.Fatalf("claim: %v %v", claims, err)
+		}
+		rb, canceled, err := e.d.Rollback(e.ctx, tenant, "chain", "")
+		if err != nil || rb.Version != first || canceled != 5 {
+			t.Fatalf("rollback: %+v canceled %d, %v; want %s and 5", rb, canceled, err, first)
+		}
+		counts := map[lifecycle.TaskStatus]int{}
+		cs, _ := st.PipelineTaskCounts(e.ctx, tenant, "chain")
+		for _, c := range cs {
+			counts[c.Status] += c.Count
+		}
+		if counts[lifecycle.Canceled] != 5 || counts[lifecycle.Running] != 1 {
+			t.Errorf("after rollback: %v", counts)
+		}
+		// The first version is active again: its jobs route.
+		e.emit(partition(blocks, v, 20, 29))
+		if got := e.route(); got != 3 {
+			t.Errorf("after rollback routed %d, want 3", got)
+		}
+	})
+}
+
+func TestDeployChecksOtherPipelinesDatasets(t *testing.T) {
+	storetest.ForEachDriver(t, func(t *testing.T, st store.Store) {
+		e := newPipelineEnv(t, st)
+		reader := `
+name: reader
+jobs:
+  - name: r
+    activation: reactive
+    runtime: ecs_platform
+    operator: r
+    outputs: 0
+    inputs:
+      - from: {dataset: blocks}
+      - from: {dataset: nowhere}
+  - name: thief
+    activation: source
+    runtime: ecs_platform
+    operator: t
+    outputs: 1
+    source: {kind: manual}
+publish:
+  blocks:
+    from: {job: thief, output: 0}
+`
+		_, err := e.d.Deploy(e.ctx, tenant, []byte(reader), "application/yaml")
+		var v *dispatch.ValidationError
+		if !errors.As(err, &v) {
+			t.Fatalf("deploy: %v, want a validation error", err)
+		}
+		want := []string{
+			`publish.blocks: dataset "blocks" is already produced by pipeline "chain" job "follower" output 0`,
+			`jobs[0].inputs[1].from.dataset: unknown dataset "nowhere"`,
+		}
+		for _, w := range want {
+			if !slices.Contains(v.Errors, w) {
+				t.Errorf("errors %q lack %q", v.Errors, w)
+			}
+		}
+		if _, err := st.GetPipeline(e.ctx, tenant, "reader"); !errors.Is(err, store.ErrNotFound) {
+			t.Errorf("a refused deploy stored the pipeline: %v", err)
+		}
+		// Another tenant may use the names freely.
+		if _, err := e.d.Deploy(e.ctx, "other", []byte(chainDoc), "application/yaml"); err != nil {
+			t.Errorf("another tenant's deploy: %v", err)
+		}
+		// The where of an input reading another pipeline's dataset is checked against its fields.
+		ok := strings.Replace(reader, "      - from: {dataset: nowhere}\n", "        where: {chain: mainnet}\n", 1)
+		ok = strings.Replace(ok, "publish:\n  blocks:\n    from: {job: thief, output: 0}\n", "", 1)
+		if _, err := e.d.Deploy(e.ctx, tenant, []byte(ok), "application/yaml"); err != nil {
+			t.Errorf("deploy a reader of blocks: %v", err)
+		}
+		bad := strings.Replace(ok, "chain: mainnet", "severity: high", 1)
+		_, err = e.d.Deploy(e.ctx, tenant, []byte(bad), "application/yaml")
+		if !errors.As(err, &v) || !strings.Contains(strings.Join(v.Errors, "\n"), "jobs[0].inputs[0].where.severity") {
+			t.Errorf("a where off the allowlist of another pipeline's dataset: %v", err)
+		}
+	})
+}
+
+func TestCutoverSwitchesTheRoutedVersion(t *testing.T) {
+	storetest.ForEachDriver(t, func(t *testing.T, st store.Store) {
+		e := newPipelineEnv(t, st)
+		blocks, v1 := e.output("follower", 0)
+		if _, err := e.d.SetCurrentVersion(e.ctx, tenant, "blocks", "v2"); err == nil {
+			t.Fatal("cutover to an unregistered version succeeded")
+		}
+		// A completion registers v2 through datasets_published.
+		c := e.emitter.Task
+		if _, err := e.d.Complete(e.ctx, dispatch.CompleteParams{TaskID: c.ID, LeaseToken: c.LeaseToken, Outcome: store.OutcomeSucceeded,
+			Published: []dispatch.PublishedVersion{{DatasetUUID: blocks, DatasetVersion: "v2", StorageRef: json.RawMessage(`{"scheme":"s3"}`)}}}); err != nil {
+			t.Fatal(err)
+		}
+		x, err := e.d.SetCurrentVersion(e.ctx, tenant, "blocks", "v2")
+		if err != nil || x.CurrentVersion != "v2" {
+			t.Fatalf("cutover: %+v %v", x, err)
+		}
+		e.emitter = e.claim(e.submit(lifecycle.TaskSpec{Key: "emit", Name: "emit"}), "emit")
+		e.emit(partition(blocks, v1, 0, 9))
+		if got := e.route(); got != 0 {
+			t.Errorf("the old version routed %d", got)
+		}
+		e.emit(partition(blocks, "v2", 0, 9))
+		if got := e.route(); got != 3 {
+			t.Errorf("the new version routed %d, want 3", got)
+		}
+	})
+}
+
+func mapsEqual(a, b map[string]int) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for k, v := range a {
+		if b[k] != v {
+			return false
+		}
+	}
+	return true
+}
+
+// Two replicas on one PostgreSQL, each with its router, route the same events reported by many
+// tasks at once: every consuming job gets one task per partition.
+func TestRoutingTwoReplicasOnePostgres(t *testing.T) {
+	db := storetest.NewPostgresDatabase(t)
+	a := newPipelineEnv(t, db.Open(t))
+	b := newEnv(t, db.Open(t))
+	routerB := b.d.NewRouter(dispatch.RouteConfig{Batch: 7})
+	blocks, v := a.output("follower", 0)
+	var emitters []*dispatch.Claim
+	for i := range 16 {
+		e := a.env
+		if i%2 == 1 {
+			e = b
+		}
+		emitters = append(emitters, e.claim(e.submit(lifecycle.TaskSpec{Key: "emit", Name: "emit"}), "emit"))
+	}
+	var wg sync.WaitGroup
+	for i, c := range emitters {
+		d := a.d
+		if i%2 == 1 {
+			d = b.d
+		}
+		wg.Go(func() {
+			for p := range int64(10) {
+				if _, err := d.RecordEvents(a.ctx, dispatch.Fence{TaskID: c.Task.ID, LeaseToken: c.Task.LeaseToken},
+					[]dispatch.DatasetEvent{partition(blocks, v, p*10, p*10+9)}); err != nil {
+					t.Error(err)
+				}
+			}
+		})
+	}
+	for _, r := range []*dispatch.Router{a.router, routerB} {
+		wg.Go(func() {
+			for range 200 {
+				if _, _, err := r.RunOnce(a.ctx); err != nil {
+					t.Error(err)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	a.route()
+	want := map[string]int{"follower": 0, "ranges": 10, "totals": 0, "mainnet": 10, "testnets": 10}
+	if got := a.counts(); !mapsEqual(got, want) {
+		t.Errorf("counts %v, want %v", got, want)
+	}
+}

@@ -1,0 +1,283 @@
+package dispatch
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/baton-dev/baton/internal/pipeline"
+	"github.com/baton-dev/baton/internal/store"
+)
+
+// ControlQueue is the queue of the tasks of dispatcher-runtime jobs, which the server runs itself
+// (see Controller). Workers do not claim from it.
+const ControlQueue = "baton.dispatcher"
+
+// Sources starts the tasks of the source jobs of active pipeline versions that start by
+// themselves: a cron job gets one task per tick of its schedule, an always_on job one task at a
+// time (a new one when the last one completed or failed for good; a task whose lease expired is
+// retried as any task, which keeps its task id as the source's run id). Every replica runs
+// Sources; a tick or a replacement is keyed, so two replicas start it once.
+type Sources struct {
+	d      *Dispatcher
+	specs  sync.Map // specKey → *pipelineSpec
+	mu     sync.Mutex
+	next   map[string]time.Time // cron job → its next tick
+	scheds map[string]pipeline.Schedule
+	service
+}
+
+// NewSources returns a stopped Sources over d.
+func (d *Dispatcher) NewSources() *Sources {
+	return &Sources{d: d, next: map[string]time.Time{}, scheds: map[string]pipeline.Schedule{}}
+}
+
+// Start runs the sources until Stop or until ctx ends, a pass each second.
+func (s *Sources) Start(ctx context.Context) { s.start(ctx, s.run) }
+
+func (s *Sources) run(ctx context.Context) {
+	for {
+		if _, err := s.RunOnce(ctx); err != nil && ctx.Err() == nil {
+			level := slog.LevelError
+			if s.d.Unavailable(err) {
+				level = slog.LevelWarn
+			}
+			s.d.log.Log(ctx, level, "pipeline sources pass failed", "err", err)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-s.d.clock.After(time.Second):
+		}
+	}
+}
+
+// RunOnce starts what is due now and returns how many tasks it created.
+func (s *Sources) RunOnce(ctx context.Context) (int, error) {
+	ps, err := s.d.store.ActivePipelines(ctx)
+	if err != nil {
+		return 0, err
+	}
+	now := s.d.now()
+	created := 0
+	var errs []error
+	for _, p := range ps {
+		spec, err := s.spec(ctx, p)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		for _, js := range spec.Jobs {
+			var n int
+			switch js.SourceKind {
+			case pipeline.SourceCron:
+				n, err = s.cron(ctx, spec, js, now)
+			case pipeline.SourceAlwaysOn:
+				n, err = s.alwaysOn(ctx, spec, js)
+			}
+			created += n
+			if err != nil {
+				errs = append(errs, fmt.Errorf("pipeline %s job %s: %w", spec.Name, js.Name, err))
+			}
+		}
+	}
+	return created, errors.Join(errs...)
+}
+
+func (s *Sources) spec(ctx context.Context, p *store.Pipeline) (*pipelineSpec, error) {
+	key := specKey(p.Tenant, p.Name, p.ActiveVersion)
+	if v, ok := s.specs.Load(key); ok {
+		return v.(*pipelineSpec), nil
+	}
+	v, err := s.d.store.GetPipelineVersion(ctx, p.Tenant, p.Name, p.ActiveVersion)
+	if err != nil {
+		return nil, err
+	}
+	spec, err := decodeSpec(v)
+	if err != nil {
+		return nil, err
+	}
+	s.specs.Store(key, spec)
+	return spec, nil
+}
+
+// cron starts the task of the latest tick at or before now that this process has not started
+// yet. A tick that passed while no replica ran is not made up for.
+func (s *Sources) cron(ctx context.Context, spec *pipelineSpec, js *jobSpec, now time.Time) (int, error) {
+	key := specKey(spec.Tenant, spec.Name, spec.Version) + "\x00" + js.Name
+	s.mu.Lock()
+	sched, ok := s.scheds[key]
+	if !ok {
+		var err error
+		if sched, err = pipeline.ParseSchedule(js.Schedule); err != nil {
+			s.mu.Unlock()
+			return 0, err
+		}
+		s.scheds[key] = sched
+	}
+	next, seen := s.next[key]
+	if !seen {
+		next = sched.Next(now.Add(-time.Millisecond)) // a tick at this very moment counts
+		s.next[key] = next
+	}
+	s.mu.Unlock()
+	if next.IsZero() || next.After(now) {
+		return 0, nil
+	}
+	tick := next
+	for n := sched.Next(tick); !n.IsZero() && !n.After(now); n = sched.Next(n) {
+		tick = n // the latest tick that is due
+	}
+	trigger, _ := json.Marshal(map[string]any{"kind": pipeline.SourceCron, "schedule": js.Schedule, "scheduled_at": tick.UTC().Format(time.RFC3339)})
+	n, err := s.d.startSource(ctx, spec, js, "cron:"+strconv.FormatInt(tick.Unix(), 10), trigger)
+	if err != nil {
+		return 0, err
+	}
+	s.mu.Lock()
+	s.next[key] = sched.Next(tick)
+	s.mu.Unlock()
+	return n, nil
+}
+
+// alwaysOn starts a task of js unless one is waiting, pending or running. The key counts the
+// job's tasks so far: replicas that see the same count start one task between them.
+func (s *Sources) alwaysOn(ctx context.Context, spec *pipelineSpec, js *jobSpec) (int, error) {
+	total, live, err := s.d.store.PipelineJobTasks(ctx, spec.Tenant, spec.Name, js.Name)
+	if err != nil || live > 0 {
+		return 0, err
+	}
+	trigger, _ := json.Marshal(map[string]any{"kind": pipeline.SourceAlwaysOn, "run": total + 1})
+	return s.d.startSource(ctx, spec, js, "always_on:"+strconv.Itoa(total), trigger)
+}
+
+// startSource creates a task of source job js, keyed by key (once per key), and returns how many
+// it created (0 or 1).
+func (d *Dispatcher) startSource(ctx context.Context, spec *pipelineSpec, js *jobSpec, key string, trigger json.RawMessage) (int, error) {
+	var n int
+	err := d.updateAlone(ctx, store.LockSet{}, func(tx store.Tx, c *changes) error {
+		datasets := map[string]*store.Dataset{}
+		if err := addDatasets(ctx, tx, datasets, spec.datasetUUIDs()); err != nil {
+			return err
+		}
+		job, task := d.newPipelineTask(spec, js, c.now, "pipeline:"+spec.Name+":"+js.Name+":"+key)
+		task.Route = js.route(spec, datasets, -1, nil, trigger)
+		var err error
+		n, err = d.insertPipelineTasks(ctx, tx, c, []*store.Job{job}, map[string]*store.Task{job.ID: task})
+		return err
+	})
+	return n, err
+}
+
+// RunSourceParams asks for a task of a manual or webhook source job.
+type RunSourceParams struct {
+	Tenant, Pipeline, Job string
+	// WebhookPath, when set, names the job by its webhook path instead of Job.
+	WebhookPath string
+	// Key makes the request idempotent: a repeat with the same key starts no second task. Empty:
+	// every request starts a task.
+	Key     string
+	Trigger map[string]any // what the task sees as its trigger, besides kind
+}
+
+// RunSourceResult names the task a run started.
+type RunSourceResult struct {
+	JobID, TaskID string
+	Pipeline, Job string
+	Created       bool // false: a request with the same key started it before
+}
+
+// RunSource starts a task of a manual source job (POST /pipelines/{name}/jobs/{job}/run) or of
+// the webhook source job whose path is p.WebhookPath, in the pipelines' active versions.
+func (d *Dispatcher) RunSource(ctx context.Context, p RunSourceParams) (*RunSourceResult, error) {
+	spec, js, err := d.findSource(ctx, p)
+	if err != nil {
+		return nil, err
+	}
+	kind := pipeline.SourceManual
+	if p.WebhookPath != "" {
+		kind = pipeline.SourceWebhook
+	}
+	trigger := map[string]any{"kind": kind}
+	for k, v := range p.Trigger {
+		trigger[k] = v
+	}
+	raw, err := json.Marshal(trigger)
+	if err != nil {
+		return nil, &InvalidError{Message: "the trigger is not JSON: " + err.Error()}
+	}
+	key := cmp.Or(p.Key, uuid.NewString())
+	idem := "pipeline:" + spec.Name + ":" + js.Name + ":" + kind + ":" + key
+	n, err := d.startSource(ctx, spec, js, kind+":"+key, raw)
+	if err != nil {
+		return nil, err
+	}
+	job, err := d.store.JobByIdempotencyKey(ctx, p.Tenant, idem)
+	if err != nil {
+		return nil, err
+	}
+	tasks, err := d.store.JobTasks(ctx, job.ID)
+	if err != nil || len(tasks) == 0 {
+		return nil, fmt.Errorf("the task of job %s: %v", job.ID, err)
+	}
+	return &RunSourceResult{JobID: job.ID, TaskID: tasks[0].ID, Pipeline: spec.Name, Job: js.Name, Created: n == 1}, nil
+}
+
+// findSource finds the job a RunSource names.
+func (d *Dispatcher) findSource(ctx context.Context, p RunSourceParams) (*pipelineSpec, *jobSpec, error) {
+	var ps []*store.Pipeline
+	if p.WebhookPath == "" {
+		one, err := d.store.GetPipeline(ctx, p.Tenant, p.Pipeline)
+		if errors.Is(err, store.ErrNotFound) {
+			return nil, nil, ErrPipelineNotFound
+		}
+		if err != nil {
+			return nil, nil, err
+		}
+		ps = []*store.Pipeline{one}
+	} else {
+		var err error
+		if ps, err = d.store.ListPipelines(ctx, p.Tenant); err != nil {
+			return nil, nil, err
+		}
+	}
+	for _, pl := range ps {
+		v, err := d.store.GetPipelineVersion(ctx, p.Tenant, pl.Name, pl.ActiveVersion)
+		if err != nil {
+			return nil, nil, err
+		}
+		spec, err := decodeSpec(v)
+		if err != nil {
+			return nil, nil, err
+		}
+		for _, js := range spec.Jobs {
+			switch {
+			case p.WebhookPath != "" && js.SourceKind == pipeline.SourceWebhook && js.WebhookPath == p.WebhookPath:
+				return spec, js, nil
+			case p.WebhookPath == "" && js.Name == p.Job:
+				if js.SourceKind != pipeline.SourceManual {
+					return nil, nil, &InvalidError{Message: fmt.Sprintf("job %q of pipeline %q is not a manual source (activation %s, source %q): only manual sources run on request",
+						js.Name, spec.Name, js.Activation, js.SourceKind)}
+				}
+				return spec, js, nil
+			}
+		}
+	}
+	if p.WebhookPath != "" {
+		return nil, nil, ErrWebhookNotFound
+	}
+	return nil, nil, ErrPipelineJobNotFound
+}
+
+// ErrWebhookNotFound: no active pipeline of the tenant has a webhook source at that path.
+var ErrWebhookNotFound = errors.New("no webhook source at that path")
+
+// ErrPipelineJobNotFound: the pipeline's active version has no job of that name.
+var ErrPipelineJobNotFound = errors.New("pipeline job not found")
