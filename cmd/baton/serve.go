@@ -275,6 +275,12 @@ func serve(ctx context.Context, f *serverFlags, ls *listeners, st store.Store, l
 	router := d.NewRouter(dispatch.RouteConfig{})
 	router.Start(ctx)
 	defer router.Stop()
+	sources := d.NewSources()
+	sources.Start(ctx)
+	defer sources.Stop()
+	control := d.NewController("baton-server")
+	control.Start(ctx)
+	defer control.Stop()
 	// The push runtime: deliver push tasks to their HTTP targets.
 	pusher := s.NewPusher(api.PushConfig{Targets: ls.pushTargets, Secrets: ls.pushSecrets, Timeout: f.pushTimeout,
 		CallbackBaseURL: cmp.Or(f.publicURL, "http://"+ls.producer.Addr().String())})
@@ -313,6 +319,8 @@ func serve(ctx context.Context, f *serverFlags, ls *listeners, st store.Store, l
 	reaper.Stop()
 	relay.Stop()
 	router.Stop()
+	sources.Stop()
+	control.Stop()
 	return shutdownErr
 }
 

@@ -22,6 +22,8 @@ func (s *Server) PipelineRoutes() []Route {
 		{"GET", "/pipelines/{name}/versions", s.pipelineVersions},
 		{"GET", "/pipelines/{name}/versions/{version}", s.pipelineVersion},
 		{"POST", "/pipelines/{name}/rollback", s.rollbackPipeline},
+		{"POST", "/pipelines/{name}/jobs/{job}/run", s.runPipelineJob},
+		{"POST", "/webhooks/{path...}", s.webhook},
 		{"GET", "/datasets", s.listDatasets},
 		{"GET", "/datasets/{name}", s.getDataset},
 		{"POST", "/datasets/{name}/current", s.setCurrentVersion},
@@ -242,4 +244,59 @@ func (s *Server) setCurrentVersion(w http.ResponseWriter, r *http.Request) (any,
 		return nil, err
 	}
 	return datasetView(v), nil
+}
+
+// POST /pipelines/{name}/jobs/{job}/run: a task of a manual source job. The optional JSON body
+// is handed to the task as its trigger's input; an Idempotency-Key header makes a repeat start no
+// second task.
+func (s *Server) runPipelineJob(w http.ResponseWriter, r *http.Request) (any, error) {
+	body, err := readBody(r)
+	if err != nil {
+		return nil, err
+	}
+	trigger := map[string]any{}
+	if t := strings.TrimSpace(string(body)); t != "" && t != "null" {
+		if !json.Valid(body) {
+			return nil, errorf(http.StatusBadRequest, "the request body must be JSON (the run's input), or empty")
+		}
+		trigger["input"] = json.RawMessage(compact(body))
+	}
+	res, err := s.d.RunSource(r.Context(), dispatch.RunSourceParams{Tenant: tenantOf(r), Pipeline: r.PathValue("name"),
+		Job: r.PathValue("job"), Key: r.Header.Get("Idempotency-Key"), Trigger: trigger})
+	if err != nil {
+		return nil, err
+	}
+	return runAnswer(res), nil
+}
+
+// POST /webhooks/{path}: a task of the webhook source job whose webhook_path is /{path}, in the
+// tenant's active pipelines. The body (JSON, or else text) is the trigger's body.
+func (s *Server) webhook(w http.ResponseWriter, r *http.Request) (any, error) {
+	body, err := readBody(r)
+	if err != nil {
+		return nil, err
+	}
+	trigger := map[string]any{"path": "/" + r.PathValue("path"), "content_type": r.Header.Get("Content-Type")}
+	switch {
+	case len(strings.TrimSpace(string(body))) == 0:
+		trigger["body"] = nil
+	case json.Valid(body):
+		trigger["body"] = json.RawMessage(compact(body))
+	default:
+		trigger["body"] = string(body)
+	}
+	res, err := s.d.RunSource(r.Context(), dispatch.RunSourceParams{Tenant: tenantOf(r), WebhookPath: "/" + r.PathValue("path"),
+		Key: r.Header.Get("Idempotency-Key"), Trigger: trigger})
+	if err != nil {
+		return nil, err
+	}
+	return runAnswer(res), nil
+}
+
+func runAnswer(res *dispatch.RunSourceResult) any {
+	out := map[string]any{"pipeline": res.Pipeline, "job": res.Job, "job_id": res.JobID, "task_id": res.TaskID, "created": res.Created}
+	if res.Created {
+		return created{out}
+	}
+	return out
 }

@@ -157,3 +157,56 @@ func (w *workerAPI) currentVersion(key, name string) string {
 	v, _ := res.Body["current_version"].(string)
 	return v
 }
+
+const sourcesPipeline = `
+name: hooks
+jobs:
+  - name: backfill
+    activation: source
+    runtime: ecs_platform
+    operator: backfill
+    outputs: 1
+    source: {kind: manual}
+  - name: on_push
+    activation: source
+    runtime: lambda
+    operator: on_push
+    outputs: 1
+    source: {kind: webhook, webhook_path: /github/push}
+  - name: react
+    activation: reactive
+    runtime: ecs_platform
+    operator: react
+    outputs: 0
+    inputs:
+      - from: {job: backfill, output: 0}
+`
+
+func TestManualAndWebhookSources(t *testing.T) {
+	forEachWorkerDriver(t, func(t *testing.T, w *workerAPI) {
+		key := w.apiKey("acme")
+		wantStatus(t, w.request("POST", w.public.URL+"/pipelines", sourcesPipeline, "x-api-key", key, "Content-Type", "application/yaml"), http.StatusCreated)
+		run := w.request("POST", w.public.URL+"/pipelines/hooks/jobs/backfill/run", `{"from": 100}`, "x-api-key", key, "Idempotency-Key", "k1")
+		wantStatus(t, run, http.StatusCreated)
+		again := w.request("POST", w.public.URL+"/pipelines/hooks/jobs/backfill/run", `{"from": 100}`, "x-api-key", key, "Idempotency-Key", "k1")
+		wantStatus(t, again, http.StatusOK)
+		if again.Body["task_id"] != run.Body["task_id"] || again.Body["created"] != false {
+			t.Errorf("repeat with the same key: %s, first %s", again.Raw, run.Raw)
+		}
+		wantStatus(t, w.request("POST", w.public.URL+"/pipelines/hooks/jobs/react/run", nil, "x-api-key", key), http.StatusBadRequest)
+		wantError(t, w.request("POST", w.public.URL+"/pipelines/hooks/jobs/nope/run", nil, "x-api-key", key), http.StatusNotFound, "Pipeline job not found")
+		claim := w.streamClaimed("w-1", "backfill")
+		if !sameJSON(claim["trigger"], `{"kind":"manual","input":{"from":100}}`) || claim["job"].(map[string]any)["name"] != "backfill" {
+			t.Errorf("manual task: trigger %v job %v", claim["trigger"], claim["job"])
+		}
+		hook := w.request("POST", w.public.URL+"/webhooks/github/push", `{"ref": "main"}`, "x-api-key", key)
+		wantStatus(t, hook, http.StatusCreated)
+		task := w.task(hook.Body["task_id"].(string))
+		if task.Runtime != "push" || !strings.Contains(string(task.Route), `"body":{"ref":"main"}`) {
+			t.Errorf("webhook task: runtime %s route %s", task.Runtime, task.Route)
+		}
+		wantStatus(t, w.request("POST", w.public.URL+"/webhooks/github/pull", `{}`, "x-api-key", key), http.StatusNotFound)
+		wantStatus(t, w.request("POST", w.public.URL+"/webhooks/github/push", `{}`), http.StatusUnauthorized)
+		wantStatus(t, w.request("POST", w.public.URL+"/webhooks/github/push", `{}`, "x-api-key", w.apiKey("other")), http.StatusNotFound)
+	})
+}

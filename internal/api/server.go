@@ -180,6 +180,10 @@ func (s *Server) toHTTP(err error) *httpError {
 		return errorf(http.StatusNotFound, "Job not found")
 	case errors.Is(err, dispatch.ErrPipelineNotFound):
 		return errorf(http.StatusNotFound, "Pipeline not found")
+	case errors.Is(err, dispatch.ErrPipelineJobNotFound):
+		return errorf(http.StatusNotFound, "Pipeline job not found")
+	case errors.Is(err, dispatch.ErrWebhookNotFound):
+		return errorf(http.StatusNotFound, "No webhook source at this path")
 	case errors.Is(err, dispatch.ErrDatasetNotFound):
 		return errorf(http.StatusNotFound, "Dataset not found")
 	case errors.Is(err, dispatch.ErrTaskNotFound):

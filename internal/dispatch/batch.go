@@ -157,6 +157,7 @@ func (d *Dispatcher) completeBatch(ctx context.Context, tx store.Tx, c *changes,
 			endAttempt(t, now)
 			t.LastEventType, t.LastEventAt = EventTaskCompleted, now
 			c.event(t.JobID, t.ID, t.Key, EventTaskCompleted, map[string]any{"attempt": t.Attempt, "workerId": t.WorkerID})
+			c.freed(t)
 			results[doneIdx[k]] = &CompleteResult{Task: t, Status: lifecycle.Completed}
 		}
 		c.release(parents...)

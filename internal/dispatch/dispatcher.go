@@ -292,6 +292,14 @@ func (c *changes) wake(taskID, queue, runtime string, availableAt time.Time) {
 	c.outbox = append(c.outbox, &store.OutboxMessage{Topic: TopicTaskReady, Key: queue, Payload: payload, AvailableAt: availableAt, CreatedAt: c.now})
 }
 
+// freed notes that t stopped running or will never run: if its concurrency key was at its
+// limit, a task of the key waiting for room becomes claimable, so waiting claimers are woken.
+func (c *changes) freed(t *store.Task) {
+	if t.ConcurrencyKey != "" {
+		c.ready = true
+	}
+}
+
 func (c *changes) write(ctx context.Context, tx store.Tx) error {
 	if len(c.events) > 0 {
 		if err := tx.InsertEvents(ctx, c.events); err != nil {

@@ -299,6 +299,9 @@ func (d *Dispatcher) newPipelineTask(spec *pipelineSpec, js *jobSpec, now time.T
 	if len(t.Input) == 0 {
 		t.Input = json.RawMessage("{}")
 	}
+	if js.MaxConcurrency > 0 {
+		t.ConcurrencyKey, t.ConcurrencyLimit = spec.Tenant+"/"+spec.Name+"/"+js.Name, js.MaxConcurrency
+	}
 	return job, t
 }
 

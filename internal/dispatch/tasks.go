@@ -427,6 +427,7 @@ func (d *Dispatcher) succeed(ctx context.Context, tx store.Tx, c *changes, t *st
 	c.event(t.JobID, t.ID, t.Key, EventTaskCompleted, map[string]any{"attempt": t.Attempt, "workerId": t.WorkerID})
 	c.release(t.ID)
 	c.finish(t.JobID, 1, "")
+	c.freed(t)
 	return nil
 }
 
@@ -457,6 +458,7 @@ func (d *Dispatcher) fail(ctx context.Context, tx store.Tx, c *changes, t *store
 
 // endUnsuccessfully ends t as failed or canceled and skips its descendants (rule 9).
 func (d *Dispatcher) endUnsuccessfully(ctx context.Context, tx store.Tx, c *changes, t *store.Task, fence store.Fence, status lifecycle.TaskStatus, e *store.TaskError) error {
+	c.freed(t)
 	t.Status = status
 	endAttempt(t, c.now)
 	typ := EventTaskCanceled

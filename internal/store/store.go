@@ -321,6 +321,10 @@ type Task struct {
 	// Route is the data-plane part of a pipeline task's payload (its job, inputs and outputs);
 	// nil for other tasks.
 	Route json.RawMessage
+	// ConcurrencyKey, when set, groups tasks of which at most ConcurrencyLimit may run at once
+	// (a pipeline job's scaling.max_concurrency): a claim that would exceed it does not happen.
+	ConcurrencyKey   string
+	ConcurrencyLimit int
 }
 
 // AttemptsUsed counts the attempts of the current run against MaxAttempts.

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"fmt"
+	"maps"
 	"math/bits"
 	"slices"
 	"strconv"
@@ -259,6 +260,32 @@ func (t *tx) ClaimTasks(ctx context.Context, ps []store.ClaimTaskParams) ([]*sto
 			return nil, fmt.Errorf("claim tasks: one time and runtime per call")
 		}
 	}
+	// Tasks without a concurrency limit, the common case, in one statement.
+	claimed, err := t.claimUpdate(ctx, ps, false)
+	if err != nil || len(claimed) == len(ps) {
+		return claimed, err
+	}
+	got := make(map[string]bool, len(claimed))
+	for _, c := range claimed {
+		got[c.ID] = true
+	}
+	var rest []store.ClaimTaskParams
+	for _, p := range ps {
+		if !got[p.ID] {
+			rest = append(rest, p)
+		}
+	}
+	limited, err := t.claimLimited(ctx, rest)
+	return append(claimed, limited...), err
+}
+
+// claimUpdate claims the claimable tasks of ps: with limited, only tasks with a concurrency key
+// (whose limit the caller has checked), else only tasks without one.
+func (t *tx) claimUpdate(ctx context.Context, ps []store.ClaimTaskParams, limited bool) ([]*store.Task, error) {
+	if len(ps) == 0 {
+		return nil, nil
+	}
+	p0 := ps[0]
 	args := []any{p0.Now.UnixMilli(), cmp.Or(p0.Runtime, "pull")}
 	n := padded(len(ps))
 	token, ids := caseOf("id", n, &args, func(i int) (any, any) {
@@ -273,6 +300,10 @@ func (t *tx) ClaimTasks(ctx context.Context, ps []store.ClaimTaskParams) ([]*sto
 		}
 		return "", ""
 	}, "")
+	keyed := "concurrency_key IS NULL"
+	if limited {
+		keyed = "concurrency_key IS NOT NULL"
+	}
 	rows, err := t.query(ctx, `UPDATE tasks SET status = 'running',
 		attempt = attempt + 1, lease_token = `+token+`, worker_id = `+worker+`,
 		started_at = $1, heartbeat_at = $1,
@@ -283,11 +314,81 @@ func (t *tx) ClaimTasks(ctx context.Context, ps []store.ClaimTaskParams) ([]*sto
 		cancel_requested_at = NULL, cancel_reason = '', finished_at = NULL,
 		last_event_type = 'Task Processing Started', last_event_at = $1
 		WHERE id IN (`+ids+`) AND status = 'pending' AND available_at <= $1 AND runtime = $2
-		RETURNING `+taskCols, args...)
+		AND `+keyed+` RETURNING `+taskCols, args...)
 	if err != nil {
 		return nil, fmt.Errorf("claim tasks: %w", err)
 	}
 	return collectTasks(rows)
+}
+
+// claimLimited claims the claimable tasks of ps that have a concurrency key, as many of each key
+// as its limit leaves room for. It locks each key's row, in key order, before counting the key's
+// running tasks: claims of one key on every replica count one after the other, and a claim that
+// locked its key never waits for a task row, so the locks cannot deadlock.
+func (t *tx) claimLimited(ctx context.Context, ps []store.ClaimTaskParams) ([]*store.Task, error) {
+	if len(ps) == 0 {
+		return nil, nil
+	}
+	ids := make([]string, len(ps))
+	for i, p := range ps {
+		ids[i] = p.ID
+	}
+	args := append([]any{ps[0].Now.UnixMilli(), cmp.Or(ps[0].Runtime, "pull")}, stringArgs(ids)...)
+	rows, err := t.query(ctx, `SELECT id, concurrency_key, concurrency_limit FROM tasks
+		WHERE id IN (`+placeholders(3, len(args)-2)+`) AND concurrency_key IS NOT NULL
+		AND status = 'pending' AND available_at <= $1 AND runtime = $2`, args...)
+	if err != nil {
+		return nil, fmt.Errorf("claim limited tasks: %w", err)
+	}
+	type group struct {
+		limit int
+		ids   map[string]bool
+	}
+	groups := map[string]*group{}
+	for rows.Next() {
+		var (
+			id, key string
+			limit   int
+		)
+		if err := rows.Scan(&id, &key, &limit); err != nil {
+			rows.Close()
+			return nil, err
+		}
+		if groups[key] == nil {
+			groups[key] = &group{limit: limit, ids: map[string]bool{}}
+		}
+		groups[key].ids[id] = true
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	var allowed []store.ClaimTaskParams
+	for _, key := range slices.Sorted(maps.Keys(groups)) {
+		g := groups[key]
+		if _, err := t.exec(ctx, `INSERT INTO concurrency_groups (group_key) VALUES ($1) ON CONFLICT DO NOTHING`, key); err != nil {
+			return nil, fmt.Errorf("concurrency group: %w", err)
+		}
+		var locked string
+		if err := t.queryRow(ctx, `SELECT group_key FROM concurrency_groups WHERE group_key = $1`+t.d.LockRow, key).Scan(&locked); err != nil {
+			return nil, fmt.Errorf("lock concurrency group: %w", err)
+		}
+		var running int
+		if err := t.queryRow(ctx, `SELECT COUNT(*) FROM tasks WHERE concurrency_key = $1 AND status = 'running'`, key).Scan(&running); err != nil {
+			return nil, fmt.Errorf("count running: %w", err)
+		}
+		room := g.limit - running
+		for _, p := range ps { // in the caller's order
+			if room <= 0 {
+				break
+			}
+			if g.ids[p.ID] {
+				allowed = append(allowed, p)
+				room--
+			}
+		}
+	}
+	return t.claimUpdate(ctx, allowed, true)
 }
 
 // InsertAttempts implements store.Tx.

@@ -53,13 +53,13 @@ const taskCols = `seq, id, job_id, task_key, name, queue, priority, runtime, inp
 	lease_expires_at, worker_id, started_at, heartbeat_at, deadline_at, reap_at,
 	cancel_requested_at, cancel_reason, output, error, backoff_base_ms, backoff_max_ms, timeout_ms,
 	heartbeat_timeout_ms, cancel_grace_ms, created_at, finished_at, dead_lettered_at,
-	last_event_type, last_event_at, route`
+	last_event_type, last_event_at, route, concurrency_key, concurrency_limit`
 
 func scanTask(row interface{ Scan(...any) error }) (*store.Task, error) {
 	var (
 		t                                                  store.Task
 		input, deps                                        string
-		output, errJSON, lastEvent, route                  sql.NullString
+		output, errJSON, lastEvent, route, concurrency     sql.NullString
 		available, created                                 int64
 		leaseExp, started, hb, deadline, reap, cancelReq   sql.NullInt64
 		finished, dead, lastAt                             sql.NullInt64
@@ -69,7 +69,8 @@ func scanTask(row interface{ Scan(...any) error }) (*store.Task, error) {
 		&input, &deps, &t.UnfinishedParents, &t.Status, &t.Attempt, &t.RetryBase, &t.MaxAttempts,
 		&available, &t.LeaseToken, &leaseExp, &t.WorkerID, &started, &hb, &deadline, &reap,
 		&cancelReq, &t.CancelReason, &output, &errJSON, &backoffBase, &backoffMax, &timeout,
-		&hbTimeout, &grace, &created, &finished, &dead, &lastEvent, &lastAt, &route)
+		&hbTimeout, &grace, &created, &finished, &dead, &lastEvent, &lastAt, &route,
+		&concurrency, &t.ConcurrencyLimit)
 	if err != nil {
 		return nil, notFound(err)
 	}
@@ -99,6 +100,7 @@ func scanTask(row interface{ Scan(...any) error }) (*store.Task, error) {
 	t.LastEventType = lastEvent.String
 	t.LastEventAt = fromMs(lastAt)
 	t.Route = fromJSON(route)
+	t.ConcurrencyKey = concurrency.String
 	return &t, nil
 }
 
@@ -243,7 +245,7 @@ func (q q) NextAvailableAt(ctx context.Context, queues []string) (time.Time, boo
 	}
 	var at sql.NullInt64
 	err := q.queryRow(ctx, `SELECT min(available_at) FROM tasks WHERE status = 'pending'
-		AND runtime = 'pull' AND queue IN (`+b.String()+`)`, args...).Scan(&at)
+		AND runtime = 'pull' AND queue IN (`+b.String()+`)`+notAtCap, args...).Scan(&at)
 	if err != nil {
 		return time.Time{}, false, fmt.Errorf("next available: %w", err)
 	}
@@ -253,7 +255,7 @@ func (q q) NextAvailableAt(ctx context.Context, queues []string) (time.Time, boo
 // NextPushAvailableAt implements store.Reader.
 func (q q) NextPushAvailableAt(ctx context.Context) (time.Time, bool, error) {
 	var at sql.NullInt64
-	err := q.queryRow(ctx, `SELECT min(available_at) FROM tasks WHERE status = 'pending' AND runtime = 'push'`).Scan(&at)
+	err := q.queryRow(ctx, `SELECT min(available_at) FROM tasks WHERE status = 'pending' AND runtime = 'push'`+notAtCap).Scan(&at)
 	if err != nil {
 		return time.Time{}, false, fmt.Errorf("next push available: %w", err)
 	}
@@ -337,7 +339,8 @@ func (t *tx) InsertTasks(ctx context.Context, tasks []*store.Task) error {
 	cols := []string{"id", "job_id", "task_key", "name", "queue", "priority", "runtime", "input",
 		"depends_on", "unfinished_parents", "status", "max_attempts", "available_at",
 		"backoff_base_ms", "backoff_max_ms", "timeout_ms", "heartbeat_timeout_ms", "cancel_grace_ms",
-		"created_at", "finished_at", "last_event_type", "last_event_at", "route"}
+		"created_at", "finished_at", "last_event_type", "last_event_at", "route", "concurrency_key",
+		"concurrency_limit"}
 	rows := make([][]any, len(tasks))
 	for i, tk := range tasks {
 		deps, err := json.Marshal(tk.DependsOn)
@@ -352,7 +355,7 @@ func (t *tx) InsertTasks(ctx context.Context, tasks []*store.Task) error {
 			tk.AvailableAt.UnixMilli(), tk.BackoffBase.Milliseconds(), tk.BackoffMax.Milliseconds(),
 			tk.Timeout.Milliseconds(), tk.HeartbeatTimeout.Milliseconds(), tk.CancelGrace.Milliseconds(),
 			tk.CreatedAt.UnixMilli(), ms(tk.FinishedAt), strArg(tk.LastEventType), ms(tk.LastEventAt),
-			jsonArg(tk.Route)}
+			jsonArg(tk.Route), strArg(tk.ConcurrencyKey), tk.ConcurrencyLimit}
 	}
 	return t.insertRows(ctx, "tasks", cols, rows, "")
 }
@@ -366,10 +369,15 @@ func (t *tx) InsertDeps(ctx context.Context, deps []store.Dep) error {
 	return t.insertRows(ctx, "task_deps", []string{"child_id", "parent_id", "job_id"}, rows, "")
 }
 
+// notAtCap leaves out the tasks whose concurrency key has as many tasks running as its limit:
+// they are not claimable until one of those ends (see claimLimited).
+const notAtCap = ` AND (concurrency_key IS NULL OR concurrency_limit > (SELECT COUNT(*) FROM tasks r
+		WHERE r.concurrency_key = tasks.concurrency_key AND r.status = 'running'))`
+
 // ReadyTaskIDs implements store.Tx.
 func (t *tx) ReadyTaskIDs(ctx context.Context, queue string, now time.Time, limit int) ([]string, error) {
 	ids, err := t.ids(ctx, `SELECT id FROM tasks WHERE status = 'pending' AND queue = $1
-		AND available_at <= $2 AND runtime = 'pull' ORDER BY priority DESC, available_at, seq LIMIT $3`+t.d.LockSkip,
+		AND available_at <= $2 AND runtime = 'pull'`+notAtCap+` ORDER BY priority DESC, available_at, seq LIMIT $3`+t.d.LockSkip,
 		queue, now.UnixMilli(), limit)
 	if err != nil {
 		return nil, fmt.Errorf("ready tasks of %s: %w", queue, err)
@@ -380,7 +388,7 @@ func (t *tx) ReadyTaskIDs(ctx context.Context, queue string, now time.Time, limi
 // ReadyPushTaskIDs implements store.Tx.
 func (t *tx) ReadyPushTaskIDs(ctx context.Context, now time.Time, limit int) ([]string, error) {
 	ids, err := t.ids(ctx, `SELECT id FROM tasks WHERE status = 'pending' AND runtime = 'push'
-		AND available_at <= $1 ORDER BY priority DESC, available_at, seq LIMIT $2`+t.d.LockSkip,
+		AND available_at <= $1`+notAtCap+` ORDER BY priority DESC, available_at, seq LIMIT $2`+t.d.LockSkip,
 		now.UnixMilli(), limit)
 	if err != nil {
 		return nil, fmt.Errorf("ready push tasks: %w", err)

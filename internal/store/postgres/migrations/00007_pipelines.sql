@@ -70,10 +70,24 @@ ALTER TABLE jobs ADD COLUMN pipeline_version TEXT;
 ALTER TABLE jobs ADD COLUMN pipeline_job TEXT;
 CREATE INDEX jobs_pipeline ON jobs (tenant, pipeline, pipeline_job) WHERE pipeline IS NOT NULL;
 ALTER TABLE tasks ADD COLUMN route TEXT;
+
+-- scaling.max_concurrency: tasks of one concurrency key run at most concurrency_limit at a time.
+-- A claim of such a task locks its key's row in concurrency_groups, so that claims on every
+-- replica count the key's running tasks one after the other.
+ALTER TABLE tasks ADD COLUMN concurrency_key TEXT;
+ALTER TABLE tasks ADD COLUMN concurrency_limit BIGINT NOT NULL DEFAULT 0;
+CREATE INDEX tasks_concurrency ON tasks (concurrency_key) WHERE status = 'running' AND concurrency_key IS NOT NULL;
+CREATE TABLE concurrency_groups (
+    group_key TEXT PRIMARY KEY
+);
 CREATE INDEX dataset_events_dataset ON dataset_events (dataset_uuid, id);
 
 -- +goose Down
 DROP INDEX dataset_events_dataset;
+DROP TABLE concurrency_groups;
+DROP INDEX tasks_concurrency;
+ALTER TABLE tasks DROP COLUMN concurrency_limit;
+ALTER TABLE tasks DROP COLUMN concurrency_key;
 ALTER TABLE tasks DROP COLUMN route;
 DROP INDEX jobs_pipeline;
 ALTER TABLE jobs DROP COLUMN pipeline_job;
