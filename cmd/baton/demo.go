@@ -16,7 +16,6 @@ import (
 	"io"
 	"math/rand/v2"
 	"net"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -104,7 +103,7 @@ type demo struct {
 // startDemo starts the demo in the background: a key to submit with (BATON_API_KEY's, or one made
 // for this run and revoked when it stops), the workers, the job. The returned function stops the
 // workers and waits for them; it may be called more than once.
-func startDemo(ctx context.Context, st store.Store, ls *listeners, certs auth.DevCerts, stdout, stderr io.Writer) func() {
+func startDemo(ctx context.Context, st store.Store, ls *listeners, certs auth.DevCerts, kind string, stdout, stderr io.Writer) func() {
 	ctx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})
 	go func() {
@@ -120,7 +119,11 @@ func startDemo(ctx context.Context, st store.Store, ls *listeners, certs auth.De
 			d.apiKey = secret
 			defer func() { _ = st.RevokeAPIKey(context.WithoutCancel(ctx), k.ID, time.Now()) }()
 		}
-		if err := d.run(ctx); err != nil && ctx.Err() == nil {
+		run := d.run
+		if kind == demoKindPipeline {
+			run = d.runPipeline
+		}
+		if err := run(ctx); err != nil && ctx.Err() == nil {
 			fmt.Fprintln(stderr, "baton dev --demo:", err)
 		}
 	}()
@@ -254,11 +257,15 @@ type demoProc struct {
 }
 
 // startWorker starts `baton worker` for one task name, its output prefixed on stderr.
-func (d *demo) startWorker(ctx context.Context, self, taskBin, name string) (*demoProc, error) {
-	cmd := exec.Command(self, "worker", "--task", name, "--exec", shellQuote(taskBin)+" demo-task",
+func (d *demo) startWorker(ctx context.Context, self, taskBin, name string, queues ...string) (*demoProc, error) {
+	args := []string{"worker", "--task", name, "--exec", shellQuote(taskBin) + " demo-task",
 		"--internal-url", d.internalURL, "--url", d.producerURL,
 		"--internal-tls-ca", d.certs.CA, "--internal-tls-cert", d.certs.ClientCert, "--internal-tls-key", d.certs.ClientKey,
-		"--worker-id", "demo-"+name, "--grace", "3s", "--log-level", "warn")
+		"--worker-id", "demo-" + name, "--grace", "3s", "--log-level", "warn"}
+	for _, q := range queues {
+		args = append(args, "--queue", q)
+	}
+	cmd := exec.Command(self, args...)
 	// The worker needs none of these; its children never see its environment anyway.
 	cmd.Env = slices.DeleteFunc(os.Environ(), func(kv string) bool {
 		k, _, _ := strings.Cut(kv, "=")
@@ -350,7 +357,10 @@ func runDemoTask(ctx context.Context, args []string, stdout, stderr io.Writer) i
 		fmt.Fprintln(stderr, "baton demo-task: read the payload from stdin:", err)
 		return 1
 	}
-	heartbeat := demoHeartbeat(ctx, p)
+	if p.Job != nil {
+		return runPipelineDemoTask(ctx, p, stdout, stderr)
+	}
+	heartbeat := demoTaskCall(ctx, p, "/v1/task/heartbeat", nil)
 	select {
 	case <-time.After(500*time.Millisecond + rand.N(500*time.Millisecond)):
 	case <-ctx.Done():
@@ -393,27 +403,6 @@ func runDemoTask(ctx context.Context, args []string, stdout, stderr io.Writer) i
 		return 1
 	}
 	return 0
-}
-
-// demoHeartbeat calls POST $BATON_URL/v1/task/heartbeat with the task's capability token and
-// returns the answer's status code (or the error).
-func demoHeartbeat(ctx context.Context, p childPayload) any {
-	body, _ := json.Marshal(map[string]any{"task_id": p.TaskID, "attempt": p.Attempt, "lease_token": p.LeaseToken})
-	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, strings.TrimRight(os.Getenv(envPublicURL), "/")+"/v1/task/heartbeat", bytes.NewReader(body))
-	if err != nil {
-		return err.Error()
-	}
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("X-Trace-Task-Capability", os.Getenv(envCapability))
-	res, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return err.Error()
-	}
-	defer res.Body.Close()
-	_, _ = io.Copy(io.Discard, res.Body)
-	return res.StatusCode
 }
 
 func cmpRaw(r json.RawMessage) json.RawMessage {

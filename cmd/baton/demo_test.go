@@ -15,6 +15,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/baton-dev/baton/internal/pipeline"
 )
 
 // TestMain lets this test binary stand in for `baton` when `baton dev --demo` re-executes itself
@@ -58,29 +60,7 @@ func TestDemoJobIsTheExample(t *testing.T) {
 // children call the task-scoped API with their token, well within a minute; then it stops
 // cleanly. Not parallel: it clears BATON_API_KEY.
 func TestDevDemo(t *testing.T) {
-	t.Setenv("BATON_API_KEY", "")
-	var stdout, stderr syncBuffer
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	done := make(chan int, 1)
-	go func() {
-		done <- run(ctx, []string{"dev", "--demo", "--data-dir", t.TempDir(), "--listen", "127.0.0.1:0",
-			"--internal-listen", "127.0.0.1:0", "--shutdown-timeout", "5s"}, &stdout, &stderr)
-	}()
-	start := time.Now()
-	// The last thing the demo prints once the job has finished.
-	for !strings.Contains(stdout.String(), "the workers keep running") {
-		select {
-		case code := <-done:
-			t.Fatalf("baton dev --demo exited %d early\nstdout:\n%s\nstderr:\n%s", code, stdout.String(), stderr.String())
-		case <-time.After(50 * time.Millisecond):
-		}
-		if time.Since(start) > 60*time.Second {
-			t.Fatalf("the demo job did not complete within a minute\nstdout:\n%s\nstderr:\n%s", stdout.String(), stderr.String())
-		}
-	}
-	t.Logf("demo job completed %s after start", time.Since(start).Round(time.Millisecond))
-	out := stdout.String()
+	out := runDevDemo(t, "the workers keep running", "--demo")
 	for _, want := range []string{"mTLS", "completed in", "started 5 `baton worker` processes", "compile-result       completed",
 		`"taskScopedHeartbeat": 200`, `"usedOutputsOf": [`, `"color-tags",`} {
 		if !strings.Contains(out, want) {
@@ -90,17 +70,82 @@ func TestDevDemo(t *testing.T) {
 	if os.Geteuid() == 0 && !strings.Contains(out, `"ranAsUid": 65534`) {
 		t.Errorf("as root the demo's children should run as nobody:\n%s", out)
 	}
+}
+
+// `baton dev --demo pipeline` deploys examples/pipeline and runs it with real worker processes:
+// the always_on source's partitions go through every job of the DAG.
+func TestDevDemoPipeline(t *testing.T) {
+	out := runDevDemo(t, "went through every job", "--demo", "pipeline")
+	for _, want := range []string{"deployed pipeline blocks_demo", "started 4 `baton worker` processes",
+		"range_totals 10/10, mainnet_alerts 10/10, testnet_alerts 10/10"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("stdout lacks %q:\n%s", want, out)
+		}
+	}
+}
+
+// runDevDemo runs `baton dev` with demo flags until it prints done, then stops it and returns
+// what it printed.
+func runDevDemo(t *testing.T, done string, demo ...string) string {
+	t.Helper()
+	t.Setenv("BATON_API_KEY", "")
+	var stdout, stderr syncBuffer
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	exited := make(chan int, 1)
+	go func() {
+		exited <- run(ctx, append([]string{"dev", "--data-dir", t.TempDir(), "--listen", "127.0.0.1:0",
+			"--internal-listen", "127.0.0.1:0", "--shutdown-timeout", "5s"}, demo...), &stdout, &stderr)
+	}()
+	start := time.Now()
+	for !strings.Contains(stdout.String(), done) {
+		select {
+		case code := <-exited:
+			t.Fatalf("baton dev %v exited %d early\nstdout:\n%s\nstderr:\n%s", demo, code, stdout.String(), stderr.String())
+		case <-time.After(50 * time.Millisecond):
+		}
+		if time.Since(start) > 60*time.Second {
+			t.Fatalf("the demo did not finish within a minute\nstdout:\n%s\nstderr:\n%s", stdout.String(), stderr.String())
+		}
+	}
+	t.Logf("demo finished %s after start", time.Since(start).Round(time.Millisecond))
+	out := stdout.String()
 	cancel()
 	select {
-	case code := <-done:
+	case code := <-exited:
 		if code != 0 || !strings.Contains(stdout.String(), "stopped") {
 			t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s", code, stdout.String(), stderr.String())
 		}
 	case <-time.After(30 * time.Second):
-		t.Fatalf("baton dev --demo did not stop\nstderr:\n%s", stderr.String())
+		t.Fatalf("baton dev %v did not stop\nstderr:\n%s", demo, stderr.String())
 	}
 	if strings.Contains(stderr.String(), "worker exited") {
 		t.Errorf("a worker exited before the demo stopped it:\n%s", stderr.String())
+	}
+	return out
+}
+
+func TestDemoPipelineIsTheExample(t *testing.T) {
+	t.Parallel()
+	file, err := os.ReadFile("../../examples/pipeline/pipeline.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(file) != demoPipeline {
+		t.Fatal("demoPipeline differs from examples/pipeline/pipeline.yaml; keep them equal")
+	}
+	doc, problems := pipeline.Parse(file, "application/yaml")
+	if len(problems) > 0 {
+		t.Fatalf("the example does not validate: %v", problems)
+	}
+	operators := map[string]bool{}
+	for _, w := range demoPipelineWorkers {
+		operators[w.operator] = true
+	}
+	for _, j := range doc.Jobs {
+		if !operators[j.Operator] {
+			t.Errorf("no demo worker for operator %s", j.Operator)
+		}
 	}
 }
 

@@ -22,14 +22,19 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("baton dev", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	dataDir := fs.String("data-dir", "./.baton", "directory of the SQLite database")
-	demo := fs.Bool("demo", false, "also run seed 001's five-task example end to end: one worker process per task name, mTLS on /internal/* with development certificates made under --data-dir")
+	var demo demoFlag
+	fs.Var(&demo, "demo", "also run an example end to end with real worker processes and mTLS on /internal/* (development certificates made under --data-dir): `--demo` the five-task job example, `--demo pipeline` the pipeline of examples/pipeline")
 	var f serverFlags
 	f.register(fs)
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
-	if fs.NArg() > 0 {
-		fmt.Fprintf(stderr, "baton dev: unexpected argument %q\n", fs.Arg(0))
+	rest := fs.Args()
+	if demo.kind != "" && len(rest) > 0 && rest[0] == demoKindPipeline && !demo.explicit {
+		demo.kind, rest = demoKindPipeline, rest[1:] // --demo pipeline
+	}
+	if len(rest) > 0 {
+		fmt.Fprintf(stderr, "baton dev: unexpected argument %q\n", rest[0])
 		return 2
 	}
 	path := filepath.Join(*dataDir, dbFile)
@@ -40,7 +45,7 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	defer st.Close()
 	var demoCerts auth.DevCerts
-	if *demo {
+	if demo.kind != "" {
 		if demoCerts, err = prepareDemo(&f, *dataDir); err != nil {
 			fmt.Fprintln(stderr, "baton dev:", err)
 			return 1
@@ -68,8 +73,8 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 Press Ctrl-C to stop.
 `, path, ls.producer.Addr(), workerLine, keyLine)
 	stopDemo := func() {}
-	if *demo {
-		stopDemo = startDemo(ctx, st, ls, demoCerts, stdout, stderr)
+	if demo.kind != "" {
+		stopDemo = startDemo(ctx, st, ls, demoCerts, demo.kind, stdout, stderr)
 	}
 	defer stopDemo()
 	if err := serve(ctx, &f, ls, st, newLogger(stderr)); err != nil {
@@ -109,4 +114,33 @@ func devKey(ctx context.Context, st store.Store, fromEnv string) (string, error)
 		return "", err
 	}
 	return fmt.Sprintf("API key      %s\n               (shown only this once: export BATON_API_KEY=%s)", secret, secret), nil
+}
+
+// The examples --demo runs.
+const (
+	demoKindJob      = "job"
+	demoKindPipeline = "pipeline"
+)
+
+// demoFlag is --demo (the job example), --demo=pipeline or --demo pipeline.
+type demoFlag struct {
+	kind     string
+	explicit bool // given as --demo=VALUE
+}
+
+func (f *demoFlag) String() string   { return f.kind }
+func (f *demoFlag) IsBoolFlag() bool { return true }
+
+func (f *demoFlag) Set(v string) error {
+	switch v {
+	case "true":
+		f.kind = demoKindJob
+	case "false":
+		f.kind = ""
+	case demoKindJob, demoKindPipeline:
+		f.kind, f.explicit = v, true
+	default:
+		return fmt.Errorf("want %s or %s", demoKindJob, demoKindPipeline)
+	}
+	return nil
 }

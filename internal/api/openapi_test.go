@@ -19,7 +19,8 @@ import (
 // openAPIMethods are the operation keys of an OpenAPI path item.
 var openAPIMethods = []string{"get", "put", "post", "delete", "options", "head", "patch", "trace"}
 
-// openAPIUnauthenticated are the operations ProducerHandler serves besides ProducerRoutes, without a key.
+// openAPIUnauthenticated are the operations ProducerHandler serves besides ProducerRoutes and
+// PipelineRoutes, without a key.
 var openAPIUnauthenticated = []string{"GET /healthz", "GET /readyz", "GET /openapi.json"}
 
 // openAPIServer is a server for listing routes and serving /openapi.json; neither touches the
@@ -82,11 +83,12 @@ func TestOpenAPIDocumentsEveryProducerRoute(t *testing.T) {
 	doc, _ := fetchOpenAPI(t, s)
 
 	registered := map[string]bool{}
-	for _, rt := range s.ProducerRoutes() {
-		registered[rt.Method+" "+rt.Pattern] = true
+	for _, rt := range append(s.ProducerRoutes(), s.PipelineRoutes()...) {
+		// A trailing wildcard ({path...}) is a plain template variable in OpenAPI.
+		registered[rt.Method+" "+strings.ReplaceAll(rt.Pattern, "...}", "}")] = true
 	}
 	if len(registered) == 0 {
-		t.Fatal("ProducerRoutes lists no route")
+		t.Fatal("ProducerRoutes and PipelineRoutes list no route")
 	}
 	documented := map[string]openAPIOperation{}
 	for _, op := range openAPIOperations(t, doc) {
@@ -307,8 +309,12 @@ func resolveRef(t *testing.T, doc, v any) any {
 	return nil
 }
 
+// envelopePipelineKeys are the members only a pipeline task's envelope carries (its data plane).
+var envelopePipelineKeys = []string{"job", "operator", "config", "inputs", "outputs", "trigger"}
+
 // The push delivery is documented as a webhook: the envelope's members and the authentication
-// headers are the ones the pusher sends.
+// headers are the ones the pusher sends; the members of every envelope are required, a pipeline
+// task's own members optional.
 func TestOpenAPIDocumentsThePushDelivery(t *testing.T) {
 	doc, _ := fetchOpenAPI(t, openAPIServer())
 	op, ok := lookupJSONPointer(doc, "#/webhooks/pushTask/post")
@@ -358,9 +364,11 @@ func TestOpenAPIDocumentsThePushDelivery(t *testing.T) {
 		mandatory = append(mandatory, k.(string))
 	}
 	want := slices.Sorted(slices.Values(envelopeKeys))
+	all := slices.Sorted(slices.Values(append(slices.Clone(envelopeKeys), envelopePipelineKeys...)))
 	slices.Sort(documented)
 	slices.Sort(mandatory)
-	if !slices.Equal(documented, want) || !slices.Equal(mandatory, want) {
-		t.Errorf("TaskEnvelope documents %v (required %v), the pusher sends %v", documented, mandatory, want)
+	if !slices.Equal(documented, all) || !slices.Equal(mandatory, want) {
+		t.Errorf("TaskEnvelope documents %v (required %v), the pusher sends %v (and %v for a pipeline task)",
+			documented, mandatory, want, envelopePipelineKeys)
 	}
 }

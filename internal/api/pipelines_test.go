@@ -122,6 +122,10 @@ func TestPipelineEndpoints(t *testing.T) {
 		if outs := claim["outputs"].([]any); len(outs) != 1 || outs[0].(map[string]any)["output_index"] != float64(0) {
 			t.Errorf("outputs %v", claim["outputs"])
 		}
+		tok, err := w.tokens.Verify(context.Background(), claim["capability_token"].(string))
+		if err != nil || len(tok.Datasets) != 1 || tok.Datasets[0].DatasetUUID != blocks["dataset_uuid"] || tok.Datasets[0].DatasetVersion != in["dataset_version"] {
+			t.Errorf("the capability token's datasets: %+v, %v", tok, err)
+		}
 		fetched := fetchInternal(w, claim["task_id"].(string))
 		inputs, _ := json.Marshal(claim["inputs"])
 		if !sameJSON(fetched.Body["inputs"], string(inputs)) || fetched.Body["job"].(map[string]any)["name"] != "mainnet" {

@@ -20,8 +20,14 @@ func (s *Server) issueToken(ctx context.Context, t *store.Task) (string, time.Ti
 	if err != nil {
 		return "", time.Time{}, err
 	}
-	return s.tokens.Issue(ctx, auth.TaskClaims{Tenant: tenant, JobID: t.JobID, TaskID: t.ID, Attempt: t.Attempt,
-		LeaseToken: t.LeaseToken}, auth.TokenTTL(t.Timeout))
+	claims := auth.TaskClaims{Tenant: tenant, JobID: t.JobID, TaskID: t.ID, Attempt: t.Attempt, LeaseToken: t.LeaseToken}
+	if r := dispatch.DecodeRoute(t); r != nil {
+		for _, in := range r.Inputs {
+			claims.Datasets = append(claims.Datasets, auth.DatasetGrant{DatasetUUID: in.DatasetUUID,
+				DatasetVersion: in.DatasetVersion, DatasetName: in.DatasetName})
+		}
+	}
+	return s.tokens.Issue(ctx, claims, auth.TokenTTL(t.Timeout))
 }
 
 // maxTenantCache bounds the job → tenant cache; it is emptied when full.

@@ -31,9 +31,17 @@ type TaskClaims struct {
 	TaskID          string   `json:"task_id"`
 	Attempt         int      `json:"attempt"`
 	LeaseToken      string   `json:"lease_token"`
-	Datasets        []string `json:"datasets,omitempty"`
-	StoragePrefixes []string `json:"storage_prefixes,omitempty"`
+	// Datasets are the dataset versions a pipeline task may read: its inputs, pinned.
+	Datasets        []DatasetGrant `json:"datasets,omitempty"`
+	StoragePrefixes []string       `json:"storage_prefixes,omitempty"`
 	jwt.RegisteredClaims
+}
+
+// DatasetGrant is one dataset version a token lets its task read.
+type DatasetGrant struct {
+	DatasetUUID    string `json:"dataset_uuid"`
+	DatasetVersion string `json:"dataset_version"`
+	DatasetName    string `json:"dataset_name,omitempty"`
 }
 
 // TokenTTL is a token's lifetime for a task with the given execution timeout (0: none):

@@ -1,0 +1,271 @@
+package main
+
+// `baton dev --demo pipeline`: the dev server, examples/pipeline/pipeline.yaml deployed through the
+// producer API, and one `baton worker` process per operator of it, each running the hidden
+// `baton demo-task` as its child program. The always_on source emits block-range partitions on
+// its output; routing starts the reactive jobs' tasks, whose children emit events of their own
+// through the task-scoped endpoint with nothing but their capability token.
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net/http"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/baton-dev/baton/client"
+	"github.com/baton-dev/baton/worker"
+)
+
+// demoPipeline is examples/pipeline/pipeline.yaml (a test keeps the two equal), built in so that
+// the demo runs from any directory.
+const demoPipeline = `# A block-indexing DAG in the DAG document format Baton deploys unchanged.
+#
+#   block_follower (always_on source) --output 0 = "blocks"--> range_stats (PerUpdate)
+#        |                                                       |
+#        |                                            output 0 = "block_stats"
+#        |                                                       v
+#        |                                               range_totals (PerPartition)
+#        +--"blocks"--> mainnet_alerts   (where chain = mainnet)
+#        +--"blocks"--> testnet_alerts   (where chain in [sepolia, holesky])
+#
+# Run it with ` + "`baton dev --demo pipeline`" + `, or deploy it yourself with
+# ` + "`baton pipeline deploy -f examples/pipeline/pipeline.yaml`" + ` and run workers for its operators.
+name: blocks_demo
+defaults:
+  max_attempts: 3
+  heartbeat_timeout_seconds: 30
+  priority: normal
+jobs:
+  - name: block_follower
+    activation: source
+    runtime: ecs_platform
+    operator: block_follower
+    outputs: 1
+    source: {kind: always_on}
+    config: {chain: mainnet, first_block: 1000000, range_size: 10000, ranges: 10, interval_ms: 300}
+
+  - name: range_stats
+    activation: reactive
+    runtime: ecs_platform
+    operator: range_stats
+    execution_strategy: PerUpdate
+    outputs: 1
+    inputs:
+      - from: {job: block_follower, output: 0}
+
+  - name: range_totals
+    activation: reactive
+    runtime: ecs_platform
+    operator: range_totals
+    execution_strategy: PerPartition
+    outputs: 0
+    scaling: {max_concurrency: 2}
+    inputs:
+      - from: {dataset: block_stats}
+
+  - name: mainnet_alerts
+    activation: reactive
+    runtime: ecs_platform
+    operator: alerts
+    queue: alerts_mainnet
+    outputs: 0
+    config: {severity: high}
+    inputs:
+      - from: {dataset: blocks}
+        where: {chain: mainnet}
+
+  - name: testnet_alerts
+    activation: reactive
+    runtime: ecs_platform
+    operator: alerts
+    queue: alerts_testnet
+    outputs: 0
+    config: {severity: low}
+    inputs:
+      - from: {dataset: blocks}
+        where: {chain: [sepolia, holesky]}
+
+publish:
+  blocks:
+    from: {job: block_follower, output: 0}
+    storage: postgres
+    filter_fields: [chain]
+  block_stats:
+    from: {job: range_stats, output: 0}
+    storage: postgres
+    schema:
+      columns:
+        - {name: chain, type: string, required: true}
+        - {name: start_block, type: integer, required: true}
+        - {name: end_block, type: integer, required: true}
+        - {name: tx_count, type: integer}
+      unique: [chain, start_block]
+    filter_fields: [chain]
+`
+
+// demoPipelineWorkers are the workers of the pipeline demo: an operator and the queues it claims.
+var demoPipelineWorkers = []struct {
+	operator string
+	queues   []string
+}{
+	{"block_follower", nil},
+	{"range_stats", nil},
+	{"range_totals", nil},
+	{"alerts", []string{"alerts_mainnet", "alerts_testnet"}},
+}
+
+// runPipeline deploys the example pipeline, starts its workers, and prints the jobs' task counts
+// as they change until every block range went through every job; the workers keep running.
+func (d *demo) runPipeline(ctx context.Context) error {
+	self, err := os.Executable()
+	if err != nil {
+		return fmt.Errorf("find this program: %w", err)
+	}
+	taskBin, cleanup, err := demoTaskBinary(self)
+	if err != nil {
+		return err
+	}
+	defer cleanup()
+	c := client.New(d.producerURL, d.apiKey)
+	p, err := c.DeployPipeline(ctx, []byte(demoPipeline), "application/yaml")
+	if err != nil {
+		return fmt.Errorf("deploy examples/pipeline/pipeline.yaml: %w", err)
+	}
+	fmt.Fprintf(d.stdout, "demo: deployed pipeline %s version %s (%d jobs)\n", p.Name, p.Version, len(p.Jobs))
+	var procs []*demoProc
+	defer func() { stopDemoWorkers(procs) }()
+	for _, w := range demoPipelineWorkers {
+		pr, err := d.startWorker(ctx, self, taskBin, w.operator, w.queues...)
+		if err != nil {
+			return err
+		}
+		procs = append(procs, pr)
+	}
+	fmt.Fprintf(d.stdout, "demo: started %d `baton worker` processes (one per operator)\n", len(procs))
+	start := time.Now()
+	last := ""
+	for ctx.Err() == nil {
+		p, err := c.GetPipeline(ctx, "blocks_demo")
+		if err != nil {
+			return err
+		}
+		var parts []string
+		done := true
+		for _, j := range p.Jobs {
+			parts = append(parts, fmt.Sprintf("%s %d/%d", j.Name, j.Counts["completed"], j.Counts["routed"]))
+			if j.Activation == "reactive" && (j.Counts["completed"] < 10 || j.Counts["completed"] != j.Counts["routed"]) {
+				done = false
+			}
+		}
+		if line := strings.Join(parts, ", "); line != last {
+			last = line
+			fmt.Fprintf(d.stdout, "demo: %5.1fs  completed/routed: %s\n", time.Since(start).Seconds(), line)
+		}
+		if done {
+			fmt.Fprintf(d.stdout, "demo: all 10 block ranges went through every job in %.1fs; see `baton pipeline get blocks_demo` and `baton dataset get blocks`\n",
+				time.Since(start).Seconds())
+			break
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+	<-ctx.Done()
+	return nil
+}
+
+// runPipelineDemoTask is `baton demo-task` for a task of the example pipeline.
+func runPipelineDemoTask(ctx context.Context, p childPayload, stdout, stderr io.Writer) int {
+	var cfg struct {
+		Chain      string `json:"chain"`
+		FirstBlock int64  `json:"first_block"`
+		RangeSize  int64  `json:"range_size"`
+		Ranges     int64  `json:"ranges"`
+		IntervalMs int64  `json:"interval_ms"`
+		Severity   string `json:"severity"`
+	}
+	_ = json.Unmarshal(p.Config, &cfg)
+	out := map[string]any{"job": p.Job.Name, "operator": p.Operator, "attempt": p.Attempt}
+	var in *worker.DatasetInput
+	if len(p.Inputs) > 0 {
+		in = &p.Inputs[0]
+		out["input"] = map[string]any{"dataset": in.DatasetName, "partition_key": in.PartitionKey, "where": in.Where}
+	}
+	switch p.Operator {
+	case "block_follower":
+		// A source that follows a chain: one partition per interval on output 0, then it
+		// keeps following (its wrapper heartbeats) until it is stopped.
+		for i := range cfg.Ranges {
+			start := cfg.FirstBlock + i*cfg.RangeSize
+			ev := map[string]any{"dataset_uuid": p.Outputs[0].DatasetUUID, "dataset_version": p.Outputs[0].DatasetVersion,
+				"partition_key": fmt.Sprintf("%d-%d", start, start+cfg.RangeSize-1), "start": start, "end": start + cfg.RangeSize - 1}
+			if status := demoTaskCall(ctx, p, "/v1/task/events", map[string]any{"events": []any{ev}}); status != http.StatusOK {
+				fmt.Fprintf(stderr, "block_follower: events answered %v\n", status)
+				return 1
+			}
+			select {
+			case <-ctx.Done():
+				return 1
+			case <-time.After(time.Duration(cfg.IntervalMs) * time.Millisecond):
+			}
+		}
+		<-ctx.Done()
+		return 1
+	case "range_stats":
+		// Reads its partition of blocks, writes the same partition of block_stats.
+		time.Sleep(100*time.Millisecond + rand.N(200*time.Millisecond))
+		ev := map[string]any{"dataset_uuid": p.Outputs[0].DatasetUUID, "dataset_version": p.Outputs[0].DatasetVersion,
+			"partition_key": in.PartitionKey, "start": in.Start, "end": in.End}
+		if status := demoTaskCall(ctx, p, "/v1/task/events", map[string]any{"events": []any{ev}}); status != http.StatusOK {
+			fmt.Fprintf(stderr, "range_stats: events answered %v\n", status)
+			return 1
+		}
+		out["tx_count"] = rand.N(5000)
+	case "range_totals":
+		time.Sleep(200*time.Millisecond + rand.N(300*time.Millisecond))
+		out["totaled"] = in.PartitionKey
+	case "alerts":
+		time.Sleep(50*time.Millisecond + rand.N(100*time.Millisecond))
+		out["severity"] = cfg.Severity
+		out["result"] = fmt.Sprintf("read partition %s of %s with where %s", in.PartitionKey, in.DatasetName, in.Where)
+	default:
+		out["result"] = "nothing to do for operator " + p.Operator
+	}
+	if err := json.NewEncoder(stdout).Encode(out); err != nil {
+		fmt.Fprintln(stderr, "baton demo-task:", err)
+		return 1
+	}
+	return 0
+}
+
+// demoTaskCall posts the attempt's fence and body to a task-scoped endpoint with the task's
+// capability token and returns the answer's status code (or the error's text).
+func demoTaskCall(ctx context.Context, p childPayload, path string, body map[string]any) any {
+	if body == nil {
+		body = map[string]any{}
+	}
+	body["task_id"], body["attempt"], body["lease_token"] = p.TaskID, p.Attempt, p.LeaseToken
+	raw, _ := json.Marshal(body)
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, strings.TrimRight(os.Getenv(envPublicURL), "/")+path, bytes.NewReader(raw))
+	if err != nil {
+		return err.Error()
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("X-Trace-Task-Capability", os.Getenv(envCapability))
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return err.Error()
+	}
+	defer res.Body.Close()
+	_, _ = io.Copy(io.Discard, res.Body)
+	return res.StatusCode
+}
