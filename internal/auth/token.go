@@ -26,11 +26,11 @@ var (
 
 // TaskClaims are what a capability token lets its holder do: act for one attempt of one task.
 type TaskClaims struct {
-	Tenant          string   `json:"tenant"`
-	JobID           string   `json:"job_id"`
-	TaskID          string   `json:"task_id"`
-	Attempt         int      `json:"attempt"`
-	LeaseToken      string   `json:"lease_token"`
+	Tenant     string `json:"tenant"`
+	JobID      string `json:"job_id"`
+	TaskID     string `json:"task_id"`
+	Attempt    int    `json:"attempt"`
+	LeaseToken string `json:"lease_token"`
 	// Datasets are the dataset versions a pipeline task may read: its inputs, pinned.
 	Datasets        []DatasetGrant `json:"datasets,omitempty"`
 	StoragePrefixes []string       `json:"storage_prefixes,omitempty"`
