@@ -146,26 +146,16 @@ func loopbackURL(scheme string, addr net.Addr) string {
 // run starts the workers, submits the job, follows it to the end, and keeps the workers running
 // until ctx ends.
 func (d *demo) run(ctx context.Context) error {
-	self, err := os.Executable()
-	if err != nil {
-		return fmt.Errorf("find this program: %w", err)
+	var workers []demoWorker
+	for _, name := range demoTaskNames {
+		workers = append(workers, demoWorker{name: name})
 	}
-	taskBin, cleanup, err := demoTaskBinary(self)
+	stop, err := d.startWorkers(ctx, workers)
 	if err != nil {
 		return err
 	}
-	defer cleanup()
-
-	var procs []*demoProc
-	defer func() { stopDemoWorkers(procs) }()
-	for _, name := range demoTaskNames {
-		p, err := d.startWorker(ctx, self, taskBin, name)
-		if err != nil {
-			return err
-		}
-		procs = append(procs, p)
-	}
-	fmt.Fprintf(d.stdout, "demo: started %d `baton worker` processes (one per task name), each running `baton demo-task` as its child program\n", len(procs))
+	defer stop()
+	fmt.Fprintf(d.stdout, "demo: started %d `baton worker` processes (one per task name), each running `baton demo-task` as its child program\n", len(workers))
 
 	c := client.New(d.producerURL, d.apiKey)
 	res, err := c.SubmitJobJSON(ctx, []byte(demoJob))
@@ -206,6 +196,40 @@ func (d *demo) run(ctx context.Context) error {
 		d.producerURL, d.apiKey)
 	<-ctx.Done()
 	return nil
+}
+
+// demoWorker is one `baton worker` process of a demo: the task name it runs and the queues it
+// claims from (default: the task name).
+type demoWorker struct {
+	name   string
+	queues []string
+}
+
+// startWorkers starts the demo's workers, each running `baton demo-task` as its child program,
+// and returns the function that stops them.
+func (d *demo) startWorkers(ctx context.Context, workers []demoWorker) (func(), error) {
+	self, err := os.Executable()
+	if err != nil {
+		return nil, fmt.Errorf("find this program: %w", err)
+	}
+	taskBin, cleanup, err := demoTaskBinary(self)
+	if err != nil {
+		return nil, err
+	}
+	var procs []*demoProc
+	stop := func() {
+		stopDemoWorkers(procs)
+		cleanup()
+	}
+	for _, w := range workers {
+		p, err := d.startWorker(ctx, self, taskBin, w.name, w.queues...)
+		if err != nil {
+			stop()
+			return nil, err
+		}
+		procs = append(procs, p)
+	}
+	return stop, nil
 }
 
 // demoTaskBinary is the program the workers' children run. As root the children run as an

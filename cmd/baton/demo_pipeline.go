@@ -109,11 +109,8 @@ publish:
     filter_fields: [chain]
 `
 
-// demoPipelineWorkers are the workers of the pipeline demo: an operator and the queues it claims.
-var demoPipelineWorkers = []struct {
-	operator string
-	queues   []string
-}{
+// demoPipelineWorkers are the workers of the pipeline demo: one per operator.
+var demoPipelineWorkers = []demoWorker{
 	{"block_follower", nil},
 	{"range_stats", nil},
 	{"range_totals", nil},
@@ -123,31 +120,18 @@ var demoPipelineWorkers = []struct {
 // runPipeline deploys the example pipeline, starts its workers, and prints the jobs' task counts
 // as they change until every block range went through every job; the workers keep running.
 func (d *demo) runPipeline(ctx context.Context) error {
-	self, err := os.Executable()
-	if err != nil {
-		return fmt.Errorf("find this program: %w", err)
-	}
-	taskBin, cleanup, err := demoTaskBinary(self)
-	if err != nil {
-		return err
-	}
-	defer cleanup()
 	c := client.New(d.producerURL, d.apiKey)
 	p, err := c.DeployPipeline(ctx, []byte(demoPipeline), "application/yaml")
 	if err != nil {
 		return fmt.Errorf("deploy examples/pipeline/pipeline.yaml: %w", err)
 	}
 	fmt.Fprintf(d.stdout, "demo: deployed pipeline %s version %s (%d jobs)\n", p.Name, p.Version, len(p.Jobs))
-	var procs []*demoProc
-	defer func() { stopDemoWorkers(procs) }()
-	for _, w := range demoPipelineWorkers {
-		pr, err := d.startWorker(ctx, self, taskBin, w.operator, w.queues...)
-		if err != nil {
-			return err
-		}
-		procs = append(procs, pr)
+	stop, err := d.startWorkers(ctx, demoPipelineWorkers)
+	if err != nil {
+		return err
 	}
-	fmt.Fprintf(d.stdout, "demo: started %d `baton worker` processes (one per operator)\n", len(procs))
+	defer stop()
+	fmt.Fprintf(d.stdout, "demo: started %d `baton worker` processes (one per operator)\n", len(demoPipelineWorkers))
 	start := time.Now()
 	last := ""
 	for ctx.Err() == nil {

@@ -140,7 +140,7 @@ func TestDemoPipelineIsTheExample(t *testing.T) {
 	}
 	operators := map[string]bool{}
 	for _, w := range demoPipelineWorkers {
-		operators[w.operator] = true
+		operators[w.name] = true
 	}
 	for _, j := range doc.Jobs {
 		if !operators[j.Operator] {

@@ -145,6 +145,22 @@ func (c *jobCmd) fail(err error) int {
 	return 1
 }
 
+// readFile reads the file a -f flag names ("-": stdin), or prints why it cannot and returns false.
+func (c *jobCmd) readFile(path, what string) ([]byte, bool) {
+	var body []byte
+	var err error
+	if path == "-" {
+		body, err = io.ReadAll(jobStdin)
+	} else {
+		body, err = os.ReadFile(path)
+	}
+	if err != nil {
+		fmt.Fprintf(c.stderr, "baton %s %s: read %s: %v\n", c.group, c.name, what, err)
+		return nil, false
+	}
+	return body, true
+}
+
 // printJSON writes v as indented JSON.
 func (c *jobCmd) printJSON(v any) int {
 	enc := json.NewEncoder(c.stdout)
@@ -171,15 +187,8 @@ func jobSubmit(ctx context.Context, c *jobCmd, args []string) int {
 	if !ok {
 		return code
 	}
-	var body []byte
-	var err error
-	if *file == "-" {
-		body, err = io.ReadAll(jobStdin)
-	} else {
-		body, err = os.ReadFile(*file)
-	}
-	if err != nil {
-		fmt.Fprintf(c.stderr, "baton job submit: read the job request: %v\n", err)
+	body, ok := c.readFile(*file, "the job request")
+	if !ok {
 		return 1
 	}
 	var opts []client.SubmitOption

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"os"
 	"path/filepath"
 
 	"strings"
@@ -90,15 +89,8 @@ func pipelineDeploy(ctx context.Context, c *jobCmd, args []string) int {
 	if !ok {
 		return code
 	}
-	var body []byte
-	var err error
-	if *file == "-" {
-		body, err = io.ReadAll(jobStdin)
-	} else {
-		body, err = os.ReadFile(*file)
-	}
-	if err != nil {
-		fmt.Fprintf(c.stderr, "baton pipeline deploy: read the document: %v\n", err)
+	body, ok := c.readFile(*file, "the document")
+	if !ok {
 		return 1
 	}
 	ct := "application/yaml"

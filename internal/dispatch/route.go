@@ -93,7 +93,7 @@ type Router struct {
 
 // NewRouter returns a stopped router over d's store.
 func (d *Dispatcher) NewRouter(cfg RouteConfig) *Router {
-	return &Router{d: d, batch: cmpOr(cfg.Batch, 500)}
+	return &Router{d: d, batch: cmpOr(cfg.Batch, 2000)}
 }
 
 // Start runs the router until Stop or until ctx ends.
