@@ -2,11 +2,13 @@ package api
 
 import (
 	"encoding/json"
+	"fmt"
 	"mime"
 	"net/http"
 	"strings"
 
 	"github.com/baton-dev/baton/internal/dispatch"
+	"github.com/baton-dev/baton/internal/pipeline"
 	"github.com/baton-dev/baton/internal/store"
 )
 
@@ -47,7 +49,7 @@ func (s *Server) deployPipeline(w http.ResponseWriter, r *http.Request) (any, er
 		return nil, errorf(http.StatusUnsupportedMediaType, "Content-Type must be application/yaml or application/json, got %q", ct)
 	}
 	tenant := tenantOf(r)
-	res, err := s.d.Deploy(r.Context(), tenant, body, ct)
+	res, err := s.d.Deploy(r.Context(), tenant, body, ct, s.checkPipelinePushTargets)
 	if err != nil {
 		return nil, err
 	}
@@ -299,4 +301,23 @@ func runAnswer(res *dispatch.RunSourceResult) any {
 		return created{out}
 	}
 	return out
+}
+
+// checkPipelinePushTargets refuses lambda jobs whose operator has no push target (when the server
+// knows its targets), as checkPushTargets refuses such tasks at submission.
+func (s *Server) checkPipelinePushTargets(doc *pipeline.Document) pipeline.Problems {
+	if s.pushTargets == nil {
+		return nil
+	}
+	var ps pipeline.Problems
+	for i, j := range doc.Jobs {
+		if j.Runtime != pipeline.RuntimeLambda {
+			continue
+		}
+		if _, ok := s.pushTargets[j.Operator]; !ok {
+			ps = append(ps, pipeline.Problem{Path: fmt.Sprintf("jobs[%d].operator", i),
+				Message: fmt.Sprintf("no push target for operator %q of a lambda job (baton server --push-target %s=URL)", j.Operator, j.Operator)})
+		}
+	}
+	return ps
 }

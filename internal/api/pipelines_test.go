@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/baton-dev/baton/internal/api"
 	"github.com/baton-dev/baton/internal/auth"
 	"github.com/baton-dev/baton/internal/dispatch"
 	"github.com/baton-dev/baton/internal/lifecycle"
@@ -212,5 +213,44 @@ func TestManualAndWebhookSources(t *testing.T) {
 		wantStatus(t, w.request("POST", w.public.URL+"/webhooks/github/pull", `{}`, "x-api-key", key), http.StatusNotFound)
 		wantStatus(t, w.request("POST", w.public.URL+"/webhooks/github/push", `{}`), http.StatusUnauthorized)
 		wantStatus(t, w.request("POST", w.public.URL+"/webhooks/github/push", `{}`, "x-api-key", w.apiKey("other")), http.StatusNotFound)
+	})
+}
+
+// A lambda job's tasks go to the push target of its operator, with their data plane in the
+// envelope; a lambda job whose operator has no target is refused at deploy.
+func TestLambdaJobsArePushed(t *testing.T) {
+	target := newTestTarget(t, func(d delivery, w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusAccepted) })
+	forEachPushDriver(t, map[string]string{"on_push": target.url}, func(t *testing.T, a *pushAPI) {
+		yaml := []string{"x-api-key", a.key, "Content-Type", "application/yaml"}
+		noTarget := strings.Replace(sourcesPipeline, "operator: on_push", "operator: on_pull", 1)
+		res := a.request("POST", a.public.URL+"/pipelines", noTarget, yaml...)
+		wantStatus(t, res, http.StatusBadRequest)
+		if !strings.Contains(string(res.Raw), `jobs[1].operator: no push target for operator \"on_pull\"`) {
+			t.Errorf("deploy without a target: %s", res.Raw)
+		}
+		wantStatus(t, a.request("POST", a.public.URL+"/pipelines", sourcesPipeline, yaml...), http.StatusCreated)
+		a.startPusher(api.PushConfig{Targets: map[string]string{"on_push": target.url}})
+		hook := a.request("POST", a.public.URL+"/webhooks/github/push", `{"ref": "main"}`, "x-api-key", a.key)
+		wantStatus(t, hook, http.StatusCreated)
+		var env map[string]any
+		eventually(t, "the webhook task is pushed", func() bool {
+			for _, d := range target.deliveries() {
+				if d.str("taskId") == hook.Body["task_id"] {
+					env = d.env
+					return true
+				}
+			}
+			return false
+		})
+		job, _ := env["job"].(map[string]any)
+		if job["dag_name"] != "hooks" || job["name"] != "on_push" || job["pipeline_version"] == "" || env["operator"] != "on_push" {
+			t.Errorf("envelope job %v operator %v", env["job"], env["operator"])
+		}
+		if !sameJSON(env["trigger"], `{"kind":"webhook","path":"/github/push","content_type":"application/json","body":{"ref":"main"}}`) {
+			t.Errorf("trigger %v", env["trigger"])
+		}
+		if outs, _ := env["outputs"].([]any); len(outs) != 1 {
+			t.Errorf("outputs %v", env["outputs"])
+		}
 	})
 }

@@ -44,7 +44,9 @@ func bufferedProducer(name string) string { return "buffered:" + name }
 // problem, in the document or against the tenant's other pipelines' datasets, is reported in one
 // ValidationError and nothing is stored. The same content deployed again creates no version; if
 // it is an earlier version, it becomes the active one again.
-func (d *Dispatcher) Deploy(ctx context.Context, tenant string, body []byte, contentType string) (*DeployResult, error) {
+// The checks, if any, add problems the caller knows of (the push targets the server has, say).
+func (d *Dispatcher) Deploy(ctx context.Context, tenant string, body []byte, contentType string,
+	checks ...func(*pipeline.Document) pipeline.Problems) (*DeployResult, error) {
 	if len(body) > MaxPipelineBytes {
 		return nil, &InvalidError{Message: fmt.Sprintf("a pipeline document is at most %d bytes", MaxPipelineBytes)}
 	}
@@ -55,6 +57,9 @@ func (d *Dispatcher) Deploy(ctx context.Context, tenant string, body []byte, con
 	existing, more, err := d.checkAgainstTenant(ctx, tenant, doc)
 	if err != nil {
 		return nil, err
+	}
+	for _, check := range checks {
+		more = append(more, check(doc)...)
 	}
 	if len(more) > 0 {
 		return nil, &ValidationError{Errors: more.Strings()}
@@ -283,7 +288,7 @@ func buildSpec(tenant string, doc *pipeline.Document, byProducer map[string]*sto
 	for _, j := range doc.Jobs {
 		js := &jobSpec{Name: j.Name, Activation: j.Activation, Runtime: j.Runtime, Operator: j.Operator, Queue: j.Queue,
 			Strategy: j.ExecutionStrategy, Priority: j.Priority, MaxAttempts: j.MaxAttempts, TimeoutSeconds: j.TimeoutSeconds,
-			HeartbeatTimeoutSeconds: j.HeartbeatTimeoutSeconds, Config: j.Config}
+			HeartbeatTimeoutSeconds: j.HeartbeatTimeoutSeconds, Config: j.Config, Secrets: j.Secrets}
 		if j.Scaling != nil {
 			js.MaxConcurrency = j.Scaling.MaxConcurrency
 		}
@@ -432,6 +437,7 @@ type PipelineJobView struct {
 	Operator   string         `json:"operator"`
 	Queue      string         `json:"queue"`
 	Source     string         `json:"source,omitempty"`
+	Secrets    []string       `json:"secrets"`
 	Outputs    []outputSpec   `json:"outputs"`
 	Inputs     []inputSpec    `json:"inputs"`
 	Counts     map[string]int `json:"counts"`
@@ -443,7 +449,7 @@ func (v *PipelineView) Jobs() []PipelineJobView {
 	out := make([]PipelineJobView, 0, len(v.Spec.Jobs))
 	for _, j := range v.Spec.Jobs {
 		jv := PipelineJobView{Name: j.Name, Activation: j.Activation, Runtime: j.Runtime, Operator: j.Operator,
-			Queue: j.Queue, Source: j.SourceKind, Outputs: j.Outputs, Inputs: j.Inputs,
+			Queue: j.Queue, Source: j.SourceKind, Secrets: append([]string{}, j.Secrets...), Outputs: j.Outputs, Inputs: j.Inputs,
 			Counts: map[string]int{"routed": 0, "waiting": 0, "pending": 0, "running": 0, "completed": 0, "failed": 0, "canceled": 0}}
 		if jv.Outputs == nil {
 			jv.Outputs = []outputSpec{}

@@ -35,8 +35,10 @@ type jobSpec struct {
 	SourceKind              string          `json:"source_kind,omitempty"`
 	Schedule                string          `json:"schedule,omitempty"`
 	WebhookPath             string          `json:"webhook_path,omitempty"`
-	Inputs                  []inputSpec     `json:"inputs"`
-	Outputs                 []outputSpec    `json:"outputs"`
+	// Secrets are the names of the secrets the job's tasks need; shown, not yet delivered.
+	Secrets []string     `json:"secrets,omitempty"`
+	Inputs  []inputSpec  `json:"inputs"`
+	Outputs []outputSpec `json:"outputs"`
 }
 
 // inputSpec is one input of a job: the dataset it reads and the filter its tasks apply.
