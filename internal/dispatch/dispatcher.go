@@ -80,6 +80,7 @@ type Dispatcher struct {
 	commit *committer // nil: group commit is off
 	// retryFor: see Config.RetryFor.
 	retryFor time.Duration
+	specs    specCache // the pipeline versions' specs read so far
 }
 
 // New returns a dispatcher over st.

@@ -3,12 +3,10 @@ package dispatch
 import (
 	"context"
 	"encoding/json"
-	"fmt"
 	"log/slog"
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/google/uuid"
@@ -87,7 +85,6 @@ type RouteConfig struct {
 type Router struct {
 	d     *Dispatcher
 	batch int
-	specs sync.Map // "tenant\x00pipeline\x00version" → *pipelineSpec; versions are immutable
 	service
 }
 
@@ -179,19 +176,16 @@ func (r *Router) route(ctx context.Context, tx store.Tx, c *changes, evs []*rout
 		return 0, err
 	}
 	byDataset := map[string][]*store.Consumer{}
-	var specs []*pipelineSpec
+	specs := map[*store.Consumer]*pipelineSpec{}
+	var more []string // the datasets the new tasks read and write, for their versions
 	for _, cs := range consumers {
 		byDataset[cs.DatasetUUID] = append(byDataset[cs.DatasetUUID], cs)
-		spec, err := r.spec(ctx, tx, cs.Tenant, cs.Pipeline, cs.Version)
+		spec, err := r.d.specs.get(ctx, tx, cs.Tenant, cs.Pipeline, cs.Version)
 		if err != nil {
 			return 0, err
 		}
-		specs = append(specs, spec)
-	}
-	// The datasets the new tasks read and write, for their versions.
-	var more []string
-	for _, s := range specs {
-		more = append(more, s.datasetUUIDs()...)
+		specs[cs] = spec
+		more = append(more, spec.datasetUUIDs()...)
 	}
 	if err := addDatasets(ctx, tx, datasets, more); err != nil {
 		return 0, err
@@ -206,8 +200,8 @@ func (r *Router) route(ctx context.Context, tx store.Tx, c *changes, evs []*rout
 			if cs.Tenant != e.Tenant {
 				continue
 			}
-			spec, _ := r.specs.Load(specKey(cs.Tenant, cs.Pipeline, cs.Version))
-			js := spec.(*pipelineSpec).job(cs.Job)
+			spec := specs[cs]
+			js := spec.job(cs.Job)
 			if js == nil || (js.Strategy == "PerPartition" && e.PartitionKey == "") {
 				continue // a partitioned job is not started by a cursor
 			}
@@ -216,8 +210,8 @@ func (r *Router) route(ctx context.Context, tx store.Tx, c *changes, evs []*rout
 				continue
 			}
 			seen[key] = true
-			job, task := r.d.newPipelineTask(spec.(*pipelineSpec), js, c.now, key)
-			task.Route = js.route(spec.(*pipelineSpec), datasets, cs.InputIndex, e, nil)
+			job, task := r.d.newPipelineTask(spec, js, c.now, key)
+			task.Route = js.route(spec, datasets, cs.InputIndex, e, nil)
 			jobs = append(jobs, job)
 			tasks[job.ID] = task
 		}
@@ -329,28 +323,6 @@ func addDatasets(ctx context.Context, tx store.Tx, m map[string]*store.Dataset, 
 		m[d.UUID] = d
 	}
 	return nil
-}
-
-// spec returns a pipeline version's spec, read once: versions never change.
-func (r *Router) spec(ctx context.Context, tx store.Tx, tenant, pipeline, version string) (*pipelineSpec, error) {
-	key := specKey(tenant, pipeline, version)
-	if s, ok := r.specs.Load(key); ok {
-		return s.(*pipelineSpec), nil
-	}
-	v, err := tx.GetPipelineVersion(ctx, tenant, pipeline, version)
-	if err != nil {
-		return nil, fmt.Errorf("pipeline %s version %s: %w", pipeline, version, err)
-	}
-	s, err := decodeSpec(v)
-	if err != nil {
-		return nil, err
-	}
-	r.specs.Store(key, s)
-	return s, nil
-}
-
-func specKey(tenant, pipeline, version string) string {
-	return tenant + "\x00" + pipeline + "\x00" + version
 }
 
 // uniq returns the distinct strings of ss, sorted.

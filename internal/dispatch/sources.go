@@ -28,7 +28,6 @@ const ControlQueue = "baton.dispatcher"
 // Sources; a tick or a replacement is keyed, so two replicas start it once.
 type Sources struct {
 	d      *Dispatcher
-	specs  sync.Map // specKey → *pipelineSpec
 	mu     sync.Mutex
 	next   map[string]time.Time // cron job → its next tick
 	scheds map[string]pipeline.Schedule
@@ -70,7 +69,7 @@ func (s *Sources) RunOnce(ctx context.Context) (int, error) {
 	created := 0
 	var errs []error
 	for _, p := range ps {
-		spec, err := s.spec(ctx, p)
+		spec, err := s.d.specs.get(ctx, s.d.store, p.Tenant, p.Name, p.ActiveVersion)
 		if err != nil {
 			errs = append(errs, err)
 			continue
@@ -92,27 +91,10 @@ func (s *Sources) RunOnce(ctx context.Context) (int, error) {
 	return created, errors.Join(errs...)
 }
 
-func (s *Sources) spec(ctx context.Context, p *store.Pipeline) (*pipelineSpec, error) {
-	key := specKey(p.Tenant, p.Name, p.ActiveVersion)
-	if v, ok := s.specs.Load(key); ok {
-		return v.(*pipelineSpec), nil
-	}
-	v, err := s.d.store.GetPipelineVersion(ctx, p.Tenant, p.Name, p.ActiveVersion)
-	if err != nil {
-		return nil, err
-	}
-	spec, err := decodeSpec(v)
-	if err != nil {
-		return nil, err
-	}
-	s.specs.Store(key, spec)
-	return spec, nil
-}
-
 // cron starts the task of the latest tick at or before now that this process has not started
 // yet. A tick that passed while no replica ran is not made up for.
 func (s *Sources) cron(ctx context.Context, spec *pipelineSpec, js *jobSpec, now time.Time) (int, error) {
-	key := specKey(spec.Tenant, spec.Name, spec.Version) + "\x00" + js.Name
+	key := spec.Tenant + "\x00" + spec.Name + "\x00" + spec.Version + "\x00" + js.Name
 	s.mu.Lock()
 	sched, ok := s.scheds[key]
 	if !ok {
@@ -249,11 +231,7 @@ func (d *Dispatcher) findSource(ctx context.Context, p RunSourceParams) (*pipeli
 		}
 	}
 	for _, pl := range ps {
-		v, err := d.store.GetPipelineVersion(ctx, p.Tenant, pl.Name, pl.ActiveVersion)
-		if err != nil {
-			return nil, nil, err
-		}
-		spec, err := decodeSpec(v)
+		spec, err := d.specs.get(ctx, d.store, p.Tenant, pl.Name, pl.ActiveVersion)
 		if err != nil {
 			return nil, nil, err
 		}

@@ -1,8 +1,10 @@
 package dispatch
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
+	"sync"
 
 	"github.com/baton-dev/baton/internal/pipeline"
 	"github.com/baton-dev/baton/internal/store"
@@ -53,6 +55,27 @@ type outputSpec struct {
 	OutputIndex int    `json:"output_index"`
 	DatasetUUID string `json:"dataset_uuid"`
 	DatasetName string `json:"dataset_name,omitempty"`
+}
+
+// specCache keeps the specs of pipeline versions read so far: versions never change.
+type specCache struct{ m sync.Map } // "tenant\x00pipeline\x00version" → *pipelineSpec
+
+// get returns a version's spec, reading it from st the first time.
+func (c *specCache) get(ctx context.Context, st store.Reader, tenant, pipeline, version string) (*pipelineSpec, error) {
+	key := tenant + "\x00" + pipeline + "\x00" + version
+	if s, ok := c.m.Load(key); ok {
+		return s.(*pipelineSpec), nil
+	}
+	v, err := st.GetPipelineVersion(ctx, tenant, pipeline, version)
+	if err != nil {
+		return nil, fmt.Errorf("pipeline %s version %s: %w", pipeline, version, err)
+	}
+	s, err := decodeSpec(v)
+	if err != nil {
+		return nil, err
+	}
+	c.m.Store(key, s)
+	return s, nil
 }
 
 func decodeSpec(v *store.PipelineVersion) (*pipelineSpec, error) {
