@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"path/filepath"
 
 	"strings"
 	"text/tabwriter"
@@ -15,7 +14,7 @@ import (
 const pipelineUsage = `Usage: baton pipeline <command> [flags]
 
 Commands:
-  deploy -f FILE [--json]          deploy a DAG document (YAML, or JSON for *.json); "-" reads stdin
+  deploy -f FILE [--json]          deploy a DAG document, YAML or JSON; "-" reads stdin
   list [--json]                    the tenant's pipelines
   get NAME [--json]                the active version's jobs, their datasets and task counts
   versions NAME [--json]           every deployed version, newest first
@@ -94,8 +93,8 @@ func pipelineDeploy(ctx context.Context, c *jobCmd, args []string) int {
 		return 1
 	}
 	ct := "application/yaml"
-	if strings.EqualFold(filepath.Ext(*file), ".json") {
-		ct = "application/json"
+	if strings.HasPrefix(strings.TrimSpace(string(body)), "{") {
+		ct = "application/json" // JSON's own parser, for its error positions
 	}
 	p, err := cl.DeployPipeline(ctx, body, ct)
 	if err != nil {
@@ -116,48 +115,23 @@ func pipelineDeploy(ctx context.Context, c *jobCmd, args []string) int {
 }
 
 func pipelineList(ctx context.Context, c *jobCmd, args []string) int {
-	asJSON := c.fs.Bool("json", false, "print the server's answer as JSON")
-	if _, code, ok := c.parse(args); !ok {
-		return code
-	}
-	cl, code, ok := c.client()
-	if !ok {
-		return code
-	}
-	ps, err := cl.ListPipelines(ctx)
-	if err != nil {
-		return c.fail(err)
-	}
-	if *asJSON {
-		return c.printJSON(ps)
-	}
-	tw := tabwriter.NewWriter(c.stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "NAME\tACTIVE VERSION\tUPDATED")
-	for _, p := range ps {
-		fmt.Fprintf(tw, "%s\t%s\t%s\n", p.Name, p.ActiveVersion, p.UpdatedAt.Format("2006-01-02 15:04:05"))
-	}
-	return flushTable(c, tw)
+	return show(ctx, c, args, nil, func(cl *client.Client, _ []string) ([]client.Pipeline, error) { return cl.ListPipelines(ctx) },
+		func(ps []client.Pipeline) int {
+			tw := tabwriter.NewWriter(c.stdout, 0, 4, 2, ' ', 0)
+			fmt.Fprintln(tw, "NAME\tACTIVE VERSION\tUPDATED")
+			for _, p := range ps {
+				fmt.Fprintf(tw, "%s\t%s\t%s\n", p.Name, p.ActiveVersion, p.UpdatedAt.Format("2006-01-02 15:04:05"))
+			}
+			return flushTable(c, tw)
+		})
 }
 
 func pipelineGet(ctx context.Context, c *jobCmd, args []string) int {
-	asJSON := c.fs.Bool("json", false, "print the server's answer as JSON")
-	pos, code, ok := c.parse(args, "NAME")
-	if !ok {
-		return code
-	}
-	cl, code, ok := c.client()
-	if !ok {
-		return code
-	}
-	p, err := cl.GetPipeline(ctx, pos[0])
-	if err != nil {
-		return c.fail(err)
-	}
-	if *asJSON {
-		return c.printJSON(p)
-	}
-	fmt.Fprintf(c.stdout, "%s: active version %s, updated %s\n", p.Name, p.ActiveVersion, p.UpdatedAt.Format("2006-01-02 15:04:05"))
-	return printPipelineJobs(c, p.Jobs)
+	return show(ctx, c, args, []string{"NAME"}, func(cl *client.Client, pos []string) (*client.Pipeline, error) { return cl.GetPipeline(ctx, pos[0]) },
+		func(p *client.Pipeline) int {
+			fmt.Fprintf(c.stdout, "%s: active version %s, updated %s\n", p.Name, p.ActiveVersion, p.UpdatedAt.Format("2006-01-02 15:04:05"))
+			return printPipelineJobs(c, p.Jobs)
+		})
 }
 
 func printPipelineJobs(c *jobCmd, jobs []client.PipelineJob) int {
@@ -182,32 +156,20 @@ func printPipelineJobs(c *jobCmd, jobs []client.PipelineJob) int {
 }
 
 func pipelineVersions(ctx context.Context, c *jobCmd, args []string) int {
-	asJSON := c.fs.Bool("json", false, "print the server's answer as JSON")
-	pos, code, ok := c.parse(args, "NAME")
-	if !ok {
-		return code
-	}
-	cl, code, ok := c.client()
-	if !ok {
-		return code
-	}
-	vs, err := cl.PipelineVersions(ctx, pos[0])
-	if err != nil {
-		return c.fail(err)
-	}
-	if *asJSON {
-		return c.printJSON(vs)
-	}
-	tw := tabwriter.NewWriter(c.stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "VERSION\tACTIVE\tDEPLOYED")
-	for _, v := range vs {
-		active := ""
-		if v.Active {
-			active = "*"
+	return show(ctx, c, args, []string{"NAME"}, func(cl *client.Client, pos []string) ([]client.PipelineVersion, error) {
+		return cl.PipelineVersions(ctx, pos[0])
+	}, func(vs []client.PipelineVersion) int {
+		tw := tabwriter.NewWriter(c.stdout, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "VERSION\tACTIVE\tDEPLOYED")
+		for _, v := range vs {
+			active := ""
+			if v.Active {
+				active = "*"
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\n", v.Version, active, v.CreatedAt.Format("2006-01-02 15:04:05"))
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\n", v.Version, active, v.CreatedAt.Format("2006-01-02 15:04:05"))
-	}
-	return flushTable(c, tw)
+		return flushTable(c, tw)
+	})
 }
 
 func pipelineRollback(ctx context.Context, c *jobCmd, args []string) int {
@@ -233,47 +195,20 @@ func pipelineRollback(ctx context.Context, c *jobCmd, args []string) int {
 }
 
 func datasetList(ctx context.Context, c *jobCmd, args []string) int {
-	asJSON := c.fs.Bool("json", false, "print the server's answer as JSON")
-	if _, code, ok := c.parse(args); !ok {
-		return code
-	}
-	cl, code, ok := c.client()
-	if !ok {
-		return code
-	}
-	ds, err := cl.ListDatasets(ctx)
-	if err != nil {
-		return c.fail(err)
-	}
-	if *asJSON {
-		return c.printJSON(ds)
-	}
-	tw := tabwriter.NewWriter(c.stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "NAME\tDATASET UUID\tCURRENT VERSION\tPRODUCER")
-	for _, d := range ds {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", orDash(d.Name), d.DatasetUUID, d.CurrentVersion, producerText(d.Producer))
-	}
-	return flushTable(c, tw)
+	return show(ctx, c, args, nil, func(cl *client.Client, _ []string) ([]client.Dataset, error) { return cl.ListDatasets(ctx) },
+		func(ds []client.Dataset) int {
+			tw := tabwriter.NewWriter(c.stdout, 0, 4, 2, ' ', 0)
+			fmt.Fprintln(tw, "NAME\tDATASET UUID\tCURRENT VERSION\tPRODUCER")
+			for _, d := range ds {
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", orDash(d.Name), d.DatasetUUID, d.CurrentVersion, producerText(d.Producer))
+			}
+			return flushTable(c, tw)
+		})
 }
 
 func datasetGet(ctx context.Context, c *jobCmd, args []string) int {
-	asJSON := c.fs.Bool("json", false, "print the server's answer as JSON")
-	pos, code, ok := c.parse(args, "NAME")
-	if !ok {
-		return code
-	}
-	cl, code, ok := c.client()
-	if !ok {
-		return code
-	}
-	d, err := cl.GetDataset(ctx, pos[0])
-	if err != nil {
-		return c.fail(err)
-	}
-	if *asJSON {
-		return c.printJSON(d)
-	}
-	return printDataset(c, d)
+	return show(ctx, c, args, []string{"NAME"}, func(cl *client.Client, pos []string) (*client.Dataset, error) { return cl.GetDataset(ctx, pos[0]) },
+		func(d *client.Dataset) int { return printDataset(c, d) })
 }
 
 func printDataset(c *jobCmd, d *client.Dataset) int {
@@ -330,6 +265,28 @@ func datasetCutover(ctx context.Context, c *jobCmd, args []string) int {
 	}
 	fmt.Fprintf(c.stdout, "%s: current version is now %s\n", orDash(d.Name), d.CurrentVersion)
 	return 0
+}
+
+// show runs a read command: its positional arguments (names), --json, one call of the API, and
+// the answer as JSON or as text.
+func show[T any](ctx context.Context, c *jobCmd, args, names []string, call func(*client.Client, []string) (T, error), text func(T) int) int {
+	asJSON := c.fs.Bool("json", false, "print the server's answer as JSON")
+	pos, code, ok := c.parse(args, names...)
+	if !ok {
+		return code
+	}
+	cl, code, ok := c.client()
+	if !ok {
+		return code
+	}
+	v, err := call(cl, pos)
+	if err != nil {
+		return c.fail(err)
+	}
+	if *asJSON {
+		return c.printJSON(v)
+	}
+	return text(v)
 }
 
 func producerText(p *client.DatasetProducer) string {
