@@ -218,7 +218,7 @@ func (cm *committer) commit(batch []*pending) {
 	}
 	results := make([]*CompleteResult, len(completes))
 	errs := make([]error, len(completes))
-	ready := false
+	ready, routable := false, false
 	err := d.store.InTx(ctx, func(tx store.Tx) error {
 		if err := tx.LockRows(ctx, locks); err != nil {
 			return err
@@ -279,6 +279,7 @@ func (cm *committer) commit(batch []*pending) {
 			if p.err == nil {
 				group.absorb(p.c)
 				ready = ready || p.c.ready
+				routable = routable || p.c.routable
 			}
 		}
 		if err := d.settle(ctx, tx, group); err != nil {
@@ -295,6 +296,9 @@ func (cm *committer) commit(batch []*pending) {
 	})
 	if err == nil && ready {
 		d.ready.notify()
+	}
+	if err == nil && routable {
+		d.routing.notify()
 	}
 	alone := err != nil && d.store.Transient(err)
 	if alone {

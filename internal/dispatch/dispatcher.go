@@ -77,7 +77,9 @@ type Dispatcher struct {
 	jitter func() float64
 	cfg    Config
 	ready  notifier
-	commit *committer // nil: group commit is off
+	// routing is notified when a transaction committed dataset events for the router.
+	routing notifier
+	commit  *committer // nil: group commit is off
 	// retryFor: see Config.RetryFor.
 	retryFor time.Duration
 	specs    specCache // the pipeline versions' specs read so far
@@ -173,6 +175,8 @@ type changes struct {
 	events []*store.Event
 	outbox []*store.OutboxMessage
 	ready  bool // a task became or will become claimable: wake waiting claimers once committed
+	// routable: dataset events were queued for routing: wake the router once committed.
+	routable bool
 	// traceparent, when set, is the W3C trace context of the worker's request: every audit event
 	// of the transition carries it.
 	traceparent string

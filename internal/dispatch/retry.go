@@ -97,5 +97,8 @@ func (d *Dispatcher) runOnce(ctx context.Context, locks store.LockSet, fn func(t
 	if err == nil && c.ready {
 		d.ready.notify()
 	}
+	if err == nil && c.routable {
+		d.routing.notify()
+	}
 	return err
 }

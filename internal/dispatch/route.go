@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/google/uuid"
@@ -67,13 +68,16 @@ func (d *Dispatcher) acceptEvents(ctx context.Context, tx store.Tx, c *changes, 
 		c.outbox = append(c.outbox, &store.OutboxMessage{Topic: TopicDatasetEvent, Key: e.DatasetUUID, Payload: payload,
 			AvailableAt: c.now, CreatedAt: c.now})
 	}
-	c.ready = true // wakes the routers (and claimers) once committed
+	c.routable = true // wakes the router once committed
 	return n, nil
 }
 
 // RouteConfig configures a Router. Zero fields take their defaults.
 type RouteConfig struct {
-	Batch int // events routed per transaction; default 500
+	Batch int // events routed per transaction; default 2000
+	// Passes is how many routing transactions run at once while events are waiting (one always
+	// waits for new events; the others help with a backlog); default 2.
+	Passes int
 }
 
 // Router turns accepted dataset events into tasks: each pass claims a batch of the outbox's
@@ -83,34 +87,40 @@ type RouteConfig struct {
 // the dataset's current one, and events on datasets of another tenant, route nothing; they stay
 // stored for audit.
 type Router struct {
-	d     *Dispatcher
-	batch int
+	d       *Dispatcher
+	batch   int
+	passes  int
+	backlog chan struct{} // the first loop found a full batch: the helpers join in
 	service
 }
 
 // NewRouter returns a stopped router over d's store.
 func (d *Dispatcher) NewRouter(cfg RouteConfig) *Router {
-	return &Router{d: d, batch: cmpOr(cfg.Batch, 2000)}
+	return &Router{d: d, batch: cmpOr(cfg.Batch, 2000), passes: cmpOr(cfg.Passes, 2), backlog: make(chan struct{})}
 }
 
 // Start runs the router until Stop or until ctx ends.
-func (r *Router) Start(ctx context.Context) { r.start(ctx, r.run) }
+func (r *Router) Start(ctx context.Context) {
+	r.start(ctx, func(ctx context.Context) {
+		var wg sync.WaitGroup
+		for range r.passes - 1 {
+			wg.Go(func() { r.help(ctx) })
+		}
+		r.run(ctx)
+		wg.Wait()
+	})
+}
 
+// run routes what is committed: after each commit that queued events, and each second (events
+// another replica accepted and did not route, because it stopped).
 func (r *Router) run(ctx context.Context) {
 	for {
-		woken := r.d.ready.wait() // before the pass, so an event committed during it is not missed
-		claimed, _, err := r.RunOnce(ctx)
-		if err != nil {
-			if ctx.Err() != nil {
-				return
+		woken := r.d.routing.wait() // before the pass, so an event committed during it is not missed
+		if full := r.pass(ctx); full {
+			select {
+			case r.backlog <- struct{}{}: // wake a helper, if one is idle
+			default:
 			}
-			level := slog.LevelError
-			if r.d.Unavailable(err) {
-				level = slog.LevelWarn
-			}
-			r.d.log.Log(ctx, level, "routing pass failed", "err", err)
-		}
-		if claimed >= r.batch {
 			continue // more are waiting
 		}
 		select {
@@ -120,6 +130,32 @@ func (r *Router) run(ctx context.Context) {
 		case <-r.d.clock.After(time.Second):
 		}
 	}
+}
+
+// help runs passes alongside run while a backlog lasts.
+func (r *Router) help(ctx context.Context) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-r.backlog:
+		}
+		for r.pass(ctx) {
+		}
+	}
+}
+
+// pass runs one routing pass, logging a failure, and reports whether it took a full batch.
+func (r *Router) pass(ctx context.Context) bool {
+	claimed, _, err := r.RunOnce(ctx)
+	if err != nil && ctx.Err() == nil {
+		level := slog.LevelError
+		if r.d.Unavailable(err) {
+			level = slog.LevelWarn
+		}
+		r.d.log.Log(ctx, level, "routing pass failed", "err", err)
+	}
+	return err == nil && claimed >= r.batch
 }
 
 // RunOnce routes one batch of events and returns how many events it claimed and how many tasks

@@ -81,8 +81,11 @@ CREATE TABLE concurrency_groups (
     group_key TEXT PRIMARY KEY
 );
 CREATE INDEX dataset_events_dataset ON dataset_events (dataset_uuid, id);
+-- The router claims the outbox's unsent dataset events by topic, past the other topics' rows.
+CREATE INDEX outbox_unsent_topic ON outbox (topic, id) WHERE sent_at IS NULL;
 
 -- +goose Down
+DROP INDEX outbox_unsent_topic;
 DROP INDEX dataset_events_dataset;
 DROP TABLE concurrency_groups;
 DROP INDEX tasks_concurrency;
