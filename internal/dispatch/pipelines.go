@@ -297,7 +297,7 @@ func buildSpec(tenant string, doc *pipeline.Document, byProducer map[string]*sto
 		}
 		for i := range j.Outputs {
 			o := outputSpec{OutputIndex: i, DatasetUUID: outputUUID(j.Name, i)}
-			if p := doc.PublishedAs(j.Name, i); p != nil {
+			if p := publishedAs(doc, j.Name, i); p != nil {
 				o.DatasetName = p.Dataset
 				if p.WriteMode == pipeline.WriteBuffered {
 					o.DatasetUUID = byProducer[bufferedProducer(p.Dataset)].UUID
@@ -313,8 +313,11 @@ func buildSpec(tenant string, doc *pipeline.Document, byProducer map[string]*sto
 			switch name := in.From.Dataset; {
 			case name == "":
 				is.DatasetUUID = outputUUID(in.From.Job, *in.From.Output)
-				if p := doc.PublishedAs(in.From.Job, *in.From.Output); p != nil {
+				if p := publishedAs(doc, in.From.Job, *in.From.Output); p != nil {
 					is.DatasetName = p.Dataset
+					if p.WriteMode == pipeline.WriteBuffered {
+						is.DatasetUUID = byProducer[bufferedProducer(p.Dataset)].UUID
+					}
 				}
 			case doc.Publish[name] != nil:
 				p := doc.Publish[name]
@@ -336,6 +339,20 @@ func buildSpec(tenant string, doc *pipeline.Document, byProducer map[string]*sto
 		s.Jobs = append(s.Jobs, js)
 	}
 	return s, nil
+}
+
+// publishedAs is the publish entry naming output i of job: its direct entry, else the first
+// buffered dataset (by name) it writes into.
+func publishedAs(doc *pipeline.Document, job string, i int) *pipeline.Publish {
+	if p := doc.PublishedAs(job, i); p != nil {
+		return p
+	}
+	for _, name := range sortedKeys(doc.Publish) {
+		if p := doc.Publish[name]; p.From.Job == job && p.From.Output == i {
+			return p
+		}
+	}
+	return nil
 }
 
 // consumers is the routing rows of the spec's reactive jobs.

@@ -514,3 +514,57 @@ func TestRoutingTwoReplicasOnePostgres(t *testing.T) {
 		t.Errorf("counts %v, want %v", got, want)
 	}
 }
+
+// A buffered dataset may have writers in several pipelines: one dataset, whose uuid each writer's
+// output carries; a direct dataset has one producer.
+func TestBufferedDatasetHasManyWriters(t *testing.T) {
+	storetest.ForEachDriver(t, func(t *testing.T, st store.Store) {
+		e := newEnv(t, st)
+		writer := func(name string) string {
+			return `
+name: ` + name + `
+jobs:
+  - name: scan
+    activation: source
+    runtime: ecs_platform
+    operator: scan
+    outputs: 1
+    source: {kind: manual}
+publish:
+  alert_events:
+    from: {job: scan, output: 0}
+    write_mode: buffered
+    schema:
+      columns:
+        - {name: dedupe_key, type: string, required: true}
+        - {name: severity, type: string}
+      unique: [dedupe_key]
+`
+		}
+		uuids := map[string]bool{}
+		for _, name := range []string{"first", "second"} {
+			if _, err := e.d.Deploy(e.ctx, tenant, []byte(writer(name)), "application/yaml"); err != nil {
+				t.Fatalf("deploy %s: %v", name, err)
+			}
+			v, err := e.d.GetPipeline(e.ctx, tenant, name)
+			if err != nil {
+				t.Fatal(err)
+			}
+			out := v.Jobs()[0].Outputs[0]
+			if out.DatasetName != "alert_events" {
+				t.Errorf("%s's output: %+v", name, out)
+			}
+			uuids[out.DatasetUUID] = true
+		}
+		x, err := st.DatasetByName(e.ctx, tenant, "alert_events")
+		if err != nil || len(uuids) != 1 || !uuids[x.UUID] || x.WriteMode != "buffered" {
+			t.Errorf("one buffered dataset for both writers: %v, dataset %+v, %v", uuids, x, err)
+		}
+		direct := strings.Replace(writer("third"), "    write_mode: buffered\n", "", 1)
+		_, err = e.d.Deploy(e.ctx, tenant, []byte(direct), "application/yaml")
+		var v *dispatch.ValidationError
+		if !errors.As(err, &v) || !strings.Contains(strings.Join(v.Errors, "\n"), `dataset "alert_events" is already produced by buffered writers`) {
+			t.Errorf("a direct producer of a buffered dataset: %v", err)
+		}
+	})
+}
