@@ -21,7 +21,8 @@ const usage = `Usage: baton <command> [flags]
 
 Commands:
   dev       run Baton on this machine: embedded SQLite, producer and worker APIs, background loops
-            (dev --demo: also run seed 001's five-task job end to end with real worker processes)
+            (dev --demo: also run the five-task example job end to end with real worker processes;
+             dev --demo pipeline: the example pipeline of examples/pipeline, the same way)
   server    run a production replica on PostgreSQL (--database-url or BATON_DATABASE_URL)
   migrate   apply the database migrations
   apikey    create, list and revoke producer API keys
