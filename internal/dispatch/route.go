@@ -193,10 +193,11 @@ func (r *Router) route(ctx context.Context, tx store.Tx, c *changes, evs []*rout
 	for _, e := range evs {
 		uuids = append(uuids, e.DatasetUUID)
 	}
-	datasets := map[string]*store.Dataset{}
-	if err := addDatasets(ctx, tx, datasets, uuids); err != nil {
+	known := newKnownDatasets()
+	if err := known.load(ctx, tx, uuids); err != nil {
 		return 0, err
 	}
+	datasets := known.datasets
 	var routable []*routedEvent
 	for _, e := range evs {
 		ds := datasets[e.DatasetUUID]
@@ -223,7 +224,7 @@ func (r *Router) route(ctx context.Context, tx store.Tx, c *changes, evs []*rout
 		specs[cs] = spec
 		more = append(more, spec.datasetUUIDs()...)
 	}
-	if err := addDatasets(ctx, tx, datasets, more); err != nil {
+	if err := known.load(ctx, tx, more); err != nil {
 		return 0, err
 	}
 	var (
@@ -247,7 +248,7 @@ func (r *Router) route(ctx context.Context, tx store.Tx, c *changes, evs []*rout
 			}
 			seen[key] = true
 			job, task := r.d.newPipelineTask(spec, js, c.now, key)
-			task.Route = js.route(spec, datasets, cs.InputIndex, e, nil)
+			task.Route = js.route(spec, known, cs.InputIndex, e, nil)
 			jobs = append(jobs, job)
 			tasks[job.ID] = task
 		}
@@ -343,11 +344,22 @@ func ptrIf(n int) *int {
 	return &n
 }
 
-// addDatasets loads into m the datasets of uuids it does not hold yet.
-func addDatasets(ctx context.Context, tx store.Tx, m map[string]*store.Dataset, uuids []string) error {
+// knownDatasets holds the datasets a transaction has read, with the storage references of their
+// registered versions.
+type knownDatasets struct {
+	datasets map[string]*store.Dataset
+	refs     map[string]json.RawMessage // "uuid\x00version" → storage_ref
+}
+
+func newKnownDatasets() *knownDatasets {
+	return &knownDatasets{datasets: map[string]*store.Dataset{}, refs: map[string]json.RawMessage{}}
+}
+
+// load reads the datasets of uuids that k does not hold yet, and their versions.
+func (k *knownDatasets) load(ctx context.Context, tx store.Tx, uuids []string) error {
 	var missing []string
 	for _, u := range uniq(uuids) {
-		if _, ok := m[u]; !ok {
+		if _, ok := k.datasets[u]; !ok {
 			missing = append(missing, u)
 		}
 	}
@@ -356,9 +368,27 @@ func addDatasets(ctx context.Context, tx store.Tx, m map[string]*store.Dataset, 
 		return err
 	}
 	for _, d := range ds {
-		m[d.UUID] = d
+		k.datasets[d.UUID] = d
+	}
+	vs, err := tx.ListDatasetVersions(ctx, missing...)
+	if err != nil {
+		return err
+	}
+	for _, v := range vs {
+		if len(v.StorageRef) > 0 {
+			k.refs[v.DatasetUUID+"\x00"+v.Version] = v.StorageRef
+		}
 	}
 	return nil
+}
+
+// storageRef is where a dataset version's data is, as datasets_published registered it; null
+// when it was not.
+func (k *knownDatasets) storageRef(uuid, version string) json.RawMessage {
+	if ref, ok := k.refs[uuid+"\x00"+version]; ok {
+		return ref
+	}
+	return json.RawMessage("null")
 }
 
 // uniq returns the distinct strings of ss, sorted.

@@ -452,6 +452,14 @@ func TestCutoverSwitchesTheRoutedVersion(t *testing.T) {
 		if got := e.route(); got != 3 {
 			t.Errorf("the new version routed %d, want 3", got)
 		}
+		// The routed task's input names the version's storage, as datasets_published registered it.
+		claims, err := e.d.ClaimNext(e.ctx, dispatch.ClaimNextParams{Queues: []string{"alerts"}, WorkerID: "w"})
+		if err != nil || len(claims) != 1 {
+			t.Fatalf("claim: %v %v", claims, err)
+		}
+		if in := dispatch.DecodeRoute(claims[0].Task).Inputs[0]; in.DatasetVersion != "v2" || string(in.StorageRef) != `{"scheme":"s3"}` {
+			t.Errorf("input %+v storage_ref %s", in, in.StorageRef)
+		}
 	})
 }
 

@@ -145,12 +145,12 @@ func (s *Sources) alwaysOn(ctx context.Context, spec *pipelineSpec, js *jobSpec)
 func (d *Dispatcher) startSource(ctx context.Context, spec *pipelineSpec, js *jobSpec, key string, trigger json.RawMessage) (int, error) {
 	var n int
 	err := d.updateAlone(ctx, store.LockSet{}, func(tx store.Tx, c *changes) error {
-		datasets := map[string]*store.Dataset{}
-		if err := addDatasets(ctx, tx, datasets, spec.datasetUUIDs()); err != nil {
+		known := newKnownDatasets()
+		if err := known.load(ctx, tx, spec.datasetUUIDs()); err != nil {
 			return err
 		}
 		job, task := d.newPipelineTask(spec, js, c.now, "pipeline:"+spec.Name+":"+js.Name+":"+key)
-		task.Route = js.route(spec, datasets, -1, nil, trigger)
+		task.Route = js.route(spec, known, -1, nil, trigger)
 		var err error
 		n, err = d.insertPipelineTasks(ctx, tx, c, []*store.Job{job}, map[string]*store.Task{job.ID: task})
 		return err

@@ -179,23 +179,23 @@ func DecodeRoute(t *store.Task) *TaskRoute {
 
 // route builds the route of a task of j: started by event e on input fired (e nil, fired -1: a
 // source task, with trigger describing what started it).
-func (j *jobSpec) route(s *pipelineSpec, datasets map[string]*store.Dataset, fired int, e *routedEvent, trigger json.RawMessage) json.RawMessage {
+func (j *jobSpec) route(s *pipelineSpec, known *knownDatasets, fired int, e *routedEvent, trigger json.RawMessage) json.RawMessage {
 	r := TaskRoute{Job: RouteJob{DAGName: s.Name, Name: j.Name}, Version: s.Version, Trigger: trigger,
 		Inputs: make([]RouteInput, len(j.Inputs)), Outputs: make([]RouteOutput, len(j.Outputs))}
 	for i, in := range j.Inputs {
-		ri := RouteInput{InputIndex: i, DatasetUUID: in.DatasetUUID, DatasetName: in.DatasetName, Where: in.Where,
-			StorageRef: json.RawMessage("null")}
-		if ds := datasets[in.DatasetUUID]; ds != nil {
+		ri := RouteInput{InputIndex: i, DatasetUUID: in.DatasetUUID, DatasetName: in.DatasetName, Where: in.Where}
+		if ds := known.datasets[in.DatasetUUID]; ds != nil {
 			ri.DatasetVersion = ds.CurrentVersion
 		}
 		if i == fired && e != nil {
 			ri.DatasetVersion, ri.Cursor, ri.PartitionKey, ri.Start, ri.End = e.DatasetVersion, e.Cursor, e.PartitionKey, e.Start, e.End
 		}
+		ri.StorageRef = known.storageRef(ri.DatasetUUID, ri.DatasetVersion)
 		r.Inputs[i] = ri
 	}
 	for i, o := range j.Outputs {
 		ro := RouteOutput{OutputIndex: o.OutputIndex, DatasetUUID: o.DatasetUUID, DatasetName: o.DatasetName}
-		if ds := datasets[o.DatasetUUID]; ds != nil {
+		if ds := known.datasets[o.DatasetUUID]; ds != nil {
 			ro.DatasetVersion = ds.CurrentVersion
 		}
 		r.Outputs[i] = ro

@@ -35,8 +35,8 @@ type PipelineReader interface {
 	DatasetsByProducer(ctx context.Context, tenant string, producers []string) ([]*Dataset, error)
 	// ListDatasets lists a tenant's datasets, named ones first by name.
 	ListDatasets(ctx context.Context, tenant string) ([]*Dataset, error)
-	// ListDatasetVersions lists a dataset's registered versions, oldest first.
-	ListDatasetVersions(ctx context.Context, uuid string) ([]*DatasetVersion, error)
+	// ListDatasetVersions lists the registered versions of the datasets of uuids, oldest first.
+	ListDatasetVersions(ctx context.Context, uuids ...string) ([]*DatasetVersion, error)
 	// RecentDatasetEvents lists the latest events reported on a dataset, newest first.
 	RecentDatasetEvents(ctx context.Context, uuid string, limit int) ([]*DatasetEvent, error)
 	// Consumers lists the inputs of active pipeline versions that read the datasets of uuids.

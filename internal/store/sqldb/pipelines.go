@@ -235,10 +235,14 @@ func (t *tx) UpdateDataset(ctx context.Context, d *store.Dataset) error {
 }
 
 // ListDatasetVersions implements store.Reader.
-func (q q) ListDatasetVersions(ctx context.Context, uuid string) ([]*store.DatasetVersion, error) {
+func (q q) ListDatasetVersions(ctx context.Context, uuids ...string) ([]*store.DatasetVersion, error) {
+	if len(uuids) == 0 {
+		return nil, nil
+	}
+	args := stringArgs(uuids)
 	rows, err := q.query(ctx, `SELECT dataset_uuid, version, storage_ref, config_hash, range_start,
-		range_end, task_id, created_at FROM dataset_versions WHERE dataset_uuid = $1
-		ORDER BY created_at, version`, uuid)
+		range_end, task_id, created_at FROM dataset_versions WHERE dataset_uuid IN (`+placeholders(1, len(args))+`)
+		ORDER BY created_at, version`, args...)
 	if err != nil {
 		return nil, fmt.Errorf("list dataset versions: %w", err)
 	}
