@@ -4,7 +4,6 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
-	"slices"
 
 	"github.com/baton-dev/baton/internal/store"
 )
@@ -315,29 +314,18 @@ func (t *tx) InsertConsumers(ctx context.Context, cs []*store.Consumer) error {
 
 // InsertJobsIfAbsent implements store.Tx.
 func (t *tx) InsertJobsIfAbsent(ctx context.Context, jobs []*store.Job) ([]string, error) {
-	if len(jobs) == 0 {
-		return nil, nil
-	}
 	rows := make([][]any, len(jobs))
-	ids := make([]string, len(jobs))
 	for i, j := range jobs {
 		rows[i] = jobRow(j)
-		ids[i] = j.ID
 	}
-	if err := t.insertRows(ctx, "jobs", jobInsertCols, rows, " ON CONFLICT DO NOTHING"); err != nil {
-		return nil, fmt.Errorf("insert jobs: %w", err)
-	}
-	// The ids are new: those found now are the rows this statement inserted.
 	var inserted []string
-	for chunk := range slices.Chunk(ids, 1000) {
-		args := stringArgs(chunk)
-		found, err := t.ids(ctx, `SELECT id FROM jobs WHERE id IN (`+placeholders(1, len(args))+`)`, args...)
-		if err != nil {
-			return nil, fmt.Errorf("inserted jobs: %w", err)
-		}
-		inserted = append(inserted, found...)
-	}
-	return inserted, nil
+	err := t.insertReturning(ctx, "jobs", jobInsertCols, rows, " ON CONFLICT DO NOTHING RETURNING id", func(rs *sql.Rows) error {
+		var id string
+		err := rs.Scan(&id)
+		inserted = append(inserted, id)
+		return err
+	})
+	return inserted, err
 }
 
 // collect scans every row with scan.

@@ -364,6 +364,43 @@ func strArg(s string) any {
 // insertRows runs a multi-row INSERT of rows, each len(cols) values, in as few statements as the
 // dialect's parameter limit allows. suffix follows the VALUES list (e.g. an ON CONFLICT clause).
 func (q q) insertRows(ctx context.Context, table string, cols []string, rows [][]any, suffix string) error {
+	return q.insertChunks(table, cols, rows, suffix, func(stmt string, args []any, cached bool) error {
+		exec := q.db.ExecContext
+		if cached {
+			exec = q.exec
+		}
+		_, err := exec(ctx, stmt, args...)
+		return err
+	})
+}
+
+// insertReturning is insertRows with a RETURNING clause at the end of suffix: scan reads each row
+// the statements return.
+func (q q) insertReturning(ctx context.Context, table string, cols []string, rows [][]any, suffix string,
+	scan func(*sql.Rows) error) error {
+	return q.insertChunks(table, cols, rows, suffix, func(stmt string, args []any, cached bool) error {
+		query := q.db.QueryContext
+		if cached {
+			query = q.query
+		}
+		rs, err := query(ctx, stmt, args...)
+		if err != nil {
+			return err
+		}
+		defer rs.Close()
+		for rs.Next() {
+			if err := scan(rs); err != nil {
+				return err
+			}
+		}
+		return rs.Err()
+	})
+}
+
+// insertChunks builds the statements of a multi-row INSERT and runs each with do, cached telling
+// whether its text is one of the few worth keeping prepared.
+func (q q) insertChunks(table string, cols []string, rows [][]any, suffix string,
+	do func(stmt string, args []any, cached bool) error) error {
 	if len(rows) == 0 {
 		return nil
 	}
@@ -404,11 +441,7 @@ func (q q) insertRows(ctx context.Context, table string, cols []string, rows [][
 			b.WriteByte(')')
 		}
 		b.WriteString(suffix)
-		exec := q.db.ExecContext
-		if q.stmts != nil && n < perStmt {
-			exec = q.exec
-		}
-		if _, err := exec(ctx, b.String(), args...); err != nil {
+		if err := do(b.String(), args, q.stmts != nil && n < perStmt); err != nil {
 			return fmt.Errorf("insert %s: %w", table, err)
 		}
 	}

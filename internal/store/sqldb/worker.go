@@ -3,7 +3,6 @@ package sqldb
 import (
 	"context"
 	"database/sql"
-	"errors"
 	"fmt"
 	"time"
 
@@ -25,26 +24,36 @@ func fromNullInt(n sql.NullInt64) *int64 {
 	return &v
 }
 
-// InsertDatasetEvents implements store.Tx. Each new event gets its ID; a repeat keeps ID 0.
+// InsertDatasetEvents implements store.Tx, in multi-row statements: each new event gets the ID the
+// database returned for it; a repeat (already stored, or earlier in events) keeps ID 0.
 func (t *tx) InsertDatasetEvents(ctx context.Context, events []*store.DatasetEvent) (int, error) {
-	n := 0
-	for _, e := range events {
-		err := t.queryRow(ctx, `INSERT INTO dataset_events (dedupe_key, job_id, task_id,
-			attempt, dataset_uuid, dataset_version, cursor, partition_key, range_start, range_end,
-			created_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)
-			ON CONFLICT (dedupe_key) DO NOTHING RETURNING id`,
-			e.DedupeKey, e.JobID, e.TaskID, e.Attempt, e.DatasetUUID, e.DatasetVersion,
-			nullInt(e.Cursor), strArg(e.PartitionKey), nullInt(e.Start), nullInt(e.End), ms(e.CreatedAt)).Scan(&e.ID)
-		switch {
-		case errors.Is(err, sql.ErrNoRows):
-			e.ID = 0
-		case err != nil:
-			return n, fmt.Errorf("insert dataset event: %w", err)
-		default:
-			n++
+	cols := []string{"dedupe_key", "job_id", "task_id", "attempt", "dataset_uuid", "dataset_version", "cursor",
+		"partition_key", "range_start", "range_end", "created_at"}
+	rows := make([][]any, len(events))
+	first := make(map[string]*store.DatasetEvent, len(events))
+	for i, e := range events {
+		e.ID = 0
+		if first[e.DedupeKey] == nil {
+			first[e.DedupeKey] = e
 		}
+		rows[i] = []any{e.DedupeKey, e.JobID, e.TaskID, e.Attempt, e.DatasetUUID, e.DatasetVersion,
+			nullInt(e.Cursor), strArg(e.PartitionKey), nullInt(e.Start), nullInt(e.End), ms(e.CreatedAt)}
 	}
-	return n, nil
+	n := 0
+	err := t.insertReturning(ctx, "dataset_events", cols, rows, " ON CONFLICT (dedupe_key) DO NOTHING RETURNING id, dedupe_key",
+		func(rs *sql.Rows) error {
+			var (
+				id  int64
+				key string
+			)
+			if err := rs.Scan(&id, &key); err != nil {
+				return err
+			}
+			first[key].ID = id
+			n++
+			return nil
+		})
+	return n, err
 }
 
 const datasetEventCols = `id, dedupe_key, job_id, task_id, attempt, dataset_uuid, dataset_version,
