@@ -51,7 +51,7 @@ publish:
 	if p == nil {
 		t.Fatalf("task %+v has no pipeline", tk)
 	}
-	if p.DAGName != "sdk" || p.Job != "backfill" || p.Operator != "backfill" || p.Version == "" || string(tk.Input) != `{"depth":3}` {
+	if p.Job.DAGName != "sdk" || p.Job.Name != "backfill" || p.Operator != "backfill" || p.Job.Version == "" || string(tk.Input) != `{"depth":3}` {
 		t.Errorf("pipeline %+v input %s", p, tk.Input)
 	}
 	if len(p.Outputs) != 2 || p.Outputs[1].DatasetName != "filled" || p.Outputs[0].DatasetUUID == "" || p.Outputs[1].DatasetVersion == "" {

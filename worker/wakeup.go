@@ -136,7 +136,7 @@ func (a internalClaimAnswer) claimAnswer(taskID, queue string) claimAnswer {
 	c.CapabilityTokenExpiresAt = a.CapabilityTokenExpiresAt
 	if j := a.Task.Job; j.Version != "" {
 		// A pipeline task: its inputs are datasets (other tasks' inputs are parents' outputs).
-		c.Job = &pipelineJob{DAGName: j.DAGName, Name: j.Name, Version: j.Version}
+		c.Job = &PipelineJob{DAGName: j.DAGName, Name: j.Name, Version: j.Version}
 		c.Operator, c.Outputs, c.Trigger = a.Task.Operator, a.Task.Outputs, a.Task.Trigger
 		_ = json.Unmarshal(a.Task.Inputs, &c.Inputs)
 	}

@@ -153,18 +153,11 @@ type claimAnswer struct {
 	CapabilityToken          string                     `json:"capability_token"`
 	CapabilityTokenExpiresAt time.Time                  `json:"capability_token_expires_at"`
 	// A pipeline task's data plane (absent for other tasks).
-	Job      *pipelineJob    `json:"job"`
+	Job      *PipelineJob    `json:"job"`
 	Operator string          `json:"operator"`
 	Inputs   []DatasetInput  `json:"inputs"`
 	Outputs  []DatasetOutput `json:"outputs"`
 	Trigger  json.RawMessage `json:"trigger"`
-}
-
-// pipelineJob names a pipeline task's job in a claim answer.
-type pipelineJob struct {
-	DAGName string `json:"dag_name"`
-	Name    string `json:"name"`
-	Version string `json:"pipeline_version"`
 }
 
 // heartbeatAnswer is /internal/worker/heartbeat's answer.

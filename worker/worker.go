@@ -77,13 +77,19 @@ type Task struct {
 
 // PipelineTask is the data plane of a pipeline job's task.
 type PipelineTask struct {
-	DAGName  string          `json:"dag_name"`
-	Job      string          `json:"name"`
-	Version  string          `json:"pipeline_version"`
+	Job      PipelineJob     `json:"job"`
 	Operator string          `json:"operator"`
 	Inputs   []DatasetInput  `json:"inputs"`
 	Outputs  []DatasetOutput `json:"outputs"`
 	Trigger  json.RawMessage `json:"trigger,omitempty"`
+}
+
+// PipelineJob names the pipeline job a task runs for, and the pipeline version it was created
+// under.
+type PipelineJob struct {
+	DAGName string `json:"dag_name"`
+	Name    string `json:"name"`
+	Version string `json:"pipeline_version"`
 }
 
 // DatasetInput is a dataset the task reads. The input whose event started the task carries the
@@ -417,8 +423,7 @@ func (w *Worker) newAttempt(ctx context.Context, ans claimAnswer) *attempt {
 		t.DependencyOutputs = map[string]json.RawMessage{}
 	}
 	if ans.Job != nil {
-		t.Pipeline = &PipelineTask{DAGName: ans.Job.DAGName, Job: ans.Job.Name, Version: ans.Job.Version,
-			Operator: ans.Operator, Inputs: ans.Inputs, Outputs: ans.Outputs, Trigger: ans.Trigger}
+		t.Pipeline = &PipelineTask{Job: *ans.Job, Operator: ans.Operator, Inputs: ans.Inputs, Outputs: ans.Outputs, Trigger: ans.Trigger}
 	}
 	a := &attempt{
 		task:      t,

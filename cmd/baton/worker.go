@@ -78,19 +78,12 @@ type childPayload struct {
 	TimeoutSeconds    float64                    `json:"timeout_seconds,omitempty"`
 	// A pipeline task's data plane, in the worker contracts' task shape; Input is then the
 	// job's config, repeated as config.
-	Job      *childJob              `json:"job,omitempty"`
+	Job      *worker.PipelineJob    `json:"job,omitempty"`
 	Operator string                 `json:"operator,omitempty"`
 	Config   json.RawMessage        `json:"config,omitempty"`
 	Inputs   []worker.DatasetInput  `json:"inputs,omitempty"`
 	Outputs  []worker.DatasetOutput `json:"outputs,omitempty"`
 	Trigger  json.RawMessage        `json:"trigger,omitempty"`
-}
-
-// childJob names a pipeline task's job.
-type childJob struct {
-	DAGName string `json:"dag_name"`
-	Name    string `json:"name"`
-	Version string `json:"pipeline_version"`
 }
 
 // listFlag is a repeatable string flag.
@@ -307,7 +300,7 @@ func (w *wrapper) handle(ctx context.Context, t *worker.Task) (any, error) {
 		p.DependencyOutputs = map[string]json.RawMessage{}
 	}
 	if pt := t.Pipeline; pt != nil {
-		p.Job = &childJob{DAGName: pt.DAGName, Name: pt.Job, Version: pt.Version}
+		p.Job = &pt.Job
 		p.Operator, p.Config, p.Inputs, p.Outputs, p.Trigger = pt.Operator, t.Input, pt.Inputs, pt.Outputs, pt.Trigger
 	}
 	payload, err := json.Marshal(p)

@@ -343,7 +343,7 @@ func addRoute(out map[string]any, t *store.Task, job *store.Job) {
 	if r == nil {
 		return
 	}
-	out["job"] = map[string]any{"job_id": job.ID, "dag_name": r.Job.DAGName, "name": r.Job.Name, "pipeline_version": r.Version}
+	out["job"] = map[string]any{"job_id": job.ID, "dag_name": r.Job.DAGName, "name": r.Job.Name, "pipeline_version": r.Job.Version}
 	out["operator"] = t.Name
 	out["config"] = rawOrNull(t.Input)
 	out["inputs"] = r.Inputs

@@ -289,19 +289,12 @@ type taskEnvelope struct {
 	IdempotencyKey      string                     `json:"idempotencyKey"` // also the Idempotency-Key header
 	// A pipeline task's data plane, in the worker contracts' own names: its pipeline job, its
 	// operator and config, the datasets it reads and writes, and what started it.
-	Job      *envelopeJob           `json:"job,omitempty"`
+	Job      *dispatch.RouteJob     `json:"job,omitempty"`
 	Operator string                 `json:"operator,omitempty"`
 	Config   json.RawMessage        `json:"config,omitempty"`
 	Inputs   []dispatch.RouteInput  `json:"inputs,omitempty"`
 	Outputs  []dispatch.RouteOutput `json:"outputs,omitempty"`
 	Trigger  json.RawMessage        `json:"trigger,omitempty"`
-}
-
-// envelopeJob names a pipeline task's job in its envelope.
-type envelopeJob struct {
-	DAGName string `json:"dag_name"`
-	Name    string `json:"name"`
-	Version string `json:"pipeline_version"`
 }
 
 func (p *Pusher) envelope(ctx context.Context, c *dispatch.Claim, key string) ([]byte, error) {
@@ -342,8 +335,7 @@ func (p *Pusher) envelope(ctx context.Context, c *dispatch.Claim, key string) ([
 		IdempotencyKey:      key,
 	}
 	if r := dispatch.DecodeRoute(t); r != nil {
-		env.Job = &envelopeJob{DAGName: r.Job.DAGName, Name: r.Job.Name, Version: r.Version}
-		env.Operator, env.Config = t.Name, rawOrNull(t.Input)
+		env.Job, env.Operator, env.Config = &r.Job, t.Name, rawOrNull(t.Input)
 		env.Inputs, env.Outputs, env.Trigger = r.Inputs, r.Outputs, r.Trigger
 	}
 	var b bytes.Buffer

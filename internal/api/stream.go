@@ -157,7 +157,7 @@ func (s *Server) streamClaimAnswer(ctx context.Context, c *dispatch.Claim, msgID
 		"capability_token_expires_at": streamTime(exp),
 	}
 	if r := dispatch.DecodeRoute(t); r != nil {
-		out["job"] = map[string]any{"dag_name": r.Job.DAGName, "name": r.Job.Name, "pipeline_version": r.Version}
+		out["job"] = r.Job
 		out["operator"], out["config"], out["inputs"], out["outputs"] = t.Name, payload, r.Inputs, r.Outputs
 		if len(r.Trigger) > 0 {
 			out["trigger"] = r.Trigger

@@ -22,15 +22,10 @@ const TopicDatasetEvent = "dataset.event"
 
 // routedEvent is a dataset event as the router reads it from the outbox.
 type routedEvent struct {
-	Tenant         string `json:"tenant"`
-	EventID        int64  `json:"event_id"`
-	TaskID         string `json:"task_id"`
-	DatasetUUID    string `json:"dataset_uuid"`
-	DatasetVersion string `json:"dataset_version"`
-	Cursor         *int64 `json:"cursor,omitempty"`
-	PartitionKey   string `json:"partition_key,omitempty"`
-	Start          *int64 `json:"start,omitempty"`
-	End            *int64 `json:"end,omitempty"`
+	Tenant  string `json:"tenant"`
+	EventID int64  `json:"event_id"`
+	TaskID  string `json:"task_id"`
+	DatasetEvent
 }
 
 // dedupeKey names the update an event reports: the same key routed twice makes one task per
@@ -63,8 +58,9 @@ func (d *Dispatcher) acceptEvents(ctx context.Context, tx store.Tx, c *changes, 
 		if e.ID == 0 {
 			continue // a repeat: routed when it was first stored
 		}
-		payload, _ := json.Marshal(routedEvent{Tenant: job.Tenant, EventID: e.ID, TaskID: t.ID, DatasetUUID: e.DatasetUUID,
-			DatasetVersion: e.DatasetVersion, Cursor: e.Cursor, PartitionKey: e.PartitionKey, Start: e.Start, End: e.End})
+		payload, _ := json.Marshal(routedEvent{Tenant: job.Tenant, EventID: e.ID, TaskID: t.ID, DatasetEvent: DatasetEvent{
+			DatasetUUID: e.DatasetUUID, DatasetVersion: e.DatasetVersion, Cursor: e.Cursor, PartitionKey: e.PartitionKey,
+			Start: e.Start, End: e.End}})
 		c.outbox = append(c.outbox, &store.OutboxMessage{Topic: TopicDatasetEvent, Key: e.DatasetUUID, Payload: payload,
 			AvailableAt: c.now, CreatedAt: c.now})
 	}

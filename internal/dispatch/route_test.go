@@ -284,8 +284,8 @@ func TestRoutedTaskCarriesItsDataPlane(t *testing.T) {
 		if r == nil {
 			t.Fatal("the routed task has no route")
 		}
-		if r.Job != (dispatch.RouteJob{DAGName: "chain", Name: "testnets"}) || r.Version != e.view.Pipeline.ActiveVersion {
-			t.Errorf("route job %+v version %s", r.Job, r.Version)
+		if r.Job != (dispatch.RouteJob{DAGName: "chain", Name: "testnets", Version: e.view.Pipeline.ActiveVersion}) {
+			t.Errorf("route job %+v, want version %s", r.Job, e.view.Pipeline.ActiveVersion)
 		}
 		if len(r.Inputs) != 1 {
 			t.Fatalf("inputs %+v", r.Inputs)

@@ -130,16 +130,16 @@ func (j *jobSpec) taskQueue() string {
 // hands to the task: which pipeline job it runs for, what it reads and what it writes.
 type TaskRoute struct {
 	Job     RouteJob        `json:"job"`
-	Version string          `json:"pipeline_version"`
 	Inputs  []RouteInput    `json:"inputs"`
 	Outputs []RouteOutput   `json:"outputs"`
 	Trigger json.RawMessage `json:"trigger,omitempty"`
 }
 
-// RouteJob names a pipeline job.
+// RouteJob names a pipeline job, and the pipeline version its task was created under.
 type RouteJob struct {
 	DAGName string `json:"dag_name"`
 	Name    string `json:"name"`
+	Version string `json:"pipeline_version"`
 }
 
 // RouteInput is a dataset a task reads: for the input whose event started it, the event's
@@ -180,7 +180,7 @@ func DecodeRoute(t *store.Task) *TaskRoute {
 // route builds the route of a task of j: started by event e on input fired (e nil, fired -1: a
 // source task, with trigger describing what started it).
 func (j *jobSpec) route(s *pipelineSpec, known *knownDatasets, fired int, e *routedEvent, trigger json.RawMessage) json.RawMessage {
-	r := TaskRoute{Job: RouteJob{DAGName: s.Name, Name: j.Name}, Version: s.Version, Trigger: trigger,
+	r := TaskRoute{Job: RouteJob{DAGName: s.Name, Name: j.Name, Version: s.Version}, Trigger: trigger,
 		Inputs: make([]RouteInput, len(j.Inputs)), Outputs: make([]RouteOutput, len(j.Outputs))}
 	for i, in := range j.Inputs {
 		ri := RouteInput{InputIndex: i, DatasetUUID: in.DatasetUUID, DatasetName: in.DatasetName, Where: in.Where}
