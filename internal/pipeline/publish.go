@@ -165,8 +165,13 @@ func (w *walker) columns(n *node, path string) []Column {
 		var c Column
 		if v := w.required(cn, p, "name"); v != nil {
 			if name, ok := w.name(v, child(p, "name"), columnRE); ok {
-				if seen[name] {
+				switch {
+				case seen[name]:
 					w.node(v, child(p, "name"), "duplicate column %q", name)
+				case name == "org_id":
+					w.node(v, child(p, "name"), "column name %q is reserved: the sink sets it from the publisher's tenant", name)
+				case strings.HasPrefix(name, "_"):
+					w.node(v, child(p, "name"), `column names beginning with "_" are reserved`)
 				}
 				seen[name] = true
 				c.Name = name

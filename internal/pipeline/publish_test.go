@@ -47,6 +47,11 @@ func TestPublishRules(t *testing.T) {
 			[]string{`publish.a.schema.columns[1].name: duplicate column "x"`}},
 		{"column types", pub(`{alert_events: {from: {job: src, output: 0}, schema: {columns: [{name: x, type: string}, {name: id, type: uuid}]}}}`),
 			[]string{`publish.alert_events.schema.columns[1].type: unknown type "uuid": must be string, integer, number, boolean, timestamp or json`}},
+		{"org_id is reserved", pub(`{a: {from: {job: src, output: 0}, schema: {columns: [{name: x, type: string}, {name: org_id, type: string}]}}}`),
+			[]string{`publish.a.schema.columns[1].name: column name "org_id" is reserved: the sink sets it from the publisher's tenant`}},
+		{"names beginning with an underscore are reserved", pub(`{a: {from: {job: src, output: 0}, write_mode: buffered,` +
+			` schema: {columns: [{name: _cursor, type: integer}, {name: x, type: string}], unique: [_cursor]}}}`),
+			[]string{`publish.a.schema.columns[0].name: column names beginning with "_" are reserved`}},
 		{"a column's type is required", pub(`{a: {from: {job: src, output: 0}, schema: {columns: [{name: x}]}}}`),
 			[]string{`publish.a.schema.columns[0].type: required`}},
 		{"a column's required is a boolean", pub(`{a: {from: {job: src, output: 0}, schema: {columns: [{name: x, type: string, required: "no"}]}}}`),

@@ -1,0 +1,289 @@
+package dataset
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/baton-dev/baton/internal/pipeline"
+)
+
+// Query selects rows of one tenant in a dataset.
+type Query struct {
+	Tenant string
+	// Where keeps the rows whose column equals the value, or one of the values of a []any (IN),
+	// for every key. Values are scalars of the column's type, as pipeline.CheckWhere accepts them
+	// (a timestamp as an RFC 3339 string, a number as a json.Number or a Go number).
+	Where  map[string]any
+	Cursor int64 // only the rows of the load given this cursor; 0: all
+	After  int64 // only the rows after this one: a Page's Next
+	Limit  int   // 1 to MaxLimit rows; 0: DefaultLimit
+}
+
+// Limits of a Query.
+const (
+	DefaultLimit = 100
+	MaxLimit     = 1000
+)
+
+// Page is the rows a Query selected, oldest first.
+type Page struct {
+	// Rows holds each row's declared columns, null ones as nil, and its load's cursor as
+	// "_cursor" (int64). Values are string, int64, float64, bool, a timestamp as an RFC 3339
+	// string in UTC with nine fraction digits, json as json.RawMessage.
+	Rows []map[string]any
+	Next int64 // the After of the next page, or 0 when there are no more rows
+}
+
+// ErrBadQuery: a Query that cannot be run, such as one with a where on an unknown column.
+var ErrBadQuery = errors.New("bad dataset query")
+
+// Rows reads the rows of q.Tenant in the dataset, oldest first, read with schema s. The SQL is
+// built from s's names and this package's only; every value is an argument.
+func (db *DB) Rows(ctx context.Context, datasetUUID string, s *pipeline.Schema, q Query) (Page, error) {
+	d, err := datasetOf(datasetUUID)
+	if err != nil {
+		return Page{}, fmt.Errorf("%w: %w", ErrBadQuery, err)
+	}
+	if err := checkSchema(s); err != nil {
+		return Page{}, err
+	}
+	limit := q.Limit
+	switch {
+	case q.Tenant == "":
+		return Page{}, fmt.Errorf("%w: no tenant", ErrBadQuery)
+	case limit == 0:
+		limit = DefaultLimit
+	case limit < 0 || limit > MaxLimit:
+		return Page{}, fmt.Errorf("%w: limit %d is not between 1 and %d", ErrBadQuery, limit, MaxLimit)
+	}
+	if q.Cursor < 0 || q.After < 0 {
+		return Page{}, fmt.Errorf("%w: cursor and after must not be negative", ErrBadQuery)
+	}
+
+	st := &sqlText{b: db.b}
+	st.add("SELECT t._row, l.cursor")
+	for _, c := range s.Columns {
+		if c.Type == pipeline.TypeJSON {
+			st.add(", CAST(t.", quote(c.Name), " AS TEXT)")
+		} else {
+			st.add(", t.", quote(c.Name))
+		}
+	}
+	st.add(" FROM ", quote(d.table), " t JOIN baton_dataset_batches l ON l.seq = t._batch WHERE t.org_id = ", st.p(q.Tenant))
+	if q.Cursor > 0 {
+		st.add(" AND t._batch = (SELECT seq FROM baton_dataset_batches WHERE dataset_uuid = ", st.p(d.uuid),
+			" AND cursor = ", st.p(q.Cursor), ")")
+	}
+	keys := make([]string, 0, len(q.Where))
+	for k := range q.Where {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys) // the same query, the same SQL: statements are cached by their text
+	for _, k := range keys {
+		c, ok := column(s, k)
+		if !ok {
+			return Page{}, fmt.Errorf("%w: where: unknown column %q", ErrBadQuery, k)
+		}
+		vals, isList := q.Where[k].([]any)
+		if !isList {
+			vals = []any{q.Where[k]}
+		}
+		if len(vals) == 0 {
+			return Page{}, fmt.Errorf("%w: where %s: an empty list", ErrBadQuery, k)
+		}
+		st.add(" AND t.", quote(k))
+		for i, v := range vals {
+			w, err := whereValue(c.Type, v)
+			if err != nil {
+				return Page{}, fmt.Errorf("%w: where %s: %w", ErrBadQuery, k, err)
+			}
+			switch {
+			case !isList:
+				st.add(" = ", st.p(db.b.arg(c.Type, w)))
+			case i == 0:
+				st.add(" IN (", st.p(db.b.arg(c.Type, w)))
+			default:
+				st.add(", ", st.p(db.b.arg(c.Type, w)))
+			}
+		}
+		if isList {
+			st.add(")")
+		}
+	}
+	st.add(" AND t._row > ", st.p(q.After), " ORDER BY t._row LIMIT ", st.p(limit+1))
+
+	rows, err := db.b.reader().query(ctx, st.sql.String(), st.args...)
+	if err != nil {
+		return Page{}, fmt.Errorf("read dataset %s: %w", d.uuid, err)
+	}
+	defer rows.Close()
+	page := Page{Rows: []map[string]any{}}
+	var last int64
+	vals := make([]any, len(s.Columns)+2)
+	dest := make([]any, len(vals))
+	for i := range vals {
+		dest[i] = &vals[i]
+	}
+	for rows.Next() {
+		if len(page.Rows) == limit {
+			page.Next = last
+			break
+		}
+		if err := rows.Scan(dest...); err != nil {
+			return Page{}, fmt.Errorf("read dataset %s: %w", d.uuid, err)
+		}
+		row := make(map[string]any, len(s.Columns)+1)
+		last = vals[0].(int64)
+		row["_cursor"] = vals[1].(int64)
+		for i, c := range s.Columns {
+			if row[c.Name], err = outValue(c.Type, vals[i+2]); err != nil {
+				return Page{}, fmt.Errorf("read dataset %s: column %s: %w", d.uuid, c.Name, err)
+			}
+		}
+		page.Rows = append(page.Rows, row)
+	}
+	if err := rows.Err(); err != nil {
+		return Page{}, fmt.Errorf("read dataset %s: %w", d.uuid, err)
+	}
+	return page, nil
+}
+
+// outValue is a value as a database returns it, as Rows returns it.
+func outValue(typ string, v any) (any, error) {
+	if v == nil {
+		return nil, nil
+	}
+	switch typ {
+	case pipeline.TypeString:
+		switch v := v.(type) {
+		case string:
+			return v, nil
+		case []byte:
+			return string(v), nil
+		}
+	case pipeline.TypeInteger:
+		if v, ok := v.(int64); ok {
+			return v, nil
+		}
+	case pipeline.TypeNumber:
+		switch v := v.(type) {
+		case float64:
+			return v, nil
+		case int64:
+			return float64(v), nil
+		}
+	case pipeline.TypeBoolean:
+		switch v := v.(type) {
+		case bool:
+			return v, nil
+		case int64:
+			return v != 0, nil
+		}
+	case pipeline.TypeTimestamp:
+		switch v := v.(type) {
+		case time.Time:
+			return formatTime(v), nil
+		case string:
+			return v, nil
+		}
+	case pipeline.TypeJSON:
+		var raw []byte
+		switch v := v.(type) {
+		case string:
+			raw = []byte(v)
+		case []byte:
+			raw = v
+		default:
+			return nil, fmt.Errorf("unexpected %T", v)
+		}
+		var b bytes.Buffer // PostgreSQL writes jsonb with spaces
+		if err := json.Compact(&b, raw); err != nil {
+			return nil, err
+		}
+		return json.RawMessage(b.Bytes()), nil
+	}
+	return nil, fmt.Errorf("unexpected %T for a column of type %s", v, typ)
+}
+
+// whereValue is a where value as a Row holds a value of a column of type typ.
+func whereValue(typ string, v any) (any, error) {
+	bad := func(want string) error { return fmt.Errorf("%v (%T) is not %s", v, v, want) }
+	switch typ {
+	case pipeline.TypeString:
+		if s, ok := v.(string); ok {
+			return s, nil
+		}
+		return nil, bad("a string")
+	case pipeline.TypeInteger:
+		switch n := v.(type) {
+		case json.Number:
+			if json.Valid([]byte(n)) {
+				if i, reason := integer(string(n)); reason == "" {
+					return i, nil
+				}
+			}
+		case int:
+			return int64(n), nil
+		case int32:
+			return int64(n), nil
+		case int64:
+			return n, nil
+		case uint32:
+			return int64(n), nil
+		case float64:
+			if n == math.Trunc(n) && n >= math.MinInt64 && n < math.MaxInt64 {
+				return int64(n), nil
+			}
+		}
+		return nil, bad("an integer")
+	case pipeline.TypeNumber:
+		switch n := v.(type) {
+		case json.Number:
+			if f, err := strconv.ParseFloat(string(n), 64); err == nil {
+				return f, nil
+			}
+		case float64:
+			return n, nil
+		case float32:
+			return float64(n), nil
+		case int:
+			return float64(n), nil
+		case int64:
+			return float64(n), nil
+		}
+		return nil, bad("a number")
+	case pipeline.TypeBoolean:
+		if b, ok := v.(bool); ok {
+			return b, nil
+		}
+		return nil, bad("a boolean")
+	case pipeline.TypeTimestamp:
+		switch t := v.(type) {
+		case time.Time:
+			return t.UTC().Truncate(time.Microsecond), nil
+		case string:
+			if p, err := time.Parse(time.RFC3339Nano, t); err == nil {
+				return p.UTC().Truncate(time.Microsecond), nil
+			}
+		}
+		return nil, bad("an RFC 3339 timestamp")
+	case pipeline.TypeJSON:
+		switch v.(type) {
+		case string, bool, json.Number, float64, int, int64:
+			b, err := json.Marshal(v)
+			if err != nil {
+				return nil, err
+			}
+			return json.RawMessage(b), nil
+		}
+		return nil, bad("a scalar")
+	}
+	return nil, fmt.Errorf("unknown column type %s", typ)
+}
