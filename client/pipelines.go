@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"strconv"
 	"time"
 )
 
@@ -197,6 +198,82 @@ func (c *Client) SetCurrentVersion(ctx context.Context, name, version string) (*
 	var out Dataset
 	_, err = c.do(ctx, request{method: http.MethodPost, path: "/datasets/" + url.PathEscape(name) + "/current", body: body, retry: true}, &out)
 	if err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
+// RowsQuery selects a page of a buffered dataset's rows. Zero fields are left out.
+type RowsQuery struct {
+	Where  map[string]any // column → value, or list of values: AND of equality / IN
+	Cursor int64          // only the rows of the batch with this dataset cursor
+	After  int64          // the NextAfter of the previous page
+	Limit  int            // 1 to 1000; default 100
+}
+
+// RowsPage is a page of a buffered dataset's rows: each row's columns and its batch's "_cursor".
+type RowsPage struct {
+	Rows      []map[string]any `json:"rows"`
+	NextAfter *int64           `json:"next_after"` // nil on the last page
+}
+
+// DatasetRows reads a page of a buffered dataset's rows, oldest first (GET /datasets/{name}/rows).
+func (c *Client) DatasetRows(ctx context.Context, name string, q RowsQuery) (*RowsPage, error) {
+	v := url.Values{}
+	if q.Where != nil {
+		w, err := json.Marshal(q.Where)
+		if err != nil {
+			return nil, fmt.Errorf("baton: encode where: %w", err)
+		}
+		v.Set("where", string(w))
+	}
+	for k, n := range map[string]int64{"cursor": q.Cursor, "after": q.After, "limit": int64(q.Limit)} {
+		if n != 0 {
+			v.Set(k, strconv.FormatInt(n, 10))
+		}
+	}
+	path := "/datasets/" + url.PathEscape(name) + "/rows"
+	if len(v) > 0 {
+		path += "?" + v.Encode()
+	}
+	var out RowsPage
+	if _, err := c.do(ctx, request{method: http.MethodGet, path: path, retry: true}, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
+// BufferBatch is a batch published to a buffered dataset, as the Buffer Queue keeps it.
+type BufferBatch struct {
+	ID             int64           `json:"id"`
+	State          string          `json:"state"` // queued, committed or dead
+	BatchURI       string          `json:"batch_uri"`
+	DatasetUUID    string          `json:"dataset_uuid"`
+	DatasetVersion string          `json:"dataset_version"`
+	RecordCount    *int64          `json:"record_count"`
+	ReceiveCount   int             `json:"receive_count"`
+	LastError      *string         `json:"last_error"`
+	Producer       json.RawMessage `json:"producer"` // {"task_id", "attempt"}
+	CreatedAt      time.Time       `json:"created_at"`
+	FinishedAt     *time.Time      `json:"finished_at"`
+}
+
+// BatchDeadLetters lists a buffered dataset's dead-lettered batches, oldest first (GET
+// /datasets/{name}/dead-letters).
+func (c *Client) BatchDeadLetters(ctx context.Context, name string) ([]BufferBatch, error) {
+	var out struct {
+		DeadLetters []BufferBatch `json:"dead_letters"`
+	}
+	_, err := c.do(ctx, request{method: http.MethodGet, path: "/datasets/" + url.PathEscape(name) + "/dead-letters", retry: true}, &out)
+	return out.DeadLetters, err
+}
+
+// RetryBatch puts a dead-lettered batch back on the Buffer Queue (POST
+// /datasets/{name}/dead-letters/{id}/retry).
+func (c *Client) RetryBatch(ctx context.Context, name string, id int64) (*BufferBatch, error) {
+	var out BufferBatch
+	path := "/datasets/" + url.PathEscape(name) + "/dead-letters/" + strconv.FormatInt(id, 10) + "/retry"
+	if _, err := c.do(ctx, request{method: http.MethodPost, path: path, retry: true}, &out); err != nil {
 		return nil, err
 	}
 	return &out, nil

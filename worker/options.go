@@ -28,6 +28,7 @@ type config struct {
 	pollWait          time.Duration
 	// Wake-ups from a transport instead of long polls (WithWakeups).
 	wakeKind, wakeURL, wakeNamespace string
+	blobURL                          string // WithBlob
 }
 
 // Option configures a Worker.

@@ -54,6 +54,7 @@ import (
 	"time"
 
 	"github.com/baton-dev/baton/internal/auth"
+	"github.com/baton-dev/baton/internal/blob"
 	"github.com/baton-dev/baton/internal/transport/dial"
 )
 
@@ -73,6 +74,8 @@ type Task struct {
 	// Pipeline is set for a task of a pipeline job: the job, the datasets it reads and writes,
 	// and what started it. Input is then the job's config.
 	Pipeline *PipelineTask
+
+	publish func(ctx context.Context, dataset string, jsonl []byte) (*PublishedBatch, error)
 }
 
 // PipelineTask is the data plane of a pipeline job's task.
@@ -143,12 +146,15 @@ type Worker struct {
 	// unreported counts attempts whose outcome Run could not deliver before returning.
 	unreported atomic.Int64
 	reports    reporter
+
+	blobMu   sync.Mutex // guards blob, opened on the first PublishBatch
+	blob     *blob.Store
 }
 
 // New returns a worker of the Baton server whose internal listener is at internalURL
 // (e.g. "https://baton.internal:8081").
 func New(internalURL string, opts ...Option) (*Worker, error) {
-	var cfg config
+	cfg := config{blobURL: os.Getenv("BATON_BLOB_URL")}
 	for _, o := range opts {
 		o(&cfg)
 	}
@@ -434,6 +440,7 @@ func (w *Worker) newAttempt(ctx context.Context, ans claimAnswer) *attempt {
 		every:     w.heartbeatEvery(ans),
 		log:       w.log.With("task_id", ans.JobID, "attempt", ans.AttemptID, "task", ans.TaskName),
 	}
+	t.publish = (&publisher{w: w, a: a}).publish
 	a.ctx, a.cancel = context.WithCancelCause(w.runCtx)
 	a.handlerCtx, a.stopDeadline = a.ctx, func() {}
 	if t.Timeout > 0 {

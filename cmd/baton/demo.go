@@ -95,6 +95,7 @@ func prepareDemo(f *serverFlags, dataDir string) (auth.DevCerts, error) {
 // demo is a running `baton dev --demo`.
 type demo struct {
 	producerURL, internalURL string
+	blobURL                  string // the object storage of buffered datasets' batches
 	certs                    auth.DevCerts
 	apiKey                   string
 	stdout, stderr           io.Writer
@@ -103,13 +104,13 @@ type demo struct {
 // startDemo starts the demo in the background: a key to submit with (BATON_API_KEY's, or one made
 // for this run and revoked when it stops), the workers, the job. The returned function stops the
 // workers and waits for them; it may be called more than once.
-func startDemo(ctx context.Context, st store.Store, ls *listeners, certs auth.DevCerts, kind string, stdout, stderr io.Writer) func() {
+func startDemo(ctx context.Context, st store.Store, ls *listeners, certs auth.DevCerts, kind, blobURL string, stdout, stderr io.Writer) func() {
 	ctx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
 		d := &demo{producerURL: loopbackURL("http", ls.producer.Addr()), internalURL: loopbackURL("https", ls.internal.Addr()),
-			certs: certs, apiKey: os.Getenv("BATON_API_KEY"), stdout: stdout, stderr: stderr}
+			blobURL: blobURL, certs: certs, apiKey: os.Getenv("BATON_API_KEY"), stdout: stdout, stderr: stderr}
 		if d.apiKey == "" {
 			k, secret, err := auth.CreateKey(ctx, st, "dev --demo", auth.DefaultTenant, "", time.Now())
 			if err != nil {
@@ -285,7 +286,7 @@ func (d *demo) startWorker(ctx context.Context, self, taskBin, name string, queu
 	args := []string{"worker", "--task", name, "--exec", shellQuote(taskBin) + " demo-task",
 		"--internal-url", d.internalURL, "--url", d.producerURL,
 		"--internal-tls-ca", d.certs.CA, "--internal-tls-cert", d.certs.ClientCert, "--internal-tls-key", d.certs.ClientKey,
-		"--worker-id", "demo-" + name, "--grace", "3s", "--log-level", "warn"}
+		"--worker-id", "demo-" + name, "--grace", "3s", "--log-level", "warn", "--blob-url", d.blobURL}
 	for _, q := range queues {
 		args = append(args, "--queue", q)
 	}

@@ -15,10 +15,12 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"os"
+	"path/filepath"
 	"strings"
 	"time"
 
 	"github.com/baton-dev/baton/client"
+	"github.com/baton-dev/baton/internal/runner"
 	"github.com/baton-dev/baton/worker"
 )
 
@@ -33,6 +35,11 @@ const demoPipeline = `# A block-indexing DAG in the DAG document format Baton de
 #        |                                               range_totals (PerPartition)
 #        +--"blocks"--> mainnet_alerts   (where chain = mainnet)
 #        +--"blocks"--> testnet_alerts   (where chain in [sepolia, holesky])
+#
+#   range_stats --output 1--> "alert_events", a buffered dataset: each task writes alert rows,
+#   a trusted sink loads them into the dataset's table, and each loaded batch routes
+#        "alert_events"--> pager    (where severity = high)
+#        "alert_events"--> digest   (where severity in [low, medium])
 #
 # Run it with ` + "`baton dev --demo pipeline`" + `, or deploy it yourself with
 # ` + "`baton pipeline deploy -f examples/pipeline/pipeline.yaml`" + ` and run workers for its operators.
@@ -55,7 +62,7 @@ jobs:
     runtime: ecs_platform
     operator: range_stats
     execution_strategy: PerUpdate
-    outputs: 1
+    outputs: 2
     inputs:
       - from: {job: block_follower, output: 0}
 
@@ -91,6 +98,26 @@ jobs:
       - from: {dataset: blocks}
         where: {chain: [sepolia, holesky]}
 
+  - name: pager
+    activation: reactive
+    runtime: ecs_platform
+    operator: alert_reader
+    queue: alerts_pager
+    outputs: 0
+    inputs:
+      - from: {dataset: alert_events}
+        where: {severity: high}
+
+  - name: digest
+    activation: reactive
+    runtime: ecs_platform
+    operator: alert_reader
+    queue: alerts_digest
+    outputs: 0
+    inputs:
+      - from: {dataset: alert_events}
+        where: {severity: [low, medium]}
+
 publish:
   blocks:
     from: {job: block_follower, output: 0}
@@ -107,6 +134,19 @@ publish:
         - {name: tx_count, type: integer}
       unique: [chain, start_block]
     filter_fields: [chain]
+  alert_events:
+    from: {job: range_stats, output: 1}
+    write_mode: buffered
+    schema:
+      columns:
+        - {name: dedupe_key, type: string, required: true}
+        - {name: chain, type: string, required: true}
+        - {name: block, type: integer, required: true}
+        - {name: severity, type: string, required: true}
+        - {name: message, type: string}
+        - {name: seen_at, type: timestamp}
+      unique: [dedupe_key]
+    filter_fields: [severity, chain]
 `
 
 // demoPipelineWorkers are the workers of the pipeline demo: one per operator.
@@ -115,7 +155,14 @@ var demoPipelineWorkers = []demoWorker{
 	{"range_stats", nil},
 	{"range_totals", nil},
 	{"alerts", []string{"alerts_mainnet", "alerts_testnet"}},
+	{"alert_reader", []string{"alerts_pager", "alerts_digest"}},
 }
+
+// demoPipelineRoutes is how many tasks each reactive job of the demo gets: one per block range,
+// and for the readers of alert_events one per loaded batch whose rows match their where (every
+// batch has a low alert; every other one a high one, the rest a medium one).
+var demoPipelineRoutes = map[string]int{"range_stats": 10, "range_totals": 10, "mainnet_alerts": 10, "testnet_alerts": 10,
+	"pager": 5, "digest": 10}
 
 // runPipeline deploys the example pipeline, starts its workers, and prints the jobs' task counts
 // as they change until every block range went through every job; the workers keep running.
@@ -143,7 +190,7 @@ func (d *demo) runPipeline(ctx context.Context) error {
 		done := true
 		for _, j := range p.Jobs {
 			parts = append(parts, fmt.Sprintf("%s %d/%d", j.Name, j.Counts["completed"], j.Counts["routed"]))
-			if j.Activation == "reactive" && (j.Counts["completed"] < 10 || j.Counts["completed"] != j.Counts["routed"]) {
+			if j.Activation == "reactive" && (j.Counts["completed"] < demoPipelineRoutes[j.Name] || j.Counts["completed"] != j.Counts["routed"]) {
 				done = false
 			}
 		}
@@ -152,8 +199,8 @@ func (d *demo) runPipeline(ctx context.Context) error {
 			fmt.Fprintf(d.stdout, "demo: %5.1fs  completed/routed: %s\n", time.Since(start).Seconds(), line)
 		}
 		if done {
-			fmt.Fprintf(d.stdout, "demo: all 10 block ranges went through every job in %.1fs; see `baton pipeline get blocks_demo` and `baton dataset get blocks`\n",
-				time.Since(start).Seconds())
+			fmt.Fprintf(d.stdout, "demo: all 10 block ranges went through every job in %.1fs; see `baton pipeline get blocks_demo`, "+
+				"`baton dataset get blocks` and the alert rows the sink loaded: `baton dataset rows alert_events`\n", time.Since(start).Seconds())
 			break
 		}
 		select {
@@ -212,9 +259,36 @@ func runPipelineDemoTask(ctx context.Context, p childPayload, stdout, stderr io.
 			return 1
 		}
 		out["tx_count"] = rand.N(5000)
+		// Alert rows for the buffered dataset alert_events: the wrapper publishes the file once
+		// this program succeeded, and the sink loads it. Keys are stable, so a retry adds nothing.
+		severity := "medium"
+		if (*in.Start/(*in.End-*in.Start+1))%2 == 0 { // every other range
+			severity = "high"
+		}
+		var rows bytes.Buffer
+		for i, sev := range []string{severity, "low"} {
+			b, _ := json.Marshal(map[string]any{"dedupe_key": fmt.Sprintf("mainnet:%d:%d", *in.Start, i), "chain": "mainnet",
+				"block": *in.Start + int64(i), "severity": sev, "message": fmt.Sprintf("%s alert in blocks %s", sev, in.PartitionKey),
+				"seen_at": time.Now().UTC().Format(time.RFC3339Nano), "org_id": "ignored: rows belong to the publisher's tenant"})
+			rows.Write(append(b, '\n'))
+		}
+		if err := os.WriteFile(filepath.Join(os.Getenv(runner.EnvBuffers), "alert_events.jsonl"), rows.Bytes(), 0o600); err != nil {
+			fmt.Fprintln(stderr, "range_stats: write the alert batch:", err)
+			return 1
+		}
+		out["alerts"] = 2
 	case "range_totals":
 		time.Sleep(200*time.Millisecond + rand.N(300*time.Millisecond))
 		out["totaled"] = in.PartitionKey
+	case "alert_reader":
+		// A buffered dataset's event names the batch (its cursor); the rows are read with the
+		// input's where through the producer API, or as here, just reported.
+		time.Sleep(20*time.Millisecond + rand.N(50*time.Millisecond))
+		var cursor int64
+		if in.Cursor != nil {
+			cursor = *in.Cursor
+		}
+		out["result"] = fmt.Sprintf("alerts of batch %d of %s with where %s", cursor, in.DatasetName, in.Where)
 	case "alerts":
 		time.Sleep(50*time.Millisecond + rand.N(100*time.Millisecond))
 		out["severity"] = cfg.Severity

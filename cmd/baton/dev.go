@@ -15,7 +15,10 @@ import (
 	"github.com/baton-dev/baton/internal/store/sqlite"
 )
 
-const dbFile = "baton.db"
+const (
+	dbFile   = "baton.db"
+	dataFile = "data.db" // buffered datasets' rows
+)
 
 // runDev is `baton dev`: everything in one process on an embedded SQLite file.
 func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) int {
@@ -29,6 +32,10 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
+	if err := f.sinkFlags.check(); err != nil {
+		fmt.Fprintln(stderr, "baton dev:", err)
+		return 2
+	}
 	rest := fs.Args()
 	if demo.kind != "" && len(rest) > 0 && rest[0] == demoKindPipeline && !demo.explicit {
 		demo.kind, rest = demoKindPipeline, rest[1:] // --demo pipeline
@@ -38,6 +45,17 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	path := filepath.Join(*dataDir, dbFile)
+	// Buffered datasets: batches under the data directory unless --blob-url says otherwise, rows
+	// in a SQLite file of their own, loaded by a sink in this process.
+	if f.blobURL == "" {
+		abs, err := filepath.Abs(filepath.Join(*dataDir, "blobs"))
+		if err != nil {
+			fmt.Fprintln(stderr, "baton dev:", err)
+			return 1
+		}
+		f.blobURL = "file://" + abs
+	}
+	f.dataDatabaseURL, f.sink = filepath.Join(*dataDir, dataFile), true
 	st, err := sqlite.Open(ctx, path)
 	if err != nil {
 		fmt.Fprintln(stderr, "baton dev:", err)
@@ -69,12 +87,13 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) int {
   database      %s (SQLite)
   producer API  http://%s   (send the key in the x-api-key header)
   worker API    %s
+  datasets      rows in %s, batches in %s (a sink runs in this process)
   %s
 Press Ctrl-C to stop.
-`, path, ls.producer.Addr(), workerLine, keyLine)
+`, path, ls.producer.Addr(), workerLine, f.dataDatabaseURL, f.blobURL, keyLine)
 	stopDemo := func() {}
 	if demo.kind != "" {
-		stopDemo = startDemo(ctx, st, ls, demoCerts, demo.kind, stdout, stderr)
+		stopDemo = startDemo(ctx, st, ls, demoCerts, demo.kind, f.blobURL, stdout, stderr)
 	}
 	defer stopDemo()
 	if err := serve(ctx, &f, ls, st, newLogger(stderr)); err != nil {

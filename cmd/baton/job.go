@@ -100,6 +100,11 @@ func (c *jobCmd) parse(args []string, names ...string) ([]string, int, bool) {
 	return pos, 0, true
 }
 
+// usageError is a usage mistake found while running a command: fail prints it and returns 2.
+type usageError struct{ msg string }
+
+func (e usageError) Error() string { return e.msg }
+
 // usageError prints a usage mistake and returns exit status 2.
 func (c *jobCmd) usageError(format string, args ...any) int {
 	fmt.Fprintf(c.stderr, "baton %s %s: %s\n", c.group, c.name, fmt.Sprintf(format, args...))
@@ -123,6 +128,10 @@ func (c *jobCmd) client() (*client.Client, int, bool) {
 // exit status 1.
 func (c *jobCmd) fail(err error) int {
 	var e *client.APIError
+	var usage usageError
+	if errors.As(err, &usage) {
+		return c.usageError("%s", usage.msg)
+	}
 	if !errors.As(err, &e) {
 		fmt.Fprintf(c.stderr, "baton %s %s: %v\n", c.group, c.name, err)
 		return 1

@@ -28,9 +28,10 @@ Commands:
   apikey    create, list and revoke producer API keys
   certs     make a development CA and mTLS certificates for /internal/* (certs dev --out DIR)
   worker    run untrusted programs as tasks: baton worker --task NAME --exec 'COMMAND'
+  sink      load buffered datasets' batches into their tables (a trusted process, like worker)
   job       submit, list, get, cancel, resume and watch jobs (BATON_URL, BATON_API_KEY)
   pipeline  deploy, list, get, list versions of and roll back pipelines (DAG documents)
-  dataset   list and inspect datasets; cut over to a registered version
+  dataset   list and inspect datasets, read a buffered dataset's rows and dead letters; cut over
   bench     measure throughput and latency with no-op tasks (bench --tasks N --via sdk|stream-worker|internal|callback)
   version   print the version
 
@@ -59,6 +60,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return runDataset(ctx, args[1:], stdout, stderr)
 	case "worker":
 		return runWorker(ctx, args[1:], stdout, stderr)
+	case "sink":
+		return runSink(ctx, args[1:], stdout, stderr)
 	case "demo-task": // hidden: the child program of `baton dev --demo`
 		return runDemoTask(ctx, args[1:], stdout, stderr)
 	case "apikey":

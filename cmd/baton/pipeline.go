@@ -2,9 +2,11 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
-
+	"slices"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 
@@ -30,6 +32,10 @@ Commands:
   list [--json]                          the tenant's datasets
   get NAME [--json]                      a dataset (by name or uuid): versions, recent events
   cutover NAME --version V [--json]      make a registered version the current one
+  rows NAME [--where JSON] [--cursor N] [--limit N] [--after N] [--json]
+                                         a buffered dataset's rows, oldest first
+  dead-letters NAME [--json]             a buffered dataset's batches that failed every load
+  retry NAME ID [--json]                 put a dead-lettered batch back on the Buffer Queue
 
 Every command takes --url (env BATON_URL, default ` + jobDefaultURL + `) and
 --api-key (env BATON_API_KEY).
@@ -51,7 +57,10 @@ func runDataset(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	return runGroup(ctx, "dataset", datasetUsage, map[string]func(context.Context, *jobCmd, []string) int{
 		"list":    datasetList,
 		"get":     datasetGet,
-		"cutover": datasetCutover,
+		"cutover":      datasetCutover,
+		"rows":         datasetRows,
+		"dead-letters": datasetDeadLetters,
+		"retry":        datasetRetry,
 	}, args, stdout, stderr)
 }
 
@@ -309,4 +318,103 @@ func flushTable(c *jobCmd, tw *tabwriter.Writer) int {
 		return 1
 	}
 	return 0
+}
+
+func datasetRows(ctx context.Context, c *jobCmd, args []string) int {
+	where := c.fs.String("where", "", `only rows matching this JSON object, e.g. '{"severity":"high"}' (AND of equality; a list is IN)`)
+	cursor := c.fs.Int64("cursor", 0, "only the rows of the batch with this dataset cursor")
+	limit := c.fs.Int("limit", 100, "rows per page (1 to 1000)")
+	after := c.fs.Int64("after", 0, "the page after the one that printed this next_after")
+	var q client.RowsQuery
+	return show(ctx, c, args, []string{"NAME"}, func(cl *client.Client, pos []string) (*client.RowsPage, error) {
+		if *where != "" {
+			dec := json.NewDecoder(strings.NewReader(*where))
+			dec.UseNumber()
+			if err := dec.Decode(&q.Where); err != nil || q.Where == nil {
+				return nil, usageError{fmt.Sprintf(`--where must be a JSON object such as '{"severity":"high"}': %v`, err)}
+			}
+		}
+		q.Cursor, q.Limit, q.After = *cursor, *limit, *after
+		return cl.DatasetRows(ctx, pos[0], q)
+	}, func(p *client.RowsPage) int {
+		if len(p.Rows) == 0 {
+			fmt.Fprintln(c.stderr, "no rows")
+			return 0
+		}
+		cols := rowColumns(p.Rows)
+		tw := tabwriter.NewWriter(c.stdout, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, strings.ToUpper(strings.Join(cols, "\t")))
+		for _, r := range p.Rows {
+			cells := make([]string, len(cols))
+			for i, col := range cols {
+				cells[i] = cellText(r[col])
+			}
+			fmt.Fprintln(tw, strings.Join(cells, "\t"))
+		}
+		if code := flushTable(c, tw); code != 0 {
+			return code
+		}
+		if p.NextAfter != nil {
+			fmt.Fprintf(c.stderr, "more: --after %d\n", *p.NextAfter)
+		}
+		return 0
+	})
+}
+
+// rowColumns is the columns of rows in a stable order: "_cursor" last, the others sorted.
+func rowColumns(rows []map[string]any) []string {
+	seen := map[string]bool{}
+	var cols []string
+	for _, r := range rows {
+		for k := range r {
+			if !seen[k] && k != "_cursor" {
+				seen[k] = true
+				cols = append(cols, k)
+			}
+		}
+	}
+	slices.Sort(cols)
+	return append(cols, "_cursor")
+}
+
+func cellText(v any) string {
+	switch v := v.(type) {
+	case nil:
+		return "-"
+	case string:
+		return v
+	default:
+		b, _ := json.Marshal(v)
+		return string(b)
+	}
+}
+
+func datasetDeadLetters(ctx context.Context, c *jobCmd, args []string) int {
+	return show(ctx, c, args, []string{"NAME"}, func(cl *client.Client, pos []string) ([]client.BufferBatch, error) {
+		return cl.BatchDeadLetters(ctx, pos[0])
+	}, func(bs []client.BufferBatch) int {
+		if len(bs) == 0 {
+			fmt.Fprintln(c.stderr, "no dead-lettered batches")
+			return 0
+		}
+		tw := tabwriter.NewWriter(c.stdout, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "ID\tRECEIVES\tPUBLISHED\tLAST ERROR\tBATCH")
+		for _, b := range bs {
+			fmt.Fprintf(tw, "%d\t%d\t%s\t%s\t%s\n", b.ID, b.ReceiveCount, b.CreatedAt.Format("2006-01-02 15:04:05"), orDash(b.LastError), b.BatchURI)
+		}
+		return flushTable(c, tw)
+	})
+}
+
+func datasetRetry(ctx context.Context, c *jobCmd, args []string) int {
+	return show(ctx, c, args, []string{"NAME", "ID"}, func(cl *client.Client, pos []string) (*client.BufferBatch, error) {
+		id, err := strconv.ParseInt(pos[1], 10, 64)
+		if err != nil || id <= 0 {
+			return nil, usageError{fmt.Sprintf("ID %q: want the id of a dead-lettered batch (baton dataset dead-letters NAME)", pos[1])}
+		}
+		return cl.RetryBatch(ctx, pos[0], id)
+	}, func(b *client.BufferBatch) int {
+		fmt.Fprintf(c.stdout, "batch %d is queued again\n", b.ID)
+		return 0
+	})
 }

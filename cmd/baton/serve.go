@@ -18,7 +18,10 @@ import (
 
 	"github.com/baton-dev/baton/internal/api"
 	"github.com/baton-dev/baton/internal/auth"
+	"github.com/baton-dev/baton/internal/blob"
+	"github.com/baton-dev/baton/internal/dataset"
 	"github.com/baton-dev/baton/internal/dispatch"
+	"github.com/baton-dev/baton/internal/sink"
 	"github.com/baton-dev/baton/internal/store"
 	"github.com/baton-dev/baton/internal/transport"
 )
@@ -41,6 +44,35 @@ type serverFlags struct {
 	groupCommit                                          bool
 	committers                                           int
 	corsOrigins                                          corsFlag
+	// Buffered datasets: object storage, the data database and the in-process sink.
+	blobURL, dataDatabaseURL string
+	sink                     bool
+	sinkFlags                sinkFlags
+}
+
+// sinkFlags tune a sink, in baton sink and in a server's own.
+type sinkFlags struct {
+	gc         string
+	workers    int
+	visibility time.Duration
+}
+
+func (f *sinkFlags) register(fs *flag.FlagSet) {
+	fs.StringVar(&f.gc, "buffer-gc", sink.GCDelete, "what becomes of a batch artifact once its batch is committed: delete or keep")
+	fs.IntVar(&f.workers, "sink-workers", 4, "batches a sink loads at once")
+	fs.DurationVar(&f.visibility, "sink-visibility", time.Minute, "how long a batch a sink claimed stays its own before another sink may take it over")
+}
+
+func (f *sinkFlags) check() error {
+	switch {
+	case f.gc != sink.GCDelete && f.gc != sink.GCKeep:
+		return fmt.Errorf("--buffer-gc %q: want delete or keep", f.gc)
+	case f.workers < 1:
+		return errors.New("--sink-workers must be at least 1")
+	case f.visibility < time.Second:
+		return errors.New("--sink-visibility must be at least 1s")
+	}
+	return nil
 }
 
 // corsFlag is --cors-origins, checked as it is parsed.
@@ -87,6 +119,8 @@ func (f *serverFlags) register(fs *flag.FlagSet) {
 	fs.DurationVar(&f.pushTimeout, "push-timeout", 30*time.Second, "how long a push target has to accept a task")
 	fs.BoolVar(&f.groupCommit, "group-commit", true, "apply transitions that arrive together in one database transaction (--group-commit=false: one each)")
 	fs.IntVar(&f.committers, "committers", 0, "group-commit transactions in flight at once (0: 2 on PostgreSQL, 1 on SQLite); more spread the database work over connections but can deadlock")
+	fs.StringVar(&f.blobURL, "blob-url", os.Getenv("BATON_BLOB_URL"), "object storage of buffered datasets' batches: file://DIR or s3://BUCKET/PREFIX (env BATON_BLOB_URL; S3 endpoint, region and credentials from the usual AWS_* variables)")
+	f.sinkFlags.register(fs)
 	f.corsOrigins = corsFlag{origins: []string{"*"}}
 	fs.Var(&f.corsOrigins, "cors-origins", "browser `ORIGINS` that may call the producer listener: * (any), a comma-separated list such as https://app.example.com,http://localhost:5173, or none (no CORS headers, no preflight answers)")
 }
@@ -244,8 +278,21 @@ func (f *serverFlags) bind(ctx context.Context) (*listeners, error) {
 // gracefully: listeners stop accepting, in-flight requests finish (each answered only after its
 // transaction committed), the loops stop.
 func serve(ctx context.Context, f *serverFlags, ls *listeners, st store.Store, log *slog.Logger) error {
-	d, err := dispatch.New(st, dispatch.Config{Logger: log, MaxTasksPerJob: f.maxTasksPerJob, Defaults: f.defaults,
-		GroupCommit: dispatch.GroupCommit{Off: !f.groupCommit, Committers: f.committers}})
+	dp, err := openDataPlane(ctx, f)
+	if err != nil {
+		return err
+	}
+	defer dp.close()
+	cfg := dispatch.Config{Logger: log, MaxTasksPerJob: f.maxTasksPerJob, Defaults: f.defaults,
+		GroupCommit: dispatch.GroupCommit{Off: !f.groupCommit, Committers: f.committers},
+		Buffer:      dispatch.BufferConfig{Visibility: f.sinkFlags.visibility}}
+	if dp.blob != nil {
+		cfg.Blob = dp.blob
+	}
+	if dp.data != nil {
+		cfg.Tables = sink.Tables{DB: dp.data}
+	}
+	d, err := dispatch.New(st, cfg)
 	if err != nil {
 		return err
 	}
@@ -286,6 +333,21 @@ func serve(ctx context.Context, f *serverFlags, ls *listeners, st store.Store, l
 		CallbackBaseURL: cmp.Or(f.publicURL, "http://"+ls.producer.Addr().String())})
 	pusher.Start(ctx)
 	defer pusher.Stop()
+	// The sink of this process (baton dev, baton server --sink).
+	sinkCtx, stopSink := context.WithCancel(ctx)
+	sinkDone := make(chan struct{})
+	if f.sink {
+		sk, err := sink.New(sink.Config{Queue: sink.Local{D: d}, Blob: dp.blob, Data: dp.data, GC: f.sinkFlags.gc,
+			Workers: f.sinkFlags.workers, Visibility: f.sinkFlags.visibility, Logger: log})
+		if err != nil {
+			stopSink()
+			return err
+		}
+		go func() { defer close(sinkDone); sk.Run(sinkCtx) }()
+	} else {
+		close(sinkDone)
+	}
+	defer func() { stopSink(); <-sinkDone }()
 	// Wake long-polling claimers when another replica makes a task ready (PostgreSQL).
 	listenCtx, stopListening := context.WithCancel(ctx)
 	defer stopListening()
@@ -316,12 +378,52 @@ func serve(ctx context.Context, f *serverFlags, ls *listeners, st store.Store, l
 			shutdownErr = errors.Join(shutdownErr, err)
 		}
 	}
+	stopSink()
+	<-sinkDone
 	reaper.Stop()
 	relay.Stop()
 	router.Stop()
 	sources.Stop()
 	control.Stop()
 	return shutdownErr
+}
+
+// dataPlane is the object storage and the data database of buffered datasets; either may be nil
+// (not configured).
+type dataPlane struct {
+	blob *blob.Store
+	data *dataset.DB
+}
+
+// openDataPlane opens what f configures. A sink needs both.
+func openDataPlane(ctx context.Context, f *serverFlags) (*dataPlane, error) {
+	dp := &dataPlane{}
+	var err error
+	if f.blobURL != "" {
+		if dp.blob, err = blob.Open(ctx, f.blobURL, blob.Options{}); err != nil {
+			return nil, fmt.Errorf("--blob-url: %w", err)
+		}
+	}
+	if f.dataDatabaseURL != "" {
+		if dp.data, err = dataset.Open(ctx, f.dataDatabaseURL); err != nil {
+			dp.close()
+			return nil, fmt.Errorf("data database: %w", err)
+		}
+	}
+	if f.sink && (dp.blob == nil || dp.data == nil) {
+		dp.close()
+		return nil, errors.New("--sink needs --blob-url and a data database")
+	}
+	return dp, nil
+}
+
+func (dp *dataPlane) close() {
+	if dp.blob != nil {
+		dp.blob.Close()
+	}
+	if dp.data != nil {
+		dp.data.Close()
+	}
 }
 
 func newLogger(w io.Writer) *slog.Logger {

@@ -20,7 +20,17 @@ func runServer(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	insecure := fs.Bool("internal-insecure", false, "serve /internal/* WITHOUT TLS or client certificates (only on a private network)")
 	var f serverFlags
 	f.register(fs)
+	fs.StringVar(&f.dataDatabaseURL, "data-database-url", os.Getenv("BATON_DATA_DATABASE_URL"), "PostgreSQL URL of the data database, where buffered datasets' tables live (env BATON_DATA_DATABASE_URL; default: --database-url)")
+	fs.BoolVar(&f.sink, "sink", false, "also run a sink in this process, loading buffered batches (needs --blob-url)")
 	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if err := f.sinkFlags.check(); err != nil {
+		fmt.Fprintln(stderr, "baton server:", err)
+		return 2
+	}
+	if f.sink && f.blobURL == "" {
+		fmt.Fprintln(stderr, "baton server: --sink needs --blob-url (or BATON_BLOB_URL): the object storage the batches are in")
 		return 2
 	}
 	if fs.NArg() > 0 {
@@ -46,6 +56,9 @@ func runServer(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	if *dbURL == "" {
 		fmt.Fprintln(stderr, "baton server: set --database-url or BATON_DATABASE_URL (for a database-free start, use `baton dev`)")
 		return 2
+	}
+	if f.dataDatabaseURL == "" {
+		f.dataDatabaseURL = *dbURL
 	}
 	ls, err := f.bind(ctx)
 	if err != nil {

@@ -19,6 +19,7 @@ import (
 	"net/url"
 	"os"
 	"os/user"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -40,7 +41,13 @@ A cancelled or timed-out task's process group gets SIGTERM, then SIGKILL after -
 
 The child's whole environment: PATH, HOME, TMPDIR and PWD (its own work directory), LANG and TZ
 (when set), BATON_TASK_PAYLOAD, BATON_URL, TRACE_TASK_CAPABILITY_TOKEN, BATON_TASK_ID,
-BATON_TASK_KEY, BATON_TASK_NAME, BATON_JOB_ID, BATON_ATTEMPT, BATON_LEASE_TOKEN, and --child-env.
+BATON_TASK_KEY, BATON_TASK_NAME, BATON_JOB_ID, BATON_ATTEMPT, BATON_LEASE_TOKEN,
+BATON_BUFFER_DIR, and --child-env.
+
+Buffered datasets: a child adds rows to the buffered dataset NAME by writing them, one JSON object
+per line, to the file NAME.jsonl in the directory BATON_BUFFER_DIR. Once the child succeeded, the
+wrapper writes each such file to the object storage (--blob-url) under the attempt's own prefix
+and publishes it; the child never sees storage URLs or credentials.
 
 Flags:
 `
@@ -63,7 +70,7 @@ var passedThrough = []string{"LANG", "TZ"}
 
 // reservedChildEnv are names --child-env may not set.
 var reservedChildEnv = []string{envCapability, envPublicURL, envTaskID, envAttempt, envLeaseToken, envJobID,
-	envTaskKey, envTaskName, runner.EnvPayload, runner.EnvHome, runner.EnvTmpDir, runner.EnvPWD}
+	envTaskKey, envTaskName, runner.EnvPayload, runner.EnvHome, runner.EnvTmpDir, runner.EnvPWD, runner.EnvBuffers}
 
 // childPayload is the JSON a child reads on stdin and from BATON_TASK_PAYLOAD.
 type childPayload struct {
@@ -124,6 +131,7 @@ func runWorker(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	pollWait := fs.Duration("poll-wait", 0, "how long one wait for work lasts: a long poll of the server, or a wait on the transport (0: 20s; at most 1m)")
 	shutdown := fs.Duration("shutdown-timeout", 0, "on SIGTERM, how long running tasks may finish before they are stopped and handed back (0: 30s)")
 	logLevel := fs.String("log-level", "info", "log level: debug, info, warn or error")
+	blobURL := fs.String("blob-url", os.Getenv("BATON_BLOB_URL"), "object storage the wrapper writes children's batches to, as the server's --blob-url (env BATON_BLOB_URL; S3 settings from the AWS_* variables)")
 	fs.Var(&queues, "queue", "queue `NAME` to claim from (repeatable; default: the task names)")
 	var tf transportFlags
 	tf.register(fs, "how the worker finds tasks: store (long-poll the server), redis or nats (wait for wake-ups there, then claim by task id); as the server's --transport")
@@ -241,7 +249,7 @@ func runWorker(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		log.Warn("the wrapper is PID 1: processes orphaned by killed tasks become its zombies; run it under an init (docker run --init, tini)")
 	}
 
-	opts := []worker.Option{worker.WithConcurrency(*concurrency), worker.WithLogger(log)}
+	opts := []worker.Option{worker.WithConcurrency(*concurrency), worker.WithLogger(log), worker.WithBlob(*blobURL)}
 	if len(queues) > 0 {
 		opts = append(opts, worker.WithQueues(queues...))
 	}
@@ -283,7 +291,7 @@ func runWorker(ctx context.Context, args []string, stdout, stderr io.Writer) int
 // childEnvNames lists the variables every child gets, for the log: names only.
 func (w *wrapper) childEnvNames() []string {
 	names := []string{envCapability, envPublicURL, envTaskID, envAttempt, envLeaseToken, envJobID, envTaskKey,
-		envTaskName, runner.EnvPayload, runner.EnvHome, runner.EnvTmpDir, runner.EnvPWD, runner.EnvPath}
+		envTaskName, runner.EnvPayload, runner.EnvHome, runner.EnvTmpDir, runner.EnvPWD, runner.EnvPath, runner.EnvBuffers}
 	for k := range w.baseEnv {
 		names = append(names, k)
 	}
@@ -325,7 +333,7 @@ func (w *wrapper) handle(ctx context.Context, t *worker.Task) (any, error) {
 	}
 	log.Debug("starting the child")
 	res, err := runner.Run(ctx, runner.Spec{Command: w.command, Payload: payload, Env: env, Credential: w.cred,
-		TempRoot: w.workRoot, Grace: w.grace})
+		TempRoot: w.workRoot, Grace: w.grace, Collect: func(dir string) error { return w.publishBatches(ctx, t, dir) }})
 	var f *runner.Failure
 	switch {
 	case err == nil:
@@ -344,6 +352,39 @@ func (w *wrapper) handle(ctx context.Context, t *worker.Task) (any, error) {
 		log.Error("could not run the child", "err", err)
 		return nil, worker.Errorf(worker.Infrastructure, "%s", err.Error())
 	}
+}
+
+// maxBatchFile bounds a batch file a child leaves.
+const maxBatchFile = 64 << 20
+
+// publishBatches publishes the batches a successful child left in dir: NAME.jsonl for the buffered
+// dataset NAME. Only regular files the child's user owns are read, never through a link, so a
+// child cannot make the wrapper publish a file it could not read itself.
+func (w *wrapper) publishBatches(ctx context.Context, t *worker.Task, dir string) error {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return err
+	}
+	for _, e := range entries {
+		dataset, ok := strings.CutSuffix(e.Name(), ".jsonl")
+		if !ok || !e.Type().IsRegular() || dataset == "" {
+			continue
+		}
+		data, err := runner.ReadChildFile(filepath.Join(dir, e.Name()), w.cred, maxBatchFile)
+		if err != nil {
+			return worker.Errorf(worker.UserCode, "batch %s: %v", e.Name(), err)
+		}
+		b, err := t.PublishJSONL(ctx, dataset, data)
+		if err != nil {
+			var we *worker.Error
+			if errors.As(err, &we) {
+				return err
+			}
+			return fmt.Errorf("publish %s to dataset %q: %w", e.Name(), dataset, err)
+		}
+		w.log.Info("batch published", "task_id", t.ID, "dataset", dataset, "rows", b.Rows, "uri", b.URI, "duplicate", b.Duplicate)
+	}
+	return nil
 }
 
 // leaseFromToken reads the lease token from the capability token's claims. The child needs it

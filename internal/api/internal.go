@@ -37,6 +37,9 @@ func (s *Server) registerInternal(mux *http.ServeMux) {
 	route("POST /internal/task-complete", s.fencedComplete(bodyFence))
 	route("POST /internal/events", s.fencedEvents(bodyFence))
 	route("POST /internal/buffer-publish", s.fencedBufferPublish(bodyFence))
+	route("POST /internal/sink/claim", s.sinkClaim)
+	route("POST /internal/sink/commit", s.sinkCommit)
+	route("POST /internal/sink/fail", s.sinkFail)
 }
 
 // fenceFunc resolves the attempt a fenced call is about from the task_id, attempt and lease_token

@@ -197,10 +197,11 @@ const (
 }`
 )
 
-// seedIDs are the dataset ids the examples use.
-func seedIDs() []string {
-	var pairs []string
-	for _, k := range []string{"$DS_A", "$VER_A", "$DS_B", "$VER_B", "$DS_C", "$VER_C"} {
+// seedIDs are the dataset ids the examples use; $DS_A, the dataset of the buffered publish, is
+// the buffered dataset of w.
+func seedIDs(w *workerAPI) []string {
+	pairs := []string{"$DS_A", w.buffered()}
+	for _, k := range []string{"$VER_A", "$DS_B", "$VER_B", "$DS_C", "$VER_C"} {
 		pairs = append(pairs, k, uuid.NewString())
 	}
 	return pairs
@@ -218,7 +219,7 @@ func TestInternalSeedConformance(t *testing.T) {
 			lifecycle.TaskSpec{Key: "block_follower", Name: "block_follower", Input: json.RawMessage(`{"chain":"monad","from":1}`), TimeoutSeconds: refOf(600)},
 			lifecycle.TaskSpec{Key: "enrich", Name: "enrich", DependsOn: []string{"block_follower"}, Input: json.RawMessage(`{"mode":"full"}`)})
 		id := ids["block_follower"]
-		datasets := seedIDs()
+		datasets := seedIDs(w)
 		ds := map[string]string{}
 		for i := 0; i < len(datasets); i += 2 {
 			ds[datasets[i]] = datasets[i+1]
@@ -446,6 +447,7 @@ func TestInternalFetchStatuses(t *testing.T) {
 
 func TestInternalNotClaimedReasons(t *testing.T) {
 	forEachWorkerDriver(t, func(t *testing.T, w *workerAPI) {
+		w.buffered() // the dataset of the buffer-publish calls
 		ctx := context.Background()
 		jobID, ids := w.submit(
 			lifecycle.TaskSpec{Key: "done", Name: "op"},
@@ -515,8 +517,8 @@ var fencedCalls = []fencedCall{
 			"events": []any{map[string]any{"dataset_uuid": "ds-mid", "dataset_version": "v1", "cursor": 3}}}
 	}},
 	{"buffer-publish", "/internal/buffer-publish", "/v1/task/buffer-publish", func(id string, a int, l string) map[string]any {
-		return map[string]any{"task_id": id, "attempt": a, "lease_token": l, "dataset_uuid": "ds-buf", "dataset_version": "v1",
-			"batch_uri": "s3://trace-scratch/buffers/ds-buf/" + id + "/batch.jsonl", "record_count": 10}
+		return map[string]any{"task_id": id, "attempt": a, "lease_token": l, "dataset_version": "v1",
+			"batch_uri": "s3://trace-scratch/buffers/alert_events/" + id + "/" + strconv.Itoa(a) + "/batch.jsonl", "record_count": 10}
 	}},
 	{"complete", "/internal/task-complete", "/v1/task/complete", func(id string, a int, l string) map[string]any {
 		return map[string]any{"task_id": id, "attempt": a, "lease_token": l, "status": "Completed",
@@ -567,6 +569,7 @@ func newStaleSetup(t *testing.T, w *workerAPI, clock *clockwork.FakeClock) stale
 
 func TestInternalStaleWorkerIsFenced(t *testing.T) {
 	forEachClockedWorkerDriver(t, time.Now(), func(t *testing.T, w *workerAPI, clock *clockwork.FakeClock) {
+		w.buffered() // the dataset of the buffer-publish calls
 		s := newStaleSetup(t, w, clock)
 		before := fencedState(t, w, s.jobID, s.id)
 		for _, c := range fencedCalls {
@@ -604,6 +607,7 @@ func TestInternalStaleWorkerIsFenced(t *testing.T) {
 // Rule 6 through the dialect: attempt 1's late report is accepted while no newer attempt runs.
 func TestInternalLateReplyIsAccepted(t *testing.T) {
 	forEachClockedWorkerDriver(t, time.Now(), func(t *testing.T, w *workerAPI, clock *clockwork.FakeClock) {
+		w.buffered() // the dataset of the buffer-publish calls
 		_, ids := w.submit(lifecycle.TaskSpec{Key: "slow", Name: "op", HeartbeatTimeoutSeconds: refOf(10)})
 		id := ids["slow"]
 		lease := claimInternal(t, w, id)["lease_token"].(string)
@@ -631,6 +635,7 @@ func TestInternalLateReplyIsAccepted(t *testing.T) {
 
 func TestInternalRepeatsAreIdempotent(t *testing.T) {
 	forEachWorkerDriver(t, func(t *testing.T, w *workerAPI) {
+		w.buffered() // the dataset of the buffer-publish calls
 		jobID, ids := w.submit(
 			lifecycle.TaskSpec{Key: "ok", Name: "op"},
 			lifecycle.TaskSpec{Key: "retry", Name: "op"},
@@ -697,13 +702,14 @@ func TestInternalBufferPublishRepeatIsIdempotent(t *testing.T) {
 		_, ids := w.submit(lifecycle.TaskSpec{Key: "sink", Name: "op"})
 		id := ids["sink"]
 		lease := claimInternal(t, w, id)["lease_token"].(string)
+		w.buffered()
 		body := fencedCalls[2].body(id, 1, lease)
 		for i, dup := range []bool{false, true, true} {
 			if r := wantOK(t, w.post(w.internal.URL, "/internal/buffer-publish", body)); r["duplicate"] != dup {
 				t.Errorf("publish #%d: %v", i+1, r)
 			}
 		}
-		body["batch_uri"] = "s3://trace-scratch/buffers/ds-buf/" + id + "/batch-2.jsonl"
+		body["batch_uri"] = "s3://trace-scratch/buffers/alert_events/" + id + "/1/batch-2.jsonl"
 		if r := wantOK(t, w.post(w.internal.URL, "/internal/buffer-publish", body)); r["duplicate"] != false {
 			t.Errorf("another batch: %v", r)
 		}

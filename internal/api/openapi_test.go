@@ -117,7 +117,8 @@ func TestOpenAPIDocumentsEveryProducerRoute(t *testing.T) {
 			// Documented on the internal listener: it must be served there.
 			method, path, _ := strings.Cut(key, " ")
 			rec := httptest.NewRecorder()
-			internal.ServeHTTP(rec, httptest.NewRequest(method, path, strings.NewReader("{}")))
+			// A body that is not an object: refused before the (absent) dispatcher is asked.
+			internal.ServeHTTP(rec, httptest.NewRequest(method, path, strings.NewReader("[]")))
 			if rec.Code == http.StatusNotFound || rec.Code == http.StatusMethodNotAllowed {
 				t.Errorf("%s is documented on the internal listener but not served there (%d)", key, rec.Code)
 			}

@@ -29,6 +29,9 @@ func (s *Server) PipelineRoutes() []Route {
 		{"GET", "/datasets", s.listDatasets},
 		{"GET", "/datasets/{name}", s.getDataset},
 		{"POST", "/datasets/{name}/current", s.setCurrentVersion},
+		{"GET", "/datasets/{name}/rows", s.datasetRows},
+		{"GET", "/datasets/{name}/dead-letters", s.batchDeadLetters},
+		{"POST", "/datasets/{name}/dead-letters/{id}/retry", s.retryBatch},
 	}
 }
 

@@ -188,6 +188,10 @@ func (s *Server) toHTTP(err error) *httpError {
 		return errorf(http.StatusNotFound, "Dataset not found")
 	case errors.Is(err, dispatch.ErrTaskNotFound):
 		return errorf(http.StatusNotFound, "Task not found")
+	case errors.Is(err, dispatch.ErrBatchNotFound):
+		return errorf(http.StatusNotFound, "Buffer batch not found")
+	case errors.Is(err, dispatch.ErrBatchNotClaimed):
+		return errorf(http.StatusConflict, "The buffer batch is not claimed by this receive (another receive took it over, or it is settled)")
 	case errors.Is(err, dispatch.ErrJobFinished):
 		return errorf(http.StatusConflict, "Job already finished")
 	case errors.Is(err, dispatch.ErrJobNotFinished):

@@ -78,7 +78,7 @@ func TestTaskScopedSeedConformance(t *testing.T) {
 		// The token handed out by the internal claim serves the task-scoped dialect.
 		claim := claimInternal(t, w, id)
 		token, lease := claim["capability_token"].(string), claim["lease_token"].(string)
-		datasets := seedIDs()
+		datasets := seedIDs(w)
 		ds := map[string]string{}
 		for i := 0; i < len(datasets); i += 2 {
 			ds[datasets[i]] = datasets[i+1]
@@ -150,6 +150,7 @@ func TestTaskScopedSeedConformance(t *testing.T) {
 
 func TestTaskScopedRoutesLiveOnThePublicListenerOnly(t *testing.T) {
 	forEachWorkerDriver(t, func(t *testing.T, w *workerAPI) {
+		w.buffered() // the dataset of the buffer-publish calls
 		_, ids := w.submit(lifecycle.TaskSpec{Key: "t", Name: "op"})
 		c, token := w.claim(ids["t"])
 		body := fencedCalls[0].body(c.Task.ID, 1, c.Task.LeaseToken)
@@ -177,6 +178,7 @@ func issuedAgo(t *testing.T, w *workerAPI, task *store.Task, age, ttl time.Durat
 
 func TestTaskScopedHeartbeatRefreshesAnAgingToken(t *testing.T) {
 	forEachWorkerDriver(t, func(t *testing.T, w *workerAPI) {
+		w.buffered() // the dataset of the buffer-publish calls
 		_, ids := w.submit(lifecycle.TaskSpec{Key: "t", Name: "op"})
 		c, fresh := w.claim(ids["t"])
 		body := fencedCalls[0].body(c.Task.ID, 1, c.Task.LeaseToken)
@@ -280,6 +282,7 @@ func TestTaskScopedAuthMatrix(t *testing.T) {
 	for _, call := range fencedCalls {
 		t.Run(call.name, func(t *testing.T) {
 			forEachWorkerDriver(t, func(t *testing.T, w *workerAPI) {
+		w.buffered() // the dataset of the buffer-publish calls
 				ctx := context.Background()
 				jobID, ids := w.submit(
 					lifecycle.TaskSpec{Key: "target", Name: "op", BackoffBaseMs: refOf[int64](1), BackoffMaxMs: refOf[int64](1)},
@@ -363,6 +366,7 @@ func TestTaskScopedAuthMatrix(t *testing.T) {
 
 func TestTaskScopedKeyRotation(t *testing.T) {
 	forEachWorkerDriver(t, func(t *testing.T, w *workerAPI) {
+		w.buffered() // the dataset of the buffer-publish calls
 		ctx := context.Background()
 		_, ids := w.submit(lifecycle.TaskSpec{Key: "t", Name: "op"})
 		c, tokA := w.claim(ids["t"])
@@ -400,6 +404,7 @@ func TestTaskScopedKeyRotation(t *testing.T) {
 
 func TestTaskScopedStaleWorkerIsFenced(t *testing.T) {
 	forEachClockedWorkerDriver(t, time.Now(), func(t *testing.T, w *workerAPI, clock *clockwork.FakeClock) {
+		w.buffered() // the dataset of the buffer-publish calls
 		ctx := context.Background()
 		jobID, ids := w.submit(lifecycle.TaskSpec{Key: "flaky", Name: "op", HeartbeatTimeoutSeconds: refOf(10),
 			BackoffBaseMs: refOf[int64](1000), BackoffMaxMs: refOf[int64](1000)})

@@ -11,6 +11,7 @@ import (
 
 	"github.com/baton-dev/baton/internal/api"
 	"github.com/baton-dev/baton/internal/auth"
+	"github.com/baton-dev/baton/internal/blob"
 	"github.com/baton-dev/baton/internal/dispatch"
 	"github.com/baton-dev/baton/internal/lifecycle"
 	"github.com/baton-dev/baton/internal/store"
@@ -29,6 +30,44 @@ type workerAPI struct {
 	internal *httptest.Server
 }
 
+// buffered deploys tenant acme's buffered dataset alert_events, whose batches belong under
+// s3://trace-scratch/buffers/ (the object storage the contracts' examples use), and returns its
+// uuid.
+func (w *workerAPI) buffered() string {
+	w.t.Helper()
+	ctx := context.Background()
+	if _, err := w.d.Deploy(ctx, "acme", []byte(bufferedDoc), "application/yaml"); err != nil {
+		w.t.Fatal(err)
+	}
+	ds, err := w.st.DatasetByName(ctx, "acme", "alert_events")
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	return ds.UUID
+}
+
+// bufferedDoc deploys the buffered dataset alert_events.
+const bufferedDoc = `
+name: alerting
+jobs:
+  - name: scan
+    activation: source
+    runtime: ecs_platform
+    operator: scan
+    outputs: 1
+    source: {kind: manual}
+publish:
+  alert_events:
+    from: {job: scan, output: 0}
+    write_mode: buffered
+    schema:
+      columns:
+        - {name: dedupe_key, type: string, required: true}
+        - {name: severity, type: string}
+      unique: [dedupe_key]
+    filter_fields: [severity]
+`
+
 func newWorkerAPI(t *testing.T, st store.Store) *workerAPI {
 	t.Helper()
 	return newClockedWorkerAPI(t, st, nil)
@@ -39,7 +78,13 @@ func newWorkerAPI(t *testing.T, st store.Store) *workerAPI {
 func newClockedWorkerAPI(t *testing.T, st store.Store, clock clockwork.Clock) *workerAPI {
 	t.Helper()
 	quiet := slog.New(slog.DiscardHandler)
-	d, err := dispatch.New(st, dispatch.Config{Clock: clock, Logger: quiet})
+	// The contracts' examples name s3://trace-scratch; nothing is read or written there.
+	bs, err := blob.Open(context.Background(), "s3://trace-scratch", blob.Options{Region: "us-east-1", AccessKey: "x", SecretKey: "y"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { bs.Close() })
+	d, err := dispatch.New(st, dispatch.Config{Clock: clock, Logger: quiet, Blob: bs})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -218,7 +218,7 @@ func (cm *committer) commit(batch []*pending) {
 	}
 	results := make([]*CompleteResult, len(completes))
 	errs := make([]error, len(completes))
-	ready, routable := false, false
+	ready, routable, buffered := false, false, false
 	err := d.store.InTx(ctx, func(tx store.Tx) error {
 		if err := tx.LockRows(ctx, locks); err != nil {
 			return err
@@ -280,6 +280,7 @@ func (cm *committer) commit(batch []*pending) {
 				group.absorb(p.c)
 				ready = ready || p.c.ready
 				routable = routable || p.c.routable
+				buffered = buffered || p.c.buffered
 			}
 		}
 		if err := d.settle(ctx, tx, group); err != nil {
@@ -299,6 +300,9 @@ func (cm *committer) commit(batch []*pending) {
 	}
 	if err == nil && routable {
 		d.routing.notify()
+	}
+	if err == nil && buffered {
+		d.sinks.notify()
 	}
 	alone := err != nil && d.store.Transient(err)
 	if alone {

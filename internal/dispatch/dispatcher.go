@@ -51,6 +51,11 @@ type Config struct {
 	// RetryFor is how long a transition is retried after transient database failures before
 	// the caller gets ErrUnavailable; default DefaultRetryFor.
 	RetryFor time.Duration
+	// Blob is the object storage of buffered datasets' batches; nil refuses buffered publishes.
+	Blob BlobRoot
+	// Tables creates buffered datasets' tables when a pipeline is deployed; nil creates none.
+	Tables DatasetTables
+	Buffer BufferConfig
 }
 
 // Validate reports a setting that cannot work.
@@ -79,6 +84,8 @@ type Dispatcher struct {
 	ready  notifier
 	// routing is notified when a transaction committed dataset events for the router.
 	routing notifier
+	// sinks is notified when a transaction committed a buffered publish for the sinks.
+	sinks notifier
 	commit  *committer // nil: group commit is off
 	// retryFor: see Config.RetryFor.
 	retryFor time.Duration
@@ -177,6 +184,8 @@ type changes struct {
 	ready  bool // a task became or will become claimable: wake waiting claimers once committed
 	// routable: dataset events were queued for routing: wake the router once committed.
 	routable bool
+	// buffered: a buffered publish was queued: wake waiting sinks once committed.
+	buffered bool
 	// traceparent, when set, is the W3C trace context of the worker's request: every audit event
 	// of the transition carries it.
 	traceparent string

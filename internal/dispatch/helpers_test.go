@@ -29,10 +29,14 @@ var quiet = slog.New(slog.DiscardHandler)
 
 var epoch = time.UnixMilli(1_700_000_000_000).UTC()
 
-func newEnv(t *testing.T, st store.Store) *env {
+func newEnv(t *testing.T, st store.Store, configure ...func(*dispatch.Config)) *env {
 	t.Helper()
 	clock := clockwork.NewFakeClockAt(epoch)
-	d, err := dispatch.New(st, dispatch.Config{Clock: clock, Jitter: func() float64 { return 0.5 }, MaxTasksPerJob: 50, Logger: quiet})
+	cfg := dispatch.Config{Clock: clock, Jitter: func() float64 { return 0.5 }, MaxTasksPerJob: 50, Logger: quiet}
+	for _, c := range configure {
+		c(&cfg)
+	}
+	d, err := dispatch.New(st, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -272,7 +272,38 @@ func (d *Dispatcher) storeDatasets(ctx context.Context, tx store.Tx, c *changes,
 			return nil, err
 		}
 	}
+	if err := d.ensureTables(ctx, doc, byProducer); err != nil {
+		return nil, err
+	}
 	return buildSpec(tenant, doc, byProducer)
+}
+
+// ensureTables creates or migrates the tables of doc's buffered datasets in the data database,
+// inside the deploy's transaction: a schema a table cannot serve fails the deploy, with every
+// such dataset listed. Tables are only ever created, or given optional columns, so one left by a
+// deploy that then failed serves the next.
+func (d *Dispatcher) ensureTables(ctx context.Context, doc *pipeline.Document, byProducer map[string]*store.Dataset) error {
+	if d.cfg.Tables == nil {
+		return nil
+	}
+	var problems []string
+	for _, name := range sortedKeys(doc.Publish) {
+		p := doc.Publish[name]
+		if p.WriteMode != pipeline.WriteBuffered || p.Schema == nil {
+			continue
+		}
+		err := d.cfg.Tables.Ensure(ctx, byProducer[bufferedProducer(name)].UUID, p.Schema)
+		switch {
+		case errors.Is(err, ErrIncompatibleSchema):
+			problems = append(problems, fmt.Sprintf("publish.%s.schema: %v", name, err))
+		case err != nil:
+			return fmt.Errorf("dataset %q: create its table: %w", name, err)
+		}
+	}
+	if len(problems) > 0 {
+		return &ValidationError{Errors: problems}
+	}
+	return nil
 }
 
 // buildSpec resolves doc's datasets to uuids: byProducer holds every dataset it produces, by

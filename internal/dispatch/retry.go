@@ -100,5 +100,8 @@ func (d *Dispatcher) runOnce(ctx context.Context, locks store.LockSet, fn func(t
 	if err == nil && c.routable {
 		d.routing.notify()
 	}
+	if err == nil && c.buffered {
+		d.sinks.notify()
+	}
 	return err
 }

@@ -25,6 +25,9 @@ type routedEvent struct {
 	Tenant  string `json:"tenant"`
 	EventID int64  `json:"event_id"`
 	TaskID  string `json:"task_id"`
+	// Facets, for a buffered batch, holds per filter field the values among its new rows: a
+	// consumer whose where no row can match gets no task. A field left out may have any value.
+	Facets map[string][]any `json:"facets,omitempty"`
 	DatasetEvent
 }
 
@@ -237,6 +240,9 @@ func (r *Router) route(ctx context.Context, tx store.Tx, c *changes, evs []*rout
 			js := spec.job(cs.Job)
 			if js == nil || (js.Strategy == "PerPartition" && e.PartitionKey == "") {
 				continue // a partitioned job is not started by a cursor
+			}
+			if e.Facets != nil && !js.inputMayMatch(cs.InputIndex, e.Facets) {
+				continue // no row of the batch is one this input reads
 			}
 			key := "pipeline:" + cs.Pipeline + ":" + cs.Job + ":" + e.dedupeKey()
 			if seen[key] {

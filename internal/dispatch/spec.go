@@ -203,3 +203,16 @@ func (j *jobSpec) route(s *pipelineSpec, known *knownDatasets, fired int, e *rou
 	b, _ := json.Marshal(r)
 	return b
 }
+
+// inputMayMatch reports whether input i's where may match a row with the given values (see
+// pipeline.MayMatch).
+func (j *jobSpec) inputMayMatch(i int, values map[string][]any) bool {
+	if i < 0 || i >= len(j.Inputs) || len(j.Inputs[i].Where) == 0 {
+		return true
+	}
+	var where map[string]any
+	if err := json.Unmarshal(j.Inputs[i].Where, &where); err != nil {
+		return true
+	}
+	return pipeline.MayMatch(where, values)
+}

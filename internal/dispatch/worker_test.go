@@ -2,7 +2,6 @@ package dispatch_test
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"testing"
 	"time"
@@ -164,47 +163,6 @@ func TestEventsOfATimedOutAttemptAreAcceptedUntilTheNextClaim(t *testing.T) {
 		e.claim(job, "a")
 		_, err := e.d.RecordEvents(e.ctx, fence(c), ev)
 		wantErr[*dispatch.AttemptMismatchError](t, err)
-		_, err = e.d.BufferPublish(e.ctx, dispatch.BufferPublishParams{Fence: fence(c), BatchURI: "s3://b/x.jsonl"})
-		wantErr[*dispatch.AttemptMismatchError](t, err)
-	})
-}
-
-func TestBufferPublishRecordsOnceAndQueuesTheSinkMessage(t *testing.T) {
-	storetest.ForEachDriver(t, func(t *testing.T, st store.Store) {
-		e := newEnv(t, st)
-		job := e.submit(spec("a"))
-		c := e.claim(job, "a")
-		p := dispatch.BufferPublishParams{Fence: fence(c), BatchURI: "s3://trace-scratch/buffers/ds/t/1/batch.jsonl",
-			DatasetUUID: "ds", DatasetVersion: "v1", RecordCount: i64(1000)}
-		dup, err := e.d.BufferPublish(e.ctx, p)
-		if err != nil || dup {
-			t.Fatalf("publish: dup=%v %v", dup, err)
-		}
-		if dup, err := e.d.BufferPublish(e.ctx, p); err != nil || !dup {
-			t.Fatalf("repeat: dup=%v %v", dup, err)
-		}
-		recs, _ := st.ListBufferPublishes(e.ctx, c.Task.ID)
-		if len(recs) != 1 || recs[0].Tenant != tenant || *recs[0].RecordCount != 1000 {
-			t.Fatalf("records %+v", recs)
-		}
-		msgs, _ := st.OutboxAfter(e.ctx, 0, 100)
-		var sink []map[string]any
-		for _, m := range msgs {
-			if m.Topic == dispatch.TopicBufferBatch {
-				var v map[string]any
-				if err := json.Unmarshal(m.Payload, &v); err != nil {
-					t.Fatal(err)
-				}
-				sink = append(sink, v)
-			}
-		}
-		if len(sink) != 1 || sink[0]["org_id"] != tenant || sink[0]["kind"] != "buffer_batch" || sink[0]["batch_uri"] != p.BatchURI {
-			t.Errorf("sink messages %v", sink)
-		}
-		for _, bad := range []dispatch.BufferPublishParams{{Fence: fence(c)}, {Fence: fence(c), BatchURI: "x", RecordCount: i64(-1)}} {
-			_, err := e.d.BufferPublish(e.ctx, bad)
-			wantErr[*dispatch.InvalidError](t, err)
-		}
 	})
 }
 

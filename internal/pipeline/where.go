@@ -180,3 +180,70 @@ func isInteger(v any) bool {
 	}
 	return false
 }
+
+// MayMatch reports whether a row with the given values could satisfy where: values holds, per
+// field, the values present (among a batch's rows, say), and a field it leaves out may have any
+// value. Each key of where must be satisfiable on its own: its value, or one of its list, among
+// the field's values. Numbers compare by value and timestamps by instant.
+func MayMatch(where map[string]any, values map[string][]any) bool {
+	for k, want := range where {
+		have, known := values[k]
+		if !known {
+			continue
+		}
+		wants, isList := want.([]any)
+		if !isList {
+			wants = []any{want}
+		}
+		if !slices.ContainsFunc(wants, func(w any) bool {
+			return slices.ContainsFunc(have, func(h any) bool { return sameValue(w, h) })
+		}) {
+			return false
+		}
+	}
+	return true
+}
+
+// sameValue compares two scalars as a where clause does.
+func sameValue(a, b any) bool {
+	if fa, ok := toFloat(a); ok {
+		fb, ok := toFloat(b)
+		return ok && fa == fb
+	}
+	sa, okA := a.(string)
+	sb, okB := b.(string)
+	if okA && okB {
+		if sa == sb {
+			return true
+		}
+		ta, errA := time.Parse(time.RFC3339Nano, sa)
+		tb, errB := time.Parse(time.RFC3339Nano, sb)
+		return errA == nil && errB == nil && ta.Equal(tb)
+	}
+	return a == b
+}
+
+func toFloat(v any) (float64, bool) {
+	switch v := v.(type) {
+	case json.Number:
+		f, err := v.Float64()
+		return f, err == nil
+	case float64:
+		return v, true
+	case float32:
+		return float64(v), true
+	case int:
+		return float64(v), true
+	case int64:
+		return float64(v), true
+	case int32:
+		return float64(v), true
+	case uint:
+		return float64(v), true
+	case uint64:
+		return float64(v), true
+	case uint32:
+		return float64(v), true
+	}
+	return 0, false
+}

@@ -25,3 +25,8 @@ func CheckPrivate(path string, cred *Credential) error { return errUnsupported }
 
 // TiedToParent is nil on this system.
 func TiedToParent(sig syscall.Signal) *syscall.SysProcAttr { return nil }
+
+// ReadChildFile is not supported on this system.
+func ReadChildFile(path string, cred *Credential, max int64) ([]byte, error) {
+	return nil, errUnsupported
+}

@@ -57,14 +57,23 @@ func Run(ctx context.Context, s Spec) (*Result, error) {
 	if err := os.WriteFile(payload, s.Payload, 0o400); err != nil {
 		return nil, fmt.Errorf("runner: write the payload: %w", err)
 	}
+	owned := []string{dir, tmp, payload}
+	vars := map[string]string{EnvHome: dir, EnvTmpDir: tmp, EnvPWD: dir, EnvPayload: payload}
+	buffers := filepath.Join(dir, "buffers")
+	if s.Collect != nil {
+		if err := os.Mkdir(buffers, 0o700); err != nil {
+			return nil, fmt.Errorf("runner: %w", err)
+		}
+		owned, vars[EnvBuffers] = append(owned, buffers), buffers
+	}
 	if c := s.Credential; c != nil {
-		for _, p := range []string{dir, tmp, payload} {
+		for _, p := range owned {
 			if err := os.Chown(p, int(c.Uid), int(c.Gid)); err != nil {
 				return nil, fmt.Errorf("runner: hand the work directory to uid %d: %w", c.Uid, err)
 			}
 		}
 	}
-	env, err := environ(s.Env, map[string]string{EnvHome: dir, EnvTmpDir: tmp, EnvPWD: dir, EnvPayload: payload})
+	env, err := environ(s.Env, vars)
 	if err != nil {
 		return nil, err
 	}
@@ -181,6 +190,11 @@ func Run(ctx context.Context, s Spec) (*Result, error) {
 		return res, f
 	}
 	res.Output = out
+	if s.Collect != nil {
+		if err := s.Collect(buffers); err != nil {
+			return res, fmt.Errorf("runner: collect the child's batches: %w", err)
+		}
+	}
 	return res, nil
 }
 
@@ -277,4 +291,28 @@ func CheckPrivate(path string, cred *Credential) error {
 		return fmt.Errorf("%s is readable by group %d, the child user's: chmod 600 it", path, cred.Gid)
 	}
 	return nil
+}
+
+// ReadChildFile reads a file a child left in its work directory, at most max bytes: a regular
+// file, opened without following a link, owned by cred's user when cred is set (the child's own).
+func ReadChildFile(path string, cred *Credential, max int64) ([]byte, error) {
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, 0)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, err
+	}
+	st, _ := fi.Sys().(*syscall.Stat_t)
+	switch {
+	case !fi.Mode().IsRegular():
+		return nil, errors.New("not a regular file")
+	case cred != nil && (st == nil || st.Uid != cred.Uid):
+		return nil, fmt.Errorf("not owned by the child's user %s", cred.Username)
+	case fi.Size() > max:
+		return nil, fmt.Errorf("larger than %d bytes", max)
+	}
+	return io.ReadAll(io.LimitReader(f, max+1))
 }

@@ -84,7 +84,14 @@ type Spec struct {
 	MaxStdout int
 	// StderrTail is how many trailing bytes of stderr are kept (DefaultStderrTail if 0).
 	StderrTail int
+	// Collect, when set, gives the child a directory for what the wrapper collects after it
+	// succeeded (EnvBuffers names it; it is in the work directory): Collect is called with it
+	// before the work directory is removed, and an error it returns fails the run.
+	Collect func(dir string) error
 }
+
+// EnvBuffers names the directory a child leaves its buffered dataset batches in (Spec.Collect).
+const EnvBuffers = "BATON_BUFFER_DIR"
 
 // Credential is a user and group to run a child as.
 type Credential struct {

@@ -68,6 +68,11 @@ type Reader interface {
 	ListDeadLetters(ctx context.Context, tenant string, beforeSeq int64, limit int) ([]*Task, error)
 	ListDatasetEvents(ctx context.Context, taskID string) ([]*DatasetEvent, error)
 	ListBufferPublishes(ctx context.Context, taskID string) ([]*BufferPublish, error)
+	// GetBufferPublish reads one publish record (locking it inside a Tx); ErrNotFound if none.
+	GetBufferPublish(ctx context.Context, id int64) (*BufferPublish, error)
+	// ListBufferDeadLetters returns the dead buffer publishes of a dataset with ID > afterID,
+	// oldest first.
+	ListBufferDeadLetters(ctx context.Context, datasetUUID string, afterID int64, limit int) ([]*BufferPublish, error)
 	// OutboxAfter returns outbox messages with ID > afterID, oldest first.
 	OutboxAfter(ctx context.Context, afterID int64, limit int) ([]*OutboxMessage, error)
 	// NextReapAt is the earliest lease expiry, deadline or cancel grace end of a running task.
@@ -232,6 +237,13 @@ type Tx interface {
 	// InsertBufferPublish stores a publish record; ok is false, and nothing changes, when the same
 	// (task, attempt, batch URI) was recorded before.
 	InsertBufferPublish(ctx context.Context, p *BufferPublish) (ok bool, err error)
+	// ClaimableBufferPublishes selects up to limit queued publishes visible at or before now
+	// (only publish id, when id > 0), oldest first, and locks them for the rest of the
+	// transaction, skipping rows another transaction holds.
+	ClaimableBufferPublishes(ctx context.Context, now time.Time, id int64, limit int) ([]*BufferPublish, error)
+	// UpdateBufferPublish writes a publish's queue fields: State, ReceiveCount, VisibleAt,
+	// LastError, Cursor, RowsInserted and FinishedAt. ErrNotFound if there is no such record.
+	UpdateBufferPublish(ctx context.Context, p *BufferPublish) error
 
 	// NotifyReady tells other processes sharing the database, once this transaction commits, that
 	// a task became claimable. A no-op where one process owns the database.
@@ -464,7 +476,23 @@ type BufferPublish struct {
 	BatchSizeBytes *int64
 	DedupeScope    string
 	CreatedAt      time.Time
+
+	// The Buffer Queue's view of the publish: a message for the sink.
+	State        string // BufferQueued, BufferCommitted or BufferDead
+	ReceiveCount int    // claims so far
+	VisibleAt    time.Time
+	LastError    string
+	Cursor       *int64 // committed: the dataset cursor of the rows it added (nil when none)
+	RowsInserted *int64 // committed: how many of its rows were new
+	FinishedAt   time.Time
 }
+
+// Buffer publish states.
+const (
+	BufferQueued    = "queued"
+	BufferCommitted = "committed"
+	BufferDead      = "dead"
+)
 
 // Event is one audit row.
 type Event struct {

@@ -103,31 +103,85 @@ func (t *tx) InsertBufferPublish(ctx context.Context, p *store.BufferPublish) (b
 	return true, nil
 }
 
+const bufferPublishCols = `id, task_id, attempt, batch_uri, job_id, tenant, dataset_uuid,
+	dataset_version, record_count, content_type, batch_size_bytes, dedupe_scope, created_at, state,
+	receive_count, visible_at, last_error, batch_cursor, rows_inserted, finished_at`
+
+func scanBufferPublish(row interface{ Scan(...any) error }) (*store.BufferPublish, error) {
+	var (
+		p                                    store.BufferPublish
+		count, bytes, cursor, inserted, done sql.NullInt64
+		created, visible, receives           int64
+	)
+	if err := row.Scan(&p.ID, &p.TaskID, &p.Attempt, &p.BatchURI, &p.JobID, &p.Tenant, &p.DatasetUUID,
+		&p.DatasetVersion, &count, &p.ContentType, &bytes, &p.DedupeScope, &created, &p.State,
+		&receives, &visible, &p.LastError, &cursor, &inserted, &done); err != nil {
+		return nil, err
+	}
+	p.RecordCount, p.BatchSizeBytes = fromNullInt(count), fromNullInt(bytes)
+	p.Cursor, p.RowsInserted = fromNullInt(cursor), fromNullInt(inserted)
+	p.CreatedAt, p.VisibleAt, p.FinishedAt = fromMillis(created), fromMillis(visible), fromMs(done)
+	p.ReceiveCount = int(receives)
+	return &p, nil
+}
+
 // ListBufferPublishes implements store.Reader.
 func (q q) ListBufferPublishes(ctx context.Context, taskID string) ([]*store.BufferPublish, error) {
-	rows, err := q.query(ctx, `SELECT id, task_id, attempt, batch_uri, job_id, tenant,
-		dataset_uuid, dataset_version, record_count, content_type, batch_size_bytes, dedupe_scope,
-		created_at FROM buffer_publishes WHERE task_id = $1 ORDER BY id`, taskID)
+	rows, err := q.query(ctx, `SELECT `+bufferPublishCols+` FROM buffer_publishes WHERE task_id = $1 ORDER BY id`, taskID)
 	if err != nil {
 		return nil, fmt.Errorf("list buffer publishes: %w", err)
 	}
-	defer rows.Close()
-	var out []*store.BufferPublish
-	for rows.Next() {
-		var (
-			p            store.BufferPublish
-			count, bytes sql.NullInt64
-			created      int64
-		)
-		if err := rows.Scan(&p.ID, &p.TaskID, &p.Attempt, &p.BatchURI, &p.JobID, &p.Tenant,
-			&p.DatasetUUID, &p.DatasetVersion, &count, &p.ContentType, &bytes, &p.DedupeScope, &created); err != nil {
-			return nil, err
-		}
-		p.RecordCount, p.BatchSizeBytes = fromNullInt(count), fromNullInt(bytes)
-		p.CreatedAt = time.UnixMilli(created).UTC()
-		out = append(out, &p)
+	return collect(rows, scanBufferPublish)
+}
+
+// GetBufferPublish implements store.Reader.
+func (q q) GetBufferPublish(ctx context.Context, id int64) (*store.BufferPublish, error) {
+	p, err := scanBufferPublish(q.queryRow(ctx, `SELECT `+bufferPublishCols+` FROM buffer_publishes WHERE id = $1`+q.lockRow(), id))
+	if err != nil {
+		return nil, fmt.Errorf("get buffer publish %d: %w", id, notFound(err))
 	}
-	return out, rows.Err()
+	return p, nil
+}
+
+// ListBufferDeadLetters implements store.Reader.
+func (q q) ListBufferDeadLetters(ctx context.Context, datasetUUID string, afterID int64, limit int) ([]*store.BufferPublish, error) {
+	rows, err := q.query(ctx, `SELECT `+bufferPublishCols+` FROM buffer_publishes
+		WHERE dataset_uuid = $1 AND state = 'dead' AND id > $2 ORDER BY id LIMIT $3`, datasetUUID, afterID, limit)
+	if err != nil {
+		return nil, fmt.Errorf("list buffer dead letters: %w", err)
+	}
+	return collect(rows, scanBufferPublish)
+}
+
+// ClaimableBufferPublishes implements store.Tx.
+func (t *tx) ClaimableBufferPublishes(ctx context.Context, now time.Time, id int64, limit int) ([]*store.BufferPublish, error) {
+	where := ""
+	args := []any{now.UnixMilli(), limit}
+	if id > 0 {
+		where = " AND id = $3"
+		args = append(args, id)
+	}
+	rows, err := t.query(ctx, `SELECT `+bufferPublishCols+` FROM buffer_publishes
+		WHERE state = 'queued' AND visible_at <= $1`+where+` ORDER BY visible_at, id LIMIT $2`+t.d.LockSkip, args...)
+	if err != nil {
+		return nil, fmt.Errorf("claim buffer publishes: %w", err)
+	}
+	return collect(rows, scanBufferPublish)
+}
+
+// UpdateBufferPublish implements store.Tx.
+func (t *tx) UpdateBufferPublish(ctx context.Context, p *store.BufferPublish) error {
+	res, err := t.exec(ctx, `UPDATE buffer_publishes SET state = $2, receive_count = $3, visible_at = $4,
+		last_error = $5, batch_cursor = $6, rows_inserted = $7, finished_at = $8 WHERE id = $1`,
+		p.ID, p.State, p.ReceiveCount, p.VisibleAt.UnixMilli(), p.LastError, nullInt(p.Cursor),
+		nullInt(p.RowsInserted), ms(p.FinishedAt))
+	if err != nil {
+		return fmt.Errorf("update buffer publish %d: %w", p.ID, err)
+	}
+	if n, _ := res.RowsAffected(); n == 0 {
+		return fmt.Errorf("update buffer publish %d: %w", p.ID, store.ErrNotFound)
+	}
+	return nil
 }
 
 // InsertSigningKey implements store.Keys.

@@ -1,0 +1,235 @@
+package api
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/baton-dev/baton/internal/dispatch"
+	"github.com/baton-dev/baton/internal/store"
+)
+
+// The Buffer Queue's endpoints. On the internal listener (mTLS), the trusted sink claims messages,
+// then commits or fails each. On the producer listener, a tenant reads its buffered datasets' rows
+// and dead-lettered batches, and puts a dead batch back on the queue.
+
+// SinkClaim is the answer of POST /internal/sink/claim.
+type SinkClaim struct {
+	Messages []SinkMessage `json:"messages"`
+}
+
+// SinkMessage is a claimed Buffer Queue message: the buffer_batch message itself, the receive
+// count (the receipt of a fail), and the dataset it loads into, all from trusted records.
+type SinkMessage struct {
+	ID           int64           `json:"id"`
+	ReceiveCount int             `json:"receive_count"`
+	VisibleUntil time.Time       `json:"visible_until"`
+	Message      json.RawMessage `json:"message"`
+	OrgID        string          `json:"org_id"`
+	BatchURI     string          `json:"batch_uri"`
+	Dataset      SinkDataset     `json:"dataset"`
+}
+
+// SinkDataset is the dataset a claimed message loads into.
+type SinkDataset struct {
+	UUID         string          `json:"dataset_uuid"`
+	Name         string          `json:"name"`
+	Schema       json.RawMessage `json:"schema"`
+	FilterFields []string        `json:"filter_fields"`
+}
+
+// POST /internal/sink/claim {"max": n, "visibility_seconds": s, "wait_seconds": w, "id": id}: all
+// optional. It waits up to wait_seconds (at most 30) for a message when none is ready.
+func (s *Server) sinkClaim(w http.ResponseWriter, r *http.Request) (any, error) {
+	f, err := readWorker(r)
+	if err != nil {
+		return nil, err
+	}
+	p := dispatch.ClaimBatchesParams{Max: deref(f.intp("max")), ID: deref(f.int64p("id")),
+		Visibility: time.Duration(deref(f.intp("visibility_seconds"))) * time.Second,
+		Wait:       time.Duration(min(deref(f.intp("wait_seconds")), 30)) * time.Second}
+	if f.err != nil {
+		return nil, f.err
+	}
+	// A wait ends early, with no message, when the server starts shutting down.
+	ctx, cancel := context.WithCancel(r.Context())
+	defer cancel()
+	stop := context.AfterFunc(s.drainCtx, cancel)
+	defer stop()
+	msgs, err := s.d.ClaimBatches(ctx, p)
+	if err != nil && !(r.Context().Err() == nil && s.drainCtx.Err() != nil) {
+		return nil, err
+	}
+	out := SinkClaim{Messages: make([]SinkMessage, 0, len(msgs))}
+	for _, m := range msgs {
+		schema, _ := json.Marshal(m.Dataset.Schema)
+		out.Messages = append(out.Messages, SinkMessage{ID: m.ID, ReceiveCount: m.ReceiveCount, VisibleUntil: m.VisibleUntil.UTC(),
+			Message: m.Message, OrgID: m.Tenant, BatchURI: m.BatchURI, Dataset: SinkDataset{UUID: m.Dataset.UUID,
+				Name: m.Dataset.Name, Schema: schema, FilterFields: orEmpty(m.Dataset.FilterFields)}})
+	}
+	return out, nil
+}
+
+// SinkCommit is the body of POST /internal/sink/commit: what loading message id did.
+type SinkCommit struct {
+	ID       int64            `json:"id"`
+	Cursor   int64            `json:"cursor"`
+	Inserted int              `json:"inserted"`
+	Facets   map[string][]any `json:"facets,omitempty"`
+}
+
+func (s *Server) sinkCommit(w http.ResponseWriter, r *http.Request) (any, error) {
+	body, err := readBody(r)
+	if err != nil {
+		return nil, err
+	}
+	var c SinkCommit
+	if err := decodeInto(body, &c); err != nil {
+		return nil, err
+	}
+	if c.ID <= 0 {
+		return nil, invalidRequest("id is required")
+	}
+	if err := s.d.CommitBatch(r.Context(), c.ID, dispatch.BatchLoaded{Cursor: c.Cursor, Inserted: c.Inserted, Facets: c.Facets}); err != nil {
+		return nil, err
+	}
+	return map[string]any{"ok": true}, nil
+}
+
+// SinkFail is the body of POST /internal/sink/fail.
+type SinkFail struct {
+	ID           int64  `json:"id"`
+	ReceiveCount int    `json:"receive_count"`
+	Error        string `json:"error"`
+}
+
+func (s *Server) sinkFail(w http.ResponseWriter, r *http.Request) (any, error) {
+	body, err := readBody(r)
+	if err != nil {
+		return nil, err
+	}
+	var f SinkFail
+	if err := decodeInto(body, &f); err != nil {
+		return nil, err
+	}
+	if f.ID <= 0 || f.ReceiveCount <= 0 {
+		return nil, invalidRequest("id and receive_count are required")
+	}
+	dead, err := s.d.FailBatch(r.Context(), f.ID, f.ReceiveCount, f.Error)
+	if err != nil {
+		return nil, err
+	}
+	return map[string]any{"ok": true, "dead": dead}, nil
+}
+
+// decodeInto decodes a JSON object into v, ignoring members it does not know (a worker dialect).
+func decodeInto(body []byte, v any) error {
+	if _, err := decodeObject(body); err != nil {
+		return err
+	}
+	if err := json.NewDecoder(bytes.NewReader(body)).Decode(v); err != nil {
+		return invalidRequest("%v", err)
+	}
+	return nil
+}
+
+// GET /datasets/{name}/rows?limit=&after=&cursor=&where=: a page of a buffered dataset's rows,
+// where being a JSON object with the rules of an input's where.
+func (s *Server) datasetRows(w http.ResponseWriter, r *http.Request) (any, error) {
+	qs := r.URL.Query()
+	var q dispatch.RowQuery
+	var err error
+	for name, dst := range map[string]*int64{"after": &q.After, "cursor": &q.Cursor} {
+		if v := qs.Get(name); v != "" {
+			if *dst, err = strconv.ParseInt(v, 10, 64); err != nil {
+				return nil, errorf(http.StatusBadRequest, "%s must be an integer", name)
+			}
+		}
+	}
+	if v := qs.Get("limit"); v != "" {
+		if q.Limit, err = strconv.Atoi(v); err != nil || q.Limit < 1 {
+			return nil, errorf(http.StatusBadRequest, "limit must be an integer from 1 to 1000")
+		}
+	}
+	if v := qs.Get("where"); v != "" {
+		dec := json.NewDecoder(bytes.NewReader([]byte(v)))
+		dec.UseNumber()
+		if err := dec.Decode(&q.Where); err != nil || q.Where == nil {
+			return nil, errorf(http.StatusBadRequest, `where must be a JSON object such as {"severity":"high"}`)
+		}
+	}
+	page, err := s.d.DatasetRows(r.Context(), tenantOf(r), r.PathValue("name"), q)
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]any{"rows": orEmpty(page.Rows), "next_after": nil}
+	if page.Next > 0 {
+		out["next_after"] = page.Next
+	}
+	return out, nil
+}
+
+// GET /datasets/{name}/dead-letters?after=&limit=
+func (s *Server) batchDeadLetters(w http.ResponseWriter, r *http.Request) (any, error) {
+	qs := r.URL.Query()
+	var after int64
+	limit := 100
+	var err error
+	if v := qs.Get("after"); v != "" {
+		if after, err = strconv.ParseInt(v, 10, 64); err != nil {
+			return nil, errorf(http.StatusBadRequest, "after must be an integer")
+		}
+	}
+	if v := qs.Get("limit"); v != "" {
+		if limit, err = strconv.Atoi(v); err != nil || limit < 1 || limit > 1000 {
+			return nil, errorf(http.StatusBadRequest, "limit must be an integer from 1 to 1000")
+		}
+	}
+	recs, err := s.d.BatchDeadLetters(r.Context(), tenantOf(r), r.PathValue("name"), after, limit)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]map[string]any, len(recs))
+	for i, b := range recs {
+		out[i] = batchView(b)
+	}
+	return map[string]any{"dead_letters": out}, nil
+}
+
+// POST /datasets/{name}/dead-letters/{id}/retry
+func (s *Server) retryBatch(w http.ResponseWriter, r *http.Request) (any, error) {
+	id, err := strconv.ParseInt(r.PathValue("id"), 10, 64)
+	if err != nil || id <= 0 {
+		return nil, errorf(http.StatusNotFound, "Buffer batch not found")
+	}
+	b, err := s.d.RetryBatch(r.Context(), tenantOf(r), r.PathValue("name"), id)
+	if err != nil {
+		return nil, err
+	}
+	return batchView(b), nil
+}
+
+func batchView(b *store.BufferPublish) map[string]any {
+	return map[string]any{"id": b.ID, "state": b.State, "batch_uri": b.BatchURI, "dataset_uuid": b.DatasetUUID,
+		"dataset_version": b.DatasetVersion, "record_count": b.RecordCount, "receive_count": b.ReceiveCount,
+		"last_error": nullable(b.LastError), "producer": map[string]any{"task_id": b.TaskID, "attempt": b.Attempt},
+		"created_at": snakeTime(b.CreatedAt), "finished_at": snakeTime(b.FinishedAt)}
+}
+
+func orEmpty[T any](s []T) []T {
+	if s == nil {
+		return []T{}
+	}
+	return s
+}
+
+func deref[T any](p *T) T {
+	var zero T
+	if p == nil {
+		return zero
+	}
+	return *p
+}

@@ -1,0 +1,487 @@
+package dispatch
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/baton-dev/baton/internal/pipeline"
+	"github.com/baton-dev/baton/internal/store"
+)
+
+// Buffered datasets: a task writes a batch of rows to object storage under its own prefix and
+// publishes it (BufferPublish, fenced like every report). The publish record is a message of the
+// Buffer Queue: a trusted sink claims it (ClaimBatches), loads the batch into the dataset's table
+// in the data database, and reports the outcome (CommitBatch, which emits the dataset event that
+// routing delivers, or FailBatch). A message that fails MaxReceives receives is dead-lettered.
+
+// BlobRoot is the object storage where buffer-publish accepts batch artifacts and the sink reads
+// them.
+type BlobRoot interface {
+	// URI is the canonical URI of key.
+	URI(key string) string
+	// Key returns the key of a URI under the root, or an error saying why it is not one.
+	Key(uri string) (string, error)
+}
+
+// DatasetTables holds buffered datasets' tables in the data database.
+type DatasetTables interface {
+	// Ensure creates the dataset's table for s, or migrates it to s; a schema its table cannot
+	// serve is refused with an error wrapping ErrIncompatibleSchema.
+	Ensure(ctx context.Context, datasetUUID string, s *pipeline.Schema) error
+	// Rows reads a page of the dataset's rows of one tenant, oldest first.
+	Rows(ctx context.Context, datasetUUID string, s *pipeline.Schema, q RowQuery) (RowPage, error)
+}
+
+// RowQuery selects rows of a buffered dataset.
+type RowQuery struct {
+	Tenant string
+	Where  map[string]any // column → value or list of values: AND of equality / IN
+	Cursor int64          // only the rows of the batch with this dataset cursor; 0: every batch
+	After  int64          // the page after the one whose Next this is
+	Limit  int
+}
+
+// RowPage is a page of rows: each row's columns and its batch's "_cursor".
+type RowPage struct {
+	Rows []map[string]any
+	Next int64 // 0 on the last page
+}
+
+// DatasetRows reads a page of a tenant's buffered dataset (named or by uuid). The where clause
+// follows the rules of an input's where on that dataset.
+func (d *Dispatcher) DatasetRows(ctx context.Context, tenant, dataset string, q RowQuery) (RowPage, error) {
+	ds, err := d.findDataset(ctx, d.store, tenant, dataset)
+	if err != nil {
+		return RowPage{}, err
+	}
+	if ds.WriteMode != pipeline.WriteBuffered || len(ds.Schema) == 0 || d.cfg.Tables == nil {
+		return RowPage{}, &InvalidError{Message: fmt.Sprintf("dataset %q is not a buffered dataset: Baton keeps no rows of it", dataset)}
+	}
+	if ps := pipeline.CheckWhere("where", q.Where, allowlistOf(ds)); len(ps) > 0 {
+		return RowPage{}, &ValidationError{Errors: ps.Strings()}
+	}
+	if q.Limit < 0 || q.Limit > 1000 || q.Cursor < 0 || q.After < 0 {
+		return RowPage{}, &InvalidError{Message: "limit must be 1 to 1000, and cursor and after must not be negative"}
+	}
+	var s pipeline.Schema
+	if err := json.Unmarshal(ds.Schema, &s); err != nil {
+		return RowPage{}, fmt.Errorf("dataset %s: decode schema: %w", ds.UUID, err)
+	}
+	q.Tenant, q.Limit = tenant, cmp.Or(q.Limit, 100)
+	return d.cfg.Tables.Rows(ctx, ds.UUID, &s, q)
+}
+
+// ErrIncompatibleSchema: a buffered dataset's new schema cannot serve its existing table.
+var ErrIncompatibleSchema = errors.New("incompatible schema")
+
+// BufferConfig configures the Buffer Queue. Zero fields take their defaults.
+type BufferConfig struct {
+	MaxReceives int           // receives before a message is dead-lettered; default 10
+	Visibility  time.Duration // how long a claimed message stays invisible by default; default 1 min
+	RetryBase   time.Duration // delay before a failed message is visible again, doubling; default 1 s
+	RetryMax    time.Duration // cap of that delay; default 1 min
+}
+
+// DefaultBufferConfig holds the defaults.
+var DefaultBufferConfig = BufferConfig{MaxReceives: 10, Visibility: time.Minute, RetryBase: time.Second, RetryMax: time.Minute}
+
+func (c BufferConfig) withDefaults() BufferConfig {
+	def := DefaultBufferConfig
+	return BufferConfig{MaxReceives: cmp.Or(c.MaxReceives, def.MaxReceives), Visibility: cmp.Or(c.Visibility, def.Visibility),
+		RetryBase: cmp.Or(c.RetryBase, def.RetryBase), RetryMax: cmp.Or(c.RetryMax, def.RetryMax)}
+}
+
+// BufferPrefix is where batch artifacts live under the object storage root: a task's own prefix
+// is BufferPrefix + "{dataset}/{task_id}/{attempt}/", {dataset} being the dataset's uuid or name.
+const BufferPrefix = "buffers/"
+
+// BatchPrefix is the key prefix under which a task's attempt writes its batches for a dataset.
+func BatchPrefix(dataset, taskID string, attempt int) string {
+	return BufferPrefix + dataset + "/" + taskID + "/" + strconv.Itoa(attempt) + "/"
+}
+
+// BufferPublishParams is a buffered dataset publish.
+type BufferPublishParams struct {
+	Fence
+	BatchURI       string
+	DatasetUUID    string
+	DatasetVersion string
+	RecordCount    *int64
+	ContentType    string
+	BatchSizeBytes *int64
+	DedupeScope    string
+}
+
+// TopicBufferBatch is the outbox topic of buffered publishes for the sink.
+const TopicBufferBatch = "buffer.batch"
+
+// maxBatchURI keeps the sink's queue message far below its 256 KB limit.
+const maxBatchURI = 2048
+
+// BufferPublish records that the current attempt wrote a batch for the sink, and queues the
+// sink's message in the same transaction. The batch must be under the attempt's own prefix in
+// the object storage (BatchPrefix), for a buffered dataset of the task's tenant; anything else is
+// refused, so a task can never make the sink read another task's artifact or a file of the
+// server. A repeat of the same (task, attempt, batch URI) is accepted without a second record;
+// duplicate reports true then.
+func (d *Dispatcher) BufferPublish(ctx context.Context, p BufferPublishParams) (duplicate bool, err error) {
+	if p.BatchURI == "" || len(p.BatchURI) > maxBatchURI {
+		return false, &InvalidError{Message: fmt.Sprintf("batch_uri is required and at most %d characters", maxBatchURI)}
+	}
+	if (p.RecordCount != nil && *p.RecordCount < 0) || (p.BatchSizeBytes != nil && *p.BatchSizeBytes < 0) {
+		return false, &InvalidError{Message: "record_count and batch_size_bytes must not be negative"}
+	}
+	if d.cfg.Blob == nil {
+		return false, &InvalidError{Message: "buffered publishes need object storage: this server runs without --blob-url"}
+	}
+	key, err := d.cfg.Blob.Key(p.BatchURI)
+	if err != nil {
+		return false, &InvalidError{Message: fmt.Sprintf("batch_uri: %v", err)}
+	}
+	err = d.update(ctx, store.LockSet{Tasks: []string{p.TaskID}}, func(tx store.Tx, c *changes) error {
+		duplicate = false
+		t, err := d.lockAttempt(ctx, tx, p.Fence)
+		if err != nil {
+			return err
+		}
+		// Read for its tenant, which never changes: outside the transaction, so as not to lock it.
+		job, err := d.store.GetJob(ctx, t.JobID)
+		if err != nil {
+			return err
+		}
+		ds, err := d.batchDataset(ctx, tx, job.Tenant, t, key, p)
+		if err != nil {
+			return err
+		}
+		rec := &store.BufferPublish{TaskID: t.ID, Attempt: t.Attempt, BatchURI: d.cfg.Blob.URI(key), JobID: t.JobID,
+			Tenant: job.Tenant, DatasetUUID: ds.UUID, DatasetVersion: cmp.Or(p.DatasetVersion, ds.CurrentVersion),
+			RecordCount: p.RecordCount, ContentType: p.ContentType, BatchSizeBytes: p.BatchSizeBytes,
+			DedupeScope: p.DedupeScope, CreatedAt: c.now, State: store.BufferQueued, VisibleAt: c.now}
+		ok, err := tx.InsertBufferPublish(ctx, rec)
+		if err != nil || !ok {
+			duplicate = !ok
+			return err
+		}
+		c.outbox = append(c.outbox, &store.OutboxMessage{Topic: TopicBufferBatch, Key: ds.UUID, Payload: bufferBatchMessage(rec),
+			AvailableAt: c.now, CreatedAt: c.now})
+		c.buffered = true
+		return nil
+	})
+	return duplicate, err
+}
+
+// batchDataset checks that key is under the attempt's own prefix for a buffered dataset of
+// tenant, and returns that dataset. The prefix is BatchPrefix: buffers/{dataset}/{task_id}/{attempt}/,
+// {dataset} being the dataset's uuid or name. The shorter buffers/{task_id}/{attempt}/ is accepted
+// too when the body names the dataset (dataset_uuid, or its name as dedupe_scope), as the
+// task-scoped dialect's own example does.
+func (d *Dispatcher) batchDataset(ctx context.Context, tx store.Tx, tenant string, t *store.Task, key string,
+	p BufferPublishParams) (*store.Dataset, error) {
+	attempt := strconv.Itoa(t.Attempt)
+	rest, _ := strings.CutPrefix(key, BufferPrefix)
+	parts := strings.Split(rest, "/")
+	var ref string
+	switch {
+	case !strings.HasPrefix(key, BufferPrefix):
+	case len(parts) >= 4 && parts[1] == t.ID && parts[2] == attempt:
+		ref = parts[0]
+	case len(parts) >= 3 && parts[0] == t.ID && parts[1] == attempt:
+		ref = cmp.Or(p.DatasetUUID, p.DedupeScope)
+		if ref == "" {
+			return nil, &InvalidError{Message: "dataset_uuid is required when batch_uri does not name the dataset (" +
+				d.cfg.Blob.URI(BatchPrefix("{dataset}", t.ID, t.Attempt)) + "...)"}
+		}
+	}
+	if ref == "" || strings.HasSuffix(key, "/") {
+		return nil, &InvalidError{Message: fmt.Sprintf("batch_uri must be an object under the task's own prefix %s",
+			d.cfg.Blob.URI(BatchPrefix("{dataset}", t.ID, t.Attempt)))}
+	}
+	ds, err := d.findDataset(ctx, tx, tenant, ref)
+	switch {
+	case errors.Is(err, ErrDatasetNotFound):
+		return nil, &InvalidError{Message: fmt.Sprintf("dataset %q: this tenant has no such dataset", ref)}
+	case err != nil:
+		return nil, err
+	case ds.WriteMode != pipeline.WriteBuffered || len(ds.Schema) == 0:
+		return nil, &InvalidError{Message: fmt.Sprintf("dataset %q is not a buffered dataset", ref)}
+	case p.DatasetUUID != "" && p.DatasetUUID != ds.UUID:
+		return nil, &InvalidError{Message: fmt.Sprintf("dataset_uuid %q is not the dataset batch_uri names (%s)", p.DatasetUUID, ds.UUID)}
+	}
+	return ds, nil
+}
+
+// bufferBatchMessage is the Buffer Queue message of a publish: small, never the rows. The sink
+// takes the tenant (org_id) from it, never from the batch's rows.
+func bufferBatchMessage(p *store.BufferPublish) json.RawMessage {
+	msg, _ := json.Marshal(map[string]any{"kind": "buffer_batch", "org_id": p.Tenant, "dataset_uuid": p.DatasetUUID,
+		"dataset_version": p.DatasetVersion, "batch_uri": p.BatchURI, "record_count": p.RecordCount,
+		"content_type": p.ContentType, "batch_size_bytes": p.BatchSizeBytes, "dedupe_scope": p.DedupeScope,
+		"producer": map[string]any{"task_id": p.TaskID, "attempt": p.Attempt}})
+	return msg
+}
+
+// SinkMessage is a Buffer Queue message claimed by a sink: the message itself, and what the sink
+// needs to load it, all from trusted records.
+type SinkMessage struct {
+	ID           int64           // the publish record's id
+	ReceiveCount int             // this claim included; also the receipt FailBatch checks
+	VisibleUntil time.Time       // the message is the claimer's until then
+	Message      json.RawMessage // the buffer_batch message
+	Tenant       string
+	BatchURI     string
+	Dataset      SinkDataset
+}
+
+// SinkDataset is the dataset a sink message loads into.
+type SinkDataset struct {
+	UUID         string
+	Name         string
+	Schema       *pipeline.Schema
+	FilterFields []string
+}
+
+// ClaimBatchesParams asks for Buffer Queue messages.
+type ClaimBatchesParams struct {
+	Max        int           // at most this many; default 1, at most 100
+	Visibility time.Duration // how long they stay the claimer's; default BufferConfig.Visibility, at most 1 h
+	ID         int64         // only this message (after a wake-up naming it), when > 0
+	Wait       time.Duration // wait up to this long for one when none is ready
+}
+
+// ClaimBatches claims Buffer Queue messages for a sink: each receive counts, and the message is
+// invisible to other sinks until VisibleUntil. A message that was already received MaxReceives
+// times without being committed (its sinks died, or failed it) is dead-lettered instead.
+func (d *Dispatcher) ClaimBatches(ctx context.Context, p ClaimBatchesParams) ([]*SinkMessage, error) {
+	cfg := d.cfg.Buffer.withDefaults()
+	p.Max = min(cmp.Or(p.Max, 1), 100)
+	p.Visibility = min(cmp.Or(p.Visibility, cfg.Visibility), time.Hour)
+	if p.Max < 0 || p.Visibility < 0 || p.Wait < 0 {
+		return nil, &InvalidError{Message: "max, visibility and wait must not be negative"}
+	}
+	deadline := d.clock.Now().Add(p.Wait)
+	for {
+		woken := d.sinks.wait()
+		msgs, err := d.claimBatches(ctx, p, cfg)
+		if err != nil || len(msgs) > 0 || p.ID > 0 {
+			return msgs, err
+		}
+		left := deadline.Sub(d.clock.Now())
+		if left <= 0 {
+			return nil, nil
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-woken:
+		case <-d.clock.After(min(left, time.Second)): // publishes committed by other replicas
+		}
+	}
+}
+
+func (d *Dispatcher) claimBatches(ctx context.Context, p ClaimBatchesParams, cfg BufferConfig) ([]*SinkMessage, error) {
+	var out []*SinkMessage
+	err := d.updateAlone(ctx, store.LockSet{}, func(tx store.Tx, c *changes) error {
+		out = nil
+		recs, err := tx.ClaimableBufferPublishes(ctx, c.now, p.ID, p.Max)
+		if err != nil {
+			return err
+		}
+		uuids := make([]string, 0, len(recs))
+		for _, r := range recs {
+			uuids = append(uuids, r.DatasetUUID)
+		}
+		datasets, err := tx.GetDatasets(ctx, uniq(uuids))
+		if err != nil {
+			return err
+		}
+		byUUID := make(map[string]*store.Dataset, len(datasets))
+		for _, x := range datasets {
+			byUUID[x.UUID] = x
+		}
+		for _, r := range recs {
+			ds := byUUID[r.DatasetUUID]
+			var sd SinkDataset
+			if ds != nil {
+				sd = SinkDataset{UUID: ds.UUID, Name: ds.Name}
+				_ = json.Unmarshal(ds.FilterFields, &sd.FilterFields)
+				if len(ds.Schema) > 0 {
+					sd.Schema = &pipeline.Schema{}
+					_ = json.Unmarshal(ds.Schema, sd.Schema)
+				}
+			}
+			switch {
+			case r.ReceiveCount >= cfg.MaxReceives:
+				r.State, r.FinishedAt = store.BufferDead, c.now
+				r.LastError = cmp.Or(r.LastError, "no sink committed it") + fmt.Sprintf(" (after %d receives)", r.ReceiveCount)
+			case sd.Schema == nil:
+				r.State, r.FinishedAt = store.BufferDead, c.now
+				r.LastError = "the dataset is no longer a buffered dataset with a schema"
+			default:
+				r.ReceiveCount++
+				r.VisibleAt = c.now.Add(p.Visibility)
+				out = append(out, &SinkMessage{ID: r.ID, ReceiveCount: r.ReceiveCount, VisibleUntil: r.VisibleAt,
+					Message: bufferBatchMessage(r), Tenant: r.Tenant, BatchURI: r.BatchURI, Dataset: sd})
+			}
+			if err := tx.UpdateBufferPublish(ctx, r); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	return out, err
+}
+
+// BatchLoaded is what a sink's load of a batch did.
+type BatchLoaded struct {
+	Cursor   int64            // the dataset's cursor of the rows it added; 0 when it added none
+	Inserted int              // rows that were new
+	Facets   map[string][]any // per filter field, the values among the new rows (a field left out may have any)
+}
+
+// ErrBatchNotClaimed: the message is not the caller's to fail (a later receive took it over, or
+// it is settled).
+var ErrBatchNotClaimed = errors.New("the buffer batch is not claimed by this receive")
+
+// CommitBatch records that a sink loaded message id and, when the load added rows, emits the
+// dataset event of its new cursor in the same transaction (for the dataset's current version),
+// which routing turns into consumer tasks. Any receive may commit, even a late one whose
+// visibility ran out, or one of a message dead-lettered meanwhile: a load happens once (the data
+// database keeps a ledger of loaded batches), so a commit only ever reports what is true. A
+// message already committed is not an error.
+func (d *Dispatcher) CommitBatch(ctx context.Context, id int64, res BatchLoaded) error {
+	if res.Cursor < 0 || res.Inserted < 0 || (res.Cursor == 0) != (res.Inserted == 0) {
+		return &InvalidError{Message: "cursor and inserted must both be positive, or both 0 for a batch that added no rows"}
+	}
+	return d.updateAlone(ctx, store.LockSet{}, func(tx store.Tx, c *changes) error {
+		r, err := tx.GetBufferPublish(ctx, id)
+		if err != nil {
+			return batchNotFound(err)
+		}
+		if r.State == store.BufferCommitted {
+			return nil
+		}
+		r.State, r.FinishedAt, r.LastError = store.BufferCommitted, c.now, ""
+		inserted := int64(res.Inserted)
+		r.RowsInserted = &inserted
+		if res.Cursor > 0 {
+			r.Cursor = &res.Cursor
+		}
+		if err := tx.UpdateBufferPublish(ctx, r); err != nil {
+			return err
+		}
+		if res.Cursor == 0 {
+			return nil
+		}
+		return d.emitBatchEvent(ctx, tx, c, r, res)
+	})
+}
+
+// emitBatchEvent stores the dataset event of a committed batch and queues it for routing.
+func (d *Dispatcher) emitBatchEvent(ctx context.Context, tx store.Tx, c *changes, r *store.BufferPublish, res BatchLoaded) error {
+	ds, err := tx.GetDatasets(ctx, []string{r.DatasetUUID})
+	if err != nil || len(ds) == 0 {
+		return err
+	}
+	cursor := res.Cursor
+	e := &store.DatasetEvent{DedupeKey: "buffer:" + strconv.FormatInt(r.ID, 10), JobID: r.JobID, TaskID: r.TaskID,
+		Attempt: r.Attempt, DatasetUUID: r.DatasetUUID, DatasetVersion: ds[0].CurrentVersion, Cursor: &cursor, CreatedAt: c.now}
+	if _, err := tx.InsertDatasetEvents(ctx, []*store.DatasetEvent{e}); err != nil || e.ID == 0 {
+		return err
+	}
+	payload, _ := json.Marshal(routedEvent{Tenant: r.Tenant, EventID: e.ID, TaskID: r.TaskID, Facets: res.Facets,
+		DatasetEvent: DatasetEvent{DatasetUUID: e.DatasetUUID, DatasetVersion: e.DatasetVersion, Cursor: e.Cursor}})
+	c.outbox = append(c.outbox, &store.OutboxMessage{Topic: TopicDatasetEvent, Key: e.DatasetUUID, Payload: payload,
+		AvailableAt: c.now, CreatedAt: c.now})
+	c.routable = true
+	return nil
+}
+
+// FailBatch records that a sink could not load message id, received as receipt, for reason: it
+// becomes visible again after a doubling delay, or is dead-lettered once it was received
+// MaxReceives times. dead reports the latter.
+func (d *Dispatcher) FailBatch(ctx context.Context, id int64, receipt int, reason string) (dead bool, err error) {
+	cfg := d.cfg.Buffer.withDefaults()
+	if reason == "" {
+		return false, &InvalidError{Message: "error is required"}
+	}
+	err = d.updateAlone(ctx, store.LockSet{}, func(tx store.Tx, c *changes) error {
+		dead = false
+		r, err := tx.GetBufferPublish(ctx, id)
+		if err != nil {
+			return batchNotFound(err)
+		}
+		if r.State != store.BufferQueued || r.ReceiveCount != receipt {
+			return ErrBatchNotClaimed
+		}
+		r.LastError = truncate(reason, 4000)
+		if r.ReceiveCount >= cfg.MaxReceives {
+			r.State, r.FinishedAt, dead = store.BufferDead, c.now, true
+		} else {
+			delay := cfg.RetryBase << min(r.ReceiveCount-1, 30)
+			if delay <= 0 || delay > cfg.RetryMax {
+				delay = cfg.RetryMax
+			}
+			r.VisibleAt = c.now.Add(delay)
+		}
+		return tx.UpdateBufferPublish(ctx, r)
+	})
+	return dead, err
+}
+
+// ErrBatchNotFound: no Buffer Queue message has that id (for the tenant, where one is named).
+var ErrBatchNotFound = errors.New("buffer batch not found")
+
+func batchNotFound(err error) error {
+	if errors.Is(err, store.ErrNotFound) {
+		return ErrBatchNotFound
+	}
+	return err
+}
+
+// BatchDeadLetters lists the dead-lettered batches of a tenant's dataset (named or by uuid), oldest
+// first, with id > after.
+func (d *Dispatcher) BatchDeadLetters(ctx context.Context, tenant, dataset string, after int64, limit int) ([]*store.BufferPublish, error) {
+	ds, err := d.findDataset(ctx, d.store, tenant, dataset)
+	if err != nil {
+		return nil, err
+	}
+	return d.store.ListBufferDeadLetters(ctx, ds.UUID, after, min(cmpOr(limit, 100), 1000))
+}
+
+// RetryBatch puts a dead-lettered batch of a tenant's dataset back on the Buffer Queue with a fresh
+// receive budget.
+func (d *Dispatcher) RetryBatch(ctx context.Context, tenant, dataset string, id int64) (*store.BufferPublish, error) {
+	ds, err := d.findDataset(ctx, d.store, tenant, dataset)
+	if err != nil {
+		return nil, err
+	}
+	var r *store.BufferPublish
+	err = d.updateAlone(ctx, store.LockSet{}, func(tx store.Tx, c *changes) error {
+		if r, err = tx.GetBufferPublish(ctx, id); err != nil {
+			return batchNotFound(err)
+		}
+		if r.DatasetUUID != ds.UUID || r.Tenant != tenant {
+			return ErrBatchNotFound
+		}
+		if r.State != store.BufferDead {
+			return &InvalidError{Message: fmt.Sprintf("batch %d is %s, not dead-lettered", id, r.State)}
+		}
+		r.State, r.ReceiveCount, r.VisibleAt, r.FinishedAt = store.BufferQueued, 0, c.now, time.Time{}
+		c.buffered = true
+		return tx.UpdateBufferPublish(ctx, r)
+	})
+	return r, err
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n]
+}

@@ -1,0 +1,392 @@
+package dispatch_test
+
+import (
+	"encoding/json"
+	"errors"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/baton-dev/baton/internal/blob"
+	"github.com/baton-dev/baton/internal/blob/blobtest"
+	"github.com/baton-dev/baton/internal/dispatch"
+	"github.com/baton-dev/baton/internal/store"
+	"github.com/baton-dev/baton/internal/store/storetest"
+)
+
+// alertsDoc has a buffered dataset, alert_events, and two jobs that read it with different
+// filters.
+const alertsDoc = `
+name: alerts
+jobs:
+  - name: scan
+    activation: source
+    runtime: ecs_platform
+    operator: scan
+    outputs: 1
+    source: {kind: manual}
+  - name: pager
+    activation: reactive
+    runtime: ecs_platform
+    operator: page
+    outputs: 0
+    inputs:
+      - from: {dataset: alert_events}
+        where: {severity: high}
+  - name: digest
+    activation: reactive
+    runtime: ecs_platform
+    operator: digest
+    outputs: 0
+    inputs:
+      - from: {dataset: alert_events}
+        where: {severity: [low, medium]}
+publish:
+  alert_events:
+    from: {job: scan, output: 0}
+    write_mode: buffered
+    schema:
+      columns:
+        - {name: dedupe_key, type: string, required: true}
+        - {name: severity, type: string, required: true}
+        - {name: block, type: integer}
+      unique: [dedupe_key]
+    filter_fields: [severity]
+`
+
+// bufferEnv is an env with object storage, alertsDoc deployed and a running task that publishes.
+type bufferEnv struct {
+	*env
+	blob    *blob.Store
+	dataset *store.Dataset
+	writer  *dispatch.Claim
+}
+
+func newBufferEnv(t *testing.T, st store.Store) *bufferEnv {
+	t.Helper()
+	bs, err := blob.Open(t.Context(), blobtest.File(t), blob.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := &bufferEnv{env: newEnv(t, st, func(c *dispatch.Config) { c.Blob = bs }), blob: bs}
+	if _, err := e.d.Deploy(e.ctx, tenant, []byte(alertsDoc), "application/yaml"); err != nil {
+		t.Fatalf("deploy: %v", err)
+	}
+	if e.dataset, err = st.DatasetByName(e.ctx, tenant, "alert_events"); err != nil {
+		t.Fatal(err)
+	}
+	e.writer = e.claim(e.submit(spec("w")), "w")
+	return e
+}
+
+// uri is a batch URI under c's own prefix for the dataset named by segment.
+func (e *bufferEnv) uri(c *dispatch.Claim, segment, name string) string {
+	return e.blob.URI(dispatch.BatchPrefix(segment, c.Task.ID, c.Task.Attempt) + name)
+}
+
+func (e *bufferEnv) publish(c *dispatch.Claim, uri string) {
+	e.t.Helper()
+	if _, err := e.d.BufferPublish(e.ctx, dispatch.BufferPublishParams{Fence: fence(c), BatchURI: uri}); err != nil {
+		e.t.Fatalf("publish %s: %v", uri, err)
+	}
+}
+
+func (e *bufferEnv) claimBatches(p dispatch.ClaimBatchesParams) []*dispatch.SinkMessage {
+	e.t.Helper()
+	msgs, err := e.d.ClaimBatches(e.ctx, p)
+	if err != nil {
+		e.t.Fatalf("claim batches: %v", err)
+	}
+	return msgs
+}
+
+func TestBufferPublishRecordsOnceAndQueuesTheSinkMessage(t *testing.T) {
+	storetest.ForEachDriver(t, func(t *testing.T, st store.Store) {
+		e := newBufferEnv(t, st)
+		c := e.writer
+		p := dispatch.BufferPublishParams{Fence: fence(c), BatchURI: e.uri(c, e.dataset.UUID, "batch.jsonl"),
+			DatasetUUID: e.dataset.UUID, RecordCount: i64(1000)}
+		dup, err := e.d.BufferPublish(e.ctx, p)
+		if err != nil || dup {
+			t.Fatalf("publish: dup=%v %v", dup, err)
+		}
+		if dup, err := e.d.BufferPublish(e.ctx, p); err != nil || !dup {
+			t.Fatalf("repeat: dup=%v %v", dup, err)
+		}
+		recs, _ := st.ListBufferPublishes(e.ctx, c.Task.ID)
+		if len(recs) != 1 || recs[0].Tenant != tenant || *recs[0].RecordCount != 1000 || recs[0].State != store.BufferQueued ||
+			recs[0].DatasetVersion != e.dataset.CurrentVersion {
+			t.Fatalf("records %+v", recs)
+		}
+		msgs, _ := st.OutboxAfter(e.ctx, 0, 100)
+		var sink []map[string]any
+		for _, m := range msgs {
+			if m.Topic == dispatch.TopicBufferBatch {
+				var v map[string]any
+				if err := json.Unmarshal(m.Payload, &v); err != nil {
+					t.Fatal(err)
+				}
+				sink = append(sink, v)
+			}
+		}
+		if len(sink) != 1 || sink[0]["org_id"] != tenant || sink[0]["kind"] != "buffer_batch" || sink[0]["batch_uri"] != p.BatchURI ||
+			sink[0]["dataset_uuid"] != e.dataset.UUID {
+			t.Errorf("sink messages %v", sink)
+		}
+		if len(msgs[len(msgs)-1].Payload) > 256<<10 {
+			t.Error("a queue message above 256 KB")
+		}
+	})
+}
+
+// Rule: a task can make the sink read only its own attempt's artifacts, for a buffered dataset of
+// its tenant; everything else is refused and records nothing.
+func TestBufferPublishRefusesURIsOutsideTheAttemptsPrefix(t *testing.T) {
+	storetest.ForEachDriver(t, func(t *testing.T, st store.Store) {
+		e := newBufferEnv(t, st)
+		c := e.writer
+		other := e.claim(e.submit(spec("other")), "other")
+		id, ds := c.Task.ID, e.dataset.UUID
+		if _, err := e.d.Deploy(e.ctx, tenant, []byte(chainDoc), "application/yaml"); err != nil {
+			t.Fatal(err)
+		}
+		tests := []struct {
+			name string
+			p    dispatch.BufferPublishParams
+			want string
+		}{
+			{"a file of the server", dispatch.BufferPublishParams{BatchURI: "file:///etc/passwd"}, "batch_uri"},
+			{"another store", dispatch.BufferPublishParams{BatchURI: "s3://elsewhere/buffers/" + ds + "/" + id + "/1/b.jsonl"}, "batch_uri"},
+			{"outside the buffer location", dispatch.BufferPublishParams{BatchURI: e.blob.URI("data/" + ds + "/" + id + "/1/b.jsonl")}, "own prefix"},
+			{"another task's prefix", dispatch.BufferPublishParams{BatchURI: e.uri(other, ds, "b.jsonl")}, "own prefix"},
+			{"another attempt's prefix", dispatch.BufferPublishParams{BatchURI: e.blob.URI("buffers/" + ds + "/" + id + "/2/b.jsonl")}, "own prefix"},
+			{"a climb out", dispatch.BufferPublishParams{BatchURI: e.blob.URI("buffers/" + ds + "/" + id + "/1/../../x/1/b.jsonl")}, "batch_uri"},
+			{"the prefix itself", dispatch.BufferPublishParams{BatchURI: e.uri(c, ds, "")}, "batch_uri"},
+			{"an unknown dataset", dispatch.BufferPublishParams{BatchURI: e.uri(c, "nope", "b.jsonl")}, "no such dataset"},
+			{"a direct dataset", dispatch.BufferPublishParams{BatchURI: e.uri(c, "blocks", "b.jsonl")}, "not a buffered dataset"},
+			{"a dataset_uuid that is not the path's", dispatch.BufferPublishParams{BatchURI: e.uri(c, ds, "b.jsonl"), DatasetUUID: "x"}, "not the dataset"},
+			{"no dataset at all", dispatch.BufferPublishParams{BatchURI: e.blob.URI("buffers/" + id + "/1/b.jsonl")}, "dataset_uuid is required"},
+		}
+		for _, tt := range tests {
+			tt.p.Fence = fence(c)
+			_, err := e.d.BufferPublish(e.ctx, tt.p)
+			bad := wantErr[*dispatch.InvalidError](t, err)
+			if !strings.Contains(bad.Message, tt.want) {
+				t.Errorf("%s: %q, want it to mention %q", tt.name, bad.Message, tt.want)
+			}
+		}
+		if recs, _ := st.ListBufferPublishes(e.ctx, id); len(recs) != 0 {
+			t.Fatalf("refused publishes recorded %+v", recs)
+		}
+		// Accepted: the dataset by uuid or by name, and the shorter prefix with the dataset in the body.
+		e.publish(c, e.uri(c, ds, "a.jsonl"))
+		e.publish(c, e.uri(c, "alert_events", "b.jsonl"))
+		if _, err := e.d.BufferPublish(e.ctx, dispatch.BufferPublishParams{Fence: fence(c), DedupeScope: "alert_events",
+			BatchURI: e.blob.URI("buffers/" + id + "/1/c.jsonl")}); err != nil {
+			t.Fatal(err)
+		}
+		if recs, _ := st.ListBufferPublishes(e.ctx, id); len(recs) != 3 || recs[1].DatasetUUID != ds || recs[2].DatasetUUID != ds {
+			t.Fatalf("records %+v", recs)
+		}
+	})
+}
+
+// Rule 2 for buffered publishes: a stale attempt's publish is refused, so its batch never
+// reaches the sink.
+func TestStaleAttemptsBufferPublishIsRefused(t *testing.T) {
+	storetest.ForEachDriver(t, func(t *testing.T, st store.Store) {
+		e := newBufferEnv(t, st)
+		c := e.writer
+		e.expire()
+		e.clock.Advance(10 * time.Second)
+		e.claim(e.job(c.Task.JobID), "w")
+		_, err := e.d.BufferPublish(e.ctx, dispatch.BufferPublishParams{Fence: fence(c), BatchURI: e.uri(c, e.dataset.UUID, "b.jsonl")})
+		wantErr[*dispatch.AttemptMismatchError](t, err)
+		if msgs := e.claimBatches(dispatch.ClaimBatchesParams{Max: 10}); len(msgs) != 0 {
+			t.Fatalf("a stale publish reached the queue: %+v", msgs)
+		}
+	})
+}
+
+// The Buffer Queue: a claim counts a receive and hides the message for its visibility; a failure
+// makes it visible again after a doubling delay; the tenth failed receive dead-letters it; a
+// retry from the dead letters queues it again with a fresh budget.
+func TestBufferQueueReceivesFailuresAndDeadLetters(t *testing.T) {
+	storetest.ForEachDriver(t, func(t *testing.T, st store.Store) {
+		e := newBufferEnv(t, st)
+		e.publish(e.writer, e.uri(e.writer, e.dataset.UUID, "b.jsonl"))
+		msgs := e.claimBatches(dispatch.ClaimBatchesParams{Max: 5, Visibility: 30 * time.Second})
+		if len(msgs) != 1 || msgs[0].ReceiveCount != 1 || msgs[0].Tenant != tenant || msgs[0].Dataset.Name != "alert_events" ||
+			msgs[0].Dataset.Schema == nil || !slices.Equal(msgs[0].Dataset.FilterFields, []string{"severity"}) {
+			t.Fatalf("first claim %+v", msgs)
+		}
+		m := msgs[0]
+		if again := e.claimBatches(dispatch.ClaimBatchesParams{Max: 5}); len(again) != 0 {
+			t.Fatalf("a claimed message was delivered again within its visibility: %+v", again)
+		}
+		e.clock.Advance(31 * time.Second)
+		second := e.claimBatches(dispatch.ClaimBatchesParams{})
+		if len(second) != 1 || second[0].ReceiveCount != 2 {
+			t.Fatalf("after the visibility: %+v", second)
+		}
+		// The first receive's failure is stale: the message is the second receive's now.
+		if _, err := e.d.FailBatch(e.ctx, m.ID, 1, "row 3: bad"); !errors.Is(err, dispatch.ErrBatchNotClaimed) {
+			t.Fatalf("stale fail: %v", err)
+		}
+		receipt := 2
+		for receipt < 10 {
+			dead, err := e.d.FailBatch(e.ctx, m.ID, receipt, "row 3: severity: must be a string")
+			if err != nil || dead {
+				t.Fatalf("fail receive %d: dead=%v %v", receipt, dead, err)
+			}
+			// Visible again after 1 s · 2^(receive-1), capped at a minute.
+			delay := min(time.Second<<(receipt-1), time.Minute)
+			e.clock.Advance(delay - time.Millisecond)
+			if got := e.claimBatches(dispatch.ClaimBatchesParams{}); len(got) != 0 {
+				t.Fatalf("visible %v early after receive %d", time.Millisecond, receipt)
+			}
+			e.clock.Advance(time.Millisecond)
+			got := e.claimBatches(dispatch.ClaimBatchesParams{})
+			if len(got) != 1 || got[0].ReceiveCount != receipt+1 {
+				t.Fatalf("after receive %d's failure: %+v", receipt, got)
+			}
+			receipt++
+		}
+		dead, err := e.d.FailBatch(e.ctx, m.ID, 10, "row 3: severity: must be a string")
+		if err != nil || !dead {
+			t.Fatalf("the tenth failure: dead=%v %v", dead, err)
+		}
+		e.clock.Advance(time.Hour)
+		if got := e.claimBatches(dispatch.ClaimBatchesParams{}); len(got) != 0 {
+			t.Fatalf("a dead letter was delivered: %+v", got)
+		}
+		dl, err := e.d.BatchDeadLetters(e.ctx, tenant, "alert_events", 0, 10)
+		if err != nil || len(dl) != 1 || dl[0].ReceiveCount != 10 || dl[0].LastError != "row 3: severity: must be a string" {
+			t.Fatalf("dead letters %+v %v", dl, err)
+		}
+		if _, err := e.d.BatchDeadLetters(e.ctx, "other-tenant", "alert_events", 0, 10); !errors.Is(err, dispatch.ErrDatasetNotFound) {
+			t.Errorf("another tenant's dead letters: %v", err)
+		}
+		if _, err := e.d.RetryBatch(e.ctx, "other-tenant", "alert_events", m.ID); !errors.Is(err, dispatch.ErrDatasetNotFound) {
+			t.Errorf("another tenant's retry: %v", err)
+		}
+		if _, err := e.d.RetryBatch(e.ctx, tenant, "alert_events", m.ID); err != nil {
+			t.Fatal(err)
+		}
+		got := e.claimBatches(dispatch.ClaimBatchesParams{})
+		if len(got) != 1 || got[0].ReceiveCount != 1 {
+			t.Fatalf("after the retry: %+v", got)
+		}
+		if _, err := e.d.RetryBatch(e.ctx, tenant, "alert_events", m.ID); err == nil {
+			t.Error("retried a batch that is not dead")
+		}
+	})
+}
+
+// A message whose sinks keep dying (never failing it) is dead-lettered at its eleventh claim.
+func TestBufferQueueDeadLettersAMessageNoSinkSettles(t *testing.T) {
+	storetest.ForEachDriver(t, func(t *testing.T, st store.Store) {
+		e := newBufferEnv(t, st)
+		e.publish(e.writer, e.uri(e.writer, e.dataset.UUID, "b.jsonl"))
+		for i := 1; i <= 10; i++ {
+			if got := e.claimBatches(dispatch.ClaimBatchesParams{Visibility: time.Second}); len(got) != 1 || got[0].ReceiveCount != i {
+				t.Fatalf("claim %d: %+v", i, got)
+			}
+			e.clock.Advance(time.Second)
+		}
+		if got := e.claimBatches(dispatch.ClaimBatchesParams{}); len(got) != 0 {
+			t.Fatalf("an eleventh receive: %+v", got)
+		}
+		dl, _ := e.d.BatchDeadLetters(e.ctx, tenant, "alert_events", 0, 10)
+		if len(dl) != 1 || !strings.Contains(dl[0].LastError, "after 10 receives") {
+			t.Fatalf("dead letters %+v", dl)
+		}
+	})
+}
+
+// A commit that added rows emits the dataset event of its cursor, once however often it is
+// reported, and routing gives a task only to the consumers whose where some new row matches.
+func TestCommittedBatchRoutesToConsumersWhoseWhereMatches(t *testing.T) {
+	storetest.ForEachDriver(t, func(t *testing.T, st store.Store) {
+		e := newBufferEnv(t, st)
+		router := e.d.NewRouter(dispatch.RouteConfig{})
+		route := func() int {
+			total := 0
+			for {
+				n, tasks, err := router.RunOnce(e.ctx)
+				if err != nil {
+					t.Fatal(err)
+				}
+				total += tasks
+				if n == 0 {
+					return total
+				}
+			}
+		}
+		for i, facets := range []map[string][]any{{"severity": {"high"}}, {"severity": {"low", "high"}}, {"severity": {"info"}}} {
+			name := []string{"a", "b", "c"}[i]
+			e.publish(e.writer, e.uri(e.writer, e.dataset.UUID, name+".jsonl"))
+			m := e.claimBatches(dispatch.ClaimBatchesParams{})[0]
+			res := dispatch.BatchLoaded{Cursor: int64(i + 1), Inserted: 3, Facets: facets}
+			for range 2 {
+				if err := e.d.CommitBatch(e.ctx, m.ID, res); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		if n := route(); n != 3 {
+			t.Fatalf("routed %d tasks, want 3: pager for batches 1 and 2, digest for batch 2", n)
+		}
+		got := map[string][]int64{}
+		jobs, err := st.ListJobs(e.ctx, store.ListJobsParams{Tenant: tenant, Limit: 100})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, job := range jobs {
+			if job.PipelineJob != "pager" && job.PipelineJob != "digest" {
+				continue
+			}
+			summaries, err := st.JobTasks(e.ctx, job.ID)
+			if err != nil || len(summaries) != 1 {
+				t.Fatalf("tasks of %s: %v %v", job.ID, summaries, err)
+			}
+			task, err := st.GetTask(e.ctx, summaries[0].ID)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var route dispatch.TaskRoute
+			if err := json.Unmarshal(task.Route, &route); err != nil {
+				t.Fatal(err)
+			}
+			got[job.PipelineJob] = append(got[job.PipelineJob], *route.Inputs[0].Cursor)
+		}
+		for _, cursors := range got {
+			slices.Sort(cursors)
+		}
+		if !slices.Equal(got["pager"], []int64{1, 2}) || !slices.Equal(got["digest"], []int64{2}) {
+			t.Errorf("routed cursors %v", got)
+		}
+		// Committed messages are done: nothing is delivered again, and a commit of no rows emits nothing.
+		e.publish(e.writer, e.uri(e.writer, e.dataset.UUID, "d.jsonl"))
+		m := e.claimBatches(dispatch.ClaimBatchesParams{})[0]
+		if err := e.d.CommitBatch(e.ctx, m.ID, dispatch.BatchLoaded{}); err != nil {
+			t.Fatal(err)
+		}
+		e.clock.Advance(time.Hour)
+		if got := e.claimBatches(dispatch.ClaimBatchesParams{Max: 10}); len(got) != 0 {
+			t.Fatalf("committed messages delivered again: %+v", got)
+		}
+		if n := route(); n != 0 {
+			t.Errorf("a batch of no new rows routed %d tasks", n)
+		}
+		for _, bad := range []dispatch.BatchLoaded{{Cursor: 1}, {Inserted: 1}, {Cursor: -1, Inserted: 1}} {
+			if err := e.d.CommitBatch(e.ctx, m.ID, bad); err == nil {
+				t.Errorf("commit %+v accepted", bad)
+			}
+		}
+		if err := e.d.CommitBatch(e.ctx, 999999, dispatch.BatchLoaded{}); !errors.Is(err, dispatch.ErrBatchNotFound) {
+			t.Errorf("commit of an unknown message: %v", err)
+		}
+	})
+}

@@ -1,0 +1,217 @@
+// Package sink is the trusted sink of buffered datasets: it claims Buffer Queue messages, reads
+// each batch from object storage, validates every row, loads the batch into the dataset's table
+// in one transaction, and reports the outcome, which emits the dataset event routing delivers.
+//
+// A load is idempotent (the data database keeps a ledger of loaded batches), so a message
+// delivered twice, a sink killed between its load and its report, or two sinks racing on one
+// message all end with the batch applied once. The tenant of every row is the publish record's,
+// never a value in the rows.
+package sink
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/baton-dev/baton/internal/blob"
+	"github.com/baton-dev/baton/internal/dataset"
+	"github.com/baton-dev/baton/internal/dispatch"
+)
+
+// GC policies for batch artifacts after their batch is committed.
+const (
+	GCDelete = "delete"
+	GCKeep   = "keep"
+)
+
+// Config configures a Sink. Zero fields take their defaults.
+type Config struct {
+	Queue         Queue
+	Blob          *blob.Store
+	Data          *dataset.DB
+	GC            string        // GCDelete (default) or GCKeep
+	Workers       int           // batches loaded at once; default 4
+	Visibility    time.Duration // how long a claimed message stays this sink's; default 1 min
+	MaxBatchBytes int64         // the largest artifact read; default 64 MiB
+	Logger        *slog.Logger
+}
+
+// Sink loads buffered batches.
+type Sink struct {
+	cfg Config
+	log *slog.Logger
+
+	mu      sync.Mutex
+	ensured map[string]string // dataset uuid → the schema (JSON) its table was ensured with
+}
+
+// New returns a sink; Run starts it.
+func New(cfg Config) (*Sink, error) {
+	switch {
+	case cfg.Queue == nil || cfg.Blob == nil || cfg.Data == nil:
+		return nil, errors.New("sink: Queue, Blob and Data are required")
+	case cfg.GC != "" && cfg.GC != GCDelete && cfg.GC != GCKeep:
+		return nil, fmt.Errorf("sink: GC policy %q: must be %s or %s", cfg.GC, GCDelete, GCKeep)
+	case cfg.Workers < 0 || cfg.Visibility < 0 || cfg.MaxBatchBytes < 0:
+		return nil, errors.New("sink: negative setting")
+	}
+	cfg.GC = cmp.Or(cfg.GC, GCDelete)
+	cfg.Workers = cmp.Or(cfg.Workers, 4)
+	cfg.Visibility = cmp.Or(cfg.Visibility, time.Minute)
+	cfg.MaxBatchBytes = cmp.Or(cfg.MaxBatchBytes, 64<<20)
+	return &Sink{cfg: cfg, log: cmp.Or(cfg.Logger, slog.Default()), ensured: map[string]string{}}, nil
+}
+
+// claimWait is how long one claim waits for a message.
+const claimWait = 20 * time.Second
+
+// Run claims and loads batches, Workers at a time, until ctx ends; then it waits for the loads
+// under way. A failing queue is retried with a growing pause.
+func (s *Sink) Run(ctx context.Context) {
+	free := make(chan struct{}, s.cfg.Workers)
+	for range s.cfg.Workers {
+		free <- struct{}{}
+	}
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	pause := time.Duration(0)
+	for {
+		// At least one worker is free before claiming; claim as many messages as are free.
+		select {
+		case <-ctx.Done():
+			return
+		case <-free:
+		}
+		n := 1
+		for more := true; more; {
+			select {
+			case <-free:
+				n++
+			default:
+				more = false
+			}
+		}
+		msgs, err := s.cfg.Queue.Claim(ctx, dispatch.ClaimBatchesParams{Max: n, Visibility: s.cfg.Visibility, Wait: claimWait})
+		for range n - len(msgs) {
+			free <- struct{}{}
+		}
+		if err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			pause = min(max(2*pause, 100*time.Millisecond), 5*time.Second)
+			s.log.WarnContext(ctx, "sink: claim failed", "err", err, "retry_in", pause)
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(pause):
+			}
+			continue
+		}
+		pause = 0
+		for _, m := range msgs {
+			wg.Go(func() {
+				defer func() { free <- struct{}{} }()
+				if err := s.Process(ctx, m); err != nil && ctx.Err() == nil {
+					s.log.WarnContext(ctx, "sink: batch not settled; it is delivered again once its visibility ends",
+						"id", m.ID, "err", err)
+				}
+			})
+		}
+	}
+}
+
+// Process loads one claimed message and reports the outcome: Commit after a load (or a repeat of
+// one), Fail when the batch cannot be loaded (an artifact outside the buffer location or missing,
+// a bad row, a schema the table cannot serve). An error means it could report neither; the
+// message is delivered again once its visibility ends.
+func (s *Sink) Process(ctx context.Context, m *dispatch.SinkMessage) error {
+	loaded, key, reason, err := s.load(ctx, m)
+	if err != nil {
+		return err
+	}
+	if reason != "" {
+		dead, err := s.cfg.Queue.Fail(ctx, m.ID, m.ReceiveCount, reason)
+		if err != nil {
+			return fmt.Errorf("fail batch %d: %w", m.ID, err)
+		}
+		s.log.WarnContext(ctx, "sink: batch rejected", "id", m.ID, "dataset", m.Dataset.Name, "receive", m.ReceiveCount,
+			"dead_lettered", dead, "reason", reason)
+		return nil
+	}
+	res := dispatch.BatchLoaded{Cursor: loaded.Cursor, Inserted: loaded.Inserted, Facets: loaded.Facets}
+	if err := s.cfg.Queue.Commit(ctx, m.ID, res); err != nil {
+		return fmt.Errorf("commit batch %d: %w", m.ID, err)
+	}
+	s.log.DebugContext(ctx, "sink: batch committed", "id", m.ID, "dataset", m.Dataset.Name, "inserted", loaded.Inserted,
+		"cursor", loaded.Cursor, "repeat", loaded.Repeat)
+	if s.cfg.GC == GCDelete {
+		if err := s.cfg.Blob.Delete(ctx, key); err != nil {
+			s.log.WarnContext(ctx, "sink: could not delete a committed batch's artifact", "uri", m.BatchURI, "err", err)
+		}
+	}
+	return nil
+}
+
+// load reads, validates and loads m's batch. reason, when not empty, is why the batch cannot be
+// loaded (the message is to be failed); err is a failure to do the work at all.
+func (s *Sink) load(ctx context.Context, m *dispatch.SinkMessage) (loaded dataset.Loaded, key, reason string, err error) {
+	if m.Dataset.Schema == nil {
+		return loaded, "", "the dataset has no row schema", nil
+	}
+	// The server checked the URI at publish; check again, so no record can make the sink read
+	// outside the buffer location.
+	key, err = s.cfg.Blob.Key(m.BatchURI)
+	if err != nil || !strings.HasPrefix(key, dispatch.BufferPrefix) {
+		return loaded, "", fmt.Sprintf("batch_uri %q is outside the buffer location %s", m.BatchURI, s.cfg.Blob.URI(dispatch.BufferPrefix)), nil
+	}
+	r, err := s.cfg.Blob.Get(ctx, key)
+	if errors.Is(err, blob.ErrNotFound) {
+		return loaded, key, "the batch artifact does not exist: " + m.BatchURI, nil
+	}
+	if err != nil {
+		return loaded, key, fmt.Sprintf("read the batch artifact: %v", err), nil
+	}
+	rows, err := dataset.ParseBatch(r, m.Dataset.Schema, s.cfg.MaxBatchBytes)
+	r.Close()
+	if err != nil {
+		return loaded, key, err.Error(), nil
+	}
+	if err := s.ensure(ctx, m); err != nil {
+		if errors.Is(err, dataset.ErrIncompatible) {
+			return loaded, key, err.Error(), nil
+		}
+		return loaded, key, "", err
+	}
+	loaded, err = s.cfg.Data.Load(ctx, dataset.Batch{ID: m.Dataset.UUID + ":" + strconv.FormatInt(m.ID, 10), Tenant: m.Tenant,
+		DatasetUUID: m.Dataset.UUID, Schema: m.Dataset.Schema, Rows: rows, FacetFields: m.Dataset.FilterFields})
+	if err != nil {
+		return loaded, key, "", fmt.Errorf("load batch %d: %w", m.ID, err)
+	}
+	return loaded, key, "", nil
+}
+
+// ensure makes sure the dataset's table serves the message's schema, once per schema.
+func (s *Sink) ensure(ctx context.Context, m *dispatch.SinkMessage) error {
+	schema, _ := json.Marshal(m.Dataset.Schema)
+	s.mu.Lock()
+	done := s.ensured[m.Dataset.UUID] == string(schema)
+	s.mu.Unlock()
+	if done {
+		return nil
+	}
+	if err := s.cfg.Data.Ensure(ctx, m.Dataset.UUID, m.Dataset.Schema); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	s.ensured[m.Dataset.UUID] = string(schema)
+	s.mu.Unlock()
+	return nil
+}

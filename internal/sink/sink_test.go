@@ -1,0 +1,396 @@
+package sink_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http/httptest"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jonboulle/clockwork"
+
+	"github.com/baton-dev/baton/internal/api"
+	"github.com/baton-dev/baton/internal/auth"
+	"github.com/baton-dev/baton/internal/blob"
+	"github.com/baton-dev/baton/internal/blob/blobtest"
+	"github.com/baton-dev/baton/internal/dataset"
+	"github.com/baton-dev/baton/internal/dispatch"
+	"github.com/baton-dev/baton/internal/lifecycle"
+	"github.com/baton-dev/baton/internal/pipeline"
+	"github.com/baton-dev/baton/internal/sink"
+	"github.com/baton-dev/baton/internal/store"
+	"github.com/baton-dev/baton/internal/store/storetest"
+)
+
+const tenant = "acme"
+
+// alertsDoc has the buffered dataset alert_events and two jobs that read it with different
+// filters.
+const alertsDoc = `
+name: alerts
+jobs:
+  - name: scan
+    activation: source
+    runtime: ecs_platform
+    operator: scan
+    outputs: 1
+    source: {kind: manual}
+  - name: pager
+    activation: reactive
+    runtime: ecs_platform
+    operator: page
+    outputs: 0
+    inputs:
+      - from: {dataset: alert_events}
+        where: {severity: high}
+  - name: digest
+    activation: reactive
+    runtime: ecs_platform
+    operator: digest
+    outputs: 0
+    inputs:
+      - from: {dataset: alert_events}
+        where: {severity: [low, medium]}
+publish:
+  alert_events:
+    from: {job: scan, output: 0}
+    write_mode: buffered
+    schema:
+      columns:
+        - {name: dedupe_key, type: string, required: true}
+        - {name: severity, type: string, required: true}
+        - {name: block, type: integer}
+        - {name: seen_at, type: timestamp}
+      unique: [dedupe_key]
+    filter_fields: [severity]
+`
+
+var quiet = slog.New(slog.DiscardHandler)
+
+// fixture is a dispatcher on a real store, a real data database of the same kind, real object
+// storage, the pipeline alertsDoc deployed, and a sink reaching the Buffer Queue one way or the
+// other.
+type fixture struct {
+	t       *testing.T
+	ctx     context.Context
+	st      store.Store
+	clock   *clockwork.FakeClock
+	d       *dispatch.Dispatcher
+	blob    *blob.Store
+	data    *dataset.DB
+	queue   sink.Queue
+	sink    *sink.Sink
+	dataset *store.Dataset
+}
+
+// forEachSetup runs fn for each store driver (with a data database of its kind), each object
+// storage (a directory, and the S3-compatible server) and each way to the Buffer Queue (in
+// process, and over the internal listener).
+func forEachSetup(t *testing.T, fn func(t *testing.T, f *fixture)) {
+	for _, drv := range storetest.Drivers() {
+		t.Run(drv.Name, func(t *testing.T) {
+			t.Parallel()
+			for _, storage := range []string{"file", "s3"} {
+				for _, way := range []string{"local", "remote"} {
+					t.Run(storage+"/"+way, func(t *testing.T) {
+						fn(t, newFixture(t, drv, storage, way))
+					})
+				}
+			}
+		})
+	}
+}
+
+func newFixture(t *testing.T, drv storetest.Driver, storage, way string) *fixture {
+	t.Helper()
+	ctx := context.Background()
+	f := &fixture{t: t, ctx: ctx, st: drv.Open(t), clock: clockwork.NewFakeClockAt(time.UnixMilli(1_700_000_000_000))}
+	dataURL := filepath.Join(t.TempDir(), "data.db")
+	if drv.Name == "postgres" {
+		dataURL = storetest.NewPostgresDatabase(t).URL
+	}
+	var err error
+	if f.data, err = dataset.Open(ctx, dataURL); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { f.data.Close() })
+	blobURL, opts := blobtest.File(t), blob.Options{}
+	if storage == "s3" {
+		blobURL, opts = blobtest.S3(t)
+	}
+	if f.blob, err = blob.Open(ctx, blobURL, opts); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { f.blob.Close() })
+	f.d, err = dispatch.New(f.st, dispatch.Config{Clock: f.clock, Logger: quiet, Blob: f.blob, Tables: sink.Tables{DB: f.data}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.queue = sink.Local{D: f.d}
+	if way == "remote" {
+		s := api.New(api.Config{Dispatcher: f.d, Auth: auth.NewAuthenticator(f.st, auth.Limits{}, nil), Tokens: auth.NewTokens(f.st, nil), Logger: quiet})
+		srv := httptest.NewServer(s.InternalHandler())
+		t.Cleanup(srv.Close)
+		f.queue = sink.Remote{URL: srv.URL}
+	}
+	if f.sink, err = sink.New(sink.Config{Queue: f.queue, Blob: f.blob, Data: f.data, Logger: quiet}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.d.Deploy(ctx, tenant, []byte(alertsDoc), "application/yaml"); err != nil {
+		t.Fatalf("deploy: %v", err)
+	}
+	if f.dataset, err = f.st.DatasetByName(ctx, tenant, "alert_events"); err != nil {
+		t.Fatal(err)
+	}
+	return f
+}
+
+// writer submits a one-task job and claims its task: a running attempt that publishes.
+func (f *fixture) writer(key string) *dispatch.Claim {
+	f.t.Helper()
+	res, err := f.d.CreateJob(f.ctx, dispatch.CreateJobParams{Tenant: tenant, Tasks: []lifecycle.TaskSpec{{Key: key, Name: "scan"}}})
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	_, tasks, err := f.d.GetJob(f.ctx, tenant, res.Job.ID)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	return f.claim(tasks[0].ID)
+}
+
+func (f *fixture) claim(taskID string) *dispatch.Claim {
+	f.t.Helper()
+	c, err := f.d.ClaimTask(f.ctx, dispatch.ClaimTaskParams{TaskID: taskID, WorkerID: "w"})
+	if err != nil {
+		f.t.Fatalf("claim: %v", err)
+	}
+	return c
+}
+
+// publish writes rows (JSONL lines) as the batch name of c's attempt and publishes it.
+func (f *fixture) publish(c *dispatch.Claim, name string, rows ...string) string {
+	f.t.Helper()
+	key := dispatch.BatchPrefix(f.dataset.UUID, c.Task.ID, c.Task.Attempt) + name
+	if err := f.blob.Put(f.ctx, key, []byte(strings.Join(rows, "\n")+"\n"), "application/jsonl"); err != nil {
+		f.t.Fatal(err)
+	}
+	if _, err := f.d.BufferPublish(f.ctx, dispatch.BufferPublishParams{
+		Fence: dispatch.Fence{TaskID: c.Task.ID, Attempt: c.Task.Attempt, LeaseToken: c.Task.LeaseToken}, BatchURI: f.blob.URI(key)}); err != nil {
+		f.t.Fatalf("publish: %v", err)
+	}
+	return key
+}
+
+// process has the sink load every message that is claimable now, one at a time.
+func (f *fixture) process() int {
+	f.t.Helper()
+	n := 0
+	for {
+		msgs, err := f.queue.Claim(f.ctx, dispatch.ClaimBatchesParams{Max: 1})
+		if err != nil {
+			f.t.Fatalf("claim: %v", err)
+		}
+		if len(msgs) == 0 {
+			return n
+		}
+		if err := f.sink.Process(f.ctx, msgs[0]); err != nil {
+			f.t.Fatalf("process message %d: %v", msgs[0].ID, err)
+		}
+		n++
+	}
+}
+
+func (f *fixture) rows(tenant string) []map[string]any {
+	f.t.Helper()
+	page, err := sink.Tables{DB: f.data}.Rows(f.ctx, f.dataset.UUID, schemaOf(f.t, f.dataset), dispatch.RowQuery{Tenant: tenant, Limit: 1000})
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	return page.Rows
+}
+
+func schemaOf(t *testing.T, ds *store.Dataset) *pipeline.Schema {
+	t.Helper()
+	var s pipeline.Schema
+	if err := json.Unmarshal(ds.Schema, &s); err != nil {
+		t.Fatal(err)
+	}
+	return &s
+}
+
+func keys(rows []map[string]any) []string {
+	var out []string
+	for _, r := range rows {
+		out = append(out, fmt.Sprint(r["dedupe_key"]))
+	}
+	slices.Sort(out)
+	return out
+}
+
+// route runs a router pass until no event is left, and counts the tasks created per pipeline job.
+func (f *fixture) route() map[string]int {
+	f.t.Helper()
+	r := f.d.NewRouter(dispatch.RouteConfig{})
+	for {
+		n, _, err := r.RunOnce(f.ctx)
+		if err != nil {
+			f.t.Fatal(err)
+		}
+		if n == 0 {
+			break
+		}
+	}
+	jobs, err := f.st.ListJobs(f.ctx, store.ListJobsParams{Tenant: tenant, Limit: 1000})
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	out := map[string]int{}
+	for _, j := range jobs {
+		if j.PipelineJob != "" {
+			out[j.PipelineJob]++
+		}
+	}
+	return out
+}
+
+// The same batch published three times, by two attempts, yields each row once; a row's own
+// org_id is ignored; the committed batch routes a task to each consumer whose where a new row
+// matches; its artifact is deleted once committed.
+func TestSinkLoadsEachRowOnceUnderThePublishersTenant(t *testing.T) {
+	forEachSetup(t, func(t *testing.T, f *fixture) {
+		batch := []string{
+			`{"dedupe_key":"k1","severity":"high","block":1,"seen_at":"2026-11-24T10:00:00Z"}`,
+			`{"dedupe_key":"k2","severity":"low","block":2,"org_id":"evil-corp"}`,
+			`{"dedupe_key":"k3","severity":"low"}`,
+		}
+		first := f.writer("scan")
+		key1 := f.publish(first, "batch.jsonl", batch...)
+		f.publish(first, "batch.jsonl", batch...) // a repeat: no second message
+		// Attempt 1 times out; attempt 2 publishes the same rows under its own prefix.
+		f.clock.Advance(91 * time.Second)
+		if _, err := f.d.Reap(f.ctx); err != nil {
+			t.Fatal(err)
+		}
+		f.clock.Advance(10 * time.Minute) // past the retry's backoff
+		second := f.claim(first.Task.ID)
+		if second.Task.Attempt != 2 {
+			t.Fatalf("second claim is attempt %d", second.Task.Attempt)
+		}
+		key2 := f.publish(second, "batch.jsonl", batch...)
+		if n := f.process(); n != 2 {
+			t.Fatalf("processed %d messages, want 2", n)
+		}
+		rows := f.rows(tenant)
+		if got := keys(rows); !slices.Equal(got, []string{"k1", "k2", "k3"}) {
+			t.Fatalf("rows %v, want each once", rows)
+		}
+		if len(f.rows("evil-corp")) != 0 {
+			t.Error("a row was stored under the org_id it carried")
+		}
+		recs, _ := f.st.ListBufferPublishes(f.ctx, first.Task.ID)
+		var inserted []int64
+		for _, r := range recs {
+			if r.State != store.BufferCommitted || r.RowsInserted == nil {
+				t.Fatalf("publish %+v not committed", r)
+			}
+			inserted = append(inserted, *r.RowsInserted)
+		}
+		if !slices.Equal(inserted, []int64{3, 0}) {
+			t.Errorf("rows inserted per batch %v, want [3 0]", inserted)
+		}
+		if got := f.route(); got["pager"] != 1 || got["digest"] != 1 {
+			t.Errorf("routed %v: want one task each for pager (high) and digest (low)", got)
+		}
+		for _, k := range []string{key1, key2} {
+			if _, err := f.blob.Get(f.ctx, k); !errors.Is(err, blob.ErrNotFound) {
+				t.Errorf("artifact %s after commit: %v, want it deleted", k, err)
+			}
+		}
+		// A second batch with one new row and one old: cursor 2, one row added, one task.
+		w := f.writer("scan2")
+		f.publish(w, "more.jsonl", `{"dedupe_key":"k3","severity":"low"}`, `{"dedupe_key":"k4","severity":"medium"}`)
+		f.process()
+		if got := keys(f.rows(tenant)); !slices.Equal(got, []string{"k1", "k2", "k3", "k4"}) {
+			t.Fatalf("rows after the second batch %v", got)
+		}
+		if got := f.route(); got["pager"] != 1 || got["digest"] != 2 {
+			t.Errorf("routed %v after a medium row: want digest 2, pager still 1", got)
+		}
+	})
+}
+
+// A batch with one bad row is rejected whole, every time it is received, and lands in the
+// dead-letter list after 10 receives; nothing of it reaches the table.
+func TestSinkRejectsAMalformedBatchWholeAndDeadLettersIt(t *testing.T) {
+	forEachSetup(t, func(t *testing.T, f *fixture) {
+		w := f.writer("scan")
+		key := f.publish(w, "bad.jsonl",
+			`{"dedupe_key":"ok1","severity":"high"}`,
+			`{"dedupe_key":"bad","severity":7}`,
+			`{"dedupe_key":"ok2","severity":"low"}`)
+		for i := 1; i <= 10; i++ {
+			if n := f.process(); n != 1 {
+				t.Fatalf("receive %d: processed %d", i, n)
+			}
+			f.clock.Advance(time.Minute)
+		}
+		if n := f.process(); n != 0 {
+			t.Fatalf("an eleventh receive")
+		}
+		if rows := f.rows(tenant); len(rows) != 0 {
+			t.Fatalf("rows of a rejected batch reached the table: %v", rows)
+		}
+		dl, err := f.d.BatchDeadLetters(f.ctx, tenant, "alert_events", 0, 10)
+		if err != nil || len(dl) != 1 || dl[0].ReceiveCount != 10 || !strings.Contains(dl[0].LastError, "row 2") ||
+			!strings.Contains(dl[0].LastError, "severity") {
+			t.Fatalf("dead letters %+v %v", dl, err)
+		}
+		if r, err := f.blob.Get(f.ctx, key); err != nil {
+			t.Errorf("the artifact of a dead-lettered batch is kept for a retry: %v", err)
+		} else {
+			r.Close()
+		}
+		// Fixed in place and retried from the dead-letter list, it loads.
+		if err := f.blob.Put(f.ctx, key, []byte(`{"dedupe_key":"ok1","severity":"high"}`+"\n"), ""); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := f.d.RetryBatch(f.ctx, tenant, "alert_events", dl[0].ID); err != nil {
+			t.Fatal(err)
+		}
+		if n := f.process(); n != 1 {
+			t.Fatalf("after the retry: processed %d", n)
+		}
+		if got := keys(f.rows(tenant)); !slices.Equal(got, []string{"ok1"}) {
+			t.Errorf("rows after the retry %v", got)
+		}
+	})
+}
+
+// The sink reads nothing outside the buffer location, whatever a record says.
+func TestSinkRefusesAnArtifactOutsideTheBufferLocation(t *testing.T) {
+	forEachSetup(t, func(t *testing.T, f *fixture) {
+		w := f.writer("scan")
+		// The server refuses such a URI at publish; a record written some other way is refused
+		// by the sink too.
+		err := f.st.InTx(f.ctx, func(tx store.Tx) error {
+			_, err := tx.InsertBufferPublish(f.ctx, &store.BufferPublish{TaskID: w.Task.ID, Attempt: 1, BatchURI: "file:///etc/passwd",
+				JobID: w.Task.JobID, Tenant: tenant, DatasetUUID: f.dataset.UUID, State: store.BufferQueued, CreatedAt: f.clock.Now()})
+			return err
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		f.process()
+		recs, _ := f.st.ListBufferPublishes(f.ctx, w.Task.ID)
+		if len(recs) != 1 || !strings.Contains(recs[0].LastError, "outside the buffer location") {
+			t.Fatalf("records %+v", recs)
+		}
+	})
+}

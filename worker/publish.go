@@ -1,0 +1,133 @@
+package worker
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"reflect"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/baton-dev/baton/internal/blob"
+)
+
+// Buffered datasets: a task adds rows to a buffered dataset by writing them as a JSONL batch to
+// the object storage under its attempt's own prefix and publishing the batch; a trusted sink
+// loads it later, validating every row against the dataset's schema. PublishBatch does both.
+
+// WithBlob sets the object storage the worker writes batches to, as the server's --blob-url:
+// file://DIR or s3://BUCKET/PREFIX (S3 endpoint, region and credentials from the usual AWS_*
+// variables). By default the environment variable BATON_BLOB_URL, if set.
+func WithBlob(url string) Option { return func(c *config) { c.blobURL = url } }
+
+// PublishedBatch is a batch PublishBatch published.
+type PublishedBatch struct {
+	URI       string // where the batch artifact is
+	Rows      int
+	Duplicate bool // the same batch of this attempt was published before
+}
+
+// ErrNoBlob: PublishBatch needs the object storage (WithBlob or BATON_BLOB_URL).
+var ErrNoBlob = errors.New("baton worker: no object storage for batches: use WithBlob or set BATON_BLOB_URL")
+
+// PublishBatch adds rows to the buffered dataset named dataset (its name, or its dataset_uuid):
+// it writes them as one JSONL batch under the attempt's own prefix in the object storage and
+// publishes the batch, fenced by the attempt's lease. rows is a slice of values that encode as
+// JSON objects (maps or structs); a row's org_id, if any, is ignored: the rows belong to the
+// task's tenant. The sink loads the batch later and idempotently, so a retried attempt may
+// publish the same rows again: the dataset's unique key keeps each row once.
+func (t *Task) PublishBatch(ctx context.Context, dataset string, rows any) (*PublishedBatch, error) {
+	v := reflect.ValueOf(rows)
+	if v.Kind() != reflect.Slice && v.Kind() != reflect.Array {
+		return nil, fmt.Errorf("baton worker: PublishBatch: rows must be a slice, not %T", rows)
+	}
+	var buf bytes.Buffer
+	for i := range v.Len() {
+		b, err := json.Marshal(v.Index(i).Interface())
+		if err != nil {
+			return nil, fmt.Errorf("baton worker: PublishBatch: row %d: %w", i+1, err)
+		}
+		buf.Write(b)
+		buf.WriteByte('\n')
+	}
+	return t.PublishJSONL(ctx, dataset, buf.Bytes())
+}
+
+// PublishJSONL is PublishBatch for rows already encoded as JSONL: one JSON object per line.
+func (t *Task) PublishJSONL(ctx context.Context, dataset string, jsonl []byte) (*PublishedBatch, error) {
+	if t.publish == nil {
+		return nil, errors.New("baton worker: PublishJSONL: the task was not claimed by a Worker")
+	}
+	return t.publish(ctx, dataset, jsonl)
+}
+
+// bufferPrefix is the object storage prefix of an attempt's batches for a dataset; the server
+// refuses a batch anywhere else.
+func bufferPrefix(dataset, taskID string, attempt int) string {
+	return "buffers/" + dataset + "/" + taskID + "/" + strconv.Itoa(attempt) + "/"
+}
+
+// publisher publishes an attempt's batches.
+type publisher struct {
+	w *Worker
+	a *attempt
+	mu sync.Mutex
+	n  int // batches so far, for their names
+}
+
+func (p *publisher) publish(ctx context.Context, dataset string, jsonl []byte) (*PublishedBatch, error) {
+	st, err := p.w.blobStore(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if dataset == "" {
+		return nil, errors.New("baton worker: PublishBatch: the dataset name is required")
+	}
+	// The dataset's uuid names the prefix when the task's job writes it; otherwise the name does.
+	body := map[string]any{"task_id": p.a.taskID, "attempt": p.a.task.Attempt, "lease_token": p.a.lease,
+		"record_count": bytes.Count(jsonl, []byte("\n")), "content_type": "application/jsonl", "batch_size_bytes": len(jsonl)}
+	segment := dataset
+	if pt := p.a.task.Pipeline; pt != nil {
+		for _, o := range pt.Outputs {
+			if o.DatasetName == dataset || o.DatasetUUID == dataset {
+				segment, body["dataset_uuid"] = o.DatasetUUID, o.DatasetUUID
+			}
+		}
+	}
+	p.mu.Lock()
+	p.n++
+	key := bufferPrefix(segment, p.a.task.ID, p.a.task.Attempt) + fmt.Sprintf("batch-%04d.jsonl", p.n)
+	p.mu.Unlock()
+	if err := st.Put(ctx, key, jsonl, "application/jsonl"); err != nil {
+		return nil, fmt.Errorf("baton worker: PublishBatch: write the batch: %w", err)
+	}
+	body["batch_uri"] = st.URI(key)
+	var ans struct {
+		Duplicate bool `json:"duplicate"`
+	}
+	if err := p.w.post(ctx, 30*time.Second, "/internal/buffer-publish", body, &ans); err != nil {
+		return nil, err
+	}
+	return &PublishedBatch{URI: st.URI(key), Rows: int(body["record_count"].(int)), Duplicate: ans.Duplicate}, nil
+}
+
+// blobStore opens the object storage on first use.
+func (w *Worker) blobStore(ctx context.Context) (*blob.Store, error) {
+	w.blobMu.Lock()
+	defer w.blobMu.Unlock()
+	if w.blob != nil {
+		return w.blob, nil
+	}
+	if w.cfg.blobURL == "" {
+		return nil, ErrNoBlob
+	}
+	st, err := blob.Open(ctx, w.cfg.blobURL, blob.Options{})
+	if err != nil {
+		return nil, fmt.Errorf("baton worker: object storage: %w", err)
+	}
+	w.blob = st
+	return st, nil
+}
