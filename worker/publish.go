@@ -72,8 +72,8 @@ func bufferPrefix(dataset, taskID string, attempt int) string {
 
 // publisher publishes an attempt's batches.
 type publisher struct {
-	w *Worker
-	a *attempt
+	w  *Worker
+	a  *attempt
 	mu sync.Mutex
 	n  int // batches so far, for their names
 }

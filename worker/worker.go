@@ -147,8 +147,8 @@ type Worker struct {
 	unreported atomic.Int64
 	reports    reporter
 
-	blobMu   sync.Mutex // guards blob, opened on the first PublishBatch
-	blob     *blob.Store
+	blobMu sync.Mutex // guards blob, opened on the first PublishBatch
+	blob   *blob.Store
 }
 
 // New returns a worker of the Baton server whose internal listener is at internalURL

@@ -55,8 +55,8 @@ func runPipeline(ctx context.Context, args []string, stdout, stderr io.Writer) i
 // runDataset runs "baton dataset ...".
 func runDataset(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	return runGroup(ctx, "dataset", datasetUsage, map[string]func(context.Context, *jobCmd, []string) int{
-		"list":    datasetList,
-		"get":     datasetGet,
+		"list":         datasetList,
+		"get":          datasetGet,
 		"cutover":      datasetCutover,
 		"rows":         datasetRows,
 		"dead-letters": datasetDeadLetters,

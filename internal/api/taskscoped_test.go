@@ -282,7 +282,7 @@ func TestTaskScopedAuthMatrix(t *testing.T) {
 	for _, call := range fencedCalls {
 		t.Run(call.name, func(t *testing.T) {
 			forEachWorkerDriver(t, func(t *testing.T, w *workerAPI) {
-		w.buffered() // the dataset of the buffer-publish calls
+				w.buffered() // the dataset of the buffer-publish calls
 				ctx := context.Background()
 				jobID, ids := w.submit(
 					lifecycle.TaskSpec{Key: "target", Name: "op", BackoffBaseMs: refOf[int64](1), BackoffMaxMs: refOf[int64](1)},

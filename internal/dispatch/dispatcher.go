@@ -85,8 +85,8 @@ type Dispatcher struct {
 	// routing is notified when a transaction committed dataset events for the router.
 	routing notifier
 	// sinks is notified when a transaction committed a buffered publish for the sinks.
-	sinks notifier
-	commit  *committer // nil: group commit is off
+	sinks  notifier
+	commit *committer // nil: group commit is off
 	// retryFor: see Config.RetryFor.
 	retryFor time.Duration
 	specs    specCache // the pipeline versions' specs read so far
