@@ -23,7 +23,7 @@ import (
 // as `worker` and, through the workers, as `demo-task`, and when `baton bench` re-executes itself
 // as its server (`dev`, `server`, or `bench profile-child` for a profiled one).
 func TestMain(m *testing.M) {
-	if len(os.Args) > 1 && slices.Contains([]string{"worker", "demo-task", "dev", "server", "bench"}, os.Args[1]) {
+	if len(os.Args) > 1 && slices.Contains([]string{"worker", "demo-task", "dev", "server", "bench", "sink"}, os.Args[1]) {
 		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 		code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
 		stop()
@@ -73,11 +73,13 @@ func TestDevDemo(t *testing.T) {
 }
 
 // `baton dev --demo pipeline` deploys examples/pipeline and runs it with real worker processes:
-// the always_on source's partitions go through every job of the DAG.
+// the always_on source's partitions go through every job of the DAG, and the alert rows that
+// range_stats writes to the buffered dataset are loaded by the sink and routed to the two readers
+// whose where they match (every batch has a low alert, every other one a high one).
 func TestDevDemoPipeline(t *testing.T) {
 	out := runDevDemo(t, "went through every job", "--demo", "pipeline")
-	for _, want := range []string{"deployed pipeline blocks_demo", "started 4 `baton worker` processes",
-		"range_totals 10/10, mainnet_alerts 10/10, testnet_alerts 10/10"} {
+	for _, want := range []string{"deployed pipeline blocks_demo", "started 5 `baton worker` processes",
+		"range_totals 10/10, mainnet_alerts 10/10, testnet_alerts 10/10, pager 5/5, digest 10/10"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("stdout lacks %q:\n%s", want, out)
 		}

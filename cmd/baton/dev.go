@@ -29,6 +29,7 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.Var(&demo, "demo", "also run an example end to end with real worker processes and mTLS on /internal/* (development certificates made under --data-dir): `--demo` the five-task job example, `--demo pipeline` the pipeline of examples/pipeline")
 	var f serverFlags
 	f.register(fs)
+	fs.BoolVar(&f.sink, "sink", true, "run a sink in this process, loading buffered batches (--sink=false: leave them to `baton sink` processes)")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -55,7 +56,7 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		}
 		f.blobURL = "file://" + abs
 	}
-	f.dataDatabaseURL, f.sink = filepath.Join(*dataDir, dataFile), true
+	f.dataDatabaseURL = filepath.Join(*dataDir, dataFile)
 	st, err := sqlite.Open(ctx, path)
 	if err != nil {
 		fmt.Fprintln(stderr, "baton dev:", err)
@@ -87,10 +88,10 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) int {
   database      %s (SQLite)
   producer API  http://%s   (send the key in the x-api-key header)
   worker API    %s
-  datasets      rows in %s, batches in %s (a sink runs in this process)
+  datasets      rows in %s, batches in %s%s
   %s
 Press Ctrl-C to stop.
-`, path, ls.producer.Addr(), workerLine, f.dataDatabaseURL, f.blobURL, keyLine)
+`, path, ls.producer.Addr(), workerLine, f.dataDatabaseURL, f.blobURL, map[bool]string{true: " (a sink runs in this process)", false: " (no sink here: --sink=false)"}[f.sink], keyLine)
 	stopDemo := func() {}
 	if demo.kind != "" {
 		stopDemo = startDemo(ctx, st, ls, demoCerts, demo.kind, f.blobURL, stdout, stderr)

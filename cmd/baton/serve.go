@@ -337,8 +337,13 @@ func serve(ctx context.Context, f *serverFlags, ls *listeners, st store.Store, l
 	sinkCtx, stopSink := context.WithCancel(ctx)
 	sinkDone := make(chan struct{})
 	if f.sink {
-		sk, err := sink.New(sink.Config{Queue: sink.Local{D: d}, Blob: dp.blob, Data: dp.data, GC: f.sinkFlags.gc,
-			Workers: f.sinkFlags.workers, Visibility: f.sinkFlags.visibility, Logger: log})
+		cfg := sink.Config{Queue: sink.Local{D: d}, Blob: dp.blob, Data: dp.data, GC: f.sinkFlags.gc,
+			Workers: f.sinkFlags.workers, Visibility: f.sinkFlags.visibility, Logger: log}
+		if ls.transport != nil {
+			cfg.Wakeups = ls.transport.NewConsumer(consumerName("sink"))
+			defer cfg.Wakeups.Close()
+		}
+		sk, err := sink.New(cfg)
 		if err != nil {
 			stopSink()
 			return err
@@ -386,6 +391,12 @@ func serve(ctx context.Context, f *serverFlags, ls *listeners, st store.Store, l
 	sources.Stop()
 	control.Stop()
 	return shutdownErr
+}
+
+// consumerName names a transport consumer of this process: unique per process.
+func consumerName(role string) string {
+	host, _ := os.Hostname()
+	return fmt.Sprintf("%s-%s-%d", role, cmp.Or(host, "host"), os.Getpid())
 }
 
 // dataPlane is the object storage and the data database of buffered datasets; either may be nil

@@ -30,6 +30,8 @@ func runSink(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	logLevel := fs.String("log-level", "info", "log level: debug, info, warn or error")
 	var sf sinkFlags
 	sf.register(fs)
+	var tf transportFlags
+	tf.register(fs, "where the sink waits for new batches: store (it long-polls the server), redis or nats, as the server's --transport")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -46,6 +48,9 @@ func runSink(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return usageErr("--data-database-url (or BATON_DATA_DATABASE_URL) is required: where the datasets' tables are")
 	}
 	if err := sf.check(); err != nil {
+		return usageErr("%v", err)
+	}
+	if err := tf.check(); err != nil {
 		return usageErr("%v", err)
 	}
 	var level slog.Level
@@ -80,13 +85,25 @@ func runSink(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	defer data.Close()
-	sk, err := sink.New(sink.Config{Queue: sink.Remote{URL: *internalURL, Client: client}, Blob: bs, Data: data, GC: sf.gc,
-		Workers: sf.workers, Visibility: sf.visibility, Logger: log})
+	cfg := sink.Config{Queue: sink.Remote{URL: *internalURL, Client: client}, Blob: bs, Data: data, GC: sf.gc,
+		Workers: sf.workers, Visibility: sf.visibility, Logger: log}
+	tr, err := tf.open(ctx)
 	if err != nil {
 		fmt.Fprintln(stderr, "baton sink:", err)
 		return 1
 	}
-	log.Info("baton sink started", "internal", *internalURL, "blobs", bs.Root(), "data", redactURL(*dataURL), "workers", sf.workers, "gc", sf.gc)
+	if tr != nil {
+		defer tr.Close()
+		cfg.Wakeups = tr.NewConsumer(consumerName("sink"))
+		defer cfg.Wakeups.Close()
+	}
+	sk, err := sink.New(cfg)
+	if err != nil {
+		fmt.Fprintln(stderr, "baton sink:", err)
+		return 1
+	}
+	log.Info("baton sink started", "internal", *internalURL, "blobs", bs.Root(), "data", redactURL(*dataURL), "workers", sf.workers,
+		"gc", sf.gc, "transport", tf.kind)
 	sk.Run(ctx)
 	log.Info("baton sink stopped")
 	return 0

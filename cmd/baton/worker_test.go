@@ -379,7 +379,7 @@ echo '{"probe":"done"}'`
 		env[k] = v
 	}
 	want := []string{"BATON_ATTEMPT", "BATON_JOB_ID", "BATON_LEASE_TOKEN", "BATON_TASK_ID", "BATON_TASK_KEY", "BATON_TASK_NAME",
-		"BATON_TASK_PAYLOAD", "BATON_URL", "HOME", "PATH", "PWD", "TMPDIR", "TRACE_TASK_CAPABILITY_TOKEN"}
+		"BATON_TASK_PAYLOAD", "BATON_URL", "HOME", "PATH", "PWD", "TMPDIR", "TRACE_TASK_CAPABILITY_TOKEN", "BATON_BUFFER_DIR"}
 	for _, k := range passedThrough {
 		if _, ok := os.LookupEnv(k); ok {
 			want = append(want, k)

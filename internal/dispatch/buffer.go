@@ -121,6 +121,10 @@ type BufferPublishParams struct {
 // TopicBufferBatch is the outbox topic of buffered publishes for the sink.
 const TopicBufferBatch = "buffer.batch"
 
+// BufferQueue is the transport queue of Buffer Queue wake-ups (--transport redis|nats): each
+// names a message by its id (as the wake-up's task id), which a sink claims with ClaimBatches.
+const BufferQueue = "baton.buffer"
+
 // maxBatchURI keeps the sink's queue message far below its 256 KB limit.
 const maxBatchURI = 2048
 
@@ -217,9 +221,9 @@ func (d *Dispatcher) batchDataset(ctx context.Context, tx store.Tx, tenant strin
 }
 
 // bufferBatchMessage is the Buffer Queue message of a publish: small, never the rows. The sink
-// takes the tenant (org_id) from it, never from the batch's rows.
+// takes the tenant (org_id) from it, never from the batch's rows; id is the message's id.
 func bufferBatchMessage(p *store.BufferPublish) json.RawMessage {
-	msg, _ := json.Marshal(map[string]any{"kind": "buffer_batch", "org_id": p.Tenant, "dataset_uuid": p.DatasetUUID,
+	msg, _ := json.Marshal(map[string]any{"kind": "buffer_batch", "id": p.ID, "org_id": p.Tenant, "dataset_uuid": p.DatasetUUID,
 		"dataset_version": p.DatasetVersion, "batch_uri": p.BatchURI, "record_count": p.RecordCount,
 		"content_type": p.ContentType, "batch_size_bytes": p.BatchSizeBytes, "dedupe_scope": p.DedupeScope,
 		"producer": map[string]any{"task_id": p.TaskID, "attempt": p.Attempt}})

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"strconv"
 	"time"
 
 	"github.com/jonboulle/clockwork"
@@ -15,8 +16,9 @@ import (
 )
 
 // TransportPublisher is the relay's Publisher for a wake-up transport (--transport redis|nats):
-// it publishes the outbox's task wake-ups. Other topics (buffered publishes) stay in the store,
-// where their reader finds them, and count as published.
+// it publishes the outbox's task wake-ups, and for each buffered publish a wake-up on BufferQueue
+// naming the Buffer Queue message, which sinks then claim by id (ClaimBatches), as workers claim
+// tasks. Other topics count as published.
 type TransportPublisher struct {
 	Transport transport.Transport
 }
@@ -26,6 +28,15 @@ func (p TransportPublisher) Publish(ctx context.Context, msgs []*store.OutboxMes
 	var wakes []transport.Wakeup
 	failed := map[int64]error{}
 	for _, m := range msgs {
+		if m.Topic == TopicBufferBatch {
+			var body struct {
+				ID int64 `json:"id"`
+			}
+			if err := json.Unmarshal(m.Payload, &body); err == nil && body.ID > 0 {
+				wakes = append(wakes, transport.Wakeup{ID: m.ID, Queue: BufferQueue, TaskID: strconv.FormatInt(body.ID, 10)})
+			}
+			continue
+		}
 		if m.Topic != TopicTaskReady {
 			continue
 		}

@@ -23,6 +23,7 @@ import (
 	"github.com/baton-dev/baton/internal/blob"
 	"github.com/baton-dev/baton/internal/dataset"
 	"github.com/baton-dev/baton/internal/dispatch"
+	"github.com/baton-dev/baton/internal/transport"
 )
 
 // GC policies for batch artifacts after their batch is committed.
@@ -41,6 +42,11 @@ type Config struct {
 	Visibility    time.Duration // how long a claimed message stays this sink's; default 1 min
 	MaxBatchBytes int64         // the largest artifact read; default 64 MiB
 	Logger        *slog.Logger
+	// Wakeups, when set, is a consumer of the wake-up transport (--transport redis|nats): the
+	// sink waits there for wake-ups naming messages (dispatch.BufferQueue) and claims those by
+	// id, and claims from the queue itself whenever a wait brings none (a lost wake-up costs
+	// only that wait).
+	Wakeups transport.Consumer
 }
 
 // Sink loads buffered batches.
@@ -69,8 +75,12 @@ func New(cfg Config) (*Sink, error) {
 	return &Sink{cfg: cfg, log: cmp.Or(cfg.Logger, slog.Default()), ensured: map[string]string{}}, nil
 }
 
-// claimWait is how long one claim waits for a message.
-const claimWait = 20 * time.Second
+// claimWait is how long one claim waits for a message; wakeWait how long one wait for wake-ups
+// lasts before the sink looks at the queue itself.
+const (
+	claimWait = 20 * time.Second
+	wakeWait  = 5 * time.Second
+)
 
 // Run claims and loads batches, Workers at a time, until ctx ends; then it waits for the loads
 // under way. A failing queue is retried with a growing pause.
@@ -98,7 +108,7 @@ func (s *Sink) Run(ctx context.Context) {
 				more = false
 			}
 		}
-		msgs, err := s.cfg.Queue.Claim(ctx, dispatch.ClaimBatchesParams{Max: n, Visibility: s.cfg.Visibility, Wait: claimWait})
+		msgs, wakes, err := s.claim(ctx, n)
 		for range n - len(msgs) {
 			free <- struct{}{}
 		}
@@ -119,13 +129,58 @@ func (s *Sink) Run(ctx context.Context) {
 		for _, m := range msgs {
 			wg.Go(func() {
 				defer func() { free <- struct{}{} }()
-				if err := s.Process(ctx, m); err != nil && ctx.Err() == nil {
+				err := s.Process(ctx, m)
+				if err != nil && ctx.Err() == nil {
 					s.log.WarnContext(ctx, "sink: batch not settled; it is delivered again once its visibility ends",
 						"id", m.ID, "err", err)
+				}
+				if w := wakes[m.ID]; w != nil && err == nil {
+					_ = w.Ack(context.WithoutCancel(ctx))
 				}
 			})
 		}
 	}
+}
+
+// claim claims up to n messages: from the queue's long poll, or after wake-ups naming them, with
+// the wake-up of each message claimed that way.
+func (s *Sink) claim(ctx context.Context, n int) ([]*dispatch.SinkMessage, map[int64]transport.Delivery, error) {
+	p := dispatch.ClaimBatchesParams{Max: n, Visibility: s.cfg.Visibility, Wait: claimWait}
+	if s.cfg.Wakeups == nil {
+		msgs, err := s.cfg.Queue.Claim(ctx, p)
+		return msgs, nil, err
+	}
+	ds, err := s.cfg.Wakeups.Receive(ctx, []string{dispatch.BufferQueue}, n, wakeWait)
+	if err != nil {
+		return nil, nil, fmt.Errorf("receive wake-ups: %w", err)
+	}
+	if len(ds) == 0 {
+		p.Wait = 0
+		msgs, err := s.cfg.Queue.Claim(ctx, p)
+		return msgs, nil, err
+	}
+	var msgs []*dispatch.SinkMessage
+	wakes := map[int64]transport.Delivery{}
+	for _, d := range ds {
+		id, err := strconv.ParseInt(d.TaskID(), 10, 64)
+		if err != nil {
+			_ = d.Ack(ctx) // not a message id: nothing to claim
+			continue
+		}
+		got, err := s.cfg.Queue.Claim(ctx, dispatch.ClaimBatchesParams{ID: id, Visibility: s.cfg.Visibility})
+		if err != nil {
+			// Those claimed so far come back once their visibility ends; the wake-ups not
+			// acknowledged come again.
+			return nil, nil, err
+		}
+		if len(got) == 0 {
+			_ = d.Ack(ctx) // settled, or another sink's for now: its visibility brings it back
+			continue
+		}
+		msgs = append(msgs, got[0])
+		wakes[got[0].ID] = d
+	}
+	return msgs, wakes, nil
 }
 
 // Process loads one claimed message and reports the outcome: Commit after a load (or a repeat of
@@ -133,6 +188,7 @@ func (s *Sink) Run(ctx context.Context) {
 // a bad row, a schema the table cannot serve). An error means it could report neither; the
 // message is delivered again once its visibility ends.
 func (s *Sink) Process(ctx context.Context, m *dispatch.SinkMessage) error {
+	s.log.DebugContext(ctx, "sink: loading a batch", "id", m.ID, "dataset", m.Dataset.Name, "receive", m.ReceiveCount, "uri", m.BatchURI)
 	loaded, key, reason, err := s.load(ctx, m)
 	if err != nil {
 		return err

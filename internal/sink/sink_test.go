@@ -7,8 +7,10 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http/httptest"
+	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -26,6 +28,7 @@ import (
 	"github.com/baton-dev/baton/internal/sink"
 	"github.com/baton-dev/baton/internal/store"
 	"github.com/baton-dev/baton/internal/store/storetest"
+	"github.com/baton-dev/baton/internal/transport/dial"
 )
 
 const tenant = "acme"
@@ -393,4 +396,62 @@ func TestSinkRefusesAnArtifactOutsideTheBufferLocation(t *testing.T) {
 			t.Fatalf("records %+v", recs)
 		}
 	})
+}
+
+// With a wake-up transport, the relay publishes a wake-up naming each Buffer Queue message, and a
+// running sink claims the message it names and loads it.
+func TestSinkLoadsBatchesWokenByTheTransport(t *testing.T) {
+	for _, kind := range []string{"redis", "nats"} {
+		t.Run(kind, func(t *testing.T) {
+			env := map[string]string{"redis": "BATON_TEST_REDIS_URL", "nats": "BATON_TEST_NATS_URL"}[kind]
+			url := os.Getenv(env)
+			if url == "" {
+				t.Skipf("%s is not set; skipping the %s run", env, kind)
+			}
+			f := newFixture(t, storetest.Drivers()[0], "file", "local")
+			tr, err := dial.Open(f.ctx, kind, url, "sinktest"+strconv.FormatInt(time.Now().UnixNano(), 36))
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { tr.Close() })
+			consumer := tr.NewConsumer("sink-test")
+			t.Cleanup(func() { consumer.Close() })
+			sk, err := sink.New(sink.Config{Queue: f.queue, Blob: f.blob, Data: f.data, Logger: quiet, Wakeups: consumer})
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithCancel(f.ctx)
+			done := make(chan struct{})
+			go func() { defer close(done); sk.Run(ctx) }()
+			t.Cleanup(func() { cancel(); <-done })
+
+			w := f.writer("scan")
+			f.publish(w, "a.jsonl", `{"dedupe_key":"k1","severity":"high"}`, `{"dedupe_key":"k2","severity":"low"}`)
+			relay := f.d.NewRelay(dispatch.RelayConfig{Publisher: dispatch.TransportPublisher{Transport: tr}})
+			if n, err := relay.RunOnce(f.ctx); err != nil || n == 0 {
+				t.Fatalf("relay: %d %v", n, err)
+			}
+			if n, err := tr.Outstanding(f.ctx, dispatch.BufferQueue); err != nil || n != 1 {
+				t.Fatalf("outstanding buffer wake-ups %d %v, want 1", n, err)
+			}
+			deadline := time.Now().Add(4 * time.Second) // below the sink's own look at the queue (5 s)
+			for len(f.rows(tenant)) != 2 {
+				if time.Now().After(deadline) {
+					t.Fatalf("the woken sink did not load the batch: rows %v", f.rows(tenant))
+				}
+				time.Sleep(20 * time.Millisecond)
+			}
+			for deadline := time.Now().Add(5 * time.Second); ; {
+				recs, _ := f.st.ListBufferPublishes(f.ctx, w.Task.ID)
+				n, _ := tr.Outstanding(f.ctx, dispatch.BufferQueue)
+				if len(recs) == 1 && recs[0].State == store.BufferCommitted && recs[0].ReceiveCount == 1 && n == 0 {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("publish %+v, %d wake-ups outstanding: want it committed after one receive, its wake-up acknowledged", recs, n)
+				}
+				time.Sleep(20 * time.Millisecond)
+			}
+		})
+	}
 }
