@@ -47,10 +47,14 @@ type tWriter struct{ t *testing.T }
 func (w tWriter) Write(p []byte) (int, error) { w.t.Log(string(p)); return len(p), nil }
 
 // newServerUnstarted makes the server without starting its internal listener.
-func newServerUnstarted(t *testing.T) *server {
+func newServerUnstarted(t *testing.T, configure ...func(*dispatch.Config)) *server {
 	t.Helper()
 	st := storetest.OpenSQLite(t)
-	d, err := dispatch.New(st, dispatch.Config{Logger: quiet()})
+	cfg := dispatch.Config{Logger: quiet()}
+	for _, c := range configure {
+		c(&cfg)
+	}
+	d, err := dispatch.New(st, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -63,9 +67,9 @@ func newServerUnstarted(t *testing.T) *server {
 	return srv
 }
 
-func newServer(t *testing.T) *server {
+func newServer(t *testing.T, configure ...func(*dispatch.Config)) *server {
 	t.Helper()
-	s := newServerUnstarted(t)
+	s := newServerUnstarted(t, configure...)
 	s.internal.Start()
 	return s
 }

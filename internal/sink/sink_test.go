@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
@@ -454,4 +455,113 @@ func TestSinkLoadsBatchesWokenByTheTransport(t *testing.T) {
 			}
 		})
 	}
+}
+
+// The producer API reads a buffered dataset's rows (tenant-scoped, with where, cursor and pages)
+// and its dead letters, and retries one; bad queries are 400s that change nothing.
+func TestDatasetRowsAndDeadLettersOverTheAPI(t *testing.T) {
+	for _, drv := range storetest.Drivers() {
+		t.Run(drv.Name, func(t *testing.T) {
+			t.Parallel()
+			testDatasetAPI(t, newFixture(t, drv, "file", "local"))
+		})
+	}
+}
+
+func testDatasetAPI(t *testing.T, f *fixture) {
+	_, secret, err := auth.CreateKey(f.ctx, f.st, "t", tenant, "", time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, otherSecret, err := auth.CreateKey(f.ctx, f.st, "t", "other", "", time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := api.New(api.Config{Dispatcher: f.d, Auth: auth.NewAuthenticator(f.st, auth.Limits{}, nil), Tokens: auth.NewTokens(f.st, nil), Logger: quiet})
+	srv := httptest.NewServer(s.ProducerHandler())
+	t.Cleanup(srv.Close)
+	get := func(key, path string) (int, map[string]any) {
+		t.Helper()
+		return httpCall(t, "GET", srv.URL+path, key)
+	}
+	w := f.writer("scan")
+	var rows []string
+	for i := range 5 {
+		rows = append(rows, fmt.Sprintf(`{"dedupe_key":"k%d","severity":"%s","block":%d,"seen_at":"2026-11-24T10:00:0%dZ"}`,
+			i, []string{"high", "low"}[i%2], i, i))
+	}
+	f.publish(w, "a.jsonl", rows...)
+	f.publish(w, "bad.jsonl", `{"dedupe_key":1}`)
+	f.process()
+
+	code, page := get(secret, `/datasets/alert_events/rows?limit=2&where={"severity":"high"}`)
+	got := page["rows"].([]any)
+	if code != 200 || len(got) != 2 || got[0].(map[string]any)["dedupe_key"] != "k0" || got[1].(map[string]any)["dedupe_key"] != "k2" ||
+		got[0].(map[string]any)["_cursor"] != 1.0 || page["next_after"] == nil {
+		t.Fatalf("first page: %d %v", code, page)
+	}
+	code, page = get(secret, fmt.Sprintf(`/datasets/alert_events/rows?limit=2&where={"severity":"high"}&after=%v`, page["next_after"]))
+	if got := page["rows"].([]any); code != 200 || len(got) != 1 || got[0].(map[string]any)["dedupe_key"] != "k4" || page["next_after"] != nil {
+		t.Fatalf("second page: %d %v", code, page)
+	}
+	if code, page := get(secret, `/datasets/alert_events/rows?where={"block":[1,3],"severity":"low"}&cursor=1`); code != 200 || len(page["rows"].([]any)) != 2 {
+		t.Errorf("where IN and cursor: %d %v", code, page)
+	}
+	if code, page := get(secret, `/datasets/alert_events/rows?cursor=2`); code != 200 || len(page["rows"].([]any)) != 0 {
+		t.Errorf("a cursor no batch has: %d %v", code, page)
+	}
+	for _, bad := range []string{`where={"nope":1}`, `where={"block":"x"}`, `where=[1]`, `limit=0`, `limit=5000`, `after=x`} {
+		if code, body := get(secret, "/datasets/alert_events/rows?"+bad); code != 400 {
+			t.Errorf("%s: %d %v, want 400", bad, code, body)
+		}
+	}
+	if code, _ := get(otherSecret, "/datasets/alert_events/rows"); code != 404 {
+		t.Errorf("another tenant's dataset: %d, want 404", code)
+	}
+	if code, body := get(secret, "/datasets/nope/rows"); code != 404 {
+		t.Errorf("an unknown dataset: %d %v", code, body)
+	}
+
+	// The bad batch, dead after 10 receives, is listed and retried.
+	for range 9 {
+		f.clock.Advance(time.Minute)
+		f.process()
+	}
+	code, dl := get(secret, "/datasets/alert_events/dead-letters")
+	list := dl["dead_letters"].([]any)
+	if code != 200 || len(list) != 1 || list[0].(map[string]any)["receive_count"] != 10.0 ||
+		!strings.Contains(fmt.Sprint(list[0].(map[string]any)["last_error"]), "row 1") {
+		t.Fatalf("dead letters: %d %v", code, dl)
+	}
+	id := int64(list[0].(map[string]any)["id"].(float64))
+	if code, body := httpCall(t, "POST", fmt.Sprintf("%s/datasets/alert_events/dead-letters/%d/retry", srv.URL, id), otherSecret); code != 404 {
+		t.Errorf("another tenant's retry: %d %v", code, body)
+	}
+	code, b := httpCall(t, "POST", fmt.Sprintf("%s/datasets/alert_events/dead-letters/%d/retry", srv.URL, id), secret)
+	if code != 200 || b["state"] != "queued" || b["receive_count"] != 0.0 {
+		t.Fatalf("retry: %d %v", code, b)
+	}
+	if code, _ := httpCall(t, "POST", fmt.Sprintf("%s/datasets/alert_events/dead-letters/%d/retry", srv.URL, id), secret); code != 400 {
+		t.Errorf("retrying a queued batch: %d, want 400", code)
+	}
+	if code, _ := get(secret, "/datasets/alert_events/dead-letters"); code != 200 {
+		t.Error("dead letters after the retry")
+	}
+}
+
+func httpCall(t *testing.T, method, url, key string) (int, map[string]any) {
+	t.Helper()
+	req, err := http.NewRequest(method, url, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("x-api-key", key)
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	var v map[string]any
+	_ = json.NewDecoder(res.Body).Decode(&v)
+	return res.StatusCode, v
 }

@@ -1,0 +1,134 @@
+package worker_test
+
+import (
+	"context"
+	"errors"
+	"io"
+	"strings"
+	"sync/atomic"
+	"testing"
+
+	"github.com/baton-dev/baton/internal/blob"
+	"github.com/baton-dev/baton/internal/blob/blobtest"
+	"github.com/baton-dev/baton/internal/dispatch"
+	"github.com/baton-dev/baton/internal/lifecycle"
+	"github.com/baton-dev/baton/worker"
+)
+
+// Task.PublishBatch writes the rows as a JSONL batch under the attempt's own prefix in the object
+// storage and publishes it: the task never handles storage URLs.
+func TestPublishBatchWritesAndPublishesUnderTheAttemptsPrefix(t *testing.T) {
+	t.Parallel()
+	blobURL := blobtest.File(t)
+	bs, err := blob.Open(context.Background(), blobURL, blob.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := newServer(t, func(c *dispatch.Config) { c.Blob = bs })
+	ctx := context.Background()
+	doc := `
+name: sdk
+jobs:
+  - name: scan
+    activation: source
+    runtime: ecs_platform
+    operator: scan
+    outputs: 1
+    source: {kind: manual}
+publish:
+  alert_events:
+    from: {job: scan, output: 0}
+    write_mode: buffered
+    schema:
+      columns:
+        - {name: dedupe_key, type: string, required: true}
+        - {name: severity, type: string}
+      unique: [dedupe_key]
+`
+	if _, err := s.d.Deploy(ctx, "default", []byte(doc), "application/yaml"); err != nil {
+		t.Fatal(err)
+	}
+	run, err := s.d.RunSource(ctx, dispatch.RunSourceParams{Tenant: "default", Pipeline: "sdk", Job: "scan"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	type alert struct {
+		Key      string `json:"dedupe_key"`
+		Severity string `json:"severity"`
+	}
+	var published atomic.Pointer[worker.PublishedBatch]
+	var refusals atomic.Value
+	start(t, s.url(), map[string]worker.Handler{
+		"scan": func(ctx context.Context, tk *worker.Task) (any, error) {
+			b, err := tk.PublishBatch(ctx, "alert_events", []alert{{"k1", "high"}, {"k2", "low"}})
+			if err != nil {
+				return nil, err
+			}
+			published.Store(b)
+			// A second batch by name of a dataset the job does not write, and bad calls.
+			if _, err := tk.PublishBatch(ctx, "alert_events", []map[string]any{{"dedupe_key": "k3"}}); err != nil {
+				return nil, err
+			}
+			var msgs []string
+			for _, rows := range []any{"not a slice", []any{func() {}}} {
+				_, err := tk.PublishBatch(ctx, "alert_events", rows)
+				msgs = append(msgs, err.Error())
+			}
+			_, err = tk.PublishBatch(ctx, "no_such_dataset", []alert{{"k", "x"}})
+			msgs = append(msgs, err.Error())
+			refusals.Store(msgs)
+			return nil, nil
+		},
+	}, worker.WithBlob(blobURL))
+	s.waitTask(run.TaskID, "completed", status(lifecycle.Completed))
+	b := published.Load()
+	ds, err := s.st.DatasetByName(ctx, "default", "alert_events")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := bs.URI(dispatch.BatchPrefix(ds.UUID, run.TaskID, 1))
+	if b == nil || !strings.HasPrefix(b.URI, want) || b.Rows != 2 || b.Duplicate {
+		t.Fatalf("published %+v, want 2 rows under %s", b, want)
+	}
+	key, err := bs.Key(b.URI)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := bs.Get(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	data, _ := io.ReadAll(r)
+	r.Close()
+	if string(data) != `{"dedupe_key":"k1","severity":"high"}`+"\n"+`{"dedupe_key":"k2","severity":"low"}`+"\n" {
+		t.Errorf("artifact %q", data)
+	}
+	recs, err := s.st.ListBufferPublishes(ctx, run.TaskID)
+	if err != nil || len(recs) != 2 || recs[0].BatchURI != b.URI || recs[0].DatasetUUID != ds.UUID || *recs[0].RecordCount != 2 {
+		t.Fatalf("publish records %+v %v", recs, err)
+	}
+	msgs, _ := refusals.Load().([]string)
+	if len(msgs) != 3 || !strings.Contains(msgs[0], "must be a slice") || !strings.Contains(msgs[1], "row 1") ||
+		!strings.Contains(msgs[2], "no such dataset") {
+		t.Errorf("refusals %q", msgs)
+	}
+}
+
+// Without object storage, PublishBatch says what to configure.
+func TestPublishBatchNeedsObjectStorage(t *testing.T) {
+	t.Setenv("BATON_BLOB_URL", "")
+	s := newServer(t)
+	var got atomic.Value
+	start(t, s.url(), map[string]worker.Handler{
+		"op": func(ctx context.Context, tk *worker.Task) (any, error) {
+			_, err := tk.PublishBatch(ctx, "alert_events", []int{1})
+			got.Store(err)
+			return nil, nil
+		},
+	})
+	_, ids := s.submit(spec{key: "a", name: "op"})
+	s.waitTask(ids["a"], "completed", status(lifecycle.Completed))
+	if err, _ := got.Load().(error); !errors.Is(err, worker.ErrNoBlob) {
+		t.Errorf("err %v, want ErrNoBlob", err)
+	}
+}
