@@ -81,7 +81,7 @@ var quiet = slog.New(slog.DiscardHandler)
 // storage, the pipeline alertsDoc deployed, and a sink reaching the Buffer Queue one way or the
 // other.
 type fixture struct {
-	t       *testing.T
+	t       testing.TB
 	ctx     context.Context
 	st      store.Store
 	clock   *clockwork.FakeClock
@@ -111,7 +111,7 @@ func forEachSetup(t *testing.T, fn func(t *testing.T, f *fixture)) {
 	}
 }
 
-func newFixture(t *testing.T, drv storetest.Driver, storage, way string) *fixture {
+func newFixture(t testing.TB, drv storetest.Driver, storage, way string) *fixture {
 	t.Helper()
 	ctx := context.Background()
 	f := &fixture{t: t, ctx: ctx, st: drv.Open(t), clock: clockwork.NewFakeClockAt(time.UnixMilli(1_700_000_000_000))}
@@ -220,7 +220,7 @@ func (f *fixture) rows(tenant string) []map[string]any {
 	return page.Rows
 }
 
-func schemaOf(t *testing.T, ds *store.Dataset) *pipeline.Schema {
+func schemaOf(t testing.TB, ds *store.Dataset) *pipeline.Schema {
 	t.Helper()
 	var s pipeline.Schema
 	if err := json.Unmarshal(ds.Schema, &s); err != nil {
