@@ -66,6 +66,10 @@ func openPostgres(ctx context.Context, url string) (*postgres, error) {
 	if err != nil {
 		return nil, fmt.Errorf("connect to the data database: %w", err)
 	}
+	if err := pool.Ping(ctx); err != nil {
+		pool.Close()
+		return nil, fmt.Errorf("connect to the data database: %w", err)
+	}
 	p := &postgres{pool: pool}
 	// Two processes creating the tables at once could both pass IF NOT EXISTS: the lock orders them.
 	err = pgx.BeginFunc(ctx, pool, func(t pgx.Tx) error {
@@ -92,7 +96,9 @@ func (p *postgres) close() error {
 }
 
 func (p *postgres) begin(ctx context.Context) (tx, error) {
-	t, err := p.pool.Begin(ctx)
+	// Load counts on read committed: a load waiting behind another's ledger entry then reads
+	// that entry once the other commits.
+	t, err := p.pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.ReadCommitted})
 	if err != nil {
 		return nil, err
 	}
@@ -143,8 +149,9 @@ func (p *postgres) lockDataset(ctx context.Context, t tx, d dataset) error {
 	return err
 }
 
-// arg: json values go as text; the statements cast them where they need jsonb.
-func (p *postgres) arg(typ string, v any) any {
+// arg: a json value goes as its text, which pgx passes unchanged to a jsonb parameter, and which
+// the staging table keeps as text until the insert casts it.
+func (p *postgres) arg(v any) any {
 	if raw, ok := v.(json.RawMessage); ok {
 		return string(raw)
 	}
@@ -185,7 +192,7 @@ func (p *postgres) insertRows(ctx context.Context, t tx, ins *insertion) (int, [
 	src := pgx.CopyFromSlice(len(ins.rows), func(i int) ([]any, error) {
 		vals[0] = int32(i)
 		for j, c := range s.Columns {
-			vals[j+1] = p.arg(c.Type, ins.rows[i][c.Name])
+			vals[j+1] = p.arg(ins.rows[i][c.Name])
 		}
 		return vals, nil
 	})

@@ -106,11 +106,11 @@ func (db *DB) Rows(ctx context.Context, datasetUUID string, s *pipeline.Schema, 
 			}
 			switch {
 			case !isList:
-				st.add(" = ", st.p(db.b.arg(c.Type, w)))
+				st.add(" = ", st.p(db.b.arg(w)))
 			case i == 0:
-				st.add(" IN (", st.p(db.b.arg(c.Type, w)))
+				st.add(" IN (", st.p(db.b.arg(w)))
 			default:
-				st.add(", ", st.p(db.b.arg(c.Type, w)))
+				st.add(", ", st.p(db.b.arg(w)))
 			}
 		}
 		if isList {
