@@ -33,7 +33,7 @@ type backend interface {
 	// names columns, their values in the inserted rows.
 	insertRows(ctx context.Context, t tx, ins *insertion) (int, [][]any, error)
 	// arg is a row's value as a statement argument.
-	arg(typ string, v any) any
+	arg(v any) any
 }
 
 // querier runs statements: a transaction, or a pool.

@@ -604,3 +604,37 @@ func TestOverlappingLoadsDoNotDeadlock(t *testing.T) {
 		}
 	})
 }
+
+// A schema may list its unique key in another order: the table's key serves it.
+func TestUniqueKeyInAnotherOrder(t *testing.T) {
+	t.Parallel()
+	forEachDriver(t, func(t *testing.T, db *DB, _ func() *DB) {
+		f := newFixture(t, db, edit(func(s *pipeline.Schema) { s.Unique = []string{"dedupe_key", "host"} }))
+		f.load("acme", "b1", Row{"dedupe_key": "k1", "host": "h1"})
+		f.s = edit(func(s *pipeline.Schema) { s.Unique = []string{"host", "dedupe_key"} })
+		if err := db.Ensure(context.Background(), f.uuid, f.s); err != nil {
+			t.Fatal(err)
+		}
+		if res := f.load("acme", "b2", Row{"dedupe_key": "k1", "host": "h1"}, Row{"dedupe_key": "k1", "host": "h2"}); res.Inserted != 1 {
+			t.Fatalf("inserted %d, want 1", res.Inserted)
+		}
+	})
+}
+
+// A load that fails part way leaves nothing behind: no rows, no ledger entry, no cursor.
+func TestAFailedLoadLeavesNothing(t *testing.T) {
+	t.Parallel()
+	forEachDriver(t, func(t *testing.T, db *DB, _ func() *DB) {
+		f := newFixture(t, db, alerts())
+		bad := []Row{alert("k1", "high"), {"dedupe_key": "k2", "count": "not a number"}}
+		if _, err := db.Load(context.Background(), Batch{ID: "b1", Tenant: "acme", DatasetUUID: f.uuid, Schema: f.s, Rows: bad}); err == nil {
+			t.Fatal("a row the table refuses was loaded")
+		}
+		if got := f.rows(Query{Tenant: "acme"}); len(got.Rows) != 0 {
+			t.Fatalf("rows of the failed load: %v", got.Rows)
+		}
+		if res := f.load("acme", "b1", alert("k2", "low")); res.Repeat || res.Inserted != 1 || res.Cursor != 1 {
+			t.Fatalf("the batch loaded again: %+v", res)
+		}
+	})
+}

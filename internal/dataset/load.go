@@ -53,6 +53,9 @@ var (
 // ledger under the batch id. A batch id already in the ledger is not loaded again: Load returns
 // the first load's result with Repeat set. Of two concurrent loads of one batch, one loads it and
 // the other waits for it and repeats.
+//
+// The rows of a load are numbered (see Rows) in the batch's order on SQLite, in the order of
+// their unique key on PostgreSQL.
 func (db *DB) Load(ctx context.Context, b Batch) (Loaded, error) {
 	d, err := datasetOf(b.DatasetUUID)
 	if err != nil {

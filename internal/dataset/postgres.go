@@ -66,6 +66,10 @@ func openPostgres(ctx context.Context, url string) (*postgres, error) {
 	if err != nil {
 		return nil, fmt.Errorf("connect to the data database: %w", err)
 	}
+	if err := pool.Ping(ctx); err != nil {
+		pool.Close()
+		return nil, fmt.Errorf("connect to the data database: %w", err)
+	}
 	p := &postgres{pool: pool}
 	// Two processes creating the tables at once could both pass IF NOT EXISTS: the lock orders them.
 	err = pgx.BeginFunc(ctx, pool, func(t pgx.Tx) error {
@@ -92,7 +96,9 @@ func (p *postgres) close() error {
 }
 
 func (p *postgres) begin(ctx context.Context) (tx, error) {
-	t, err := p.pool.Begin(ctx)
+	// Load counts on read committed: a load waiting behind another's ledger entry then reads
+	// that entry once the other commits.
+	t, err := p.pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.ReadCommitted})
 	if err != nil {
 		return nil, err
 	}
@@ -143,8 +149,9 @@ func (p *postgres) lockDataset(ctx context.Context, t tx, d dataset) error {
 	return err
 }
 
-// arg: json values go as text; the statements cast them where they need jsonb.
-func (p *postgres) arg(typ string, v any) any {
+// arg: a json value goes as its text, which pgx passes unchanged to a jsonb parameter, and which
+// the staging table keeps as text until the insert casts it.
+func (p *postgres) arg(v any) any {
 	if raw, ok := v.(json.RawMessage); ok {
 		return string(raw)
 	}
@@ -154,14 +161,20 @@ func (p *postgres) arg(typ string, v any) any {
 // insertRows copies the rows into a temporary table, then inserts them from it in one statement.
 // They are inserted in the order of their unique key, so that two loads waiting on each other's
 // keys wait in the same order and cannot deadlock.
+//
+// The temporary table is the connection's, kept from one load to the next and emptied by every
+// commit (ON COMMIT DELETE ROWS), with a name of its own per shape of schema. Creating one in
+// every load (ON COMMIT DROP) cost PostgreSQL about 1.4 ms of a 15 ms load of 1,000 rows, and
+// loads from several connections ran ~15% slower, besides leaving dead catalog rows behind.
 func (p *postgres) insertRows(ctx context.Context, t tx, ins *insertion) (int, [][]any, error) {
 	if len(ins.rows) == 0 {
 		return 0, nil, nil
 	}
 	pt := t.(*pgTx).tx
 	s := ins.schema
+	staging := stagingTable(s)
 	var create strings.Builder
-	create.WriteString("CREATE TEMPORARY TABLE baton_load (_n integer")
+	create.WriteString("CREATE TEMPORARY TABLE IF NOT EXISTS " + quote(staging) + " (_n integer")
 	names := []string{"_n"}
 	for _, c := range s.Columns {
 		typ := p.columnType(c.Type)
@@ -171,7 +184,7 @@ func (p *postgres) insertRows(ctx context.Context, t tx, ins *insertion) (int, [
 		create.WriteString(", " + quote(c.Name) + " " + typ)
 		names = append(names, c.Name)
 	}
-	create.WriteString(") ON COMMIT DROP")
+	create.WriteString(") ON COMMIT DELETE ROWS")
 	if _, err := pt.Exec(ctx, create.String()); err != nil {
 		return 0, nil, err
 	}
@@ -179,11 +192,11 @@ func (p *postgres) insertRows(ctx context.Context, t tx, ins *insertion) (int, [
 	src := pgx.CopyFromSlice(len(ins.rows), func(i int) ([]any, error) {
 		vals[0] = int32(i)
 		for j, c := range s.Columns {
-			vals[j+1] = p.arg(c.Type, ins.rows[i][c.Name])
+			vals[j+1] = p.arg(ins.rows[i][c.Name])
 		}
 		return vals, nil
 	})
-	if _, err := pt.CopyFrom(ctx, pgx.Identifier{"baton_load"}, names, src); err != nil {
+	if _, err := pt.CopyFrom(ctx, pgx.Identifier{staging}, names, src); err != nil {
 		return 0, nil, err
 	}
 
@@ -195,7 +208,7 @@ func (p *postgres) insertRows(ctx context.Context, t tx, ins *insertion) (int, [
 			b.WriteString("::jsonb")
 		}
 	}
-	b.WriteString(", $2::bigint FROM baton_load ORDER BY " + quoteList(s.Unique) + ", _n")
+	b.WriteString(", $2::bigint FROM " + quote(staging) + " ORDER BY " + quoteList(s.Unique) + ", _n")
 	b.WriteString(ins.onConflict(func(c pipeline.Column) string {
 		if c.Type == pipeline.TypeJSON {
 			return quote(c.Name) + "::text"
@@ -212,6 +225,16 @@ func (p *postgres) insertRows(ctx context.Context, t tx, ins *insertion) (int, [
 	}
 	returned, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) ([]any, error) { return r.Values() })
 	return len(returned), returned, err
+}
+
+// stagingTable names the temporary table of the loads of schemas with s's columns: the same
+// columns, the same table.
+func stagingTable(s *pipeline.Schema) string {
+	h := fnv.New64a()
+	for _, c := range s.Columns {
+		h.Write([]byte(c.Name + " " + c.Type + "\n"))
+	}
+	return fmt.Sprintf("baton_load_%016x", h.Sum64())
 }
 
 // pgRunner is a pgx pool or transaction.

@@ -22,8 +22,12 @@ type Query struct {
 	// (a timestamp as an RFC 3339 string, a number as a json.Number or a Go number).
 	Where  map[string]any
 	Cursor int64 // only the rows of the load given this cursor; 0: all
-	After  int64 // only the rows after this one: a Page's Next
-	Limit  int   // 1 to MaxLimit rows; 0: DefaultLimit
+	// After keeps the rows after this one: a Page's Next. Rows are numbered as they are inserted,
+	// but become visible as their loads commit: a page read while loads run may miss rows of a
+	// load that commits later with lower numbers. To follow a dataset as it grows, read each new
+	// cursor's rows instead.
+	After int64
+	Limit int // 1 to MaxLimit rows; 0: DefaultLimit
 }
 
 // Limits of a Query.
@@ -106,11 +110,11 @@ func (db *DB) Rows(ctx context.Context, datasetUUID string, s *pipeline.Schema, 
 			}
 			switch {
 			case !isList:
-				st.add(" = ", st.p(db.b.arg(c.Type, w)))
+				st.add(" = ", st.p(db.b.arg(w)))
 			case i == 0:
-				st.add(" IN (", st.p(db.b.arg(c.Type, w)))
+				st.add(" IN (", st.p(db.b.arg(w)))
 			default:
-				st.add(", ", st.p(db.b.arg(c.Type, w)))
+				st.add(", ", st.p(db.b.arg(w)))
 			}
 		}
 		if isList {

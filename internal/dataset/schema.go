@@ -132,9 +132,9 @@ func quoteList(names []string) string {
 // indexName names the index of table on cols after the columns, so that ensuring the same index
 // twice finds it.
 func indexName(table string, cols []string) string {
-	h := fnv.New32a()
+	h := fnv.New64a()
 	h.Write([]byte(strings.Join(cols, ",")))
-	return fmt.Sprintf("%s_%08x", table, h.Sum32())
+	return fmt.Sprintf("%s_%016x", table, h.Sum64())
 }
 
 // timeLayout writes timestamps in UTC with nine fraction digits, so that they sort as text (SQLite

@@ -145,7 +145,7 @@ func (s *sqlite) createTable(d dataset, sc *pipeline.Schema) []string {
 // lockDataset: the transaction holds the file's write lock already.
 func (s *sqlite) lockDataset(context.Context, tx, dataset) error { return nil }
 
-func (s *sqlite) arg(typ string, v any) any {
+func (s *sqlite) arg(v any) any {
 	switch v := v.(type) {
 	case bool:
 		if v {
@@ -164,7 +164,7 @@ func (s *sqlite) arg(typ string, v any) any {
 func (s *sqlite) insertRows(ctx context.Context, t tx, ins *insertion) (int, [][]any, error) {
 	cols := ins.schema.Columns
 	perRow := len(cols) + 2
-	chunk := min(sqliteMaxParams/perRow, 500)
+	chunk := min(sqliteMaxParams/perRow, 1000)
 	tail := ins.onConflict(func(c pipeline.Column) string { return quote(c.Name) })
 	one := "(?" + strings.Repeat(", ?", perRow-1) + ")"
 	var (
@@ -178,7 +178,7 @@ func (s *sqlite) insertRows(ctx context.Context, t tx, ins *insertion) (int, [][
 		for _, r := range rows {
 			args = append(args, ins.tenant)
 			for _, c := range cols {
-				args = append(args, s.arg(c.Type, r[c.Name]))
+				args = append(args, s.arg(r[c.Name]))
 			}
 			args = append(args, ins.seq)
 		}
