@@ -12,6 +12,7 @@ import (
 	"github.com/baton-dev/baton/internal/blob/blobtest"
 	"github.com/baton-dev/baton/internal/dispatch"
 	"github.com/baton-dev/baton/internal/lifecycle"
+	"github.com/baton-dev/baton/internal/pipeline/pipelinetest"
 	"github.com/baton-dev/baton/worker"
 )
 
@@ -26,29 +27,10 @@ func TestPublishBatchWritesAndPublishesUnderTheAttemptsPrefix(t *testing.T) {
 	}
 	s := newServer(t, func(c *dispatch.Config) { c.Blob = bs })
 	ctx := context.Background()
-	doc := `
-name: sdk
-jobs:
-  - name: scan
-    activation: source
-    runtime: ecs_platform
-    operator: scan
-    outputs: 1
-    source: {kind: manual}
-publish:
-  alert_events:
-    from: {job: scan, output: 0}
-    write_mode: buffered
-    schema:
-      columns:
-        - {name: dedupe_key, type: string, required: true}
-        - {name: severity, type: string}
-      unique: [dedupe_key]
-`
-	if _, err := s.d.Deploy(ctx, "default", []byte(doc), "application/yaml"); err != nil {
+	if _, err := s.d.Deploy(ctx, "default", []byte(pipelinetest.AlertsDoc), "application/yaml"); err != nil {
 		t.Fatal(err)
 	}
-	run, err := s.d.RunSource(ctx, dispatch.RunSourceParams{Tenant: "default", Pipeline: "sdk", Job: "scan"})
+	run, err := s.d.RunSource(ctx, dispatch.RunSourceParams{Tenant: "default", Pipeline: "alerts", Job: "scan"})
 	if err != nil {
 		t.Fatal(err)
 	}

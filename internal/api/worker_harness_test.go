@@ -14,6 +14,7 @@ import (
 	"github.com/baton-dev/baton/internal/blob"
 	"github.com/baton-dev/baton/internal/dispatch"
 	"github.com/baton-dev/baton/internal/lifecycle"
+	"github.com/baton-dev/baton/internal/pipeline/pipelinetest"
 	"github.com/baton-dev/baton/internal/store"
 	"github.com/baton-dev/baton/internal/store/storetest"
 )
@@ -36,7 +37,7 @@ type workerAPI struct {
 func (w *workerAPI) buffered() string {
 	w.t.Helper()
 	ctx := context.Background()
-	if _, err := w.d.Deploy(ctx, "acme", []byte(bufferedDoc), "application/yaml"); err != nil {
+	if _, err := w.d.Deploy(ctx, "acme", []byte(pipelinetest.AlertsDoc), "application/yaml"); err != nil {
 		w.t.Fatal(err)
 	}
 	ds, err := w.st.DatasetByName(ctx, "acme", "alert_events")
@@ -45,28 +46,6 @@ func (w *workerAPI) buffered() string {
 	}
 	return ds.UUID
 }
-
-// bufferedDoc deploys the buffered dataset alert_events.
-const bufferedDoc = `
-name: alerting
-jobs:
-  - name: scan
-    activation: source
-    runtime: ecs_platform
-    operator: scan
-    outputs: 1
-    source: {kind: manual}
-publish:
-  alert_events:
-    from: {job: scan, output: 0}
-    write_mode: buffered
-    schema:
-      columns:
-        - {name: dedupe_key, type: string, required: true}
-        - {name: severity, type: string}
-      unique: [dedupe_key]
-    filter_fields: [severity]
-`
 
 func newWorkerAPI(t *testing.T, st store.Store) *workerAPI {
 	t.Helper()

@@ -11,51 +11,12 @@ import (
 	"github.com/baton-dev/baton/internal/blob"
 	"github.com/baton-dev/baton/internal/blob/blobtest"
 	"github.com/baton-dev/baton/internal/dispatch"
+	"github.com/baton-dev/baton/internal/pipeline/pipelinetest"
 	"github.com/baton-dev/baton/internal/store"
 	"github.com/baton-dev/baton/internal/store/storetest"
 )
 
-// alertsDoc has a buffered dataset, alert_events, and two jobs that read it with different
-// filters.
-const alertsDoc = `
-name: alerts
-jobs:
-  - name: scan
-    activation: source
-    runtime: ecs_platform
-    operator: scan
-    outputs: 1
-    source: {kind: manual}
-  - name: pager
-    activation: reactive
-    runtime: ecs_platform
-    operator: page
-    outputs: 0
-    inputs:
-      - from: {dataset: alert_events}
-        where: {severity: high}
-  - name: digest
-    activation: reactive
-    runtime: ecs_platform
-    operator: digest
-    outputs: 0
-    inputs:
-      - from: {dataset: alert_events}
-        where: {severity: [low, medium]}
-publish:
-  alert_events:
-    from: {job: scan, output: 0}
-    write_mode: buffered
-    schema:
-      columns:
-        - {name: dedupe_key, type: string, required: true}
-        - {name: severity, type: string, required: true}
-        - {name: block, type: integer}
-      unique: [dedupe_key]
-    filter_fields: [severity]
-`
-
-// bufferEnv is an env with object storage, alertsDoc deployed and a running task that publishes.
+// bufferEnv is an env with object storage, pipelinetest.AlertsDoc deployed and a running task that publishes.
 type bufferEnv struct {
 	*env
 	blob    *blob.Store
@@ -70,7 +31,7 @@ func newBufferEnv(t *testing.T, st store.Store) *bufferEnv {
 		t.Fatal(err)
 	}
 	e := &bufferEnv{env: newEnv(t, st, func(c *dispatch.Config) { c.Blob = bs }), blob: bs}
-	if _, err := e.d.Deploy(e.ctx, tenant, []byte(alertsDoc), "application/yaml"); err != nil {
+	if _, err := e.d.Deploy(e.ctx, tenant, []byte(pipelinetest.AlertsDoc), "application/yaml"); err != nil {
 		t.Fatalf("deploy: %v", err)
 	}
 	if e.dataset, err = st.DatasetByName(e.ctx, tenant, "alert_events"); err != nil {

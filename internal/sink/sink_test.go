@@ -26,6 +26,7 @@ import (
 	"github.com/baton-dev/baton/internal/dispatch"
 	"github.com/baton-dev/baton/internal/lifecycle"
 	"github.com/baton-dev/baton/internal/pipeline"
+	"github.com/baton-dev/baton/internal/pipeline/pipelinetest"
 	"github.com/baton-dev/baton/internal/sink"
 	"github.com/baton-dev/baton/internal/store"
 	"github.com/baton-dev/baton/internal/store/storetest"
@@ -34,51 +35,10 @@ import (
 
 const tenant = "acme"
 
-// alertsDoc has the buffered dataset alert_events and two jobs that read it with different
-// filters.
-const alertsDoc = `
-name: alerts
-jobs:
-  - name: scan
-    activation: source
-    runtime: ecs_platform
-    operator: scan
-    outputs: 1
-    source: {kind: manual}
-  - name: pager
-    activation: reactive
-    runtime: ecs_platform
-    operator: page
-    outputs: 0
-    inputs:
-      - from: {dataset: alert_events}
-        where: {severity: high}
-  - name: digest
-    activation: reactive
-    runtime: ecs_platform
-    operator: digest
-    outputs: 0
-    inputs:
-      - from: {dataset: alert_events}
-        where: {severity: [low, medium]}
-publish:
-  alert_events:
-    from: {job: scan, output: 0}
-    write_mode: buffered
-    schema:
-      columns:
-        - {name: dedupe_key, type: string, required: true}
-        - {name: severity, type: string, required: true}
-        - {name: block, type: integer}
-        - {name: seen_at, type: timestamp}
-      unique: [dedupe_key]
-    filter_fields: [severity]
-`
-
 var quiet = slog.New(slog.DiscardHandler)
 
 // fixture is a dispatcher on a real store, a real data database of the same kind, real object
-// storage, the pipeline alertsDoc deployed, and a sink reaching the Buffer Queue one way or the
+// storage, the pipeline pipelinetest.AlertsDoc deployed, and a sink reaching the Buffer Queue one way or the
 // other.
 type fixture struct {
 	t       testing.TB
@@ -146,7 +106,7 @@ func newFixture(t testing.TB, drv storetest.Driver, storage, way string) *fixtur
 	if f.sink, err = sink.New(sink.Config{Queue: f.queue, Blob: f.blob, Data: f.data, Logger: quiet}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := f.d.Deploy(ctx, tenant, []byte(alertsDoc), "application/yaml"); err != nil {
+	if _, err := f.d.Deploy(ctx, tenant, []byte(pipelinetest.AlertsDoc), "application/yaml"); err != nil {
 		t.Fatalf("deploy: %v", err)
 	}
 	if f.dataset, err = f.st.DatasetByName(ctx, tenant, "alert_events"); err != nil {
