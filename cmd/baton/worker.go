@@ -173,12 +173,7 @@ func runWorker(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	if u, err := url.Parse(*publicURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		return usageErr("--url %q: want http(s)://host[:port]", *publicURL)
 	}
-	tlsSet := 0
-	for _, f := range []string{*caFile, *certFile, *keyFile} {
-		if f != "" {
-			tlsSet++
-		}
-	}
+	tlsSet := countSet(*caFile, *certFile, *keyFile)
 	if tlsSet != 0 && tlsSet != 3 {
 		return usageErr("mTLS needs all of --internal-tls-ca, --internal-tls-cert and --internal-tls-key")
 	}

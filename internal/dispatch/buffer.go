@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/baton-dev/baton/internal/pipeline"
 	"github.com/baton-dev/baton/internal/store"
@@ -483,9 +484,13 @@ func (d *Dispatcher) RetryBatch(ctx context.Context, tenant, dataset string, id 
 	return r, err
 }
 
+// truncate cuts s to at most n bytes, never inside a character (PostgreSQL refuses invalid UTF-8).
 func truncate(s string, n int) string {
 	if len(s) <= n {
 		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
 	}
 	return s[:n]
 }

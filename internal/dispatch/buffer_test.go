@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/baton-dev/baton/internal/blob"
 	"github.com/baton-dev/baton/internal/blob/blobtest"
@@ -348,6 +349,24 @@ func TestCommittedBatchRoutesToConsumersWhoseWhereMatches(t *testing.T) {
 		}
 		if err := e.d.CommitBatch(e.ctx, 999999, dispatch.BatchLoaded{}); !errors.Is(err, dispatch.ErrBatchNotFound) {
 			t.Errorf("commit of an unknown message: %v", err)
+		}
+	})
+}
+
+// A sink's error longer than what is kept is cut between characters, so the record stays valid
+// UTF-8 (PostgreSQL refuses anything else) and the failure is recorded.
+func TestBufferFailureKeepsLongErrorsValid(t *testing.T) {
+	storetest.ForEachDriver(t, func(t *testing.T, st store.Store) {
+		e := newBufferEnv(t, st)
+		e.publish(e.writer, e.uri(e.writer, e.dataset.UUID, "b.jsonl"))
+		m := e.claimBatches(dispatch.ClaimBatchesParams{})[0]
+		reason := "x" + strings.Repeat("é", 3000) // 6,001 bytes; byte 4,000 is inside a character
+		if _, err := e.d.FailBatch(e.ctx, m.ID, m.ReceiveCount, reason); err != nil {
+			t.Fatalf("fail with a long error: %v", err)
+		}
+		recs, _ := st.ListBufferPublishes(e.ctx, e.writer.Task.ID)
+		if got := recs[0].LastError; !utf8.ValidString(got) || len(got) > 4000 || !strings.HasPrefix(reason, got) {
+			t.Errorf("stored error of %d bytes, valid UTF-8 %v", len(got), utf8.ValidString(got))
 		}
 	})
 }
