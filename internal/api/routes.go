@@ -48,14 +48,14 @@ func (s *Server) Routes() []Route {
 	producer := func(method, pattern string, h handler) Route {
 		return Route{method, pattern, PublicListener, AuthAPIKey, s.serve(s.authenticated(h))}
 	}
-	// Seed 003's task-scoped dialect (taskscoped.go): not behind the API key, the capability
-	// token is its credential, and it must cover the task attempt the body names (tokenFence).
+	// The task-scoped dialect (taskscoped.go): not behind the API key, the capability token is its
+	// credential, and it must cover the task attempt the body names (tokenFence).
 	scoped := func(pattern string, op func(fenceFunc) handler) Route {
 		return Route{http.MethodPost, pattern, PublicListener, AuthCapabilityToken,
 			s.serve(s.fencedErrors(s.withTaskToken(capabilityHeader, op(s.tokenFence))))}
 	}
-	// Seed 004's callback dialect (callback.go): not behind the API key, the task token is its
-	// only credential. /api/v1/tasks/... is the newer path of the same contract.
+	// The callback dialect (callback.go): not behind the API key, the task token is its only
+	// credential. /api/v1/tasks/... is the newer path of the same contract.
 	callback := func(pattern string, h handler) Route {
 		endpoint := pattern[strings.LastIndex(pattern, "/")+1:]
 		h = s.withTaskToken("Authorization", h)
@@ -70,17 +70,17 @@ func (s *Server) Routes() []Route {
 	internal := func(method, pattern string, h http.Handler) Route {
 		return Route{method, pattern, InternalListener, AuthMTLS, h}
 	}
-	// Seed 000's dialect (internal.go) and the sink's endpoints (sink.go).
+	// The internal worker dialect (internal.go) and the sink's endpoints (sink.go).
 	fenced := func(method, pattern string, h handler) Route {
 		return internal(method, pattern, s.serve(s.fencedErrors(h)))
 	}
-	// Seed 002's stream-worker dialect (stream.go, batch.go).
+	// The stream-worker dialect (stream.go, batch.go).
 	stream := func(pattern string, h handler) Route {
 		return internal(http.MethodPost, pattern, s.serve(s.streamRefusals(h)))
 	}
 
 	return []Route{
-		// The producer API (seed 001 and Baton's additions).
+		// The producer API (producer.go).
 		producer("POST", "/jobs", s.createJob),
 		producer("GET", "/jobs", s.listJobs),
 		producer("GET", "/jobs/{jobId}", s.getJob),
