@@ -21,24 +21,20 @@ import (
 	"testing"
 	"time"
 
+	"github.com/baton-dev/baton/internal/api"
 	"github.com/baton-dev/baton/internal/auth"
 	"github.com/baton-dev/baton/internal/store/storetest"
 )
 
-// internalRoutes are every /internal/* route of the worker dialects (seeds 000 and 002).
-var internalRoutes = []struct{ method, path string }{
-	{http.MethodGet, "/internal/task-fetch?task_id=x"},
-	{http.MethodPost, "/internal/task-claim"},
-	{http.MethodPost, "/internal/heartbeat"},
-	{http.MethodPost, "/internal/task-complete"},
-	{http.MethodPost, "/internal/events"},
-	{http.MethodPost, "/internal/buffer-publish"},
-	{http.MethodPost, "/internal/worker/claim"},
-	{http.MethodPost, "/internal/worker/heartbeat"},
-	{http.MethodPost, "/internal/worker/complete"},
-	{http.MethodPost, "/internal/worker/fail"},
-	{http.MethodPost, "/internal/worker/claim-batch"},
-	{http.MethodPost, "/internal/worker/report-batch"},
+// internalRoutes are every route of the internal listener, from the API's route table.
+func internalRoutes() []api.Route {
+	var routes []api.Route
+	for _, rt := range api.New(api.Config{}).Routes() {
+		if rt.Listener == api.InternalListener {
+			routes = append(routes, rt)
+		}
+	}
+	return routes
 }
 
 func devCerts(t *testing.T) auth.DevCerts {
@@ -156,19 +152,19 @@ func TestInternalRoutesRequireAClientCertificateOfTheCA(t *testing.T) {
 	other := devCerts(t)
 	_, internalURL := startMTLSServer(t, dc)
 
-	for _, r := range internalRoutes {
-		t.Run(r.method+" "+r.path, func(t *testing.T) {
+	for _, r := range internalRoutes() {
+		t.Run(r.Method+" "+r.Pattern, func(t *testing.T) {
 			t.Parallel()
 			t.Run("no client certificate", func(t *testing.T) {
-				resp, err := call(mtlsClient(t, dc, nil), r.method, internalURL+r.path)
+				resp, err := call(mtlsClient(t, dc, nil), r.Method, internalURL+r.Pattern)
 				mustBeRefusedByTLS(t, resp, err)
 			})
 			t.Run("certificate of another CA", func(t *testing.T) {
-				resp, err := call(mtlsClient(t, dc, loadPair(t, other.ClientCert, other.ClientKey)), r.method, internalURL+r.path)
+				resp, err := call(mtlsClient(t, dc, loadPair(t, other.ClientCert, other.ClientKey)), r.Method, internalURL+r.Pattern)
 				mustBeRefusedByTLS(t, resp, err)
 			})
 			t.Run("valid client certificate", func(t *testing.T) {
-				resp, err := call(mtlsClient(t, dc, loadPair(t, dc.ClientCert, dc.ClientKey)), r.method, internalURL+r.path)
+				resp, err := call(mtlsClient(t, dc, loadPair(t, dc.ClientCert, dc.ClientKey)), r.Method, internalURL+r.Pattern)
 				if err != nil {
 					t.Fatalf("no HTTP answer: %v", err)
 				}

@@ -16,12 +16,6 @@ import (
 // batchMax bounds the tasks of one claim-batch and the reports of one report-batch.
 const batchMax = 256
 
-// registerBatch adds the batch routes to the internal listener (from registerStream).
-func (s *Server) registerBatch(mux *http.ServeMux) {
-	mux.Handle("POST /internal/worker/claim-batch", s.serve(s.streamRefusals(s.streamClaimBatch)))
-	mux.Handle("POST /internal/worker/report-batch", s.serve(s.streamReportBatch))
-}
-
 // POST /internal/worker/claim-batch {worker_id, streams, max_wait_ms, max_tasks}
 // → {"claims": [<the /internal/worker/claim answer of each claimed task>]}
 func (s *Server) streamClaimBatch(w http.ResponseWriter, r *http.Request) (any, error) {

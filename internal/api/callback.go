@@ -24,31 +24,6 @@ import (
 	"github.com/baton-dev/baton/internal/store"
 )
 
-// registerCallback adds seed 004's routes to the public listener. They are not behind the API
-// key: the task token is their only credential.
-func (s *Server) registerCallback(mux *http.ServeMux) {
-	routes := []struct {
-		endpoint string
-		h        handler
-	}{
-		{"started", s.callbackStarted},
-		{"heartbeat", s.callbackHeartbeat},
-		{"completed", s.callbackCompleted},
-	}
-	for _, rt := range routes {
-		h := s.withTaskToken("Authorization", rt.h)
-		if s.tokens == nil {
-			h = func(w http.ResponseWriter, r *http.Request) (any, error) {
-				return nil, errorf(http.StatusServiceUnavailable, "this server was started without task tokens (api.Config.Tokens): it cannot authenticate workers")
-			}
-		}
-		// /api/v1/tasks/... is the newer path of the same contract: same handlers.
-		for _, prefix := range []string{"/v1/tasks/", "/api/v1/tasks/"} {
-			mux.Handle("POST "+prefix+"{task_id}/"+rt.endpoint, s.serve(s.callbackRefusals(rt.endpoint, h)))
-		}
-	}
-}
-
 // POST /v1/tasks/{task_id}/started {attempt, workerId, startedAt}
 //
 // The core has no "started" transition: the claim already made the attempt running. The answer

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/baton-dev/baton/internal/api"
 	"github.com/baton-dev/baton/internal/lifecycle"
 )
 
@@ -21,31 +22,6 @@ var badJSON = []string{
 	`{"task_id":"\u0000","worker_id":"\u0000","tasks":[{"taskId":"a","name":"\u0000"}],"streams":["\u0000"]}`,
 	"{\"task_id\":\"\xff\",\"worker_id\":\"w\xfe\",\"tasks\":[{\"taskId\":\"a\",\"name\":\"n\",\"input\":{\"k\":\"\xc3\x28\"}}]}",
 	`{"worker_id":"w","tasks":[{"taskId":"a","name":"n","input":{"k":"\ud800"}}],"streams":["\udc00x"]}`,
-}
-
-// allRoutes lists every route of both listeners, as method and path pattern ({name} marks a
-// path parameter), with the query parameters it reads.
-func allRoutes(w *workerAPI) []struct{ method, pattern, listener string } {
-	var routes []struct{ method, pattern, listener string }
-	for _, rt := range w.server.ProducerRoutes() {
-		routes = append(routes, struct{ method, pattern, listener string }{rt.Method, rt.Pattern, "public"})
-	}
-	for _, p := range []string{"GET /healthz", "GET /readyz", "GET /openapi.json",
-		"POST /v1/task/heartbeat", "POST /v1/task/complete", "POST /v1/task/events", "POST /v1/task/buffer-publish",
-		"POST /v1/tasks/{task_id}/started", "POST /v1/tasks/{task_id}/heartbeat", "POST /v1/tasks/{task_id}/completed",
-		"POST /api/v1/tasks/{task_id}/started", "POST /api/v1/tasks/{task_id}/heartbeat", "POST /api/v1/tasks/{task_id}/completed"} {
-		m, path, _ := strings.Cut(p, " ")
-		routes = append(routes, struct{ method, pattern, listener string }{m, path, "public"})
-	}
-	for _, p := range []string{"POST /internal/task-claim", "GET /internal/task-fetch", "POST /internal/heartbeat",
-		"POST /internal/task-complete", "POST /internal/events", "POST /internal/buffer-publish",
-		"POST /internal/worker/claim", "POST /internal/worker/heartbeat", "POST /internal/worker/complete",
-		"POST /internal/worker/fail", "POST /internal/worker/claim-batch", "POST /internal/worker/report-batch",
-		"GET /healthz", "GET /readyz"} {
-		m, path, _ := strings.Cut(p, " ")
-		routes = append(routes, struct{ method, pattern, listener string }{m, path, "internal"})
-	}
-	return routes
 }
 
 var pathParam = regexp.MustCompile(`\{[^}]+\}`)
@@ -62,8 +38,8 @@ func TestBadBytesNeverReachTheStore(t *testing.T) {
 		c, tok := w.claim(ids["t"])
 		before := fencedState(t, w, c.Task.JobID, ids["t"])
 
-		handlers := map[string]http.Handler{"public": w.server.ProducerHandler(), "internal": w.server.InternalHandler()}
-		serve := func(listener, method, target string, body []byte, header http.Header) int {
+		handlers := map[api.Listener]http.Handler{api.PublicListener: w.server.ProducerHandler(), api.InternalListener: w.server.InternalHandler()}
+		serve := func(listener api.Listener, method, target string, body []byte, header http.Header) int {
 			req := httptest.NewRequest(method, "http://baton"+target, bytes.NewReader(body))
 			for k, vs := range header {
 				req.Header[k] = vs
@@ -83,9 +59,9 @@ func TestBadBytesNeverReachTheStore(t *testing.T) {
 		headerNames := []string{"X-Api-Key", "Idempotency-Key", "Last-Event-ID", "Authorization", "X-Trace-Task-Capability",
 			"Accept", "Content-Type", "Origin", "Traceparent"}
 		requests := 0
-		for _, rt := range allRoutes(w) {
+		for _, rt := range w.server.Routes() {
 			fill := func(v string) string {
-				return pathParam.ReplaceAllStringFunc(rt.pattern, func(p string) string {
+				return pathParam.ReplaceAllStringFunc(rt.Pattern, func(p string) string {
 					switch p {
 					case "{jobId}":
 						return jobID + v
@@ -98,30 +74,30 @@ func TestBadBytesNeverReachTheStore(t *testing.T) {
 			body := []byte(`{}`)
 			for _, bad := range badBytes {
 				esc := urlEscapeAll(bad)
-				if strings.Contains(rt.pattern, "{") {
-					if code := serve(rt.listener, rt.method, fill(esc), body, good()); code != http.StatusBadRequest {
-						t.Errorf("%s %s with %q in a path parameter: %d, want 400", rt.method, rt.pattern, bad, code)
+				if strings.Contains(rt.Pattern, "{") {
+					if code := serve(rt.Listener, rt.Method, fill(esc), body, good()); code != http.StatusBadRequest {
+						t.Errorf("%s %s with %q in a path parameter: %d, want 400", rt.Method, rt.Pattern, bad, code)
 					}
 					requests++
 				}
 				for _, q := range queryNames {
-					serve(rt.listener, rt.method, fill("")+"?"+q+"="+esc, body, good())
-					serve(rt.listener, rt.method, fill("")+"?"+urlEscapeAll(q+bad)+"=1", body, good())
+					serve(rt.Listener, rt.Method, fill("")+"?"+q+"="+esc, body, good())
+					serve(rt.Listener, rt.Method, fill("")+"?"+urlEscapeAll(q+bad)+"=1", body, good())
 					requests += 2
 				}
 				for _, h := range headerNames {
 					hs := good()
 					hs[http.CanonicalHeaderKey(h)] = []string{"v" + bad}
-					if code := serve(rt.listener, rt.method, fill(""), body, hs); code != http.StatusBadRequest {
-						t.Errorf("%s %s with %q in header %s: %d, want 400", rt.method, rt.pattern, bad, h, code)
+					if code := serve(rt.Listener, rt.Method, fill(""), body, hs); code != http.StatusBadRequest {
+						t.Errorf("%s %s with %q in header %s: %d, want 400", rt.Method, rt.Pattern, bad, h, code)
 					}
 					requests++
 				}
 			}
-			if rt.method == "POST" {
+			if rt.Method == "POST" {
 				for _, b := range badJSON {
-					if code := serve(rt.listener, rt.method, fill(""), []byte(b), good()); code != http.StatusBadRequest {
-						t.Errorf("%s %s with body %q: %d, want 400", rt.method, rt.pattern, b, code)
+					if code := serve(rt.Listener, rt.Method, fill(""), []byte(b), good()); code != http.StatusBadRequest {
+						t.Errorf("%s %s with body %q: %d, want 400", rt.Method, rt.Pattern, b, code)
 					}
 					requests++
 				}

@@ -28,20 +28,6 @@ import (
 	"github.com/baton-dev/baton/internal/store"
 )
 
-// registerInternal adds seed 000's routes to the internal listener.
-func (s *Server) registerInternal(mux *http.ServeMux) {
-	route := func(pattern string, h handler) { mux.Handle(pattern, s.serve(s.fencedErrors(h))) }
-	route("POST /internal/task-claim", s.internalClaim)
-	route("GET /internal/task-fetch", s.internalFetch)
-	route("POST /internal/heartbeat", s.fencedHeartbeat(bodyFence))
-	route("POST /internal/task-complete", s.fencedComplete(bodyFence))
-	route("POST /internal/events", s.fencedEvents(bodyFence))
-	route("POST /internal/buffer-publish", s.fencedBufferPublish(bodyFence))
-	route("POST /internal/sink/claim", s.sinkClaim)
-	route("POST /internal/sink/commit", s.sinkCommit)
-	route("POST /internal/sink/fail", s.sinkFail)
-}
-
 // fenceFunc resolves the attempt a fenced call is about from the task_id, attempt and lease_token
 // of its body.
 type fenceFunc func(r *http.Request, taskID string, attempt int, leaseToken string) (dispatch.Fence, error)

@@ -15,26 +15,6 @@ import (
 // The data plane's producer endpoints: pipelines (deployed DAG documents) and datasets. Field
 // names are snake_case, as in the DAG document and the worker contracts' dataset fields.
 
-// PipelineRoutes lists the pipeline and dataset endpoints, all behind an API key.
-func (s *Server) PipelineRoutes() []Route {
-	return []Route{
-		{"POST", "/pipelines", s.deployPipeline},
-		{"GET", "/pipelines", s.listPipelines},
-		{"GET", "/pipelines/{name}", s.getPipeline},
-		{"GET", "/pipelines/{name}/versions", s.pipelineVersions},
-		{"GET", "/pipelines/{name}/versions/{version}", s.pipelineVersion},
-		{"POST", "/pipelines/{name}/rollback", s.rollbackPipeline},
-		{"POST", "/pipelines/{name}/jobs/{job}/run", s.runPipelineJob},
-		{"POST", "/webhooks/{path...}", s.webhook},
-		{"GET", "/datasets", s.listDatasets},
-		{"GET", "/datasets/{name}", s.getDataset},
-		{"POST", "/datasets/{name}/current", s.setCurrentVersion},
-		{"GET", "/datasets/{name}/rows", s.datasetRows},
-		{"GET", "/datasets/{name}/dead-letters", s.batchDeadLetters},
-		{"POST", "/datasets/{name}/dead-letters/{id}/retry", s.retryBatch},
-	}
-}
-
 // POST /pipelines: the body is the DAG document, as YAML (Content-Type application/yaml, the
 // default) or JSON (application/json).
 func (s *Server) deployPipeline(w http.ResponseWriter, r *http.Request) (any, error) {

@@ -18,59 +18,21 @@ import (
 	"github.com/baton-dev/baton/internal/store"
 )
 
-// Route is one registered endpoint.
-type Route struct {
-	Method, Pattern string
-	h               handler
+// GET /healthz
+func (s *Server) healthz(w http.ResponseWriter, r *http.Request) {
+	writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 }
 
-// ProducerRoutes lists the producer API (seed 001 and Baton's additions), all behind an API key.
-func (s *Server) ProducerRoutes() []Route {
-	return []Route{
-		{"POST", "/jobs", s.createJob},
-		{"GET", "/jobs", s.listJobs},
-		{"GET", "/jobs/{jobId}", s.getJob},
-		{"POST", "/jobs/{jobId}/tasks", s.addTasks},
-		{"GET", "/jobs/{jobId}/tasks/{taskId}", s.getTask},
-		{"POST", "/jobs/{jobId}/cancel", s.cancelJob},
-		{"POST", "/jobs/{jobId}/resume", s.resumeJob},
-		{"GET", "/jobs/{jobId}/events", s.jobEvents},
-		{"GET", "/jobs/{jobId}/tasks/{taskId}/events", s.taskEvents},
+// GET /readyz: ready when the store answers.
+func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
+	ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
+	defer cancel()
+	if err := s.d.Store().Ping(ctx); err != nil {
+		s.log.WarnContext(ctx, "store not ready", "err", err)
+		writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "unavailable", "error": "the store does not answer"})
+		return
 	}
-}
-
-// ProducerHandler serves the public listener: the producer API, /openapi.json, /healthz and
-// /readyz, and the task-scoped and callback dialects, all behind the CORS policy.
-func (s *Server) ProducerHandler() http.Handler {
-	mux := http.NewServeMux()
-	for _, rt := range append(s.ProducerRoutes(), s.PipelineRoutes()...) {
-		mux.Handle(rt.Method+" "+rt.Pattern, s.serve(s.authenticated(rt.h)))
-	}
-	s.health(mux)
-	s.registerTaskScoped(mux)
-	s.registerCallback(mux)
-	mux.HandleFunc("GET /openapi.json", func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Content-Type", "application/json")
-		_, _ = w.Write(openAPI)
-	})
-	mux.Handle("/", s.notFound(mux))
-	return s.cors(s.guard(mux))
-}
-
-func (s *Server) health(mux *http.ServeMux) {
-	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
-		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
-	})
-	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
-		ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
-		defer cancel()
-		if err := s.d.Store().Ping(ctx); err != nil {
-			s.log.WarnContext(ctx, "store not ready", "err", err)
-			writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "unavailable", "error": "the store does not answer"})
-			return
-		}
-		writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})
-	})
+	writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})
 }
 
 type tenantKey struct{}

@@ -221,14 +221,3 @@ func (s *Server) toHTTP(err error) *httpError {
 	}
 	return errorf(http.StatusInternalServerError, "Internal server error")
 }
-
-// InternalHandler serves the worker-facing listener: health checks here; the worker dialects
-// register their routes on it.
-func (s *Server) InternalHandler() http.Handler {
-	mux := http.NewServeMux()
-	s.health(mux)
-	s.registerInternal(mux)
-	s.registerStream(mux)
-	mux.Handle("/", s.notFound(mux))
-	return s.guard(mux)
-}

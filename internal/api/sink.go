@@ -199,8 +199,11 @@ func (s *Server) batchDeadLetters(w http.ResponseWriter, r *http.Request) (any, 
 	return map[string]any{"dead_letters": out}, nil
 }
 
-// POST /datasets/{name}/dead-letters/{id}/retry
+// POST /datasets/{name}/dead-letters/{id}/retry: no body.
 func (s *Server) retryBatch(w http.ResponseWriter, r *http.Request) (any, error) {
+	if err := emptyBody(r); err != nil {
+		return nil, err
+	}
 	id, err := strconv.ParseInt(r.PathValue("id"), 10, 64)
 	if err != nil || id <= 0 {
 		return nil, errorf(http.StatusNotFound, "Buffer batch not found")

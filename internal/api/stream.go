@@ -41,15 +41,6 @@ const (
 	streamMaxWorkerID = 256
 )
 
-// registerStream adds seed 002's routes to the internal listener.
-func (s *Server) registerStream(mux *http.ServeMux) {
-	mux.Handle("POST /internal/worker/claim", s.serve(s.streamRefusals(s.streamClaim)))
-	mux.Handle("POST /internal/worker/heartbeat", s.serve(s.streamRefusals(s.streamHeartbeat)))
-	mux.Handle("POST /internal/worker/complete", s.serve(s.streamRefusals(s.streamComplete)))
-	mux.Handle("POST /internal/worker/fail", s.serve(s.streamRefusals(s.streamFail)))
-	s.registerBatch(mux)
-}
-
 // POST /internal/worker/claim {worker_id, streams, max_wait_ms}
 func (s *Server) streamClaim(w http.ResponseWriter, r *http.Request) (any, error) {
 	obj, err := workerBody(r)
