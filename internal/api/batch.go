@@ -37,7 +37,7 @@ func (s *Server) streamClaimBatch(w http.ResponseWriter, r *http.Request) (any, 
 	if maxTasks == nil || *maxTasks < 1 || *maxTasks > batchMax {
 		return nil, errorf(http.StatusBadRequest, "body.max_tasks is required: an integer from 1 to %d", batchMax)
 	}
-	claims, err := s.streamClaimWait(r, obj, *maxTasks)
+	claims, err := s.streamClaimWait(w, r, obj, *maxTasks)
 	if err != nil {
 		return nil, err
 	}
