@@ -70,7 +70,7 @@ func TestCompletionDuringANetworkPartitionIsDeliveredOnce(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer p.Close()
+	t.Cleanup(func() { p.Close() }) // after the worker stopped: it may still be reading an answer
 	h, started, release := heldHandler()
 	jobID, ids := s.submit(spec{key: "only", name: "cut"})
 	start(t, "http://"+p.Addr(), map[string]worker.Handler{"cut": h})
