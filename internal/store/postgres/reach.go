@@ -14,7 +14,8 @@ package postgres
 //
 //   - Every connection is dialled with TCP keepalives of 15 s idle, then every 5 s, 3 probes,
 //     and, on Linux, a TCP_USER_TIMEOUT of 20 s: a connection whose peer stopped acknowledging
-//     is closed by the kernel after 20 s of unacknowledged data, or 30 s of silence when idle.
+//     is closed by the kernel after 20 s of unacknowledged data, and an idle one whose peer is
+//     gone about 20 s after it last heard from it (the second keepalive goes unanswered).
 //     Connecting is bounded by connect_timeout, 10 s unless the URL sets it. Sessions get
 //     idle_in_transaction_session_timeout of 60 s unless the URL sets it, so that PostgreSQL
 //     rolls back a transaction whose client vanished mid-way and frees its row locks, instead of
