@@ -8,9 +8,12 @@ package postgres
 // context, and neither a server request (whose context lasts as long as its client waits) nor a
 // group commit (which must finish what it started whatever its callers do) has a deadline; so a
 // request could hang until the kernel gave up on the connection: about 15 minutes for a query
-// whose packets go unacknowledged (tcp_retries2), forever behind a proxy that holds them.
+// whose packets go unacknowledged (tcp_retries2), about 2.5 minutes for one acknowledged by a
+// host that then vanished (Go's default keepalives: 15 s, then 9 probes 15 s apart), forever
+// behind a proxy or middlebox that holds them. A group commit stuck so held up every transition
+// queued behind it.
 //
-// Three bounds, from the narrowest case to the widest:
+// Two layers bound it, for one dead connection and for a database gone:
 //
 //   - Every connection is dialled with TCP keepalives of 15 s idle, then every 5 s, 3 probes,
 //     and, on Linux, a TCP_USER_TIMEOUT of 20 s: a connection whose peer stopped acknowledging
