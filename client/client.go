@@ -7,7 +7,8 @@
 //
 // Every answer other than 2xx is returned as an *APIError. Requests that are safe to repeat
 // (GETs, and a job submission that carries an idempotency key) are retried when the server
-// answers 429 Too Many Requests, after the delay its Retry-After header asks for.
+// answers 429 Too Many Requests or 503 Service Unavailable (its database is unavailable for a
+// moment), after the delay its Retry-After header asks for.
 package client
 
 import (
@@ -112,8 +113,8 @@ type request struct {
 	retry bool
 }
 
-// do sends r, retrying on 429 when r allows it, and decodes a 2xx JSON answer into out (unless
-// out is nil). It returns the answer's header.
+// do sends r, retrying on 429 and 503 when r allows it, and decodes a 2xx JSON answer into out
+// (unless out is nil). It returns the answer's header.
 func (c *Client) do(ctx context.Context, r request, out any) (http.Header, error) {
 	for try := 1; ; try++ {
 		res, err := c.send(ctx, r, "application/json")
@@ -133,7 +134,7 @@ func (c *Client) do(ctx context.Context, r request, out any) (http.Header, error
 			return res.Header, nil
 		}
 		apiErr := readAPIError(res)
-		if !r.retry || try >= maxTries || apiErr.Status != http.StatusTooManyRequests {
+		if !r.retry || try >= maxTries || (apiErr.Status != http.StatusTooManyRequests && apiErr.Status != http.StatusServiceUnavailable) {
 			return nil, apiErr
 		}
 		wait := apiErr.RetryAfter
@@ -147,7 +148,7 @@ func (c *Client) do(ctx context.Context, r request, out any) (http.Header, error
 		select {
 		case <-ctx.Done():
 			t.Stop()
-			return nil, fmt.Errorf("baton: %s %s: waiting to retry after 429: %w", r.method, r.path, ctx.Err())
+			return nil, fmt.Errorf("baton: %s %s: waiting to retry after %d: %w", r.method, r.path, apiErr.Status, ctx.Err())
 		case <-t.C:
 		}
 	}

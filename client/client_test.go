@@ -629,6 +629,39 @@ func TestRetry_GivesUpAfterThreeTries(t *testing.T) {
 	}
 }
 
+// A 503 (the server's database unavailable for a moment) is retried like a 429, and only where
+// repeating the request is safe.
+func TestRetry_ServiceUnavailableIsRetried(t *testing.T) {
+	t.Parallel()
+	var tries atomic.Int32
+	url, n := stub(t, func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		if tries.Add(1) < 3 {
+			w.Header().Set("Retry-After", "0")
+			w.WriteHeader(http.StatusServiceUnavailable)
+			io.WriteString(w, `{"error":"The database is unavailable; try again later"}`)
+			return
+		}
+		io.WriteString(w, `{"jobId":"j","status":"processing","progress":{}}`)
+	})
+	if _, err := client.New(url, "k").GetJob(context.Background(), "j"); err != nil {
+		t.Fatalf("GET after two 503s: %v", err)
+	}
+	if n.Load() != 3 {
+		t.Errorf("GET: %d tries, want 3", n.Load())
+	}
+	// A submission without an idempotency key is not repeated.
+	tries.Store(0)
+	n.Store(0)
+	_, err := client.New(url, "k").SubmitJob(context.Background(), client.SubmitJobRequest{})
+	if e := apiError(t, err, http.StatusServiceUnavailable); e.Message != "The database is unavailable; try again later" {
+		t.Errorf("message %q", e.Message)
+	}
+	if n.Load() != 1 {
+		t.Errorf("POST without an idempotency key: %d tries, want 1", n.Load())
+	}
+}
+
 func TestRetry_WaitEndsWithTheContext(t *testing.T) {
 	t.Parallel()
 	url, n := stub(t, func(w http.ResponseWriter, r *http.Request) {

@@ -19,7 +19,7 @@ type submitConfig struct {
 
 // WithIdempotencyKey sends key as the Idempotency-Key header: a submission repeated with the same
 // key and body returns the job the first one created instead of a new job. It also makes the
-// submission safe to retry, so the client retries it on 429 like a GET.
+// submission safe to retry, so the client retries it on 429 and 503 like a GET.
 func WithIdempotencyKey(key string) SubmitOption {
 	return func(c *submitConfig) { c.idempotencyKey = key }
 }
@@ -137,7 +137,7 @@ const DefaultWatchInterval = time.Second
 
 // Watch polls a job every interval until it has finished and returns it in its final state.
 // fn, if not nil, sees the job after every poll, the last one included. A failed poll ends the
-// watch with its error (a 429 is retried first, as for every GET).
+// watch with its error (a 429 or 503 is retried first, as for every GET).
 func (c *Client) Watch(ctx context.Context, jobID string, interval time.Duration, fn func(*Job)) (*Job, error) {
 	if interval <= 0 {
 		interval = DefaultWatchInterval

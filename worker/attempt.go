@@ -204,9 +204,12 @@ const (
 	abandoned          // Run gave up at the end of shutdown
 )
 
-// report sends a report until the server decides on it, retrying network errors and 5xx answers
-// with backoff. A report is idempotent on the server, so repeating one whose answer was lost is
-// safe.
+// report sends a report until the server decides on it, retrying network errors, timeouts, 5xx,
+// 408 and 429 answers with backoff (longer when the answer's Retry-After asks for it), for as long
+// as Run lasts: a server or database that is unreachable for a while delays an outcome but never
+// loses it. It stops when the server accepts the report, answers that the attempt is no longer
+// this worker's (409, 410, 404: the lease is lost), or refuses the report for good (another 4xx).
+// A report is idempotent on the server, so repeating one whose answer was lost is safe.
 func (w *Worker) report(a *attempt, what, path string, body map[string]any) (delivery, error) {
 	var b backoff
 	for {
@@ -231,7 +234,7 @@ func (w *Worker) report(a *attempt, what, path string, body map[string]any) (del
 			return refused, err
 		}
 		a.log.WarnContext(w.runCtx, "report failed, retrying", "outcome", what, "err", err)
-		if !sleep(w.reportCtx, b.next()) {
+		if !sleep(w.reportCtx, b.after(err)) {
 			w.unreported.Add(1)
 			a.abandoned.Store(true)
 			a.log.ErrorContext(w.runCtx, "outcome not reported: the worker stopped", "outcome", what, "err", err)
@@ -285,7 +288,8 @@ func (w *Worker) heartbeat(ctx context.Context, a *attempt) {
 			return
 		default:
 			a.log.WarnContext(w.runCtx, "heartbeat failed, retrying", "err", err)
-			timer.Reset(min(a.every, b.next()))
+			// Never later than the next beat would be: the lease must not run out meanwhile.
+			timer.Reset(min(a.every, b.after(err)))
 		}
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"maps"
 	"net/http"
 	"sync"
+	"time"
 )
 
 // Batching beyond seed 002: a claim asks for as many tasks as the worker has free slots
@@ -121,6 +122,9 @@ func (r *reporter) send(batch []*reportItem) {
 		}
 		e.Code, _ = res["error"].(string)
 		e.Message, _ = res["message"].(string)
+		if secs, ok := res["retry_after"].(float64); ok && secs > 0 {
+			e.RetryAfter = time.Duration(secs * float64(time.Second))
+		}
 		it.done <- reportResult{err: e}
 	}
 }

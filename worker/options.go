@@ -45,7 +45,9 @@ func WithQueues(queues ...string) Option {
 func WithConcurrency(n int) Option { return func(c *config) { c.concurrency = n } }
 
 // WithBatchSize sets how many claim requests are in flight at once (default 1). The worker never
-// claims more tasks than it has free slots, so values above the concurrency do not help.
+// claims more tasks than it has free slots, so values above the concurrency do not help. The
+// server lets one worker id have 8 claims waiting at once; more are refused (429) and sent again
+// a second later.
 func WithBatchSize(n int) Option { return func(c *config) { c.batchSize = n } }
 
 // WithHeartbeatInterval caps the interval between heartbeats. The worker heartbeats every

@@ -28,7 +28,7 @@ func (w *Worker) wakeLoop(ctx context.Context, queues []string, c transport.Cons
 			}
 			if err != nil {
 				w.log.WarnContext(ctx, "wake-up claim failed", "err", err)
-				if !sleep(ctx, b.next()) {
+				if !sleep(ctx, b.after(err)) {
 					return
 				}
 			}

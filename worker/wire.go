@@ -9,6 +9,8 @@ import (
 	"io"
 	"math/rand/v2"
 	"net/http"
+	"strconv"
+	"strings"
 	"time"
 )
 
@@ -32,6 +34,8 @@ const (
 	// Retries of heartbeats, reports and claims back off exponentially between these bounds.
 	minBackoff = 100 * time.Millisecond
 	maxBackoff = 10 * time.Second
+	// maxRetryAfter caps how long a Retry-After makes a retry wait.
+	maxRetryAfter = time.Minute
 )
 
 // apiError is a non-2xx answer of the server.
@@ -40,6 +44,9 @@ type apiError struct {
 	Status  int
 	Code    string // the body's "error"
 	Message string // the body's "message"
+	// RetryAfter is the delay the answer's Retry-After header asked for (a 503 while the
+	// server's database is unreachable, a 429), or 0.
+	RetryAfter time.Duration
 }
 
 func (e *apiError) Error() string {
@@ -87,7 +94,7 @@ func (w *Worker) post(ctx context.Context, timeout time.Duration, path string, b
 		return fmt.Errorf("baton worker: %s: read the answer: %w", path, err)
 	}
 	if res.StatusCode/100 != 2 {
-		e := &apiError{Path: path, Status: res.StatusCode}
+		e := &apiError{Path: path, Status: res.StatusCode, RetryAfter: retryAfter(res.Header.Get("Retry-After"))}
 		var b struct {
 			Error   any    `json:"error"`
 			Message string `json:"message"`
@@ -115,6 +122,31 @@ func (b *backoff) next() time.Duration {
 	d := min(maxBackoff, minBackoff<<min(b.n, 20))
 	b.n++
 	return time.Duration(float64(d) * (0.5 + rand.Float64()))
+}
+
+// after is the delay before trying again after err: the next backoff, or longer when the
+// server's answer asked for longer with Retry-After (up to maxRetryAfter).
+func (b *backoff) after(err error) time.Duration {
+	d := b.next()
+	var e *apiError
+	if errors.As(err, &e) && e.RetryAfter > d {
+		d = min(e.RetryAfter, maxRetryAfter)
+	}
+	return d
+}
+
+// retryAfter parses a Retry-After header: a number of seconds or an HTTP date; 0 for none.
+func retryAfter(v string) time.Duration {
+	if v == "" {
+		return 0
+	}
+	if secs, err := strconv.Atoi(strings.TrimSpace(v)); err == nil && secs >= 0 {
+		return time.Duration(secs) * time.Second
+	}
+	if t, err := http.ParseTime(v); err == nil {
+		return max(time.Until(t), 0)
+	}
+	return 0
 }
 
 func (b *backoff) reset() { b.n = 0 }

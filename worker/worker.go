@@ -27,10 +27,12 @@
 // A successful output is always offered to the server, which accepts it only from the attempt
 // that still holds the task: after a timeout, only while no newer attempt has been claimed.
 //
-// Reports are retried with exponential backoff (100 ms to 10 s, jittered) on network errors and
-// 5xx answers until the server acknowledges them or answers that the attempt is no longer this
-// worker's (409, 410); a report repeated after a lost answer is acknowledged again without a
-// second effect. The worker speaks the stream-worker dialect (/internal/worker/...) and reports a
+// Reports are retried with exponential backoff (100 ms to 10 s, jittered, or longer when an
+// answer's Retry-After asks for it) on network errors, timeouts and 5xx, 408 and 429 answers, for
+// as long as Run lasts, until the server acknowledges them, answers that the attempt is no longer
+// this worker's (409, 410, 404) or refuses them for good (another 4xx); a report repeated after a
+// lost answer is acknowledged again without a second effect. Heartbeats and claims are retried
+// the same way. The worker speaks the stream-worker dialect (/internal/worker/...) and reports a
 // cancelled attempt through /internal/task-complete.
 //
 // For the push runtime, where Baton POSTs each task to an HTTP target instead, the target checks
@@ -352,7 +354,7 @@ func (w *Worker) claimLoop(ctx context.Context, queues []string) {
 			}
 			if err != nil {
 				w.log.WarnContext(ctx, "claim failed", "err", err)
-				if !sleep(ctx, b.next()) {
+				if !sleep(ctx, b.after(err)) {
 					return
 				}
 			}

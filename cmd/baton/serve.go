@@ -48,6 +48,7 @@ type serverFlags struct {
 	blobURL, dataDatabaseURL string
 	sink                     bool
 	sinkFlags                sinkFlags
+	http                     httpLimits // both listeners'
 }
 
 // sinkFlags tune a sink, in baton sink and in a server's own.
@@ -91,6 +92,7 @@ func (c *corsFlag) Set(v string) (err error) {
 }
 
 func (f *serverFlags) register(fs *flag.FlagSet) {
+	f.http = defaultHTTPLimits
 	def := dispatch.DefaultDefaults
 	fs.StringVar(&f.listen, "listen", "127.0.0.1:8080", "address of the producer API")
 	fs.StringVar(&f.internalListen, "internal-listen", "127.0.0.1:8081", "address of the worker-facing /internal/* API")
@@ -222,7 +224,7 @@ func (ls *listeners) close() {
 
 // bind loads the internal listener's certificates, when its TLS flags are set, and opens both
 // listeners. A TLS handshake runs on each connection's own goroutine, bounded by the server's
-// ReadHeaderTimeout, so a stalled client does not hold up Accept.
+// ReadHeaderTimeout (httpLimits), so a stalled client does not hold up Accept.
 func (f *serverFlags) bind(ctx context.Context) (*listeners, error) {
 	useTLS, err := f.internalTLS()
 	if err != nil {
@@ -358,10 +360,7 @@ func serve(ctx context.Context, f *serverFlags, ls *listeners, st store.Store, l
 	defer stopListening()
 	go d.ListenForWakeups(listenCtx)
 
-	servers := []*http.Server{
-		{Handler: s.ProducerHandler(), ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)},
-		{Handler: s.InternalHandler(), ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)},
-	}
+	servers := []*http.Server{newHTTPServer(s.ProducerHandler(), f.http, log), newHTTPServer(s.InternalHandler(), f.http, log)}
 	errs := make(chan error, 2)
 	for i, l := range []net.Listener{ls.producer, ls.internal} {
 		go func() { errs <- servers[i].Serve(l) }()

@@ -65,14 +65,15 @@ func runServer(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		fmt.Fprintln(stderr, "baton server:", err)
 		return 1
 	}
-	st, err := postgres.Open(ctx, *dbURL, postgres.Options{MaxConns: *maxConns, Migrate: *migrate})
+	log := newLogger(stderr)
+	// Watch: while the database does not answer, requests fail fast with 503 instead of hanging.
+	st, err := postgres.Open(ctx, *dbURL, postgres.Options{MaxConns: *maxConns, Migrate: *migrate, Watch: true, Logger: log})
 	if err != nil {
 		ls.close()
 		fmt.Fprintln(stderr, "baton server:", err)
 		return 1
 	}
 	defer st.Close()
-	log := newLogger(stderr)
 	if ls.internalTLS {
 		log.Info("baton server started", "producer", ls.producer.Addr().String(), "internal", ls.internal.Addr().String(), "internal_tls", "mutual TLS, client certificate required")
 	} else {

@@ -3,6 +3,7 @@ package api
 import (
 	"encoding/json"
 	"net/http"
+	"strconv"
 	"sync"
 
 	"github.com/baton-dev/baton/internal/dispatch"
@@ -31,7 +32,7 @@ func (s *Server) streamClaimBatch(w http.ResponseWriter, r *http.Request) (any, 
 	if maxTasks == nil || *maxTasks < 1 || *maxTasks > batchMax {
 		return nil, errorf(http.StatusBadRequest, "body.max_tasks is required: an integer from 1 to %d", batchMax)
 	}
-	claims, err := s.streamClaimWait(r, obj, *maxTasks)
+	claims, err := s.streamClaimWait(w, r, obj, *maxTasks)
 	if err != nil {
 		return nil, err
 	}
@@ -44,7 +45,8 @@ func (s *Server) streamClaimBatch(w http.ResponseWriter, r *http.Request) (any, 
 
 // POST /internal/worker/report-batch {worker_id, reports: [{type: "complete"|"fail", ...the body
 // of /internal/worker/complete or /fail without worker_id}]}
-// → {"results": [{"status": <the status the per-task endpoint would answer>, ...its body}]}
+// → {"results": [{"status": <the status the per-task endpoint would answer>, ...its body,
+// "retry_after": <its Retry-After header in seconds, when it has one>}]}
 //
 // The reports are applied concurrently, so group commit puts them in as few transactions as it
 // can; each is fenced and idempotent exactly as alone. The request answers 200 once every report
@@ -94,6 +96,11 @@ func (s *Server) streamReportBatch(w http.ResponseWriter, r *http.Request) (any,
 		out := map[string]any{"status": he.status}
 		for k, v := range he.body {
 			out[k] = v
+		}
+		// The per-task endpoint's Retry-After header (a 503 while the database is unreachable),
+		// in seconds: a batch's items have no headers of their own.
+		if secs, err := strconv.Atoi(he.header.Get("Retry-After")); err == nil {
+			out["retry_after"] = secs
 		}
 		results[i] = out
 	}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -22,6 +23,11 @@ func readBody(r *http.Request) ([]byte, error) {
 	var tooLarge *http.MaxBytesError
 	if errors.As(err, &tooLarge) {
 		return nil, err
+	}
+	if errors.Is(err, os.ErrDeadlineExceeded) {
+		// The listener's read timeout passed before the whole body came (a client too slow, or
+		// one that stopped sending): the connection is closed after this answer.
+		return nil, errorf(http.StatusRequestTimeout, "the request body did not arrive within the server's read timeout")
 	}
 	if err != nil {
 		return nil, errorf(http.StatusBadRequest, "could not read the request body: %v", err)

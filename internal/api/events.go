@@ -32,6 +32,10 @@ func (s *Server) streamEvents(w http.ResponseWriter, r *http.Request, jobID stri
 	h.Set("Content-Type", "text/event-stream")
 	h.Set("Cache-Control", "no-cache")
 	h.Set("X-Accel-Buffering", "no")
+	// The stream lasts until the job ends, past the listener's write timeout: each write gets
+	// answerWindow instead (a keep-alive at least every 15 s extends it), so that a client that
+	// stops reading is still cut off.
+	holdOpen(w, 0)
 	w.WriteHeader(http.StatusOK)
 	flusher.Flush()
 
@@ -51,6 +55,7 @@ func (s *Server) streamEvents(w http.ResponseWriter, r *http.Request, jobID stri
 			return nil // the stream is open; a 404 can no longer be sent
 		}
 		finished := job.Status != lifecycle.JobProcessing
+		holdOpen(w, 0)
 		for {
 			events, err := s.d.JobEvents(ctx, tenant, jobID, floor, 1000)
 			if err != nil {

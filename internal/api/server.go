@@ -41,6 +41,9 @@ type Config struct {
 	// origins such as "https://app.example.com" (ParseCORSOrigins reads and checks a list).
 	// Empty: no CORS.
 	CORSOrigins []string
+	// MaxPollsPerWorker caps the claim long polls one worker id may have waiting at once (more
+	// are answered 429 with Retry-After); 0: DefaultMaxPollsPerWorker, negative: no cap.
+	MaxPollsPerWorker int
 }
 
 // Server serves Baton's HTTP APIs.
@@ -55,6 +58,7 @@ type Server struct {
 	pushTargets map[string]string
 	wakeups     transport.MessageIDs
 	corsPolicy  corsPolicy
+	polls       *pollCounter
 
 	tenantMu sync.Mutex
 	tenants  map[string]string // job id → tenant, for minting tokens
@@ -70,7 +74,8 @@ func (s *Server) Drain() { s.drain() }
 // New returns a Server.
 func New(cfg Config) *Server {
 	s := &Server{d: cfg.Dispatcher, auth: cfg.Auth, tokens: cfg.Tokens, log: cfg.Logger, maxBody: cfg.MaxBodyBytes, poll: cfg.EventPoll,
-		pushTargets: cfg.PushTargets, wakeups: cfg.Wakeups, corsPolicy: newCORSPolicy(cfg.CORSOrigins)}
+		pushTargets: cfg.PushTargets, wakeups: cfg.Wakeups, corsPolicy: newCORSPolicy(cfg.CORSOrigins),
+		polls: newPollCounter(cfg.MaxPollsPerWorker)}
 	if s.log == nil {
 		s.log = slog.Default()
 	}

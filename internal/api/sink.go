@@ -54,6 +54,7 @@ func (s *Server) sinkClaim(w http.ResponseWriter, r *http.Request) (any, error) 
 	if f.err != nil {
 		return nil, f.err
 	}
+	holdOpen(w, p.Wait)
 	// A wait ends early, with no message, when the server starts shutting down.
 	ctx, cancel := context.WithCancel(r.Context())
 	defer cancel()

@@ -47,7 +47,7 @@ func (s *Server) streamClaim(w http.ResponseWriter, r *http.Request) (any, error
 	if err != nil {
 		return nil, err
 	}
-	claims, err := s.streamClaimWait(r, obj, 1)
+	claims, err := s.streamClaimWait(w, r, obj, 1)
 	if err != nil {
 		return nil, err
 	}
@@ -65,7 +65,7 @@ func (s *Server) streamClaim(w http.ResponseWriter, r *http.Request) (any, error
 // for up to limit tasks. It returns when tasks are claimed, when max_wait_ms passes, or when the
 // worker hangs up (nothing was claimed then); a server shutting down ends waiting long polls at
 // once, empty-handed, instead of holding up the shutdown for up to max_wait_ms.
-func (s *Server) streamClaimWait(r *http.Request, obj map[string]json.RawMessage, limit int) ([]*dispatch.Claim, error) {
+func (s *Server) streamClaimWait(w http.ResponseWriter, r *http.Request, obj map[string]json.RawMessage, limit int) ([]*dispatch.Claim, error) {
 	f := fields{obj: obj, where: "body"}
 	workerID := f.str("worker_id")
 	wait := f.int64p("max_wait_ms")
@@ -90,6 +90,11 @@ func (s *Server) streamClaimWait(r *http.Request, obj map[string]json.RawMessage
 		// Refuse before taking a lease that could not be handed out with its token.
 		return nil, errors.New("api: no capability token issuer configured (Config.Tokens)")
 	}
+	release, err := s.longPoll(w, workerID, maxWait)
+	if err != nil {
+		return nil, err
+	}
+	defer release()
 	ctx, cancel := context.WithCancel(r.Context())
 	defer cancel()
 	stop := context.AfterFunc(s.drainCtx, cancel)
@@ -565,6 +570,8 @@ func streamStatusName(status int) string {
 		return "conflict"
 	case http.StatusRequestEntityTooLarge:
 		return "payload_too_large"
+	case http.StatusRequestTimeout:
+		return "request_timeout"
 	case http.StatusTooManyRequests:
 		return "rate_limited"
 	case 499:

@@ -15,7 +15,8 @@ import (
 // dispatcher then does the work again itself, each transition in a transaction of its own (never
 // as the group that failed), after a random pause up to a bound that doubles each time ("full
 // jitter"), for up to Config.RetryFor. Only a database that stays unreachable that long reaches
-// the caller, as ErrUnavailable.
+// the caller, as ErrUnavailable; or one its store already knows does not answer
+// (store.Reachability), at once, so that a request fails fast instead of waiting out RetryFor.
 //
 // Doing a transition again is safe because each is fenced or idempotent: a report that did commit
 // before the connection broke is found the second time as a repeat; a job's id is chosen before
@@ -45,8 +46,15 @@ func (d *Dispatcher) Unavailable(err error) bool {
 	return errors.Is(err, ErrUnavailable) || d.store.Transient(err)
 }
 
+// unreachable reports whether the store knows its database does not answer (store.Reachability):
+// trying again now would only fail again, so the caller is told at once.
+func (d *Dispatcher) unreachable() bool {
+	r, ok := d.store.(store.Reachability)
+	return ok && r.Unreachable() != nil
+}
+
 // retry calls fn until it succeeds, fails for a reason other than the database, or RetryFor has
-// passed since the first call.
+// passed since the first call, or the store knows its database does not answer.
 func (d *Dispatcher) retry(ctx context.Context, fn func() error) error {
 	giveUp := time.Now().Add(d.retryFor)
 	pause := firstRetryPause
@@ -55,7 +63,7 @@ func (d *Dispatcher) retry(ctx context.Context, fn func() error) error {
 		if err == nil || !d.store.Transient(err) {
 			return err
 		}
-		if ctx.Err() != nil || time.Now().After(giveUp) {
+		if ctx.Err() != nil || time.Now().After(giveUp) || d.unreachable() {
 			d.log.WarnContext(ctx, "transient database failure; giving up", "err", err)
 			return fmt.Errorf("%w: %w", ErrUnavailable, err)
 		}

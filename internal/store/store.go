@@ -18,7 +18,20 @@ var (
 	ErrConflict = errors.New("conflict")
 	// ErrLeaseLost: a fenced write matched no row; the caller no longer owns the state it read.
 	ErrLeaseLost = errors.New("lease lost")
+	// ErrUnreachable: the store found its database unreachable (Reachability) and did not send
+	// the work. It is transient: the same work may succeed once the database answers again.
+	ErrUnreachable = errors.New("the database is unreachable")
 )
+
+// Reachability is implemented by stores that watch whether their database answers (PostgreSQL,
+// when asked to). While it does not, work fails at once with an error wrapping ErrUnreachable
+// instead of waiting on a connection that will not answer, and work that was waiting is cut
+// short: callers should answer "try again later" rather than retry on their own.
+type Reachability interface {
+	// Unreachable returns nil while the database answers, else an error wrapping ErrUnreachable
+	// that says since when and why.
+	Unreachable() error
+}
 
 // Store is the only source of truth. Every state change runs inside InTx; reads outside a
 // transaction use the Reader methods.

@@ -3,6 +3,7 @@
 package postgres
 
 import (
+	"cmp"
 	"context"
 	"database/sql"
 	"database/sql/driver"
@@ -12,6 +13,7 @@ import (
 	"hash/fnv"
 	"io"
 	"io/fs"
+	"log/slog"
 	"net"
 	"strings"
 	"syscall"
@@ -33,12 +35,14 @@ var migrations embed.FS
 // Store is a store.Store on a PostgreSQL database.
 type Store struct {
 	*sqldb.DB
-	cfg *pgx.ConnConfig
+	cfg  *pgx.ConnConfig
+	gate *gate
 }
 
 var (
-	_ store.Store    = (*Store)(nil)
-	_ store.Listener = (*Store)(nil)
+	_ store.Store        = (*Store)(nil)
+	_ store.Listener     = (*Store)(nil)
+	_ store.Reachability = (*Store)(nil)
 )
 
 // readyChannel is the NOTIFY channel of task wake-ups between replicas.
@@ -83,6 +87,13 @@ func (s *Store) listen(ctx context.Context, fn func()) {
 type Options struct {
 	MaxConns int  // connection pool size; default 16
 	Migrate  bool // apply pending migrations first; otherwise a schema that is behind is an error
+	// Watch probes the database on a connection of its own and, while it does not answer, fails
+	// work at once with store.ErrUnreachable instead of letting it wait (reach.go). For servers:
+	// it costs a connection and a probe every ProbeEvery.
+	Watch        bool
+	ProbeEvery   time.Duration // default DefaultProbeEvery
+	ProbeTimeout time.Duration // default DefaultProbeTimeout
+	Logger       *slog.Logger  // says when the database becomes unreachable and answers again; default slog.Default()
 }
 
 // ErrSchemaBehind: the database lacks migrations this binary needs.
@@ -90,6 +101,15 @@ var ErrSchemaBehind = errors.New("the database schema is not up to date: run `ba
 
 // Open connects to the database at url (a postgres:// URL or key=value string).
 func Open(ctx context.Context, url string, opts Options) (*Store, error) {
+	cfg, err := parseConfig(url)
+	if err != nil {
+		return nil, err
+	}
+	return openDB(ctx, cfg, opts)
+}
+
+// parseConfig reads url and sets what it leaves unset to Baton's defaults.
+func parseConfig(url string) (*pgx.ConnConfig, error) {
 	cfg, err := pgx.ParseConfig(url)
 	if err != nil {
 		return nil, fmt.Errorf("parse database url: %w", err)
@@ -106,6 +126,22 @@ func Open(ctx context.Context, url string, opts Options) (*Store, error) {
 		// for ~20 ms to run it in well under one. Baton's statements are all short.
 		cfg.RuntimeParams["jit"] = "off"
 	}
+	if cfg.ConnectTimeout == 0 {
+		cfg.ConnectTimeout = defaultConnectTimeout
+	}
+	if _, set := cfg.RuntimeParams["idle_in_transaction_session_timeout"]; !set {
+		// A transaction whose client vanished mid-way is rolled back, and its locks freed (reach.go).
+		cfg.RuntimeParams["idle_in_transaction_session_timeout"] = defaultIdleInTxTimeout
+	}
+	return cfg, nil
+}
+
+// openDB is the part of Open after the configuration.
+func openDB(ctx context.Context, cfg *pgx.ConnConfig, opts Options) (*Store, error) {
+	g := newGate(cmp.Or(opts.Logger, slog.Default()))
+	probeCfg := cfg.Copy()
+	probeCfg.DialFunc = g.dial // the probe's own connection is not closed with the pool's
+	cfg.DialFunc = g.dialContext
 	db := stdlib.OpenDB(*cfg)
 	db.SetMaxOpenConns(cmpOr(opts.MaxConns, 16))
 	db.SetMaxIdleConns(cmpOr(opts.MaxConns, 16))
@@ -122,15 +158,31 @@ func Open(ctx context.Context, url string, opts Options) (*Store, error) {
 		db.Close()
 		return nil, err
 	}
-	return &Store{DB: sqldb.New(db, db, sqldb.Dialect{
+	dialect := sqldb.Dialect{
 		Notify:    "SELECT pg_notify('" + readyChannel + "', '')",
 		LockRow:   " FOR UPDATE",
 		LockSkip:  " FOR UPDATE SKIP LOCKED",
 		MaxParams: 65535,
 		IsUnique:  func(err error) bool { return pgCode(err) == "23505" },
 		Transient: transient,
-	}), cfg: cfg}, nil
+	}
+	var closers []func() error
+	if opts.Watch {
+		dialect.Unreachable = g.err
+		watchCtx, stop := context.WithCancel(context.Background())
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			g.watch(watchCtx, probeCfg, cmp.Or(opts.ProbeEvery, DefaultProbeEvery), cmp.Or(opts.ProbeTimeout, DefaultProbeTimeout))
+		}()
+		closers = append(closers, func() error { stop(); <-done; return nil })
+	}
+	return &Store{DB: sqldb.New(db, db, dialect, closers...), cfg: cfg, gate: g}, nil
 }
+
+// Unreachable implements store.Reachability: nil unless Options.Watch found the database not
+// answering.
+func (s *Store) Unreachable() error { return s.gate.err() }
 
 func provider(db *sql.DB, opts ...goose.ProviderOption) (*goose.Provider, error) {
 	fsys, err := fs.Sub(migrations, "migrations")
@@ -213,7 +265,7 @@ func transient(err error) bool {
 		netErr     net.Error
 		connectErr *pgconn.ConnectError
 	)
-	return errors.Is(err, driver.ErrBadConn) || errors.Is(err, sql.ErrConnDone) ||
+	return errors.Is(err, store.ErrUnreachable) || errors.Is(err, driver.ErrBadConn) || errors.Is(err, sql.ErrConnDone) ||
 		errors.Is(err, pgconn.ErrConnClosed) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
 		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.EPIPE) ||
 		errors.As(err, &netErr) || errors.As(err, &connectErr) || pgconn.SafeToRetry(err)

@@ -44,7 +44,14 @@ type Dialect struct {
 	// Transient reports a failure after which the whole transaction may be run again (see
 	// store.Store.Transient).
 	Transient func(error) bool
+	// Unreachable, when set, reports that the database is known not to answer (see
+	// store.Reachability): transient failures are then not tried again, as they would only fail
+	// again.
+	Unreachable func() error
 }
+
+// unreachable reports whether the dialect knows the database does not answer.
+func (d *Dialect) unreachable() bool { return d.Unreachable != nil && d.Unreachable() != nil }
 
 // DB is a store.Store. Transactions go to write, queries outside them to read; SQLite gives write
 // a single connection, PostgreSQL passes the same pool twice.
@@ -113,7 +120,7 @@ func (db *DB) InTx(ctx context.Context, fn func(store.Tx) error) error {
 func (db *DB) writeTx(ctx context.Context, fn func(*tx) error) error {
 	for run := 1; ; run++ {
 		err := db.runTx(ctx, fn)
-		if err == nil || !db.Transient(err) || run == 5 || ctx.Err() != nil {
+		if err == nil || !db.Transient(err) || run == 5 || ctx.Err() != nil || db.dialect.unreachable() {
 			return err
 		}
 		pauseBeforeTry(run + 1)
@@ -235,7 +242,7 @@ const maxReadTries = 20
 // readAgain reports whether a query outside a transaction that failed with err, on its tries-th
 // try, is to be sent again (reading has no effect to repeat), after pausing for it.
 func (q q) readAgain(ctx context.Context, err error, tries int) bool {
-	if q.inTx || err == nil || !q.d.Transient(err) || tries >= maxReadTries || ctx.Err() != nil {
+	if q.inTx || err == nil || !q.d.Transient(err) || tries >= maxReadTries || ctx.Err() != nil || q.d.unreachable() {
 		return false
 	}
 	pauseBeforeTry(tries + 1)
