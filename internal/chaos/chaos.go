@@ -175,6 +175,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	if err != nil {
 		return nil, err
 	}
+	r.zombies.Wait() // a zombie's worker died in the crash; its SIGCONT goes to the new one, harmlessly
 	// Whatever a fault left behind is healed by now: every process runs again.
 	rep := &Report{Store: cfg.Store, Transport: cfg.Transport, Seed: cfg.Seed, Faults: r.faults}
 	if err := r.verify(ctx, lastHeal, rep); err != nil {

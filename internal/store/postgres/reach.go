@@ -183,6 +183,18 @@ func (c *gatedConn) Close() error {
 	return c.Conn.Close()
 }
 
+// probe pings the database on *conn, connecting it first if it is nil.
+func (g *gate) probe(ctx context.Context, conn **pgx.Conn, cfg *pgx.ConnConfig) error {
+	if *conn == nil {
+		c, err := pgx.ConnectConfig(ctx, cfg)
+		if err != nil {
+			return err
+		}
+		*conn = c
+	}
+	return (*conn).PgConn().Ping(ctx)
+}
+
 // watch probes the database every `every` on a connection of its own (cfg, dialled without the
 // gate) until ctx ends, and holds the database unreachable while probes fail below SQL.
 func (g *gate) watch(ctx context.Context, cfg *pgx.ConnConfig, every, timeout time.Duration) {
@@ -207,14 +219,16 @@ func (g *gate) watch(ctx context.Context, cfg *pgx.ConnConfig, every, timeout ti
 		err := func() error {
 			pctx, cancel := context.WithTimeout(ctx, timeout)
 			defer cancel()
-			if conn == nil {
-				c, err := pgx.ConnectConfig(pctx, cfg)
-				if err != nil {
-					return err
-				}
-				conn = c
+			reused := conn != nil
+			err := g.probe(pctx, &conn, cfg)
+			var pe *pgconn.PgError
+			if err != nil && reused && !errors.As(err, &pe) && pctx.Err() == nil {
+				// The probe's own connection broke (an administrator terminated it, a reset):
+				// that says nothing of the database until a new one fails too.
+				closeConn()
+				err = g.probe(pctx, &conn, cfg)
 			}
-			return conn.PgConn().Ping(pctx)
+			return err
 		}()
 		if ctx.Err() != nil {
 			return

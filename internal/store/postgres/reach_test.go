@@ -102,3 +102,25 @@ func TestWatchFailsFastWhilePartitioned(t *testing.T) {
 		t.Fatalf("ping after healing: %v", err)
 	}
 }
+
+// TestWatchShrugsOffItsOwnBrokenConnection resets every connection, the probe's own included (as
+// pg_terminate_backend or a failover does): the database answers a new connection at once, so
+// the store must not hold it unreachable and fail work meanwhile.
+func TestWatchShrugsOffItsOwnBrokenConnection(t *testing.T) {
+	pp := storetest.OpenProxiedPostgres(t, postgres.Options{MaxConns: 4, Watch: true, ProbeEvery: 50 * time.Millisecond})
+	st := pp.Store
+	ctx := context.Background()
+	for range 5 {
+		pp.Proxy.Reset()
+		deadline := time.Now().Add(300 * time.Millisecond) // six probes
+		for time.Now().Before(deadline) {
+			if err := st.Unreachable(); err != nil {
+				t.Fatalf("held unreachable after its connections were reset: %v", err)
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+	if _, err := st.GetJob(ctx, "no-such-job"); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("read after the resets: %v", err)
+	}
+}
