@@ -246,8 +246,12 @@ func (s *Server) runPipelineJob(w http.ResponseWriter, r *http.Request) (any, er
 		}
 		trigger["input"] = json.RawMessage(compact(body))
 	}
+	key, err := idempotencyKey(r)
+	if err != nil {
+		return nil, err
+	}
 	res, err := s.d.RunSource(r.Context(), dispatch.RunSourceParams{Tenant: tenantOf(r), Pipeline: r.PathValue("name"),
-		Job: r.PathValue("job"), Key: r.Header.Get("Idempotency-Key"), Trigger: trigger})
+		Job: r.PathValue("job"), Key: key, Trigger: trigger})
 	if err != nil {
 		return nil, err
 	}
@@ -270,8 +274,12 @@ func (s *Server) webhook(w http.ResponseWriter, r *http.Request) (any, error) {
 	default:
 		trigger["body"] = string(body)
 	}
+	key, err := idempotencyKey(r)
+	if err != nil {
+		return nil, err
+	}
 	res, err := s.d.RunSource(r.Context(), dispatch.RunSourceParams{Tenant: tenantOf(r), WebhookPath: "/" + r.PathValue("path"),
-		Key: r.Header.Get("Idempotency-Key"), Trigger: trigger})
+		Key: key, Trigger: trigger})
 	if err != nil {
 		return nil, err
 	}

@@ -213,6 +213,17 @@ func TestManualAndWebhookSources(t *testing.T) {
 		wantStatus(t, w.request("POST", w.public.URL+"/webhooks/github/pull", `{}`, "x-api-key", key), http.StatusNotFound)
 		wantStatus(t, w.request("POST", w.public.URL+"/webhooks/github/push", `{}`), http.StatusUnauthorized)
 		wantStatus(t, w.request("POST", w.public.URL+"/webhooks/github/push", `{}`, "x-api-key", w.apiKey("other")), http.StatusNotFound)
+
+		// An Idempotency-Key is at most 255 characters here too, as for POST /jobs: a longer one
+		// (a few thousand random characters) failed PostgreSQL's unique index with a 500.
+		long := strings.Repeat("k", 255)
+		wantStatus(t, w.request("POST", w.public.URL+"/pipelines/hooks/jobs/backfill/run", nil, "x-api-key", key, "Idempotency-Key", long), http.StatusCreated)
+		wantStatus(t, w.request("POST", w.public.URL+"/webhooks/github/push", `{}`, "x-api-key", key, "Idempotency-Key", long), http.StatusCreated)
+		tooLong := long + "k"
+		wantError(t, w.request("POST", w.public.URL+"/pipelines/hooks/jobs/backfill/run", nil, "x-api-key", key, "Idempotency-Key", tooLong),
+			http.StatusBadRequest, "Idempotency-Key must be at most 255 characters")
+		wantError(t, w.request("POST", w.public.URL+"/webhooks/github/push", `{}`, "x-api-key", key, "Idempotency-Key", tooLong),
+			http.StatusBadRequest, "Idempotency-Key must be at most 255 characters")
 	})
 }
 

@@ -90,9 +90,9 @@ func (s *Server) createJob(w http.ResponseWriter, r *http.Request) (any, error) 
 	if err := s.checkPushTargets(tasks); err != nil {
 		return nil, err
 	}
-	key := r.Header.Get("Idempotency-Key")
-	if len(key) > 255 {
-		return nil, errorf(http.StatusBadRequest, "Idempotency-Key must be at most 255 characters")
+	key, err := idempotencyKey(r)
+	if err != nil {
+		return nil, err
 	}
 	hash := sha256.Sum256(body)
 	res, err := s.d.CreateJob(r.Context(), dispatch.CreateJobParams{Tenant: tenantOf(r), Name: name,
@@ -114,6 +114,19 @@ func (s *Server) createJob(w http.ResponseWriter, r *http.Request) (any, error) 
 		"rootTasks":  roots,
 		"createdAt":  res.Job.CreatedAt.UnixMilli(),
 	}}, nil
+}
+
+// maxIdempotencyKey bounds an Idempotency-Key: the key is kept in a unique index, and PostgreSQL
+// cannot index a long text.
+const maxIdempotencyKey = 255
+
+// idempotencyKey reads the Idempotency-Key header ("" when there is none).
+func idempotencyKey(r *http.Request) (string, error) {
+	key := r.Header.Get("Idempotency-Key")
+	if len(key) > maxIdempotencyKey {
+		return "", errorf(http.StatusBadRequest, "Idempotency-Key must be at most %d characters", maxIdempotencyKey)
+	}
+	return key, nil
 }
 
 // POST /jobs/{jobId}/tasks

@@ -220,8 +220,8 @@ func value(typ string, raw json.RawMessage) (any, string) {
 		}
 		return t.UTC().Truncate(time.Microsecond), ""
 	case pipeline.TypeJSON:
-		if hasNULEscape(raw) {
-			return nil, "must not hold the character U+0000"
+		if reason := badEscape(raw); reason != "" {
+			return nil, reason
 		}
 		if !utf8.Valid(raw) {
 			return nil, "must be valid UTF-8"
@@ -283,16 +283,47 @@ func integer(lit string) (any, string) {
 	return v, ""
 }
 
-// hasNULEscape reports whether a JSON text holds the escape \u0000 in one of its strings.
-func hasNULEscape(raw []byte) bool {
-	for i := 0; i < len(raw); i++ {
-		if raw[i] != '\\' || i+1 >= len(raw) {
+// badEscape says which escape in the strings of a JSON text PostgreSQL's jsonb cannot store, or
+// "": \u0000 (the character U+0000), or a UTF-16 surrogate escape that is not a high one followed
+// by a low one (\ud800 alone), which jsonb refuses as invalid Unicode. raw is valid JSON, so
+// every \u is followed by four hex digits.
+func badEscape(raw []byte) string {
+	for i := 0; i+1 < len(raw); i++ {
+		if raw[i] != '\\' {
 			continue
 		}
-		if raw[i+1] == 'u' && i+6 <= len(raw) && string(raw[i+2:i+6]) == "0000" {
-			return true
+		if raw[i+1] != 'u' {
+			i++ // skip the escaped character, so that \\u0000 is not taken for an escape
+			continue
 		}
-		i++ // skip the escaped character, so that \\u0000 is not taken for an escape
+		v := hex4(raw, i+2)
+		i += 5
+		switch {
+		case v == 0:
+			return "must not hold the character U+0000"
+		case v >= 0xDC00 && v < 0xE000:
+			return fmt.Sprintf("must not hold an unpaired UTF-16 surrogate escape (\\u%04x)", v)
+		case v >= 0xD800 && v < 0xDC00:
+			if i+6 >= len(raw) || raw[i+1] != '\\' || raw[i+2] != 'u' {
+				return fmt.Sprintf("must not hold an unpaired UTF-16 surrogate escape (\\u%04x)", v)
+			}
+			if low := hex4(raw, i+3); low < 0xDC00 || low >= 0xE000 {
+				return fmt.Sprintf("must not hold an unpaired UTF-16 surrogate escape (\\u%04x)", v)
+			}
+			i += 6
+		}
 	}
-	return false
+	return ""
+}
+
+// hex4 reads the four hex digits at raw[at:], or -1 when there are not four.
+func hex4(raw []byte, at int) int {
+	if at+4 > len(raw) {
+		return -1
+	}
+	v, err := strconv.ParseUint(string(raw[at:at+4]), 16, 16)
+	if err != nil {
+		return -1
+	}
+	return int(v)
 }

@@ -119,6 +119,14 @@ var columnTypes = map[string]string{
 	TypeJSON: TypeJSON, "jsonb": TypeJSON,
 }
 
+// Limits of a row schema. A buffered dataset's table has three columns of Baton's own (_row,
+// org_id, _batch) besides the schema's, and every index of it starts with org_id; PostgreSQL
+// allows 1,600 columns in a table and 32 in an index (SQLite allows 2,000 of each).
+const (
+	MaxColumns    = 1597 // columns of a schema
+	MaxKeyColumns = 31   // columns of its unique key, and of each of its indexes
+)
+
 func (w *walker) schema(n *node, path string, buffered bool) *Schema {
 	if !w.object(n, path, "columns", "unique", "indexes") {
 		return nil
@@ -154,6 +162,9 @@ func (w *walker) columns(n *node, path string) []Column {
 	if len(n.list) == 0 {
 		w.node(n, path, "must list at least one column")
 		return nil
+	}
+	if len(n.list) > MaxColumns {
+		w.node(n, path, "must list at most %d columns, not %d", MaxColumns, len(n.list))
 	}
 	var cols []Column
 	seen := make(map[string]bool)
@@ -201,6 +212,9 @@ func (w *walker) columnList(n *node, path string, s *Schema) []string {
 	}
 	if len(names) == 0 {
 		w.node(n, path, "must list at least one column")
+	}
+	if len(names) > MaxKeyColumns {
+		w.node(n, path, "must list at most %d columns, not %d", MaxKeyColumns, len(names))
 	}
 	if s.Columns == nil {
 		return names // the columns are invalid: they were reported, and nothing can be checked

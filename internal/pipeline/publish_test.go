@@ -1,15 +1,33 @@
 package pipeline
 
-import "testing"
+import (
+	"fmt"
+	"strings"
+	"testing"
+)
 
 // pub is a document with srcJob and the given publish map (flow style).
 func pub(entries string) string {
 	return doc(jobs(srcJob), "publish: "+entries)
 }
 
+// manyColumns is a flow list of n string columns c0, c1, ... and the list of their names.
+func manyColumns(n int) (columns, names string) {
+	var cs, ns []string
+	for i := range n {
+		cs = append(cs, fmt.Sprintf("{name: c%d, type: string}", i))
+		ns = append(ns, fmt.Sprintf("c%d", i))
+	}
+	return "[" + strings.Join(cs, ", ") + "]", "[" + strings.Join(ns, ", ") + "]"
+}
+
 func TestPublishRules(t *testing.T) {
 	t.Parallel()
 	const cols = `columns: [{name: dedupe_key, type: string, required: true}, {name: level, type: text}]`
+	maxCols, _ := manyColumns(MaxColumns)
+	tooManyCols, _ := manyColumns(MaxColumns + 1)
+	keyCols, maxKey := manyColumns(MaxKeyColumns)
+	keyCols2, tooLongKey := manyColumns(MaxKeyColumns + 1)
 	runRules(t, []ruleCase{
 		{"publish must be a map", pub(`[a]`), []string{`publish: must be a map of dataset name to entry`}},
 		{"dataset names match the pattern", pub(`{Alerts: {from: {job: src, output: 0}}}`),
@@ -60,6 +78,16 @@ func TestPublishRules(t *testing.T) {
 			[]string{`publish.a.schema.columns[0]: unknown key "default"`}},
 		{"indexes name columns", pub(`{a: {from: {job: src, output: 0}, schema: {` + cols + `, indexes: [[level], [level, chain_id]]}}}`),
 			[]string{`publish.a.schema.indexes[1][1]: unknown column "chain_id"`}},
+		// What a table of the dataset can hold in both databases (more failed to deploy).
+		{"at most MaxColumns columns", pub(`{a: {from: {job: src, output: 0}, write_mode: buffered, schema: {columns: ` + maxCols + `, unique: [c0]}}}`), nil},
+		{"not more", pub(`{a: {from: {job: src, output: 0}, write_mode: buffered, schema: {columns: ` + tooManyCols + `, unique: [c0]}}}`),
+			[]string{fmt.Sprintf(`publish.a.schema.columns: must list at most %d columns, not %d`, MaxColumns, MaxColumns+1)}},
+		{"a unique key and indexes of at most MaxKeyColumns columns", pub(`{a: {from: {job: src, output: 0}, write_mode: buffered,` +
+			` schema: {columns: ` + keyCols + `, unique: ` + maxKey + `, indexes: [` + maxKey + `]}}}`), nil},
+		{"not longer", pub(`{a: {from: {job: src, output: 0}, write_mode: buffered,` +
+			` schema: {columns: ` + keyCols2 + `, unique: ` + tooLongKey + `, indexes: [[c0], ` + tooLongKey + `]}}}`),
+			[]string{fmt.Sprintf(`publish.a.schema.unique: must list at most %d columns, not %d`, MaxKeyColumns, MaxKeyColumns+1),
+				fmt.Sprintf(`publish.a.schema.indexes[1]: must list at most %d columns, not %d`, MaxKeyColumns, MaxKeyColumns+1)}},
 		{"indexes are lists of lists", pub(`{a: {from: {job: src, output: 0}, schema: {` + cols + `, indexes: level}}}`),
 			[]string{`publish.a.schema.indexes: must be a list of lists of columns`}},
 		{"filter fields are columns when there is a schema", pub(`{a: {from: {job: src, output: 0}, schema: {` + cols + `}, filter_fields: [level, chain_id]}}`),

@@ -264,8 +264,11 @@ func parseYears(field string) (*yearSet, error) {
 				return nil, fmt.Errorf("year step %q must be a whole number of at least 1", stepText)
 			}
 		}
-		for y := lo; y <= hi; y += step {
+		for y := lo; ; y += step {
 			s[y-minYear] = true
+			if hi-y < step { // the next year is past hi (and y+step might overflow)
+				break
+			}
 		}
 	}
 	return &s, nil

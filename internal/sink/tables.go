@@ -29,8 +29,14 @@ type incompatible struct{ error }
 
 func (e incompatible) Unwrap() []error { return []error{e.error, dispatch.ErrIncompatibleSchema} }
 
+// Rows reads a page of rows. A query the data database refuses (a where value that passed
+// pipeline.CheckWhere but that no column of its type can hold, such as an integer beyond 64 bits)
+// is the caller's mistake: an InvalidError, not a failure of the database.
 func (t Tables) Rows(ctx context.Context, datasetUUID string, s *pipeline.Schema, q dispatch.RowQuery) (dispatch.RowPage, error) {
 	page, err := t.DB.Rows(ctx, datasetUUID, s, dataset.Query{Tenant: q.Tenant, Where: q.Where, Cursor: q.Cursor,
 		After: q.After, Limit: q.Limit})
+	if errors.Is(err, dataset.ErrBadQuery) {
+		return dispatch.RowPage{}, &dispatch.InvalidError{Message: err.Error()}
+	}
 	return dispatch.RowPage{Rows: page.Rows, Next: page.Next}, err
 }
