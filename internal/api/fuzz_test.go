@@ -326,3 +326,19 @@ func FuzzCallbackDialect(f *testing.F) {
 		h.send(t, h.public, e, pickRoute(callbackRoutes, route), taskID, "", hdr, body)
 	})
 }
+
+// TestFuzzTargetsCoverEveryRoute fails when a route of the route table is fuzzed by no target:
+// add a route to the list of its dialect (at the end) along with it.
+func TestFuzzTargetsCoverEveryRoute(t *testing.T) {
+	fuzzed := map[string]bool{}
+	for _, list := range [][]fuzzRoute{producerRoutes, internalRoutes, streamRoutes, taskScopedRoutes, callbackRoutes} {
+		for _, r := range list {
+			fuzzed[r.method+" "+r.path] = true
+		}
+	}
+	for _, r := range openAPIServer().Routes() {
+		if !fuzzed[r.Method+" "+r.Pattern] {
+			t.Errorf("%s %s (%s listener) is in no fuzz target's route list", r.Method, r.Pattern, r.Listener)
+		}
+	}
+}
