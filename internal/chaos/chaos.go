@@ -119,8 +119,13 @@ type Report struct {
 	Lost                 int // accepted jobs or tasks the API does not know, or tasks that failed
 	Stuck                int // tasks not finished stuckAfter the last fault
 	Wrong                int // outputs not from the committed attempt; children handed other outputs than their parents' committed ones
-	Recovery             time.Duration
-	Problems             []string // the first few violations, described
+	// Recovery is the time from the restart after the last fault (CrashAll) until the last job
+	// finished; Backlog the tasks that were not finished at that restart, and Resumed the time
+	// from the restart to the first of them to finish. A Recovery much longer than Resumed is
+	// the backlog being worked off, not the faults' aftermath.
+	Recovery, Resumed time.Duration
+	Backlog           int
+	Problems          []string // the first few violations, described
 }
 
 // OK reports whether every invariant held.
@@ -138,9 +143,9 @@ func (r *Report) String() string {
 	}
 	slices.Sort(kinds)
 	return fmt.Sprintf("chaos: store=%s transport=%s seed=%d jobs=%d tasks=%d faults=%d(%s) executions=%d duplicate-executions=%d "+
-		"duplicate-completions=%d lost=%d stuck=%d wrong=%d recovery=%.1fs",
+		"duplicate-completions=%d lost=%d stuck=%d wrong=%d recovery=%.1fs backlog=%d resumed=%.1fs",
 		r.Store, r.Transport, r.Seed, r.Jobs, r.Tasks, total, strings.Join(kinds, ","), r.Executions, r.DuplicateExecutions,
-		r.DuplicateCompletions, r.Lost, r.Stuck, r.Wrong, r.Recovery.Seconds())
+		r.DuplicateCompletions, r.Lost, r.Stuck, r.Wrong, r.Recovery.Seconds(), r.Backlog, r.Resumed.Seconds())
 }
 
 func (r *Report) problem(format string, args ...any) {

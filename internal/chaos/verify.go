@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"math"
 	"time"
 
 	"github.com/baton-dev/baton/client"
@@ -29,6 +30,7 @@ func (r *run) verify(ctx context.Context, lastHeal time.Time, rep *Report) error
 		byTask[k] = append(byTask[k], e)
 	}
 	var finishedAt int64
+	firstAfter := int64(math.MaxInt64) // the first completion after lastHeal
 	for _, j := range jobs {
 		rep.Tasks += len(j.tasks)
 		got := final[j.id]
@@ -71,6 +73,10 @@ func (r *run) verify(ctx context.Context, lastHeal time.Time, rep *Report) error
 				rep.problem("job %s task %s: still %s %s after the last fault", j.id, key, t.Status, stuckAfter)
 				continue
 			}
+			if t.LastEventAt != nil && lastHeal.Before(time.UnixMilli(*t.LastEventAt)) {
+				rep.Backlog++
+				firstAfter = min(firstAfter, *t.LastEventAt)
+			}
 			ex := byTask[[2]string{j.id, key}]
 			rep.Executions += len(ex)
 			rep.DuplicateExecutions += max(len(ex)-1, 0)
@@ -103,8 +109,11 @@ func (r *run) verify(ctx context.Context, lastHeal time.Time, rep *Report) error
 			}
 		}
 	}
-	if finishedAt > 0 && !lastHeal.IsZero() {
+	if finishedAt > 0 {
 		rep.Recovery = max(time.UnixMilli(finishedAt).Sub(lastHeal), 0)
+	}
+	if rep.Backlog > 0 {
+		rep.Resumed = time.UnixMilli(firstAfter).Sub(lastHeal)
 	}
 	return nil
 }
