@@ -19,9 +19,10 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"strconv"
 	"strings"
 	"time"
+
+	"github.com/baton-dev/baton/internal/retryafter"
 )
 
 // DefaultUserAgent is the User-Agent sent unless WithUserAgent replaces it.
@@ -186,7 +187,7 @@ func (c *Client) send(ctx context.Context, r request, accept string) (*http.Resp
 func readAPIError(res *http.Response) *APIError {
 	defer res.Body.Close()
 	raw, _ := io.ReadAll(io.LimitReader(res.Body, maxErrorBody))
-	e := &APIError{Status: res.StatusCode, RetryAfter: retryAfter(res.Header.Get("Retry-After"))}
+	e := &APIError{Status: res.StatusCode, RetryAfter: retryafter.Parse(res.Header.Get("Retry-After"))}
 	var body struct {
 		Error  string   `json:"error"`
 		Errors []string `json:"errors"`
@@ -205,18 +206,4 @@ func readAPIError(res *http.Response) *APIError {
 		e.Message = http.StatusText(res.StatusCode)
 	}
 	return e
-}
-
-// retryAfter parses a Retry-After header: a number of seconds or an HTTP date.
-func retryAfter(v string) time.Duration {
-	if v == "" {
-		return 0
-	}
-	if secs, err := strconv.Atoi(strings.TrimSpace(v)); err == nil && secs >= 0 {
-		return time.Duration(secs) * time.Second
-	}
-	if t, err := http.ParseTime(v); err == nil {
-		return max(time.Until(t), 0)
-	}
-	return 0
 }

@@ -9,9 +9,9 @@ import (
 	"io"
 	"math/rand/v2"
 	"net/http"
-	"strconv"
-	"strings"
 	"time"
+
+	"github.com/baton-dev/baton/internal/retryafter"
 )
 
 // The stream-worker dialect (seed 002) of the server's internal listener, plus the internal
@@ -94,7 +94,7 @@ func (w *Worker) post(ctx context.Context, timeout time.Duration, path string, b
 		return fmt.Errorf("baton worker: %s: read the answer: %w", path, err)
 	}
 	if res.StatusCode/100 != 2 {
-		e := &apiError{Path: path, Status: res.StatusCode, RetryAfter: retryAfter(res.Header.Get("Retry-After"))}
+		e := &apiError{Path: path, Status: res.StatusCode, RetryAfter: retryafter.Parse(res.Header.Get("Retry-After"))}
 		var b struct {
 			Error   any    `json:"error"`
 			Message string `json:"message"`
@@ -133,20 +133,6 @@ func (b *backoff) after(err error) time.Duration {
 		d = min(e.RetryAfter, maxRetryAfter)
 	}
 	return d
-}
-
-// retryAfter parses a Retry-After header: a number of seconds or an HTTP date; 0 for none.
-func retryAfter(v string) time.Duration {
-	if v == "" {
-		return 0
-	}
-	if secs, err := strconv.Atoi(strings.TrimSpace(v)); err == nil && secs >= 0 {
-		return time.Duration(secs) * time.Second
-	}
-	if t, err := http.ParseTime(v); err == nil {
-		return max(time.Until(t), 0)
-	}
-	return 0
 }
 
 func (b *backoff) reset() { b.n = 0 }

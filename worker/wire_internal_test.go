@@ -27,21 +27,6 @@ func TestBackoffHonoursRetryAfter(t *testing.T) {
 	}
 }
 
-func TestRetryAfterHeader(t *testing.T) {
-	for _, c := range []struct {
-		v    string
-		want time.Duration
-	}{{"", 0}, {"2", 2 * time.Second}, {" 5 ", 5 * time.Second}, {"-1", 0}, {"soon", 0}} {
-		if got := retryAfter(c.v); got != c.want {
-			t.Errorf("Retry-After %q: %s, want %s", c.v, got, c.want)
-		}
-	}
-	date := time.Now().Add(30 * time.Second).UTC().Format(http.TimeFormat)
-	if got := retryAfter(date); got < 28*time.Second || got > 30*time.Second {
-		t.Errorf("Retry-After %q: %s, want about 30 s", date, got)
-	}
-}
-
 func TestTransientAndGone(t *testing.T) {
 	for _, c := range []struct {
 		err             error
