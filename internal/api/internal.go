@@ -464,6 +464,11 @@ func (s *Server) fencedComplete(fence fenceFunc) handler {
 				}
 			}
 		}
+		if raw, ok := output["datasets_published"]; ok {
+			if p.Published, err = decodePublished(raw); err != nil {
+				return nil, err
+			}
+		}
 		message := b.str("error_message")
 		var taskErr *store.TaskError
 		if raw, ok := b.present("error"); ok {
@@ -563,6 +568,39 @@ func decodeUpstreamEvents(raw json.RawMessage) ([]dispatch.DatasetEvent, error) 
 		}
 	}
 	return events, nil
+}
+
+// maxVersionText bounds the ids and hashes of a published dataset version, which the store
+// indexes.
+const maxVersionText = 255
+
+// decodePublished reads a completion's datasets_published: the dataset versions the task wrote,
+// which the core registers when the completion commits (the output keeps them too).
+func decodePublished(raw json.RawMessage) ([]dispatch.PublishedVersion, error) {
+	var items []map[string]json.RawMessage
+	if err := json.Unmarshal(raw, &items); err != nil {
+		return nil, invalidRequest("datasets_published must be an array of objects")
+	}
+	out := make([]dispatch.PublishedVersion, len(items))
+	for i, obj := range items {
+		where := fmt.Sprintf("datasets_published[%d]", i)
+		f := fields{obj: obj, where: where}
+		out[i] = dispatch.PublishedVersion{DatasetUUID: f.str("dataset_uuid"), DatasetVersion: f.str("dataset_version"),
+			StorageRef: compact(obj["storage_ref"]), ConfigHash: f.str("config_hash"), RangeStart: f.int64p("range_start"), RangeEnd: f.int64p("range_end")}
+		if f.err != nil {
+			return nil, f.err
+		}
+		v := out[i]
+		if v.DatasetUUID == "" || v.DatasetVersion == "" {
+			return nil, invalidRequest("%s: dataset_uuid and dataset_version are required", where)
+		}
+		for name, text := range map[string]string{"dataset_uuid": v.DatasetUUID, "dataset_version": v.DatasetVersion, "config_hash": v.ConfigHash} {
+			if len(text) > maxVersionText {
+				return nil, invalidRequest("%s.%s must be at most %d bytes", where, name, maxVersionText)
+			}
+		}
+	}
+	return out, nil
 }
 
 // fencedEvents: POST /internal/events, POST /v1/task/events.

@@ -145,6 +145,44 @@ func TestPipelineEndpoints(t *testing.T) {
 	})
 }
 
+// TestCompletionRegistersPublishedVersions completes a task over the internal dialect with
+// datasets_published: the version it names is registered on the dataset (so it can become the
+// current one), and a malformed entry is refused whole, with nothing registered.
+func TestCompletionRegistersPublishedVersions(t *testing.T) {
+	forEachWorkerDriver(t, func(t *testing.T, w *workerAPI) {
+		key := w.apiKey("acme")
+		res := w.request("POST", w.public.URL+"/pipelines", apiPipeline, "x-api-key", key, "Content-Type", "application/yaml")
+		wantStatus(t, res, http.StatusCreated)
+		blocks := res.Body["jobs"].([]any)[0].(map[string]any)["outputs"].([]any)[0].(map[string]any)["dataset_uuid"]
+		current := func(version string) response {
+			return w.request("POST", w.public.URL+"/datasets/blocks/current", map[string]any{"dataset_version": version}, "x-api-key", key)
+		}
+		wantStatus(t, current("v2"), http.StatusBadRequest) // not registered yet
+
+		_, ids := w.submit(lifecycle.TaskSpec{Key: "write", Name: "write"})
+		c := claimInternal(t, w, ids["write"])
+		complete := func(published any) response {
+			return w.post(w.internal.URL, "/internal/task-complete", map[string]any{"task_id": ids["write"], "attempt": c["attempt"],
+				"lease_token": c["lease_token"], "status": "Completed", "datasets_published": published})
+		}
+		for _, bad := range []any{
+			[]map[string]any{{"dataset_version": "v2"}},
+			[]map[string]any{{"dataset_uuid": blocks, "dataset_version": 2}},
+			[]map[string]any{{"dataset_uuid": blocks, "dataset_version": strings.Repeat("v", 256)}},
+			[]map[string]any{{"dataset_uuid": blocks, "dataset_version": "v2", "range_start": "zero"}},
+		} {
+			wantStatus(t, complete(bad), http.StatusBadRequest)
+		}
+		wantStatus(t, current("v2"), http.StatusBadRequest)
+		wantOK(t, complete([]map[string]any{{"dataset_uuid": blocks, "dataset_version": "v2",
+			"storage_ref": map[string]any{"scheme": "s3", "bucket": "b", "prefix": "blocks/v2/"}, "range_start": 0, "range_end": 99}}))
+		wantStatus(t, current("v2"), http.StatusOK)
+		if v := w.currentVersion(key, "blocks"); v != "v2" {
+			t.Fatalf("current version %q, want v2", v)
+		}
+	})
+}
+
 // apiKey creates a key of tenant.
 func (w *workerAPI) apiKey(tenant string) string {
 	w.t.Helper()
