@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"strings"
 	"unicode/utf8"
+
+	"github.com/baton-dev/baton/internal/jsontext"
 )
 
 // Bytes that no store column can hold are refused here, once for every route of both listeners,
@@ -99,53 +101,13 @@ func checkJSONText(b []byte) error {
 	if !bytes.Contains(b, []byte(`\u`)) {
 		return nil
 	}
-	inString := false
-	for i := 0; i < len(b); i++ {
-		c := b[i]
-		if !inString {
-			inString = c == '"'
-			continue
+	if e := jsontext.Check(b); e != nil {
+		if e.NUL() {
+			return errorf(http.StatusBadRequest, `request body must not contain \u0000 (a NUL character) in a string`)
 		}
-		switch c {
-		case '"':
-			inString = false
-		case '\\':
-			if i+1 >= len(b) || b[i+1] != 'u' {
-				i++ // an escaped character: skip it
-				continue
-			}
-			v, ok := hex4(b, i+2)
-			if !ok {
-				return nil // malformed: the decoder says where
-			}
-			i += 5
-			switch {
-			case v == 0:
-				return errorf(http.StatusBadRequest, `request body must not contain \u0000 (a NUL character) in a string`)
-			case v >= 0xDC00 && v < 0xE000:
-				return errorf(http.StatusBadRequest, `request body has an unpaired UTF-16 surrogate escape (\u%04x)`, v)
-			case v >= 0xD800 && v < 0xDC00:
-				low, ok := uint16(0), i+2 < len(b) && b[i+1] == '\\' && b[i+2] == 'u'
-				if ok {
-					low, ok = hex4(b, i+3)
-				}
-				if !ok || low < 0xDC00 || low >= 0xE000 {
-					return errorf(http.StatusBadRequest, `request body has an unpaired UTF-16 surrogate escape (\u%04x)`, v)
-				}
-				i += 6
-			}
-		}
+		return errorf(http.StatusBadRequest, `request body has an unpaired UTF-16 surrogate escape (\u%04x)`, e.Code)
 	}
 	return nil
-}
-
-// hex4 reads the four hex digits at b[at:].
-func hex4(b []byte, at int) (uint16, bool) {
-	if at+4 > len(b) {
-		return 0, false
-	}
-	v, err := strconv.ParseUint(string(b[at:at+4]), 16, 16)
-	return uint16(v), err == nil
 }
 
 // allowedMethods lists the methods mux serves path with, other than through its catch-all "/".

@@ -12,6 +12,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/baton-dev/baton/internal/jsontext"
 	"github.com/baton-dev/baton/internal/pipeline"
 )
 
@@ -220,8 +221,11 @@ func value(typ string, raw json.RawMessage) (any, string) {
 		}
 		return t.UTC().Truncate(time.Microsecond), ""
 	case pipeline.TypeJSON:
-		if reason := badEscape(raw); reason != "" {
-			return nil, reason
+		if e := jsontext.Check(raw); e != nil {
+			if e.NUL() {
+				return nil, "must not hold the character U+0000"
+			}
+			return nil, fmt.Sprintf("must not hold an unpaired UTF-16 surrogate escape (\\u%04x)", e.Code)
 		}
 		if !utf8.Valid(raw) {
 			return nil, "must be valid UTF-8"
@@ -281,49 +285,4 @@ func integer(lit string) (any, string) {
 		return nil, outOfRange
 	}
 	return v, ""
-}
-
-// badEscape says which escape in the strings of a JSON text PostgreSQL's jsonb cannot store, or
-// "": \u0000 (the character U+0000), or a UTF-16 surrogate escape that is not a high one followed
-// by a low one (\ud800 alone), which jsonb refuses as invalid Unicode. raw is valid JSON, so
-// every \u is followed by four hex digits.
-func badEscape(raw []byte) string {
-	for i := 0; i+1 < len(raw); i++ {
-		if raw[i] != '\\' {
-			continue
-		}
-		if raw[i+1] != 'u' {
-			i++ // skip the escaped character, so that \\u0000 is not taken for an escape
-			continue
-		}
-		v := hex4(raw, i+2)
-		i += 5
-		switch {
-		case v == 0:
-			return "must not hold the character U+0000"
-		case v >= 0xDC00 && v < 0xE000:
-			return fmt.Sprintf("must not hold an unpaired UTF-16 surrogate escape (\\u%04x)", v)
-		case v >= 0xD800 && v < 0xDC00:
-			if i+6 >= len(raw) || raw[i+1] != '\\' || raw[i+2] != 'u' {
-				return fmt.Sprintf("must not hold an unpaired UTF-16 surrogate escape (\\u%04x)", v)
-			}
-			if low := hex4(raw, i+3); low < 0xDC00 || low >= 0xE000 {
-				return fmt.Sprintf("must not hold an unpaired UTF-16 surrogate escape (\\u%04x)", v)
-			}
-			i += 6
-		}
-	}
-	return ""
-}
-
-// hex4 reads the four hex digits at raw[at:], or -1 when there are not four.
-func hex4(raw []byte, at int) int {
-	if at+4 > len(raw) {
-		return -1
-	}
-	v, err := strconv.ParseUint(string(raw[at:at+4]), 16, 16)
-	if err != nil {
-		return -1
-	}
-	return int(v)
 }
