@@ -17,6 +17,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
 	cloudblob "gocloud.dev/blob"
 	"gocloud.dev/gcerrors"
 )
@@ -50,7 +51,20 @@ type Store struct {
 	bucket *cloudblob.Bucket
 	scheme string // "file" or "s3"
 	root   string // canonical, ending in "/"
+	s3     *S3Config
 }
+
+// S3Config is how an s3:// store reaches its server.
+type S3Config struct {
+	Bucket string
+	// Endpoint is the server's URL; "" for AWS's own.
+	Endpoint string
+	// AWS holds the region and the credentials the store signs with.
+	AWS aws.Config
+}
+
+// S3 returns how an s3:// store reaches its server, or nil for a file:// store.
+func (s *Store) S3() *S3Config { return s.s3 }
 
 // Open opens the store at rawURL:
 //
@@ -161,7 +175,7 @@ func (s *Store) Delete(ctx context.Context, key string) error {
 // objects other tools named) could not be read through the store anyway.
 func (s *Store) List(ctx context.Context, prefix string) ([]string, error) {
 	if prefix != "" {
-		if err := checkKey(strings.TrimSuffix(prefix, "/"), false); err != nil {
+		if err := CheckPrefix(prefix); err != nil {
 			return nil, fmt.Errorf("list: prefix: %w", err)
 		}
 	}

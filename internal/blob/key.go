@@ -26,6 +26,13 @@ func CheckKey(key string) error {
 	return checkKey(key, true)
 }
 
+// CheckPrefix reports whether prefix may name a directory of objects: CheckKey's rules, except
+// that its last segment may end in any way and one trailing "/" is allowed. The error wraps
+// ErrOutside and says what is wrong.
+func CheckPrefix(prefix string) error {
+	return checkKey(strings.TrimSuffix(prefix, "/"), false)
+}
+
 // checkKey applies CheckKey's rules; for a list prefix (object false) the last segment may end
 // in any way, being only the start of a name.
 func checkKey(key string, object bool) error {

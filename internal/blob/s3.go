@@ -41,7 +41,7 @@ func openS3(ctx context.Context, rawURL string, opts Options) (*Store, error) {
 	}
 	prefix := strings.TrimSuffix(strings.TrimPrefix(u.Path, "/"), "/")
 	if prefix != "" {
-		if err := checkKey(prefix, false); err != nil {
+		if err := CheckPrefix(prefix); err != nil {
 			return fail("prefix: %v", err)
 		}
 	}
@@ -74,7 +74,7 @@ func openS3(ctx context.Context, rawURL string, opts Options) (*Store, error) {
 		root += prefix + "/"
 		b = cloudblob.PrefixedBucket(b, prefix+"/")
 	}
-	return &Store{bucket: b, scheme: "s3", root: root}, nil
+	return &Store{bucket: b, scheme: "s3", root: root, s3: &S3Config{Bucket: bucket, Endpoint: endpoint, AWS: cfg}}, nil
 }
 
 // newS3Client builds an S3 client for endpoint ("" for AWS's own) in region, signing with the
