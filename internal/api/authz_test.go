@@ -175,6 +175,8 @@ func (f *authzFixture) request(t *testing.T, rt api.Route) (target string, body 
 		return target, `{"ref": "main"}`, nil
 	case "POST /datasets/{name}/current":
 		return target, `{"dataset_version": "v1"}`, nil
+	case "POST /v1/task/credentials":
+		return target, fencedCalls[0].body(f.target, 2, f.lease2), nil
 	}
 	switch rt.Auth {
 	case api.AuthCapabilityToken:
@@ -479,6 +481,9 @@ func TestAuthorizationMatrix(t *testing.T) {
 			res, err := roundTrip(rt.Method, w.public.URL+target, body, append(headers, cred...)...)
 			if err != nil {
 				t.Fatal(err)
+			}
+			if res.Status == http.StatusNotImplemented && rt.Pattern == "/v1/task/credentials" && !w.minting {
+				continue // no S3 server to mint on: the credential was accepted all the same
 			}
 			if res.Status == http.StatusUnauthorized || res.Status == http.StatusForbidden || res.Status == http.StatusNotFound || res.Status >= 500 {
 				t.Errorf("%s %s with acme's credential: %d %s", rt.Method, target, res.Status, res.Raw)

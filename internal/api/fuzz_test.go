@@ -172,6 +172,7 @@ var internalRoutes = []fuzzRoute{
 	{"POST", "/internal/sink/fail", nil},
 	{"GET", "/healthz", nil},
 	{"GET", "/internal/{path...}", []string{"task-claim"}},
+	{"POST", "/internal/task-credentials", nil},
 }
 
 // FuzzInternalDialect sends fuzzed requests of the worker dialect and the sink's to the internal
@@ -202,6 +203,9 @@ func FuzzInternalDialect(f *testing.F) {
 	add("POST", "/internal/sink/fail", "", "", `{"id":1,"receive_count":1,"error":"row 2: column \"block\" must be an integer"}`)
 	add("GET", "/healthz", "", "", "")
 	add("GET", "/internal/{path...}", "", "", "")
+	add("POST", "/internal/task-credentials", "", "X-Trace-Task-Capability: $TOKEN", seedHeartbeat)
+	add("POST", "/internal/task-credentials", "", "X-Trace-Task-Capability: $TOKEN2", seedHeartbeat)
+	add("POST", "/internal/task-credentials", "", "", seedHeartbeat)
 	f.Fuzz(func(t *testing.T, route uint8, params, query, header string, body []byte) {
 		e := &expander{h: h, t: t}
 		hdr := withDefaults(headerLines(e, header), "Content-Type", "application/json")
@@ -257,6 +261,7 @@ var taskScopedRoutes = []fuzzRoute{
 	{"POST", "/v1/task/complete", nil},
 	{"POST", "/v1/task/events", nil},
 	{"POST", "/v1/task/buffer-publish", nil},
+	{"POST", "/v1/task/credentials", nil},
 }
 
 // FuzzTaskScopedDialect sends fuzzed task-scoped requests to the public listener: the route, the
@@ -279,6 +284,9 @@ func FuzzTaskScopedDialect(f *testing.F) {
 	add("/v1/task/events", "$TOKEN", seedEventsPartitioned)
 	add("/v1/task/buffer-publish", "$TOKEN", seedBufferPublish)
 	add("/v1/task/buffer-publish", "$TOKEN", `{"task_id":"$TASK","attempt":$ATTEMPT,"lease_token":"$LEASE","batch_uri":"s3://trace-scratch/buffers/$TASK/$ATTEMPT/batch.jsonl","content_type":"application/jsonl","batch_size_bytes":123456,"dedupe_scope":"alert_events"}`)
+	add("/v1/task/credentials", "$TOKEN", seedHeartbeat)
+	add("/v1/task/credentials", "$EXPIRED", seedHeartbeat)
+	add("/v1/task/credentials", "$TOKEN2", `{"task_id":"$TASK","attempt":$ATTEMPT,"lease_token":"$LEASE"}`)
 	f.Fuzz(func(t *testing.T, route uint8, token string, body []byte) {
 		e := &expander{h: h, t: t}
 		hdr := [][2]string{{"Content-Type", "application/json"}}

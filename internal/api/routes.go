@@ -115,6 +115,7 @@ func (s *Server) Routes() []Route {
 		scoped("/v1/task/complete", s.fencedComplete),
 		scoped("/v1/task/events", s.fencedEvents),
 		scoped("/v1/task/buffer-publish", s.fencedBufferPublish),
+		scoped("/v1/task/credentials", s.fencedCredentials),
 
 		callback("/v1/tasks/{task_id}/started", s.callbackStarted),
 		callback("/v1/tasks/{task_id}/heartbeat", s.callbackHeartbeat),
@@ -131,6 +132,8 @@ func (s *Server) Routes() []Route {
 		fenced("POST", "/internal/task-complete", s.fencedComplete(bodyFence)),
 		fenced("POST", "/internal/events", s.fencedEvents(bodyFence)),
 		fenced("POST", "/internal/buffer-publish", s.fencedBufferPublish(bodyFence)),
+		// The wrapper exchanges its child's capability token, which must cover the body too.
+		fenced("POST", "/internal/task-credentials", s.withTaskToken(capabilityHeader, s.fencedCredentials(s.tokenFence))),
 		fenced("POST", "/internal/sink/claim", s.sinkClaim),
 		fenced("POST", "/internal/sink/commit", s.sinkCommit),
 		fenced("POST", "/internal/sink/fail", s.sinkFail),

@@ -15,6 +15,7 @@ import (
 
 	"github.com/baton-dev/baton/internal/auth"
 	"github.com/baton-dev/baton/internal/dispatch"
+	"github.com/baton-dev/baton/internal/grant"
 	"github.com/baton-dev/baton/internal/transport"
 )
 
@@ -44,6 +45,12 @@ type Config struct {
 	// MaxPollsPerWorker caps the claim long polls one worker id may have waiting at once (more
 	// are answered 429 with Retry-After); 0: DefaultMaxPollsPerWorker, negative: no cap.
 	MaxPollsPerWorker int
+	// StorageRoot is the object storage root ("s3://bucket/prefix/" or "file:///dir/") under which
+	// a capability token grants its attempt's prefixes (internal/grant); "" grants none.
+	StorageRoot string
+	// Minter mints the credentials of POST /v1/task/credentials and /internal/task-credentials;
+	// nil (object storage that is not S3) answers 501.
+	Minter *grant.Minter
 }
 
 // Server serves Baton's HTTP APIs.
@@ -60,6 +67,9 @@ type Server struct {
 	corsPolicy  corsPolicy
 	polls       *pollCounter
 
+	storageRoot string
+	minter      *grant.Minter
+
 	tenantMu sync.Mutex
 	tenants  map[string]string // job id → tenant, for minting tokens
 
@@ -75,7 +85,7 @@ func (s *Server) Drain() { s.drain() }
 func New(cfg Config) *Server {
 	s := &Server{d: cfg.Dispatcher, auth: cfg.Auth, tokens: cfg.Tokens, log: cfg.Logger, maxBody: cfg.MaxBodyBytes, poll: cfg.EventPoll,
 		pushTargets: cfg.PushTargets, wakeups: cfg.Wakeups, corsPolicy: newCORSPolicy(cfg.CORSOrigins),
-		polls: newPollCounter(cfg.MaxPollsPerWorker)}
+		polls: newPollCounter(cfg.MaxPollsPerWorker), storageRoot: cfg.StorageRoot, minter: cfg.Minter}
 	if s.log == nil {
 		s.log = slog.Default()
 	}

@@ -9,23 +9,38 @@ import (
 
 	"github.com/baton-dev/baton/internal/auth"
 	"github.com/baton-dev/baton/internal/dispatch"
+	"github.com/baton-dev/baton/internal/grant"
+	"github.com/baton-dev/baton/internal/pipeline"
 	"github.com/baton-dev/baton/internal/store"
 )
 
 // issueToken mints the capability token of a claimed attempt (DESIGN.md section 5): it binds the
 // tenant, job, task and attempt, and carries the lease token so that dialects whose bodies do not
-// (seed 004) are fenced all the same.
+// (seed 004) are fenced all the same; a pipeline task's carries its pinned input datasets, and
+// with object storage every token carries the attempt's storage grant (internal/grant).
 func (s *Server) issueToken(ctx context.Context, t *store.Task) (string, time.Time, error) {
 	tenant, err := s.tenantOf(ctx, t.JobID)
 	if err != nil {
 		return "", time.Time{}, err
 	}
 	claims := auth.TaskClaims{Tenant: tenant, JobID: t.JobID, TaskID: t.ID, Attempt: t.Attempt, LeaseToken: t.LeaseToken}
+	a := grant.Attempt{TaskID: t.ID, Attempt: t.Attempt}
 	if r := dispatch.DecodeRoute(t); r != nil {
 		for _, in := range r.Inputs {
 			claims.Datasets = append(claims.Datasets, auth.DatasetGrant{DatasetUUID: in.DatasetUUID,
 				DatasetVersion: in.DatasetVersion, DatasetName: in.DatasetName})
+			a.Inputs = append(a.Inputs, in.StorageRef)
 		}
+		for _, o := range r.Outputs {
+			a.Outputs = append(a.Outputs, grant.Output{DatasetUUID: o.DatasetUUID, Buffered: o.WriteMode == pipeline.WriteBuffered})
+		}
+	}
+	if s.storageRoot != "" {
+		g, skipped := grant.Derive(s.storageRoot, a)
+		for _, why := range skipped {
+			s.log.DebugContext(ctx, "an input's storage is not granted", "task_id", t.ID, "attempt", t.Attempt, "reason", why)
+		}
+		claims.S3 = g
 	}
 	return s.tokens.Issue(ctx, claims, auth.TokenTTL(t.Timeout))
 }

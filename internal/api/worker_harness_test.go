@@ -12,7 +12,9 @@ import (
 	"github.com/baton-dev/baton/internal/api"
 	"github.com/baton-dev/baton/internal/auth"
 	"github.com/baton-dev/baton/internal/blob"
+	"github.com/baton-dev/baton/internal/blob/blobtest"
 	"github.com/baton-dev/baton/internal/dispatch"
+	"github.com/baton-dev/baton/internal/grant"
 	"github.com/baton-dev/baton/internal/lifecycle"
 	"github.com/baton-dev/baton/internal/pipeline/pipelinetest"
 	"github.com/baton-dev/baton/internal/store"
@@ -29,6 +31,7 @@ type workerAPI struct {
 	server   *api.Server
 	public   *httptest.Server
 	internal *httptest.Server
+	minting  bool // task credentials can be minted (BATON_TEST_S3_URL is set)
 }
 
 // buffered deploys tenant acme's buffered dataset alert_events, whose batches belong under
@@ -57,19 +60,31 @@ func newWorkerAPI(t *testing.T, st store.Store) *workerAPI {
 func newClockedWorkerAPI(t *testing.T, st store.Store, clock clockwork.Clock) *workerAPI {
 	t.Helper()
 	quiet := slog.New(slog.DiscardHandler)
-	// The contracts' examples name s3://trace-scratch; nothing is read or written there.
-	bs, err := blob.Open(context.Background(), "s3://trace-scratch", blob.Options{Region: "us-east-1", AccessKey: "x", SecretKey: "y"})
+	// The contracts' examples name s3://trace-scratch; nothing is read or written there. With
+	// BATON_TEST_S3_URL the store is on that server, so that task credentials can be minted.
+	opts, minting := blobtest.Server(t)
+	if !minting {
+		opts = blob.Options{Region: "us-east-1", AccessKey: "x", SecretKey: "y"}
+	}
+	bs, err := blob.Open(context.Background(), "s3://trace-scratch", opts)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { bs.Close() })
+	var minter *grant.Minter
+	if minting {
+		if minter, err = grant.NewMinter(bs, grant.MinterOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
 	d, err := dispatch.New(st, dispatch.Config{Clock: clock, Logger: quiet, Blob: bs})
 	if err != nil {
 		t.Fatal(err)
 	}
 	tokens := auth.NewTokens(st, nil)
-	s := api.New(api.Config{Dispatcher: d, Auth: auth.NewAuthenticator(st, auth.Limits{}, nil), Tokens: tokens, Logger: quiet})
-	w := &workerAPI{t: t, st: st, d: d, tokens: tokens, server: s,
+	s := api.New(api.Config{Dispatcher: d, Auth: auth.NewAuthenticator(st, auth.Limits{}, nil), Tokens: tokens, Logger: quiet,
+		StorageRoot: bs.Root(), Minter: minter})
+	w := &workerAPI{t: t, st: st, d: d, tokens: tokens, server: s, minting: minting,
 		public: httptest.NewServer(s.ProducerHandler()), internal: httptest.NewServer(s.InternalHandler())}
 	t.Cleanup(w.public.Close)
 	t.Cleanup(w.internal.Close)

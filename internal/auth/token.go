@@ -12,6 +12,7 @@ import (
 	"github.com/golang-jwt/jwt/v5"
 	"github.com/google/uuid"
 
+	"github.com/baton-dev/baton/internal/grant"
 	"github.com/baton-dev/baton/internal/store"
 )
 
@@ -32,8 +33,10 @@ type TaskClaims struct {
 	Attempt    int    `json:"attempt"`
 	LeaseToken string `json:"lease_token"`
 	// Datasets are the dataset versions a pipeline task may read: its inputs, pinned.
-	Datasets        []DatasetGrant `json:"datasets,omitempty"`
-	StoragePrefixes []string       `json:"storage_prefixes,omitempty"`
+	Datasets []DatasetGrant `json:"datasets,omitempty"`
+	// S3 is the object storage the attempt may read and write, derived by the server (never
+	// taken from a request); POST /v1/task/credentials mints credentials for exactly this.
+	S3 *grant.S3 `json:"s3,omitempty"`
 	jwt.RegisteredClaims
 }
 

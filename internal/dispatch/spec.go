@@ -163,6 +163,8 @@ type RouteOutput struct {
 	DatasetUUID    string `json:"dataset_uuid"`
 	DatasetVersion string `json:"dataset_version"`
 	DatasetName    string `json:"dataset_name,omitempty"`
+	// WriteMode is the dataset's: "buffered" for one that tasks add rows to by publishing batches.
+	WriteMode string `json:"write_mode,omitempty"`
 }
 
 // DecodeRoute reads a task's route; nil for a task that is not a pipeline task.
@@ -196,7 +198,7 @@ func (j *jobSpec) route(s *pipelineSpec, known *knownDatasets, fired int, e *rou
 	for i, o := range j.Outputs {
 		ro := RouteOutput{OutputIndex: o.OutputIndex, DatasetUUID: o.DatasetUUID, DatasetName: o.DatasetName}
 		if ds := known.datasets[o.DatasetUUID]; ds != nil {
-			ro.DatasetVersion = ds.CurrentVersion
+			ro.DatasetVersion, ro.WriteMode = ds.CurrentVersion, ds.WriteMode
 		}
 		r.Outputs[i] = ro
 	}

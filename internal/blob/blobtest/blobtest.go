@@ -38,23 +38,9 @@ func File(t testing.TB) string {
 // unset.
 func S3(t testing.TB) (string, blob.Options) {
 	t.Helper()
-	raw := os.Getenv(S3URLEnv)
-	if raw == "" {
+	opts, ok := Server(t)
+	if !ok {
 		t.Skip("BATON_TEST_S3_URL is not set; skipping the S3 run (e.g. BATON_TEST_S3_URL=http://baton:batonsecret@127.0.0.1:9000)")
-	}
-	u, err := url.Parse(raw)
-	if err != nil {
-		t.Fatalf("%s: %v", S3URLEnv, err)
-	}
-	secret, _ := u.User.Password()
-	if u.Scheme != "http" && u.Scheme != "https" || u.Host == "" || u.User.Username() == "" || secret == "" {
-		t.Fatalf("%s=%s: want http://ACCESSKEY:SECRET@HOST:PORT", S3URLEnv, u.Redacted())
-	}
-	opts := blob.Options{
-		Endpoint:  u.Scheme + "://" + u.Host,
-		Region:    region,
-		AccessKey: u.User.Username(),
-		SecretKey: secret,
 	}
 	client := s3.New(s3.Options{
 		Region:       opts.Region,
@@ -78,6 +64,30 @@ func S3(t testing.TB) (string, blob.Options) {
 		}
 	})
 	return "s3://" + bucket + "/artifacts", opts
+}
+
+// Server returns the options that reach the S3-compatible server BATON_TEST_S3_URL names, with
+// its root credentials; false when the variable is unset.
+func Server(t testing.TB) (blob.Options, bool) {
+	t.Helper()
+	raw := os.Getenv(S3URLEnv)
+	if raw == "" {
+		return blob.Options{}, false
+	}
+	u, err := url.Parse(raw)
+	if err != nil {
+		t.Fatalf("%s: %v", S3URLEnv, err)
+	}
+	secret, _ := u.User.Password()
+	if u.Scheme != "http" && u.Scheme != "https" || u.Host == "" || u.User.Username() == "" || secret == "" {
+		t.Fatalf("%s=%s: want http://ACCESSKEY:SECRET@HOST:PORT", S3URLEnv, u.Redacted())
+	}
+	return blob.Options{
+		Endpoint:  u.Scheme + "://" + u.Host,
+		Region:    region,
+		AccessKey: u.User.Username(),
+		SecretKey: secret,
+	}, true
 }
 
 // removeBucket deletes every object in bucket, then the bucket.
