@@ -274,6 +274,9 @@ func (w *Worker) heartbeat(ctx context.Context, a *attempt) {
 					a.log.WarnContext(w.runCtx, "wake-up: mark in progress", "err", err)
 				}
 			}
+			if ans.CapabilityToken != "" {
+				a.task.setToken(ans.CapabilityToken, ans.CapabilityTokenExpiresAt)
+			}
 			if ans.ShouldCancel && !a.cancelRequested.Swap(true) {
 				a.log.InfoContext(w.runCtx, "cancellation requested", "reason", ans.CancelReason)
 				a.cancel(ErrCancelRequested)

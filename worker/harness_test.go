@@ -15,7 +15,9 @@ import (
 
 	"github.com/baton-dev/baton/internal/api"
 	"github.com/baton-dev/baton/internal/auth"
+	"github.com/baton-dev/baton/internal/blob"
 	"github.com/baton-dev/baton/internal/dispatch"
+	"github.com/baton-dev/baton/internal/grant"
 	"github.com/baton-dev/baton/internal/lifecycle"
 	"github.com/baton-dev/baton/internal/store"
 	"github.com/baton-dev/baton/internal/store/storetest"
@@ -58,7 +60,17 @@ func newServerUnstarted(t *testing.T, configure ...func(*dispatch.Config)) *serv
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := api.New(api.Config{Dispatcher: d, Auth: auth.NewAuthenticator(st, auth.Limits{}, nil), Tokens: auth.NewTokens(st, nil), Logger: quiet()})
+	apiCfg := api.Config{Dispatcher: d, Auth: auth.NewAuthenticator(st, auth.Limits{}, nil), Tokens: auth.NewTokens(st, nil), Logger: quiet()}
+	if bs, ok := cfg.Blob.(*blob.Store); ok {
+		// Tokens grant the attempt's prefixes, and with S3 the server mints credentials.
+		apiCfg.StorageRoot = bs.Root()
+		if bs.S3() != nil {
+			if apiCfg.Minter, err = grant.NewMinter(bs, grant.MinterOptions{}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	s := api.New(apiCfg)
 	reaper := d.NewReaper()
 	reaper.Start(context.Background())
 	t.Cleanup(reaper.Stop)

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"reflect"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -20,7 +21,9 @@ import (
 
 // WithBlob sets the object storage the worker writes batches to, as the server's --blob-url:
 // file://DIR or s3://BUCKET/PREFIX (S3 endpoint, region and credentials from the usual AWS_*
-// variables). By default the environment variable BATON_BLOB_URL, if set.
+// variables). By default the environment variable BATON_BLOB_URL, if set. Without either,
+// PublishBatch writes with the attempt's own minted credentials (Task.Credentials), which works
+// when the server's object storage is S3 and needs no storage secret on the worker.
 func WithBlob(url string) Option { return func(c *config) { c.blobURL = url } }
 
 // PublishedBatch is a batch PublishBatch published.
@@ -79,10 +82,6 @@ type publisher struct {
 }
 
 func (p *publisher) publish(ctx context.Context, dataset string, jsonl []byte) (*PublishedBatch, error) {
-	st, err := p.w.blobStore(ctx)
-	if err != nil {
-		return nil, err
-	}
 	if dataset == "" {
 		return nil, errors.New("baton worker: PublishBatch: the dataset name is required")
 	}
@@ -99,19 +98,60 @@ func (p *publisher) publish(ctx context.Context, dataset string, jsonl []byte) (
 	}
 	p.mu.Lock()
 	p.n++
-	key := bufferPrefix(segment, p.a.task.ID, p.a.task.Attempt) + fmt.Sprintf("batch-%04d.jsonl", p.n)
+	name := fmt.Sprintf("batch-%04d.jsonl", p.n)
 	p.mu.Unlock()
-	if err := st.Put(ctx, key, jsonl, "application/jsonl"); err != nil {
-		return nil, fmt.Errorf("baton worker: PublishBatch: write the batch: %w", err)
+	uri, err := p.write(ctx, dataset, segment, name, jsonl)
+	if err != nil {
+		return nil, err
 	}
-	body["batch_uri"] = st.URI(key)
+	body["batch_uri"] = uri
 	var ans struct {
 		Duplicate bool `json:"duplicate"`
 	}
 	if err := p.w.post(ctx, 30*time.Second, "/internal/buffer-publish", body, &ans); err != nil {
 		return nil, err
 	}
-	return &PublishedBatch{URI: st.URI(key), Rows: int(body["record_count"].(int)), Duplicate: ans.Duplicate}, nil
+	return &PublishedBatch{URI: uri, Rows: int(body["record_count"].(int)), Duplicate: ans.Duplicate}, nil
+}
+
+// write stores a batch named name under the attempt's own prefix for the dataset segment names
+// (its uuid or name), and returns its URI: with the worker's own object storage when it has one
+// (WithBlob), else with the attempt's minted credentials, which can write only there.
+func (p *publisher) write(ctx context.Context, dataset, segment, name string, data []byte) (string, error) {
+	st, err := p.w.blobStore(ctx)
+	if err == nil {
+		key := bufferPrefix(segment, p.a.task.ID, p.a.task.Attempt) + name
+		if err := st.Put(ctx, key, data, "application/jsonl"); err != nil {
+			return "", fmt.Errorf("baton worker: PublishBatch: write the batch: %w", err)
+		}
+		return st.URI(key), nil
+	}
+	if !errors.Is(err, ErrNoBlob) {
+		return "", err
+	}
+	creds, err := p.a.task.Credentials(ctx)
+	switch {
+	case errors.Is(err, ErrNoCredentials):
+		return "", ErrNoBlob
+	case err != nil:
+		return "", fmt.Errorf("baton worker: PublishBatch: the attempt's object storage credentials: %w", err)
+	}
+	prefix := creds.OutputPrefix(segment)
+	bucket, keyPrefix, _ := strings.Cut(strings.TrimPrefix(prefix, "s3://"), "/")
+	if !strings.HasPrefix(prefix, "s3://") || !strings.Contains(prefix, "/"+bufferPrefix(segment, p.a.task.ID, p.a.task.Attempt)) {
+		return "", fmt.Errorf("baton worker: PublishBatch: %q is not a buffered dataset this task writes, so its credentials cannot write its batches (WithBlob writes with the worker's own)", dataset)
+	}
+	st, err = blob.Open(ctx, "s3://"+bucket, blob.Options{Endpoint: creds.EndpointURL, Region: creds.Region,
+		AccessKey: creds.AccessKeyID, SecretKey: creds.SecretAccessKey, SessionToken: creds.SessionToken})
+	if err != nil {
+		return "", fmt.Errorf("baton worker: PublishBatch: %w", err)
+	}
+	defer st.Close()
+	key := keyPrefix + name
+	if err := st.Put(ctx, key, data, "application/jsonl"); err != nil {
+		return "", fmt.Errorf("baton worker: PublishBatch: write the batch: %w", err)
+	}
+	return st.URI(key), nil
 }
 
 // blobStore opens the object storage on first use.

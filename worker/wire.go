@@ -73,6 +73,11 @@ func transient(err error) bool {
 
 // post sends body as JSON to the server and decodes a 2xx answer into out (unless nil).
 func (w *Worker) post(ctx context.Context, timeout time.Duration, path string, body, out any) error {
+	return w.postWith(ctx, timeout, path, nil, body, out)
+}
+
+// postWith is post with extra request headers (name, value pairs).
+func (w *Worker) postWith(ctx context.Context, timeout time.Duration, path string, header []string, body, out any) error {
 	raw, err := json.Marshal(body)
 	if err != nil {
 		return fmt.Errorf("baton worker: %s: encode the request: %w", path, err)
@@ -84,6 +89,9 @@ func (w *Worker) post(ctx context.Context, timeout time.Duration, path string, b
 		return fmt.Errorf("baton worker: %s: %w", path, err)
 	}
 	req.Header.Set("Content-Type", "application/json")
+	for i := 0; i+1 < len(header); i += 2 {
+		req.Header.Set(header[i], header[i+1])
+	}
 	res, err := w.http.Do(req)
 	if err != nil {
 		return fmt.Errorf("baton worker: %s: %w", path, err)
@@ -184,6 +192,9 @@ type heartbeatAnswer struct {
 	LeaseExpiresAt time.Time `json:"lease_expires_at"`
 	ShouldCancel   bool      `json:"should_cancel"`
 	CancelReason   *string   `json:"cancel_reason"`
+	// A fresh capability token, when the claim's has less than half of its life left.
+	CapabilityToken          string    `json:"capability_token"`
+	CapabilityTokenExpiresAt time.Time `json:"capability_token_expires_at"`
 }
 
 // failure is seed 002's error object of /internal/worker/fail.

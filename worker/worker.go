@@ -69,7 +69,7 @@ type Task struct {
 	DependencyOutputs map[string]json.RawMessage
 	// CapabilityToken authenticates task-scoped calls (/v1/task/...) about this attempt. It is
 	// the token of the claim; it lives for the task's timeout plus 5 minutes (an hour without a
-	// timeout).
+	// timeout). Heartbeats renew it: Token returns the newest.
 	CapabilityToken          string
 	CapabilityTokenExpiresAt time.Time
 	Timeout                  time.Duration // 0: none
@@ -78,6 +78,13 @@ type Task struct {
 	Pipeline *PipelineTask
 
 	publish func(ctx context.Context, dataset string, jsonl []byte) (*PublishedBatch, error)
+	mint    func(ctx context.Context, token string) (*Credentials, error)
+
+	mu       sync.Mutex
+	token    string // the newest capability token; "" until a heartbeat renewed the claim's
+	tokenExp time.Time
+	creds    *Credentials // the last minted, and when
+	credsAt  time.Time
 }
 
 // PipelineTask is the data plane of a pipeline job's task.
@@ -118,6 +125,8 @@ type DatasetOutput struct {
 	DatasetUUID    string `json:"dataset_uuid"`
 	DatasetVersion string `json:"dataset_version"`
 	DatasetName    string `json:"dataset_name,omitempty"`
+	// WriteMode is "buffered" for a dataset the task adds rows to with PublishBatch.
+	WriteMode string `json:"write_mode,omitempty"`
 }
 
 // Handler runs one attempt of a task. Its output is JSON-encoded; a json.RawMessage passes
@@ -443,6 +452,7 @@ func (w *Worker) newAttempt(ctx context.Context, ans claimAnswer) *attempt {
 		log:       w.log.With("task_id", ans.JobID, "attempt", ans.AttemptID, "task", ans.TaskName),
 	}
 	t.publish = (&publisher{w: w, a: a}).publish
+	t.mint = func(ctx context.Context, token string) (*Credentials, error) { return w.mintCredentials(ctx, a, token) }
 	a.ctx, a.cancel = context.WithCancelCause(w.runCtx)
 	a.handlerCtx, a.stopDeadline = a.ctx, func() {}
 	if t.Timeout > 0 {

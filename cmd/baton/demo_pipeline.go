@@ -16,8 +16,13 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/config"
+	"github.com/aws/aws-sdk-go-v2/service/s3"
 
 	"github.com/baton-dev/baton/client"
 	"github.com/baton-dev/baton/internal/runner"
@@ -272,7 +277,30 @@ func runPipelineDemoTask(ctx context.Context, p childPayload, stdout, stderr io.
 				"seen_at": time.Now().UTC().Format(time.RFC3339Nano), "org_id": "ignored: rows belong to the publisher's tenant"})
 			rows.Write(append(b, '\n'))
 		}
-		if err := os.WriteFile(filepath.Join(os.Getenv(runner.EnvBuffers), "alert_events.jsonl"), rows.Bytes(), 0o600); err != nil {
+		if p.Storage != nil {
+			// S3 object storage: write the batch under the task's own prefix with the credentials
+			// the wrapper minted (the AWS_* variables, which let it write nowhere else) and
+			// publish it with the task's capability token.
+			uri, err := demoPutBatch(ctx, p, "alert_events", rows.Bytes())
+			if err != nil {
+				fmt.Fprintln(stderr, "range_stats: write the alert batch:", err)
+				return 1
+			}
+			body := map[string]any{"batch_uri": uri, "record_count": 2, "content_type": "application/jsonl"}
+			if status := demoTaskCall(ctx, p, "/v1/task/buffer-publish", body); status != http.StatusOK {
+				fmt.Fprintf(stderr, "range_stats: buffer-publish answered %v\n", status)
+				return 1
+			}
+			// What the untrusted child holds: no secret but its own token and credentials.
+			var names []string
+			for _, kv := range os.Environ() {
+				name, _, _ := strings.Cut(kv, "=")
+				names = append(names, name)
+			}
+			slices.Sort(names)
+			out["batch_uri"], out["environment"] = uri, names
+		} else if err := os.WriteFile(filepath.Join(os.Getenv(runner.EnvBuffers), "alert_events.jsonl"), rows.Bytes(), 0o600); err != nil {
+			// Object storage in a directory: the wrapper publishes the file once this succeeded.
 			fmt.Fprintln(stderr, "range_stats: write the alert batch:", err)
 			return 1
 		}
@@ -301,6 +329,33 @@ func runPipelineDemoTask(ctx context.Context, p childPayload, stdout, stderr io.
 		return 1
 	}
 	return 0
+}
+
+// demoPutBatch writes a JSONL batch of the output dataset named dataset to object storage under
+// the task's own prefix, with the AWS SDK configured from the environment alone, as any program
+// using the AWS CLI's variables would; it returns the batch's URI.
+func demoPutBatch(ctx context.Context, p childPayload, dataset string, jsonl []byte) (string, error) {
+	var prefix string
+	for _, o := range p.Outputs {
+		if o.DatasetName == dataset {
+			prefix = p.Storage.OutputPrefixes[o.DatasetUUID]
+		}
+	}
+	bucket, key, ok := strings.Cut(strings.TrimPrefix(prefix, "s3://"), "/")
+	if !ok || !strings.HasPrefix(prefix, "s3://") {
+		return "", fmt.Errorf("no s3:// write prefix for dataset %s in %+v", dataset, p.Storage)
+	}
+	cfg, err := config.LoadDefaultConfig(ctx)
+	if err != nil {
+		return "", err
+	}
+	client := s3.NewFromConfig(cfg, func(o *s3.Options) { o.UsePathStyle = os.Getenv("AWS_ENDPOINT_URL") != "" })
+	key += "batch.jsonl"
+	if _, err := client.PutObject(ctx, &s3.PutObjectInput{Bucket: aws.String(bucket), Key: aws.String(key),
+		Body: bytes.NewReader(jsonl), ContentType: aws.String("application/jsonl")}); err != nil {
+		return "", err
+	}
+	return "s3://" + bucket + "/" + key, nil
 }
 
 // demoTaskCall posts the attempt's fence and body to a task-scoped endpoint with the task's

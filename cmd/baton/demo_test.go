@@ -90,6 +90,13 @@ func TestDevDemoPipeline(t *testing.T) {
 // what it printed.
 func runDevDemo(t *testing.T, done string, demo ...string) string {
 	t.Helper()
+	return runDevDemoInspect(t, done, nil, demo...)
+}
+
+// runDevDemoInspect is runDevDemo that calls inspect with what the demo printed once it printed
+// done, before stopping it.
+func runDevDemoInspect(t *testing.T, done string, inspect func(stdout string), demo ...string) string {
+	t.Helper()
 	t.Setenv("BATON_API_KEY", "")
 	var stdout, stderr syncBuffer
 	ctx, cancel := context.WithCancel(context.Background())
@@ -112,6 +119,9 @@ func runDevDemo(t *testing.T, done string, demo ...string) string {
 	}
 	t.Logf("demo finished %s after start", time.Since(start).Round(time.Millisecond))
 	out := stdout.String()
+	if inspect != nil {
+		inspect(out)
+	}
 	cancel()
 	select {
 	case code := <-exited:

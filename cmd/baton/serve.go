@@ -21,6 +21,7 @@ import (
 	"github.com/baton-dev/baton/internal/blob"
 	"github.com/baton-dev/baton/internal/dataset"
 	"github.com/baton-dev/baton/internal/dispatch"
+	"github.com/baton-dev/baton/internal/grant"
 	"github.com/baton-dev/baton/internal/sink"
 	"github.com/baton-dev/baton/internal/store"
 	"github.com/baton-dev/baton/internal/transport"
@@ -46,9 +47,12 @@ type serverFlags struct {
 	corsOrigins                                          corsFlag
 	// Buffered datasets: object storage, the data database and the in-process sink.
 	blobURL, dataDatabaseURL string
-	sink                     bool
-	sinkFlags                sinkFlags
-	http                     httpLimits // both listeners'
+	// Task credentials minted on an s3:// store through its STS.
+	stsEndpoint, credentialsRole string
+	credentialsMaxTTL            time.Duration
+	sink                         bool
+	sinkFlags                    sinkFlags
+	http                         httpLimits // both listeners'
 }
 
 // sinkFlags tune a sink, in baton sink and in a server's own.
@@ -122,6 +126,9 @@ func (f *serverFlags) register(fs *flag.FlagSet) {
 	fs.BoolVar(&f.groupCommit, "group-commit", true, "apply transitions that arrive together in one database transaction (--group-commit=false: one each)")
 	fs.IntVar(&f.committers, "committers", 0, "group-commit transactions in flight at once (0: 2 on PostgreSQL, 1 on SQLite); more spread the database work over connections but can deadlock")
 	fs.StringVar(&f.blobURL, "blob-url", os.Getenv("BATON_BLOB_URL"), "object storage of buffered datasets' batches: file://DIR or s3://BUCKET/PREFIX (env BATON_BLOB_URL; S3 endpoint, region and credentials from the usual AWS_* variables)")
+	fs.StringVar(&f.stsEndpoint, "sts-endpoint", os.Getenv("BATON_STS_ENDPOINT"), "with an s3:// --blob-url: the STS endpoint that mints tasks' credentials (env BATON_STS_ENDPOINT; default: the S3 endpoint, where MinIO serves STS, or AWS's regional STS)")
+	fs.StringVar(&f.credentialsRole, "task-credentials-role", os.Getenv("BATON_TASK_CREDENTIALS_ROLE"), "with an s3:// --blob-url: the role `ARN` assumed to mint tasks' credentials, narrowed to each task's prefixes by a session policy (env BATON_TASK_CREDENTIALS_ROLE; AWS needs one, MinIO ignores it)")
+	fs.DurationVar(&f.credentialsMaxTTL, "task-credentials-max-ttl", 12*time.Hour, "the longest STS session a task's credentials get (at least 15m); they never outlive the task's capability token")
 	f.sinkFlags.register(fs)
 	f.corsOrigins = corsFlag{origins: []string{"*"}}
 	fs.Var(&f.corsOrigins, "cors-origins", "browser `ORIGINS` that may call the producer listener: * (any), a comma-separated list such as https://app.example.com,http://localhost:5173, or none (no CORS headers, no preflight answers)")
@@ -241,6 +248,14 @@ func (f *serverFlags) bind(ctx context.Context) (*listeners, error) {
 	if err != nil {
 		return nil, err
 	}
+	if f.credentialsMaxTTL < 15*time.Minute {
+		return nil, fmt.Errorf("--task-credentials-max-ttl %s: STS sessions last 15m at least", f.credentialsMaxTTL)
+	}
+	if f.stsEndpoint != "" {
+		if u, err := url.Parse(f.stsEndpoint); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.User != nil {
+			return nil, fmt.Errorf("--sts-endpoint %q: want http(s)://host[:port], without credentials", f.stsEndpoint)
+		}
+	}
 	if f.reconcileEvery <= 0 || f.reconcileGrace <= 0 || f.pushTimeout <= 0 || f.committers < 0 {
 		return nil, errors.New("--reconcile-every, --reconcile-grace and --push-timeout must be positive, --committers not negative")
 	}
@@ -288,8 +303,16 @@ func serve(ctx context.Context, f *serverFlags, ls *listeners, st store.Store, l
 	cfg := dispatch.Config{Logger: log, MaxTasksPerJob: f.maxTasksPerJob, Defaults: f.defaults,
 		GroupCommit: dispatch.GroupCommit{Off: !f.groupCommit, Committers: f.committers},
 		Buffer:      dispatch.BufferConfig{Visibility: f.sinkFlags.visibility}}
+	var minter *grant.Minter
+	var storageRoot string
 	if dp.blob != nil {
-		cfg.Blob = dp.blob
+		cfg.Blob, storageRoot = dp.blob, dp.blob.Root()
+		if dp.blob.S3() != nil {
+			if minter, err = grant.NewMinter(dp.blob, grant.MinterOptions{RoleARN: f.credentialsRole, Endpoint: f.stsEndpoint,
+				MaxDuration: f.credentialsMaxTTL}); err != nil {
+				return err
+			}
+		}
 	}
 	if dp.data != nil {
 		cfg.Tables = sink.Tables{DB: dp.data}
@@ -302,7 +325,7 @@ func serve(ctx context.Context, f *serverFlags, ls *listeners, st store.Store, l
 	wakeups, _ := ls.transport.(transport.MessageIDs)
 	s := api.New(api.Config{Dispatcher: d, Auth: auth.NewAuthenticator(st, f.limits, nil), Tokens: auth.NewTokens(st, nil),
 		Logger: log, MaxBodyBytes: f.maxBodyBytes, PushTargets: ls.pushTargets, Wakeups: wakeups,
-		CORSOrigins: f.corsOrigins.origins})
+		CORSOrigins: f.corsOrigins.origins, StorageRoot: storageRoot, Minter: minter})
 	reaper := d.NewReaper()
 	reaper.Start(ctx)
 	defer reaper.Stop()

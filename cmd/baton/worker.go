@@ -16,6 +16,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net/url"
 	"os"
 	"os/user"
@@ -68,9 +69,19 @@ const (
 // passedThrough are the wrapper's own variables a child gets, when set: locale and time zone.
 var passedThrough = []string{"LANG", "TZ"}
 
+// Object storage credentials minted for the child: the AWS SDKs' and CLI's variables, and two
+// files the wrapper keeps current in the child's work directory.
+const (
+	envAWSCredentialsFile = "AWS_SHARED_CREDENTIALS_FILE"
+	envAWSConfigFile      = "AWS_CONFIG_FILE"
+)
+
+var awsChildEnv = []string{"AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_CREDENTIAL_EXPIRATION",
+	"AWS_REGION", "AWS_DEFAULT_REGION", "AWS_ENDPOINT_URL", envAWSCredentialsFile, envAWSConfigFile}
+
 // reservedChildEnv are names --child-env may not set.
-var reservedChildEnv = []string{envCapability, envPublicURL, envTaskID, envAttempt, envLeaseToken, envJobID,
-	envTaskKey, envTaskName, runner.EnvPayload, runner.EnvHome, runner.EnvTmpDir, runner.EnvPWD, runner.EnvBuffers}
+var reservedChildEnv = append([]string{envCapability, envPublicURL, envTaskID, envAttempt, envLeaseToken, envJobID,
+	envTaskKey, envTaskName, runner.EnvPayload, runner.EnvHome, runner.EnvTmpDir, runner.EnvPWD, runner.EnvBuffers}, awsChildEnv...)
 
 // childPayload is the JSON a child reads on stdin and from BATON_TASK_PAYLOAD.
 type childPayload struct {
@@ -91,6 +102,17 @@ type childPayload struct {
 	Inputs   []worker.DatasetInput  `json:"inputs,omitempty"`
 	Outputs  []worker.DatasetOutput `json:"outputs,omitempty"`
 	Trigger  json.RawMessage        `json:"trigger,omitempty"`
+	// Storage is what the minted object storage credentials allow (S3 object storage only).
+	Storage *childStorage `json:"storage,omitempty"`
+}
+
+// childStorage tells the child where its credentials let it read and write.
+type childStorage struct {
+	ReadPrefixes  []string `json:"read_prefixes"`
+	WritePrefixes []string `json:"write_prefixes"`
+	ScratchPrefix string   `json:"scratch_prefix"`
+	// OutputPrefixes are the write prefixes of the task's output datasets, by dataset_uuid.
+	OutputPrefixes map[string]string `json:"output_prefixes"`
 }
 
 // listFlag is a repeatable string flag.
@@ -306,6 +328,26 @@ func (w *wrapper) handle(ctx context.Context, t *worker.Task) (any, error) {
 		p.Job = &pt.Job
 		p.Operator, p.Config, p.Inputs, p.Outputs, p.Trigger = pt.Operator, t.Input, pt.Inputs, pt.Outputs, pt.Trigger
 	}
+	log := w.log.With("task_id", t.ID, "attempt", t.Attempt, "task", t.Name)
+	creds, err := t.Credentials(ctx)
+	switch {
+	case errors.Is(err, worker.ErrNoCredentials):
+		creds = nil // object storage in a directory: nothing to mint, and no isolation of files
+	case err != nil:
+		if ctx.Err() != nil {
+			return nil, fmt.Errorf("stopped (%v) before the child started: %w", context.Cause(ctx), err)
+		}
+		log.Warn("could not mint the child's object storage credentials", "err", err)
+		return nil, worker.Errorf(worker.Infrastructure, "mint the task's object storage credentials: %v", err)
+	default:
+		p.Storage = &childStorage{ReadPrefixes: creds.ReadPrefixes, WritePrefixes: creds.WritePrefixes,
+			ScratchPrefix: creds.ScratchPrefix(), OutputPrefixes: map[string]string{}}
+		for _, o := range p.Outputs {
+			if prefix := creds.OutputPrefix(o.DatasetUUID); prefix != "" {
+				p.Storage.OutputPrefixes[o.DatasetUUID] = prefix
+			}
+		}
+	}
 	payload, err := json.Marshal(p)
 	if err != nil {
 		return nil, worker.Errorf(worker.DataQuality, "encode the payload: %v", err)
@@ -322,13 +364,27 @@ func (w *wrapper) handle(ctx context.Context, t *worker.Task) (any, error) {
 	env[envJobID] = t.JobID
 	env[envTaskKey] = t.Key
 	env[envTaskName] = t.Name
-	log := w.log.With("task_id", t.ID, "attempt", t.Attempt, "task", t.Name)
+	var prepare func(dir string) (map[string]string, error)
+	if creds != nil {
+		maps.Copy(env, creds.Env())
+		refreshCtx, stopRefresh := context.WithCancel(ctx)
+		defer stopRefresh()
+		prepare = func(dir string) (map[string]string, error) {
+			files := awsFiles{credentials: filepath.Join(dir, "aws-credentials"), config: filepath.Join(dir, "aws-config")}
+			if err := files.write(creds); err != nil {
+				return nil, err
+			}
+			go w.keepCredentials(refreshCtx, t, files, creds, log)
+			return map[string]string{envAWSCredentialsFile: files.credentials, envAWSConfigFile: files.config}, nil
+		}
+	}
 	if lease == "" {
 		log.Warn("no lease token in the capability token's claims: the child cannot call /v1/task/*")
 	}
 	log.Debug("starting the child")
 	res, err := runner.Run(ctx, runner.Spec{Command: w.command, Payload: payload, Env: env, Credential: w.cred,
-		TempRoot: w.workRoot, Grace: w.grace, Collect: func(dir string) error { return w.publishBatches(ctx, t, dir) }})
+		TempRoot: w.workRoot, Grace: w.grace, Collect: func(dir string) error { return w.publishBatches(ctx, t, dir) },
+		Prepare: prepare})
 	var f *runner.Failure
 	switch {
 	case err == nil:
@@ -346,6 +402,78 @@ func (w *wrapper) handle(ctx context.Context, t *worker.Task) (any, error) {
 	default:
 		log.Error("could not run the child", "err", err)
 		return nil, worker.Errorf(worker.Infrastructure, "%s", err.Error())
+	}
+}
+
+// awsFiles are the AWS shared credentials and config files of a child's work directory.
+type awsFiles struct{ credentials, config string }
+
+// write writes c to the files, each replaced atomically, readable by the child (whose work
+// directory no one else can enter).
+func (f awsFiles) write(c *worker.Credentials) error {
+	creds := fmt.Sprintf("[default]\naws_access_key_id = %s\naws_secret_access_key = %s\naws_session_token = %s\n",
+		c.AccessKeyID, c.SecretAccessKey, c.SessionToken)
+	conf := "[default]\nregion = " + c.Region + "\n"
+	if c.EndpointURL != "" {
+		// An S3-compatible server is addressed path-style (http://host/bucket/key).
+		conf += "endpoint_url = " + c.EndpointURL + "\ns3 =\n    addressing_style = path\n"
+	}
+	if err := replaceFile(f.credentials, []byte(creds)); err != nil {
+		return err
+	}
+	return replaceFile(f.config, []byte(conf))
+}
+
+// replaceFile writes data to a new file beside path and renames it over path.
+func replaceFile(path string, data []byte) error {
+	tmp, err := os.CreateTemp(filepath.Dir(path), ".baton-*")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(tmp.Name()) // after a successful rename there is nothing to remove
+	if _, err := tmp.Write(data); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Chmod(0o644); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Close(); err != nil {
+		return err
+	}
+	return os.Rename(tmp.Name(), path)
+}
+
+// keepCredentials renews a running child's credentials before they expire, for tasks that run
+// longer than they last: the environment cannot change under a running process, so the new ones
+// go to AWS_SHARED_CREDENTIALS_FILE, which SDKs read when no key is in the environment (and the
+// CLI with --profile default). It stops when ctx ends.
+func (w *wrapper) keepCredentials(ctx context.Context, t *worker.Task, files awsFiles, c *worker.Credentials, log *slog.Logger) {
+	for {
+		// Renew when a quarter of their life is left; Task.Credentials mints below a third.
+		timer := time.NewTimer(max(time.Until(c.Expiration)*3/4, time.Second))
+		select {
+		case <-ctx.Done():
+			timer.Stop()
+			return
+		case <-timer.C:
+		}
+		next, err := t.Credentials(ctx)
+		switch {
+		case ctx.Err() != nil:
+			return
+		case err != nil:
+			log.Warn("could not renew the child's object storage credentials; retrying", "err", err, "expire", c.Expiration)
+			continue // c is unchanged: the next try comes after three quarters of what is left
+		case next != c:
+			if err := files.write(next); err != nil {
+				log.Warn("could not write the child's renewed credentials", "err", err)
+				continue
+			}
+			log.Info("renewed the child's object storage credentials", "expire", next.Expiration)
+		}
+		c = next
 	}
 }
 

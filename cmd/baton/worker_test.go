@@ -455,7 +455,7 @@ echo '{"probe":"done"}'`
 	}
 	other := map[string]any{"task_id": c.Task.ID, "attempt": c.Task.Attempt, "lease_token": c.Task.LeaseToken}
 	for _, path := range []string{"/v1/task/heartbeat", "/v1/task/complete"} {
-		body := maps(other, map[string]any{"status": "Completed"}, path == "/v1/task/complete")
+		body := mergeIf(other, map[string]any{"status": "Completed"}, path == "/v1/task/complete")
 		if code, answer := postJSON(t, http.DefaultClient, s.public.URL+path, body, "X-Trace-Task-Capability", token); code != http.StatusForbidden {
 			t.Fatalf("%s of another task with the child's token: %d %s", path, code, answer)
 		}
@@ -481,8 +481,8 @@ echo '{"probe":"done"}'`
 	}
 }
 
-// maps returns a copy of a with b's entries added when add is set.
-func maps(a, b map[string]any, add bool) map[string]any {
+// mergeIf returns a copy of a with b's entries added when add is set.
+func mergeIf(a, b map[string]any, add bool) map[string]any {
 	out := map[string]any{}
 	for k, v := range a {
 		out[k] = v

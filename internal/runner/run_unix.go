@@ -73,6 +73,17 @@ func Run(ctx context.Context, s Spec) (*Result, error) {
 			}
 		}
 	}
+	if s.Prepare != nil {
+		extra, err := s.Prepare(dir)
+		if err != nil {
+			return nil, fmt.Errorf("runner: prepare the work directory: %w", err)
+		}
+		for k, v := range extra {
+			if _, ours := vars[k]; !ours {
+				vars[k] = v
+			}
+		}
+	}
 	env, err := environ(s.Env, vars)
 	if err != nil {
 		return nil, err

@@ -88,6 +88,11 @@ type Spec struct {
 	// succeeded (EnvBuffers names it; it is in the work directory): Collect is called with it
 	// before the work directory is removed, and an error it returns fails the run.
 	Collect func(dir string) error
+	// Prepare, when set, is called with the work directory once it exists, before the child
+	// starts; the variables it returns are added to the child's environment (over Env), and an
+	// error it returns fails the run before the child starts. Files it makes there belong to the
+	// wrapper's user unless it says otherwise; the directory itself is the child's.
+	Prepare func(dir string) (map[string]string, error)
 }
 
 // EnvBuffers names the directory a child leaves its buffered dataset batches in (Spec.Collect).

@@ -130,6 +130,41 @@ func TestRunSuccessPayloadAndOutput(t *testing.T) {
 	}
 }
 
+// Prepare writes into the work directory before the child starts, and the variables it returns
+// reach the child, never over the ones Run sets itself; its error stops the run before any child.
+func TestRunPrepare(t *testing.T) {
+	res, err := Run(context.Background(), Spec{
+		Command: sh(`printf '{"file":"%s","home":"%s","env":"%s"}\n' "$(cat "$CREDS_FILE")" "$HOME" "$FROM_ENV"`),
+		Env:     map[string]string{"FROM_ENV": "spec", "CREDS_FILE": "overridden"},
+		Prepare: func(dir string) (map[string]string, error) {
+			path := filepath.Join(dir, "creds")
+			if err := os.WriteFile(path, []byte("secret-of-this-task"), 0o644); err != nil {
+				return nil, err
+			}
+			return map[string]string{"CREDS_FILE": path, EnvHome: "/elsewhere"}, nil
+		},
+	})
+	if err != nil {
+		t.Fatalf("run: %v (%+v)", err, res)
+	}
+	var out struct{ File, Home, Env string }
+	if err := json.Unmarshal(res.Output, &out); err != nil {
+		t.Fatalf("output %s: %v", res.Output, err)
+	}
+	if out.File != "secret-of-this-task" || out.Home == "/elsewhere" || out.Env != "spec" {
+		t.Fatalf("output %s", res.Output)
+	}
+	ran := filepath.Join(sharedDir(t), "ran")
+	_, err = Run(context.Background(), Spec{Command: sh("touch " + ran),
+		Prepare: func(string) (map[string]string, error) { return nil, errors.New("no credentials") }})
+	if err == nil || !strings.Contains(err.Error(), "no credentials") {
+		t.Fatalf("run with a failing Prepare: %v", err)
+	}
+	if _, err := os.Stat(ran); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("the child ran although Prepare failed: %v", err)
+	}
+}
+
 func TestRunNoOutputIsNull(t *testing.T) {
 	res, err := Run(context.Background(), Spec{Command: sh("echo to stderr >&2")})
 	if err != nil || string(res.Output) != "null" {
