@@ -43,12 +43,18 @@ A cancelled or timed-out task's process group gets SIGTERM, then SIGKILL after -
 The child's whole environment: PATH, HOME, TMPDIR and PWD (its own work directory), LANG and TZ
 (when set), BATON_TASK_PAYLOAD, BATON_URL, TRACE_TASK_CAPABILITY_TOKEN, BATON_TASK_ID,
 BATON_TASK_KEY, BATON_TASK_NAME, BATON_JOB_ID, BATON_ATTEMPT, BATON_LEASE_TOKEN,
-BATON_BUFFER_DIR, and --child-env.
+BATON_BUFFER_DIR, and --child-env; with S3 object storage also the credentials minted for its
+attempt: AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN, AWS_CREDENTIAL_EXPIRATION,
+AWS_REGION, AWS_DEFAULT_REGION, AWS_ENDPOINT_URL, AWS_SHARED_CREDENTIALS_FILE and AWS_CONFIG_FILE
+(the two files hold the same credentials, renewed before they expire for long tasks).
 
-Buffered datasets: a child adds rows to the buffered dataset NAME by writing them, one JSON object
-per line, to the file NAME.jsonl in the directory BATON_BUFFER_DIR. Once the child succeeded, the
-wrapper writes each such file to the object storage (--blob-url) under the attempt's own prefix
-and publishes it; the child never sees storage URLs or credentials.
+Object storage: with S3, the credentials read only the task's input prefixes and write only its
+own prefixes, listed in the payload's "storage" (scratch_prefix, output_prefixes by dataset
+uuid). Buffered datasets: a child adds rows to the buffered dataset NAME by writing them, one JSON
+object per line, to the file NAME.jsonl in the directory BATON_BUFFER_DIR; once the child
+succeeded, the wrapper writes each such file under the attempt's own prefix (with --blob-url, or
+with the minted credentials) and publishes it. A child may also write a batch under its output
+prefix itself and call /v1/task/buffer-publish with its token.
 
 Flags:
 `
