@@ -25,12 +25,7 @@ import (
 // one input and writes one buffered output, and checks with them what S3 itself allows.
 func TestMintedCredentials(t *testing.T) {
 	ctx := context.Background()
-	url, opts := blobtest.S3(t)
-	st, err := blob.Open(ctx, url, opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
+	st, opts, m := newMinter(t)
 	root := st.Root()
 	bucket := st.S3().Bucket
 
@@ -44,10 +39,6 @@ func TestMintedCredentials(t *testing.T) {
 		Outputs: []grant.Output{{DatasetUUID: "alerts-uuid", Buffered: true}}})
 	if len(skipped) != 0 || len(g.ReadPrefixes) != 1 {
 		t.Fatalf("grant %+v, skipped %q", g, skipped)
-	}
-	m, err := grant.NewMinter(st, grant.MinterOptions{})
-	if err != nil {
-		t.Fatal(err)
 	}
 	until := time.Now().Add(time.Hour)
 	creds, err := m.Mint(ctx, g, until, grant.Session("t1", 1))
@@ -106,17 +97,8 @@ func TestMintedCredentials(t *testing.T) {
 // session last 15 minutes at least, and the policy's time condition still ends it with the token.
 func TestMintedCredentialsEndWithTheToken(t *testing.T) {
 	ctx := context.Background()
-	url, opts := blobtest.S3(t)
-	st, err := blob.Open(ctx, url, opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
+	st, _, m := newMinter(t)
 	g, _ := grant.Derive(st.Root(), grant.Attempt{TaskID: "t1", Attempt: 1})
-	m, err := grant.NewMinter(st, grant.MinterOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
 	until := time.Now().Add(3 * time.Second).Truncate(time.Second)
 	creds, err := m.Mint(ctx, g, until, grant.Session("t1", 1))
 	if err != nil {
@@ -150,6 +132,22 @@ func TestNewMinterNeedsS3(t *testing.T) {
 	if _, err := grant.NewMinter(st, grant.MinterOptions{}); !errors.Is(err, grant.ErrNoS3) {
 		t.Fatalf("NewMinter on a directory store: %v, want ErrNoS3", err)
 	}
+}
+
+// newMinter opens a store in a bucket of its own on the test's S3 server, and a Minter for it.
+func newMinter(t *testing.T) (*blob.Store, blob.Options, *grant.Minter) {
+	t.Helper()
+	url, opts := blobtest.S3(t)
+	st, err := blob.Open(context.Background(), url, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	m, err := grant.NewMinter(st, grant.MinterOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st, opts, m
 }
 
 func clientFor(c *grant.Credentials) *s3.Client {
