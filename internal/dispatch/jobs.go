@@ -58,7 +58,11 @@ func (d *Dispatcher) CreateJob(ctx context.Context, p CreateJobParams) (*CreateJ
 	)
 	// A new job has no rows to lock in advance; only a concurrent request with the same
 	// idempotency key waits, on the key.
-	err := d.update(ctx, store.LockSet{}, func(tx store.Tx, c *changes) error {
+	var locks store.LockSet
+	if p.IdempotencyKey != "" {
+		locks.Keys = []string{fmt.Sprintf("job:%d:%s:%s", len(p.Tenant), p.Tenant, p.IdempotencyKey)}
+	}
+	err := d.update(ctx, locks, func(tx store.Tx, c *changes) error {
 		now := c.now
 		job = &store.Job{
 			ID:              jobID,

@@ -159,6 +159,10 @@ type LockSet struct {
 	Releasing []string // the children of these tasks (that completed)
 	Ending    []string // every descendant of these tasks (that failed or were canceled)
 	Jobs      []string // every task of these jobs, then the jobs: for a transaction on whole jobs
+	// Keys names the idempotency keys of the jobs the transaction may insert. They are locked
+	// before any row, in one order: two transactions that insert jobs with the same keys in
+	// opposite orders would otherwise each wait on the other's key.
+	Keys []string
 }
 
 // Add merges o into s.
@@ -167,11 +171,12 @@ func (s *LockSet) Add(o LockSet) {
 	s.Releasing = append(s.Releasing, o.Releasing...)
 	s.Ending = append(s.Ending, o.Ending...)
 	s.Jobs = append(s.Jobs, o.Jobs...)
+	s.Keys = append(s.Keys, o.Keys...)
 }
 
 // Empty reports whether s names no row.
 func (s LockSet) Empty() bool {
-	return len(s.Tasks)+len(s.Releasing)+len(s.Ending)+len(s.Jobs) == 0
+	return len(s.Tasks)+len(s.Releasing)+len(s.Ending)+len(s.Jobs)+len(s.Keys) == 0
 }
 
 // Tx is one read-write transaction.
@@ -179,8 +184,8 @@ type Tx interface {
 	Reader
 	PipelineWriter
 
-	// LockRows locks the rows of s for the rest of the transaction, tasks by id and then the jobs
-	// of s.Jobs by id, waiting for other transactions that hold them. Rows that do not exist are ignored. A
+	// LockRows locks the rows of s for the rest of the transaction, the idempotency keys of
+	// s.Keys first, then tasks by id and then the jobs of s.Jobs by id, waiting for other transactions that hold them. Rows that do not exist are ignored. A
 	// no-op where write transactions run one at a time (SQLite).
 	LockRows(ctx context.Context, s LockSet) error
 

@@ -163,6 +163,11 @@ func openDB(ctx context.Context, cfg *pgx.ConnConfig, opts Options) (*Store, err
 		LockRow:   " FOR UPDATE",
 		LockSkip:  " FOR UPDATE SKIP LOCKED",
 		MaxParams: 65535,
+		Arrays:    true,
+		// Volatile functions of the select list run after the sort: the locks are taken in
+		// hash order.
+		LockKeys: `SELECT pg_advisory_xact_lock(h) FROM (SELECT DISTINCT hashtextextended(k, 0) AS h
+			FROM unnest($1::text[]) AS k) AS keys ORDER BY h`,
 		IsUnique:  func(err error) bool { return pgCode(err) == "23505" },
 		Transient: transient,
 	}

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/baton-dev/baton/internal/lifecycle"
 	"github.com/baton-dev/baton/internal/store"
 )
 
@@ -56,9 +57,8 @@ func (t *tx) LockTasks(ctx context.Context, ids []string) ([]*store.Task, error)
 	if len(ids) == 0 {
 		return nil, nil
 	}
-	args := stringArgs(ids)
-	rows, err := t.query(ctx, `SELECT `+taskCols+` FROM tasks WHERE id IN (`+placeholders(1, len(args))+`)
-		ORDER BY id`+t.d.LockRow, args...)
+	cond, args := t.in("id", 1, ids)
+	rows, err := t.query(ctx, `SELECT `+taskCols+` FROM tasks WHERE `+cond+` ORDER BY id`+t.d.LockRow, args...)
 	if err != nil {
 		return nil, fmt.Errorf("lock tasks: %w", err)
 	}
@@ -72,9 +72,12 @@ func (t *tx) CurrentAttempts(ctx context.Context, ids []string) ([]*store.Attemp
 	}
 	fields := strings.FieldsFunc(attemptCols, func(r rune) bool { return r == ',' || r == ' ' || r == '\n' || r == '\t' })
 	cols := "a." + strings.Join(fields, ", a.")
-	args := stringArgs(ids)
-	rows, err := t.query(ctx, `SELECT `+cols+` FROM attempts a JOIN tasks t ON t.id = a.task_id AND t.attempt = a.attempt
-		WHERE a.task_id IN (`+placeholders(1, len(args))+`)`, args...)
+	// From the tasks to their current attempts: on a table without statistics yet (a new
+	// database under load), selecting attempts by task_id and joining tasks planned a scan of
+	// the tasks.
+	cond, args := t.in("t.id", 1, ids)
+	rows, err := t.query(ctx, `SELECT `+cols+` FROM tasks t JOIN attempts a ON a.task_id = t.id AND a.attempt = t.attempt
+		WHERE `+cond, args...)
 	if err != nil {
 		return nil, fmt.Errorf("current attempts: %w", err)
 	}
@@ -119,6 +122,9 @@ func (t *tx) CompleteTasks(ctx context.Context, done []store.CompletedTask, now 
 	if len(done) == 0 {
 		return nil
 	}
+	if t.d.Arrays {
+		return t.completeTasksArrays(ctx, done, now)
+	}
 	n := padded(len(done))
 	args := []any{now.UnixMilli()}
 	output, ids := caseOf("id", n, &args, func(i int) (any, any) {
@@ -150,6 +156,9 @@ func (t *tx) CompleteTasks(ctx context.Context, done []store.CompletedTask, now 
 func (t *tx) FinishAttempts(ctx context.Context, done []store.CompletedTask, now time.Time) error {
 	if len(done) == 0 {
 		return nil
+	}
+	if t.d.Arrays {
+		return t.finishAttemptsArrays(ctx, done, now)
 	}
 	n := padded(len(done))
 	args := []any{now.UnixMilli()}
@@ -190,9 +199,9 @@ func (t *tx) ReleaseChildrenOf(ctx context.Context, parentIDs []string, now time
 	if len(parentIDs) == 0 {
 		return nil, nil
 	}
-	parents := stringArgs(parentIDs)
-	rows, err := t.query(ctx, `SELECT child_id, count(*) FROM task_deps WHERE parent_id IN (`+
-		placeholders(1, len(parents))+`) GROUP BY child_id ORDER BY child_id`, parents...)
+	cond, args := t.in("parent_id", 1, parentIDs)
+	rows, err := t.query(ctx, `SELECT child_id, count(*) FROM task_deps WHERE `+cond+`
+		GROUP BY child_id ORDER BY child_id`, args...)
 	if err != nil {
 		return nil, fmt.Errorf("release children: %w", err)
 	}
@@ -219,9 +228,8 @@ func (t *tx) ReleaseChildrenOf(ctx context.Context, parentIDs []string, now time
 	}
 	if t.d.LockRow != "" {
 		// Lock the children in id order, as ReleaseChildren does, before updating them.
-		args := stringArgs(children)
-		if _, err := t.ids(ctx, `SELECT id FROM tasks WHERE id IN (`+placeholders(1, len(args))+`)
-			ORDER BY id`+t.d.LockRow, args...); err != nil {
+		cond, args := t.in("id", 1, children)
+		if _, err := t.ids(ctx, `SELECT id FROM tasks WHERE `+cond+` ORDER BY id`+t.d.LockRow, args...); err != nil {
 			return nil, fmt.Errorf("lock children: %w", err)
 		}
 	}
@@ -232,14 +240,14 @@ func (t *tx) ReleaseChildrenOf(ctx context.Context, parentIDs []string, now time
 	slices.Sort(counts)
 	var refs []*store.TaskRef
 	for _, n := range counts {
-		ids := stringArgs(byCount[n])
+		cond, ids := t.in("id", 3, byCount[n])
 		args := append([]any{now.UnixMilli(), n}, ids...)
 		got, err := t.refs(ctx, `UPDATE tasks SET unfinished_parents = unfinished_parents - CAST($2 AS INTEGER),
 			status = CASE WHEN unfinished_parents = CAST($2 AS INTEGER) AND status = 'waiting' THEN 'pending' ELSE status END,
 			available_at = CASE WHEN unfinished_parents = CAST($2 AS INTEGER) AND status = 'waiting' THEN $1 ELSE available_at END,
 			last_event_type = CASE WHEN unfinished_parents = CAST($2 AS INTEGER) AND status = 'waiting' THEN 'Task Pending' ELSE last_event_type END,
 			last_event_at = CASE WHEN unfinished_parents = CAST($2 AS INTEGER) AND status = 'waiting' THEN $1 ELSE last_event_at END
-			WHERE id IN (`+placeholders(3, len(ids))+`) AND unfinished_parents > 0
+			WHERE `+cond+` AND unfinished_parents > 0
 			RETURNING `+refCols, args...)
 		if err != nil {
 			return nil, fmt.Errorf("release children: %w", err)
@@ -287,6 +295,13 @@ func (t *tx) claimUpdate(ctx context.Context, ps []store.ClaimTaskParams, limite
 	}
 	p0 := ps[0]
 	args := []any{p0.Now.UnixMilli(), cmp.Or(p0.Runtime, "pull")}
+	keyed := "concurrency_key IS NULL"
+	if limited {
+		keyed = "concurrency_key IS NOT NULL"
+	}
+	if t.d.Arrays {
+		return t.claimUpdateArrays(ctx, ps, args, keyed)
+	}
 	n := padded(len(ps))
 	token, ids := caseOf("id", n, &args, func(i int) (any, any) {
 		if i < len(ps) {
@@ -300,19 +315,8 @@ func (t *tx) claimUpdate(ctx context.Context, ps []store.ClaimTaskParams, limite
 		}
 		return "", ""
 	}, "")
-	keyed := "concurrency_key IS NULL"
-	if limited {
-		keyed = "concurrency_key IS NOT NULL"
-	}
 	rows, err := t.query(ctx, `UPDATE tasks SET status = 'running',
-		attempt = attempt + 1, lease_token = `+token+`, worker_id = `+worker+`,
-		started_at = $1, heartbeat_at = $1,
-		lease_expires_at = $1 + heartbeat_timeout_ms,
-		deadline_at = CASE WHEN timeout_ms > 0 THEN $1 + timeout_ms ELSE NULL END,
-		reap_at = CASE WHEN timeout_ms > 0 AND timeout_ms < heartbeat_timeout_ms
-			THEN $1 + timeout_ms ELSE $1 + heartbeat_timeout_ms END,
-		cancel_requested_at = NULL, cancel_reason = '', finished_at = NULL,
-		last_event_type = 'Task Processing Started', last_event_at = $1
+		attempt = attempt + 1, lease_token = `+token+`, worker_id = `+worker+`, `+claimSet+`
 		WHERE id IN (`+ids+`) AND status = 'pending' AND available_at <= $1 AND runtime = $2
 		AND `+keyed+` RETURNING `+taskCols, args...)
 	if err != nil {
@@ -333,9 +337,10 @@ func (t *tx) claimLimited(ctx context.Context, ps []store.ClaimTaskParams) ([]*s
 	for i, p := range ps {
 		ids[i] = p.ID
 	}
-	args := append([]any{ps[0].Now.UnixMilli(), cmp.Or(ps[0].Runtime, "pull")}, stringArgs(ids)...)
+	cond, idArgs := t.in("id", 3, ids)
+	args := append([]any{ps[0].Now.UnixMilli(), cmp.Or(ps[0].Runtime, "pull")}, idArgs...)
 	rows, err := t.query(ctx, `SELECT id, concurrency_key, concurrency_limit FROM tasks
-		WHERE id IN (`+placeholders(3, len(args)-2)+`) AND concurrency_key IS NOT NULL
+		WHERE `+cond+` AND concurrency_key IS NOT NULL
 		AND status = 'pending' AND available_at <= $1 AND runtime = $2`, args...)
 	if err != nil {
 		return nil, fmt.Errorf("claim limited tasks: %w", err)
@@ -417,33 +422,41 @@ func (t *tx) LockRows(ctx context.Context, s store.LockSet) error {
 	if t.d.LockRow == "" || s.Empty() {
 		return nil
 	}
+	if len(s.Keys) > 0 && t.d.LockKeys != "" {
+		// The keys in one order: the locks are taken after the sort.
+		if _, err := t.exec(ctx, t.d.LockKeys, s.Keys); err != nil {
+			return fmt.Errorf("lock idempotency keys: %w", err)
+		}
+	}
+	if len(s.Tasks)+len(s.Releasing)+len(s.Ending)+len(s.Jobs) == 0 {
+		return nil
+	}
 	var (
 		args  []any
 		with  string
 		parts []string
 	)
-	list := func(ids []string) string {
-		padded := stringArgs(ids)
-		from := len(args) + 1
-		args = append(args, padded...)
-		return placeholders(from, len(padded))
+	in := func(col string, ids []string) string {
+		cond, a := t.in(col, len(args)+1, ids)
+		args = append(args, a...)
+		return cond
 	}
 	if len(s.Tasks) > 0 {
-		parts = append(parts, `SELECT id FROM tasks WHERE id IN (`+list(s.Tasks)+`)`)
+		parts = append(parts, `SELECT id FROM tasks WHERE `+in("id", s.Tasks))
 	}
 	if len(s.Releasing) > 0 {
-		parts = append(parts, `SELECT child_id FROM task_deps WHERE parent_id IN (`+list(s.Releasing)+`)`)
+		parts = append(parts, `SELECT child_id FROM task_deps WHERE `+in("parent_id", s.Releasing))
 	}
 	if len(s.Ending) > 0 {
 		with = `WITH RECURSIVE below(id) AS (
-			SELECT child_id FROM task_deps WHERE parent_id IN (` + list(s.Ending) + `)
+			SELECT child_id FROM task_deps WHERE ` + in("parent_id", s.Ending) + `
 			UNION
 			SELECT d.child_id FROM task_deps d JOIN below b ON d.parent_id = b.id
 		) `
 		parts = append(parts, `SELECT id FROM below`)
 	}
 	if len(s.Jobs) > 0 {
-		parts = append(parts, `SELECT id FROM tasks WHERE job_id IN (`+list(s.Jobs)+`)`)
+		parts = append(parts, `SELECT id FROM tasks WHERE `+in("job_id", s.Jobs))
 	}
 	if _, err := t.ids(ctx, with+`SELECT id FROM tasks WHERE id IN (`+strings.Join(parts, " UNION ALL ")+`)
 		ORDER BY id`+t.d.LockRow, args...); err != nil {
@@ -452,10 +465,117 @@ func (t *tx) LockRows(ctx context.Context, s store.LockSet) error {
 	if len(s.Jobs) == 0 {
 		return nil
 	}
-	jobs := stringArgs(s.Jobs)
-	if _, err := t.ids(ctx, `SELECT id FROM jobs WHERE id IN (`+placeholders(1, len(jobs))+`)
-		ORDER BY id`+t.d.LockRow, jobs...); err != nil {
+	cond, jobs := t.in("id", 1, s.Jobs)
+	if _, err := t.ids(ctx, `SELECT id FROM jobs WHERE `+cond+` ORDER BY id`+t.d.LockRow, jobs...); err != nil {
 		return fmt.Errorf("lock jobs: %w", err)
 	}
 	return nil
+}
+
+// claimSet is what a claim sets besides the attempt, lease token and worker; $1 is the time.
+const claimSet = `started_at = $1, heartbeat_at = $1,
+		lease_expires_at = $1 + heartbeat_timeout_ms,
+		deadline_at = CASE WHEN timeout_ms > 0 THEN $1 + timeout_ms ELSE NULL END,
+		reap_at = CASE WHEN timeout_ms > 0 AND timeout_ms < heartbeat_timeout_ms
+			THEN $1 + timeout_ms ELSE $1 + heartbeat_timeout_ms END,
+		cancel_requested_at = NULL, cancel_reason = '', finished_at = NULL,
+		last_event_type = 'Task Processing Started', last_event_at = $1`
+
+// claimUpdateArrays is claimUpdate with one array per column; args holds $1 (the time) and $2
+// (the runtime). It takes two statements, so that neither plan depends on statistics the
+// database may not have yet (a new table under load has none): the first picks and locks the
+// claimable tasks among the ids, by the id index (its status test is written so that it cannot
+// match the partial index of ready tasks, which the planner then took for cheaper than the
+// lookups); the second claims exactly those, with no filter of its own, so that the planner
+// goes from the claimed ids to their rows. In one statement, the filters made the planner
+// expect one row and compare every task with every id: 160 ms for a claim of 256 tasks.
+func (t *tx) claimUpdateArrays(ctx context.Context, ps []store.ClaimTaskParams, args []any, keyed string) ([]*store.Task, error) {
+	ids := make([]string, len(ps))
+	for i, p := range ps {
+		ids[i] = p.ID
+	}
+	claimable, err := t.ids(ctx, `SELECT id FROM tasks WHERE id = ANY($3) AND (status = 'pending') IS TRUE
+		AND available_at <= $1 AND runtime = $2 AND `+keyed+` ORDER BY id`+t.d.LockRow, append(args, ids)...)
+	if err != nil {
+		return nil, fmt.Errorf("claim tasks: %w", err)
+	}
+	if len(claimable) == 0 {
+		return nil, nil
+	}
+	ok := make(map[string]bool, len(claimable))
+	for _, id := range claimable {
+		ok[id] = true
+	}
+	ids, tokens, workers := ids[:0], make([]string, 0, len(claimable)), make([]string, 0, len(claimable))
+	for _, p := range ps {
+		if ok[p.ID] {
+			ok[p.ID] = false // a repeated id is claimed once
+			ids, tokens, workers = append(ids, p.ID), append(tokens, p.LeaseToken), append(workers, p.WorkerID)
+		}
+	}
+	rows, err := t.query(ctx, `UPDATE tasks SET status = 'running',
+		attempt = attempt + 1, lease_token = c.c_token, worker_id = c.c_worker, `+claimSet+`
+		FROM unnest($2::text[], $3::text[], $4::text[]) AS c(c_id, c_token, c_worker)
+		WHERE tasks.id = c.c_id RETURNING `+qualified("tasks", taskCols), args[0], ids, tokens, workers)
+	if err != nil {
+		return nil, fmt.Errorf("claim tasks: %w", err)
+	}
+	return collectTasks(rows)
+}
+
+// completeTasksArrays is CompleteTasks with one array per column. The fence (status and
+// attempt) is a column of the rows, not a filter on the tasks: a filter whose selectivity the
+// planner cannot know (no statistics yet) makes it expect one task and compare every task with
+// every row (see claimUpdateArrays).
+func (t *tx) completeTasksArrays(ctx context.Context, done []store.CompletedTask, now time.Time) error {
+	ids, outputs, attempts := make([]string, len(done)), make([]*string, len(done)), make([]int64, len(done))
+	statuses := make([]string, len(done))
+	for i, d := range done {
+		ids[i], attempts[i], statuses[i] = d.ID, int64(d.Attempt), string(lifecycle.Running)
+		if d.Output != nil {
+			o := string(d.Output)
+			outputs[i] = &o
+		}
+	}
+	res, err := t.exec(ctx, `UPDATE tasks SET status = 'completed', output = c.c_output,
+		error = NULL, lease_expires_at = NULL, deadline_at = NULL, reap_at = NULL, finished_at = $1,
+		last_event_type = 'Task Completed', last_event_at = $1
+		FROM unnest($2::text[], $3::text[], $4::bigint[], $5::text[]) AS c(c_id, c_output, c_attempt, c_status)
+		WHERE tasks.id = c.c_id AND status = c.c_status AND attempt = c.c_attempt`, now.UnixMilli(), ids, outputs, attempts, statuses)
+	if err != nil {
+		return fmt.Errorf("complete tasks: %w", err)
+	}
+	if n, _ := res.RowsAffected(); int(n) != len(done) {
+		return store.ErrLeaseLost
+	}
+	return nil
+}
+
+// finishAttemptsArrays is FinishAttempts with one array per column.
+func (t *tx) finishAttemptsArrays(ctx context.Context, done []store.CompletedTask, now time.Time) error {
+	ids, attempts, metrics := make([]string, len(done)), make([]int64, len(done)), make([]*string, len(done))
+	for i, d := range done {
+		ids[i], attempts[i] = d.ID, int64(d.Attempt)
+		if d.Metrics != nil {
+			m := string(d.Metrics)
+			metrics[i] = &m
+		}
+	}
+	res, err := t.exec(ctx, `UPDATE attempts SET finished_at = $1, outcome = 'succeeded', result = 'completed',
+		error = NULL, metrics = f.f_metrics
+		FROM unnest($2::text[], $3::bigint[], $4::text[]) AS f(f_id, f_attempt, f_metrics)
+		WHERE task_id = f.f_id AND attempt = f.f_attempt`, now.UnixMilli(), ids, attempts, metrics)
+	if err != nil {
+		return fmt.Errorf("finish attempts: %w", err)
+	}
+	if n, _ := res.RowsAffected(); int(n) != len(done) {
+		return store.ErrNotFound
+	}
+	return nil
+}
+
+// qualified prefixes each of the comma-separated columns cols with table.
+func qualified(table, cols string) string {
+	fields := strings.FieldsFunc(cols, func(r rune) bool { return r == ',' || r == ' ' || r == '\n' || r == '\t' })
+	return table + "." + strings.Join(fields, ", "+table+".")
 }

@@ -58,6 +58,12 @@ func (t *tx) ClaimOutbox(ctx context.Context, now time.Time, limit int, f store.
 
 // MarkOutboxSent implements store.Tx.
 func (t *tx) MarkOutboxSent(ctx context.Context, ids []int64, at time.Time) error {
+	if t.d.Arrays {
+		if _, err := t.exec(ctx, "UPDATE outbox SET sent_at = $1 WHERE id = ANY($2)", at.UnixMilli(), ids); err != nil {
+			return fmt.Errorf("mark outbox sent: %w", err)
+		}
+		return nil
+	}
 	perStmt := max(t.d.MaxParams-1, 1)
 	for start := 0; start < len(ids); start += perStmt {
 		chunk := ids[start:min(start+perStmt, len(ids))]

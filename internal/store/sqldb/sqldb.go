@@ -25,6 +25,9 @@ type Dialect struct {
 	LockRow string
 	// LockSkip is appended to a queue SELECT so concurrent claimers skip each other's rows.
 	LockSkip string
+	// LockKeys is the statement that takes transaction-scoped locks on the strings of its one
+	// array parameter, in a fixed order ("" where a single writer makes locks moot).
+	LockKeys string
 	// MaxParams is the most bind parameters one statement may carry.
 	MaxParams int
 	// Notify is the statement that announces a ready task to other processes ("" for none).
@@ -36,6 +39,10 @@ type Dialect struct {
 	// otherwise parses every statement again, which was a third of the CPU of a completion; pgx
 	// caches prepared statements by itself.
 	CacheStatements bool
+	// Arrays: the driver passes a Go slice as one array parameter and the database has unnest
+	// and "= ANY" (PostgreSQL): statements over many rows then carry one parameter per column
+	// (arrays.go).
+	Arrays bool
 	// Positional makes multi-row inserts use "?" placeholders. SQLite resolves "$N" by a linear
 	// scan of the statement's parameter names, which makes a 20,000-parameter insert quadratic.
 	Positional bool
@@ -371,6 +378,9 @@ func strArg(s string) any {
 // insertRows runs a multi-row INSERT of rows, each len(cols) values, in as few statements as the
 // dialect's parameter limit allows. suffix follows the VALUES list (e.g. an ON CONFLICT clause).
 func (q q) insertRows(ctx context.Context, table string, cols []string, rows [][]any, suffix string) error {
+	if done, err := q.insertArrays(ctx, table, cols, rows, suffix, nil); done {
+		return err
+	}
 	return q.insertChunks(table, cols, rows, suffix, func(stmt string, args []any, cached bool) error {
 		exec := q.db.ExecContext
 		if cached {
@@ -385,6 +395,9 @@ func (q q) insertRows(ctx context.Context, table string, cols []string, rows [][
 // the statements return.
 func (q q) insertReturning(ctx context.Context, table string, cols []string, rows [][]any, suffix string,
 	scan func(*sql.Rows) error) error {
+	if done, err := q.insertArrays(ctx, table, cols, rows, suffix, scan); done {
+		return err
+	}
 	return q.insertChunks(table, cols, rows, suffix, func(stmt string, args []any, cached bool) error {
 		query := q.db.QueryContext
 		if cached {

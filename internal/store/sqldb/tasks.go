@@ -176,9 +176,9 @@ func (q q) ParentOutputsOf(ctx context.Context, taskIDs []string) (map[string]ma
 	if len(taskIDs) == 0 {
 		return out, nil
 	}
-	args := stringArgs(taskIDs)
+	cond, args := q.in("d.child_id", 1, taskIDs)
 	rows, err := q.query(ctx, `SELECT d.child_id, p.task_key, p.output FROM task_deps d
-		JOIN tasks p ON p.id = d.parent_id WHERE d.child_id IN (`+placeholders(1, len(args))+`)`, args...)
+		JOIN tasks p ON p.id = d.parent_id WHERE `+cond, args...)
 	if err != nil {
 		return nil, fmt.Errorf("parent outputs: %w", err)
 	}

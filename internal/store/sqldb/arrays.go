@@ -1,0 +1,155 @@
+package sqldb
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"strconv"
+	"strings"
+)
+
+// Where the database takes a whole Go slice as one array parameter (Dialect.Arrays: PostgreSQL),
+// the statements over many rows carry one parameter per column instead of one per value:
+// "id = ANY($1)" for a list, unnest($1, $2, ...) for rows. Their text is then the same for every
+// batch, so the database parses and plans each once per connection and its plan does not depend
+// on the batch's size; a list of hundreds of placeholders had to be planned afresh every time,
+// and an UPDATE with a CASE over hundreds of ids compared every row with every id.
+
+// in returns the condition "col is one of ids" with its arguments, whose placeholders start at
+// $from: "col = ANY($from)" with ids as one array, or else "col IN ($from, ...)" over ids padded
+// to their size class.
+func (q q) in(col string, from int, ids []string) (string, []any) {
+	if q.d.Arrays {
+		return col + " = ANY($" + strconv.Itoa(from) + ")", []any{ids}
+	}
+	args := stringArgs(ids)
+	return col + " IN (" + placeholders(from, len(args)) + ")", args
+}
+
+// arrayType is the PostgreSQL array type of a column of values like v, or "" when v is not a
+// kind insertArrays converts.
+func arrayType(v any) string {
+	switch v.(type) {
+	case string:
+		return "text[]"
+	case int, int64:
+		return "bigint[]"
+	case bool:
+		return "boolean[]"
+	}
+	return ""
+}
+
+// columns turns rows into one array per column for unnest: the SQL type of each (empty for a
+// column that is NULL in every row) and its values, NULL as a nil pointer. ok is false when a
+// value is of a kind it does not convert.
+func columns(rows [][]any, ncols int) (types []string, arrays []any, ok bool) {
+	types = make([]string, ncols)
+	arrays = make([]any, ncols)
+	for j := range ncols {
+		for _, row := range rows {
+			if row[j] != nil {
+				if types[j] = arrayType(row[j]); types[j] == "" {
+					return nil, nil, false
+				}
+				break
+			}
+		}
+		switch types[j] {
+		case "text[]":
+			col := make([]*string, len(rows))
+			for i, row := range rows {
+				if s, isStr := row[j].(string); isStr {
+					col[i] = &s
+				} else if row[j] != nil {
+					return nil, nil, false
+				}
+			}
+			arrays[j] = col
+		case "bigint[]":
+			col := make([]*int64, len(rows))
+			for i, row := range rows {
+				var n int64
+				switch v := row[j].(type) {
+				case nil:
+					continue
+				case int:
+					n = int64(v)
+				case int64:
+					n = v
+				default:
+					return nil, nil, false
+				}
+				col[i] = &n
+			}
+			arrays[j] = col
+		case "boolean[]":
+			col := make([]*bool, len(rows))
+			for i, row := range rows {
+				if b, isBool := row[j].(bool); isBool {
+					col[i] = &b
+				} else if row[j] != nil {
+					return nil, nil, false
+				}
+			}
+			arrays[j] = col
+		}
+	}
+	return types, arrays, true
+}
+
+// unnestInsert builds "INSERT INTO table (cols) SELECT ... FROM unnest($1, ...) AS u(...)" +
+// suffix for rows, one array parameter per column; a column NULL in every row is inserted as a
+// NULL literal. ok is false when a value is of a kind columns does not convert.
+func unnestInsert(table string, cols []string, rows [][]any, suffix string) (stmt string, args []any, ok bool) {
+	types, arrays, ok := columns(rows, len(cols))
+	if !ok {
+		return "", nil, false
+	}
+	var sel, params, names []string
+	for j, c := range cols {
+		if types[j] == "" {
+			sel = append(sel, "NULL")
+			continue
+		}
+		args = append(args, arrays[j])
+		params = append(params, "$"+strconv.Itoa(len(args))+"::"+types[j])
+		names = append(names, "u_"+c)
+		sel = append(sel, "u_"+c)
+	}
+	if len(args) == 0 {
+		return "", nil, false // nothing but NULLs: leave it to the VALUES form
+	}
+	return "INSERT INTO " + table + " (" + strings.Join(cols, ", ") + ") SELECT " + strings.Join(sel, ", ") +
+		" FROM unnest(" + strings.Join(params, ", ") + ") AS u(" + strings.Join(names, ", ") + ")" + suffix, args, true
+}
+
+// insertArrays runs the rows as one unnest statement where the dialect takes arrays: done is
+// false, and nothing ran, where it does not or a value is of a kind it does not convert.
+func (q q) insertArrays(ctx context.Context, table string, cols []string, rows [][]any, suffix string,
+	scan func(*sql.Rows) error) (done bool, err error) {
+	if !q.d.Arrays || len(rows) == 0 {
+		return false, nil
+	}
+	stmt, args, ok := unnestInsert(table, cols, rows, suffix)
+	if !ok {
+		return false, nil
+	}
+	if scan == nil {
+		if _, err := q.exec(ctx, stmt, args...); err != nil {
+			return true, fmt.Errorf("insert %s: %w", table, err)
+		}
+		return true, nil
+	}
+	rs, err := q.query(ctx, stmt, args...)
+	if err != nil {
+		return true, fmt.Errorf("insert %s: %w", table, err)
+	}
+	defer rs.Close()
+	for rs.Next() {
+		if err := scan(rs); err != nil {
+			return true, err
+		}
+	}
+	return true, rs.Err()
+}
