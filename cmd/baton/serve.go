@@ -302,7 +302,7 @@ func serve(ctx context.Context, f *serverFlags, ls *listeners, st store.Store, l
 	defer dp.close()
 	cfg := dispatch.Config{Logger: log, MaxTasksPerJob: f.maxTasksPerJob, Defaults: f.defaults,
 		GroupCommit: dispatch.GroupCommit{Off: !f.groupCommit, Committers: f.committers},
-		Buffer:      dispatch.BufferConfig{Visibility: f.sinkFlags.visibility}}
+		Buffer:      dispatch.BufferConfig{Visibility: f.sinkFlags.visibility}, StoreWakeups: ls.transport == nil}
 	var minter *grant.Minter
 	var storageRoot string
 	if dp.blob != nil {

@@ -225,9 +225,9 @@ func (cm *committer) commit(batch []*pending) {
 		}
 		// What every part that stood left for the end of the transaction (Dispatcher.settle):
 		// children to release, descendants to skip, job counters.
-		group := &changes{now: d.now()}
+		group := d.newChanges()
 		if len(completes) > 0 {
-			c := &changes{now: d.now()}
+			c := d.newChanges()
 			var slow []int
 			nerr := tx.Nested(ctx, func(tx store.Tx) error {
 				var err error
@@ -253,7 +253,7 @@ func (cm *committer) commit(batch []*pending) {
 			}
 		}
 		if len(claims) > 0 {
-			c := &changes{now: d.now()}
+			c := d.newChanges()
 			nerr := tx.Nested(ctx, func(tx store.Tx) error {
 				if err := d.claimMany(ctx, tx, c, claims); err != nil {
 					return err
@@ -269,7 +269,7 @@ func (cm *committer) commit(batch []*pending) {
 			}
 		}
 		for _, p := range batch {
-			p.c = &changes{now: d.now()}
+			p.c = d.newChanges()
 			p.err = tx.Nested(p.ctx, func(tx store.Tx) error {
 				if err := p.fn(tx, p.c); err != nil {
 					return err

@@ -56,6 +56,10 @@ type Config struct {
 	// Tables creates buffered datasets' tables when a pipeline is deployed; nil creates none.
 	Tables DatasetTables
 	Buffer BufferConfig
+	// StoreWakeups says that workers find work in the store itself (the "store" transport):
+	// then no task wake-up is written to the outbox, as nothing would read it; waiters in this
+	// process and, on PostgreSQL, on other replicas (NOTIFY) are still woken.
+	StoreWakeups bool
 }
 
 // Validate reports a setting that cannot work.
@@ -196,6 +200,13 @@ type changes struct {
 	released []releasedTask
 	ended    []endedTask
 	finished map[string]*jobProgress
+	// storeWakeups: see Config.StoreWakeups.
+	storeWakeups bool
+}
+
+// newChanges starts the changes of a transaction.
+func (d *Dispatcher) newChanges() *changes {
+	return &changes{now: d.now(), storeWakeups: d.cfg.StoreWakeups}
 }
 
 // releasedTask is a task that completed: its children are to be released.
@@ -300,6 +311,9 @@ func (c *changes) wake(taskID, queue, runtime string, availableAt time.Time) {
 	c.ready = true
 	if runtime == "push" {
 		// The push dispatcher claims it, woken by the notification; no worker is to be woken.
+		return
+	}
+	if c.storeWakeups {
 		return
 	}
 	payload, _ := json.Marshal(map[string]string{"task_id": taskID})

@@ -85,7 +85,7 @@ func (d *Dispatcher) retry(ctx context.Context, fn func() error) error {
 func (d *Dispatcher) runOnce(ctx context.Context, locks store.LockSet, fn func(tx store.Tx, c *changes) error) error {
 	var c *changes
 	err := d.store.InTx(ctx, func(tx store.Tx) error {
-		c = &changes{now: d.now()}
+		c = d.newChanges()
 		if err := tx.LockRows(ctx, locks); err != nil {
 			return err
 		}

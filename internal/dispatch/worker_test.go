@@ -258,3 +258,40 @@ func TestStartAttemptSaysWhetherAWorkerMayRunTheAttempt(t *testing.T) {
 		}
 	})
 }
+
+func TestStoreWakeupsWriteNoOutboxMessageYetWakeWaitingClaimers(t *testing.T) {
+	storetest.ForEachDriver(t, func(t *testing.T, st store.Store) {
+		e := newEnv(t, st, func(c *dispatch.Config) { c.StoreWakeups = true })
+		job := e.submit(spec("a"), spec("b", "a"))
+		c := e.claim(job, "a")
+		got := make(chan []*dispatch.Claim, 1)
+		go func() {
+			claims, err := e.d.ClaimWait(e.ctx, dispatch.ClaimNextParams{Queues: []string{"work"}, WorkerID: "w"}, time.Minute)
+			if err != nil {
+				t.Error(err)
+			}
+			got <- claims
+		}()
+		if err := e.clock.BlockUntilContext(e.ctx, 1); err != nil { // waiting: nothing is ready
+			t.Fatal(err)
+		}
+		e.succeed(c)
+		select {
+		case claims := <-got:
+			if len(claims) != 1 || claims[0].Task.Key != "b" {
+				t.Fatalf("claimed %v, want b", claims)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatal("the waiting claimer was not woken when b became ready")
+		}
+		msgs, err := st.OutboxAfter(e.ctx, 0, 100)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range msgs {
+			if m.Topic == dispatch.TopicTaskReady {
+				t.Errorf("outbox holds a wake-up (%s) that nothing reads", m.Payload)
+			}
+		}
+	})
+}
