@@ -13,6 +13,7 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"runtime/debug"
 	"strings"
 	"time"
 
@@ -291,10 +292,19 @@ func (f *serverFlags) bind(ctx context.Context) (*listeners, error) {
 	return &listeners{producer: p, internal: i, internalTLS: tlsConf != nil, transport: tr, pushTargets: targets, pushSecrets: secrets}, nil
 }
 
+// serverGCPercent is the server's GOGC unless the environment sets one.
+const serverGCPercent = 400
+
 // serve runs the APIs and the background loops on st until ctx ends, then shuts down
 // gracefully: listeners stop accepting, in-flight requests finish (each answered only after its
 // transaction committed), the loops stop.
 func serve(ctx context.Context, f *serverFlags, ls *listeners, st store.Store, log *slog.Logger) error {
+	if os.Getenv("GOGC") == "" {
+		// The live heap of a server is small (tens of MiB) and short-lived garbage is most of
+		// what it allocates: collecting at 4x the live heap instead of 2x cut the server's CPU
+		// time by a sixth under load (baton bench), for ~40 MiB more at peak. GOGC overrides.
+		debug.SetGCPercent(serverGCPercent)
+	}
 	dp, err := openDataPlane(ctx, f)
 	if err != nil {
 		return err

@@ -112,17 +112,13 @@ func (s *Server) streamClaimWait(w http.ResponseWriter, r *http.Request, obj map
 // payload is the task's input exactly as the producer sent it (an empty object when it sent
 // none): clients of the dialect read their own fields from it. What Baton adds — the task's key
 // and name, its job (run_id), its parents' outputs, its execution timeout — are siblings of it.
-func (s *Server) streamClaimAnswer(ctx context.Context, c *dispatch.Claim, msgID string) (map[string]any, error) {
+func (s *Server) streamClaimAnswer(ctx context.Context, c *dispatch.Claim, msgID string) (*streamClaimed, error) {
 	t := c.Task
 	// If minting fails the worker gets a 500 and never runs the attempt; its lease then expires
 	// and the reaper retries the task, as for any worker that vanishes after a claim.
 	tok, exp, err := s.issueToken(ctx, t)
 	if err != nil {
 		return nil, fmt.Errorf("issue capability token for task %s attempt %d: %w", t.ID, t.Attempt, err)
-	}
-	var timeout any
-	if t.Timeout > 0 {
-		timeout = t.Timeout.Seconds()
 	}
 	payload := t.Input
 	if len(payload) == 0 {
@@ -132,40 +128,72 @@ func (s *Server) streamClaimAnswer(ctx context.Context, c *dispatch.Claim, msgID
 	if deps == nil {
 		deps = map[string]json.RawMessage{}
 	}
-	out := map[string]any{
-		"claimed":                     true,
-		"job_id":                      t.ID,
-		"attempt_id":                  t.Attempt,
-		"lease_token":                 t.LeaseToken,
-		"stream":                      t.Queue,
-		"message_id":                  msgID,
-		"payload":                     payload,
-		"task_id":                     t.ID,
-		"task_key":                    t.Key,
-		"task_name":                   t.Name,
-		"run_id":                      t.JobID,
-		"dependency_outputs":          deps,
-		"timeout_seconds":             timeout,
-		"lease_ttl_seconds":           t.HeartbeatTimeout.Seconds(),
-		"heartbeat_interval_seconds":  c.HeartbeatInterval.Seconds(),
-		"lease_expires_at":            streamTime(t.LeaseExpiresAt),
-		"capability_token":            tok,
-		"capability_token_expires_at": streamTime(exp),
+	out := &streamClaimed{
+		Claimed:                  true,
+		JobID:                    t.ID,
+		AttemptID:                t.Attempt,
+		LeaseToken:               t.LeaseToken,
+		Stream:                   t.Queue,
+		MessageID:                msgID,
+		Payload:                  payload,
+		TaskID:                   t.ID,
+		TaskKey:                  t.Key,
+		TaskName:                 t.Name,
+		RunID:                    t.JobID,
+		DependencyOutputs:        deps,
+		LeaseTTLSeconds:          t.HeartbeatTimeout.Seconds(),
+		HeartbeatIntervalSeconds: c.HeartbeatInterval.Seconds(),
+		LeaseExpiresAt:           streamTime(t.LeaseExpiresAt),
+		CapabilityToken:          tok,
+		CapabilityTokenExpiresAt: streamTime(exp),
+	}
+	if t.Timeout > 0 {
+		secs := t.Timeout.Seconds()
+		out.TimeoutSeconds = &secs
 	}
 	if r := dispatch.DecodeRoute(t); r != nil {
-		out["job"] = r.Job
-		out["operator"], out["config"], out["inputs"], out["outputs"] = t.Name, payload, r.Inputs, r.Outputs
+		out.Job, out.Operator, out.Config, out.Inputs, out.Outputs = &r.Job, t.Name, payload, &r.Inputs, &r.Outputs
 		if len(r.Trigger) > 0 {
-			out["trigger"] = r.Trigger
+			out.Trigger = r.Trigger
 		}
 	}
 	return out, nil
 }
 
+// streamClaimed is the answer of a claim that got a task. A struct rather than a map: claims
+// are the hottest answers, and encoding a map sorts its keys by reflection each time.
+type streamClaimed struct {
+	Claimed                  bool                       `json:"claimed"`
+	JobID                    string                     `json:"job_id"`
+	AttemptID                int                        `json:"attempt_id"`
+	LeaseToken               string                     `json:"lease_token"`
+	Stream                   string                     `json:"stream"`
+	MessageID                string                     `json:"message_id"`
+	Payload                  json.RawMessage            `json:"payload"`
+	TaskID                   string                     `json:"task_id"`
+	TaskKey                  string                     `json:"task_key"`
+	TaskName                 string                     `json:"task_name"`
+	RunID                    string                     `json:"run_id"`
+	DependencyOutputs        map[string]json.RawMessage `json:"dependency_outputs"`
+	TimeoutSeconds           *float64                   `json:"timeout_seconds"` // null: no execution deadline
+	LeaseTTLSeconds          float64                    `json:"lease_ttl_seconds"`
+	HeartbeatIntervalSeconds float64                    `json:"heartbeat_interval_seconds"`
+	LeaseExpiresAt           any                        `json:"lease_expires_at"` // see streamTime
+	CapabilityToken          string                     `json:"capability_token"`
+	CapabilityTokenExpiresAt any                        `json:"capability_token_expires_at"`
+	// A pipeline task's data-plane part, all set or all left out.
+	Job      *dispatch.RouteJob      `json:"job,omitempty"`
+	Operator string                  `json:"operator,omitempty"`
+	Config   json.RawMessage         `json:"config,omitempty"`
+	Inputs   *[]dispatch.RouteInput  `json:"inputs,omitempty"`
+	Outputs  *[]dispatch.RouteOutput `json:"outputs,omitempty"`
+	Trigger  json.RawMessage         `json:"trigger,omitempty"`
+}
+
 // streamClaimAnswers answers claims in order, each with its message id.
-func (s *Server) streamClaimAnswers(ctx context.Context, claims []*dispatch.Claim) ([]map[string]any, error) {
+func (s *Server) streamClaimAnswers(ctx context.Context, claims []*dispatch.Claim) ([]*streamClaimed, error) {
 	ids := s.streamMessageIDs(ctx, claims)
-	out := make([]map[string]any, 0, len(claims))
+	out := make([]*streamClaimed, 0, len(claims))
 	for _, c := range claims {
 		a, err := s.streamClaimAnswer(ctx, c, ids[c.Task.ID])
 		if err != nil {
