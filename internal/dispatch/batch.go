@@ -84,20 +84,13 @@ func (d *Dispatcher) completeBatch(ctx context.Context, tx store.Tx, c *changes,
 		if err != nil {
 			return nil, err
 		}
-		attempts, err := tx.CurrentAttempts(ctx, ids)
-		if err != nil {
-			return nil, err
-		}
 		byID := make(map[string]*store.Task, len(tasks))
 		for _, t := range tasks {
 			byID[t.ID] = t
 		}
-		current := make(map[string]*store.Attempt, len(attempts))
-		for _, a := range attempts {
-			current[a.TaskID] = a
-		}
 		var (
 			done    []store.CompletedTask
+			ended   []*store.Attempt
 			doneIdx []int
 			doneIDs = map[string]bool{}
 		)
@@ -112,18 +105,11 @@ func (d *Dispatcher) completeBatch(ctx context.Context, tx store.Tx, c *changes,
 				errs[i] = err
 				continue
 			}
-			a := current[t.ID]
+			// A running task's current attempt has not ended: it is stored when it ends, so the
+			// task row alone says this report is the first.
 			switch {
-			case a == nil:
-				slow = append(slow, i) // Complete reports the missing attempt
-			case reported(a.Outcome):
-				if a.Outcome != p.Outcome {
-					errs[i] = ErrOutcomeConflict
-				} else {
-					results[i] = &CompleteResult{Task: t, Status: a.Result, Duplicate: true}
-				}
 			case t.Status != lifecycle.Running:
-				slow = append(slow, i) // a late report (rule 6) or an expired attempt
+				slow = append(slow, i) // a repeat, a late report (rule 6) or an expired attempt
 			case doneIDs[t.ID]:
 				// A second report of the attempt in this batch: a repeat, as Complete would see it.
 				results[i] = &CompleteResult{Task: t, Status: lifecycle.Completed, Duplicate: true}
@@ -133,7 +119,10 @@ func (d *Dispatcher) completeBatch(ctx context.Context, tx store.Tx, c *changes,
 				if len(output) == 0 {
 					output = json.RawMessage("null")
 				}
-				done = append(done, store.CompletedTask{ID: t.ID, Attempt: t.Attempt, Output: output, Metrics: p.Metrics})
+				done = append(done, store.CompletedTask{ID: t.ID, Attempt: t.Attempt, Output: output})
+				ended = append(ended, &store.Attempt{TaskID: t.ID, Attempt: t.Attempt, WorkerID: t.WorkerID,
+					LeaseToken: t.LeaseToken, StartedAt: t.StartedAt, Outcome: store.OutcomeSucceeded,
+					Result: lifecycle.Completed, Metrics: p.Metrics, Traceparent: p.Traceparent})
 				doneIdx = append(doneIdx, i)
 			}
 		}
@@ -144,7 +133,10 @@ func (d *Dispatcher) completeBatch(ctx context.Context, tx store.Tx, c *changes,
 		if err := tx.CompleteTasks(ctx, done, now); err != nil {
 			return nil, err
 		}
-		if err := tx.FinishAttempts(ctx, done, now); err != nil {
+		for _, a := range ended {
+			a.FinishedAt = now
+		}
+		if err := tx.PutAttempts(ctx, ended); err != nil {
 			return nil, err
 		}
 		parents := make([]string, len(done))

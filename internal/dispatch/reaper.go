@@ -59,9 +59,9 @@ func (d *Dispatcher) Reap(ctx context.Context) (int, error) {
 func (d *Dispatcher) reapTask(ctx context.Context, tx store.Tx, c *changes, t *store.Task) error {
 	now := c.now
 	fence := store.Fence{Status: t.Status, Attempt: t.Attempt}
-	a, err := tx.GetAttempt(ctx, t.ID, t.Attempt)
+	a, err := attemptOf(ctx, tx, t)
 	if err != nil {
-		return fmt.Errorf("attempt %d of task %s: %w", t.Attempt, t.ID, err)
+		return err
 	}
 	a.FinishedAt = now
 	if !t.CancelRequestedAt.IsZero() {
@@ -87,7 +87,7 @@ func (d *Dispatcher) reapTask(ctx context.Context, tx store.Tx, c *changes, t *s
 		}
 	}
 	a.Result = t.Status
-	return tx.UpdateAttempt(ctx, a)
+	return tx.PutAttempts(ctx, []*store.Attempt{a})
 }
 
 // maxReaperSleep bounds the reaper's sleep, so that a lease taken on another replica (which

@@ -28,11 +28,21 @@ func TestRule1_ClaimTakesPendingTaskIntoRunningUnderNewLease(t *testing.T) {
 		if c.HeartbeatInterval != 30*time.Second {
 			t.Errorf("heartbeat interval %v, want 30s", c.HeartbeatInterval)
 		}
-		a, err := st.GetAttempt(e.ctx, tk.ID, 1)
-		if err != nil || a.WorkerID != "w-a" || a.LeaseToken != tk.LeaseToken {
-			t.Errorf("attempt row %+v, %v", a, err)
+		// The running attempt is on the task row; the task's view lists it.
+		detail, err := e.d.GetTask(e.ctx, tenant, tk.ID)
+		if err != nil || len(detail.Attempts) != 1 {
+			t.Fatalf("task view: %+v, %v; want one attempt", detail, err)
+		}
+		if a := detail.Attempts[0]; a.Attempt != 1 || a.WorkerID != "w-a" || a.LeaseToken != tk.LeaseToken || !a.StartedAt.Equal(epoch) || a.Outcome != "" {
+			t.Errorf("running attempt %+v", a)
 		}
 		wantEvents(t, e.events(job, "a"), dispatch.EventTaskPending, dispatch.EventTaskStarted)
+		// It is stored when it ends.
+		e.succeed(c)
+		a, err := st.GetAttempt(e.ctx, tk.ID, 1)
+		if err != nil || a.WorkerID != "w-a" || a.LeaseToken != tk.LeaseToken || !a.StartedAt.Equal(epoch) || a.Outcome != store.OutcomeSucceeded {
+			t.Errorf("attempt row %+v, %v", a, err)
+		}
 	})
 }
 

@@ -147,13 +147,7 @@ func (d *Dispatcher) claimFor(ctx context.Context, tx store.Tx, c *changes, ids,
 	if len(tasks) == 0 {
 		return nil, nil
 	}
-	attempts := make([]*store.Attempt, len(tasks))
-	for i, t := range tasks {
-		attempts[i] = &store.Attempt{TaskID: t.ID, Attempt: t.Attempt, WorkerID: t.WorkerID, LeaseToken: t.LeaseToken, StartedAt: now}
-	}
-	if err := tx.InsertAttempts(ctx, attempts); err != nil {
-		return nil, err
-	}
+	// The attempts are stored when they end (see attemptOf): until then the task row holds them.
 	var withParents []string
 	for _, t := range tasks {
 		if len(t.DependsOn) > 0 {
@@ -266,6 +260,25 @@ func reapAt(t *store.Task) time.Time {
 	return at
 }
 
+// attemptOf returns the record of t's current attempt. A running attempt is stored only when it
+// ends, or when something is recorded on it (a trace context): until then its task row holds
+// it, and attemptOf returns the record the row implies.
+func attemptOf(ctx context.Context, r store.Reader, t *store.Task) (*store.Attempt, error) {
+	a, err := r.GetAttempt(ctx, t.ID, t.Attempt)
+	if errors.Is(err, store.ErrNotFound) && t.Status == lifecycle.Running {
+		return runningAttempt(t), nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("attempt %d of task %s: %w", t.Attempt, t.ID, err)
+	}
+	return a, nil
+}
+
+// runningAttempt is the record of t's running attempt that its task row implies.
+func runningAttempt(t *store.Task) *store.Attempt {
+	return &store.Attempt{TaskID: t.ID, Attempt: t.Attempt, WorkerID: t.WorkerID, LeaseToken: t.LeaseToken, StartedAt: t.StartedAt}
+}
+
 // endedAttemptError answers a call about the current attempt of a task that no longer runs it:
 // the attempt reported its own outcome (the task is terminal, or the outcome conflicts), or the
 // dispatcher ended it (timeout, cancel timeout), which the worker hears as ErrTaskExpired.
@@ -348,9 +361,9 @@ func (d *Dispatcher) Complete(ctx context.Context, p CompleteParams) (*CompleteR
 		if err := checkFence(t, p.Attempt, p.LeaseToken); err != nil {
 			return err
 		}
-		a, err := tx.GetAttempt(ctx, t.ID, t.Attempt)
+		a, err := attemptOf(ctx, tx, t)
 		if err != nil {
-			return fmt.Errorf("attempt %d of task %s: %w", t.Attempt, t.ID, err)
+			return err
 		}
 		if reported(a.Outcome) {
 			if a.Outcome != p.Outcome {
@@ -402,10 +415,7 @@ func (d *Dispatcher) Complete(ctx context.Context, p CompleteParams) (*CompleteR
 			return err
 		}
 		a.Result, res.Status = t.Status, t.Status
-		if err := tx.UpdateAttempt(ctx, a); err != nil {
-			return err
-		}
-		return nil
+		return tx.PutAttempts(ctx, []*store.Attempt{a})
 	})
 	if err != nil {
 		return nil, err
@@ -562,6 +572,9 @@ func (d *Dispatcher) GetTask(ctx context.Context, tenant, taskID string) (*TaskD
 	attempts, err := d.store.ListAttempts(ctx, t.ID)
 	if err != nil {
 		return nil, err
+	}
+	if t.Status == lifecycle.Running && (len(attempts) == 0 || attempts[len(attempts)-1].Attempt < t.Attempt) {
+		attempts = append(attempts, runningAttempt(t))
 	}
 	return &TaskDetail{Task: t, DependencyOutputs: outputs, Attempts: attempts}, nil
 }

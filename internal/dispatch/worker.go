@@ -146,15 +146,15 @@ func (d *Dispatcher) RecordTraceparent(ctx context.Context, f Fence, traceparent
 		if err := checkFence(t, f.Attempt, f.LeaseToken); err != nil {
 			return err
 		}
-		a, err := tx.GetAttempt(ctx, t.ID, t.Attempt)
+		a, err := attemptOf(ctx, tx, t)
 		if err != nil {
-			return fmt.Errorf("attempt %d of task %s: %w", t.Attempt, t.ID, err)
+			return err
 		}
 		if a.Traceparent == traceparent {
 			return nil
 		}
 		a.Traceparent = traceparent
-		return tx.UpdateAttempt(ctx, a)
+		return tx.PutAttempts(ctx, []*store.Attempt{a})
 	})
 }
 

@@ -207,19 +207,13 @@ type Tx interface {
 	// LockTasks returns the tasks of ids that exist, in id order, each locked for the rest of the
 	// transaction.
 	LockTasks(ctx context.Context, ids []string) ([]*Task, error)
-	// CurrentAttempts returns the current attempt of each task of ids that has one.
-	CurrentAttempts(ctx context.Context, ids []string) ([]*Attempt, error)
 	// CompleteTasks is rule 9's success for many running attempts at once: each task becomes
 	// completed with its output, its lease and deadlines cleared. It returns ErrLeaseLost, having
 	// changed nothing the caller may keep, unless every task was running the given attempt.
 	CompleteTasks(ctx context.Context, done []CompletedTask, now time.Time) error
-	// FinishAttempts records those attempts as succeeded, with their metrics.
-	FinishAttempts(ctx context.Context, done []CompletedTask, now time.Time) error
 	// ClaimTasks is ClaimTask for several tasks, all with the same time and runtime; it
 	// returns the tasks it claimed (those still claimable), in no particular order.
 	ClaimTasks(ctx context.Context, ps []ClaimTaskParams) ([]*Task, error)
-	// InsertAttempts is InsertAttempt for several attempts.
-	InsertAttempts(ctx context.Context, as []*Attempt) error
 	// ReleaseChildrenOf is ReleaseChildren for several completed parents at once.
 	ReleaseChildrenOf(ctx context.Context, parentIDs []string, now time.Time) ([]*TaskRef, error)
 	// ReadyTaskIDs selects up to limit claimable pull tasks of a queue (pending, available at or
@@ -267,8 +261,13 @@ type Tx interface {
 	// a task became claimable. A no-op where one process owns the database.
 	NotifyReady(ctx context.Context) error
 
+	// InsertAttempt stores a new attempt record.
 	InsertAttempt(ctx context.Context, a *Attempt) error
-	UpdateAttempt(ctx context.Context, a *Attempt) error
+	// PutAttempts stores the records, each replacing a stored record of the same task and
+	// attempt if there is one, except that an empty Traceparent keeps the stored one. The
+	// dispatcher stores an attempt when it ends (or something is recorded on it while it
+	// runs): the running attempt lives on its task row until then.
+	PutAttempts(ctx context.Context, as []*Attempt) error
 	InsertEvents(ctx context.Context, events []*Event) error
 	InsertOutbox(ctx context.Context, msgs []*OutboxMessage) error
 
@@ -411,12 +410,11 @@ type Fence struct {
 	Attempt int
 }
 
-// CompletedTask is one succeeded attempt of Tx.CompleteTasks and Tx.FinishAttempts.
+// CompletedTask is one succeeded attempt of Tx.CompleteTasks.
 type CompletedTask struct {
 	ID      string
 	Attempt int
 	Output  json.RawMessage
-	Metrics json.RawMessage
 }
 
 // ClaimTaskParams is the input of Tx.ClaimTask.

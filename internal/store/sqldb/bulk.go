@@ -65,34 +65,6 @@ func (t *tx) LockTasks(ctx context.Context, ids []string) ([]*store.Task, error)
 	return collectTasks(rows)
 }
 
-// CurrentAttempts implements store.Tx.
-func (t *tx) CurrentAttempts(ctx context.Context, ids []string) ([]*store.Attempt, error) {
-	if len(ids) == 0 {
-		return nil, nil
-	}
-	fields := strings.FieldsFunc(attemptCols, func(r rune) bool { return r == ',' || r == ' ' || r == '\n' || r == '\t' })
-	cols := "a." + strings.Join(fields, ", a.")
-	// From the tasks to their current attempts: on a table without statistics yet (a new
-	// database under load), selecting attempts by task_id and joining tasks planned a scan of
-	// the tasks.
-	cond, args := t.in("t.id", 1, ids)
-	rows, err := t.query(ctx, `SELECT `+cols+` FROM tasks t JOIN attempts a ON a.task_id = t.id AND a.attempt = t.attempt
-		WHERE `+cond, args...)
-	if err != nil {
-		return nil, fmt.Errorf("current attempts: %w", err)
-	}
-	defer rows.Close()
-	var out []*store.Attempt
-	for rows.Next() {
-		a, err := scanAttempt(rows)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, a)
-	}
-	return out, rows.Err()
-}
-
 // caseOf builds "CASE key WHEN $i THEN $j ... END" and the IN list of keys for a padded list
 // of rows: args gets each row's key and value. The plain IN list lets the database use the
 // primary key, which a join against a VALUES list of parameters may not.
@@ -148,46 +120,6 @@ func (t *tx) CompleteTasks(ctx context.Context, done []store.CompletedTask, now 
 	}
 	if n, _ := res.RowsAffected(); int(n) != len(done) {
 		return store.ErrLeaseLost
-	}
-	return nil
-}
-
-// FinishAttempts implements store.Tx.
-func (t *tx) FinishAttempts(ctx context.Context, done []store.CompletedTask, now time.Time) error {
-	if len(done) == 0 {
-		return nil
-	}
-	if t.d.Arrays {
-		return t.finishAttemptsArrays(ctx, done, now)
-	}
-	n := padded(len(done))
-	args := []any{now.UnixMilli()}
-	metrics, _ := caseOf("task_id", n, &args, func(i int) (any, any) {
-		if i < len(done) {
-			return done[i].ID, jsonArg(done[i].Metrics)
-		}
-		return "", nil
-	}, "")
-	var pairs strings.Builder
-	for i := range n {
-		if i > 0 {
-			pairs.WriteString(", ")
-		}
-		fmt.Fprintf(&pairs, "($%d, CAST($%d AS INTEGER))", len(args)+1, len(args)+2)
-		if i < len(done) {
-			args = append(args, done[i].ID, done[i].Attempt)
-		} else {
-			args = append(args, "", 0)
-		}
-	}
-	res, err := t.exec(ctx, `UPDATE attempts SET finished_at = $1, outcome = 'succeeded', result = 'completed',
-		error = NULL, metrics = `+metrics+`
-		WHERE (task_id, attempt) IN (`+pairs.String()+`)`, args...)
-	if err != nil {
-		return fmt.Errorf("finish attempts: %w", err)
-	}
-	if n, _ := res.RowsAffected(); int(n) != len(done) {
-		return store.ErrNotFound
 	}
 	return nil
 }
@@ -396,24 +328,6 @@ func (t *tx) claimLimited(ctx context.Context, ps []store.ClaimTaskParams) ([]*s
 	return t.claimUpdate(ctx, allowed, true)
 }
 
-// InsertAttempts implements store.Tx.
-func (t *tx) InsertAttempts(ctx context.Context, as []*store.Attempt) error {
-	if len(as) == 0 {
-		return nil
-	}
-	cols := strings.FieldsFunc(attemptCols, func(r rune) bool { return r == ',' || r == ' ' || r == '\n' || r == '\t' })
-	rows := make([][]any, len(as))
-	for i, a := range as {
-		errJSON, err := errArg(a.Error)
-		if err != nil {
-			return err
-		}
-		rows[i] = []any{a.TaskID, a.Attempt, a.WorkerID, a.LeaseToken, ms(a.StartedAt), ms(a.FinishedAt),
-			string(a.Outcome), string(a.Result), errJSON, jsonArg(a.Metrics), a.Traceparent}
-	}
-	return t.insertRows(ctx, "attempts", cols, rows, "")
-}
-
 // LockRows implements store.Tx: one statement locks the tasks in id order, a second the jobs of
 // s.Jobs in id order (see store.LockSet for why that order). Each kind of row set is a part of a
 // UNION ALL under "id IN", which the planner turns into index lookups; an OR of the kinds would
@@ -547,29 +461,6 @@ func (t *tx) completeTasksArrays(ctx context.Context, done []store.CompletedTask
 	}
 	if n, _ := res.RowsAffected(); int(n) != len(done) {
 		return store.ErrLeaseLost
-	}
-	return nil
-}
-
-// finishAttemptsArrays is FinishAttempts with one array per column.
-func (t *tx) finishAttemptsArrays(ctx context.Context, done []store.CompletedTask, now time.Time) error {
-	ids, attempts, metrics := make([]string, len(done)), make([]int64, len(done)), make([]*string, len(done))
-	for i, d := range done {
-		ids[i], attempts[i] = d.ID, int64(d.Attempt)
-		if d.Metrics != nil {
-			m := string(d.Metrics)
-			metrics[i] = &m
-		}
-	}
-	res, err := t.exec(ctx, `UPDATE attempts SET finished_at = $1, outcome = 'succeeded', result = 'completed',
-		error = NULL, metrics = f.f_metrics
-		FROM unnest($2::text[], $3::bigint[], $4::text[]) AS f(f_id, f_attempt, f_metrics)
-		WHERE task_id = f.f_id AND attempt = f.f_attempt`, now.UnixMilli(), ids, attempts, metrics)
-	if err != nil {
-		return fmt.Errorf("finish attempts: %w", err)
-	}
-	if n, _ := res.RowsAffected(); int(n) != len(done) {
-		return store.ErrNotFound
 	}
 	return nil
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"strings"
 
 	"github.com/baton-dev/baton/internal/store"
 )
@@ -71,23 +72,26 @@ func (t *tx) InsertAttempt(ctx context.Context, a *store.Attempt) error {
 	return nil
 }
 
-// UpdateAttempt implements store.Tx.
-func (t *tx) UpdateAttempt(ctx context.Context, a *store.Attempt) error {
-	errJSON, err := errArg(a.Error)
-	if err != nil {
-		return err
+// PutAttempts implements store.Tx.
+func (t *tx) PutAttempts(ctx context.Context, as []*store.Attempt) error {
+	if len(as) == 0 {
+		return nil
 	}
-	res, err := t.exec(ctx, `UPDATE attempts SET finished_at = $3, outcome = $4,
-		result = $5, error = $6, metrics = $7, traceparent = $8 WHERE task_id = $1 AND attempt = $2`,
-		a.TaskID, a.Attempt, ms(a.FinishedAt), string(a.Outcome), string(a.Result), errJSON,
-		jsonArg(a.Metrics), a.Traceparent)
-	if err != nil {
-		return fmt.Errorf("update attempt %s/%d: %w", a.TaskID, a.Attempt, err)
+	cols := strings.FieldsFunc(attemptCols, func(r rune) bool { return r == ',' || r == ' ' || r == '\n' || r == '\t' })
+	rows := make([][]any, len(as))
+	for i, a := range as {
+		errJSON, err := errArg(a.Error)
+		if err != nil {
+			return err
+		}
+		rows[i] = []any{a.TaskID, a.Attempt, a.WorkerID, a.LeaseToken, ms(a.StartedAt), ms(a.FinishedAt),
+			string(a.Outcome), string(a.Result), errJSON, jsonArg(a.Metrics), a.Traceparent}
 	}
-	if n, _ := res.RowsAffected(); n == 0 {
-		return store.ErrNotFound
-	}
-	return nil
+	return t.insertRows(ctx, "attempts", cols, rows, ` ON CONFLICT (task_id, attempt) DO UPDATE SET
+		worker_id = excluded.worker_id, lease_token = excluded.lease_token, started_at = excluded.started_at,
+		finished_at = excluded.finished_at, outcome = excluded.outcome, result = excluded.result,
+		error = excluded.error, metrics = excluded.metrics,
+		traceparent = CASE WHEN excluded.traceparent = '' THEN attempts.traceparent ELSE excluded.traceparent END`)
 }
 
 // ListEvents implements store.Reader.

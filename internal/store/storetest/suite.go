@@ -55,7 +55,7 @@ func Run(t *testing.T, open func(t testing.TB) store.Store) {
 		{"UpdateJobWritesMutableFields", testUpdateJobWritesMutableFields},
 		{"UpdateJobUnknownIsNotFound", testUpdateJobUnknownIsNotFound},
 		{"Attempts", testAttempts},
-		{"UpdateAttemptUnknownIsNotFound", testUpdateAttemptUnknownIsNotFound},
+		{"PutAttemptsInsertsOrReplaces", testPutAttemptsInsertsOrReplaces},
 		{"EventsBulkInsertAndList", testEventsBulkInsertAndList},
 		{"ListTaskEvents", testListTaskEvents},
 		{"Outbox", testOutbox},
@@ -1743,12 +1743,12 @@ func testAttempts(t *testing.T, st store.Store) {
 	u.Result = lifecycle.Completed
 	u.Metrics = json.RawMessage(`{"rows":3}`)
 	u.Error = &store.TaskError{Category: lifecycle.DataQuality, Message: "warn", StackTrace: "s", Code: "C"}
-	inTx(t, st, func(tx store.Tx) error { return tx.UpdateAttempt(ctx, &u) })
+	inTx(t, st, func(tx store.Tx) error { return tx.PutAttempts(ctx, []*store.Attempt{&u}) })
 	got, err := st.GetAttempt(ctx, a1.TaskID, 1)
 	if err != nil {
-		t.Fatalf("GetAttempt after UpdateAttempt: %v", err)
+		t.Fatalf("GetAttempt after PutAttempts: %v", err)
 	}
-	checkSame(t, "after UpdateAttempt", &u, got)
+	checkSame(t, "after PutAttempts", &u, got)
 	checkSame(t, "attempt 2 after updating 1", a2, mustAttempt(t, st, a2.TaskID, 2))
 	checkSame(t, "other task's attempt 1", b1, mustAttempt(t, st, b1.TaskID, 1))
 
@@ -1776,23 +1776,51 @@ func mustAttempt(t *testing.T, st store.Store, taskID string, n int) *store.Atte
 	return a
 }
 
-func testUpdateAttemptUnknownIsNotFound(t *testing.T, st store.Store) {
+func testPutAttemptsInsertsOrReplaces(t *testing.T, st store.Store) {
 	ctx := t.Context()
 	job := newJob("tenant")
-	ts := seed(t, st, job, newTask(job.ID, "a"))
-	a1 := &store.Attempt{TaskID: ts["a"].ID, Attempt: 1, WorkerID: "w", LeaseToken: "tok", StartedAt: t0}
+	ts := seed(t, st, job, newTask(job.ID, "a"), newTask(job.ID, "b"))
+	// Attempt 1 of a was stored while it ran, with the worker's trace context.
+	a1 := &store.Attempt{TaskID: ts["a"].ID, Attempt: 1, WorkerID: "w", LeaseToken: "tok", StartedAt: t0,
+		Traceparent: "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"}
 	inTx(t, st, func(tx store.Tx) error { return tx.InsertAttempt(ctx, a1) })
 
-	for _, a := range []*store.Attempt{
-		{TaskID: uuid.NewString(), Attempt: 1, FinishedAt: t0, Outcome: store.OutcomeSucceeded},
-		{TaskID: ts["a"].ID, Attempt: 2, FinishedAt: t0, Outcome: store.OutcomeSucceeded},
-	} {
-		err := st.InTx(ctx, func(tx store.Tx) error { return tx.UpdateAttempt(ctx, a) })
-		if !errors.Is(err, store.ErrNotFound) {
-			t.Errorf("UpdateAttempt(%s, %d): err = %v, want ErrNotFound", a.TaskID, a.Attempt, err)
+	ended := *a1
+	ended.Traceparent = "" // the end carries none: the stored one stays
+	ended.FinishedAt, ended.Outcome, ended.Result = at(time.Second), store.OutcomeSucceeded, lifecycle.Completed
+	ended.Metrics = json.RawMessage(`{"rows":1}`)
+	b1 := &store.Attempt{TaskID: ts["b"].ID, Attempt: 1, WorkerID: "w2", LeaseToken: "tok-b", StartedAt: t0,
+		FinishedAt: at(2 * time.Second), Outcome: store.OutcomeFailed, Result: lifecycle.Pending,
+		Error: &store.TaskError{Category: lifecycle.Timeout, Message: "lease"}}
+	a2 := &store.Attempt{TaskID: ts["a"].ID, Attempt: 2, WorkerID: "w3", LeaseToken: "tok-2", StartedAt: at(3 * time.Second),
+		Traceparent: "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"}
+	inTx(t, st, func(tx store.Tx) error { return tx.PutAttempts(ctx, []*store.Attempt{&ended, b1, a2}) })
+
+	want := ended
+	want.Traceparent = a1.Traceparent
+	checkSame(t, "a's attempt 1, replaced", &want, mustAttempt(t, st, a1.TaskID, 1))
+	checkSame(t, "b's attempt 1, new", b1, mustAttempt(t, st, b1.TaskID, 1))
+	checkSame(t, "a's attempt 2, new", a2, mustAttempt(t, st, a2.TaskID, 2))
+
+	// A new trace context replaces the stored one.
+	again := want
+	again.Traceparent = "00-11111111111111111111111111111111-2222222222222222-01"
+	inTx(t, st, func(tx store.Tx) error { return tx.PutAttempts(ctx, []*store.Attempt{&again}) })
+	checkSame(t, "a's attempt 1, new trace context", &again, mustAttempt(t, st, a1.TaskID, 1))
+
+	// Rolled back with its transaction, like any write.
+	err := st.InTx(ctx, func(tx store.Tx) error {
+		if err := tx.PutAttempts(ctx, []*store.Attempt{{TaskID: ts["b"].ID, Attempt: 2, WorkerID: "w", LeaseToken: "t", StartedAt: t0}}); err != nil {
+			return err
 		}
+		return errors.New("roll back")
+	})
+	if err == nil {
+		t.Fatal("the transaction did not fail")
 	}
-	checkSame(t, "attempt 1", a1, mustAttempt(t, st, a1.TaskID, 1))
+	if _, err := st.GetAttempt(ctx, ts["b"].ID, 2); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("GetAttempt(rolled back): %v, want ErrNotFound", err)
+	}
 }
 
 func listEvents(t *testing.T, st store.Reader, jobID string, after int64, limit int) []*store.Event {
