@@ -34,6 +34,12 @@ Every job is checked completed through the producer API. Latencies are client-si
 claim request that returned a task, long-poll wait included) and DAG hand-off (a parent's
 completion acknowledged → its last-released child got by a worker).
 
+With --rate N, work-only is skipped and submit-to-done submits its jobs on a steady schedule of N
+tasks/s (a job of k tasks k/N seconds after the one before, never ahead): its tasks/s is the rate
+achieved, its latencies those of a server under that load, and the table says whether the
+submitters kept the schedule. Measure the maximum rate without --rate first, then run at half of
+it to read the hand-off latency under a steady load.
+
 Flags:
 `
 
@@ -61,6 +67,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	fs.StringVar(&cfg.Via, "via", bench.ViaSDK, "worker path: "+strings.Join(bench.Vias, ", ")+
 		" (sdk: the Go worker package; stream-worker: /internal/worker/claim and /complete; internal: transport wake-ups, /internal/task-claim and /task-complete; callback: push tasks reported on /v1/tasks/{id}/completed)")
 	fs.IntVar(&cfg.Batch, "batch", 8, "sdk: claim requests in flight (worker.WithBatchSize)")
+	fs.Float64Var(&cfg.Rate, "rate", 0, "submit-to-done submits this many tasks per second on a steady schedule, and work-only is skipped (0: no limit, both phases)")
 	asJSON := fs.Bool("json", false, "print the result as one JSON object")
 	dbURL := fs.String("database-url", "", "run `baton server` on this PostgreSQL database (migrated first) instead of `baton dev` on SQLite")
 	var tf transportFlags
@@ -95,6 +102,12 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	}
 	if *timeout <= 0 {
 		return usageErr("--timeout must be positive")
+	}
+	if cfg.Rate > 0 {
+		if secs := float64(cfg.Tasks) / cfg.Rate; secs >= timeout.Seconds() {
+			return usageErr("--rate %g spreads --tasks %d over %.1fs, no less than --timeout %s: raise --rate or --timeout, or lower --tasks",
+				cfg.Rate, cfg.Tasks, secs, *timeout)
+		}
 	}
 	external := *url != ""
 	switch {
@@ -191,6 +204,10 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	} else {
 		printBench(stdout, res)
 	}
+	if p := res.SubmitToDone.Pacing; p != nil && p.Behind {
+		fmt.Fprintf(stderr, "baton bench: the submitters fell behind the --rate schedule (%d of %d jobs late, up to %.1f ms): "+
+			"the load came in bursts, not at %g tasks/s; lower --rate or raise --job-size\n", p.LateJobs, res.Jobs, p.MaxLagMs, p.RateTasksPerSec)
+	}
 	if *cpuProfile != "" {
 		fmt.Fprintf(stderr, "server CPU profile written to %s (go tool pprof -top %s)\n", *cpuProfile, *cpuProfile)
 	}
@@ -276,7 +293,8 @@ func randomHex(n int) string {
 	return hex.EncodeToString(b)
 }
 
-// printBench prints the result as one table.
+// printBench prints the result as one table. With a --rate, the work-only column says it was
+// skipped, and a row tells how the submission kept to the rate.
 func printBench(w io.Writer, r *bench.Result) {
 	tw := tabwriter.NewWriter(w, 2, 4, 3, ' ', 0)
 	via := r.Via
@@ -288,19 +306,62 @@ func printBench(w io.Writer, r *bench.Result) {
 	fmt.Fprintf(tw, "dag\t%s\n", r.DAG)
 	fmt.Fprintf(tw, "tasks\t%d per phase, in %d jobs\n", r.Tasks, r.Jobs)
 	fmt.Fprintf(tw, "workers\t%d\n", r.Workers)
+	if r.RateTasksPerSec != nil {
+		fmt.Fprintf(tw, "rate\t%s tasks/s asked\n", fmtRate(*r.RateTasksPerSec))
+	}
 	fmt.Fprintf(tw, "\twork-only\tsubmit-to-done\n")
-	a, b := r.WorkOnly, r.SubmitToDone
-	fmt.Fprintf(tw, "tasks/s\t%.0f\t%.0f\n", a.TasksPerSec, b.TasksPerSec)
-	fmt.Fprintf(tw, "seconds\t%.3f\t%.3f\n", a.Seconds, b.Seconds)
-	fmt.Fprintf(tw, "submit seconds\t%.3f\t%.3f\n", a.SubmitSeconds, b.SubmitSeconds)
-	fmt.Fprintf(tw, "claim ms p50 / p95 / p99\t%s\t%s\n", fmtLatency(a.ClaimLatency), fmtLatency(b.ClaimLatency))
-	fmt.Fprintf(tw, "hand-off ms p50 / p95 / p99\t%s\t%s\n", fmtLatency(a.HandoffLatency), fmtLatency(b.HandoffLatency))
-	fmt.Fprintf(tw, "failed requests\t%d\t%d\n", a.Errors, b.Errors)
+	for i, row := range benchRows(r.SubmitToDone.Pacing != nil) {
+		a := "n/a"
+		switch {
+		case r.WorkOnly != nil:
+			a = row.cell(*r.WorkOnly)
+		case i == 0:
+			a = "skipped (--rate)"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\n", row.name, a, row.cell(r.SubmitToDone))
+	}
 	fmt.Fprintf(tw, "server CPU seconds\t%s\n", fmtOpt(r.ServerCPUSeconds, func(v float64) string { return strconv.FormatFloat(v, 'f', 2, 64) }))
 	fmt.Fprintf(tw, "server peak RSS\t%s\n", fmtOpt(r.ServerPeakRSSBytes, func(v int64) string { return fmt.Sprintf("%.1f MiB", float64(v)/(1<<20)) }))
 	fmt.Fprintf(tw, "bench CPU seconds\t%s\n", fmtOpt(r.BenchCPUSeconds, func(v float64) string { return strconv.FormatFloat(v, 'f', 2, 64) }))
 	tw.Flush()
 }
+
+// benchRow is a row of the table's phase columns: its name and a phase's cell.
+type benchRow struct {
+	name string
+	cell func(bench.Phase) string
+}
+
+// benchRows are the rows of the phase columns, with the submission's pacing if paced.
+func benchRows(paced bool) []benchRow {
+	rows := []benchRow{
+		{"tasks/s", func(p bench.Phase) string { return fmt.Sprintf("%.0f", p.TasksPerSec) }},
+		{"seconds", func(p bench.Phase) string { return fmt.Sprintf("%.3f", p.Seconds) }},
+		{"submit seconds", func(p bench.Phase) string { return fmt.Sprintf("%.3f", p.SubmitSeconds) }},
+	}
+	if paced {
+		rows = append(rows, benchRow{"submitted tasks/s", func(p bench.Phase) string { return fmtPacing(p.Pacing) }})
+	}
+	return append(rows,
+		benchRow{"claim ms p50 / p95 / p99", func(p bench.Phase) string { return fmtLatency(p.ClaimLatency) }},
+		benchRow{"hand-off ms p50 / p95 / p99", func(p bench.Phase) string { return fmtLatency(p.HandoffLatency) }},
+		benchRow{"failed requests", func(p bench.Phase) string { return strconv.Itoa(p.Errors) }},
+	)
+}
+
+// fmtPacing is the achieved submission rate and whether the submitters kept the schedule.
+func fmtPacing(p *bench.Pacing) string {
+	if p == nil {
+		return "n/a"
+	}
+	kept := fmt.Sprintf("on schedule (max lag %.1f ms)", p.MaxLagMs)
+	if p.Behind {
+		kept = fmt.Sprintf("BEHIND schedule: %d jobs late, up to %.1f ms", p.LateJobs, p.MaxLagMs)
+	}
+	return fmt.Sprintf("%.0f, %s", p.SubmitTasksPerSec, kept)
+}
+
+func fmtRate(v float64) string { return strconv.FormatFloat(v, 'f', -1, 64) }
 
 func fmtLatency(l *bench.Latency) string {
 	if l == nil {

@@ -44,9 +44,22 @@ func checkBench(t *testing.T, res *bench.Result, store, via, dag string, tasks i
 	if res.Store != store || res.Via != via || res.DAG != dag || res.Tasks != tasks || res.Jobs < 1 || res.Workers < 1 {
 		t.Errorf("header: %+v", res)
 	}
-	for name, p := range map[string]bench.Phase{"work-only": res.WorkOnly, "submit-to-done": res.SubmitToDone} {
+	phases := map[string]bench.Phase{"submit-to-done": res.SubmitToDone}
+	paced := res.RateTasksPerSec != nil
+	switch {
+	case paced && res.WorkOnly != nil:
+		t.Errorf("work-only phase %+v at --rate %v: should be skipped", res.WorkOnly, *res.RateTasksPerSec)
+	case !paced && res.WorkOnly == nil:
+		t.Error("no work-only phase without --rate")
+	case !paced:
+		phases["work-only"] = *res.WorkOnly
+	}
+	for name, p := range phases {
 		if p.TasksPerSec <= 0 || p.Seconds <= 0 || p.SubmitSeconds <= 0 || p.Errors != 0 {
 			t.Errorf("%s: %+v", name, p)
+		}
+		if (p.Pacing != nil) != (paced && name == "submit-to-done") {
+			t.Errorf("%s: pacing %+v, want it for the submit-to-done phase at a --rate only", name, p.Pacing)
 		}
 		if p.Seconds < p.SubmitSeconds && name == "submit-to-done" {
 			t.Errorf("%s: done after %.3fs, before the submission ended at %.3fs", name, p.Seconds, p.SubmitSeconds)
@@ -104,25 +117,76 @@ func TestBenchSQLite(t *testing.T) {
 // The table has a row for every figure, with numbers where they apply and n/a where not.
 func TestBenchTable(t *testing.T) {
 	t.Parallel()
-	var stdout, stderr bytes.Buffer
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	if code := run(ctx, []string{"bench", "--tasks", "50", "--workers", "8", "--dag", "chain"}, &stdout, &stderr); code != 0 {
-		t.Fatalf("exit %d\n%s\n%s", code, stdout.String(), stderr.String())
-	}
-	out := stdout.String()
-	num := `[0-9]+(\.[0-9]+)?`
-	lat := num + " / " + num + " / " + num
+	out := runBenchTable(t, "--tasks", "50", "--workers", "8", "--dag", "chain")
 	for _, row := range []string{
 		`store +sqlite`, `via +sdk \(batch 8\)`, `dag +chain`, `tasks +50 per phase, in 1 jobs`, `workers +8`,
 		` +work-only +submit-to-done`,
-		`tasks/s +` + num + ` +` + num, `seconds +` + num + ` +` + num, `submit seconds +` + num + ` +` + num,
-		`claim ms p50 / p95 / p99 +` + lat + ` +` + lat, `hand-off ms p50 / p95 / p99 +` + lat + ` +` + lat,
-		`failed requests +0 +0`, `server CPU seconds +` + num, `server peak RSS +` + num + ` MiB`, `bench CPU seconds +` + num,
+		`tasks/s +` + numRe + ` +` + numRe, `seconds +` + numRe + ` +` + numRe, `submit seconds +` + numRe + ` +` + numRe,
+		`claim ms p50 / p95 / p99 +` + latRe + ` +` + latRe, `hand-off ms p50 / p95 / p99 +` + latRe + ` +` + latRe,
+		`failed requests +0 +0`, `server CPU seconds +` + numRe, `server peak RSS +` + numRe + ` MiB`, `bench CPU seconds +` + numRe,
 	} {
 		if !regexp.MustCompile(`(?m)^` + row + ` *$`).MatchString(out) {
 			t.Errorf("no row %q in\n%s", row, out)
 		}
+	}
+	for _, row := range []string{`rate`, `submitted tasks/s`} {
+		if regexp.MustCompile(`(?m)^` + row + ` `).MatchString(out) {
+			t.Errorf("a row %q without --rate in\n%s", row, out)
+		}
+	}
+}
+
+// At a --rate, the table names the rate, marks the work-only column skipped, and tells the rate
+// the submission achieved and whether it kept the schedule.
+func TestBenchTableRate(t *testing.T) {
+	t.Parallel()
+	out := runBenchTable(t, "--tasks", "100", "--job-size", "10", "--workers", "8", "--dag", "chain", "--rate", "500")
+	for _, row := range []string{
+		`tasks +100 per phase, in 10 jobs`, `rate +500 tasks/s asked`, ` +work-only +submit-to-done`,
+		`tasks/s +skipped \(--rate\) +` + numRe, `seconds +n/a +` + numRe, `submit seconds +n/a +` + numRe,
+		`submitted tasks/s +n/a +` + numRe + `, (on schedule \(max lag ` + numRe + ` ms\)|BEHIND schedule: [0-9]+ jobs late, up to ` + numRe + ` ms)`,
+		`claim ms p50 / p95 / p99 +n/a +` + latRe, `hand-off ms p50 / p95 / p99 +n/a +` + latRe,
+		`failed requests +n/a +0`, `server CPU seconds +` + numRe,
+	} {
+		if !regexp.MustCompile(`(?m)^` + row + ` *$`).MatchString(out) {
+			t.Errorf("no row %q in\n%s", row, out)
+		}
+	}
+}
+
+// A number and a latency's three percentiles, as the table prints them.
+const (
+	numRe = `[0-9]+(\.[0-9]+)?`
+	latRe = numRe + " / " + numRe + " / " + numRe
+)
+
+// runBenchTable runs `baton bench` with args and returns the table it printed.
+func runBenchTable(t *testing.T, args ...string) string {
+	t.Helper()
+	var stdout, stderr bytes.Buffer
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	if code := run(ctx, append([]string{"bench"}, args...), &stdout, &stderr); code != 0 {
+		t.Fatalf("exit %d\n%s\n%s", code, stdout.String(), stderr.String())
+	}
+	return stdout.String()
+}
+
+// At a --rate, the bench skips the work-only phase and submits on schedule: the submission of
+// 200 tasks at 400/s lasts at least half a second, and never goes faster than the rate.
+func TestBenchRate(t *testing.T) {
+	t.Parallel()
+	res := runBenchJSON(t, "--tasks", "200", "--job-size", "10", "--workers", "8", "--dag", "chain", "--rate", "400")
+	checkBench(t, res, "sqlite", bench.ViaSDK, bench.Chain, 200, true)
+	if res.RateTasksPerSec == nil || *res.RateTasksPerSec != 400 {
+		t.Errorf("rate %v, want 400", res.RateTasksPerSec)
+	}
+	p := res.SubmitToDone
+	if p.SubmitSeconds < 0.5 || p.TasksPerSec > 400 {
+		t.Errorf("submitted in %.4f s, %.1f tasks/s: want at least 0.5 s, at most 400 tasks/s", p.SubmitSeconds, p.TasksPerSec)
+	}
+	if pc := p.Pacing; pc == nil || pc.RateTasksPerSec != 400 || pc.SubmitTasksPerSec > 400 || pc.Behind != (pc.LateJobs > 0) {
+		t.Errorf("pacing %+v", pc)
 	}
 }
 
@@ -199,6 +263,10 @@ func TestBenchRefusesBadFlags(t *testing.T) {
 		{[]string{"--url", "http://127.0.0.1:1", "--internal-url", "http://127.0.0.1:1", "--api-key", "k", "--via", "callback"}, "--via callback needs the server the bench starts"},
 		{[]string{"--server-pid", "1"}, "--internal-url and --server-pid go with --url"},
 		{[]string{"extra"}, `unexpected argument "extra"`},
+		{[]string{"--rate", "-1"}, "--rate must be 0 (no limit) or a number of tasks per second above 0, got -1"},
+		{[]string{"--rate", "NaN"}, "--rate must be 0 (no limit) or a number of tasks per second above 0, got NaN"},
+		{[]string{"--rate", "fast"}, `invalid value "fast" for flag -rate`},
+		{[]string{"--rate", "1", "--tasks", "1000", "--timeout", "5m"}, "--rate 1 spreads --tasks 1000 over 1000.0s, no less than --timeout 5m0s: raise --rate or --timeout, or lower --tasks"},
 	} {
 		code, stdout, stderr := runBaton(t, append([]string{"bench"}, c.args...)...)
 		if code != 2 || !strings.Contains(stderr, c.want) || stdout != "" {

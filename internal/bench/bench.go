@@ -9,6 +9,12 @@
 //   - submit-to-done: with the same workers running, the jobs are submitted, and the phase lasts
 //     from the first submission to the last acknowledged completion.
 //
+// With Config.Rate, the run measures the server under a steady load instead: the work-only phase
+// is skipped, and the submit-to-done phase submits its jobs on a schedule of Rate tasks per
+// second (see pacer), its span running from the schedule's start. Its tasks/s is then the rate
+// achieved, and its claim and hand-off latencies are those of a server that keeps up with a
+// known rate rather than one that drains a backlog.
+//
 // Each phase ends with a check through the producer API that every one of its jobs completed.
 package bench
 
@@ -64,6 +70,9 @@ type Config struct {
 	Batch   int // sdk: claim requests in flight (worker.WithBatchSize)
 	// Submitters is how many goroutines submit jobs at once (default 4).
 	Submitters int
+	// Rate, if not 0, is the rate in tasks per second at which the submit-to-done phase submits
+	// its jobs; the work-only phase is then skipped.
+	Rate float64
 
 	// The server's wake-up transport: "store" (or "") or "redis" or "nats" with its URL and
 	// namespace. Via internal needs one; via sdk uses it too when set.
@@ -95,6 +104,8 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("--batch must be at least 1, got %d", c.Batch)
 	case c.JobSize < 1:
 		return fmt.Errorf("--job-size must be at least 1, got %d", c.JobSize)
+	case c.Rate < 0 || math.IsNaN(c.Rate) || math.IsInf(c.Rate, 0):
+		return fmt.Errorf("--rate must be 0 (no limit) or a number of tasks per second above 0, got %v", c.Rate)
 	}
 	switch c.Transport {
 	case "", "store", "redis", "nats":
@@ -122,9 +133,11 @@ type Result struct {
 	Jobs    int    `json:"jobs"`  // per phase
 	Workers int    `json:"workers"`
 	Batch   int    `json:"batch"`
+	// RateTasksPerSec is Config.Rate, nil without one.
+	RateTasksPerSec *float64 `json:"rate_tasks_per_second"`
 
-	WorkOnly     Phase `json:"work_only"`
-	SubmitToDone Phase `json:"submit_to_done"`
+	WorkOnly     *Phase `json:"work_only"` // nil when skipped (Config.Rate)
+	SubmitToDone Phase  `json:"submit_to_done"`
 
 	// The server process at the end of the run, nil when unknown.
 	ServerCPUSeconds   *float64 `json:"server_cpu_seconds"`
@@ -148,6 +161,8 @@ type Phase struct {
 	HandoffLatency *Latency `json:"handoff_latency"`
 	// Errors counts failed requests of the workers (each retried or moved past).
 	Errors int `json:"errors"`
+	// Pacing is how the submission kept to Config.Rate; nil without one.
+	Pacing *Pacing `json:"pacing"`
 }
 
 // bench is one run.
@@ -193,25 +208,33 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	if cfg.Via == ViaCallback {
 		runtime = "push"
 	}
-	jobsA, err := buildJobs(cfg.DAG, cfg.Tasks, cfg.JobSize, cfg.TaskName, runtime, b.runs+"-work-only")
-	if err != nil {
-		return nil, err
-	}
 	jobsB, err := buildJobs(cfg.DAG, cfg.Tasks, cfg.JobSize, cfg.TaskName, runtime, b.runs+"-submit-to-done")
 	if err != nil {
 		return nil, err
 	}
-	res := &Result{Via: cfg.Via, DAG: cfg.DAG, Tasks: cfg.Tasks, Jobs: len(jobsA), Workers: cfg.Workers, Batch: cfg.Batch}
-
-	// Work-only: submit everything, then start the workers.
-	recA := newRecorder(cfg.Tasks)
-	b.rec.set(recA)
-	t0 := time.Now()
-	idsA, err := b.submit(ctx, jobsA)
-	if err != nil {
-		return nil, err
+	var jobsA jobBodies
+	if cfg.Rate == 0 {
+		if jobsA, err = buildJobs(cfg.DAG, cfg.Tasks, cfg.JobSize, cfg.TaskName, runtime, b.runs+"-work-only"); err != nil {
+			return nil, err
+		}
 	}
-	submitA := time.Since(t0)
+	res := &Result{Via: cfg.Via, DAG: cfg.DAG, Tasks: cfg.Tasks, Jobs: len(jobsB), Workers: cfg.Workers, Batch: cfg.Batch}
+	if cfg.Rate > 0 {
+		rate := cfg.Rate
+		res.RateTasksPerSec = &rate
+	}
+
+	// Work-only: submit everything, then start the workers. At a rate, the workers start straight
+	// into submit-to-done.
+	recB := newRecorder(cfg.Tasks)
+	var workOnly *backlog
+	if cfg.Rate == 0 {
+		if workOnly, err = b.submitBacklog(ctx, jobsA); err != nil {
+			return nil, err
+		}
+	} else {
+		b.rec.set(recB)
+	}
 
 	workCtx, stopWorkers := context.WithCancel(ctx)
 	defer stopWorkers()
@@ -222,24 +245,30 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		stopWorkers()
 		return <-workersDone
 	}
-	if res.WorkOnly, err = b.finish(ctx, recA, idsA, t1, submitA, workersDone); err != nil {
-		stop()
-		return nil, fmt.Errorf("work-only phase: %w", err)
+	if workOnly != nil {
+		p, err := b.finish(ctx, workOnly.rec, workOnly.ids, t1, workOnly.submit, workersDone)
+		if err != nil {
+			stop()
+			return nil, fmt.Errorf("work-only phase: %w", err)
+		}
+		res.WorkOnly = &p
+		b.rec.set(recB)
 	}
 
-	// Submit-to-done: the workers keep running.
-	recB := newRecorder(cfg.Tasks)
-	b.rec.set(recB)
+	// Submit-to-done: the workers keep running; the jobs go at the rate if there is one.
 	t2 := time.Now()
-	idsB, err := b.submit(ctx, jobsB)
+	pace := newPacer(jobSizes(cfg.Tasks, cfg.JobSize), cfg.Rate, t2)
+	idsB, err := b.submit(ctx, jobsB, pace)
 	if err != nil {
 		stop()
 		return nil, err
 	}
-	if res.SubmitToDone, err = b.finish(ctx, recB, idsB, t2, time.Since(t2), workersDone); err != nil {
+	submitB := time.Since(t2)
+	if res.SubmitToDone, err = b.finish(ctx, recB, idsB, t2, submitB, workersDone); err != nil {
 		stop()
 		return nil, fmt.Errorf("submit-to-done phase: %w", err)
 	}
+	res.SubmitToDone.Pacing = pace.report(cfg.Rate, cfg.Tasks, submitB)
 
 	// Read the server's figures before anything stops it.
 	if cfg.ServerPID != 0 {
@@ -258,6 +287,26 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		res.BenchCPUSeconds = &cpu
 	}
 	return res, nil
+}
+
+// backlog is the work-only phase's jobs, submitted before any worker runs.
+type backlog struct {
+	rec    *recorder
+	ids    []string
+	submit time.Duration // how long the submission took
+}
+
+// submitBacklog submits the work-only phase's jobs, with the phase's recorder in place for the
+// workers that start next.
+func (b *bench) submitBacklog(ctx context.Context, jobs jobBodies) (*backlog, error) {
+	rec := newRecorder(b.cfg.Tasks)
+	b.rec.set(rec)
+	t0 := time.Now()
+	ids, err := b.submit(ctx, jobs, nil)
+	if err != nil {
+		return nil, err
+	}
+	return &backlog{rec: rec, ids: ids, submit: time.Since(t0)}, nil
 }
 
 // finish waits for the phase's last acknowledged completion, checks through the producer API
@@ -342,8 +391,9 @@ func (b *bench) verify(ctx context.Context, jobIDs []string) (time.Time, error) 
 	}
 }
 
-// submit submits the jobs with Submitters goroutines and returns their ids in order.
-func (b *bench) submit(ctx context.Context, jobs jobBodies) ([]string, error) {
+// submit submits the jobs with Submitters goroutines, each job when pace lets it go, and returns
+// their ids in order.
+func (b *bench) submit(ctx context.Context, jobs jobBodies, pace *pacer) ([]string, error) {
 	ids := make([]string, len(jobs))
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
@@ -353,7 +403,7 @@ func (b *bench) submit(ctx context.Context, jobs jobBodies) ([]string, error) {
 		wg.Go(func() {
 			for {
 				i := int(next.Add(1)) - 1
-				if i >= len(jobs) || ctx.Err() != nil {
+				if i >= len(jobs) || !pace.wait(ctx, i) {
 					return
 				}
 				res, err := b.pc.SubmitJobJSON(ctx, jobs[i])

@@ -2,6 +2,7 @@ package bench
 
 import (
 	"encoding/json"
+	"math"
 	"os"
 	"slices"
 	"strings"
@@ -148,6 +149,9 @@ func TestBenchConfigValidate(t *testing.T) {
 		{func(c *Config) { c.Batch = 0 }, "--batch must be at least 1"},
 		{func(c *Config) { c.Via = ViaInternal }, "--via internal needs --transport redis or --transport nats"},
 		{func(c *Config) { c.Via, c.Transport = ViaInternal, "store" }, "--via internal needs"},
+		{func(c *Config) { c.Rate = -1 }, "--rate must be 0 (no limit) or a number of tasks per second above 0, got -1"},
+		{func(c *Config) { c.Rate = math.NaN() }, "--rate must be 0 (no limit) or a number of tasks per second above 0, got NaN"},
+		{func(c *Config) { c.Rate = math.Inf(1) }, "--rate must be 0 (no limit) or a number of tasks per second above 0, got +Inf"},
 	} {
 		cfg := ok
 		c.change(&cfg)
@@ -158,5 +162,11 @@ func TestBenchConfigValidate(t *testing.T) {
 	ok.Via, ok.Transport = ViaInternal, "nats"
 	if err := ok.Validate(); err != nil {
 		t.Error(err)
+	}
+	for _, rate := range []float64{0, 0.5, 2000} {
+		ok.Rate = rate
+		if err := ok.Validate(); err != nil {
+			t.Errorf("--rate %v: %v", rate, err)
+		}
 	}
 }

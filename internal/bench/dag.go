@@ -25,17 +25,25 @@ type jobBodies [][]byte
 // buildJobs splits n tasks into jobs of at most size tasks, each of the given shape, and encodes
 // them. Runtime "push" hands them to the server's push runtime.
 func buildJobs(shape string, n, size int, taskName, runtime, jobPrefix string) (jobBodies, error) {
-	var jobs jobBodies
-	for i := 0; n > 0; i++ {
-		k := min(n, size)
+	sizes := jobSizes(n, size)
+	jobs := make(jobBodies, len(sizes))
+	for i, k := range sizes {
 		body, err := json.Marshal(client.SubmitJobRequest{Name: fmt.Sprintf("%s-%d", jobPrefix, i), Tasks: shapeTasks(shape, k, taskName, runtime)})
 		if err != nil {
 			return nil, fmt.Errorf("encode job %d: %w", i, err)
 		}
-		jobs = append(jobs, body)
-		n -= k
+		jobs[i] = body
 	}
 	return jobs, nil
+}
+
+// jobSizes is how many tasks each job of buildJobs holds: size each, the last one the rest.
+func jobSizes(n, size int) []int {
+	var sizes []int
+	for ; n > 0; n -= min(n, size) {
+		sizes = append(sizes, min(n, size))
+	}
+	return sizes
 }
 
 // shapeTasks returns the n tasks of one job of the shape. A job too small for its shape keeps

@@ -11,6 +11,7 @@ import (
 	"github.com/baton-dev/baton/internal/api"
 	"github.com/baton-dev/baton/internal/auth"
 	"github.com/baton-dev/baton/internal/dispatch"
+	"github.com/baton-dev/baton/internal/store"
 	"github.com/baton-dev/baton/internal/store/storetest"
 )
 
@@ -22,26 +23,9 @@ func BenchmarkBenchHTTP(b *testing.B) {
 	for _, drv := range storetest.Drivers() {
 		for _, via := range []string{ViaSDK, ViaStreamWorker} {
 			b.Run(drv.Name+"/"+via, func(b *testing.B) {
-				st := drv.Open(b)
-				log := slog.New(slog.NewTextHandler(io.Discard, nil))
-				d, err := dispatch.New(st, dispatch.Config{Logger: log})
-				if err != nil {
-					b.Fatal(err)
-				}
-				s := api.New(api.Config{Dispatcher: d, Auth: auth.NewAuthenticator(st, auth.Limits{}, nil),
-					Tokens: auth.NewTokens(st, nil), Logger: log})
-				producer := httptest.NewServer(s.ProducerHandler())
-				defer producer.Close()
-				internal := httptest.NewServer(s.InternalHandler())
-				defer internal.Close()
-				defer s.Drain()
-				ctx := context.Background()
-				_, key, err := auth.CreateKey(ctx, st, "bench", auth.DefaultTenant, "", time.Now())
-				if err != nil {
-					b.Fatal(err)
-				}
+				producer, internal, key := serveInProcess(b, drv.Open(b))
 				b.ResetTimer()
-				res, err := Run(ctx, Config{ProducerURL: producer.URL, InternalURL: internal.URL, APIKey: key,
+				res, err := Run(context.Background(), Config{ProducerURL: producer, InternalURL: internal, APIKey: key,
 					Tasks: b.N, DAG: Flat, JobSize: 1000, Workers: 64, Via: via, Batch: 8})
 				if err != nil {
 					b.Fatal(err)
@@ -51,4 +35,27 @@ func BenchmarkBenchHTTP(b *testing.B) {
 			})
 		}
 	}
+}
+
+// serveInProcess serves the producer API and the internal listener on st from this process until
+// the test ends, and returns their URLs and a producer API key.
+func serveInProcess(tb testing.TB, st store.Store) (producerURL, internalURL, key string) {
+	tb.Helper()
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	d, err := dispatch.New(st, dispatch.Config{Logger: log})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	s := api.New(api.Config{Dispatcher: d, Auth: auth.NewAuthenticator(st, auth.Limits{}, nil),
+		Tokens: auth.NewTokens(st, nil), Logger: log})
+	producer := httptest.NewServer(s.ProducerHandler())
+	tb.Cleanup(producer.Close)
+	internal := httptest.NewServer(s.InternalHandler())
+	tb.Cleanup(internal.Close)
+	tb.Cleanup(s.Drain) // first: cleanups run last in, first out
+	_, key, err = auth.CreateKey(context.Background(), st, "bench", auth.DefaultTenant, "", time.Now())
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return producer.URL, internal.URL, key
 }
