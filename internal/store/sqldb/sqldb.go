@@ -418,7 +418,9 @@ func (q q) insertReturning(ctx context.Context, table string, cols []string, row
 }
 
 // insertChunks builds the statements of a multi-row INSERT and runs each with do, cached telling
-// whether its text is one of the few worth keeping prepared.
+// whether to keep it prepared: where statements are cached, every text is one of a few (a full
+// chunk, or a power of two of rows), and parsing a full chunk of 1,000 tasks again was a third
+// of the time of creating a job of them on SQLite.
 func (q q) insertChunks(table string, cols []string, rows [][]any, suffix string,
 	do func(stmt string, args []any, cached bool) error) error {
 	if len(rows) == 0 {
@@ -461,7 +463,7 @@ func (q q) insertChunks(table string, cols []string, rows [][]any, suffix string
 			b.WriteByte(')')
 		}
 		b.WriteString(suffix)
-		if err := do(b.String(), args, q.stmts != nil && n < perStmt); err != nil {
+		if err := do(b.String(), args, q.stmts != nil); err != nil {
 			return fmt.Errorf("insert %s: %w", table, err)
 		}
 	}
