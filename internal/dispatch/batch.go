@@ -121,7 +121,7 @@ func (d *Dispatcher) completeBatch(ctx context.Context, tx store.Tx, c *changes,
 				}
 				done = append(done, store.CompletedTask{ID: t.ID, Attempt: t.Attempt, Output: output})
 				ended = append(ended, &store.Attempt{TaskID: t.ID, Attempt: t.Attempt, WorkerID: t.WorkerID,
-					LeaseToken: t.LeaseToken, StartedAt: t.StartedAt, Outcome: store.OutcomeSucceeded,
+					LeaseToken: t.LeaseToken, StartedAt: t.StartedAt, FinishedAt: c.now, Outcome: store.OutcomeSucceeded,
 					Result: lifecycle.Completed, Metrics: p.Metrics, Traceparent: p.Traceparent})
 				doneIdx = append(doneIdx, i)
 			}
@@ -132,9 +132,6 @@ func (d *Dispatcher) completeBatch(ctx context.Context, tx store.Tx, c *changes,
 		now := c.now
 		if err := tx.CompleteTasks(ctx, done, now); err != nil {
 			return nil, err
-		}
-		for _, a := range ended {
-			a.FinishedAt = now
 		}
 		if err := tx.PutAttempts(ctx, ended); err != nil {
 			return nil, err

@@ -26,76 +26,65 @@ func (q q) in(col string, from int, ids []string) (string, []any) {
 	return col + " IN (" + placeholders(from, len(args)) + ")", args
 }
 
-// arrayType is the PostgreSQL array type of a column of values like v, or "" when v is not a
-// kind insertArrays converts.
-func arrayType(v any) string {
-	switch v.(type) {
-	case string:
-		return "text[]"
-	case int, int64:
-		return "bigint[]"
-	case bool:
-		return "boolean[]"
-	}
-	return ""
-}
-
 // columns turns rows into one array per column for unnest: the SQL type of each (empty for a
 // column that is NULL in every row) and its values, NULL as a nil pointer. ok is false when a
-// value is of a kind it does not convert.
+// value is of a kind it does not convert; the first value that is not NULL sets a column's kind.
 func columns(rows [][]any, ncols int) (types []string, arrays []any, ok bool) {
 	types = make([]string, ncols)
 	arrays = make([]any, ncols)
 	for j := range ncols {
+		var first any
 		for _, row := range rows {
-			if row[j] != nil {
-				if types[j] = arrayType(row[j]); types[j] == "" {
-					return nil, nil, false
-				}
+			if first = row[j]; first != nil {
 				break
 			}
 		}
-		switch types[j] {
-		case "text[]":
-			col := make([]*string, len(rows))
-			for i, row := range rows {
-				if s, isStr := row[j].(string); isStr {
-					col[i] = &s
-				} else if row[j] != nil {
-					return nil, nil, false
-				}
-			}
-			arrays[j] = col
-		case "bigint[]":
-			col := make([]*int64, len(rows))
-			for i, row := range rows {
-				var n int64
-				switch v := row[j].(type) {
-				case nil:
-					continue
-				case int:
-					n = int64(v)
-				case int64:
-					n = v
-				default:
-					return nil, nil, false
-				}
-				col[i] = &n
-			}
-			arrays[j] = col
-		case "boolean[]":
-			col := make([]*bool, len(rows))
-			for i, row := range rows {
-				if b, isBool := row[j].(bool); isBool {
-					col[i] = &b
-				} else if row[j] != nil {
-					return nil, nil, false
-				}
-			}
-			arrays[j] = col
+		switch first.(type) {
+		case nil:
+			continue
+		case string:
+			types[j] = "text[]"
+			arrays[j], ok = column(rows, j, func(v any) (s string, ok bool) { s, ok = v.(string); return })
+		case int, int64:
+			types[j] = "bigint[]"
+			arrays[j], ok = column(rows, j, asInt64)
+		case bool:
+			types[j] = "boolean[]"
+			arrays[j], ok = column(rows, j, func(v any) (b bool, ok bool) { b, ok = v.(bool); return })
+		default:
+			ok = false
+		}
+		if !ok {
+			return nil, nil, false
 		}
 	}
 	return types, arrays, true
+}
+
+// column is column j of rows as a []*T, nil for NULL; ok is false when conv refuses a value.
+func column[T any](rows [][]any, j int, conv func(any) (T, bool)) (col []*T, ok bool) {
+	col = make([]*T, len(rows))
+	for i, row := range rows {
+		if row[j] == nil {
+			continue
+		}
+		v, ok := conv(row[j])
+		if !ok {
+			return nil, false
+		}
+		col[i] = &v
+	}
+	return col, true
+}
+
+func asInt64(v any) (int64, bool) {
+	switch n := v.(type) {
+	case int:
+		return int64(n), true
+	case int64:
+		return n, true
+	}
+	return 0, false
 }
 
 // unnestInsert builds "INSERT INTO table (cols) SELECT ... FROM unnest($1, ...) AS u(...)" +

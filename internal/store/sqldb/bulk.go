@@ -430,7 +430,7 @@ func (t *tx) claimUpdateArrays(ctx context.Context, ps []store.ClaimTaskParams, 
 	rows, err := t.query(ctx, `UPDATE tasks SET status = 'running',
 		attempt = attempt + 1, lease_token = c.c_token, worker_id = c.c_worker, `+claimSet+`
 		FROM unnest($2::text[], $3::text[], $4::text[]) AS c(c_id, c_token, c_worker)
-		WHERE tasks.id = c.c_id RETURNING `+qualified("tasks", taskCols), args[0], ids, tokens, workers)
+		WHERE tasks.id = c.c_id RETURNING `+taskCols, args[0], ids, tokens, workers)
 	if err != nil {
 		return nil, fmt.Errorf("claim tasks: %w", err)
 	}
@@ -463,10 +463,4 @@ func (t *tx) completeTasksArrays(ctx context.Context, done []store.CompletedTask
 		return store.ErrLeaseLost
 	}
 	return nil
-}
-
-// qualified prefixes each of the comma-separated columns cols with table.
-func qualified(table, cols string) string {
-	fields := strings.FieldsFunc(cols, func(r rune) bool { return r == ',' || r == ' ' || r == '\n' || r == '\t' })
-	return table + "." + strings.Join(fields, ", "+table+".")
 }

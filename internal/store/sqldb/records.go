@@ -12,6 +12,9 @@ import (
 const attemptCols = `task_id, attempt, worker_id, lease_token, started_at, finished_at, outcome,
 	result, error, metrics, traceparent`
 
+// attemptColumns is attemptCols as a list.
+var attemptColumns = strings.FieldsFunc(attemptCols, func(r rune) bool { return r == ',' || r == ' ' || r == '\n' || r == '\t' })
+
 func scanAttempt(row interface{ Scan(...any) error }) (*store.Attempt, error) {
 	var (
 		a                store.Attempt
@@ -77,7 +80,6 @@ func (t *tx) PutAttempts(ctx context.Context, as []*store.Attempt) error {
 	if len(as) == 0 {
 		return nil
 	}
-	cols := strings.FieldsFunc(attemptCols, func(r rune) bool { return r == ',' || r == ' ' || r == '\n' || r == '\t' })
 	rows := make([][]any, len(as))
 	for i, a := range as {
 		errJSON, err := errArg(a.Error)
@@ -87,7 +89,7 @@ func (t *tx) PutAttempts(ctx context.Context, as []*store.Attempt) error {
 		rows[i] = []any{a.TaskID, a.Attempt, a.WorkerID, a.LeaseToken, ms(a.StartedAt), ms(a.FinishedAt),
 			string(a.Outcome), string(a.Result), errJSON, jsonArg(a.Metrics), a.Traceparent}
 	}
-	return t.insertRows(ctx, "attempts", cols, rows, ` ON CONFLICT (task_id, attempt) DO UPDATE SET
+	return t.insertRows(ctx, "attempts", attemptColumns, rows, ` ON CONFLICT (task_id, attempt) DO UPDATE SET
 		worker_id = excluded.worker_id, lease_token = excluded.lease_token, started_at = excluded.started_at,
 		finished_at = excluded.finished_at, outcome = excluded.outcome, result = excluded.result,
 		error = excluded.error, metrics = excluded.metrics,
