@@ -2,6 +2,7 @@ package dispatch
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"sync"
 
@@ -44,6 +45,13 @@ type pending struct {
 	// apply it in a transaction of its own.
 	alone bool
 }
+
+// unguardedError is the failure of a group of a batch that ran without its savepoint
+// (committer.commit): the batch is run again with one.
+type unguardedError struct{ err error }
+
+func (e *unguardedError) Error() string { return e.err.Error() }
+func (e *unguardedError) Unwrap() error { return e.err }
 
 // committer batches transitions (see GroupCommit).
 type committer struct {
@@ -165,8 +173,8 @@ func (cm *committer) loop() {
 // commit applies batch in one transaction and then releases the callers. The transaction first
 // locks every row the transitions named (store.LockSet), all at once and in the one lock order,
 // so that batches cannot deadlock; then it applies the plain successes together (completeBatch)
-// and the ClaimNext requests together (claimMany), each group in a savepoint, and every other
-// transition in a savepoint of its own. If the transaction fails transiently, none of it stands
+// and the ClaimNext requests together (claimMany), each group in a savepoint if it needs one
+// (see run), and every other transition in a savepoint of its own. If the transaction fails transiently, none of it stands
 // and each caller applies its transition again alone (Dispatcher.updateAlone): a transition is
 // never retried as part of the group that failed.
 func (cm *committer) commit(batch []*pending) {
@@ -218,83 +226,118 @@ func (cm *committer) commit(batch []*pending) {
 	}
 	results := make([]*CompleteResult, len(completes))
 	errs := make([]error, len(completes))
-	ready, routable, buffered := false, false, false
-	err := d.store.InTx(ctx, func(tx store.Tx) error {
-		if err := tx.LockRows(ctx, locks); err != nil {
-			return err
-		}
-		// What every part that stood left for the end of the transaction (Dispatcher.settle):
-		// children to release, descendants to skip, job counters.
-		group := d.newChanges()
-		if len(completes) > 0 {
-			c := d.newChanges()
-			var slow []int
-			nerr := tx.Nested(ctx, func(tx store.Tx) error {
-				var err error
-				if slow, err = d.completeBatch(ctx, tx, c, ps, idx, results, errs); err != nil {
+	// The lock set names only the tasks the plain successes name: completeBatch's own LockTasks
+	// takes the same locks in the same order, first thing in the transaction.
+	onlyCompletes := len(batch) == 0 && len(locks.Releasing)+len(locks.Ending)+len(locks.Jobs)+len(locks.Keys) == 0
+	var ready, routable, buffered bool
+	// run runs the transaction. The two groups (completeBatch, claimMany) fail only when the
+	// database does — a request refused for its own reason is a result of the group, not its
+	// error — so they first run without a savepoint each, four statements fewer per commit. If
+	// one of them fails all the same, the transaction is rolled back and run again (guarded)
+	// with a savepoint around each group, so that the failure is the group's alone.
+	run := func(guard bool) error {
+		ready, routable, buffered = false, false, false
+		part := func(tx store.Tx, fn func(store.Tx) error) error {
+			if guard {
+				return tx.Nested(ctx, fn)
+			}
+			if err := fn(tx); err != nil {
+				if d.store.Transient(err) {
 					return err
 				}
-				return c.write(ctx, tx)
-			})
-			for i, p := range completes {
+				return &unguardedError{err: err}
+			}
+			return nil
+		}
+		return d.store.InTx(ctx, func(tx store.Tx) error {
+			if !onlyCompletes {
+				if err := tx.LockRows(ctx, locks); err != nil {
+					return err
+				}
+			}
+			// What every part that stood left for the end of the transaction (Dispatcher.settle):
+			// children to release, descendants to skip, job counters.
+			group := d.newChanges()
+			if len(completes) > 0 {
+				c := d.newChanges()
+				var slow []int
+				nerr := part(tx, func(tx store.Tx) error {
+					var err error
+					if slow, err = d.completeBatch(ctx, tx, c, ps, idx, results, errs); err != nil {
+						return err
+					}
+					return c.write(ctx, tx)
+				})
+				if !guard && nerr != nil {
+					return nerr
+				}
+				for i, p := range completes {
+					if nerr != nil {
+						// Rolled back: each is applied alone after this batch.
+						p.result, p.err, p.slow = nil, nil, true
+						continue
+					}
+					p.result, p.err, p.slow = results[i], errs[i], false
+				}
+				for _, i := range slow {
+					completes[i].result, completes[i].err, completes[i].slow = nil, nil, true
+				}
+				if nerr == nil {
+					group.absorb(c)
+					ready = ready || c.ready
+				}
+			}
+			if len(claims) > 0 {
+				c := d.newChanges()
+				nerr := part(tx, func(tx store.Tx) error {
+					if err := d.claimMany(ctx, tx, c, claims); err != nil {
+						return err
+					}
+					return c.write(ctx, tx)
+				})
+				if !guard && nerr != nil {
+					return nerr
+				}
 				if nerr != nil {
-					// Rolled back: each is applied alone after this batch.
-					p.result, p.err, p.slow = nil, nil, true
-					continue
+					for _, p := range claims {
+						p.claims, p.err = nil, nerr
+					}
+				} else if c.ready {
+					ready = true
 				}
-				p.result, p.err, p.slow = results[i], errs[i], false
 			}
-			for _, i := range slow {
-				completes[i].result, completes[i].err, completes[i].slow = nil, nil, true
-			}
-			if nerr == nil {
-				group.absorb(c)
-				ready = ready || c.ready
-			}
-		}
-		if len(claims) > 0 {
-			c := d.newChanges()
-			nerr := tx.Nested(ctx, func(tx store.Tx) error {
-				if err := d.claimMany(ctx, tx, c, claims); err != nil {
-					return err
+			for _, p := range batch {
+				p.c = d.newChanges()
+				p.err = tx.Nested(p.ctx, func(tx store.Tx) error {
+					if err := p.fn(tx, p.c); err != nil {
+						return err
+					}
+					return p.c.write(p.ctx, tx)
+				})
+				if p.err == nil {
+					group.absorb(p.c)
+					ready = ready || p.c.ready
+					routable = routable || p.c.routable
+					buffered = buffered || p.c.buffered
 				}
-				return c.write(ctx, tx)
-			})
-			if nerr != nil {
-				for _, p := range claims {
-					p.claims, p.err = nil, nerr
-				}
-			} else if c.ready {
-				ready = true
 			}
-		}
-		for _, p := range batch {
-			p.c = d.newChanges()
-			p.err = tx.Nested(p.ctx, func(tx store.Tx) error {
-				if err := p.fn(tx, p.c); err != nil {
-					return err
-				}
-				return p.c.write(p.ctx, tx)
-			})
-			if p.err == nil {
-				group.absorb(p.c)
-				ready = ready || p.c.ready
-				routable = routable || p.c.routable
-				buffered = buffered || p.c.buffered
+			if err := d.settle(ctx, tx, group); err != nil {
+				return err
 			}
-		}
-		if err := d.settle(ctx, tx, group); err != nil {
-			return err
-		}
-		if err := group.write(ctx, tx); err != nil {
-			return err
-		}
-		ready = ready || group.ready
-		if ready {
-			return tx.NotifyReady(ctx)
-		}
-		return nil
-	})
+			if err := group.write(ctx, tx); err != nil {
+				return err
+			}
+			ready = ready || group.ready
+			if ready {
+				return tx.NotifyReady(ctx)
+			}
+			return nil
+		})
+	}
+	err := run(false)
+	if _, ok := errors.AsType[*unguardedError](err); ok {
+		err = run(true)
+	}
 	if err == nil && ready {
 		d.ready.notify()
 	}

@@ -2,6 +2,7 @@ package dispatch_test
 
 import (
 	"context"
+	"errors"
 	"encoding/json"
 	"sync"
 	"testing"
@@ -293,4 +294,88 @@ func TestGroupCommit_SettledEventsKeepTheTraceparent(t *testing.T) {
 			t.Errorf("no %q event with the report's traceparent; those with it: %v", want, seen)
 		}
 	}
+}
+
+// failingTx fails every CompleteTasks of its store with a plain (not transient) error.
+type failingTx struct {
+	store.Tx
+	calls *int
+}
+
+func (f failingTx) CompleteTasks(context.Context, []store.CompletedTask, time.Time) error {
+	*f.calls++
+	return errors.New("injected failure")
+}
+
+func (f failingTx) Nested(ctx context.Context, fn func(store.Tx) error) error {
+	return f.Tx.Nested(ctx, func(tx store.Tx) error { return fn(failingTx{Tx: tx, calls: f.calls}) })
+}
+
+// failingStore is a gatedStore whose transactions fail CompleteTasks while fail is set.
+type failingStore struct {
+	*gatedStore
+	fail  bool // set and read by one goroutine at a time: transactions run one after another
+	calls int
+}
+
+func (f *failingStore) InTx(ctx context.Context, fn func(store.Tx) error) error {
+	return f.gatedStore.InTx(ctx, func(tx store.Tx) error {
+		if f.fail {
+			tx = failingTx{Tx: tx, calls: &f.calls}
+		}
+		return fn(tx)
+	})
+}
+
+// The plain successes and the claims of a batch run without savepoints; when the successes fail
+// all the same, the batch runs again with a savepoint around each group: the claims stand, and
+// the successes are applied each in a transaction of its own.
+func TestGroupCommit_FailedGroupRunsAgainGuarded(t *testing.T) {
+	storetest.ForEachDriver(t, func(t *testing.T, st store.Store) {
+		f := &failingStore{gatedStore: &gatedStore{Store: st}}
+		b := &batches{}
+		clock := clockwork.NewFakeClockAt(epoch)
+		d, err := dispatch.New(f, dispatch.Config{Clock: clock, Jitter: func() float64 { return 0.5 }, MaxTasksPerJob: 50,
+			Logger: quiet, GroupCommit: dispatch.GroupCommit{Committers: 1, Observe: b.observe}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		e := &env{t: t, ctx: context.Background(), st: st, clock: clock, d: d}
+		job := e.submit(spec("a"), spec("b"), spec("c"))
+		ca := e.claim(job, "a")
+		f.close()
+		var wg sync.WaitGroup
+		wg.Go(func() {
+			_, _ = e.d.ClaimNext(e.ctx, dispatch.ClaimNextParams{Queues: []string{"work"}, WorkerID: "w1", Limit: 1})
+		})
+		f.waitHeld(t)
+		f.fail = true
+		var (
+			completeErr, claimErr error
+			claims                []*dispatch.Claim
+		)
+		wg.Go(func() {
+			_, completeErr = e.d.Complete(e.ctx, dispatch.CompleteParams{TaskID: ca.Task.ID, Attempt: 1, LeaseToken: ca.Task.LeaseToken, Outcome: store.OutcomeSucceeded})
+		})
+		waitQueued(t, e.d, 1)
+		wg.Go(func() {
+			claims, claimErr = e.d.ClaimNext(e.ctx, dispatch.ClaimNextParams{Queues: []string{"work"}, WorkerID: "w2", Limit: 1})
+		})
+		waitQueued(t, e.d, 2)
+		f.open()
+		wg.Wait()
+		if f.calls != 2 {
+			t.Fatalf("the plain successes ran %d times, want 2 (without, then with a savepoint)", f.calls)
+		}
+		if b.max() < 2 {
+			t.Fatalf("batch sizes %v, want one of at least 2", b.sizes)
+		}
+		if claimErr != nil || len(claims) != 1 {
+			t.Fatalf("the claim of the failed group's batch: %d claims, err %v; want 1, nil", len(claims), claimErr)
+		}
+		if completeErr != nil {
+			t.Fatalf("the success applied alone: %v", completeErr)
+		}
+		wantStatus(t, e, job, map[string]lifecycle.TaskStatus{"a": lifecycle.Completed, "b": lifecycle.Running, "c": lifecycle.Running})
+	})
 }

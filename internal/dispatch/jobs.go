@@ -502,7 +502,15 @@ func (d *Dispatcher) CancelJob(ctx context.Context, tenant, id, reason string) (
 // Dependents are waiting or pending tasks, which transitions seldom name (a claim or a cancel
 // of one task by id): their locks come after those of the named tasks; job rows come last.
 func (d *Dispatcher) settle(ctx context.Context, tx store.Tx, c *changes) error {
-	if len(c.released) > 0 || len(c.ended) > 0 {
+	// Released together, but per traceparent, so that each child's Task Pending carries the
+	// trace of the completion that released it (usually there is none: one statement).
+	byTrace := map[string][]string{}
+	for _, r := range c.released {
+		byTrace[r.traceparent] = append(byTrace[r.traceparent], r.id)
+	}
+	// Only one release and nothing to skip: ReleaseChildrenOf locks the children itself, in
+	// the same order, and a flat job (no children) costs one statement instead of two.
+	if len(c.ended) > 0 || len(byTrace) > 1 {
 		var locks store.LockSet
 		for _, r := range c.released {
 			locks.Releasing = append(locks.Releasing, r.id)
@@ -513,12 +521,6 @@ func (d *Dispatcher) settle(ctx context.Context, tx store.Tx, c *changes) error 
 		if err := tx.LockRows(ctx, locks); err != nil {
 			return err
 		}
-	}
-	// Released together, but per traceparent, so that each child's Task Pending carries the
-	// trace of the completion that released it (usually there is none: one statement).
-	byTrace := map[string][]string{}
-	for _, r := range c.released {
-		byTrace[r.traceparent] = append(byTrace[r.traceparent], r.id)
 	}
 	for _, tp := range slices.Sorted(maps.Keys(byTrace)) {
 		refs, err := tx.ReleaseChildrenOf(ctx, byTrace[tp], c.now)
