@@ -237,11 +237,26 @@ func (cm *committer) commit(batch []*pending) {
 	// with a savepoint around each group, so that the failure is the group's alone.
 	run := func(guard bool) error {
 		ready, routable, buffered = false, false, false
-		part := func(tx store.Tx, fn func(store.Tx) error) error {
-			if guard {
-				return tx.Nested(ctx, fn)
+		// part runs one group's fn, then writes its events and messages (c.write) — or, unguarded
+		// in a batch of the two groups alone, leaves them to be written with the settlement's
+		// (group.write), in the same order, by one statement less.
+		var group *changes
+		part := func(tx store.Tx, c *changes, fn func(store.Tx) error) error {
+			write := func(tx store.Tx) error {
+				if err := fn(tx); err != nil {
+					return err
+				}
+				if !guard && len(batch) == 0 {
+					group.events, group.outbox = append(group.events, c.events...), append(group.outbox, c.outbox...)
+					c.events, c.outbox = nil, nil
+					return nil
+				}
+				return c.write(ctx, tx)
 			}
-			if err := fn(tx); err != nil {
+			if guard {
+				return tx.Nested(ctx, write)
+			}
+			if err := write(tx); err != nil {
 				if d.store.Transient(err) {
 					return err
 				}
@@ -257,16 +272,14 @@ func (cm *committer) commit(batch []*pending) {
 			}
 			// What every part that stood left for the end of the transaction (Dispatcher.settle):
 			// children to release, descendants to skip, job counters.
-			group := d.newChanges()
+			group = d.newChanges()
 			if len(completes) > 0 {
 				c := d.newChanges()
 				var slow []int
-				nerr := part(tx, func(tx store.Tx) error {
+				nerr := part(tx, c, func(tx store.Tx) error {
 					var err error
-					if slow, err = d.completeBatch(ctx, tx, c, ps, idx, results, errs); err != nil {
-						return err
-					}
-					return c.write(ctx, tx)
+					slow, err = d.completeBatch(ctx, tx, c, ps, idx, results, errs)
+					return err
 				})
 				if !guard && nerr != nil {
 					return nerr
@@ -289,12 +302,7 @@ func (cm *committer) commit(batch []*pending) {
 			}
 			if len(claims) > 0 {
 				c := d.newChanges()
-				nerr := part(tx, func(tx store.Tx) error {
-					if err := d.claimMany(ctx, tx, c, claims); err != nil {
-						return err
-					}
-					return c.write(ctx, tx)
-				})
+				nerr := part(tx, c, func(tx store.Tx) error { return d.claimMany(ctx, tx, c, claims) })
 				if !guard && nerr != nil {
 					return nerr
 				}
