@@ -114,12 +114,6 @@ func parseConfig(url string) (*pgx.ConnConfig, error) {
 	if err != nil {
 		return nil, fmt.Errorf("parse database url: %w", err)
 	}
-	if _, set := cfg.RuntimeParams["plan_cache_mode"]; !set {
-		// pgx prepares every statement; after five runs PostgreSQL may switch a prepared
-		// statement to a generic plan, which for the batch statements (id IN ($1, ..., $n))
-		// cannot see the values and plans scans: a batch ran 2.3x slower. Plan each run.
-		cfg.RuntimeParams["plan_cache_mode"] = "force_custom_plan"
-	}
 	if _, set := cfg.RuntimeParams["jit"]; !set {
 		// Recursive queries over the DAG (descendants to skip or lock) get row estimates in the
 		// millions, which push their cost past jit_above_cost: PostgreSQL then compiled each one
