@@ -177,26 +177,32 @@ func (q q) ParentOutputsOf(ctx context.Context, taskIDs []string) (map[string]ma
 		return out, nil
 	}
 	cond, args := q.in("d.child_id", 1, taskIDs)
-	rows, err := q.query(ctx, `SELECT d.child_id, p.task_key, p.output FROM task_deps d
-		JOIN tasks p ON p.id = d.parent_id WHERE `+cond, args...)
+	// A parent is looked up by id for each dependency (correlated subqueries): as a join, the
+	// planner overestimated the dependencies of a batch and hashed the whole tasks table for it
+	// (26 ms instead of 1.7 ms for the children of a 256-task claim on PostgreSQL).
+	rows, err := q.query(ctx, `SELECT d.child_id, (SELECT p.task_key FROM tasks p WHERE p.id = d.parent_id),
+		(SELECT p.output FROM tasks p WHERE p.id = d.parent_id) FROM task_deps d WHERE `+cond, args...)
 	if err != nil {
 		return nil, fmt.Errorf("parent outputs: %w", err)
 	}
 	defer rows.Close()
 	for rows.Next() {
 		var (
-			child, key string
-			output     sql.NullString
+			child       string
+			key, output sql.NullString
 		)
 		if err := rows.Scan(&child, &key, &output); err != nil {
 			return nil, err
 		}
+		if !key.Valid {
+			continue // no such parent (as the join had it)
+		}
 		if out[child] == nil {
 			out[child] = map[string]json.RawMessage{}
 		}
-		out[child][key] = fromJSON(output)
-		if out[child][key] == nil {
-			out[child][key] = json.RawMessage("null")
+		out[child][key.String] = fromJSON(output)
+		if out[child][key.String] == nil {
+			out[child][key.String] = json.RawMessage("null")
 		}
 	}
 	return out, rows.Err()
