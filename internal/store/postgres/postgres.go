@@ -114,6 +114,15 @@ func parseConfig(url string) (*pgx.ConnConfig, error) {
 	if err != nil {
 		return nil, fmt.Errorf("parse database url: %w", err)
 	}
+	if _, set := cfg.RuntimeParams["plan_cache_mode"]; !set {
+		// pgx prepares every statement, and after five runs PostgreSQL may keep a generic plan
+		// for it. A plan made while the tables were nearly empty (a new database filling up)
+		// scans them, and stays until an ANALYZE invalidates it: locking a claim's tasks by id
+		// took 3.5 ms instead of 0.1, and DAG hand-off p99 went from 20 ms to 180. Plan each run.
+		// Planning costs a quarter of the database's time on the hot path; on a database that
+		// has been analyzed, plan_cache_mode=auto in the URL is up to 16% faster.
+		cfg.RuntimeParams["plan_cache_mode"] = "force_custom_plan"
+	}
 	if _, set := cfg.RuntimeParams["jit"]; !set {
 		// Recursive queries over the DAG (descendants to skip or lock) get row estimates in the
 		// millions, which push their cost past jit_above_cost: PostgreSQL then compiled each one

@@ -13,9 +13,7 @@ import (
 // "id = ANY($1)" for a list, unnest($1, $2, ...) for rows. Their text is then the same for every
 // batch, so the database parses and plans each once per connection and its plan does not depend
 // on the batch's size; a list of hundreds of placeholders had to be planned afresh every time,
-// and an UPDATE with a CASE over hundreds of ids compared every row with every id. (PostgreSQL
-// keeps a statement's generic plan under its default plan_cache_mode; forcing a custom plan per
-// run, as Baton did for the lists, spent a quarter of the database's time planning.)
+// and an UPDATE with a CASE over hundreds of ids compared every row with every id.
 
 // in returns the condition "col is one of ids" with its arguments, whose placeholders start at
 // $from: "col = ANY($from)" with ids as one array, or else "col IN ($from, ...)" over ids padded
