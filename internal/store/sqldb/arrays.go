@@ -11,9 +11,9 @@ import (
 // Where the database takes a whole Go slice as one array parameter (Dialect.Arrays: PostgreSQL),
 // the statements over many rows carry one parameter per column instead of one per value:
 // "id = ANY($1)" for a list, unnest($1, $2, ...) for rows. Their text is then the same for every
-// batch, so the database parses and plans each once per connection and its plan does not depend
-// on the batch's size; a list of hundreds of placeholders had to be planned afresh every time,
-// and an UPDATE with a CASE over hundreds of ids compared every row with every id.
+// batch, so the database parses each once per connection and its plan does not depend on the
+// batch's size; a list of hundreds of placeholders was a new statement for every size, and an
+// UPDATE with a CASE over hundreds of ids compared every row with every id.
 
 // in returns the condition "col is one of ids" with its arguments, whose placeholders start at
 // $from: "col = ANY($from)" with ids as one array, or else "col IN ($from, ...)" over ids padded
