@@ -226,14 +226,21 @@ func (t *tx) claimUpdate(ctx context.Context, ps []store.ClaimTaskParams, limite
 		return nil, nil
 	}
 	p0 := ps[0]
-	args := []any{p0.Now.UnixMilli(), cmp.Or(p0.Runtime, "pull")}
+	runtime := cmp.Or(p0.Runtime, "pull")
 	keyed := "concurrency_key IS NULL"
 	if limited {
 		keyed = "concurrency_key IS NOT NULL"
 	}
 	if t.d.Arrays {
-		return t.claimUpdateArrays(ctx, ps, args, keyed)
+		return t.claimUpdateArrays(ctx, ps, []any{p0.Now.UnixMilli(), runtime}, keyed)
 	}
+	if runtime != "pull" && runtime != "push" {
+		return nil, fmt.Errorf("claim tasks: unknown runtime %q", runtime)
+	}
+	// The runtime is written into the statement, not bound: SQLite compares a bound value with
+	// the partial indexes' conditions (runtime = 'push') and then prepares the statement again
+	// whenever it is bound anew, every run.
+	args := []any{p0.Now.UnixMilli()}
 	n := padded(len(ps))
 	token, ids := caseOf("id", n, &args, func(i int) (any, any) {
 		if i < len(ps) {
@@ -249,7 +256,7 @@ func (t *tx) claimUpdate(ctx context.Context, ps []store.ClaimTaskParams, limite
 	}, "")
 	rows, err := t.query(ctx, `UPDATE tasks SET status = 'running',
 		attempt = attempt + 1, lease_token = `+token+`, worker_id = `+worker+`, `+claimSet+`
-		WHERE id IN (`+ids+`) AND status = 'pending' AND available_at <= $1 AND runtime = $2
+		WHERE id IN (`+ids+`) AND status = 'pending' AND available_at <= $1 AND runtime = '`+runtime+`'
 		AND `+keyed+` RETURNING `+taskCols, args...)
 	if err != nil {
 		return nil, fmt.Errorf("claim tasks: %w", err)
