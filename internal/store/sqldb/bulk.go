@@ -65,30 +65,6 @@ func (t *tx) LockTasks(ctx context.Context, ids []string) ([]*store.Task, error)
 	return collectTasks(rows)
 }
 
-// caseOf builds "CASE key WHEN $i THEN $j ... END" and the IN list of keys for a padded list
-// of rows: args gets each row's key and value. The plain IN list lets the database use the
-// primary key, which a join against a VALUES list of parameters may not.
-func caseOf(key string, n int, args *[]any, row func(i int) (k, v any), cast string) (expr, in string) {
-	var c, l strings.Builder
-	c.WriteString("CASE " + key)
-	for i := range n {
-		k, v := row(i)
-		*args = append(*args, k, v)
-		ki, vi := len(*args)-1, len(*args)
-		val := "$" + strconv.Itoa(vi)
-		if cast != "" {
-			val = "CAST(" + val + " AS " + cast + ")"
-		}
-		fmt.Fprintf(&c, " WHEN $%d THEN %s", ki, val)
-		if i > 0 {
-			l.WriteString(", ")
-		}
-		l.WriteString("$" + strconv.Itoa(ki))
-	}
-	c.WriteString(" END")
-	return c.String(), l.String()
-}
-
 // CompleteTasks implements store.Tx.
 func (t *tx) CompleteTasks(ctx context.Context, done []store.CompletedTask, now time.Time) error {
 	if len(done) == 0 {
@@ -97,24 +73,19 @@ func (t *tx) CompleteTasks(ctx context.Context, done []store.CompletedTask, now 
 	if t.d.Arrays {
 		return t.completeTasksArrays(ctx, done, now)
 	}
-	n := padded(len(done))
-	args := []any{now.UnixMilli()}
-	output, ids := caseOf("id", n, &args, func(i int) (any, any) {
-		if i < len(done) {
-			return done[i].ID, jsonArg(done[i].Output)
-		}
-		return "", nil
-	}, "")
-	attempt, _ := caseOf("id", n, &args, func(i int) (any, any) {
-		if i < len(done) {
-			return done[i].ID, done[i].Attempt
-		}
-		return "", 0
-	}, "INTEGER")
-	res, err := t.exec(ctx, `UPDATE tasks SET status = 'completed', output = `+output+`,
+	rows := make([][]any, len(done))
+	for i, d := range done {
+		rows[i] = []any{d.ID, jsonArg(d.Output), d.Attempt}
+	}
+	from, arg, err := jsonRows(2, "c", []string{"c_id", "c_output", "c_attempt"}, rows)
+	if err != nil {
+		return fmt.Errorf("complete tasks: %w", err)
+	}
+	res, err := t.exec(ctx, `UPDATE tasks SET status = 'completed', output = c.c_output,
 		error = NULL, lease_expires_at = NULL, deadline_at = NULL, reap_at = NULL, finished_at = $1,
 		last_event_type = 'Task Completed', last_event_at = $1
-		WHERE id IN (`+ids+`) AND status = 'running' AND attempt = `+attempt, args...)
+		FROM `+from+`
+		WHERE tasks.id = c.c_id AND status = 'running' AND attempt = c.c_attempt`, now.UnixMilli(), arg)
 	if err != nil {
 		return fmt.Errorf("complete tasks: %w", err)
 	}
@@ -240,28 +211,27 @@ func (t *tx) claimUpdate(ctx context.Context, ps []store.ClaimTaskParams, limite
 	// The runtime is written into the statement, not bound: SQLite compares a bound value with
 	// the partial indexes' conditions (runtime = 'push') and then prepares the statement again
 	// whenever it is bound anew, every run.
-	args := []any{p0.Now.UnixMilli()}
-	n := padded(len(ps))
-	token, ids := caseOf("id", n, &args, func(i int) (any, any) {
-		if i < len(ps) {
-			return ps[i].ID, ps[i].LeaseToken
+	rows := make([][]any, 0, len(ps))
+	seen := make(map[string]bool, len(ps))
+	for _, p := range ps {
+		if !seen[p.ID] { // a repeated id is claimed once
+			seen[p.ID] = true
+			rows = append(rows, []any{p.ID, p.LeaseToken, p.WorkerID})
 		}
-		return "", ""
-	}, "")
-	worker, _ := caseOf("id", n, &args, func(i int) (any, any) {
-		if i < len(ps) {
-			return ps[i].ID, ps[i].WorkerID
-		}
-		return "", ""
-	}, "")
-	rows, err := t.query(ctx, `UPDATE tasks SET status = 'running',
-		attempt = attempt + 1, lease_token = `+token+`, worker_id = `+worker+`, `+claimSet+`
-		WHERE id IN (`+ids+`) AND status = 'pending' AND available_at <= $1 AND runtime = '`+runtime+`'
-		AND `+keyed+` RETURNING `+taskCols, args...)
+	}
+	from, arg, err := jsonRows(2, "c", []string{"c_id", "c_token", "c_worker"}, rows)
 	if err != nil {
 		return nil, fmt.Errorf("claim tasks: %w", err)
 	}
-	return collectTasks(rows)
+	res, err := t.query(ctx, `UPDATE tasks SET status = 'running',
+		attempt = attempt + 1, lease_token = c.c_token, worker_id = c.c_worker, `+claimSet+`
+		FROM `+from+`
+		WHERE tasks.id = c.c_id AND status = 'pending' AND available_at <= $1 AND runtime = '`+runtime+`'
+		AND `+keyed+` RETURNING `+taskCols, p0.Now.UnixMilli(), arg)
+	if err != nil {
+		return nil, fmt.Errorf("claim tasks: %w", err)
+	}
+	return collectTasks(res)
 }
 
 // claimLimited claims the claimable tasks of ps that have a concurrency key, as many of each key
