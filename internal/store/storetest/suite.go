@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"reflect"
 	"slices"
 	"sort"
@@ -41,6 +42,7 @@ func Run(t *testing.T, open func(t testing.TB) store.Store) {
 		{"ClaimTaskTakesLease", testClaimTaskTakesLease},
 		{"ClaimTaskNotClaimable", testClaimTaskNotClaimable},
 		{"ClaimTaskRaceHasOneWinner", testClaimTaskRaceHasOneWinner},
+		{"ClaimAndCompleteTasksInBatches", testClaimAndCompleteTasksInBatches},
 		{"UpdateTaskWritesMutableFields", testUpdateTaskWritesMutableFields},
 		{"UpdateTaskStaleFenceIsLeaseLost", testUpdateTaskStaleFenceIsLeaseLost},
 		{"ReleaseChildrenWaitsForEveryParent", testReleaseChildrenWaitsForEveryParent},
@@ -1055,6 +1057,68 @@ func testClaimTaskNotClaimable(t *testing.T, st store.Store) {
 			checkSame(t, key+": after a refused claim", before, getTask(t, st, id))
 		} else if _, err := st.GetTask(ctx, id); !errors.Is(err, store.ErrNotFound) {
 			t.Errorf("unknown: GetTask after the claim: %v, want ErrNotFound", err)
+		}
+	}
+}
+
+// ClaimTasks gives each task of a batch its own worker and lease token, claims a repeated id
+// once (for the first request naming it) and leaves tasks that are not claimable alone;
+// CompleteTasks stores each task's own output (none: NULL) and refuses a batch with a stale fence.
+func testClaimAndCompleteTasksInBatches(t *testing.T, st store.Store) {
+	ctx := t.Context()
+	job := newJob("tenant")
+	ts := seed(t, st, job, newTask(job.ID, "a"), newTask(job.ID, "b"), newTask(job.ID, "c"),
+		newTask(job.ID, "waiting", "a"))
+	now := at(time.Minute)
+	var claimed []*store.Task
+	inTx(t, st, func(tx store.Tx) error {
+		var err error
+		claimed, err = tx.ClaimTasks(ctx, []store.ClaimTaskParams{
+			{ID: ts["a"].ID, Now: now, WorkerID: "wa", LeaseToken: "ta"},
+			{ID: ts["b"].ID, Now: now, WorkerID: "wb", LeaseToken: "tb"},
+			{ID: ts["a"].ID, Now: now, WorkerID: "wa2", LeaseToken: "ta2"},
+			{ID: ts["waiting"].ID, Now: now, WorkerID: "ww", LeaseToken: "tw"},
+		})
+		return err
+	})
+	got := map[string]string{}
+	for _, tk := range claimed {
+		got[tk.Key] = tk.WorkerID + "/" + tk.LeaseToken
+	}
+	if want := map[string]string{"a": "wa/ta", "b": "wb/tb"}; !maps.Equal(got, want) {
+		t.Fatalf("ClaimTasks claimed %v, want %v", got, want)
+	}
+	for key, want := range map[string]string{"a": "wa/ta", "b": "wb/tb"} {
+		if tk := getTask(t, st, ts[key].ID); tk.Status != lifecycle.Running || tk.Attempt != 1 || tk.WorkerID+"/"+tk.LeaseToken != want {
+			t.Errorf("%s stored as %s attempt %d %s/%s, want running attempt 1 %s", key, tk.Status, tk.Attempt, tk.WorkerID, tk.LeaseToken, want)
+		}
+	}
+	for _, key := range []string{"c", "waiting"} {
+		if tk := getTask(t, st, ts[key].ID); tk.Status == lifecycle.Running {
+			t.Errorf("%s was claimed", key)
+		}
+	}
+
+	// A stale attempt in the batch: nothing may be kept.
+	err := st.InTx(ctx, func(tx store.Tx) error {
+		return tx.CompleteTasks(ctx, []store.CompletedTask{
+			{ID: ts["a"].ID, Attempt: 1, Output: json.RawMessage(`{"n":1}`)},
+			{ID: ts["b"].ID, Attempt: 2, Output: json.RawMessage(`{"n":2}`)},
+		}, now)
+	})
+	if !errors.Is(err, store.ErrLeaseLost) {
+		t.Fatalf("CompleteTasks with a stale attempt: %v, want ErrLeaseLost", err)
+	}
+	inTx(t, st, func(tx store.Tx) error {
+		return tx.CompleteTasks(ctx, []store.CompletedTask{
+			{ID: ts["a"].ID, Attempt: 1, Output: json.RawMessage(`{"n":1,"s":"it's \"quoted\""}`)},
+			{ID: ts["b"].ID, Attempt: 1},
+		}, now)
+	})
+	for key, want := range map[string]string{"a": `{"n":1,"s":"it's \"quoted\""}`, "b": ""} {
+		tk := getTask(t, st, ts[key].ID)
+		if tk.Status != lifecycle.Completed || string(tk.Output) != want {
+			t.Errorf("%s stored as %s with output %q, want completed with %q", key, tk.Status, tk.Output, want)
 		}
 	}
 }
