@@ -50,6 +50,10 @@ func (d *Dispatcher) completeFast(ctx context.Context, ps []CompleteParams, idx 
 	if len(idx) == 0 {
 		return nil
 	}
+	if d.commit != nil {
+		// With the other plain successes of the group commit, set-based.
+		return d.commit.doCompletes(ctx, ps, idx, results, errs)
+	}
 	locks := store.LockSet{Tasks: make([]string, len(idx))}
 	for k, i := range idx {
 		locks.Tasks[k] = ps[i].TaskID

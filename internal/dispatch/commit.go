@@ -18,7 +18,7 @@ import (
 // each request at once.
 type GroupCommit struct {
 	Off        bool // one transaction per transition
-	MaxBatch   int  // most transitions per transaction; default 128
+	MaxBatch   int  // most transitions per transaction; default 256
 	Committers int  // transactions in flight at once; default 2, or 1 on a single-writer store (SQLite)
 	// Observe, when set, is called after each batch with its size and whether it committed.
 	Observe func(size int, committed bool)
@@ -68,7 +68,7 @@ type committer struct {
 func newCommitter(d *Dispatcher, cfg GroupCommit) *committer {
 	c := &committer{d: d, maxBatch: cfg.MaxBatch, committers: cfg.Committers, observe: cfg.Observe}
 	if c.maxBatch <= 0 {
-		c.maxBatch = 128
+		c.maxBatch = 256
 	}
 	if c.committers <= 0 {
 		// Two transactions in flight on a database with concurrent writers (PostgreSQL): one
@@ -125,6 +125,28 @@ func (cm *committer) doComplete(ctx context.Context, cp CompleteParams) (res *Co
 	return results[0], errs[0], len(left) > 0
 }
 
+// doCompletes queues the plain successes ps[idx...] to be applied with the other plain
+// successes of their batches, waits for them all and fills in their results and errors. It
+// returns the indexes it left for Complete: those doComplete would call slow, and those whose
+// batch failed transiently.
+func (cm *committer) doCompletes(ctx context.Context, ps []CompleteParams, idx []int, results []*CompleteResult, errs []error) (slow []int) {
+	ctx = context.WithoutCancel(ctx)
+	pends := make([]*pending, len(idx))
+	for k, i := range idx {
+		cp := ps[i]
+		pends[k] = &pending{ctx: ctx, locks: store.LockSet{Tasks: []string{cp.TaskID}}, complete: &cp, done: make(chan struct{})}
+	}
+	cm.wait(pends...)
+	for k, i := range idx {
+		if p := pends[k]; p.alone || p.slow {
+			slow = append(slow, i)
+		} else {
+			results[i], errs[i] = p.result, p.err
+		}
+	}
+	return slow
+}
+
 // doClaim queues a ClaimNext to be claimed with the others of its batch.
 func (cm *committer) doClaim(ctx context.Context, p ClaimNextParams) ([]*Claim, error) {
 	pd := &pending{ctx: context.WithoutCancel(ctx), claimNext: &p, done: make(chan struct{})}
@@ -138,18 +160,20 @@ func (cm *committer) doClaim(ctx context.Context, p ClaimNextParams) ([]*Claim, 
 	return pd.claims, pd.err
 }
 
-// wait queues p and waits until its transaction has committed or failed.
-func (cm *committer) wait(p *pending) {
+// wait queues ps and waits until the transactions holding them have committed or failed.
+func (cm *committer) wait(ps ...*pending) {
 	cm.mu.Lock()
-	cm.queue = append(cm.queue, p)
+	cm.queue = append(cm.queue, ps...)
 	if cm.active < cm.committers {
 		cm.active++
 		go cm.loop()
 	}
 	cm.mu.Unlock()
-	// Once queued, the transition may commit whatever the caller does: wait for the outcome, so
+	// Once queued, a transition may commit whatever the caller does: wait for the outcome, so
 	// that the answer never misstates what happened.
-	<-p.done
+	for _, p := range ps {
+		<-p.done
+	}
 }
 
 // loop commits batches until the queue is empty.
