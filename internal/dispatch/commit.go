@@ -198,9 +198,9 @@ func (cm *committer) loop() {
 // locks every row the transitions named (store.LockSet), all at once and in the one lock order,
 // so that batches cannot deadlock; then it applies the plain successes together (completeBatch)
 // and the ClaimNext requests together (claimMany), each group in a savepoint if it needs one
-// (see run), and every other transition in a savepoint of its own. If the transaction fails transiently, none of it stands
-// and each caller applies its transition again alone (Dispatcher.updateAlone): a transition is
-// never retried as part of the group that failed.
+// (groupTx.run), and every other transition in a savepoint of its own. If the transaction fails
+// transiently, none of it stands and each caller applies its transition again alone
+// (Dispatcher.updateAlone): a transition is never retried as part of the group that failed.
 func (cm *committer) commit(batch []*pending) {
 	d := cm.d
 	var locks store.LockSet
@@ -248,135 +248,19 @@ func (cm *committer) commit(batch []*pending) {
 	for i := range idx {
 		idx[i] = i
 	}
-	results := make([]*CompleteResult, len(completes))
-	errs := make([]error, len(completes))
-	// The lock set names only the tasks the plain successes name: completeBatch's own LockTasks
-	// takes the same locks in the same order, first thing in the transaction.
-	onlyCompletes := len(batch) == 0 && len(locks.Releasing)+len(locks.Ending)+len(locks.Jobs)+len(locks.Keys) == 0
-	var ready, routable, buffered bool
-	// run runs the transaction. The two groups (completeBatch, claimMany) fail only when the
-	// database does — a request refused for its own reason is a result of the group, not its
-	// error — so they first run without a savepoint each, four statements fewer per commit. If
-	// one of them fails all the same, the transaction is rolled back and run again (guarded)
-	// with a savepoint around each group, so that the failure is the group's alone.
-	run := func(guard bool) error {
-		ready, routable, buffered = false, false, false
-		// part runs one group's fn, then writes its events and messages (c.write) — or, unguarded
-		// in a batch of the two groups alone, leaves them to be written with the settlement's
-		// (group.write), in the same order, by one statement less.
-		var group *changes
-		part := func(tx store.Tx, c *changes, fn func(store.Tx) error) error {
-			write := func(tx store.Tx) error {
-				if err := fn(tx); err != nil {
-					return err
-				}
-				if !guard && len(batch) == 0 {
-					group.events, group.outbox = append(group.events, c.events...), append(group.outbox, c.outbox...)
-					c.events, c.outbox = nil, nil
-					return nil
-				}
-				return c.write(ctx, tx)
-			}
-			if guard {
-				return tx.Nested(ctx, write)
-			}
-			if err := write(tx); err != nil {
-				if d.store.Transient(err) {
-					return err
-				}
-				return &unguardedError{err: err}
-			}
-			return nil
-		}
-		return d.store.InTx(ctx, func(tx store.Tx) error {
-			if !onlyCompletes {
-				if err := tx.LockRows(ctx, locks); err != nil {
-					return err
-				}
-			}
-			// What every part that stood left for the end of the transaction (Dispatcher.settle):
-			// children to release, descendants to skip, job counters.
-			group = d.newChanges()
-			if len(completes) > 0 {
-				c := d.newChanges()
-				var slow []int
-				nerr := part(tx, c, func(tx store.Tx) error {
-					var err error
-					slow, err = d.completeBatch(ctx, tx, c, ps, idx, results, errs)
-					return err
-				})
-				if !guard && nerr != nil {
-					return nerr
-				}
-				for i, p := range completes {
-					if nerr != nil {
-						// Rolled back: each is applied alone after this batch.
-						p.result, p.err, p.slow = nil, nil, true
-						continue
-					}
-					p.result, p.err, p.slow = results[i], errs[i], false
-				}
-				for _, i := range slow {
-					completes[i].result, completes[i].err, completes[i].slow = nil, nil, true
-				}
-				if nerr == nil {
-					group.absorb(c)
-					ready = ready || c.ready
-				}
-			}
-			if len(claims) > 0 {
-				c := d.newChanges()
-				nerr := part(tx, c, func(tx store.Tx) error { return d.claimMany(ctx, tx, c, claims) })
-				if !guard && nerr != nil {
-					return nerr
-				}
-				if nerr != nil {
-					for _, p := range claims {
-						p.claims, p.err = nil, nerr
-					}
-				} else if c.ready {
-					ready = true
-				}
-			}
-			for _, p := range batch {
-				p.c = d.newChanges()
-				p.err = tx.Nested(p.ctx, func(tx store.Tx) error {
-					if err := p.fn(tx, p.c); err != nil {
-						return err
-					}
-					return p.c.write(p.ctx, tx)
-				})
-				if p.err == nil {
-					group.absorb(p.c)
-					ready = ready || p.c.ready
-					routable = routable || p.c.routable
-					buffered = buffered || p.c.buffered
-				}
-			}
-			if err := d.settle(ctx, tx, group); err != nil {
-				return err
-			}
-			if err := group.write(ctx, tx); err != nil {
-				return err
-			}
-			ready = ready || group.ready
-			if ready {
-				return tx.NotifyReady(ctx)
-			}
-			return nil
-		})
-	}
-	err := run(false)
+	g := &groupTx{d: d, ctx: ctx, locks: locks, others: batch, completes: completes, claims: claims, ps: ps, idx: idx,
+		results: make([]*CompleteResult, len(completes)), errs: make([]error, len(completes))}
+	err := g.run(false)
 	if _, ok := errors.AsType[*unguardedError](err); ok {
-		err = run(true)
+		err = g.run(true)
 	}
-	if err == nil && ready {
+	if err == nil && g.ready {
 		d.ready.notify()
 	}
-	if err == nil && routable {
+	if err == nil && g.routable {
 		d.routing.notify()
 	}
-	if err == nil && buffered {
+	if err == nil && g.buffered {
 		d.sinks.notify()
 	}
 	alone := err != nil && d.store.Transient(err)
@@ -393,4 +277,136 @@ func (cm *committer) commit(batch []*pending) {
 		}
 		close(p.done)
 	}
+}
+
+// groupTx is the transaction of one batch (committer.commit).
+type groupTx struct {
+	d     *Dispatcher
+	ctx   context.Context
+	locks store.LockSet
+	// The batch's transitions: others each in a savepoint of its own, the plain successes
+	// (ps[idx...], results and errs in completeBatch's terms) and the claims as two groups.
+	others, completes, claims []*pending
+	ps                        []CompleteParams
+	idx                       []int
+	results                   []*CompleteResult
+	errs                      []error
+	// What to wake once the transaction committed.
+	ready, routable, buffered bool
+}
+
+// run runs the transaction. The two groups (completeBatch, claimMany) fail only when the
+// database does — a request refused for its own reason is a result of the group, not its error —
+// so unguarded they run without a savepoint each, four statements fewer per commit. If one of
+// them fails all the same, the transaction fails with an unguardedError and the caller runs it
+// again guarded, with a savepoint around each group, so that the failure is the group's alone.
+func (g *groupTx) run(guard bool) error {
+	d, ctx := g.d, g.ctx
+	g.ready, g.routable, g.buffered = false, false, false
+	return d.store.InTx(ctx, func(tx store.Tx) error {
+		// With nothing but plain successes naming rows, completeBatch's own LockTasks takes the
+		// same locks in the same order, first thing in the transaction.
+		l := g.locks
+		if len(g.others) > 0 || len(l.Releasing)+len(l.Ending)+len(l.Jobs)+len(l.Keys) > 0 {
+			if err := tx.LockRows(ctx, l); err != nil {
+				return err
+			}
+		}
+		// What every part that stood left for the end of the transaction (Dispatcher.settle):
+		// children to release, descendants to skip, job counters.
+		group := d.newChanges()
+		if len(g.completes) > 0 {
+			c := d.newChanges()
+			var slow []int
+			err := g.part(tx, guard, c, group, func(tx store.Tx) error {
+				var err error
+				slow, err = d.completeBatch(ctx, tx, c, g.ps, g.idx, g.results, g.errs)
+				return err
+			})
+			if err != nil && !guard {
+				return err
+			}
+			for i, p := range g.completes {
+				if err != nil {
+					// Rolled back: each is applied alone after this batch.
+					p.result, p.err, p.slow = nil, nil, true
+					continue
+				}
+				p.result, p.err, p.slow = g.results[i], g.errs[i], false
+			}
+			for _, i := range slow {
+				g.completes[i].result, g.completes[i].err, g.completes[i].slow = nil, nil, true
+			}
+			if err == nil {
+				group.absorb(c)
+				g.ready = g.ready || c.ready
+			}
+		}
+		if len(g.claims) > 0 {
+			c := d.newChanges()
+			err := g.part(tx, guard, c, group, func(tx store.Tx) error { return d.claimMany(ctx, tx, c, g.claims) })
+			if err != nil && !guard {
+				return err
+			}
+			if err != nil {
+				for _, p := range g.claims {
+					p.claims, p.err = nil, err
+				}
+			} else if c.ready {
+				g.ready = true
+			}
+		}
+		for _, p := range g.others {
+			p.c = d.newChanges()
+			p.err = tx.Nested(p.ctx, func(tx store.Tx) error {
+				if err := p.fn(tx, p.c); err != nil {
+					return err
+				}
+				return p.c.write(p.ctx, tx)
+			})
+			if p.err == nil {
+				group.absorb(p.c)
+				g.ready = g.ready || p.c.ready
+				g.routable = g.routable || p.c.routable
+				g.buffered = g.buffered || p.c.buffered
+			}
+		}
+		if err := d.settle(ctx, tx, group); err != nil {
+			return err
+		}
+		if err := group.write(ctx, tx); err != nil {
+			return err
+		}
+		if g.ready = g.ready || group.ready; g.ready {
+			return tx.NotifyReady(ctx)
+		}
+		return nil
+	})
+}
+
+// part runs one group's fn, then writes the events and messages it collected in c — or,
+// unguarded in a batch of the two groups alone, leaves them to group, to be written with the
+// settlement's, in the same order, by one statement less.
+func (g *groupTx) part(tx store.Tx, guard bool, c, group *changes, fn func(store.Tx) error) error {
+	write := func(tx store.Tx) error {
+		if err := fn(tx); err != nil {
+			return err
+		}
+		if !guard && len(g.others) == 0 {
+			group.events, group.outbox = append(group.events, c.events...), append(group.outbox, c.outbox...)
+			c.events, c.outbox = nil, nil
+			return nil
+		}
+		return c.write(g.ctx, tx)
+	}
+	if guard {
+		return tx.Nested(g.ctx, write)
+	}
+	if err := write(tx); err != nil {
+		if g.d.store.Transient(err) {
+			return err
+		}
+		return &unguardedError{err: err}
+	}
+	return nil
 }

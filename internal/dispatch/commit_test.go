@@ -97,10 +97,15 @@ func (b *batches) max() int {
 
 // newGroupEnv is newEnv with one committer behind a gate the test controls.
 func newGroupEnv(t *testing.T, st store.Store) (*env, *gatedStore, *batches) {
+	return newGroupEnvOver(t, st, func(g *gatedStore) store.Store { return g })
+}
+
+// newGroupEnvOver is newGroupEnv with the dispatcher on wrap(the gate).
+func newGroupEnvOver(t *testing.T, st store.Store, wrap func(*gatedStore) store.Store) (*env, *gatedStore, *batches) {
 	g := &gatedStore{Store: st}
 	b := &batches{}
 	clock := clockwork.NewFakeClockAt(epoch)
-	d, err := dispatch.New(g, dispatch.Config{Clock: clock, Jitter: func() float64 { return 0.5 }, MaxTasksPerJob: 50,
+	d, err := dispatch.New(wrap(g), dispatch.Config{Clock: clock, Jitter: func() float64 { return 0.5 }, MaxTasksPerJob: 50,
 		Logger: quiet, GroupCommit: dispatch.GroupCommit{Committers: 1, Observe: b.observe}})
 	if err != nil {
 		t.Fatal(err)
@@ -332,15 +337,8 @@ func (f *failingStore) InTx(ctx context.Context, fn func(store.Tx) error) error 
 // the successes are applied each in a transaction of its own.
 func TestGroupCommit_FailedGroupRunsAgainGuarded(t *testing.T) {
 	storetest.ForEachDriver(t, func(t *testing.T, st store.Store) {
-		f := &failingStore{gatedStore: &gatedStore{Store: st}}
-		b := &batches{}
-		clock := clockwork.NewFakeClockAt(epoch)
-		d, err := dispatch.New(f, dispatch.Config{Clock: clock, Jitter: func() float64 { return 0.5 }, MaxTasksPerJob: 50,
-			Logger: quiet, GroupCommit: dispatch.GroupCommit{Committers: 1, Observe: b.observe}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		e := &env{t: t, ctx: context.Background(), st: st, clock: clock, d: d}
+		f := &failingStore{}
+		e, _, b := newGroupEnvOver(t, st, func(g *gatedStore) store.Store { f.gatedStore = g; return f })
 		job := e.submit(spec("a"), spec("b"), spec("c"))
 		ca := e.claim(job, "a")
 		f.close()
