@@ -31,11 +31,7 @@ type credentialsAnswer struct {
 // fencedCredentials: POST /v1/task/credentials, POST /internal/task-credentials.
 func (s *Server) fencedCredentials(fence fenceFunc) handler {
 	return func(w http.ResponseWriter, r *http.Request) (any, error) {
-		b, err := readFenced(r)
-		if err != nil {
-			return nil, err
-		}
-		f, err := b.resolve(r, fence)
+		f, err := readFence(r, fence)
 		if err != nil {
 			return nil, err
 		}

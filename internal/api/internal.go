@@ -182,6 +182,15 @@ func readFenced(r *http.Request) (*fencedBody, error) {
 }
 
 // resolve turns the body's ids into the fence the core checks, after the whole body was read.
+// readFence reads a request that carries nothing but its fence, and resolves it.
+func readFence(r *http.Request, fence fenceFunc) (dispatch.Fence, error) {
+	b, err := readFenced(r)
+	if err != nil {
+		return dispatch.Fence{}, err
+	}
+	return b.resolve(r, fence)
+}
+
 func (b *fencedBody) resolve(r *http.Request, fence fenceFunc) (dispatch.Fence, error) {
 	if b.err != nil {
 		return dispatch.Fence{}, b.err
@@ -384,11 +393,7 @@ func (s *Server) internalFetch(w http.ResponseWriter, r *http.Request) (any, err
 // fencedHeartbeat: POST /internal/heartbeat, POST /v1/task/heartbeat.
 func (s *Server) fencedHeartbeat(fence fenceFunc) handler {
 	return func(w http.ResponseWriter, r *http.Request) (any, error) {
-		b, err := readFenced(r)
-		if err != nil {
-			return nil, err
-		}
-		f, err := b.resolve(r, fence)
+		f, err := readFence(r, fence)
 		if err != nil {
 			return nil, err
 		}

@@ -254,14 +254,8 @@ func (cm *committer) commit(batch []*pending) {
 	if _, ok := errors.AsType[*unguardedError](err); ok {
 		err = g.run(true)
 	}
-	if err == nil && g.ready {
-		d.ready.notify()
-	}
-	if err == nil && g.routable {
-		d.routing.notify()
-	}
-	if err == nil && g.buffered {
-		d.sinks.notify()
+	if err == nil {
+		d.committed(g.ready, g.routable, g.buffered)
 	}
 	alone := err != nil && d.store.Transient(err)
 	if alone {

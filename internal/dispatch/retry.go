@@ -102,14 +102,23 @@ func (d *Dispatcher) runOnce(ctx context.Context, locks store.LockSet, fn func(t
 		}
 		return c.write(ctx, tx)
 	})
-	if err == nil && c.ready {
-		d.ready.notify()
-	}
-	if err == nil && c.routable {
-		d.routing.notify()
-	}
-	if err == nil && c.buffered {
-		d.sinks.notify()
+	if err == nil {
+		d.committed(c.ready, c.routable, c.buffered)
 	}
 	return err
+}
+
+// committed wakes, once a transaction committed, what waits for what it did: claimers if a task
+// became claimable (ready), the router if dataset events were queued (routable), sinks if a
+// buffered publish was queued (buffered).
+func (d *Dispatcher) committed(ready, routable, buffered bool) {
+	if ready {
+		d.ready.notify()
+	}
+	if routable {
+		d.routing.notify()
+	}
+	if buffered {
+		d.sinks.notify()
+	}
 }
