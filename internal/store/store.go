@@ -101,6 +101,37 @@ type Reader interface {
 	// OldestReady lists up to limit pull tasks of queue claimable since before, longest
 	// waiting first, without locking them.
 	OldestReady(ctx context.Context, queue string, before time.Time, limit int) ([]string, error)
+	// JobCounts counts a tenant's jobs by status.
+	JobCounts(ctx context.Context, tenant string) (map[lifecycle.JobStatus]int, error)
+	// QueueStats summarizes a tenant's tasks queue by queue at now: what is ready, backing off,
+	// running and dead-lettered, the tasks completed within window before now, and the workers
+	// that claimed a task within it (or still run one).
+	QueueStats(ctx context.Context, tenant string, now time.Time, window time.Duration) (*QueueStats, error)
+}
+
+// QueueStats is a tenant's view of its queues (Reader.QueueStats).
+type QueueStats struct {
+	Queues  []*QueueStat  // by queue name
+	Workers []*WorkerSeen // most recent claim first
+}
+
+// QueueStat counts one queue's tasks.
+type QueueStat struct {
+	Queue        string
+	Ready        int       // pending and claimable now
+	Delayed      int       // pending, not claimable before a later time (a retry's backoff)
+	Running      int       // claimed by a worker
+	DeadLettered int       // failed for good, until resumed
+	OldestReady  time.Time // when the longest-waiting ready task became claimable; zero if none
+	Completed    int       // tasks completed within the window
+}
+
+// WorkerSeen is a worker that claimed a task of a queue within the window, or still runs one.
+type WorkerSeen struct {
+	WorkerID  string
+	Queue     string
+	LastClaim time.Time
+	Running   int // tasks of the queue it runs now
 }
 
 // Listener is implemented by stores shared between processes (PostgreSQL): Listen calls fn each

@@ -63,6 +63,8 @@ func Run(t *testing.T, open func(t testing.TB) store.Store) {
 		{"Outbox", testOutbox},
 		{"NextReapAtAndDueTasks", testNextReapAtAndDueTasks},
 		{"ListDeadLetters", testListDeadLetters},
+		{"JobCounts", testJobCounts},
+		{"QueueStats", testQueueStats},
 		{"InTxRollsBackOnError", testInTxRollsBackOnError},
 		{"InTxCommitIsVisibleToReaders", testInTxCommitIsVisibleToReaders},
 		{"BulkInsertTasksAndDeps", testBulkInsertTasksAndDeps},

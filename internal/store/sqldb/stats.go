@@ -1,0 +1,147 @@
+package sqldb
+
+import (
+	"cmp"
+	"context"
+	"database/sql"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/baton-dev/baton/internal/lifecycle"
+	"github.com/baton-dev/baton/internal/store"
+)
+
+// JobCounts implements store.Reader. It reads only the (tenant, status, seq) index.
+func (q q) JobCounts(ctx context.Context, tenant string) (map[lifecycle.JobStatus]int, error) {
+	rows, err := q.query(ctx, `SELECT status, count(*) FROM jobs WHERE tenant = $1 GROUP BY status`, tenant)
+	if err != nil {
+		return nil, fmt.Errorf("count jobs: %w", err)
+	}
+	defer rows.Close()
+	counts := map[lifecycle.JobStatus]int{}
+	for rows.Next() {
+		var status string
+		var n int
+		if err := rows.Scan(&status, &n); err != nil {
+			return nil, err
+		}
+		counts[lifecycle.JobStatus(status)] = n
+	}
+	return counts, rows.Err()
+}
+
+// The queries of QueueStats. Each reads tasks through a partial index of its status (pending,
+// running, dead-lettered) or through the tenant's jobs that were processing within the window,
+// never the whole tasks table: finished tasks of old jobs are most of it.
+const (
+	statsPending = `SELECT t.queue,
+		SUM(CASE WHEN t.available_at <= $2 THEN 1 ELSE 0 END),
+		SUM(CASE WHEN t.available_at > $2 THEN 1 ELSE 0 END),
+		MIN(CASE WHEN t.available_at <= $2 THEN t.available_at END)
+		FROM tasks t JOIN jobs j ON j.id = t.job_id
+		WHERE t.status = 'pending' AND j.tenant = $1 GROUP BY t.queue`
+	statsRunning = `SELECT t.queue, count(*) FROM tasks t JOIN jobs j ON j.id = t.job_id
+		WHERE t.status = 'running' AND j.tenant = $1 GROUP BY t.queue`
+	statsDead = `SELECT t.queue, count(*) FROM tasks t JOIN jobs j ON j.id = t.job_id
+		WHERE t.status = 'failed' AND t.dead_lettered_at IS NOT NULL AND j.tenant = $1 GROUP BY t.queue`
+	// A task that completed or was claimed within the window belongs to a job that was
+	// processing then: it still is, or it finished within the window.
+	statsCompleted = `SELECT t.queue, count(*) FROM jobs j JOIN tasks t ON t.job_id = j.id
+		WHERE j.tenant = $1 AND (j.status = 'processing' OR j.finished_at >= $2)
+		AND t.status = 'completed' AND t.finished_at >= $2 GROUP BY t.queue`
+	statsWorkers = `SELECT t.worker_id, t.queue, MAX(t.started_at),
+		SUM(CASE WHEN t.status = 'running' THEN 1 ELSE 0 END)
+		FROM jobs j JOIN tasks t ON t.job_id = j.id
+		WHERE j.tenant = $1 AND (j.status = 'processing' OR j.finished_at >= $2)
+		AND t.worker_id IS NOT NULL AND t.worker_id <> '' AND (t.started_at >= $2 OR t.status = 'running')
+		GROUP BY t.worker_id, t.queue`
+)
+
+// QueueStats implements store.Reader.
+func (q q) QueueStats(ctx context.Context, tenant string, now time.Time, window time.Duration) (*store.QueueStats, error) {
+	byQueue := map[string]*store.QueueStat{}
+	stat := func(queue string) *store.QueueStat {
+		s, ok := byQueue[queue]
+		if !ok {
+			s = &store.QueueStat{Queue: queue}
+			byQueue[queue] = s
+		}
+		return s
+	}
+	since := now.Add(-window).UnixMilli()
+	if err := q.each(ctx, statsPending, []any{tenant, now.UnixMilli()}, func(rows *sql.Rows) error {
+		var queue string
+		var ready, delayed int
+		var oldest sql.NullInt64
+		if err := rows.Scan(&queue, &ready, &delayed, &oldest); err != nil {
+			return err
+		}
+		s := stat(queue)
+		s.Ready, s.Delayed, s.OldestReady = ready, delayed, fromMs(oldest)
+		return nil
+	}); err != nil {
+		return nil, err
+	}
+	counts := []struct {
+		query string
+		field func(*store.QueueStat) *int
+	}{
+		{statsRunning, func(s *store.QueueStat) *int { return &s.Running }},
+		{statsDead, func(s *store.QueueStat) *int { return &s.DeadLettered }},
+		{statsCompleted, func(s *store.QueueStat) *int { return &s.Completed }},
+	}
+	for _, c := range counts {
+		args := []any{tenant}
+		if c.query == statsCompleted {
+			args = append(args, since)
+		}
+		if err := q.each(ctx, c.query, args, func(rows *sql.Rows) error {
+			var queue string
+			var n int
+			if err := rows.Scan(&queue, &n); err != nil {
+				return err
+			}
+			*c.field(stat(queue)) = n
+			return nil
+		}); err != nil {
+			return nil, err
+		}
+	}
+	res := &store.QueueStats{}
+	if err := q.each(ctx, statsWorkers, []any{tenant, since}, func(rows *sql.Rows) error {
+		var w store.WorkerSeen
+		var last sql.NullInt64
+		if err := rows.Scan(&w.WorkerID, &w.Queue, &last, &w.Running); err != nil {
+			return err
+		}
+		w.LastClaim = fromMs(last)
+		res.Workers = append(res.Workers, &w)
+		return nil
+	}); err != nil {
+		return nil, err
+	}
+	for _, s := range byQueue {
+		res.Queues = append(res.Queues, s)
+	}
+	slices.SortFunc(res.Queues, func(a, b *store.QueueStat) int { return cmp.Compare(a.Queue, b.Queue) })
+	slices.SortFunc(res.Workers, func(a, b *store.WorkerSeen) int {
+		return cmp.Or(b.LastClaim.Compare(a.LastClaim), cmp.Compare(a.WorkerID, b.WorkerID), cmp.Compare(a.Queue, b.Queue))
+	})
+	return res, nil
+}
+
+// each runs a query and calls fn for each row.
+func (q q) each(ctx context.Context, query string, args []any, fn func(*sql.Rows) error) error {
+	rows, err := q.query(ctx, query, args...)
+	if err != nil {
+		return fmt.Errorf("queue stats: %w", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		if err := fn(rows); err != nil {
+			return err
+		}
+	}
+	return rows.Err()
+}
