@@ -87,11 +87,12 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fmt.Fprintf(stdout, `Baton dev server
   database      %s (SQLite)
   producer API  http://%s   (send the key in the x-api-key header)
+  dashboard     http://%s/ui/   (sign in with the API key)
   worker API    %s
   datasets      rows in %s, batches in %s%s
   %s
 Press Ctrl-C to stop.
-`, path, ls.producer.Addr(), workerLine, f.dataDatabaseURL, f.blobURL, map[bool]string{true: " (a sink runs in this process)", false: " (no sink here: --sink=false)"}[f.sink], keyLine)
+`, path, ls.producer.Addr(), ls.producer.Addr(), workerLine, f.dataDatabaseURL, f.blobURL, map[bool]string{true: " (a sink runs in this process)", false: " (no sink here: --sink=false)"}[f.sink], keyLine)
 	stopDemo := func() {}
 	if demo.kind != "" {
 		stopDemo = startDemo(ctx, st, ls, demoCerts, demo.kind, f.blobURL, stdout, stderr)

@@ -26,6 +26,7 @@ import (
 	"github.com/baton-dev/baton/internal/sink"
 	"github.com/baton-dev/baton/internal/store"
 	"github.com/baton-dev/baton/internal/transport"
+	"github.com/baton-dev/baton/internal/ui"
 )
 
 // serverFlags are the settings `baton dev` and `baton server` share.
@@ -333,9 +334,16 @@ func serve(ctx context.Context, f *serverFlags, ls *listeners, st store.Store, l
 	}
 	// A transport whose wake-ups are stream entries lets stream-worker claims hand out their ids.
 	wakeups, _ := ls.transport.(transport.MessageIDs)
-	s := api.New(api.Config{Dispatcher: d, Auth: auth.NewAuthenticator(st, f.limits, nil), Tokens: auth.NewTokens(st, nil),
+	authn := auth.NewAuthenticator(st, f.limits, nil)
+	// The dashboard's live pages end when shutdown begins, like the API's event streams.
+	dashDone := make(chan struct{})
+	dash, err := ui.New(ui.Config{Dispatcher: d, Auth: authn, Logger: log, Done: dashDone})
+	if err != nil {
+		return err
+	}
+	s := api.New(api.Config{Dispatcher: d, Auth: authn, Tokens: auth.NewTokens(st, nil),
 		Logger: log, MaxBodyBytes: f.maxBodyBytes, PushTargets: ls.pushTargets, Wakeups: wakeups,
-		CORSOrigins: f.corsOrigins.origins, StorageRoot: storageRoot, Minter: minter})
+		CORSOrigins: f.corsOrigins.origins, StorageRoot: storageRoot, Minter: minter, Dashboard: dash})
 	reaper := d.NewReaper()
 	reaper.Start(ctx)
 	defer reaper.Stop()
@@ -405,6 +413,7 @@ func serve(ctx context.Context, f *serverFlags, ls *listeners, st store.Store, l
 	}
 	log.Info("shutting down: finishing in-flight requests")
 	s.Drain()
+	close(dashDone)
 	// Push deliveries in flight finish while the callback listener still serves their targets.
 	pusher.Stop()
 	shutdownCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), f.shutdownTimeout)

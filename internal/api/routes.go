@@ -162,6 +162,10 @@ func (s *Server) mux(l Listener) *http.ServeMux {
 			mux.Handle(rt.Method+" "+rt.Pattern, rt.h)
 		}
 	}
+	if l == PublicListener && s.dashboard != nil {
+		mux.Handle("/ui/", s.dashboard)
+		mux.Handle("GET /{$}", http.RedirectHandler("/ui/", http.StatusSeeOther))
+	}
 	mux.Handle("/", s.notFound(mux))
 	return mux
 }

@@ -51,6 +51,9 @@ type Config struct {
 	// Minter mints the credentials of POST /v1/task/credentials and /internal/task-credentials;
 	// nil (object storage that is not S3) answers 501.
 	Minter *grant.Minter
+	// Dashboard, when set, is the web dashboard (internal/ui): the public listener serves it under
+	// /ui/ and redirects / there.
+	Dashboard http.Handler
 }
 
 // Server serves Baton's HTTP APIs.
@@ -69,6 +72,7 @@ type Server struct {
 
 	storageRoot string
 	minter      *grant.Minter
+	dashboard   http.Handler
 
 	tenantMu sync.Mutex
 	tenants  map[string]string // job id → tenant, for minting tokens
@@ -85,7 +89,7 @@ func (s *Server) Drain() { s.drain() }
 func New(cfg Config) *Server {
 	s := &Server{d: cfg.Dispatcher, auth: cfg.Auth, tokens: cfg.Tokens, log: cfg.Logger, maxBody: cfg.MaxBodyBytes, poll: cfg.EventPoll,
 		pushTargets: cfg.PushTargets, wakeups: cfg.Wakeups, corsPolicy: newCORSPolicy(cfg.CORSOrigins),
-		polls: newPollCounter(cfg.MaxPollsPerWorker), storageRoot: cfg.StorageRoot, minter: cfg.Minter}
+		polls: newPollCounter(cfg.MaxPollsPerWorker), storageRoot: cfg.StorageRoot, minter: cfg.Minter, dashboard: cfg.Dashboard}
 	if s.log == nil {
 		s.log = slog.Default()
 	}

@@ -689,3 +689,14 @@ func cmpOr(v, def int) int {
 	}
 	return def
 }
+
+// JobCounts counts a tenant's jobs by status.
+func (d *Dispatcher) JobCounts(ctx context.Context, tenant string) (map[lifecycle.JobStatus]int, error) {
+	return d.store.JobCounts(ctx, tenant)
+}
+
+// QueueStats summarizes a tenant's queues now: the window is how far back completions are
+// counted and workers are listed.
+func (d *Dispatcher) QueueStats(ctx context.Context, tenant string, window time.Duration) (*store.QueueStats, error) {
+	return d.store.QueueStats(ctx, tenant, d.now(), window)
+}

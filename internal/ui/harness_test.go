@@ -1,0 +1,139 @@
+package ui_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"log/slog"
+	"net/http"
+	"net/http/cookiejar"
+	"net/http/httptest"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/baton-dev/baton/internal/api"
+	"github.com/baton-dev/baton/internal/auth"
+	"github.com/baton-dev/baton/internal/dispatch"
+	"github.com/baton-dev/baton/internal/store"
+	"github.com/baton-dev/baton/internal/store/storetest"
+	"github.com/baton-dev/baton/internal/ui"
+	"github.com/baton-dev/baton/worker"
+)
+
+// server is a real Baton over SQLite: the dispatcher, the producer listener with the dashboard,
+// and the internal listener workers claim from.
+type server struct {
+	st       store.Store
+	d        *dispatch.Dispatcher
+	public   *httptest.Server
+	internal *httptest.Server
+	keys     map[string]string // tenant → API key
+}
+
+func newServer(t testing.TB) *server {
+	t.Helper()
+	st := storetest.OpenSQLite(t)
+	d, err := dispatch.New(st, dispatch.Config{Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	authn := auth.NewAuthenticator(st, auth.Limits{}, nil)
+	done := make(chan struct{})
+	dash, err := ui.New(ui.Config{Dispatcher: d, Auth: authn, Poll: 100 * time.Millisecond, Done: done})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := api.New(api.Config{Dispatcher: d, Auth: authn, Tokens: auth.NewTokens(st, nil), Dashboard: dash,
+		Logger: slog.New(slog.DiscardHandler)})
+	reaper := d.NewReaper()
+	reaper.Start(context.Background())
+	s := &server{st: st, d: d, public: httptest.NewServer(a.ProducerHandler()), internal: httptest.NewServer(a.InternalHandler()),
+		keys: map[string]string{}}
+	t.Cleanup(func() {
+		a.Drain()
+		close(done)
+		s.public.Close()
+		s.internal.Close()
+		reaper.Stop()
+	})
+	for _, tenant := range []string{"acme", "globex"} {
+		_, secret, err := auth.CreateKey(context.Background(), st, "ui test", tenant, "", time.Now())
+		if err != nil {
+			t.Fatal(err)
+		}
+		s.keys[tenant] = secret
+	}
+	return s
+}
+
+// seedJob is the five-task example job of the producer API's documentation: two roots, a fan-out
+// and a join (5 dependencies).
+func seedJob(t testing.TB) []byte {
+	t.Helper()
+	b, err := os.ReadFile("../../examples/seed-001-job.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// submit creates a job for tenant with POST /jobs and returns its id.
+func (s *server) submit(t testing.TB, tenant string, body []byte) string {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodPost, s.public.URL+"/jobs", bytes.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("x-api-key", s.keys[tenant])
+	req.Header.Set("Content-Type", "application/json")
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	var created struct {
+		JobID string `json:"jobId"`
+	}
+	if err := json.NewDecoder(res.Body).Decode(&created); err != nil || res.StatusCode != http.StatusCreated {
+		t.Fatalf("POST /jobs: %d, %v", res.StatusCode, err)
+	}
+	return created.JobID
+}
+
+// runWorker runs an SDK worker whose handlers wait for gate before completing each task (a nil
+// gate: at once). It stops when the test ends.
+func (s *server) runWorker(t testing.TB, gate <-chan struct{}, names ...string) {
+	t.Helper()
+	w, err := worker.New(s.internal.URL, worker.WithWorkerID("ui-test-worker"), worker.WithPollWait(200*time.Millisecond),
+		worker.WithLogger(slog.New(slog.DiscardHandler)), worker.WithConcurrency(4))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range names {
+		w.Handle(name, func(ctx context.Context, task *worker.Task) (any, error) {
+			if gate != nil {
+				select {
+				case <-gate:
+				case <-ctx.Done():
+					return nil, ctx.Err()
+				}
+			}
+			return map[string]any{"task": task.Key, "ok": true}, nil
+		})
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); w.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+}
+
+// client is a browser without a browser: a cookie jar, and redirects not followed.
+func client(t testing.TB) *http.Client {
+	t.Helper()
+	jar, err := cookiejar.New(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &http.Client{Jar: jar, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+}
