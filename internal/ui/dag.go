@@ -47,8 +47,9 @@ type dagTask struct {
 	DependsOn       []string
 }
 
-// layoutDAG places tasks, given in submission order. A dependency on a key that is not among
-// the tasks is left out; a cycle (which a job never has) would leave its tasks in layer 0.
+// layoutDAG places tasks, given in submission order, and draws one edge per dependency. A
+// dependency on a key that is not among the tasks is left out; a cycle (which a job never has)
+// would leave its tasks in layer 0.
 func layoutDAG(tasks []dagTask) *dagLayout {
 	n := len(tasks)
 	index := make(map[string]int, n)
@@ -59,8 +60,8 @@ func layoutDAG(tasks []dagTask) *dagLayout {
 	children := make([][]int, n)
 	indegree := make([]int, n)
 	for i, t := range tasks {
-		for _, k := range t.DependsOn {
-			if p, ok := index[k]; ok && p != i {
+		for j, k := range t.DependsOn {
+			if p, ok := index[k]; ok && p != i && !slices.Contains(t.DependsOn[:j], k) {
 				parents[i] = append(parents[i], p)
 				children[p] = append(children[p], i)
 				indegree[i]++

@@ -68,7 +68,7 @@ func newServer(t testing.TB) *server {
 }
 
 // seedJob is the five-task example job of the producer API's documentation: two roots, a fan-out
-// and a join (5 dependencies).
+// of one of them and a join (4 dependencies).
 func seedJob(t testing.TB) []byte {
 	t.Helper()
 	b, err := os.ReadFile("../../examples/seed-001-job.json")

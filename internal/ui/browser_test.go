@@ -1,0 +1,259 @@
+package ui_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+
+	"github.com/baton-dev/baton/internal/lifecycle"
+)
+
+// chromePath finds the browser of the browser tests: BATON_TEST_CHROME, or Chromium or Chrome on
+// the PATH. Without one the tests skip, except in CI, where .ci/run installs Debian's chromium.
+func chromePath(t testing.TB) string {
+	t.Helper()
+	if p := os.Getenv("BATON_TEST_CHROME"); p != "" {
+		return p
+	}
+	for _, name := range []string{"chromium", "chromium-browser", "google-chrome", "google-chrome-stable"} {
+		if p, err := exec.LookPath(name); err == nil {
+			return p
+		}
+	}
+	if os.Getenv("CI") != "" {
+		t.Fatal("no Chromium found in CI: .ci/run installs Debian's chromium package")
+	}
+	t.Skip("no Chromium or Chrome on the PATH (apt-get install chromium, or set BATON_TEST_CHROME): the browser tests skip")
+	return ""
+}
+
+// browser is a headless Chromium tab for one test. When the test fails it saves a screenshot of
+// the page under a temporary directory of the test's, which it keeps and names in the log.
+func browser(t *testing.T) context.Context {
+	t.Helper()
+	opts := append(chromedp.DefaultExecAllocatorOptions[:],
+		chromedp.ExecPath(chromePath(t)),
+		chromedp.NoSandbox, // CI runs as root, where Chromium's sandbox cannot start
+		chromedp.DisableGPU,
+		chromedp.WindowSize(1400, 900),
+	)
+	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
+	ctx, cancelTab := chromedp.NewContext(actx)
+	if err := chromedp.Do(ctx); err != nil {
+		cancelTab()
+		cancelAlloc()
+		t.Fatalf("start Chromium: %v", err)
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			saveScreenshot(t, ctx)
+		}
+		cancelTab()
+		cancelAlloc()
+	})
+	return ctx
+}
+
+func saveScreenshot(t *testing.T, ctx context.Context) {
+	dir, err := os.MkdirTemp("", "baton-ui-"+strings.NewReplacer("/", "-", " ", "_").Replace(t.Name())+"-")
+	if err != nil {
+		t.Logf("screenshot: %v", err)
+		return
+	}
+	sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	png, err := chromedp.Run(sctx, chromedp.FullScreenshot(100))
+	if err != nil {
+		t.Logf("screenshot: %v", err)
+		return
+	}
+	path := filepath.Join(dir, "failure.png")
+	if err := os.WriteFile(path, png, 0o644); err != nil {
+		t.Logf("screenshot: %v", err)
+		return
+	}
+	t.Logf("screenshot of the page at the failure: %s", path)
+}
+
+// run runs browser actions with a deadline, failing the test with what was being done.
+func run(t *testing.T, ctx context.Context, what string, actions ...chromedp.Action[chromedp.Void]) {
+	t.Helper()
+	tctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	defer cancel()
+	if err := chromedp.Do(tctx, actions...); err != nil {
+		t.Fatalf("%s: %v", what, err)
+	}
+}
+
+// value runs one browser action that answers a value.
+func value[T any](t *testing.T, ctx context.Context, what string, action chromedp.Action[T]) T {
+	t.Helper()
+	tctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	defer cancel()
+	v, err := chromedp.Run(tctx, action)
+	if err != nil {
+		t.Fatalf("%s: %v", what, err)
+	}
+	return v
+}
+
+// eval evaluates JavaScript in the page.
+func eval[T any](t *testing.T, ctx context.Context, js string) T {
+	t.Helper()
+	return value(t, ctx, js, chromedp.Evaluate[T](js))
+}
+
+// signInBrowser signs the browser in through the form.
+func signInBrowser(t *testing.T, ctx context.Context, s *server, key string) {
+	t.Helper()
+	run(t, ctx, "sign in",
+		chromedp.Navigate(s.public.URL+"/"),
+		chromedp.WaitVisible(chromedp.CSS(`#key`)),
+		chromedp.SendKeys(chromedp.CSS(`#key`), key),
+		chromedp.Submit(chromedp.CSS(`#key`)),
+		chromedp.WaitVisible(chromedp.CSS(`#jobs`)),
+	)
+}
+
+func count(t *testing.T, ctx context.Context, selector string) int {
+	t.Helper()
+	return eval[int](t, ctx, fmt.Sprintf(`document.querySelectorAll(%q).length`, selector))
+}
+
+// waitFor polls a JavaScript condition in the page.
+func waitFor(t *testing.T, ctx context.Context, what, js string) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		if eval[bool](t, ctx, js) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: still false after 20s: %s", what, js)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func nodeIs(id, status string) string {
+	return fmt.Sprintf(`(document.querySelector('#dag .node[data-id=%q]')||{classList:{contains:()=>false}}).classList.contains(%q)`, id, "st-"+status)
+}
+
+func TestBrowserJobGoesLive(t *testing.T) {
+	s := newServer(t)
+	ctx := browser(t)
+	job := s.submit(t, "acme", seedJob(t))
+	signInBrowser(t, ctx, s, s.keys["acme"])
+
+	// The job appears on the jobs page, and opens its page.
+	run(t, ctx, "open the job from the list",
+		chromedp.WaitVisible(chromedp.CSS(fmt.Sprintf(`#jobs tr[data-id=%q] a`, job))),
+		chromedp.Click(chromedp.CSS(fmt.Sprintf(`#jobs tr[data-id=%q] a`, job))),
+		chromedp.WaitVisible(chromedp.CSS(`#dag`)),
+	)
+	if n := count(t, ctx, "#dag .node"); n != 5 {
+		t.Errorf("the DAG shows %d nodes, want 5", n)
+	}
+	if n := count(t, ctx, "#dag .edge"); n != 4 {
+		t.Errorf("the DAG shows %d edges, want one per dependency: 4", n)
+	}
+	_, tasks, err := s.d.GetJob(t.Context(), "acme", job)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids := map[string]string{}
+	for _, tk := range tasks {
+		ids[tk.Key] = tk.ID
+	}
+	for _, root := range []string{"scrape-store", "analyze-competitors"} {
+		waitFor(t, ctx, root+" is drawn pending", nodeIs(ids[root], "pending"))
+	}
+	waitFor(t, ctx, "compile-result is drawn waiting", nodeIs(ids["compile-result"], "waiting"))
+
+	// A worker takes the tasks: the nodes change state without a reload of the page.
+	eval[bool](t, ctx, `window.notReloaded = true`)
+	gate := make(chan struct{})
+	s.runWorker(t, gate, "scrape-store", "analyze-competitors", "color-tags", "font-pairing", "compile-result")
+	waitFor(t, ctx, "scrape-store turns running", nodeIs(ids["scrape-store"], "running"))
+	close(gate)
+	for key, id := range ids {
+		waitFor(t, ctx, key+" turns completed", nodeIs(id, "completed"))
+	}
+	waitFor(t, ctx, "the job shows completed", `document.getElementById('job-status').textContent === 'completed'`)
+	waitFor(t, ctx, "the progress is full", `document.getElementById('job-progress').value === 5`)
+	waitFor(t, ctx, "the page was never reloaded", `window.notReloaded === true`)
+
+	// A task's page: its attempt and output.
+	run(t, ctx, "open a task from the graph",
+		chromedp.Click(chromedp.CSS(fmt.Sprintf(`#dag .node[data-id=%q]`, ids["compile-result"]))),
+		chromedp.WaitVisible(chromedp.CSS(`#attempts`)),
+	)
+	output := value(t, ctx, "read the output", chromedp.Text(chromedp.CSS(`#task-output`)))
+	if !strings.Contains(output, `"task": "compile-result"`) {
+		t.Errorf("the task page shows output %q", output)
+	}
+}
+
+func TestBrowserCancelFromTheJobPage(t *testing.T) {
+	s := newServer(t)
+	ctx := browser(t)
+	job := s.submit(t, "acme", seedJob(t)) // no worker: its tasks stay pending and waiting
+	signInBrowser(t, ctx, s, s.keys["acme"])
+	run(t, ctx, "cancel",
+		chromedp.Navigate(s.public.URL+"/ui/jobs/"+job),
+		chromedp.WaitVisible(chromedp.CSS(`#cancel`)),
+		chromedp.Click(chromedp.CSS(`#cancel`)),
+		chromedp.WaitVisible(chromedp.CSS(`.flash.ok`)),
+	)
+	waitJob(t, s, job, lifecycle.JobCanceled)
+	waitFor(t, ctx, "the page shows the job canceled", `document.getElementById('job-status').textContent === 'canceled'`)
+	waitFor(t, ctx, "cancel is gone, resume is offered", `document.getElementById('cancel-form').hidden && !document.getElementById('resume-form').hidden`)
+}
+
+func TestBrowserWrongKeyIsRefused(t *testing.T) {
+	s := newServer(t)
+	ctx := browser(t)
+	run(t, ctx, "sign in with a wrong key",
+		chromedp.Navigate(s.public.URL+"/ui/jobs"),
+		chromedp.WaitVisible(chromedp.CSS(`#key`)),
+		chromedp.SendKeys(chromedp.CSS(`#key`), "bk_this-key-does-not-exist"),
+		chromedp.Submit(chromedp.CSS(`#key`)),
+		chromedp.WaitVisible(chromedp.CSS(`#login-error`)),
+	)
+	msg := value(t, ctx, "read the error", chromedp.Text(chromedp.CSS(`#login-error`)))
+	url := value(t, ctx, "read the location", chromedp.Location())
+	if !strings.Contains(msg, "not valid") {
+		t.Errorf("the sign-in page says %q, want that the key is not valid", msg)
+	}
+	if !strings.Contains(url, "/ui/login") {
+		t.Errorf("after a wrong key the browser is at %s, want the sign-in page", url)
+	}
+	if n := count(t, ctx, "#jobs"); n != 0 {
+		t.Error("a wrong key reached the jobs page")
+	}
+}
+
+func TestBrowserOtherTenantsJobIsNotReachable(t *testing.T) {
+	s := newServer(t)
+	ctx := browser(t)
+	theirs := s.submit(t, "globex", seedJob(t))
+	signInBrowser(t, ctx, s, s.keys["acme"])
+	run(t, ctx, "open the other tenant's job by URL",
+		chromedp.Navigate(s.public.URL+"/ui/jobs/"+theirs),
+		chromedp.WaitVisible(chromedp.CSS(`.error-message`)),
+	)
+	text := value(t, ctx, "read the page", chromedp.Text(chromedp.CSS(`main`)))
+	if !strings.Contains(text, "Job not found") || strings.Contains(text, "scrape-store") {
+		t.Errorf("the other tenant's job page shows %q", text)
+	}
+	if n := count(t, ctx, "#dag"); n != 0 {
+		t.Error("the other tenant's DAG is drawn")
+	}
+}
