@@ -13,6 +13,7 @@ import (
 	"github.com/chromedp/chromedp"
 
 	"github.com/baton-dev/baton/internal/lifecycle"
+	"github.com/baton-dev/baton/internal/store"
 )
 
 // chromePath finds the browser of the browser tests: BATON_TEST_CHROME, or Chromium or Chrome on
@@ -256,4 +257,83 @@ func TestBrowserOtherTenantsJobIsNotReachable(t *testing.T) {
 	if n := count(t, ctx, "#dag"); n != 0 {
 		t.Error("the other tenant's DAG is drawn")
 	}
+}
+
+// The jobs page with 10,000 jobs and the page of a 1,000-task job, timed by the browser from the
+// start of the navigation to the load event (the graph drawn). The figures are logged, not
+// asserted: this machine is shared.
+func TestBrowserLargeLoads(t *testing.T) {
+	s := newServer(t)
+	ctx := browser(t)
+	seedJobs(t, s, "acme", 10_000)
+	big := s.submit(t, "acme", wideDAG(1000, 100))
+	signInBrowser(t, ctx, s, s.keys["acme"])
+
+	loadTime := func(path, ready string) time.Duration {
+		t.Helper()
+		run(t, ctx, "open "+path, chromedp.Navigate(s.public.URL+path), chromedp.WaitVisible(chromedp.CSS(ready)))
+		ms := eval[float64](t, ctx, `(() => { const n = performance.getEntriesByType('navigation')[0]; return n.loadEventEnd - n.startTime; })()`)
+		return time.Duration(ms * float64(time.Millisecond))
+	}
+	for _, p := range []struct{ name, path, ready string }{
+		{"jobs page, 10,000 jobs", "/ui/jobs", "#jobs"},
+		{"jobs page, 10,000 jobs, completed only", "/ui/jobs?status=completed", "#jobs"},
+		{"job page, 1,000 tasks", "/ui/jobs/" + big, "#dag"},
+	} {
+		d := loadTime(p.path, p.ready)
+		t.Logf("%s: loaded in %s", p.name, d.Round(time.Millisecond))
+	}
+	if n := count(t, ctx, "#dag .node"); n != 1000 {
+		t.Errorf("the 1,000-task DAG shows %d nodes", n)
+	}
+	// The graph is usable: zooming and panning move its view box.
+	before := eval[string](t, ctx, `document.getElementById('dag').getAttribute('viewBox')`)
+	run(t, ctx, "zoom in", chromedp.Click(chromedp.CSS(`[data-zoom="in"]`)))
+	if after := eval[string](t, ctx, `document.getElementById('dag').getAttribute('viewBox')`); after == before {
+		t.Errorf("zooming in left the view box at %s", before)
+	}
+}
+
+// seedJobs stores n finished one-task jobs for tenant straight into the store, in one
+// transaction: the fixture of a large history.
+func seedJobs(t *testing.T, s *server, tenant string, n int) {
+	t.Helper()
+	now := time.Now().Add(-time.Hour)
+	err := s.st.InTx(t.Context(), func(tx store.Tx) error {
+		for i := range n {
+			at := now.Add(time.Duration(i) * time.Millisecond)
+			status := lifecycle.JobCompleted
+			if i%10 == 0 {
+				status = lifecycle.JobPartialFailure
+			}
+			j := &store.Job{ID: fmt.Sprintf("job-seeded-%05d", i), Tenant: tenant, Name: "nightly", Status: status,
+				TotalTasks: 1, CreatedAt: at, FinishedAt: at.Add(time.Second)}
+			if err := tx.InsertJob(t.Context(), j); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// wideDAG is a job of n tasks in layers of width: each task depends on two of the layer before.
+func wideDAG(n, width int) []byte {
+	var b strings.Builder
+	b.WriteString(`{"name":"wide","tasks":[`)
+	for i := range n {
+		if i > 0 {
+			b.WriteString(",")
+		}
+		deps := ""
+		if i >= width {
+			layer := i/width - 1
+			deps = fmt.Sprintf(`"t%d","t%d"`, layer*width+i%width, layer*width+(i+1)%width)
+		}
+		fmt.Fprintf(&b, `{"taskId":"t%d","name":"step","dependsOn":[%s],"input":{"i":%d}}`, i, deps, i)
+	}
+	b.WriteString("]}")
+	return []byte(b.String())
 }

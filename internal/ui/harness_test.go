@@ -105,13 +105,9 @@ func (s *server) submit(t testing.TB, tenant string, body []byte) string {
 // gate: at once). It stops when the test ends.
 func (s *server) runWorker(t testing.TB, gate <-chan struct{}, names ...string) {
 	t.Helper()
-	w, err := worker.New(s.internal.URL, worker.WithWorkerID("ui-test-worker"), worker.WithPollWait(200*time.Millisecond),
-		worker.WithLogger(slog.New(slog.DiscardHandler)), worker.WithConcurrency(4))
-	if err != nil {
-		t.Fatal(err)
-	}
+	handlers := map[string]worker.Handler{}
 	for _, name := range names {
-		w.Handle(name, func(ctx context.Context, task *worker.Task) (any, error) {
+		handlers[name] = func(ctx context.Context, task *worker.Task) (any, error) {
 			if gate != nil {
 				select {
 				case <-gate:
@@ -120,7 +116,21 @@ func (s *server) runWorker(t testing.TB, gate <-chan struct{}, names ...string) 
 				}
 			}
 			return map[string]any{"task": task.Key, "ok": true}, nil
-		})
+		}
+	}
+	s.runHandlers(t, "ui-test-worker", handlers)
+}
+
+// runHandlers runs an SDK worker with the handlers, by task name, until the test ends.
+func (s *server) runHandlers(t testing.TB, id string, handlers map[string]worker.Handler) {
+	t.Helper()
+	w, err := worker.New(s.internal.URL, worker.WithWorkerID(id), worker.WithPollWait(200*time.Millisecond),
+		worker.WithLogger(slog.New(slog.DiscardHandler)), worker.WithConcurrency(4), worker.WithShutdownTimeout(time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, h := range handlers {
+		w.Handle(name, h)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})

@@ -433,14 +433,15 @@ func (u *UI) funcs() template.FuncMap {
 		"perMinute": func(n int, window time.Duration) string {
 			return strconv.FormatFloat(float64(n)/window.Minutes(), 'f', 1, 64)
 		},
-		"f1":     func(f float64) string { return strconv.FormatFloat(f, 'f', 2, 64) },
-		"short":  func(s string) string { return truncate(s, 13) },
-		"plus":   func(a, b int) int { return a + b },
-		"half":   func(n int) int { return n / 2 },
-		"nodeW":  func() int { return nodeW },
-		"nodeH":  func() int { return nodeH },
-		"asset":  func(name string) string { return u.assets[name] },
-		"jobURL": func(id string) string { return "/ui/jobs/" + url.PathEscape(id) },
+		"minutes": func(d time.Duration) string { return fmt.Sprintf("%g minutes", d.Minutes()) },
+		"f1":      func(f float64) string { return strconv.FormatFloat(f, 'f', 2, 64) },
+		"short":   func(s string) string { return truncate(s, 13) },
+		"plus":    func(a, b int) int { return a + b },
+		"half":    func(n int) int { return n / 2 },
+		"nodeW":   func() int { return nodeW },
+		"nodeH":   func() int { return nodeH },
+		"asset":   func(name string) string { return u.assets[name] },
+		"jobURL":  func(id string) string { return "/ui/jobs/" + url.PathEscape(id) },
 		"taskURL": func(jobID, taskID string) string {
 			return "/ui/jobs/" + url.PathEscape(jobID) + "/tasks/" + url.PathEscape(taskID)
 		},

@@ -60,7 +60,7 @@
     const fit = () => {
       // Readable first: a large graph opens at a scale where its labels can be read, at its start.
       const r = svg.getBoundingClientRect();
-      const scale = Math.max(Math.min(r.width / W, r.height / H), Math.min(0.6, r.width / W * 8));
+      const scale = Math.min(1.25, Math.max(Math.min(r.width / W, r.height / H), Math.min(0.8, r.width / W * 8)));
       vb = { x: 0, y: 0, w: r.width / scale, h: r.height / scale };
       if (vb.w >= W && vb.h >= H) vb = { x: (W - vb.w) / 2, y: (H - vb.h) / 2, w: vb.w, h: vb.h };
       show();
