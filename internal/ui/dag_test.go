@@ -84,16 +84,22 @@ func TestLayoutDAG(t *testing.T) {
 	}
 }
 
-// A 1,000-task DAG is laid out with every node in its own place.
-func TestLayoutDAGLarge(t *testing.T) {
+// lattice is a DAG of n tasks in which task i >= 10 depends on tasks i/10 and i-10.
+func lattice(n int) []dagTask {
 	var ts []dagTask
-	for i := range 1000 {
+	for i := range n {
 		var deps []string
 		if i >= 10 {
 			deps = []string{fmt.Sprint(i / 10), fmt.Sprint(i - 10)}
 		}
 		ts = append(ts, dagTask{ID: fmt.Sprint("id", i), Key: fmt.Sprint(i), DependsOn: deps})
 	}
+	return ts
+}
+
+// A 1,000-task DAG is laid out with every node in its own place.
+func TestLayoutDAGLarge(t *testing.T) {
+	ts := lattice(1000)
 	l := layoutDAG(ts)
 	seen := map[[2]int]string{}
 	for _, n := range l.Nodes {
@@ -113,14 +119,7 @@ func TestLayoutDAGLarge(t *testing.T) {
 }
 
 func BenchmarkLayoutDAG1000(b *testing.B) {
-	var ts []dagTask
-	for i := range 1000 {
-		var deps []string
-		if i >= 10 {
-			deps = []string{fmt.Sprint(i / 10), fmt.Sprint(i - 10)}
-		}
-		ts = append(ts, dagTask{ID: fmt.Sprint("id", i), Key: fmt.Sprint(i), DependsOn: deps})
-	}
+	ts := lattice(1000)
 	for b.Loop() {
 		layoutDAG(ts)
 	}
