@@ -375,3 +375,31 @@ func TestJobStreamFollowsTheTasks(t *testing.T) {
 		}
 	}
 }
+
+func TestJobsPagesAndFilter(t *testing.T) {
+	s := newServer(t)
+	seedJobs(t, s, "acme", 60) // every tenth one partial_failure
+	c := client(t)
+	signIn(t, s, c, s.keys["acme"])
+	rows := regexp.MustCompile(`<tr data-id="(job-seeded-\d+)"`)
+	older := regexp.MustCompile(`<a href="([^"]+)" rel="next">`)
+
+	_, body := get(t, c, s.public.URL+"/ui/jobs")
+	first := rows.FindAllStringSubmatch(body, -1)
+	if len(first) != 50 || first[0][1] != "job-seeded-00059" || !strings.Contains(body, "<b>60</b>") {
+		t.Fatalf("page 1: %d rows from %v, want 50 from the newest, and a count of 60", len(first), first[:min(1, len(first))])
+	}
+	next := older.FindStringSubmatch(body)
+	if next == nil {
+		t.Fatal("page 1 has no link to older jobs")
+	}
+	_, body = get(t, c, s.public.URL+strings.ReplaceAll(next[1], "&amp;", "&"))
+	second := rows.FindAllStringSubmatch(body, -1)
+	if len(second) != 10 || second[0][1] != "job-seeded-00009" || older.MatchString(body) || !strings.Contains(body, "« Newest") {
+		t.Fatalf("page 2: %d rows, want the 10 oldest, no older link and a link to the newest", len(second))
+	}
+	_, body = get(t, c, s.public.URL+"/ui/jobs?status=partial_failure")
+	if got := rows.FindAllStringSubmatch(body, -1); len(got) != 6 {
+		t.Errorf("partial_failure filter: %d rows, want 6", len(got))
+	}
+}
