@@ -107,6 +107,12 @@ type Reader interface {
 	// running and dead-lettered, the tasks completed within window before now, and the workers
 	// that claimed a task within it (or still run one).
 	QueueStats(ctx context.Context, tenant string, now time.Time, window time.Duration) (*QueueStats, error)
+	// TaskCounts counts the tasks of each queue that are waiting, pending or running, and those
+	// that are dead-lettered (State DeadLettered), for the metrics; a queue and state with none
+	// is left out. It reads partial indexes and the tasks of unfinished jobs, never every task.
+	TaskCounts(ctx context.Context) ([]TaskCount, error)
+	// OutboxBacklog counts the outbox messages not sent yet, for the metrics.
+	OutboxBacklog(ctx context.Context) (OutboxBacklog, error)
 }
 
 // QueueStats is a tenant's view of its queues (Reader.QueueStats).
@@ -132,6 +138,23 @@ type WorkerSeen struct {
 	Queue     string
 	LastClaim time.Time
 	Running   int // tasks of the queue it runs now
+}
+
+// DeadLettered is the TaskCount.State of failed, dead-lettered tasks.
+const DeadLettered = "dead_lettered"
+
+// TaskCount is how many tasks of a queue are in a state (Reader.TaskCounts).
+type TaskCount struct {
+	Queue string
+	State string // waiting, pending, running or DeadLettered
+	N     int
+}
+
+// OutboxBacklog is the outbox's unsent messages (Reader.OutboxBacklog).
+type OutboxBacklog struct {
+	Unsent int
+	// OldestAvailableAt is the earliest AvailableAt of an unsent message; zero when none is.
+	OldestAvailableAt time.Time
 }
 
 // Listener is implemented by stores shared between processes (PostgreSQL): Listen calls fn each

@@ -115,3 +115,19 @@ func (t *tx) DeleteSentOutbox(ctx context.Context, before time.Time, limit int) 
 	n, err := res.RowsAffected()
 	return int(n), err
 }
+
+// OutboxBacklog implements store.Reader: one pass over the partial index of unsent messages
+// (outbox_unsent, on available_at).
+func (q q) OutboxBacklog(ctx context.Context) (store.OutboxBacklog, error) {
+	var (
+		b      store.OutboxBacklog
+		oldest sql.NullInt64
+	)
+	if err := q.queryRow(ctx, "SELECT count(*), min(available_at) FROM outbox WHERE sent_at IS NULL").Scan(&b.Unsent, &oldest); err != nil {
+		return store.OutboxBacklog{}, fmt.Errorf("outbox backlog: %w", err)
+	}
+	if oldest.Valid {
+		b.OldestAvailableAt = fromMs(oldest)
+	}
+	return b, nil
+}

@@ -68,6 +68,8 @@ func Run(t *testing.T, open func(t testing.TB) store.Store) {
 		{"InTxRollsBackOnError", testInTxRollsBackOnError},
 		{"InTxCommitIsVisibleToReaders", testInTxCommitIsVisibleToReaders},
 		{"BulkInsertTasksAndDeps", testBulkInsertTasksAndDeps},
+		{"TaskCounts", testTaskCounts},
+		{"OutboxBacklog", testOutboxBacklog},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -2587,5 +2589,102 @@ func testOutboxRelayQueries(t *testing.T, st store.Store) {
 	}
 	if left := outboxIDs(outboxAfter(t, st, 0, 10)); !slices.Equal(left, []int64{b, c}) {
 		t.Errorf("after pruning: %v, want [%d %d] (unsent b, recently sent c)", left, b, c)
+	}
+}
+
+// ---------------------------------------------------------------------------------------------
+// The metrics' counts
+
+func taskCounts(t *testing.T, st store.Store) map[store.TaskCount]bool {
+	t.Helper()
+	counts, err := st.TaskCounts(t.Context())
+	if err != nil {
+		t.Fatalf("TaskCounts: %v", err)
+	}
+	got := map[store.TaskCount]bool{}
+	for _, c := range counts {
+		if got[c] {
+			t.Errorf("TaskCounts: %+v twice", c)
+		}
+		got[c] = true
+	}
+	return got
+}
+
+func testTaskCounts(t *testing.T, st store.Store) {
+	if got := taskCounts(t, st); len(got) != 0 {
+		t.Fatalf("TaskCounts on an empty store = %v, want none", got)
+	}
+	// A processing job: a ready task, one backing off (still pending), two waiting children,
+	// one running task on another queue, one that completed and one dead-lettered.
+	job := newJob("tenant-a")
+	a, b, c := newTask(job.ID, "a"), newTask(job.ID, "b"), newTask(job.ID, "c")
+	b.AvailableAt = at(time.Hour)
+	c.Queue = "gpu"
+	d, e := newTask(job.ID, "d", "a"), newTask(job.ID, "e", "a", "b")
+	done, dead := newTask(job.ID, "done"), newTask(job.ID, "dead")
+	dead.Queue = "gpu"
+	seed(t, st, job, a, b, c, d, e, done, dead)
+	mustClaim(t, st, c.ID, at(time.Second))
+	setStatus(t, st, done.ID, lifecycle.Completed, at(time.Second))
+	mutate(t, st, dead.ID, func(tk *store.Task) {
+		tk.Status, tk.FinishedAt, tk.DeadLetteredAt = lifecycle.Failed, at(time.Second), at(time.Second)
+	})
+	// A finished job's dead letter counts; its completed and skipped tasks do not.
+	old := newJob("tenant-b")
+	old.Status = lifecycle.JobPartialFailure
+	x, y, z := newTask(old.ID, "x"), newTask(old.ID, "y"), newTask(old.ID, "z", "x")
+	seed(t, st, old, x, y, z)
+	mutate(t, st, x.ID, func(tk *store.Task) {
+		tk.Status, tk.FinishedAt, tk.DeadLetteredAt = lifecycle.Failed, at(time.Second), at(time.Second)
+	})
+	setStatus(t, st, y.ID, lifecycle.Completed, at(time.Second))
+	setStatus(t, st, z.ID, lifecycle.Skipped, at(time.Second))
+
+	want := map[store.TaskCount]bool{
+		{Queue: "default", State: "pending", N: 2}:          true,
+		{Queue: "default", State: "waiting", N: 2}:          true,
+		{Queue: "gpu", State: "running", N: 1}:              true,
+		{Queue: "gpu", State: store.DeadLettered, N: 1}:     true,
+		{Queue: "default", State: store.DeadLettered, N: 1}: true,
+	}
+	if got := taskCounts(t, st); !maps.Equal(got, want) {
+		t.Errorf("TaskCounts = %v, want %v", got, want)
+	}
+}
+
+func testOutboxBacklog(t *testing.T, st store.Store) {
+	ctx := t.Context()
+	backlog := func() store.OutboxBacklog {
+		t.Helper()
+		b, err := st.OutboxBacklog(ctx)
+		if err != nil {
+			t.Fatalf("OutboxBacklog: %v", err)
+		}
+		return b
+	}
+	if b := backlog(); b != (store.OutboxBacklog{}) {
+		t.Fatalf("OutboxBacklog of an empty outbox = %+v, want zero", b)
+	}
+	msgs := []*store.OutboxMessage{
+		{Topic: "task.ready", Payload: json.RawMessage(`{}`), AvailableAt: at(time.Minute), CreatedAt: t0},
+		{Topic: "task.ready", Payload: json.RawMessage(`{}`), AvailableAt: at(-time.Minute), CreatedAt: t0},
+		{Topic: "task.ready", Payload: json.RawMessage(`{}`), AvailableAt: at(time.Hour), CreatedAt: t0},
+	}
+	inTx(t, st, func(tx store.Tx) error { return tx.InsertOutbox(ctx, msgs) })
+	if b, want := backlog(), (store.OutboxBacklog{Unsent: 3, OldestAvailableAt: at(-time.Minute)}); !b.OldestAvailableAt.Equal(want.OldestAvailableAt) || b.Unsent != want.Unsent {
+		t.Errorf("OutboxBacklog = %+v, want %+v", b, want)
+	}
+	// Sent messages leave the backlog, the oldest first here.
+	sent := outboxAfter(t, st, 0, 10)
+	inTx(t, st, func(tx store.Tx) error { return tx.MarkOutboxSent(ctx, []int64{sent[1].ID}, at(time.Second)) })
+	if b := backlog(); b.Unsent != 2 || !b.OldestAvailableAt.Equal(at(time.Minute)) {
+		t.Errorf("OutboxBacklog after one sent = %+v, want 2 unsent, the oldest available at %v", b, at(time.Minute))
+	}
+	inTx(t, st, func(tx store.Tx) error {
+		return tx.MarkOutboxSent(ctx, []int64{sent[0].ID, sent[2].ID}, at(time.Second))
+	})
+	if b := backlog(); b != (store.OutboxBacklog{}) {
+		t.Errorf("OutboxBacklog with everything sent = %+v, want zero", b)
 	}
 }
