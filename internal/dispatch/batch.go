@@ -7,6 +7,7 @@ import (
 	"sync"
 
 	"github.com/baton-dev/baton/internal/lifecycle"
+	"github.com/baton-dev/baton/internal/metrics"
 	"github.com/baton-dev/baton/internal/store"
 )
 
@@ -35,6 +36,7 @@ func (d *Dispatcher) CompleteMany(ctx context.Context, ps []CompleteParams) ([]*
 	var wg sync.WaitGroup
 	for i := range ps {
 		if isFast[i] {
+			d.count(metrics.Complete, errs[i]) // the others are counted by Complete
 			continue
 		}
 		wg.Go(func() { results[i], errs[i] = d.Complete(ctx, ps[i]) })

@@ -5,7 +5,9 @@ import (
 	"errors"
 	"slices"
 	"sync"
+	"time"
 
+	"github.com/baton-dev/baton/internal/metrics"
 	"github.com/baton-dev/baton/internal/store"
 )
 
@@ -223,10 +225,12 @@ func (cm *committer) commit(batch []*pending) {
 		}
 	}
 	batch = others
+	start := time.Now()
 	if len(batch) == 1 && len(completes) == 0 && len(claims) == 0 {
 		// Alone: no savepoint needed.
 		p := batch[0]
 		p.err = d.updateAlone(p.ctx, p.locks, p.fn)
+		d.cfg.Metrics.Commit(1, time.Since(start))
 		if cm.observe != nil {
 			cm.observe(1, p.err == nil)
 		}
@@ -254,8 +258,10 @@ func (cm *committer) commit(batch []*pending) {
 	if _, ok := errors.AsType[*unguardedError](err); ok {
 		err = g.run(true)
 	}
+	d.cfg.Metrics.Commit(len(batch)+len(completes)+len(claims), time.Since(start))
 	if err == nil {
 		d.committed(g.ready, g.routable, g.buffered)
+		d.cfg.Metrics.Record(&g.tally)
 	}
 	alone := err != nil && d.store.Transient(err)
 	if alone {
@@ -287,6 +293,8 @@ type groupTx struct {
 	errs                      []error
 	// What to wake once the transaction committed.
 	ready, routable, buffered bool
+	// What to count once it committed (Config.Metrics).
+	tally metrics.Tally
 }
 
 // run runs the transaction. The two groups (completeBatch, claimMany) fail only when the
@@ -371,6 +379,7 @@ func (g *groupTx) run(guard bool) error {
 		if err := group.write(ctx, tx); err != nil {
 			return err
 		}
+		g.tally = group.tally
 		if g.ready = g.ready || group.ready; g.ready {
 			return tx.NotifyReady(ctx)
 		}

@@ -15,6 +15,7 @@ import (
 	"github.com/jonboulle/clockwork"
 
 	"github.com/baton-dev/baton/internal/lifecycle"
+	"github.com/baton-dev/baton/internal/metrics"
 	"github.com/baton-dev/baton/internal/store"
 )
 
@@ -60,6 +61,9 @@ type Config struct {
 	// then no task wake-up is written to the outbox, as nothing would read it; waiters in this
 	// process and, on PostgreSQL, on other replicas (NOTIFY) are still woken.
 	StoreWakeups bool
+	// Metrics, when not nil, counts transitions, claims, group commits, retries, dead letters and
+	// expiries.
+	Metrics *metrics.Metrics
 }
 
 // Validate reports a setting that cannot work.
@@ -202,6 +206,8 @@ type changes struct {
 	finished map[string]*jobProgress
 	// storeWakeups: see Config.StoreWakeups.
 	storeWakeups bool
+	// tally: retries, dead letters and expiries, for Config.Metrics once committed.
+	tally metrics.Tally
 }
 
 // newChanges starts the changes of a transaction.
@@ -264,7 +270,8 @@ func (c *changes) absorb(o *changes) {
 	for id, p := range o.finished {
 		c.withTraceparent(p.traceparent, func() { c.finish(id, p.finished, p.failedKey) })
 	}
-	o.released, o.ended, o.finished = nil, nil, nil
+	c.tally.Add(&o.tally)
+	o.released, o.ended, o.finished, o.tally = nil, nil, nil, metrics.Tally{}
 }
 
 // update runs fn as one store transaction (or a part of one, with group commit) that first locks

@@ -14,6 +14,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/baton-dev/baton/internal/lifecycle"
+	"github.com/baton-dev/baton/internal/metrics"
 	"github.com/baton-dev/baton/internal/store"
 )
 
@@ -36,7 +37,8 @@ type CreateJobResult struct {
 }
 
 // CreateJob validates a DAG and stores it; its root tasks become pending at once.
-func (d *Dispatcher) CreateJob(ctx context.Context, p CreateJobParams) (*CreateJobResult, error) {
+func (d *Dispatcher) CreateJob(ctx context.Context, p CreateJobParams) (_ *CreateJobResult, rerr error) {
+	defer func() { d.count(metrics.Create, rerr) }()
 	if p.IdempotencyKey != "" {
 		if res, err := d.replay(ctx, p); res != nil || err != nil {
 			return res, err
@@ -241,7 +243,8 @@ type AddTasksResult struct {
 // AddTasks adds tasks that may depend on the job's tasks and on each other. A new task whose
 // parents all completed is pending at once; one with a failed, canceled or skipped parent is
 // skipped at once (rule 9).
-func (d *Dispatcher) AddTasks(ctx context.Context, p AddTasksParams) (*AddTasksResult, error) {
+func (d *Dispatcher) AddTasks(ctx context.Context, p AddTasksParams) (_ *AddTasksResult, rerr error) {
+	defer func() { d.count(metrics.AddTasks, rerr) }()
 	var res *AddTasksResult
 	// A transaction on a whole job runs alone, never in a group commit: it locks the job row
 	// before its end, which a group, whose job rows come last, could not keep in order.
@@ -452,7 +455,8 @@ func decodeCursor(s string) (int64, error) {
 
 // CancelJob is rule 8 for a job: waiting and pending tasks are canceled at once, running ones are
 // asked to stop and get their cancel grace. Canceling a job already being canceled changes nothing.
-func (d *Dispatcher) CancelJob(ctx context.Context, tenant, id, reason string) (*store.Job, error) {
+func (d *Dispatcher) CancelJob(ctx context.Context, tenant, id, reason string) (_ *store.Job, rerr error) {
+	defer func() { d.count(metrics.Cancel, rerr) }()
 	if reason == "" {
 		reason = "user_requested"
 	}
@@ -617,7 +621,8 @@ type ResumeResult struct {
 
 // ResumeJob is rule 10's resume: a finished job's failed, canceled and skipped tasks go back to
 // pending or waiting with a fresh retry budget; attempt numbers keep increasing.
-func (d *Dispatcher) ResumeJob(ctx context.Context, tenant, id string) (*ResumeResult, error) {
+func (d *Dispatcher) ResumeJob(ctx context.Context, tenant, id string) (_ *ResumeResult, rerr error) {
+	defer func() { d.count(metrics.Resume, rerr) }()
 	var res *ResumeResult
 	// A transaction on a whole job runs alone, never in a group commit: it locks the job row
 	// before its end, which a group, whose job rows come last, could not keep in order.

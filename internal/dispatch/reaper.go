@@ -9,6 +9,7 @@ import (
 	"github.com/jonboulle/clockwork"
 
 	"github.com/baton-dev/baton/internal/lifecycle"
+	"github.com/baton-dev/baton/internal/metrics"
 	"github.com/baton-dev/baton/internal/store"
 )
 
@@ -43,9 +44,11 @@ func (d *Dispatcher) Reap(ctx context.Context) (int, error) {
 				return d.reapTask(ctx, tx, c, t)
 			})
 			if err != nil {
+				d.count(metrics.Expire, err)
 				return reaped, fmt.Errorf("reap task %s: %w", id, err)
 			}
 			if done {
+				d.count(metrics.Expire, nil)
 				reaped++
 			}
 		}
@@ -70,6 +73,7 @@ func (d *Dispatcher) reapTask(ctx context.Context, tx store.Tx, c *changes, t *s
 			Message: fmt.Sprintf("task did not stop within its cancel grace period of %s", t.CancelGrace)}
 		a.Outcome, a.Error = store.OutcomeCancelTimeout, e
 		t.Error = e
+		c.tally.Expiry(metrics.CancelTimeout)
 		if err := d.endUnsuccessfully(ctx, tx, c, t, fence, lifecycle.Failed, e); err != nil {
 			return err
 		}
@@ -81,6 +85,7 @@ func (d *Dispatcher) reapTask(ctx context.Context, tx store.Tx, c *changes, t *s
 			e.Message = fmt.Sprintf("task exceeded its execution timeout of %s", t.Timeout)
 		}
 		a.Outcome, a.Error = store.OutcomeTimedOut, e
+		c.tally.Expiry(metrics.ExpiryOf(e.Reason))
 		c.event(t.JobID, t.ID, t.Key, EventTaskTimeout, map[string]any{"attempt": t.Attempt, "reason": e.Reason, "workerId": t.WorkerID})
 		if _, err := d.fail(ctx, tx, c, t, fence, e); err != nil {
 			return err

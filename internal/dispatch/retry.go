@@ -104,6 +104,7 @@ func (d *Dispatcher) runOnce(ctx context.Context, locks store.LockSet, fn func(t
 	})
 	if err == nil {
 		d.committed(c.ready, c.routable, c.buffered)
+		d.cfg.Metrics.Record(&c.tally)
 	}
 	return err
 }

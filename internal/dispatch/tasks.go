@@ -11,6 +11,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/baton-dev/baton/internal/lifecycle"
+	"github.com/baton-dev/baton/internal/metrics"
 	"github.com/baton-dev/baton/internal/store"
 )
 
@@ -31,13 +32,15 @@ type ClaimTaskParams struct {
 // attempt and lease token. Otherwise a *NotClaimedError says why and the worker must not run it.
 func (d *Dispatcher) ClaimTask(ctx context.Context, p ClaimTaskParams) (*Claim, error) {
 	var claim *Claim
+	var claims []*Claim
 	err := d.update(ctx, store.LockSet{Tasks: []string{p.TaskID}}, func(tx store.Tx, c *changes) error {
-		claims, err := d.claim(ctx, tx, c, []string{p.TaskID}, p.WorkerID, "pull")
+		claim, claims = nil, nil
+		got, err := d.claim(ctx, tx, c, []string{p.TaskID}, p.WorkerID, "pull")
 		if err != nil {
 			return err
 		}
-		if len(claims) == 1 {
-			claim = claims[0]
+		if len(got) == 1 {
+			claim, claims = got[0], got
 			return nil
 		}
 		t, err := tx.GetTask(ctx, p.TaskID)
@@ -53,6 +56,7 @@ func (d *Dispatcher) ClaimTask(ctx context.Context, p ClaimTaskParams) (*Claim, 
 		}
 		return &NotClaimedError{Reason: notClaimedReason(t.Status)}
 	})
+	d.countClaims(claims, err)
 	return claim, err
 }
 
@@ -65,7 +69,8 @@ type ClaimNextParams struct {
 
 // ClaimNext claims up to Limit ready tasks from the queues in order, within a queue highest
 // priority first, then oldest. It returns no claims, and no error, when nothing is ready.
-func (d *Dispatcher) ClaimNext(ctx context.Context, p ClaimNextParams) ([]*Claim, error) {
+func (d *Dispatcher) ClaimNext(ctx context.Context, p ClaimNextParams) (got []*Claim, err error) {
+	defer func() { d.countClaims(got, err) }()
 	limit := cmpOr(p.Limit, 1)
 	if d.commit != nil {
 		if msg := lifecycle.CheckName(p.WorkerID); msg != "" {
@@ -77,7 +82,7 @@ func (d *Dispatcher) ClaimNext(ctx context.Context, p ClaimNextParams) ([]*Claim
 	}
 	var claims []*Claim
 	// Claims lock nothing in advance: they skip the rows other transactions hold.
-	err := d.update(ctx, store.LockSet{}, func(tx store.Tx, c *changes) error {
+	err = d.update(ctx, store.LockSet{}, func(tx store.Tx, c *changes) error {
 		claims = nil
 		for _, q := range p.Queues {
 			if len(claims) == limit {
@@ -110,6 +115,7 @@ func (d *Dispatcher) ClaimPush(ctx context.Context, workerID string, limit int) 
 		claims, err = d.claim(ctx, tx, c, ids, workerID, "push")
 		return err
 	})
+	d.countClaims(claims, err)
 	return claims, err
 }
 
@@ -240,8 +246,9 @@ func (d *Dispatcher) Heartbeat(ctx context.Context, p HeartbeatParams) (*Heartbe
 		return nil
 	})
 	if err == nil && expired {
-		return nil, ErrTaskExpired
+		res, err = nil, ErrTaskExpired
 	}
+	d.count(metrics.Heartbeat, err)
 	return res, err
 }
 
@@ -334,7 +341,8 @@ type CompleteResult struct {
 // Complete applies a worker's report (rules 2, 3, 6, 7, 9, 10). It is fenced by attempt and lease
 // token, idempotent for a repeated identical report, and accepts a late report of an attempt
 // that timed out as long as no newer attempt has been claimed.
-func (d *Dispatcher) Complete(ctx context.Context, p CompleteParams) (*CompleteResult, error) {
+func (d *Dispatcher) Complete(ctx context.Context, p CompleteParams) (_ *CompleteResult, rerr error) {
+	defer func() { d.count(reportKind(&p), rerr) }()
 	switch p.Outcome {
 	case store.OutcomeSucceeded, store.OutcomeCanceled:
 	case store.OutcomeFailed:
@@ -448,12 +456,14 @@ func (d *Dispatcher) fail(ctx context.Context, tx store.Tx, c *changes, t *store
 	t.Error = e
 	retry := t.CancelRequestedAt.IsZero() && lifecycle.ShouldRetry(e.Category, e.Retryable, t.AttemptsUsed(), t.MaxAttempts)
 	if !retry {
+		c.tally.DeadLetter(e.Category)
 		t.DeadLetteredAt = c.now
 		if err := d.endUnsuccessfully(ctx, tx, c, t, fence, lifecycle.Failed, e); err != nil {
 			return false, err
 		}
 		return false, nil
 	}
+	c.tally.Retry(e.Category)
 	endAttempt(t, c.now)
 	t.Status = lifecycle.Pending
 	t.AvailableAt = c.now.Add(lifecycle.Backoff(t.AttemptsUsed(), t.BackoffBase, t.BackoffMax, d.jitter()))
@@ -504,7 +514,8 @@ func endAttempt(t *store.Task, now time.Time) {
 
 // CancelTask is rule 8 for one task: a waiting or pending task is canceled at once and its
 // descendants skipped; a running one is asked to stop. Canceling a task twice changes nothing.
-func (d *Dispatcher) CancelTask(ctx context.Context, taskID, reason string) (*store.Task, error) {
+func (d *Dispatcher) CancelTask(ctx context.Context, taskID, reason string) (_ *store.Task, rerr error) {
+	defer func() { d.count(metrics.Cancel, rerr) }()
 	if reason == "" {
 		reason = "user_requested"
 	}

@@ -19,9 +19,12 @@ import (
 // transition makes a task claimable (in this process, or in another one sharing the database when
 // ListenForWakeups runs) or a backed-off task's retry time comes, and claims then.
 func (d *Dispatcher) ClaimWait(ctx context.Context, p ClaimNextParams, maxWait time.Duration) ([]*Claim, error) {
-	return d.claimWait(ctx, maxWait,
+	start := d.clock.Now()
+	claims, err := d.claimWait(ctx, maxWait,
 		func() ([]*Claim, error) { return d.ClaimNext(ctx, p) },
 		func() (time.Time, bool, error) { return d.store.NextAvailableAt(ctx, p.Queues) })
+	d.cfg.Metrics.ClaimWait(d.clock.Since(start), len(claims) > 0)
+	return claims, err
 }
 
 // ClaimPushWait is ClaimPush as a long poll, as ClaimWait is ClaimNext's.

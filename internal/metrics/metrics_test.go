@@ -1,0 +1,238 @@
+package metrics_test
+
+import (
+	"context"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+
+	"github.com/baton-dev/baton/internal/dispatch"
+	"github.com/baton-dev/baton/internal/lifecycle"
+	"github.com/baton-dev/baton/internal/metrics"
+	"github.com/baton-dev/baton/internal/store/storetest"
+)
+
+// families returns the families of reg by name.
+func families(t *testing.T, reg prometheus.Gatherer) map[string]*dto.MetricFamily {
+	t.Helper()
+	fs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	byName := map[string]*dto.MetricFamily{}
+	for _, f := range fs {
+		byName[f.GetName()] = f
+	}
+	return byName
+}
+
+// value is the value (a histogram's count) of the series of name with exactly labels, and
+// whether there is one.
+func value(t *testing.T, reg prometheus.Gatherer, name string, labels map[string]string) (float64, bool) {
+	t.Helper()
+	f := families(t, reg)[name]
+	for _, m := range f.GetMetric() {
+		got := map[string]string{}
+		for _, l := range m.GetLabel() {
+			got[l.GetName()] = l.GetValue()
+		}
+		if len(got) != len(labels) {
+			continue
+		}
+		same := true
+		for k, v := range labels {
+			same = same && got[k] == v
+		}
+		if !same {
+			continue
+		}
+		switch {
+		case m.Counter != nil:
+			return m.GetCounter().GetValue(), true
+		case m.Gauge != nil:
+			return m.GetGauge().GetValue(), true
+		case m.Histogram != nil:
+			return float64(m.GetHistogram().GetSampleCount()), true
+		}
+	}
+	return 0, false
+}
+
+func TestInstrumentLabelsByPattern(t *testing.T) {
+	m := metrics.New()
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /jobs", func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusCreated) })
+	mux.HandleFunc("GET /jobs/{jobId}", func(w http.ResponseWriter, r *http.Request) { w.Write([]byte("{}")) })
+	mux.HandleFunc("GET /jobs/{jobId}/events", func(w http.ResponseWriter, r *http.Request) {
+		// An event stream: the wrapper must keep the Flusher.
+		if _, ok := w.(http.Flusher); !ok {
+			t.Error("the instrumented writer lost http.Flusher")
+		}
+		w.(http.Flusher).Flush()
+	})
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) { http.NotFound(w, r) })
+	// A guard that answers before the mux routes, as the API's does for bad bytes.
+	h := m.Instrument("public", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("X-Refuse") != "" {
+			w.WriteHeader(http.StatusBadRequest)
+			return
+		}
+		mux.ServeHTTP(w, r)
+	}))
+	for _, tc := range []struct {
+		method, path string
+		refuse       bool
+	}{
+		{"POST", "/jobs", false},
+		{"GET", "/jobs/j-1", false},
+		{"GET", "/jobs/j-2", false},
+		{"GET", "/jobs/j-1/events", false},
+		{"GET", "/nowhere/at/all", false},
+		{"BREW", "/jobs/j-3", false},
+		{"GET", "/jobs/j-4", true},
+	} {
+		r := httptest.NewRequest(tc.method, tc.path, nil)
+		if tc.refuse {
+			r.Header.Set("X-Refuse", "1")
+		}
+		h.ServeHTTP(httptest.NewRecorder(), r)
+	}
+	reg := m.Registry()
+	for _, w := range []struct {
+		route, method, code string
+		want                float64
+	}{
+		{"/jobs", "POST", "201", 1},
+		{"/jobs/{jobId}", "GET", "200", 2},
+		{"/jobs/{jobId}/events", "GET", "200", 1},
+		{"/", "GET", "404", 1},
+		{"/", "other", "404", 1},
+		{metrics.NoRoute, "GET", "400", 1},
+	} {
+		labels := map[string]string{"listener": "public", "route": w.route, "method": w.method, "code": w.code}
+		if got, _ := value(t, reg, "baton_http_requests_total", labels); got != w.want {
+			t.Errorf("requests %v = %v, want %v", labels, got, w.want)
+		}
+	}
+	if got, _ := value(t, reg, "baton_http_request_duration_seconds", map[string]string{"listener": "public", "route": "/jobs/{jobId}", "method": "GET"}); got != 2 {
+		t.Errorf("durations of GET /jobs/{jobId}: %v, want 2", got)
+	}
+	// Raw paths never become labels.
+	for _, m := range families(t, reg)["baton_http_requests_total"].GetMetric() {
+		for _, l := range m.GetLabel() {
+			if strings.Contains(l.GetValue(), "j-") || strings.Contains(l.GetValue(), "nowhere") {
+				t.Errorf("a raw path became a label: %s=%s", l.GetName(), l.GetValue())
+			}
+		}
+	}
+}
+
+func TestTallyIsRecordedOnce(t *testing.T) {
+	m := metrics.New()
+	var a, b metrics.Tally
+	a.Retry(lifecycle.Infrastructure)
+	a.Retry(lifecycle.Infrastructure)
+	a.DeadLetter(lifecycle.UserCode)
+	b.Expiry(metrics.ExpiryOf(lifecycle.ReasonExecutionTimeout))
+	b.Expiry(metrics.ExpiryOf(lifecycle.ReasonCancelTimeout))
+	b.Expiry(metrics.ExpiryOf(lifecycle.ReasonHeartbeatTimeout))
+	b.Retry("SOMETHING_NEW")
+	a.Add(&b)
+	m.Record(&a)
+	m.Record(&metrics.Tally{}) // an empty tally changes nothing
+	reg := m.Registry()
+	for _, w := range []struct {
+		name, label, value string
+		want               float64
+	}{
+		{"baton_task_retries_total", "category", "INFRASTRUCTURE", 2},
+		{"baton_task_retries_total", "category", "USER_CODE", 0},
+		{"baton_task_retries_total", "category", "OTHER", 1},
+		{"baton_task_dead_letters_total", "category", "USER_CODE", 1},
+		{"baton_reaper_expiries_total", "reason", "deadline", 1},
+		{"baton_reaper_expiries_total", "reason", "cancel_timeout", 1},
+		{"baton_reaper_expiries_total", "reason", "lease_expired", 1},
+	} {
+		got, ok := value(t, reg, w.name, map[string]string{w.label: w.value})
+		if !ok || got != w.want {
+			t.Errorf("%s{%s=%q} = %v (present %v), want %v", w.name, w.label, w.value, got, ok, w.want)
+		}
+	}
+}
+
+func TestNilMetricsIsOff(t *testing.T) {
+	var m *metrics.Metrics
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {})
+	if got := m.Instrument("public", h); got == nil {
+		t.Fatal("Instrument on nil returned nil")
+	}
+	m.Transitions(metrics.Claim, metrics.OK, 3)
+	m.ClaimWait(time.Second, true)
+	m.HandOff(time.Second)
+	m.Commit(3, time.Millisecond)
+	m.CredentialRejected(metrics.APIKeyInvalid)
+	m.Record(&metrics.Tally{})
+	if err := m.Refresh(context.Background(), nil); err != nil {
+		t.Fatal(err)
+	}
+	m.RefreshLoop(context.Background(), nil, time.Millisecond, nil) // returns at once
+	if m.Registry() != nil {
+		t.Fatal("a nil Metrics has a registry")
+	}
+}
+
+// TestRefreshCountsTasksAndOutbox sets the gauges from a real store as a dispatcher leaves it.
+func TestRefreshCountsTasksAndOutbox(t *testing.T) {
+	ctx := context.Background()
+	st := storetest.OpenSQLite(t)
+	d, err := dispatch.New(st, dispatch.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := metrics.New()
+	res, err := d.CreateJob(ctx, dispatch.CreateJobParams{Tenant: "acme", Tasks: []lifecycle.TaskSpec{
+		{Key: "a", Name: "fetch"}, {Key: "b", Name: "fetch"}, {Key: "c", Name: "load", DependsOn: []string{"a", "b"}},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := d.ClaimNext(ctx, dispatch.ClaimNextParams{Queues: []string{"fetch"}, WorkerID: "w"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Refresh(ctx, st); err != nil {
+		t.Fatal(err)
+	}
+	reg := m.Registry()
+	check := func(queue, state string, want float64) {
+		t.Helper()
+		got, ok := value(t, reg, "baton_tasks", map[string]string{"queue": queue, "state": state})
+		if !ok || got != want {
+			t.Errorf("baton_tasks{queue=%q,state=%q} = %v (present %v), want %v", queue, state, got, ok, want)
+		}
+	}
+	check("fetch", "running", 1)
+	check("fetch", "pending", 1)
+	check("load", "waiting", 1)
+	// The two root tasks' wake-ups wait in the outbox: no relay runs here.
+	if got, _ := value(t, reg, "baton_outbox_unsent_messages", map[string]string{}); got != 2 {
+		t.Errorf("unsent outbox messages = %v, want 2", got)
+	}
+	if got, _ := value(t, reg, "baton_outbox_oldest_unsent_age_seconds", map[string]string{}); got < 0 || got > 60 {
+		t.Errorf("oldest unsent age = %vs, want a few milliseconds", got)
+	}
+	// Canceled: the series fall to zero instead of disappearing.
+	if _, err := d.CancelJob(ctx, "acme", res.Job.ID, ""); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Refresh(ctx, st); err != nil {
+		t.Fatal(err)
+	}
+	check("fetch", "pending", 0)
+	check("load", "waiting", 0)
+	check("fetch", "running", 1) // asked to stop; it runs until it does or its grace ends
+}
