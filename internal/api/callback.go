@@ -209,7 +209,7 @@ func callbackTaskError(raw json.RawMessage) (*store.TaskError, error) {
 func (s *Server) callbackRequest(r *http.Request) (map[string]json.RawMessage, callbackFence, error) {
 	taskID := r.PathValue("task_id")
 	if c := claimsOf(r); c == nil || c.TaskID != taskID {
-		return nil, callbackFence{}, errTokenScope
+		return nil, callbackFence{}, s.rejected(errTokenScope, "")
 	}
 	obj, err := workerBody(r)
 	if err != nil {

@@ -42,7 +42,7 @@ func (s *Server) authenticated(h handler) handler {
 	return func(w http.ResponseWriter, r *http.Request) (any, error) {
 		k, err := s.auth.Authenticate(r.Context(), r.Header.Get("x-api-key"))
 		if err != nil {
-			return nil, err
+			return nil, s.rejected(err, "")
 		}
 		return h(w, r.WithContext(context.WithValue(r.Context(), tenantKey{}, k.Tenant)))
 	}

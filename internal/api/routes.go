@@ -149,10 +149,14 @@ func (s *Server) Routes() []Route {
 
 // ProducerHandler serves the public listener: the producer API, /openapi.json, /healthz and
 // /readyz, and the task-scoped and callback dialects, all behind the CORS policy.
-func (s *Server) ProducerHandler() http.Handler { return s.cors(s.guard(s.mux(PublicListener))) }
+func (s *Server) ProducerHandler() http.Handler {
+	return s.metrics.Instrument(string(PublicListener), s.cors(s.guard(s.mux(PublicListener))))
+}
 
 // InternalHandler serves the worker-facing listener: health checks and the worker dialects.
-func (s *Server) InternalHandler() http.Handler { return s.guard(s.mux(InternalListener)) }
+func (s *Server) InternalHandler() http.Handler {
+	return s.metrics.Instrument(string(InternalListener), s.guard(s.mux(InternalListener)))
+}
 
 // mux registers the routes of listener l, and the catch-all of the paths it does not serve.
 func (s *Server) mux(l Listener) *http.ServeMux {

@@ -16,6 +16,7 @@ import (
 	"github.com/baton-dev/baton/internal/auth"
 	"github.com/baton-dev/baton/internal/dispatch"
 	"github.com/baton-dev/baton/internal/grant"
+	"github.com/baton-dev/baton/internal/metrics"
 	"github.com/baton-dev/baton/internal/transport"
 )
 
@@ -54,6 +55,8 @@ type Config struct {
 	// Dashboard, when set, is the web dashboard (internal/ui): the public listener serves it under
 	// /ui/ and redirects / there.
 	Dashboard http.Handler
+	// Metrics, when not nil, counts the requests of both listeners and the refused credentials.
+	Metrics *metrics.Metrics
 }
 
 // Server serves Baton's HTTP APIs.
@@ -73,6 +76,7 @@ type Server struct {
 	storageRoot string
 	minter      *grant.Minter
 	dashboard   http.Handler
+	metrics     *metrics.Metrics
 
 	tenantMu sync.Mutex
 	tenants  map[string]string // job id → tenant, for minting tokens
@@ -89,7 +93,8 @@ func (s *Server) Drain() { s.drain() }
 func New(cfg Config) *Server {
 	s := &Server{d: cfg.Dispatcher, auth: cfg.Auth, tokens: cfg.Tokens, log: cfg.Logger, maxBody: cfg.MaxBodyBytes, poll: cfg.EventPoll,
 		pushTargets: cfg.PushTargets, wakeups: cfg.Wakeups, corsPolicy: newCORSPolicy(cfg.CORSOrigins),
-		polls: newPollCounter(cfg.MaxPollsPerWorker), storageRoot: cfg.StorageRoot, minter: cfg.Minter, dashboard: cfg.Dashboard}
+		polls: newPollCounter(cfg.MaxPollsPerWorker), storageRoot: cfg.StorageRoot, minter: cfg.Minter, dashboard: cfg.Dashboard,
+		metrics: cfg.Metrics}
 	if s.log == nil {
 		s.log = slog.Default()
 	}

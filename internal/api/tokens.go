@@ -102,7 +102,7 @@ func (s *Server) withTaskToken(header string, h handler) handler {
 		}
 		c, err := s.tokens.Verify(r.Context(), raw)
 		if err != nil {
-			return nil, err
+			return nil, s.rejected(err, header)
 		}
 		return h(w, r.WithContext(context.WithValue(r.Context(), claimsKey{}, c)))
 	}
@@ -126,7 +126,7 @@ var errTokenScope = errors.New("capability token does not cover this task attemp
 func (s *Server) tokenFence(r *http.Request, taskID string, attempt int, leaseToken string) (dispatch.Fence, error) {
 	c := claimsOf(r)
 	if c == nil || taskID != c.TaskID {
-		return dispatch.Fence{}, errTokenScope
+		return dispatch.Fence{}, s.rejected(errTokenScope, "")
 	}
 	if (attempt == 0 || attempt == c.Attempt) && (leaseToken == "" || leaseToken == c.LeaseToken) {
 		return dispatch.Fence{TaskID: c.TaskID, Attempt: c.Attempt, LeaseToken: c.LeaseToken}, nil
@@ -144,5 +144,5 @@ func (s *Server) tokenFence(r *http.Request, taskID string, attempt int, leaseTo
 	case leaseToken != "" && leaseToken != t.LeaseToken:
 		return dispatch.Fence{}, dispatch.ErrLeaseMismatch
 	}
-	return dispatch.Fence{}, errTokenScope
+	return dispatch.Fence{}, s.rejected(errTokenScope, "")
 }

@@ -27,6 +27,8 @@ var (
 	ErrNoKey = errors.New("missing API key")
 	// ErrBadKey: the key is unknown or revoked.
 	ErrBadKey = errors.New("invalid API key")
+	// ErrRevokedKey is the ErrBadKey of a key that was revoked (errors.Is(ErrRevokedKey, ErrBadKey)).
+	ErrRevokedKey = fmt.Errorf("%w: the key was revoked", ErrBadKey)
 )
 
 // secretPrefix marks Baton API keys so that they are recognisable in logs and secret scanners.
@@ -125,7 +127,8 @@ func NewAuthenticator(keys store.Keys, limits Limits, now func() time.Time) *Aut
 }
 
 // Authenticate returns the key a secret belongs to, after charging one request to its rate limit
-// and quota. It returns ErrNoKey, ErrBadKey or a *LimitError when the request must be refused.
+// and quota. It returns ErrNoKey, ErrBadKey (ErrRevokedKey for a revoked key) or a *LimitError
+// when the request must be refused.
 func (a *Authenticator) Authenticate(ctx context.Context, secret string) (*store.APIKey, error) {
 	if secret == "" {
 		return nil, ErrNoKey
@@ -139,8 +142,11 @@ func (a *Authenticator) Authenticate(ctx context.Context, secret string) (*store
 		return nil, fmt.Errorf("look up api key: %w", err)
 	}
 	// The lookup is by hash; compare again in constant time so timing says nothing about the hash.
-	if subtle.ConstantTimeCompare([]byte(k.SecretHash), []byte(hash)) != 1 || !k.RevokedAt.IsZero() {
+	if subtle.ConstantTimeCompare([]byte(k.SecretHash), []byte(hash)) != 1 {
 		return nil, ErrBadKey
+	}
+	if !k.RevokedAt.IsZero() {
+		return nil, ErrRevokedKey
 	}
 	now := a.now()
 	if a.limits.RatePerSecond > 0 {
