@@ -240,7 +240,9 @@ func startBenchServer(ctx context.Context, cfg *bench.Config, dataDir, dbURL str
 	var args, env []string
 	if dbURL == "" {
 		cfg.APIKey = "bench-" + randomHex(16)
-		args = append([]string{"dev", "--data-dir", dataDir}, common...)
+		// No metrics listener: it would take dev's default port, which a developer's own
+		// baton dev may hold.
+		args = append([]string{"dev", "--data-dir", dataDir, "--metrics-listen="}, common...)
 		env = []string{"BATON_API_KEY=" + cfg.APIKey}
 	} else {
 		if cfg.APIKey, err = benchPostgresKey(ctx, dbURL, cfg.TaskName); err != nil {

@@ -206,7 +206,7 @@ func TestBenchRunningServer(t *testing.T) {
 	var srvOut, srvErr syncBuffer
 	go func() {
 		exited <- run(ctx, []string{"dev", "--data-dir", dir, "--listen", producer, "--internal-listen", internal,
-			"--max-tasks-per-job", "0", "--rate-limit", "0", "--daily-quota", "0"}, &srvOut, &srvErr)
+			"--max-tasks-per-job", "0", "--rate-limit", "0", "--daily-quota", "0", "--metrics-listen="}, &srvOut, &srvErr)
 	}()
 	// The bench waits for nothing: wait until the server listens.
 	for deadline := time.Now().Add(20 * time.Second); !strings.Contains(srvOut.String(), "Press Ctrl-C"); {

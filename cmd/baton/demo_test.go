@@ -104,7 +104,7 @@ func runDevDemoInspect(t *testing.T, done string, inspect func(stdout string), d
 	exited := make(chan int, 1)
 	go func() {
 		exited <- run(ctx, append([]string{"dev", "--data-dir", t.TempDir(), "--listen", "127.0.0.1:0",
-			"--internal-listen", "127.0.0.1:0", "--shutdown-timeout", "5s"}, demo...), &stdout, &stderr)
+			"--internal-listen", "127.0.0.1:0", "--metrics-listen=", "--shutdown-timeout", "5s"}, demo...), &stdout, &stderr)
 	}()
 	start := time.Now()
 	for !strings.Contains(stdout.String(), done) {

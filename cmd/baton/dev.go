@@ -29,6 +29,7 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.Var(&demo, "demo", "also run an example end to end with real worker processes and mTLS on /internal/* (development certificates made under --data-dir): `--demo` the five-task job example, `--demo pipeline` the pipeline of examples/pipeline")
 	var f serverFlags
 	f.register(fs)
+	f.metricsListen, fs.Lookup("metrics-listen").DefValue = devMetricsListen, devMetricsListen
 	fs.BoolVar(&f.sink, "sink", true, "run a sink in this process, loading buffered batches (--sink=false: leave them to `baton sink` processes)")
 	if err := fs.Parse(args); err != nil {
 		return 2
@@ -90,15 +91,16 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) int {
   dashboard     http://%s/ui/   (sign in with the API key)
   worker API    %s
   datasets      rows in %s, batches in %s%s
+  metrics       %s
   %s
 Press Ctrl-C to stop.
-`, path, ls.producer.Addr(), ls.producer.Addr(), workerLine, f.dataDatabaseURL, f.blobURL, map[bool]string{true: " (a sink runs in this process)", false: " (no sink here: --sink=false)"}[f.sink], keyLine)
+`, path, ls.producer.Addr(), ls.producer.Addr(), workerLine, f.dataDatabaseURL, f.blobURL, map[bool]string{true: " (a sink runs in this process)", false: " (no sink here: --sink=false)"}[f.sink], metricsLine(ls.metrics), keyLine)
 	stopDemo := func() {}
 	if demo.kind != "" {
 		stopDemo = startDemo(ctx, st, ls, demoCerts, demo.kind, f.blobURL, stdout, stderr)
 	}
 	defer stopDemo()
-	if err := serve(ctx, &f, ls, st, newLogger(stderr)); err != nil {
+	if err := serve(ctx, &f, ls, st, newLogger(stderr, f.logFormat)); err != nil {
 		fmt.Fprintln(stderr, "baton dev:", err)
 		return 1
 	}

@@ -317,7 +317,7 @@ func startDev(t *testing.T, args ...string) string {
 	var stdout, stderr syncBuffer
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan int, 1)
-	full := append([]string{"dev", "--data-dir", t.TempDir(), "--listen", "127.0.0.1:0", "--internal-listen", "127.0.0.1:0", "--shutdown-timeout", "5s"}, args...)
+	full := append([]string{"dev", "--data-dir", t.TempDir(), "--listen", "127.0.0.1:0", "--internal-listen", "127.0.0.1:0", "--metrics-listen=", "--shutdown-timeout", "5s"}, args...)
 	go func() { done <- run(ctx, full, &stdout, &stderr) }()
 	t.Cleanup(func() {
 		cancel()

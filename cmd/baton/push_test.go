@@ -76,7 +76,7 @@ func TestPushSecretFlagErrors(t *testing.T) {
 				t.Parallel()
 				args := []string{cmd, "--listen", "127.0.0.1:0", "--internal-listen", "127.0.0.1:0", "--push-target", "work=http://127.0.0.1:1/run"}
 				if cmd == "dev" {
-					args = append(args, "--data-dir", t.TempDir())
+					args = append(args, "--data-dir", t.TempDir(), "--metrics-listen=")
 				} else {
 					args = append(args, "--internal-insecure", "--database-url", unusedDatabaseURL)
 				}

@@ -23,6 +23,7 @@ import (
 	"github.com/baton-dev/baton/internal/dataset"
 	"github.com/baton-dev/baton/internal/dispatch"
 	"github.com/baton-dev/baton/internal/grant"
+	"github.com/baton-dev/baton/internal/metrics"
 	"github.com/baton-dev/baton/internal/sink"
 	"github.com/baton-dev/baton/internal/store"
 	"github.com/baton-dev/baton/internal/transport"
@@ -55,6 +56,8 @@ type serverFlags struct {
 	sink                         bool
 	sinkFlags                    sinkFlags
 	http                         httpLimits // both listeners'
+	metricsListen                metricsAddr
+	logFormat                    logFormat
 }
 
 // sinkFlags tune a sink, in baton sink and in a server's own.
@@ -133,6 +136,8 @@ func (f *serverFlags) register(fs *flag.FlagSet) {
 	fs.DurationVar(&f.credentialsMaxTTL, "task-credentials-max-ttl", 12*time.Hour, "the longest STS session a task's credentials get (at least 15m); they never outlive the task's capability token")
 	f.sinkFlags.register(fs)
 	f.corsOrigins = corsFlag{origins: []string{"*"}}
+	fs.Var(&f.metricsListen, "metrics-listen", "`ADDRESS` of GET /metrics, the Prometheus metrics, on a listener of its own (empty: none)")
+	f.logFormat.register(fs)
 	fs.Var(&f.corsOrigins, "cors-origins", "browser `ORIGINS` that may call the producer listener: * (any), a comma-separated list such as https://app.example.com,http://localhost:5173, or none (no CORS headers, no preflight answers)")
 }
 
@@ -216,6 +221,7 @@ func (f *serverFlags) internalTLS() (bool, error) {
 // internalTLS says the internal listener requires a client certificate.
 type listeners struct {
 	producer, internal net.Listener
+	metrics            net.Listener // nil: no --metrics-listen
 	internalTLS        bool
 	transport          transport.Transport // nil: the store transport
 	pushTargets        map[string]string
@@ -226,6 +232,9 @@ type listeners struct {
 func (ls *listeners) close() {
 	ls.producer.Close()
 	ls.internal.Close()
+	if ls.metrics != nil {
+		ls.metrics.Close()
+	}
 	if ls.transport != nil {
 		ls.transport.Close()
 	}
@@ -284,13 +293,24 @@ func (f *serverFlags) bind(ctx context.Context) (*listeners, error) {
 	if tlsConf != nil {
 		i = tls.NewListener(i, tlsConf)
 	}
+	var m net.Listener
+	if f.metricsListen != "" {
+		if m, err = net.Listen("tcp", string(f.metricsListen)); err != nil {
+			p.Close()
+			i.Close()
+			return nil, fmt.Errorf("--metrics-listen %s: %w", f.metricsListen, err)
+		}
+	}
 	tr, err := f.transport.open(ctx)
 	if err != nil {
 		p.Close()
 		i.Close()
+		if m != nil {
+			m.Close()
+		}
 		return nil, err
 	}
-	return &listeners{producer: p, internal: i, internalTLS: tlsConf != nil, transport: tr, pushTargets: targets, pushSecrets: secrets}, nil
+	return &listeners{producer: p, internal: i, metrics: m, internalTLS: tlsConf != nil, transport: tr, pushTargets: targets, pushSecrets: secrets}, nil
 }
 
 // serverGCPercent is the server's GOGC unless the environment sets one.
@@ -328,6 +348,11 @@ func serve(ctx context.Context, f *serverFlags, ls *listeners, st store.Store, l
 	if dp.data != nil {
 		cfg.Tables = sink.Tables{DB: dp.data}
 	}
+	var m *metrics.Metrics // nil: no metrics listener, nothing counted
+	if ls.metrics != nil {
+		m = metrics.New()
+		cfg.Metrics = m
+	}
 	d, err := dispatch.New(st, cfg)
 	if err != nil {
 		return err
@@ -343,7 +368,8 @@ func serve(ctx context.Context, f *serverFlags, ls *listeners, st store.Store, l
 	}
 	s := api.New(api.Config{Dispatcher: d, Auth: authn, Tokens: auth.NewTokens(st, nil),
 		Logger: log, MaxBodyBytes: f.maxBodyBytes, PushTargets: ls.pushTargets, Wakeups: wakeups,
-		CORSOrigins: f.corsOrigins.origins, StorageRoot: storageRoot, Minter: minter, Dashboard: dash})
+		CORSOrigins: f.corsOrigins.origins, StorageRoot: storageRoot, Minter: minter, Dashboard: dash,
+		Metrics: m})
 	reaper := d.NewReaper()
 	reaper.Start(ctx)
 	defer reaper.Stop()
@@ -402,8 +428,14 @@ func serve(ctx context.Context, f *serverFlags, ls *listeners, st store.Store, l
 	go d.ListenForWakeups(listenCtx)
 
 	servers := []*http.Server{newHTTPServer(s.ProducerHandler(), f.http, log), newHTTPServer(s.InternalHandler(), f.http, log)}
-	errs := make(chan error, 2)
-	for i, l := range []net.Listener{ls.producer, ls.internal} {
+	listeners := []net.Listener{ls.producer, ls.internal}
+	if m != nil {
+		// The tasks and outbox gauges are counted in the background, never per scrape.
+		go m.RefreshLoop(ctx, st, metrics.DefaultRefreshEvery, log)
+		servers, listeners = append(servers, newHTTPServer(metricsHandler(m), f.http, log)), append(listeners, ls.metrics)
+	}
+	errs := make(chan error, len(servers))
+	for i, l := range listeners {
 		go func() { errs <- servers[i].Serve(l) }()
 	}
 	select {
@@ -478,8 +510,9 @@ func (dp *dataPlane) close() {
 	}
 }
 
-func newLogger(w io.Writer) *slog.Logger {
-	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: slog.LevelInfo}))
+// newLogger is a server's logger: info and above, in format (--log-format).
+func newLogger(w io.Writer, format logFormat) *slog.Logger {
+	return slog.New(format.handler(w, &slog.HandlerOptions{Level: slog.LevelInfo}))
 }
 
 // redactURL hides the password of a server URL for logging.

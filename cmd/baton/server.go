@@ -65,7 +65,7 @@ func runServer(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		fmt.Fprintln(stderr, "baton server:", err)
 		return 1
 	}
-	log := newLogger(stderr)
+	log := newLogger(stderr, f.logFormat)
 	// Watch: while the database does not answer, requests fail fast with 503 instead of hanging.
 	st, err := postgres.Open(ctx, *dbURL, postgres.Options{MaxConns: *maxConns, Migrate: *migrate, Watch: true, Logger: log})
 	if err != nil {
@@ -75,12 +75,12 @@ func runServer(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	}
 	defer st.Close()
 	if ls.internalTLS {
-		log.Info("baton server started", "producer", ls.producer.Addr().String(), "internal", ls.internal.Addr().String(), "internal_tls", "mutual TLS, client certificate required")
+		log.Info("baton server started", "producer", ls.producer.Addr().String(), "internal", ls.internal.Addr().String(), "internal_tls", "mutual TLS, client certificate required", "metrics", metricsLine(ls.metrics))
 	} else {
 		log.Warn("INSECURE: /internal/* is served WITHOUT TLS and WITHOUT client certificates (--internal-insecure); "+
 			"anyone who can reach this address can claim tasks and report results: use only on a private network",
 			"internal", ls.internal.Addr().String())
-		log.Info("baton server started", "producer", ls.producer.Addr().String(), "internal", ls.internal.Addr().String(), "internal_tls", "none")
+		log.Info("baton server started", "producer", ls.producer.Addr().String(), "internal", ls.internal.Addr().String(), "internal_tls", "none", "metrics", metricsLine(ls.metrics))
 	}
 	if err := serve(ctx, &f, ls, st, log); err != nil {
 		fmt.Fprintln(stderr, "baton server:", err)

@@ -28,6 +28,8 @@ func runSink(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	blobURL := fs.String("blob-url", os.Getenv("BATON_BLOB_URL"), "object storage the batches are in, as the server's --blob-url (env BATON_BLOB_URL; S3 settings from the AWS_* variables)")
 	dataURL := fs.String("data-database-url", os.Getenv("BATON_DATA_DATABASE_URL"), "the data database: a PostgreSQL URL, or the SQLite file of `baton dev` (env BATON_DATA_DATABASE_URL)")
 	logLevel := fs.String("log-level", "info", "log level: debug, info, warn or error")
+	var logFmt logFormat
+	logFmt.register(fs)
 	var sf sinkFlags
 	sf.register(fs)
 	var tf transportFlags
@@ -57,7 +59,7 @@ func runSink(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if err := level.UnmarshalText([]byte(*logLevel)); err != nil {
 		return usageErr("--log-level %q: want debug, info, warn or error", *logLevel)
 	}
-	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
+	log := slog.New(logFmt.handler(stderr, &slog.HandlerOptions{Level: level}))
 	client := &http.Client{}
 	switch n := countSet(*caFile, *certFile, *keyFile); {
 	case n == 3:

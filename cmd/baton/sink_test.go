@@ -80,7 +80,7 @@ func testSinkKill(t *testing.T, driver string) {
 	case "sqlite":
 		t.Setenv("BATON_API_KEY", key)
 		dataURL = filepath.Join(dir, "data", dataFile)
-		args = []string{"dev", "--data-dir", filepath.Join(dir, "data"), "--sink=false"}
+		args = []string{"dev", "--data-dir", filepath.Join(dir, "data"), "--sink=false", "--metrics-listen="}
 	case "postgres":
 		controlURL = storetest.NewPostgresDatabase(t).URL
 		dataURL = storetest.NewPostgresDatabase(t).URL

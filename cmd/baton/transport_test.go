@@ -264,7 +264,7 @@ func startDevServer(t *testing.T, extra ...string) (producer, string) {
 	var out, errOut syncBuffer
 	exited := make(chan int, 1)
 	args := append([]string{"dev", "--data-dir", t.TempDir(), "--listen", addr, "--internal-listen", internal,
-		"--reconcile-every", "200ms", "--reconcile-grace", "1s"}, extra...)
+		"--reconcile-every", "200ms", "--reconcile-grace", "1s", "--metrics-listen="}, extra...)
 	go func() { exited <- run(ctx, args, &out, &errOut) }()
 	t.Cleanup(func() {
 		stop()

@@ -159,6 +159,8 @@ func runWorker(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	pollWait := fs.Duration("poll-wait", 0, "how long one wait for work lasts: a long poll of the server, or a wait on the transport (0: 20s; at most 1m)")
 	shutdown := fs.Duration("shutdown-timeout", 0, "on SIGTERM, how long running tasks may finish before they are stopped and handed back (0: 30s)")
 	logLevel := fs.String("log-level", "info", "log level: debug, info, warn or error")
+	var logFmt logFormat
+	logFmt.register(fs)
 	blobURL := fs.String("blob-url", os.Getenv("BATON_BLOB_URL"), "object storage the wrapper writes children's batches to, as the server's --blob-url (env BATON_BLOB_URL; S3 settings from the AWS_* variables)")
 	fs.Var(&queues, "queue", "queue `NAME` to claim from (repeatable; default: the task names)")
 	var tf transportFlags
@@ -197,7 +199,7 @@ func runWorker(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	if err := level.UnmarshalText([]byte(*logLevel)); err != nil {
 		return usageErr("--log-level %q: want debug, info, warn or error", *logLevel)
 	}
-	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
+	log := slog.New(logFmt.handler(stderr, &slog.HandlerOptions{Level: level}))
 	if u, err := url.Parse(*publicURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		return usageErr("--url %q: want http(s)://host[:port]", *publicURL)
 	}

@@ -304,7 +304,7 @@ func (r *run) newServer(name string, args, env []string) (*server, error) {
 // startDev starts one `baton dev` on a SQLite file.
 func (r *run) startDev(ctx context.Context) error {
 	r.apiKey = "chaos-" + nonce()
-	s, err := r.newServer("server-0", []string{"dev", "--data-dir", filepath.Join(r.cfg.Dir, "data"), "--sink=false"},
+	s, err := r.newServer("server-0", []string{"dev", "--data-dir", filepath.Join(r.cfg.Dir, "data"), "--sink=false", "--metrics-listen="},
 		[]string{"BATON_API_KEY=" + r.apiKey})
 	if err != nil {
 		return err
