@@ -4,6 +4,7 @@ import (
 	"errors"
 
 	"github.com/baton-dev/baton/internal/metrics"
+	"github.com/baton-dev/baton/internal/store"
 )
 
 // The dispatcher's metrics (Config.Metrics): transitions are counted by the public methods once
@@ -32,12 +33,12 @@ func (d *Dispatcher) countClaims(claims []*Claim, err error) {
 	}
 }
 
-// reportKind is the kind of transition a worker's report of outcome is.
+// reportKind is the kind of transition a worker's report is, by its outcome.
 func reportKind(p *CompleteParams) metrics.Kind {
 	switch p.Outcome {
-	case "failed":
+	case store.OutcomeFailed:
 		return metrics.Fail
-	case "canceled":
+	case store.OutcomeCanceled:
 		return metrics.Stop
 	}
 	return metrics.Complete
