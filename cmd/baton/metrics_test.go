@@ -91,7 +91,7 @@ func postJSONTo(t *testing.T, url string, body any, headers ...string) (int, map
 	return res.StatusCode, v
 }
 
-// TestMetricsEndToEnd runs seed 001's five-task job on a real server — `baton dev` on SQLite and
+// TestMetricsEndToEnd runs the five-task example job on a real server — `baton dev` on SQLite and
 // `baton server` on PostgreSQL — with a worker speaking the stream dialect over HTTP that fails
 // one task once, and checks that /metrics moved by exactly what happened.
 func TestMetricsEndToEnd(t *testing.T) {
@@ -105,7 +105,7 @@ func TestMetricsEndToEnd(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			s := tc.start(t)
 			before := scrape(t, s.metrics)
-			runSeedJob(t, s)
+			runExampleJob(t, s)
 			after := scrape(t, s.metrics)
 			delta := func(name string, labels ...string) float64 {
 				return valueOf(after, name, labels...) - valueOf(before, name, labels...)
@@ -164,17 +164,17 @@ func TestMetricsEndToEnd(t *testing.T) {
 	}
 }
 
-// runSeedJob submits seed 001's job and works it off over the stream dialect: one worker that
+// runExampleJob submits the five-task example job and works it off over the stream dialect: one worker that
 // fails color-tags' first attempt (INFRASTRUCTURE, retryable) and heartbeats
 // analyze-competitors once. It also asks for the job list without a key, once.
-func runSeedJob(t *testing.T, s *metricsServer) {
+func runExampleJob(t *testing.T, s *metricsServer) {
 	t.Helper()
-	seed, err := os.ReadFile("../../examples/seed-001-job.json")
+	example, err := os.ReadFile("../../examples/seed-001-job.json")
 	if err != nil {
 		t.Fatal(err)
 	}
 	var job map[string]any
-	if err := json.Unmarshal(seed, &job); err != nil {
+	if err := json.Unmarshal(example, &job); err != nil {
 		t.Fatal(err)
 	}
 	code, created := postJSONTo(t, s.public+"/jobs", job, "x-api-key", s.key)
