@@ -236,3 +236,41 @@ func TestRefreshCountsTasksAndOutbox(t *testing.T) {
 	check("load", "waiting", 0)
 	check("fetch", "running", 1) // asked to stop; it runs until it does or its grace ends
 }
+
+// The hot path's costs: a transition, a committed transaction's tally, an instrumented request.
+func BenchmarkTransitions(b *testing.B) {
+	m := metrics.New()
+	b.ReportAllocs()
+	for b.Loop() {
+		m.Transitions(metrics.Complete, metrics.OK, 1)
+	}
+}
+
+func BenchmarkRecordTally(b *testing.B) {
+	m := metrics.New()
+	b.ReportAllocs()
+	for b.Loop() {
+		var t metrics.Tally
+		t.Retry(lifecycle.Infrastructure)
+		m.Record(&t)
+	}
+}
+
+func BenchmarkInstrument(b *testing.B) {
+	m := metrics.New()
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /jobs/{jobId}", func(w http.ResponseWriter, r *http.Request) {})
+	for _, h := range []struct {
+		name string
+		h    http.Handler
+	}{{"bare", mux}, {"instrumented", m.Instrument("public", mux)}} {
+		b.Run(h.name, func(b *testing.B) {
+			r := httptest.NewRequest("GET", "/jobs/j-1", nil)
+			w := httptest.NewRecorder()
+			b.ReportAllocs()
+			for b.Loop() {
+				h.h.ServeHTTP(w, r)
+			}
+		})
+	}
+}
