@@ -68,8 +68,10 @@ func (m *Metrics) Refresh(ctx context.Context, st Counts) error {
 	return nil
 }
 
-// setTasks sets baton_tasks; only the refresh loop calls it.
+// setTasks sets baton_tasks.
 func (m *Metrics) setTasks(counts []store.TaskCount) {
+	m.tasksMu.Lock()
+	defer m.tasksMu.Unlock()
 	seen := make(map[[2]string]bool, len(counts))
 	for _, c := range counts {
 		k := [2]string{c.Queue, c.State}

@@ -170,6 +170,7 @@ type Metrics struct {
 	tasks        *prometheus.GaugeVec
 	outboxUnsent prometheus.Gauge
 	outboxOldest prometheus.Gauge
+	tasksMu      sync.Mutex         // serialises setTasks
 	taskSeries   map[[2]string]bool // the (queue, state) series set so far (gauges.go)
 
 	httpRequests *prometheus.CounterVec
