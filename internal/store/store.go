@@ -360,6 +360,9 @@ type Job struct {
 	Pipeline        string
 	PipelineVersion string
 	PipelineJob     string
+	// Traceparent is the W3C trace context the job was submitted under ("" if none): its tasks
+	// are handed it with every claim, so that the workers' spans join the producer's trace.
+	Traceparent string
 }
 
 // Task is one node of a job's DAG and its current attempt.
@@ -408,6 +411,9 @@ type Task struct {
 	// (a pipeline job's scaling.max_concurrency): a claim that would exceed it does not happen.
 	ConcurrencyKey   string
 	ConcurrencyLimit int
+	// Traceparent is its job's W3C trace context, copied when the task is inserted so that a
+	// claim returns it with the task row instead of reading the job; "" if the job has none.
+	Traceparent string
 }
 
 // AttemptsUsed counts the attempts of the current run against MaxAttempts.

@@ -11,7 +11,7 @@ import (
 
 const jobCols = `seq, id, tenant, name, status, idempotency_key, request_hash, total_tasks,
 	unfinished_tasks, created_at, finished_at, cancel_requested_at, failure_detected_at, pipeline,
-	pipeline_version, pipeline_job`
+	pipeline_version, pipeline_job, traceparent`
 
 func scanJob(row interface{ Scan(...any) error }) (*store.Job, error) {
 	var (
@@ -22,7 +22,7 @@ func scanJob(row interface{ Scan(...any) error }) (*store.Job, error) {
 	)
 	err := row.Scan(&j.Seq, &j.ID, &j.Tenant, &j.Name, &j.Status, &idem, &j.RequestHash,
 		&j.TotalTasks, &j.UnfinishedTasks, &created, &finished, &cancelReq, &failureDetected,
-		&pipeline, &version, &pipelineJob)
+		&pipeline, &version, &pipelineJob, &j.Traceparent)
 	if err != nil {
 		return nil, notFound(err)
 	}
@@ -69,7 +69,7 @@ func (q q) ListJobs(ctx context.Context, p store.ListJobsParams) ([]*store.Job, 
 // InsertJob implements store.Tx.
 func (t *tx) InsertJob(ctx context.Context, j *store.Job) error {
 	err := t.queryRow(ctx, `INSERT INTO jobs (`+strings.Join(jobInsertCols, ", ")+`)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13) RETURNING seq`, jobRow(j)...).Scan(&j.Seq)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14) RETURNING seq`, jobRow(j)...).Scan(&j.Seq)
 	if err != nil {
 		if t.d.IsUnique(err) {
 			return store.ErrConflict
@@ -80,13 +80,13 @@ func (t *tx) InsertJob(ctx context.Context, j *store.Job) error {
 }
 
 var jobInsertCols = []string{"id", "tenant", "name", "status", "idempotency_key", "request_hash",
-	"total_tasks", "unfinished_tasks", "created_at", "finished_at", "pipeline", "pipeline_version", "pipeline_job"}
+	"total_tasks", "unfinished_tasks", "created_at", "finished_at", "pipeline", "pipeline_version", "pipeline_job", "traceparent"}
 
 // jobRow is the values of jobInsertCols.
 func jobRow(j *store.Job) []any {
 	return []any{j.ID, j.Tenant, j.Name, string(j.Status), strArg(j.IdempotencyKey), j.RequestHash,
 		j.TotalTasks, j.UnfinishedTasks, ms(j.CreatedAt), ms(j.FinishedAt), strArg(j.Pipeline),
-		strArg(j.PipelineVersion), strArg(j.PipelineJob)}
+		strArg(j.PipelineVersion), strArg(j.PipelineJob), j.Traceparent}
 }
 
 // UpdateJob implements store.Tx.

@@ -53,7 +53,7 @@ const taskCols = `seq, id, job_id, task_key, name, queue, priority, runtime, inp
 	lease_expires_at, worker_id, started_at, heartbeat_at, deadline_at, reap_at,
 	cancel_requested_at, cancel_reason, output, error, backoff_base_ms, backoff_max_ms, timeout_ms,
 	heartbeat_timeout_ms, cancel_grace_ms, created_at, finished_at, dead_lettered_at,
-	last_event_type, last_event_at, route, concurrency_key, concurrency_limit`
+	last_event_type, last_event_at, route, concurrency_key, concurrency_limit, traceparent`
 
 func scanTask(row interface{ Scan(...any) error }) (*store.Task, error) {
 	var (
@@ -70,7 +70,7 @@ func scanTask(row interface{ Scan(...any) error }) (*store.Task, error) {
 		&available, &t.LeaseToken, &leaseExp, &t.WorkerID, &started, &hb, &deadline, &reap,
 		&cancelReq, &t.CancelReason, &output, &errJSON, &backoffBase, &backoffMax, &timeout,
 		&hbTimeout, &grace, &created, &finished, &dead, &lastEvent, &lastAt, &route,
-		&concurrency, &t.ConcurrencyLimit)
+		&concurrency, &t.ConcurrencyLimit, &t.Traceparent)
 	if err != nil {
 		return nil, notFound(err)
 	}
@@ -372,7 +372,7 @@ func (t *tx) InsertTasks(ctx context.Context, tasks []*store.Task) error {
 		"depends_on", "unfinished_parents", "status", "max_attempts", "available_at",
 		"backoff_base_ms", "backoff_max_ms", "timeout_ms", "heartbeat_timeout_ms", "cancel_grace_ms",
 		"created_at", "finished_at", "last_event_type", "last_event_at", "route", "concurrency_key",
-		"concurrency_limit"}
+		"concurrency_limit", "traceparent"}
 	rows := make([][]any, len(tasks))
 	for i, tk := range tasks {
 		deps, err := json.Marshal(tk.DependsOn)
@@ -387,7 +387,7 @@ func (t *tx) InsertTasks(ctx context.Context, tasks []*store.Task) error {
 			tk.AvailableAt.UnixMilli(), tk.BackoffBase.Milliseconds(), tk.BackoffMax.Milliseconds(),
 			tk.Timeout.Milliseconds(), tk.HeartbeatTimeout.Milliseconds(), tk.CancelGrace.Milliseconds(),
 			tk.CreatedAt.UnixMilli(), ms(tk.FinishedAt), strArg(tk.LastEventType), ms(tk.LastEventAt),
-			jsonArg(tk.Route), strArg(tk.ConcurrencyKey), tk.ConcurrencyLimit}
+			jsonArg(tk.Route), strArg(tk.ConcurrencyKey), tk.ConcurrencyLimit, tk.Traceparent}
 	}
 	return t.insertRows(ctx, "tasks", cols, rows, "")
 }

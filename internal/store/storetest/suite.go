@@ -43,6 +43,7 @@ func Run(t *testing.T, open func(t testing.TB) store.Store) {
 		{"ClaimTaskNotClaimable", testClaimTaskNotClaimable},
 		{"ClaimTaskRaceHasOneWinner", testClaimTaskRaceHasOneWinner},
 		{"ClaimAndCompleteTasksInBatches", testClaimAndCompleteTasksInBatches},
+		{"TraceparentSurvivesInsertAndClaim", testTraceparentSurvivesInsertAndClaim},
 		{"UpdateTaskWritesMutableFields", testUpdateTaskWritesMutableFields},
 		{"UpdateTaskStaleFenceIsLeaseLost", testUpdateTaskStaleFenceIsLeaseLost},
 		{"ReleaseChildrenWaitsForEveryParent", testReleaseChildrenWaitsForEveryParent},
@@ -1061,6 +1062,73 @@ func testClaimTaskNotClaimable(t *testing.T, st store.Store) {
 			checkSame(t, key+": after a refused claim", before, getTask(t, st, id))
 		} else if _, err := st.GetTask(ctx, id); !errors.Is(err, store.ErrNotFound) {
 			t.Errorf("unknown: GetTask after the claim: %v, want ErrNotFound", err)
+		}
+	}
+}
+
+// A job's traceparent is stored with it and read back by every job query; its tasks' copies
+// come back from GetTask and from both claims, one by one and in a batch, including a claim under
+// a concurrency limit (a statement of its own). A job and tasks without one read as "".
+func testTraceparentSurvivesInsertAndClaim(t *testing.T, st store.Store) {
+	ctx := t.Context()
+	const tp = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+	job := newJob("tenant")
+	job.IdempotencyKey, job.Traceparent = "traced", tp
+	var tasks []*store.Task
+	for _, key := range []string{"one", "batch1", "batch2", "limited"} {
+		tk := newTask(job.ID, key)
+		tk.Traceparent = tp
+		tasks = append(tasks, tk)
+	}
+	tasks[3].ConcurrencyKey, tasks[3].ConcurrencyLimit = "traced-key", 1
+	ts := seed(t, st, job, tasks...)
+	plain := newJob("tenant")
+	pts := seed(t, st, plain, newTask(plain.ID, "untraced"))
+
+	if got := getJob(t, st, job.ID).Traceparent; got != tp {
+		t.Errorf("GetJob: traceparent %q, want %q", got, tp)
+	}
+	if j, err := st.JobByIdempotencyKey(ctx, "tenant", "traced"); err != nil || j.Traceparent != tp {
+		t.Errorf("JobByIdempotencyKey: %v, traceparent %q, want %q", err, j.Traceparent, tp)
+	}
+	jobs, err := st.ListJobs(ctx, store.ListJobsParams{Tenant: "tenant", Limit: 10})
+	if err != nil || len(jobs) != 2 {
+		t.Fatalf("ListJobs: %d jobs, %v", len(jobs), err)
+	}
+	for _, j := range jobs {
+		if want := map[string]string{job.ID: tp, plain.ID: ""}[j.ID]; j.Traceparent != want {
+			t.Errorf("ListJobs: job %s has traceparent %q, want %q", j.ID, j.Traceparent, want)
+		}
+	}
+	if got := getJob(t, st, plain.ID).Traceparent; got != "" {
+		t.Errorf("a job inserted without a traceparent reads %q", got)
+	}
+	if got := getTask(t, st, ts["one"].ID).Traceparent; got != tp {
+		t.Errorf("GetTask: traceparent %q, want %q", got, tp)
+	}
+
+	now := at(time.Minute)
+	if got := mustClaim(t, st, ts["one"].ID, now).Traceparent; got != tp {
+		t.Errorf("ClaimTask: traceparent %q, want %q", got, tp)
+	}
+	if got := mustClaim(t, st, pts["untraced"].ID, now).Traceparent; got != "" {
+		t.Errorf("ClaimTask of a task without a traceparent: %q", got)
+	}
+	var claimed []*store.Task
+	inTx(t, st, func(tx store.Tx) error {
+		claimed, err = tx.ClaimTasks(ctx, []store.ClaimTaskParams{
+			{ID: ts["batch1"].ID, Now: now, WorkerID: "w", LeaseToken: "t1"},
+			{ID: ts["batch2"].ID, Now: now, WorkerID: "w", LeaseToken: "t2"},
+			{ID: ts["limited"].ID, Now: now, WorkerID: "w", LeaseToken: "t3"},
+		})
+		return err
+	})
+	if len(claimed) != 3 {
+		t.Fatalf("ClaimTasks claimed %d tasks, want 3", len(claimed))
+	}
+	for _, tk := range claimed {
+		if tk.Traceparent != tp {
+			t.Errorf("ClaimTasks: task %s has traceparent %q, want %q", tk.Key, tk.Traceparent, tp)
 		}
 	}
 }
