@@ -248,6 +248,15 @@ func (cm *committer) commit(batch []*pending) {
 	default:
 		return
 	}
+	all := slices.Concat(batch, completes, claims)
+	var end endSpan
+	if d.tracer != nil {
+		links := make([]context.Context, len(all))
+		for i, p := range all {
+			links[i] = p.ctx
+		}
+		ctx, end = d.traceTx(ctx, SpanGroupCommit, len(all), links)
+	}
 	idx := make([]int, len(completes))
 	for i := range idx {
 		idx[i] = i
@@ -259,6 +268,9 @@ func (cm *committer) commit(batch []*pending) {
 		err = g.run(true)
 	}
 	d.cfg.Metrics.Commit(len(batch)+len(completes)+len(claims), time.Since(start))
+	if end != nil {
+		end(err)
+	}
 	if err == nil {
 		d.committed(g.ready, g.routable, g.buffered)
 		d.cfg.Metrics.Record(&g.tally)
@@ -271,7 +283,7 @@ func (cm *committer) commit(batch []*pending) {
 	if cm.observe != nil {
 		cm.observe(len(batch)+len(completes)+len(claims), err == nil)
 	}
-	for _, p := range slices.Concat(batch, completes, claims) {
+	for _, p := range all {
 		if err != nil {
 			p.err, p.result, p.slow, p.claims, p.alone = err, nil, false, nil, alone
 		}

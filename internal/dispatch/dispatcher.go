@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/jonboulle/clockwork"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/baton-dev/baton/internal/lifecycle"
 	"github.com/baton-dev/baton/internal/metrics"
@@ -64,6 +65,9 @@ type Config struct {
 	// Metrics, when not nil, counts transitions, claims, group commits, retries, dead letters and
 	// expiries.
 	Metrics *metrics.Metrics
+	// TracerProvider, when not nil, traces each transaction (a span per group commit and per
+	// transaction of its own); nil traces nothing.
+	TracerProvider trace.TracerProvider
 }
 
 // Validate reports a setting that cannot work.
@@ -98,6 +102,9 @@ type Dispatcher struct {
 	// retryFor: see Config.RetryFor.
 	retryFor time.Duration
 	specs    specCache // the pipeline versions' specs read so far
+
+	// tracer traces transactions (trace.go); nil: tracing is off.
+	tracer trace.Tracer
 }
 
 // New returns a dispatcher over st.
@@ -127,6 +134,9 @@ func New(st store.Store, cfg Config) (*Dispatcher, error) {
 	}
 	if d.jitter == nil {
 		d.jitter = rand.Float64
+	}
+	if cfg.TracerProvider != nil {
+		d.tracer = cfg.TracerProvider.Tracer(tracerName)
 	}
 	if !cfg.GroupCommit.Off {
 		d.commit = newCommitter(d, cfg.GroupCommit)

@@ -27,6 +27,10 @@ type CreateJobParams struct {
 	IdempotencyKey string
 	RequestHash    string
 	Tasks          []lifecycle.TaskSpec
+	// Traceparent is the W3C trace context to keep with the job, "" for none: each of its tasks
+	// hands it to the workers that claim it, so that their spans join the producer's trace. The
+	// caller passes only a valid one.
+	Traceparent string
 }
 
 // CreateJobResult is the created (or, on an idempotent repeat, the original) job.
@@ -76,8 +80,12 @@ func (d *Dispatcher) CreateJob(ctx context.Context, p CreateJobParams) (_ *Creat
 			TotalTasks:      len(p.Tasks),
 			UnfinishedTasks: len(p.Tasks),
 			CreatedAt:       now,
+			Traceparent:     p.Traceparent,
 		}
 		tasks, ids := d.newTasks(job.ID, p.Tasks, now)
+		for _, t := range tasks {
+			t.Traceparent = job.Traceparent
+		}
 		deps := edges(job.ID, p.Tasks, ids)
 		roots = nil
 		created := make([]map[string]any, len(p.Tasks))
@@ -274,6 +282,9 @@ func (d *Dispatcher) AddTasks(ctx context.Context, p AddTasksParams) (_ *AddTask
 		}
 		now := c.now
 		tasks, newIDs := d.newTasks(job.ID, p.Tasks, now)
+		for _, t := range tasks {
+			t.Traceparent = job.Traceparent // added tasks join the job's trace
+		}
 		byKey := make(map[string]*store.Task, len(tasks))
 		for _, t := range tasks {
 			byKey[t.Key] = t

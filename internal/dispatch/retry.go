@@ -84,6 +84,7 @@ func (d *Dispatcher) retry(ctx context.Context, fn func() error) error {
 // claimable. It does not retry.
 func (d *Dispatcher) runOnce(ctx context.Context, locks store.LockSet, fn func(tx store.Tx, c *changes) error) error {
 	var c *changes
+	ctx, end := d.traceTx(ctx, SpanTransaction, 1, nil)
 	err := d.store.InTx(ctx, func(tx store.Tx) error {
 		c = d.newChanges()
 		if err := tx.LockRows(ctx, locks); err != nil {
@@ -102,6 +103,7 @@ func (d *Dispatcher) runOnce(ctx context.Context, locks store.LockSet, fn func(t
 		}
 		return c.write(ctx, tx)
 	})
+	end(err)
 	if err == nil {
 		d.committed(c.ready, c.routable, c.buffered)
 		d.cfg.Metrics.Record(&c.tally)
