@@ -281,7 +281,7 @@ func (s *Server) internalClaim(w http.ResponseWriter, r *http.Request) (any, err
 	if err != nil {
 		return nil, err
 	}
-	return map[string]any{
+	answer := map[string]any{
 		"status":                      "Claimed",
 		"task_id":                     t.ID,
 		"attempt":                     t.Attempt,
@@ -292,7 +292,12 @@ func (s *Server) internalClaim(w http.ResponseWriter, r *http.Request) (any, err
 		"heartbeat_interval_seconds":  max(int64(c.HeartbeatInterval/time.Second), 1),
 		"lease_ttl_seconds":           int64(t.HeartbeatTimeout / time.Second),
 		"task":                        taskPayload(t, job, c.DependencyOutputs),
-	}, nil
+	}
+	if t.Traceparent != "" {
+		// Also beside the task, as the stream dialect and the push envelope have it.
+		answer["traceparent"] = t.Traceparent
+	}
+	return answer, nil
 }
 
 // taskPayload is everything a worker needs to run a task (seed 000's task object): the claim's
@@ -328,6 +333,9 @@ func taskPayload(t *store.Task, job *store.Job, deps map[string]json.RawMessage)
 		"dependency_outputs": outputs,
 		"queue":              t.Queue,
 		"timeout_seconds":    timeout,
+	}
+	if t.Traceparent != "" {
+		out["traceparent"] = t.Traceparent // the job's trace context, for the worker's spans
 	}
 	addRoute(out, t, job)
 	return out

@@ -13,9 +13,12 @@ import (
 	"strings"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/baton-dev/baton/internal/dispatch"
 	"github.com/baton-dev/baton/internal/lifecycle"
 	"github.com/baton-dev/baton/internal/store"
+	"github.com/baton-dev/baton/internal/telemetry"
 )
 
 // GET /healthz
@@ -96,7 +99,7 @@ func (s *Server) createJob(w http.ResponseWriter, r *http.Request) (any, error) 
 	}
 	hash := sha256.Sum256(body)
 	res, err := s.d.CreateJob(r.Context(), dispatch.CreateJobParams{Tenant: tenantOf(r), Name: name,
-		IdempotencyKey: key, RequestHash: hex.EncodeToString(hash[:]), Tasks: tasks})
+		IdempotencyKey: key, RequestHash: hex.EncodeToString(hash[:]), Tasks: tasks, Traceparent: jobTraceparent(r)})
 	if err != nil {
 		return nil, err
 	}
@@ -114,6 +117,18 @@ func (s *Server) createJob(w http.ResponseWriter, r *http.Request) (any, error) 
 		"rootTasks":  roots,
 		"createdAt":  res.Job.CreatedAt.UnixMilli(),
 	}}, nil
+}
+
+// jobTraceparent is the W3C trace context a new job keeps for its tasks' workers: the request's
+// traceparent header when it is valid (an invalid one is ignored, as W3C says), else the server
+// span's when tracing is on (the job is then still one trace), else "".
+func jobTraceparent(r *http.Request) string {
+	if h := r.Header.Get("traceparent"); validTraceparent(h) {
+		if tp := telemetry.NormalTraceparent(h); tp != "" {
+			return tp
+		}
+	}
+	return telemetry.Traceparent(trace.SpanContextFromContext(r.Context()))
 }
 
 // maxIdempotencyKey bounds an Idempotency-Key: the key is kept in a unique index, and PostgreSQL

@@ -255,7 +255,7 @@ func (p *Pusher) deliver(ctx context.Context, c *dispatch.Claim) {
 		return
 	}
 	start := time.Now()
-	status, err := p.post(ctx, target, key, body)
+	status, err := p.post(ctx, target, key, t.Traceparent, body)
 	if err != nil {
 		p.fail(ctx, log, t, lifecycle.Infrastructure, err.Error())
 		return
@@ -295,6 +295,9 @@ type taskEnvelope struct {
 	Inputs   []dispatch.RouteInput  `json:"inputs,omitempty"`
 	Outputs  []dispatch.RouteOutput `json:"outputs,omitempty"`
 	Trigger  json.RawMessage        `json:"trigger,omitempty"`
+	// Traceparent is the W3C trace context of the task's job, also sent as the traceparent
+	// header; left out when the job has none.
+	Traceparent string `json:"traceparent,omitempty"`
 }
 
 func (p *Pusher) envelope(ctx context.Context, c *dispatch.Claim, key string) ([]byte, error) {
@@ -333,6 +336,7 @@ func (p *Pusher) envelope(ctx context.Context, c *dispatch.Claim, key string) ([
 		HeartbeatTimeoutMs:  t.HeartbeatTimeout.Milliseconds(),
 		CancelGracePeriodMs: t.CancelGrace.Milliseconds(),
 		IdempotencyKey:      key,
+		Traceparent:         t.Traceparent,
 	}
 	if r := dispatch.DecodeRoute(t); r != nil {
 		env.Job, env.Operator, env.Config = &r.Job, t.Name, rawOrNull(t.Input)
@@ -347,9 +351,9 @@ func (p *Pusher) envelope(ctx context.Context, c *dispatch.Claim, key string) ([
 	return b.Bytes(), nil
 }
 
-// post sends one delivery. A nil error means the target took the task (a 2xx); otherwise the
-// error's text is the task error's message.
-func (p *Pusher) post(ctx context.Context, target pushTarget, key string, body []byte) (int, error) {
+// post sends one delivery, with the job's traceparent (if any) as its header. A nil error means
+// the target took the task (a 2xx); otherwise the error's text is the task error's message.
+func (p *Pusher) post(ctx context.Context, target pushTarget, key, traceparent string, body []byte) (int, error) {
 	ctx, cancel := context.WithTimeout(ctx, p.cfg.Timeout)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, target.url, bytes.NewReader(body))
@@ -358,6 +362,9 @@ func (p *Pusher) post(ctx context.Context, target pushTarget, key string, body [
 	}
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Idempotency-Key", key)
+	if traceparent != "" {
+		req.Header.Set("traceparent", traceparent)
+	}
 	if target.secret != "" {
 		ts, sig := auth.SignPush(target.secret, p.cfg.Clock.Now(), body)
 		req.Header.Set("Authorization", "Bearer "+target.secret)

@@ -63,7 +63,7 @@ func FuzzPushAnswer(f *testing.F) {
 	f.Add(uint16(100), []byte(strings.Repeat("x", 5000)))
 	f.Fuzz(func(t *testing.T, code uint16, answer []byte) {
 		status, body = 200+int(code)%400, answer
-		got, err := p.post(context.Background(), target, "job-1/t-1/1", envelope)
+		got, err := p.post(context.Background(), target, "job-1/t-1/1", "", envelope)
 		if sent == nil || !bytes.Equal(sentBody, envelope) || sent.Header.Get("Authorization") != "Bearer "+secret ||
 			auth.CheckPushSignature(secret, sent.Header.Get(auth.PushTimestampHeader), sentBody, sent.Header.Get(auth.PushSignatureHeader)) != nil {
 			t.Fatalf("the delivery was not sent signed: %+v", sent)

@@ -3,6 +3,8 @@ package api
 import (
 	"net/http"
 	"strings"
+
+	"github.com/baton-dev/baton/internal/telemetry"
 )
 
 // Listener is the listener a route is served on.
@@ -148,14 +150,16 @@ func (s *Server) Routes() []Route {
 }
 
 // ProducerHandler serves the public listener: the producer API, /openapi.json, /healthz and
-// /readyz, and the task-scoped and callback dialects, all behind the CORS policy.
+// /readyz, and the task-scoped and callback dialects, all behind the CORS policy; with tracing on,
+// each request in a server span.
 func (s *Server) ProducerHandler() http.Handler {
-	return s.metrics.Instrument(string(PublicListener), s.cors(s.guard(s.mux(PublicListener))))
+	return s.metrics.Instrument(string(PublicListener), telemetry.Handler(s.tracing, s.cors(s.guard(s.mux(PublicListener)))))
 }
 
-// InternalHandler serves the worker-facing listener: health checks and the worker dialects.
+// InternalHandler serves the worker-facing listener: health checks and the worker dialects; with
+// tracing on, each request in a server span.
 func (s *Server) InternalHandler() http.Handler {
-	return s.metrics.Instrument(string(InternalListener), s.guard(s.mux(InternalListener)))
+	return s.metrics.Instrument(string(InternalListener), telemetry.Handler(s.tracing, s.guard(s.mux(InternalListener))))
 }
 
 // mux registers the routes of listener l, and the catch-all of the paths it does not serve.

@@ -13,6 +13,8 @@ import (
 	"sync"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/baton-dev/baton/internal/auth"
 	"github.com/baton-dev/baton/internal/dispatch"
 	"github.com/baton-dev/baton/internal/grant"
@@ -57,6 +59,9 @@ type Config struct {
 	Dashboard http.Handler
 	// Metrics, when not nil, counts the requests of both listeners and the refused credentials.
 	Metrics *metrics.Metrics
+	// TracerProvider, when not nil, gives every request of both listeners a server span
+	// (telemetry.Handler); nil traces nothing.
+	TracerProvider trace.TracerProvider
 }
 
 // Server serves Baton's HTTP APIs.
@@ -83,6 +88,8 @@ type Server struct {
 
 	drainCtx context.Context // ends when the server starts shutting down
 	drain    context.CancelFunc
+
+	tracing trace.TracerProvider // nil: off
 }
 
 // Drain ends waiting long polls and event streams: call it when shutdown begins, before
@@ -105,6 +112,7 @@ func New(cfg Config) *Server {
 		s.poll = 250 * time.Millisecond
 	}
 	s.drainCtx, s.drain = context.WithCancel(context.Background())
+	s.tracing = cfg.TracerProvider
 	return s
 }
 

@@ -146,6 +146,7 @@ func (s *Server) streamClaimAnswer(ctx context.Context, c *dispatch.Claim, msgID
 		LeaseExpiresAt:           streamTime(t.LeaseExpiresAt),
 		CapabilityToken:          tok,
 		CapabilityTokenExpiresAt: streamTime(exp),
+		Traceparent:              t.Traceparent,
 	}
 	if t.Timeout > 0 {
 		secs := t.Timeout.Seconds()
@@ -181,6 +182,9 @@ type streamClaimed struct {
 	LeaseExpiresAt           any                        `json:"lease_expires_at"` // see streamTime
 	CapabilityToken          string                     `json:"capability_token"`
 	CapabilityTokenExpiresAt any                        `json:"capability_token_expires_at"`
+	// Traceparent is the W3C trace context of the task's job, for the worker's spans; left out
+	// when the job has none.
+	Traceparent string `json:"traceparent,omitempty"`
 	// A pipeline task's data-plane part, all set or all left out.
 	Job      *dispatch.RouteJob      `json:"job,omitempty"`
 	Operator string                  `json:"operator,omitempty"`
