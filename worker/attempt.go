@@ -10,6 +10,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"go.opentelemetry.io/otel/codes"
+
 	"github.com/baton-dev/baton/internal/transport"
 )
 
@@ -97,7 +99,13 @@ func (w *Worker) call(a *attempt, res chan<- result) {
 			Message: fmt.Sprintf("no handler for task name %q on worker %s", a.task.Name, w.cfg.workerID)}})
 		return
 	}
-	out, err := h(a.handlerCtx, a.task)
+	ctx, span := w.startSpan(a)
+	defer span.End()
+	out, err := h(ctx, a.task)
+	if err != nil {
+		span.RecordError(err)
+		span.SetStatus(codes.Error, err.Error())
+	}
 	returned = true
 	res <- a.returned(result{out: out, err: err})
 }

@@ -4,6 +4,8 @@ import (
 	"log/slog"
 	"net/http"
 	"time"
+
+	"go.opentelemetry.io/otel/trace"
 )
 
 const (
@@ -29,6 +31,8 @@ type config struct {
 	// Wake-ups from a transport instead of long polls (WithWakeups).
 	wakeKind, wakeURL, wakeNamespace string
 	blobURL                          string // WithBlob
+	// tracerProvider starts the task spans (WithTracerProvider); nil: OpenTelemetry's global.
+	tracerProvider trace.TracerProvider
 }
 
 // Option configures a Worker.
@@ -96,3 +100,12 @@ func WithWakeups(kind, url string) Option {
 // WithWakeupNamespace sets the namespace of the wake-up transport's keys and streams (default
 // "baton"); it must match the server's --transport-namespace.
 func WithWakeupNamespace(ns string) Option { return func(c *config) { c.wakeNamespace = ns } }
+
+// WithTracerProvider sets the OpenTelemetry tracer provider of the span "baton.task <name>" the
+// worker starts around each handler call (default: the global one, otel.GetTracerProvider(),
+// which does nothing until the program installs one). The span is a child of the trace context
+// the producer submitted the task's job under, when it did; the handler's context carries it, so
+// that the spans the handler starts are its children.
+func WithTracerProvider(tp trace.TracerProvider) Option {
+	return func(c *config) { c.tracerProvider = tp }
+}

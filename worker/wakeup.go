@@ -94,6 +94,7 @@ type internalClaimAnswer struct {
 	CapabilityTokenExpiresAt time.Time `json:"capability_token_expires_at"`
 	HeartbeatIntervalSeconds float64   `json:"heartbeat_interval_seconds"`
 	LeaseTTLSeconds          float64   `json:"lease_ttl_seconds"`
+	Traceparent              string    `json:"traceparent"`
 	Task                     struct {
 		TaskID  string `json:"task_id"`
 		TaskKey string `json:"task_key"`
@@ -134,6 +135,7 @@ func (a internalClaimAnswer) claimAnswer(taskID, queue string) claimAnswer {
 	c.LeaseExpiresAt = a.LeaseExpiresAt
 	c.CapabilityToken = a.CapabilityToken
 	c.CapabilityTokenExpiresAt = a.CapabilityTokenExpiresAt
+	c.Traceparent = a.Traceparent
 	if j := a.Task.Job; j.Version != "" {
 		// A pipeline task: its inputs are datasets (other tasks' inputs are parents' outputs).
 		c.Job = &PipelineJob{DAGName: j.DAGName, Name: j.Name, Version: j.Version}

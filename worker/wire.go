@@ -178,6 +178,8 @@ type claimAnswer struct {
 	LeaseExpiresAt           time.Time                  `json:"lease_expires_at"`
 	CapabilityToken          string                     `json:"capability_token"`
 	CapabilityTokenExpiresAt time.Time                  `json:"capability_token_expires_at"`
+	// Traceparent is the W3C trace context of the task's job (absent when it has none).
+	Traceparent string `json:"traceparent"`
 	// A pipeline task's data plane (absent for other tasks).
 	Job      *PipelineJob    `json:"job"`
 	Operator string          `json:"operator"`

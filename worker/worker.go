@@ -76,6 +76,11 @@ type Task struct {
 	// Pipeline is set for a task of a pipeline job: the job, the datasets it reads and writes,
 	// and what started it. Input is then the job's config.
 	Pipeline *PipelineTask
+	// Traceparent is the W3C trace context of the task's job, as its producer submitted it (or
+	// the server's span of the submission), "" when there is none. The handler's context already
+	// carries it as the parent of the worker's span (see WithTracerProvider); a handler that runs
+	// other programs can hand them the traceparent of trace.SpanContextFromContext(ctx).
+	Traceparent string
 
 	publish func(ctx context.Context, dataset string, jsonl []byte) (*PublishedBatch, error)
 	mint    func(ctx context.Context, token string) (*Credentials, error)
@@ -432,6 +437,7 @@ func (w *Worker) newAttempt(ctx context.Context, ans claimAnswer) *attempt {
 		DependencyOutputs:        ans.DependencyOutputs,
 		CapabilityToken:          ans.CapabilityToken,
 		CapabilityTokenExpiresAt: ans.CapabilityTokenExpiresAt,
+		Traceparent:              ans.Traceparent,
 	}
 	if ans.TimeoutSeconds != nil && *ans.TimeoutSeconds > 0 {
 		t.Timeout = seconds(*ans.TimeoutSeconds)
@@ -453,7 +459,7 @@ func (w *Worker) newAttempt(ctx context.Context, ans claimAnswer) *attempt {
 	}
 	t.publish = (&publisher{w: w, a: a}).publish
 	t.mint = func(ctx context.Context, token string) (*Credentials, error) { return w.mintCredentials(ctx, a, token) }
-	a.ctx, a.cancel = context.WithCancelCause(w.runCtx)
+	a.ctx, a.cancel = context.WithCancelCause(withTraceparent(w.runCtx, t.Traceparent))
 	a.handlerCtx, a.stopDeadline = a.ctx, func() {}
 	if t.Timeout > 0 {
 		a.handlerCtx, a.stopDeadline = context.WithDeadlineCause(a.ctx, claimedAt.Add(t.Timeout), ErrTimeout)
