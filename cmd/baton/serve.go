@@ -58,6 +58,7 @@ type serverFlags struct {
 	http                         httpLimits // both listeners'
 	metricsListen                metricsAddr
 	logFormat                    logFormat
+	otlp                         otlpFlag // --otlp-endpoint: traces
 }
 
 // sinkFlags tune a sink, in baton sink and in a server's own.
@@ -139,6 +140,7 @@ func (f *serverFlags) register(fs *flag.FlagSet) {
 	fs.Var(&f.metricsListen, "metrics-listen", "`ADDRESS` of GET /metrics, the Prometheus metrics, on a listener of its own (empty: none)")
 	f.logFormat.register(fs)
 	fs.Var(&f.corsOrigins, "cors-origins", "browser `ORIGINS` that may call the producer listener: * (any), a comma-separated list such as https://app.example.com,http://localhost:5173, or none (no CORS headers, no preflight answers)")
+	f.otlp.register(fs)
 }
 
 // pushTargetMap parses --push-target NAME=URL flags.
@@ -326,6 +328,11 @@ func serve(ctx context.Context, f *serverFlags, ls *listeners, st store.Store, l
 		// time by a sixth under load (baton bench), for ~40 MiB more at peak. GOGC overrides.
 		debug.SetGCPercent(serverGCPercent)
 	}
+	tracing, stopTracing, err := f.otlp.start(ctx, log)
+	if err != nil {
+		return err
+	}
+	defer stopTracing() // last: after the listeners and loops stopped
 	dp, err := openDataPlane(ctx, f)
 	if err != nil {
 		return err
@@ -334,6 +341,7 @@ func serve(ctx context.Context, f *serverFlags, ls *listeners, st store.Store, l
 	cfg := dispatch.Config{Logger: log, MaxTasksPerJob: f.maxTasksPerJob, Defaults: f.defaults,
 		GroupCommit: dispatch.GroupCommit{Off: !f.groupCommit, Committers: f.committers},
 		Buffer:      dispatch.BufferConfig{Visibility: f.sinkFlags.visibility}, StoreWakeups: ls.transport == nil}
+	cfg.TracerProvider = tracing.TracerProvider()
 	var minter *grant.Minter
 	var storageRoot string
 	if dp.blob != nil {
@@ -369,7 +377,7 @@ func serve(ctx context.Context, f *serverFlags, ls *listeners, st store.Store, l
 	s := api.New(api.Config{Dispatcher: d, Auth: authn, Tokens: auth.NewTokens(st, nil),
 		Logger: log, MaxBodyBytes: f.maxBodyBytes, PushTargets: ls.pushTargets, Wakeups: wakeups,
 		CORSOrigins: f.corsOrigins.origins, StorageRoot: storageRoot, Minter: minter, Dashboard: dash,
-		Metrics: m})
+		Metrics: m, TracerProvider: tracing.TracerProvider()})
 	reaper := d.NewReaper()
 	reaper.Start(ctx)
 	defer reaper.Stop()

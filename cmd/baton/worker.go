@@ -26,7 +26,10 @@ import (
 	"strings"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/baton-dev/baton/internal/runner"
+	"github.com/baton-dev/baton/internal/telemetry"
 	"github.com/baton-dev/baton/worker"
 )
 
@@ -43,7 +46,8 @@ A cancelled or timed-out task's process group gets SIGTERM, then SIGKILL after -
 The child's whole environment: PATH, HOME, TMPDIR and PWD (its own work directory), LANG and TZ
 (when set), BATON_TASK_PAYLOAD, BATON_URL, TRACE_TASK_CAPABILITY_TOKEN, BATON_TASK_ID,
 BATON_TASK_KEY, BATON_TASK_NAME, BATON_JOB_ID, BATON_ATTEMPT, BATON_LEASE_TOKEN,
-BATON_BUFFER_DIR, and --child-env; with S3 object storage also the credentials minted for its
+BATON_BUFFER_DIR, TRACEPARENT (the W3C trace context to put the child's spans under, when the
+task's job has one) and --child-env; with S3 object storage also the credentials minted for its
 attempt: AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN, AWS_CREDENTIAL_EXPIRATION,
 AWS_REGION, AWS_DEFAULT_REGION, AWS_ENDPOINT_URL, AWS_SHARED_CREDENTIALS_FILE and AWS_CONFIG_FILE
 (the two files hold the same credentials, renewed before they expire for long tasks).
@@ -70,6 +74,9 @@ const (
 	envJobID      = "BATON_JOB_ID"
 	envTaskKey    = "BATON_TASK_KEY"
 	envTaskName   = "BATON_TASK_NAME"
+	// envTraceparent is the W3C trace context the child's spans belong under, when the task has
+	// one: the variable of OpenTelemetry's environment carrier.
+	envTraceparent = "TRACEPARENT"
 )
 
 // passedThrough are the wrapper's own variables a child gets, when set: locale and time zone.
@@ -87,7 +94,7 @@ var awsChildEnv = []string{"AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SE
 
 // reservedChildEnv are names --child-env may not set.
 var reservedChildEnv = append([]string{envCapability, envPublicURL, envTaskID, envAttempt, envLeaseToken, envJobID,
-	envTaskKey, envTaskName, runner.EnvPayload, runner.EnvHome, runner.EnvTmpDir, runner.EnvPWD, runner.EnvBuffers}, awsChildEnv...)
+	envTaskKey, envTaskName, envTraceparent, runner.EnvPayload, runner.EnvHome, runner.EnvTmpDir, runner.EnvPWD, runner.EnvBuffers}, awsChildEnv...)
 
 // childPayload is the JSON a child reads on stdin and from BATON_TASK_PAYLOAD.
 type childPayload struct {
@@ -166,6 +173,8 @@ func runWorker(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	var tf transportFlags
 	tf.register(fs, "how the worker finds tasks: store (long-poll the server), redis or nats (wait for wake-ups there, then claim by task id); as the server's --transport")
 	fs.Var(&childEnv, "child-env", "`NAME=VALUE` set in every child's environment (repeatable; PATH may be overridden; not for secrets)")
+	var otlp otlpFlag
+	otlp.register(fs)
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -297,6 +306,15 @@ func runWorker(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		opts = append(opts, worker.WithWakeups(tf.kind, tf.url()), worker.WithWakeupNamespace(tf.namespace))
 		log.Info("waiting for wake-ups", "transport", tf.kind, "url", redactURL(tf.url()), "namespace", tf.namespace)
 	}
+	tracing, stopTracing, err := otlp.start(ctx, log)
+	if err != nil {
+		fmt.Fprintln(stderr, "baton worker:", err)
+		return 1
+	}
+	defer stopTracing()
+	if tracing.On() {
+		opts = append(opts, worker.WithTracerProvider(tracing.TracerProvider()))
+	}
 	wk, err := worker.New(*internalURL, opts...)
 	if err != nil {
 		fmt.Fprintln(stderr, "baton worker:", err)
@@ -372,6 +390,11 @@ func (w *wrapper) handle(ctx context.Context, t *worker.Task) (any, error) {
 	env[envJobID] = t.JobID
 	env[envTaskKey] = t.Key
 	env[envTaskName] = t.Name
+	// The child's spans join the task's trace: under the worker's own span of the task when it
+	// traces (the child is then a grandchild of the producer's span), else under the producer's.
+	if tp := telemetry.Traceparent(trace.SpanContextFromContext(ctx)); tp != "" {
+		env[envTraceparent] = tp
+	}
 	var prepare func(dir string) (map[string]string, error)
 	if creds != nil {
 		maps.Copy(env, creds.Env())
