@@ -149,17 +149,20 @@ func (s *Server) Routes() []Route {
 	}
 }
 
+// The span of a request is outermost: it gives the request a new context, a copy of the request
+// that the ServeMux then sets the matched pattern on; the metrics, inside, see that copy too.
+
 // ProducerHandler serves the public listener: the producer API, /openapi.json, /healthz and
 // /readyz, and the task-scoped and callback dialects, all behind the CORS policy; with tracing on,
 // each request in a server span.
 func (s *Server) ProducerHandler() http.Handler {
-	return s.metrics.Instrument(string(PublicListener), telemetry.Handler(s.tracing, s.cors(s.guard(s.mux(PublicListener)))))
+	return telemetry.Handler(s.tracing, s.metrics.Instrument(string(PublicListener), s.cors(s.guard(s.mux(PublicListener)))))
 }
 
 // InternalHandler serves the worker-facing listener: health checks and the worker dialects; with
 // tracing on, each request in a server span.
 func (s *Server) InternalHandler() http.Handler {
-	return s.metrics.Instrument(string(InternalListener), telemetry.Handler(s.tracing, s.guard(s.mux(InternalListener))))
+	return telemetry.Handler(s.tracing, s.metrics.Instrument(string(InternalListener), s.guard(s.mux(InternalListener))))
 }
 
 // mux registers the routes of listener l, and the catch-all of the paths it does not serve.

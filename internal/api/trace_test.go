@@ -15,6 +15,7 @@ import (
 	"github.com/baton-dev/baton/internal/api"
 	"github.com/baton-dev/baton/internal/auth"
 	"github.com/baton-dev/baton/internal/dispatch"
+	"github.com/baton-dev/baton/internal/metrics"
 	"github.com/baton-dev/baton/internal/store"
 	"github.com/baton-dev/baton/internal/store/storetest"
 	"github.com/baton-dev/baton/internal/telemetry"
@@ -32,6 +33,7 @@ type tracedAPI struct {
 	t                *testing.T
 	st               store.Store
 	exp              *tracetest.InMemoryExporter
+	m                *metrics.Metrics // the server's metrics, on in every traced test
 	public, internal *httptest.Server
 	key              string
 }
@@ -39,7 +41,7 @@ type tracedAPI struct {
 func newTracedAPI(t *testing.T, st store.Store, traced bool) *tracedAPI {
 	t.Helper()
 	quiet := slog.New(slog.DiscardHandler)
-	a := &tracedAPI{t: t, st: st}
+	a := &tracedAPI{t: t, st: st, m: metrics.New()}
 	var tp trace.TracerProvider
 	if traced {
 		a.exp = tracetest.NewInMemoryExporter()
@@ -52,7 +54,7 @@ func newTracedAPI(t *testing.T, st store.Store, traced bool) *tracedAPI {
 		t.Fatal(err)
 	}
 	s := api.New(api.Config{Dispatcher: d, Auth: auth.NewAuthenticator(st, auth.Limits{}, nil), Tokens: auth.NewTokens(st, nil),
-		Logger: quiet, TracerProvider: tp})
+		Logger: quiet, TracerProvider: tp, Metrics: a.m})
 	a.public, a.internal = httptest.NewServer(s.ProducerHandler()), httptest.NewServer(s.InternalHandler())
 	t.Cleanup(a.public.Close)
 	t.Cleanup(a.internal.Close)
@@ -265,6 +267,29 @@ func TestTrace_PushDeliveryCarriesTheTraceparent(t *testing.T) {
 			if got := d.header.Get("traceparent"); got != want {
 				t.Errorf("delivery of %s: traceparent header %q, want %q", d.str("taskKey"), got, want)
 			}
+		}
+	})
+}
+
+// With tracing and metrics both on, a request's span and its counted series are named by the
+// route that served it: the span gives the request a new context, and the metrics must still
+// see the pattern the ServeMux set.
+func TestTrace_SpansAndMetricsNameTheRoute(t *testing.T) {
+	storetest.ForEachDriver(t, func(t *testing.T, st store.Store) {
+		a := newTracedAPI(t, st, true)
+		job, _ := a.submit("", "a")
+		res, err := roundTrip(http.MethodGet, a.public.URL+"/jobs/"+job, nil, "x-api-key", a.key)
+		if err != nil || res.Status != http.StatusOK {
+			t.Fatalf("GET /jobs/{jobId}: %v %d", err, res.Status)
+		}
+		if len(a.spansNamed("GET /jobs/{jobId}")) != 1 {
+			t.Errorf("spans %v, want one GET /jobs/{jobId}", spanNames(a.exp.GetSpans()))
+		}
+		if n := requests(t, a.m, "public", "/jobs/{jobId}", "GET", http.StatusOK); n != 1 {
+			t.Errorf("GET /jobs/{jobId} 200 counted %v times, want 1", n)
+		}
+		if n := requests(t, a.m, "public", metrics.NoRoute, "GET", http.StatusOK); n != 0 {
+			t.Errorf("%v requests counted without a route", n)
 		}
 	})
 }

@@ -2,8 +2,9 @@ package metrics
 
 import (
 	"net/http"
-	"strings"
 	"time"
+
+	"github.com/baton-dev/baton/internal/observe"
 )
 
 // NoRoute is the route label of a request answered before its listener's mux routed it (a
@@ -20,15 +21,11 @@ func (m *Metrics) Instrument(listener string, h http.Handler) http.Handler {
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
-		sw := &statusWriter{ResponseWriter: w}
+		sw := &observe.StatusWriter{ResponseWriter: w}
 		defer func() {
-			code := sw.code
-			if code == 0 {
-				// Nothing was written: net/http answers 200 (or the handler panicked, and the
-				// connection is dropped: counted as 200 all the same, the panic is logged).
-				code = http.StatusOK
-			}
-			c, o := m.requestSeries(httpKey{listener: listener, route: routeOf(r.Pattern), method: methodOf(r.Method), code: code})
+			// A handler that panicked wrote nothing, and its connection is dropped: counted as
+			// 200 all the same (the panic is logged).
+			c, o := m.requestSeries(httpKey{listener: listener, route: routeOf(r.Pattern), method: methodOf(r.Method), code: sw.Status()})
 			c.Inc()
 			o.Observe(time.Since(start).Seconds())
 		}()
@@ -36,15 +33,12 @@ func (m *Metrics) Instrument(listener string, h http.Handler) http.Handler {
 	})
 }
 
-// routeOf is the route label of a ServeMux pattern: the pattern without its method.
+// routeOf is the route label of a ServeMux pattern: its path (observe.Route), or NoRoute.
 func routeOf(pattern string) string {
 	if pattern == "" {
 		return NoRoute
 	}
-	if i := strings.IndexByte(pattern, ' '); i >= 0 {
-		return strings.TrimLeft(pattern[i+1:], " \t")
-	}
-	return pattern
+	return observe.Route(pattern)
 }
 
 // methodOf is the method label: the standard methods, and "other" for any other token a client
@@ -57,37 +51,3 @@ func methodOf(m string) string {
 	}
 	return "other"
 }
-
-// statusWriter remembers the status code of a response. It keeps the Flusher of event streams
-// and lets http.ResponseController reach the writer underneath (Unwrap).
-type statusWriter struct {
-	http.ResponseWriter
-	code int
-}
-
-func (w *statusWriter) WriteHeader(code int) {
-	if w.code == 0 && code >= 200 {
-		w.code = code
-	}
-	w.ResponseWriter.WriteHeader(code)
-}
-
-func (w *statusWriter) Write(b []byte) (int, error) {
-	if w.code == 0 {
-		w.code = http.StatusOK
-	}
-	return w.ResponseWriter.Write(b)
-}
-
-// Flush implements http.Flusher.
-func (w *statusWriter) Flush() {
-	if w.code == 0 {
-		w.code = http.StatusOK
-	}
-	if f, ok := w.ResponseWriter.(http.Flusher); ok {
-		f.Flush()
-	}
-}
-
-// Unwrap is for http.ResponseController.
-func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }

@@ -2,12 +2,13 @@ package telemetry
 
 import (
 	"net/http"
-	"strings"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
+
+	"github.com/baton-dev/baton/internal/observe"
 )
 
 // Handler wraps next, a listener's handler whose routes are an http.ServeMux's, so that each
@@ -26,7 +27,7 @@ func Handler(tp trace.TracerProvider, next http.Handler) http.Handler {
 		ctx, span := tracer.Start(ctx, r.Method, trace.WithSpanKind(trace.SpanKindServer),
 			trace.WithAttributes(attribute.String("http.request.method", r.Method)))
 		defer span.End()
-		sw := &statusWriter{ResponseWriter: w}
+		sw := &observe.StatusWriter{ResponseWriter: w}
 		// The ServeMux sets Pattern on the request it is given: this one, passed on as it is by
 		// the wrappers between here and the mux.
 		r = r.WithContext(ctx)
@@ -35,10 +36,7 @@ func Handler(tp trace.TracerProvider, next http.Handler) http.Handler {
 			span.SetName(route)
 			span.SetAttributes(attribute.String("http.route", route[len(r.Method)+1:]))
 		}
-		status := sw.status
-		if status == 0 {
-			status = http.StatusOK
-		}
+		status := sw.Status()
 		span.SetAttributes(attribute.Int("http.response.status_code", status))
 		if status >= 500 {
 			span.SetStatus(codes.Error, http.StatusText(status))
@@ -53,44 +51,5 @@ func SpanName(method, pattern string) string {
 	if pattern == "" {
 		return method
 	}
-	if i := strings.IndexByte(pattern, ' '); i >= 0 {
-		pattern = strings.TrimLeft(pattern[i+1:], " \t")
-	}
-	// A pattern may name a host ("example.com/path"): the route is its path.
-	if i := strings.IndexByte(pattern, '/'); i > 0 {
-		pattern = pattern[i:]
-	}
-	return method + " " + pattern
+	return method + " " + observe.Route(pattern)
 }
-
-// statusWriter records the status code of a response. It keeps what handlers look for on a
-// ResponseWriter: Flush (event streams) and Unwrap (http.ResponseController).
-type statusWriter struct {
-	http.ResponseWriter
-	status int
-}
-
-func (w *statusWriter) WriteHeader(code int) {
-	if w.status == 0 {
-		w.status = code
-	}
-	w.ResponseWriter.WriteHeader(code)
-}
-
-func (w *statusWriter) Write(b []byte) (int, error) {
-	if w.status == 0 {
-		w.status = http.StatusOK
-	}
-	return w.ResponseWriter.Write(b)
-}
-
-// Flush implements http.Flusher.
-func (w *statusWriter) Flush() {
-	if w.status == 0 {
-		w.status = http.StatusOK
-	}
-	http.NewResponseController(w.ResponseWriter).Flush()
-}
-
-// Unwrap is the wrapped writer, for http.ResponseController.
-func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
