@@ -370,7 +370,7 @@ func serve(ctx context.Context, f *serverFlags, ls *listeners, st store.Store, l
 	authn := auth.NewAuthenticator(st, f.limits, nil)
 	// The dashboard's live pages end when shutdown begins, like the API's event streams.
 	dashDone := make(chan struct{})
-	dash, err := ui.New(ui.Config{Dispatcher: d, Auth: authn, Logger: log, Done: dashDone})
+	dash, err := ui.New(ui.Config{Dispatcher: d, Auth: authn, Logger: log, Done: dashDone, Metrics: m})
 	if err != nil {
 		return err
 	}

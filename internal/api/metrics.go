@@ -21,21 +21,9 @@ func (s *Server) rejected(err error, header string) error {
 		}
 		return capability
 	}
-	var (
-		limit *auth.LimitError
-		kind  metrics.Credential
-	)
+	kind, ok := metrics.APIKeyRejection(err)
 	switch {
-	case errors.Is(err, auth.ErrNoKey):
-		kind = metrics.APIKeyMissing
-	case errors.Is(err, auth.ErrRevokedKey):
-		kind = metrics.APIKeyRevoked
-	case errors.Is(err, auth.ErrBadKey):
-		kind = metrics.APIKeyInvalid
-	case errors.As(err, &limit) && limit.Quota:
-		kind = metrics.QuotaExceeded
-	case errors.As(err, &limit):
-		kind = metrics.RateLimited
+	case ok:
 	case errors.Is(err, auth.ErrTokenMissing):
 		kind = token(metrics.CapabilityTokenMissing, metrics.CallbackTokenMissing)
 	case errors.Is(err, auth.ErrTokenExpired):

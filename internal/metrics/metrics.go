@@ -10,6 +10,7 @@
 package metrics
 
 import (
+	"errors"
 	"net/http"
 	"strconv"
 	"sync"
@@ -18,6 +19,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/baton-dev/baton/internal/auth"
 
 	"github.com/baton-dev/baton/internal/lifecycle"
 )
@@ -317,6 +320,33 @@ func (m *Metrics) CredentialRejected(c Credential) {
 		return
 	}
 	m.credentials[c].Inc()
+}
+
+// APIKeyRejection is the kind of an error of auth.Authenticator.Authenticate that refuses the
+// key: a missing, unknown or revoked key, or one over its rate or quota. ok is false for any
+// other error (the database failed: not the key's fault).
+func APIKeyRejection(err error) (c Credential, ok bool) {
+	var limit *auth.LimitError
+	switch {
+	case errors.Is(err, auth.ErrNoKey):
+		return APIKeyMissing, true
+	case errors.Is(err, auth.ErrRevokedKey):
+		return APIKeyRevoked, true
+	case errors.Is(err, auth.ErrBadKey):
+		return APIKeyInvalid, true
+	case errors.As(err, &limit) && limit.Quota:
+		return QuotaExceeded, true
+	case errors.As(err, &limit):
+		return RateLimited, true
+	}
+	return 0, false
+}
+
+// APIKeyRejected counts err when it refuses an API key (APIKeyRejection).
+func (m *Metrics) APIKeyRejected(err error) {
+	if c, ok := APIKeyRejection(err); ok {
+		m.CredentialRejected(c)
+	}
 }
 
 // Tally is what one transaction did that is counted once it committed: retries and dead letters

@@ -15,6 +15,7 @@ import (
 	"github.com/baton-dev/baton/internal/api"
 	"github.com/baton-dev/baton/internal/auth"
 	"github.com/baton-dev/baton/internal/dispatch"
+	"github.com/baton-dev/baton/internal/metrics"
 	"github.com/baton-dev/baton/internal/store"
 	"github.com/baton-dev/baton/internal/store/storetest"
 	"github.com/baton-dev/baton/internal/ui"
@@ -29,6 +30,7 @@ type server struct {
 	public   *httptest.Server
 	internal *httptest.Server
 	keys     map[string]string // tenant → API key
+	metrics  *metrics.Metrics
 }
 
 func newServer(t testing.TB) *server {
@@ -40,7 +42,8 @@ func newServer(t testing.TB) *server {
 	}
 	authn := auth.NewAuthenticator(st, auth.Limits{}, nil)
 	done := make(chan struct{})
-	dash, err := ui.New(ui.Config{Dispatcher: d, Auth: authn, Poll: 100 * time.Millisecond, Done: done})
+	m := metrics.New()
+	dash, err := ui.New(ui.Config{Dispatcher: d, Auth: authn, Poll: 100 * time.Millisecond, Done: done, Metrics: m})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -49,7 +52,7 @@ func newServer(t testing.TB) *server {
 	reaper := d.NewReaper()
 	reaper.Start(context.Background())
 	s := &server{st: st, d: d, public: httptest.NewServer(a.ProducerHandler()), internal: httptest.NewServer(a.InternalHandler()),
-		keys: map[string]string{}}
+		keys: map[string]string{}, metrics: m}
 	t.Cleanup(func() {
 		a.Drain()
 		close(done)
@@ -146,4 +149,26 @@ func client(t testing.TB) *http.Client {
 		t.Fatal(err)
 	}
 	return &http.Client{Jar: jar, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+}
+
+// rejected is the dashboard's count of refused keys of a kind (baton_credentials_rejected_total).
+func (s *server) rejected(t testing.TB, kind string) float64 {
+	t.Helper()
+	fs, err := s.metrics.Registry().Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range fs {
+		if f.GetName() != "baton_credentials_rejected_total" {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "kind" && l.GetValue() == kind {
+					return m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	return 0
 }

@@ -24,6 +24,7 @@ import (
 
 	"github.com/baton-dev/baton/internal/auth"
 	"github.com/baton-dev/baton/internal/dispatch"
+	"github.com/baton-dev/baton/internal/metrics"
 	"github.com/baton-dev/baton/internal/store"
 )
 
@@ -42,6 +43,8 @@ type Config struct {
 	Poll time.Duration
 	// Done, when closed, ends the live streams (the server is shutting down).
 	Done <-chan struct{}
+	// Metrics, when not nil, counts the keys the dashboard refuses, as the API does.
+	Metrics *metrics.Metrics
 }
 
 // UI is the dashboard's HTTP handler.
@@ -51,6 +54,7 @@ type UI struct {
 	log    *slog.Logger
 	poll   time.Duration
 	done   <-chan struct{}
+	metric *metrics.Metrics
 	pages  map[string]*template.Template
 	assets map[string]string // static file name → its URL, with a content hash against stale caches
 	mux    *http.ServeMux
@@ -71,7 +75,7 @@ const contentSecurityPolicy = "default-src 'none'; script-src 'self'; style-src 
 
 // New returns the dashboard.
 func New(cfg Config) (*UI, error) {
-	u := &UI{d: cfg.Dispatcher, auth: cfg.Auth, log: cfg.Logger, poll: cfg.Poll, done: cfg.Done,
+	u := &UI{d: cfg.Dispatcher, auth: cfg.Auth, log: cfg.Logger, poll: cfg.Poll, done: cfg.Done, metric: cfg.Metrics,
 		pages: map[string]*template.Template{}, assets: map[string]string{}}
 	if u.log == nil {
 		u.log = slog.Default()
@@ -170,6 +174,7 @@ func (u *UI) session(r *http.Request) (*session, error) {
 		return nil, &signInError{}
 	}
 	k, err := u.auth.Authenticate(r.Context(), c.Value)
+	u.metric.APIKeyRejected(err)
 	switch {
 	case errors.Is(err, auth.ErrBadKey) || errors.Is(err, auth.ErrNoKey):
 		return nil, &signInError{"The API key you signed in with is no longer valid (revoked?). Sign in again."}
@@ -408,6 +413,7 @@ func (u *UI) login(w http.ResponseWriter, r *http.Request) {
 	next := safeNext(r.PostFormValue("next"))
 	key := strings.TrimSpace(r.PostFormValue("key"))
 	_, err := u.auth.Authenticate(r.Context(), key)
+	u.metric.APIKeyRejected(err)
 	var limit *auth.LimitError
 	switch {
 	case errors.Is(err, auth.ErrNoKey):

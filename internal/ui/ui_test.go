@@ -114,6 +114,10 @@ func TestSignInWithAPIKey(t *testing.T) {
 		token = csrfOf(t, s, c) // a refused form token is replaced
 	}
 
+	// The refused keys are counted like the API's.
+	if invalid, missing := s.rejected(t, "api_key_invalid"), s.rejected(t, "api_key_missing"); invalid != 1 || missing != 1 {
+		t.Errorf("refused keys counted: %v invalid, %v missing; want 1 and 1", invalid, missing)
+	}
 	signIn(t, s, c, s.keys["acme"])
 	res, err := c.Get(s.public.URL + "/ui/jobs")
 	if err != nil {
