@@ -249,8 +249,8 @@ func (cm *committer) commit(batch []*pending) {
 		return
 	}
 	all := slices.Concat(batch, completes, claims)
-	var end endSpan
-	if d.tracer != nil {
+	end := endSpan(noEnd)
+	if d.tracer != nil { // the links are built only when tracing
 		links := make([]context.Context, len(all))
 		for i, p := range all {
 			links[i] = p.ctx
@@ -268,9 +268,7 @@ func (cm *committer) commit(batch []*pending) {
 		err = g.run(true)
 	}
 	d.cfg.Metrics.Commit(len(batch)+len(completes)+len(claims), time.Since(start))
-	if end != nil {
-		end(err)
-	}
+	end(err)
 	if err == nil {
 		d.committed(g.ready, g.routable, g.buffered)
 		d.cfg.Metrics.Record(&g.tally)

@@ -388,6 +388,11 @@ func (d *Dispatcher) getJob(ctx context.Context, tenant, id string,
 	return job, tasks, nil
 }
 
+// Job returns a job without its tasks; another tenant's job is ErrJobNotFound.
+func (d *Dispatcher) Job(ctx context.Context, tenant, id string) (*store.Job, error) {
+	return d.tenantJob(ctx, tenant, id)
+}
+
 // tenantJob loads a job, hiding other tenants' jobs; an empty tenant sees every job.
 func (d *Dispatcher) tenantJob(ctx context.Context, tenant, id string) (*store.Job, error) {
 	job, err := d.store.GetJob(ctx, id)

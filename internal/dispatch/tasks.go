@@ -31,17 +31,11 @@ type ClaimTaskParams struct {
 // ClaimTask is rule 1: the task must be pending and available; it becomes running under a new
 // attempt and lease token. Otherwise a *NotClaimedError says why and the worker must not run it.
 func (d *Dispatcher) ClaimTask(ctx context.Context, p ClaimTaskParams) (*Claim, error) {
-	var claim *Claim
 	var claims []*Claim
 	err := d.update(ctx, store.LockSet{Tasks: []string{p.TaskID}}, func(tx store.Tx, c *changes) error {
-		claim, claims = nil, nil
-		got, err := d.claim(ctx, tx, c, []string{p.TaskID}, p.WorkerID, "pull")
-		if err != nil {
+		var err error
+		if claims, err = d.claim(ctx, tx, c, []string{p.TaskID}, p.WorkerID, "pull"); err != nil || len(claims) == 1 {
 			return err
-		}
-		if len(got) == 1 {
-			claim, claims = got[0], got
-			return nil
 		}
 		t, err := tx.GetTask(ctx, p.TaskID)
 		if errors.Is(err, store.ErrNotFound) {
@@ -57,7 +51,10 @@ func (d *Dispatcher) ClaimTask(ctx context.Context, p ClaimTaskParams) (*Claim, 
 		return &NotClaimedError{Reason: notClaimedReason(t.Status)}
 	})
 	d.countClaims(claims, err)
-	return claim, err
+	if err != nil || len(claims) != 1 {
+		return nil, err
+	}
+	return claims[0], nil
 }
 
 // ClaimNextParams claims the next ready tasks of some queues.

@@ -126,7 +126,7 @@ const resync = 5 * time.Second
 // once the job has finished and the last state is sent.
 func (u *UI) jobLive(w http.ResponseWriter, r *http.Request, s *session) {
 	ctx, tenant, id := r.Context(), s.key.Tenant, r.PathValue("id")
-	if _, _, err := u.d.GetJob(ctx, tenant, id); err != nil {
+	if _, err := u.d.Job(ctx, tenant, id); err != nil {
 		u.fail(w, r, s, err)
 		return
 	}

@@ -57,7 +57,7 @@ func (u *UI) jobs(r *http.Request, s *session) (*view, error) {
 	}
 	d := &jobsData{Status: status, Q: search}
 	if search != "" {
-		if _, _, err := u.d.GetJob(r.Context(), s.key.Tenant, search); err == nil {
+		if _, err := u.d.Job(r.Context(), s.key.Tenant, search); err == nil {
 			return &view{redirect: "/ui/jobs/" + url.PathEscape(search)}, nil
 		} else if !errors.Is(err, dispatch.ErrJobNotFound) {
 			return nil, err

@@ -44,7 +44,7 @@ const (
 	statsRunning = `SELECT t.queue, count(*) FROM tasks t JOIN jobs j ON j.id = t.job_id
 		WHERE t.status = 'running' AND j.tenant = $1 GROUP BY t.queue`
 	statsDead = `SELECT t.queue, count(*) FROM tasks t JOIN jobs j ON j.id = t.job_id
-		WHERE t.status = 'failed' AND t.dead_lettered_at IS NOT NULL AND j.tenant = $1 GROUP BY t.queue`
+		WHERE ` + deadLettered + ` AND j.tenant = $1 GROUP BY t.queue`
 	// A task that completed or was claimed within the window belongs to a job that was
 	// processing then: it still is, or it finished within the window.
 	statsCompleted = `SELECT t.queue, count(*) FROM jobs j JOIN tasks t ON t.job_id = j.id
@@ -85,18 +85,15 @@ func (q q) QueueStats(ctx context.Context, tenant string, now time.Time, window 
 	}
 	counts := []struct {
 		query string
+		args  []any
 		field func(*store.QueueStat) *int
 	}{
-		{statsRunning, func(s *store.QueueStat) *int { return &s.Running }},
-		{statsDead, func(s *store.QueueStat) *int { return &s.DeadLettered }},
-		{statsCompleted, func(s *store.QueueStat) *int { return &s.Completed }},
+		{statsRunning, []any{tenant}, func(s *store.QueueStat) *int { return &s.Running }},
+		{statsDead, []any{tenant}, func(s *store.QueueStat) *int { return &s.DeadLettered }},
+		{statsCompleted, []any{tenant, since}, func(s *store.QueueStat) *int { return &s.Completed }},
 	}
 	for _, c := range counts {
-		args := []any{tenant}
-		if c.query == statsCompleted {
-			args = append(args, since)
-		}
-		if err := q.each(ctx, c.query, args, func(rows *sql.Rows) error {
+		if err := q.each(ctx, c.query, c.args, func(rows *sql.Rows) error {
 			var queue string
 			var n int
 			if err := rows.Scan(&queue, &n); err != nil {

@@ -208,11 +208,15 @@ func (q q) ParentOutputsOf(ctx context.Context, taskIDs []string) (map[string]ma
 	return out, rows.Err()
 }
 
+// deadLettered is the condition of a dead letter, on tasks aliased t: failed for good (a resume
+// clears dead_lettered_at). It matches the partial index tasks_dead.
+const deadLettered = "t.status = 'failed' AND t.dead_lettered_at IS NOT NULL"
+
 // ListDeadLetters implements store.Reader.
 func (q q) ListDeadLetters(ctx context.Context, tenant string, beforeSeq int64, limit int) ([]*store.Task, error) {
 	rows, err := q.query(ctx, `SELECT `+prefixed("t.", taskCols)+` FROM tasks t
 		JOIN jobs j ON j.id = t.job_id
-		WHERE j.tenant = $1 AND t.status = 'failed' AND t.dead_lettered_at IS NOT NULL
+		WHERE j.tenant = $1 AND `+deadLettered+`
 		AND (CAST($2 AS BIGINT) = 0 OR t.seq < $2) ORDER BY t.seq DESC LIMIT $3`, tenant, beforeSeq, limit)
 	if err != nil {
 		return nil, fmt.Errorf("list dead letters: %w", err)
@@ -300,7 +304,7 @@ func (q q) TaskCounts(ctx context.Context) ([]store.TaskCount, error) {
 		UNION ALL SELECT queue, 'running', count(*) FROM tasks WHERE status = 'running' GROUP BY queue
 		UNION ALL SELECT t.queue, 'waiting', count(*) FROM jobs j JOIN tasks t ON t.job_id = j.id
 			WHERE j.status = 'processing' AND t.status = 'waiting' GROUP BY t.queue
-		UNION ALL SELECT queue, '`+store.DeadLettered+`', count(*) FROM tasks WHERE dead_lettered_at IS NOT NULL GROUP BY queue`)
+		UNION ALL SELECT t.queue, '`+store.DeadLettered+`', count(*) FROM tasks t WHERE `+deadLettered+` GROUP BY t.queue`)
 	if err != nil {
 		return nil, fmt.Errorf("task counts: %w", err)
 	}
