@@ -7,7 +7,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strconv"
 	"testing"
 	"time"
@@ -115,10 +114,12 @@ func buildBaton(t *testing.T, dir string) string {
 }
 
 func goTool(t *testing.T) string {
-	if p, err := exec.LookPath("go"); err == nil {
-		return p
+	// go test puts its own go command first on the PATH of the tests it runs.
+	p, err := exec.LookPath("go")
+	if err != nil {
+		t.Fatalf("no go command on the PATH: %v", err)
 	}
-	return filepath.Join(runtime.GOROOT(), "bin", "go")
+	return p
 }
 
 // copyChild copies this test binary, which is the task child when chaos.EnvChild is set, to

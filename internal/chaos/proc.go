@@ -150,21 +150,6 @@ func (p *proc) stop(timeout time.Duration) {
 	}
 }
 
-// alive reports whether the process runs (or is stopped).
-func (p *proc) alive() bool {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.exited == nil {
-		return false
-	}
-	select {
-	case <-p.exited:
-		return false
-	default:
-		return true
-	}
-}
-
 // tail is the end of the process's output file.
 func (p *proc) tail() string {
 	data, err := os.ReadFile(p.out)

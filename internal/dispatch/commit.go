@@ -237,7 +237,7 @@ func (cm *committer) commit(batch []*pending) {
 		close(p.done)
 		return
 	}
-	ctx := context.Background()
+	var ctx context.Context
 	switch {
 	case len(batch) > 0:
 		ctx = batch[0].ctx

@@ -149,7 +149,7 @@ func (c *cronSchedule) String() string { return c.text }
 // No month or weekday name contains L or W except WED, and none contains #.
 func refuseSpecials(dom, dow string) error {
 	if strings.ContainsAny(strings.ToUpper(dom), "LW#") || strings.ContainsAny(strings.ToUpper(dow), "L#") {
-		return errors.New("L, W and # are not supported")
+		return errors.New("the L, W and # specials are not supported")
 	}
 	return nil
 }

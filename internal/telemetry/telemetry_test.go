@@ -144,7 +144,7 @@ func TestHandlerSpans(t *testing.T) {
 	}
 	attrs := map[string]string{}
 	for _, kv := range cancel.Attributes {
-		attrs[string(kv.Key)] = kv.Value.Emit()
+		attrs[string(kv.Key)] = kv.Value.String()
 	}
 	if attrs["http.route"] != "/jobs/{jobId}/cancel" || attrs["http.response.status_code"] != "409" || attrs["http.request.method"] != "POST" {
 		t.Errorf("attributes %v", attrs)

@@ -336,11 +336,13 @@ func (u *UI) action(fn func(*http.Request, *session) (to, flash string, err erro
 // site's page sent.
 func checkForm(r *http.Request, want string) error {
 	if site := r.Header.Get("Sec-Fetch-Site"); site != "" && site != "same-origin" && site != "none" {
+		//lint:ignore ST1005 the page shows this sentence as it is
 		return errors.New("This form was sent from another site; it was refused.")
 	}
 	r.Body = http.MaxBytesReader(nil, r.Body, 64<<10)
 	got := r.PostFormValue("csrf")
 	if want == "" || got == "" || subtle.ConstantTimeCompare([]byte(got), []byte(want)) != 1 {
+		//lint:ignore ST1005 the page shows this sentence as it is
 		return errors.New("This form has expired or did not come from this dashboard (its CSRF token does not match). Reload the page and try again.")
 	}
 	return nil

@@ -87,17 +87,26 @@ func TestSignInWithAPIKey(t *testing.T) {
 
 	cases := []struct {
 		name   string
-		form   url.Values
+		key    string
+		csrf   string // "current": the token the browser's cookie holds
 		status int
 		says   string
 	}{
-		{"wrong key", url.Values{"key": {"bk_not-a-key-of-this-server"}, "csrf": {token}}, http.StatusUnauthorized, "not valid"},
-		{"no key", url.Values{"key": {""}, "csrf": {token}}, http.StatusUnauthorized, "Enter an API key"},
-		{"no form token", url.Values{"key": {s.keys["acme"]}}, http.StatusForbidden, "CSRF"},
-		{"another form token", url.Values{"key": {s.keys["acme"]}, "csrf": {"forged"}}, http.StatusForbidden, "CSRF"},
+		{"wrong key", "bk_not-a-key-of-this-server", "current", http.StatusUnauthorized, "not valid"},
+		{"no key", "", "current", http.StatusUnauthorized, "Enter an API key"},
+		{"no form token", s.keys["acme"], "", http.StatusForbidden, "CSRF"},
+		{"another form token", s.keys["acme"], "forged", http.StatusForbidden, "CSRF"},
 	}
 	for _, tc := range cases {
-		req, _ := http.NewRequest(http.MethodPost, s.public.URL+"/ui/login", strings.NewReader(tc.form.Encode()))
+		form := url.Values{"key": {tc.key}}
+		switch tc.csrf {
+		case "current":
+			form.Set("csrf", token)
+		case "":
+		default:
+			form.Set("csrf", tc.csrf)
+		}
+		req, _ := http.NewRequest(http.MethodPost, s.public.URL+"/ui/login", strings.NewReader(form.Encode()))
 		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
 		res, err := c.Do(req)
 		if err != nil {

@@ -1283,7 +1283,7 @@ func testUpdateTaskWritesMutableFields(t *testing.T, st store.Store) {
 	})
 	got := getTask(t, st, orig.ID)
 	checkSame(t, "after UpdateTask", &u, got)
-	if got.Error == nil || got.Error.Retryable == nil || *got.Error.Retryable != false {
+	if got.Error == nil || got.Error.Retryable == nil || *got.Error.Retryable {
 		t.Errorf("Error.Retryable = %v, want explicit false", got.Error)
 	}
 	if got.AttemptsUsed() != 2 {
