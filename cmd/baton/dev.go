@@ -38,6 +38,10 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "baton dev:", err)
 		return 2
 	}
+	if err := f.retention.check(); err != nil {
+		fmt.Fprintln(stderr, "baton dev:", err)
+		return 2
+	}
 	rest := fs.Args()
 	if demo.kind != "" && len(rest) > 0 && rest[0] == demoKindPipeline && !demo.explicit {
 		demo.kind, rest = demoKindPipeline, rest[1:] // --demo pipeline

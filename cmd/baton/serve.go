@@ -59,6 +59,7 @@ type serverFlags struct {
 	metricsListen                metricsAddr
 	logFormat                    logFormat
 	otlp                         otlpFlag // --otlp-endpoint: traces
+	retention                    retentionFlags
 }
 
 // sinkFlags tune a sink, in baton sink and in a server's own.
@@ -141,6 +142,7 @@ func (f *serverFlags) register(fs *flag.FlagSet) {
 	f.logFormat.register(fs)
 	fs.Var(&f.corsOrigins, "cors-origins", "browser `ORIGINS` that may call the producer listener: * (any), a comma-separated list such as https://app.example.com,http://localhost:5173, or none (no CORS headers, no preflight answers)")
 	f.otlp.register(fs)
+	f.retention.register(fs)
 }
 
 // pushTargetMap parses --push-target NAME=URL flags.
@@ -402,6 +404,12 @@ func serve(ctx context.Context, f *serverFlags, ls *listeners, st store.Store, l
 	sources := d.NewSources()
 	sources.Start(ctx)
 	defer sources.Stop()
+	retention, err := d.NewRetention(f.retention.config())
+	if err != nil {
+		return err
+	}
+	retention.Start(ctx)
+	defer retention.Stop()
 	control := d.NewController("baton-server")
 	control.Start(ctx)
 	defer control.Stop()
@@ -470,6 +478,7 @@ func serve(ctx context.Context, f *serverFlags, ls *listeners, st store.Store, l
 	relay.Stop()
 	router.Stop()
 	sources.Stop()
+	retention.Stop()
 	control.Stop()
 	return shutdownErr
 }

@@ -29,6 +29,10 @@ func runServer(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		fmt.Fprintln(stderr, "baton server:", err)
 		return 2
 	}
+	if err := f.retention.check(); err != nil {
+		fmt.Fprintln(stderr, "baton server:", err)
+		return 2
+	}
 	if f.sink && f.blobURL == "" {
 		fmt.Fprintln(stderr, "baton server: --sink needs --blob-url (or BATON_BLOB_URL): the object storage the batches are in")
 		return 2

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -129,15 +130,37 @@ func (s *Sources) cron(ctx context.Context, spec *pipelineSpec, js *jobSpec, now
 	return n, nil
 }
 
-// alwaysOn starts a task of js unless one is waiting, pending or running. The key counts the
-// job's tasks so far: replicas that see the same count start one task between them.
+// alwaysOn starts a task of js unless one is waiting, pending or running. The key numbers the
+// run: replicas that see the same jobs start one task between them. The number is the count of
+// the job's tasks so far, or one more than the latest run's if that is more: retention deletes
+// old runs, which lowers the count, but keeps the latest job of a pipeline job, so a number
+// never comes back while its run is kept.
 func (s *Sources) alwaysOn(ctx context.Context, spec *pipelineSpec, js *jobSpec) (int, error) {
 	total, live, err := s.d.store.PipelineJobTasks(ctx, spec.Tenant, spec.Name, js.Name)
 	if err != nil || live > 0 {
 		return 0, err
 	}
-	trigger, _ := json.Marshal(map[string]any{"kind": pipeline.SourceAlwaysOn, "run": total + 1})
-	return s.d.startSource(ctx, spec, js, "always_on:"+strconv.Itoa(total), trigger)
+	run := total
+	latest, err := s.d.store.LatestPipelineJob(ctx, spec.Tenant, spec.Name, js.Name)
+	switch {
+	case err == nil:
+		prefix := sourceKey(spec, js, alwaysOnKey)
+		if n, perr := strconv.Atoi(strings.TrimPrefix(latest.IdempotencyKey, prefix)); perr == nil && strings.HasPrefix(latest.IdempotencyKey, prefix) {
+			run = max(run, n+1)
+		}
+	case !errors.Is(err, store.ErrNotFound):
+		return 0, err
+	}
+	trigger, _ := json.Marshal(map[string]any{"kind": pipeline.SourceAlwaysOn, "run": run + 1})
+	return s.d.startSource(ctx, spec, js, alwaysOnKey+strconv.Itoa(run), trigger)
+}
+
+// alwaysOnKey starts the key of an always_on job's run.
+const alwaysOnKey = "always_on:"
+
+// sourceKey is the idempotency key of the run of source job js keyed by key.
+func sourceKey(spec *pipelineSpec, js *jobSpec, key string) string {
+	return "pipeline:" + spec.Name + ":" + js.Name + ":" + key
 }
 
 // startSource creates a task of source job js, keyed by key (once per key), and returns how many
@@ -149,7 +172,7 @@ func (d *Dispatcher) startSource(ctx context.Context, spec *pipelineSpec, js *jo
 		if err := known.load(ctx, tx, spec.datasetUUIDs()); err != nil {
 			return err
 		}
-		job, task := d.newPipelineTask(spec, js, c.now, "pipeline:"+spec.Name+":"+js.Name+":"+key)
+		job, task := d.newPipelineTask(spec, js, c.now, sourceKey(spec, js, key))
 		task.Route = js.route(spec, known, -1, nil, trigger)
 		var err error
 		n, err = d.insertPipelineTasks(ctx, tx, c, []*store.Job{job}, map[string]*store.Task{job.ID: task})

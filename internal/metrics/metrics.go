@@ -23,6 +23,7 @@ import (
 	"github.com/baton-dev/baton/internal/auth"
 
 	"github.com/baton-dev/baton/internal/lifecycle"
+	"github.com/baton-dev/baton/internal/store"
 )
 
 // Kind is the kind of a dispatcher transition, the kind label of baton_transitions_total.
@@ -170,6 +171,8 @@ type Metrics struct {
 	commitBatch   prometheus.Observer
 	commitSeconds prometheus.Observer
 
+	retention map[string]prometheus.Counter // rows deleted by retention, by table
+
 	tasks        *prometheus.GaugeVec
 	outboxUnsent prometheus.Gauge
 	outboxOldest prometheus.Gauge
@@ -218,6 +221,12 @@ func New() *Metrics {
 	m.handOff = f.histogram("baton_task_handoff_seconds", "From the time a task became claimable (its available time) to its claim.", handOffBuckets)
 	m.commitBatch = f.histogram("baton_commit_batch_transitions", "Transitions applied per group-commit transaction.", batchBuckets)
 	m.commitSeconds = f.histogram("baton_commit_duration_seconds", "How long a group-commit transaction took, from its first statement to its commit.", commitBuckets)
+
+	retention := f.counterVec("baton_retention_deleted_total", "Rows of finished jobs deleted by retention (--retention), by table.", "table")
+	m.retention = map[string]prometheus.Counter{}
+	for _, tc := range (store.RetentionCounts{}).Tables() {
+		m.retention[tc.Table] = retention.WithLabelValues(tc.Table)
+	}
 
 	m.tasks = f.gaugeVec("baton_tasks", "Tasks per queue that are waiting, pending or running, and dead-lettered ones (state dead_lettered), as of the last periodic count.", "queue", "state")
 	m.outboxUnsent = f.gauge("baton_outbox_unsent_messages", "Outbox messages not sent yet, as of the last periodic count.")
@@ -312,6 +321,18 @@ func (m *Metrics) Commit(size int, d time.Duration) {
 	}
 	m.commitBatch.Observe(float64(size))
 	m.commitSeconds.Observe(d.Seconds())
+}
+
+// RetentionDeleted counts the rows a retention batch deleted.
+func (m *Metrics) RetentionDeleted(c store.RetentionCounts) {
+	if m == nil {
+		return
+	}
+	for _, tc := range c.Tables() {
+		if tc.N > 0 {
+			m.retention[tc.Table].Add(float64(tc.N))
+		}
+	}
 }
 
 // CredentialRejected counts a request refused for its credential.

@@ -24,6 +24,8 @@ type PipelineReader interface {
 	// PipelineJobTasks counts the tasks of one pipeline job: all of them, and those not yet
 	// terminal (waiting, pending, running).
 	PipelineJobTasks(ctx context.Context, tenant, pipeline, job string) (total, live int, err error)
+	// LatestPipelineJob is the job of a pipeline job inserted last; ErrNotFound if it has none.
+	LatestPipelineJob(ctx context.Context, tenant, pipeline, job string) (*Job, error)
 	// PipelineJobsNotStarted lists the ids of the jobs of one version of a pipeline that have a
 	// waiting or pending task no attempt has started yet.
 	PipelineJobsNotStarted(ctx context.Context, tenant, name, version string) ([]string, error)

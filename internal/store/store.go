@@ -338,6 +338,57 @@ type Tx interface {
 	// DeleteSentOutbox deletes up to limit messages sent before the given time (never an unsent
 	// one) and returns how many it deleted.
 	DeleteSentOutbox(ctx context.Context, before time.Time, limit int) (int, error)
+
+	// DeleteExpiredJobs deletes up to p.Limit finished jobs that p says have expired, oldest
+	// finish first, with every row that belongs to them, children before parents, and returns how
+	// many rows of each table it deleted. Where rows are locked (PostgreSQL) it skips jobs, and
+	// jobs with tasks, another transaction holds, so that concurrent callers never wait on each
+	// other or on the dispatcher: it may then delete fewer than p.Limit jobs though more expired.
+	DeleteExpiredJobs(ctx context.Context, p RetentionPolicy) (RetentionCounts, error)
+}
+
+// RetentionPolicy says which finished jobs (completed, partial_failure or canceled) have expired
+// at Now (Tx.DeleteExpiredJobs). A job has expired when it finished more than its tenant's
+// retention ago (Tenants, else Retention; 0 keeps the jobs forever) and none of these holds:
+//   - one of its tasks is dead-lettered (failed for good, not resumed) since less than
+//     DeadLetterRetention (0: a dead letter keeps its job forever);
+//   - one of its buffered publishes is still queued for the sink, or dead (the sink gave it up)
+//     since less than DeadLetterRetention: the sink still reads its job's rows;
+//   - it is the latest job of its pipeline job: a source reads it to number its next run.
+type RetentionPolicy struct {
+	Now                 time.Time
+	Retention           time.Duration
+	Tenants             map[string]time.Duration
+	DeadLetterRetention time.Duration
+	Limit               int
+}
+
+// RetentionCounts counts the rows Tx.DeleteExpiredJobs deleted, by table.
+type RetentionCounts struct {
+	Jobs, Tasks, TaskDeps, Attempts, Events, DatasetEvents, BufferPublishes int
+}
+
+// Tables lists the counts by table name.
+func (c RetentionCounts) Tables() []TableCount {
+	return []TableCount{{"jobs", c.Jobs}, {"tasks", c.Tasks}, {"task_deps", c.TaskDeps}, {"attempts", c.Attempts},
+		{"events", c.Events}, {"dataset_events", c.DatasetEvents}, {"buffer_publishes", c.BufferPublishes}}
+}
+
+// Add adds o to c.
+func (c *RetentionCounts) Add(o RetentionCounts) {
+	c.Jobs += o.Jobs
+	c.Tasks += o.Tasks
+	c.TaskDeps += o.TaskDeps
+	c.Attempts += o.Attempts
+	c.Events += o.Events
+	c.DatasetEvents += o.DatasetEvents
+	c.BufferPublishes += o.BufferPublishes
+}
+
+// TableCount is a number of rows of a table.
+type TableCount struct {
+	Table string
+	N     int
 }
 
 // Job is one submitted DAG.

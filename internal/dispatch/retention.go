@@ -1,0 +1,164 @@
+package dispatch
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"maps"
+	"time"
+
+	"github.com/baton-dev/baton/internal/store"
+)
+
+// The defaults of baton dev's and baton server's retention flags.
+const (
+	DefaultRetention           = 30 * 24 * time.Hour
+	DefaultDeadLetterRetention = 90 * 24 * time.Hour
+)
+
+// RetentionConfig configures a Retention. The zero config deletes nothing.
+type RetentionConfig struct {
+	// Retention is how long a finished job is kept after it finished; 0 keeps jobs forever.
+	Retention time.Duration
+	// Tenants overrides Retention per tenant; 0 keeps the tenant's jobs forever.
+	Tenants map[string]time.Duration
+	// DeadLetterRetention is how long a finished job is kept after a dead letter of its own
+	// (until a resume takes the dead letter back): at least Retention, or 0 to keep such jobs
+	// until they are resumed.
+	DeadLetterRetention time.Duration
+	Every               time.Duration // between passes; default 1 min
+	Batch               int           // jobs deleted per transaction; default 100
+	Pause               time.Duration // between the batches of a pass; default 100 ms
+}
+
+// Validate reports a setting that cannot work.
+func (c RetentionConfig) Validate() error {
+	if c.Retention < 0 || c.DeadLetterRetention < 0 {
+		return errors.New("dispatch: negative retention")
+	}
+	for tenant, d := range c.Tenants {
+		if d < 0 {
+			return fmt.Errorf("dispatch: negative retention for tenant %q", tenant)
+		}
+	}
+	if c.DeadLetterRetention > 0 && c.DeadLetterRetention < c.Retention {
+		return fmt.Errorf("dispatch: dead-letter retention %s is below retention %s: a dead letter keeps its job longer, never shorter", c.DeadLetterRetention, c.Retention)
+	}
+	if c.Every < 0 || c.Batch < 0 || c.Pause < 0 {
+		return errors.New("dispatch: negative retention pass setting")
+	}
+	return nil
+}
+
+// Off reports whether c keeps every job forever.
+func (c RetentionConfig) Off() bool {
+	if c.Retention > 0 {
+		return false
+	}
+	for _, d := range c.Tenants {
+		if d > 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// Retention deletes finished jobs once they expire (store.RetentionPolicy says when), with their
+// tasks, dependencies, attempts, events and reports. Each pass deletes batches of Batch jobs, each
+// its own short transaction, until a batch comes back short, pausing between batches so as not to
+// hold the database. Every replica runs it: on PostgreSQL a batch skips the jobs another
+// replica's batch holds, so replicas share the work without waiting on each other.
+type Retention struct {
+	d   *Dispatcher
+	cfg RetentionConfig
+	service
+}
+
+// NewRetention returns a stopped Retention over d's store, using d's clock, logger and metrics.
+func (d *Dispatcher) NewRetention(cfg RetentionConfig) (*Retention, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	cfg.Tenants = maps.Clone(cfg.Tenants)
+	cfg.Every = cmpOrDuration(cfg.Every, time.Minute)
+	cfg.Batch = cmpOr(cfg.Batch, 100)
+	cfg.Pause = cmpOrDuration(cfg.Pause, 100*time.Millisecond)
+	return &Retention{d: d, cfg: cfg}, nil
+}
+
+func cmpOrDuration(v, def time.Duration) time.Duration {
+	if v > 0 {
+		return v
+	}
+	return def
+}
+
+// Start runs a pass at once and then every Every, until Stop or until ctx ends. It does nothing
+// when the config keeps every job.
+func (r *Retention) Start(ctx context.Context) {
+	if r.cfg.Off() {
+		return
+	}
+	r.start(ctx, r.run)
+}
+
+func (r *Retention) run(ctx context.Context) {
+	for {
+		total, err := r.RunOnce(ctx)
+		if err != nil && ctx.Err() == nil {
+			level := slog.LevelError
+			if r.d.Unavailable(err) {
+				level = slog.LevelWarn // the next pass tries again
+			}
+			r.d.log.Log(ctx, level, "retention pass failed", "err", err)
+		}
+		if total.Jobs > 0 {
+			attrs := []any{}
+			for _, tc := range total.Tables() {
+				attrs = append(attrs, tc.Table, tc.N)
+			}
+			r.d.log.InfoContext(ctx, "retention deleted expired jobs", attrs...)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-r.d.clock.After(r.cfg.Every):
+		}
+	}
+}
+
+// RunOnce deletes batches of expired jobs until one comes back short, pausing Pause between them,
+// and returns what it deleted in all.
+func (r *Retention) RunOnce(ctx context.Context) (store.RetentionCounts, error) {
+	var total store.RetentionCounts
+	for {
+		n, err := r.DeleteBatch(ctx)
+		total.Add(n)
+		if err != nil || n.Jobs < r.cfg.Batch {
+			return total, err
+		}
+		select {
+		case <-ctx.Done():
+			return total, ctx.Err()
+		case <-r.d.clock.After(r.cfg.Pause):
+		}
+	}
+}
+
+// DeleteBatch deletes up to Batch expired jobs in one transaction and returns what it deleted.
+func (r *Retention) DeleteBatch(ctx context.Context) (store.RetentionCounts, error) {
+	p := store.RetentionPolicy{Now: r.d.now(), Retention: r.cfg.Retention, Tenants: r.cfg.Tenants,
+		DeadLetterRetention: r.cfg.DeadLetterRetention, Limit: r.cfg.Batch}
+	var n store.RetentionCounts
+	err := r.d.store.InTx(ctx, func(tx store.Tx) error {
+		var err error
+		n, err = tx.DeleteExpiredJobs(ctx, p)
+		return err
+	})
+	if err != nil {
+		return store.RetentionCounts{}, fmt.Errorf("delete expired jobs: %w", err)
+	}
+	r.d.cfg.Metrics.RetentionDeleted(n)
+	return n, nil
+}
