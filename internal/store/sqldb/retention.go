@@ -116,9 +116,9 @@ func expiredCondition(p store.RetentionPolicy) (cond string, args []any, ok bool
 			if d := p.Tenants[tenant]; d > 0 {
 				c = cutoff(d)
 			}
-			b.WriteString(" WHEN " + arg(tenant) + " THEN " + arg(c))
+			b.WriteString(" WHEN " + arg(tenant) + " THEN CAST(" + arg(c) + " AS BIGINT)")
 		}
-		b.WriteString(" ELSE " + arg(def) + " END")
+		b.WriteString(" ELSE CAST(" + arg(def) + " AS BIGINT) END")
 	}
 	// A dead letter (or a dead buffered publish) at or after dead is recent enough to keep its
 	// job; with no dead-letter retention, every one is.

@@ -71,6 +71,10 @@ func Run(t *testing.T, open func(t testing.TB) store.Store) {
 		{"BulkInsertTasksAndDeps", testBulkInsertTasksAndDeps},
 		{"TaskCounts", testTaskCounts},
 		{"OutboxBacklog", testOutboxBacklog},
+		{"RetentionDeletesExpiredJobsOnly", testRetentionDeletesExpiredJobsOnly},
+		{"RetentionResumedJobFollowsNormalRetention", testRetentionResumedJobFollowsNormalRetention},
+		{"RetentionBatchLimit", testRetentionBatchLimit},
+		{"RetentionKeepsLatestJobOfPipelineJob", testRetentionKeepsLatestJobOfPipelineJob},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
