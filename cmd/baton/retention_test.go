@@ -1,0 +1,82 @@
+package main
+
+import (
+	"bytes"
+	"flag"
+	"io"
+	"maps"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/baton-dev/baton/internal/dispatch"
+)
+
+func TestRetentionFlags(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		args    []string
+		want    dispatch.RetentionConfig
+		wantErr string // a part of the error; "" for none
+	}{
+		{nil, dispatch.RetentionConfig{Retention: 720 * time.Hour, DeadLetterRetention: 2160 * time.Hour}, ""},
+		{[]string{"--retention=0"}, dispatch.RetentionConfig{DeadLetterRetention: 2160 * time.Hour}, ""},
+		{[]string{"--retention=24h", "--retention-tenant", "acme=0", "--retention-tenant=big=8760h", "--dead-letter-retention=0"},
+			dispatch.RetentionConfig{Retention: 24 * time.Hour, Tenants: map[string]time.Duration{"acme": 0, "big": 8760 * time.Hour}}, ""},
+		{[]string{"--retention=-1h"}, dispatch.RetentionConfig{}, "--retention -1h0m0s"},
+		{[]string{"--dead-letter-retention=-1s"}, dispatch.RetentionConfig{}, "--dead-letter-retention -1s"},
+		{[]string{"--retention=100h", "--dead-letter-retention=10h"}, dispatch.RetentionConfig{}, "is below --retention"},
+		{[]string{"--retention-tenant=acme"}, dispatch.RetentionConfig{}, "want TENANT=DURATION"},
+		{[]string{"--retention-tenant==1h"}, dispatch.RetentionConfig{}, "want TENANT=DURATION"},
+		{[]string{"--retention-tenant=acme="}, dispatch.RetentionConfig{}, "want TENANT=DURATION"},
+		{[]string{"--retention-tenant=acme=soon"}, dispatch.RetentionConfig{}, "is not a duration"},
+		{[]string{"--retention-tenant=acme=-2h"}, dispatch.RetentionConfig{}, "negative duration"},
+		{[]string{"--retention-tenant=acme=1h", "--retention-tenant=acme=2h"}, dispatch.RetentionConfig{}, `tenant "acme" given twice`},
+	} {
+		fs := flag.NewFlagSet("test", flag.ContinueOnError)
+		fs.SetOutput(io.Discard)
+		var f retentionFlags
+		f.register(fs)
+		err := fs.Parse(tc.args)
+		if err == nil {
+			err = f.check()
+		}
+		switch {
+		case tc.wantErr != "":
+			if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+				t.Errorf("%q: error %v, want one saying %q", tc.args, err, tc.wantErr)
+			}
+		case err != nil:
+			t.Errorf("%q: %v", tc.args, err)
+		default:
+			got := f.config()
+			if got.Retention != tc.want.Retention || got.DeadLetterRetention != tc.want.DeadLetterRetention ||
+				!maps.Equal(got.Tenants, tc.want.Tenants) {
+				t.Errorf("%q: config %+v, want %+v", tc.args, got, tc.want)
+			}
+		}
+	}
+}
+
+// TestRetentionFlagsAreUsageErrors: both servers refuse bad retention flags with exit code 2 and a
+// message, before they open anything.
+func TestRetentionFlagsAreUsageErrors(t *testing.T) {
+	t.Parallel()
+	for _, cmd := range []string{"dev", "server"} {
+		for _, bad := range [][]string{{"--retention=-5m"}, {"--retention-tenant=acme"}, {"--retention-tenant=a=1h", "--retention-tenant=a=1h"},
+			{"--retention=2h", "--dead-letter-retention=1h"}} {
+			args := append([]string{cmd, "--data-dir", filepath.Join(t.TempDir(), "d"), "--metrics-listen="}, bad...)
+			if cmd == "server" {
+				args = append([]string{cmd, "--metrics-listen="}, bad...)
+			}
+			var stdout, stderr bytes.Buffer
+			if code := run(t.Context(), args, &stdout, &stderr); code != 2 {
+				t.Errorf("baton %s %q: exit %d, want 2 (stderr %s)", cmd, bad, code, stderr.String())
+			}
+			if !strings.Contains(stderr.String(), "retention") {
+				t.Errorf("baton %s %q: stderr %q does not say what is wrong", cmd, bad, stderr.String())
+			}
+		}
+	}
+}
