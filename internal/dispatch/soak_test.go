@@ -186,11 +186,21 @@ loop:
 		}
 	}
 	end := all[len(all)-1]
-	// Between the warm-up and the end the churn submitted several times the jobs it had by the
-	// warm-up; without retention the tables would grow in proportion. Under retention they stay
-	// within a margin of their warm-up size.
-	if total(end) > 2*total(warmFig) {
-		t.Errorf("the tables grew from %d kB after the warm-up to %d kB at the end: retention does not keep up", total(warmFig)/1024, total(end)/1024)
+	// Without retention every job submitted would still be a row. Under retention the jobs left
+	// are those of the last few seconds (retention plus a pass), however many the churn submitted:
+	// far fewer than it submitted after the warm-up. (The outbox is the relay's to prune, once a
+	// minute.)
+	if churned := end.jobs - warmFig.jobs; end.rows["jobs"] > churned/5 {
+		t.Errorf("%d jobs left at the end of a churn of %d after the warm-up: retention does not keep up", end.rows["jobs"], churned)
+	}
+	var autovacuum string
+	if err := db.QueryRow(`SHOW autovacuum`).Scan(&autovacuum); err != nil {
+		t.Fatal(err)
+	}
+	if autovacuum != "on" {
+		t.Logf("autovacuum is %s on this server: the space of deleted rows is not reused, sizes are not checked", autovacuum)
+	} else if total(end) > 2*total(warmFig) {
+		t.Errorf("the tables grew from %d kB after the warm-up to %d kB at the end: autovacuum does not keep up", total(warmFig)/1024, total(end)/1024)
 	}
 	if end.jobs < 2*warmFig.jobs {
 		t.Errorf("only %d jobs submitted by the end, %d after the warm-up: too little churn to tell", end.jobs, warmFig.jobs)
