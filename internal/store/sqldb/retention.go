@@ -29,7 +29,7 @@ import (
 //   - outbox: pruned by the relay once sent, whatever became of the job;
 //   - api_keys, api_key_usage, signing_keys: credentials, not jobs.
 
-// finishedStatuses are the job statuses of rule 10's finished jobs.
+// finishedStatuses are the statuses of a finished job.
 const finishedStatuses = "'completed', 'partial_failure', 'canceled'"
 
 // DeleteExpiredJobs implements store.Tx.
