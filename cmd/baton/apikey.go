@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"text/tabwriter"
 	"time"
 
@@ -34,72 +35,128 @@ func (f *storeFlags) open(ctx context.Context) (store.Store, error) {
 }
 
 const apikeyUsage = `Usage:
-  baton apikey create --name NAME [--tenant TENANT]   create a key and print its secret once
-  baton apikey list                                   list keys (never their secrets)
-  baton apikey revoke ID                              revoke a key
+  baton apikey create --name NAME [--tenant TENANT] [-o json|yaml]
+                        create a key; stdout: its secret alone (shown this once), stderr: its id
+  baton apikey list [-o table|json|yaml]   list keys (never their secrets)
+  baton apikey revoke ID                   revoke a key
 Each takes --data-dir DIR (the dev server's) or --database-url URL.
 `
+
+// apikeyCommands is the subcommands of `baton apikey`.
+var apikeyCommands = []string{"create", "list", "revoke"}
+
+// apiKeyView is an API key as -o json and yaml print it; never its secret's hash.
+type apiKeyView struct {
+	ID        string     `json:"id"`
+	Name      string     `json:"name"`
+	Tenant    string     `json:"tenant"`
+	Prefix    string     `json:"prefix"`
+	CreatedAt time.Time  `json:"created_at"`
+	RevokedAt *time.Time `json:"revoked_at,omitempty"`
+	Secret    string     `json:"secret,omitempty"` // create only
+}
+
+func newAPIKeyView(k *store.APIKey) apiKeyView {
+	v := apiKeyView{ID: k.ID, Name: k.Name, Tenant: k.Tenant, Prefix: k.Prefix, CreatedAt: k.CreatedAt}
+	if !k.RevokedAt.IsZero() {
+		v.RevokedAt = &k.RevokedAt
+	}
+	return v
+}
 
 func runAPIKey(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if len(args) == 0 {
 		fmt.Fprint(stderr, apikeyUsage)
 		return 2
 	}
-	fs := flag.NewFlagSet("baton apikey "+args[0], flag.ContinueOnError)
+	cmd := args[0]
+	switch cmd {
+	case "help", "-h", "--help":
+		fmt.Fprint(stdout, apikeyUsage)
+		return 0
+	}
+	if !slices.Contains(apikeyCommands, cmd) {
+		fmt.Fprintf(stderr, "baton apikey: unknown command %q\n\n%s", cmd, apikeyUsage)
+		return 2
+	}
+	fs := flag.NewFlagSet("baton apikey "+cmd, flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	var sf storeFlags
 	sf.register(fs)
-	name := fs.String("name", "", "name of the key (create)")
-	tenant := fs.String("tenant", auth.DefaultTenant, "tenant the key belongs to (create)")
-	if err := fs.Parse(args[1:]); err != nil {
+	var name, tenant *string
+	out := new(outputFormat)
+	switch cmd {
+	case "create":
+		name = fs.String("name", "", "name of the key")
+		tenant = fs.String("tenant", auth.DefaultTenant, "tenant the key belongs to")
+		out = registerOutput(fs)
+	case "list":
+		out = registerOutput(fs)
+	}
+	if code, ok := parseFlags(ctx, fs, args[1:]); !ok {
+		return code
+	}
+	usageErr := func(format string, a ...any) int {
+		fmt.Fprintf(stderr, "baton apikey %s: %s\n", cmd, fmt.Sprintf(format, a...))
 		return 2
+	}
+	switch {
+	case cmd == "create" && *name == "":
+		return usageErr("--name is required")
+	case cmd == "revoke" && fs.NArg() != 1:
+		return usageErr("give the key ID (see `baton apikey list`)")
+	case cmd != "revoke" && fs.NArg() > 0:
+		return usageErr("unexpected argument %q", fs.Arg(0))
 	}
 	fail := func(err error) int {
-		fmt.Fprintf(stderr, "baton apikey %s: %v\n", args[0], err)
+		fmt.Fprintf(stderr, "baton apikey %s: %v\n", cmd, err)
 		return 1
-	}
-	switch args[0] {
-	case "create", "list", "revoke":
-	default:
-		fmt.Fprintf(stderr, "baton apikey: unknown command %q\n\n%s", args[0], apikeyUsage)
-		return 2
-	}
-	if args[0] == "create" && *name == "" {
-		fmt.Fprintln(stderr, "baton apikey create: --name is required")
-		return 2
-	}
-	if args[0] == "revoke" && fs.NArg() != 1 {
-		fmt.Fprintln(stderr, "baton apikey revoke: give the key ID (see `baton apikey list`)")
-		return 2
 	}
 	st, err := sf.open(ctx)
 	if err != nil {
 		return fail(err)
 	}
 	defer st.Close()
-	switch args[0] {
+	switch cmd {
 	case "create":
 		k, secret, err := auth.CreateKey(ctx, st, *name, *tenant, "", time.Now())
 		if err != nil {
 			return fail(err)
 		}
-		fmt.Fprintf(stdout, "%s\n", secret)
-		fmt.Fprintf(stderr, "created key %s (%s) for tenant %s; the secret above is shown only once\n", k.ID, k.Name, k.Tenant)
+		v := newAPIKeyView(k)
+		v.Secret = secret
+		err = writeOutput(stdout, *out, v, func() error {
+			_, err := fmt.Fprintln(stdout, secret)
+			return err
+		})
+		if err != nil {
+			return fail(err)
+		}
+		fmt.Fprintf(stderr, "created key %s (%s) for tenant %s; its secret is shown only this once\n", k.ID, k.Name, k.Tenant)
 	case "list":
 		keys, err := st.ListAPIKeys(ctx)
 		if err != nil {
 			return fail(err)
 		}
-		tw := tabwriter.NewWriter(stdout, 2, 4, 2, ' ', 0)
-		fmt.Fprintln(tw, "ID\tNAME\tTENANT\tPREFIX\tCREATED\tREVOKED")
-		for _, k := range keys {
-			revoked := "-"
-			if !k.RevokedAt.IsZero() {
-				revoked = k.RevokedAt.Local().Format(time.DateTime)
-			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s…\t%s\t%s\n", k.ID, k.Name, k.Tenant, k.Prefix, k.CreatedAt.Local().Format(time.DateTime), revoked)
+		views := make([]apiKeyView, len(keys))
+		for i, k := range keys {
+			views[i] = newAPIKeyView(k)
 		}
-		tw.Flush()
+		err = writeOutput(stdout, *out, map[string][]apiKeyView{"api_keys": views}, func() error {
+			tw := tabwriter.NewWriter(stdout, 2, 4, 2, ' ', 0)
+			fmt.Fprintln(tw, "ID\tNAME\tTENANT\tPREFIX\tCREATED\tREVOKED")
+			for _, k := range keys {
+				revoked := "-"
+				if !k.RevokedAt.IsZero() {
+					revoked = k.RevokedAt.Local().Format(time.DateTime)
+				}
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s…\t%s\t%s\n", k.ID, k.Name, k.Tenant, k.Prefix, k.CreatedAt.Local().Format(time.DateTime), revoked)
+			}
+			return tw.Flush()
+		})
+		if err != nil {
+			return fail(err)
+		}
 	case "revoke":
 		if err := st.RevokeAPIKey(ctx, fs.Arg(0), time.Now()); err != nil {
 			if errors.Is(err, store.ErrNotFound) {

@@ -81,8 +81,8 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	fs.Var(&serverFlags, "server-flag", "`FLAG` passed to the server the bench starts, e.g. --server-flag=--committers=2 (repeatable)")
 	verbose := fs.Bool("verbose", false, "print the server's output and the workers' warnings on stderr")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the server process to this file (go tool pprof FILE)")
-	if err := fs.Parse(args); err != nil {
-		return 2
+	if code, ok := parseFlags(ctx, fs, args); !ok {
+		return code
 	}
 	usageErr := func(format string, a ...any) int {
 		fmt.Fprintf(stderr, "baton bench: "+format+"\n", a...)

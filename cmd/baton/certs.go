@@ -24,14 +24,14 @@ Run 'baton certs dev -h' for its flags.
 `
 
 // runCerts is `baton certs`.
-func runCerts(_ context.Context, args []string, stdout, stderr io.Writer) int {
+func runCerts(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if len(args) == 0 {
 		fmt.Fprint(stderr, certsUsage)
 		return 2
 	}
 	switch args[0] {
 	case "dev":
-		return runCertsDev(args[1:], stdout, stderr)
+		return runCertsDev(ctx, args[1:], stdout, stderr)
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, certsUsage)
 		return 0
@@ -55,15 +55,15 @@ func (h *hostList) Set(v string) error {
 	return nil
 }
 
-func runCertsDev(args []string, stdout, stderr io.Writer) int {
+func runCertsDev(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	flags := flag.NewFlagSet("baton certs dev", flag.ContinueOnError)
 	flags.SetOutput(stderr)
 	out := flags.String("out", "", "directory to write the certificates to (created 0700)")
 	var hosts hostList
 	flags.Var(&hosts, "host", "DNS name or IP address the server certificate covers; repeat for more (default "+strings.Join(auth.DefaultDevHosts, ", ")+")")
 	force := flags.Bool("force", false, "replace existing files in --out")
-	if err := flags.Parse(args); err != nil {
-		return 2
+	if code, ok := parseFlags(ctx, flags, args); !ok {
+		return code
 	}
 	if flags.NArg() > 0 {
 		fmt.Fprintf(stderr, "baton certs dev: unexpected argument %q\n", flags.Arg(0))

@@ -98,26 +98,28 @@ type demo struct {
 	blobURL                  string // the object storage of buffered datasets' batches
 	certs                    auth.DevCerts
 	apiKey                   string
+	ownKey                   bool // apiKey was made for this run, not the dev key of the banner
 	stdout, stderr           io.Writer
 }
 
-// startDemo starts the demo in the background: a key to submit with (BATON_API_KEY's, or one made
-// for this run and revoked when it stops), the workers, the job. The returned function stops the
-// workers and waits for them; it may be called more than once.
-func startDemo(ctx context.Context, st store.Store, ls *listeners, certs auth.DevCerts, kind, blobURL string, stdout, stderr io.Writer) func() {
+// startDemo starts the demo in the background: a key to submit with (devKey, the banner's key, when
+// this process knows its secret; else one made for this run and revoked when it stops), the
+// workers, the job. The returned function stops the workers and waits for them; it may be called
+// more than once.
+func startDemo(ctx context.Context, st store.Store, ls *listeners, certs auth.DevCerts, kind, blobURL, devKey string, stdout, stderr io.Writer) func() {
 	ctx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
 		d := &demo{producerURL: loopbackURL("http", ls.producer.Addr()), internalURL: loopbackURL("https", ls.internal.Addr()),
-			blobURL: blobURL, certs: certs, apiKey: os.Getenv("BATON_API_KEY"), stdout: stdout, stderr: stderr}
+			blobURL: blobURL, certs: certs, apiKey: devKey, stdout: stdout, stderr: stderr}
 		if d.apiKey == "" {
 			k, secret, err := auth.CreateKey(ctx, st, "dev --demo", auth.DefaultTenant, "", time.Now())
 			if err != nil {
 				fmt.Fprintln(stderr, "baton dev --demo: create an API key:", err)
 				return
 			}
-			d.apiKey = secret
+			d.apiKey, d.ownKey = secret, true
 			defer func() { _ = st.RevokeAPIKey(context.WithoutCancel(ctx), k.ID, time.Now()) }()
 		}
 		run := d.run
@@ -130,6 +132,15 @@ func startDemo(ctx context.Context, st store.Store, ls *listeners, certs auth.De
 	}()
 	var once sync.Once
 	return func() { once.Do(func() { cancel(); <-done }) }
+}
+
+// keyName says which key the demo submits with: the banner's or its own.
+func (d *demo) keyName() string {
+	if d.ownKey {
+		// The banner's key was printed on an earlier start; this one lives as long as this process.
+		return "the demo's own API key (revoked when baton dev stops; the dev key printed on the first start works too)"
+	}
+	return "the dev API key of the banner above"
 }
 
 // loopbackURL is the URL to reach a listener from this machine.
@@ -193,8 +204,8 @@ func (d *demo) run(ctx context.Context) error {
 			}
 		}
 	}
-	fmt.Fprintf(d.stdout, "demo: the workers keep running; submit the example again with\n      BATON_URL=%s BATON_API_KEY=%s baton job submit -f examples/seed-001-job.json\n",
-		d.producerURL, d.apiKey)
+	fmt.Fprintf(d.stdout, "demo: the workers keep running; submit the example again with %s:\n      BATON_URL=%s BATON_API_KEY=%s baton job submit -f examples/seed-001-job.json\n",
+		d.keyName(), d.producerURL, d.apiKey)
 	<-ctx.Done()
 	return nil
 }

@@ -31,8 +31,8 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	f.register(fs)
 	f.metricsListen, fs.Lookup("metrics-listen").DefValue = devMetricsListen, devMetricsListen
 	fs.BoolVar(&f.sink, "sink", true, "run a sink in this process, loading buffered batches (--sink=false: leave them to `baton sink` processes)")
-	if err := fs.Parse(args); err != nil {
-		return 2
+	if code, ok := parseFlags(ctx, fs, args); !ok {
+		return code
 	}
 	if err := f.sinkFlags.check(); err != nil {
 		fmt.Fprintln(stderr, "baton dev:", err)
@@ -80,7 +80,7 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "baton dev:", err)
 		return 1
 	}
-	keyLine, err := devKey(ctx, st, os.Getenv("BATON_API_KEY"))
+	keyLine, devSecret, err := devKey(ctx, st, os.Getenv("BATON_API_KEY"))
 	if err != nil {
 		fmt.Fprintln(stderr, "baton dev:", err)
 		return 1
@@ -101,7 +101,7 @@ Press Ctrl-C to stop.
 `, path, ls.producer.Addr(), ls.producer.Addr(), workerLine, f.dataDatabaseURL, f.blobURL, map[bool]string{true: " (a sink runs in this process)", false: " (no sink here: --sink=false)"}[f.sink], metricsLine(ls.metrics), keyLine)
 	stopDemo := func() {}
 	if demo.kind != "" {
-		stopDemo = startDemo(ctx, st, ls, demoCerts, demo.kind, f.blobURL, stdout, stderr)
+		stopDemo = startDemo(ctx, st, ls, demoCerts, demo.kind, f.blobURL, devSecret, stdout, stderr)
 	}
 	defer stopDemo()
 	if err := serve(ctx, &f, ls, st, newLogger(stderr, f.logFormat)); err != nil {
@@ -113,9 +113,10 @@ Press Ctrl-C to stop.
 	return 0
 }
 
-// devKey makes sure the dev server has an API key and says which. BATON_API_KEY, when set, becomes
-// a key of the default tenant; otherwise the first start creates one and prints it, once.
-func devKey(ctx context.Context, st store.Store, fromEnv string) (string, error) {
+// devKey makes sure the dev server has an API key and says which: the banner's line, and the
+// secret when this process knows it (for the demo to use). BATON_API_KEY, when set, becomes a key
+// of the default tenant; otherwise the first start creates one and prints it, once.
+func devKey(ctx context.Context, st store.Store, fromEnv string) (line, secret string, err error) {
 	now := time.Now()
 	if fromEnv != "" {
 		_, err := st.APIKeyByHash(ctx, auth.Hash(fromEnv))
@@ -123,24 +124,24 @@ func devKey(ctx context.Context, st store.Store, fromEnv string) (string, error)
 			_, _, err = auth.CreateKey(ctx, st, "dev (BATON_API_KEY)", auth.DefaultTenant, fromEnv, now)
 		}
 		if err != nil {
-			return "", fmt.Errorf("set up the key from BATON_API_KEY: %w", err)
+			return "", "", fmt.Errorf("set up the key from BATON_API_KEY: %w", err)
 		}
-		return "API key      the value of BATON_API_KEY", nil
+		return "API key       the value of BATON_API_KEY", fromEnv, nil
 	}
 	keys, err := st.ListAPIKeys(ctx)
 	if err != nil {
-		return "", err
+		return "", "", err
 	}
 	for _, k := range keys {
 		if k.RevokedAt.IsZero() {
-			return "API key      created on the first start and printed then; make another with `baton apikey create --name NAME`", nil
+			return "API key       created on the first start and printed then; make another with `baton apikey create --name NAME`", "", nil
 		}
 	}
-	_, secret, err := auth.CreateKey(ctx, st, "dev", auth.DefaultTenant, "", now)
+	_, secret, err = auth.CreateKey(ctx, st, "dev", auth.DefaultTenant, "", now)
 	if err != nil {
-		return "", err
+		return "", "", err
 	}
-	return fmt.Sprintf("API key      %s\n               (shown only this once: export BATON_API_KEY=%s)", secret, secret), nil
+	return fmt.Sprintf("API key       %s\n                (shown only this once: export BATON_API_KEY=%s)", secret, secret), secret, nil
 }
 
 // The examples --demo runs.

@@ -3,7 +3,6 @@ package main
 import (
 	"cmp"
 	"context"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -21,15 +20,15 @@ import (
 const jobUsage = `Usage: baton job <command> [flags]
 
 Commands:
-  submit -f FILE [--idempotency-key K] [--json]   submit a job; FILE "-" reads stdin
-  list [--status S] [--limit N] [--cursor C] [--json]
-  get ID [--json]                                 a job's status and tasks
-  cancel ID                                       cancel a processing job
-  resume ID                                       rerun a finished job's failed tasks
-  watch ID [--interval 500ms]                     follow a job until it finishes
+  submit -f FILE [--idempotency-key K]   submit a job; FILE "-" reads stdin; stdout: the job id
+  list [--status S] [--limit N] [--cursor C]
+  get ID                                 a job's status and tasks
+  cancel ID                              cancel a processing job
+  resume ID                              rerun a finished job's failed tasks
+  watch ID [--interval 500ms]            follow a job until it finishes (exit 1 unless it completed)
 
 Every command takes --url (env BATON_URL, default ` + jobDefaultURL + `) and
---api-key (env BATON_API_KEY).
+--api-key (env BATON_API_KEY); all but watch take -o table|json|yaml (--json: -o json).
 `
 
 const jobDefaultURL = "http://127.0.0.1:8080"
@@ -37,16 +36,19 @@ const jobDefaultURL = "http://127.0.0.1:8080"
 // jobStdin is what "submit -f -" reads; tests replace it.
 var jobStdin io.Reader = os.Stdin
 
+// jobCommands is the subcommands of `baton job`.
+var jobCommands = map[string]func(context.Context, *jobCmd, []string) int{
+	"submit": jobSubmit,
+	"list":   jobList,
+	"get":    jobGet,
+	"cancel": jobCancel,
+	"resume": jobResume,
+	"watch":  jobWatch,
+}
+
 // runJob runs "baton job ...": the producer API from the command line.
 func runJob(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	return runGroup(ctx, "job", jobUsage, map[string]func(context.Context, *jobCmd, []string) int{
-		"submit": jobSubmit,
-		"list":   jobList,
-		"get":    jobGet,
-		"cancel": jobCancel,
-		"resume": jobResume,
-		"watch":  jobWatch,
-	}, args, stdout, stderr)
+	return runGroup(ctx, "job", jobUsage, jobCommands, args, stdout, stderr)
 }
 
 // jobCmd holds what every job subcommand shares: its flags, the connection flags among them,
@@ -55,11 +57,14 @@ type jobCmd struct {
 	group, name    string // "job", "submit"
 	fs             *flag.FlagSet
 	url, key       string
+	out            *outputFormat // -o, when the command has it
 	stdout, stderr io.Writer
+	flagsOnly      **flag.FlagSet // set by flagSetOf: hand the flag set over instead of running
 }
 
-func newJobCmd(group, name string, stdout, stderr io.Writer) *jobCmd {
+func newJobCmd(ctx context.Context, group, name string, stdout, stderr io.Writer) *jobCmd {
 	c := &jobCmd{group: group, name: name, stdout: stdout, stderr: stderr}
+	c.flagsOnly, _ = ctx.Value(flagSetKey{}).(**flag.FlagSet)
 	c.fs = flag.NewFlagSet("baton "+group+" "+name, flag.ContinueOnError)
 	c.fs.SetOutput(stderr)
 	c.fs.StringVar(&c.url, "url", "", "server URL (env BATON_URL, default "+jobDefaultURL+")")
@@ -72,6 +77,10 @@ func newJobCmd(group, name string, stdout, stderr io.Writer) *jobCmd {
 // there are exactly len(names) of the latter. It returns false and the exit code when the command
 // must stop.
 func (c *jobCmd) parse(args []string, names ...string) ([]string, int, bool) {
+	if c.flagsOnly != nil {
+		*c.flagsOnly = c.fs
+		return nil, 0, false
+	}
 	var pos []string
 	for {
 		if err := c.fs.Parse(args); err != nil {
@@ -170,22 +179,29 @@ func (c *jobCmd) readFile(path, what string) ([]byte, bool) {
 	return body, true
 }
 
-// printJSON writes v as indented JSON.
-func (c *jobCmd) printJSON(v any) int {
-	enc := json.NewEncoder(c.stdout)
-	enc.SetIndent("", "  ")
-	enc.SetEscapeHTML(false)
-	if err := enc.Encode(v); err != nil {
+// outputFlag defines -o (and --output, --json) on the command's flags.
+func (c *jobCmd) outputFlag() {
+	c.out = registerOutput(c.fs)
+}
+
+// print writes v, the API's answer, as -o asks: text prints the table format.
+func (c *jobCmd) print(v any, text func() int) int {
+	code := 0
+	err := writeOutput(c.stdout, *c.out, v, func() error {
+		code = text()
+		return nil
+	})
+	if err != nil {
 		fmt.Fprintf(c.stderr, "baton %s %s: %v\n", c.group, c.name, err)
 		return 1
 	}
-	return 0
+	return code
 }
 
 func jobSubmit(ctx context.Context, c *jobCmd, args []string) int {
 	file := c.fs.String("f", "", "the job request, a JSON file (\"-\" reads stdin)")
 	key := c.fs.String("idempotency-key", "", "submit at most once with this key: a repeat returns the first job")
-	asJSON := c.fs.Bool("json", false, "print the server's answer as JSON")
+	c.outputFlag()
 	if _, code, ok := c.parse(args); !ok {
 		return code
 	}
@@ -208,22 +224,22 @@ func jobSubmit(ctx context.Context, c *jobCmd, args []string) int {
 	if err != nil {
 		return c.fail(err)
 	}
-	if *asJSON {
-		return c.printJSON(res)
-	}
-	fmt.Fprintln(c.stdout, res.JobID) // first line alone, for scripts
-	fmt.Fprintf(c.stdout, "%d tasks; root tasks: %s\n", res.TotalTasks, strings.Join(res.RootTasks, ", "))
+	// The id alone on stdout, for JOB=$(baton job submit ...); the rest is for people.
+	fmt.Fprintf(c.stderr, "job %s: %d tasks; root tasks: %s\n", res.JobID, res.TotalTasks, strings.Join(res.RootTasks, ", "))
 	if res.Replayed {
-		fmt.Fprintln(c.stdout, "(replayed: an earlier submission with this idempotency key created the job)")
+		fmt.Fprintln(c.stderr, "(replayed: an earlier submission with this idempotency key created the job)")
 	}
-	return 0
+	return c.print(res, func() int {
+		fmt.Fprintln(c.stdout, res.JobID)
+		return 0
+	})
 }
 
 func jobList(ctx context.Context, c *jobCmd, args []string) int {
 	status := c.fs.String("status", "", "only jobs in this status: processing, completed, partial_failure, canceled")
 	limit := c.fs.Int("limit", 0, "jobs per page, 1 to 100 (server default 20)")
 	cursor := c.fs.String("cursor", "", "the next cursor a previous page printed")
-	asJSON := c.fs.Bool("json", false, "print the server's answer as JSON")
+	c.outputFlag()
 	if _, code, ok := c.parse(args); !ok {
 		return code
 	}
@@ -238,27 +254,26 @@ func jobList(ctx context.Context, c *jobCmd, args []string) int {
 	if err != nil {
 		return c.fail(err)
 	}
-	if *asJSON {
-		return c.printJSON(page)
-	}
-	if len(page.Jobs) == 0 {
-		fmt.Fprintln(c.stdout, "no jobs")
-	} else {
-		tw := tabwriter.NewWriter(c.stdout, 0, 0, 2, ' ', 0)
-		fmt.Fprintln(tw, "JOB ID\tSTATUS\tTASKS\tCREATED")
-		for _, j := range page.Jobs {
-			fmt.Fprintf(tw, "%s\t%s\t%d\t%s\n", j.JobID, j.Status, j.TotalTasks, jobTime(j.CreatedAt))
+	return c.print(page, func() int {
+		if len(page.Jobs) == 0 {
+			fmt.Fprintln(c.stdout, "no jobs")
+		} else {
+			tw := tabwriter.NewWriter(c.stdout, 0, 0, 2, ' ', 0)
+			fmt.Fprintln(tw, "JOB ID\tSTATUS\tTASKS\tCREATED")
+			for _, j := range page.Jobs {
+				fmt.Fprintf(tw, "%s\t%s\t%d\t%s\n", j.JobID, j.Status, j.TotalTasks, jobTime(j.CreatedAt))
+			}
+			tw.Flush()
 		}
-		tw.Flush()
-	}
-	if page.NextCursor != "" {
-		fmt.Fprintf(c.stdout, "next cursor: %s\n", page.NextCursor)
-	}
-	return 0
+		if page.NextCursor != "" {
+			fmt.Fprintf(c.stdout, "next cursor: %s\n", page.NextCursor)
+		}
+		return 0
+	})
 }
 
 func jobGet(ctx context.Context, c *jobCmd, args []string) int {
-	asJSON := c.fs.Bool("json", false, "print the server's answer as JSON")
+	c.outputFlag()
 	pos, code, ok := c.parse(args, "JOB_ID")
 	if !ok {
 		return code
@@ -271,9 +286,10 @@ func jobGet(ctx context.Context, c *jobCmd, args []string) int {
 	if err != nil {
 		return c.fail(err)
 	}
-	if *asJSON {
-		return c.printJSON(job)
-	}
+	return c.print(job, func() int { return printJob(c, job) })
+}
+
+func printJob(c *jobCmd, job *client.Job) int {
 	tw := tabwriter.NewWriter(c.stdout, 0, 0, 2, ' ', 0)
 	fmt.Fprintf(tw, "Job:\t%s\n", job.JobID)
 	if job.Name != "" {
@@ -304,6 +320,7 @@ func jobGet(ctx context.Context, c *jobCmd, args []string) int {
 }
 
 func jobCancel(ctx context.Context, c *jobCmd, args []string) int {
+	c.outputFlag()
 	pos, code, ok := c.parse(args, "JOB_ID")
 	if !ok {
 		return code
@@ -316,15 +333,18 @@ func jobCancel(ctx context.Context, c *jobCmd, args []string) int {
 	if err != nil {
 		return c.fail(err)
 	}
-	if res.Status == client.JobProcessing {
-		fmt.Fprintf(c.stdout, "job %s: cancel requested; running tasks are being stopped\n", res.JobID)
-	} else {
-		fmt.Fprintf(c.stdout, "job %s: %s\n", res.JobID, res.Status)
-	}
-	return 0
+	return c.print(res, func() int {
+		if res.Status == client.JobProcessing {
+			fmt.Fprintf(c.stdout, "job %s: cancel requested; running tasks are being stopped\n", res.JobID)
+		} else {
+			fmt.Fprintf(c.stdout, "job %s: %s\n", res.JobID, res.Status)
+		}
+		return 0
+	})
 }
 
 func jobResume(ctx context.Context, c *jobCmd, args []string) int {
+	c.outputFlag()
 	pos, code, ok := c.parse(args, "JOB_ID")
 	if !ok {
 		return code
@@ -337,8 +357,10 @@ func jobResume(ctx context.Context, c *jobCmd, args []string) int {
 	if err != nil {
 		return c.fail(err)
 	}
-	fmt.Fprintf(c.stdout, "job %s: %s; resumed %d tasks: %s\n", res.JobID, res.Status, len(res.ResumedTasks), strings.Join(res.ResumedTasks, ", "))
-	return 0
+	return c.print(res, func() int {
+		fmt.Fprintf(c.stdout, "job %s: %s; resumed %d tasks: %s\n", res.JobID, res.Status, len(res.ResumedTasks), strings.Join(res.ResumedTasks, ", "))
+		return 0
+	})
 }
 
 func jobWatch(ctx context.Context, c *jobCmd, args []string) int {

@@ -133,7 +133,7 @@ func (s *jobTestServer) failSeed(jobID string) {
 	s.runTask(jobID, "analyze-competitors", false)
 }
 
-func TestJobSubmit_PrintsTheJobIDFirstThenRootTasks(t *testing.T) {
+func TestJobSubmit_PrintsTheJobIDAloneOnStdoutAndTheRootTasksOnStderr(t *testing.T) {
 	t.Parallel()
 	s := newJobTestServer(t)
 	file := jobWriteFile(t, jobSeed)
@@ -141,13 +141,16 @@ func TestJobSubmit_PrintsTheJobIDFirstThenRootTasks(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, errOut)
 	}
-	lines := strings.Split(strings.TrimSpace(out), "\n")
-	job, _, err := s.d.GetJob(context.Background(), "", lines[0])
-	if err != nil {
-		t.Fatalf("first line %q is not a job: %v", lines[0], err)
+	id := strings.TrimSuffix(out, "\n")
+	if strings.Contains(id, "\n") {
+		t.Fatalf("stdout %q: want one line, the job id", out)
 	}
-	if job.TotalTasks != 5 || len(lines) < 2 || !strings.Contains(lines[1], "scrape-store, analyze-competitors") {
-		t.Errorf("output %q", out)
+	job, _, err := s.d.GetJob(context.Background(), "", id)
+	if err != nil {
+		t.Fatalf("stdout %q is not a job: %v", out, err)
+	}
+	if job.TotalTasks != 5 || !strings.Contains(errOut, "scrape-store, analyze-competitors") {
+		t.Errorf("stderr %q", errOut)
 	}
 
 	// --json prints the answer; an idempotency key makes a repeat return the same job.
@@ -163,9 +166,9 @@ func TestJobSubmit_PrintsTheJobIDFirstThenRootTasks(t *testing.T) {
 	if err := json.Unmarshal([]byte(out), &res); err != nil || res.JobID == "" || res.Status != "created" || len(res.RootTasks) != 2 {
 		t.Fatalf("json %q: %v", out, err)
 	}
-	code, out, _ = s.job("submit", "--idempotency-key", "k1", "-f", file)
-	if code != 0 || !strings.HasPrefix(out, res.JobID+"\n") || !strings.Contains(out, "replayed") {
-		t.Errorf("repeat: exit %d, %q; want job %s replayed", code, out, res.JobID)
+	code, out, errOut = s.job("submit", "--idempotency-key", "k1", "-f", file)
+	if code != 0 || out != res.JobID+"\n" || !strings.Contains(errOut, "replayed") {
+		t.Errorf("repeat: exit %d, %q, %q; want job %s replayed", code, out, errOut, res.JobID)
 	}
 }
 

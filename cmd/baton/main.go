@@ -33,51 +33,73 @@ Commands:
   pipeline  deploy, list, get, list versions of and roll back pipelines (DAG documents)
   dataset   list and inspect datasets, read a buffered dataset's rows and dead letters; cut over
   bench     measure throughput and latency with no-op tasks (bench --tasks N --via sdk|stream-worker|internal|callback)
-  version   print the version
+  version   print the version, VCS commit and Go version (-o json)
+  completion
+            print a shell completion script: completion bash|zsh|fish (see 'baton completion -h')
 
 Run 'baton <command> -h' for a command's flags.
+
+Scripting:
+  -o table|json|yaml  read commands print a table (default) or the API's object; a list is the
+                      API's envelope, e.g. {"pipelines": [...]}; --json is -o json
+  ids on stdout       commands that create print only what they created on stdout: job submit
+                      the job id, pipeline deploy the version, apikey create the secret; details
+                      go to stderr (with -o json|yaml: the created object on stdout)
+  exit status         0 success; 1 failure (the server refused or failed, not found, network,
+                      a file that cannot be read; job watch: the job did not complete);
+                      2 usage (unknown command, bad flag or argument, missing API key)
 `
 
-// version is set at build time with -ldflags "-X main.version=...".
+// version is set at build time with -ldflags "-X main.version=..."; "dev" means: use the
+// module version the Go toolchain recorded (see runVersion).
 var version = "dev"
 
-// run executes one command and returns the process exit code.
+// A command is one word after `baton`. The table (commandTable) drives both dispatch and
+// `baton completion`, which builds each command's flag set through flagSetOf: a new command is
+// one line there.
+type command struct {
+	name        string
+	run         func(ctx context.Context, args []string, stdout, stderr io.Writer) int
+	subcommands []string // the words that must follow name; nil when name itself takes the flags
+	hidden      bool     // not offered by completion
+}
+
+// commandTable is a function, not a variable, because commands call run (bench runs itself).
+func commandTable() []command {
+	return []command{
+		{name: "dev", run: runDev},
+		{name: "server", run: runServer},
+		{name: "migrate", run: runMigrate},
+		{name: "apikey", run: runAPIKey, subcommands: apikeyCommands},
+		{name: "certs", run: runCerts, subcommands: []string{"dev"}},
+		{name: "worker", run: runWorker},
+		{name: "sink", run: runSink},
+		{name: "job", run: runJob, subcommands: groupNames(jobCommands)},
+		{name: "pipeline", run: runPipeline, subcommands: groupNames(pipelineCommands)},
+		{name: "dataset", run: runDataset, subcommands: groupNames(datasetCommands)},
+		{name: "bench", run: runBench},
+		{name: "version", run: runVersion},
+		{name: "demo-task", run: runDemoTask, hidden: true}, // the child program of `baton dev --demo`
+	}
+}
+
+// run executes one command and returns the process exit code: 0 success, 1 failure, 2 usage.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if len(args) == 0 {
 		fmt.Fprint(stderr, usage)
 		return 2
 	}
 	switch args[0] {
-	case "dev":
-		return runDev(ctx, args[1:], stdout, stderr)
-	case "server":
-		return runServer(ctx, args[1:], stdout, stderr)
-	case "job":
-		return runJob(ctx, args[1:], stdout, stderr)
-	case "pipeline":
-		return runPipeline(ctx, args[1:], stdout, stderr)
-	case "dataset":
-		return runDataset(ctx, args[1:], stdout, stderr)
-	case "worker":
-		return runWorker(ctx, args[1:], stdout, stderr)
-	case "sink":
-		return runSink(ctx, args[1:], stdout, stderr)
-	case "demo-task": // hidden: the child program of `baton dev --demo`
-		return runDemoTask(ctx, args[1:], stdout, stderr)
-	case "apikey":
-		return runAPIKey(ctx, args[1:], stdout, stderr)
-	case "certs":
-		return runCerts(ctx, args[1:], stdout, stderr)
-	case "migrate":
-		return runMigrate(ctx, args[1:], stdout, stderr)
-	case "bench":
-		return runBench(ctx, args[1:], stdout, stderr)
-	case "version":
-		fmt.Fprintln(stdout, "baton", version)
-		return 0
+	case "completion":
+		return runCompletion(ctx, args[1:], stdout, stderr)
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, usage)
 		return 0
+	}
+	for _, c := range commandTable() {
+		if c.name == args[0] {
+			return c.run(ctx, args[1:], stdout, stderr)
+		}
 	}
 	fmt.Fprintf(stderr, "baton: unknown command %q\n\n%s", args[0], usage)
 	return 2

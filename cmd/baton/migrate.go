@@ -16,7 +16,11 @@ func runMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	fs.SetOutput(stderr)
 	dbURL := fs.String("database-url", os.Getenv("BATON_DATABASE_URL"), "PostgreSQL URL (env BATON_DATABASE_URL)")
 	sqlitePath := fs.String("sqlite", "", "migrate this SQLite file instead of PostgreSQL")
-	if err := fs.Parse(args); err != nil {
+	if code, ok := parseFlags(ctx, fs, args); !ok {
+		return code
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "baton migrate: unexpected argument %q\n", fs.Arg(0))
 		return 2
 	}
 	switch {

@@ -16,53 +16,78 @@ import (
 const pipelineUsage = `Usage: baton pipeline <command> [flags]
 
 Commands:
-  deploy -f FILE [--json]          deploy a DAG document, YAML or JSON; "-" reads stdin
-  list [--json]                    the tenant's pipelines
-  get NAME [--json]                the active version's jobs, their datasets and task counts
-  versions NAME [--json]           every deployed version, newest first
+  deploy -f FILE                   deploy a DAG document, YAML or JSON; "-" reads stdin;
+                                   stdout: the deployed version alone, stderr: the details
+  list                             the tenant's pipelines
+  get NAME                         the active version's jobs, their datasets and task counts
+  versions NAME                    every deployed version, newest first
   rollback NAME [--version V]      make an earlier version active (default: the previous one)
 
-Every command takes --url (env BATON_URL, default ` + jobDefaultURL + `) and
---api-key (env BATON_API_KEY).
+Every command takes --url (env BATON_URL, default ` + jobDefaultURL + `),
+--api-key (env BATON_API_KEY) and -o table|json|yaml (--json: -o json).
 `
 
 const datasetUsage = `Usage: baton dataset <command> [flags]
 
 Commands:
-  list [--json]                          the tenant's datasets
-  get NAME [--json]                      a dataset (by name or uuid): versions, recent events
-  cutover NAME --version V [--json]      make a registered version the current one
-  rows NAME [--where JSON] [--cursor N] [--limit N] [--after N] [--json]
+  list                                   the tenant's datasets
+  get NAME                               a dataset (by name or uuid): versions, recent events
+  cutover NAME --version V               make a registered version the current one
+  rows NAME [--where JSON] [--cursor N] [--limit N] [--after N]
                                          a buffered dataset's rows, oldest first
-  dead-letters NAME [--json]             a buffered dataset's batches that failed every load
-  retry NAME ID [--json]                 put a dead-lettered batch back on the Buffer Queue
+  dead-letters NAME                      a buffered dataset's batches that failed every load
+  retry NAME ID                          put a dead-lettered batch back on the Buffer Queue
 
-Every command takes --url (env BATON_URL, default ` + jobDefaultURL + `) and
---api-key (env BATON_API_KEY).
+Every command takes --url (env BATON_URL, default ` + jobDefaultURL + `),
+--api-key (env BATON_API_KEY) and -o table|json|yaml (--json: -o json).
 `
+
+// pipelineCommands is the subcommands of `baton pipeline`.
+var pipelineCommands = map[string]func(context.Context, *jobCmd, []string) int{
+	"deploy":   pipelineDeploy,
+	"list":     pipelineList,
+	"get":      pipelineGet,
+	"versions": pipelineVersions,
+	"rollback": pipelineRollback,
+}
+
+// datasetCommands is the subcommands of `baton dataset`.
+var datasetCommands = map[string]func(context.Context, *jobCmd, []string) int{
+	"list":         datasetList,
+	"get":          datasetGet,
+	"cutover":      datasetCutover,
+	"rows":         datasetRows,
+	"dead-letters": datasetDeadLetters,
+	"retry":        datasetRetry,
+}
 
 // runPipeline runs "baton pipeline ...".
 func runPipeline(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	return runGroup(ctx, "pipeline", pipelineUsage, map[string]func(context.Context, *jobCmd, []string) int{
-		"deploy":   pipelineDeploy,
-		"list":     pipelineList,
-		"get":      pipelineGet,
-		"versions": pipelineVersions,
-		"rollback": pipelineRollback,
-	}, args, stdout, stderr)
+	return runGroup(ctx, "pipeline", pipelineUsage, pipelineCommands, args, stdout, stderr)
 }
 
 // runDataset runs "baton dataset ...".
 func runDataset(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	return runGroup(ctx, "dataset", datasetUsage, map[string]func(context.Context, *jobCmd, []string) int{
-		"list":         datasetList,
-		"get":          datasetGet,
-		"cutover":      datasetCutover,
-		"rows":         datasetRows,
-		"dead-letters": datasetDeadLetters,
-		"retry":        datasetRetry,
-	}, args, stdout, stderr)
+	return runGroup(ctx, "dataset", datasetUsage, datasetCommands, args, stdout, stderr)
 }
+
+// The API's list envelopes, which -o json and yaml print as the API answers them.
+type (
+	pipelineListing struct {
+		Pipelines []client.Pipeline `json:"pipelines"`
+	}
+	pipelineVersionListing struct {
+		Name          string                   `json:"name"`
+		ActiveVersion string                   `json:"active_version"`
+		Versions      []client.PipelineVersion `json:"versions"`
+	}
+	datasetListing struct {
+		Datasets []client.Dataset `json:"datasets"`
+	}
+	deadLetterListing struct {
+		DeadLetters []client.BufferBatch `json:"dead_letters"`
+	}
+)
 
 // runGroup dispatches to one command of a group.
 func runGroup(ctx context.Context, group, usage string, cmds map[string]func(context.Context, *jobCmd, []string) int,
@@ -81,12 +106,12 @@ func runGroup(ctx context.Context, group, usage string, cmds map[string]func(con
 		fmt.Fprintf(stderr, "baton %s: unknown command %q\n\n%s", group, args[0], usage)
 		return 2
 	}
-	return fn(ctx, newJobCmd(group, args[0], stdout, stderr), args[1:])
+	return fn(ctx, newJobCmd(ctx, group, args[0], stdout, stderr), args[1:])
 }
 
 func pipelineDeploy(ctx context.Context, c *jobCmd, args []string) int {
 	file := c.fs.String("f", "", "the DAG document, YAML or JSON (\"-\" reads stdin)")
-	asJSON := c.fs.Bool("json", false, "print the server's answer as JSON")
+	c.outputFlag()
 	if _, code, ok := c.parse(args); !ok {
 		return code
 	}
@@ -109,26 +134,33 @@ func pipelineDeploy(ctx context.Context, c *jobCmd, args []string) int {
 	if err != nil {
 		return c.fail(err)
 	}
-	if *asJSON {
-		return c.printJSON(p)
-	}
+	// The version alone on stdout (what `rollback --version` takes); the rest is for people.
 	switch {
 	case p.Created:
-		fmt.Fprintf(c.stdout, "deployed %s version %s (new, active)\n", p.Name, p.Version)
+		fmt.Fprintf(c.stderr, "deployed %s version %s (new, active)\n", p.Name, p.Version)
 	case p.Activated:
-		fmt.Fprintf(c.stdout, "deployed %s version %s (deployed before; active again)\n", p.Name, p.Version)
+		fmt.Fprintf(c.stderr, "deployed %s version %s (deployed before; active again)\n", p.Name, p.Version)
 	default:
-		fmt.Fprintf(c.stdout, "%s version %s is already active; nothing changed\n", p.Name, p.Version)
+		fmt.Fprintf(c.stderr, "%s version %s is already active; nothing changed\n", p.Name, p.Version)
 	}
-	return printPipelineJobs(c, p.Jobs)
+	if code := printPipelineJobs(c, c.stderr, p.Jobs); code != 0 {
+		return code
+	}
+	return c.print(p, func() int {
+		fmt.Fprintln(c.stdout, p.Version)
+		return 0
+	})
 }
 
 func pipelineList(ctx context.Context, c *jobCmd, args []string) int {
-	return show(ctx, c, args, nil, func(cl *client.Client, _ []string) ([]client.Pipeline, error) { return cl.ListPipelines(ctx) },
-		func(ps []client.Pipeline) int {
+	return show(ctx, c, args, nil, func(cl *client.Client, _ []string) (pipelineListing, error) {
+		ps, err := cl.ListPipelines(ctx)
+		return pipelineListing{Pipelines: ps}, err
+	},
+		func(ps pipelineListing) int {
 			tw := tabwriter.NewWriter(c.stdout, 0, 4, 2, ' ', 0)
 			fmt.Fprintln(tw, "NAME\tACTIVE VERSION\tUPDATED")
-			for _, p := range ps {
+			for _, p := range ps.Pipelines {
 				fmt.Fprintf(tw, "%s\t%s\t%s\n", p.Name, p.ActiveVersion, p.UpdatedAt.Format("2006-01-02 15:04:05"))
 			}
 			return flushTable(c, tw)
@@ -139,12 +171,12 @@ func pipelineGet(ctx context.Context, c *jobCmd, args []string) int {
 	return show(ctx, c, args, []string{"NAME"}, func(cl *client.Client, pos []string) (*client.Pipeline, error) { return cl.GetPipeline(ctx, pos[0]) },
 		func(p *client.Pipeline) int {
 			fmt.Fprintf(c.stdout, "%s: active version %s, updated %s\n", p.Name, p.ActiveVersion, p.UpdatedAt.Format("2006-01-02 15:04:05"))
-			return printPipelineJobs(c, p.Jobs)
+			return printPipelineJobs(c, c.stdout, p.Jobs)
 		})
 }
 
-func printPipelineJobs(c *jobCmd, jobs []client.PipelineJob) int {
-	tw := tabwriter.NewWriter(c.stdout, 0, 4, 2, ' ', 0)
+func printPipelineJobs(c *jobCmd, w io.Writer, jobs []client.PipelineJob) int {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "JOB\tACTIVATION\tRUNTIME\tOPERATOR\tOUTPUTS\tROUTED\tWAITING\tPENDING\tRUNNING\tFAILED")
 	for _, j := range jobs {
 		outs := make([]string, len(j.Outputs))
@@ -165,12 +197,19 @@ func printPipelineJobs(c *jobCmd, jobs []client.PipelineJob) int {
 }
 
 func pipelineVersions(ctx context.Context, c *jobCmd, args []string) int {
-	return show(ctx, c, args, []string{"NAME"}, func(cl *client.Client, pos []string) ([]client.PipelineVersion, error) {
-		return cl.PipelineVersions(ctx, pos[0])
-	}, func(vs []client.PipelineVersion) int {
+	return show(ctx, c, args, []string{"NAME"}, func(cl *client.Client, pos []string) (pipelineVersionListing, error) {
+		vs, err := cl.PipelineVersions(ctx, pos[0])
+		l := pipelineVersionListing{Name: pos[0], Versions: vs}
+		for _, v := range vs {
+			if v.Active {
+				l.ActiveVersion = v.Version
+			}
+		}
+		return l, err
+	}, func(l pipelineVersionListing) int {
 		tw := tabwriter.NewWriter(c.stdout, 0, 4, 2, ' ', 0)
 		fmt.Fprintln(tw, "VERSION\tACTIVE\tDEPLOYED")
-		for _, v := range vs {
+		for _, v := range l.Versions {
 			active := ""
 			if v.Active {
 				active = "*"
@@ -183,6 +222,7 @@ func pipelineVersions(ctx context.Context, c *jobCmd, args []string) int {
 
 func pipelineRollback(ctx context.Context, c *jobCmd, args []string) int {
 	version := c.fs.String("version", "", "the version to make active (default: the one deployed before the active one)")
+	c.outputFlag()
 	pos, code, ok := c.parse(args, "NAME")
 	if !ok {
 		return code
@@ -195,20 +235,25 @@ func pipelineRollback(ctx context.Context, c *jobCmd, args []string) int {
 	if err != nil {
 		return c.fail(err)
 	}
-	if !res.Activated {
-		fmt.Fprintf(c.stdout, "%s version %s is already active; nothing changed\n", res.Name, res.ActiveVersion)
+	return c.print(res, func() int {
+		if !res.Activated {
+			fmt.Fprintf(c.stdout, "%s version %s is already active; nothing changed\n", res.Name, res.ActiveVersion)
+			return 0
+		}
+		fmt.Fprintf(c.stdout, "%s: version %s is active; %d jobs that had not started were canceled\n", res.Name, res.ActiveVersion, res.CanceledJobs)
 		return 0
-	}
-	fmt.Fprintf(c.stdout, "%s: version %s is active; %d jobs that had not started were canceled\n", res.Name, res.ActiveVersion, res.CanceledJobs)
-	return 0
+	})
 }
 
 func datasetList(ctx context.Context, c *jobCmd, args []string) int {
-	return show(ctx, c, args, nil, func(cl *client.Client, _ []string) ([]client.Dataset, error) { return cl.ListDatasets(ctx) },
-		func(ds []client.Dataset) int {
+	return show(ctx, c, args, nil, func(cl *client.Client, _ []string) (datasetListing, error) {
+		ds, err := cl.ListDatasets(ctx)
+		return datasetListing{Datasets: ds}, err
+	},
+		func(ds datasetListing) int {
 			tw := tabwriter.NewWriter(c.stdout, 0, 4, 2, ' ', 0)
 			fmt.Fprintln(tw, "NAME\tDATASET UUID\tCURRENT VERSION\tPRODUCER")
-			for _, d := range ds {
+			for _, d := range ds.Datasets {
 				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", orDash(d.Name), d.DatasetUUID, d.CurrentVersion, producerText(d.Producer))
 			}
 			return flushTable(c, tw)
@@ -253,7 +298,7 @@ func printDataset(c *jobCmd, d *client.Dataset) int {
 
 func datasetCutover(ctx context.Context, c *jobCmd, args []string) int {
 	version := c.fs.String("version", "", "the registered version to make current")
-	asJSON := c.fs.Bool("json", false, "print the server's answer as JSON")
+	c.outputFlag()
 	pos, code, ok := c.parse(args, "NAME")
 	if !ok {
 		return code
@@ -269,17 +314,16 @@ func datasetCutover(ctx context.Context, c *jobCmd, args []string) int {
 	if err != nil {
 		return c.fail(err)
 	}
-	if *asJSON {
-		return c.printJSON(d)
-	}
-	fmt.Fprintf(c.stdout, "%s: current version is now %s\n", orDash(d.Name), d.CurrentVersion)
-	return 0
+	return c.print(d, func() int {
+		fmt.Fprintf(c.stdout, "%s: current version is now %s\n", orDash(d.Name), d.CurrentVersion)
+		return 0
+	})
 }
 
-// show runs a read command: its positional arguments (names), --json, one call of the API, and
-// the answer as JSON or as text.
+// show runs a read command: its positional arguments (names), -o, one call of the API, and
+// the answer as -o asks (text prints the table).
 func show[T any](ctx context.Context, c *jobCmd, args, names []string, call func(*client.Client, []string) (T, error), text func(T) int) int {
-	asJSON := c.fs.Bool("json", false, "print the server's answer as JSON")
+	c.outputFlag()
 	pos, code, ok := c.parse(args, names...)
 	if !ok {
 		return code
@@ -292,10 +336,7 @@ func show[T any](ctx context.Context, c *jobCmd, args, names []string, call func
 	if err != nil {
 		return c.fail(err)
 	}
-	if *asJSON {
-		return c.printJSON(v)
-	}
-	return text(v)
+	return c.print(v, func() int { return text(v) })
 }
 
 func producerText(p *client.DatasetProducer) string {
@@ -390,9 +431,11 @@ func cellText(v any) string {
 }
 
 func datasetDeadLetters(ctx context.Context, c *jobCmd, args []string) int {
-	return show(ctx, c, args, []string{"NAME"}, func(cl *client.Client, pos []string) ([]client.BufferBatch, error) {
-		return cl.BatchDeadLetters(ctx, pos[0])
-	}, func(bs []client.BufferBatch) int {
+	return show(ctx, c, args, []string{"NAME"}, func(cl *client.Client, pos []string) (deadLetterListing, error) {
+		bs, err := cl.BatchDeadLetters(ctx, pos[0])
+		return deadLetterListing{DeadLetters: bs}, err
+	}, func(l deadLetterListing) int {
+		bs := l.DeadLetters
 		if len(bs) == 0 {
 			fmt.Fprintln(c.stderr, "no dead-lettered batches")
 			return 0

@@ -20,12 +20,12 @@ func TestPipelineAndDatasetCommands(t *testing.T) {
 	s := newJobTestServer(t)
 	file := jobWriteFile(t, demoPipeline)
 	code, out, errOut := s.cli("pipeline", "deploy", "-f", file)
-	if code != 0 || !strings.Contains(out, "deployed blocks_demo version") || !strings.Contains(out, "(new, active)") ||
-		!strings.Contains(out, "range_totals") {
+	if code != 0 || !strings.Contains(errOut, "deployed blocks_demo version "+strings.TrimSpace(out)) || !strings.Contains(errOut, "(new, active)") ||
+		!strings.Contains(errOut, "range_totals") {
 		t.Fatalf("deploy: exit %d\n%s%s", code, out, errOut)
 	}
-	if code, out, _ = s.cli("pipeline", "deploy", "-f", file); code != 0 || !strings.Contains(out, "already active; nothing changed") {
-		t.Errorf("deploy again: exit %d\n%s", code, out)
+	if code, _, errOut = s.cli("pipeline", "deploy", "-f", file); code != 0 || !strings.Contains(errOut, "already active; nothing changed") {
+		t.Errorf("deploy again: exit %d\n%s", code, errOut)
 	}
 	bad := jobWriteFile(t, strings.Replace(demoPipeline, "operator: range_totals", "operator: 9bad", 1)+"extra: 1\n")
 	code, _, errOut = s.cli("pipeline", "deploy", "-f", bad)

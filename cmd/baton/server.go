@@ -22,8 +22,8 @@ func runServer(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	f.register(fs)
 	fs.StringVar(&f.dataDatabaseURL, "data-database-url", os.Getenv("BATON_DATA_DATABASE_URL"), "PostgreSQL URL of the data database, where buffered datasets' tables live (env BATON_DATA_DATABASE_URL; default: --database-url)")
 	fs.BoolVar(&f.sink, "sink", false, "also run a sink in this process, loading buffered batches (needs --blob-url)")
-	if err := fs.Parse(args); err != nil {
-		return 2
+	if code, ok := parseFlags(ctx, fs, args); !ok {
+		return code
 	}
 	if err := f.sinkFlags.check(); err != nil {
 		fmt.Fprintln(stderr, "baton server:", err)

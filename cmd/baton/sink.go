@@ -34,8 +34,8 @@ func runSink(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	sf.register(fs)
 	var tf transportFlags
 	tf.register(fs, "where the sink waits for new batches: store (it long-polls the server), redis or nats, as the server's --transport")
-	if err := fs.Parse(args); err != nil {
-		return 2
+	if code, ok := parseFlags(ctx, fs, args); !ok {
+		return code
 	}
 	usageErr := func(format string, a ...any) int {
 		fmt.Fprintf(stderr, "baton sink: "+format+"\n", a...)

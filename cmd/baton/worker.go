@@ -175,8 +175,8 @@ func runWorker(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	fs.Var(&childEnv, "child-env", "`NAME=VALUE` set in every child's environment (repeatable; PATH may be overridden; not for secrets)")
 	var otlp otlpFlag
 	otlp.register(fs)
-	if err := fs.Parse(args); err != nil {
-		return 2
+	if code, ok := parseFlags(ctx, fs, args); !ok {
+		return code
 	}
 	usageErr := func(format string, a ...any) int {
 		fmt.Fprintf(stderr, "baton worker: "+format+"\n", a...)

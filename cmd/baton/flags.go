@@ -1,0 +1,52 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"io"
+	"slices"
+)
+
+// flagSetKey marks a context in which a command only defines its flags: parseFlags hands the
+// flag set over instead of parsing, and the command returns before doing anything. This is how
+// `baton completion` learns every command's flags from the code that defines them.
+type flagSetKey struct{}
+
+// parseFlags parses args into fs. When it returns false the command must return the code:
+// 0 after -h (the usage is printed), 2 after a bad flag (the flag package printed why).
+func parseFlags(ctx context.Context, fs *flag.FlagSet, args []string) (int, bool) {
+	if p, ok := ctx.Value(flagSetKey{}).(**flag.FlagSet); ok {
+		*p = fs
+		return 0, false
+	}
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0, false
+		}
+		return 2, false
+	}
+	return 0, true
+}
+
+// flagSetOf returns the flag set that the command c defines after the words args (its subcommand),
+// without running it.
+func flagSetOf(c command, args ...string) (*flag.FlagSet, error) {
+	var fs *flag.FlagSet
+	ctx := context.WithValue(context.Background(), flagSetKey{}, &fs)
+	c.run(ctx, args, io.Discard, io.Discard)
+	if fs == nil {
+		return nil, errors.New("baton " + c.name + " defines no flags through parseFlags")
+	}
+	return fs, nil
+}
+
+// groupNames is the sorted names of a command group's subcommands.
+func groupNames[F any](cmds map[string]F) []string {
+	names := make([]string, 0, len(cmds))
+	for n := range cmds {
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	return names
+}

@@ -1,0 +1,161 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+
+	"go.yaml.in/yaml/v3"
+)
+
+// The formats of -o: table is the human text; json and yaml are the API's object, the same one
+// the HTTP API answers (a list is the API's envelope, e.g. {"pipelines": [...]}, so that a page's
+// next cursor is part of it).
+const (
+	outputTable = "table"
+	outputJSON  = "json"
+	outputYAML  = "yaml"
+)
+
+// outputFormat is the value of -o / --output.
+type outputFormat string
+
+func (o *outputFormat) String() string { return string(*o) }
+
+func (o *outputFormat) Set(v string) error {
+	switch v {
+	case outputTable, outputJSON, outputYAML:
+		*o = outputFormat(v)
+		return nil
+	}
+	return fmt.Errorf("want %s, %s or %s", outputTable, outputJSON, outputYAML)
+}
+
+// jsonAlias is --json, the older spelling of -o json.
+type jsonAlias struct{ o *outputFormat }
+
+func (a jsonAlias) String() string   { return "false" }
+func (a jsonAlias) IsBoolFlag() bool { return true }
+
+func (a jsonAlias) Set(v string) error {
+	b, err := strconv.ParseBool(v)
+	switch {
+	case err != nil:
+		return err
+	case b:
+		*a.o = outputJSON
+	case *a.o == outputJSON:
+		*a.o = outputTable
+	}
+	return nil
+}
+
+// registerOutput defines -o, --output and --json on fs; an unknown format is a flag error, so a
+// usage error (exit 2).
+func registerOutput(fs *flag.FlagSet) *outputFormat {
+	o := outputFormat(outputTable)
+	fs.Var(&o, "o", "output `FORMAT`: table, json or yaml")
+	fs.Var(&o, "output", "output `FORMAT`: table, json or yaml (as -o)")
+	fs.Var(jsonAlias{&o}, "json", "as -o json")
+	return &o
+}
+
+// writeOutput writes v in format: table calls text, json and yaml encode v. YAML is made from
+// v's JSON, so that its field names, numbers and order are the JSON ones.
+func writeOutput(w io.Writer, format outputFormat, v any, text func() error) error {
+	switch format {
+	case outputJSON:
+		enc := json.NewEncoder(w)
+		enc.SetIndent("", "  ")
+		enc.SetEscapeHTML(false)
+		return enc.Encode(v)
+	case outputYAML:
+		b, err := json.Marshal(v)
+		if err != nil {
+			return err
+		}
+		n, err := jsonToYAML(b)
+		if err != nil {
+			return err
+		}
+		enc := yaml.NewEncoder(w)
+		enc.SetIndent(2)
+		if err := enc.Encode(n); err != nil {
+			return err
+		}
+		return enc.Close()
+	}
+	return text()
+}
+
+// jsonToYAML turns one JSON value into a YAML node with the same keys in the same order; a number
+// keeps its digits (a Unix-millisecond time must not become 1.7e+12).
+func jsonToYAML(data []byte) (*yaml.Node, error) {
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.UseNumber()
+	n, err := yamlValue(dec)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		return nil, errors.New("more than one JSON value")
+	}
+	return n, nil
+}
+
+func yamlValue(dec *json.Decoder) (*yaml.Node, error) {
+	tok, err := dec.Token()
+	if err != nil {
+		return nil, err
+	}
+	scalar := func(tag, value string) *yaml.Node {
+		return &yaml.Node{Kind: yaml.ScalarNode, Tag: tag, Value: value}
+	}
+	switch t := tok.(type) {
+	case json.Delim:
+		n := &yaml.Node{Kind: yaml.SequenceNode, Tag: "!!seq"}
+		if t == '{' {
+			n.Kind, n.Tag = yaml.MappingNode, "!!map"
+		}
+		for dec.More() {
+			if n.Kind == yaml.MappingNode {
+				key, err := dec.Token()
+				if err != nil {
+					return nil, err
+				}
+				n.Content = append(n.Content, scalar("!!str", key.(string)))
+			}
+			v, err := yamlValue(dec)
+			if err != nil {
+				return nil, err
+			}
+			n.Content = append(n.Content, v)
+		}
+		if len(n.Content) == 0 {
+			n.Style = yaml.FlowStyle // {} and [], not an empty block
+		}
+		_, err := dec.Token() // the closing delimiter
+		return n, err
+	case string:
+		n := scalar("!!str", t)
+		if strings.Contains(t, "\n") {
+			n.Style = yaml.LiteralStyle
+		}
+		return n, nil
+	case json.Number:
+		if strings.ContainsAny(string(t), ".eE") {
+			return scalar("!!float", string(t)), nil
+		}
+		return scalar("!!int", string(t)), nil
+	case bool:
+		return scalar("!!bool", strconv.FormatBool(t)), nil
+	case nil:
+		return scalar("!!null", "null"), nil
+	}
+	return nil, fmt.Errorf("unexpected JSON token %v", tok)
+}
