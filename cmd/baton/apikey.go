@@ -93,8 +93,15 @@ func runAPIKey(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	case "list":
 		out = registerOutput(fs)
 	}
-	if code, ok := parseFlags(ctx, fs, args[1:]); !ok {
-		return code
+	if p, ok := ctx.Value(flagSetKey{}).(**flag.FlagSet); ok {
+		*p = fs // flagSetOf: the flags only
+		return 0
+	}
+	pos, err := parseInterleaved(fs, args[1:])
+	if errors.Is(err, flag.ErrHelp) {
+		return 0
+	} else if err != nil {
+		return 2
 	}
 	usageErr := func(format string, a ...any) int {
 		fmt.Fprintf(stderr, "baton apikey %s: %s\n", cmd, fmt.Sprintf(format, a...))
@@ -103,10 +110,10 @@ func runAPIKey(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	switch {
 	case cmd == "create" && *name == "":
 		return usageErr("--name is required")
-	case cmd == "revoke" && fs.NArg() != 1:
-		return usageErr("give the key ID (see `baton apikey list`)")
-	case cmd != "revoke" && fs.NArg() > 0:
-		return usageErr("unexpected argument %q", fs.Arg(0))
+	case cmd == "revoke" && len(pos) != 1:
+		return usageErr("give one key ID (see `baton apikey list`)")
+	case cmd != "revoke" && len(pos) > 0:
+		return usageErr("unexpected argument %q", pos[0])
 	}
 	fail := func(err error) int {
 		fmt.Fprintf(stderr, "baton apikey %s: %v\n", cmd, err)
@@ -158,13 +165,13 @@ func runAPIKey(ctx context.Context, args []string, stdout, stderr io.Writer) int
 			return fail(err)
 		}
 	case "revoke":
-		if err := st.RevokeAPIKey(ctx, fs.Arg(0), time.Now()); err != nil {
+		if err := st.RevokeAPIKey(ctx, pos[0], time.Now()); err != nil {
 			if errors.Is(err, store.ErrNotFound) {
-				return fail(fmt.Errorf("no key %q", fs.Arg(0)))
+				return fail(fmt.Errorf("no key %q", pos[0]))
 			}
 			return fail(err)
 		}
-		fmt.Fprintf(stdout, "revoked %s\n", fs.Arg(0))
+		fmt.Fprintf(stdout, "revoked %s\n", pos[0])
 	}
 	return 0
 }

@@ -81,23 +81,12 @@ func (c *jobCmd) parse(args []string, names ...string) ([]string, int, bool) {
 		*c.flagsOnly = c.fs
 		return nil, 0, false
 	}
-	var pos []string
-	for {
-		if err := c.fs.Parse(args); err != nil {
-			if errors.Is(err, flag.ErrHelp) {
-				return nil, 0, false
-			}
-			return nil, 2, false // the flag package has printed the error and the usage
+	pos, err := parseInterleaved(c.fs, args)
+	if err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return nil, 0, false
 		}
-		rest := c.fs.Args()
-		if len(rest) == 0 {
-			break
-		}
-		if consumed := len(args) - len(rest); consumed > 0 && args[consumed-1] == "--" {
-			pos = append(pos, rest...) // everything after "--" is positional
-			break
-		}
-		pos, args = append(pos, rest[0]), rest[1:]
+		return nil, 2, false // the flag package has printed the error and the usage
 	}
 	if len(pos) != len(names) {
 		want := "no arguments"
@@ -107,6 +96,25 @@ func (c *jobCmd) parse(args []string, names ...string) ([]string, int, bool) {
 		return nil, c.usageError("expected %s, got %q", want, pos), false
 	}
 	return pos, 0, true
+}
+
+// parseInterleaved parses flags placed before, between or after the positional arguments, and
+// returns the latter.
+func parseInterleaved(fs *flag.FlagSet, args []string) ([]string, error) {
+	var pos []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			return nil, err
+		}
+		rest := fs.Args()
+		if len(rest) == 0 {
+			return pos, nil
+		}
+		if consumed := len(args) - len(rest); consumed > 0 && args[consumed-1] == "--" {
+			return append(pos, rest...), nil // everything after "--" is positional
+		}
+		pos, args = append(pos, rest[0]), rest[1:]
+	}
 }
 
 // usageError is a usage mistake found while running a command: fail prints it and returns 2.

@@ -16,25 +16,40 @@ import (
 	"github.com/baton-dev/baton/client"
 	"github.com/baton-dev/baton/internal/api"
 	"github.com/baton-dev/baton/internal/auth"
+	"github.com/baton-dev/baton/internal/dataset"
 	"github.com/baton-dev/baton/internal/dispatch"
 	"github.com/baton-dev/baton/internal/lifecycle"
+	"github.com/baton-dev/baton/internal/sink"
 	"github.com/baton-dev/baton/internal/store"
-	"github.com/baton-dev/baton/internal/store/storetest"
+	"github.com/baton-dev/baton/internal/store/sqlite"
 )
 
-// jobTestServer is a producer API over a real SQLite store, with an API key of tenant acme.
+// jobTestServer is a producer API over a real SQLite store in dir (as `baton dev --data-dir dir`
+// keeps it), with an API key of tenant acme, and a data database for buffered datasets' rows.
 type jobTestServer struct {
-	t   *testing.T
-	d   *dispatch.Dispatcher
-	url string
-	key string
+	t    *testing.T
+	d    *dispatch.Dispatcher
+	url  string
+	key  string
+	dir  string
+	data *dataset.DB
 }
 
 func newJobTestServer(t *testing.T) *jobTestServer {
 	t.Helper()
-	st := storetest.OpenSQLite(t)
+	dir := t.TempDir()
+	st, err := sqlite.Open(context.Background(), filepath.Join(dir, dbFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	data, err := dataset.Open(context.Background(), filepath.Join(dir, dataFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { data.Close() })
 	quiet := slog.New(slog.DiscardHandler)
-	d, err := dispatch.New(st, dispatch.Config{MaxTasksPerJob: 50, Logger: quiet})
+	d, err := dispatch.New(st, dispatch.Config{MaxTasksPerJob: 50, Logger: quiet, Tables: sink.Tables{DB: data}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -45,7 +60,7 @@ func newJobTestServer(t *testing.T) *jobTestServer {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &jobTestServer{t: t, d: d, url: srv.URL, key: key}
+	return &jobTestServer{t: t, d: d, url: srv.URL, key: key, dir: dir, data: data}
 }
 
 // job runs "baton job CMD --url ... --api-key ... ARGS..." and returns its exit status and output.

@@ -18,16 +18,16 @@ type buildInfo struct {
 	Platform   string `json:"platform"`
 }
 
-// readBuildInfo reads the version the Go toolchain recorded in the binary: the module version
-// (a tag, or a pseudo-version, or "(devel)") unless -ldflags set main.version, and the VCS
-// commit and time, which `go build` and `go run` record in a git checkout (`go test` does not).
-func readBuildInfo() buildInfo {
-	b := buildInfo{Version: version, Go: runtime.Version(), Platform: runtime.GOOS + "/" + runtime.GOARCH}
-	info, ok := debug.ReadBuildInfo()
-	if !ok {
+// buildInfoFrom is what info, the build information the Go toolchain recorded in the binary
+// (nil: none), says: the module version (a tag, a pseudo-version or "(devel)") unless ldflags,
+// the -ldflags main.version, is set, and the VCS commit and time, which `go build` and `go run`
+// record in a git checkout (`go test` does not).
+func buildInfoFrom(info *debug.BuildInfo, ldflags string) buildInfo {
+	b := buildInfo{Version: ldflags, Go: runtime.Version(), Platform: runtime.GOOS + "/" + runtime.GOARCH}
+	if info == nil {
 		return b
 	}
-	if version == "dev" && info.Main.Version != "" {
+	if ldflags == "dev" && info.Main.Version != "" {
 		b.Version = info.Main.Version
 	}
 	dirty := false
@@ -59,7 +59,8 @@ func runVersion(ctx context.Context, args []string, stdout, stderr io.Writer) in
 		fmt.Fprintf(stderr, "baton version: unexpected argument %q\n", fs.Arg(0))
 		return 2
 	}
-	b := readBuildInfo()
+	info, _ := debug.ReadBuildInfo()
+	b := buildInfoFrom(info, version)
 	err := writeOutput(stdout, *out, b, func() error {
 		_, err := fmt.Fprintf(stdout, "baton %s\n  commit  %s\n  time    %s\n  go      %s %s\n",
 			b.Version, orUnknown(b.Commit), orUnknown(b.CommitTime), b.Go, b.Platform)
