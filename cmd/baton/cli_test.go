@@ -103,13 +103,20 @@ func TestReadCommands_PrintTheAPIObjectAsJSONAndYAML(t *testing.T) {
 		check func(v any) bool
 	}{
 		{[]string{"job", "list"}, func() any { return new(client.JobPage) },
-			func(v any) bool { return len(v.(*client.JobPage).Jobs) == 1 && v.(*client.JobPage).Jobs[0].JobID == jobID }},
+			func(v any) bool {
+				return len(v.(*client.JobPage).Jobs) == 1 && v.(*client.JobPage).Jobs[0].JobID == jobID
+			}},
 		{[]string{"job", "get", jobID}, func() any { return new(client.Job) },
 			func(v any) bool { return v.(*client.Job).JobID == jobID && len(v.(*client.Job).Tasks) == 5 }},
 		{[]string{"pipeline", "list"}, func() any { return new(pipelineListing) },
-			func(v any) bool { p := v.(*pipelineListing).Pipelines; return len(p) == 1 && p[0].Name == "blocks_demo" }},
+			func(v any) bool {
+				p := v.(*pipelineListing).Pipelines
+				return len(p) == 1 && p[0].Name == "blocks_demo"
+			}},
 		{[]string{"pipeline", "get", "blocks_demo"}, func() any { return new(client.Pipeline) },
-			func(v any) bool { return v.(*client.Pipeline).Name == "blocks_demo" && len(v.(*client.Pipeline).Jobs) == 7 }},
+			func(v any) bool {
+				return v.(*client.Pipeline).Name == "blocks_demo" && len(v.(*client.Pipeline).Jobs) == 7
+			}},
 		{[]string{"pipeline", "versions", "blocks_demo"}, func() any { return new(pipelineVersionListing) },
 			func(v any) bool {
 				l := v.(*pipelineVersionListing)
@@ -132,7 +139,9 @@ func TestReadCommands_PrintTheAPIObjectAsJSONAndYAML(t *testing.T) {
 				return len(r) == 1 && r[0]["dedupe_key"] == "k1" && r[0]["message"] == "two\nlines" && r[0]["block"] == 1.0
 			}},
 		{[]string{"dataset", "dead-letters", "alert_events"}, func() any { return new(deadLetterListing) },
-			func(v any) bool { return v.(*deadLetterListing).DeadLetters != nil && len(v.(*deadLetterListing).DeadLetters) == 0 }},
+			func(v any) bool {
+				return v.(*deadLetterListing).DeadLetters != nil && len(v.(*deadLetterListing).DeadLetters) == 0
+			}},
 	} {
 		var outs [2]any
 		for i, format := range []string{outputJSON, outputYAML} {
@@ -367,5 +376,30 @@ func TestUsage_NamesEveryCommand(t *testing.T) {
 	}
 	if !strings.Contains(usage, "\n  completion\n") {
 		t.Error("the usage does not list completion")
+	}
+}
+
+// The banner of `baton dev` is a two-column table: every value, the API key's continuation line
+// too, starts in one column. Not parallel: it clears BATON_API_KEY.
+func TestDevBanner_ValuesStartInOneColumn(t *testing.T) {
+	t.Setenv("BATON_API_KEY", "")
+	var stdout, stderr syncBuffer
+	exited := runUntilCleanup(t, []string{"dev", "--data-dir", t.TempDir(), "--listen", "127.0.0.1:0", "--internal-listen", "127.0.0.1:0",
+		"--metrics-listen=", "--sink=false"}, &stdout, &stderr)
+	waitForLine(t, &stdout, regexp.MustCompile("Press Ctrl-C"), exited, &stderr)
+	banner := stdout.String()
+	body, _, _ := strings.Cut(banner, "Press Ctrl-C")
+	lines := strings.Split(strings.TrimSpace(body), "\n")[1:] // after "Baton dev server"
+	value := regexp.MustCompile(`^(  [A-Za-z][A-Za-z ]*?  +| +)\S`)
+	cols := map[int]bool{}
+	for _, l := range lines {
+		m := value.FindStringSubmatch(l)
+		if m == nil {
+			t.Fatalf("banner line %q is not label and value", l)
+		}
+		cols[len(m[1])] = true
+	}
+	if len(cols) != 1 || len(lines) < 8 || !strings.Contains(banner, "API key       bk_") {
+		t.Errorf("the banner's values start in columns %v:\n%s", cols, banner)
 	}
 }

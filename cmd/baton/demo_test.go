@@ -10,6 +10,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"os/signal"
+	"regexp"
 	"slices"
 	"strings"
 	"syscall"
@@ -66,6 +67,12 @@ func TestDevDemo(t *testing.T) {
 		if !strings.Contains(out, want) {
 			t.Errorf("stdout lacks %q:\n%s", want, out)
 		}
+	}
+	// One key: the demo submits with the dev key of the banner and says so.
+	banner := regexp.MustCompile(`API key +(bk_\S+)`).FindStringSubmatch(out)
+	hint := regexp.MustCompile(`BATON_API_KEY=(\S+) baton job submit`).FindStringSubmatch(out)
+	if banner == nil || hint == nil || banner[1] != hint[1] || !strings.Contains(out, "with the dev API key of the banner above") {
+		t.Errorf("the banner's key and the demo's differ, or the demo does not say which it uses:\n%s", out)
 	}
 	if os.Geteuid() == 0 && !strings.Contains(out, `"ranAsUid": 65534`) {
 		t.Errorf("as root the demo's children should run as nobody:\n%s", out)
