@@ -75,7 +75,7 @@ func runVersion(ctx context.Context, args []string, stdout, stderr io.Writer) in
 
 func orUnknown(s string) string {
 	if s == "" {
-		return "unknown (not built from a git checkout)"
+		return "unknown (the build recorded no VCS information)"
 	}
 	return s
 }
