@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"net/http"
 	"path/filepath"
 	"reflect"
 	"regexp"
@@ -388,6 +389,13 @@ func TestDevBanner_ValuesStartInOneColumn(t *testing.T) {
 		"--metrics-listen=", "--sink=false"}, &stdout, &stderr)
 	waitForLine(t, &stdout, regexp.MustCompile("Press Ctrl-C"), exited, &stderr)
 	banner := stdout.String()
+	// The listeners are bound before the banner: this request waits until the server serves, so
+	// that the cleanup's stop finds it started rather than starting.
+	resp, err := http.Get("http://" + bannerProducer.FindStringSubmatch(banner)[1] + "/healthz")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
 	body, _, _ := strings.Cut(banner, "Press Ctrl-C")
 	lines := strings.Split(strings.TrimSpace(body), "\n")[1:] // after "Baton dev server"
 	value := regexp.MustCompile(`^(  [A-Za-z][A-Za-z ]*?  +| +)\S`)
