@@ -283,11 +283,11 @@ func firstClause(usage string) string {
 	if i := strings.IndexAny(usage, "(;:"); i > 0 {
 		usage = usage[:i]
 	}
-	usage = strings.TrimSpace(usage)
-	if len(usage) > 70 {
-		usage = usage[:67] + "..."
+	r := []rune(strings.TrimSpace(usage))
+	if len(r) > 70 {
+		return string(r[:67]) + "..."
 	}
-	return usage
+	return string(r)
 }
 
 func fishQuote(s string) string {
