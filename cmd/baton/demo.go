@@ -285,6 +285,11 @@ func copyFile(from, to string, mode os.FileMode) error {
 	return out.Close()
 }
 
+// demoWorkerEnv are the dev server's variables its demo workers keep: the transport they share,
+// and how they log and trace.
+var demoWorkerEnv = []string{"BATON_TRANSPORT", "BATON_REDIS_URL", "BATON_NATS_URL", "BATON_TRANSPORT_NAMESPACE",
+	"BATON_LOG_FORMAT", "BATON_OTLP_ENDPOINT"}
+
 // demoProc is one worker process.
 type demoProc struct {
 	name string
@@ -302,10 +307,13 @@ func (d *demo) startWorker(ctx context.Context, self, taskBin, name string, queu
 		args = append(args, "--queue", q)
 	}
 	cmd := exec.Command(self, args...)
-	// The worker needs none of these; its children never see its environment anyway.
+	// The worker is configured by its command line, and by the dev server's environment only
+	// where the two must agree. The rest of BATON_* is the dev server's: its --config file, or
+	// BATON_INTERNAL_TLS_CERT (the server's certificate, the worker's client one) would
+	// configure the worker too. Its children never see its environment anyway.
 	cmd.Env = slices.DeleteFunc(os.Environ(), func(kv string) bool {
 		k, _, _ := strings.Cut(kv, "=")
-		return k == "BATON_API_KEY" || k == "BATON_URL" || k == "BATON_INTERNAL_URL"
+		return strings.HasPrefix(k, "BATON_") && !slices.Contains(demoWorkerEnv, k)
 	})
 	out := &prefixWriter{w: d.stderr, prefix: "[worker " + name + "] "}
 	cmd.Stdout, cmd.Stderr = out, out

@@ -33,6 +33,7 @@ Commands:
   pipeline  deploy, list, get, list versions of and roll back pipelines (DAG documents)
   dataset   list and inspect datasets, read a buffered dataset's rows and dead letters; cut over
   bench     measure throughput and latency with no-op tasks (bench --tasks N --via sdk|stream-worker|internal|callback)
+  config    print the effective configuration of dev, server, worker or sink (config print server --config FILE)
   version   print the version, VCS commit and Go version (-o json)
   completion
             print a shell completion script: completion bash|zsh|fish (see 'baton completion -h')
@@ -77,6 +78,7 @@ func commandTable() []command {
 		{name: "job", run: runJob, subcommands: groupNames(jobCommands)},
 		{name: "pipeline", run: runPipeline, subcommands: groupNames(pipelineCommands)},
 		{name: "dataset", run: runDataset, subcommands: groupNames(datasetCommands)},
+		{name: "config", run: runConfig, subcommands: []string{"print"}},
 		{name: "bench", run: runBench},
 		{name: "version", run: runVersion},
 		{name: "demo-task", run: runDemoTask, hidden: true}, // the child program of `baton dev --demo`

@@ -132,9 +132,9 @@ func (f *serverFlags) register(fs *flag.FlagSet) {
 	fs.DurationVar(&f.pushTimeout, "push-timeout", 30*time.Second, "how long a push target has to accept a task")
 	fs.BoolVar(&f.groupCommit, "group-commit", true, "apply transitions that arrive together in one database transaction (--group-commit=false: one each)")
 	fs.IntVar(&f.committers, "committers", 0, "group-commit transactions in flight at once (0: 2 on PostgreSQL, 1 on SQLite); more spread the database work over connections but can deadlock")
-	fs.StringVar(&f.blobURL, "blob-url", os.Getenv("BATON_BLOB_URL"), "object storage of buffered datasets' batches: file://DIR or s3://BUCKET/PREFIX (env BATON_BLOB_URL; S3 endpoint, region and credentials from the usual AWS_* variables)")
-	fs.StringVar(&f.stsEndpoint, "sts-endpoint", os.Getenv("BATON_STS_ENDPOINT"), "with an s3:// --blob-url: the STS endpoint that mints tasks' credentials (env BATON_STS_ENDPOINT; default: the S3 endpoint, where MinIO serves STS, or AWS's regional STS)")
-	fs.StringVar(&f.credentialsRole, "task-credentials-role", os.Getenv("BATON_TASK_CREDENTIALS_ROLE"), "with an s3:// --blob-url: the role `ARN` assumed to mint tasks' credentials, narrowed to each task's prefixes by a session policy (env BATON_TASK_CREDENTIALS_ROLE; AWS needs one, MinIO ignores it)")
+	fs.StringVar(&f.blobURL, "blob-url", "", "object storage of buffered datasets' batches: file://DIR or s3://BUCKET/PREFIX (env BATON_BLOB_URL; S3 endpoint, region and credentials from the usual AWS_* variables)")
+	fs.StringVar(&f.stsEndpoint, "sts-endpoint", "", "with an s3:// --blob-url: the STS endpoint that mints tasks' credentials (env BATON_STS_ENDPOINT; default: the S3 endpoint, where MinIO serves STS, or AWS's regional STS)")
+	fs.StringVar(&f.credentialsRole, "task-credentials-role", "", "with an s3:// --blob-url: the role `ARN` assumed to mint tasks' credentials, narrowed to each task's prefixes by a session policy (env BATON_TASK_CREDENTIALS_ROLE; AWS needs one, MinIO ignores it)")
 	fs.DurationVar(&f.credentialsMaxTTL, "task-credentials-max-ttl", 12*time.Hour, "the longest STS session a task's credentials get (at least 15m); they never outlive the task's capability token")
 	f.sinkFlags.register(fs)
 	f.corsOrigins = corsFlag{origins: []string{"*"}}

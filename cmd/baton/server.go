@@ -5,7 +5,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"os"
 
 	"github.com/baton-dev/baton/internal/store/postgres"
 )
@@ -14,15 +13,15 @@ import (
 func runServer(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("baton server", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	dbURL := fs.String("database-url", os.Getenv("BATON_DATABASE_URL"), "PostgreSQL URL (env BATON_DATABASE_URL)")
+	dbURL := fs.String("database-url", "", "PostgreSQL URL (env BATON_DATABASE_URL)")
 	migrate := fs.Bool("migrate", false, "apply pending migrations before serving (safe with several replicas)")
 	maxConns := fs.Int("max-conns", 16, "database connection pool size")
 	insecure := fs.Bool("internal-insecure", false, "serve /internal/* WITHOUT TLS or client certificates (only on a private network)")
 	var f serverFlags
 	f.register(fs)
-	fs.StringVar(&f.dataDatabaseURL, "data-database-url", os.Getenv("BATON_DATA_DATABASE_URL"), "PostgreSQL URL of the data database, where buffered datasets' tables live (env BATON_DATA_DATABASE_URL; default: --database-url)")
+	fs.StringVar(&f.dataDatabaseURL, "data-database-url", "", "PostgreSQL URL of the data database, where buffered datasets' tables live (env BATON_DATA_DATABASE_URL; default: --database-url)")
 	fs.BoolVar(&f.sink, "sink", false, "also run a sink in this process, loading buffered batches (needs --blob-url)")
-	if code, ok := parseFlags(ctx, fs, args); !ok {
+	if code, ok := configure(ctx, fs, args); !ok {
 		return code
 	}
 	if err := f.sinkFlags.check(); err != nil {

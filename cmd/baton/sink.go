@@ -7,7 +7,6 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
-	"os"
 	"strings"
 
 	"github.com/baton-dev/baton/internal/auth"
@@ -21,12 +20,12 @@ import (
 func runSink(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("baton sink", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	internalURL := fs.String("internal-url", cmpEnv("BATON_INTERNAL_URL", "http://127.0.0.1:8081"), "URL of the server's /internal/* listener (env BATON_INTERNAL_URL)")
+	internalURL := fs.String("internal-url", "http://127.0.0.1:8081", "URL of the server's /internal/* listener (env BATON_INTERNAL_URL)")
 	caFile := fs.String("internal-tls-ca", "", "PEM CA bundle that the internal listener's certificate must chain to")
 	certFile := fs.String("internal-tls-cert", "", "PEM client certificate for the internal listener (mTLS)")
 	keyFile := fs.String("internal-tls-key", "", "PEM private key of --internal-tls-cert")
-	blobURL := fs.String("blob-url", os.Getenv("BATON_BLOB_URL"), "object storage the batches are in, as the server's --blob-url (env BATON_BLOB_URL; S3 settings from the AWS_* variables)")
-	dataURL := fs.String("data-database-url", os.Getenv("BATON_DATA_DATABASE_URL"), "the data database: a PostgreSQL URL, or the SQLite file of `baton dev` (env BATON_DATA_DATABASE_URL)")
+	blobURL := fs.String("blob-url", "", "object storage the batches are in, as the server's --blob-url (env BATON_BLOB_URL; S3 settings from the AWS_* variables)")
+	dataURL := fs.String("data-database-url", "", "the data database: a PostgreSQL URL, or the SQLite file of `baton dev` (env BATON_DATA_DATABASE_URL)")
 	logLevel := fs.String("log-level", "info", "log level: debug, info, warn or error")
 	var logFmt logFormat
 	logFmt.register(fs)
@@ -34,7 +33,7 @@ func runSink(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	sf.register(fs)
 	var tf transportFlags
 	tf.register(fs, "where the sink waits for new batches: store (it long-polls the server), redis or nats, as the server's --transport")
-	if code, ok := parseFlags(ctx, fs, args); !ok {
+	if code, ok := configure(ctx, fs, args); !ok {
 		return code
 	}
 	usageErr := func(format string, a ...any) int {

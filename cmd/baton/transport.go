@@ -15,9 +15,9 @@ type transportFlags struct {
 }
 
 func (f *transportFlags) register(fs *flag.FlagSet, what string) {
-	fs.StringVar(&f.kind, "transport", cmpEnv("BATON_TRANSPORT", "store"), what+" (env BATON_TRANSPORT)")
-	fs.StringVar(&f.redisURL, "redis-url", cmpEnv("BATON_REDIS_URL", "redis://127.0.0.1:6379/0"), "Redis server of --transport redis (env BATON_REDIS_URL)")
-	fs.StringVar(&f.natsURL, "nats-url", cmpEnv("BATON_NATS_URL", "nats://127.0.0.1:4222"), "NATS server with JetStream of --transport nats (env BATON_NATS_URL)")
+	fs.StringVar(&f.kind, "transport", "store", what+" (env BATON_TRANSPORT)")
+	fs.StringVar(&f.redisURL, "redis-url", "redis://127.0.0.1:6379/0", "Redis server of --transport redis (env BATON_REDIS_URL)")
+	fs.StringVar(&f.natsURL, "nats-url", "nats://127.0.0.1:4222", "NATS server with JetStream of --transport nats (env BATON_NATS_URL)")
 	fs.StringVar(&f.namespace, "transport-namespace", dial.DefaultNamespace, "prefix of the transport's keys, streams and subjects; servers and workers must agree")
 }
 

@@ -133,6 +133,7 @@ type listFlag []string
 
 func (l *listFlag) String() string     { return strings.Join(*l, ",") }
 func (l *listFlag) Set(v string) error { *l = append(*l, v); return nil }
+func (l *listFlag) Values() []string   { return *l }
 
 // wrapper is a configured `baton worker --exec`.
 type wrapper struct {
@@ -152,8 +153,8 @@ func runWorker(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	var tasks, queues, childEnv listFlag
 	fs.Var(&tasks, "task", "task `NAME` to run (repeatable; at least one)")
 	execCmd := fs.String("exec", "", "`COMMAND` run with /bin/sh -c once per task, as the child process")
-	internalURL := fs.String("internal-url", cmpEnv("BATON_INTERNAL_URL", "http://127.0.0.1:8081"), "URL of the server's /internal/* listener (env BATON_INTERNAL_URL); never given to the child")
-	publicURL := fs.String("url", cmpEnv("BATON_URL", jobDefaultURL), "public URL of the server, handed to the child as BATON_URL (env BATON_URL)")
+	internalURL := fs.String("internal-url", "http://127.0.0.1:8081", "URL of the server's /internal/* listener (env BATON_INTERNAL_URL); never given to the child")
+	publicURL := fs.String("url", jobDefaultURL, "public URL of the server, handed to the child as BATON_URL (env BATON_URL)")
 	concurrency := fs.Int("concurrency", 1, "tasks run at once")
 	childUser := fs.String("child-user", "nobody", "user the child runs as when the wrapper runs as root (never root)")
 	grace := fs.Duration("grace", runner.DefaultGrace, "time a stopped child's process group has between SIGTERM and SIGKILL")
@@ -168,14 +169,14 @@ func runWorker(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	logLevel := fs.String("log-level", "info", "log level: debug, info, warn or error")
 	var logFmt logFormat
 	logFmt.register(fs)
-	blobURL := fs.String("blob-url", os.Getenv("BATON_BLOB_URL"), "object storage the wrapper writes children's batches to, as the server's --blob-url (env BATON_BLOB_URL; S3 settings from the AWS_* variables)")
+	blobURL := fs.String("blob-url", "", "object storage the wrapper writes children's batches to, as the server's --blob-url (env BATON_BLOB_URL; S3 settings from the AWS_* variables)")
 	fs.Var(&queues, "queue", "queue `NAME` to claim from (repeatable; default: the task names)")
 	var tf transportFlags
 	tf.register(fs, "how the worker finds tasks: store (long-poll the server), redis or nats (wait for wake-ups there, then claim by task id); as the server's --transport")
 	fs.Var(&childEnv, "child-env", "`NAME=VALUE` set in every child's environment (repeatable; PATH may be overridden; not for secrets)")
 	var otlp otlpFlag
 	otlp.register(fs)
-	if code, ok := parseFlags(ctx, fs, args); !ok {
+	if code, ok := configure(ctx, fs, args); !ok {
 		return code
 	}
 	usageErr := func(format string, a ...any) int {
@@ -560,12 +561,4 @@ func leaseFromToken(tok string) string {
 		return ""
 	}
 	return c.LeaseToken
-}
-
-// cmpEnv is the value of the environment variable name, or def when it is unset or empty.
-func cmpEnv(name, def string) string {
-	if v := os.Getenv(name); v != "" {
-		return v
-	}
-	return def
 }

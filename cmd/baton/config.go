@@ -1,0 +1,573 @@
+package main
+
+// Configuration of the serving commands (dev, server, worker, sink). Every flag of theirs can also
+// come from the environment variable BATON_<FLAG> or from a key of the YAML file of --config
+// (BATON_CONFIG): the command line wins, then the environment, then the file, then the flag's
+// default. Values go through the flag's own Set, so a value from anywhere is checked alike.
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"slices"
+	"strings"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+)
+
+// configFlag names the flag, and envConfig the variable, of the configuration file.
+const (
+	configFlag = "config"
+	envConfig  = "BATON_CONFIG"
+)
+
+// configNote ends a serving command's -h.
+const configNote = `
+Every flag can also be set with the environment variable BATON_<FLAG> (upper case, - as _:
+--database-url is BATON_DATABASE_URL; a repeatable flag takes a comma-separated list) or as a key
+of the YAML file of --config FILE (env BATON_CONFIG), such as "listen: 127.0.0.1:8080" (a list
+for a repeatable flag). The command line wins, then the environment, then the file, then the
+default. 'baton config print %s [flags]' shows the result.
+`
+
+// envName is the environment variable of a flag: --internal-listen is BATON_INTERNAL_LISTEN.
+func envName(flagName string) string {
+	return "BATON_" + strings.ToUpper(strings.ReplaceAll(flagName, "-", "_"))
+}
+
+// repeatedValue is a flag that accumulates: each Set adds a value (listFlag). A file gives it a
+// list, the environment a comma-separated one.
+type repeatedValue interface {
+	flag.Value
+	Values() []string
+}
+
+// Where a flag's effective value came from, as config print names it.
+type sourceKind int
+
+const (
+	fromDefault sourceKind = iota
+	fromFile
+	fromEnv
+	fromFlag
+)
+
+type flagSource struct {
+	kind sourceKind
+	at   string // fromEnv: the variable; fromFile: FILE:LINE
+}
+
+func (s flagSource) String() string {
+	switch s.kind {
+	case fromFlag:
+		return "flag"
+	case fromEnv:
+		return "env " + s.at
+	case fromFile:
+		return "file " + s.at
+	}
+	return "default"
+}
+
+// configResult is what applyConfig did: the file it read ("" for none) and each flag's source.
+type configResult struct {
+	file    string
+	fileBy  flagSource // how the file was named: --config or BATON_CONFIG
+	sources map[string]flagSource
+}
+
+// configErrors are all the problems of one command's configuration, one message each.
+type configErrors []error
+
+func (e configErrors) Error() string {
+	msgs := make([]string, len(e))
+	for i, err := range e {
+		msgs[i] = err.Error()
+	}
+	return strings.Join(msgs, "\n")
+}
+
+// configMode is how a command's context changes configure: tests inject the environment, and
+// `baton config print` and tests stop the command once its configuration is known.
+type configMode struct {
+	lookupEnv func(string) (string, bool) // nil: the process environment
+	print     io.Writer                   // print the effective configuration there and stop
+	inspect   func(*flag.FlagSet, *configResult)
+}
+
+type configModeKey struct{}
+
+func withConfigMode(ctx context.Context, m configMode) context.Context {
+	return context.WithValue(ctx, configModeKey{}, m)
+}
+
+// configure parses a serving command's arguments into fs (parseFlags) and completes the flags the
+// command line left alone from the environment and the --config file. Unless ok, the command is
+// to return code at once: help (0), a usage error (2), or a context that only wanted the flag set
+// or the configuration.
+func configure(ctx context.Context, fs *flag.FlagSet, args []string) (code int, ok bool) {
+	mode, _ := ctx.Value(configModeKey{}).(configMode)
+	lookup := mode.lookupEnv
+	if lookup == nil {
+		lookup = os.LookupEnv
+	}
+	addConfigFlag(fs)
+	if code, ok := parseFlags(ctx, fs, args); !ok {
+		return code, false
+	}
+	res, err := applyConfig(fs, lookup)
+	if err != nil {
+		var list configErrors
+		if !errors.As(err, &list) {
+			list = configErrors{err}
+		}
+		for _, e := range list {
+			fmt.Fprintf(fs.Output(), "%s: %v\n", fs.Name(), e)
+		}
+		return 2, false
+	}
+	switch {
+	case mode.inspect != nil:
+		mode.inspect(fs, res)
+		return 0, false
+	case mode.print != nil:
+		if err := printConfig(mode.print, fs, res); err != nil {
+			fmt.Fprintf(fs.Output(), "%s: %v\n", fs.Name(), err)
+			return 1, false
+		}
+		return 0, false
+	}
+	return 0, true
+}
+
+// addConfigFlag adds --config to fs and the configuration note to its usage.
+func addConfigFlag(fs *flag.FlagSet) {
+	fs.String(configFlag, "", "YAML `FILE` of flag values, keyed by flag name (env "+envConfig+")")
+	usage := fs.Usage
+	fs.Usage = func() {
+		if usage != nil {
+			usage()
+		} else {
+			fmt.Fprintf(fs.Output(), "Usage of %s:\n", fs.Name())
+			fs.PrintDefaults()
+		}
+		fmt.Fprintf(fs.Output(), configNote, strings.TrimPrefix(fs.Name(), "baton "))
+	}
+}
+
+// applyConfig sets every flag of fs the command line did not set from its environment variable,
+// else from the --config file. fs has been parsed.
+func applyConfig(fs *flag.FlagSet, lookupEnv func(string) (string, bool)) (*configResult, error) {
+	res := &configResult{sources: map[string]flagSource{}}
+	fs.Visit(func(f *flag.Flag) { res.sources[f.Name] = flagSource{kind: fromFlag} })
+	if _, set := res.sources[configFlag]; set {
+		res.file, res.fileBy = fs.Lookup(configFlag).Value.String(), flagSource{kind: fromFlag}
+	} else if v, ok := lookupEnv(envConfig); ok {
+		res.file, res.fileBy = v, flagSource{kind: fromEnv, at: envConfig}
+		res.sources[configFlag] = res.fileBy
+		if err := fs.Set(configFlag, v); err != nil {
+			return nil, err
+		}
+	}
+	var errs configErrors
+	var file map[string]fileValue
+	if res.file != "" {
+		var err error
+		if file, err = readConfigFile(fs, res.file); err != nil {
+			if list, ok := err.(configErrors); ok {
+				errs = append(errs, list...)
+			} else if res.fileBy.kind == fromEnv {
+				return nil, fmt.Errorf("env %s: %w", envConfig, err)
+			} else {
+				return nil, fmt.Errorf("--%s: %w", configFlag, err)
+			}
+		}
+	}
+	fs.VisitAll(func(f *flag.Flag) {
+		if _, set := res.sources[f.Name]; set || f.Name == configFlag {
+			return
+		}
+		name := envName(f.Name)
+		if v, ok := lookupEnv(name); ok {
+			res.sources[f.Name] = flagSource{kind: fromEnv, at: name}
+			vals := []string{v}
+			if _, ok := f.Value.(repeatedValue); ok {
+				vals = splitList(v)
+			}
+			for _, v := range vals {
+				if err := fs.Set(f.Name, v); err != nil {
+					errs = append(errs, fmt.Errorf("env %s: invalid value %q for --%s: %v%s", name, v, f.Name, err, typeHint(f)))
+					return
+				}
+			}
+			return
+		}
+		fv, ok := file[f.Name]
+		if !ok {
+			res.sources[f.Name] = flagSource{kind: fromDefault}
+			return
+		}
+		res.sources[f.Name] = flagSource{kind: fromFile, at: fmt.Sprintf("%s:%d", res.file, fv.line)}
+		for _, v := range fv.values {
+			if err := fs.Set(f.Name, v); err != nil {
+				errs = append(errs, fmt.Errorf("%s:%d: %s: invalid value %q: %v%s", res.file, fv.line, f.Name, v, err, typeHint(f)))
+				return
+			}
+		}
+	})
+	if len(errs) > 0 {
+		return nil, errs
+	}
+	return res, nil
+}
+
+// splitList splits a repeatable flag's environment value at its commas; empty items are dropped.
+func splitList(v string) []string {
+	var out []string
+	for _, item := range strings.Split(v, ",") {
+		if item = strings.TrimSpace(item); item != "" {
+			out = append(out, item)
+		}
+	}
+	return out
+}
+
+// typeHint says what a flag of a standard type accepts, after a rejected value.
+func typeHint(f *flag.Flag) string {
+	g, ok := f.Value.(flag.Getter)
+	if !ok {
+		return ""
+	}
+	switch g.Get().(type) {
+	case bool:
+		return " (want true or false)"
+	case int, int64, uint, uint64:
+		return " (want an integer)"
+	case float64:
+		return " (want a number)"
+	case time.Duration:
+		return " (want a duration such as 30s, 5m or 720h)"
+	}
+	return ""
+}
+
+// fileValue is one key of a configuration file: its values (several only for a repeatable flag)
+// and its line.
+type fileValue struct {
+	values []string
+	line   int
+}
+
+// readConfigFile reads the YAML mapping of flag names to values at path. Every problem is
+// reported, each with its line.
+func readConfigFile(fs *flag.FlagSet, path string) (map[string]fileValue, error) {
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	var doc yaml.Node
+	if err := yaml.Unmarshal(raw, &doc); err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	if doc.Kind == 0 || len(doc.Content) == 0 {
+		return nil, nil // an empty file sets nothing
+	}
+	root := doc.Content[0]
+	if root.Kind != yaml.MappingNode {
+		return nil, fmt.Errorf("%s:%d: want a mapping of flag names to values, such as \"listen: 127.0.0.1:8080\"", path, root.Line)
+	}
+	out := map[string]fileValue{}
+	var errs configErrors
+	fail := func(n *yaml.Node, format string, a ...any) {
+		errs = append(errs, fmt.Errorf("%s:%d: "+format, append([]any{path, n.Line}, a...)...))
+	}
+	for i := 0; i+1 < len(root.Content); i += 2 {
+		k, v := root.Content[i], root.Content[i+1]
+		name := k.Value
+		f := fs.Lookup(name)
+		switch {
+		case k.Kind != yaml.ScalarNode:
+			fail(k, "a key must be a flag name")
+			continue
+		case name == configFlag:
+			fail(k, "%s: a configuration file cannot name another one", name)
+			continue
+		case f == nil:
+			fail(k, "unknown key %q%s", name, suggestFlag(fs, name))
+			continue
+		}
+		if prev, dup := out[name]; dup {
+			fail(k, "%s: given twice (also on line %d)", name, prev.line)
+			continue
+		}
+		_, repeated := f.Value.(repeatedValue)
+		fv := fileValue{line: k.Line}
+		switch {
+		case v.Kind == yaml.ScalarNode && v.Tag != "!!null":
+			fv.values = []string{v.Value}
+		case v.Kind == yaml.SequenceNode && repeated:
+			for _, item := range v.Content {
+				if item.Kind != yaml.ScalarNode || item.Tag == "!!null" {
+					fail(item, "%s: want a list of values", name)
+					continue
+				}
+				fv.values = append(fv.values, item.Value)
+			}
+		case v.Kind == yaml.SequenceNode:
+			fail(v, "%s: want one value, not a list (--%s is not repeatable)", name, name)
+			continue
+		case v.Kind == yaml.ScalarNode:
+			fail(v, "%s: no value (write \"\" for an empty one)", name)
+			continue
+		default:
+			fail(v, "%s: want a value%s, not a mapping (one file configures one command: keys are its flag names)", name,
+				map[bool]string{true: " or a list"}[repeated])
+			continue
+		}
+		out[name] = fv
+	}
+	if len(errs) > 0 {
+		return nil, errs
+	}
+	return out, nil
+}
+
+// suggestFlag names the flag of fs closest to an unknown key, when one is close.
+func suggestFlag(fs *flag.FlagSet, key string) string {
+	best, bestDist := "", len(key)/3+2
+	fs.VisitAll(func(f *flag.Flag) {
+		if f.Name == configFlag {
+			return
+		}
+		if d := editDistance(key, f.Name); d < bestDist {
+			best, bestDist = f.Name, d
+		}
+	})
+	if best == "" {
+		return fmt.Sprintf(" (not a flag of %s)", fs.Name())
+	}
+	return fmt.Sprintf(" (did you mean %q?)", best)
+}
+
+// editDistance is the Levenshtein distance of a and b.
+func editDistance(a, b string) int {
+	prev := make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur := make([]int, len(b)+1)
+		cur[0] = i
+		for j := 1; j <= len(b); j++ {
+			cost := 1
+			if a[i-1] == b[j-1] {
+				cost = 0
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+		}
+		prev = cur
+	}
+	return prev[len(b)]
+}
+
+// printConfig writes the effective configuration of fs as a --config file: every flag with its
+// value, its source as a comment, secrets redacted.
+func printConfig(w io.Writer, fs *flag.FlagSet, res *configResult) error {
+	root := &yaml.Node{Kind: yaml.MappingNode}
+	root.HeadComment = fmt.Sprintf("%s: the effective configuration (secrets REDACTED)", fs.Name())
+	if res.file != "" {
+		root.HeadComment += fmt.Sprintf("\nconfig: %s (%s)", res.file, res.fileBy)
+	}
+	fs.VisitAll(func(f *flag.Flag) {
+		if f.Name == configFlag {
+			return
+		}
+		key := &yaml.Node{Kind: yaml.ScalarNode, Value: f.Name}
+		src := res.sources[f.Name].String()
+		var val *yaml.Node
+		if r, ok := f.Value.(repeatedValue); ok {
+			val = &yaml.Node{Kind: yaml.SequenceNode}
+			for _, item := range r.Values() {
+				val.Content = append(val.Content, scalarNode(f, redactItem(f.Name, item)))
+			}
+			if len(val.Content) == 0 {
+				val.Style = yaml.FlowStyle
+				val.LineComment = src
+			} else {
+				key.LineComment = src
+			}
+		} else {
+			val = scalarNode(f, redactValue(f.Name, f.Value.String()))
+			val.LineComment = src
+		}
+		root.Content = append(root.Content, key, val)
+	})
+	enc := yaml.NewEncoder(w)
+	enc.SetIndent(2)
+	if err := enc.Encode(root); err != nil {
+		return err
+	}
+	return enc.Close()
+}
+
+// scalarNode is a flag value as YAML: bare for booleans and numbers, a string otherwise (quoted
+// when it would read as something else).
+func scalarNode(f *flag.Flag, v string) *yaml.Node {
+	n := &yaml.Node{Kind: yaml.ScalarNode, Value: v, Tag: "!!str"}
+	if g, ok := f.Value.(flag.Getter); ok {
+		switch g.Get().(type) {
+		case bool:
+			n.Tag = "!!bool"
+		case int, int64, uint, uint64:
+			n.Tag = "!!int"
+		case float64:
+			n.Tag = "!!float"
+		}
+	}
+	return n
+}
+
+// redacted replaces a secret in config print's output.
+const redacted = "REDACTED"
+
+// secretWords mark a flag whose value is a secret, by the words of its name. A *tls* flag holds
+// a file's path (--internal-tls-key): the path is shown, the key stays in its file.
+var secretWords = []string{"secret", "secrets", "password", "passwd", "token", "key", "apikey"}
+
+func secretFlag(name string) bool {
+	words := strings.Split(name, "-")
+	return !slices.Contains(words, "tls") && slices.ContainsFunc(words, func(w string) bool { return slices.Contains(secretWords, w) })
+}
+
+// redactValue hides the secrets of one flag value: the whole value of a secret flag, the
+// credentials inside a URL or a PostgreSQL keyword/value string otherwise.
+func redactValue(name, v string) string {
+	if v == "" {
+		return v
+	}
+	if secretFlag(name) {
+		return redacted
+	}
+	return redactCredentials(v)
+}
+
+// redactItem hides the secrets of one value of a repeatable flag. NAME=VALUE items keep their
+// NAME, and a secret flag's NAME=@FILE its file's path (--push-secret).
+func redactItem(name, item string) string {
+	k, v, ok := strings.Cut(item, "=")
+	if !ok || k == "" || strings.ContainsAny(k, " /:@") {
+		return redactValue(name, item)
+	}
+	if secretFlag(name) && strings.HasPrefix(v, "@") {
+		return item
+	}
+	return k + "=" + redactValue(name, v)
+}
+
+// sensitiveParam reports whether a URL query parameter or a keyword holds a secret.
+func sensitiveParam(name string) bool {
+	name = strings.ToLower(name)
+	for _, w := range []string{"password", "secret", "token", "key", "signature", "credential"} {
+		if strings.Contains(name, w) {
+			return true
+		}
+	}
+	return false
+}
+
+// redactCredentials hides a URL's password (postgres://u:REDACTED@host), a NATS token
+// (nats://REDACTED@host) and secret query parameters (?sslpassword=REDACTED), or the password=
+// of a PostgreSQL keyword/value string. Anything else is returned as it is.
+func redactCredentials(v string) string {
+	scheme, rest, ok := strings.Cut(v, "://")
+	if !ok || scheme == "" || strings.ContainsAny(scheme, " =") {
+		return redactKeywords(v)
+	}
+	// Userinfo: from after :// to the last @ before the path.
+	hostEnd := len(rest)
+	if i := strings.IndexAny(rest, "/?#"); i >= 0 {
+		hostEnd = i
+	}
+	if at := strings.LastIndex(rest[:hostEnd], "@"); at >= 0 {
+		user, _, hasPass := strings.Cut(rest[:at], ":")
+		switch {
+		case hasPass:
+			rest = user + ":" + redacted + rest[at:]
+		case scheme == "nats" || scheme == "tls" || scheme == "wss":
+			rest = redacted + rest[at:] // a NATS token
+		}
+	}
+	if q := strings.Index(rest, "?"); q >= 0 {
+		query, frag, hasFrag := strings.Cut(rest[q+1:], "#")
+		params := strings.Split(query, "&")
+		for i, p := range params {
+			if k, _, ok := strings.Cut(p, "="); ok && sensitiveParam(k) {
+				params[i] = k + "=" + redacted
+			}
+		}
+		rest = rest[:q+1] + strings.Join(params, "&")
+		if hasFrag {
+			rest += "#" + frag
+		}
+	}
+	return scheme + "://" + rest
+}
+
+// redactKeywords hides password= and the like in a key=value string such as PostgreSQL's
+// "host=db user=baton password=secret".
+func redactKeywords(v string) string {
+	if !strings.Contains(v, "=") || !strings.Contains(v, " ") {
+		return v
+	}
+	fields := strings.Fields(v)
+	for i, f := range fields {
+		if k, _, ok := strings.Cut(f, "="); ok && sensitiveParam(k) {
+			fields[i] = k + "=" + redacted
+		}
+	}
+	return strings.Join(fields, " ")
+}
+
+// runConfig is `baton config print <command> [flags]`.
+func runConfig(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	const usage = `Usage: baton config print <dev|server|worker|sink> [the command's flags]
+
+Prints the command's effective configuration as YAML, a valid --config file: every flag, its
+value, and where the value came from (flag, env BATON_<FLAG>, file FILE:LINE or default) as a
+comment. Secrets are shown as REDACTED: passwords and tokens in URLs, --push-secret values.
+`
+	commands := map[string]func(context.Context, []string, io.Writer, io.Writer) int{
+		"dev": runDev, "server": runServer, "worker": runWorker, "sink": runSink,
+	}
+	if len(args) == 0 || args[0] != "print" {
+		if len(args) == 1 && (args[0] == "-h" || args[0] == "--help" || args[0] == "help") {
+			fmt.Fprint(stdout, usage)
+			return 0
+		}
+		fmt.Fprint(stderr, usage)
+		return 2
+	}
+	// config print has no flags of its own: the words after it are a command and its flags.
+	fs := flag.NewFlagSet("baton config print", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() { fmt.Fprint(stderr, usage) }
+	if code, ok := parseFlags(ctx, fs, args[1:]); !ok {
+		return code
+	}
+	if fs.NArg() == 0 {
+		fmt.Fprint(stderr, usage)
+		return 2
+	}
+	cmd, ok := commands[fs.Arg(0)]
+	if !ok {
+		fmt.Fprintf(stderr, "baton config print: unknown command %q: want dev, server, worker or sink\n", fs.Arg(0))
+		return 2
+	}
+	mode, _ := ctx.Value(configModeKey{}).(configMode)
+	mode.print = stdout
+	return cmd(withConfigMode(ctx, mode), fs.Args()[1:], stdout, stderr)
+}
