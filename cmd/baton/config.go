@@ -177,6 +177,7 @@ func applyConfig(fs *flag.FlagSet, lookupEnv func(string) (string, bool)) (*conf
 	var file map[string]fileValue
 	if res.file != "" {
 		var err error
+		// The keys that are wrong are reported with the values that are.
 		if file, err = readConfigFile(fs, res.file); err != nil {
 			if list, ok := err.(configErrors); ok {
 				errs = append(errs, list...)
@@ -200,7 +201,7 @@ func applyConfig(fs *flag.FlagSet, lookupEnv func(string) (string, bool)) (*conf
 			}
 			for _, v := range vals {
 				if err := fs.Set(f.Name, v); err != nil {
-					errs = append(errs, fmt.Errorf("env %s: invalid value %q for --%s: %v%s", name, v, f.Name, err, typeHint(f)))
+					errs = append(errs, fmt.Errorf("env %s: invalid value %q for --%s: %v%s", name, redactValue(f.Name, v), f.Name, err, typeHint(f)))
 					return
 				}
 			}
@@ -214,12 +215,26 @@ func applyConfig(fs *flag.FlagSet, lookupEnv func(string) (string, bool)) (*conf
 		res.sources[f.Name] = flagSource{kind: fromFile, at: fmt.Sprintf("%s:%d", res.file, fv.line)}
 		for _, v := range fv.values {
 			if err := fs.Set(f.Name, v); err != nil {
-				errs = append(errs, fmt.Errorf("%s:%d: %s: invalid value %q: %v%s", res.file, fv.line, f.Name, v, err, typeHint(f)))
+				errs = append(errs, fileError{path: res.file, line: fv.line, msg: fmt.Sprintf("%s: invalid value %q: %v%s", f.Name, redactValue(f.Name, v), err, typeHint(f))})
 				return
 			}
 		}
 	})
 	if len(errs) > 0 {
+		// The environment's problems, then the file's in the order of its lines.
+		slices.SortStableFunc(errs, func(a, b error) int {
+			var fa, fb fileError
+			okA, okB := errors.As(a, &fa), errors.As(b, &fb)
+			switch {
+			case okA && okB:
+				return fa.line - fb.line
+			case okA:
+				return 1
+			case okB:
+				return -1
+			}
+			return 0
+		})
 		return nil, errs
 	}
 	return res, nil
@@ -255,6 +270,15 @@ func typeHint(f *flag.Flag) string {
 	return ""
 }
 
+// fileError is a problem of the configuration file, at a line of it.
+type fileError struct {
+	path string
+	line int
+	msg  string
+}
+
+func (e fileError) Error() string { return fmt.Sprintf("%s:%d: %s", e.path, e.line, e.msg) }
+
 // fileValue is one key of a configuration file: its values (several only for a repeatable flag)
 // and its line.
 type fileValue struct {
@@ -263,7 +287,7 @@ type fileValue struct {
 }
 
 // readConfigFile reads the YAML mapping of flag names to values at path. Every problem is
-// reported, each with its line.
+// reported, each with its line, as configErrors beside the keys that are right.
 func readConfigFile(fs *flag.FlagSet, path string) (map[string]fileValue, error) {
 	raw, err := os.ReadFile(path)
 	if err != nil {
@@ -283,7 +307,7 @@ func readConfigFile(fs *flag.FlagSet, path string) (map[string]fileValue, error)
 	out := map[string]fileValue{}
 	var errs configErrors
 	fail := func(n *yaml.Node, format string, a ...any) {
-		errs = append(errs, fmt.Errorf("%s:%d: "+format, append([]any{path, n.Line}, a...)...))
+		errs = append(errs, fileError{path: path, line: n.Line, msg: fmt.Sprintf(format, a...)})
 	}
 	for i := 0; i+1 < len(root.Content); i += 2 {
 		k, v := root.Content[i], root.Content[i+1]
@@ -331,7 +355,7 @@ func readConfigFile(fs *flag.FlagSet, path string) (map[string]fileValue, error)
 		out[name] = fv
 	}
 	if len(errs) > 0 {
-		return nil, errs
+		return out, errs
 	}
 	return out, nil
 }
@@ -425,7 +449,7 @@ func scalarNode(f *flag.Flag, v string) *yaml.Node {
 		case int, int64, uint, uint64:
 			n.Tag = "!!int"
 		case float64:
-			n.Tag = "!!float"
+			n.Tag = "" // 100 reads as an int, 2.5 as a float: either is a number
 		}
 	}
 	return n

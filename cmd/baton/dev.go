@@ -163,7 +163,7 @@ func (f *demoFlag) Set(v string) error {
 	switch v {
 	case "true":
 		f.kind = demoKindJob
-	case "false":
+	case "false", "":
 		f.kind = ""
 	case demoKindJob, demoKindPipeline:
 		f.kind, f.explicit = v, true
