@@ -535,3 +535,38 @@ func TestConfigPrintUsageErrors(t *testing.T) {
 		}
 	}
 }
+
+func TestDevRunsFromItsConfigFileAndEnvironment(t *testing.T) {
+	t.Parallel()
+	dataDir := t.TempDir()
+	file := writeConfig(t, fmt.Sprintf("data-dir: %s\nlisten: 127.0.0.1:0\ninternal-listen: 127.0.0.1:0\nmetrics-listen: \"\"\nshutdown-timeout: 5s\nsink: true\n", dataDir))
+	env := map[string]string{envConfig: file, "BATON_SINK": "false"}
+	var stdout, stderr syncBuffer
+	ctx, cancel := context.WithCancel(withConfigMode(context.Background(), configMode{lookupEnv: envOf(env)}))
+	done := make(chan int, 1)
+	go func() { done <- run(ctx, []string{"dev"}, &stdout, &stderr) }()
+	defer func() {
+		cancel()
+		if code := <-done; code != 0 {
+			t.Errorf("baton dev exited %d; stderr:\n%s", code, stderr.String())
+		}
+	}()
+	for !strings.Contains(stdout.String(), "Press Ctrl-C") {
+		select {
+		case code := <-done:
+			done <- code
+			t.Fatalf("baton dev exited %d; stderr:\n%s", code, stderr.String())
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+	banner := stdout.String()
+	for _, want := range []string{
+		filepath.Join(dataDir, dbFile) + " (SQLite)", // data-dir from the file
+		"(no sink here: --sink=false)",               // BATON_SINK over the file's sink: true
+		"metrics       off",                          // metrics-listen: ""
+	} {
+		if !strings.Contains(banner, want) {
+			t.Errorf("banner lacks %q:\n%s", want, banner)
+		}
+	}
+}
