@@ -34,6 +34,9 @@ for a repeatable flag). The command line wins, then the environment, then the fi
 default. 'baton config print %s [flags]' shows the result.
 `
 
+// configCommandNames are the commands configured this way.
+var configCommandNames = []string{"dev", "server", "worker", "sink"}
+
 // envName is the environment variable of a flag: --internal-listen is BATON_INTERNAL_LISTEN.
 func envName(flagName string) string {
 	return "BATON_" + strings.ToUpper(strings.ReplaceAll(flagName, "-", "_"))
@@ -319,6 +322,9 @@ func readConfigFile(fs *flag.FlagSet, path string) (map[string]fileValue, error)
 			continue
 		case name == configFlag:
 			fail(k, "%s: a configuration file cannot name another one", name)
+			continue
+		case f == nil && v.Kind == yaml.MappingNode && slices.Contains(configCommandNames, name):
+			fail(k, "unknown key %q: a file has no sections per command, its keys are the flags of %s (give each command a file of its own)", name, fs.Name())
 			continue
 		case f == nil:
 			fail(k, "unknown key %q%s", name, suggestFlag(fs, name))

@@ -18,7 +18,7 @@ import (
 )
 
 // configCommands are the commands whose flags the environment and --config also set.
-var configCommands = []string{"dev", "server", "worker", "sink"}
+var configCommands = configCommandNames
 
 // envOf is an environment of its own for one test: no test touches the process's.
 func envOf(vars map[string]string) func(string) (string, bool) {
@@ -172,7 +172,7 @@ func TestConfigFileUnknownKeysAreErrors(t *testing.T) {
 func TestConfigFileIsOneCommandsFlatMapping(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct{ text, want string }{
-		{"server:\n  listen: 127.0.0.1:1\n", `:1: unknown key "server"`},
+		{"server:\n  listen: 127.0.0.1:1\n", `:1: unknown key "server": a file has no sections per command, its keys are the flags of baton server`},
 		{"sink:\n  workers: 2\n", ":2: sink: want a value, not a mapping (one file configures one command"},
 		{"config: other.yaml\n", ":1: config: a configuration file cannot name another one"},
 		{"- listen\n", ":1: want a mapping of flag names to values"},
