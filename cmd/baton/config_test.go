@@ -4,8 +4,10 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"net/http"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -560,6 +562,14 @@ func TestDevRunsFromItsConfigFileAndEnvironment(t *testing.T) {
 		}
 	}
 	banner := stdout.String()
+	// Up and serving (and done setting up) before it is stopped.
+	m := regexp.MustCompile(`producer API\s+(http://\S+)`).FindStringSubmatch(banner)
+	if m == nil {
+		t.Fatalf("no producer API in the banner:\n%s", banner)
+	}
+	if resp, err := call(&http.Client{Timeout: 10 * time.Second}, http.MethodGet, m[1]+"/healthz"); err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("GET /healthz: %v %v", resp, err)
+	}
 	for _, want := range []string{
 		filepath.Join(dataDir, dbFile) + " (SQLite)", // data-dir from the file
 		"(no sink here: --sink=false)",               // BATON_SINK over the file's sink: true
