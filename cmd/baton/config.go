@@ -94,7 +94,7 @@ func (e configErrors) Error() string {
 	return strings.Join(msgs, "\n")
 }
 
-// configMode is how a command's context changes configure: tests inject the environment, and
+// configMode is how a command's context changes configureFlags: tests inject the environment, and
 // `baton config print` and tests stop the command once its configuration is known.
 type configMode struct {
 	lookupEnv func(string) (string, bool) // nil: the process environment
@@ -108,11 +108,11 @@ func withConfigMode(ctx context.Context, m configMode) context.Context {
 	return context.WithValue(ctx, configModeKey{}, m)
 }
 
-// configure parses a serving command's arguments into fs (parseFlags) and completes the flags the
+// configureFlags parses a serving command's arguments into fs (parseFlags) and completes the flags the
 // command line left alone from the environment and the --config file. Unless ok, the command is
 // to return code at once: help (0), a usage error (2), or a context that only wanted the flag set
 // or the configuration.
-func configure(ctx context.Context, fs *flag.FlagSet, args []string) (code int, ok bool) {
+func configureFlags(ctx context.Context, fs *flag.FlagSet, args []string) (code int, ok bool) {
 	mode, _ := ctx.Value(configModeKey{}).(configMode)
 	lookup := mode.lookupEnv
 	if lookup == nil {

@@ -31,7 +31,7 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	f.register(fs)
 	f.metricsListen, fs.Lookup("metrics-listen").DefValue = devMetricsListen, devMetricsListen
 	fs.BoolVar(&f.sink, "sink", true, "run a sink in this process, loading buffered batches (--sink=false: leave them to `baton sink` processes)")
-	if code, ok := configure(ctx, fs, args); !ok {
+	if code, ok := configureFlags(ctx, fs, args); !ok {
 		return code
 	}
 	if err := f.sinkFlags.check(); err != nil {

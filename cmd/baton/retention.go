@@ -4,6 +4,8 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"maps"
+	"slices"
 	"strings"
 	"time"
 
@@ -44,14 +46,19 @@ func (f *retentionFlags) config() dispatch.RetentionConfig {
 type tenantRetentionFlag struct{ m map[string]time.Duration }
 
 func (t *tenantRetentionFlag) String() string {
-	if t == nil || len(t.m) == 0 {
+	if t == nil {
 		return ""
 	}
-	var parts []string
-	for k, v := range t.m {
-		parts = append(parts, k+"="+v.String())
+	return strings.Join(t.Values(), ",")
+}
+
+// Values makes the flag repeatable in a configuration file: one TENANT=DURATION a list item.
+func (t *tenantRetentionFlag) Values() []string {
+	parts := make([]string, 0, len(t.m))
+	for _, k := range slices.Sorted(maps.Keys(t.m)) {
+		parts = append(parts, k+"="+t.m[k].String())
 	}
-	return strings.Join(parts, ",")
+	return parts
 }
 
 func (t *tenantRetentionFlag) Set(v string) error {

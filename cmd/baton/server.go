@@ -21,7 +21,7 @@ func runServer(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	f.register(fs)
 	fs.StringVar(&f.dataDatabaseURL, "data-database-url", "", "PostgreSQL URL of the data database, where buffered datasets' tables live (env BATON_DATA_DATABASE_URL; default: --database-url)")
 	fs.BoolVar(&f.sink, "sink", false, "also run a sink in this process, loading buffered batches (needs --blob-url)")
-	if code, ok := configure(ctx, fs, args); !ok {
+	if code, ok := configureFlags(ctx, fs, args); !ok {
 		return code
 	}
 	if err := f.sinkFlags.check(); err != nil {

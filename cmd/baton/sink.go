@@ -33,7 +33,7 @@ func runSink(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	sf.register(fs)
 	var tf transportFlags
 	tf.register(fs, "where the sink waits for new batches: store (it long-polls the server), redis or nats, as the server's --transport")
-	if code, ok := configure(ctx, fs, args); !ok {
+	if code, ok := configureFlags(ctx, fs, args); !ok {
 		return code
 	}
 	usageErr := func(format string, a ...any) int {

@@ -176,7 +176,7 @@ func runWorker(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	fs.Var(&childEnv, "child-env", "`NAME=VALUE` set in every child's environment (repeatable; PATH may be overridden; not for secrets)")
 	var otlp otlpFlag
 	otlp.register(fs)
-	if code, ok := configure(ctx, fs, args); !ok {
+	if code, ok := configureFlags(ctx, fs, args); !ok {
 		return code
 	}
 	usageErr := func(format string, a ...any) int {
