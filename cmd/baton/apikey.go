@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"flag"
@@ -24,12 +25,13 @@ type storeFlags struct{ dataDir, dbURL string }
 
 func (f *storeFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.dataDir, "data-dir", "./.baton", "data directory of `baton dev`")
-	fs.StringVar(&f.dbURL, "database-url", os.Getenv("BATON_DATABASE_URL"), "PostgreSQL URL (env BATON_DATABASE_URL); overrides --data-dir")
+	fs.StringVar(&f.dbURL, "database-url", "", "PostgreSQL URL (env BATON_DATABASE_URL); overrides --data-dir")
 }
 
 func (f *storeFlags) open(ctx context.Context) (store.Store, error) {
-	if f.dbURL != "" {
-		return postgres.Open(ctx, f.dbURL, postgres.Options{MaxConns: 2})
+	// The environment is read here, not as the flag's default, so that -h never shows a password.
+	if url := cmp.Or(f.dbURL, os.Getenv("BATON_DATABASE_URL")); url != "" {
+		return postgres.Open(ctx, url, postgres.Options{MaxConns: 2})
 	}
 	return sqlite.Open(ctx, filepath.Join(f.dataDir, dbFile))
 }

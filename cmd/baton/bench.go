@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -74,7 +75,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	tf.register(fs, "the server's wake-up transport: store, redis or nats (--via internal needs redis or nats)")
 	url := fs.String("url", "", "use the running server whose producer API is at this URL instead of starting one")
 	internalURL := fs.String("internal-url", "", "with --url: the server's internal listener (without TLS)")
-	apiKey := fs.String("api-key", os.Getenv("BATON_API_KEY"), "with --url: a producer API key (env BATON_API_KEY)")
+	apiKey := fs.String("api-key", "", "with --url: a producer API key (env BATON_API_KEY)")
 	serverPID := fs.Int("server-pid", 0, "with --url: the server's process id, to report its CPU time and peak RSS")
 	timeout := fs.Duration("timeout", 10*time.Minute, "give up after this long")
 	var serverFlags listFlag
@@ -84,6 +85,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	if code, ok := parseFlags(ctx, fs, args); !ok {
 		return code
 	}
+	*apiKey = cmp.Or(*apiKey, os.Getenv("BATON_API_KEY")) // not the default: -h would show it
 	usageErr := func(format string, a ...any) int {
 		fmt.Fprintf(stderr, "baton bench: "+format+"\n", a...)
 		return 2

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"flag"
 	"fmt"
@@ -14,11 +15,12 @@ import (
 func runMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("baton migrate", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	dbURL := fs.String("database-url", os.Getenv("BATON_DATABASE_URL"), "PostgreSQL URL (env BATON_DATABASE_URL)")
+	dbURL := fs.String("database-url", "", "PostgreSQL URL (env BATON_DATABASE_URL)")
 	sqlitePath := fs.String("sqlite", "", "migrate this SQLite file instead of PostgreSQL")
 	if code, ok := parseFlags(ctx, fs, args); !ok {
 		return code
 	}
+	*dbURL = cmp.Or(*dbURL, os.Getenv("BATON_DATABASE_URL")) // not the default: -h would show its password
 	if fs.NArg() > 0 {
 		fmt.Fprintf(stderr, "baton migrate: unexpected argument %q\n", fs.Arg(0))
 		return 2
