@@ -62,6 +62,16 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		f.blobURL = "file://" + abs
 	}
 	f.dataDatabaseURL = filepath.Join(*dataDir, dataFile)
+	lock, err := lockDataDir(*dataDir, false)
+	if errors.Is(err, errDirLocked) {
+		fmt.Fprintf(stderr, "baton dev: a `baton restore` is replacing the database in %s; start again once it is done\n", *dataDir)
+		return 1
+	}
+	if err != nil {
+		fmt.Fprintln(stderr, "baton dev:", err)
+		return 1
+	}
+	defer lock.Release()
 	st, err := sqlite.Open(ctx, path)
 	if err != nil {
 		fmt.Fprintln(stderr, "baton dev:", err)

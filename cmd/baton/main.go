@@ -25,6 +25,8 @@ Commands:
              dev --demo pipeline: the example pipeline of examples/pipeline, the same way)
   server    run a production replica on PostgreSQL (--database-url or BATON_DATABASE_URL)
   migrate   apply the database migrations
+  backup    copy a running baton dev's SQLite databases: backup --out FILE [--data-dir DIR]
+  restore   install a backup as a stopped baton dev's databases: restore --from FILE [--data-dir DIR]
   apikey    create, list and revoke producer API keys
   certs     make a development CA and mTLS certificates for /internal/* (certs dev --out DIR)
   worker    run untrusted programs as tasks: baton worker --task NAME --exec 'COMMAND'
@@ -71,6 +73,8 @@ func commandTable() []command {
 		{name: "dev", run: runDev},
 		{name: "server", run: runServer},
 		{name: "migrate", run: runMigrate},
+		{name: "backup", run: runBackup},
+		{name: "restore", run: runRestore},
 		{name: "apikey", run: runAPIKey, subcommands: apikeyCommands},
 		{name: "certs", run: runCerts, subcommands: []string{"dev"}},
 		{name: "worker", run: runWorker},

@@ -1,0 +1,31 @@
+//go:build unix
+
+package main
+
+import (
+	"errors"
+	"os"
+
+	"golang.org/x/sys/unix"
+)
+
+// lockNoWait flocks f: the lock belongs to this open file, so two opens in one process exclude
+// each other as two processes do, and the kernel drops it when the process dies.
+func lockNoWait(f *os.File, exclusive bool) error {
+	how := unix.LOCK_SH
+	if exclusive {
+		how = unix.LOCK_EX
+	}
+	for {
+		err := unix.Flock(int(f.Fd()), how|unix.LOCK_NB)
+		switch {
+		case err == nil:
+			return nil
+		case errors.Is(err, unix.EINTR):
+			continue
+		case errors.Is(err, unix.EWOULDBLOCK):
+			return errDirLocked
+		}
+		return err
+	}
+}
