@@ -7,7 +7,11 @@
 -- the cost of creating a job's tasks. Tasks are only ever inserted by the transaction that
 -- creates their job or holds it locked, so the check never failed. id stays unique and not null,
 -- and is the replica identity (what logical replication matches rows by).
+-- rolling-upgrade: safe because the previous release only loses a check that never failed: it
+-- inserts tasks in the transaction that creates their job or holds it locked, and never deletes jobs.
 ALTER TABLE tasks DROP CONSTRAINT tasks_job_id_fkey;
+-- rolling-upgrade: safe because the previous release names the key in no ON CONFLICT and looks no
+-- task up by seq alone: its seq orderings are served by tasks_ready, tasks_dead and UNIQUE (job_id, task_key).
 ALTER TABLE tasks DROP CONSTRAINT tasks_pkey;
 ALTER TABLE tasks REPLICA IDENTITY USING INDEX tasks_id_key;
 
