@@ -48,7 +48,7 @@ func gitOut(dir string, args ...string) (string, error) {
 // previousSchemaCommit finds the code of the schema before the newest PostgreSQL migration: the
 // parent of the commit that added the newest migration file, or HEAD while that file is not
 // committed yet. It skips (fails on CI) when git or the history is not there.
-func previousSchemaCommit(t *testing.T) (root, commit, migration string) {
+func previousSchemaCommit(t *testing.T) (root, commit, why string) {
 	t.Helper()
 	if _, err := exec.LookPath("git"); err != nil {
 		skipOrFail(t, "git is not installed; the rolling-upgrade test needs the previous release's code from the history")
@@ -66,14 +66,14 @@ func previousSchemaCommit(t *testing.T) (root, commit, migration string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	migration = filepath.ToSlash(rel)
+	migration := filepath.ToSlash(rel)
 	added, err := gitOut(root, "log", "--diff-filter=A", "--format=%H", "--", migration)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if added == "" {
 		if _, err := gitOut(root, "cat-file", "-e", "HEAD:"+migration); err != nil {
-			return root, "HEAD", migration // the newest migration is this working tree's
+			return root, "HEAD", migration + " is not committed yet"
 		}
 		skipOrFail(t, "the commit that added %s is not in this clone (shallow?); fetch the full history (git fetch --unshallow)", migration)
 	}
@@ -82,7 +82,7 @@ func previousSchemaCommit(t *testing.T) (root, commit, migration string) {
 	if err != nil {
 		skipOrFail(t, "the parent of %s (which added %s) is not in this clone (shallow?); fetch the full history (git fetch --unshallow)", added, migration)
 	}
-	return root, parent, migration
+	return root, parent, "the parent of " + added + ", which added " + migration
 }
 
 // extractTree writes the tree of commit into dir, with git archive: no worktree to clean up.
@@ -229,7 +229,7 @@ func (r *replica) stop(t *testing.T) {
 // and completed through both.
 func TestRollingUpgradeOnPostgres(t *testing.T) {
 	dbURL := pgSchemaURL(t)
-	root, commit, migration := previousSchemaCommit(t)
+	root, commit, why := previousSchemaCommit(t)
 	t.Parallel()
 	ctx := context.Background()
 
@@ -242,8 +242,8 @@ func TestRollingUpgradeOnPostgres(t *testing.T) {
 		t.Fatal(err)
 	}
 	newBuild := goBuild(t, root, newBin)
-	t.Logf("previous schema's code: %s (the parent of the commit that added %s); built in %s, this tree in %s",
-		commit, migration, oldBuild.Round(time.Millisecond), newBuild.Round(time.Millisecond))
+	t.Logf("previous schema's code: %s (%s); built in %s, this tree in %s",
+		commit, why, oldBuild.Round(time.Millisecond), newBuild.Round(time.Millisecond))
 
 	baton := func(bin string, args ...string) string {
 		t.Helper()
