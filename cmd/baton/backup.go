@@ -212,8 +212,11 @@ func runRestore(ctx context.Context, args []string, stdout, stderr io.Writer) in
 		}
 		fmt.Fprintf(stderr, "baton restore: %s %s -> %s\n", p.what, p.src, p.dst)
 	}
-	latest, _ := sqlite.LatestVersion()
-	fmt.Fprintf(stderr, "baton restore: the backup is at migration %d; `baton dev --data-dir %s` brings it to %d when it starts\n", version, *dataDir, latest)
+	if latest, _ := sqlite.LatestVersion(); version < latest {
+		fmt.Fprintf(stderr, "baton restore: the backup is at migration %d; `baton dev --data-dir %s` brings it to %d when it starts\n", version, *dataDir, latest)
+	} else {
+		fmt.Fprintf(stderr, "baton restore: the backup is at migration %d, this binary's newest\n", version)
+	}
 	if len(parts) == 1 {
 		if _, err := os.Stat(filepath.Join(*dataDir, dataFile)); err == nil {
 			fmt.Fprintf(stderr, "baton restore: kept %s: there is no %s beside the backup\n", filepath.Join(*dataDir, dataFile), *from+dataSuffix)
