@@ -527,3 +527,44 @@ func TestDevRefusesToStartDuringARestore(t *testing.T) {
 		t.Fatal("dev created a database while the restore held the directory")
 	}
 }
+
+// A backup of an older release's schema restores as it is, and the next `baton dev` migrates it.
+func TestRestoreOfAnOlderSchemaIsMigratedOnTheNextStart(t *testing.T) {
+	t.Parallel()
+	from := backupOf(t)
+	latest, err := sqlite.LatestVersion()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Back to the schema before the newest migration, as its Down section leaves it.
+	down := strings.SplitN(fileContent(t, newestSQLiteMigration(t)), "-- +goose Down", 2)[1]
+	db, err := sql.Open("sqlite", from)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Exec(down); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Exec("DELETE FROM goose_db_version WHERE version_id = ?", latest); err != nil {
+		t.Fatal(err)
+	}
+	db.Close()
+	dir := filepath.Join(t.TempDir(), "restored")
+	code, _, stderr := runCmd("restore", "--from", from, "--data-dir", dir)
+	if want := fmt.Sprintf("at migration %d; `baton dev --data-dir %s` brings it to %d", latest-1, dir, latest); code != 0 || !strings.Contains(stderr, want) {
+		t.Fatalf("restore: exit %d, stderr %q; want %q", code, stderr, want)
+	}
+	startBackupDev(t, dir).stop(t)
+	if v, err := sqlite.CheckBaton(context.Background(), filepath.Join(dir, dbFile)); err != nil || v != latest {
+		t.Fatalf("after baton dev started on the restored backup: migration %d (%v), want %d", v, err, latest)
+	}
+}
+
+func newestSQLiteMigration(t *testing.T) string {
+	t.Helper()
+	files, err := filepath.Glob("../../internal/store/sqlite/migrations/*.sql")
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no SQLite migrations (%v)", err)
+	}
+	return files[len(files)-1]
+}
