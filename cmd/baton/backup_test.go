@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net/http"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -46,7 +47,21 @@ func startBackupDev(t *testing.T, dir string) *backupDev {
 	banner := d.stdout.String()
 	d.producer = "http://" + bannerProducer.FindStringSubmatch(banner)[1]
 	d.internal = "http://" + bannerWorker.FindStringSubmatch(banner)[1]
-	return d
+	// The banner comes before the data database is open; /readyz answers once the APIs serve.
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		res, err := http.Get(d.producer + "/readyz")
+		if err == nil {
+			res.Body.Close()
+			if res.StatusCode == http.StatusOK {
+				return d
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("baton dev on %s never became ready: %v\n%s", dir, err, d.stderr.String())
+		}
+		time.Sleep(20 * time.Millisecond) // waiting for a real server
+	}
 }
 
 // stop shuts the server down and checks it exited cleanly; once only.

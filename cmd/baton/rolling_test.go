@@ -168,6 +168,7 @@ type replica struct {
 	stderr             *syncBuffer
 	cmd                *exec.Cmd
 	exited             chan error
+	stopped            bool
 }
 
 func startReplica(t *testing.T, name, bin, dbURL string) *replica {
@@ -179,7 +180,8 @@ func startReplica(t *testing.T, name, bin, dbURL string) *replica {
 	if err := r.cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	go func() { r.exited <- r.cmd.Wait() }()
+	cmd := r.cmd
+	go func() { r.exited <- cmd.Wait() }()
 	t.Cleanup(func() { r.stop(t) })
 	deadline := time.Now().Add(30 * time.Second)
 	for {
@@ -205,19 +207,18 @@ func startReplica(t *testing.T, name, bin, dbURL string) *replica {
 // stop interrupts the replica and checks it shut down cleanly; once only.
 func (r *replica) stop(t *testing.T) {
 	t.Helper()
-	if r.cmd == nil {
+	if r.stopped {
 		return
 	}
-	cmd := r.cmd
-	r.cmd = nil
-	_ = cmd.Process.Signal(os.Interrupt)
+	r.stopped = true
+	_ = r.cmd.Process.Signal(os.Interrupt)
 	select {
 	case err := <-r.exited:
 		if err != nil {
 			t.Errorf("%s: exit after the interrupt: %v\n%s", r.name, err, r.stderr.String())
 		}
 	case <-time.After(30 * time.Second):
-		_ = cmd.Process.Kill()
+		_ = r.cmd.Process.Kill()
 		t.Errorf("%s did not shut down", r.name)
 	}
 }
