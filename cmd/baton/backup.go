@@ -54,6 +54,12 @@ func runBackup(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	if _, err := os.Stat(filepath.Join(*dataDir, dataFile)); err == nil {
 		parts = append(parts, backupPart{what: "data database", src: filepath.Join(*dataDir, dataFile), dst: *out + dataSuffix})
 	}
+	for _, p := range parts {
+		if f := dataDirFile(*dataDir, p.dst); f != "" {
+			fmt.Fprintf(stderr, "baton backup: --out %s would write over %s, a file of the data directory; write the backup elsewhere\n", *out, f)
+			return 2
+		}
+	}
 	if !*force {
 		for _, p := range parts {
 			if _, err := os.Lstat(p.dst); err == nil {
@@ -143,6 +149,10 @@ func runRestore(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	}
 	// The header first, before anything is created: the full checks run on the copy.
 	for _, p := range parts {
+		if f := dataDirFile(*dataDir, p.src); f != "" {
+			fmt.Fprintf(stderr, "baton restore: %s is %s itself: restore from a backup that `baton backup` wrote\n", p.src, f)
+			return 2
+		}
 		if err := sqliteHeader(p.src); err != nil {
 			fmt.Fprintf(stderr, "baton restore: %s: %v\n", p.src, restoreReason(err))
 			return 1
@@ -226,6 +236,28 @@ func runRestore(ctx context.Context, args []string, stdout, stderr io.Writer) in
 		fmt.Fprintln(stdout, p.dst)
 	}
 	return 0
+}
+
+// dataDirFile returns the database file (or its -wal, -shm, or the lock file) of dataDir that
+// path is, "" when it is none of them.
+func dataDirFile(dataDir, path string) string {
+	abs, err := filepath.Abs(path)
+	if err != nil {
+		return ""
+	}
+	info, statErr := os.Stat(path)
+	for _, name := range []string{dbFile, dataFile, lockFile} {
+		for _, suffix := range []string{"", "-wal", "-shm"} {
+			f := filepath.Join(dataDir, name+suffix)
+			if fa, err := filepath.Abs(f); err == nil && fa == abs {
+				return f
+			}
+			if fi, err := os.Stat(f); err == nil && statErr == nil && os.SameFile(fi, info) {
+				return f
+			}
+		}
+	}
+	return ""
 }
 
 // sqliteHeader checks that the file at path starts like a SQLite database: sqlite.ErrNotDatabase

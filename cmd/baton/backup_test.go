@@ -583,3 +583,20 @@ func newestSQLiteMigration(t *testing.T) string {
 	}
 	return files[len(files)-1]
 }
+
+// A backup never writes over the databases it copies, nor a restore reads from the ones it replaces.
+func TestBackupAndRestoreRefuseTheDataDirectorysOwnFiles(t *testing.T) {
+	t.Parallel()
+	dir := migratedDir(t)
+	db := filepath.Join(dir, dbFile)
+	before := fileContent(t, db)
+	if code, _, stderr := runCmd("backup", "--data-dir", dir, "--out", db, "--force"); code != 2 || !strings.Contains(stderr, "a file of the data directory") {
+		t.Errorf("backup over its own database: exit %d, %s", code, stderr)
+	}
+	if code, _, stderr := runCmd("restore", "--data-dir", dir, "--from", db, "--force"); code != 2 || !strings.Contains(stderr, "itself") {
+		t.Errorf("restore from its own database: exit %d, %s", code, stderr)
+	}
+	if fileContent(t, db) != before {
+		t.Error("the refused commands changed the database")
+	}
+}
