@@ -31,9 +31,9 @@ type backupPart struct {
 func runBackup(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("baton backup", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	out := fs.String("out", "", "write the copy of the database here (and of the data database to FILE"+dataSuffix+")")
-	dataDir := fs.String("data-dir", "./.baton", "data directory of the `baton dev` to back up")
-	force := fs.Bool("force", false, "replace --out (and --out"+dataSuffix+") if they exist")
+	out := fs.String("out", "", "`FILE` to write the copy of the store to; the data database's goes to FILE"+dataSuffix)
+	dataDir := fs.String("data-dir", "./.baton", "`DIR`, the data directory of the baton dev to back up")
+	force := fs.Bool("force", false, "replace FILE (and FILE"+dataSuffix+") if they exist")
 	if code, ok := parseFlags(ctx, fs, args); !ok {
 		return code
 	}
@@ -122,9 +122,9 @@ func runBackup(ctx context.Context, args []string, stdout, stderr io.Writer) int
 func runRestore(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("baton restore", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	from := fs.String("from", "", "the backup file, as `baton backup --out` wrote it (FILE"+dataSuffix+" beside it is the data database)")
-	dataDir := fs.String("data-dir", "./.baton", "data directory to restore into")
-	force := fs.Bool("force", false, "replace the data directory's existing database")
+	from := fs.String("from", "", "backup `FILE` as baton backup --out wrote it (FILE"+dataSuffix+" beside it is the data database's)")
+	dataDir := fs.String("data-dir", "./.baton", "`DIR`, the data directory to restore into")
+	force := fs.Bool("force", false, "replace the databases already in DIR (what they hold is lost)")
 	if code, ok := parseFlags(ctx, fs, args); !ok {
 		return code
 	}
