@@ -166,13 +166,17 @@ func testSinkKill(t *testing.T, driver string) {
 	}
 
 	count := tableCounter(t, driver, dataURL, dsUUID)
-	startSink := func() (*exec.Cmd, *syncBuffer) {
+	// The first sink's claim lasts 2 s, so that the next takes the batch over soon after the kill;
+	// the next one's lasts 30 s, longer than its load of the batch takes on a loaded machine under
+	// -race (a sink does not extend a claim while it loads: a shorter one would be taken over
+	// again and again).
+	startSink := func(visibility string) (*exec.Cmd, *syncBuffer) {
 		exe, err := os.Executable()
 		if err != nil {
 			t.Fatal(err)
 		}
 		cmd := exec.Command(exe, "sink", "--internal-url", "http://"+internal, "--blob-url", blobURL,
-			"--data-database-url", dataURL, "--sink-visibility", "2s", "--log-level", "debug")
+			"--data-database-url", dataURL, "--sink-visibility", visibility, "--log-level", "debug")
 		var stderr syncBuffer
 		cmd.Stderr = &stderr
 		if err := cmd.Start(); err != nil {
@@ -189,7 +193,7 @@ func testSinkKill(t *testing.T, driver string) {
 	}
 
 	// The first sink is killed while it loads.
-	first, firstLog := startSink()
+	first, firstLog := startSink("2s")
 	loading := loadStarted(t, driver, dataURL, firstLog)
 	deadline := time.Now().Add(60 * time.Second)
 	for !loading() {
@@ -209,7 +213,7 @@ func testSinkKill(t *testing.T, driver string) {
 	t.Logf("killed during the load: the table holds %d rows (0: before the load committed)", n)
 
 	// A new sink takes the message over once its visibility ends, and applies it once.
-	startSink()
+	startSink("30s")
 	deadline = time.Now().Add(90 * time.Second)
 	for {
 		_, dl := call("GET", p.url+"/datasets/big_events", "")
