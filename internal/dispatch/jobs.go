@@ -704,7 +704,8 @@ func (d *Dispatcher) DeadLetters(ctx context.Context, tenant string, beforeSeq i
 	return d.store.ListDeadLetters(ctx, tenant, beforeSeq, cmpOr(limit, 100))
 }
 
-func cmpOr(v, def int) int {
+// cmpOr is v when it is positive, else def.
+func cmpOr[T int | time.Duration](v, def T) T {
 	if v > 0 {
 		return v
 	}

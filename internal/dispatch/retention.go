@@ -81,17 +81,10 @@ func (d *Dispatcher) NewRetention(cfg RetentionConfig) (*Retention, error) {
 		return nil, err
 	}
 	cfg.Tenants = maps.Clone(cfg.Tenants)
-	cfg.Every = cmpOrDuration(cfg.Every, time.Minute)
+	cfg.Every = cmpOr(cfg.Every, time.Minute)
 	cfg.Batch = cmpOr(cfg.Batch, 100)
-	cfg.Pause = cmpOrDuration(cfg.Pause, 100*time.Millisecond)
+	cfg.Pause = cmpOr(cfg.Pause, 100*time.Millisecond)
 	return &Retention{d: d, cfg: cfg}, nil
-}
-
-func cmpOrDuration(v, def time.Duration) time.Duration {
-	if v > 0 {
-		return v
-	}
-	return def
 }
 
 // Start runs a pass at once and then every Every, until Stop or until ctx ends. It does nothing

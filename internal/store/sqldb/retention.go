@@ -42,14 +42,13 @@ func (t *tx) DeleteExpiredJobs(ctx context.Context, p store.RetentionPolicy) (st
 	args = append(args, p.Limit)
 	// Oldest finish first; on PostgreSQL the jobs are locked, those another transaction holds
 	// skipped, so that replicas running this at once take disjoint batches without waiting.
-	rows, err := t.query(ctx, `SELECT j.id FROM jobs j WHERE `+cond+`
+	jobs, err := t.ids(ctx, `SELECT j.id FROM jobs j WHERE `+cond+`
 		ORDER BY j.finished_at, j.id LIMIT $`+strconv.Itoa(len(args))+t.d.LockSkip, args...)
 	if err != nil {
 		return counts, fmt.Errorf("select expired jobs: %w", err)
 	}
-	jobs, err := collectStrings(rows)
-	if err != nil || len(jobs) == 0 {
-		return counts, err
+	if len(jobs) == 0 {
+		return counts, nil
 	}
 	jobs, tasks, err := t.lockJobTasks(ctx, jobs)
 	if err != nil || len(jobs) == 0 {
@@ -214,24 +213,6 @@ func (t *tx) deleteIn(ctx context.Context, table, col string, ids []string) (int
 		total += int(n)
 	}
 	return total, nil
-}
-
-func collectStrings(rows interface {
-	Next() bool
-	Scan(...any) error
-	Err() error
-	Close() error
-}) ([]string, error) {
-	defer rows.Close()
-	var out []string
-	for rows.Next() {
-		var s string
-		if err := rows.Scan(&s); err != nil {
-			return nil, err
-		}
-		out = append(out, s)
-	}
-	return out, rows.Err()
 }
 
 // LatestPipelineJob implements store.Reader.
