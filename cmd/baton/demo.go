@@ -326,7 +326,9 @@ func (d *demo) startWorker(ctx context.Context, self, taskBin, name string, queu
 		err := cmd.Wait()
 		out.flush()
 		close(p.done)
-		if ctx.Err() == nil {
+		// A worker exits 0 when it is told to stop, which a Ctrl-C in the terminal tells every
+		// process of the group, possibly before this one's context ends.
+		if ctx.Err() == nil && err != nil {
 			fmt.Fprintf(d.stderr, "baton dev --demo: the %s worker exited: %v\n", name, err)
 		}
 	}()
