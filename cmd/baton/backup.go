@@ -60,13 +60,9 @@ func runBackup(ctx context.Context, args []string, stdout, stderr io.Writer) int
 			return 2
 		}
 	}
-	if !*force {
-		for _, p := range parts {
-			if _, err := os.Lstat(p.dst); err == nil {
-				fmt.Fprintf(stderr, "baton backup: %s exists; pass --force to replace it\n", p.dst)
-				return 1
-			}
-		}
+	if dst := existingDst(parts); dst != "" && !*force {
+		fmt.Fprintf(stderr, "baton backup: %s exists; pass --force to replace it\n", dst)
+		return 1
 	}
 	var tmps []string
 	defer func() {
@@ -168,13 +164,9 @@ func runRestore(ctx context.Context, args []string, stdout, stderr io.Writer) in
 		return 1
 	}
 	defer lock.Release()
-	if !*force {
-		for _, p := range parts {
-			if _, err := os.Lstat(p.dst); err == nil {
-				fmt.Fprintf(stderr, "baton restore: %s exists; pass --force to replace it (what it holds is lost)\n", p.dst)
-				return 1
-			}
-		}
+	if dst := existingDst(parts); dst != "" && !*force {
+		fmt.Fprintf(stderr, "baton restore: %s exists; pass --force to replace it (what it holds is lost)\n", dst)
+		return 1
 	}
 	var tmps []string
 	defer func() {
@@ -370,4 +362,14 @@ func syncDir(dir string) error {
 		return fmt.Errorf("sync %s: %w", dir, err)
 	}
 	return nil
+}
+
+// existingDst is the first destination of parts that exists already, or "".
+func existingDst(parts []backupPart) string {
+	for _, p := range parts {
+		if _, err := os.Lstat(p.dst); err == nil {
+			return p.dst
+		}
+	}
+	return ""
 }

@@ -27,12 +27,9 @@ var ErrTooNew = errors.New("database is newer than this binary")
 // and the copy holds exactly what was committed when it began. src must exist: Copy never creates
 // a database.
 func Copy(ctx context.Context, src, dst string) error {
-	if _, err := os.Stat(src); err != nil {
-		return err
-	}
-	db, err := sql.Open("sqlite", src+"?_pragma=busy_timeout(10000)")
+	db, err := openFile(src)
 	if err != nil {
-		return fmt.Errorf("open %s: %w", src, err)
+		return err
 	}
 	defer db.Close()
 	if _, err := db.ExecContext(ctx, "VACUUM INTO ?", dst); err != nil {
@@ -47,12 +44,9 @@ func Copy(ctx context.Context, src, dst string) error {
 // Check opens the database file at path, which it may change only by checkpointing it, and
 // checks that it is a sound SQLite database (PRAGMA integrity_check).
 func Check(ctx context.Context, path string) error {
-	if _, err := os.Stat(path); err != nil {
-		return err
-	}
-	db, err := sql.Open("sqlite", path+"?_pragma=busy_timeout(10000)")
+	db, err := openFile(path)
 	if err != nil {
-		return fmt.Errorf("open %s: %w", path, err)
+		return err
 	}
 	defer db.Close()
 	return check(ctx, db, path)
@@ -89,12 +83,9 @@ func check(ctx context.Context, db *sql.DB, path string) error {
 // CheckBaton is Check for a Baton store: it also reads the migration level from goose's table and
 // returns it; a level past LatestVersion is ErrTooNew.
 func CheckBaton(ctx context.Context, path string) (version int64, err error) {
-	if _, err := os.Stat(path); err != nil {
-		return 0, err
-	}
-	db, err := sql.Open("sqlite", path+"?_pragma=busy_timeout(10000)")
+	db, err := openFile(path)
 	if err != nil {
-		return 0, fmt.Errorf("open %s: %w", path, err)
+		return 0, err
 	}
 	defer db.Close()
 	if err := check(ctx, db, path); err != nil {
@@ -141,4 +132,16 @@ func LatestVersion() (int64, error) {
 		latest = max(latest, v)
 	}
 	return latest, nil
+}
+
+// openFile opens the existing SQLite file at path (never creating one) for a backup's reads.
+func openFile(path string) (*sql.DB, error) {
+	if _, err := os.Stat(path); err != nil {
+		return nil, err
+	}
+	db, err := sql.Open("sqlite", path+"?_pragma=busy_timeout(10000)")
+	if err != nil {
+		return nil, fmt.Errorf("open %s: %w", path, err)
+	}
+	return db, nil
 }
