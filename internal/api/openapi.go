@@ -5,7 +5,8 @@ import (
 	"net/http"
 )
 
-// openAPI is the OpenAPI 3.1 description of the producer API, served at /openapi.json.
+// openAPI is the OpenAPI 3.1 description of every endpoint of both listeners, served at
+// /openapi.json.
 //
 //go:embed openapi.json
 var openAPI []byte
