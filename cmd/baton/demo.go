@@ -31,7 +31,7 @@ import (
 	"github.com/baton-dev/baton/internal/store"
 )
 
-// demoJob is examples/seed-001-job.json (a test keeps the two equal), built in so that the demo
+// demoJob is examples/job.json (a test keeps the two equal), built in so that the demo
 // runs from any directory.
 const demoJob = `{
   "tasks": [
@@ -204,7 +204,7 @@ func (d *demo) run(ctx context.Context) error {
 			}
 		}
 	}
-	fmt.Fprintf(d.stdout, "demo: the workers keep running; submit the example again with %s:\n      BATON_URL=%s BATON_API_KEY=%s baton job submit -f examples/seed-001-job.json\n",
+	fmt.Fprintf(d.stdout, "demo: the workers keep running; submit the example again with %s:\n      BATON_URL=%s BATON_API_KEY=%s baton job submit -f examples/job.json\n",
 		d.keyName(), d.producerURL, d.apiKey)
 	<-ctx.Done()
 	return nil

@@ -35,12 +35,12 @@ func TestMain(m *testing.M) {
 
 func TestDemoJobIsTheExample(t *testing.T) {
 	t.Parallel()
-	file, err := os.ReadFile("../../examples/seed-001-job.json")
+	file, err := os.ReadFile("../../examples/job.json")
 	if err != nil {
 		t.Fatal(err)
 	}
 	if string(file) != demoJob {
-		t.Fatal("demoJob differs from examples/seed-001-job.json; keep them equal")
+		t.Fatal("demoJob differs from examples/job.json; keep them equal")
 	}
 	var job struct {
 		Tasks []struct{ Name string } `json:"tasks"`

@@ -110,7 +110,7 @@ func TestServerReplicasOnPostgres(t *testing.T) {
 			time.Sleep(50 * time.Millisecond) // waiting for a real process to listen
 		}
 	}
-	seed, err := os.ReadFile("../../examples/seed-001-job.json")
+	seed, err := os.ReadFile("../../examples/job.json")
 	if err != nil {
 		t.Fatal(err)
 	}

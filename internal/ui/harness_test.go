@@ -74,7 +74,7 @@ func newServer(t testing.TB) *server {
 // of one of them and a join (4 dependencies).
 func seedJob(t testing.TB) []byte {
 	t.Helper()
-	b, err := os.ReadFile("../../examples/seed-001-job.json")
+	b, err := os.ReadFile("../../examples/job.json")
 	if err != nil {
 		t.Fatal(err)
 	}
