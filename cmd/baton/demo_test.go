@@ -57,7 +57,7 @@ func TestDemoJobIsTheExample(t *testing.T) {
 	}
 }
 
-// `baton dev --demo` runs seed 001's example end to end with real worker processes, whose
+// `baton dev --demo` runs the five-task example job end to end with real worker processes, whose
 // children call the task-scoped API with their token, well within a minute; then it stops
 // cleanly. Not parallel: it clears BATON_API_KEY.
 func TestDevDemo(t *testing.T) {
