@@ -49,8 +49,8 @@ func newServer(t *testing.T, limits auth.Limits) *server {
 	return &server{t: t, d: d, url: srv.URL, c: client.New(srv.URL, key)}
 }
 
-// seedJob is seed 001's five-task example request.
-const seedJob = `{
+// exampleJob is the five-task example request (examples/job.json).
+const exampleJob = `{
   "tasks": [
     { "taskId": "scrape-store", "name": "scrape-store", "dependsOn": [], "input": { "storeId": "store-123", "url": "https://example.com" } },
     { "taskId": "analyze-competitors", "name": "analyze-competitors", "dependsOn": [], "input": { "market": "fashion" } },
@@ -60,11 +60,11 @@ const seedJob = `{
   ]
 }`
 
-var seedOrder = []string{"scrape-store", "analyze-competitors", "color-tags", "font-pairing", "compile-result"}
+var exampleOrder = []string{"scrape-store", "analyze-competitors", "color-tags", "font-pairing", "compile-result"}
 
-func (s *server) submitSeed() string {
+func (s *server) submitExample() string {
 	s.t.Helper()
-	res, err := s.c.SubmitJobJSON(context.Background(), []byte(seedJob))
+	res, err := s.c.SubmitJobJSON(context.Background(), []byte(exampleJob))
 	if err != nil {
 		s.t.Fatal(err)
 	}
@@ -167,14 +167,14 @@ func TestSubmitJobJSON_IdempotencyKeyReplaysTheSameJob(t *testing.T) {
 	t.Parallel()
 	s := newServer(t, auth.Limits{})
 	ctx := context.Background()
-	first, err := s.c.SubmitJobJSON(ctx, []byte(seedJob), client.WithIdempotencyKey("k-1"))
+	first, err := s.c.SubmitJobJSON(ctx, []byte(exampleJob), client.WithIdempotencyKey("k-1"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	if first.TotalTasks != 5 || !slices.Equal(first.RootTasks, []string{"scrape-store", "analyze-competitors"}) || first.Replayed {
 		t.Fatalf("first %+v", first)
 	}
-	again, err := s.c.SubmitJobJSON(ctx, []byte(seedJob), client.WithIdempotencyKey("k-1"))
+	again, err := s.c.SubmitJobJSON(ctx, []byte(exampleJob), client.WithIdempotencyKey("k-1"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -182,7 +182,7 @@ func TestSubmitJobJSON_IdempotencyKeyReplaysTheSameJob(t *testing.T) {
 		t.Errorf("replay %+v, want job %s replayed", again, first.JobID)
 	}
 	// The body is sent verbatim, so the same tasks in other bytes are another request.
-	_, err = s.c.SubmitJobJSON(ctx, []byte(strings.ReplaceAll(seedJob, "\n", "")), client.WithIdempotencyKey("k-1"))
+	_, err = s.c.SubmitJobJSON(ctx, []byte(strings.ReplaceAll(exampleJob, "\n", "")), client.WithIdempotencyKey("k-1"))
 	apiError(t, err, http.StatusUnprocessableEntity)
 }
 
@@ -221,7 +221,7 @@ func TestUnknownJobAndTaskAreNotFound(t *testing.T) {
 	if !client.IsNotFound(err) || apiError(t, err, 404).Message != "Job not found" {
 		t.Errorf("GetJob: %v", err)
 	}
-	job := s.submitSeed()
+	job := s.submitExample()
 	if _, err := s.c.GetTask(ctx, job, "nope"); !client.IsNotFound(err) {
 		t.Errorf("GetTask: %v", err)
 	}
@@ -258,7 +258,7 @@ func TestAddTasks_ExtendsAProcessingJob(t *testing.T) {
 	t.Parallel()
 	s := newServer(t, auth.Limits{})
 	ctx := context.Background()
-	job := s.submitSeed()
+	job := s.submitExample()
 	s.run(job, "scrape-store")
 	res, err := s.c.AddTasks(ctx, job, []client.Task{
 		{TaskID: "extra-analysis", Name: "market-analysis", DependsOn: []string{"scrape-store"}, Input: json.RawMessage(`{"depth":"detailed"}`)},
@@ -278,7 +278,7 @@ func TestAddTasks_ExtendsAProcessingJob(t *testing.T) {
 func TestGetJob_ShowsProgressAndTasks(t *testing.T) {
 	t.Parallel()
 	s := newServer(t, auth.Limits{})
-	job := s.submitSeed()
+	job := s.submitExample()
 	s.run(job, "scrape-store")
 	got, err := s.c.GetJob(context.Background(), job)
 	if err != nil {
@@ -317,9 +317,9 @@ func TestListJobs_PagesNewestFirstAndFiltersByStatus(t *testing.T) {
 	ctx := context.Background()
 	var ids []string
 	for range 3 {
-		ids = append(ids, s.submitSeed())
+		ids = append(ids, s.submitExample())
 	}
-	s.run(ids[0], seedOrder...)
+	s.run(ids[0], exampleOrder...)
 
 	page, err := s.c.ListJobs(ctx, client.ListOptions{Limit: 2})
 	if err != nil {
@@ -353,7 +353,7 @@ func TestGetTask_ShowsAttemptsAndOutputs(t *testing.T) {
 	t.Parallel()
 	s := newServer(t, auth.Limits{})
 	ctx := context.Background()
-	job := s.submitSeed()
+	job := s.submitExample()
 	s.run(job, "scrape-store")
 	task, err := s.c.GetTask(ctx, job, "scrape-store")
 	if err != nil {
@@ -396,7 +396,7 @@ func TestCancelJob_CancelsAndRefusesAFinishedJob(t *testing.T) {
 	t.Parallel()
 	s := newServer(t, auth.Limits{})
 	ctx := context.Background()
-	job := s.submitSeed()
+	job := s.submitExample()
 	res, err := s.c.CancelJob(ctx, job)
 	if err != nil {
 		t.Fatal(err)
@@ -412,7 +412,7 @@ func TestResumeJob_SendsFailedAndSkippedTasksBack(t *testing.T) {
 	t.Parallel()
 	s := newServer(t, auth.Limits{})
 	ctx := context.Background()
-	job := s.submitSeed()
+	job := s.submitExample()
 	_, err := s.c.ResumeJob(ctx, job)
 	apiError(t, err, http.StatusConflict) // still processing
 
@@ -432,7 +432,7 @@ func TestEvents_PagesTheAuditLog(t *testing.T) {
 	t.Parallel()
 	s := newServer(t, auth.Limits{})
 	ctx := context.Background()
-	job := s.submitSeed()
+	job := s.submitExample()
 	events, next, err := s.c.Events(ctx, job, 0)
 	if err != nil {
 		t.Fatal(err)
@@ -472,9 +472,9 @@ func TestStreamEvents_EndsWhenTheJobCompletes(t *testing.T) {
 	s := newServer(t, auth.Limits{})
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	job := s.submitSeed()
+	job := s.submitExample()
 	go func() {
-		for _, k := range seedOrder {
+		for _, k := range exampleOrder {
 			time.Sleep(30 * time.Millisecond)
 			if err := runTask(s.d, job, k, false); err != nil {
 				t.Error(err)
@@ -520,7 +520,7 @@ func TestStreamEvents_EndsWhenTheJobCompletes(t *testing.T) {
 func TestStreamEvents_StopsWithTheCallbacksError(t *testing.T) {
 	t.Parallel()
 	s := newServer(t, auth.Limits{})
-	job := s.submitSeed() // never finishes: only the callback can stop the stream
+	job := s.submitExample() // never finishes: only the callback can stop the stream
 	stop := errors.New("seen enough")
 	err := s.c.StreamEvents(context.Background(), job, 0, func(e client.Event) error { return stop })
 	if err != stop {
@@ -534,7 +534,7 @@ func TestStreamEvents_StopsWithTheCallbacksError(t *testing.T) {
 func TestStreamEvents_ContextCancelStops(t *testing.T) {
 	t.Parallel()
 	s := newServer(t, auth.Limits{})
-	job := s.submitSeed()
+	job := s.submitExample()
 	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
 	defer cancel()
 	err := s.c.StreamEvents(ctx, job, 0, func(client.Event) error { return nil })
@@ -548,9 +548,9 @@ func TestWatch_PollsUntilTheJobFinishes(t *testing.T) {
 	s := newServer(t, auth.Limits{})
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	job := s.submitSeed()
+	job := s.submitExample()
 	go func() {
-		for _, k := range seedOrder {
+		for _, k := range exampleOrder {
 			time.Sleep(30 * time.Millisecond)
 			if err := runTask(s.d, job, k, false); err != nil {
 				t.Error(err)
@@ -569,7 +569,7 @@ func TestWatch_PollsUntilTheJobFinishes(t *testing.T) {
 
 	ctx, cancel = context.WithTimeout(context.Background(), 100*time.Millisecond)
 	defer cancel()
-	if _, err := s.c.Watch(ctx, s.submitSeed(), 10*time.Millisecond, nil); !errors.Is(err, context.DeadlineExceeded) {
+	if _, err := s.c.Watch(ctx, s.submitExample(), 10*time.Millisecond, nil); !errors.Is(err, context.DeadlineExceeded) {
 		t.Errorf("watch of a job that never ends: %v", err)
 	}
 }
@@ -581,7 +581,7 @@ func TestRateLimit_GetsAndKeyedSubmissionsAreRetriedOtherPostsAreNot(t *testing.
 	s := newServer(t, auth.Limits{RatePerSecond: 1, Burst: 1})
 	ctx := context.Background()
 
-	job := s.submitSeed()
+	job := s.submitExample()
 	start := time.Now()
 	if _, err := s.c.GetJob(ctx, job); err != nil {
 		t.Fatalf("GET not retried: %v", err)
@@ -590,12 +590,12 @@ func TestRateLimit_GetsAndKeyedSubmissionsAreRetriedOtherPostsAreNot(t *testing.
 		t.Errorf("GET came back after %v: it did not wait for Retry-After", time.Since(start))
 	}
 
-	_, err := s.c.SubmitJobJSON(ctx, []byte(seedJob))
+	_, err := s.c.SubmitJobJSON(ctx, []byte(exampleJob))
 	if e := apiError(t, err, http.StatusTooManyRequests); e.RetryAfter != time.Second {
 		t.Errorf("RetryAfter %v", e.RetryAfter)
 	}
 
-	if _, err := s.c.SubmitJobJSON(ctx, []byte(seedJob), client.WithIdempotencyKey("k")); err != nil {
+	if _, err := s.c.SubmitJobJSON(ctx, []byte(exampleJob), client.WithIdempotencyKey("k")); err != nil {
 		t.Errorf("keyed submission not retried: %v", err)
 	}
 }

@@ -1,3 +1,3 @@
 // Package examples holds runnable examples: worker/ is a Go worker built on the SDK, and
-// seed-001-job.json is seed 001's five-task job.
+// job.json is the five-task example job of the producer API (docs/contracts/producer.md).
 package examples

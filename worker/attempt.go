@@ -22,7 +22,7 @@ const maxErrorText = 64 << 10
 // attempt is one claimed attempt this worker runs.
 type attempt struct {
 	task      *Task
-	taskID    string // seed 002's job_id
+	taskID    string // the stream-worker dialect's job_id
 	lease     string
 	stream    string
 	messageID *string
@@ -120,7 +120,8 @@ func (a *attempt) returned(r result) result {
 func (w *Worker) settle(a *attempt, r result) {
 	switch {
 	case r.cancelRequested:
-		// Seed 002 has no cancelled outcome; the internal dialect's task-complete has.
+		// The stream-worker dialect has no cancelled outcome; the internal dialect's task-complete
+		// has.
 		w.report(a, "canceled", pathTaskComplete, map[string]any{
 			"task_id": a.taskID, "attempt": a.task.Attempt, "lease_token": a.lease, "status": "Canceled"})
 	case r.forced:
@@ -156,7 +157,7 @@ func (w *Worker) reportFailure(a *attempt, f failure) {
 	w.report(a, "failed", pathFail, body)
 }
 
-// body is the fence of a seed 002 report.
+// body is the fence of a stream-worker report.
 func (w *Worker) body(a *attempt) map[string]any {
 	b := map[string]any{"worker_id": w.cfg.workerID, "job_id": a.taskID, "attempt_id": a.task.Attempt, "lease_token": a.lease, "stream": a.stream}
 	if a.messageID != nil {

@@ -9,10 +9,10 @@ import (
 	"time"
 )
 
-// Batching beyond seed 002: a claim asks for as many tasks as the worker has free slots
-// (/internal/worker/claim-batch), and reports that are ready at the same time travel in one
-// request (/internal/worker/report-batch). Each item means exactly what the per-task request
-// means, and its answer is handled as that request's answer would be.
+// Batching beyond the per-task stream-worker calls: a claim asks for as many tasks as the worker
+// has free slots (/internal/worker/claim-batch), and reports that are ready at the same time
+// travel in one request (/internal/worker/report-batch). Each item means exactly what the per-task
+// request means, and its answer is handled as that request's answer would be.
 const (
 	pathClaimBatch  = "/internal/worker/claim-batch"
 	pathReportBatch = "/internal/worker/report-batch"

@@ -87,12 +87,13 @@ func WithShutdownTimeout(d time.Duration) Option { return func(c *config) { c.sh
 func WithPollWait(d time.Duration) Option { return func(c *config) { c.pollWait = d } }
 
 // WithWakeups makes the worker wait for wake-ups on a transport instead of long-polling the
-// server: kind "redis" (Redis Streams; url redis://host:port[/db]) or "nats" (NATS JetStream;
-// url nats://host:port), the transport the server runs with (baton server --transport). For each
-// wake-up the worker claims the task by id (/internal/task-claim, seed 000); a wake-up whose task
-// is no longer claimable (NotClaimed) is acknowledged and skipped. A wake-up is acknowledged once
-// the attempt's outcome is reported, so one held by a worker that dies is redelivered. The
-// server re-publishes missing wake-ups, so the transport losing messages only delays tasks.
+// server: kind "redis" (Redis Streams; url redis://host:port[/db]) or "nats" (NATS JetStream; url
+// nats://host:port), the transport the server runs with (baton server --transport). For each
+// wake-up the worker claims the task by id (/internal/task-claim of the internal dialect); a
+// wake-up whose task is no longer claimable (NotClaimed) is acknowledged and skipped. A wake-up is
+// acknowledged once the attempt's outcome is reported, so one held by a worker that dies is
+// redelivered. The server re-publishes missing wake-ups, so the transport losing messages only
+// delays tasks.
 func WithWakeups(kind, url string) Option {
 	return func(c *config) { c.wakeKind, c.wakeURL = kind, url }
 }

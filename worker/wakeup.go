@@ -8,7 +8,8 @@ import (
 	"github.com/baton-dev/baton/internal/transport"
 )
 
-// pathTaskClaim is the internal dialect's claim by task id (seed 000), used after a wake-up.
+// pathTaskClaim is the internal dialect's claim by task id (docs/contracts/internal.md), used
+// after a wake-up.
 const pathTaskClaim = "/internal/task-claim"
 
 // wakeLoop receives a wake-up whenever a slot is free and claims its task, until ctx ends.
@@ -83,7 +84,7 @@ func (w *Worker) ackWake(a *attempt) {
 	}
 }
 
-// internalClaimAnswer is /internal/task-claim's answer (seed 000).
+// internalClaimAnswer is /internal/task-claim's answer (the internal dialect).
 type internalClaimAnswer struct {
 	Status                   string    `json:"status"`
 	Reason                   string    `json:"reason"`
@@ -115,7 +116,7 @@ type internalClaimAnswer struct {
 }
 
 // claimAnswer is the same claim as the stream-worker dialect would have answered it, so that the
-// attempt is run and reported the same way (seed 002's reports carry the stream: the queue).
+// attempt is run and reported the same way (stream-worker reports carry the stream: the queue).
 func (a internalClaimAnswer) claimAnswer(taskID, queue string) claimAnswer {
 	var c claimAnswer
 	c.Claimed = true

@@ -14,8 +14,9 @@ import (
 	"github.com/baton-dev/baton/internal/retryafter"
 )
 
-// The stream-worker dialect (seed 002) of the server's internal listener, plus the internal
-// dialect's task-complete (seed 000) for reporting a cancelled attempt, which seed 002 cannot say.
+// The stream-worker dialect (docs/contracts/stream-worker.md) of the server's internal listener,
+// plus the internal dialect's task-complete (docs/contracts/internal.md) for reporting a cancelled
+// attempt, which the stream-worker dialect cannot say.
 const (
 	pathClaim        = "/internal/worker/claim"
 	pathHeartbeat    = "/internal/worker/heartbeat"
@@ -199,7 +200,7 @@ type heartbeatAnswer struct {
 	CapabilityTokenExpiresAt time.Time `json:"capability_token_expires_at"`
 }
 
-// failure is seed 002's error object of /internal/worker/fail.
+// failure is the stream-worker dialect's error object of /internal/worker/fail.
 type failure struct {
 	Code      string `json:"code"`
 	Message   string `json:"message"`

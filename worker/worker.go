@@ -386,8 +386,8 @@ func (w *Worker) claimLoop(ctx context.Context, queues []string) {
 	}
 }
 
-// claim long-polls the queues once for up to n tasks (seed 002's claim for one, claim-batch
-// for more); it returns none when nothing was claimed.
+// claim long-polls the queues once for up to n tasks (the stream-worker dialect's claim for one,
+// claim-batch for more); it returns none when nothing was claimed.
 func (w *Worker) claim(ctx context.Context, queues []string, n int) ([]*attempt, error) {
 	body := map[string]any{"worker_id": w.cfg.workerID, "streams": queues, "max_wait_ms": w.cfg.pollWait.Milliseconds()}
 	if n == 1 {

@@ -96,7 +96,7 @@ func (s *jobTestServer) loadAlerts() {
 func TestReadCommands_PrintTheAPIObjectAsJSONAndYAML(t *testing.T) {
 	t.Parallel()
 	s := newJobTestServer(t)
-	jobID := s.submitSeed()
+	jobID := s.submitExample()
 	s.loadAlerts()
 	for _, tc := range []struct {
 		args  []string
@@ -217,7 +217,7 @@ func TestAPIKeyCommands_CreatePrintsTheSecretAloneAndListPrintsJSONAndYAML(t *te
 func TestCreateCommands_PrintOnlyTheNewIDOnStdout(t *testing.T) {
 	t.Parallel()
 	s := newJobTestServer(t)
-	code, out, errOut := s.cli("job", "submit", "-f", jobWriteFile(t, jobSeed))
+	code, out, errOut := s.cli("job", "submit", "-f", jobWriteFile(t, jobExample))
 	if code != 0 || !regexp.MustCompile(`^job-\S+\n$`).MatchString(out) || !strings.Contains(errOut, "5 tasks") {
 		t.Fatalf("job submit: exit %d, stdout %q, stderr %q", code, out, errOut)
 	}
@@ -237,7 +237,7 @@ func TestCreateCommands_PrintOnlyTheNewIDOnStdout(t *testing.T) {
 	}
 
 	// With -o json they print the created object instead, and nothing else.
-	code, out, _ = s.cli("job", "submit", "-f", jobWriteFile(t, jobSeed), "-o", "json")
+	code, out, _ = s.cli("job", "submit", "-f", jobWriteFile(t, jobExample), "-o", "json")
 	var res client.SubmitJobResponse
 	if decodeAs(t, outputJSON, out, &res); code != 0 || res.TotalTasks != 5 || !strings.HasPrefix(res.JobID, "job-") {
 		t.Errorf("job submit -o json: exit %d, %q", code, out)
@@ -253,7 +253,7 @@ func TestCreateCommands_PrintOnlyTheNewIDOnStdout(t *testing.T) {
 func TestExitCodes(t *testing.T) {
 	t.Parallel()
 	s := newJobTestServer(t)
-	jobID := s.submitSeed()
+	jobID := s.submitExample()
 	conn := []string{"--url", s.url, "--api-key", s.key}
 	dead := []string{"--url", "http://127.0.0.1:1", "--api-key", s.key}
 	dir := t.TempDir()

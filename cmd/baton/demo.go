@@ -1,12 +1,12 @@
 package main
 
 // `baton dev --demo`: the dev server as usual, plus one `baton worker` process per task name of
-// seed 001's five-task example, each running the hidden `baton demo-task` as its child program;
-// the demo submits the example through the producer API, prints its progress until it completes
-// (a few seconds), and leaves everything running. The internal listener uses mutual TLS with
-// development certificates made for the occasion, so the demo runs the production arrangement:
-// the workers hold the client certificate, their children (an unprivileged user when run as root)
-// hold only their task's capability token.
+// the five-task example job (examples/job.json), each running the hidden `baton demo-task` as its
+// child program; the demo submits the example through the producer API, prints its progress until
+// it completes (a few seconds), and leaves everything running. The internal listener uses mutual
+// TLS with development certificates made for the occasion, so the demo runs the production
+// arrangement: the workers hold the client certificate, their children (an unprivileged user when
+// run as root) hold only their task's capability token.
 
 import (
 	"bytes"
@@ -31,7 +31,7 @@ import (
 	"github.com/baton-dev/baton/internal/store"
 )
 
-// demoJob is examples/seed-001-job.json (a test keeps the two equal), built in so that the demo
+// demoJob is examples/job.json (a test keeps the two equal), built in so that the demo
 // runs from any directory.
 const demoJob = `{
   "tasks": [
@@ -172,10 +172,10 @@ func (d *demo) run(ctx context.Context) error {
 	c := client.New(d.producerURL, d.apiKey)
 	res, err := c.SubmitJobJSON(ctx, []byte(demoJob))
 	if err != nil {
-		return fmt.Errorf("submit seed 001's example: %w", err)
+		return fmt.Errorf("submit the example job: %w", err)
 	}
 	start := time.Now()
-	fmt.Fprintf(d.stdout, "demo: submitted seed 001's example as job %s (%d tasks; roots %s)\n", res.JobID, res.TotalTasks, strings.Join(res.RootTasks, ", "))
+	fmt.Fprintf(d.stdout, "demo: submitted the example job as job %s (%d tasks; roots %s)\n", res.JobID, res.TotalTasks, strings.Join(res.RootTasks, ", "))
 	seen := map[string]string{}
 	job, err := c.Watch(ctx, res.JobID, 100*time.Millisecond, func(j *client.Job) {
 		for _, t := range j.Tasks {
@@ -204,7 +204,7 @@ func (d *demo) run(ctx context.Context) error {
 			}
 		}
 	}
-	fmt.Fprintf(d.stdout, "demo: the workers keep running; submit the example again with %s:\n      BATON_URL=%s BATON_API_KEY=%s baton job submit -f examples/seed-001-job.json\n",
+	fmt.Fprintf(d.stdout, "demo: the workers keep running; submit the example again with %s:\n      BATON_URL=%s BATON_API_KEY=%s baton job submit -f examples/job.json\n",
 		d.keyName(), d.producerURL, d.apiKey)
 	<-ctx.Done()
 	return nil

@@ -35,12 +35,12 @@ func TestMain(m *testing.M) {
 
 func TestDemoJobIsTheExample(t *testing.T) {
 	t.Parallel()
-	file, err := os.ReadFile("../../examples/seed-001-job.json")
+	file, err := os.ReadFile("../../examples/job.json")
 	if err != nil {
 		t.Fatal(err)
 	}
 	if string(file) != demoJob {
-		t.Fatal("demoJob differs from examples/seed-001-job.json; keep them equal")
+		t.Fatal("demoJob differs from examples/job.json; keep them equal")
 	}
 	var job struct {
 		Tasks []struct{ Name string } `json:"tasks"`
@@ -57,7 +57,7 @@ func TestDemoJobIsTheExample(t *testing.T) {
 	}
 }
 
-// `baton dev --demo` runs seed 001's example end to end with real worker processes, whose
+// `baton dev --demo` runs the five-task example job end to end with real worker processes, whose
 // children call the task-scoped API with their token, well within a minute; then it stops
 // cleanly. Not parallel: it clears BATON_API_KEY.
 func TestDevDemo(t *testing.T) {

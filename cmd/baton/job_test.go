@@ -72,8 +72,8 @@ func (s *jobTestServer) job(cmd string, args ...string) (int, string, string) {
 	return code, stdout.String(), stderr.String()
 }
 
-// jobSeed is seed 001's five-task example request.
-const jobSeed = `{
+// jobExample is the five-task example request (examples/job.json).
+const jobExample = `{
   "tasks": [
     { "taskId": "scrape-store", "name": "scrape-store", "dependsOn": [], "input": { "storeId": "store-123", "url": "https://example.com" } },
     { "taskId": "analyze-competitors", "name": "analyze-competitors", "dependsOn": [], "input": { "market": "fashion" } },
@@ -83,7 +83,7 @@ const jobSeed = `{
   ]
 }`
 
-var jobSeedOrder = []string{"scrape-store", "analyze-competitors", "color-tags", "font-pairing", "compile-result"}
+var jobExampleOrder = []string{"scrape-store", "analyze-competitors", "color-tags", "font-pairing", "compile-result"}
 
 func jobWriteFile(t *testing.T, content string) string {
 	t.Helper()
@@ -94,10 +94,10 @@ func jobWriteFile(t *testing.T, content string) string {
 	return path
 }
 
-// submitSeed submits seed 001's job with the CLI and returns its id.
-func (s *jobTestServer) submitSeed() string {
+// submitExample submits the example job with the CLI and returns its id.
+func (s *jobTestServer) submitExample() string {
 	s.t.Helper()
-	code, out, errOut := s.job("submit", "-f", jobWriteFile(s.t, jobSeed))
+	code, out, errOut := s.job("submit", "-f", jobWriteFile(s.t, jobExample))
 	if code != 0 {
 		s.t.Fatalf("submit: exit %d: %s", code, errOut)
 	}
@@ -140,9 +140,9 @@ func (s *jobTestServer) runTask(jobID, key string, fail bool) {
 	}
 }
 
-// failSeed drives seed 001's job to partial_failure: scrape-store fails, its descendants are
+// failExample drives the example job to partial_failure: scrape-store fails, its descendants are
 // skipped, analyze-competitors completes.
-func (s *jobTestServer) failSeed(jobID string) {
+func (s *jobTestServer) failExample(jobID string) {
 	s.t.Helper()
 	s.runTask(jobID, "scrape-store", true)
 	s.runTask(jobID, "analyze-competitors", false)
@@ -151,7 +151,7 @@ func (s *jobTestServer) failSeed(jobID string) {
 func TestJobSubmit_PrintsTheJobIDAloneOnStdoutAndTheRootTasksOnStderr(t *testing.T) {
 	t.Parallel()
 	s := newJobTestServer(t)
-	file := jobWriteFile(t, jobSeed)
+	file := jobWriteFile(t, jobExample)
 	code, out, errOut := s.job("submit", "-f", file)
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, errOut)
@@ -190,7 +190,7 @@ func TestJobSubmit_PrintsTheJobIDAloneOnStdoutAndTheRootTasksOnStderr(t *testing
 // Not parallel: it swaps the package's stdin.
 func TestJobSubmit_DashReadsStdin(t *testing.T) {
 	old := jobStdin
-	jobStdin = strings.NewReader(jobSeed)
+	jobStdin = strings.NewReader(jobExample)
 	t.Cleanup(func() { jobStdin = old })
 	s := newJobTestServer(t)
 	code, out, errOut := s.job("submit", "-f", "-")
@@ -260,7 +260,7 @@ func TestJobList_PrintsATableAndTheNextCursor(t *testing.T) {
 	s := newJobTestServer(t)
 	var ids []string
 	for range 3 {
-		ids = append(ids, s.submitSeed())
+		ids = append(ids, s.submitExample())
 	}
 	code, out, errOut := s.job("list", "--limit", "2")
 	if code != 0 {
@@ -302,7 +302,7 @@ func TestJobList_PrintsATableAndTheNextCursor(t *testing.T) {
 func TestJobGet_PrintsStatusCountsAndTasks(t *testing.T) {
 	t.Parallel()
 	s := newJobTestServer(t)
-	id := s.submitSeed()
+	id := s.submitExample()
 	s.runTask(id, "scrape-store", false)
 	code, out, errOut := s.job("get", id)
 	if code != 0 {
@@ -346,7 +346,7 @@ func TestJobGet_PrintsStatusCountsAndTasks(t *testing.T) {
 func TestJobCancel_CancelsAProcessingJob(t *testing.T) {
 	t.Parallel()
 	s := newJobTestServer(t)
-	id := s.submitSeed()
+	id := s.submitExample()
 	code, out, errOut := s.job("cancel", id)
 	if code != 0 || out != fmt.Sprintf("job %s: canceled\n", id) {
 		t.Fatalf("exit %d, %q, %q", code, out, errOut)
@@ -364,12 +364,12 @@ func TestJobCancel_CancelsAProcessingJob(t *testing.T) {
 func TestJobResume_RerunsAFailedJob(t *testing.T) {
 	t.Parallel()
 	s := newJobTestServer(t)
-	id := s.submitSeed()
+	id := s.submitExample()
 	code, _, errOut := s.job("resume", id)
 	if code != 1 || !strings.Contains(errOut, "still processing") {
 		t.Errorf("processing job: exit %d, %q", code, errOut)
 	}
-	s.failSeed(id)
+	s.failExample(id)
 	code, out, errOut := s.job("resume", id)
 	if code != 0 || !strings.Contains(out, "processing; resumed 4 tasks") || !strings.Contains(out, "scrape-store") {
 		t.Fatalf("exit %d, %q, %q", code, out, errOut)
@@ -382,9 +382,9 @@ func TestJobResume_RerunsAFailedJob(t *testing.T) {
 func TestJobWatch_ExitsZeroWhenTheJobCompletes(t *testing.T) {
 	t.Parallel()
 	s := newJobTestServer(t)
-	id := s.submitSeed()
+	id := s.submitExample()
 	go func() {
-		for _, k := range jobSeedOrder {
+		for _, k := range jobExampleOrder {
 			time.Sleep(40 * time.Millisecond)
 			if err := jobRunTask(s.d, id, k, false); err != nil {
 				t.Error(err)
@@ -420,8 +420,8 @@ func TestJobWatch_ExitsZeroWhenTheJobCompletes(t *testing.T) {
 func TestJobWatch_ExitsOneWhenTheJobFails(t *testing.T) {
 	t.Parallel()
 	s := newJobTestServer(t)
-	id := s.submitSeed()
-	s.failSeed(id)
+	id := s.submitExample()
+	s.failExample(id)
 	code, out, errOut := s.job("watch", id)
 	if code != 1 || !strings.Contains(out, fmt.Sprintf("job %s partial_failure: completed 1, failed 1, skipped 3", id)) {
 		t.Errorf("exit %d, %q, %q", code, out, errOut)

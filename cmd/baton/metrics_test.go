@@ -169,7 +169,7 @@ func TestMetricsEndToEnd(t *testing.T) {
 // analyze-competitors once. It also asks for the job list without a key, once.
 func runExampleJob(t *testing.T, s *metricsServer) {
 	t.Helper()
-	example, err := os.ReadFile("../../examples/seed-001-job.json")
+	example, err := os.ReadFile("../../examples/job.json")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -110,11 +110,11 @@ func TestServerReplicasOnPostgres(t *testing.T) {
 			time.Sleep(50 * time.Millisecond) // waiting for a real process to listen
 		}
 	}
-	seed, err := os.ReadFile("../../examples/seed-001-job.json")
+	example, err := os.ReadFile("../../examples/job.json")
 	if err != nil {
 		t.Fatal(err)
 	}
-	code, created := call("POST", urls[0]+"/jobs", string(seed))
+	code, created := call("POST", urls[0]+"/jobs", string(example))
 	if code != 201 || created["totalTasks"] != float64(5) {
 		t.Fatalf("create through replica A: %d %v", code, created)
 	}

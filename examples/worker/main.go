@@ -1,4 +1,4 @@
-// Command worker runs the five tasks of examples/seed-001-job.json: each handler echoes its input
+// Command worker runs the five tasks of examples/job.json: each handler echoes its input
 // and its parents' outputs. BATON_INTERNAL_URL points at the server's internal listener.
 package main
 

@@ -18,7 +18,7 @@ import (
 func producerRequests(id string) []struct{ method, path, body string } {
 	return []struct{ method, path, body string }{
 		{"GET", "/jobs", ""},
-		{"POST", "/jobs", seedJob},
+		{"POST", "/jobs", exampleJob},
 		{"GET", "/jobs/" + id, ""},
 		{"POST", "/jobs/" + id + "/tasks", tasksBody(tk("late", "x"))},
 		{"GET", "/jobs/" + id + "/tasks/scrape-store", ""},
@@ -31,7 +31,7 @@ func producerRequests(id string) []struct{ method, path, body string } {
 
 func TestRequestsWithoutAValidKeyAreUnauthorized(t *testing.T) {
 	forEachDriver(t, defaultOptions(), func(t *testing.T, a *testAPI) {
-		id := a.createJob(seedJob)
+		id := a.createJob(exampleJob)
 		revokedID, revoked := a.newKeyWithID("acme")
 		wantStatus(t, a.do("GET", "/jobs/"+id, nil, "x-api-key", revoked), http.StatusOK)
 		if err := a.st.RevokeAPIKey(context.Background(), revokedID, time.Now()); err != nil {
@@ -72,7 +72,7 @@ func TestRequestsWithoutAValidKeyAreUnauthorized(t *testing.T) {
 
 func TestTenantIsolation(t *testing.T) {
 	forEachDriver(t, defaultOptions(), func(t *testing.T, a *testAPI) {
-		id := a.createJob(seedJob)
+		id := a.createJob(exampleJob)
 		a.runTask(id, "scrape-store", false)
 		done := a.createJob(tasksBody(tk("a", "a")))
 		a.runTask(done, "a", true) // finished, so that a resume would apply
@@ -122,7 +122,7 @@ func TestTenantIsolation(t *testing.T) {
 		}
 
 		// And other's own job is invisible to acme.
-		theirs := a.do("POST", "/jobs", seedJob, "x-api-key", other)
+		theirs := a.do("POST", "/jobs", exampleJob, "x-api-key", other)
 		wantStatus(t, theirs, http.StatusCreated)
 		wantError(t, a.do("GET", "/jobs/"+theirs.Body["jobId"].(string), nil), http.StatusNotFound, "Job not found")
 		if ids, _ := a.listIDs(""); len(ids) != 2 {
@@ -157,7 +157,7 @@ func TestRateLimit(t *testing.T) {
 			t.Errorf("Retry-After %d, want 1..60", s)
 		}
 		// A refused request writes nothing.
-		wantError(t, a.do("POST", "/jobs", seedJob), http.StatusTooManyRequests, "rate limit exceeded")
+		wantError(t, a.do("POST", "/jobs", exampleJob), http.StatusTooManyRequests, "rate limit exceeded")
 
 		// Other keys, of the same tenant or not, have their own budget.
 		for _, k := range []string{a.newKey("acme"), a.newKey("other")} {
@@ -178,7 +178,7 @@ func TestDailyQuota(t *testing.T) {
 	opts := defaultOptions()
 	opts.limits = auth.Limits{DailyQuota: 5}
 	forEachDriver(t, opts, func(t *testing.T, a *testAPI) {
-		id := a.createJob(seedJob) // request 1
+		id := a.createJob(exampleJob) // request 1
 		for i := 2; i <= 5; i++ {
 			if res := a.do("GET", "/jobs/"+id, nil); res.Status != http.StatusOK {
 				t.Fatalf("request %d: %d %s", i, res.Status, res.Raw)
@@ -192,7 +192,7 @@ func TestDailyQuota(t *testing.T) {
 		if s := retryAfter(t, res); s <= 0 || s > 86400 || s < want-5 || s > want+1 {
 			t.Errorf("Retry-After %d, want about %d (seconds to UTC midnight)", s, want)
 		}
-		wantStatus(t, a.do("POST", "/jobs", seedJob), http.StatusTooManyRequests)
+		wantStatus(t, a.do("POST", "/jobs", exampleJob), http.StatusTooManyRequests)
 
 		other := a.newKey("acme")
 		for i := range 5 {

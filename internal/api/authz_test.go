@@ -101,7 +101,7 @@ func newAuthzFixture(t *testing.T, w *workerAPI) *authzFixture {
 	}
 	f.revokedKey = revoked
 
-	res := w.request("POST", w.public.URL+"/jobs", seedJob, "x-api-key", f.key, "Idempotency-Key", f.idempotencyKey)
+	res := w.request("POST", w.public.URL+"/jobs", exampleJob, "x-api-key", f.key, "Idempotency-Key", f.idempotencyKey)
 	wantStatus(t, res, http.StatusCreated)
 	f.jobID = res.Body["jobId"].(string)
 	f.dataset = w.buffered()
@@ -164,7 +164,7 @@ func (f *authzFixture) request(t *testing.T, rt api.Route) (target string, body 
 	})
 	switch rt.Method + " " + rt.Pattern {
 	case "POST /jobs":
-		return target, seedJob, []string{"Idempotency-Key", f.idempotencyKey}
+		return target, exampleJob, []string{"Idempotency-Key", f.idempotencyKey}
 	case "POST /jobs/{jobId}/tasks":
 		return target, tasksBody(tk("late", "x")), nil
 	case "POST /pipelines":

@@ -9,10 +9,10 @@ import (
 	"github.com/baton-dev/baton/internal/dispatch"
 )
 
-// Batch endpoints of the stream-worker dialect, beyond seed 002: one request claims several
-// tasks, or carries several reports. They exist for throughput (one HTTP round trip and, with
-// group commit, one database commit for many tasks); each item means exactly what the per-task
-// endpoint means, and the per-task endpoints are unchanged.
+// Batch endpoints of the stream-worker dialect, beyond its per-task calls: one request claims
+// several tasks, or carries several reports. They exist for throughput (one HTTP round trip and,
+// with group commit, one database commit for many tasks); each item means exactly what the
+// per-task endpoint means, and the per-task endpoints are unchanged.
 
 // batchMax bounds the tasks of one claim-batch and the reports of one report-batch.
 const batchMax = 256

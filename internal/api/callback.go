@@ -1,7 +1,7 @@
 package api
 
-// The callback dialect (seed 004, ADR-023), served on the public listener without an API key: a
-// worker that received a task (typically by push) reports on it through
+// The callback dialect (docs/contracts/callback.md), served on the public listener without an API
+// key: a worker that received a task (typically by push) reports on it through
 // /v1/tasks/{task_id}/started, /heartbeat and /completed, authenticated by the task's capability
 // token as "Authorization: Bearer <token>". The token binds the task and the attempt and carries
 // the attempt's lease token, so the body's {task_id (path), attempt} must match the token and the
@@ -29,7 +29,7 @@ import (
 // The core has no "started" transition: the claim already made the attempt running. The answer
 // is read from the task, with the core's own fence and ended-attempt errors: the attempt must be
 // the current one, and still running; a running attempt whose cancellation was requested gets 409
-// task_already_terminal / CANCELLED, which tells the worker not to start (seed 004 section 5).
+// task_already_terminal / CANCELLED, which tells the worker not to start.
 // The decision is the core's (Dispatcher.StartAttempt); only a traceparent is written, on the
 // attempt.
 func (s *Server) callbackStarted(w http.ResponseWriter, r *http.Request) (any, error) {
@@ -279,8 +279,8 @@ func callbackTimeField(obj map[string]json.RawMessage, name string) error {
 	return errorf(http.StatusBadRequest, "body.%s must be an RFC 3339 timestamp such as \"2025-01-15T10:00:00Z\"", name)
 }
 
-// callbackState is a task status in seed 004's words. A failed attempt whose retry is scheduled
-// (the task is pending again) ended FAILED; willRetry says the rest.
+// callbackState is a task status in the callback dialect's words. A failed attempt whose retry is
+// scheduled (the task is pending again) ended FAILED; willRetry says the rest.
 func callbackState(st lifecycle.TaskStatus) string {
 	switch st {
 	case lifecycle.Completed:
@@ -304,8 +304,8 @@ func (s *Server) callbackRefusals(endpoint string, h handler) handler {
 	}
 }
 
-// callbackRefusal maps err to seed 004's status codes and bodies; the texts of the seed's examples
-// are kept where the seed gives one.
+// callbackRefusal maps err to the callback dialect's status codes and bodies; some messages are
+// fixed texts that clients may match.
 func (s *Server) callbackRefusal(r *http.Request, endpoint string, err error) error {
 	refuse := func(status int, body map[string]any) error {
 		return &streamShapedError{he: &httpError{status: status, body: body}, cause: err}
@@ -321,9 +321,9 @@ func (s *Server) callbackRefusal(r *http.Request, endpoint string, err error) er
 			msg = fmt.Sprintf("Attempt %d is stale: attempt %d has been dispatched since", mismatch.Received, mismatch.Expected)
 		}
 		if endpoint == "completed" {
-			msg = "A newer attempt has already completed" // seed 004's text
+			msg = "A newer attempt has already completed" // a fixed text
 		}
-		// Seed 004 section 7: late results are logged, and ignored.
+		// A stale attempt's results are logged, and ignored.
 		s.log.WarnContext(r.Context(), "ignoring callback of a stale attempt", "task", r.PathValue("task_id"), "endpoint", endpoint,
 			"received", mismatch.Received, "current", mismatch.Expected)
 		return refuse(http.StatusConflict, map[string]any{"error": "attempt_mismatch", "expectedAttempt": mismatch.Expected,
@@ -344,7 +344,7 @@ func (s *Server) callbackRefusal(r *http.Request, endpoint string, err error) er
 	case errors.Is(err, dispatch.ErrTaskExpired):
 		msg := "Task attempt expired: it timed out or was given up on, and can no longer report"
 		if endpoint == "heartbeat" {
-			msg = "Task exceeded heartbeat timeout" // seed 004's text
+			msg = "Task exceeded heartbeat timeout" // a fixed text
 		}
 		return refuse(http.StatusGone, map[string]any{"error": "task_expired", "message": msg})
 	case errors.Is(err, dispatch.ErrTaskNotFound):

@@ -18,7 +18,7 @@ import (
 	"github.com/baton-dev/baton/internal/store"
 )
 
-// Tests of seed 004's callback dialect (callback.go).
+// Tests of the callback dialect (callback.go).
 
 // callback posts body to /v1/tasks/{taskID}/{endpoint} with the token as a bearer token ("": no
 // Authorization header).
@@ -69,7 +69,7 @@ func callbackExact(t *testing.T, res response, status int, want string) {
 	}
 }
 
-// callbackSucceeded is seed 004's success report, for attempt.
+// callbackSucceeded is the callback dialect's success report, for attempt.
 func callbackSucceeded(attempt int) map[string]any {
 	return map[string]any{
 		"attempt": attempt, "workerId": "worker-abc123", "outcome": "SUCCEEDED", "completedAt": "2025-01-15T10:30:00Z",
@@ -118,7 +118,7 @@ func callbackSpec(key, name string) lifecycle.TaskSpec {
 	return s
 }
 
-func TestCallbackSeedConformance(t *testing.T) {
+func TestCallbackConformance(t *testing.T) {
 	forEachWorkerDriver(t, func(t *testing.T, w *workerAPI) {
 		_, ids := w.submit(lifecycle.TaskSpec{Key: "events", Name: "materialize"})
 		id := ids["events"]
@@ -361,7 +361,8 @@ func TestCallbackExpiredAttemptIsGone(t *testing.T) {
 		if after := streamState(t, w, ids["late"]); after != before {
 			t.Fatalf("refused calls changed state")
 		}
-		// No newer attempt was claimed, so its late result still counts (rule 6).
+		// No newer attempt was claimed, so its late result still counts
+		// (docs/lifecycle.md#late-replies).
 		res := callbackOK(t, w.callback(ids["late"], "completed", tokLate, callbackSucceeded(1)), "finalState", "willRetry")
 		if res["finalState"] != "SUCCEEDED" || w.task(ids["late"]).Status != lifecycle.Completed {
 			t.Fatalf("late result: %v", res)

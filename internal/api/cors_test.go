@@ -92,14 +92,14 @@ func corsOptions(origins ...string) apiOptions {
 func TestCORSEveryAnswerAllowsAnyOrigin(t *testing.T) {
 	forEachDriver(t, corsOptions("*"), func(t *testing.T, a *testAPI) {
 		key := []string{"x-api-key", a.key, "Origin", browserOrigin}
-		created := a.do("POST", "/jobs", seedJob, key...)
+		created := a.do("POST", "/jobs", exampleJob, key...)
 		wantStatus(t, created, http.StatusCreated)
 		wantCORS(t, "201 POST /jobs", created, "*")
 		id := created.Body["jobId"].(string)
 		if v := created.Header.Values("Vary"); slices.Contains(headerList(created.Header, "Vary"), "origin") {
 			t.Errorf("Vary %v: an answer for every origin does not vary by origin", v)
 		}
-		a.runAll(id, seedKeys...)
+		a.runAll(id, exampleKeys...)
 
 		for _, c := range []struct {
 			name    string
@@ -114,7 +114,7 @@ func TestCORSEveryAnswerAllowsAnyOrigin(t *testing.T) {
 			{"200 without Origin", "GET", "/jobs", nil, []string{"x-api-key", a.key}, http.StatusOK},
 			{"400 bad body", "POST", "/jobs", "{", key, http.StatusBadRequest},
 			{"401 no key", "GET", "/jobs/" + id, nil, []string{"Origin", browserOrigin}, http.StatusUnauthorized},
-			{"401 bad key", "POST", "/jobs", seedJob, []string{"x-api-key", "bk_not-a-key", "Origin", browserOrigin}, http.StatusUnauthorized},
+			{"401 bad key", "POST", "/jobs", exampleJob, []string{"x-api-key", "bk_not-a-key", "Origin", browserOrigin}, http.StatusUnauthorized},
 			{"404 job", "GET", "/jobs/job-nope", nil, key, http.StatusNotFound},
 			{"404 endpoint", "GET", "/nope", nil, key, http.StatusNotFound},
 			{"409 finished job", "POST", "/jobs/" + id + "/tasks", addTasksExample, key, http.StatusConflict},
@@ -143,7 +143,7 @@ func TestCORSPreflight(t *testing.T) {
 	forEachDriver(t, corsOptions("*"), func(t *testing.T, a *testAPI) {
 		res := a.preflight("/jobs", browserOrigin, "POST", "x-api-key, content-type, idempotency-key")
 		wantPreflightOK(t, "OPTIONS /jobs", res, "*", "POST")
-		id := a.createJob(seedJob)
+		id := a.createJob(exampleJob)
 		for _, c := range []struct{ path, method, headers string }{
 			{"/jobs/" + id, "GET", "x-api-key"},
 			{"/jobs/" + id + "/events", "GET", "x-api-key, last-event-id"},

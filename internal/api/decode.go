@@ -95,7 +95,7 @@ var taskFields = []string{"taskId", "name", "dependsOn", "input", "queue", "prio
 	"backoffBaseMs", "backoffMaxMs", "timeoutSeconds", "heartbeatTimeoutSeconds", "cancelGraceSeconds"}
 
 // decodeTasks reads the "tasks" member of a job submission or task addition. A missing or
-// non-array "tasks" is seed 001's validation error; anything else malformed is a 400 that names
+// non-array "tasks" is the DAG validator's error; anything else malformed is a 400 that names
 // the task and the field.
 func decodeTasks(raw json.RawMessage, present bool) ([]lifecycle.TaskSpec, error) {
 	var items []json.RawMessage
@@ -173,7 +173,8 @@ func (f *fields) str(name string) string {
 	return s
 }
 
-// name follows seed 001: a name that is not a string is reported as missing by the DAG validator.
+// name follows the producer contract: a name that is not a string is reported as missing by the
+// DAG validator.
 func (f *fields) name() string {
 	var s string
 	if raw, ok := f.obj["name"]; ok {

@@ -65,8 +65,8 @@ func normalized(lines []string) []string {
 	return out
 }
 
-// seedRunEvents is the audit log of the seed job run in seedKeys order.
-var seedRunEvents = []string{
+// exampleRunEvents is the audit log of the example job run in exampleKeys order.
+var exampleRunEvents = []string{
 	"Job Created",
 	"Task Pending scrape-store",
 	"Task Pending analyze-competitors",
@@ -88,7 +88,7 @@ var seedRunEvents = []string{
 
 func TestJobEventsJSON(t *testing.T) {
 	forEachDriver(t, defaultOptions(), func(t *testing.T, a *testAPI) {
-		id := a.createJob(seedJob)
+		id := a.createJob(exampleJob)
 
 		res := a.do("GET", "/jobs/"+id+"/events", nil)
 		wantStatus(t, res, http.StatusOK)
@@ -133,16 +133,16 @@ func TestJobEventsJSON(t *testing.T) {
 			}
 		}
 
-		a.runAll(id, seedKeys...)
+		a.runAll(id, exampleKeys...)
 		var lines []string
 		for _, e := range a.jobEvents(id) {
 			lines = append(lines, eventLine(e))
 		}
-		if !slices.Equal(normalized(lines), normalized(seedRunEvents)) {
-			t.Errorf("events\n%s\nwant\n%s", strings.Join(lines, "\n"), strings.Join(seedRunEvents, "\n"))
+		if !slices.Equal(normalized(lines), normalized(exampleRunEvents)) {
+			t.Errorf("events\n%s\nwant\n%s", strings.Join(lines, "\n"), strings.Join(exampleRunEvents, "\n"))
 		}
 		// Another job's log is its own.
-		if n := len(a.jobEvents(a.createJob(seedJob))); n != 3 {
+		if n := len(a.jobEvents(a.createJob(exampleJob))); n != 3 {
 			t.Errorf("a new job has %d events", n)
 		}
 	})
@@ -150,10 +150,10 @@ func TestJobEventsJSON(t *testing.T) {
 
 func TestJobEventsPaging(t *testing.T) {
 	forEachDriver(t, defaultOptions(), func(t *testing.T, a *testAPI) {
-		id := a.createJob(seedJob)
-		a.runAll(id, seedKeys...)
+		id := a.createJob(exampleJob)
+		a.runAll(id, exampleKeys...)
 		all := a.jobEvents(id)
-		if len(all) != len(seedRunEvents) {
+		if len(all) != len(exampleRunEvents) {
 			t.Fatalf("%d events", len(all))
 		}
 		for _, limit := range []int{1, 2, 5, 17, 1000} {
@@ -198,7 +198,7 @@ func TestJobEventsPaging(t *testing.T) {
 
 func TestJobEventsRejectsBadParameters(t *testing.T) {
 	forEachDriver(t, defaultOptions(), func(t *testing.T, a *testAPI) {
-		id := a.createJob(seedJob)
+		id := a.createJob(exampleJob)
 		for _, v := range []string{"abc", "-1", "1.5", "1e3"} {
 			wantError(t, a.do("GET", "/jobs/"+id+"/events?after="+v, nil), http.StatusBadRequest, "after must be an event id (an integer)")
 			wantError(t, a.do("GET", "/jobs/"+id+"/events?after="+v, nil, "x-api-key", a.key, "Accept", "text/event-stream"),
@@ -361,7 +361,7 @@ func TestJobEventsStream(t *testing.T) {
 	forEachDriver(t, defaultOptions(), func(t *testing.T, a *testAPI) {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
-		id := a.createJob(seedJob)
+		id := a.createJob(exampleJob)
 		s := a.stream(ctx, "/jobs/"+id+"/events")
 
 		var got []map[string]any
@@ -369,7 +369,7 @@ func TestJobEventsStream(t *testing.T) {
 			got = append(got, s.event())
 		}
 		// Each transition shows up on the open stream before the next one happens.
-		for _, key := range seedKeys {
+		for _, key := range exampleKeys {
 			a.runTask(id, key, false)
 			for {
 				e := s.event()
@@ -390,7 +390,7 @@ func TestJobEventsStream(t *testing.T) {
 		for _, e := range got {
 			lines = append(lines, eventLine(e))
 		}
-		if !slices.Equal(normalized(lines), normalized(seedRunEvents)) {
+		if !slices.Equal(normalized(lines), normalized(exampleRunEvents)) {
 			t.Errorf("streamed\n%s", strings.Join(lines, "\n"))
 		}
 
@@ -425,7 +425,7 @@ func TestJobEventsStreamEndsWhenTheJobIsCanceled(t *testing.T) {
 	forEachDriver(t, defaultOptions(), func(t *testing.T, a *testAPI) {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
-		id := a.createJob(seedJob)
+		id := a.createJob(exampleJob)
 		s := a.stream(ctx, "/jobs/"+id+"/events")
 		for range 3 {
 			s.event()
@@ -525,8 +525,9 @@ func TestJobEventsStreamUnderConcurrentTransitions(t *testing.T) {
 }
 
 // checkLastEvents checks what the job view says against the audit log: each task's lastEventType
-// and lastEventAt are those of its latest event (seed 001 §6 derives them from it), the job's
-// createdAt is its Job Created event's time and its completedAt that of the event that ended it.
+// and lastEventAt are those of its latest event (the producer contract derives them from it), the
+// job's createdAt is its Job Created event's time and its completedAt that of the event that ended
+// it.
 func (a *testAPI) checkLastEvents(id, step string) {
 	a.t.Helper()
 	job, events := a.getJob(id), a.jobEvents(id)
@@ -573,7 +574,7 @@ func TestLastEventsMatchTheLog(t *testing.T) {
 	storetest.ForEachDriver(t, func(t *testing.T, st store.Store) {
 		a := newAPIWithClock(t, st, defaultOptions(), newTickingClock())
 		ctx := context.Background()
-		id := a.createJob(seedJob)
+		id := a.createJob(exampleJob)
 		a.checkLastEvents(id, "created")
 		a.runTask(id, "scrape-store", false)
 		a.runTask(id, "analyze-competitors", true)
@@ -627,7 +628,7 @@ func (a *testAPI) taskEvents(path string) ([]map[string]any, int64) {
 // A task's events are exactly its entries of the job's log, oldest first, by taskId or global id.
 func TestTaskEvents(t *testing.T) {
 	forEachDriver(t, defaultOptions(), func(t *testing.T, a *testAPI) {
-		id := a.createJob(seedJob)
+		id := a.createJob(exampleJob)
 		a.runTask(id, "scrape-store", false)
 		a.runTask(id, "analyze-competitors", true)
 		log := a.jobEvents(id)
@@ -704,7 +705,7 @@ func TestTaskEvents(t *testing.T) {
 			res := a.do("GET", "/jobs/"+id+"/tasks/scrape-store/events?"+q, nil)
 			wantStatus(t, res, http.StatusBadRequest)
 		}
-		other := a.createJob(seedJob)
+		other := a.createJob(exampleJob)
 		otherTask := taskIn(t, a.getJob(other), "scrape-store")["id"].(string)
 		for _, path := range []string{
 			"/jobs/" + id + "/tasks/nope/events",

@@ -13,7 +13,7 @@ import (
 	"testing"
 )
 
-// routeOf is the index of the route with method and path, for seeds.
+// routeOf is the index of the route with method and path, for the seed corpus.
 func routeOf(tb testing.TB, routes []fuzzRoute, method, path string) uint8 {
 	for i, rt := range routes {
 		if rt.method == method && rt.path == path {
@@ -104,7 +104,7 @@ func FuzzProducerAPI(f *testing.F) {
 	for _, b := range exampleBodies(f) {
 		add("POST", "/jobs", "", "", "Idempotency-Key: example-1", b)
 	}
-	add("POST", "/jobs", "", "", "", []byte(seedJob))
+	add("POST", "/jobs", "", "", "", []byte(exampleJob))
 	add("POST", "/jobs", "", "", "", []byte(`{"name":"nightly","tasks":[{"taskId":"a","name":"x","queue":"jobs:stream:high","priority":5,"runtime":"pull","maxAttempts":2,"backoffBaseMs":0,"backoffMaxMs":10,"timeoutSeconds":60,"heartbeatTimeoutSeconds":10,"cancelGraceSeconds":5}]}`))
 	add("POST", "/jobs", "", "", "", []byte(`{"tasks":[{"taskId":"a","name":"x","dependsOn":["b"]},{"taskId":"b","name":"x","dependsOn":["a"]}]}`))
 	add("POST", "/jobs", "", "", "", []byte(`{"tasks":[{"taskId":"a","name":"x","depends_on":[]}]}`))
@@ -183,29 +183,29 @@ func FuzzInternalDialect(f *testing.F) {
 	add := func(method, path, query, header, body string) {
 		f.Add(routeOf(f, internalRoutes, method, path), "", query, header, []byte(body))
 	}
-	add("POST", "/internal/task-claim", "", "", seedClaim)
+	add("POST", "/internal/task-claim", "", "", exampleClaim)
 	add("POST", "/internal/task-claim", "", "", `{"task_id":"$IDLE"}`)
 	add("POST", "/internal/task-claim", "", "", `{"task_id":"$IDLE","worker_id":"w-1","attemptId":"ignored"}`)
 	add("GET", "/internal/task-fetch", "task_id=$TASK", "", "")
 	add("GET", "/internal/task-fetch", "task_id=$IDLE&task_id=$TASK", "", "")
-	add("POST", "/internal/heartbeat", "", "", seedHeartbeat)
+	add("POST", "/internal/heartbeat", "", "", exampleHeartbeat)
 	add("POST", "/internal/heartbeat", "", "", `{"task_id":"$TASK","attempt":2,"lease_token":"$LEASE"}`)
-	add("POST", "/internal/task-complete", "", "", seedComplete)
+	add("POST", "/internal/task-complete", "", "", exampleComplete)
 	add("POST", "/internal/task-complete", "", "", `{"task_id":"$TASK","attempt":$ATTEMPT,"lease_token":"$LEASE","status":"Failed","error":{"category":"DATA_QUALITY","message":"bad input","stack_trace":"at x","retryable":false},"error_message":"boom"}`)
 	add("POST", "/internal/task-complete", "", "", `{"task_id":"$TASK","attempt":$ATTEMPT,"lease_token":"$LEASE","status":"Canceled"}`)
-	add("POST", "/internal/events", "", "", seedEventsSingle)
-	add("POST", "/internal/events", "", "", seedEventsPartitioned)
-	add("POST", "/internal/events", "", "", seedEventsBatch)
-	add("POST", "/internal/buffer-publish", "", "", seedBufferPublish)
+	add("POST", "/internal/events", "", "", exampleEventsSingle)
+	add("POST", "/internal/events", "", "", exampleEventsPartitioned)
+	add("POST", "/internal/events", "", "", exampleEventsBatch)
+	add("POST", "/internal/buffer-publish", "", "", exampleBufferPublish)
 	add("POST", "/internal/sink/claim", "", "", `{"max":5,"visibility_seconds":30,"wait_seconds":2}`)
 	add("POST", "/internal/sink/claim", "", "", `{"id":1}`)
 	add("POST", "/internal/sink/commit", "", "", `{"id":1,"cursor":5,"inserted":3,"facets":{"severity":["high","low"],"chain":["mainnet"]}}`)
 	add("POST", "/internal/sink/fail", "", "", `{"id":1,"receive_count":1,"error":"row 2: column \"block\" must be an integer"}`)
 	add("GET", "/healthz", "", "", "")
 	add("GET", "/internal/{path...}", "", "", "")
-	add("POST", "/internal/task-credentials", "", "X-Trace-Task-Capability: $TOKEN", seedHeartbeat)
-	add("POST", "/internal/task-credentials", "", "X-Trace-Task-Capability: $TOKEN2", seedHeartbeat)
-	add("POST", "/internal/task-credentials", "", "", seedHeartbeat)
+	add("POST", "/internal/task-credentials", "", "X-Trace-Task-Capability: $TOKEN", exampleHeartbeat)
+	add("POST", "/internal/task-credentials", "", "X-Trace-Task-Capability: $TOKEN2", exampleHeartbeat)
+	add("POST", "/internal/task-credentials", "", "", exampleHeartbeat)
 	f.Fuzz(func(t *testing.T, route uint8, params, query, header string, body []byte) {
 		e := &expander{h: h, t: t}
 		hdr := withDefaults(headerLines(e, header), "Content-Type", "application/json")
@@ -272,20 +272,20 @@ func FuzzTaskScopedDialect(f *testing.F) {
 	add := func(path, token, body string) {
 		f.Add(routeOf(f, taskScopedRoutes, "POST", path), token, []byte(body))
 	}
-	add("/v1/task/heartbeat", "$TOKEN", seedHeartbeat)
-	add("/v1/task/heartbeat", "$EXPIRED", seedHeartbeat)
-	add("/v1/task/heartbeat", "$TOKEN2", seedHeartbeat)
+	add("/v1/task/heartbeat", "$TOKEN", exampleHeartbeat)
+	add("/v1/task/heartbeat", "$EXPIRED", exampleHeartbeat)
+	add("/v1/task/heartbeat", "$TOKEN2", exampleHeartbeat)
 	add("/v1/task/heartbeat", "$TOKEN", `{"task_id":"$TASK","attempt":2,"lease_token":"$LEASE"}`)
-	add("/v1/task/heartbeat", "", seedHeartbeat)
-	add("/v1/task/complete", "$TOKEN", seedComplete)
+	add("/v1/task/heartbeat", "", exampleHeartbeat)
+	add("/v1/task/complete", "$TOKEN", exampleComplete)
 	add("/v1/task/complete", "$TOKEN", `{"task_id":"$TASK","attempt":$ATTEMPT,"lease_token":"$LEASE","status":"Completed","datasets_published":[{"dataset_uuid":"$DS_A","dataset_version":"$VER_A","storage_ref":{"scheme":"s3","bucket":"bucket","prefix":"cold/"},"range_start":100,"range_end":200}]}`)
 	add("/v1/task/complete", "$TOKEN2", `{"task_id":"$TASK2","attempt":1,"lease_token":"$LEASE2","status":"Failed","error":{"category":"TIMEOUT","message":"slow"}}`)
-	add("/v1/task/events", "$TOKEN", seedEventsBatch)
-	add("/v1/task/events", "$TOKEN", seedEventsPartitioned)
-	add("/v1/task/buffer-publish", "$TOKEN", seedBufferPublish)
+	add("/v1/task/events", "$TOKEN", exampleEventsBatch)
+	add("/v1/task/events", "$TOKEN", exampleEventsPartitioned)
+	add("/v1/task/buffer-publish", "$TOKEN", exampleBufferPublish)
 	add("/v1/task/buffer-publish", "$TOKEN", `{"task_id":"$TASK","attempt":$ATTEMPT,"lease_token":"$LEASE","batch_uri":"s3://trace-scratch/buffers/$TASK/$ATTEMPT/batch.jsonl","content_type":"application/jsonl","batch_size_bytes":123456,"dedupe_scope":"alert_events"}`)
-	add("/v1/task/credentials", "$TOKEN", seedHeartbeat)
-	add("/v1/task/credentials", "$EXPIRED", seedHeartbeat)
+	add("/v1/task/credentials", "$TOKEN", exampleHeartbeat)
+	add("/v1/task/credentials", "$EXPIRED", exampleHeartbeat)
 	add("/v1/task/credentials", "$TOKEN2", `{"task_id":"$TASK","attempt":$ATTEMPT,"lease_token":"$LEASE"}`)
 	f.Fuzz(func(t *testing.T, route uint8, token string, body []byte) {
 		e := &expander{h: h, t: t}

@@ -33,7 +33,7 @@ func TestBadBytesNeverReachTheStore(t *testing.T) {
 		a := &testAPI{t: t, st: w.st, d: w.d, srv: w.public}
 		a.key = a.newKey("acme")
 		key := a.key
-		jobID := a.createJob(seedJob)
+		jobID := a.createJob(exampleJob)
 		_, ids := w.submit(lifecycle.TaskSpec{Key: "t", Name: "op"})
 		c, tok := w.claim(ids["t"])
 		before := fencedState(t, w, c.Task.JobID, ids["t"])

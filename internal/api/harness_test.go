@@ -138,8 +138,8 @@ func (a *testAPI) do(method, path string, body any, headers ...string) response 
 	return res
 }
 
-// seedJob is seed 001's five-task example request.
-const seedJob = `{
+// exampleJob is the five-task example request (examples/job.json).
+const exampleJob = `{
   "tasks": [
     { "taskId": "scrape-store", "name": "scrape-store", "dependsOn": [], "input": { "storeId": "store-123", "url": "https://example.com" } },
     { "taskId": "analyze-competitors", "name": "analyze-competitors", "dependsOn": [], "input": { "market": "fashion" } },

@@ -1,11 +1,12 @@
 package api
 
-// Seed 000's worker dialect, served on the internal (mTLS) listener: a worker claims a task by id
-// after a wake-up, may fetch it, heartbeats, reports upstream events and buffered publishes, and
-// completes it. Every call about an attempt is fenced by {task_id, attempt, lease_token}.
+// The internal worker dialect (docs/contracts/internal.md), served on the internal (mTLS)
+// listener: a worker claims a task by id after a wake-up, may fetch it, heartbeats, reports
+// upstream events and buffered publishes, and completes it. Every call about an attempt is fenced
+// by {task_id, attempt, lease_token}.
 //
 // The four fenced operations (heartbeat, complete, events, buffer-publish) are shared with the
-// task-scoped dialect of seed 003 (taskscoped.go): each is one function that takes the step that
+// task-scoped dialect (taskscoped.go): each is one function that takes the step that
 // turns the body's {task_id, attempt, lease_token} into the fence the core checks. Here the body
 // is taken as it is (the listener's client certificate vouches for the caller); there it is first
 // bound to the capability token. Neither holds a lifecycle rule: they translate shapes and errors.
@@ -96,7 +97,7 @@ func fencedError(err error) error {
 	return err
 }
 
-// internalStatus is a task status in seed 000's words.
+// internalStatus is a task status in the internal dialect's words.
 func internalStatus(st lifecycle.TaskStatus) string {
 	switch st {
 	case lifecycle.Waiting:
@@ -209,12 +210,12 @@ func (b *fencedBody) present(name string) (json.RawMessage, bool) {
 
 // ---- claim and fetch (internal dialect only) ----
 
-// seed000Reason maps the core's NotClaimed reason to one of the four reasons of seed 000, which
-// strict clients parse: Failed → Completed, Skipped → Canceled, NotReady (waiting for parents or
-// backing off before a retry) → AlreadyRunning. In every case the worker's action is the seed's
-// one — do not run the task, ack the queue message — so the coarser name loses nothing a client
-// acts on; the core's precise reason is in "detail".
-func seed000Reason(r dispatch.NotClaimedReason) dispatch.NotClaimedReason {
+// internalClaimReason maps the core's NotClaimed reason to one of the internal dialect's four
+// reasons, which strict clients parse: Failed → Completed, Skipped → Canceled, NotReady (waiting
+// for parents or backing off before a retry) → AlreadyRunning. In every case the worker's action
+// is the same one — do not run the task, ack the queue message — so the coarser name loses nothing
+// a client acts on; the core's precise reason is in "detail".
+func internalClaimReason(r dispatch.NotClaimedReason) dispatch.NotClaimedReason {
 	switch r {
 	case dispatch.NotClaimedFailed:
 		return dispatch.NotClaimedCompleted
@@ -267,7 +268,7 @@ func (s *Server) internalClaim(w http.ResponseWriter, r *http.Request) (any, err
 	c, err := s.d.ClaimTask(ctx, dispatch.ClaimTaskParams{TaskID: taskID, WorkerID: workerID})
 	var nc *dispatch.NotClaimedError
 	if errors.As(err, &nc) {
-		return map[string]any{"status": "NotClaimed", "reason": seed000Reason(nc.Reason), "detail": nc.Reason}, nil
+		return map[string]any{"status": "NotClaimed", "reason": internalClaimReason(nc.Reason), "detail": nc.Reason}, nil
 	}
 	if err != nil {
 		return nil, err
@@ -300,8 +301,8 @@ func (s *Server) internalClaim(w http.ResponseWriter, r *http.Request) (any, err
 	return answer, nil
 }
 
-// taskPayload is everything a worker needs to run a task (seed 000's task object): the claim's
-// "task", the body of task-fetch, and the push runtime's envelope.
+// taskPayload is everything a worker needs to run a task (the internal dialect's task object): the
+// claim's "task", the body of task-fetch, and the push runtime's envelope.
 func taskPayload(t *store.Task, job *store.Job, deps map[string]json.RawMessage) map[string]any {
 	keys := make([]string, 0, len(deps))
 	for k := range deps {
@@ -388,7 +389,7 @@ func (s *Server) internalFetch(w http.ResponseWriter, r *http.Request) (any, err
 	if t.Status == lifecycle.Running {
 		out["lease_expires_at"] = snakeTime(t.LeaseExpiresAt)
 		if cancelRequested {
-			// Seed 000: the wrapper does not run (or stops) the operator and reports Canceled.
+			// The wrapper does not run (or stops) the operator and reports Canceled.
 			out["status"] = "Canceled"
 		}
 	}
@@ -559,8 +560,8 @@ func objectArray(raw json.RawMessage, name string) (json.RawMessage, error) {
 	return compact(raw), nil
 }
 
-// decodeUpstreamEvents reads seed 000's events (single, partitioned or batch shapes); what they
-// mean is checked by the core.
+// decodeUpstreamEvents reads the internal dialect's events (single, partitioned or batch shapes);
+// what they mean is checked by the core.
 func decodeUpstreamEvents(raw json.RawMessage) ([]dispatch.DatasetEvent, error) {
 	var items []json.RawMessage
 	if json.Unmarshal(raw, &items) != nil {
@@ -646,8 +647,9 @@ func (s *Server) fencedEvents(fence fenceFunc) handler {
 	}
 }
 
-// fencedBufferPublish: POST /internal/buffer-publish (seed 000's body), POST
-// /v1/task/buffer-publish (seed 003's body); both accept either set of fields.
+// fencedBufferPublish: POST /internal/buffer-publish (the internal dialect's body), POST
+// /v1/task/buffer-publish (the task-scoped dialect's body); both accept either set of fields
+// (docs/contracts/buffer.md).
 func (s *Server) fencedBufferPublish(fence fenceFunc) handler {
 	return func(w http.ResponseWriter, r *http.Request) (any, error) {
 		b, err := readFenced(r)

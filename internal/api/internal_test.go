@@ -20,8 +20,8 @@ import (
 
 // ---- harness additions for the internal (000) and task-scoped (003) dialects ----
 
-// submitNamedJob creates a job with a name (seed 000's dag_name) through the core and returns the
-// global id of each task by its key.
+// submitNamedJob creates a job with a name (the internal dialect's dag_name) through the core and
+// returns the global id of each task by its key.
 func submitNamedJob(w *workerAPI, name string, specs ...lifecycle.TaskSpec) (string, map[string]string) {
 	w.t.Helper()
 	ctx := context.Background()
@@ -127,8 +127,8 @@ func wantTime(t *testing.T, obj map[string]any, key string) time.Time {
 	return at
 }
 
-// fill replaces $NAME placeholders in a seed example.
-func fillSeed(tmpl string, pairs ...string) string {
+// fillExample replaces $NAME placeholders in an example body.
+func fillExample(tmpl string, pairs ...string) string {
 	return strings.NewReplacer(pairs...).Replace(tmpl)
 }
 
@@ -147,11 +147,11 @@ func fetchInternal(w *workerAPI, taskID string) response {
 	return w.request("GET", w.internal.URL+"/internal/task-fetch?task_id="+taskID, nil)
 }
 
-// Seed 000's examples, with "$..." where the seed writes "uuid".
+// The internal dialect's example bodies, with "$..." placeholders for ids.
 const (
-	seedClaim     = `{ "task_id": "$TASK", "worker_id": "ecs:cluster/service/task" }`
-	seedHeartbeat = `{ "task_id": "$TASK", "attempt": $ATTEMPT, "lease_token": "$LEASE" }`
-	seedComplete  = `{
+	exampleClaim     = `{ "task_id": "$TASK", "worker_id": "ecs:cluster/service/task" }`
+	exampleHeartbeat = `{ "task_id": "$TASK", "attempt": $ATTEMPT, "lease_token": "$LEASE" }`
+	exampleComplete  = `{
   "task_id": "$TASK",
   "attempt": $ATTEMPT,
   "lease_token": "$LEASE",
@@ -165,19 +165,19 @@ const (
   ],
   "error_message": null
 }`
-	seedEventsSingle = `{
+	exampleEventsSingle = `{
   "task_id": "$TASK",
   "attempt": $ATTEMPT,
   "lease_token": "$LEASE",
   "events": [{ "dataset_uuid": "$DS_A", "dataset_version": "$VER_A", "cursor": 12345 }]
 }`
-	seedEventsPartitioned = `{
+	exampleEventsPartitioned = `{
   "task_id": "$TASK",
   "attempt": $ATTEMPT,
   "lease_token": "$LEASE",
   "events": [{ "dataset_uuid": "$DS_A", "dataset_version": "$VER_A", "partition_key": "1000000-1010000", "start": 1000000, "end": 1010000 }]
 }`
-	seedEventsBatch = `{
+	exampleEventsBatch = `{
   "task_id": "$TASK",
   "attempt": $ATTEMPT,
   "lease_token": "$LEASE",
@@ -186,7 +186,7 @@ const (
     { "dataset_uuid": "$DS_B", "dataset_version": "$VER_B", "cursor": 12345 }
   ]
 }`
-	seedBufferPublish = `{
+	exampleBufferPublish = `{
   "task_id": "$TASK",
   "attempt": $ATTEMPT,
   "lease_token": "$LEASE",
@@ -197,9 +197,9 @@ const (
 }`
 )
 
-// seedIDs are the dataset ids the examples use; $DS_A, the dataset of the buffered publish, is
+// exampleIDs are the dataset ids the examples use; $DS_A, the dataset of the buffered publish, is
 // the buffered dataset of w.
-func seedIDs(w *workerAPI) []string {
+func exampleIDs(w *workerAPI) []string {
 	pairs := []string{"$DS_A", w.buffered()}
 	for _, k := range []string{"$VER_A", "$DS_B", "$VER_B", "$DS_C", "$VER_C"} {
 		pairs = append(pairs, k, uuid.NewString())
@@ -212,22 +212,22 @@ func attemptPairs(taskID string, attempt int, lease string, datasets []string) [
 	return append([]string{"$TASK", taskID, "$ATTEMPT", strconv.Itoa(attempt), "$LEASE", lease}, datasets...)
 }
 
-func TestInternalSeedConformance(t *testing.T) {
+func TestInternalConformance(t *testing.T) {
 	forEachWorkerDriver(t, func(t *testing.T, w *workerAPI) {
 		ctx := context.Background()
 		jobID, ids := submitNamedJob(w, "monad",
 			lifecycle.TaskSpec{Key: "block_follower", Name: "block_follower", Input: json.RawMessage(`{"chain":"monad","from":1}`), TimeoutSeconds: refOf(600)},
 			lifecycle.TaskSpec{Key: "enrich", Name: "enrich", DependsOn: []string{"block_follower"}, Input: json.RawMessage(`{"mode":"full"}`)})
 		id := ids["block_follower"]
-		datasets := seedIDs(w)
+		datasets := exampleIDs(w)
 		ds := map[string]string{}
 		for i := 0; i < len(datasets); i += 2 {
 			ds[datasets[i]] = datasets[i+1]
 		}
 
-		// Claim (seed 000's request, verbatim but for the id).
+		// Claim (the example request, verbatim but for the id).
 		before := time.Now()
-		res := w.post(w.internal.URL, "/internal/task-claim", fillSeed(seedClaim, "$TASK", id))
+		res := w.post(w.internal.URL, "/internal/task-claim", fillExample(exampleClaim, "$TASK", id))
 		claim := wantOK(t, res)
 		wantKeys(t, "claim", claim, "status", "task_id", "attempt", "lease_token", "lease_expires_at", "capability_token",
 			"capability_token_expires_at", "heartbeat_interval_seconds", "lease_ttl_seconds", "task")
@@ -271,19 +271,19 @@ func TestInternalSeedConformance(t *testing.T) {
 			"dependency_outputs", "queue", "timeout_seconds", "lease_expires_at", "cancel_requested")
 
 		// Heartbeat.
-		hb := wantOK(t, w.post(w.internal.URL, "/internal/heartbeat", fillSeed(seedHeartbeat, pairs...)))
+		hb := wantOK(t, w.post(w.internal.URL, "/internal/heartbeat", fillExample(exampleHeartbeat, pairs...)))
 		wantKeys(t, "heartbeat", hb, "ok", "lease_expires_at", "should_cancel", "cancel_reason")
 		if hb["ok"] != true || hb["should_cancel"] != false || hb["cancel_reason"] != nil {
 			t.Errorf("heartbeat: %v", hb)
 		}
 		wantTime(t, hb, "lease_expires_at")
 
-		// Upstream events in the seed's three shapes; the batch repeats the single event.
+		// Upstream events in their three shapes; the batch repeats the single event.
 		for _, c := range []struct {
 			name, body       string
 			received, stored float64
-		}{{"single", seedEventsSingle, 1, 1}, {"partitioned", seedEventsPartitioned, 1, 1}, {"batch", seedEventsBatch, 2, 1}} {
-			ev := wantOK(t, w.post(w.internal.URL, "/internal/events", fillSeed(c.body, pairs...)))
+		}{{"single", exampleEventsSingle, 1, 1}, {"partitioned", exampleEventsPartitioned, 1, 1}, {"batch", exampleEventsBatch, 2, 1}} {
+			ev := wantOK(t, w.post(w.internal.URL, "/internal/events", fillExample(c.body, pairs...)))
 			wantKeys(t, c.name, ev, "ok", "received", "stored")
 			if ev["ok"] != true || ev["received"] != c.received || ev["stored"] != c.stored {
 				t.Errorf("%s events: %v", c.name, ev)
@@ -299,7 +299,7 @@ func TestInternalSeedConformance(t *testing.T) {
 
 		// Buffered publish, then its idempotent repeat.
 		for i, dup := range []bool{false, true} {
-			bp := wantOK(t, w.post(w.internal.URL, "/internal/buffer-publish", fillSeed(seedBufferPublish, pairs...)))
+			bp := wantOK(t, w.post(w.internal.URL, "/internal/buffer-publish", fillExample(exampleBufferPublish, pairs...)))
 			wantKeys(t, "buffer-publish", bp, "ok", "duplicate")
 			if bp["ok"] != true || bp["duplicate"] != dup {
 				t.Errorf("buffer-publish #%d: %v", i+1, bp)
@@ -319,7 +319,7 @@ func TestInternalSeedConformance(t *testing.T) {
 
 		// Completion with final events and outputs; then its idempotent repeat.
 		for i, dup := range []bool{false, true} {
-			done := wantOK(t, w.post(w.internal.URL, "/internal/task-complete", fillSeed(seedComplete, pairs...)))
+			done := wantOK(t, w.post(w.internal.URL, "/internal/task-complete", fillExample(exampleComplete, pairs...)))
 			wantKeys(t, "complete", done, "ok", "ack", "status", "requeued", "dead_lettered", "duplicate")
 			if done["ok"] != true || done["ack"] != true || done["status"] != "Completed" || done["requeued"] != false ||
 				done["dead_lettered"] != false || done["duplicate"] != dup {
@@ -327,7 +327,7 @@ func TestInternalSeedConformance(t *testing.T) {
 			}
 		}
 		final := w.task(id)
-		wantOutput := fillSeed(`{"outputs":[{"output_index":0,"dataset_uuid":"$DS_A","dataset_version":"$VER_A","location":"postgres_table:dataset_$DS_A","cursor":12345,"row_count":1000},{"output_index":1,"dataset_uuid":"$DS_B","dataset_version":"$VER_B","location":"postgres_table:dataset_$DS_B","cursor":12345,"row_count":20000}]}`, datasets...)
+		wantOutput := fillExample(`{"outputs":[{"output_index":0,"dataset_uuid":"$DS_A","dataset_version":"$VER_A","location":"postgres_table:dataset_$DS_A","cursor":12345,"row_count":1000},{"output_index":1,"dataset_uuid":"$DS_B","dataset_version":"$VER_B","location":"postgres_table:dataset_$DS_B","cursor":12345,"row_count":20000}]}`, datasets...)
 		if final.Status != lifecycle.Completed || !jsonBytesEqual(final.Output, wantOutput) {
 			t.Errorf("completed task: %s %s", final.Status, final.Output)
 		}
@@ -407,7 +407,7 @@ func TestInternalFetchStatuses(t *testing.T) {
 			t.Errorf("run: %s", s)
 		}
 
-		// Seed 000: a running task whose cancellation was requested reads as Canceled; the wrapper
+		// A running task whose cancellation was requested reads as Canceled; the wrapper
 		// reports Canceled.
 		if _, err := w.d.CancelTask(ctx, ids["run"], ""); err != nil {
 			t.Fatal(err)
@@ -551,7 +551,8 @@ func newStaleSetup(t *testing.T, w *workerAPI, clock *clockwork.FakeClock) stale
 	if tk := w.task(s.id); tk.Status != lifecycle.Pending || tk.Attempt != 1 {
 		t.Fatalf("after the reap: %s attempt %d", tk.Status, tk.Attempt)
 	}
-	// Rule 4: the timed-out attempt's heartbeat answers 410, and changes nothing.
+	// docs/lifecycle.md#heartbeats-and-expiry: the timed-out attempt's heartbeat answers 410, and
+	// changes nothing.
 	before := fencedState(t, w, jobID, s.id)
 	wantFencedError(t, w.post(w.internal.URL, "/internal/heartbeat", fencedCalls[0].body(s.id, 1, s.lease1)), http.StatusGone, "task_expired", "")
 	if fencedState(t, w, jobID, s.id) != before {
@@ -604,7 +605,8 @@ func TestInternalStaleWorkerIsFenced(t *testing.T) {
 	})
 }
 
-// Rule 6 through the dialect: attempt 1's late report is accepted while no newer attempt runs.
+// Late replies (docs/lifecycle.md#late-replies) through the dialect: attempt 1's late report is
+// accepted while no newer attempt runs.
 func TestInternalLateReplyIsAccepted(t *testing.T) {
 	forEachClockedWorkerDriver(t, time.Now(), func(t *testing.T, w *workerAPI, clock *clockwork.FakeClock) {
 		w.buffered() // the dataset of the buffer-publish calls

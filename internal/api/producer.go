@@ -191,7 +191,7 @@ func (s *Server) listJobs(w http.ResponseWriter, r *http.Request) (any, error) {
 		if err != nil {
 			return nil, errorf(http.StatusBadRequest, "limit must be an integer from 1 to 100, got %q", v)
 		}
-		limit = min(max(n, 1), 100) // seed 001 clamps
+		limit = min(max(n, 1), 100) // the producer contract clamps
 	}
 	status := lifecycle.JobStatus(q.Get("status"))
 	if status != "" && !containsStatus(jobStatuses, status) {
@@ -224,7 +224,7 @@ func containsStatus(list []lifecycle.JobStatus, s lifecycle.JobStatus) bool {
 	return false
 }
 
-// producerStatus is a task status in seed 001's words: running is "processing".
+// producerStatus is a task status in the producer contract's words: running is "processing".
 func producerStatus(s lifecycle.TaskStatus) string {
 	if s == lifecycle.Running {
 		return "processing"

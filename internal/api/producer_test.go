@@ -28,7 +28,7 @@ var (
 	uuidPattern  = regexp.MustCompile(`^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$`)
 )
 
-// invalidKeySuffix ends seed 001's invalid-taskId message.
+// invalidKeySuffix ends the validator's invalid-taskId message.
 const invalidKeySuffix = `" — must match /^[a-zA-Z0-9-_]{1,128}$/`
 
 // tk is one task of a request body; deps are its dependsOn.
@@ -184,9 +184,9 @@ func (a *testAPI) runAll(jobID string, keys ...string) {
 	}
 }
 
-var seedKeys = []string{"scrape-store", "analyze-competitors", "color-tags", "font-pairing", "compile-result"}
+var exampleKeys = []string{"scrape-store", "analyze-competitors", "color-tags", "font-pairing", "compile-result"}
 
-// seed 001 §4's example request.
+// addTasksExample is the producer contract's example of adding tasks.
 const addTasksExample = `{
   "tasks": [
     { "taskId": "extra-analysis", "name": "market-analysis", "dependsOn": ["scrape-store"], "input": { "depth": "detailed" } },
@@ -194,10 +194,10 @@ const addTasksExample = `{
   ]
 }`
 
-func TestCreateJobSeedExample(t *testing.T) {
+func TestCreateJobExample(t *testing.T) {
 	forEachDriver(t, defaultOptions(), func(t *testing.T, a *testAPI) {
 		before := time.Now().UnixMilli()
-		res := a.do("POST", "/jobs", seedJob)
+		res := a.do("POST", "/jobs", exampleJob)
 		after := time.Now().UnixMilli()
 		wantStatus(t, res, http.StatusCreated)
 		if got, want := sortedKeys(res.Body), []string{"createdAt", "jobId", "rootTasks", "status", "totalTasks"}; !slices.Equal(got, want) {
@@ -248,7 +248,7 @@ func TestCreateJobSeedExample(t *testing.T) {
 		ids := map[string]bool{}
 		for i, x := range tasks {
 			v := x.(map[string]any)
-			key := seedKeys[i]
+			key := exampleKeys[i]
 			for _, k := range []string{"taskId", "id", "name", "dependsOn", "status", "lastEventType", "lastEventAt"} {
 				if _, ok := v[k]; !ok {
 					t.Errorf("task %s has no %q: %v", key, k, v)
@@ -404,11 +404,11 @@ func TestCreateJobRejectsMalformedBodies(t *testing.T) {
 		{"empty body", ``, "request body is empty: send a JSON object"},
 		{"blank body", " \n\t", "request body is empty: send a JSON object"},
 		{"JSON null", `null`, "request body must be a JSON object, not null"},
-		{"array body", `[` + seedJob + `]`, "request body must be a JSON object, not array"},
+		{"array body", `[` + exampleJob + `]`, "request body must be a JSON object, not array"},
 		{"string body", `"tasks"`, "request body must be a JSON object, not string"},
 		{"number body", `42`, "request body must be a JSON object, not number"},
-		{"trailing garbage", seedJob + ` x`, "malformed JSON: unexpected data after the top-level object"},
-		{"two objects", seedJob + seedJob, "malformed JSON: unexpected data after the top-level object"},
+		{"trailing garbage", exampleJob + ` x`, "malformed JSON: unexpected data after the top-level object"},
+		{"two objects", exampleJob + exampleJob, "malformed JSON: unexpected data after the top-level object"},
 		{"unknown top-level field", `{"tasks":[{"taskId":"a","name":"a"}],"priority":1}`, `unknown field "priority"; allowed fields: tasks, name`},
 		{"depends_on", `{"tasks":[{"taskId":"a","name":"a"},{"taskId":"b","name":"b","depends_on":["a"]}]}`,
 			`tasks[1]: unknown field "depends_on" (did you mean "dependsOn"?); allowed fields: ` + allowed},
@@ -510,9 +510,9 @@ func TestBodyTooLarge(t *testing.T) {
 	})
 }
 
-func TestAddTasksSeedExample(t *testing.T) {
+func TestAddTasksExample(t *testing.T) {
 	forEachDriver(t, defaultOptions(), func(t *testing.T, a *testAPI) {
-		id := a.createJob(seedJob)
+		id := a.createJob(exampleJob)
 		a.runTask(id, "scrape-store", false)
 
 		res := a.do("POST", "/jobs/"+id+"/tasks", addTasksExample)
@@ -553,7 +553,7 @@ func TestAddTasksSeedExample(t *testing.T) {
 
 func TestAddTasksReadiness(t *testing.T) {
 	forEachDriver(t, defaultOptions(), func(t *testing.T, a *testAPI) {
-		id := a.createJob(seedJob)
+		id := a.createJob(exampleJob)
 		a.runTask(id, "analyze-competitors", true)
 
 		res := a.do("POST", "/jobs/"+id+"/tasks", tasksBody(
@@ -601,7 +601,7 @@ func TestAddTasksValidation(t *testing.T) {
 		{"option out of range", tasksBody(withFields(tk("x", "x"), "maxAttempts", 0)), []string{"Task x: maxAttempts must be between 1 and 1000"}},
 	}
 	forEachDriver(t, defaultOptions(), func(t *testing.T, a *testAPI) {
-		id := a.createJob(seedJob)
+		id := a.createJob(exampleJob)
 		for _, c := range cases {
 			t.Run(c.name, func(t *testing.T) {
 				a := a.on(t)
@@ -639,11 +639,11 @@ func TestAddTasksUnknownJob(t *testing.T) {
 func TestAddTasksToFinishedJob(t *testing.T) {
 	const msg = "Job already completed — cannot add tasks"
 	forEachDriver(t, defaultOptions(), func(t *testing.T, a *testAPI) {
-		completed := a.createJob(seedJob)
-		a.runAll(completed, seedKeys...)
+		completed := a.createJob(exampleJob)
+		a.runAll(completed, exampleKeys...)
 		failed := a.createJob(tasksBody(tk("a", "a")))
 		a.runTask(failed, "a", true)
-		canceled := a.createJob(seedJob)
+		canceled := a.createJob(exampleJob)
 		wantStatus(t, a.do("POST", "/jobs/"+canceled+"/cancel", nil), http.StatusOK)
 		// A job whose cancel waits for a running task takes no new tasks either.
 		canceling := a.createJob(tasksBody(tk("a", "a")))
@@ -733,7 +733,7 @@ func TestListJobsLimitIsClamped(t *testing.T) {
 
 func TestListJobsRejectsBadParameters(t *testing.T) {
 	forEachDriver(t, defaultOptions(), func(t *testing.T, a *testAPI) {
-		a.createJob(seedJob)
+		a.createJob(exampleJob)
 		for _, v := range []string{"abc", "1.5", "10x", "1e2"} {
 			wantError(t, a.do("GET", "/jobs?limit="+url.QueryEscape(v), nil), http.StatusBadRequest,
 				fmt.Sprintf("limit must be an integer from 1 to 100, got %q", v))
@@ -789,7 +789,7 @@ func TestListJobsCursorPaging(t *testing.T) {
 
 func TestListJobsStatusFilter(t *testing.T) {
 	forEachDriver(t, defaultOptions(), func(t *testing.T, a *testAPI) {
-		processing := a.createJob(seedJob)
+		processing := a.createJob(exampleJob)
 		var completed []string
 		for range 3 {
 			id := a.createJob(tasksBody(tk("a", "a")))
@@ -799,9 +799,9 @@ func TestListJobsStatusFilter(t *testing.T) {
 		slices.Reverse(completed)
 		failed := a.createJob(tasksBody(tk("a", "a"), tk("b", "b", "a")))
 		a.runTask(failed, "a", true)
-		canceled := a.createJob(seedJob)
+		canceled := a.createJob(exampleJob)
 		wantStatus(t, a.do("POST", "/jobs/"+canceled+"/cancel", nil), http.StatusOK)
-		a.createJob(seedJob)
+		a.createJob(exampleJob)
 
 		for _, c := range []struct {
 			status string
@@ -836,8 +836,8 @@ func TestListJobsStatusFilter(t *testing.T) {
 
 func TestGetTask(t *testing.T) {
 	forEachDriver(t, defaultOptions(), func(t *testing.T, a *testAPI) {
-		id := a.createJob(seedJob)
-		other := a.createJob(seedJob)
+		id := a.createJob(exampleJob)
+		other := a.createJob(exampleJob)
 		before := time.Now().UnixMilli()
 		a.runTask(id, "scrape-store", false)
 		a.runTask(id, "analyze-competitors", true)
@@ -928,7 +928,7 @@ func (a *testAPI) failRetryably(jobID, key string) {
 // error of a failed one, in the shapes of the task view; null for every other task.
 func TestGetJobShowsTaskOutputsAndErrors(t *testing.T) {
 	forEachDriver(t, defaultOptions(), func(t *testing.T, a *testAPI) {
-		id := a.createJob(seedJob)
+		id := a.createJob(exampleJob)
 		a.runTask(id, "scrape-store", false)
 		a.runTask(id, "analyze-competitors", true)
 		a.failRetryably(id, "color-tags") // pending again, with a last error
@@ -968,10 +968,10 @@ func TestGetJobShowsTaskOutputsAndErrors(t *testing.T) {
 		}
 
 		// The whole job, run to the end: every task shows its own output.
-		done := a.createJob(seedJob)
-		a.runAll(done, seedKeys...)
+		done := a.createJob(exampleJob)
+		a.runAll(done, exampleKeys...)
 		job = a.getJob(done)
-		for _, key := range seedKeys {
+		for _, key := range exampleKeys {
 			if tk := taskIn(t, job, key); !jsonEqual(t, tk["output"], fmt.Sprintf(`{"done":%q}`, key)) || tk["error"] != nil {
 				t.Errorf("%s: output %v, error %v", key, tk["output"], tk["error"])
 			}
@@ -981,7 +981,7 @@ func TestGetJobShowsTaskOutputsAndErrors(t *testing.T) {
 
 func TestCancelJob(t *testing.T) {
 	forEachDriver(t, defaultOptions(), func(t *testing.T, a *testAPI) {
-		id := a.createJob(seedJob)
+		id := a.createJob(exampleJob)
 		before := time.Now().UnixMilli()
 		res := a.do("POST", "/jobs/"+id+"/cancel", nil)
 		wantStatus(t, res, http.StatusOK)
@@ -994,7 +994,7 @@ func TestCancelJob(t *testing.T) {
 			!jsonEqual(t, job["progress"], `{"waiting":0,"pending":0,"processing":0,"completed":0,"failed":0,"canceled":5,"skipped":0}`) {
 			t.Fatalf("job %v", job)
 		}
-		for _, k := range seedKeys {
+		for _, k := range exampleKeys {
 			if v := taskIn(t, job, k); v["lastEventType"] != "Task Canceled" {
 				t.Errorf("task %s: %v", k, v)
 			}
@@ -1014,7 +1014,7 @@ func TestCancelJob(t *testing.T) {
 func TestCancelJobWithRunningTask(t *testing.T) {
 	forEachDriver(t, defaultOptions(), func(t *testing.T, a *testAPI) {
 		ctx := context.Background()
-		id := a.createJob(seedJob)
+		id := a.createJob(exampleJob)
 		claim, err := a.d.ClaimTask(ctx, dispatch.ClaimTaskParams{TaskID: taskIn(t, a.getJob(id), "scrape-store")["id"].(string), WorkerID: "w"})
 		if err != nil {
 			t.Fatal(err)
@@ -1045,7 +1045,7 @@ func TestCancelJobWithRunningTask(t *testing.T) {
 
 func TestResumeJob(t *testing.T) {
 	forEachDriver(t, defaultOptions(), func(t *testing.T, a *testAPI) {
-		id := a.createJob(seedJob)
+		id := a.createJob(exampleJob)
 		a.runTask(id, "scrape-store", true)
 		wantError(t, a.do("POST", "/jobs/"+id+"/resume", nil), http.StatusConflict, "Job is still processing; only a finished job can be resumed")
 		a.runTask(id, "analyze-competitors", false)
@@ -1082,7 +1082,7 @@ func TestResumeJob(t *testing.T) {
 
 func TestResumeCanceledJob(t *testing.T) {
 	forEachDriver(t, defaultOptions(), func(t *testing.T, a *testAPI) {
-		id := a.createJob(seedJob)
+		id := a.createJob(exampleJob)
 		a.runTask(id, "scrape-store", false)
 		wantStatus(t, a.do("POST", "/jobs/"+id+"/cancel", nil), http.StatusOK)
 		res := a.do("POST", "/jobs/"+id+"/resume", nil)
@@ -1102,7 +1102,7 @@ func TestResumeCanceledJob(t *testing.T) {
 
 func TestCancelAndResumeTakeNoBody(t *testing.T) {
 	forEachDriver(t, defaultOptions(), func(t *testing.T, a *testAPI) {
-		id := a.createJob(seedJob)
+		id := a.createJob(exampleJob)
 		for _, b := range []string{`{"reason":"x"}`, `[]`, `x`, `{} {}`} {
 			wantError(t, a.do("POST", "/jobs/"+id+"/cancel", b), http.StatusBadRequest, "this endpoint takes no request body (send nothing, {} or null)")
 			wantError(t, a.do("POST", "/jobs/"+id+"/resume", b), http.StatusBadRequest, "this endpoint takes no request body (send nothing, {} or null)")
@@ -1111,7 +1111,7 @@ func TestCancelAndResumeTakeNoBody(t *testing.T) {
 			t.Fatalf("a refused cancel changed the job: %v", st)
 		}
 		for _, b := range []string{``, `{}`, ` null `, "{ \n}"} {
-			id := a.createJob(seedJob)
+			id := a.createJob(exampleJob)
 			wantStatus(t, a.do("POST", "/jobs/"+id+"/cancel", b), http.StatusOK)
 			wantStatus(t, a.do("POST", "/jobs/"+id+"/resume", b), http.StatusOK)
 		}
@@ -1123,12 +1123,12 @@ func TestIdempotencyKey(t *testing.T) {
 		post := func(key, tenantKey, b string) response {
 			return a.do("POST", "/jobs", b, "x-api-key", tenantKey, "Idempotency-Key", key)
 		}
-		first := post("order-42", a.key, seedJob)
+		first := post("order-42", a.key, exampleJob)
 		wantStatus(t, first, http.StatusCreated)
 		if h := first.Header.Get("Idempotent-Replayed"); h != "" {
 			t.Errorf("first request answered Idempotent-Replayed: %q", h)
 		}
-		again := post("order-42", a.key, seedJob)
+		again := post("order-42", a.key, exampleJob)
 		wantStatus(t, again, http.StatusCreated)
 		if again.Header.Get("Idempotent-Replayed") != "true" {
 			t.Errorf("replay lacks Idempotent-Replayed: true (headers %v)", again.Header)
@@ -1148,7 +1148,7 @@ func TestIdempotencyKey(t *testing.T) {
 		}
 
 		otherKey := a.newKey("other")
-		theirs := post("order-42", otherKey, seedJob)
+		theirs := post("order-42", otherKey, exampleJob)
 		wantStatus(t, theirs, http.StatusCreated)
 		if theirs.Body["jobId"] == id || theirs.Header.Get("Idempotent-Replayed") != "" {
 			t.Fatalf("another tenant's request with the same key got %s", theirs.Raw)
@@ -1158,13 +1158,13 @@ func TestIdempotencyKey(t *testing.T) {
 		}
 
 		// Without a key every request is a new job; an over-long key is refused.
-		a.createJob(seedJob)
-		a.createJob(seedJob)
+		a.createJob(exampleJob)
+		a.createJob(exampleJob)
 		if ids, _ := a.listIDs(""); len(ids) != 3 {
 			t.Fatalf("jobs %v", ids)
 		}
-		wantError(t, post(strings.Repeat("k", 256), a.key, seedJob), http.StatusBadRequest, "Idempotency-Key must be at most 255 characters")
-		wantStatus(t, post(strings.Repeat("k", 255), a.key, seedJob), http.StatusCreated)
+		wantError(t, post(strings.Repeat("k", 256), a.key, exampleJob), http.StatusBadRequest, "Idempotency-Key must be at most 255 characters")
+		wantStatus(t, post(strings.Repeat("k", 255), a.key, exampleJob), http.StatusCreated)
 	})
 }
 
@@ -1268,7 +1268,7 @@ func countStatus(rs []response) map[int]int {
 func TestIdempotencyKeyConcurrentRequests(t *testing.T) {
 	forEachDriver(t, defaultOptions(), func(t *testing.T, a *testAPI) {
 		for round := range 3 {
-			rs := a.concurrently(8, "POST", "/jobs", seedJob, "Idempotency-Key", fmt.Sprintf("k-%d", round))
+			rs := a.concurrently(8, "POST", "/jobs", exampleJob, "Idempotency-Key", fmt.Sprintf("k-%d", round))
 			ids := map[any]bool{}
 			fresh := 0
 			for _, r := range rs {
@@ -1292,7 +1292,7 @@ func TestIdempotencyKeyConcurrentRequests(t *testing.T) {
 
 func TestConcurrentTransitionsApplyOnce(t *testing.T) {
 	forEachDriver(t, defaultOptions(), func(t *testing.T, a *testAPI) {
-		id := a.createJob(seedJob)
+		id := a.createJob(exampleJob)
 
 		rs := a.concurrently(6, "POST", "/jobs/"+id+"/tasks", tasksBody(tk("x", "x", "scrape-store")))
 		if got := countStatus(rs); got[http.StatusOK] != 1 || got[http.StatusBadRequest] != 5 {
@@ -1356,9 +1356,10 @@ func randomText(n int) string {
 	return string(b)
 }
 
-// Task and job names are free text with no length limit (seed 001 only requires a non-empty
-// string). Whatever the server does with a name it cannot keep, it must do it the same way on
-// every driver and before anything is stored: refuse it with a 400, or keep it and run the job.
+// Task and job names are free text with no length limit (the producer contract only requires a
+// non-empty string). Whatever the server does with a name it cannot keep, it must do it the same
+// way on every driver and before anything is stored: refuse it with a 400, or keep it and run the
+// job.
 func TestNamesTheStoreMightNotHold(t *testing.T) {
 	long := randomText(3000) // a task's queue defaults to its name, and the queue is indexed
 	cases := []struct {

@@ -1,11 +1,11 @@
 package api
 
-// The push runtime (DESIGN.md section 6): for a task with runtime "push" the server takes the
-// lease itself (Dispatcher.ClaimPushWait) and POSTs seed 004's TaskEnvelope to the HTTP target
-// configured for the task's name. A 2xx answer means the target took the task: it then reports
-// through the callback (callback.go) or task-scoped dialect with the envelope's task token, like
-// any worker. Anything else fails the attempt through the core's retry rule, so the dispatcher
-// owns every retry (seed 000: the target's own retries should be off).
+// The push runtime (docs/contracts/push.md): for a task with runtime "push" the server takes the
+// lease itself (Dispatcher.ClaimPushWait) and POSTs the push envelope (TaskEnvelope) to the HTTP
+// target configured for the task's name. A 2xx answer means the target took the task: it then
+// reports through the callback (callback.go) or task-scoped dialect with the envelope's task
+// token, like any worker. Anything else fails the attempt through the core's retry rule, so the
+// dispatcher owns every retry (the target's own retries should be off).
 //
 // A target with a secret (PushConfig.Secrets) gets it as a bearer token, and each delivery is
 // signed over its timestamp and exact body (internal/auth's SignPush; the worker SDK's
@@ -263,8 +263,8 @@ func (p *Pusher) deliver(ctx context.Context, c *dispatch.Claim) {
 	log.DebugContext(ctx, "push delivered", "status", status, "took", time.Since(start))
 }
 
-// taskEnvelope is seed 004's TaskEnvelope (section 8) in the callback dialect's camelCase. Times
-// are RFC 3339 UTC strings, or null.
+// taskEnvelope is the push envelope (docs/contracts/push.md) in the callback dialect's camelCase.
+// Times are RFC 3339 UTC strings, or null.
 type taskEnvelope struct {
 	TaskID              string                     `json:"taskId"`
 	RunID               string                     `json:"runId"` // the job

@@ -194,7 +194,7 @@ func TestPushDeliversTheEnvelopeAndCallbacksRunTheDAG(t *testing.T) {
 		)
 		target := newTestTarget(t, func(d delivery, w http.ResponseWriter, r *http.Request) {
 			w.WriteHeader(http.StatusAccepted)
-			// Seed 004's worker: report started, then success, from outside the delivery.
+			// A callback worker: report started, then success, from outside the delivery.
 			go func() {
 				cb := d.str("callbackBaseUrl") + "/v1/tasks/" + d.str("taskId")
 				auth := "Bearer " + d.str("taskToken")

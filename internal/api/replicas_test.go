@@ -34,7 +34,7 @@ func TestReplicasShareOneJob(t *testing.T) {
 	rs := replicas(t, 2, defaultOptions())
 	a, b := rs[0], rs[1]
 
-	id := a.createJob(seedJob)
+	id := a.createJob(exampleJob)
 	if !reflect.DeepEqual(a.getJob(id), b.getJob(id)) {
 		t.Fatal("the replicas disagree on a new job")
 	}
@@ -114,7 +114,7 @@ func TestReplicasIdempotencyKeyRace(t *testing.T) {
 			go func() {
 				defer wg.Done()
 				<-start
-				results[i], errs[i] = r.send("POST", "/jobs", seedJob, "x-api-key", r.key, "Idempotency-Key", key)
+				results[i], errs[i] = r.send("POST", "/jobs", exampleJob, "x-api-key", r.key, "Idempotency-Key", key)
 			}()
 		}
 		close(start)
@@ -163,7 +163,7 @@ func TestReplicasConcurrentTransitionsApplyOnce(t *testing.T) {
 	t.Parallel()
 	rs := replicas(t, 2, defaultOptions())
 	a, b := rs[0], rs[1]
-	id := a.createJob(seedJob)
+	id := a.createJob(exampleJob)
 
 	// both sends the same request through each replica n times at once.
 	both := func(n int, method, path, body string) map[int]int {

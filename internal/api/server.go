@@ -1,5 +1,5 @@
-// Package api holds the HTTP adapters: one file per wire dialect, each translating its seed's
-// shapes into dispatcher calls, and one place (this file) that maps errors to status codes.
+// Package api holds the HTTP adapters: one file per wire dialect, each translating its shapes into
+// dispatcher calls, and one place (this file) that maps errors to status codes.
 package api
 
 import (
@@ -164,7 +164,7 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 }
 
 // writeError answers err with its status code and a JSON body that always has an "error" field.
-// Internal errors are logged, and the client sees only seed 001's generic text.
+// Internal errors are logged, and the client sees only a generic text.
 func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 	he := s.toHTTP(err)
 	if he.status >= 500 {

@@ -1,14 +1,13 @@
 package api
 
-// The stream-worker dialect (seed 002), served on the internal listener: trusted workers long-poll
-// named queues ("streams", in priority order) for the next task ("job"), heartbeat under its lease,
-// and report the outcome with /complete or /fail. Names: job_id is Baton's task id, attempt_id the
-// attempt number, a stream a queue name (any name a Redis key may have, such as jobs:stream:high).
-// A claim hands out the task's stream message id: the entry id of its wake-up with the Redis
-// transport, a stable id of the same form otherwise. Every report's answer says whether the worker
-// should ACK that message (ack); the server settles the wake-up on the transport itself then (for
-// report-batch too), so
-// a worker's own XACK is harmless either way.
+// The stream-worker dialect (docs/contracts/stream-worker.md), served on the internal listener:
+// trusted workers long-poll named queues ("streams", in priority order) for the next task ("job"),
+// heartbeat under its lease, and report the outcome with /complete or /fail. Names: job_id is
+// Baton's task id, attempt_id the attempt number, a stream a queue name (any name a Redis key may
+// have, such as jobs:stream:high). A claim hands out the task's stream message id: the entry id of
+// its wake-up with the Redis transport, a stable id of the same form otherwise. Every report's
+// answer says whether the worker should ACK that message (ack); the server settles the wake-up on
+// the transport itself then (for report-batch too), so a worker's own XACK is harmless either way.
 //
 // This file only translates shapes and errors; every rule is the dispatcher's.
 
@@ -282,8 +281,8 @@ func (s *Server) streamSettle(ctx context.Context, reports ...map[string]json.Ra
 	}
 }
 
-// POST /internal/worker/heartbeat {worker_id, job_id, lease_token}. The seed's heartbeat names no
-// attempt: the lease token identifies it (Attempt 0). An attempt_id, when sent, fences as well.
+// POST /internal/worker/heartbeat {worker_id, job_id, lease_token}. The dialect's heartbeat names
+// no attempt: the lease token identifies it (Attempt 0). An attempt_id, when sent, fences as well.
 func (s *Server) streamHeartbeat(w http.ResponseWriter, r *http.Request) (any, error) {
 	obj, err := workerBody(r)
 	if err != nil {
@@ -314,7 +313,7 @@ func (s *Server) streamHeartbeat(w http.ResponseWriter, r *http.Request) (any, e
 		"should_cancel":    res.ShouldCancel,
 		"cancel_reason":    reason,
 	}
-	// Seed 002's heartbeat carries no capability token, so the server cannot see how old the
+	// The dialect's heartbeat carries no capability token, so the server cannot see how old the
 	// worker's token is. The claim minted it when the attempt started (Task.StartedAt) with
 	// auth.TokenTTL; once that token is past half its life (in the dispatcher's time), every
 	// heartbeat answer carries a freshly minted one, so a worker that heartbeats on schedule always
@@ -419,7 +418,7 @@ func streamReport(obj map[string]json.RawMessage) (dispatch.CompleteParams, erro
 	return p, f.err
 }
 
-// streamTaskError turns seed 002's {code, message, stack, retryable} into a task error. A code
+// streamTaskError turns the dialect's {code, message, stack, retryable} into a task error. A code
 // that is one of the six categories is the category; any other code is kept as Code under the
 // default category USER_CODE. retryable, when given, is the explicit flag of the retry rule.
 func streamTaskError(raw json.RawMessage) (*store.TaskError, error) {
@@ -541,18 +540,19 @@ func (s *Server) streamRefusals(h handler) handler {
 
 // streamRefusal maps err to its status code and body.
 //
-// ack follows seed 002: ACK a message only once the DB no longer needs it, i.e. the attempt's
-// final state is committed or the task was safely requeued or dead-lettered. Every refusal about
-// an attempt that is not (or no longer) the live one answers ack=true: attempt_mismatch and
-// lease_mismatch (a newer attempt was claimed — through its own wake-up message, which governs
-// it — or the call does not hold the live lease, whose holder reports under its own message),
-// task_expired (the dispatcher timed the attempt out and already requeued or dead-lettered the
-// task in that same transaction), task_already_terminal and outcome_conflict (the attempt's or the
-// task's final state is committed), task_not_found (no row will ever need the message: ids are
-// never reused). Keeping such a message un-ACKed would only get it redelivered to claim nothing.
-// The transport never decides correctness: the lease does, so an ACK can cost at most latency.
-// Refusals that decided nothing — a malformed request, an internal error, a request the worker
-// hung up on — answer ack=false: the worker must fix or retry the call, and keeps its message.
+// ack follows the stream-worker dialect: ACK a message only once the DB no longer needs it, i.e.
+// the attempt's final state is committed or the task was safely requeued or dead-lettered. Every
+// refusal about an attempt that is not (or no longer) the live one answers ack=true:
+// attempt_mismatch and lease_mismatch (a newer attempt was claimed — through its own wake-up
+// message, which governs it — or the call does not hold the live lease, whose holder reports under
+// its own message), task_expired (the dispatcher timed the attempt out and already requeued or
+// dead-lettered the task in that same transaction), task_already_terminal and outcome_conflict
+// (the attempt's or the task's final state is committed), task_not_found (no row will ever need
+// the message: ids are never reused). Keeping such a message un-ACKed would only get it
+// redelivered to claim nothing. The transport never decides correctness: the lease does, so an ACK
+// can cost at most latency. Refusals that decided nothing — a malformed request, an internal
+// error, a request the worker hung up on — answer ack=false: the worker must fix or retry the
+// call, and keeps its message.
 func (s *Server) streamRefusal(err error) error {
 	refuse := func(status int, code, msg string, extra ...any) error {
 		body := map[string]any{"ok": false, "ack": true, "error": code, "message": msg}

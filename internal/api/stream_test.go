@@ -26,7 +26,7 @@ import (
 	"github.com/baton-dev/baton/internal/store/storetest"
 )
 
-// Tests of seed 002's stream-worker dialect (stream.go).
+// Tests of the stream-worker dialect (stream.go).
 
 // forEachStreamClockedDriver runs fn on both drivers with a fake dispatcher clock.
 func forEachStreamClockedDriver(t *testing.T, fn func(t *testing.T, w *workerAPI, clock *clockwork.FakeClock)) {
@@ -130,7 +130,7 @@ func streamTimeOf(t *testing.T, v any) time.Time {
 	return at
 }
 
-func TestStreamSeedConformance(t *testing.T) {
+func TestStreamConformance(t *testing.T) {
 	forEachWorkerDriver(t, func(t *testing.T, w *workerAPI) {
 		ctx := context.Background()
 
@@ -435,7 +435,8 @@ func TestStreamStaleWorkerIsRefused(t *testing.T) {
 			t.Fatalf("task: %s %s", task.Status, task.Output)
 		}
 
-		// A late reply of a timed-out attempt, before any newer claim, is still accepted (rule 6).
+		// A late reply of a timed-out attempt, before any newer claim, is still accepted
+		// (docs/lifecycle.md#late-replies).
 		_, late := w.submit(lifecycle.TaskSpec{Key: "b", Name: "late", HeartbeatTimeoutSeconds: streamPtr(10)})
 		lc := w.streamClaimed("w-late", "late")
 		clock.Advance(11 * time.Second)

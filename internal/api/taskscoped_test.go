@@ -28,9 +28,10 @@ func scoped(w *workerAPI, path string, body any, token string) response {
 	return w.post(w.public.URL, path, body, "X-Trace-Task-Capability", token)
 }
 
-// Seed 003's examples that differ from seed 000's, with "$..." where the seed writes "uuid".
+// The task-scoped dialect's example bodies that differ from the internal dialect's, with "$..."
+// placeholders for ids.
 const (
-	seed003Complete = `{
+	scopedComplete = `{
   "task_id": "$TASK",
   "attempt": $ATTEMPT,
   "lease_token": "$LEASE",
@@ -59,7 +60,7 @@ const (
   ],
   "error_message": null
 }`
-	seed003BufferPublish = `{
+	scopedBufferPublish = `{
   "task_id": "$TASK",
   "attempt": $ATTEMPT,
   "lease_token": "$LEASE",
@@ -70,7 +71,7 @@ const (
 }`
 )
 
-func TestTaskScopedSeedConformance(t *testing.T) {
+func TestTaskScopedConformance(t *testing.T) {
 	forEachWorkerDriver(t, func(t *testing.T, w *workerAPI) {
 		ctx := context.Background()
 		_, ids := submitNamedJob(w, "monad", lifecycle.TaskSpec{Key: "udf", Name: "udf"})
@@ -78,14 +79,14 @@ func TestTaskScopedSeedConformance(t *testing.T) {
 		// The token handed out by the internal claim serves the task-scoped dialect.
 		claim := claimInternal(t, w, id)
 		token, lease := claim["capability_token"].(string), claim["lease_token"].(string)
-		datasets := seedIDs(w)
+		datasets := exampleIDs(w)
 		ds := map[string]string{}
 		for i := 0; i < len(datasets); i += 2 {
 			ds[datasets[i]] = datasets[i+1]
 		}
 		pairs := attemptPairs(id, 1, lease, datasets)
 
-		hb := wantOK(t, scoped(w, "/v1/task/heartbeat", fillSeed(seedHeartbeat, pairs...), token))
+		hb := wantOK(t, scoped(w, "/v1/task/heartbeat", fillExample(exampleHeartbeat, pairs...), token))
 		wantKeys(t, "heartbeat", hb, "ok", "lease_expires_at", "should_cancel", "cancel_reason")
 		if hb["ok"] != true || hb["should_cancel"] != false || hb["cancel_reason"] != nil {
 			t.Errorf("heartbeat: %v", hb)
@@ -95,24 +96,25 @@ func TestTaskScopedSeedConformance(t *testing.T) {
 		for _, c := range []struct {
 			name, body       string
 			received, stored float64
-		}{{"single", seedEventsSingle, 1, 1}, {"partitioned", seedEventsPartitioned, 1, 1}, {"batch", seedEventsBatch, 2, 1}} {
-			ev := wantOK(t, scoped(w, "/v1/task/events", fillSeed(c.body, pairs...), token))
+		}{{"single", exampleEventsSingle, 1, 1}, {"partitioned", exampleEventsPartitioned, 1, 1}, {"batch", exampleEventsBatch, 2, 1}} {
+			ev := wantOK(t, scoped(w, "/v1/task/events", fillExample(c.body, pairs...), token))
 			wantKeys(t, c.name, ev, "ok", "received", "stored")
 			if ev["ok"] != true || ev["received"] != c.received || ev["stored"] != c.stored {
 				t.Errorf("%s events: %v", c.name, ev)
 			}
 		}
 
-		// Seed 003's buffer-publish body, its repeat, and seed 000's body on the same endpoint.
+		// The task-scoped buffer-publish body, its repeat, and the internal dialect's body on the
+		// same endpoint.
 		for i, dup := range []bool{false, true} {
-			bp := wantOK(t, scoped(w, "/v1/task/buffer-publish", fillSeed(seed003BufferPublish, pairs...), token))
+			bp := wantOK(t, scoped(w, "/v1/task/buffer-publish", fillExample(scopedBufferPublish, pairs...), token))
 			wantKeys(t, "buffer-publish", bp, "ok", "duplicate")
 			if bp["ok"] != true || bp["duplicate"] != dup {
 				t.Errorf("buffer-publish #%d: %v", i+1, bp)
 			}
 		}
-		if bp := wantOK(t, scoped(w, "/v1/task/buffer-publish", fillSeed(seedBufferPublish, pairs...), token)); bp["duplicate"] != false {
-			t.Errorf("seed 000 body: %v", bp)
+		if bp := wantOK(t, scoped(w, "/v1/task/buffer-publish", fillExample(exampleBufferPublish, pairs...), token)); bp["duplicate"] != false {
+			t.Errorf("internal dialect body: %v", bp)
 		}
 		pubs, err := w.st.ListBufferPublishes(ctx, id)
 		if err != nil || len(pubs) != 2 {
@@ -120,14 +122,14 @@ func TestTaskScopedSeedConformance(t *testing.T) {
 		}
 		if p := pubs[0]; p.BatchURI != "s3://trace-scratch/buffers/"+id+"/1/batch.jsonl" || p.ContentType != "application/jsonl" ||
 			p.BatchSizeBytes == nil || *p.BatchSizeBytes != 123456 || p.DedupeScope != "alert_events" || p.Tenant != "acme" || p.Attempt != 1 {
-			t.Errorf("seed 003 publish stored as %+v", p)
+			t.Errorf("task-scoped publish stored as %+v", p)
 		}
 		if p := pubs[1]; p.DatasetUUID != ds["$DS_A"] || p.RecordCount == nil || *p.RecordCount != 1000 {
-			t.Errorf("seed 000 publish stored as %+v", p)
+			t.Errorf("internal dialect publish stored as %+v", p)
 		}
 
 		for i, dup := range []bool{false, true} {
-			done := wantOK(t, scoped(w, "/v1/task/complete", fillSeed(seed003Complete, pairs...), token))
+			done := wantOK(t, scoped(w, "/v1/task/complete", fillExample(scopedComplete, pairs...), token))
 			wantKeys(t, "complete", done, "ok", "ack", "status", "requeued", "dead_lettered", "duplicate")
 			if done["ok"] != true || done["ack"] != true || done["status"] != "Completed" || done["requeued"] != false ||
 				done["dead_lettered"] != false || done["duplicate"] != dup {
@@ -135,7 +137,7 @@ func TestTaskScopedSeedConformance(t *testing.T) {
 			}
 		}
 		var sent map[string]json.RawMessage
-		if err := json.Unmarshal([]byte(fillSeed(seed003Complete, pairs...)), &sent); err != nil {
+		if err := json.Unmarshal([]byte(fillExample(scopedComplete, pairs...)), &sent); err != nil {
 			t.Fatal(err)
 		}
 		want := `{"outputs":` + string(sent["outputs"]) + `,"datasets_published":` + string(sent["datasets_published"]) + `}`

@@ -14,10 +14,11 @@ import (
 	"github.com/baton-dev/baton/internal/store"
 )
 
-// issueToken mints the capability token of a claimed attempt (DESIGN.md section 5): it binds the
+// issueToken mints the capability token of a claimed attempt (docs/security.md): it binds the
 // tenant, job, task and attempt, and carries the lease token so that dialects whose bodies do not
-// (seed 004) are fenced all the same; a pipeline task's carries its pinned input datasets, and
-// with object storage every token carries the attempt's storage grant (internal/grant).
+// (the callback dialect) are fenced all the same; a pipeline task's carries its pinned input
+// datasets, and with object storage every token carries the attempt's storage grant
+// (internal/grant).
 func (s *Server) issueToken(ctx context.Context, t *store.Task) (string, time.Time, error) {
 	tenant, err := s.tenantOf(ctx, t.JobID)
 	if err != nil {

@@ -84,14 +84,14 @@ func CreateKey(ctx context.Context, keys store.Keys, name, tenant, secret string
 // DefaultTenant owns keys created without a tenant.
 const DefaultTenant = "default"
 
-// Limits are the per-key defaults of seed 001's usage plan.
+// Limits are the per-key limits of a usage plan (docs/contracts/producer.md).
 type Limits struct {
 	RatePerSecond float64 // sustained requests per second; 0: unlimited
 	Burst         int
 	DailyQuota    int64 // requests per UTC day; 0: unlimited
 }
 
-// DefaultLimits are seed 001's: 100 req/s, burst 50, 10,000 a day.
+// DefaultLimits are the producer contract's: 100 req/s, burst 50, 10,000 a day.
 var DefaultLimits = Limits{RatePerSecond: 100, Burst: 50, DailyQuota: 10_000}
 
 // LimitError says a key is over its rate or quota and when to try again.

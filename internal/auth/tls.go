@@ -19,8 +19,8 @@ import (
 	"time"
 )
 
-// The /internal/* listener is for trusted platform components only (seed 000): it requires a
-// client certificate signed by the operator's CA. Only the trusted worker wrapper holds that
+// The /internal/* listener is for trusted platform components only (docs/security.md): it requires
+// a client certificate signed by the operator's CA. Only the trusted worker wrapper holds that
 // certificate, so untrusted task code, which never sees it, cannot call the worker API.
 
 // ServerTLSConfig is the internal listener's mutual-TLS configuration: it presents the server

@@ -43,13 +43,14 @@ const (
 	// WithBatchSize(Batch).
 	ViaSDK = "sdk"
 	// ViaStreamWorker runs Workers goroutines that each claim (/internal/worker/claim, a long
-	// poll) and complete (/internal/worker/complete) one task at a time: seed 002.
+	// poll) and complete (/internal/worker/complete) one task at a time: the stream-worker dialect.
 	ViaStreamWorker = "stream-worker"
 	// ViaInternal runs Workers goroutines that each take a wake-up from the transport, claim its
-	// task by id (/internal/task-claim) and complete it (/internal/task-complete): seed 000.
+	// task by id (/internal/task-claim) and complete it (/internal/task-complete): the internal
+	// dialect.
 	ViaInternal = "internal"
 	// ViaCallback submits push tasks: the server POSTs each to the bench's push target, which
-	// answers 202 and has Workers goroutines report /v1/tasks/{id}/completed: seed 004.
+	// answers 202 and has Workers goroutines report /v1/tasks/{id}/completed: the callback dialect.
 	ViaCallback = "callback"
 )
 

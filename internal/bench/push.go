@@ -25,7 +25,7 @@ type PushTarget struct {
 	bench atomic.Pointer[bench]
 }
 
-// envelope is what the bench reads of seed 004's TaskEnvelope.
+// envelope is what the bench reads of the push envelope (TaskEnvelope).
 type envelope struct {
 	TaskID            string                     `json:"taskId"`
 	RunID             string                     `json:"runId"` // the job

@@ -23,7 +23,7 @@ const rawPollWait = time.Second
 // retryPause is how long a raw worker waits after a failed request.
 const retryPause = 50 * time.Millisecond
 
-// workStream runs Workers goroutines of seed 002: claim, then complete.
+// workStream runs Workers goroutines of the stream-worker dialect: claim, then complete.
 func (b *bench) workStream(ctx context.Context) error {
 	var wg sync.WaitGroup
 	for i := range b.cfg.Workers {
@@ -86,8 +86,8 @@ func (b *bench) streamWorker(ctx context.Context, workerID string) {
 	}
 }
 
-// workInternal runs Workers goroutines of seed 000, each with its own consumer of the transport:
-// receive a wake-up, claim its task by id, complete it, acknowledge the wake-up.
+// workInternal runs Workers goroutines of the internal dialect, each with its own consumer of the
+// transport: receive a wake-up, claim its task by id, complete it, acknowledge the wake-up.
 func (b *bench) workInternal(ctx context.Context) error {
 	tr, err := dial.Open(ctx, b.cfg.Transport, b.cfg.TransportURL, b.cfg.TransportNamespace)
 	if err != nil {

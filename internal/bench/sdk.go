@@ -40,8 +40,8 @@ func (b *bench) workSDK(ctx context.Context) error {
 	return w.Run(ctx)
 }
 
-// The requests the hook looks at: the SDK's claims and completions, per task (seed 002, and
-// seed 000 after a wake-up) and in batches.
+// The requests the hook looks at: the SDK's claims and completions, per task (stream-worker,
+// and internal after a wake-up) and in batches.
 const (
 	pathStreamClaim    = "/internal/worker/claim"
 	pathClaimBatch     = "/internal/worker/claim-batch"
@@ -70,8 +70,8 @@ func (h *sdkHook) RoundTrip(req *http.Request) (*http.Response, error) {
 		}
 		took := time.Since(start)
 		var ans struct {
-			Claimed bool              `json:"claimed"` // seed 002
-			Status  string            `json:"status"`  // seed 000
+			Claimed bool              `json:"claimed"` // stream-worker
+			Status  string            `json:"status"`  // internal
 			Claims  []json.RawMessage `json:"claims"`  // claim-batch
 		}
 		if json.Unmarshal(body, &ans) == nil {
@@ -88,7 +88,7 @@ func (h *sdkHook) RoundTrip(req *http.Request) (*http.Response, error) {
 	case pathStreamComplete, pathReportBatch:
 		// What was reported: {job_id} alone, or {reports: [{type, job_id}]}.
 		var sent struct {
-			JobID   string `json:"job_id"` // seed 002's name of the task id
+			JobID   string `json:"job_id"` // the stream-worker dialect's name of the task id
 			Reports []struct {
 				Type  string `json:"type"`
 				JobID string `json:"job_id"`

@@ -115,7 +115,7 @@ func (d *Dispatcher) completeBatch(ctx context.Context, tx store.Tx, c *changes,
 			// task row alone says this report is the first.
 			switch {
 			case t.Status != lifecycle.Running:
-				slow = append(slow, i) // a repeat, a late report (rule 6) or an expired attempt
+				slow = append(slow, i) // a repeat, a late report or an expired attempt
 			case doneIDs[t.ID]:
 				// A second report of the attempt in this batch: a repeat, as Complete would see it.
 				results[i] = &CompleteResult{Task: t, Status: lifecycle.Completed, Duplicate: true}

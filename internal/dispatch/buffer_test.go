@@ -154,8 +154,8 @@ func TestBufferPublishRefusesURIsOutsideTheAttemptsPrefix(t *testing.T) {
 	})
 }
 
-// Rule 2 for buffered publishes: a stale attempt's publish is refused, so its batch never
-// reaches the sink.
+// Fencing (docs/lifecycle.md#fencing) for buffered publishes: a stale attempt's publish is
+// refused, so its batch never reaches the sink.
 func TestStaleAttemptsBufferPublishIsRefused(t *testing.T) {
 	storetest.ForEachDriver(t, func(t *testing.T, st store.Store) {
 		e := newBufferEnv(t, st)

@@ -23,14 +23,14 @@ import (
 // Defaults are the server-wide timing and retry settings; a task's own fields override them.
 type Defaults struct {
 	HeartbeatInterval time.Duration // how often workers are told to heartbeat
-	HeartbeatTimeout  time.Duration // the lease TTL; at least twice the interval (seed 004)
+	HeartbeatTimeout  time.Duration // the lease TTL; at least twice the interval
 	MaxAttempts       int
 	BackoffBase       time.Duration
 	BackoffMax        time.Duration
 	CancelGrace       time.Duration
 }
 
-// DefaultDefaults are DESIGN.md section 3's values.
+// DefaultDefaults are the documented defaults (docs/lifecycle.md#defaults).
 var DefaultDefaults = Defaults{
 	HeartbeatInterval: 30 * time.Second,
 	HeartbeatTimeout:  90 * time.Second,
@@ -46,7 +46,7 @@ type Config struct {
 	Logger *slog.Logger
 	// Jitter returns a uniform sample in [0, 1) for the retry backoff.
 	Jitter func() float64
-	// MaxTasksPerJob caps a job's size; 0 means no cap. Seed 001's cap is 50.
+	// MaxTasksPerJob caps a job's size; 0 means no cap. The producer contract's cap is 50.
 	MaxTasksPerJob int
 	Defaults       Defaults
 	GroupCommit    GroupCommit
@@ -170,7 +170,7 @@ func (d *Dispatcher) heartbeatInterval(t *store.Task) time.Duration {
 	return min(d.cfg.Defaults.HeartbeatInterval, t.HeartbeatTimeout/2)
 }
 
-// Event types (DESIGN.md section 2, from seed 001).
+// Event types of the audit log (docs/contracts/producer.md).
 const (
 	EventJobCreated        = "Job Created"
 	EventJobTasksAdded     = "Job Tasks Added"

@@ -17,9 +17,10 @@ var (
 	ErrJobNotFinished = errors.New("job is still processing")
 	// ErrNothingToResume: every task of the job completed.
 	ErrNothingToResume = errors.New("job has no failed, canceled or skipped tasks to resume")
-	// ErrLeaseMismatch: the lease token is not the current attempt's (rule 2).
+	// ErrLeaseMismatch: the lease token is not the current attempt's (docs/lifecycle.md#fencing).
 	ErrLeaseMismatch = errors.New("lease token does not match the current attempt")
-	// ErrTaskExpired: the attempt timed out or was given up on; the worker must abort (rule 4).
+	// ErrTaskExpired: the attempt timed out or was given up on; the worker must abort
+	// (docs/lifecycle.md#heartbeats-and-expiry).
 	ErrTaskExpired = errors.New("task attempt expired")
 	// ErrCancelRequested: the attempt must not start because its task's cancellation was requested.
 	ErrCancelRequested = errors.New("task cancellation requested")
@@ -31,7 +32,8 @@ var (
 	ErrInvalidCursor = errors.New("invalid cursor")
 )
 
-// ValidationError lists what is wrong with a submission, in the seed's order and wording.
+// ValidationError lists what is wrong with a submission, in the validator's order and wording
+// (lifecycle.ValidateDAG).
 type ValidationError struct{ Errors []string }
 
 func (e *ValidationError) Error() string { return strings.Join(e.Errors, "; ") }
@@ -41,7 +43,8 @@ type InvalidError struct{ Message string }
 
 func (e *InvalidError) Error() string { return e.Message }
 
-// AttemptMismatchError: the call names an attempt other than the task's current one (rule 2).
+// AttemptMismatchError: the call names an attempt other than the task's current one
+// (docs/lifecycle.md#fencing).
 type AttemptMismatchError struct{ Expected, Received int }
 
 func (e *AttemptMismatchError) Error() string {
@@ -53,8 +56,8 @@ type TerminalError struct{ State lifecycle.TaskStatus }
 
 func (e *TerminalError) Error() string { return fmt.Sprintf("task already %s", e.State) }
 
-// NotClaimedReason says why a claim did not take a task (seed 000's reasons plus three more
-// precise ones for the states it does not name).
+// NotClaimedReason says why a claim did not take a task (the internal dialect's reasons plus three
+// more precise ones for the states it does not name).
 type NotClaimedReason string
 
 const (
@@ -67,7 +70,7 @@ const (
 	NotClaimedNotReady       NotClaimedReason = "NotReady" // waiting for parents or backing off
 )
 
-// NotClaimedError is rule 1's refusal: the worker must not run the task.
+// NotClaimedError is a claim's refusal (docs/lifecycle.md#claim): the worker must not run the task.
 type NotClaimedError struct{ Reason NotClaimedReason }
 
 func (e *NotClaimedError) Error() string { return "task not claimed: " + string(e.Reason) }

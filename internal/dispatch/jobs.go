@@ -240,7 +240,7 @@ type AddTasksParams struct {
 	Tasks  []lifecycle.TaskSpec
 }
 
-// AddTasksResult answers AddTasks in seed 001's terms.
+// AddTasksResult answers AddTasks in the producer contract's terms.
 type AddTasksResult struct {
 	Job              *store.Job
 	AddedTasks       []string
@@ -250,7 +250,7 @@ type AddTasksResult struct {
 
 // AddTasks adds tasks that may depend on the job's tasks and on each other. A new task whose
 // parents all completed is pending at once; one with a failed, canceled or skipped parent is
-// skipped at once (rule 9).
+// skipped at once (docs/lifecycle.md#dependents).
 func (d *Dispatcher) AddTasks(ctx context.Context, p AddTasksParams) (_ *AddTasksResult, rerr error) {
 	defer func() { d.count(metrics.AddTasks, rerr) }()
 	var res *AddTasksResult
@@ -469,8 +469,9 @@ func decodeCursor(s string) (int64, error) {
 	return c.Before, nil
 }
 
-// CancelJob is rule 8 for a job: waiting and pending tasks are canceled at once, running ones are
-// asked to stop and get their cancel grace. Canceling a job already being canceled changes nothing.
+// CancelJob cancels a job (docs/lifecycle.md#cancellation): waiting and pending tasks are canceled
+// at once, running ones are asked to stop and get their cancel grace. Canceling a job already
+// being canceled changes nothing.
 func (d *Dispatcher) CancelJob(ctx context.Context, tenant, id, reason string) (_ *store.Job, rerr error) {
 	defer func() { d.count(metrics.Cancel, rerr) }()
 	if reason == "" {
@@ -515,12 +516,12 @@ func (d *Dispatcher) CancelJob(ctx context.Context, tenant, id, reason string) (
 
 // settle ends a transaction (a group commit's, or a transition's alone) with what its transitions
 // left for the end, in the lock order every transaction keeps (see store.LockSet). First the
-// dependents: the children of the tasks that completed and the descendants of those that failed
-// or were canceled, locked together in id order, then released (rule 9: a child whose parents
-// all completed becomes pending) or skipped. Then the jobs, a job at a time in id order: each
-// job row is written once per transaction, however many of its tasks the transaction finished.
-// Dependents are waiting or pending tasks, which transitions seldom name (a claim or a cancel
-// of one task by id): their locks come after those of the named tasks; job rows come last.
+// dependents: the children of the tasks that completed and the descendants of those that failed or
+// were canceled, locked together in id order, then released (a child whose parents all completed
+// becomes pending) or skipped (docs/lifecycle.md#dependents). Then the jobs, a job at a time in id
+// order: each job row is written once per transaction, however many of its tasks the transaction
+// finished. Dependents are waiting or pending tasks, which transitions seldom name (a claim or a
+// cancel of one task by id): their locks come after those of the named tasks; job rows come last.
 func (d *Dispatcher) settle(ctx context.Context, tx store.Tx, c *changes) error {
 	// Released together, but per traceparent, so that each child's Task Pending carries the
 	// trace of the completion that released it (usually there is none: one statement).
@@ -587,7 +588,7 @@ func (d *Dispatcher) settle(ctx context.Context, tx store.Tx, c *changes) error 
 // passes the job if it holds it locked already (its counters are then adjusted here), or nil and
 // its id. failedKey names a task that just failed, for Job Failure Detected: emitted once per run
 // of a job, and not while it is being canceled. When no task is left unfinished the job
-// finishes (rule 10).
+// finishes (docs/lifecycle.md#job-status-and-resume).
 func (d *Dispatcher) settleJob(ctx context.Context, tx store.Tx, c *changes, job *store.Job, jobID string, finished int, failedKey string) (*store.Job, error) {
 	dirty := true // job holds changes not yet written
 	if job == nil {
@@ -635,8 +636,9 @@ type ResumeResult struct {
 	Resumed []string // keys of the tasks resumed
 }
 
-// ResumeJob is rule 10's resume: a finished job's failed, canceled and skipped tasks go back to
-// pending or waiting with a fresh retry budget; attempt numbers keep increasing.
+// ResumeJob resumes a job (docs/lifecycle.md#job-status-and-resume): a finished job's failed,
+// canceled and skipped tasks go back to pending or waiting with a fresh retry budget; attempt
+// numbers keep increasing.
 func (d *Dispatcher) ResumeJob(ctx context.Context, tenant, id string) (_ *ResumeResult, rerr error) {
 	defer func() { d.count(metrics.Resume, rerr) }()
 	var res *ResumeResult

@@ -11,7 +11,7 @@ import (
 	"github.com/baton-dev/baton/internal/store/storetest"
 )
 
-func TestCreateJobRejectsAnInvalidDAGWithTheSeedsMessagesAndStoresNothing(t *testing.T) {
+func TestCreateJobRejectsAnInvalidDAGWithTheValidatorsMessagesAndStoresNothing(t *testing.T) {
 	storetest.ForEachDriver(t, func(t *testing.T, st store.Store) {
 		e := newEnv(t, st)
 		tooMany := make([]lifecycle.TaskSpec, 51)

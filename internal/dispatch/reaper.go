@@ -16,10 +16,11 @@ import (
 // reapBatch is how many due tasks one pass of Reap looks up at a time.
 const reapBatch = 100
 
-// Reap is rule 5: every running task whose lease expired or whose execution deadline passed gets
-// Task Timeout and goes through the retry rule; one past its cancel grace fails with
-// CANCEL_TIMEOUT (rule 8). Each task is its own transaction, re-checked under its row lock, so
-// several replicas may reap at once. It returns how many tasks it timed out.
+// Reap is the reaper (docs/lifecycle.md#heartbeats-and-expiry): every running task whose lease
+// expired or whose execution deadline passed gets Task Timeout and goes through the retry rule;
+// one past its cancel grace fails with CANCEL_TIMEOUT (docs/lifecycle.md#cancellation). Each task
+// is its own transaction, re-checked under its row lock, so several replicas may reap at once. It
+// returns how many tasks it timed out.
 func (d *Dispatcher) Reap(ctx context.Context) (int, error) {
 	reaped := 0
 	for {

@@ -223,7 +223,8 @@ func TestRule2_Fencing_StaleTokenRejectedWithNoEffect(t *testing.T) {
 		if n := len(e.events(job)); n != eventsBefore {
 			t.Errorf("stale tokens wrote %d events", n-eventsBefore)
 		}
-		// The attempt may also be named by its token alone (seed 002 sends no attempt).
+		// The attempt may also be named by its token alone (the stream-worker dialect sends no
+		// attempt).
 		if _, err := e.d.Complete(e.ctx, dispatch.CompleteParams{TaskID: c.Task.ID, LeaseToken: c.Task.LeaseToken, Outcome: store.OutcomeSucceeded}); err != nil {
 			t.Errorf("complete by token alone: %v", err)
 		}

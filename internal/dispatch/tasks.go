@@ -22,14 +22,15 @@ type Claim struct {
 	HeartbeatInterval time.Duration
 }
 
-// ClaimTaskParams claims one task by id, as a worker does after a wake-up (seed 000).
+// ClaimTaskParams claims one task by id, as a worker does after a wake-up.
 type ClaimTaskParams struct {
 	TaskID   string
 	WorkerID string
 }
 
-// ClaimTask is rule 1: the task must be pending and available; it becomes running under a new
-// attempt and lease token. Otherwise a *NotClaimedError says why and the worker must not run it.
+// ClaimTask is the claim (docs/lifecycle.md#claim): the task must be pending and available; it
+// becomes running under a new attempt and lease token. Otherwise a *NotClaimedError says why and
+// the worker must not run it.
 func (d *Dispatcher) ClaimTask(ctx context.Context, p ClaimTaskParams) (*Claim, error) {
 	var claims []*Claim
 	err := d.update(ctx, store.LockSet{Tasks: []string{p.TaskID}}, func(tx store.Tx, c *changes) error {
@@ -173,8 +174,9 @@ func (d *Dispatcher) claimFor(ctx context.Context, tx store.Tx, c *changes, ids,
 	return claims, nil
 }
 
-// checkFence is rule 2: a call about an attempt must name the task's current attempt (0: the
-// attempt the token belongs to) and carry that attempt's lease token.
+// checkFence is the fence (docs/lifecycle.md#fencing): a call about an attempt must name the
+// task's current attempt (0: the attempt the token belongs to) and carry that attempt's lease
+// token.
 func checkFence(t *store.Task, attempt int, token string) error {
 	if attempt != 0 && attempt != t.Attempt {
 		return &AttemptMismatchError{Expected: t.Attempt, Received: attempt}
@@ -193,7 +195,7 @@ type HeartbeatParams struct {
 	Traceparent string // the worker's W3C trace context, put on the audit events; optional
 }
 
-// HeartbeatResult is rule 4's answer.
+// HeartbeatResult is a heartbeat's answer (docs/lifecycle.md#heartbeats-and-expiry).
 type HeartbeatResult struct {
 	Task           *store.Task
 	LeaseExpiresAt time.Time
@@ -201,7 +203,7 @@ type HeartbeatResult struct {
 	CancelReason   string
 }
 
-// Heartbeat is rule 4: it extends the lease of a running attempt and says whether to cancel. For
+// Heartbeat extends the lease of a running attempt and says whether to cancel. For
 // an attempt that has timed out it answers ErrTaskExpired; if the lease ran out but the reaper has
 // not acted yet, the heartbeat applies the timeout itself, so the answer never depends on when the
 // reaper last ran.
@@ -335,7 +337,7 @@ type CompleteResult struct {
 	Duplicate    bool                 // the same report was applied before; nothing changed now
 }
 
-// Complete applies a worker's report (rules 2, 3, 6, 7, 9, 10). It is fenced by attempt and lease
+// Complete applies a worker's report (docs/lifecycle.md). It is fenced by attempt and lease
 // token, idempotent for a repeated identical report, and accepts a late report of an attempt
 // that timed out as long as no newer attempt has been claimed.
 func (d *Dispatcher) Complete(ctx context.Context, p CompleteParams) (_ *CompleteResult, rerr error) {
@@ -379,7 +381,7 @@ func (d *Dispatcher) Complete(ctx context.Context, p CompleteParams) (_ *Complet
 				DeadLettered: a.Outcome == store.OutcomeFailed && a.Result == lifecycle.Failed}
 			return nil
 		}
-		// Running, or (rule 6) back in pending after this very attempt timed out.
+		// Running, or (a late reply) back in pending after this very attempt timed out.
 		late := t.Status == lifecycle.Pending && a.Outcome == store.OutcomeTimedOut
 		if t.Status != lifecycle.Running && !late {
 			return ErrTaskExpired
@@ -428,7 +430,7 @@ func (d *Dispatcher) Complete(ctx context.Context, p CompleteParams) (_ *Complet
 	return res, nil
 }
 
-// succeed completes t and releases its children (rule 9).
+// succeed completes t and releases its children (docs/lifecycle.md#dependents).
 func (d *Dispatcher) succeed(ctx context.Context, tx store.Tx, c *changes, t *store.Task, fence store.Fence, output json.RawMessage) error {
 	if len(output) == 0 {
 		output = json.RawMessage("null")
@@ -446,9 +448,9 @@ func (d *Dispatcher) succeed(ctx context.Context, tx store.Tx, c *changes, t *st
 	return nil
 }
 
-// fail applies rule 7 to a failed attempt: back to pending after a backoff if the failure is
-// retryable, attempts remain and no cancel was asked for; otherwise failed, dead-lettered, with
-// its descendants skipped.
+// fail applies the retry rule (docs/lifecycle.md#retries) to a failed attempt: back to pending
+// after a backoff if the failure is retryable, attempts remain and no cancel was asked for;
+// otherwise failed, dead-lettered, with its descendants skipped.
 func (d *Dispatcher) fail(ctx context.Context, tx store.Tx, c *changes, t *store.Task, fence store.Fence, e *store.TaskError) (requeued bool, err error) {
 	t.Error = e
 	retry := t.CancelRequestedAt.IsZero() && lifecycle.ShouldRetry(e.Category, e.Retryable, t.AttemptsUsed(), t.MaxAttempts)
@@ -473,7 +475,8 @@ func (d *Dispatcher) fail(ctx context.Context, tx store.Tx, c *changes, t *store
 	return true, nil
 }
 
-// endUnsuccessfully ends t as failed or canceled and skips its descendants (rule 9).
+// endUnsuccessfully ends t as failed or canceled and skips its descendants
+// (docs/lifecycle.md#dependents).
 func (d *Dispatcher) endUnsuccessfully(ctx context.Context, tx store.Tx, c *changes, t *store.Task, fence store.Fence, status lifecycle.TaskStatus, e *store.TaskError) error {
 	c.freed(t)
 	t.Status = status
@@ -509,8 +512,9 @@ func endAttempt(t *store.Task, now time.Time) {
 	}
 }
 
-// CancelTask is rule 8 for one task: a waiting or pending task is canceled at once and its
-// descendants skipped; a running one is asked to stop. Canceling a task twice changes nothing.
+// CancelTask cancels one task (docs/lifecycle.md#cancellation): a waiting or pending task is
+// canceled at once and its descendants skipped; a running one is asked to stop. Canceling a task
+// twice changes nothing.
 func (d *Dispatcher) CancelTask(ctx context.Context, taskID, reason string) (_ *store.Task, rerr error) {
 	defer func() { d.count(metrics.Cancel, rerr) }()
 	if reason == "" {

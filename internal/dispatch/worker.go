@@ -79,7 +79,7 @@ func (d *Dispatcher) ListenForWakeups(ctx context.Context) {
 	}
 }
 
-// Fence identifies the attempt a worker call is about (rule 2).
+// Fence identifies the attempt a worker call is about (docs/lifecycle.md#fencing).
 type Fence struct {
 	TaskID     string
 	Attempt    int // 0: whichever attempt LeaseToken belongs to
@@ -87,7 +87,8 @@ type Fence struct {
 }
 
 // lockAttempt locks a task for a call about its current attempt: the fence must match, and the
-// attempt must still be running or (rule 6) have timed out with no newer attempt claimed.
+// attempt must still be running or have timed out with no newer attempt claimed
+// (docs/lifecycle.md#late-replies).
 func (d *Dispatcher) lockAttempt(ctx context.Context, tx store.Tx, f Fence) (*store.Task, error) {
 	t, err := d.lockTask(ctx, tx, f.TaskID)
 	if err != nil {
@@ -111,9 +112,9 @@ func (d *Dispatcher) lockAttempt(ctx context.Context, tx store.Tx, f Fence) (*st
 	return nil, d.endedAttemptError(ctx, tx, t)
 }
 
-// StartAttempt answers a worker that is about to run an attempt (seed 004's /started): the fence
-// must match and the attempt must be running with a live lease. A running attempt whose task's
-// cancellation was requested gets ErrCancelRequested: the worker must not start. It changes
+// StartAttempt answers a worker that is about to run an attempt (the callback dialect's /started):
+// the fence must match and the attempt must be running with a live lease. A running attempt whose
+// task's cancellation was requested gets ErrCancelRequested: the worker must not start. It changes
 // nothing.
 func (d *Dispatcher) StartAttempt(ctx context.Context, f Fence) (*store.Task, error) {
 	t, err := d.store.GetTask(ctx, f.TaskID)
@@ -139,7 +140,7 @@ func (d *Dispatcher) StartAttempt(ctx context.Context, f Fence) (*store.Task, er
 }
 
 // RecordTraceparent keeps a worker's W3C trace context on the attempt f names, which must be
-// the current one (rule 2). Writing the same value again changes nothing.
+// the current one (docs/lifecycle.md#fencing). Writing the same value again changes nothing.
 func (d *Dispatcher) RecordTraceparent(ctx context.Context, f Fence, traceparent string) error {
 	return d.update(ctx, store.LockSet{Tasks: []string{f.TaskID}}, func(tx store.Tx, c *changes) error {
 		t, err := d.lockTask(ctx, tx, f.TaskID)
@@ -161,8 +162,8 @@ func (d *Dispatcher) RecordTraceparent(ctx context.Context, f Fence, traceparent
 	})
 }
 
-// DatasetEvent is an upstream event as a worker reports it (seeds 000 and 003): a dataset version
-// reached a cursor, or a partition "start-end" of it was written.
+// DatasetEvent is an upstream event as a worker reports it (internal and task-scoped dialects): a
+// dataset version reached a cursor, or a partition "start-end" of it was written.
 type DatasetEvent struct {
 	DatasetUUID    string `json:"dataset_uuid"`
 	DatasetVersion string `json:"dataset_version"`

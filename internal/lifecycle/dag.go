@@ -29,11 +29,11 @@ type TaskSpec struct {
 
 // DAGResult is the outcome of validating a submission.
 type DAGResult struct {
-	Errors []string // empty when valid; in the order the seed's validator reports them
+	Errors []string // empty when valid; in the order the validator reports them
 	Order  []string // the new tasks' keys in a topological order (parents first); nil when invalid
 }
 
-// The seed's messages print the JavaScript regex literal, slashes included.
+// The messages print the key pattern as a JavaScript regex literal, slashes included.
 const dagKeyPattern = "/^[a-zA-Z0-9-_]{1,128}$/"
 
 const dagMaxKeyLen = 128
@@ -41,10 +41,11 @@ const dagMaxKeyLen = 128
 // ValidateDAG checks tasks (new tasks of a job) against existing, the keys already in the job (nil on
 // creation). maxTasks caps the job's total size, existing plus new; 0 means no cap.
 //
-// The stages and their early returns follow the seed's validateDag (seed 001 section 7): an empty
-// submission, the size cap, per-task field checks, dependency references, cycles among the new
-// tasks, and, on creation only, the presence of a root task. Each stage reports all of its errors
-// and stops the validation if it found any; the first two report a single error.
+// The stages and their early returns are those of the producer contract's validator
+// (docs/contracts/producer.md): an empty submission, the size cap, per-task field checks,
+// dependency references, cycles among the new tasks, and, on creation only, the presence of a root
+// task. Each stage reports all of its errors and stops the validation if it found any; the first
+// two report a single error.
 func ValidateDAG(tasks []TaskSpec, existing []string, maxTasks int) DAGResult {
 	if len(tasks) == 0 {
 		return dagInvalid("tasks must be a non-empty array")
@@ -94,7 +95,7 @@ func dagCheckFields(tasks []TaskSpec, existing map[string]struct{}) (map[string]
 	for i := range tasks {
 		t := &tasks[i]
 		if !dagValidKey(t.Key) {
-			// As in the seed, a task with an invalid key gets no further checks.
+			// A task with an invalid key gets no further checks.
 			errs = append(errs, "Invalid taskId: \""+t.Key+"\" — must match "+dagKeyPattern)
 			continue
 		}
@@ -195,8 +196,8 @@ func dagCheckReferences(tasks []TaskSpec, index map[string]int, existing map[str
 }
 
 // dagTopoSort is stage 5, Kahn's algorithm over the edges between new tasks; parents that already
-// exist are resolved and add no edge. It visits in the seed's order (a FIFO queue seeded in input
-// order, children in input order), so Order equals the seed's order. On a cycle it returns the
+// exist are resolved and add no edge. It visits in the documented order (a FIFO queue filled in
+// input order, children in input order), so Order is deterministic. On a cycle it returns the
 // message naming every task left unsorted, in input order.
 func dagTopoSort(tasks []TaskSpec, index map[string]int) ([]string, string) {
 	n := len(tasks)
@@ -268,7 +269,7 @@ func dagTopoSort(tasks []TaskSpec, index map[string]int) ([]string, string) {
 }
 
 // dagRootError is stage 6. When a job is created every parent is a new task, so stage 5 passing
-// already implies a root; the check is kept because the seed has it.
+// already implies a root; the check is kept because the documented validator has it.
 func dagRootError(tasks []TaskSpec, existingCount int) string {
 	if existingCount > 0 {
 		return ""

@@ -118,7 +118,8 @@ func TestValidateDAG(t *testing.T) {
 			want: []string{`Invalid taskId: "a"b` + dagInvalidKeySuffix},
 		},
 		{
-			// The seed `continue`s past an invalid taskId, so the missing name is not reported.
+			// The validator skips the rest of a task with an invalid taskId, so the missing name
+			// is not reported.
 			name:  "invalid taskId skips the task's other checks",
 			tasks: []TaskSpec{{Key: "my task!", Priority: 5000, Runtime: "lambda", DependsOn: []string{"x", "x"}}},
 			want:  []string{`Invalid taskId: "my task!` + dagInvalidKeySuffix},
@@ -321,7 +322,7 @@ func TestValidateDAG(t *testing.T) {
 			existing: []string{"x", "y"},
 		},
 		{
-			name:  "the seed's example job",
+			name:  "the example job",
 			tasks: []TaskSpec{dagT("scrape-store", "scrape-store"), dagT("analyze-competitors", "analyze-competitors"), dagT("color-tags", "color-tags", "scrape-store"), dagT("font-pairing", "font-pairing", "scrape-store"), dagT("compile-result", "compile-result", "color-tags", "font-pairing")},
 			max:   50,
 		},
@@ -374,7 +375,7 @@ func TestValidateDAGDiamondOrder(t *testing.T) {
 	tests := []struct {
 		name  string
 		tasks []TaskSpec
-		want  []string // the seed's Kahn order: FIFO, children in input order
+		want  []string // the documented Kahn order: FIFO, children in input order
 	}{
 		{
 			name:  "parents listed first",

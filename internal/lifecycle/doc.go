@@ -2,7 +2,7 @@
 // categories are retried, the backoff, the job status, and DAG validation. It does no I/O; the
 // dispatcher loads state, asks these functions, and writes the answer in one transaction.
 //
-// The task state table (DESIGN.md section 3):
+// The task state table (docs/lifecycle.md#states):
 //
 //	waiting  ──last parent completed──▶ pending
 //	pending  ──claim (attempt+1, new lease)──▶ running

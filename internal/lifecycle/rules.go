@@ -43,8 +43,9 @@ const (
 	JobCanceled       JobStatus = "canceled"
 )
 
-// FinishedJobStatus is the status of a job whose tasks are all terminal (rule 10). A job whose
-// every task completed is completed even if a cancel arrived too late to stop any of them.
+// FinishedJobStatus is the status of a job whose tasks are all terminal
+// (docs/lifecycle.md#job-status-and-resume). A job whose every task completed is completed even if
+// a cancel arrived too late to stop any of them.
 func FinishedJobStatus(cancelRequested bool, allCompleted bool) JobStatus {
 	switch {
 	case allCompleted:
@@ -56,7 +57,8 @@ func FinishedJobStatus(cancelRequested bool, allCompleted bool) JobStatus {
 	}
 }
 
-// Category classifies a failure; it decides the default retry behaviour (seed 004 section 6).
+// Category classifies a failure; it decides the default retry behaviour
+// (docs/lifecycle.md#retries).
 type Category string
 
 const (
@@ -81,7 +83,7 @@ func (c Category) Valid() bool {
 	return false
 }
 
-// RetryableByDefault reports the seed 004 default for c.
+// RetryableByDefault reports the default for c (docs/lifecycle.md#retries).
 func (c Category) RetryableByDefault() bool {
 	switch c {
 	case UserCode, Infrastructure, Timeout:
@@ -97,8 +99,9 @@ const (
 	ReasonCancelTimeout    = "CANCEL_TIMEOUT"
 )
 
-// ShouldRetry is rule 7: a failure is retried iff it is retryable (the explicit flag wins over the
-// category's default) and the attempts used in this run are fewer than maxAttempts.
+// ShouldRetry is the retry rule (docs/lifecycle.md#retries): a failure is retried iff it is
+// retryable (the explicit flag wins over the category's default) and the attempts used in this run
+// are fewer than maxAttempts.
 func ShouldRetry(c Category, explicit *bool, attemptsUsed, maxAttempts int) bool {
 	retryable := c.RetryableByDefault()
 	if explicit != nil {

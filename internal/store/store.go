@@ -261,7 +261,7 @@ type Tx interface {
 	// LockTasks returns the tasks of ids that exist, in id order, each locked for the rest of the
 	// transaction.
 	LockTasks(ctx context.Context, ids []string) ([]*Task, error)
-	// CompleteTasks is rule 9's success for many running attempts at once: each task becomes
+	// CompleteTasks is a success for many running attempts at once: each task becomes
 	// completed with its output, its lease and deadlines cleared. It returns ErrLeaseLost, having
 	// changed nothing the caller may keep, unless every task was running the given attempt.
 	CompleteTasks(ctx context.Context, done []CompletedTask, now time.Time) error
@@ -275,16 +275,17 @@ type Tx interface {
 	ReadyTaskIDs(ctx context.Context, queue string, now time.Time, limit int) ([]string, error)
 	// ReadyPushTaskIDs is ReadyTaskIDs for push tasks, of every queue.
 	ReadyPushTaskIDs(ctx context.Context, now time.Time, limit int) ([]string, error)
-	// ClaimTask is rule 1's only way into running: pending and available → running with
-	// attempt+1, the given lease token, a lease of the task's heartbeat timeout, and its
-	// execution deadline. ok is false, and nothing changes, when the task is not claimable.
+	// ClaimTask is the only way into running (docs/lifecycle.md#claim): pending and available →
+	// running with attempt+1, the given lease token, a lease of the task's heartbeat timeout, and
+	// its execution deadline. ok is false, and nothing changes, when the task is not claimable.
 	ClaimTask(ctx context.Context, p ClaimTaskParams) (t *Task, ok bool, err error)
 	// UpdateTask writes a task's mutable fields if its status and attempt are still those of
 	// fence; otherwise it returns ErrLeaseLost and changes nothing.
 	UpdateTask(ctx context.Context, t *Task, fence Fence) error
-	// ReleaseChildren is rule 9 for a completed parent: each child's unfinished-parent count
-	// drops by one, and waiting children that reach zero become pending. It returns every child
-	// it touched with its status afterwards; those now pending are the ones it released.
+	// ReleaseChildren releases a completed parent's children (docs/lifecycle.md#dependents): each
+	// child's unfinished-parent count drops by one, and waiting children that reach zero become
+	// pending. It returns every child it touched with its status afterwards; those now pending are
+	// the ones it released.
 	ReleaseChildren(ctx context.Context, parentID string, now time.Time) ([]*TaskRef, error)
 	// SkipDescendants turns every waiting or pending descendant of a task into skipped.
 	SkipDescendants(ctx context.Context, taskID string, now time.Time) ([]*TaskRef, error)

@@ -1,10 +1,11 @@
 // Package transport defines how task wake-ups travel from the server to workers over an external
 // message system (Redis Streams, NATS JetStream), whose drivers live in its subpackages.
 //
-// A wake-up carries only a task id and its queue (seed 000). It never decides anything: a worker
-// that receives one claims the task by id, and the store's lease decides whether it runs. So a
-// transport may lose, duplicate or reorder wake-ups and nothing breaks but latency; the server's
-// reconciler re-publishes wake-ups for ready tasks that have none outstanding.
+// A wake-up carries only a task id and its queue (docs/contracts/wakeup.md). It never decides
+// anything: a worker that receives one claims the task by id, and the store's lease decides
+// whether it runs. So a transport may lose, duplicate or reorder wake-ups and nothing breaks but
+// latency; the server's reconciler re-publishes wake-ups for ready tasks that have none
+// outstanding.
 package transport
 
 import (

@@ -150,7 +150,7 @@ func nodeIs(id, status string) string {
 func TestBrowserJobGoesLive(t *testing.T) {
 	s := newServer(t)
 	ctx := browser(t)
-	job := s.submit(t, "acme", seedJob(t))
+	job := s.submit(t, "acme", exampleJob(t))
 	signInBrowser(t, ctx, s, s.keys["acme"])
 
 	// The job appears on the jobs page, and opens its page.
@@ -205,7 +205,7 @@ func TestBrowserJobGoesLive(t *testing.T) {
 func TestBrowserCancelFromTheJobPage(t *testing.T) {
 	s := newServer(t)
 	ctx := browser(t)
-	job := s.submit(t, "acme", seedJob(t)) // no worker: its tasks stay pending and waiting
+	job := s.submit(t, "acme", exampleJob(t)) // no worker: its tasks stay pending and waiting
 	signInBrowser(t, ctx, s, s.keys["acme"])
 	run(t, ctx, "cancel",
 		chromedp.Navigate(s.public.URL+"/ui/jobs/"+job),
@@ -244,7 +244,7 @@ func TestBrowserWrongKeyIsRefused(t *testing.T) {
 func TestBrowserOtherTenantsJobIsNotReachable(t *testing.T) {
 	s := newServer(t)
 	ctx := browser(t)
-	theirs := s.submit(t, "globex", seedJob(t))
+	theirs := s.submit(t, "globex", exampleJob(t))
 	signInBrowser(t, ctx, s, s.keys["acme"])
 	run(t, ctx, "open the other tenant's job by URL",
 		chromedp.Navigate(s.public.URL+"/ui/jobs/"+theirs),

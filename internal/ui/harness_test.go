@@ -70,11 +70,11 @@ func newServer(t testing.TB) *server {
 	return s
 }
 
-// seedJob is the five-task example job of the producer API's documentation: two roots, a fan-out
+// exampleJob is the five-task example job of the producer API's documentation: two roots, a fan-out
 // of one of them and a join (4 dependencies).
-func seedJob(t testing.TB) []byte {
+func exampleJob(t testing.TB) []byte {
 	t.Helper()
-	b, err := os.ReadFile("../../examples/seed-001-job.json")
+	b, err := os.ReadFile("../../examples/job.json")
 	if err != nil {
 		t.Fatal(err)
 	}

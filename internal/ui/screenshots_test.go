@@ -39,7 +39,7 @@ func TestScreenshots(t *testing.T) {
 	}
 	s.runHandlers(t, "worker-a1", fast)
 	for range 6 {
-		waitJob(t, s, s.submit(t, "acme", seedJob(t)), "completed")
+		waitJob(t, s, s.submit(t, "acme", exampleJob(t)), "completed")
 	}
 	waitJob(t, s, s.submit(t, "acme", []byte(`{"name":"import-prices","tasks":[
 		{"taskId":"fetch","name":"scrape-store","dependsOn":[]},

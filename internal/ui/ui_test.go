@@ -71,7 +71,7 @@ func get(t *testing.T, c *http.Client, to string) (*http.Response, string) {
 
 func TestSignInWithAPIKey(t *testing.T) {
 	s := newServer(t)
-	job := s.submit(t, "acme", seedJob(t))
+	job := s.submit(t, "acme", exampleJob(t))
 	c := client(t)
 
 	res, _ := get(t, c, s.public.URL+"/")
@@ -183,8 +183,8 @@ func checkCookieFlags(t *testing.T, s *server) {
 
 func TestPagesAreScopedToTheKeysTenant(t *testing.T) {
 	s := newServer(t)
-	ours := s.submit(t, "acme", seedJob(t))
-	theirs := s.submit(t, "globex", seedJob(t))
+	ours := s.submit(t, "acme", exampleJob(t))
+	theirs := s.submit(t, "globex", exampleJob(t))
 	c := client(t)
 	token := signIn(t, s, c, s.keys["acme"])
 
@@ -221,7 +221,7 @@ func TestPagesAreScopedToTheKeysTenant(t *testing.T) {
 
 func TestActionsNeedTheFormToken(t *testing.T) {
 	s := newServer(t)
-	job := s.submit(t, "acme", seedJob(t))
+	job := s.submit(t, "acme", exampleJob(t))
 	c := client(t)
 	token := signIn(t, s, c, s.keys["acme"])
 	to := s.public.URL + "/ui/jobs/" + job + "/cancel"
@@ -267,7 +267,7 @@ var inline = regexp.MustCompile(`<script>|<script [^>]*>[^<]|\son[a-z]+=|\sstyle
 
 func TestPagesKeepTheirContentSecurityPolicy(t *testing.T) {
 	s := newServer(t)
-	job := s.submit(t, "acme", seedJob(t))
+	job := s.submit(t, "acme", exampleJob(t))
 	s.runWorker(t, nil, "scrape-store", "analyze-competitors", "color-tags", "font-pairing", "compile-result")
 	waitJob(t, s, job, lifecycle.JobCompleted)
 	c := client(t)
@@ -319,7 +319,7 @@ func waitJob(t *testing.T, s *server, id string, want lifecycle.JobStatus) {
 // The job page's stream sends every task's status first, then each change, then the end.
 func TestJobStreamFollowsTheTasks(t *testing.T) {
 	s := newServer(t)
-	job := s.submit(t, "acme", seedJob(t))
+	job := s.submit(t, "acme", exampleJob(t))
 	c := client(t)
 	signIn(t, s, c, s.keys["acme"])
 	res, err := c.Get(s.public.URL + "/ui/jobs/" + job + "/live")

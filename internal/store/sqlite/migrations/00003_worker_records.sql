@@ -1,6 +1,6 @@
 -- +goose Up
--- Upstream dataset events reported by tasks (seeds 000 and 003). At-least-once and idempotent:
--- a repeat of the same event by the same task is stored once.
+-- Upstream dataset events reported by tasks (internal and task-scoped dialects). At-least-once and
+-- idempotent: a repeat of the same event by the same task is stored once.
 CREATE TABLE dataset_events (
     id              INTEGER PRIMARY KEY AUTOINCREMENT,
     dedupe_key      TEXT NOT NULL UNIQUE,
@@ -17,7 +17,7 @@ CREATE TABLE dataset_events (
 );
 CREATE INDEX dataset_events_task ON dataset_events (task_id, id);
 
--- Buffered dataset publishes (seed 000 buffer-publish); the sink reads the batch later.
+-- Buffered dataset publishes (buffer-publish); the sink reads the batch later.
 CREATE TABLE buffer_publishes (
     id               INTEGER PRIMARY KEY AUTOINCREMENT,
     task_id          TEXT NOT NULL,
