@@ -140,8 +140,13 @@ func TestReportBatchRefusesBadRequests(t *testing.T) {
 			{"worker_id": 5, "reports": []any{good}},
 			{"worker_id": nil, "reports": []any{good}},
 		} {
-			if res := w.streamCall("report-batch", body); res.Status != http.StatusBadRequest {
+			res := w.streamCall("report-batch", body)
+			if res.Status != http.StatusBadRequest {
 				t.Errorf("report-batch %v: %d %s, want 400", body, res.Status, res.Raw)
+			}
+			// The dialect's refusal shape, as every other stream-worker endpoint answers it.
+			if res.Body["ok"] != false || res.Body["ack"] != false || res.Body["error"] != "invalid_request" || res.Body["message"] == "" {
+				t.Errorf("report-batch %v answered %s, want {ok:false, ack:false, error:invalid_request, message}", body, res.Raw)
 			}
 		}
 		if tk := w.task(ids["a"]); tk.Status != lifecycle.Running {

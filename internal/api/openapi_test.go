@@ -535,3 +535,29 @@ func TestOpenAPIDocumentsThePushDelivery(t *testing.T) {
 			documented, mandatory, want, envelopePipelineKeys)
 	}
 }
+
+// A server built without a token store (api.Config.Tokens) cannot check a task token: every
+// token-authenticated route answers 503, whatever token the request carries, instead of verifying
+// against nothing.
+func TestTokenRoutesWithoutATokenStoreAnswer503(t *testing.T) {
+	s := openAPIServer()
+	n := 0
+	for _, rt := range s.Routes() {
+		if rt.Auth != api.AuthCapabilityToken && rt.Auth != api.AuthCallbackToken {
+			continue
+		}
+		n++
+		path := strings.ReplaceAll(rt.Pattern, "{task_id}", "01a20ce9-1424-74fc-8c9a-c8f8156bcd91")
+		req := httptest.NewRequest(rt.Method, path, strings.NewReader(`{"task_id":"01a20ce9-1424-74fc-8c9a-c8f8156bcd91","attempt":1,"lease_token":"x"}`))
+		req.Header.Set("X-Trace-Task-Capability", "eyJhbGciOiJIUzI1NiJ9.e30.x")
+		req.Header.Set("Authorization", "Bearer eyJhbGciOiJIUzI1NiJ9.e30.x")
+		rec := httptest.NewRecorder()
+		s.ProducerHandler().ServeHTTP(rec, req)
+		if rec.Code != http.StatusServiceUnavailable || !strings.Contains(rec.Body.String(), "without task tokens") {
+			t.Errorf("%s %s without a token store = %d %s, want 503", rt.Method, path, rec.Code, rec.Body)
+		}
+	}
+	if n == 0 {
+		t.Fatal("the route table has no token-authenticated route")
+	}
+}

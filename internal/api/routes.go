@@ -21,7 +21,7 @@ const (
 type Auth string
 
 const (
-	// AuthNone: no credential; only the health checks and the API description.
+	// AuthNone: no credential; only the health checks, the API description and its reference page.
 	AuthNone Auth = "none"
 	// AuthAPIKey: a producer API key in x-api-key, which names the tenant (authenticated).
 	AuthAPIKey Auth = "api-key"
@@ -61,11 +61,6 @@ func (s *Server) Routes() []Route {
 	callback := func(pattern string, h handler) Route {
 		endpoint := pattern[strings.LastIndex(pattern, "/")+1:]
 		h = s.withTaskToken("Authorization", h)
-		if s.tokens == nil {
-			h = func(w http.ResponseWriter, r *http.Request) (any, error) {
-				return nil, errorf(http.StatusServiceUnavailable, "this server was started without task tokens (api.Config.Tokens): it cannot authenticate workers")
-			}
-		}
 		return Route{http.MethodPost, pattern, PublicListener, AuthCallbackToken, s.serve(s.callbackRefusals(endpoint, h))}
 	}
 	// The internal listener: its client certificate vouches for the caller.
@@ -144,8 +139,9 @@ func (s *Server) Routes() []Route {
 		stream("/internal/worker/complete", s.streamComplete),
 		stream("/internal/worker/fail", s.streamFail),
 		stream("/internal/worker/claim-batch", s.streamClaimBatch),
-		// Each report of a batch answers its own refusal (batch.go).
-		internal("POST", "/internal/worker/report-batch", s.serve(s.streamReportBatch)),
+		// Each report of a batch answers its own refusal (batch.go); a refusal of the whole request
+		// has the dialect's shape, as every other stream-worker endpoint's.
+		stream("/internal/worker/report-batch", s.streamReportBatch),
 	}
 }
 

@@ -92,6 +92,9 @@ type claimsKey struct{}
 // tokenFence.
 func (s *Server) withTaskToken(header string, h handler) handler {
 	return func(w http.ResponseWriter, r *http.Request) (any, error) {
+		if s.tokens == nil {
+			return nil, errorf(http.StatusServiceUnavailable, "this server was started without task tokens (api.Config.Tokens): it cannot authenticate workers")
+		}
 		raw := r.Header.Get(header)
 		if header == "Authorization" {
 			scheme, token, ok := strings.Cut(raw, " ")
