@@ -1,6 +1,7 @@
 package api_test
 
 import (
+	"cmp"
 	"context"
 	"crypto/tls"
 	"encoding/json"
@@ -50,12 +51,19 @@ var authzCases = []string{caseNoCredential, caseWrongKey, caseRevokedKey, caseOt
 var authzKinds = []api.Auth{api.AuthNone, api.AuthAPIKey, api.AuthCapabilityToken, api.AuthCallbackToken, api.AuthMTLS}
 
 // authzPublicRoutes are the only routes anyone may call without a credential.
-var authzPublicRoutes = []string{"GET /healthz", "GET /readyz", "GET /openapi.json"}
+var authzPublicRoutes = []string{"GET /healthz", "GET /readyz", "GET /openapi.json", "GET /docs/api", "GET /docs/api/redoc.standalone.js"}
+
+// authzContentTypes are the answers of public routes that are not JSON: the rendered reference.
+var authzContentTypes = map[string]string{
+	"GET /docs/api":                     "text/html; charset=utf-8",
+	"GET /docs/api/redoc.standalone.js": "application/javascript; charset=utf-8",
+}
 
 // authzAnswer is an expected answer: its status, its "error" member and, in the worker dialects,
 // its "message" member ("" checks nothing), and for a success whatever check says is wrong.
 type authzAnswer struct {
 	status         int
+	contentType    string // "": application/json
 	error, message string
 	check          func(res response) string
 }
@@ -65,8 +73,8 @@ func (a authzAnswer) mismatch(res response) string {
 	switch {
 	case res.Status != a.status:
 		return fmt.Sprintf("%d %s, want %d %q %q", res.Status, res.Raw, a.status, a.error, a.message)
-	case res.Header.Get("Content-Type") != "application/json":
-		return fmt.Sprintf("Content-Type %q, want application/json", res.Header.Get("Content-Type"))
+	case res.Header.Get("Content-Type") != cmp.Or(a.contentType, "application/json"):
+		return fmt.Sprintf("Content-Type %q, want %s", res.Header.Get("Content-Type"), cmp.Or(a.contentType, "application/json"))
 	case a.error != "" && res.Body["error"] != a.error, a.message != "" && res.Body["message"] != a.message:
 		return fmt.Sprintf("%d %s, want error %q message %q", res.Status, res.Raw, a.error, a.message)
 	case a.check != nil:
@@ -293,7 +301,7 @@ func (f *authzFixture) expect(t *testing.T, rt api.Route, c string, public map[s
 	switch rt.Auth {
 	case api.AuthNone:
 		// The allowlist is checked by the caller; credentials change nothing.
-		return authzAnswer{status: http.StatusOK}, c != caseNoClientCert
+		return authzAnswer{status: http.StatusOK, contentType: authzContentTypes[key]}, c != caseNoClientCert
 	case api.AuthAPIKey:
 		switch c {
 		case caseWrongKey, caseRevokedKey:

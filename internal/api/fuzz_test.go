@@ -80,6 +80,8 @@ var producerRoutes = []fuzzRoute{
 	{"OPTIONS", "/jobs", nil},
 	{"DELETE", "/jobs/{jobId}", []string{"$JOB"}},
 	{"POST", "/{path...}", []string{"no/such/endpoint"}},
+	{"GET", "/docs/api", nil},
+	{"GET", "/docs/api/redoc.standalone.js", nil},
 }
 
 // fuzzCronPipeline is a pipeline of cron sources, in the three spellings of a schedule.
@@ -151,6 +153,8 @@ func FuzzProducerAPI(f *testing.F) {
 	add("DELETE", "/jobs/{jobId}", "", "", "", nil)
 	add("POST", "/{path...}", "", "", "", nil)
 	add("POST", "/{path...}", "v1/task/heartbeat", "", "", []byte(`{}`))
+	add("GET", "/docs/api", "", "", "", nil)
+	add("GET", "/docs/api/redoc.standalone.js", "", "v=0", "If-None-Match: W/\"x\", *\nRange: bytes=9999999-", nil)
 	f.Fuzz(func(t *testing.T, route uint8, params, query, header string, body []byte) {
 		e := &expander{h: h, t: t}
 		hdr := withDefaults(headerLines(e, header), "x-api-key", h.key, "Content-Type", "application/json")

@@ -4,6 +4,7 @@ import (
 	"net/http"
 	"strings"
 
+	"github.com/baton-dev/baton/internal/api/apidocs"
 	"github.com/baton-dev/baton/internal/telemetry"
 )
 
@@ -103,10 +104,13 @@ func (s *Server) Routes() []Route {
 		producer("GET", "/datasets/{name}/dead-letters", s.batchDeadLetters),
 		producer("POST", "/datasets/{name}/dead-letters/{id}/retry", s.retryBatch),
 
-		// Unauthenticated on the public listener: the health checks and the API description.
+		// Unauthenticated on the public listener: the health checks, the API description, and its
+		// rendered reference with the script that renders it (apidocs).
 		{"GET", "/healthz", PublicListener, AuthNone, http.HandlerFunc(s.healthz)},
 		{"GET", "/readyz", PublicListener, AuthNone, http.HandlerFunc(s.readyz)},
 		{"GET", "/openapi.json", PublicListener, AuthNone, http.HandlerFunc(serveOpenAPI)},
+		{"GET", "/docs/api", PublicListener, AuthNone, http.HandlerFunc(apidocs.ServePage)},
+		{"GET", "/docs/api/redoc.standalone.js", PublicListener, AuthNone, http.HandlerFunc(apidocs.ServeScript)},
 
 		scoped("/v1/task/heartbeat", s.fencedHeartbeat),
 		scoped("/v1/task/complete", s.fencedComplete),
@@ -148,9 +152,9 @@ func (s *Server) Routes() []Route {
 // The span of a request is outermost: it gives the request a new context, a copy of the request
 // that the ServeMux then sets the matched pattern on; the metrics, inside, see that copy too.
 
-// ProducerHandler serves the public listener: the producer API, /openapi.json, /healthz and
-// /readyz, and the task-scoped and callback dialects, all behind the CORS policy; with tracing on,
-// each request in a server span.
+// ProducerHandler serves the public listener: the producer API, /openapi.json and its rendering
+// under /docs/api, /healthz and /readyz, and the task-scoped and callback dialects, all behind
+// the CORS policy; with tracing on, each request in a server span.
 func (s *Server) ProducerHandler() http.Handler {
 	return telemetry.Handler(s.tracing, s.metrics.Instrument(string(PublicListener), s.cors(s.guard(s.mux(PublicListener)))))
 }
