@@ -446,3 +446,24 @@ func TestMarkdownLinks(t *testing.T) {
 		t.Errorf("links %q, want %q", got, want)
 	}
 }
+
+// TestNoCitationsOutsideTheRepository fails when a tracked text file names a document that is not
+// in the repository: the design notes and the original contracts the project started from. What
+// the project needs from them lives under docs/, in its own words. (The pattern is built from
+// parts so that this file does not match itself.)
+func TestNoCitationsOutsideTheRepository(t *testing.T) {
+	outside := regexp.MustCompile(`(?i)` + strings.Join([]string{`seed[ -]?0\d\d`, `DESIGN` + `\.md`, `\.\./` + `shared`}, "|"))
+	for _, ext := range []string{".go", ".md", ".json", ".yaml", ".yml", ".sh", ".sql", ".txt"} {
+		for _, file := range trackedFiles(t, ext) {
+			body, err := os.ReadFile(filepath.Join(root, file))
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i, line := range strings.Split(string(body), "\n") {
+				if m := outside.FindString(line); m != "" {
+					t.Errorf("%s:%d: names %q, a document outside the repository", file, i+1, m)
+				}
+			}
+		}
+	}
+}
