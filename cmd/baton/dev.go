@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"path/filepath"
 	"time"
@@ -90,6 +91,11 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "baton dev:", err)
 		return 1
 	}
+	if !ls.internalTLS && !isLoopback(ls.internal.Addr()) {
+		ls.close()
+		fmt.Fprintf(stderr, "baton dev: --internal-listen %s is not a loopback address: without TLS anyone on the network could claim and report tasks; listen on 127.0.0.1, or serve it with mutual TLS (%s)\n", f.internalListen, internalTLSFlags)
+		return 2
+	}
 	keyLine, devSecret, err := devKey(ctx, st, os.Getenv("BATON_API_KEY"))
 	if err != nil {
 		fmt.Fprintln(stderr, "baton dev:", err)
@@ -103,12 +109,13 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) int {
   database      %s (SQLite)
   producer API  http://%s   (send the key in the x-api-key header)
   dashboard     http://%s/ui/   (sign in with the API key)
+  API docs      http://%s/docs/api   (the OpenAPI document: /openapi.json)
   worker API    %s
   datasets      rows in %s, batches in %s%s
   metrics       %s
   %s
 Press Ctrl-C to stop.
-`, path, ls.producer.Addr(), ls.producer.Addr(), workerLine, f.dataDatabaseURL, f.blobURL, map[bool]string{true: " (a sink runs in this process)", false: " (no sink here: --sink=false)"}[f.sink], metricsLine(ls.metrics), keyLine)
+`, path, ls.producer.Addr(), ls.producer.Addr(), ls.producer.Addr(), workerLine, f.dataDatabaseURL, f.blobURL, map[bool]string{true: " (a sink runs in this process)", false: " (no sink here: --sink=false)"}[f.sink], metricsLine(ls.metrics), keyLine)
 	stopDemo := func() {}
 	if demo.kind != "" {
 		stopDemo = startDemo(ctx, st, ls, demoCerts, demo.kind, f.blobURL, devSecret, stdout, stderr)
@@ -181,4 +188,10 @@ func (f *demoFlag) Set(v string) error {
 		return fmt.Errorf("want %s or %s", demoKindJob, demoKindPipeline)
 	}
 	return nil
+}
+
+// isLoopback says whether a listener's address is on the loopback interface only.
+func isLoopback(a net.Addr) bool {
+	tcp, ok := a.(*net.TCPAddr)
+	return ok && tcp.IP.IsLoopback()
 }

@@ -370,3 +370,18 @@ func TestDevWithoutTLSFlagsServesPlainHTTPOnLoopback(t *testing.T) {
 		t.Fatalf("plain /healthz: %v %v", resp, err)
 	}
 }
+
+// Without TLS, the dev server's internal listener must be on loopback: on another address anyone
+// who reaches it could claim and report tasks. It refuses with a usage error before serving.
+func TestDevRefusesAPlainInternalListenerOffLoopback(t *testing.T) {
+	t.Parallel()
+	var stdout, stderr syncBuffer
+	code := run(context.Background(), []string{"dev", "--data-dir", t.TempDir(), "--listen", "127.0.0.1:0",
+		"--internal-listen", "0.0.0.0:0", "--metrics-listen=", "--sink=false"}, &stdout, &stderr)
+	if code != 2 || !strings.Contains(stderr.String(), "is not a loopback address") {
+		t.Fatalf("baton dev --internal-listen 0.0.0.0:0 = exit %d\nstdout:\n%s\nstderr:\n%s", code, stdout.String(), stderr.String())
+	}
+	if strings.Contains(stdout.String(), "Baton dev server") {
+		t.Errorf("it printed a banner before refusing:\n%s", stdout.String())
+	}
+}
