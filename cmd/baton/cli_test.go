@@ -300,6 +300,16 @@ func TestExitCodes(t *testing.T) {
 		{[]string{"apikey", "revoke", "--data-dir", dir}, 2},
 		{[]string{"apikey", "revoke", "nope", "--data-dir", dir}, 1},
 		{[]string{"apikey", "list", "--data-dir", dir}, 0},
+		{[]string{"signing-key"}, 2},
+		{[]string{"signing-key", "help"}, 0},
+		{[]string{"signing-key", "frobnicate"}, 2},
+		{[]string{"signing-key", "list", "extra", "--data-dir", dir}, 2},
+		{[]string{"signing-key", "list", "-o", "xml", "--data-dir", dir}, 2},
+		{[]string{"signing-key", "rotate", "-h"}, 0},
+		{[]string{"signing-key", "retire", "--data-dir", dir}, 2},
+		{[]string{"signing-key", "retire", "--frobnicate", "k-nope", "--data-dir", dir}, 2},
+		{[]string{"signing-key", "retire", "k-nope", "--data-dir", dir}, 1},
+		{[]string{"signing-key", "list", "--data-dir", dir}, 0},
 		{[]string{"migrate"}, 2},
 		{[]string{"migrate", "extra", "--sqlite", filepath.Join(dir, "m.db")}, 2},
 		{[]string{"migrate", "--sqlite", filepath.Join(dir, "m.db")}, 0},
@@ -371,7 +381,8 @@ func TestBuildInfoFrom_VCSSettingsAndTheLdflagsVersion(t *testing.T) {
 func TestUsage_NamesEveryCommand(t *testing.T) {
 	t.Parallel()
 	for _, c := range commandTable() {
-		if !c.hidden && !strings.Contains(usage, "\n  "+c.name+" ") {
+		// A long name stands on its own line, its description under it (as completion's).
+		if !c.hidden && !strings.Contains(usage, "\n  "+c.name+" ") && !strings.Contains(usage, "\n  "+c.name+"\n") {
 			t.Errorf("the usage does not list %s", c.name)
 		}
 	}

@@ -112,6 +112,9 @@ func TestCompletion_EveryCommandAndFlagIsInEveryScript(t *testing.T) {
 	offers("baton dev", "--demo", "--metrics-listen", "--data-dir")
 	offers("baton worker", "--exec", "--task")
 	offers("baton certs dev", "--force", "--out")
+	offers("baton signing-key", "list", "rotate", "retire")
+	offers("baton signing-key retire", "--force", "--data-dir", "--database-url")
+	offers("baton signing-key list", "-o", "--data-dir", "--database-url")
 	offers("baton version", "-o")
 }
 
@@ -162,6 +165,9 @@ func TestCompletion_BashScriptParsesAndCompletes(t *testing.T) {
 		{[]string{"baton", "pipeline", "deploy", "-f", filepath.Join(dir, "pipe")}, doc},
 		{[]string{"baton", "dataset", "dead-letters", "--js"}, "--json"},
 		{[]string{"baton", "apikey", "create", "--te"}, "--tenant"},
+		{[]string{"baton", "sig"}, "signing-key"},
+		{[]string{"baton", "signing-key", "r"}, "retire rotate"},
+		{[]string{"baton", "signing-key", "retire", "k-1", "--f"}, "--force"},
 		{[]string{"baton", "dev", "--data-dir", filepath.Join(dir, "pipe")}, doc},
 		{[]string{"baton", "dev", "--dem"}, "--demo"},
 		{[]string{"baton", "completion", ""}, "bash fish zsh"},
@@ -207,6 +213,7 @@ func TestCompletion_FishScriptParsesAndCompletes(t *testing.T) {
 		"baton job get -o ":     "table json yaml",
 		"baton completion ":     "bash fish zsh",
 		"baton apikey create -": "--data-dir",
+		"baton signing-key r":   "retire rotate",
 	} {
 		out, err := exec.Command("fish", "--no-config", "-c", `source $argv[1]; complete -C $argv[2]`, script, line).CombinedOutput()
 		if err != nil {

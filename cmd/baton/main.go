@@ -28,6 +28,8 @@ Commands:
   backup    copy a running baton dev's SQLite databases: backup --out FILE [--data-dir DIR]
   restore   install a backup as a stopped baton dev's databases: restore --from FILE [--data-dir DIR]
   apikey    create, list and revoke producer API keys
+  signing-key
+            list, rotate and retire the capability-token signing keys
   certs     make a development CA and mTLS certificates for /internal/* (certs dev --out DIR)
   worker    run untrusted programs as tasks: baton worker --task NAME --exec 'COMMAND'
   sink      load buffered datasets' batches into their tables (a trusted process, like worker)
@@ -46,7 +48,8 @@ Scripting:
   -o table|json|yaml  read commands print a table (default) or the API's object; a list is the
                       API's envelope, e.g. {"pipelines": [...]}; --json is -o json
   ids on stdout       commands that create print only what they created on stdout: job submit
-                      the job id, pipeline deploy the version, apikey create the secret; details
+                      the job id, pipeline deploy the version, apikey create the secret,
+                      signing-key rotate the kid; details
                       go to stderr (with -o json|yaml: the created object on stdout)
   exit status         0 success; 1 failure (the server refused or failed, not found, network,
                       a file that cannot be read; job watch: the job did not complete);
@@ -76,6 +79,7 @@ func commandTable() []command {
 		{name: "backup", run: runBackup},
 		{name: "restore", run: runRestore},
 		{name: "apikey", run: runAPIKey, subcommands: apikeyCommands},
+		{name: "signing-key", run: runSigningKey, subcommands: signingKeyCommands},
 		{name: "certs", run: runCerts, subcommands: []string{"dev"}},
 		{name: "worker", run: runWorker},
 		{name: "sink", run: runSink},
