@@ -69,6 +69,8 @@ type Tokens struct {
 	keys store.Keys
 	now  func() time.Time
 
+	first sync.Mutex // one first key per process: concurrent first issues wait for it
+
 	mu       sync.Mutex
 	ring     map[string][]byte // unretired keys by kid
 	signer   string
@@ -144,10 +146,7 @@ func (t *Tokens) Issue(ctx context.Context, c TaskClaims, ttl time.Duration) (st
 		return "", time.Time{}, err
 	}
 	if kid == "" {
-		if _, err := t.Rotate(ctx); err != nil {
-			return "", time.Time{}, err
-		}
-		if ring, kid, err = t.load(ctx, true); err != nil {
+		if ring, kid, err = t.firstKey(ctx); err != nil {
 			return "", time.Time{}, err
 		}
 	}
@@ -167,6 +166,21 @@ func (t *Tokens) Issue(ctx context.Context, c TaskClaims, ttl time.Duration) (st
 		return "", time.Time{}, fmt.Errorf("sign token: %w", err)
 	}
 	return s, exp, nil
+}
+
+// firstKey creates the first signing key, unless a concurrent issue (of this process, which
+// waited for it, or of another replica) already did, and returns the ring that holds it.
+func (t *Tokens) firstKey(ctx context.Context) (map[string][]byte, string, error) {
+	t.first.Lock()
+	defer t.first.Unlock()
+	ring, kid, err := t.load(ctx, true)
+	if err != nil || kid != "" {
+		return ring, kid, err
+	}
+	if _, err := t.Rotate(ctx); err != nil {
+		return nil, "", err
+	}
+	return t.load(ctx, true)
 }
 
 // Verify checks a token's signature (by its kid), algorithm, issuer and expiry, and returns its

@@ -5,6 +5,7 @@ import (
 	"encoding/base64"
 	"errors"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -52,6 +53,41 @@ func TestTokenRoundTripAndRotation(t *testing.T) {
 	}
 	if _, err := tokens.Verify(ctx, fresh); err != nil {
 		t.Errorf("token of the current key: %v", err)
+	}
+}
+
+// Tokens issued at once by a process that has no signing key yet share one first key.
+func TestConcurrentFirstIssuesMakeOneKey(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	st := storetest.OpenSQLite(t)
+	tokens := auth.NewTokens(st, nil)
+	var wg sync.WaitGroup
+	kids := make([]string, 16)
+	for i := range kids {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			tok, _, err := tokens.Issue(ctx, claims, time.Hour)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			kids[i] = kid(t, tok)
+		}()
+	}
+	wg.Wait()
+	keys, err := st.ListSigningKeys(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(keys) != 1 {
+		t.Fatalf("%d signing keys after concurrent first issues, want 1", len(keys))
+	}
+	for _, k := range kids {
+		if k != keys[0].KID {
+			t.Errorf("a token was signed by %q, want the one key %q", k, keys[0].KID)
+		}
 	}
 }
 
