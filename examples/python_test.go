@@ -11,7 +11,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"reflect"
-	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -181,35 +180,16 @@ func checkOutputs(t *testing.T, job map[string]any, by string, wrapped bool) {
 	}
 }
 
-var (
-	buildOnce sync.Once
-	batonBin  string
-	buildErr  error
-)
-
-// buildBaton builds the baton binary once for every subtest.
+// buildBaton builds the baton binary once, for every subtest, into the test's temporary directory.
 func buildBaton(t *testing.T) string {
-	buildOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "baton-pyex-")
-		if err != nil {
-			buildErr = err
-			return
-		}
-		batonBin = filepath.Join(dir, "baton")
-		goBin := filepath.Join(runtime.GOROOT(), "bin", "go")
-		if _, err := os.Stat(goBin); err != nil {
-			goBin = "go"
-		}
-		cmd := exec.Command(goBin, "build", "-o", batonBin, "./cmd/baton")
-		cmd.Dir = ".."
-		if out, err := cmd.CombinedOutput(); err != nil {
-			buildErr = fmt.Errorf("go build ./cmd/baton: %v\n%s", err, out)
-		}
-	})
-	if buildErr != nil {
-		t.Fatal(buildErr)
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "baton")
+	cmd := exec.Command("go", "build", "-o", bin, "./cmd/baton")
+	cmd.Dir = ".."
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("go build ./cmd/baton: %v\n%s", err, out)
 	}
-	return batonBin
+	return bin
 }
 
 const apiKey = "py-examples-key-0123456789"
