@@ -1,0 +1,353 @@
+package examples
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+)
+
+// TestPythonExamples runs each Python example of examples/python — written from the contract pages
+// of docs/contracts alone — against a real `baton dev`: a producer submits a three-task DAG
+// (a → b, a+b → c) whose tasks the example worker runs, and the job must complete with the outputs
+// the worker computed, a parent's output reaching its child (c's total is 100 + b's 11 + a's 1).
+func TestPythonExamples(t *testing.T) {
+	py, err := exec.LookPath("python3")
+	if err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatal("python3 is not installed; CI must run the Python examples")
+		}
+		t.Skip("python3 is not installed; skipping the Python examples")
+	}
+	if out, err := exec.Command(py, "-c", "import sys; sys.exit(sys.version_info < (3, 9))").CombinedOutput(); err != nil {
+		t.Fatalf("the Python examples need Python 3.9 or newer (%s): %v %s", py, err, out)
+	}
+	bin := buildBaton(t)
+	dir, err := filepath.Abs("python")
+	if err != nil {
+		t.Fatal(err)
+	}
+	script := func(name string) string { return filepath.Join(dir, name) }
+
+	t.Run("producer", func(t *testing.T) {
+		d := startDev(t, bin)
+		startPython(t, d, py, script("stream_worker.py"), nil, "--queue", "py-prod", "--max-tasks", "4")
+		// Poll mode, an explicit Idempotency-Key, and a replay of it: the same job again.
+		job, stderr := runProducer(t, d, py, script("producer.py"), dagJob("py-prod", "pull", ""), 0,
+			"--poll", "--idempotency-key", "py-example-1")
+		checkOutputs(t, job, "stream-worker", false)
+		again, stderr2 := runProducer(t, d, py, script("producer.py"), dagJob("py-prod", "pull", ""), 0,
+			"--idempotency-key", "py-example-1")
+		if again["jobId"] != job["jobId"] || !strings.Contains(stderr2, "(replayed)") {
+			t.Fatalf("a replayed Idempotency-Key gave job %v (first %v); stderr:\n%s", again["jobId"], job["jobId"], stderr2)
+		}
+		// A job that fails: exit status 1 and the error in the final view.
+		failed, _ := runProducer(t, d, py, script("producer.py"),
+			`{"tasks":[{"taskId":"x","name":"py-prod","queue":"py-prod","input":{"fail":"DATA_QUALITY"}}]}`, 1)
+		task := failed["tasks"].([]any)[0].(map[string]any)
+		if failed["status"] != "partial_failure" || task["error"].(map[string]any)["category"] != "DATA_QUALITY" {
+			t.Fatalf("failed job: %v\nfirst run's stderr:\n%s", failed, stderr)
+		}
+	})
+
+	t.Run("stream_worker", func(t *testing.T) {
+		d := startDev(t, bin)
+		w := startPython(t, d, py, script("stream_worker.py"), nil, "--queue", "py-stream:high", "--queue", "py-stream", "--max-tasks", "3")
+		job, _ := runProducer(t, d, py, script("producer.py"), dagJob("py-stream", "pull", "py-stream:high"), 0)
+		checkOutputs(t, job, "stream-worker", false)
+		w.wait(t)
+	})
+
+	t.Run("internal_worker", func(t *testing.T) {
+		redisURL := os.Getenv("BATON_TEST_REDIS_URL")
+		if redisURL == "" {
+			t.Skip("BATON_TEST_REDIS_URL is not set; skipping the Redis Streams internal worker (e.g. redis://127.0.0.1:6379/0)")
+		}
+		ns := fmt.Sprintf("pyex-%d-%d", os.Getpid(), time.Now().UnixNano())
+		opts, err := goredis.ParseURL(redisURL)
+		if err != nil {
+			t.Fatalf("BATON_TEST_REDIS_URL: %v", err)
+		}
+		rdb := goredis.NewClient(opts)
+		t.Cleanup(func() {
+			rdb.Del(context.Background(), ns+":wake:py-int", ns+":wakeid:py-int")
+			rdb.Close()
+		})
+		d := startDev(t, bin, "--transport", "redis", "--redis-url", redisURL, "--transport-namespace", ns)
+		w := startPython(t, d, py, script("internal_worker.py"),
+			[]string{"BATON_REDIS_URL=" + redisURL, "BATON_TRANSPORT_NAMESPACE=" + ns}, "--queue", "py-int", "--max-tasks", "3")
+		job, _ := runProducer(t, d, py, script("producer.py"), dagJob("py-int", "pull", ""), 0)
+		checkOutputs(t, job, "internal", true)
+		w.wait(t)
+		// Every wake-up was settled (XACK and XDEL): none is left outstanding.
+		if n, err := rdb.XLen(context.Background(), ns+":wake:py-int").Result(); err != nil || n != 0 {
+			t.Fatalf("XLEN %s:wake:py-int = %d, %v; want 0 (every wake-up settled)", ns, n, err)
+		}
+	})
+
+	t.Run("push_target", func(t *testing.T) {
+		const secret = "s3cret-for-python-examples"
+		target := freeAddr(t)
+		w := startPython(t, nil, py, script("push_target.py"), []string{"BATON_PUSH_SECRET=" + secret},
+			"--listen", target, "--max-tasks", "3")
+		waitListening(t, target)
+		d := startDev(t, bin, "--push-target", "py-push=http://"+target+"/run", "--push-secret", "py-push="+secret)
+		job, _ := runProducer(t, d, py, script("producer.py"), dagJob("py-push", "push", ""), 0)
+		checkOutputs(t, job, "push", false)
+		w.wait(t)
+	})
+
+	t.Run("task_scoped", func(t *testing.T) {
+		d := startDev(t, bin)
+		// Run as root, the wrapper runs the child as nobody: give it a copy it can read.
+		childDir, err := os.MkdirTemp("", "py-scoped-")
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { os.RemoveAll(childDir) })
+		src, err := os.ReadFile(script("task_scoped.py"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		child := filepath.Join(childDir, "task_scoped.py")
+		if err := os.WriteFile(child, src, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chmod(childDir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		// The child resolves python3 on its own PATH (an interpreter under /root, e.g. a pyenv
+		// shim, is out of nobody's reach).
+		w := start(t, exec.Command(bin, "worker", "--task", "py-scoped", "--exec", "python3 "+child,
+			"--internal-url", "http://"+d.internal, "--url", "http://"+d.public, "--worker-id", "py-scoped-wrapper"), nil)
+		job, _ := runProducer(t, d, py, script("producer.py"), dagJob("py-scoped", "pull", ""), 0)
+		// The output is the child's own /v1/task/complete (it prints nothing for the wrapper).
+		checkOutputs(t, job, "task-scoped", true)
+		w.stop()
+	})
+}
+
+// dagJob is the three-task job every subtest submits: a → b, and c after both.
+func dagJob(name, rt, firstQueue string) string {
+	task := func(id string, deps []string, input string, extra string) string {
+		d, _ := json.Marshal(deps)
+		return fmt.Sprintf(`{"taskId":%q,"name":%q,"runtime":%q,"dependsOn":%s,"input":%s%s}`, id, name, rt, d, input, extra)
+	}
+	queue := ""
+	if firstQueue != "" {
+		queue = fmt.Sprintf(`,"queue":%q`, firstQueue)
+	}
+	// a lasts 1.5 s under a 2 s lease: it lives only if the worker heartbeats (every second).
+	return `{"name":"py-example","tasks":[` +
+		task("a", []string{}, `{"n":1,"sleep":1.5}`, `,"heartbeatTimeoutSeconds":2,"maxAttempts":1`+queue) + "," +
+		task("b", []string{"a"}, `{"n":10}`, "") + "," +
+		task("c", []string{"a", "b"}, `{"n":100}`, queue) + "]}"
+}
+
+// checkOutputs checks the completed job's outputs: {by, task, total, parents} per task (inside
+// {"outputs": [...]} for the internal and task-scoped dialects, whose completions store that).
+func checkOutputs(t *testing.T, job map[string]any, by string, wrapped bool) {
+	t.Helper()
+	if job["status"] != "completed" {
+		t.Fatalf("job %v is %v, not completed: %v", job["jobId"], job["status"], job)
+	}
+	want := map[string]map[string]any{
+		"a": {"by": by, "task": "a", "total": 1.0, "parents": []any{}},
+		"b": {"by": by, "task": "b", "total": 11.0, "parents": []any{"a"}},
+		"c": {"by": by, "task": "c", "total": 112.0, "parents": []any{"a", "b"}},
+	}
+	for _, raw := range job["tasks"].([]any) {
+		task := raw.(map[string]any)
+		var w any = want[task["taskId"].(string)]
+		if wrapped {
+			w = map[string]any{"outputs": []any{w}}
+		}
+		if !reflect.DeepEqual(task["output"], w) {
+			t.Errorf("task %v: output %v, want %v", task["taskId"], task["output"], w)
+		}
+	}
+}
+
+// buildBaton builds the baton binary once, for every subtest, into the test's temporary directory.
+func buildBaton(t *testing.T) string {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "baton")
+	cmd := exec.Command("go", "build", "-o", bin, "./cmd/baton")
+	cmd.Dir = ".."
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("go build ./cmd/baton: %v\n%s", err, out)
+	}
+	return bin
+}
+
+const apiKey = "py-examples-key-0123456789"
+
+type dev struct{ public, internal string }
+
+// startDev starts `baton dev` on free ports with a fresh data directory and waits until both
+// listeners answer /readyz.
+func startDev(t *testing.T, bin string, extra ...string) *dev {
+	t.Helper()
+	d := &dev{public: freeAddr(t), internal: freeAddr(t)}
+	args := append([]string{"dev", "--data-dir", t.TempDir(), "--listen", d.public, "--internal-listen", d.internal,
+		"--metrics-listen=", "--sink=false", "--shutdown-timeout", "2s"}, extra...)
+	p := start(t, exec.Command(bin, args...), []string{"BATON_API_KEY=" + apiKey})
+	deadline := time.Now().Add(15 * time.Second)
+	for _, addr := range []string{d.public, d.internal} {
+		for {
+			res, err := http.Get("http://" + addr + "/readyz")
+			if err == nil {
+				res.Body.Close()
+				if res.StatusCode == http.StatusOK {
+					break
+				}
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("baton dev did not become ready on %s: %v\n%s", addr, err, p.out.String())
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	return d
+}
+
+// proc is a child process whose output is kept for failure messages.
+type proc struct {
+	cmd  *exec.Cmd
+	out  *syncBuffer
+	done chan struct{} // closed when the process exited; err is then its Wait error
+	err  error
+}
+
+func start(t *testing.T, cmd *exec.Cmd, env []string) *proc {
+	t.Helper()
+	p := &proc{cmd: cmd, out: &syncBuffer{}, done: make(chan struct{})}
+	cmd.Env = append(os.Environ(), env...)
+	cmd.Stdout, cmd.Stderr = p.out, p.out
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("start %s: %v", cmd.Path, err)
+	}
+	go func() { p.err = cmd.Wait(); close(p.done) }()
+	t.Cleanup(func() {
+		p.stop()
+		if t.Failed() {
+			t.Logf("output of %s:\n%s", strings.Join(cmd.Args, " "), p.out.String())
+		}
+	})
+	return p
+}
+
+// stop asks the process to stop (SIGINT), then kills it after 5 s.
+func (p *proc) stop() {
+	select {
+	case <-p.done:
+		return
+	default:
+	}
+	_ = p.cmd.Process.Signal(os.Interrupt)
+	select {
+	case <-p.done:
+	case <-time.After(5 * time.Second):
+		_ = p.cmd.Process.Kill()
+		<-p.done
+	}
+}
+
+// wait waits for a worker that was told --max-tasks to exit by itself, successfully.
+func (p *proc) wait(t *testing.T) {
+	t.Helper()
+	select {
+	case <-p.done:
+		if p.err != nil {
+			t.Fatalf("%s exited with %v:\n%s", strings.Join(p.cmd.Args, " "), p.err, p.out.String())
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatalf("%s did not stop after its --max-tasks:\n%s", strings.Join(p.cmd.Args, " "), p.out.String())
+	}
+}
+
+// startPython starts a Python example with the server's URLs (when d is not nil) in its environment.
+func startPython(t *testing.T, d *dev, py, script string, env []string, args ...string) *proc {
+	t.Helper()
+	if d != nil {
+		env = append([]string{"BATON_URL=http://" + d.public, "BATON_INTERNAL_URL=http://" + d.internal}, env...)
+	}
+	return start(t, exec.Command(py, append([]string{script}, args...)...), env)
+}
+
+// runProducer runs producer.py on the job document, expects the exit status, and returns the
+// final job view it printed and its stderr.
+func runProducer(t *testing.T, d *dev, py, script, doc string, wantExit int, args ...string) (map[string]any, string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, py, append([]string{script, "--timeout", "25", "-"}, args...)...)
+	cmd.Env = append(os.Environ(), "BATON_URL=http://"+d.public, "BATON_API_KEY="+apiKey)
+	cmd.Stdin = strings.NewReader(doc)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err := cmd.Run()
+	code := 0
+	if exit, ok := err.(*exec.ExitError); ok {
+		code = exit.ExitCode()
+	} else if err != nil {
+		t.Fatalf("producer.py: %v\n%s", err, stderr.String())
+	}
+	var job map[string]any
+	if jerr := json.Unmarshal(stdout.Bytes(), &job); jerr != nil || code != wantExit {
+		t.Fatalf("producer.py exited %d (want %d), %v; stdout:\n%s\nstderr:\n%s", code, wantExit, jerr, stdout.String(), stderr.String())
+	}
+	return job, stderr.String()
+}
+
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+func waitListening(t *testing.T, addr string) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		if c, err := net.Dial("tcp", addr); err == nil {
+			c.Close()
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("nothing listens on %s", addr)
+		}
+	}
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
