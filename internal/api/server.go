@@ -164,10 +164,12 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 }
 
 // writeError answers err with its status code and a JSON body that always has an "error" field.
-// Internal errors are logged, and the client sees only a generic text.
+// Internal errors are logged, and the client sees only a generic text. A 501 is a deliberate
+// answer (this server is not set up for what was asked, such as storage credentials without
+// STS), not a failure: it is not logged as one.
 func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 	he := s.toHTTP(err)
-	if he.status >= 500 {
+	if he.status >= 500 && he.status != http.StatusNotImplemented {
 		s.log.ErrorContext(r.Context(), "request failed", "method", r.Method, "path", r.URL.Path, "err", err)
 	}
 	for k, v := range he.header {
