@@ -9,7 +9,6 @@ import (
 	"io"
 	"os"
 	"path/filepath"
-	"slices"
 	"text/tabwriter"
 	"time"
 
@@ -67,19 +66,9 @@ func newAPIKeyView(k *store.APIKey) apiKeyView {
 }
 
 func runAPIKey(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	if len(args) == 0 {
-		fmt.Fprint(stderr, apikeyUsage)
-		return 2
-	}
-	cmd := args[0]
-	switch cmd {
-	case "help", "-h", "--help":
-		fmt.Fprint(stdout, apikeyUsage)
-		return 0
-	}
-	if !slices.Contains(apikeyCommands, cmd) {
-		fmt.Fprintf(stderr, "baton apikey: unknown command %q\n\n%s", cmd, apikeyUsage)
-		return 2
+	cmd, code, ok := subcommand("apikey", apikeyUsage, apikeyCommands, args, stdout, stderr)
+	if !ok {
+		return code
 	}
 	fs := flag.NewFlagSet("baton apikey "+cmd, flag.ContinueOnError)
 	fs.SetOutput(stderr)

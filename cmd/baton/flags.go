@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"flag"
+	"fmt"
 	"io"
 	"slices"
 )
@@ -49,4 +50,24 @@ func groupNames[F any](cmds map[string]F) []string {
 	}
 	slices.Sort(names)
 	return names
+}
+
+// subcommand reads the word after a command group (`baton apikey create`): it answers the group's
+// help itself (exit 0) and refuses no word or an unknown one with the usage (exit 2); ok says that
+// cmd is one of commands and the caller goes on.
+func subcommand(group, usage string, commands []string, args []string, stdout, stderr io.Writer) (cmd string, code int, ok bool) {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, usage)
+		return "", 2, false
+	}
+	switch args[0] {
+	case "help", "-h", "--help":
+		fmt.Fprint(stdout, usage)
+		return "", 0, false
+	}
+	if !slices.Contains(commands, args[0]) {
+		fmt.Fprintf(stderr, "baton %s: unknown command %q\n\n%s", group, args[0], usage)
+		return "", 2, false
+	}
+	return args[0], 0, true
 }

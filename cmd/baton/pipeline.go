@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"slices"
 	"strconv"
 	"strings"
@@ -92,21 +93,11 @@ type (
 // runGroup dispatches to one command of a group.
 func runGroup(ctx context.Context, group, usage string, cmds map[string]func(context.Context, *jobCmd, []string) int,
 	args []string, stdout, stderr io.Writer) int {
-	if len(args) == 0 {
-		fmt.Fprint(stderr, usage)
-		return 2
-	}
-	switch args[0] {
-	case "help", "-h", "--help":
-		fmt.Fprint(stdout, usage)
-		return 0
-	}
-	fn, ok := cmds[args[0]]
+	cmd, code, ok := subcommand(group, usage, slices.Collect(maps.Keys(cmds)), args, stdout, stderr)
 	if !ok {
-		fmt.Fprintf(stderr, "baton %s: unknown command %q\n\n%s", group, args[0], usage)
-		return 2
+		return code
 	}
-	return fn(ctx, newJobCmd(ctx, group, args[0], stdout, stderr), args[1:])
+	return cmds[cmd](ctx, newJobCmd(ctx, group, cmd, stdout, stderr), args[1:])
 }
 
 func pipelineDeploy(ctx context.Context, c *jobCmd, args []string) int {

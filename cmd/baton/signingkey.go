@@ -61,19 +61,9 @@ func signingKeyViews(keys []*store.SigningKey) []signingKeyView {
 }
 
 func runSigningKey(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	if len(args) == 0 {
-		fmt.Fprint(stderr, signingKeyUsage)
-		return 2
-	}
-	cmd := args[0]
-	switch cmd {
-	case "help", "-h", "--help":
-		fmt.Fprint(stdout, signingKeyUsage)
-		return 0
-	}
-	if !slices.Contains(signingKeyCommands, cmd) {
-		fmt.Fprintf(stderr, "baton signing-key: unknown command %q\n\n%s", cmd, signingKeyUsage)
-		return 2
+	cmd, code, ok := subcommand("signing-key", signingKeyUsage, signingKeyCommands, args, stdout, stderr)
+	if !ok {
+		return code
 	}
 	fs := flag.NewFlagSet("baton signing-key "+cmd, flag.ContinueOnError)
 	fs.SetOutput(stderr)

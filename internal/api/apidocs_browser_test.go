@@ -7,7 +7,6 @@ import (
 	"net/http/httptest"
 	"net/url"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -17,26 +16,9 @@ import (
 	"github.com/chromedp/cdproto/network"
 	"github.com/chromedp/cdproto/page"
 	"github.com/chromedp/chromedp"
-)
 
-// docsChromePath finds the browser of the browser test as the dashboard's tests do:
-// BATON_TEST_CHROME, or Chromium or Chrome on the PATH. Without one the test skips, except in CI.
-func docsChromePath(t *testing.T) string {
-	t.Helper()
-	if p := os.Getenv("BATON_TEST_CHROME"); p != "" {
-		return p
-	}
-	for _, name := range []string{"chromium", "chromium-browser", "google-chrome", "google-chrome-stable"} {
-		if p, err := exec.LookPath(name); err == nil {
-			return p
-		}
-	}
-	if os.Getenv("CI") != "" {
-		t.Fatal("no Chromium found in CI: .ci/run installs Debian's chromium package")
-	}
-	t.Skip("no Chromium or Chrome on the PATH (apt-get install chromium, or set BATON_TEST_CHROME): the browser test skips")
-	return ""
-}
+	"github.com/baton-dev/baton/internal/browsertest"
+)
 
 // docsCSPRecorder is run in the page before its own scripts: it keeps every violation of the
 // Content-Security-Policy, so that the test sees what the policy blocked.
@@ -47,7 +29,7 @@ document.addEventListener('securitypolicyviolation', e => window.__cspViolations
 // proxy that serves the listener under a path prefix: Redoc renders the document's operations,
 // no request leaves the test server, and the page's policy blocks nothing Redoc needs.
 func TestDocsAPIInBrowser(t *testing.T) {
-	chrome := docsChromePath(t)
+	chrome := browsertest.ChromePath(t)
 	s := openAPIServer()
 	doc, _ := fetchOpenAPI(t, s)
 	summary, _ := doc["paths"].(map[string]any)["/jobs"].(map[string]any)["post"].(map[string]any)["summary"].(string)

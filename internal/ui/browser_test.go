@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -12,35 +11,17 @@ import (
 
 	"github.com/chromedp/chromedp"
 
+	"github.com/baton-dev/baton/internal/browsertest"
 	"github.com/baton-dev/baton/internal/lifecycle"
 	"github.com/baton-dev/baton/internal/store"
 )
-
-// chromePath finds the browser of the browser tests: BATON_TEST_CHROME, or Chromium or Chrome on
-// the PATH. Without one the tests skip, except in CI, where .ci/run installs Debian's chromium.
-func chromePath(t testing.TB) string {
-	t.Helper()
-	if p := os.Getenv("BATON_TEST_CHROME"); p != "" {
-		return p
-	}
-	for _, name := range []string{"chromium", "chromium-browser", "google-chrome", "google-chrome-stable"} {
-		if p, err := exec.LookPath(name); err == nil {
-			return p
-		}
-	}
-	if os.Getenv("CI") != "" {
-		t.Fatal("no Chromium found in CI: .ci/run installs Debian's chromium package")
-	}
-	t.Skip("no Chromium or Chrome on the PATH (apt-get install chromium, or set BATON_TEST_CHROME): the browser tests skip")
-	return ""
-}
 
 // browser is a headless Chromium tab for one test. When the test fails it saves a screenshot of
 // the page under a temporary directory of the test's, which it keeps and names in the log.
 func browser(t *testing.T) context.Context {
 	t.Helper()
 	opts := append(chromedp.DefaultExecAllocatorOptions[:],
-		chromedp.ExecPath(chromePath(t)),
+		chromedp.ExecPath(browsertest.ChromePath(t)),
 		chromedp.NoSandbox, // CI runs as root, where Chromium's sandbox cannot start
 		chromedp.DisableGPU,
 		chromedp.WindowSize(1400, 900),
