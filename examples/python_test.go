@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"reflect"
+	"sort"
 	"strings"
 	"sync"
 	"testing"
@@ -137,6 +138,211 @@ func TestPythonExamples(t *testing.T) {
 		checkOutputs(t, job, "task-scoped", true)
 		w.stop()
 	})
+
+	t.Run("sink", func(t *testing.T) { testSink(t, bin, py, script) })
+}
+
+// sinkPipeline has one manual source job whose output 0 is the buffered dataset py_sink_alerts.
+const sinkPipeline = `name: py_sink
+jobs:
+  - name: emit
+    activation: source
+    runtime: ecs_platform
+    operator: py-emit
+    outputs: 1
+    source: {kind: manual}
+publish:
+  py_sink_alerts:
+    from: {job: emit, output: 0}
+    write_mode: buffered
+    schema:
+      columns:
+        - {name: dedupe_key, type: string, required: true}
+        - {name: severity, type: string, required: true}
+        - {name: n, type: integer}
+        - {name: seen_at, type: timestamp}
+      unique: [dedupe_key]
+    filter_fields: [severity]
+`
+
+// sinkRun is the run's input: the batches buffer_publisher.py writes. The second batch repeats k3
+// (its unique key), the third has a bad row on line 2.
+const sinkRun = `{"batches":[
+ [{"dedupe_key":"k1","severity":"high","n":1,"seen_at":"2026-11-24T23:01:02.5+01:00"},
+  {"dedupe_key":"k2","severity":"low","n":2.0,"org_id":"not-the-tenant"},
+  {"dedupe_key":"k3","severity":"low","n":2e3}],
+ [{"dedupe_key":"k3","severity":"high","n":99},{"dedupe_key":"k4","severity":"high"}],
+ [{"dedupe_key":"k5","severity":"high"},{"dedupe_key":"k6","severity":7}]]}`
+
+// testSink deploys a pipeline with a buffered dataset, runs buffer_publisher.py for a task of it,
+// then sink.py twice on one SQLite database: first told to crash between its load and its commit,
+// then to the end. Each row must be in the database once, the redelivered batch must be committed
+// from the sink's ledger, the bad batch failed, and Baton must show the two commits' dataset events.
+func testSink(t *testing.T, bin, py string, script func(string) string) {
+	d := startDev(t, bin) // --sink=false: Baton's own sink leaves the batches to sink.py
+	blobURL := "file://" + filepath.Join(d.dataDir, "blobs") + "/"
+	status, deployed := apiCall(t, d, "POST", "/pipelines", "application/yaml", sinkPipeline)
+	if status != http.StatusCreated {
+		t.Fatalf("deploy: %d %v", status, deployed)
+	}
+	dsUUID := deployed["jobs"].([]any)[0].(map[string]any)["outputs"].([]any)[0].(map[string]any)["dataset_uuid"].(string)
+	status, run := apiCall(t, d, "POST", "/pipelines/py_sink/jobs/emit/run", "application/json", sinkRun)
+	if status != http.StatusCreated {
+		t.Fatalf("run: %d %v", status, run)
+	}
+	taskID := run["task_id"].(string)
+	env := []string{"BATON_INTERNAL_URL=http://" + d.internal, "BATON_BLOB_URL=" + blobURL}
+
+	out := runPython(t, py, env, 0, script("buffer_publisher.py"), "--task-id", taskID, "--republish")
+	lines := jsonLines(t, out)
+	if len(lines) != 5 || lines[3]["answer"].(map[string]any)["duplicate"] != true || lines[4]["status"] != "Completed" {
+		t.Fatalf("buffer_publisher.py printed %v; want 3 publishes, a duplicate one and Completed", lines)
+	}
+	for _, l := range lines[:3] {
+		if l["answer"].(map[string]any)["duplicate"] != false {
+			t.Fatalf("first publish of %v answered %v", l["batch_uri"], l["answer"])
+		}
+	}
+
+	db := filepath.Join(t.TempDir(), "sink.db")
+	runPython(t, py, env, 4, script("sink.py"), "--db", db, "--crash-after-load", "--max", "1", "--visibility", "1", "--wait", "2")
+	settled := jsonLines(t, runPython(t, py, env, 0, script("sink.py"), "--db", db, "--max-batches", "3", "--visibility", "1", "--wait", "5"))
+
+	// Each message's first settlement: two commits (one of them the redelivered, already loaded
+	// batch, with the ledger's result), and the bad batch failed.
+	first := map[float64]map[string]any{}
+	for _, s := range settled {
+		if _, ok := first[s["id"].(float64)]; !ok {
+			first[s["id"].(float64)] = s
+		}
+	}
+	var cursors []float64
+	inserted, reloaded := 0.0, 0
+	var badID float64
+	for id, s := range first {
+		switch s["outcome"] {
+		case "committed":
+			cursors = append(cursors, s["cursor"].(float64))
+			inserted += s["inserted"].(float64)
+			if s["reloaded"] == true {
+				reloaded++
+				if s["receive_count"].(float64) < 2 {
+					t.Errorf("message %v was reloaded at receive %v", id, s["receive_count"])
+				}
+			}
+		case "failed":
+			badID = id
+			if s["error"] != `row 2: column "severity" must be a string` {
+				t.Errorf("bad batch failed with %q", s["error"])
+			}
+		default:
+			t.Errorf("message %v: %v", id, s)
+		}
+	}
+	sort.Float64s(cursors)
+	if len(first) != 3 || badID == 0 || !reflect.DeepEqual(cursors, []float64{1, 2}) || inserted != 4 || reloaded != 1 {
+		t.Fatalf("sink.py settled %v; want two commits (cursors 1 and 2, 4 rows, one redelivered) and one failure", settled)
+	}
+
+	// The rows, once each, with the claim's tenant (org_id of a row is ignored).
+	dump := runPython(t, py, nil, 0, "-c", `import json, sqlite3, sys
+db = sqlite3.connect(sys.argv[1])
+print(json.dumps([list(r) for r in db.execute(
+    "SELECT org_id, dedupe_key, severity, n, seen_at FROM ds_`+strings.ReplaceAll(dsUUID, "-", "")+` ORDER BY dedupe_key")]))`, db)
+	want := `[["default", "k1", "high", 1, "2026-11-24T22:01:02.500000Z"], ["default", "k2", "low", 2, null], ` +
+		`["default", "k3", "low", 2000, null], ["default", "k4", "high", null, null]]`
+	if strings.TrimSpace(dump) != want {
+		t.Fatalf("sink.db rows:\n%s\nwant\n%s", dump, want)
+	}
+
+	// Baton's side: a dataset event per commit that added rows, made by the publishing task; the
+	// committed batches are committed (a retry of them is refused as such), the bad one queued.
+	_, view := apiCall(t, d, "GET", "/datasets/py_sink_alerts", "", "")
+	var eventCursors []float64
+	for _, raw := range view["recent_events"].([]any) {
+		ev := raw.(map[string]any)
+		if ev["task_id"] != taskID {
+			t.Errorf("dataset event %v is not the publishing task's", ev)
+		}
+		eventCursors = append(eventCursors, ev["cursor"].(float64))
+	}
+	sort.Float64s(eventCursors)
+	if !reflect.DeepEqual(eventCursors, []float64{1, 2}) {
+		t.Fatalf("dataset events: %v; want cursors 1 and 2", view["recent_events"])
+	}
+	for id, s := range first {
+		state := "committed"
+		if id == badID {
+			state = "queued"
+		}
+		status, answer := apiCall(t, d, "POST", fmt.Sprintf("/datasets/py_sink_alerts/dead-letters/%v/retry", id), "", "")
+		if msg := fmt.Sprintf("batch %v is %s, not dead-lettered", id, state); status != http.StatusBadRequest || answer["error"] != msg {
+			t.Errorf("retry of batch %v (%v): %d %v; want 400 %q", id, s["outcome"], status, answer, msg)
+		}
+	}
+	if _, job := apiCall(t, d, "GET", "/jobs/"+run["job_id"].(string), "", ""); job["status"] != "completed" {
+		t.Errorf("the publishing job is %v", job["status"])
+	}
+}
+
+// apiCall sends a request with the API key to the public listener and decodes the JSON answer.
+func apiCall(t *testing.T, d *dev, method, path, contentType, body string) (int, map[string]any) {
+	t.Helper()
+	req, err := http.NewRequest(method, "http://"+d.public+path, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("x-api-key", apiKey)
+	if contentType != "" {
+		req.Header.Set("Content-Type", contentType)
+	}
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatalf("%s %s: %v", method, path, err)
+	}
+	defer res.Body.Close()
+	var v map[string]any
+	if err := json.NewDecoder(res.Body).Decode(&v); err != nil {
+		t.Fatalf("%s %s: %d, not JSON: %v", method, path, res.StatusCode, err)
+	}
+	return res.StatusCode, v
+}
+
+// runPython runs a Python program to its end (at most 20 s), expects the exit status and returns
+// its stdout.
+func runPython(t *testing.T, py string, env []string, wantExit int, args ...string) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, py, args...)
+	cmd.Env = append(os.Environ(), env...)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err := cmd.Run()
+	code := 0
+	if exit, ok := err.(*exec.ExitError); ok {
+		code = exit.ExitCode()
+	} else if err != nil {
+		t.Fatalf("%v: %v\n%s", args, err, stderr.String())
+	}
+	if code != wantExit {
+		t.Fatalf("%v exited %d, want %d; stdout:\n%s\nstderr:\n%s", args, code, wantExit, stdout.String(), stderr.String())
+	}
+	return stdout.String()
+}
+
+// jsonLines decodes one JSON object per line.
+func jsonLines(t *testing.T, out string) []map[string]any {
+	t.Helper()
+	var lines []map[string]any
+	for _, l := range strings.Split(strings.TrimSpace(out), "\n") {
+		var v map[string]any
+		if err := json.Unmarshal([]byte(l), &v); err != nil {
+			t.Fatalf("not a JSON line: %q: %v", l, err)
+		}
+		lines = append(lines, v)
+	}
+	return lines
 }
 
 // dagJob is the three-task job every subtest submits: a → b, and c after both.
@@ -194,14 +400,14 @@ func buildBaton(t *testing.T) string {
 
 const apiKey = "py-examples-key-0123456789"
 
-type dev struct{ public, internal string }
+type dev struct{ public, internal, dataDir string }
 
 // startDev starts `baton dev` on free ports with a fresh data directory and waits until both
 // listeners answer /readyz.
 func startDev(t *testing.T, bin string, extra ...string) *dev {
 	t.Helper()
-	d := &dev{public: freeAddr(t), internal: freeAddr(t)}
-	args := append([]string{"dev", "--data-dir", t.TempDir(), "--listen", d.public, "--internal-listen", d.internal,
+	d := &dev{public: freeAddr(t), internal: freeAddr(t), dataDir: t.TempDir()}
+	args := append([]string{"dev", "--data-dir", d.dataDir, "--listen", d.public, "--internal-listen", d.internal,
 		"--metrics-listen=", "--sink=false", "--shutdown-timeout", "2s"}, extra...)
 	p := start(t, exec.Command(bin, args...), []string{"BATON_API_KEY=" + apiKey})
 	deadline := time.Now().Add(15 * time.Second)
