@@ -92,9 +92,6 @@ type claimsKey struct{}
 // tokenFence.
 func (s *Server) withTaskToken(header string, h handler) handler {
 	return func(w http.ResponseWriter, r *http.Request) (any, error) {
-		if s.tokens == nil {
-			return nil, errorf(http.StatusServiceUnavailable, "this server was started without task tokens (api.Config.Tokens): it cannot authenticate workers")
-		}
 		raw := r.Header.Get(header)
 		if header == "Authorization" {
 			scheme, token, ok := strings.Cut(raw, " ")
@@ -103,6 +100,10 @@ func (s *Server) withTaskToken(header string, h handler) handler {
 			} else {
 				raw = strings.TrimSpace(token)
 			}
+		}
+		if s.tokens == nil && raw != "" {
+			// No store to verify against: a request without a token is still a 401 (below).
+			return nil, errorf(http.StatusServiceUnavailable, "this server was started without task tokens (api.Config.Tokens): it cannot authenticate workers")
 		}
 		c, err := s.tokens.Verify(r.Context(), raw)
 		if err != nil {
