@@ -312,10 +312,19 @@ func apiCall(t *testing.T, d *dev, method, path, contentType, body string) (int,
 // its stdout.
 func runPython(t *testing.T, py string, env []string, wantExit int, args ...string) string {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	stdout, _ := runPythonWith(t, py, env, "", 20*time.Second, wantExit, args...)
+	return stdout
+}
+
+// runPythonWith runs a Python program to its end, within timeout, with stdin, expects the exit
+// status and returns its stdout and stderr.
+func runPythonWith(t *testing.T, py string, env []string, stdin string, timeout time.Duration, wantExit int, args ...string) (string, string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, py, args...)
 	cmd.Env = append(os.Environ(), env...)
+	cmd.Stdin = strings.NewReader(stdin)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	err := cmd.Run()
@@ -328,7 +337,7 @@ func runPython(t *testing.T, py string, env []string, wantExit int, args ...stri
 	if code != wantExit {
 		t.Fatalf("%v exited %d, want %d; stdout:\n%s\nstderr:\n%s", args, code, wantExit, stdout.String(), stderr.String())
 	}
-	return stdout.String()
+	return stdout.String(), stderr.String()
 }
 
 // jsonLines decodes one JSON object per line.
@@ -497,25 +506,13 @@ func startPython(t *testing.T, d *dev, py, script string, env []string, args ...
 // final job view it printed and its stderr.
 func runProducer(t *testing.T, d *dev, py, script, doc string, wantExit int, args ...string) (map[string]any, string) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, py, append([]string{script, "--timeout", "25", "-"}, args...)...)
-	cmd.Env = append(os.Environ(), "BATON_URL=http://"+d.public, "BATON_API_KEY="+apiKey)
-	cmd.Stdin = strings.NewReader(doc)
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	err := cmd.Run()
-	code := 0
-	if exit, ok := err.(*exec.ExitError); ok {
-		code = exit.ExitCode()
-	} else if err != nil {
-		t.Fatalf("producer.py: %v\n%s", err, stderr.String())
-	}
+	env := []string{"BATON_URL=http://" + d.public, "BATON_API_KEY=" + apiKey}
+	stdout, stderr := runPythonWith(t, py, env, doc, 30*time.Second, wantExit, append([]string{script, "--timeout", "25", "-"}, args...)...)
 	var job map[string]any
-	if jerr := json.Unmarshal(stdout.Bytes(), &job); jerr != nil || code != wantExit {
-		t.Fatalf("producer.py exited %d (want %d), %v; stdout:\n%s\nstderr:\n%s", code, wantExit, jerr, stdout.String(), stderr.String())
+	if err := json.Unmarshal([]byte(stdout), &job); err != nil {
+		t.Fatalf("producer.py printed no job view: %v; stdout:\n%s\nstderr:\n%s", err, stdout, stderr)
 	}
-	return job, stderr.String()
+	return job, stderr
 }
 
 func freeAddr(t *testing.T) string {
