@@ -84,15 +84,9 @@ func runAPIKey(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	case "list":
 		out = registerOutput(fs)
 	}
-	if p, ok := ctx.Value(flagSetKey{}).(**flag.FlagSet); ok {
-		*p = fs // flagSetOf: the flags only
-		return 0
-	}
-	pos, err := parseInterleaved(fs, args[1:])
-	if errors.Is(err, flag.ErrHelp) {
-		return 0
-	} else if err != nil {
-		return 2
+	pos, code, ok := parseWords(ctx, fs, args[1:])
+	if !ok {
+		return code
 	}
 	usageErr := func(format string, a ...any) int {
 		fmt.Fprintf(stderr, "baton apikey %s: %s\n", cmd, fmt.Sprintf(format, a...))

@@ -30,6 +30,23 @@ func parseFlags(ctx context.Context, fs *flag.FlagSet, args []string) (int, bool
 	return 0, true
 }
 
+// parseWords is parseFlags for commands that also take positional words: flags may come before,
+// between or after them, and it returns the words.
+func parseWords(ctx context.Context, fs *flag.FlagSet, args []string) ([]string, int, bool) {
+	if p, ok := ctx.Value(flagSetKey{}).(**flag.FlagSet); ok {
+		*p = fs
+		return nil, 0, false
+	}
+	pos, err := parseInterleaved(fs, args)
+	if err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return nil, 0, false
+		}
+		return nil, 2, false // the flag package has printed the error and the usage
+	}
+	return pos, 0, true
+}
+
 // flagSetOf returns the flag set that the command c defines after the words args (its subcommand),
 // without running it.
 func flagSetOf(c command, args ...string) (*flag.FlagSet, error) {

@@ -59,12 +59,11 @@ type jobCmd struct {
 	url, key       string
 	out            *outputFormat // -o, when the command has it
 	stdout, stderr io.Writer
-	flagsOnly      **flag.FlagSet // set by flagSetOf: hand the flag set over instead of running
+	ctx            context.Context // flagSetOf's: hand the flag set over instead of running
 }
 
 func newJobCmd(ctx context.Context, group, name string, stdout, stderr io.Writer) *jobCmd {
-	c := &jobCmd{group: group, name: name, stdout: stdout, stderr: stderr}
-	c.flagsOnly, _ = ctx.Value(flagSetKey{}).(**flag.FlagSet)
+	c := &jobCmd{group: group, name: name, stdout: stdout, stderr: stderr, ctx: ctx}
 	c.fs = flag.NewFlagSet("baton "+group+" "+name, flag.ContinueOnError)
 	c.fs.SetOutput(stderr)
 	c.fs.StringVar(&c.url, "url", "", "server URL (env BATON_URL, default "+jobDefaultURL+")")
@@ -77,16 +76,9 @@ func newJobCmd(ctx context.Context, group, name string, stdout, stderr io.Writer
 // there are exactly len(names) of the latter. It returns false and the exit code when the command
 // must stop.
 func (c *jobCmd) parse(args []string, names ...string) ([]string, int, bool) {
-	if c.flagsOnly != nil {
-		*c.flagsOnly = c.fs
-		return nil, 0, false
-	}
-	pos, err := parseInterleaved(c.fs, args)
-	if err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return nil, 0, false
-		}
-		return nil, 2, false // the flag package has printed the error and the usage
+	pos, code, ok := parseWords(c.ctx, c.fs, args)
+	if !ok {
+		return nil, code, false
 	}
 	if len(pos) != len(names) {
 		want := "no arguments"

@@ -77,15 +77,9 @@ func runSigningKey(ctx context.Context, args []string, stdout, stderr io.Writer)
 	case "retire":
 		force = fs.Bool("force", false, "retire the key even though it signs now (every live token it signed fails)")
 	}
-	if p, ok := ctx.Value(flagSetKey{}).(**flag.FlagSet); ok {
-		*p = fs // flagSetOf: the flags only
-		return 0
-	}
-	pos, err := parseInterleaved(fs, args[1:])
-	if errors.Is(err, flag.ErrHelp) {
-		return 0
-	} else if err != nil {
-		return 2
+	pos, code, ok := parseWords(ctx, fs, args[1:])
+	if !ok {
+		return code
 	}
 	usageErr := func(format string, a ...any) int {
 		fmt.Fprintf(stderr, "baton signing-key %s: %s\n", cmd, fmt.Sprintf(format, a...))
