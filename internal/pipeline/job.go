@@ -48,7 +48,7 @@ func (w *walker) job(n *node, path string, i int, dc *docContext, def Defaults) 
 		j.Queue, _ = w.name(v, child(path, "queue"), operatorRE)
 	}
 	if v := w.required(n, path, "outputs"); v != nil {
-		j.Outputs, _ = w.intRange(v, child(path, "outputs"), 0, maxOutputs)
+		j.Outputs, _ = w.intRange(v, child(path, "outputs"), 0, MaxOutputs)
 	}
 
 	w.jobInputs(n, path, &j, dc)
@@ -115,9 +115,6 @@ func marshalConfig(n *node) json.RawMessage {
 	_ = enc.Encode(n.toAny()) // a tree always encodes
 	return bytes.TrimSuffix(buf.Bytes(), []byte("\n"))
 }
-
-// maxOutputs bounds a job's outputs: each one is a dataset of its own.
-const maxOutputs = 1000
 
 // nonEmpty reads the required, non-empty string key of the map m.
 func (w *walker) nonEmpty(m *node, path, key string) string {

@@ -2,6 +2,29 @@ package pipeline
 
 import "cmp"
 
+// Limits of a document's size. What a deploy creates in the databases is bounded by them: a
+// buffered dataset is a table with an index per declared index, created by the deploy in one
+// transaction of the data database, and every job output is a row of the store written in the
+// deploy's transaction. They keep one deploy to a short transaction on either database, and
+// every statement it makes within the databases' own limits (PostgreSQL allows 1,600 columns in
+// a table and 32 in an index, SQLite 2,000 of each and 32,766 parameters in a statement).
+const (
+	// MaxColumns bounds the columns of a schema.
+	MaxColumns = 256
+	// MaxKeyColumns bounds the columns of a schema's unique key, and of each of its indexes.
+	MaxKeyColumns = 16
+	// MaxIndexes bounds the indexes a schema declares.
+	MaxIndexes = 32
+	// MaxOutputs bounds a job's outputs: each one is a dataset of its own.
+	MaxOutputs = 64
+	// MaxBufferedDatasets bounds the buffered datasets a document publishes: each is a table of
+	// up to MaxColumns columns and MaxIndexes indexes that the deploy creates or migrates.
+	MaxBufferedDatasets = 16
+	// MaxDatasets bounds the datasets a document creates or names: its jobs' outputs, its
+	// buffered datasets, and the other pipelines' datasets its inputs read.
+	MaxDatasets = 1000
+)
+
 // limitKeys are the fields a job shares with the document's defaults.
 var limitKeys = []string{
 	"heartbeat_timeout_seconds", "max_attempts", "priority",

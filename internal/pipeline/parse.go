@@ -85,7 +85,37 @@ func (w *walker) document(root *node) *Document {
 		w.cycles(jobsNode, doc, dc)
 	}
 	w.list = append(w.list, pw.list...)
+	w.size(root, doc)
 	return doc
+}
+
+// size checks the limits of the document as a whole: how many buffered datasets it publishes,
+// and how many datasets it creates or names in all.
+func (w *walker) size(root *node, doc *Document) {
+	buffered := 0
+	for _, p := range doc.Publish {
+		if p.WriteMode == WriteBuffered {
+			buffered++
+		}
+	}
+	if buffered > MaxBufferedDatasets {
+		w.node(root.lookup("publish"), "publish", "a document may publish at most %d buffered datasets, not %d",
+			MaxBufferedDatasets, buffered)
+	}
+	outputs := 0
+	read := map[string]bool{}
+	for _, j := range doc.Jobs {
+		outputs += j.Outputs
+		for _, in := range j.Inputs {
+			if ds := in.From.Dataset; ds != "" && doc.Publish[ds] == nil {
+				read[ds] = true
+			}
+		}
+	}
+	if total := outputs + buffered + len(read); total > MaxDatasets {
+		w.at("", 0, "a document may create or name at most %d datasets, not %d: %s, %s and %s of other pipelines read by its inputs",
+			MaxDatasets, total, plural(outputs, "job output"), plural(buffered, "buffered dataset"), plural(len(read), "dataset"))
+	}
 }
 
 // docContext is what checks of one part of a document need to know of the others.

@@ -119,14 +119,6 @@ var columnTypes = map[string]string{
 	TypeJSON: TypeJSON, "jsonb": TypeJSON,
 }
 
-// Limits of a row schema. A buffered dataset's table has three columns of Baton's own (_row,
-// org_id, _batch) besides the schema's, and every index of it starts with org_id; PostgreSQL
-// allows 1,600 columns in a table and 32 in an index (SQLite allows 2,000 of each).
-const (
-	MaxColumns    = 1597 // columns of a schema
-	MaxKeyColumns = 31   // columns of its unique key, and of each of its indexes
-)
-
 func (w *walker) schema(n *node, path string, buffered bool) *Schema {
 	if !w.object(n, path, "columns", "unique", "indexes") {
 		return nil
@@ -146,6 +138,9 @@ func (w *walker) schema(n *node, path string, buffered bool) *Schema {
 		if v.kind != kindList {
 			w.node(v, p, "must be a list of lists of columns")
 		} else {
+			if len(v.list) > MaxIndexes {
+				w.node(v, p, "must list at most %d indexes, not %d", MaxIndexes, len(v.list))
+			}
 			for i, c := range v.list {
 				s.Indexes = append(s.Indexes, w.columnList(c, index(p, i), s))
 			}

@@ -21,6 +21,15 @@ func manyColumns(n int) (columns, names string) {
 	return "[" + strings.Join(cs, ", ") + "]", "[" + strings.Join(ns, ", ") + "]"
 }
 
+// indexList is a flow list of n indexes of one column each, on columns c0, c1, ... in turn.
+func indexList(n int) string {
+	var ix []string
+	for i := range n {
+		ix = append(ix, fmt.Sprintf("[c%d]", i%MaxKeyColumns))
+	}
+	return "[" + strings.Join(ix, ", ") + "]"
+}
+
 func TestPublishRules(t *testing.T) {
 	t.Parallel()
 	const cols = `columns: [{name: dedupe_key, type: string, required: true}, {name: level, type: text}]`
@@ -88,6 +97,11 @@ func TestPublishRules(t *testing.T) {
 			` schema: {columns: ` + keyCols2 + `, unique: ` + tooLongKey + `, indexes: [[c0], ` + tooLongKey + `]}}}`),
 			[]string{fmt.Sprintf(`publish.a.schema.unique: must list at most %d columns, not %d`, MaxKeyColumns, MaxKeyColumns+1),
 				fmt.Sprintf(`publish.a.schema.indexes[1]: must list at most %d columns, not %d`, MaxKeyColumns, MaxKeyColumns+1)}},
+		{"at most MaxIndexes indexes", pub(`{a: {from: {job: src, output: 0}, write_mode: buffered,` +
+			` schema: {columns: ` + keyCols + `, unique: [c0], indexes: ` + indexList(MaxIndexes) + `}}}`), nil},
+		{"not more", pub(`{a: {from: {job: src, output: 0}, write_mode: buffered,` +
+			` schema: {columns: ` + keyCols + `, unique: [c0], indexes: ` + indexList(MaxIndexes+1) + `}}}`),
+			[]string{fmt.Sprintf(`publish.a.schema.indexes: must list at most %d indexes, not %d`, MaxIndexes, MaxIndexes+1)}},
 		{"indexes are lists of lists", pub(`{a: {from: {job: src, output: 0}, schema: {` + cols + `, indexes: level}}}`),
 			[]string{`publish.a.schema.indexes: must be a list of lists of columns`}},
 		{"filter fields are columns when there is a schema", pub(`{a: {from: {job: src, output: 0}, schema: {` + cols + `}, filter_fields: [level, chain_id]}}`),
