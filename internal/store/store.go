@@ -311,6 +311,10 @@ type Tx interface {
 	// UpdateBufferPublish writes a publish's queue fields: State, ReceiveCount, VisibleAt,
 	// LastError, Cursor, RowsInserted and FinishedAt. ErrNotFound if there is no such record.
 	UpdateBufferPublish(ctx context.Context, p *BufferPublish) error
+	// ExtendBufferPublish sets the VisibleAt of publish id to visibleAt when it is queued and its
+	// ReceiveCount is receipt, so that only the latest receive of a message extends its claim; ok
+	// is false, and nothing changes, otherwise (also when there is no such record).
+	ExtendBufferPublish(ctx context.Context, id int64, receipt int, visibleAt time.Time) (ok bool, err error)
 
 	// NotifyReady tells other processes sharing the database, once this transaction commits, that
 	// a task became claimable. A no-op where one process owns the database.

@@ -184,6 +184,21 @@ func (t *tx) UpdateBufferPublish(ctx context.Context, p *store.BufferPublish) er
 	return nil
 }
 
+// ExtendBufferPublish implements store.Tx: one conditional update, so that the check of the
+// receipt and the write cannot be split by another claim.
+func (t *tx) ExtendBufferPublish(ctx context.Context, id int64, receipt int, visibleAt time.Time) (bool, error) {
+	res, err := t.exec(ctx, `UPDATE buffer_publishes SET visible_at = $3
+		WHERE id = $1 AND state = 'queued' AND receive_count = $2`, id, receipt, visibleAt.UnixMilli())
+	if err != nil {
+		return false, fmt.Errorf("extend buffer publish %d: %w", id, err)
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return false, fmt.Errorf("extend buffer publish %d: %w", id, err)
+	}
+	return n == 1, nil
+}
+
 // InsertSigningKey implements store.Keys.
 func (db *DB) InsertSigningKey(ctx context.Context, k *store.SigningKey) error {
 	err := db.writeTx(ctx, func(t *tx) error {

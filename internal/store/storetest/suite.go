@@ -75,6 +75,7 @@ func Run(t *testing.T, open func(t testing.TB) store.Store) {
 		{"RetentionResumedJobFollowsNormalRetention", testRetentionResumedJobFollowsNormalRetention},
 		{"RetentionBatchLimit", testRetentionBatchLimit},
 		{"RetentionKeepsLatestJobOfPipelineJob", testRetentionKeepsLatestJobOfPipelineJob},
+		{"ExtendBufferPublishIsFencedByTheReceipt", testExtendBufferPublishIsFencedByTheReceipt},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
