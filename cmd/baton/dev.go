@@ -31,6 +31,7 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	var f serverFlags
 	f.register(fs)
 	f.metricsListen, fs.Lookup("metrics-listen").DefValue = devMetricsListen, devMetricsListen
+	f.metricsOptional = true // an optional listener never stops the dev server
 	fs.BoolVar(&f.sink, "sink", true, "run a sink in this process, loading buffered batches (--sink=false: leave them to `baton sink` processes)")
 	if code, ok := configureFlags(ctx, fs, args); !ok {
 		return code
@@ -95,6 +96,9 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		ls.close()
 		fmt.Fprintf(stderr, "baton dev: --internal-listen %s is not a loopback address: without TLS anyone on the network could claim and report tasks; listen on 127.0.0.1, or serve it with mutual TLS (%s)\n", f.internalListen, internalTLSFlags)
 		return 2
+	}
+	for _, w := range ls.warnings {
+		fmt.Fprintln(stderr, "baton dev: warning:", w)
 	}
 	keyLine, devSecret, err := devKey(ctx, st, os.Getenv("BATON_API_KEY"))
 	if err != nil {

@@ -341,7 +341,7 @@ func checkJSONLines(t *testing.T, stderr *syncBuffer) {
 }
 
 // TestObservabilityFlags checks that bad --log-format and --metrics-listen values are usage
-// errors of every command that has them, and that a metrics port in use fails fast.
+// errors of every command that has them, and that a metrics port in use fails a server fast.
 func TestObservabilityFlags(t *testing.T) {
 	t.Parallel()
 	busy := freeAddr(t)
@@ -362,7 +362,8 @@ func TestObservabilityFlags(t *testing.T) {
 		{"sink log format", []string{"sink", "--log-format", ""}, 2, `invalid value "" for flag -log-format: want text or json`},
 		{"dev metrics address", []string{"dev", "--metrics-listen", "9090"}, 2, `invalid value "9090" for flag -metrics-listen: want HOST:PORT`},
 		{"server metrics port", []string{"server", "--metrics-listen", "127.0.0.1:99999"}, 2, `invalid value "127.0.0.1:99999" for flag -metrics-listen: port "99999"`},
-		{"metrics port in use", []string{"dev", "--listen", "127.0.0.1:0", "--internal-listen", "127.0.0.1:0", "--metrics-listen", busy}, 1, "--metrics-listen " + busy + ":"},
+		{"metrics port in use", []string{"server", "--database-url", unusedDatabaseURL, "--internal-insecure", "--listen", "127.0.0.1:0",
+			"--internal-listen", "127.0.0.1:0", "--metrics-listen", busy}, 1, "--metrics-listen " + busy + ":"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			args := tc.args
@@ -374,6 +375,35 @@ func TestObservabilityFlags(t *testing.T) {
 				t.Errorf("baton %s: exit %d, want %d with %q; stderr:\n%s", strings.Join(args, " "), code, tc.code, tc.stderr, stderr)
 			}
 		})
+	}
+}
+
+// TestDevMetricsPortInUse checks that a busy metrics port does not stop the dev server (a
+// Prometheus, or another baton dev, may hold it): dev serves the metrics on the next free port
+// and its banner names that one.
+func TestDevMetricsPortInUse(t *testing.T) {
+	t.Parallel()
+	busy := freeAddr(t)
+	l, err := net.Listen("tcp", busy)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	banner := startDev(t, "--metrics-listen", busy)
+	m := regexp.MustCompile(`(?m)^\s+metrics\s+(http://\S+/metrics)$`).FindStringSubmatch(banner)
+	if m == nil {
+		t.Fatalf("the banner names no metrics URL:\n%s", banner)
+	}
+	if m[1] == "http://"+busy+"/metrics" {
+		t.Fatalf("the banner names the busy address %s:\n%s", busy, banner)
+	}
+	res, err := http.Get(m[1])
+	if err != nil {
+		t.Fatal(err)
+	}
+	res.Body.Close()
+	if res.StatusCode != http.StatusOK {
+		t.Fatalf("GET %s: %s", m[1], res.Status)
 	}
 }
 

@@ -51,8 +51,30 @@ func (f logFormat) handler(w io.Writer, opts *slog.HandlerOptions) slog.Handler 
 	return slog.NewTextHandler(w, opts)
 }
 
-// devMetricsListen is the default --metrics-listen of `baton dev`; `baton server` has none.
-const devMetricsListen = "127.0.0.1:9090"
+// devMetricsListen is the default --metrics-listen of `baton dev`; `baton server` has none. It is
+// beside the producer (8080) and worker (8081) APIs, and not 9090, the port of Prometheus itself,
+// the program most likely to run beside a Baton whose metrics it scrapes.
+const devMetricsListen = "127.0.0.1:8082"
+
+// nearbyPorts is how many ports after a busy metrics port listenNearby tries.
+const nearbyPorts = 16
+
+// listenNearby is the metrics listener of a server for which it is optional (baton dev), when
+// addr could not be bound (failed): the first free port of the nearbyPorts after addr's on the
+// same host, or none. The warnings say what it settled for.
+func listenNearby(addr string, failed error) (net.Listener, []string) {
+	host, port, _ := net.SplitHostPort(addr)
+	n, err := strconv.Atoi(port)
+	if err == nil && n > 0 {
+		for p := n + 1; p <= n+nearbyPorts && p <= 65535; p++ {
+			next := net.JoinHostPort(host, strconv.Itoa(p))
+			if l, err := net.Listen("tcp", next); err == nil {
+				return l, []string{fmt.Sprintf("--metrics-listen %s: %v; serving the metrics on %s instead", addr, failed, next)}
+			}
+		}
+	}
+	return nil, []string{fmt.Sprintf("--metrics-listen %s: %v; no free port nearby either: running without a metrics listener", addr, failed)}
+}
 
 // metricsAddr is --metrics-listen: HOST:PORT, or empty for no metrics listener. It is checked
 // as it is parsed, so that a mistake is a usage error rather than a failure to listen.
@@ -69,7 +91,7 @@ func (a *metricsAddr) Set(v string) error {
 	if v != "" {
 		_, port, err := net.SplitHostPort(v)
 		if err != nil {
-			return errors.New(`want HOST:PORT (such as 127.0.0.1:9090), or "" for no metrics listener`)
+			return errors.New(`want HOST:PORT (such as 127.0.0.1:8082), or "" for no metrics listener`)
 		}
 		if n, err := strconv.Atoi(port); port != "" && (err != nil || n < 0 || n > 65535) {
 			if _, err := net.LookupPort("tcp", port); err != nil {

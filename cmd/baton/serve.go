@@ -57,6 +57,9 @@ type serverFlags struct {
 	sinkFlags                    sinkFlags
 	http                         httpLimits // both listeners'
 	metricsListen                metricsAddr
+	// metricsOptional: a metrics address that cannot be bound is not fatal (baton dev): bind
+	// takes a nearby free port, or none, and says so.
+	metricsOptional bool
 	logFormat                    logFormat
 	otlp                         otlpFlag // --otlp-endpoint: traces
 	retention                    retentionFlags
@@ -230,6 +233,7 @@ type listeners struct {
 	transport          transport.Transport // nil: the store transport
 	pushTargets        map[string]string
 	pushSecrets        map[string]string
+	warnings           []string // what bind settled for instead of what was asked (an optional listener's port)
 }
 
 // close releases what bind opened, for a caller that will not serve.
@@ -298,8 +302,13 @@ func (f *serverFlags) bind(ctx context.Context) (*listeners, error) {
 		i = tls.NewListener(i, tlsConf)
 	}
 	var m net.Listener
+	var warnings []string
 	if f.metricsListen != "" {
-		if m, err = net.Listen("tcp", string(f.metricsListen)); err != nil {
+		if m, err = net.Listen("tcp", string(f.metricsListen)); err != nil && f.metricsOptional {
+			m, warnings = listenNearby(string(f.metricsListen), err)
+			err = nil
+		}
+		if err != nil {
 			p.Close()
 			i.Close()
 			return nil, fmt.Errorf("--metrics-listen %s: %w", f.metricsListen, err)
@@ -314,7 +323,8 @@ func (f *serverFlags) bind(ctx context.Context) (*listeners, error) {
 		}
 		return nil, err
 	}
-	return &listeners{producer: p, internal: i, metrics: m, internalTLS: tlsConf != nil, transport: tr, pushTargets: targets, pushSecrets: secrets}, nil
+	return &listeners{producer: p, internal: i, metrics: m, internalTLS: tlsConf != nil, transport: tr, pushTargets: targets,
+		pushSecrets: secrets, warnings: warnings}, nil
 }
 
 // serverGCPercent is the server's GOGC unless the environment sets one.
