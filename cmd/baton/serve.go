@@ -60,9 +60,9 @@ type serverFlags struct {
 	// metricsOptional: a metrics address that cannot be bound is not fatal (baton dev): bind
 	// takes a nearby free port, or none, and says so.
 	metricsOptional bool
-	logFormat                    logFormat
-	otlp                         otlpFlag // --otlp-endpoint: traces
-	retention                    retentionFlags
+	logFormat       logFormat
+	otlp            otlpFlag // --otlp-endpoint: traces
+	retention       retentionFlags
 }
 
 // sinkFlags tune a sink, in baton sink and in a server's own.
