@@ -177,6 +177,7 @@ var internalRoutes = []fuzzRoute{
 	{"GET", "/healthz", nil},
 	{"GET", "/internal/{path...}", []string{"task-claim"}},
 	{"POST", "/internal/task-credentials", nil},
+	{"POST", "/internal/sink/extend", nil},
 }
 
 // FuzzInternalDialect sends fuzzed requests of the worker dialect and the sink's to the internal
@@ -203,6 +204,7 @@ func FuzzInternalDialect(f *testing.F) {
 	add("POST", "/internal/buffer-publish", "", "", exampleBufferPublish)
 	add("POST", "/internal/sink/claim", "", "", `{"max":5,"visibility_seconds":30,"wait_seconds":2}`)
 	add("POST", "/internal/sink/claim", "", "", `{"id":1}`)
+	add("POST", "/internal/sink/extend", "", "", `{"id":1,"receive_count":1,"visibility_seconds":60}`)
 	add("POST", "/internal/sink/commit", "", "", `{"id":1,"cursor":5,"inserted":3,"facets":{"severity":["high","low"],"chain":["mainnet"]}}`)
 	add("POST", "/internal/sink/fail", "", "", `{"id":1,"receive_count":1,"error":"row 2: column \"block\" must be an integer"}`)
 	add("GET", "/healthz", "", "", "")

@@ -136,6 +136,7 @@ func (s *Server) Routes() []Route {
 		// The wrapper exchanges its child's capability token, which must cover the body too.
 		fenced("POST", "/internal/task-credentials", s.withTaskToken(capabilityHeader, s.fencedCredentials(s.tokenFence))),
 		fenced("POST", "/internal/sink/claim", s.sinkClaim),
+		fenced("POST", "/internal/sink/extend", s.sinkExtend),
 		fenced("POST", "/internal/sink/commit", s.sinkCommit),
 		fenced("POST", "/internal/sink/fail", s.sinkFail),
 		stream("/internal/worker/claim", s.streamClaim),

@@ -13,8 +13,9 @@ import (
 )
 
 // The Buffer Queue's endpoints. On the internal listener (mTLS), the trusted sink claims messages,
-// then commits or fails each. On the producer listener, a tenant reads its buffered datasets' rows
-// and dead-lettered batches, and puts a dead batch back on the queue.
+// extends its claim of each while it loads it, then commits or fails each. On the producer
+// listener, a tenant reads its buffered datasets' rows and dead-lettered batches, and puts a dead
+// batch back on the queue.
 
 // SinkClaim is the answer of POST /internal/sink/claim.
 type SinkClaim struct {
@@ -124,6 +125,36 @@ func (s *Server) sinkFail(w http.ResponseWriter, r *http.Request) (any, error) {
 		return nil, err
 	}
 	return map[string]any{"ok": true, "dead": dead}, nil
+}
+
+// SinkExtend is the body of POST /internal/sink/extend: keep message id, received as
+// receive_count, this sink's for visibility_seconds more from now.
+type SinkExtend struct {
+	ID                int64 `json:"id"`
+	ReceiveCount      int   `json:"receive_count"`
+	VisibilitySeconds int   `json:"visibility_seconds"`
+}
+
+func (s *Server) sinkExtend(w http.ResponseWriter, r *http.Request) (any, error) {
+	body, err := readBody(r)
+	if err != nil {
+		return nil, err
+	}
+	var e SinkExtend
+	if err := decodeInto(body, &e); err != nil {
+		return nil, err
+	}
+	if e.ID <= 0 || e.ReceiveCount <= 0 {
+		return nil, invalidRequest("id and receive_count are required")
+	}
+	if e.VisibilitySeconds < 1 || e.VisibilitySeconds > 3600 {
+		return nil, invalidRequest("visibility_seconds must be an integer from 1 to 3600")
+	}
+	until, err := s.d.ExtendBatch(r.Context(), e.ID, e.ReceiveCount, time.Duration(e.VisibilitySeconds)*time.Second)
+	if err != nil {
+		return nil, err
+	}
+	return map[string]any{"ok": true, "visible_until": until.UTC()}, nil
 }
 
 // decodeInto decodes a JSON object into v, ignoring members it does not know (a worker dialect).

@@ -1,0 +1,39 @@
+package dispatch
+
+import (
+	"context"
+	"time"
+
+	"github.com/baton-dev/baton/internal/store"
+)
+
+// ExtendBatch extends the claim of Buffer Queue message id, received as receipt (its
+// ReceiveCount at the claim): the message stays invisible to other claims until visibility from
+// now, which is 1 s to 1 h. A sink calls it again and again while a load outlasts the visibility
+// it claimed with, so that no other sink takes the batch over while it is still being loaded.
+//
+// Only the latest receive of a queued message may extend it: a receipt that a later claim
+// superseded (the visibility ran out and another sink claimed the message), or a message already
+// committed or dead-lettered, is refused with ErrBatchNotClaimed, and an unknown id with
+// ErrBatchNotFound; either way nothing changes. The receipt still holds after its visibility ran
+// out for as long as no other claim took the message.
+func (d *Dispatcher) ExtendBatch(ctx context.Context, id int64, receipt int, visibility time.Duration) (visibleUntil time.Time, err error) {
+	if visibility < time.Second || visibility > time.Hour {
+		return time.Time{}, &InvalidError{Message: "visibility_seconds must be an integer from 1 to 3600"}
+	}
+	err = d.updateAlone(ctx, store.LockSet{}, func(tx store.Tx, c *changes) error {
+		visibleUntil = c.now.Add(visibility)
+		ok, err := tx.ExtendBufferPublish(ctx, id, receipt, visibleUntil)
+		if err != nil || ok {
+			return err
+		}
+		if _, err := tx.GetBufferPublish(ctx, id); err != nil {
+			return batchNotFound(err)
+		}
+		return ErrBatchNotClaimed
+	})
+	if err != nil {
+		return time.Time{}, err
+	}
+	return visibleUntil, nil
+}
