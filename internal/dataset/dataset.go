@@ -27,8 +27,8 @@ type backend interface {
 	createTable(d dataset, s *pipeline.Schema) []string
 	// columnType is the SQL type of a column of a pipeline type.
 	columnType(typ string) string
-	// lockDataset serializes Ensure for one dataset until tx ends.
-	lockDataset(ctx context.Context, t tx, d dataset) error
+	// lockDatasets serializes Ensure and EnsureAll for each of the datasets until tx ends.
+	lockDatasets(ctx context.Context, t tx, ds []dataset) error
 	// insertRows inserts the rows that are new, returning how many were and, when ins.returning
 	// names columns, their values in the inserted rows.
 	insertRows(ctx context.Context, t tx, ins *insertion) (int, [][]any, error)

@@ -4,10 +4,40 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"maps"
+	"slices"
+	"strings"
 
 	"github.com/baton-dev/baton/internal/pipeline"
 )
+
+// Table is a dataset's table as a schema wants it.
+type Table struct {
+	DatasetUUID string
+	Schema      *pipeline.Schema
+}
+
+// IncompatibleError lists every table of an EnsureAll that cannot serve its new schema.
+type IncompatibleError struct {
+	// Datasets holds, by dataset uuid, why its table cannot serve the schema: an error wrapping
+	// ErrIncompatible that lists every reason (see Compatible).
+	Datasets map[string]error
+}
+
+func (e *IncompatibleError) Error() string {
+	var b strings.Builder
+	for i, id := range slices.Sorted(maps.Keys(e.Datasets)) {
+		if i > 0 {
+			b.WriteString("\n")
+		}
+		b.WriteString("dataset " + id + ": " + e.Datasets[id].Error())
+	}
+	return b.String()
+}
+
+func (e *IncompatibleError) Unwrap() error { return ErrIncompatible }
 
 // Ensure creates the dataset's table for s, or migrates it to s: it adds the columns s adds
 // (all optional, or s is refused) and creates the indexes it lacks. An s that the table cannot
@@ -21,53 +51,159 @@ func (db *DB) Ensure(ctx context.Context, datasetUUID string, s *pipeline.Schema
 		return err
 	}
 	if err := checkSchema(s); err != nil {
-		return err
-	}
-	want := schemaJSON(s)
-	if old, err := db.ensured(ctx, db.b.reader(), d); err != nil {
 		return fmt.Errorf("ensure dataset %s: %w", d.uuid, err)
-	} else if old != nil && bytes.Equal(schemaJSON(old), want) {
-		return nil
 	}
-	err = db.inTx(ctx, func(t tx) error {
-		if err := db.b.lockDataset(ctx, t, d); err != nil {
-			return err
-		}
-		old, err := db.ensured(ctx, t, d)
-		if err != nil {
-			return err
-		}
-		var stmts []string
-		switch {
-		case old == nil:
-			stmts = db.b.createTable(d, s)
-		case bytes.Equal(schemaJSON(old), want):
-			return nil // another call got here first
-		default:
-			if err := Compatible(old, s); err != nil {
-				return err
-			}
-			for _, c := range s.Columns {
-				if _, ok := column(old, c.Name); !ok {
-					stmts = append(stmts, "ALTER TABLE "+quote(d.table)+" ADD COLUMN "+quote(c.Name)+" "+db.b.columnType(c.Type))
-				}
-			}
-		}
-		stmts = append(stmts, indexes(d, s)...)
-		for _, stmt := range stmts {
-			if _, err := t.exec(ctx, stmt); err != nil {
-				return fmt.Errorf("%s: %w", stmt, err)
-			}
-		}
-		_, err = t.exec(ctx, `INSERT INTO baton_dataset_tables (dataset_uuid, schema) VALUES (`+db.b.ph(1)+`, `+db.b.ph(2)+`)
-			ON CONFLICT (dataset_uuid) DO UPDATE SET schema = excluded.schema, ensured_at = excluded.ensured_at`,
-			d.uuid, string(want))
-		return err
-	})
+	err = db.EnsureAll(ctx, []Table{{DatasetUUID: datasetUUID, Schema: s}}, nil)
+	var inc *IncompatibleError
+	if errors.As(err, &inc) {
+		err = inc.Datasets[d.uuid]
+	}
 	if err != nil {
 		return fmt.Errorf("ensure dataset %s: %w", d.uuid, err)
 	}
 	return nil
+}
+
+// planned is one table of an ensure: its dataset, the schema it wants, and that schema's JSON.
+type planned struct {
+	d    dataset
+	s    *pipeline.Schema
+	want []byte
+}
+
+// EnsureAll is Ensure for several datasets at once, all or nothing: it plans every table's
+// change (a new table, added columns, new indexes) and checks all of them before it makes any, so
+// that when one table cannot serve its schema nothing changes, and the *IncompatibleError names
+// every such table. It then makes the changes and records the schemas in one transaction.
+//
+// during, when not nil, runs once the changes are made but not committed, and EnsureAll commits
+// only if it returns nil; its error is returned as it is. The transaction holds the datasets'
+// locks (on SQLite, the file's write lock) while during runs, so that a caller recording the
+// schemas elsewhere records them in the order the tables took them: no other Ensure or EnsureAll
+// of these datasets runs in between. Keep during short: on SQLite every other write to the data
+// database waits for it.
+//
+// A table whose schema is already recorded still costs the transaction and its locks when
+// during is given; without during, EnsureAll of tables that need nothing costs one read each.
+func (db *DB) EnsureAll(ctx context.Context, tables []Table, during func() error) error {
+	plan := make([]planned, 0, len(tables))
+	seen := make(map[string]bool, len(tables))
+	for _, tb := range tables {
+		d, err := datasetOf(tb.DatasetUUID)
+		if err != nil {
+			return err
+		}
+		if seen[d.uuid] {
+			return fmt.Errorf("%w: dataset %s is listed twice", ErrBadSchema, d.uuid)
+		}
+		seen[d.uuid] = true
+		if err := checkSchema(tb.Schema); err != nil {
+			return fmt.Errorf("dataset %s: %w", d.uuid, err)
+		}
+		plan = append(plan, planned{d: d, s: tb.Schema, want: schemaJSON(tb.Schema)})
+	}
+	if len(plan) == 0 && during == nil {
+		return nil
+	}
+	if during == nil {
+		done := true
+		for _, p := range plan {
+			old, err := db.ensured(ctx, db.b.reader(), p.d)
+			if err != nil {
+				return fmt.Errorf("dataset %s: %w", p.d.uuid, err)
+			}
+			if old == nil || !bytes.Equal(schemaJSON(old), p.want) {
+				done = false
+				break
+			}
+		}
+		if done {
+			return nil
+		}
+	}
+	t, err := db.b.begin(ctx)
+	if err != nil {
+		return err
+	}
+	defer t.rollback(ctx)
+	ds := make([]dataset, len(plan))
+	for i, p := range plan {
+		ds[i] = p.d
+	}
+	if err := db.b.lockDatasets(ctx, t, ds); err != nil {
+		return fmt.Errorf("lock the datasets: %w", err)
+	}
+	// Plan every change under the locks, from the schemas the tables were last ensured with, and
+	// refuse them all if one table cannot serve its schema.
+	var stmts []statement
+	incompatible := map[string]error{}
+	for _, p := range plan {
+		old, err := db.ensured(ctx, t, p.d)
+		if err != nil {
+			return fmt.Errorf("dataset %s: %w", p.d.uuid, err)
+		}
+		more, err := db.changes(p, old)
+		if err != nil {
+			incompatible[p.d.uuid] = err
+			continue
+		}
+		stmts = append(stmts, more...)
+	}
+	if len(incompatible) > 0 {
+		return &IncompatibleError{Datasets: incompatible}
+	}
+	for _, stmt := range stmts {
+		if _, err := t.exec(ctx, stmt.sql, stmt.args...); err != nil {
+			return fmt.Errorf("%s: %w", stmt.sql, err)
+		}
+	}
+	if during != nil {
+		if err := during(); err != nil {
+			return err
+		}
+	}
+	if err := t.commit(ctx); err != nil {
+		return fmt.Errorf("commit: %w", err)
+	}
+	return nil
+}
+
+// statement is one statement of a plan.
+type statement struct {
+	sql  string
+	args []any
+}
+
+// changes is the statements that bring the dataset's table, last ensured with old (nil: it has
+// none), to p's schema and record it; none when old is p's schema. A schema the table cannot
+// serve is an error wrapping ErrIncompatible.
+func (db *DB) changes(p planned, old *pipeline.Schema) ([]statement, error) {
+	var ddl []string
+	switch {
+	case old == nil:
+		ddl = db.b.createTable(p.d, p.s)
+	case bytes.Equal(schemaJSON(old), p.want):
+		return nil, nil
+	default:
+		if err := Compatible(old, p.s); err != nil {
+			return nil, err
+		}
+		for _, c := range p.s.Columns {
+			if _, ok := column(old, c.Name); !ok {
+				ddl = append(ddl, "ALTER TABLE "+quote(p.d.table)+" ADD COLUMN "+quote(c.Name)+" "+db.b.columnType(c.Type))
+			}
+		}
+	}
+	ddl = append(ddl, indexes(p.d, p.s)...)
+	stmts := make([]statement, 0, len(ddl)+1)
+	for _, s := range ddl {
+		stmts = append(stmts, statement{sql: s})
+	}
+	return append(stmts, statement{
+		sql: `INSERT INTO baton_dataset_tables (dataset_uuid, schema) VALUES (` + db.b.ph(1) + `, ` + db.b.ph(2) + `)
+			ON CONFLICT (dataset_uuid) DO UPDATE SET schema = excluded.schema, ensured_at = excluded.ensured_at`,
+		args: []any{p.d.uuid, string(p.want)},
+	}), nil
 }
 
 // ensured is the schema the dataset's table was last ensured with, or nil when it has no table.

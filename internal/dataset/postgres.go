@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"hash/fnv"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -142,11 +143,22 @@ func (p *postgres) createTable(d dataset, s *pipeline.Schema) []string {
 	return []string{b.String()}
 }
 
-func (p *postgres) lockDataset(ctx context.Context, t tx, d dataset) error {
-	h := fnv.New32a()
-	h.Write([]byte(d.uuid))
-	_, err := t.exec(ctx, `SELECT pg_advisory_xact_lock($1, $2)`, lockSpace, int32(h.Sum32()))
-	return err
+// lockDatasets takes the datasets' advisory locks in the order of their keys, so that two
+// transactions locking overlapping sets cannot each wait for the other.
+func (p *postgres) lockDatasets(ctx context.Context, t tx, ds []dataset) error {
+	keys := make([]int32, len(ds))
+	for i, d := range ds {
+		h := fnv.New32a()
+		h.Write([]byte(d.uuid))
+		keys[i] = int32(h.Sum32())
+	}
+	slices.Sort(keys)
+	for _, k := range slices.Compact(keys) {
+		if _, err := t.exec(ctx, `SELECT pg_advisory_xact_lock($1, $2)`, lockSpace, k); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // arg: a json value goes as its text, which pgx passes unchanged to a jsonb parameter, and which

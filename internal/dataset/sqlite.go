@@ -142,8 +142,8 @@ func (s *sqlite) createTable(d dataset, sc *pipeline.Schema) []string {
 	return []string{b.String(), "CREATE INDEX " + quote(d.table+"_org") + " ON " + quote(d.table) + " (org_id)"}
 }
 
-// lockDataset: the transaction holds the file's write lock already.
-func (s *sqlite) lockDataset(context.Context, tx, dataset) error { return nil }
+// lockDatasets: the transaction holds the file's write lock already.
+func (s *sqlite) lockDatasets(context.Context, tx, []dataset) error { return nil }
 
 func (s *sqlite) arg(v any) any {
 	switch v := v.(type) {
