@@ -8,6 +8,7 @@ import (
 	"maps"
 	"slices"
 	"strconv"
+	"strings"
 
 	"github.com/google/uuid"
 
@@ -40,6 +41,50 @@ func outputProducer(p, j string, i int) string {
 
 func bufferedProducer(name string) string { return "buffered:" + name }
 
+// DeployTables is DatasetTables that can change the tables of several buffered datasets at
+// once. A deploy uses it when Config.Tables has it; otherwise it ensures each table in turn,
+// and a deploy refused for one dataset's schema may leave the others' changes behind.
+type DeployTables interface {
+	// EnsureTables plans the change of every table (a new table, added columns, new indexes),
+	// checks all of them, and makes them in one transaction of the data database, or none:
+	// tables that cannot serve their schemas are refused with an *IncompatibleTablesError that
+	// names each of them, and nothing changes. during runs while that transaction is open,
+	// holding the datasets' locks, and the transaction commits only when during returns nil;
+	// during's error is returned as it is.
+	EnsureTables(ctx context.Context, tables []DatasetTable, during func() error) error
+}
+
+// DatasetTable is a buffered dataset's table as a deploy wants it.
+type DatasetTable struct {
+	DatasetUUID string
+	Schema      *pipeline.Schema
+}
+
+// IncompatibleTablesError: tables that cannot serve the schemas a deploy gives their datasets.
+type IncompatibleTablesError struct {
+	Reasons map[string]string // by dataset uuid: every reason, in the data database's words
+}
+
+func (e *IncompatibleTablesError) Error() string {
+	var b strings.Builder
+	for i, id := range sortedKeys(e.Reasons) {
+		if i > 0 {
+			b.WriteString("; ")
+		}
+		b.WriteString("dataset " + id + ": " + e.Reasons[id])
+	}
+	return b.String()
+}
+
+func (e *IncompatibleTablesError) Unwrap() error { return ErrIncompatibleSchema }
+
+// errDeployRaced: a concurrent deploy created a buffered dataset of the document first, so the
+// table this deploy made for it is not the dataset's. The deploy starts over.
+var errDeployRaced = errors.New("a concurrent deploy created a dataset of the document first")
+
+// deployAttempts bounds how often a deploy starts over after losing a race for its datasets.
+const deployAttempts = 3
+
 // Deploy validates a pipeline document and stores it as the pipeline's active version. Every
 // problem, in the document or against the tenant's other pipelines' datasets, is reported in one
 // ValidationError and nothing is stored. The same content deployed again creates no version; if
@@ -54,6 +99,47 @@ func (d *Dispatcher) Deploy(ctx context.Context, tenant string, body []byte, con
 	if doc == nil || len(problems) > 0 {
 		return nil, &ValidationError{Errors: problems.Strings()}
 	}
+	for attempt := 1; ; attempt++ {
+		res, err := d.deploy(ctx, tenant, body, contentType, doc, checks)
+		raced := errors.Is(err, errDeployRaced) || errors.Is(err, store.ErrConflict)
+		switch {
+		case !raced:
+			return res, err
+		case attempt == deployAttempts:
+			return nil, &ValidationError{Errors: []string{"publish: a dataset name was taken by another deploy at the same time; deploy again"}}
+		}
+	}
+}
+
+// deploy is one try of Deploy, in this order:
+//
+//  1. Check the document against the tenant (reads only). Any problem refuses the deploy here,
+//     before anything is written.
+//  2. Open the data database's transaction (EnsureTables), which locks the buffered datasets'
+//     tables, plans every table change, checks them all (a schema a table cannot serve refuses
+//     the deploy, every such dataset listed, nothing changed) and makes them, uncommitted. A
+//     dataset the document creates gets its uuid here, before it exists in the store.
+//  3. With that transaction open, run the store's transaction: datasets, version, activation.
+//     It holds no DDL, so the store's write lock is held as briefly as for any other write, and
+//     other tenants' writes do not wait for a table to be built (on SQLite the store has one
+//     writer; its transaction used to hold it while every index was created).
+//  4. Commit the data database's transaction only if the store's committed.
+//
+// So a refused or failed deploy leaves the data database as it was: a problem of the document,
+// a table that cannot serve its new schema, or a store transaction that fails (a dataset name
+// taken at the same time, say) all roll the table changes back. The locks held from 2 to 4
+// order the deploys of one dataset, so the schema the store records for it is the one its table
+// was last given. A concurrent deploy that created a dataset of the document first, under
+// another uuid, is found when the store's transaction reads the datasets back (the table this
+// deploy made is then not the dataset's): the deploy rolls back and starts over, and then sees
+// the dataset as existing.
+//
+// What remains is the commit of step 4 failing after the store's committed: the version is then
+// active while its tables lag behind. The changes were checked under the locks, so nothing in
+// the tables contradicts them; the sink ensures a dataset's table from the store's schema before
+// each load, and deploying the document again makes them too.
+func (d *Dispatcher) deploy(ctx context.Context, tenant string, body []byte, contentType string, doc *pipeline.Document,
+	checks []func(*pipeline.Document) pipeline.Problems) (*DeployResult, error) {
 	existing, more, err := d.checkAgainstTenant(ctx, tenant, doc)
 	if err != nil {
 		return nil, err
@@ -64,44 +150,116 @@ func (d *Dispatcher) Deploy(ctx context.Context, tenant string, body []byte, con
 	if len(more) > 0 {
 		return nil, &ValidationError{Errors: more.Strings()}
 	}
+	// The buffered datasets' tables, with the uuid of each: its own, or a new one.
+	var tables []DatasetTable
+	planned := map[string]string{} // producer key → uuid
+	names := map[string]string{}   // uuid → dataset name
+	if d.cfg.Tables != nil {
+		for _, name := range sortedKeys(doc.Publish) {
+			p := doc.Publish[name]
+			if p.WriteMode != pipeline.WriteBuffered || p.Schema == nil {
+				continue
+			}
+			id := uuid.NewString()
+			if x := existing[bufferedProducer(name)]; x != nil {
+				id = x.UUID
+			}
+			planned[bufferedProducer(name)], names[id] = id, name
+			tables = append(tables, DatasetTable{DatasetUUID: id, Schema: p.Schema})
+		}
+	}
 	var res *DeployResult
-	err = d.updateAlone(ctx, store.LockSet{}, func(tx store.Tx, c *changes) error {
-		res = &DeployResult{Version: doc.Version}
-		spec, err := d.storeDatasets(ctx, tx, c, tenant, doc, existing)
-		if err != nil {
-			return err
-		}
-		specJSON, _ := json.Marshal(spec)
-		if res.Created, err = tx.InsertPipelineVersion(ctx, &store.PipelineVersion{Tenant: tenant, Pipeline: doc.Name,
-			Version: doc.Version, Document: body, ContentType: contentType, Spec: specJSON, CreatedAt: c.now}); err != nil {
-			return err
-		}
-		if res.Created {
-			if err := tx.InsertConsumers(ctx, spec.consumers()); err != nil {
+	control := func() error {
+		return d.updateAlone(ctx, store.LockSet{}, func(tx store.Tx, c *changes) error {
+			res = &DeployResult{Version: doc.Version}
+			spec, err := d.storeDatasets(ctx, tx, c, tenant, doc, existing, planned)
+			if err != nil {
 				return err
 			}
-		}
-		p, err := tx.GetPipeline(ctx, tenant, doc.Name)
-		switch {
-		case errors.Is(err, store.ErrNotFound):
-			p = &store.Pipeline{Tenant: tenant, Name: doc.Name, CreatedAt: c.now}
-		case err != nil:
-			return err
-		}
-		res.Activated = p.ActiveVersion != doc.Version
-		p.ActiveVersion, p.UpdatedAt = doc.Version, c.now
-		if res.Activated {
-			if err := tx.PutPipeline(ctx, p); err != nil {
+			specJSON, _ := json.Marshal(spec)
+			if res.Created, err = tx.InsertPipelineVersion(ctx, &store.PipelineVersion{Tenant: tenant, Pipeline: doc.Name,
+				Version: doc.Version, Document: body, ContentType: contentType, Spec: specJSON, CreatedAt: c.now}); err != nil {
 				return err
 			}
+			if res.Created {
+				if err := tx.InsertConsumers(ctx, spec.consumers()); err != nil {
+					return err
+				}
+			}
+			p, err := tx.GetPipeline(ctx, tenant, doc.Name)
+			switch {
+			case errors.Is(err, store.ErrNotFound):
+				p = &store.Pipeline{Tenant: tenant, Name: doc.Name, CreatedAt: c.now}
+			case err != nil:
+				return err
+			}
+			res.Activated = p.ActiveVersion != doc.Version
+			p.ActiveVersion, p.UpdatedAt = doc.Version, c.now
+			if res.Activated {
+				if err := tx.PutPipeline(ctx, p); err != nil {
+					return err
+				}
+			}
+			res.Pipeline = p
+			return nil
+		})
+	}
+	if len(tables) == 0 {
+		if err := control(); err != nil {
+			return nil, err
 		}
-		res.Pipeline = p
+		return res, nil
+	}
+	stored := false
+	err = d.ensureTables(ctx, tables, func() error {
+		if err := control(); err != nil {
+			return err
+		}
+		stored = true
 		return nil
 	})
-	if errors.Is(err, store.ErrConflict) {
-		return nil, &ValidationError{Errors: []string{"publish: a dataset name was taken by another deploy at the same time; deploy again"}}
+	var inc *IncompatibleTablesError
+	switch {
+	case errors.As(err, &inc):
+		var problems []string
+		for _, name := range sortedKeys(doc.Publish) {
+			if p := doc.Publish[name]; p.WriteMode == pipeline.WriteBuffered {
+				if reason, ok := inc.Reasons[planned[bufferedProducer(name)]]; ok {
+					problems = append(problems, fmt.Sprintf("publish.%s.schema: %s", name, reason))
+				}
+			}
+		}
+		return nil, &ValidationError{Errors: problems}
+	case err != nil && stored:
+		return nil, fmt.Errorf("pipeline %q version %s is active, but its datasets' tables were not committed: %w",
+			doc.Name, doc.Version, err)
+	case err != nil:
+		return nil, err
 	}
-	return res, err
+	return res, nil
+}
+
+// ensureTables makes the tables' changes and runs during as DeployTables.EnsureTables does, with
+// Config.Tables' EnsureTables when it has one, or else by ensuring each table in turn before
+// during: then a refused deploy keeps the changes made to the tables before the one refused.
+func (d *Dispatcher) ensureTables(ctx context.Context, tables []DatasetTable, during func() error) error {
+	if dt, ok := d.cfg.Tables.(DeployTables); ok {
+		return dt.EnsureTables(ctx, tables, during)
+	}
+	reasons := map[string]string{}
+	for _, t := range tables {
+		err := d.cfg.Tables.Ensure(ctx, t.DatasetUUID, t.Schema)
+		switch {
+		case errors.Is(err, ErrIncompatibleSchema):
+			reasons[t.DatasetUUID] = err.Error()
+		case err != nil:
+			return fmt.Errorf("dataset %s: create its table: %w", t.DatasetUUID, err)
+		}
+	}
+	if len(reasons) > 0 {
+		return &IncompatibleTablesError{Reasons: reasons}
+	}
+	return during()
 }
 
 // checkAgainstTenant checks what a document cannot check alone: that the datasets it reads from
@@ -200,16 +358,22 @@ func describeProducer(x *store.Dataset) string {
 
 // storeDatasets creates the datasets of doc that do not exist yet (every job output, and each
 // named buffered dataset) with a first current version, names the published ones, and returns the
-// document's spec with every dataset by uuid.
+// document's spec with every dataset by uuid. A dataset whose producer key is in planned is
+// created with that uuid, and must have it: errDeployRaced when a concurrent deploy created it
+// first.
 func (d *Dispatcher) storeDatasets(ctx context.Context, tx store.Tx, c *changes, tenant string, doc *pipeline.Document,
-	existing map[string]*store.Dataset) (*pipelineSpec, error) {
+	existing map[string]*store.Dataset, planned map[string]string) (*pipelineSpec, error) {
 	var fresh []*store.Dataset
 	var versions []*store.DatasetVersion
 	add := func(producer, name, job string, index int) {
 		if existing[producer] != nil {
 			return
 		}
-		x := &store.Dataset{UUID: uuid.NewString(), Tenant: tenant, Producer: producer, Pipeline: doc.Name, Job: job,
+		id := planned[producer]
+		if id == "" {
+			id = uuid.NewString()
+		}
+		x := &store.Dataset{UUID: id, Tenant: tenant, Producer: producer, Pipeline: doc.Name, Job: job,
 			OutputIndex: index, CurrentVersion: uuid.NewString(), CreatedAt: c.now, UpdatedAt: c.now}
 		if job == "" {
 			x.Pipeline = ""
@@ -249,6 +413,11 @@ func (d *Dispatcher) storeDatasets(ctx context.Context, tx store.Tx, c *changes,
 	for _, x := range got {
 		byProducer[x.Producer] = x
 	}
+	for producer, id := range planned {
+		if x := byProducer[producer]; x == nil || x.UUID != id {
+			return nil, errDeployRaced
+		}
+	}
 	// Name the published datasets and keep their schema and filter fields.
 	for _, name := range sortedKeys(doc.Publish) {
 		p := doc.Publish[name]
@@ -272,38 +441,7 @@ func (d *Dispatcher) storeDatasets(ctx context.Context, tx store.Tx, c *changes,
 			return nil, err
 		}
 	}
-	if err := d.ensureTables(ctx, doc, byProducer); err != nil {
-		return nil, err
-	}
 	return buildSpec(tenant, doc, byProducer)
-}
-
-// ensureTables creates or migrates the tables of doc's buffered datasets in the data database,
-// inside the deploy's transaction: a schema a table cannot serve fails the deploy, with every
-// such dataset listed. Tables are only ever created, or given optional columns, so one left by a
-// deploy that then failed serves the next.
-func (d *Dispatcher) ensureTables(ctx context.Context, doc *pipeline.Document, byProducer map[string]*store.Dataset) error {
-	if d.cfg.Tables == nil {
-		return nil
-	}
-	var problems []string
-	for _, name := range sortedKeys(doc.Publish) {
-		p := doc.Publish[name]
-		if p.WriteMode != pipeline.WriteBuffered || p.Schema == nil {
-			continue
-		}
-		err := d.cfg.Tables.Ensure(ctx, byProducer[bufferedProducer(name)].UUID, p.Schema)
-		switch {
-		case errors.Is(err, ErrIncompatibleSchema):
-			problems = append(problems, fmt.Sprintf("publish.%s.schema: %v", name, err))
-		case err != nil:
-			return fmt.Errorf("dataset %q: create its table: %w", name, err)
-		}
-	}
-	if len(problems) > 0 {
-		return &ValidationError{Errors: problems}
-	}
-	return nil
 }
 
 // buildSpec resolves doc's datasets to uuids: byProducer holds every dataset it produces, by

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+
+	"github.com/baton-dev/baton/internal/pipeline/pipelinetest"
 )
 
 // sized is a document of source jobs with the given outputs each, the given buffered datasets (all
@@ -44,6 +46,8 @@ func TestDocumentLimits(t *testing.T) {
 	// 15 jobs of 64 outputs and one of 24: 984 outputs.
 	outputs := append(repeat(MaxOutputs, 15), 24)
 	runRules(t, []ruleCase{
+		{"a document at every limit", pipelinetest.SizedDoc("d", pipelinetest.Size{Buffered: MaxBufferedDatasets, Columns: MaxColumns,
+			Indexes: MaxIndexes, KeyColumns: MaxKeyColumns, Outputs: MaxOutputs, Datasets: MaxDatasets}), nil},
 		{"at most MaxBufferedDatasets buffered datasets", sized([]int{1}, MaxBufferedDatasets, nil), nil},
 		{"not more", sized([]int{1}, MaxBufferedDatasets+1, nil),
 			[]string{fmt.Sprintf(`publish: a document may publish at most %d buffered datasets, not %d`, MaxBufferedDatasets, MaxBufferedDatasets+1)}},

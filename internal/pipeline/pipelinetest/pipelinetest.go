@@ -1,6 +1,11 @@
 // Package pipelinetest holds pipeline documents that tests of several packages deploy.
 package pipelinetest
 
+import (
+	"fmt"
+	"strings"
+)
+
 // AlertsDoc is a pipeline with the buffered dataset alert_events (written by the manual source
 // job scan, output 0) and two jobs that read it with different filters: pager (severity high)
 // and digest (severity low or medium).
@@ -42,3 +47,60 @@ publish:
       unique: [dedupe_key]
     filter_fields: [severity]
 `
+
+// Size is how large SizedDoc makes a document.
+type Size struct {
+	Buffered   int // buffered datasets, all of output 0 of the first job
+	Columns    int // columns of each buffered dataset's schema (c0, c1, ...; unique key c0)
+	Indexes    int // indexes of each schema
+	KeyColumns int // columns of each index
+	Outputs    int // outputs of each source job but the last
+	Datasets   int // job outputs and buffered datasets in all
+}
+
+// SizedDoc is a document named name of source jobs s0, s1, ... with size.Outputs outputs each
+// (the last one fewer, so that the document has size.Datasets datasets in all) and size.Buffered
+// buffered datasets b0, b1, ... of the same schema. Given the limits of internal/pipeline, it is
+// the largest document a deploy accepts.
+func SizedDoc(name string, size Size) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "name: %s\njobs:\n", name)
+	outputs := size.Datasets - size.Buffered
+	for i := 0; outputs > 0 || i == 0; i++ {
+		n := min(outputs, size.Outputs)
+		outputs -= n
+		fmt.Fprintf(&b, "  - {name: s%d, activation: source, runtime: ecs_platform, operator: op, outputs: %d, source: {kind: manual}}\n", i, n)
+	}
+	if size.Buffered == 0 {
+		return b.String()
+	}
+	var schema strings.Builder
+	schema.WriteString("{columns: [")
+	for i := range size.Columns {
+		if i > 0 {
+			schema.WriteString(", ")
+		}
+		fmt.Fprintf(&schema, "{name: c%d, type: string}", i)
+	}
+	schema.WriteString("], unique: [c0], indexes: [")
+	for i := range size.Indexes {
+		if i > 0 {
+			schema.WriteString(", ")
+		}
+		schema.WriteString("[")
+		for j := range size.KeyColumns {
+			if j > 0 {
+				schema.WriteString(", ")
+			}
+			// Index i starts at column i: every index is on other columns.
+			fmt.Fprintf(&schema, "c%d", (i+j)%size.Columns)
+		}
+		schema.WriteString("]")
+	}
+	schema.WriteString("]}")
+	b.WriteString("publish:\n")
+	for i := range size.Buffered {
+		fmt.Fprintf(&b, "  b%d: {from: {job: s0, output: 0}, write_mode: buffered, schema: %s}\n", i, schema.String())
+	}
+	return b.String()
+}
