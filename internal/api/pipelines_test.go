@@ -12,6 +12,8 @@ import (
 	"github.com/baton-dev/baton/internal/auth"
 	"github.com/baton-dev/baton/internal/dispatch"
 	"github.com/baton-dev/baton/internal/lifecycle"
+	"github.com/baton-dev/baton/internal/pipeline"
+	"github.com/baton-dev/baton/internal/pipeline/pipelinetest"
 )
 
 const apiPipeline = `
@@ -148,6 +150,51 @@ func TestPipelineEndpoints(t *testing.T) {
 // TestCompletionRegistersPublishedVersions completes a task over the internal dialect with
 // datasets_published: the version it names is registered on the dataset (so it can become the
 // current one), and a malformed entry is refused whole, with nothing registered.
+// A document beyond a limit of its size is a 400 naming the field, on either store; one at every
+// limit deploys.
+func TestDeployLimits(t *testing.T) {
+	forEachWorkerDriver(t, func(t *testing.T, w *workerAPI) {
+		key := w.apiKey("acme")
+		deploy := func(size pipelinetest.Size) response {
+			return w.request("POST", w.public.URL+"/pipelines", pipelinetest.SizedDoc("big", size), "x-api-key", key,
+				"Content-Type", "application/yaml")
+		}
+		max := pipelinetest.Size{Buffered: pipeline.MaxBufferedDatasets, Columns: pipeline.MaxColumns, Indexes: pipeline.MaxIndexes,
+			KeyColumns: pipeline.MaxKeyColumns, Outputs: pipeline.MaxOutputs, Datasets: pipeline.MaxDatasets}
+		one := max
+		one.Buffered, one.Datasets = 1, 2*pipeline.MaxOutputs+1 // two jobs, b0 on line 6
+		with := func(s pipelinetest.Size, edit func(*pipelinetest.Size)) pipelinetest.Size {
+			edit(&s)
+			return s
+		}
+		wantErrors(t, deploy(with(one, func(s *pipelinetest.Size) { s.Indexes++ })),
+			"publish.b0.schema.indexes: must list at most 32 indexes, not 33 (line 6)")
+		wantErrors(t, deploy(with(one, func(s *pipelinetest.Size) { s.Columns++ })),
+			"publish.b0.schema.columns: must list at most 256 columns, not 257 (line 6)")
+		wantErrors(t, deploy(with(one, func(s *pipelinetest.Size) { s.KeyColumns++; s.Indexes = 1 })),
+			"publish.b0.schema.indexes[0]: must list at most 16 columns, not 17 (line 6)")
+		wantErrors(t, deploy(with(one, func(s *pipelinetest.Size) { s.Outputs++ })),
+			"jobs[0].outputs: must be between 0 and 64 (line 3)")
+		wantErrors(t, deploy(with(max, func(s *pipelinetest.Size) { s.Buffered++ })),
+			"publish: a document may publish at most 16 buffered datasets, not 17 (line 19)")
+		wantErrors(t, deploy(with(max, func(s *pipelinetest.Size) { s.Datasets++ })),
+			"a document may create or name at most 1000 datasets, not 1001: 985 job outputs, 16 buffered datasets and no datasets of other pipelines read by its inputs")
+		// 33 jobs of 1,000 outputs each: every job's outputs is named.
+		res := deploy(pipelinetest.Size{Outputs: 1000, Datasets: 33 * 1000})
+		wantStatus(t, res, http.StatusBadRequest)
+		if errs, _ := res.Body["errors"].([]any); len(errs) != 33 || errs[32] != "jobs[32].outputs: must be between 0 and 64 (line 35)" {
+			t.Fatalf("33 jobs of 1000 outputs: %s", res.Raw)
+		}
+		wantStatus(t, w.request("GET", w.public.URL+"/pipelines/big", nil, "x-api-key", key), http.StatusNotFound)
+		// At every limit, the document deploys and its datasets are listed.
+		wantStatus(t, deploy(max), http.StatusCreated)
+		res = w.request("GET", w.public.URL+"/datasets", nil, "x-api-key", key)
+		if ds, _ := res.Body["datasets"].([]any); len(ds) != pipeline.MaxDatasets {
+			t.Fatalf("%d datasets, want %d", len(ds), pipeline.MaxDatasets)
+		}
+	})
+}
+
 func TestCompletionRegistersPublishedVersions(t *testing.T) {
 	forEachWorkerDriver(t, func(t *testing.T, w *workerAPI) {
 		key := w.apiKey("acme")
