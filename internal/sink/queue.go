@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -20,6 +21,10 @@ import (
 type Queue interface {
 	// Claim claims up to p.Max messages, waiting up to p.Wait for one.
 	Claim(ctx context.Context, p dispatch.ClaimBatchesParams) ([]*dispatch.SinkMessage, error)
+	// Extend keeps message id, received as receipt, this sink's for visibility from now. A claim
+	// lost to another receive, or a message settled meanwhile, is refused with an error wrapping
+	// dispatch.ErrBatchNotClaimed (dispatch.ErrBatchNotFound for a message that is gone).
+	Extend(ctx context.Context, id int64, receipt int, visibility time.Duration) error
 	// Commit reports that message id was loaded, and what the load added.
 	Commit(ctx context.Context, id int64, res dispatch.BatchLoaded) error
 	// Fail reports that message id, received as receipt, could not be loaded; dead reports that
@@ -32,6 +37,11 @@ type Local struct{ D *dispatch.Dispatcher }
 
 func (l Local) Claim(ctx context.Context, p dispatch.ClaimBatchesParams) ([]*dispatch.SinkMessage, error) {
 	return l.D.ClaimBatches(ctx, p)
+}
+
+func (l Local) Extend(ctx context.Context, id int64, receipt int, visibility time.Duration) error {
+	_, err := l.D.ExtendBatch(ctx, id, receipt, visibility)
+	return err
 }
 
 func (l Local) Commit(ctx context.Context, id int64, res dispatch.BatchLoaded) error {
@@ -69,6 +79,23 @@ func (r Remote) Claim(ctx context.Context, p dispatch.ClaimBatchesParams) ([]*di
 		msgs = append(msgs, sm)
 	}
 	return msgs, nil
+}
+
+// Extend asks for whole seconds, rounding up; the server's 409 and 404 come back as
+// dispatch.ErrBatchNotClaimed and dispatch.ErrBatchNotFound.
+func (r Remote) Extend(ctx context.Context, id int64, receipt int, visibility time.Duration) error {
+	err := r.post(ctx, "/internal/sink/extend", api.SinkExtend{ID: id, ReceiveCount: receipt,
+		VisibilitySeconds: int((visibility + time.Second - 1) / time.Second)}, nil)
+	var se *StatusError
+	if errors.As(err, &se) {
+		switch se.Status {
+		case http.StatusConflict:
+			return fmt.Errorf("%w: %w", dispatch.ErrBatchNotClaimed, err)
+		case http.StatusNotFound:
+			return fmt.Errorf("%w: %w", dispatch.ErrBatchNotFound, err)
+		}
+	}
+	return err
 }
 
 func (r Remote) Commit(ctx context.Context, id int64, res dispatch.BatchLoaded) error {

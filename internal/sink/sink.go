@@ -4,8 +4,10 @@
 //
 // A load is idempotent (the data database keeps a ledger of loaded batches), so a message
 // delivered twice, a sink killed between its load and its report, or two sinks racing on one
-// message all end with the batch applied once. The tenant of every row is the publish record's,
-// never a value in the rows.
+// message all end with the batch applied once. While it loads a batch the sink extends its claim,
+// so a load may take longer than the claim's visibility; a sink that loses its claim all the same
+// stops loading and reports nothing. The tenant of every row is the publish record's, never a
+// value in the rows.
 package sink
 
 import (
@@ -19,6 +21,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/jonboulle/clockwork"
 
 	"github.com/baton-dev/baton/internal/blob"
 	"github.com/baton-dev/baton/internal/dataset"
@@ -39,7 +43,7 @@ type Config struct {
 	Data          *dataset.DB
 	GC            string        // GCDelete (default) or GCKeep
 	Workers       int           // batches loaded at once; default 4
-	Visibility    time.Duration // how long a claimed message stays this sink's; default 1 min
+	Visibility    time.Duration // how long a claim lasts, extended every third of it while a load runs; default 1 min
 	MaxBatchBytes int64         // the largest artifact read; default 64 MiB
 	Logger        *slog.Logger
 	// Wakeups, when set, is a consumer of the wake-up transport (--transport redis|nats): the
@@ -47,6 +51,8 @@ type Config struct {
 	// id, and claims from the queue itself whenever a wait brings none (a lost wake-up costs
 	// only that wait).
 	Wakeups transport.Consumer
+	// Clock times the extensions of claims; default the real clock.
+	Clock clockwork.Clock
 }
 
 // Sink loads buffered batches.
@@ -56,6 +62,10 @@ type Sink struct {
 
 	mu      sync.Mutex
 	ensured map[string]string // dataset uuid → the schema (JSON) its table was ensured with
+
+	// loadHook, when set (by tests), runs just before a batch is loaded into the data database,
+	// with the load's context.
+	loadHook func(ctx context.Context, m *dispatch.SinkMessage)
 }
 
 // New returns a sink; Run starts it.
@@ -72,6 +82,9 @@ func New(cfg Config) (*Sink, error) {
 	cfg.Workers = cmp.Or(cfg.Workers, 4)
 	cfg.Visibility = cmp.Or(cfg.Visibility, time.Minute)
 	cfg.MaxBatchBytes = cmp.Or(cfg.MaxBatchBytes, 64<<20)
+	if cfg.Clock == nil {
+		cfg.Clock = clockwork.NewRealClock()
+	}
 	return &Sink{cfg: cfg, log: cmp.Or(cfg.Logger, slog.Default()), ensured: map[string]string{}}, nil
 }
 
@@ -130,7 +143,12 @@ func (s *Sink) Run(ctx context.Context) {
 			wg.Go(func() {
 				defer func() { free <- struct{}{} }()
 				err := s.Process(ctx, m)
-				if err != nil && ctx.Err() == nil {
+				switch {
+				case err == nil || ctx.Err() != nil:
+				case errors.Is(err, ErrClaimLost):
+					s.log.WarnContext(ctx, "sink: lost the claim of a batch while loading it; the receive that holds it now loads it",
+						"id", m.ID, "receive", m.ReceiveCount, "err", err)
+				default:
 					s.log.WarnContext(ctx, "sink: batch not settled; it is delivered again once its visibility ends",
 						"id", m.ID, "err", err)
 				}
@@ -183,13 +201,31 @@ func (s *Sink) claim(ctx context.Context, n int) ([]*dispatch.SinkMessage, map[i
 	return msgs, wakes, nil
 }
 
+// ErrClaimLost: the queue refused to extend the claim of a batch being loaded (its visibility ran
+// out and another receive took the message over, or it is settled). The load was canceled and
+// nothing was reported: the receive that holds the message now loads and settles it.
+var ErrClaimLost = errors.New("the claim of the batch was lost while loading it")
+
 // Process loads one claimed message and reports the outcome: Commit after a load (or a repeat of
 // one), Fail when the batch cannot be loaded (an artifact outside the buffer location or missing,
-// a bad row, a schema the table cannot serve). An error means it could report neither; the
-// message is delivered again once its visibility ends.
+// a bad row, a schema the table cannot serve). While it works it extends the message's claim
+// (holdClaim); when the claim is lost the load is canceled, nothing is reported and the error
+// wraps ErrClaimLost. Any other error means it could report neither; the message is delivered
+// again once its visibility ends.
+//
+// A batch is applied once whatever the timing: the data database's ledger makes a second load of
+// it a repeat with the first one's result, so a load that committed just before its claim was
+// lost is still committed here, and the new holder's repeat commits the same result again,
+// which changes nothing.
 func (s *Sink) Process(ctx context.Context, m *dispatch.SinkMessage) error {
 	s.log.DebugContext(ctx, "sink: loading a batch", "id", m.ID, "dataset", m.Dataset.Name, "receive", m.ReceiveCount, "uri", m.BatchURI)
-	loaded, key, reason, err := s.load(ctx, m)
+	loadCtx, cancelLoad := context.WithCancelCause(ctx)
+	defer cancelLoad(nil)
+	release := s.holdClaim(ctx, m, cancelLoad)
+	loaded, key, reason, err := s.load(loadCtx, m)
+	if lost := release(); lost != nil && (err != nil || reason != "") {
+		return fmt.Errorf("batch %d, receive %d: %w", m.ID, m.ReceiveCount, lost)
+	}
 	if err != nil {
 		return err
 	}
@@ -214,6 +250,50 @@ func (s *Sink) Process(ctx context.Context, m *dispatch.SinkMessage) error {
 		}
 	}
 	return nil
+}
+
+// holdClaim extends m's claim every third of the visibility, to the visibility from then, until
+// release is called; so a load that outlasts the visibility stays this sink's. When the queue
+// refuses an extension, the claim is lost: holdClaim cancels the load (cancelLoad) and release
+// returns an error wrapping ErrClaimLost. An extension that fails otherwise (the server out of
+// reach) is tried again at the next tick: the claim is lost only if another sink claims the
+// message meanwhile.
+func (s *Sink) holdClaim(ctx context.Context, m *dispatch.SinkMessage, cancelLoad context.CancelCauseFunc) (release func() error) {
+	visibility := min(max(s.cfg.Visibility, time.Second), time.Hour) // what an extension may ask for
+	ctx, stop := context.WithCancel(ctx)
+	var lost error
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			tick := s.cfg.Clock.NewTimer(visibility / 3)
+			select {
+			case <-ctx.Done():
+				tick.Stop()
+				return
+			case <-tick.Chan():
+			}
+			err := s.cfg.Queue.Extend(ctx, m.ID, m.ReceiveCount, visibility)
+			switch {
+			case err == nil:
+				s.log.DebugContext(ctx, "sink: claim extended", "id", m.ID, "receive", m.ReceiveCount, "visibility", visibility)
+			case ctx.Err() != nil:
+				return
+			case errors.Is(err, dispatch.ErrBatchNotClaimed) || errors.Is(err, dispatch.ErrBatchNotFound):
+				lost = fmt.Errorf("%w: %w", ErrClaimLost, err)
+				cancelLoad(lost)
+				return
+			default:
+				s.log.WarnContext(ctx, "sink: could not extend the claim of a batch being loaded; trying again", "id", m.ID,
+					"receive", m.ReceiveCount, "err", err)
+			}
+		}
+	}()
+	return func() error {
+		stop()
+		<-done
+		return lost
+	}
 }
 
 // load reads, validates and loads m's batch. reason, when not empty, is why the batch cannot be
@@ -245,6 +325,9 @@ func (s *Sink) load(ctx context.Context, m *dispatch.SinkMessage) (loaded datase
 			return loaded, key, err.Error(), nil
 		}
 		return loaded, key, "", err
+	}
+	if s.loadHook != nil {
+		s.loadHook(ctx, m)
 	}
 	loaded, err = s.cfg.Data.Load(ctx, dataset.Batch{ID: m.Dataset.UUID + ":" + strconv.FormatInt(m.ID, 10), Tenant: m.Tenant,
 		DatasetUUID: m.Dataset.UUID, Schema: m.Dataset.Schema, Rows: rows, FacetFields: m.Dataset.FilterFields})
