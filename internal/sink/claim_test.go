@@ -236,3 +236,49 @@ func TestSinkThatLostItsClaimLoadsNothing(t *testing.T) {
 		f.checkCommittedOnce(t, w.Task.ID, n, 2)
 	})
 }
+
+// heldCommits is a queue whose commits wait until release is closed.
+type heldCommits struct {
+	sink.Queue
+	entered, release chan struct{}
+}
+
+func (q *heldCommits) Commit(ctx context.Context, id int64, res dispatch.BatchLoaded) error {
+	close(q.entered)
+	<-q.release
+	return q.Queue.Commit(ctx, id, res)
+}
+
+// A sink whose load committed in the data database but whose claim ran out before it reported,
+// and another sink took the batch over: the new holder's load is a repeat that commits the first
+// load's result, and the late commit of the first sink changes nothing. The batch is applied
+// once, with one dataset event.
+func TestSinkLateCommitAfterATakeoverAppliesTheBatchOnce(t *testing.T) {
+	forEachSetup(t, func(t *testing.T, f *fixture) {
+		q := &heldCommits{Queue: f.queue, entered: make(chan struct{}), release: make(chan struct{})}
+		sk, err := sink.New(sink.Config{Queue: q, Blob: f.blob, Data: f.data, Logger: quiet, Visibility: claimVisibility, Clock: f.clock})
+		if err != nil {
+			t.Fatal(err)
+		}
+		w := f.writer("scan")
+		const n = 300
+		first := f.claimOne(f.queued(w, "late.jsonl", rowsOf(n)...).ID, true)
+		done := make(chan error, 1)
+		go func() { done <- sk.Process(f.ctx, first) }()
+		<-q.entered // loaded; its commit waits
+		if got := f.rows(tenant); len(got) != n {
+			t.Fatalf("the table holds %d rows after the load, want %d", len(got), n)
+		}
+		f.clock.Advance(2 * claimVisibility)
+		second := f.claimOne(first.ID, true)
+		if err := f.sink.Process(f.ctx, second); err != nil {
+			t.Fatal(err)
+		}
+		f.checkCommittedOnce(t, w.Task.ID, n, 2)
+		close(q.release)
+		if err := <-done; err != nil {
+			t.Fatalf("the late commit: %v", err)
+		}
+		f.checkCommittedOnce(t, w.Task.ID, n, 2)
+	})
+}
