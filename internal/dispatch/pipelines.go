@@ -99,6 +99,8 @@ func (d *Dispatcher) Deploy(ctx context.Context, tenant string, body []byte, con
 	if doc == nil || len(problems) > 0 {
 		return nil, &ValidationError{Errors: problems.Strings()}
 	}
+	// A deploy that lost a race for one of its datasets (errDeployRaced) or for a dataset's name
+	// (store.ErrConflict) starts over: checked again, it sees what the other deploy stored.
 	for attempt := 1; ; attempt++ {
 		res, err := d.deploy(ctx, tenant, body, contentType, doc, checks)
 		raced := errors.Is(err, errDeployRaced) || errors.Is(err, store.ErrConflict)
@@ -122,7 +124,7 @@ func (d *Dispatcher) Deploy(ctx context.Context, tenant string, body []byte, con
 //  3. With that transaction open, run the store's transaction: datasets, version, activation.
 //     It holds no DDL, so the store's write lock is held as briefly as for any other write, and
 //     other tenants' writes do not wait for a table to be built (on SQLite the store has one
-//     writer; its transaction used to hold it while every index was created).
+//     writer, which a transaction building tables would hold for as long as its indexes take).
 //  4. Commit the data database's transaction only if the store's committed.
 //
 // So a refused or failed deploy leaves the data database as it was: a problem of the document,
