@@ -89,8 +89,10 @@ func TestInternalSinkExtendIsFencedByTheReceipt(t *testing.T) {
 			{body(1, 0), "visibility_seconds must be an integer from 1 to 3600"},
 			{body(1, -5), "visibility_seconds must be an integer from 1 to 3600"},
 			{body(1, 3601), "visibility_seconds must be an integer from 1 to 3600"},
-			{fmt.Sprintf(`{"id":%d,"receive_count":1,"visibility_seconds":1.5}`, rec.ID), "visibility_seconds"},
-			{fmt.Sprintf(`{"id":"%d","receive_count":1,"visibility_seconds":30}`, rec.ID), "SinkExtend.id"},
+			{fmt.Sprintf(`{"id":%d,"receive_count":1,"visibility_seconds":1.5}`, rec.ID),
+				"json: cannot unmarshal number 1.5 into Go struct field SinkExtend.visibility_seconds of type int"},
+			{fmt.Sprintf(`{"id":"%d","receive_count":1,"visibility_seconds":30}`, rec.ID),
+				"json: cannot unmarshal string into Go struct field SinkExtend.id of type int64"},
 			{`[1]`, "JSON object"},
 			{``, "request body is empty"},
 		} {
