@@ -38,8 +38,8 @@ const (
 	// (a task held by a process that died is reclaimed within one TTL, plus the reaper's tick)
 	// plus the backoff cap (the retry waits at most that long).
 	RecoveryBound = 2*leaseTTL + backoffMax
-	// stuckAfter is how long after the last fault a task may still be unfinished before it
-	// counts as stuck.
+	// stuckAfter is how long after the last fault, and after the last task that finished, a
+	// task may still be unfinished before it counts as stuck.
 	stuckAfter = 2 * time.Minute
 	taskName   = "chaos"
 )
@@ -117,7 +117,7 @@ type Report struct {
 	// The invariants: each must be 0.
 	DuplicateCompletions int // tasks with more than one "Task Completed" event
 	Lost                 int // accepted jobs or tasks the API does not know, or tasks that failed
-	Stuck                int // tasks not finished stuckAfter the last fault
+	Stuck                int // tasks not finished when no task had finished for stuckAfter
 	Wrong                int // outputs not from the committed attempt; children handed other outputs than their parents' committed ones
 	// Recovery is the time from the restart after the last fault (CrashAll) until the last job
 	// finished; Backlog the tasks that were not finished at that restart, and Resumed the time
