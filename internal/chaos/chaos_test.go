@@ -71,6 +71,9 @@ func TestChaos(t *testing.T) {
 	}
 	for i, round := range rounds {
 		t.Run(round.name, func(t *testing.T) {
+			// The rounds share nothing (each has its own processes, data directory, schema and
+			// transport server), so they run at once: the suite takes about one round's time.
+			t.Parallel()
 			cfg := round.cfg(t)
 			cfg.Baton, cfg.Child, cfg.Dir = baton, child, runDir(t)
 			cfg.Seed = seed + uint64(i)
