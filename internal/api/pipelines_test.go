@@ -179,6 +179,11 @@ func TestDeployLimits(t *testing.T) {
 			"publish: a document may publish at most 16 buffered datasets, not 17 (line 19)")
 		wantErrors(t, deploy(with(max, func(s *pipelinetest.Size) { s.Datasets++ })),
 			"a document may create or name at most 1000 datasets, not 1001: 985 job outputs, 16 buffered datasets and no datasets of other pipelines read by its inputs")
+		inputs := "name: wide\njobs:\n  - {name: s, activation: source, runtime: ecs_platform, operator: op, outputs: 1, source: {kind: manual}}\n" +
+			"  - {name: r, activation: reactive, runtime: ecs_platform, operator: op, outputs: 0, inputs: [" +
+			strings.Repeat("{from: {job: s, output: 0}}, ", pipeline.MaxInputs) + "{from: {job: s, output: 0}}]}\n"
+		wantErrors(t, w.request("POST", w.public.URL+"/pipelines", inputs, "x-api-key", key, "Content-Type", "application/yaml"),
+			"jobs[1].inputs[1000]: a document may have at most 1000 inputs in all (line 4)")
 		// 33 jobs of 1,000 outputs each: every job's outputs is named.
 		res := deploy(pipelinetest.Size{Outputs: 1000, Datasets: 33 * 1000})
 		wantStatus(t, res, http.StatusBadRequest)

@@ -177,6 +177,9 @@ func (w *walker) jobInputs(n *node, path string, j *Job, dc *docContext) {
 	}
 	j.Inputs = make([]Input, 0, len(v.list))
 	for k, in := range v.list {
+		if dc.inputs++; dc.inputs == MaxInputs+1 {
+			w.node(in, index(p, k), "a document may have at most %d inputs in all", MaxInputs)
+		}
 		j.Inputs = append(j.Inputs, w.input(in, index(p, k), j.Name, dc))
 	}
 }

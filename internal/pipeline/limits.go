@@ -23,6 +23,9 @@ const (
 	// MaxDatasets bounds the datasets a document creates or names: its jobs' outputs, its
 	// buffered datasets, and the other pipelines' datasets its inputs read.
 	MaxDatasets = 1000
+	// MaxInputs bounds the inputs of a document's jobs, all together: each is a row of the store
+	// that routes events to its job, written in the deploy's transaction.
+	MaxInputs = 1000
 )
 
 // limitKeys are the fields a job shares with the document's defaults.

@@ -33,6 +33,11 @@ func sized(outputs []int, buffered int, external []string) string {
 	return doc(js, "publish: {"+strings.Join(pubs, ", ")+"}")
 }
 
+// inputList is a flow list of n inputs, each reading output 0 of job src.
+func inputList(n int) string {
+	return "[" + strings.Repeat("{from: {job: src, output: 0}}, ", n-1) + "{from: {job: src, output: 0}}]"
+}
+
 func repeat(n, times int) []int {
 	out := make([]int, times)
 	for i := range out {
@@ -57,6 +62,9 @@ func TestDocumentLimits(t *testing.T) {
 		{"a dataset read twice counts once", sized(append(repeat(MaxOutputs, 15), 23), MaxBufferedDatasets, []string{"other", "other"}), nil},
 		{"nor one more output", sized(append(outputs, 1), MaxBufferedDatasets, nil),
 			[]string{`a document may create or name at most 1000 datasets, not 1001: 985 job outputs, 16 buffered datasets and no datasets of other pipelines read by its inputs`}},
+		{"at most MaxInputs inputs", doc(jobs(srcJob, readerOf("r", inputList(600), ""), readerOf("q", inputList(400), ""))), nil},
+		{"not one more", doc(jobs(srcJob, readerOf("r", inputList(600), ""), readerOf("q", inputList(401), ""))),
+			[]string{`jobs[2].inputs[400]: a document may have at most 1000 inputs in all`}},
 		{"33 jobs of 1000 outputs", sized(repeat(1000, 33), 0, nil), func() []string {
 			var want []string
 			for i := range 33 {

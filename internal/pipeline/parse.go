@@ -125,6 +125,7 @@ type docContext struct {
 	publish  map[string]*Publish    // entries whose from is valid, by dataset name
 	byOutput map[JobOutput]*Publish // the entry an output is published as (direct first)
 	webhooks map[string]bool
+	inputs   int // inputs met so far in the walk
 }
 
 type jobRef struct {
