@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -25,27 +24,6 @@ import (
 	"github.com/baton-dev/baton/internal/store"
 	"github.com/baton-dev/baton/internal/store/storetest"
 )
-
-// deployTables is sink.Tables with EnsureTables over dataset.DB.EnsureAll: the data database as
-// a deploy sees it, a transaction for all of its tables.
-type deployTables struct{ sink.Tables }
-
-func (t deployTables) EnsureTables(ctx context.Context, tables []dispatch.DatasetTable, during func() error) error {
-	want := make([]dataset.Table, len(tables))
-	for i, x := range tables {
-		want[i] = dataset.Table{DatasetUUID: x.DatasetUUID, Schema: x.Schema}
-	}
-	err := t.DB.EnsureAll(ctx, want, during)
-	var inc *dataset.IncompatibleError
-	if errors.As(err, &inc) {
-		reasons := map[string]string{}
-		for id, e := range inc.Datasets {
-			reasons[id] = e.Error()
-		}
-		return &dispatch.IncompatibleTablesError{Reasons: reasons}
-	}
-	return err
-}
 
 // deployServer is the producer listener of a server whose store and data database are of one
 // driver, with an API key of tenant acme.
@@ -74,7 +52,7 @@ func newDeployServer(tb testing.TB, driver string) *deployServer {
 	}
 	tb.Cleanup(func() { data.Close() })
 	logger := slog.New(slog.NewTextHandler(s.log, &slog.HandlerOptions{Level: slog.LevelError}))
-	d, err := dispatch.New(st, dispatch.Config{Logger: logger, Tables: deployTables{sink.Tables{DB: data}}})
+	d, err := dispatch.New(st, dispatch.Config{Logger: logger, Tables: sink.Tables{DB: data}})
 	if err != nil {
 		tb.Fatal(err)
 	}

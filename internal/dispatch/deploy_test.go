@@ -22,34 +22,20 @@ import (
 	"github.com/baton-dev/baton/internal/store/storetest"
 )
 
-// deployTables is the data database as a deploy sees it: sink.Tables, which ensures tables one
-// at a time, with EnsureTables over dataset.DB.EnsureAll. before, when set, runs once the
-// tables' changes are made, before the deploy's store transaction.
+// deployTables is the data database as a deploy sees it (sink.Tables). before, when set, runs
+// once the tables' changes are made, before the deploy's store transaction.
 type deployTables struct {
 	sink.Tables
 	before func()
 }
 
 func (t *deployTables) EnsureTables(ctx context.Context, tables []dispatch.DatasetTable, during func() error) error {
-	want := make([]dataset.Table, len(tables))
-	for i, x := range tables {
-		want[i] = dataset.Table{DatasetUUID: x.DatasetUUID, Schema: x.Schema}
-	}
-	err := t.DB.EnsureAll(ctx, want, func() error {
+	return t.Tables.EnsureTables(ctx, tables, func() error {
 		if t.before != nil {
 			t.before()
 		}
 		return during()
 	})
-	var inc *dataset.IncompatibleError
-	if errors.As(err, &inc) {
-		reasons := map[string]string{}
-		for id, e := range inc.Datasets {
-			reasons[id] = e.Error()
-		}
-		return &dispatch.IncompatibleTablesError{Reasons: reasons}
-	}
-	return err
 }
 
 // Ensure runs before after the table's change, as EnsureTables does, for a dispatcher that

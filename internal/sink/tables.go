@@ -13,7 +13,29 @@ import (
 // deploy creates, and the rows a tenant reads back.
 type Tables struct{ DB *dataset.DB }
 
-var _ dispatch.DatasetTables = Tables{}
+var (
+	_ dispatch.DatasetTables = Tables{}
+	_ dispatch.DeployTables  = Tables{}
+)
+
+// EnsureTables changes the tables of a deploy's buffered datasets in one transaction of the data
+// database, or none (dataset.DB.EnsureAll), committed only if during succeeds.
+func (t Tables) EnsureTables(ctx context.Context, tables []dispatch.DatasetTable, during func() error) error {
+	want := make([]dataset.Table, len(tables))
+	for i, x := range tables {
+		want[i] = dataset.Table{DatasetUUID: x.DatasetUUID, Schema: x.Schema}
+	}
+	err := t.DB.EnsureAll(ctx, want, during)
+	var inc *dataset.IncompatibleError
+	if errors.As(err, &inc) {
+		reasons := make(map[string]string, len(inc.Datasets))
+		for id, e := range inc.Datasets {
+			reasons[id] = e.Error()
+		}
+		return &dispatch.IncompatibleTablesError{Reasons: reasons}
+	}
+	return err
+}
 
 func (t Tables) Ensure(ctx context.Context, datasetUUID string, s *pipeline.Schema) error {
 	err := t.DB.Ensure(ctx, datasetUUID, s)
