@@ -23,6 +23,8 @@ import (
 
 	"github.com/baton-dev/baton/internal/api"
 	"github.com/baton-dev/baton/internal/auth"
+	"github.com/baton-dev/baton/internal/dispatch"
+	"github.com/baton-dev/baton/internal/pipeline/pipelinetest"
 	"github.com/baton-dev/baton/internal/store"
 	"github.com/baton-dev/baton/internal/store/storetest"
 )
@@ -84,8 +86,10 @@ func (a authzAnswer) mismatch(res response) string {
 }
 
 // authzFixture is tenant acme's world: a key, a producer job, two pipelines with a buffered
-// dataset and one of its batches, and two tasks for the worker dialects — target, whose attempt
-// 1 failed and whose attempt 2 runs, and other, whose attempt 1 runs.
+// dataset and one of its batches, and three tasks for the worker dialects — target, whose attempt
+// 1 failed and whose attempt 2 runs, and other, whose attempt 1 runs (both of a plain job, which
+// writes no dataset), and writer, a task of the pipeline job whose output the buffered dataset
+// is, whose attempt 1 runs.
 type authzFixture struct {
 	w                         *workerAPI
 	key, wrongKey, revokedKey string
@@ -96,6 +100,8 @@ type authzFixture struct {
 	target, other, lease2     string
 	tok1, tok2, tokOther      string // target's attempts 1 and 2, other's attempt 1
 	expired                   string // target's attempt 2, expired an hour ago
+	writer, writerLease       string // writer's attempt 1
+	writerTok                 string
 	intruders                 int
 }
 
@@ -124,8 +130,14 @@ func newAuthzFixture(t *testing.T, w *workerAPI) *authzFixture {
 	_, f.tokOther = w.claim(f.other)
 	f.tok1, f.tok2, f.lease2 = tok1, tok2, c2.Task.LeaseToken
 	f.expired = callbackExpiredToken(t, w, c2.Task)
-	wantOK(t, w.post(w.internal.URL, "/internal/buffer-publish", fencedCalls[2].body(f.target, 2, f.lease2)))
-	pubs, err := w.st.ListBufferPublishes(ctx, f.target)
+	run, err := w.d.RunSource(ctx, dispatch.RunSourceParams{Tenant: "acme", Pipeline: "alerts", Job: "scan"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cw, writerTok := w.claim(run.TaskID)
+	f.writer, f.writerLease, f.writerTok = run.TaskID, cw.Task.LeaseToken, writerTok
+	wantOK(t, w.post(w.internal.URL, "/internal/buffer-publish", fencedCalls[2].body(w, f.writer, 1, f.writerLease)))
+	pubs, err := w.st.ListBufferPublishes(ctx, f.writer)
 	if err != nil || len(pubs) != 1 {
 		t.Fatalf("the batch of the fixture: %v %d", err, len(pubs))
 	}
@@ -184,13 +196,13 @@ func (f *authzFixture) request(t *testing.T, rt api.Route) (target string, body 
 	case "POST /datasets/{name}/current":
 		return target, `{"dataset_version": "v1"}`, nil
 	case "POST /v1/task/credentials":
-		return target, fencedCalls[0].body(f.target, 2, f.lease2), nil
+		return target, fencedCalls[0].body(f.w, f.target, 2, f.lease2), nil
 	}
 	switch rt.Auth {
 	case api.AuthCapabilityToken:
 		for _, c := range fencedCalls {
 			if c.scopedPath == rt.Pattern {
-				return target, c.body(f.target, 2, f.lease2), nil
+				return target, c.body(f.w, f.target, 2, f.lease2), nil
 			}
 		}
 		t.Fatalf("%s %s: the matrix has no body for this task-scoped route", rt.Method, rt.Pattern)
@@ -464,6 +476,7 @@ func TestAuthorizationMatrix(t *testing.T) {
 				}
 			})
 		}
+		checked += authzTaskRefusals(t, f)
 		if after := authzState(t, w.st); after != before {
 			t.Errorf("refused requests changed acme's state:\n%s\n%s", before, after)
 		}
@@ -486,6 +499,10 @@ func TestAuthorizationMatrix(t *testing.T) {
 				continue
 			}
 			target, body, headers := f.request(t, rt)
+			if rt.Pattern == "/v1/task/buffer-publish" {
+				// Only a task of a job that writes the dataset may publish into it.
+				cred, body = []string{"X-Trace-Task-Capability", f.writerTok}, fencedCalls[2].body(w, f.writer, 1, f.writerLease)
+			}
 			res, err := roundTrip(rt.Method, w.public.URL+target, body, append(headers, cred...)...)
 			if err != nil {
 				t.Fatal(err)
@@ -498,6 +515,77 @@ func TestAuthorizationMatrix(t *testing.T) {
 			}
 		}
 	})
+}
+
+// authzTaskRefusals sends what a task with a valid credential still may not do, on both
+// listeners, and returns how many requests it checked: report events on another tenant's dataset
+// (refused whole, stored nowhere, never shown to that tenant), publish into a buffered dataset
+// its job does not write, or register a version whose files lie outside its dataset's prefix. The
+// caller checks that acme's state did not change.
+func authzTaskRefusals(t *testing.T, f *authzFixture) int {
+	t.Helper()
+	w, ctx := f.w, context.Background()
+	if _, err := w.d.Deploy(ctx, "victim", []byte(pipelinetest.AlertsDoc), "application/yaml"); err != nil {
+		t.Fatal(err)
+	}
+	victims, err := w.st.DatasetByName(ctx, "victim", "alert_events")
+	if err != nil {
+		t.Fatal(err)
+	}
+	foreign := []any{map[string]any{"dataset_uuid": victims.UUID, "dataset_version": victims.CurrentVersion, "cursor": 1}}
+	eventRefusal := authzAnswer{status: http.StatusBadRequest, error: "invalid_request",
+		message: fmt.Sprintf("events[0]: dataset_uuid %q: this tenant has no such dataset", victims.UUID)}
+	fence := func(m map[string]any) map[string]any {
+		m["task_id"], m["attempt"], m["lease_token"] = f.target, 2, f.lease2
+		return m
+	}
+	outside := "s3://trace-scratch/buffers/"
+	cases := []struct {
+		name, path string
+		body       map[string]any
+		want       authzAnswer
+	}{
+		{"an event on another tenant's dataset", "/v1/task/events", fence(map[string]any{"events": foreign}), eventRefusal},
+		{"a final event on another tenant's dataset", "/v1/task/complete", fence(map[string]any{"status": "Completed", "events": foreign}), eventRefusal},
+		{"a batch of a dataset the task's job does not write", "/v1/task/buffer-publish", fencedCalls[2].body(w, f.target, 2, f.lease2),
+			authzAnswer{status: http.StatusForbidden, error: "forbidden", message: `dataset "alert_events" is not an output of this task's job: ` +
+				"only tasks of the pipeline job that publishes a buffered dataset may publish batches into it"}},
+		{"a version outside its dataset's prefix", "/v1/task/complete", fence(map[string]any{"status": "Completed", "datasets_published": []any{
+			map[string]any{"dataset_uuid": f.dataset, "dataset_version": "v9", "storage_ref": outside}}}),
+			authzAnswer{status: http.StatusBadRequest, error: "invalid_request", message: fmt.Sprintf(
+				"datasets_published[0].storage_ref: %q is not under the dataset's own prefix s3://trace-scratch/datasets/%s/", outside, f.dataset)}},
+	}
+	n := 0
+	for _, c := range cases {
+		for _, l := range []struct {
+			base, path string
+			cred       []string
+		}{
+			{w.public.URL, c.path, []string{"X-Trace-Task-Capability", f.tok2}},
+			{w.internal.URL, strings.NewReplacer("/v1/task/complete", "/internal/task-complete", "/v1/task/", "/internal/").Replace(c.path), nil},
+		} {
+			res, err := roundTrip("POST", l.base+l.path, c.body, l.cred...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if msg := c.want.mismatch(res); msg != "" {
+				t.Errorf("%s (%s): %s", c.name, l.path, msg)
+			}
+			n++
+		}
+	}
+	// The victim sees none of it.
+	res, err := roundTrip("GET", w.public.URL+"/datasets/alert_events", nil, "x-api-key", w.apiKey("victim"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if evs, ok := res.Body["recent_events"].([]any); res.Status != http.StatusOK || !ok || len(evs) != 0 {
+		t.Errorf("the victim's dataset: %d %s, want no recent event", res.Status, res.Raw)
+	}
+	if evs, _ := w.st.ListDatasetEvents(ctx, f.target); len(evs) != 0 {
+		t.Errorf("refused events were stored: %+v", evs)
+	}
+	return n
 }
 
 // authzMTLS serves the internal listener behind the production mutual TLS (auth.ServerTLSConfig

@@ -76,7 +76,7 @@ func TestWorkerEndpointsIgnoreUnknownFields(t *testing.T) {
 		// Task-scoped dialect.
 		c, tok := w.claim(ids["v"])
 		body := map[string]any{"task_id": c.Task.ID, "attempt": c.Task.Attempt, "lease_token": c.Task.LeaseToken, "status": "Completed",
-			"events": []any{map[string]any{"dataset_uuid": "d", "dataset_version": "v", "cursor": 1, "emitted_at": "now"}}, "sdk": "py"}
+			"events": []any{map[string]any{"dataset_uuid": w.buffered(), "dataset_version": "v", "cursor": 1, "emitted_at": "now"}}, "sdk": "py"}
 		wantOK(t, scoped(w, "/v1/task/complete", body, tok))
 
 		// Still refused: a body that is not an object, and members of the wrong type.

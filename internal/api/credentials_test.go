@@ -53,7 +53,7 @@ func TestTaskCredentials(t *testing.T) {
 		_, ids := w.submit(callbackSpec("t", "op"))
 		id := ids["t"]
 		lease1, tok1 := httpClaim(t, w, id)
-		body1 := fencedCalls[0].body(id, 1, lease1)
+		body1 := fencedCalls[0].body(w, id, 1, lease1)
 
 		creds := wantOK(t, scoped(w, "/v1/task/credentials", body1, tok1))
 		wantKeys(t, "credentials", creds, "access_key_id", "secret_access_key", "session_token", "expiration", "endpoint_url",
@@ -83,7 +83,7 @@ func TestTaskCredentials(t *testing.T) {
 			t.Fatal(err)
 		}
 		lease2, tok2 := httpClaim(t, w, id)
-		body2 := fencedCalls[0].body(id, 2, lease2)
+		body2 := fencedCalls[0].body(w, id, 2, lease2)
 		wantFencedError(t, scoped(w, "/v1/task/credentials", body1, tok1), http.StatusConflict, "attempt_mismatch", "")
 		wantFencedError(t, w.post(w.internal.URL, "/internal/task-credentials", body1, "X-Trace-Task-Capability", tok1),
 			http.StatusConflict, "attempt_mismatch", "")
@@ -112,7 +112,7 @@ func TestTaskCredentialsWithoutS3(t *testing.T) {
 		defer public.Close()
 		_, ids := w.submit(lifecycle.TaskSpec{Key: "t", Name: "op"})
 		lease, tok := httpClaim(t, w, ids["t"])
-		res := w.post(public.URL, "/v1/task/credentials", fencedCalls[0].body(ids["t"], 1, lease), "X-Trace-Task-Capability", tok)
+		res := w.post(public.URL, "/v1/task/credentials", fencedCalls[0].body(w, ids["t"], 1, lease), "X-Trace-Task-Capability", tok)
 		wantFencedError(t, res, http.StatusNotImplemented, "credentials_unavailable", "not an S3-compatible server")
 	})
 }

@@ -189,12 +189,43 @@ func newFuzzHarness(f *testing.F) *fuzzHarness {
 		h.fixed = append(h.fixed, k, uuid.NewString())
 	}
 
-	// A buffered publish, for the sink endpoints to claim, commit and fail.
+	// A buffered publish, for the sink endpoints to claim, commit and fail, by a task of
+	// range_stats, whose output alert_events is: a fixture task's event on blocks starts one.
 	fx := h.newFixture(f, false)
+	blocks, err := h.st.DatasetByName(ctx, "acme", "blocks")
+	if err != nil {
+		f.Fatal(err)
+	}
+	if _, err := h.d.RecordEvents(ctx, dispatch.Fence{TaskID: fx.task, Attempt: 1, LeaseToken: fx.lease}, []dispatch.DatasetEvent{
+		{DatasetUUID: blocks.UUID, DatasetVersion: blocks.CurrentVersion, Cursor: &[]int64{1}[0]}}); err != nil {
+		f.Fatal(err)
+	}
+	if _, _, err := h.d.NewRouter(dispatch.RouteConfig{}).RunOnce(ctx); err != nil {
+		f.Fatal(err)
+	}
+	jobs, err := h.st.ListJobs(ctx, store.ListJobsParams{Tenant: "acme", Limit: 100})
+	if err != nil {
+		f.Fatal(err)
+	}
+	var writer *dispatch.Claim
+	for _, j := range jobs {
+		if j.PipelineJob == "range_stats" {
+			tasks, err := h.st.JobTasks(ctx, j.ID)
+			if err != nil || len(tasks) != 1 {
+				f.Fatalf("range_stats's tasks: %v %d", err, len(tasks))
+			}
+			if writer, err = h.d.ClaimTask(ctx, dispatch.ClaimTaskParams{TaskID: tasks[0].ID, WorkerID: "fuzz"}); err != nil {
+				f.Fatal(err)
+			}
+		}
+	}
+	if writer == nil {
+		f.Fatal("the event on blocks started no task of range_stats")
+	}
 	n := int64(3)
 	if _, err := h.d.BufferPublish(ctx, dispatch.BufferPublishParams{
-		Fence:       dispatch.Fence{TaskID: fx.task, Attempt: 1, LeaseToken: fx.lease},
-		BatchURI:    "s3://trace-scratch/" + dispatch.BatchPrefix(ds.UUID, fx.task, 1) + "batch.jsonl",
+		Fence:       dispatch.Fence{TaskID: writer.Task.ID, Attempt: 1, LeaseToken: writer.Task.LeaseToken},
+		BatchURI:    "s3://trace-scratch/" + dispatch.BatchPrefix(ds.UUID, writer.Task.ID, 1) + "batch.jsonl",
 		DatasetUUID: ds.UUID, RecordCount: &n}); err != nil {
 		f.Fatal(err)
 	}

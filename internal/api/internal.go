@@ -63,6 +63,7 @@ func fencedError(err error) error {
 	var (
 		he       *httpError
 		bad      *dispatch.InvalidError
+		denied   *dispatch.ForbiddenError
 		mismatch *dispatch.AttemptMismatchError
 		terminal *dispatch.TerminalError
 	)
@@ -75,6 +76,8 @@ func fencedError(err error) error {
 		return he
 	case errors.As(err, &bad):
 		return invalidRequest("%s", bad.Message)
+	case errors.As(err, &denied):
+		return codedError(http.StatusForbidden, "forbidden", denied.Message)
 	case errors.As(err, &mismatch):
 		return &httpError{status: http.StatusConflict, body: map[string]any{"error": "attempt_mismatch",
 			"expected_attempt": mismatch.Expected, "received_attempt": mismatch.Received, "message": mismatch.Error()}}

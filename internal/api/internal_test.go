@@ -197,11 +197,25 @@ const (
 }`
 )
 
-// exampleIDs are the dataset ids the examples use; $DS_A, the dataset of the buffered publish, is
-// the buffered dataset of w.
+// exampleIDs are the dataset ids the examples use, all datasets of acme (events may name no
+// other): $DS_A, the dataset of the buffered publish, is the buffered dataset of w; $DS_B and
+// $DS_C are the two outputs of a job of another pipeline.
 func exampleIDs(w *workerAPI) []string {
 	pairs := []string{"$DS_A", w.buffered()}
-	for _, k := range []string{"$VER_A", "$DS_B", "$VER_B", "$DS_C", "$VER_C"} {
+	ctx := context.Background()
+	if _, err := w.d.Deploy(ctx, "acme", []byte(`name: examples
+jobs:
+  - {name: produce, activation: source, runtime: ecs_platform, operator: produce, outputs: 2, source: {kind: manual}}
+`), "application/yaml"); err != nil {
+		w.t.Fatal(err)
+	}
+	v, err := w.d.GetPipeline(ctx, "acme", "examples")
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	outs := v.Jobs()[0].Outputs
+	pairs = append(pairs, "$DS_B", outs[0].DatasetUUID, "$DS_C", outs[1].DatasetUUID)
+	for _, k := range []string{"$VER_A", "$VER_B", "$VER_C"} {
 		pairs = append(pairs, k, uuid.NewString())
 	}
 	return pairs
@@ -297,20 +311,24 @@ func TestInternalConformance(t *testing.T) {
 			t.Errorf("partitioned event stored as %+v", p)
 		}
 
-		// Buffered publish, then its idempotent repeat.
+		// Buffered publish, then its idempotent repeat, by a task of the job that writes the
+		// buffered dataset.
+		_, writers := w.submitWriters(lifecycle.TaskSpec{Key: "writer", Name: "op"})
+		wid := writers["writer"]
+		wpairs := attemptPairs(wid, 1, claimInternal(t, w, wid)["lease_token"].(string), datasets)
 		for i, dup := range []bool{false, true} {
-			bp := wantOK(t, w.post(w.internal.URL, "/internal/buffer-publish", fillExample(exampleBufferPublish, pairs...)))
+			bp := wantOK(t, w.post(w.internal.URL, "/internal/buffer-publish", fillExample(exampleBufferPublish, wpairs...)))
 			wantKeys(t, "buffer-publish", bp, "ok", "duplicate")
 			if bp["ok"] != true || bp["duplicate"] != dup {
 				t.Errorf("buffer-publish #%d: %v", i+1, bp)
 			}
 		}
-		pubs, err := w.st.ListBufferPublishes(ctx, id)
+		pubs, err := w.st.ListBufferPublishes(ctx, wid)
 		if err != nil || len(pubs) != 1 {
 			t.Fatalf("publishes: %v %d", err, len(pubs))
 		}
 		if p := pubs[0]; p.DatasetUUID != ds["$DS_A"] || p.DatasetVersion != ds["$VER_A"] || *p.RecordCount != 1000 || p.Tenant != "acme" ||
-			p.BatchURI != "s3://trace-scratch/buffers/"+ds["$DS_A"]+"/"+id+"/1/batch.jsonl" {
+			p.BatchURI != "s3://trace-scratch/buffers/"+ds["$DS_A"]+"/"+wid+"/1/batch.jsonl" {
 			t.Errorf("publish stored as %+v", p)
 		}
 		if n := outboxTopic(t, w, dispatch.TopicBufferBatch); n != 1 {
@@ -502,28 +520,30 @@ func TestInternalNotClaimedReasons(t *testing.T) {
 }
 
 // The four fenced calls of an attempt, with the bodies a worker of that attempt would send, in an
-// order it could send them (complete last).
+// order it could send them (complete last). Their events name, and their batches are of, w's
+// buffered dataset alert_events (w.buffered); only a task of a job that writes it
+// (w.submitWriters) may publish a batch.
 type fencedCall struct {
 	name, internalPath, scopedPath string
-	body                           func(taskID string, attempt int, lease string) map[string]any
+	body                           func(w *workerAPI, taskID string, attempt int, lease string) map[string]any
 }
 
 var fencedCalls = []fencedCall{
-	{"heartbeat", "/internal/heartbeat", "/v1/task/heartbeat", func(id string, a int, l string) map[string]any {
+	{"heartbeat", "/internal/heartbeat", "/v1/task/heartbeat", func(w *workerAPI, id string, a int, l string) map[string]any {
 		return map[string]any{"task_id": id, "attempt": a, "lease_token": l}
 	}},
-	{"events", "/internal/events", "/v1/task/events", func(id string, a int, l string) map[string]any {
+	{"events", "/internal/events", "/v1/task/events", func(w *workerAPI, id string, a int, l string) map[string]any {
 		return map[string]any{"task_id": id, "attempt": a, "lease_token": l,
-			"events": []any{map[string]any{"dataset_uuid": "ds-mid", "dataset_version": "v1", "cursor": 3}}}
+			"events": []any{map[string]any{"dataset_uuid": w.bufferedUUID(), "dataset_version": "v1", "cursor": 3}}}
 	}},
-	{"buffer-publish", "/internal/buffer-publish", "/v1/task/buffer-publish", func(id string, a int, l string) map[string]any {
+	{"buffer-publish", "/internal/buffer-publish", "/v1/task/buffer-publish", func(w *workerAPI, id string, a int, l string) map[string]any {
 		return map[string]any{"task_id": id, "attempt": a, "lease_token": l, "dataset_version": "v1",
 			"batch_uri": "s3://trace-scratch/buffers/alert_events/" + id + "/" + strconv.Itoa(a) + "/batch.jsonl", "record_count": 10}
 	}},
-	{"complete", "/internal/task-complete", "/v1/task/complete", func(id string, a int, l string) map[string]any {
+	{"complete", "/internal/task-complete", "/v1/task/complete", func(w *workerAPI, id string, a int, l string) map[string]any {
 		return map[string]any{"task_id": id, "attempt": a, "lease_token": l, "status": "Completed",
-			"events":  []any{map[string]any{"dataset_uuid": "ds-final", "dataset_version": "v1", "cursor": 7}},
-			"outputs": []any{map[string]any{"output_index": 0, "dataset_uuid": "ds-final", "row_count": 1}}}
+			"events":  []any{map[string]any{"dataset_uuid": w.bufferedUUID(), "dataset_version": "v1", "cursor": 7}},
+			"outputs": []any{map[string]any{"output_index": 0, "dataset_uuid": w.bufferedUUID(), "row_count": 1}}}
 	}},
 }
 
@@ -538,8 +558,9 @@ type staleSetup struct {
 func newStaleSetup(t *testing.T, w *workerAPI, clock *clockwork.FakeClock) staleSetup {
 	t.Helper()
 	ctx := context.Background()
-	jobID, ids := w.submit(lifecycle.TaskSpec{Key: "flaky", Name: "op", HeartbeatTimeoutSeconds: refOf(10),
-		BackoffBaseMs: refOf[int64](1000), BackoffMaxMs: refOf[int64](1000)})
+	// A task that may make every fenced call, its buffer-publish included.
+	jobIDs, ids := w.submitWriters(lifecycle.TaskSpec{Key: "flaky", Name: "op", HeartbeatTimeoutSeconds: refOf(10)})
+	jobID := jobIDs["flaky"]
 	s := staleSetup{jobID: jobID, id: ids["flaky"]}
 	s.claim1 = claimInternal(t, w, s.id)
 	s.lease1 = s.claim1["lease_token"].(string)
@@ -554,12 +575,12 @@ func newStaleSetup(t *testing.T, w *workerAPI, clock *clockwork.FakeClock) stale
 	// docs/lifecycle.md#heartbeats-and-expiry: the timed-out attempt's heartbeat answers 410, and
 	// changes nothing.
 	before := fencedState(t, w, jobID, s.id)
-	wantFencedError(t, w.post(w.internal.URL, "/internal/heartbeat", fencedCalls[0].body(s.id, 1, s.lease1)), http.StatusGone, "task_expired", "")
+	wantFencedError(t, w.post(w.internal.URL, "/internal/heartbeat", fencedCalls[0].body(w, s.id, 1, s.lease1)), http.StatusGone, "task_expired", "")
 	if fencedState(t, w, jobID, s.id) != before {
 		t.Fatal("a heartbeat of a timed-out attempt changed state")
 	}
 
-	clock.Advance(2 * time.Second) // past the backoff of at most 1.5 s
+	clock.Advance(16 * time.Second) // past the retry's backoff: the server's base of 10 s, with its jitter at most 15 s
 	s.claim2 = claimInternal(t, w, s.id)
 	s.lease2 = s.claim2["lease_token"].(string)
 	if s.claim2["attempt"] != 2.0 {
@@ -575,13 +596,13 @@ func TestInternalStaleWorkerIsFenced(t *testing.T) {
 		before := fencedState(t, w, s.jobID, s.id)
 		for _, c := range fencedCalls {
 			// The stale worker of attempt 1 ...
-			res := w.post(w.internal.URL, c.internalPath, c.body(s.id, 1, s.lease1))
+			res := w.post(w.internal.URL, c.internalPath, c.body(w, s.id, 1, s.lease1))
 			wantFencedError(t, res, http.StatusConflict, "attempt_mismatch", "attempt")
 			if res.Body["expected_attempt"] != 2.0 || res.Body["received_attempt"] != 1.0 {
 				t.Errorf("%s: %s", c.name, res.Raw)
 			}
 			// ... and its lease token under the new attempt's number.
-			wantFencedError(t, w.post(w.internal.URL, c.internalPath, c.body(s.id, 2, s.lease1)), http.StatusConflict, "lease_mismatch", "lease")
+			wantFencedError(t, w.post(w.internal.URL, c.internalPath, c.body(w, s.id, 2, s.lease1)), http.StatusConflict, "lease_mismatch", "lease")
 			if after := fencedState(t, w, s.jobID, s.id); after != before {
 				t.Fatalf("%s: a stale call changed state", c.name)
 			}
@@ -595,7 +616,7 @@ func TestInternalStaleWorkerIsFenced(t *testing.T) {
 		}
 		// The current attempt is unaffected.
 		for _, c := range fencedCalls {
-			if res := w.post(w.internal.URL, c.internalPath, c.body(s.id, 2, s.lease2)); res.Status != http.StatusOK {
+			if res := w.post(w.internal.URL, c.internalPath, c.body(w, s.id, 2, s.lease2)); res.Status != http.StatusOK {
 				t.Errorf("%s of the current attempt: %d %s", c.name, res.Status, res.Raw)
 			}
 		}
@@ -609,13 +630,12 @@ func TestInternalStaleWorkerIsFenced(t *testing.T) {
 // accepted while no newer attempt runs.
 func TestInternalLateReplyIsAccepted(t *testing.T) {
 	forEachClockedWorkerDriver(t, time.Now(), func(t *testing.T, w *workerAPI, clock *clockwork.FakeClock) {
-		w.buffered() // the dataset of the buffer-publish calls
-		_, ids := w.submit(lifecycle.TaskSpec{Key: "slow", Name: "op", HeartbeatTimeoutSeconds: refOf(10)})
+		_, ids := w.submitWriters(lifecycle.TaskSpec{Key: "slow", Name: "op", HeartbeatTimeoutSeconds: refOf(10)})
 		id := ids["slow"]
 		lease := claimInternal(t, w, id)["lease_token"].(string)
 		clock.Advance(11 * time.Second)
 		// No reaper ran: the heartbeat itself applies the timeout (410), and the task awaits its retry.
-		wantFencedError(t, w.post(w.internal.URL, "/internal/heartbeat", fencedCalls[0].body(id, 1, lease)), http.StatusGone, "task_expired", "")
+		wantFencedError(t, w.post(w.internal.URL, "/internal/heartbeat", fencedCalls[0].body(w, id, 1, lease)), http.StatusGone, "task_expired", "")
 		if tk := w.task(id); tk.Status != lifecycle.Pending {
 			t.Fatalf("after an expired heartbeat: %s", tk.Status)
 		}
@@ -623,9 +643,9 @@ func TestInternalLateReplyIsAccepted(t *testing.T) {
 			if c.name == "complete" {
 				continue
 			}
-			wantOK(t, w.post(w.internal.URL, c.internalPath, c.body(id, 1, lease)))
+			wantOK(t, w.post(w.internal.URL, c.internalPath, c.body(w, id, 1, lease)))
 		}
-		done := wantOK(t, w.post(w.internal.URL, "/internal/task-complete", fencedCalls[3].body(id, 1, lease)))
+		done := wantOK(t, w.post(w.internal.URL, "/internal/task-complete", fencedCalls[3].body(w, id, 1, lease)))
 		if done["status"] != "Completed" || done["duplicate"] != false {
 			t.Errorf("late completion: %v", done)
 		}
@@ -647,7 +667,7 @@ func TestInternalRepeatsAreIdempotent(t *testing.T) {
 			lease[k] = claimInternal(t, w, id)["lease_token"].(string)
 		}
 		post := func(path string, body map[string]any) response { return w.post(w.internal.URL, path, body) }
-		complete := fencedCalls[3].body(ids["ok"], 1, lease["ok"])
+		complete := fencedCalls[3].body(w, ids["ok"], 1, lease["ok"])
 
 		first := wantOK(t, post("/internal/task-complete", complete))
 		state := fencedState(t, w, jobID, ids["ok"])
@@ -660,13 +680,13 @@ func TestInternalRepeatsAreIdempotent(t *testing.T) {
 		}
 		wantFencedError(t, post("/internal/task-complete", map[string]any{"task_id": ids["ok"], "attempt": 1, "lease_token": lease["ok"], "status": "Failed"}),
 			http.StatusConflict, "outcome_conflict", "outcome")
-		res := post("/internal/heartbeat", fencedCalls[0].body(ids["ok"], 1, lease["ok"]))
+		res := post("/internal/heartbeat", fencedCalls[0].body(w, ids["ok"], 1, lease["ok"]))
 		wantFencedError(t, res, http.StatusConflict, "task_already_terminal", "completed")
 		if res.Body["state"] != "Completed" {
 			t.Errorf("terminal state: %s", res.Raw)
 		}
 		for _, c := range fencedCalls[1:3] {
-			wantFencedError(t, post(c.internalPath, c.body(ids["ok"], 1, lease["ok"])), http.StatusConflict, "task_already_terminal", "completed")
+			wantFencedError(t, post(c.internalPath, c.body(w, ids["ok"], 1, lease["ok"])), http.StatusConflict, "task_already_terminal", "completed")
 		}
 		if fencedState(t, w, jobID, ids["ok"]) != state {
 			t.Error("calls after the completion changed state")
@@ -701,11 +721,10 @@ func TestInternalRepeatsAreIdempotent(t *testing.T) {
 
 func TestInternalBufferPublishRepeatIsIdempotent(t *testing.T) {
 	forEachWorkerDriver(t, func(t *testing.T, w *workerAPI) {
-		_, ids := w.submit(lifecycle.TaskSpec{Key: "sink", Name: "op"})
+		_, ids := w.submitWriters(lifecycle.TaskSpec{Key: "sink", Name: "op"})
 		id := ids["sink"]
 		lease := claimInternal(t, w, id)["lease_token"].(string)
-		w.buffered()
-		body := fencedCalls[2].body(id, 1, lease)
+		body := fencedCalls[2].body(w, id, 1, lease)
 		for i, dup := range []bool{false, true, true} {
 			if r := wantOK(t, w.post(w.internal.URL, "/internal/buffer-publish", body)); r["duplicate"] != dup {
 				t.Errorf("publish #%d: %v", i+1, r)
@@ -798,7 +817,7 @@ func TestInternalBadBodiesAreRejected(t *testing.T) {
 			t.Error("a rejected body changed state")
 		}
 		// An unknown task is a 404 for the fenced calls.
-		res := w.post(w.internal.URL, "/internal/heartbeat", fencedCalls[0].body(uuid.NewString(), 1, lease))
+		res := w.post(w.internal.URL, "/internal/heartbeat", fencedCalls[0].body(w, uuid.NewString(), 1, lease))
 		wantFencedError(t, res, http.StatusNotFound, "task_not_found", "")
 	})
 }
@@ -816,7 +835,7 @@ func TestInternalHeartbeatRefreshesTheClaimToken(t *testing.T) {
 				_, ids := w.submit(lifecycle.TaskSpec{Key: "long", Name: "op"})
 				id := ids["long"]
 				lease := claimInternal(t, w, id)["lease_token"].(string)
-				hb := wantOK(t, w.post(w.internal.URL, "/internal/heartbeat", fencedCalls[0].body(id, 1, lease)))
+				hb := wantOK(t, w.post(w.internal.URL, "/internal/heartbeat", fencedCalls[0].body(w, id, 1, lease)))
 				tok, ok := hb["capability_token"].(string)
 				if ok != c.fresh {
 					t.Fatalf("heartbeat answer %v; want a fresh token: %v", hb, c.fresh)

@@ -227,7 +227,8 @@ func TestCompletionRegistersPublishedVersions(t *testing.T) {
 		}
 		wantStatus(t, current("v2"), http.StatusBadRequest)
 		wantOK(t, complete([]map[string]any{{"dataset_uuid": blocks, "dataset_version": "v2",
-			"storage_ref": map[string]any{"scheme": "s3", "bucket": "b", "prefix": "blocks/v2/"}, "range_start": 0, "range_end": 99}}))
+			"storage_ref": map[string]any{"scheme": "s3", "bucket": "trace-scratch", "prefix": "datasets/" + blocks.(string) + "/v2/"},
+			"range_start": 0, "range_end": 99}}))
 		wantStatus(t, current("v2"), http.StatusOK)
 		if v := w.currentVersion(key, "blocks"); v != "v2" {
 			t.Fatalf("current version %q, want v2", v)

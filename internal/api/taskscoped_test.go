@@ -49,8 +49,8 @@ const (
       "dataset_version": "$VER_A",
       "storage_ref": {
         "scheme": "s3",
-        "bucket": "bucket",
-        "prefix": "cold/datasets/$DS_A/$VER_A/",
+        "bucket": "trace-scratch",
+        "prefix": "datasets/$DS_A/$VER_A/",
         "glob": "*.parquet"
       },
       "config_hash": "string",
@@ -105,22 +105,26 @@ func TestTaskScopedConformance(t *testing.T) {
 		}
 
 		// The task-scoped buffer-publish body, its repeat, and the internal dialect's body on the
-		// same endpoint.
+		// same endpoint, by a task of the job that writes the buffered dataset.
+		_, writers := w.submitWriters(lifecycle.TaskSpec{Key: "writer", Name: "op"})
+		wid := writers["writer"]
+		wclaim := claimInternal(t, w, wid)
+		wtoken, wpairs := wclaim["capability_token"].(string), attemptPairs(wid, 1, wclaim["lease_token"].(string), datasets)
 		for i, dup := range []bool{false, true} {
-			bp := wantOK(t, scoped(w, "/v1/task/buffer-publish", fillExample(scopedBufferPublish, pairs...), token))
+			bp := wantOK(t, scoped(w, "/v1/task/buffer-publish", fillExample(scopedBufferPublish, wpairs...), wtoken))
 			wantKeys(t, "buffer-publish", bp, "ok", "duplicate")
 			if bp["ok"] != true || bp["duplicate"] != dup {
 				t.Errorf("buffer-publish #%d: %v", i+1, bp)
 			}
 		}
-		if bp := wantOK(t, scoped(w, "/v1/task/buffer-publish", fillExample(exampleBufferPublish, pairs...), token)); bp["duplicate"] != false {
+		if bp := wantOK(t, scoped(w, "/v1/task/buffer-publish", fillExample(exampleBufferPublish, wpairs...), wtoken)); bp["duplicate"] != false {
 			t.Errorf("internal dialect body: %v", bp)
 		}
-		pubs, err := w.st.ListBufferPublishes(ctx, id)
+		pubs, err := w.st.ListBufferPublishes(ctx, wid)
 		if err != nil || len(pubs) != 2 {
 			t.Fatalf("publishes: %v %d", err, len(pubs))
 		}
-		if p := pubs[0]; p.BatchURI != "s3://trace-scratch/buffers/"+id+"/1/batch.jsonl" || p.ContentType != "application/jsonl" ||
+		if p := pubs[0]; p.BatchURI != "s3://trace-scratch/buffers/"+wid+"/1/batch.jsonl" || p.ContentType != "application/jsonl" ||
 			p.BatchSizeBytes == nil || *p.BatchSizeBytes != 123456 || p.DedupeScope != "alert_events" || p.Tenant != "acme" || p.Attempt != 1 {
 			t.Errorf("task-scoped publish stored as %+v", p)
 		}
@@ -155,7 +159,7 @@ func TestTaskScopedRoutesLiveOnThePublicListenerOnly(t *testing.T) {
 		w.buffered() // the dataset of the buffer-publish calls
 		_, ids := w.submit(lifecycle.TaskSpec{Key: "t", Name: "op"})
 		c, token := w.claim(ids["t"])
-		body := fencedCalls[0].body(c.Task.ID, 1, c.Task.LeaseToken)
+		body := fencedCalls[0].body(w, c.Task.ID, 1, c.Task.LeaseToken)
 		if res := w.post(w.internal.URL, "/v1/task/heartbeat", body, "X-Trace-Task-Capability", token); res.Status != http.StatusNotFound {
 			t.Errorf("task-scoped route on the internal listener: %d", res.Status)
 		}
@@ -183,7 +187,7 @@ func TestTaskScopedHeartbeatRefreshesAnAgingToken(t *testing.T) {
 		w.buffered() // the dataset of the buffer-publish calls
 		_, ids := w.submit(lifecycle.TaskSpec{Key: "t", Name: "op"})
 		c, fresh := w.claim(ids["t"])
-		body := fencedCalls[0].body(c.Task.ID, 1, c.Task.LeaseToken)
+		body := fencedCalls[0].body(w, c.Task.ID, 1, c.Task.LeaseToken)
 		if hb := wantOK(t, scoped(w, "/v1/task/heartbeat", body, fresh)); hb["capability_token"] != nil || hb["capability_token_expires_at"] != nil {
 			t.Errorf("a fresh token was refreshed: %v", hb)
 		}
@@ -283,25 +287,26 @@ func kidOf(t *testing.T, tok string) string {
 func TestTaskScopedAuthMatrix(t *testing.T) {
 	for _, call := range fencedCalls {
 		t.Run(call.name, func(t *testing.T) {
-			forEachWorkerDriver(t, func(t *testing.T, w *workerAPI) {
-				w.buffered() // the dataset of the buffer-publish calls
+			forEachClockedWorkerDriver(t, time.Now(), func(t *testing.T, w *workerAPI, clock *clockwork.FakeClock) {
 				ctx := context.Background()
-				jobID, ids := w.submit(
-					lifecycle.TaskSpec{Key: "target", Name: "op", BackoffBaseMs: refOf[int64](1), BackoffMaxMs: refOf[int64](1)},
-					lifecycle.TaskSpec{Key: "other", Name: "op"})
-				target, other := ids["target"], ids["other"]
+				// target may make every fenced call, its buffer-publish included.
+				jobIDs, writers := w.submitWriters(lifecycle.TaskSpec{Key: "target", Name: "op"})
+				jobID, target := jobIDs["target"], writers["target"]
+				_, ids := w.submit(lifecycle.TaskSpec{Key: "other", Name: "op"})
+				other := ids["other"]
 
-				// Attempt 1 of target fails and is retried; attempt 2 runs.
+				// Attempt 1 of target fails and is retried (after the server's backoff); attempt 2 runs.
 				c1, tok1 := w.claim(target)
 				if _, err := w.d.Complete(ctx, dispatch.CompleteParams{TaskID: target, Attempt: 1, LeaseToken: c1.Task.LeaseToken,
 					Outcome: store.OutcomeFailed, Error: &store.TaskError{Message: "flaky"}}); err != nil {
 					t.Fatal(err)
 				}
+				clock.Advance(16 * time.Second)
 				c2 := claimAgain(t, w, target)
 				tok2 := w.token(c2.Task, time.Hour)
 				_, tokOther := w.claim(other)
 				lease1, lease2 := c1.Task.LeaseToken, c2.Task.LeaseToken
-				body1, body2 := call.body(target, 1, lease1), call.body(target, 2, lease2)
+				body1, body2 := call.body(w, target, 1, lease1), call.body(w, target, 2, lease2)
 				forge := func(c map[string]any) { c["attempt"], c["lease_token"] = 2, lease2 }
 				// Expired an hour ago. (Not w.token(task, -ttl): its issuer's clock closure reads ttl after
 				// it was negated, so that token is issued two hours in the future and is valid.)
@@ -328,7 +333,7 @@ func TestTaskScopedAuthMatrix(t *testing.T) {
 					{"previous attempt's token and body", tok1, body1, nil, 409, "attempt_mismatch", "attempt"},
 					// A valid token for the task whose body names a stale lease: a conflict, not a
 					// permission problem (409, as the core answers a stale lease).
-					{"body's lease token is a stale one", tok2, call.body(target, 2, lease1), nil, 409, "lease_mismatch", "lease"},
+					{"body's lease token is a stale one", tok2, call.body(w, target, 2, lease1), nil, 409, "lease_mismatch", "lease"},
 					{"current token, previous attempt's body", tok2, body1, nil, 409, "attempt_mismatch", "attempt"},
 					{"expired token", expired, body2, nil, 401, "unauthorized", "expired"},
 					{"signature altered", tamperSignature(tok2), body2, nil, 401, "unauthorized", "invalid"},
@@ -372,7 +377,7 @@ func TestTaskScopedKeyRotation(t *testing.T) {
 		ctx := context.Background()
 		_, ids := w.submit(lifecycle.TaskSpec{Key: "t", Name: "op"})
 		c, tokA := w.claim(ids["t"])
-		body := fencedCalls[0].body(c.Task.ID, 1, c.Task.LeaseToken)
+		body := fencedCalls[0].body(w, c.Task.ID, 1, c.Task.LeaseToken)
 		kidA := kidOf(t, tokA)
 		wantOK(t, scoped(w, "/v1/task/heartbeat", body, tokA))
 
@@ -406,11 +411,10 @@ func TestTaskScopedKeyRotation(t *testing.T) {
 
 func TestTaskScopedStaleWorkerIsFenced(t *testing.T) {
 	forEachClockedWorkerDriver(t, time.Now(), func(t *testing.T, w *workerAPI, clock *clockwork.FakeClock) {
-		w.buffered() // the dataset of the buffer-publish calls
 		ctx := context.Background()
-		jobID, ids := w.submit(lifecycle.TaskSpec{Key: "flaky", Name: "op", HeartbeatTimeoutSeconds: refOf(10),
-			BackoffBaseMs: refOf[int64](1000), BackoffMaxMs: refOf[int64](1000)})
-		id := ids["flaky"]
+		// A task that may make every fenced call, its buffer-publish included.
+		jobIDs, ids := w.submitWriters(lifecycle.TaskSpec{Key: "flaky", Name: "op", HeartbeatTimeoutSeconds: refOf(10)})
+		jobID, id := jobIDs["flaky"], ids["flaky"]
 		claim1 := claimInternal(t, w, id)
 		tok1, lease1 := claim1["capability_token"].(string), claim1["lease_token"].(string)
 
@@ -419,31 +423,31 @@ func TestTaskScopedStaleWorkerIsFenced(t *testing.T) {
 			t.Fatalf("reap: %d %v", n, err)
 		}
 		before := fencedState(t, w, jobID, id)
-		wantFencedError(t, scoped(w, "/v1/task/heartbeat", fencedCalls[0].body(id, 1, lease1), tok1), http.StatusGone, "task_expired", "")
+		wantFencedError(t, scoped(w, "/v1/task/heartbeat", fencedCalls[0].body(w, id, 1, lease1), tok1), http.StatusGone, "task_expired", "")
 		if fencedState(t, w, jobID, id) != before {
 			t.Fatal("a heartbeat of a timed-out attempt changed state")
 		}
 
-		clock.Advance(2 * time.Second)
+		clock.Advance(16 * time.Second) // past the retry's backoff: the server's base of 10 s, with its jitter at most 15 s
 		claim2 := claimInternal(t, w, id)
 		tok2, lease2 := claim2["capability_token"].(string), claim2["lease_token"].(string)
 		before = fencedState(t, w, jobID, id)
 		for _, c := range fencedCalls {
-			res := scoped(w, c.scopedPath, c.body(id, 1, lease1), tok1)
+			res := scoped(w, c.scopedPath, c.body(w, id, 1, lease1), tok1)
 			wantFencedError(t, res, http.StatusConflict, "attempt_mismatch", "attempt")
 			if res.Body["expected_attempt"] != 2.0 || res.Body["received_attempt"] != 1.0 {
 				t.Errorf("%s: %s", c.name, res.Raw)
 			}
-			wantFencedError(t, scoped(w, c.scopedPath, c.body(id, 2, lease2), tok1), http.StatusForbidden, "forbidden", "token")
+			wantFencedError(t, scoped(w, c.scopedPath, c.body(w, id, 2, lease2), tok1), http.StatusForbidden, "forbidden", "token")
 			// The current token with a stale lease in the body: a conflict (the worker aborts), not
 			// a permission problem.
-			wantFencedError(t, scoped(w, c.scopedPath, c.body(id, 2, lease1), tok2), http.StatusConflict, "lease_mismatch", "lease")
+			wantFencedError(t, scoped(w, c.scopedPath, c.body(w, id, 2, lease1), tok2), http.StatusConflict, "lease_mismatch", "lease")
 			if fencedState(t, w, jobID, id) != before {
 				t.Fatalf("%s: a stale call changed state", c.name)
 			}
 		}
 		for _, c := range fencedCalls {
-			wantOK(t, scoped(w, c.scopedPath, c.body(id, 2, lease2), tok2))
+			wantOK(t, scoped(w, c.scopedPath, c.body(w, id, 2, lease2), tok2))
 		}
 		if tk := w.task(id); tk.Status != lifecycle.Completed || tk.Attempt != 2 {
 			t.Errorf("task: %s attempt %d", tk.Status, tk.Attempt)

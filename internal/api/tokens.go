@@ -10,7 +10,6 @@ import (
 	"github.com/baton-dev/baton/internal/auth"
 	"github.com/baton-dev/baton/internal/dispatch"
 	"github.com/baton-dev/baton/internal/grant"
-	"github.com/baton-dev/baton/internal/pipeline"
 	"github.com/baton-dev/baton/internal/store"
 )
 
@@ -25,19 +24,15 @@ func (s *Server) issueToken(ctx context.Context, t *store.Task) (string, time.Ti
 		return "", time.Time{}, err
 	}
 	claims := auth.TaskClaims{Tenant: tenant, JobID: t.JobID, TaskID: t.ID, Attempt: t.Attempt, LeaseToken: t.LeaseToken}
-	a := grant.Attempt{TaskID: t.ID, Attempt: t.Attempt}
 	if r := dispatch.DecodeRoute(t); r != nil {
 		for _, in := range r.Inputs {
 			claims.Datasets = append(claims.Datasets, auth.DatasetGrant{DatasetUUID: in.DatasetUUID,
 				DatasetVersion: in.DatasetVersion, DatasetName: in.DatasetName})
-			a.Inputs = append(a.Inputs, in.StorageRef)
-		}
-		for _, o := range r.Outputs {
-			a.Outputs = append(a.Outputs, grant.Output{DatasetUUID: o.DatasetUUID, Buffered: o.WriteMode == pipeline.WriteBuffered})
 		}
 	}
 	if s.storageRoot != "" {
-		g, skipped := grant.Derive(s.storageRoot, a)
+		// The same derivation decides which buffered datasets the attempt may publish into.
+		g, skipped := grant.Derive(s.storageRoot, dispatch.GrantAttempt(t))
 		for _, why := range skipped {
 			s.log.DebugContext(ctx, "an input's storage is not granted", "task_id", t.ID, "attempt", t.Attempt, "reason", why)
 		}

@@ -2,6 +2,7 @@ package api_test
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"net/http/httptest"
 	"testing"
@@ -48,6 +49,59 @@ func (w *workerAPI) buffered() string {
 		w.t.Fatal(err)
 	}
 	return ds.UUID
+}
+
+// bufferedUUID is the uuid of acme's alert_events, which w.buffered deployed.
+func (w *workerAPI) bufferedUUID() string {
+	w.t.Helper()
+	ds, err := w.st.DatasetByName(context.Background(), "acme", "alert_events")
+	if err != nil {
+		w.t.Fatalf("acme's alert_events (deploy it with w.buffered first): %v", err)
+	}
+	return ds.UUID
+}
+
+// submitWriters starts, for each spec, a task of tenant acme's pipeline job of the spec's key
+// (a manual source, with the spec's name as its operator, and its heartbeat timeout, execution
+// timeout and attempts), whose output is the buffered dataset alert_events: a task that may make
+// every fenced call, buffer-publish included. It returns each task's job id and task id by key.
+// Its retries wait the server's default backoff.
+func (w *workerAPI) submitWriters(specs ...lifecycle.TaskSpec) (jobIDs, ids map[string]string) {
+	w.t.Helper()
+	ctx := context.Background()
+	w.buffered()
+	jobIDs, ids = map[string]string{}, map[string]string{}
+	for _, s := range specs {
+		job := fmt.Sprintf("  - {name: %s, activation: source, runtime: ecs_platform, operator: %s, outputs: 1, source: {kind: manual}", s.Key, s.Name)
+		for k, v := range map[string]*int{"heartbeat_timeout_seconds": s.HeartbeatTimeoutSeconds, "timeout_seconds": s.TimeoutSeconds,
+			"max_attempts": s.MaxAttempts} {
+			if v != nil {
+				job += fmt.Sprintf(", %s: %d", k, *v)
+			}
+		}
+		doc := "name: writes_" + s.Key + "\njobs:\n" + job + "}\n" + `publish:
+  alert_events:
+    from: {job: ` + s.Key + `, output: 0}
+    write_mode: buffered
+    schema:
+      columns:
+        - {name: dedupe_key, type: string, required: true}
+        - {name: severity, type: string, required: true}
+        - {name: block, type: integer}
+        - {name: seen_at, type: timestamp}
+      unique: [dedupe_key]
+    filter_fields: [severity]
+`
+		if _, err := w.d.Deploy(ctx, "acme", []byte(doc), "application/yaml"); err != nil {
+			w.t.Fatalf("deploy the writer %s: %v\n%s", s.Key, err, doc)
+		}
+		run, err := w.d.RunSource(ctx, dispatch.RunSourceParams{Tenant: "acme", Pipeline: "writes_" + s.Key, Job: s.Key})
+		if err != nil {
+			w.t.Fatal(err)
+		}
+		jobIDs[s.Key], ids[s.Key] = run.JobID, run.TaskID
+	}
+	return jobIDs, ids
 }
 
 func newWorkerAPI(t *testing.T, st store.Store) *workerAPI {

@@ -24,6 +24,8 @@ import (
 // BlobRoot is the object storage where buffer-publish accepts batch artifacts and the sink reads
 // them.
 type BlobRoot interface {
+	// Root is the canonical URI of the root ("s3://bucket/prefix/", "file:///dir/").
+	Root() string
 	// URI is the canonical URI of key.
 	URI(key string) string
 	// Key returns the key of a URI under the root, or an error saying why it is not one.
@@ -164,6 +166,10 @@ func (d *Dispatcher) BufferPublish(ctx context.Context, p BufferPublishParams) (
 		if err != nil {
 			return err
 		}
+		if !writesBuffered(t, ds.UUID) {
+			return &ForbiddenError{Message: fmt.Sprintf("dataset %q is not an output of this task's job: only tasks of the pipeline job "+
+				"that publishes a buffered dataset may publish batches into it", datasetLabel(ds))}
+		}
 		rec := &store.BufferPublish{TaskID: t.ID, Attempt: t.Attempt, BatchURI: d.cfg.Blob.URI(key), JobID: t.JobID,
 			Tenant: job.Tenant, DatasetUUID: ds.UUID, DatasetVersion: cmp.Or(p.DatasetVersion, ds.CurrentVersion),
 			RecordCount: p.RecordCount, ContentType: p.ContentType, BatchSizeBytes: p.BatchSizeBytes,
@@ -219,6 +225,14 @@ func (d *Dispatcher) batchDataset(ctx context.Context, tx store.Tx, tenant strin
 		return nil, &InvalidError{Message: fmt.Sprintf("dataset_uuid %q is not the dataset batch_uri names (%s)", p.DatasetUUID, ds.UUID)}
 	}
 	return ds, nil
+}
+
+// datasetLabel names a dataset in a message: by its name, or its uuid when it has none.
+func datasetLabel(ds *store.Dataset) string {
+	if ds.Name != "" {
+		return ds.Name
+	}
+	return ds.UUID
 }
 
 // bufferBatchMessage is the Buffer Queue message of a publish: small, never the rows. The sink

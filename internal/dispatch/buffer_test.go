@@ -38,8 +38,28 @@ func newBufferEnv(t *testing.T, st store.Store) *bufferEnv {
 	if e.dataset, err = st.DatasetByName(e.ctx, tenant, "alert_events"); err != nil {
 		t.Fatal(err)
 	}
-	e.writer = e.claim(e.submit(spec("w")), "w")
+	e.writer = e.runScan()
 	return e
+}
+
+// runScan starts a task of the job scan, whose output alert_events is, and claims it: a running
+// attempt that may publish into the dataset.
+func (e *bufferEnv) runScan() *dispatch.Claim {
+	e.t.Helper()
+	run, err := e.d.RunSource(e.ctx, dispatch.RunSourceParams{Tenant: tenant, Pipeline: "alerts", Job: "scan"})
+	if err != nil {
+		e.t.Fatalf("run scan: %v", err)
+	}
+	return e.claimID(run.TaskID)
+}
+
+func (e *bufferEnv) claimID(taskID string) *dispatch.Claim {
+	e.t.Helper()
+	c, err := e.d.ClaimTask(e.ctx, dispatch.ClaimTaskParams{TaskID: taskID, WorkerID: "w"})
+	if err != nil {
+		e.t.Fatalf("claim %s: %v", taskID, err)
+	}
+	return c
 }
 
 // uri is a batch URI under c's own prefix for the dataset named by segment.
@@ -154,6 +174,67 @@ func TestBufferPublishRefusesURIsOutsideTheAttemptsPrefix(t *testing.T) {
 	})
 }
 
+// Rule: only a task whose job declares the buffered dataset among its outputs may publish into
+// it, the same outputs its capability token grants write prefixes for: a task of a plain job, or
+// of another job of the pipeline (one that reads the dataset), is refused and records nothing.
+func TestBufferPublishOnlyIntoTheJobsOwnBufferedOutputs(t *testing.T) {
+	storetest.ForEachDriver(t, func(t *testing.T, st store.Store) {
+		e := newBufferEnv(t, st)
+		ds := e.dataset.UUID
+		plain := e.claim(e.submit(spec("plain")), "plain")
+		// pager reads alert_events: a task of it, made by a committed batch's event.
+		e.publish(e.writer, e.uri(e.writer, ds, "seed.jsonl"))
+		msgs := e.claimBatches(dispatch.ClaimBatchesParams{Max: 1})
+		if len(msgs) != 1 {
+			t.Fatalf("claimed %d batches", len(msgs))
+		}
+		if err := e.d.CommitBatch(e.ctx, msgs[0].ID, dispatch.BatchLoaded{Cursor: 1, Inserted: 1,
+			Facets: map[string][]any{"severity": {"high"}}}); err != nil {
+			t.Fatal(err)
+		}
+		if _, _, err := e.d.NewRouter(dispatch.RouteConfig{}).RunOnce(e.ctx); err != nil {
+			t.Fatal(err)
+		}
+		pager := e.pipelineTask(t, "pager")
+		for _, c := range []*dispatch.Claim{plain, pager} {
+			for _, uri := range []string{e.uri(c, ds, "b.jsonl"), e.uri(c, "alert_events", "b.jsonl")} {
+				_, err := e.d.BufferPublish(e.ctx, dispatch.BufferPublishParams{Fence: fence(c), BatchURI: uri})
+				denied := wantErr[*dispatch.ForbiddenError](t, err)
+				if want := `dataset "alert_events" is not an output of this task's job: only tasks of the pipeline job that publishes a buffered dataset may publish batches into it`; denied.Message != want {
+					t.Errorf("refusal %q, want %q", denied.Message, want)
+				}
+			}
+			if recs, _ := st.ListBufferPublishes(e.ctx, c.Task.ID); len(recs) != 0 {
+				t.Fatalf("a refused publish was recorded: %+v", recs)
+			}
+		}
+		if msgs := e.claimBatches(dispatch.ClaimBatchesParams{Max: 10}); len(msgs) != 0 {
+			t.Fatalf("a refused publish reached the queue: %+v", msgs)
+		}
+	})
+}
+
+// pipelineTask claims the pending task of the pipeline job named job.
+func (e *bufferEnv) pipelineTask(t *testing.T, job string) *dispatch.Claim {
+	t.Helper()
+	jobs, err := e.st.ListJobs(e.ctx, store.ListJobsParams{Tenant: tenant, Limit: 100})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, j := range jobs {
+		if j.PipelineJob != job {
+			continue
+		}
+		tasks, err := e.st.JobTasks(e.ctx, j.ID)
+		if err != nil || len(tasks) != 1 {
+			t.Fatalf("tasks of %s: %v %d", job, err, len(tasks))
+		}
+		return e.claimID(tasks[0].ID)
+	}
+	t.Fatalf("no task of the pipeline job %s", job)
+	return nil
+}
+
 // Fencing (docs/lifecycle.md#fencing) for buffered publishes: a stale attempt's publish is
 // refused, so its batch never reaches the sink.
 func TestStaleAttemptsBufferPublishIsRefused(t *testing.T) {
@@ -162,7 +243,7 @@ func TestStaleAttemptsBufferPublishIsRefused(t *testing.T) {
 		c := e.writer
 		e.expire()
 		e.clock.Advance(10 * time.Second)
-		e.claim(e.job(c.Task.JobID), "w")
+		e.claimID(c.Task.ID)
 		_, err := e.d.BufferPublish(e.ctx, dispatch.BufferPublishParams{Fence: fence(c), BatchURI: e.uri(c, e.dataset.UUID, "b.jsonl")})
 		wantErr[*dispatch.AttemptMismatchError](t, err)
 		if msgs := e.claimBatches(dispatch.ClaimBatchesParams{Max: 10}); len(msgs) != 0 {

@@ -6,9 +6,11 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 
 	"github.com/google/uuid"
 
+	"github.com/baton-dev/baton/internal/grant"
 	"github.com/baton-dev/baton/internal/store"
 )
 
@@ -47,7 +49,7 @@ func (d *Dispatcher) GetDataset(ctx context.Context, tenant, ref string, limit i
 	if v.Versions, err = d.store.ListDatasetVersions(ctx, x.UUID); err != nil {
 		return nil, err
 	}
-	if v.Events, err = d.store.RecentDatasetEvents(ctx, x.UUID, cmpOr(limit, 20)); err != nil {
+	if v.Events, err = d.store.RecentDatasetEvents(ctx, tenant, x.UUID, cmpOr(limit, 20)); err != nil {
 		return nil, err
 	}
 	for f := range allowlistOf(x).Fields {
@@ -99,13 +101,24 @@ type PublishedVersion struct {
 	RangeEnd       *int64          `json:"range_end,omitempty"`
 }
 
+// MaxPublishedVersions caps the datasets_published entries of one completion.
+const MaxPublishedVersions = 1000
+
 // registerVersions registers the versions a completing task published, on the datasets of its
-// tenant; versions of unknown datasets or of other tenants' are ignored.
+// tenant; versions of unknown datasets or of other tenants' are ignored. With object storage, a
+// version whose storage_ref names a prefix must lie under its dataset's own prefix
+// (grant.DatasetLocation), or the completion is refused.
 func (d *Dispatcher) registerVersions(ctx context.Context, tx store.Tx, c *changes, t *store.Task, pub []PublishedVersion) error {
+	if len(pub) > MaxPublishedVersions {
+		return &InvalidError{Message: fmt.Sprintf("datasets_published holds %d entries; at most %d per completion", len(pub), MaxPublishedVersions)}
+	}
 	var uuids []string
 	for i, p := range pub {
 		if p.DatasetUUID == "" || p.DatasetVersion == "" {
 			return &InvalidError{Message: fmt.Sprintf("datasets_published[%d]: dataset_uuid and dataset_version are required", i)}
+		}
+		if err := d.checkLocation(i, p); err != nil {
+			return err
 		}
 		uuids = append(uuids, p.DatasetUUID)
 	}
@@ -129,4 +142,20 @@ func (d *Dispatcher) registerVersions(ctx context.Context, tx store.Tx, c *chang
 		}
 	}
 	return tx.InsertDatasetVersions(ctx, vs)
+}
+
+// checkLocation checks where the published version p (entry i) says its files are: with object
+// storage, a storage_ref that names a prefix must name one under p's dataset's own prefix. Without
+// object storage no grant is ever derived, so the reference is kept as the task gave it; a server
+// started later with object storage checks it again before granting anything from it.
+func (d *Dispatcher) checkLocation(i int, p PublishedVersion) error {
+	raw := grant.RefPrefix(p.StorageRef)
+	if raw == "" || d.cfg.Blob == nil {
+		return nil
+	}
+	if _, err := grant.DatasetLocation(raw, d.cfg.Blob.Root(), p.DatasetUUID); err != nil {
+		return &InvalidError{Message: fmt.Sprintf("datasets_published[%d].storage_ref: %s", i,
+			strings.TrimPrefix(err.Error(), grant.ErrPrefix.Error()+": "))}
+	}
+	return nil
 }

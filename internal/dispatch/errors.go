@@ -43,6 +43,12 @@ type InvalidError struct{ Message string }
 
 func (e *InvalidError) Error() string { return e.Message }
 
+// ForbiddenError: the attempt is the current one, but what it asks for is not its to do (such as
+// publishing into a buffered dataset that its job does not write).
+type ForbiddenError struct{ Message string }
+
+func (e *ForbiddenError) Error() string { return e.Message }
+
 // AttemptMismatchError: the call names an attempt other than the task's current one
 // (docs/lifecycle.md#fencing).
 type AttemptMismatchError struct{ Expected, Received int }

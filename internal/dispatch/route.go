@@ -3,6 +3,7 @@ package dispatch
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"log/slog"
 	"slices"
 	"strconv"
@@ -41,21 +42,24 @@ func (e *routedEvent) dedupeKey() string {
 }
 
 // acceptEvents stores the events of t's current attempt and queues each new one for routing, in
-// the caller's transaction: an event is routed exactly when it is stored. It returns how many
-// events were new.
+// the caller's transaction: an event is routed exactly when it is stored. Every event must name a
+// dataset of the task's tenant; otherwise none is stored. It returns how many events were new.
 func (d *Dispatcher) acceptEvents(ctx context.Context, tx store.Tx, c *changes, t *store.Task, events []DatasetEvent) (int, error) {
 	rows, err := validateEvents(t, t.Attempt, events, c.now)
 	if err != nil {
 		return 0, err
 	}
-	n, err := tx.InsertDatasetEvents(ctx, rows)
-	if err != nil || n == 0 {
-		return n, err
-	}
 	// Read for its tenant, which never changes: outside the transaction, so as not to lock it.
 	job, err := d.store.GetJob(ctx, t.JobID)
 	if err != nil {
 		return 0, err
+	}
+	if err := ownDatasets(ctx, tx, job.Tenant, events); err != nil {
+		return 0, err
+	}
+	n, err := tx.InsertDatasetEvents(ctx, rows)
+	if err != nil || n == 0 {
+		return n, err
 	}
 	for _, e := range rows {
 		if e.ID == 0 {
@@ -69,6 +73,34 @@ func (d *Dispatcher) acceptEvents(ctx context.Context, tx store.Tx, c *changes, 
 	}
 	c.routable = true // wakes the router once committed
 	return n, nil
+}
+
+// ownDatasets checks that every event names a dataset of tenant. Another tenant's dataset and a
+// dataset that does not exist get the same answer, so that the refusal says nothing about other
+// tenants.
+func ownDatasets(ctx context.Context, st store.Reader, tenant string, events []DatasetEvent) error {
+	uuids := make([]string, 0, len(events))
+	for _, e := range events {
+		uuids = append(uuids, e.DatasetUUID)
+	}
+	slices.Sort(uuids)
+	uuids = slices.Compact(uuids)
+	mine := make(map[string]bool, len(uuids))
+	for chunk := range slices.Chunk(uuids, 500) {
+		ds, err := st.GetDatasets(ctx, chunk)
+		if err != nil {
+			return err
+		}
+		for _, x := range ds {
+			mine[x.UUID] = x.Tenant == tenant
+		}
+	}
+	for i, e := range events {
+		if !mine[e.DatasetUUID] {
+			return &InvalidError{Message: fmt.Sprintf("events[%d]: dataset_uuid %q: this tenant has no such dataset", i, e.DatasetUUID)}
+		}
+	}
+	return nil
 }
 
 // RouteConfig configures a Router. Zero fields take their defaults.

@@ -221,7 +221,8 @@ func TestRoutingIgnoresVersionsThatAreNotCurrentAndOtherTenants(t *testing.T) {
 		if err != nil || len(evs) != 1 {
 			t.Errorf("stored events %v, %v; want the one event", evs, err)
 		}
-		// Another tenant's task reporting on this tenant's dataset routes nothing.
+		// Another tenant's task reporting on this tenant's dataset is refused (TestEventsNameOnlyTheTenantsOwnDatasets)
+		// and routes nothing.
 		res, err := e.d.CreateJob(e.ctx, dispatch.CreateJobParams{Tenant: "intruder", Tasks: []lifecycle.TaskSpec{{Key: "x", Name: "x"}}})
 		if err != nil {
 			t.Fatal(err)
@@ -232,10 +233,9 @@ func TestRoutingIgnoresVersionsThatAreNotCurrentAndOtherTenants(t *testing.T) {
 			t.Fatal(err)
 		}
 		_, v := e.output("follower", 0)
-		if _, err := e.d.RecordEvents(e.ctx, dispatch.Fence{TaskID: c.Task.ID, LeaseToken: c.Task.LeaseToken},
-			[]dispatch.DatasetEvent{partition(blocks, v, 0, 9)}); err != nil {
-			t.Fatal(err)
-		}
+		_, err = e.d.RecordEvents(e.ctx, dispatch.Fence{TaskID: c.Task.ID, LeaseToken: c.Task.LeaseToken},
+			[]dispatch.DatasetEvent{partition(blocks, v, 0, 9)})
+		wantErr[*dispatch.InvalidError](t, err)
 		if got := e.route(); got != 0 {
 			t.Errorf("another tenant's event routed %d tasks", got)
 		}

@@ -107,11 +107,12 @@ func TestClaimWaitGivesUpAfterMaxWait(t *testing.T) {
 func TestRecordEventsIsFencedIdempotentAndValidated(t *testing.T) {
 	storetest.ForEachDriver(t, func(t *testing.T, st store.Store) {
 		e := newEnv(t, st)
+		ds := e.ownDataset()
 		job := e.submit(spec("a"))
 		c := e.claim(job, "a")
 		events := []dispatch.DatasetEvent{
-			{DatasetUUID: "ds-1", DatasetVersion: "v1", Cursor: i64(12345)},
-			{DatasetUUID: "ds-1", DatasetVersion: "v1", PartitionKey: "1000000-1010000", Start: i64(1000000), End: i64(1010000)},
+			{DatasetUUID: ds, DatasetVersion: "v1", Cursor: i64(12345)},
+			{DatasetUUID: ds, DatasetVersion: "v1", PartitionKey: "1000000-1010000", Start: i64(1000000), End: i64(1010000)},
 		}
 		n, err := e.d.RecordEvents(e.ctx, fence(c), events)
 		if err != nil || n != 2 {
@@ -126,10 +127,11 @@ func TestRecordEventsIsFencedIdempotentAndValidated(t *testing.T) {
 		}
 		for _, bad := range [][]dispatch.DatasetEvent{
 			{{DatasetVersion: "v1", Cursor: i64(1)}},
-			{{DatasetUUID: "ds", Cursor: i64(1)}},
-			{{DatasetUUID: "ds", DatasetVersion: "v1"}},
-			{{DatasetUUID: "ds", DatasetVersion: "v1", PartitionKey: "10-5"}},
-			{{DatasetUUID: "ds", DatasetVersion: "v1", PartitionKey: "1-5", Start: i64(2), End: i64(5)}},
+			{{DatasetUUID: ds, Cursor: i64(1)}},
+			{{DatasetUUID: ds, DatasetVersion: "v1"}},
+			{{DatasetUUID: ds, DatasetVersion: "v1", PartitionKey: "10-5"}},
+			{{DatasetUUID: ds, DatasetVersion: "v1", PartitionKey: "1-5", Start: i64(2), End: i64(5)}},
+			{{DatasetUUID: "ds", DatasetVersion: "v1", Cursor: i64(1)}}, // no dataset of the tenant
 		} {
 			_, err := e.d.RecordEvents(e.ctx, fence(c), bad)
 			wantErr[*dispatch.InvalidError](t, err)
@@ -140,7 +142,7 @@ func TestRecordEventsIsFencedIdempotentAndValidated(t *testing.T) {
 			t.Errorf("stale token: %v", err)
 		}
 		e.succeed(c)
-		if _, err := e.d.RecordEvents(e.ctx, fence(c), []dispatch.DatasetEvent{{DatasetUUID: "ds-2", DatasetVersion: "v", Cursor: i64(1)}}); err == nil {
+		if _, err := e.d.RecordEvents(e.ctx, fence(c), []dispatch.DatasetEvent{{DatasetUUID: ds, DatasetVersion: "v", Cursor: i64(1)}}); err == nil {
 			t.Error("events accepted after the attempt completed")
 		}
 		if stored, _ := st.ListDatasetEvents(e.ctx, c.Task.ID); len(stored) != 2 {
@@ -152,10 +154,11 @@ func TestRecordEventsIsFencedIdempotentAndValidated(t *testing.T) {
 func TestEventsOfATimedOutAttemptAreAcceptedUntilTheNextClaim(t *testing.T) {
 	storetest.ForEachDriver(t, func(t *testing.T, st store.Store) {
 		e := newEnv(t, st)
+		ds := e.ownDataset()
 		job := e.submit(spec("a"))
 		c := e.claim(job, "a")
 		e.expire()
-		ev := []dispatch.DatasetEvent{{DatasetUUID: "ds", DatasetVersion: "v", Cursor: i64(1)}}
+		ev := []dispatch.DatasetEvent{{DatasetUUID: ds, DatasetVersion: "v", Cursor: i64(1)}}
 		if _, err := e.d.RecordEvents(e.ctx, fence(c), ev); err != nil {
 			t.Fatalf("late events before the next claim: %v", err)
 		}
@@ -169,17 +172,18 @@ func TestEventsOfATimedOutAttemptAreAcceptedUntilTheNextClaim(t *testing.T) {
 func TestCompletionStoresItsFinalEventsWithTheOutcome(t *testing.T) {
 	storetest.ForEachDriver(t, func(t *testing.T, st store.Store) {
 		e := newEnv(t, st)
+		ds := e.ownDataset()
 		job := e.submit(spec("a"))
 		c := e.claim(job, "a")
 		bad := dispatch.CompleteParams{TaskID: c.Task.ID, Attempt: 1, LeaseToken: c.Task.LeaseToken, Outcome: store.OutcomeSucceeded,
-			Events: []dispatch.DatasetEvent{{DatasetUUID: "ds"}}}
+			Events: []dispatch.DatasetEvent{{DatasetUUID: ds}}}
 		_, err := e.d.Complete(e.ctx, bad)
 		wantErr[*dispatch.InvalidError](t, err)
 		if s := e.status(job, "a"); s != lifecycle.Running {
 			t.Fatalf("an invalid completion changed the task to %s", s)
 		}
 		good := bad
-		good.Events = []dispatch.DatasetEvent{{DatasetUUID: "ds", DatasetVersion: "v", Cursor: i64(7)}}
+		good.Events = []dispatch.DatasetEvent{{DatasetUUID: ds, DatasetVersion: "v", Cursor: i64(7)}}
 		if _, err := e.d.Complete(e.ctx, good); err != nil {
 			t.Fatal(err)
 		}

@@ -119,14 +119,44 @@ const (
 	BuffersDir = "buffers/"
 )
 
+// DatasetLocation returns the canonical form of the storage prefix raw of a version of the
+// dataset datasetUUID: it must be a prefix under root (Prefix) that lies strictly under the
+// dataset's own prefix, root + DatasetsDir + datasetUUID + "/". Anything else is refused: the root's
+// other folders (buffers/, scratch/), another dataset's prefix, or the dataset's whole prefix.
+// Where a version may live is the same rule when a completion registers it and when a grant is
+// derived from it, so that a location registered before the rule held never widens a grant.
+func DatasetLocation(raw, root, datasetUUID string) (string, error) {
+	own := root + DatasetsDir + datasetUUID + "/"
+	if c, err := Prefix(own, root); err != nil || c != own || strings.Contains(datasetUUID, "/") {
+		return "", fmt.Errorf("%w: %q: dataset uuid %q cannot name a prefix", ErrPrefix, raw, datasetUUID)
+	}
+	p, err := Prefix(raw, root)
+	switch {
+	case err != nil:
+		return "", err
+	case p == own:
+		return "", fmt.Errorf("%w: %q is the dataset's own prefix itself, not a location under it", ErrPrefix, raw)
+	case !strings.HasPrefix(p, own):
+		return "", fmt.Errorf("%w: %q is not under the dataset's own prefix %s", ErrPrefix, raw, own)
+	}
+	return p, nil
+}
+
 // Attempt is what an attempt's grant is derived from.
 type Attempt struct {
 	TaskID  string
 	Attempt int
-	// Inputs are the storage_refs of the pinned input dataset versions (null when unregistered).
-	Inputs []json.RawMessage
+	// Inputs are the pinned input dataset versions.
+	Inputs []Input
 	// Outputs are the task's output datasets.
 	Outputs []Output
+}
+
+// Input is one pinned input dataset version of a task.
+type Input struct {
+	DatasetUUID string
+	// StorageRef is the version's storage_ref (null when unregistered).
+	StorageRef json.RawMessage
 }
 
 // Output is one output dataset of a task.
@@ -136,18 +166,19 @@ type Output struct {
 }
 
 // Derive returns the grant of an attempt under root: read = the canonical storage prefixes of
-// its pinned inputs (references that are not a prefix under root are left out); write = its
-// scratch prefix and, per output dataset, the prefix it writes that dataset's files or batches
-// to. The second result lists the input references left out, for the log.
+// its pinned inputs, each only where it lies under its own dataset's prefix (DatasetLocation:
+// references anywhere else are left out, whenever they were registered); write = its scratch
+// prefix and, per output dataset, the prefix it writes that dataset's files or batches to. The
+// second result lists the input references left out, for the log.
 func Derive(root string, a Attempt) (*S3, []string) {
 	g := &S3{ReadPrefixes: []string{}, WritePrefixes: []string{}}
 	var skipped []string
-	for _, ref := range a.Inputs {
-		raw := RefPrefix(ref)
+	for _, in := range a.Inputs {
+		raw := RefPrefix(in.StorageRef)
 		if raw == "" {
 			continue
 		}
-		p, err := Prefix(raw, root)
+		p, err := DatasetLocation(raw, root, in.DatasetUUID)
 		if err != nil {
 			skipped = append(skipped, err.Error())
 			continue

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -89,12 +90,15 @@ func TestRefPrefix(t *testing.T) {
 
 func TestDerive(t *testing.T) {
 	const root = "s3://data/baton/"
+	in := func(uuid, ref string) Input { return Input{DatasetUUID: uuid, StorageRef: json.RawMessage(ref)} }
 	g, skipped := Derive(root, Attempt{TaskID: "t1", Attempt: 2,
-		Inputs: []json.RawMessage{
-			json.RawMessage(`{"scheme":"s3","bucket":"data","prefix":"baton/datasets/in/t0/1/","glob":"*.parquet"}`),
-			json.RawMessage(`"s3://other/cold/"`),                                 // another bucket: left out
-			json.RawMessage(`{"scheme":"s3","bucket":"data","prefix":"baton/*"}`), // a wildcard: left out
-			json.RawMessage(`null`),                                               // unregistered: nothing to read
+		Inputs: []Input{
+			in("in", `{"scheme":"s3","bucket":"data","prefix":"baton/datasets/in/t0/1/","glob":"*.parquet"}`),
+			in("in2", `"s3://other/cold/"`),                                 // another bucket: left out
+			in("in3", `{"scheme":"s3","bucket":"data","prefix":"baton/*"}`), // a wildcard: left out
+			in("in4", `null`),                                // unregistered: nothing to read
+			in("in5", `"s3://data/baton/buffers/"`),          // every tenant's batches: left out
+			in("in6", `"s3://data/baton/datasets/in/t0/1/"`), // another dataset's files: left out
 		},
 		Outputs: []Output{{DatasetUUID: "out"}, {DatasetUUID: "alerts", Buffered: true}}})
 	want := &S3{ReadPrefixes: []string{"s3://data/baton/datasets/in/t0/1/"},
@@ -102,13 +106,61 @@ func TestDerive(t *testing.T) {
 	if !slices.Equal(g.ReadPrefixes, want.ReadPrefixes) || !slices.Equal(g.WritePrefixes, want.WritePrefixes) {
 		t.Fatalf("Derive = %+v, want %+v", g, want)
 	}
-	if len(skipped) != 2 {
-		t.Fatalf("skipped %q, want the two references outside the store", skipped)
+	if len(skipped) != 4 {
+		t.Fatalf("skipped %q, want the four references outside their dataset's prefix", skipped)
 	}
 	// A malformed id can never widen the grant.
 	g, _ = Derive(root, Attempt{TaskID: "..", Attempt: 1, Outputs: []Output{{DatasetUUID: "*"}}})
 	if len(g.WritePrefixes) != 0 {
 		t.Fatalf("Derive with malformed ids = %+v, want no write prefix", g)
+	}
+}
+
+// Rule: a dataset version's files lie strictly under its own dataset's prefix, root +
+// "datasets/{dataset_uuid}/"; a location anywhere else (the root's shared folders, another
+// dataset, the dataset's whole prefix) is neither registered nor granted.
+func TestDatasetLocation(t *testing.T) {
+	const root = "s3://data/baton/"
+	const ds = "4113a1f9-b534-44bb-8301-e0549103fb8d"
+	for _, tc := range []struct {
+		name, raw, uuid, want, problem string
+	}{
+		{"a version under its dataset", root + "datasets/" + ds + "/t1/1/", ds, root + "datasets/" + ds + "/t1/1/", ""},
+		{"deeper, without its slash", root + "datasets/" + ds + "/v2/part", ds, root + "datasets/" + ds + "/v2/part/", ""},
+		{"the shared buffers folder", root + "buffers/", ds, "", "not under the dataset's own prefix " + root + "datasets/" + ds + "/"},
+		{"another tenant's batches", root + "buffers/" + ds + "/t9/1/", ds, "", "not under the dataset's own prefix"},
+		{"scratch", root + "scratch/t1/1/", ds, "", "not under the dataset's own prefix"},
+		{"another dataset", root + "datasets/0000aaaa-b534-44bb-8301-e0549103fb8d/t1/1/", ds, "", "not under the dataset's own prefix"},
+		{"a sibling sharing the uuid's start", root + "datasets/" + ds + "x/t1/", ds, "", "not under the dataset's own prefix"},
+		{"every dataset", root + "datasets/", ds, "", "not under the dataset's own prefix"},
+		{"the dataset's whole prefix", root + "datasets/" + ds + "/", ds, "", "the dataset's own prefix itself"},
+		{"a climb out of the dataset", root + "datasets/" + ds + "/../other/", ds, "", `".." segment`},
+		{"outside the root", "s3://data/elsewhere/datasets/" + ds + "/v/", ds, "", "not under the object storage root"},
+		{"another bucket", "s3://other/baton/datasets/" + ds + "/v/", ds, "", `bucket "other"`},
+		{"not a URI", "postgres_table:dataset_x", ds, "", "not a URI"},
+		{"an empty dataset uuid", root + "datasets//v/", "", "", "cannot name a prefix"},
+		{"a dataset uuid with a slash", root + "datasets/a/b/v/", "a/b", "", "cannot name a prefix"},
+		{"a dataset uuid that climbs", root + "datasets/../v/", "..", "", "cannot name a prefix"},
+		{"a wildcard dataset uuid", root + "datasets/*/v/", "*", "", "cannot name a prefix"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := DatasetLocation(tc.raw, root, tc.uuid)
+			if tc.problem == "" {
+				if err != nil || got != tc.want {
+					t.Fatalf("DatasetLocation(%q, %q) = %q, %v; want %q", tc.raw, tc.uuid, got, err, tc.want)
+				}
+				return
+			}
+			if err == nil || !errors.Is(err, ErrPrefix) || !strings.Contains(err.Error(), tc.problem) {
+				t.Fatalf("DatasetLocation(%q, %q) = %q, %v; want an ErrPrefix saying %q", tc.raw, tc.uuid, got, err, tc.problem)
+			}
+			// The same location is never granted either.
+			g, skipped := Derive(root, Attempt{TaskID: "t1", Attempt: 1, Inputs: []Input{{DatasetUUID: tc.uuid,
+				StorageRef: json.RawMessage(strconv.Quote(tc.raw))}}})
+			if len(g.ReadPrefixes) != 0 || len(skipped) != 1 {
+				t.Fatalf("Derive granted %q (skipped %q)", g.ReadPrefixes, skipped)
+			}
+		})
 	}
 }
 

@@ -35,7 +35,7 @@ func TestMintedCredentials(t *testing.T) {
 
 	ref, _ := json.Marshal(map[string]string{"scheme": "s3", "bucket": bucket,
 		"prefix": strings.TrimPrefix(root, "s3://"+bucket+"/") + "datasets/in-uuid/t0/1/", "glob": "*.parquet"})
-	g, skipped := grant.Derive(root, grant.Attempt{TaskID: "t1", Attempt: 1, Inputs: []json.RawMessage{ref},
+	g, skipped := grant.Derive(root, grant.Attempt{TaskID: "t1", Attempt: 1, Inputs: []grant.Input{{DatasetUUID: "in-uuid", StorageRef: ref}},
 		Outputs: []grant.Output{{DatasetUUID: "alerts-uuid", Buffered: true}}})
 	if len(skipped) != 0 || len(g.ReadPrefixes) != 1 {
 		t.Fatalf("grant %+v, skipped %q", g, skipped)

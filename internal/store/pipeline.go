@@ -39,8 +39,9 @@ type PipelineReader interface {
 	ListDatasets(ctx context.Context, tenant string) ([]*Dataset, error)
 	// ListDatasetVersions lists the registered versions of the datasets of uuids, oldest first.
 	ListDatasetVersions(ctx context.Context, uuids ...string) ([]*DatasetVersion, error)
-	// RecentDatasetEvents lists the latest events reported on a dataset, newest first.
-	RecentDatasetEvents(ctx context.Context, uuid string, limit int) ([]*DatasetEvent, error)
+	// RecentDatasetEvents lists the latest events reported on a dataset by tasks of tenant's
+	// jobs, newest first.
+	RecentDatasetEvents(ctx context.Context, tenant, uuid string, limit int) ([]*DatasetEvent, error)
 	// Consumers lists the inputs of active pipeline versions that read the datasets of uuids.
 	Consumers(ctx context.Context, uuids []string) ([]*Consumer, error)
 }

@@ -273,9 +273,10 @@ func (t *tx) InsertDatasetVersions(ctx context.Context, vs []*store.DatasetVersi
 }
 
 // RecentDatasetEvents implements store.Reader.
-func (q q) RecentDatasetEvents(ctx context.Context, uuid string, limit int) ([]*store.DatasetEvent, error) {
-	rows, err := q.query(ctx, `SELECT `+datasetEventCols+` FROM dataset_events WHERE dataset_uuid = $1
-		ORDER BY id DESC LIMIT $2`, uuid, limit)
+func (q q) RecentDatasetEvents(ctx context.Context, tenant, uuid string, limit int) ([]*store.DatasetEvent, error) {
+	rows, err := q.query(ctx, `SELECT `+prefixed("e.", datasetEventCols)+` FROM dataset_events e
+		JOIN jobs j ON j.id = e.job_id WHERE e.dataset_uuid = $1 AND j.tenant = $2
+		ORDER BY e.id DESC LIMIT $3`, uuid, tenant, limit)
 	if err != nil {
 		return nil, fmt.Errorf("recent dataset events: %w", err)
 	}
