@@ -187,10 +187,8 @@ func (s *Server) datasetRows(w http.ResponseWriter, r *http.Request) (any, error
 		}
 	}
 	if v := qs.Get("where"); v != "" {
-		dec := json.NewDecoder(bytes.NewReader([]byte(v)))
-		dec.UseNumber()
-		if err := dec.Decode(&q.Where); err != nil || q.Where == nil {
-			return nil, errorf(http.StatusBadRequest, `where must be a JSON object such as {"severity":"high"}`)
+		if q.Where, err = parseWhere(v); err != nil {
+			return nil, err
 		}
 	}
 	page, err := s.d.DatasetRows(r.Context(), tenantOf(r), r.PathValue("name"), q)

@@ -9,6 +9,7 @@ import (
 	"math"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/baton-dev/baton/internal/pipeline"
@@ -34,6 +35,9 @@ type Query struct {
 const (
 	DefaultLimit = 100
 	MaxLimit     = 1000
+	// MaxWhereValues caps the values of a Query's Where, a list counting each of its values: each
+	// is a statement parameter, and SQLite takes at most 32,766 of them.
+	MaxWhereValues = 1000
 )
 
 // Page is the rows a Query selected, oldest first.
@@ -86,8 +90,16 @@ func (db *DB) Rows(ctx context.Context, datasetUUID string, s *pipeline.Schema, 
 			" AND cursor = ", st.p(q.Cursor), ")")
 	}
 	keys := make([]string, 0, len(q.Where))
-	for k := range q.Where {
+	values := 0
+	for k, v := range q.Where {
 		keys = append(keys, k)
+		values++
+		if list, ok := v.([]any); ok {
+			values += len(list) - 1
+		}
+	}
+	if values > MaxWhereValues {
+		return Page{}, fmt.Errorf("%w: where holds %d values; at most %d in all", ErrBadQuery, values, MaxWhereValues)
 	}
 	slices.Sort(keys) // the same query, the same SQL: statements are cached by their text
 	for _, k := range keys {
@@ -219,6 +231,9 @@ func outValue(typ string, v any) (any, error) {
 // whereValue is a where value as a Row holds a value of a column of type typ.
 func whereValue(typ string, v any) (any, error) {
 	bad := func(want string) error { return fmt.Errorf("%v (%T) is not %s", v, v, want) }
+	if s, ok := v.(string); ok && strings.ContainsRune(s, 0) {
+		return nil, fmt.Errorf("%q contains a NUL character, which no column holds", s)
+	}
 	switch typ {
 	case pipeline.TypeString:
 		if s, ok := v.(string); ok {
