@@ -2,6 +2,7 @@ package worker
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -67,6 +68,22 @@ func (t *Task) PublishJSONL(ctx context.Context, dataset string, jsonl []byte) (
 	return t.publish(ctx, dataset, jsonl)
 }
 
+// bufferedOutputs lists the buffered outputs of t's job, by name, for a message.
+func bufferedOutputs(t *Task) string {
+	var names []string
+	if pt := t.Pipeline; pt != nil {
+		for _, o := range pt.Outputs {
+			if o.WriteMode == "buffered" {
+				names = append(names, strconv.Quote(cmp.Or(o.DatasetName, o.DatasetUUID)))
+			}
+		}
+	}
+	if len(names) == 0 {
+		return "no buffered dataset"
+	}
+	return strings.Join(names, ", ")
+}
+
 // bufferPrefix is the object storage prefix of an attempt's batches for a dataset; the server
 // refuses a batch anywhere else.
 func bufferPrefix(dataset, taskID string, attempt int) string {
@@ -85,16 +102,23 @@ func (p *publisher) publish(ctx context.Context, dataset string, jsonl []byte) (
 	if dataset == "" {
 		return nil, errors.New("baton worker: PublishBatch: the dataset name is required")
 	}
-	// The dataset's uuid names the prefix when the task's job writes it; otherwise the name does.
+	// Only a buffered output of the task's job may be published into (the server refuses anything
+	// else): refuse before writing a batch that could never be published. Its uuid names the
+	// prefix, as in the attempt's storage grant.
 	body := map[string]any{"task_id": p.a.taskID, "attempt": p.a.task.Attempt, "lease_token": p.a.lease,
 		"record_count": bytes.Count(jsonl, []byte("\n")), "content_type": "application/jsonl", "batch_size_bytes": len(jsonl)}
-	segment := dataset
+	segment := ""
 	if pt := p.a.task.Pipeline; pt != nil {
 		for _, o := range pt.Outputs {
-			if o.DatasetName == dataset || o.DatasetUUID == dataset {
+			if o.WriteMode == "buffered" && (o.DatasetName == dataset || o.DatasetUUID == dataset) {
 				segment, body["dataset_uuid"] = o.DatasetUUID, o.DatasetUUID
 			}
 		}
+	}
+	if segment == "" {
+		return nil, Permanent(fmt.Errorf("baton worker: PublishBatch: dataset %q is not a buffered output of this task's job "+
+			"(its claim's outputs: %s): only tasks of the pipeline job that publishes a buffered dataset may publish batches into it",
+			dataset, bufferedOutputs(p.a.task)))
 	}
 	p.mu.Lock()
 	p.n++

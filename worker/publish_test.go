@@ -91,7 +91,7 @@ func TestPublishBatchWritesAndPublishesUnderTheAttemptsPrefix(t *testing.T) {
 	}
 	msgs, _ := refusals.Load().([]string)
 	if len(msgs) != 3 || !strings.Contains(msgs[0], "must be a slice") || !strings.Contains(msgs[1], "row 1") ||
-		!strings.Contains(msgs[2], "no such dataset") {
+		!strings.Contains(msgs[2], `dataset "no_such_dataset" is not a buffered output of this task's job (its claim's outputs: "alert_events")`) {
 		t.Errorf("refusals %q", msgs)
 	}
 }
@@ -100,17 +100,65 @@ func TestPublishBatchWritesAndPublishesUnderTheAttemptsPrefix(t *testing.T) {
 func TestPublishBatchNeedsObjectStorage(t *testing.T) {
 	t.Setenv("BATON_BLOB_URL", "")
 	s := newServer(t)
+	ctx := context.Background()
+	if _, err := s.d.Deploy(ctx, "default", []byte(pipelinetest.AlertsDoc), "application/yaml"); err != nil {
+		t.Fatal(err)
+	}
 	var got atomic.Value
 	start(t, s.url(), map[string]worker.Handler{
-		"op": func(ctx context.Context, tk *worker.Task) (any, error) {
+		"scan": func(ctx context.Context, tk *worker.Task) (any, error) {
 			_, err := tk.PublishBatch(ctx, "alert_events", []int{1})
 			got.Store(err)
 			return nil, nil
 		},
 	})
-	_, ids := s.submit(spec{key: "a", name: "op"})
-	s.waitTask(ids["a"], "completed", status(lifecycle.Completed))
+	run, err := s.d.RunSource(ctx, dispatch.RunSourceParams{Tenant: "default", Pipeline: "alerts", Job: "scan"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.waitTask(run.TaskID, "completed", status(lifecycle.Completed))
 	if err, _ := got.Load().(error); !errors.Is(err, worker.ErrNoBlob) {
 		t.Errorf("err %v, want ErrNoBlob", err)
+	}
+}
+
+// Rule: only a task whose job declares the buffered dataset among its outputs may publish into it.
+// A task of a plain job (POST /jobs) is refused before anything is written: no batch in the object
+// storage, no publish record; the refusal is permanent (retrying cannot help).
+func TestPublishBatchRefusesADatasetTheJobDoesNotWrite(t *testing.T) {
+	t.Parallel()
+	blobURL := blobtest.File(t)
+	bs, err := blob.Open(context.Background(), blobURL, blob.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := newServer(t, func(c *dispatch.Config) { c.Blob = bs })
+	ctx := context.Background()
+	// The plain job's tenant (the harness's) has the buffered dataset.
+	if _, err := s.d.Deploy(ctx, "acme", []byte(pipelinetest.AlertsDoc), "application/yaml"); err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan error, 1)
+	start(t, s.url(), map[string]worker.Handler{
+		"op": func(ctx context.Context, tk *worker.Task) (any, error) {
+			_, err := tk.PublishBatch(ctx, "alert_events", []map[string]any{{"dedupe_key": "k1", "severity": "high"}})
+			got <- err
+			return nil, nil
+		},
+	}, worker.WithBlob(blobURL))
+	_, ids := s.submit(spec{key: "a", name: "op"})
+	s.waitTask(ids["a"], "completed", status(lifecycle.Completed))
+	err = <-got
+	var we *worker.Error
+	if !errors.As(err, &we) || we.Retryable == nil || *we.Retryable ||
+		!strings.Contains(err.Error(), `dataset "alert_events" is not a buffered output of this task's job (its claim's outputs: no buffered dataset)`) {
+		t.Fatalf("err %v, want a permanent refusal naming the dataset", err)
+	}
+	keys, err := bs.List(ctx, "buffers/")
+	if err != nil || len(keys) != 0 {
+		t.Fatalf("objects under buffers/: %q %v; want none", keys, err)
+	}
+	if recs, err := s.st.ListBufferPublishes(ctx, ids["a"]); err != nil || len(recs) != 0 {
+		t.Fatalf("publish records %+v %v; want none", recs, err)
 	}
 }

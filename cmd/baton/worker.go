@@ -418,6 +418,7 @@ func (w *wrapper) handle(ctx context.Context, t *worker.Task) (any, error) {
 		TempRoot: w.workRoot, Grace: w.grace, Collect: func(dir string) error { return w.publishBatches(ctx, t, dir) },
 		Prepare: prepare})
 	var f *runner.Failure
+	var we *worker.Error
 	switch {
 	case err == nil:
 		log.Info("child succeeded", "pid", res.PID, "took", res.Duration.Round(time.Millisecond), "stopped", res.Stopped)
@@ -431,6 +432,11 @@ func (w *wrapper) handle(ctx context.Context, t *worker.Task) (any, error) {
 		}
 		log.Warn("child failed", "pid", res.PID, "err", f)
 		return nil, worker.Errorf(worker.UserCode, "%s", f.Error())
+	case errors.As(err, &we) && ctx.Err() == nil:
+		// The child succeeded, but what it left cannot be published (a batch of a dataset its
+		// job does not write, a bad file): the failure is the child's, as publishBatches says.
+		log.Warn("the child's batches were not published", "pid", res.PID, "err", we)
+		return nil, we
 	default:
 		log.Error("could not run the child", "err", err)
 		return nil, worker.Errorf(worker.Infrastructure, "%s", err.Error())
@@ -514,11 +520,29 @@ const maxBatchFile = 64 << 20
 
 // publishBatches publishes the batches a successful child left in dir: NAME.jsonl for the buffered
 // dataset NAME. Only regular files the child's user owns are read, never through a link, so a
-// child cannot make the wrapper publish a file it could not read itself.
+// child cannot make the wrapper publish a file it could not read itself. Every NAME must be a
+// buffered output of the task's job (its claim's outputs), as the server requires: otherwise
+// nothing is uploaded or published, and the task fails for good.
 func (w *wrapper) publishBatches(ctx context.Context, t *worker.Task, dir string) error {
 	entries, err := os.ReadDir(dir)
 	if err != nil {
 		return err
+	}
+	var outputs []string
+	if t.Pipeline != nil {
+		for _, o := range t.Pipeline.Outputs {
+			if o.WriteMode == "buffered" {
+				outputs = append(outputs, o.DatasetUUID, o.DatasetName)
+			}
+		}
+	}
+	for _, e := range entries {
+		dataset, ok := strings.CutSuffix(e.Name(), ".jsonl")
+		if !ok || !e.Type().IsRegular() || dataset == "" || slices.Contains(outputs, dataset) {
+			continue
+		}
+		return worker.Permanent(fmt.Errorf("batch %s: dataset %q is not a buffered output of this task's job: only tasks of "+
+			"the pipeline job that publishes a buffered dataset may publish batches into it; no batch was published", e.Name(), dataset))
 	}
 	for _, e := range entries {
 		dataset, ok := strings.CutSuffix(e.Name(), ".jsonl")

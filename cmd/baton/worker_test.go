@@ -25,8 +25,10 @@ import (
 
 	"github.com/baton-dev/baton/internal/api"
 	"github.com/baton-dev/baton/internal/auth"
+	"github.com/baton-dev/baton/internal/blob"
 	"github.com/baton-dev/baton/internal/dispatch"
 	"github.com/baton-dev/baton/internal/lifecycle"
+	"github.com/baton-dev/baton/internal/pipeline/pipelinetest"
 	"github.com/baton-dev/baton/internal/store"
 	"github.com/baton-dev/baton/internal/store/sqlite"
 )
@@ -41,7 +43,7 @@ type execServer struct {
 	certs    auth.DevCerts
 }
 
-func newExecServer(t *testing.T) *execServer {
+func newExecServer(t *testing.T, configure ...func(*dispatch.Config)) *execServer {
 	t.Helper()
 	ctx := context.Background()
 	st, err := sqlite.Open(ctx, filepath.Join(t.TempDir(), "baton.db"))
@@ -50,7 +52,11 @@ func newExecServer(t *testing.T) *execServer {
 	}
 	t.Cleanup(func() { st.Close() })
 	quiet := slog.New(slog.DiscardHandler)
-	d, err := dispatch.New(st, dispatch.Config{Logger: quiet})
+	cfg := dispatch.Config{Logger: quiet}
+	for _, c := range configure {
+		c(&cfg)
+	}
+	d, err := dispatch.New(st, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -277,6 +283,66 @@ esac`
 	msg := b.Error.Message
 	if !strings.HasPrefix(msg, "exit status 4: …") || !strings.HasSuffix(msg, "bad input: no widgets") || len(msg) > 4200 {
 		t.Fatalf("b's error message (%d bytes): %q", len(msg), msg)
+	}
+}
+
+// Rule: a child may leave batches only for the buffered datasets its task's job writes. A batch
+// of any other dataset — from a task of a plain job, or beside a batch of the job's own output —
+// fails the task for good before the wrapper uploads or publishes anything.
+func TestWorkerExecRefusesBatchesOfADatasetItsJobDoesNotWrite(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	bs, err := blob.Open(ctx, "file://"+sharedDir(t, 0o755), blob.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { bs.Close() })
+	s := newExecServer(t, func(c *dispatch.Config) { c.Blob = bs })
+	if _, err := s.d.Deploy(ctx, "acme", []byte(pipelinetest.AlertsDoc), "application/yaml"); err != nil {
+		t.Fatal(err)
+	}
+	// Every child leaves a batch of alert_events; asked by its trigger, one of another dataset too.
+	script := `cat > /dev/null
+printf '{"dedupe_key":"%s","severity":"high"}\n' "$BATON_TASK_ID" > "$BATON_BUFFER_DIR/alert_events.jsonl"
+if grep -q '"also_other"' "$BATON_TASK_PAYLOAD"; then
+	echo '{"dedupe_key":"x","severity":"low"}' > "$BATON_BUFFER_DIR/other_events.jsonl"
+fi
+echo '{"ok":true}'`
+	_, ids := s.submit(t, lifecycle.TaskSpec{Key: "plain", Name: "scan", MaxAttempts: intp(3)})
+	own, err := s.d.RunSource(ctx, dispatch.RunSourceParams{Tenant: "acme", Pipeline: "alerts", Job: "scan"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	both, err := s.d.RunSource(ctx, dispatch.RunSourceParams{Tenant: "acme", Pipeline: "alerts", Job: "scan",
+		Trigger: map[string]any{"also_other": true}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := startExecWorker(t, s, script, "--task", "scan", "--blob-url", bs.Root())
+
+	// The pipeline task of the dataset's own job publishes it.
+	if tk := s.waitTask(t, own.TaskID, 20*time.Second, terminal); tk.Status != lifecycle.Completed {
+		t.Fatalf("the job's own task: %s %+v; worker:\n%s", tk.Status, tk.Error, w.stderr.String())
+	}
+	if recs, err := s.st.ListBufferPublishes(ctx, own.TaskID); err != nil || len(recs) != 1 {
+		t.Fatalf("the job's own task published %+v %v, want its one batch", recs, err)
+	}
+	for id, want := range map[string]string{
+		ids["plain"]: `batch alert_events.jsonl: dataset "alert_events" is not a buffered output of this task's job`,
+		both.TaskID:  `batch other_events.jsonl: dataset "other_events" is not a buffered output of this task's job`,
+	} {
+		tk := s.waitTask(t, id, 20*time.Second, terminal)
+		if tk.Status != lifecycle.Failed || tk.Error == nil || tk.Error.Category != "USER_CODE" || tk.Attempt != 1 ||
+			!strings.Contains(tk.Error.Message, want) {
+			t.Fatalf("task %s: %s attempt %d %+v; want a failure for good saying %q", tk.Key, tk.Status, tk.Attempt, tk.Error, want)
+		}
+		if recs, err := s.st.ListBufferPublishes(ctx, id); err != nil || len(recs) != 0 {
+			t.Fatalf("task %s published %+v %v; want nothing", tk.Key, recs, err)
+		}
+		keys, err := bs.List(ctx, "buffers/")
+		if err != nil || slices.ContainsFunc(keys, func(k string) bool { return strings.Contains(k, id) }) {
+			t.Fatalf("objects %q (%v): a batch of the refused task %s was uploaded", keys, err, tk.Key)
+		}
 	}
 }
 
