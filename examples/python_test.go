@@ -129,14 +129,25 @@ func TestPythonExamples(t *testing.T) {
 		if err := os.Chmod(childDir, 0o755); err != nil {
 			t.Fatal(err)
 		}
+		// The child reports its event on a dataset of the tenant (an event may name no other).
+		status, deployed := apiCall(t, d, "POST", "/pipelines", "application/yaml", sinkPipeline)
+		if status != http.StatusCreated {
+			t.Fatalf("deploy: %d %v", status, deployed)
+		}
+		dsUUID := deployed["jobs"].([]any)[0].(map[string]any)["outputs"].([]any)[0].(map[string]any)["dataset_uuid"].(string)
 		// The child resolves python3 on its own PATH (an interpreter under /root, e.g. a pyenv
 		// shim, is out of nobody's reach).
 		w := start(t, exec.Command(bin, "worker", "--task", "py-scoped", "--exec", "python3 "+child,
-			"--internal-url", "http://"+d.internal, "--url", "http://"+d.public, "--worker-id", "py-scoped-wrapper"), nil)
+			"--internal-url", "http://"+d.internal, "--url", "http://"+d.public, "--worker-id", "py-scoped-wrapper",
+			"--child-env", "PY_EVENT_DATASET="+dsUUID), nil)
 		job, _ := runProducer(t, d, py, script("producer.py"), dagJob("py-scoped", "pull", ""), 0)
 		// The output is the child's own /v1/task/complete (it prints nothing for the wrapper).
 		checkOutputs(t, job, "task-scoped", true)
 		w.stop()
+		status, view := apiCall(t, d, "GET", "/datasets/py_sink_alerts", "", "")
+		if events, _ := view["recent_events"].([]any); status != http.StatusOK || len(events) == 0 {
+			t.Fatalf("the children's events on py_sink_alerts: %d %v", status, view["recent_events"])
+		}
 	})
 
 	t.Run("sink", func(t *testing.T) { testSink(t, bin, py, script) })

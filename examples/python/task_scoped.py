@@ -9,7 +9,7 @@ BATON_ATTEMPT, BATON_LEASE_TOKEN, and the payload (input, dependency_outputs, ..
 BATON_TASK_PAYLOAD. With only that token (no client certificate, no API key) the program:
 
   1. heartbeats its own attempt   POST $BATON_URL/v1/task/heartbeat
-  2. reports a dataset event      POST $BATON_URL/v1/task/events
+  2. reports a dataset event      POST $BATON_URL/v1/task/events  (with PY_EVENT_DATASET)
   3. completes the attempt        POST $BATON_URL/v1/task/complete  (status Completed, outputs)
 
 each with the header X-Trace-Task-Capability and {task_id, attempt, lease_token} in the body. The
@@ -19,8 +19,9 @@ wrapper starts a new child per task). 401/403/409/410/404 stop it (exit 3).
 
     baton worker --task py-scoped --exec 'python3 examples/python/task_scoped.py'
 
-Environment (set by the wrapper): the variables above; optional PY_EVENT_DATASET (dataset uuid
-of the event, default py-example-dataset). Python 3.9+, standard library only.
+Environment (set by the wrapper): the variables above; optional PY_EVENT_DATASET, the uuid of a
+dataset of the task's tenant to report the event on (an event may name no other; without it no
+event is reported), e.g. `--child-env PY_EVENT_DATASET=<uuid>`. Python 3.9+, standard library only.
 """
 import base64
 import json
@@ -94,9 +95,12 @@ def main():
         call("complete", status="Canceled")
         return
     result = handle(payload["task_key"], payload.get("input"), payload.get("dependency_outputs") or {})
-    dataset = os.environ.get("PY_EVENT_DATASET", "py-example-dataset")
-    answer = call("events", events=[{"dataset_uuid": dataset, "dataset_version": "v1", "cursor": result["total"]}])
-    log(f"events: {json.dumps(answer)}")
+    dataset = os.environ.get("PY_EVENT_DATASET")
+    if dataset:
+        answer = call("events", events=[{"dataset_uuid": dataset, "dataset_version": "v1", "cursor": result["total"]}])
+        log(f"events: {json.dumps(answer)}")
+    else:
+        log("no PY_EVENT_DATASET: no event reported")
     answer = call("complete", status="Completed", outputs=[result])
     log(f"complete: {json.dumps(answer)}")
     # Nothing is printed on stdout: the wrapper's own report after the exit is then a duplicate
