@@ -24,7 +24,6 @@ import (
 	"github.com/baton-dev/baton/internal/blob/blobtest"
 	"github.com/baton-dev/baton/internal/dataset"
 	"github.com/baton-dev/baton/internal/dispatch"
-	"github.com/baton-dev/baton/internal/lifecycle"
 	"github.com/baton-dev/baton/internal/pipeline"
 	"github.com/baton-dev/baton/internal/pipeline/pipelinetest"
 	"github.com/baton-dev/baton/internal/sink"
@@ -115,18 +114,17 @@ func newFixture(t testing.TB, drv storetest.Driver, storage, way string) *fixtur
 	return f
 }
 
-// writer submits a one-task job and claims its task: a running attempt that publishes.
+// writer starts a task of the job scan, whose output alert_events is (only its tasks may publish
+// into it), and claims it: a running attempt that publishes. Every call starts a task of its own;
+// key is its trigger's.
 func (f *fixture) writer(key string) *dispatch.Claim {
 	f.t.Helper()
-	res, err := f.d.CreateJob(f.ctx, dispatch.CreateJobParams{Tenant: tenant, Tasks: []lifecycle.TaskSpec{{Key: key, Name: "scan"}}})
+	run, err := f.d.RunSource(f.ctx, dispatch.RunSourceParams{Tenant: tenant, Pipeline: "alerts", Job: "scan",
+		Trigger: map[string]any{"key": key}})
 	if err != nil {
 		f.t.Fatal(err)
 	}
-	_, tasks, err := f.d.GetJob(f.ctx, tenant, res.Job.ID)
-	if err != nil {
-		f.t.Fatal(err)
-	}
-	return f.claim(tasks[0].ID)
+	return f.claim(run.TaskID)
 }
 
 func (f *fixture) claim(taskID string) *dispatch.Claim {
