@@ -34,9 +34,13 @@ type BlobRoot interface {
 
 // DatasetTables holds buffered datasets' tables in the data database.
 type DatasetTables interface {
-	// Ensure creates the dataset's table for s, or migrates it to s; a schema its table cannot
-	// serve is refused with an error wrapping ErrIncompatibleSchema.
-	Ensure(ctx context.Context, datasetUUID string, s *pipeline.Schema) error
+	// EnsureTables plans the change of every table of a deploy (a new table, added columns, new
+	// indexes), checks all of them, and makes them in one transaction of the data database, or
+	// none: tables that cannot serve their schemas are refused with an *IncompatibleTablesError
+	// that names each of them, and nothing changes. during runs while that transaction is open,
+	// holding the datasets' locks, and the transaction commits only when during returns nil;
+	// during's error is returned as it is.
+	EnsureTables(ctx context.Context, tables []DatasetTable, during func() error) error
 	// Rows reads a page of the dataset's rows of one tenant, oldest first.
 	Rows(ctx context.Context, datasetUUID string, s *pipeline.Schema, q RowQuery) (RowPage, error)
 }

@@ -38,18 +38,6 @@ func (t *deployTables) EnsureTables(ctx context.Context, tables []dispatch.Datas
 	})
 }
 
-// Ensure runs before after the table's change, as EnsureTables does, for a dispatcher that
-// ensures tables one at a time.
-func (t *deployTables) Ensure(ctx context.Context, datasetUUID string, s *pipeline.Schema) error {
-	if err := t.Tables.Ensure(ctx, datasetUUID, s); err != nil {
-		return err
-	}
-	if t.before != nil {
-		t.before()
-	}
-	return nil
-}
-
 // dataEnv is an env whose dispatcher keeps buffered datasets' tables in a data database of the
 // store's driver.
 type dataEnv struct {

@@ -41,19 +41,6 @@ func outputProducer(p, j string, i int) string {
 
 func bufferedProducer(name string) string { return "buffered:" + name }
 
-// DeployTables is DatasetTables that can change the tables of several buffered datasets at
-// once. A deploy uses it when Config.Tables has it; otherwise it ensures each table in turn,
-// and a deploy refused for one dataset's schema may leave the others' changes behind.
-type DeployTables interface {
-	// EnsureTables plans the change of every table (a new table, added columns, new indexes),
-	// checks all of them, and makes them in one transaction of the data database, or none:
-	// tables that cannot serve their schemas are refused with an *IncompatibleTablesError that
-	// names each of them, and nothing changes. during runs while that transaction is open,
-	// holding the datasets' locks, and the transaction commits only when during returns nil;
-	// during's error is returned as it is.
-	EnsureTables(ctx context.Context, tables []DatasetTable, during func() error) error
-}
-
 // DatasetTable is a buffered dataset's table as a deploy wants it.
 type DatasetTable struct {
 	DatasetUUID string
@@ -213,7 +200,7 @@ func (d *Dispatcher) deploy(ctx context.Context, tenant string, body []byte, con
 		return res, nil
 	}
 	stored := false
-	err = d.ensureTables(ctx, tables, func() error {
+	err = d.cfg.Tables.EnsureTables(ctx, tables, func() error {
 		if err := control(); err != nil {
 			return err
 		}
@@ -239,29 +226,6 @@ func (d *Dispatcher) deploy(ctx context.Context, tenant string, body []byte, con
 		return nil, err
 	}
 	return res, nil
-}
-
-// ensureTables makes the tables' changes and runs during as DeployTables.EnsureTables does, with
-// Config.Tables' EnsureTables when it has one, or else by ensuring each table in turn before
-// during: then a refused deploy keeps the changes made to the tables before the one refused.
-func (d *Dispatcher) ensureTables(ctx context.Context, tables []DatasetTable, during func() error) error {
-	if dt, ok := d.cfg.Tables.(DeployTables); ok {
-		return dt.EnsureTables(ctx, tables, during)
-	}
-	reasons := map[string]string{}
-	for _, t := range tables {
-		err := d.cfg.Tables.Ensure(ctx, t.DatasetUUID, t.Schema)
-		switch {
-		case errors.Is(err, ErrIncompatibleSchema):
-			reasons[t.DatasetUUID] = err.Error()
-		case err != nil:
-			return fmt.Errorf("dataset %s: create its table: %w", t.DatasetUUID, err)
-		}
-	}
-	if len(reasons) > 0 {
-		return &IncompatibleTablesError{Reasons: reasons}
-	}
-	return during()
 }
 
 // checkAgainstTenant checks what a document cannot check alone: that the datasets it reads from

@@ -13,10 +13,7 @@ import (
 // deploy creates, and the rows a tenant reads back.
 type Tables struct{ DB *dataset.DB }
 
-var (
-	_ dispatch.DatasetTables = Tables{}
-	_ dispatch.DeployTables  = Tables{}
-)
+var _ dispatch.DatasetTables = Tables{}
 
 // EnsureTables changes the tables of a deploy's buffered datasets in one transaction of the data
 // database, or none (dataset.DB.EnsureAll), committed only if during succeeds.
@@ -36,20 +33,6 @@ func (t Tables) EnsureTables(ctx context.Context, tables []dispatch.DatasetTable
 	}
 	return err
 }
-
-func (t Tables) Ensure(ctx context.Context, datasetUUID string, s *pipeline.Schema) error {
-	err := t.DB.Ensure(ctx, datasetUUID, s)
-	if errors.Is(err, dataset.ErrIncompatible) {
-		return incompatible{err}
-	}
-	return err
-}
-
-// incompatible is the data database's refusal of a schema, as the dispatcher knows it; its text
-// is the data database's own.
-type incompatible struct{ error }
-
-func (e incompatible) Unwrap() []error { return []error{e.error, dispatch.ErrIncompatibleSchema} }
 
 // Rows reads a page of rows. A query the data database refuses (a where value that passed
 // pipeline.CheckWhere but that no column of its type can hold, such as an integer beyond 64 bits)
