@@ -344,12 +344,7 @@ func checkJSONLines(t *testing.T, stderr *syncBuffer) {
 // errors of every command that has them, and that a metrics port in use fails a server fast.
 func TestObservabilityFlags(t *testing.T) {
 	t.Parallel()
-	busy := freeAddr(t)
-	l, err := net.Listen("tcp", busy)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
+	busy := busyAddr(t)
 	for _, tc := range []struct {
 		name   string
 		args   []string
@@ -378,17 +373,23 @@ func TestObservabilityFlags(t *testing.T) {
 	}
 }
 
+// busyAddr is an address of this host that a listener holds until the test ends.
+func busyAddr(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	return l.Addr().String()
+}
+
 // TestDevMetricsPortInUse checks that a busy metrics port does not stop the dev server (a
 // Prometheus, or another baton dev, may hold it): dev serves the metrics on the next free port
 // and its banner names that one.
 func TestDevMetricsPortInUse(t *testing.T) {
 	t.Parallel()
-	busy := freeAddr(t)
-	l, err := net.Listen("tcp", busy)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
+	busy := busyAddr(t)
 	banner := startDev(t, "--metrics-listen", busy)
 	m := regexp.MustCompile(`(?m)^\s+metrics\s+(http://\S+/metrics)$`).FindStringSubmatch(banner)
 	if m == nil {
