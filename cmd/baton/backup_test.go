@@ -83,8 +83,9 @@ func (d *backupDev) stop(t *testing.T) {
 }
 
 // runDoublingWorker runs a worker SDK worker for the named tasks, each answering {"doubled": 2n} for its
-// input {"n": n}, until the test ends.
-func runDoublingWorker(t *testing.T, internalURL string, names ...string) {
+// input {"n": n}, until the test ends or the returned stop is called (once its server is to stop:
+// a worker whose server is gone cannot deliver the outcomes of the tasks it still runs).
+func runDoublingWorker(t *testing.T, internalURL string, names ...string) (stop func()) {
 	t.Helper()
 	w, err := worker.New(internalURL, worker.WithLogger(slog.New(slog.DiscardHandler)), worker.WithPollWait(100*time.Millisecond))
 	if err != nil {
@@ -102,12 +103,17 @@ func runDoublingWorker(t *testing.T, internalURL string, names ...string) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- w.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("worker: %v", err)
-		}
-	})
+	var once sync.Once
+	stop = func() {
+		once.Do(func() {
+			cancel()
+			if err := <-done; err != nil {
+				t.Errorf("worker: %v", err)
+			}
+		})
+	}
+	t.Cleanup(stop)
+	return stop
 }
 
 func waitJob(t *testing.T, c *client.Client, id, status string) *client.Job {
@@ -143,7 +149,7 @@ func TestBackupWhileServingRestoresTheJobs(t *testing.T) {
 		t.Fatalf("the first start prints no API key:\n%s", dev.stdout.String())
 	}
 	c := client.New(dev.producer, key[1])
-	runDoublingWorker(t, dev.internal, "work")
+	stopWorker := runDoublingWorker(t, dev.internal, "work")
 
 	// Finished jobs of two tasks each, and one whose "hold" task no worker here runs.
 	var fixed []string
@@ -255,6 +261,7 @@ func TestBackupWhileServingRestoresTheJobs(t *testing.T) {
 			want[id] = j
 		}
 	}
+	stopWorker()
 	dev.stop(t)
 
 	fresh := filepath.Join(t.TempDir(), "restored")
