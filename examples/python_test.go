@@ -406,11 +406,16 @@ func checkOutputs(t *testing.T, job map[string]any, by string, wrapped bool) {
 	}
 }
 
-// buildBaton builds the baton binary once, for every subtest, into the test's temporary directory.
+// buildBaton builds the baton binary once, for every subtest, into the test's temporary directory,
+// with the race detector when this test has it.
 func buildBaton(t *testing.T) string {
 	t.Helper()
 	bin := filepath.Join(t.TempDir(), "baton")
-	cmd := exec.Command("go", "build", "-o", bin, "./cmd/baton")
+	args := []string{"build", "-o", bin}
+	if raceEnabled {
+		args = append(args, "-race")
+	}
+	cmd := exec.Command("go", append(args, "./cmd/baton")...)
 	cmd.Dir = ".."
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("go build ./cmd/baton: %v\n%s", err, out)

@@ -144,8 +144,9 @@ func writeFile(path string, r io.Reader, mode os.FileMode) error {
 	return f.Close()
 }
 
-// goBuild builds ./cmd/baton of the module in dir into out. The build and module caches are the
-// user's, shared with this test's own build: only the packages that differ are compiled.
+// goBuild builds ./cmd/baton of the module in dir into out, with the race detector when this test
+// has it. The build and module caches are the user's, shared with this test's own build: only the
+// packages that differ are compiled.
 func goBuild(t *testing.T, dir, out string) time.Duration {
 	t.Helper()
 	goBin, err := exec.LookPath("go") // go test puts its own GOROOT/bin first on PATH
@@ -153,7 +154,11 @@ func goBuild(t *testing.T, dir, out string) time.Duration {
 		t.Fatalf("no go command to build with: %v", err)
 	}
 	start := time.Now()
-	cmd := exec.Command(goBin, "build", "-o", out, "./cmd/baton")
+	args := []string{"build", "-o", out}
+	if raceEnabled {
+		args = append(args, "-race")
+	}
+	cmd := exec.Command(goBin, append(args, "./cmd/baton")...)
 	cmd.Dir = dir
 	if b, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("go build in %s: %v\n%s", dir, err, b)

@@ -1,0 +1,5 @@
+//go:build !race
+
+package examples
+
+const raceEnabled = false
