@@ -8,19 +8,19 @@ import (
 	"testing"
 	"time"
 
-	"github.com/baton-dev/baton/internal/auth"
 	"github.com/baton-dev/baton/internal/lifecycle"
+	"github.com/baton-dev/baton/internal/mtls"
 	"github.com/baton-dev/baton/worker"
 )
 
 func TestWorkerSpeaksMutualTLS(t *testing.T) {
 	t.Parallel()
-	dc, err := auth.WriteDevCerts(t.TempDir(), nil, time.Now(), false)
+	dc, err := mtls.WriteDevCerts(t.TempDir(), nil, time.Now(), false)
 	if err != nil {
 		t.Fatal(err)
 	}
 	s := newServerUnstarted(t)
-	if s.internal.TLS, err = auth.ServerTLSConfig(dc.ServerCert, dc.ServerKey, dc.CA); err != nil {
+	if s.internal.TLS, err = mtls.ServerConfig(dc.ServerCert, dc.ServerKey, dc.CA); err != nil {
 		t.Fatal(err)
 	}
 	s.internal.Config.ErrorLog = log.New(io.Discard, "", 0) // the refused handshake below

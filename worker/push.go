@@ -24,7 +24,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/baton-dev/baton/internal/auth"
+	"github.com/baton-dev/baton/internal/pushsig"
 )
 
 // DefaultPushTolerance is how far a push delivery's timestamp may be from the target's clock,
@@ -65,12 +65,12 @@ func VerifyPushRequest(r *http.Request, secret string, tolerance time.Duration) 
 	if !ok {
 		return nil, fmt.Errorf("%w: no Authorization bearer token", ErrPushUnsigned)
 	}
-	ts, sig := r.Header.Get(auth.PushTimestampHeader), r.Header.Get(auth.PushSignatureHeader)
+	ts, sig := r.Header.Get(pushsig.TimestampHeader), r.Header.Get(pushsig.SignatureHeader)
 	switch {
 	case ts == "":
-		return nil, fmt.Errorf("%w: no %s header", ErrPushUnsigned, auth.PushTimestampHeader)
+		return nil, fmt.Errorf("%w: no %s header", ErrPushUnsigned, pushsig.TimestampHeader)
 	case sig == "":
-		return nil, fmt.Errorf("%w: no %s header", ErrPushUnsigned, auth.PushSignatureHeader)
+		return nil, fmt.Errorf("%w: no %s header", ErrPushUnsigned, pushsig.SignatureHeader)
 	}
 	// Compared as digests: equal length, so the comparison tells nothing about the secret's.
 	got, want := sha256.Sum256([]byte(token)), sha256.Sum256([]byte(secret))
@@ -89,7 +89,7 @@ func VerifyPushRequest(r *http.Request, secret string, tolerance time.Duration) 
 		r.Body.Close()
 	}
 	r.Body = io.NopCloser(bytes.NewReader(body))
-	if err := auth.CheckPushSignature(secret, ts, body, sig); err != nil {
+	if err := pushsig.Check(secret, ts, body, sig); err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrPushSignature, err)
 	}
 	return body, nil
@@ -106,7 +106,7 @@ func bearerToken(h string) (string, bool) {
 func checkPushTimestamp(ts string, now time.Time, tolerance time.Duration) error {
 	sec, err := strconv.ParseInt(ts, 10, 64)
 	if err != nil || ts[0] < '0' || ts[0] > '9' {
-		return fmt.Errorf("%w: %s %q is not Unix seconds", ErrPushTimestamp, auth.PushTimestampHeader, ts)
+		return fmt.Errorf("%w: %s %q is not Unix seconds", ErrPushTimestamp, pushsig.TimestampHeader, ts)
 	}
 	// Compared as times: a far-off timestamp would overflow a Duration.
 	switch signed := time.Unix(sec, 0); {
@@ -121,7 +121,7 @@ func checkPushTimestamp(ts string, now time.Time, tolerance time.Duration) error
 // SignPush returns the Baton-Timestamp and Baton-Signature values Baton sends with a push
 // delivery of body at ts, for tests of a target (Authorization is "Bearer " and the secret).
 func SignPush(secret string, ts time.Time, body []byte) (timestamp, signature string) {
-	return auth.SignPush(secret, ts, body)
+	return pushsig.Sign(secret, ts, body)
 }
 
 // PushAuth wraps a push target's handler: it lets through only requests VerifyPushRequest

@@ -55,8 +55,8 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/baton-dev/baton/internal/auth"
 	"github.com/baton-dev/baton/internal/blob"
+	"github.com/baton-dev/baton/internal/mtls"
 	"github.com/baton-dev/baton/internal/transport/dial"
 )
 
@@ -229,7 +229,7 @@ func New(internalURL string, opts ...Option) (*Worker, error) {
 // withClientCert returns a copy of hc whose transport presents the client certificate and trusts
 // only the given CA.
 func withClientCert(hc *http.Client, caFile, certFile, keyFile string) (*http.Client, error) {
-	tlsCfg, err := auth.ClientTLSConfig(caFile, certFile, keyFile)
+	tlsCfg, err := mtls.ClientConfig(caFile, certFile, keyFile)
 	if err != nil {
 		return nil, fmt.Errorf("baton worker: client certificate: %w", err)
 	}

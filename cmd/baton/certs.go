@@ -12,7 +12,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/baton-dev/baton/internal/auth"
+	"github.com/baton-dev/baton/internal/mtls"
 )
 
 const certsUsage = `Usage: baton certs dev --out DIR [--host NAME ...] [--force]
@@ -60,7 +60,7 @@ func runCertsDev(ctx context.Context, args []string, stdout, stderr io.Writer) i
 	flags.SetOutput(stderr)
 	out := flags.String("out", "", "directory to write the certificates to (created 0700)")
 	var hosts hostList
-	flags.Var(&hosts, "host", "DNS name or IP address the server certificate covers; repeat for more (default "+strings.Join(auth.DefaultDevHosts, ", ")+")")
+	flags.Var(&hosts, "host", "DNS name or IP address the server certificate covers; repeat for more (default "+strings.Join(mtls.DefaultDevHosts, ", ")+")")
 	force := flags.Bool("force", false, "replace existing files in --out")
 	if code, ok := parseFlags(ctx, flags, args); !ok {
 		return code
@@ -78,7 +78,7 @@ func runCertsDev(ctx context.Context, args []string, stdout, stderr io.Writer) i
 		fmt.Fprintln(stderr, "baton certs dev:", err)
 		return 1
 	}
-	dc, err := auth.WriteDevCerts(dir, hosts, time.Now(), *force)
+	dc, err := mtls.WriteDevCerts(dir, hosts, time.Now(), *force)
 	if errors.Is(err, fs.ErrExist) {
 		fmt.Fprintf(stderr, "baton certs dev: %v\n  (pass --force to replace them, or choose another --out)\n", err)
 		return 1
@@ -100,15 +100,15 @@ Serve /internal/* with mutual TLS:
 
 Workers present the client certificate and trust the CA:
   CA %s   certificate %s   key %s
-  Go:   auth.ClientTLSConfig(%q, %q, %q)
+  Go:   mtls.ClientConfig(%q, %q, %q)
   curl: curl --cacert %s --cert %s --key %s %s/healthz
 
 These are for development. Never give the client key to untrusted task code.
 `,
 		dc.Dir, dc.NotAfter.Format(time.DateOnly),
-		auth.DevCAFile, auth.DevCAKeyFile,
-		auth.DevServerCertFile, auth.DevServerKeyFile, strings.Join(dc.Hosts, ", "),
-		auth.DevClientCertFile, auth.DevClientKeyFile, auth.DevClientCommonName,
+		mtls.DevCAFile, mtls.DevCAKeyFile,
+		mtls.DevServerCertFile, mtls.DevServerKeyFile, strings.Join(dc.Hosts, ", "),
+		mtls.DevClientCertFile, mtls.DevClientKeyFile, mtls.DevClientCommonName,
 		serverFlags, serverFlags,
 		dc.CA, dc.ClientCert, dc.ClientKey,
 		dc.CA, dc.ClientCert, dc.ClientKey,

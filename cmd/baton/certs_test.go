@@ -10,7 +10,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/baton-dev/baton/internal/auth"
+	"github.com/baton-dev/baton/internal/mtls"
 )
 
 func TestCertsDevWritesTheFilesAndSaysHowToUseThem(t *testing.T) {
@@ -62,7 +62,7 @@ func TestCertsDevPrintedFlagsStartAnMTLSDevServer(t *testing.T) {
 	if m == nil || m[1] != "https" {
 		t.Fatalf("banner:\n%s", banner)
 	}
-	dc := auth.DevCerts{CA: filepath.Join(out, "ca.pem")}
+	dc := mtls.DevCerts{CA: filepath.Join(out, "ca.pem")}
 	resp, err := call(mtlsClient(t, dc, loadPair(t, filepath.Join(out, "client.pem"), filepath.Join(out, "client-key.pem"))), http.MethodGet, "https://"+m[2]+"/healthz")
 	if err != nil || resp.StatusCode != http.StatusOK {
 		t.Fatalf("/healthz with the client certificate: %v %v", resp, err)

@@ -27,6 +27,7 @@ import (
 
 	"github.com/baton-dev/baton/client"
 	"github.com/baton-dev/baton/internal/auth"
+	"github.com/baton-dev/baton/internal/mtls"
 	"github.com/baton-dev/baton/internal/runner"
 	"github.com/baton-dev/baton/internal/store"
 )
@@ -80,13 +81,13 @@ const demoWorkerStop = 15 * time.Second
 
 // prepareDemo makes development certificates under dataDir and turns on mutual TLS for the
 // internal listener with them. It runs before the listeners are bound.
-func prepareDemo(f *serverFlags, dataDir string) (auth.DevCerts, error) {
+func prepareDemo(f *serverFlags, dataDir string) (mtls.DevCerts, error) {
 	if f.internalTLSCert != "" || f.internalTLSKey != "" || f.internalTLSClientCA != "" {
-		return auth.DevCerts{}, fmt.Errorf("--demo makes its own certificates for /internal/*: drop %s", internalTLSFlags)
+		return mtls.DevCerts{}, fmt.Errorf("--demo makes its own certificates for /internal/*: drop %s", internalTLSFlags)
 	}
-	dc, err := auth.WriteDevCerts(filepath.Join(dataDir, demoCertsDir), nil, time.Now(), true)
+	dc, err := mtls.WriteDevCerts(filepath.Join(dataDir, demoCertsDir), nil, time.Now(), true)
 	if err != nil {
-		return auth.DevCerts{}, fmt.Errorf("demo certificates: %w", err)
+		return mtls.DevCerts{}, fmt.Errorf("demo certificates: %w", err)
 	}
 	f.internalTLSCert, f.internalTLSKey, f.internalTLSClientCA = dc.ServerCert, dc.ServerKey, dc.CA
 	return dc, nil
@@ -96,7 +97,7 @@ func prepareDemo(f *serverFlags, dataDir string) (auth.DevCerts, error) {
 type demo struct {
 	producerURL, internalURL string
 	blobURL                  string // the object storage of buffered datasets' batches
-	certs                    auth.DevCerts
+	certs                    mtls.DevCerts
 	apiKey                   string
 	ownKey                   bool // apiKey was made for this run, not the dev key of the banner
 	stdout, stderr           io.Writer
@@ -106,7 +107,7 @@ type demo struct {
 // this process knows its secret; else one made for this run and revoked when it stops), the
 // workers, the job. The returned function stops the workers and waits for them; it may be called
 // more than once.
-func startDemo(ctx context.Context, st store.Store, ls *listeners, certs auth.DevCerts, kind, blobURL, devKey string, stdout, stderr io.Writer) func() {
+func startDemo(ctx context.Context, st store.Store, ls *listeners, certs mtls.DevCerts, kind, blobURL, devKey string, stdout, stderr io.Writer) func() {
 	ctx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})
 	go func() {

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/baton-dev/baton/internal/auth"
+	"github.com/baton-dev/baton/internal/mtls"
 	"github.com/baton-dev/baton/internal/store"
 	"github.com/baton-dev/baton/internal/store/sqlite"
 )
@@ -80,7 +81,7 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	defer st.Close()
-	var demoCerts auth.DevCerts
+	var demoCerts mtls.DevCerts
 	if demo.kind != "" {
 		if demoCerts, err = prepareDemo(&f, *dataDir); err != nil {
 			fmt.Fprintln(stderr, "baton dev:", err)

@@ -17,6 +17,8 @@ import (
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
+
+	"github.com/baton-dev/baton/internal/metrics/metricstest"
 )
 
 // scrape reads GET /metrics and parses the text exposition.
@@ -36,34 +38,6 @@ func scrape(t *testing.T, addr string) map[string]*dto.MetricFamily {
 		t.Fatalf("parse /metrics: %v", err)
 	}
 	return fams
-}
-
-// valueOf is the value of the series of name whose labels include labels (name, value pairs),
-// summed over the series that match: a counter's or gauge's value, a histogram's count.
-func valueOf(fams map[string]*dto.MetricFamily, name string, labels ...string) float64 {
-	total := 0.0
-	for _, m := range fams[name].GetMetric() {
-		got := map[string]string{}
-		for _, l := range m.GetLabel() {
-			got[l.GetName()] = l.GetValue()
-		}
-		match := true
-		for i := 0; i+1 < len(labels); i += 2 {
-			match = match && got[labels[i]] == labels[i+1]
-		}
-		if !match {
-			continue
-		}
-		switch {
-		case m.Counter != nil:
-			total += m.GetCounter().GetValue()
-		case m.Gauge != nil:
-			total += m.GetGauge().GetValue()
-		case m.Histogram != nil:
-			total += float64(m.GetHistogram().GetSampleCount())
-		}
-	}
-	return total
 }
 
 // metricsServer is a running `baton dev` or `baton server` with a metrics listener.
@@ -108,7 +82,7 @@ func TestMetricsEndToEnd(t *testing.T) {
 			runExampleJob(t, s)
 			after := scrape(t, s.metrics)
 			delta := func(name string, labels ...string) float64 {
-				return valueOf(after, name, labels...) - valueOf(before, name, labels...)
+				return metricstest.Sum(after[name], labels...) - metricstest.Sum(before[name], labels...)
 			}
 			for _, w := range []struct {
 				name   string

@@ -22,7 +22,7 @@ import (
 	"time"
 
 	"github.com/baton-dev/baton/internal/api"
-	"github.com/baton-dev/baton/internal/auth"
+	"github.com/baton-dev/baton/internal/mtls"
 	"github.com/baton-dev/baton/internal/store/storetest"
 )
 
@@ -37,22 +37,22 @@ func internalRoutes() []api.Route {
 	return routes
 }
 
-func devCerts(t *testing.T) auth.DevCerts {
+func devCerts(t *testing.T) mtls.DevCerts {
 	t.Helper()
-	dc, err := auth.WriteDevCerts(filepath.Join(t.TempDir(), "certs"), nil, time.Now(), false)
+	dc, err := mtls.WriteDevCerts(filepath.Join(t.TempDir(), "certs"), nil, time.Now(), false)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return dc
 }
 
-func tlsArgs(dc auth.DevCerts) []string {
+func tlsArgs(dc mtls.DevCerts) []string {
 	return []string{"--internal-tls-cert", dc.ServerCert, "--internal-tls-key", dc.ServerKey, "--internal-tls-client-ca", dc.CA}
 }
 
 // startMTLSServer runs serve, the wiring of `baton dev` and `baton server`, on a SQLite store with
 // the internal listener's TLS flags pointing at dc, and returns the two base URLs.
-func startMTLSServer(t *testing.T, dc auth.DevCerts) (producerURL, internalURL string) {
+func startMTLSServer(t *testing.T, dc mtls.DevCerts) (producerURL, internalURL string) {
 	t.Helper()
 	var f serverFlags
 	fs := flag.NewFlagSet("test", flag.ContinueOnError)
@@ -82,7 +82,7 @@ func startMTLSServer(t *testing.T, dc auth.DevCerts) (producerURL, internalURL s
 }
 
 // mtlsClient trusts dc's CA and presents cert, if any. Each test gets fresh connections.
-func mtlsClient(t *testing.T, dc auth.DevCerts, cert *tls.Certificate) *http.Client {
+func mtlsClient(t *testing.T, dc mtls.DevCerts, cert *tls.Certificate) *http.Client {
 	t.Helper()
 	pem, err := os.ReadFile(dc.CA)
 	if err != nil {

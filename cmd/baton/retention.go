@@ -9,7 +9,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/baton-dev/baton/internal/dispatch"
+	"github.com/baton-dev/baton/internal/maintenance"
+	"github.com/baton-dev/baton/internal/metrics"
 )
 
 // retentionFlags are --retention, --retention-tenant and --dead-letter-retention.
@@ -19,9 +20,9 @@ type retentionFlags struct {
 }
 
 func (f *retentionFlags) register(fs *flag.FlagSet) {
-	fs.DurationVar(&f.retention, "retention", dispatch.DefaultRetention, "delete finished jobs (completed, partial_failure, canceled) with their tasks, attempts and events this long after they finished (0: keep them forever)")
+	fs.DurationVar(&f.retention, "retention", maintenance.DefaultRetention, "delete finished jobs (completed, partial_failure, canceled) with their tasks, attempts and events this long after they finished (0: keep them forever)")
 	fs.Var(&f.tenants, "retention-tenant", "`TENANT=DURATION`: --retention for the jobs of TENANT (0: keep them forever; repeatable)")
-	fs.DurationVar(&f.deadLetter, "dead-letter-retention", dispatch.DefaultDeadLetterRetention, "keep a finished job with a dead-lettered task this long after its dead letter, unless resumed (at least --retention; 0: until resumed)")
+	fs.DurationVar(&f.deadLetter, "dead-letter-retention", maintenance.DefaultDeadLetterRetention, "keep a finished job with a dead-lettered task this long after its dead letter, unless resumed (at least --retention; 0: until resumed)")
 }
 
 // check reports a usage error in the flags.
@@ -38,8 +39,8 @@ func (f *retentionFlags) check() error {
 }
 
 // config is the dispatcher's retention config of the flags.
-func (f *retentionFlags) config() dispatch.RetentionConfig {
-	return dispatch.RetentionConfig{Retention: f.retention, Tenants: f.tenants.m, DeadLetterRetention: f.deadLetter}
+func (f *retentionFlags) config(m *metrics.Metrics) maintenance.RetentionConfig {
+	return maintenance.RetentionConfig{Retention: f.retention, Tenants: f.tenants.m, DeadLetterRetention: f.deadLetter, Metrics: m}
 }
 
 // tenantRetentionFlag is --retention-tenant TENANT=DURATION, checked as each is parsed.

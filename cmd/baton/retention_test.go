@@ -10,29 +10,29 @@ import (
 	"testing"
 	"time"
 
-	"github.com/baton-dev/baton/internal/dispatch"
+	"github.com/baton-dev/baton/internal/maintenance"
 )
 
 func TestRetentionFlags(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
 		args    []string
-		want    dispatch.RetentionConfig
+		want    maintenance.RetentionConfig
 		wantErr string // a part of the error; "" for none
 	}{
-		{nil, dispatch.RetentionConfig{Retention: 720 * time.Hour, DeadLetterRetention: 2160 * time.Hour}, ""},
-		{[]string{"--retention=0"}, dispatch.RetentionConfig{DeadLetterRetention: 2160 * time.Hour}, ""},
+		{nil, maintenance.RetentionConfig{Retention: 720 * time.Hour, DeadLetterRetention: 2160 * time.Hour}, ""},
+		{[]string{"--retention=0"}, maintenance.RetentionConfig{DeadLetterRetention: 2160 * time.Hour}, ""},
 		{[]string{"--retention=24h", "--retention-tenant", "acme=0", "--retention-tenant=big=8760h", "--dead-letter-retention=0"},
-			dispatch.RetentionConfig{Retention: 24 * time.Hour, Tenants: map[string]time.Duration{"acme": 0, "big": 8760 * time.Hour}}, ""},
-		{[]string{"--retention=-1h"}, dispatch.RetentionConfig{}, "--retention -1h0m0s"},
-		{[]string{"--dead-letter-retention=-1s"}, dispatch.RetentionConfig{}, "--dead-letter-retention -1s"},
-		{[]string{"--retention=100h", "--dead-letter-retention=10h"}, dispatch.RetentionConfig{}, "is below --retention"},
-		{[]string{"--retention-tenant=acme"}, dispatch.RetentionConfig{}, "want TENANT=DURATION"},
-		{[]string{"--retention-tenant==1h"}, dispatch.RetentionConfig{}, "want TENANT=DURATION"},
-		{[]string{"--retention-tenant=acme="}, dispatch.RetentionConfig{}, "want TENANT=DURATION"},
-		{[]string{"--retention-tenant=acme=soon"}, dispatch.RetentionConfig{}, "is not a duration"},
-		{[]string{"--retention-tenant=acme=-2h"}, dispatch.RetentionConfig{}, "negative duration"},
-		{[]string{"--retention-tenant=acme=1h", "--retention-tenant=acme=2h"}, dispatch.RetentionConfig{}, `tenant "acme" given twice`},
+			maintenance.RetentionConfig{Retention: 24 * time.Hour, Tenants: map[string]time.Duration{"acme": 0, "big": 8760 * time.Hour}}, ""},
+		{[]string{"--retention=-1h"}, maintenance.RetentionConfig{}, "--retention -1h0m0s"},
+		{[]string{"--dead-letter-retention=-1s"}, maintenance.RetentionConfig{}, "--dead-letter-retention -1s"},
+		{[]string{"--retention=100h", "--dead-letter-retention=10h"}, maintenance.RetentionConfig{}, "is below --retention"},
+		{[]string{"--retention-tenant=acme"}, maintenance.RetentionConfig{}, "want TENANT=DURATION"},
+		{[]string{"--retention-tenant==1h"}, maintenance.RetentionConfig{}, "want TENANT=DURATION"},
+		{[]string{"--retention-tenant=acme="}, maintenance.RetentionConfig{}, "want TENANT=DURATION"},
+		{[]string{"--retention-tenant=acme=soon"}, maintenance.RetentionConfig{}, "is not a duration"},
+		{[]string{"--retention-tenant=acme=-2h"}, maintenance.RetentionConfig{}, "negative duration"},
+		{[]string{"--retention-tenant=acme=1h", "--retention-tenant=acme=2h"}, maintenance.RetentionConfig{}, `tenant "acme" given twice`},
 	} {
 		fs := flag.NewFlagSet("test", flag.ContinueOnError)
 		fs.SetOutput(io.Discard)
@@ -50,7 +50,7 @@ func TestRetentionFlags(t *testing.T) {
 		case err != nil:
 			t.Errorf("%q: %v", tc.args, err)
 		default:
-			got := f.config()
+			got := f.config(nil)
 			if got.Retention != tc.want.Retention || got.DeadLetterRetention != tc.want.DeadLetterRetention ||
 				!maps.Equal(got.Tenants, tc.want.Tenants) {
 				t.Errorf("%q: config %+v, want %+v", tc.args, got, tc.want)

@@ -23,7 +23,10 @@ import (
 	"github.com/baton-dev/baton/internal/dataset"
 	"github.com/baton-dev/baton/internal/dispatch"
 	"github.com/baton-dev/baton/internal/grant"
+	"github.com/baton-dev/baton/internal/maintenance"
 	"github.com/baton-dev/baton/internal/metrics"
+	"github.com/baton-dev/baton/internal/mtls"
+	"github.com/baton-dev/baton/internal/pushsig"
 	"github.com/baton-dev/baton/internal/sink"
 	"github.com/baton-dev/baton/internal/store"
 	"github.com/baton-dev/baton/internal/transport"
@@ -126,8 +129,8 @@ func (f *serverFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.internalTLSKey, "internal-tls-key", "", "PEM private key of --internal-tls-cert")
 	fs.StringVar(&f.internalTLSClientCA, "internal-tls-client-ca", "", "PEM CA bundle that worker client certificates must chain to")
 	f.transport.register(fs, "how workers are woken: store (they long-poll the server), redis (Redis Streams) or nats (NATS JetStream)")
-	fs.DurationVar(&f.reconcileEvery, "reconcile-every", dispatch.DefaultReconcilerConfig.Every, "with --transport redis|nats: how often missing wake-ups are re-published and dead consumers' ones reclaimed")
-	fs.DurationVar(&f.reconcileGrace, "reconcile-grace", dispatch.DefaultReconcilerConfig.Grace, "with --transport redis|nats: how long a task may wait ready before its missing wake-up is re-published")
+	fs.DurationVar(&f.reconcileEvery, "reconcile-every", maintenance.DefaultReconcilerConfig.Every, "with --transport redis|nats: how often missing wake-ups are re-published and dead consumers' ones reclaimed")
+	fs.DurationVar(&f.reconcileGrace, "reconcile-grace", maintenance.DefaultReconcilerConfig.Grace, "with --transport redis|nats: how long a task may wait ready before its missing wake-up is re-published")
 	fs.Var(&f.pushTargets, "push-target", "`NAME=URL`: deliver tasks named NAME with runtime push to the HTTP target URL (repeatable)")
 	fs.Var(&f.pushSecrets, "push-secret", "`NAME=SECRET`: authenticate Baton to the push target of NAME: send SECRET as a bearer token and sign every delivery "+
 		"with it (headers Baton-Timestamp and Baton-Signature: v1=HMAC-SHA256); NAME=@FILE reads the secret from FILE (repeatable; without it the target gets no authentication)")
@@ -189,7 +192,7 @@ func (f *serverFlags) pushSecretMap(targets map[string]string) (map[string]strin
 			secret = strings.TrimSuffix(strings.TrimSuffix(string(b), "\n"), "\r")
 			from += " (" + file + ")"
 		}
-		if err := auth.CheckPushSecret(secret); err != nil {
+		if err := pushsig.CheckSecret(secret); err != nil {
 			return nil, fmt.Errorf("%s: %w", from, err)
 		}
 		secrets[name] = secret
@@ -285,7 +288,7 @@ func (f *serverFlags) bind(ctx context.Context) (*listeners, error) {
 	}
 	var tlsConf *tls.Config
 	if useTLS {
-		if tlsConf, err = auth.ServerTLSConfig(f.internalTLSCert, f.internalTLSKey, f.internalTLSClientCA); err != nil {
+		if tlsConf, err = mtls.ServerConfig(f.internalTLSCert, f.internalTLSKey, f.internalTLSClientCA); err != nil {
 			return nil, fmt.Errorf("internal listener TLS: %w", err)
 		}
 	}
@@ -396,16 +399,17 @@ func serve(ctx context.Context, f *serverFlags, ls *listeners, st store.Store, l
 	// With the store transport workers find work in the store, so the relay only marks wake-ups
 	// sent and prunes them; with redis or nats it publishes them, and the reconciler heals what
 	// the transport loses.
-	var publisher dispatch.Publisher = dispatch.StorePublisher{}
+	maint := maintenance.Env{Store: st, Logger: log}
+	var publisher maintenance.Publisher = maintenance.StorePublisher{}
 	if ls.transport != nil {
 		defer ls.transport.Close()
-		publisher = dispatch.TransportPublisher{Transport: ls.transport}
-		rec := d.NewReconciler(ls.transport, dispatch.ReconcilerConfig{Every: f.reconcileEvery, Grace: f.reconcileGrace})
+		publisher = maintenance.TransportPublisher{Transport: ls.transport}
+		rec := maintenance.NewReconciler(maint, ls.transport, maintenance.ReconcilerConfig{Every: f.reconcileEvery, Grace: f.reconcileGrace})
 		rec.Start(ctx)
 		defer rec.Stop()
 		log.Info("wake-up transport", "transport", ls.transport.Name(), "url", redactURL(f.transport.url()), "namespace", f.transport.namespace)
 	}
-	relay := d.NewRelay(dispatch.RelayConfig{Publisher: publisher})
+	relay := maintenance.NewRelay(maint, maintenance.RelayConfig{Publisher: publisher, Wake: d.TaskReady})
 	relay.Start(ctx)
 	defer relay.Stop()
 	router := d.NewRouter(dispatch.RouteConfig{})
@@ -414,7 +418,7 @@ func serve(ctx context.Context, f *serverFlags, ls *listeners, st store.Store, l
 	sources := d.NewSources()
 	sources.Start(ctx)
 	defer sources.Stop()
-	retention, err := d.NewRetention(f.retention.config())
+	retention, err := maintenance.NewRetention(maint, f.retention.config(m))
 	if err != nil {
 		return err
 	}

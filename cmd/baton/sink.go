@@ -9,9 +9,9 @@ import (
 	"net/http"
 	"strings"
 
-	"github.com/baton-dev/baton/internal/auth"
 	"github.com/baton-dev/baton/internal/blob"
 	"github.com/baton-dev/baton/internal/dataset"
+	"github.com/baton-dev/baton/internal/mtls"
 	"github.com/baton-dev/baton/internal/sink"
 )
 
@@ -62,7 +62,7 @@ func runSink(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	client := &http.Client{}
 	switch n := countSet(*caFile, *certFile, *keyFile); {
 	case n == 3:
-		tlsConf, err := auth.ClientTLSConfig(*caFile, *certFile, *keyFile)
+		tlsConf, err := mtls.ClientConfig(*caFile, *certFile, *keyFile)
 		if err != nil {
 			fmt.Fprintln(stderr, "baton sink:", err)
 			return 1

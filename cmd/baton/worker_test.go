@@ -28,6 +28,7 @@ import (
 	"github.com/baton-dev/baton/internal/blob"
 	"github.com/baton-dev/baton/internal/dispatch"
 	"github.com/baton-dev/baton/internal/lifecycle"
+	"github.com/baton-dev/baton/internal/mtls"
 	"github.com/baton-dev/baton/internal/pipeline/pipelinetest"
 	"github.com/baton-dev/baton/internal/store"
 	"github.com/baton-dev/baton/internal/store/sqlite"
@@ -40,7 +41,7 @@ type execServer struct {
 	d        *dispatch.Dispatcher
 	public   *httptest.Server
 	internal *httptest.Server
-	certs    auth.DevCerts
+	certs    mtls.DevCerts
 }
 
 func newExecServer(t *testing.T, configure ...func(*dispatch.Config)) *execServer {
@@ -67,11 +68,11 @@ func newExecServer(t *testing.T, configure ...func(*dispatch.Config)) *execServe
 	s := api.New(api.Config{Dispatcher: d, Auth: auth.NewAuthenticator(st, auth.Limits{}, nil), Tokens: auth.NewTokens(st, nil), Logger: quiet})
 	// The certificates sit in a directory every user may enter: only the key file's own mode
 	// (0600, as WriteDevCerts writes it) keeps the child out.
-	certs, err := auth.WriteDevCerts(sharedDir(t, 0o755), nil, time.Now(), false)
+	certs, err := mtls.WriteDevCerts(sharedDir(t, 0o755), nil, time.Now(), false)
 	if err != nil {
 		t.Fatal(err)
 	}
-	tlsConf, err := auth.ServerTLSConfig(certs.ServerCert, certs.ServerKey, certs.CA)
+	tlsConf, err := mtls.ServerConfig(certs.ServerCert, certs.ServerKey, certs.CA)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -618,7 +619,7 @@ func TestWorkerRefusesReadableKey(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("not running as root: the child runs as the wrapper's user anyway")
 	}
-	certs, err := auth.WriteDevCerts(t.TempDir(), nil, time.Now(), false)
+	certs, err := mtls.WriteDevCerts(t.TempDir(), nil, time.Now(), false)
 	if err != nil {
 		t.Fatal(err)
 	}

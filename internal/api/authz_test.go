@@ -22,8 +22,8 @@ import (
 	"time"
 
 	"github.com/baton-dev/baton/internal/api"
-	"github.com/baton-dev/baton/internal/auth"
 	"github.com/baton-dev/baton/internal/dispatch"
+	"github.com/baton-dev/baton/internal/mtls"
 	"github.com/baton-dev/baton/internal/pipeline/pipelinetest"
 	"github.com/baton-dev/baton/internal/store"
 	"github.com/baton-dev/baton/internal/store/storetest"
@@ -588,17 +588,17 @@ func authzTaskRefusals(t *testing.T, f *authzFixture) int {
 	return n
 }
 
-// authzMTLS serves the internal listener behind the production mutual TLS (auth.ServerTLSConfig
+// authzMTLS serves the internal listener behind the production mutual TLS (mtls.ServerConfig
 // with development certificates): every internal route refuses a client without a certificate at
 // the handshake, and answers one with a certificate of the CA.
 func authzMTLS(t *testing.T) {
 	t.Parallel()
 	w := newWorkerAPI(t, storetest.OpenSQLite(t))
-	dc, err := auth.WriteDevCerts(filepath.Join(t.TempDir(), "certs"), nil, time.Now(), false)
+	dc, err := mtls.WriteDevCerts(filepath.Join(t.TempDir(), "certs"), nil, time.Now(), false)
 	if err != nil {
 		t.Fatal(err)
 	}
-	serverConf, err := auth.ServerTLSConfig(dc.ServerCert, dc.ServerKey, dc.CA)
+	serverConf, err := mtls.ServerConfig(dc.ServerCert, dc.ServerKey, dc.CA)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -607,7 +607,7 @@ func authzMTLS(t *testing.T) {
 	srv.Config.ErrorLog = log.New(io.Discard, "", 0) // the refused handshakes
 	srv.StartTLS()
 	t.Cleanup(srv.Close)
-	withCert, err := auth.ClientTLSConfig(dc.CA, dc.ClientCert, dc.ClientKey)
+	withCert, err := mtls.ClientConfig(dc.CA, dc.ClientCert, dc.ClientKey)
 	if err != nil {
 		t.Fatal(err)
 	}

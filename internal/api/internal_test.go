@@ -331,7 +331,7 @@ func TestInternalConformance(t *testing.T) {
 			p.BatchURI != "s3://trace-scratch/buffers/"+ds["$DS_A"]+"/"+wid+"/1/batch.jsonl" {
 			t.Errorf("publish stored as %+v", p)
 		}
-		if n := outboxTopic(t, w, dispatch.TopicBufferBatch); n != 1 {
+		if n := outboxTopic(t, w, store.TopicBufferBatch); n != 1 {
 			t.Errorf("%d buffer.batch outbox messages, want 1", n)
 		}
 
@@ -743,7 +743,7 @@ func TestInternalBufferPublishRepeatIsIdempotent(t *testing.T) {
 		}
 		n := 0
 		for _, m := range msgs {
-			if m.Topic != dispatch.TopicBufferBatch {
+			if m.Topic != store.TopicBufferBatch {
 				continue
 			}
 			n++

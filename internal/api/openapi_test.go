@@ -16,6 +16,7 @@ import (
 	"github.com/baton-dev/baton/internal/api"
 	"github.com/baton-dev/baton/internal/auth"
 	"github.com/baton-dev/baton/internal/dispatch"
+	"github.com/baton-dev/baton/internal/pushsig"
 	"github.com/baton-dev/baton/internal/store/storetest"
 )
 
@@ -485,7 +486,7 @@ func TestOpenAPIDocumentsThePushDelivery(t *testing.T) {
 			headers[m["name"].(string)] = true
 		}
 	}
-	for _, h := range []string{auth.PushTimestampHeader, auth.PushSignatureHeader, "Idempotency-Key"} {
+	for _, h := range []string{pushsig.TimestampHeader, pushsig.SignatureHeader, "Idempotency-Key"} {
 		if !headers[h] {
 			t.Errorf("the push delivery does not document header %s", h)
 		}

@@ -8,7 +8,7 @@ package api
 // dispatcher owns every retry (the target's own retries should be off).
 //
 // A target with a secret (PushConfig.Secrets) gets it as a bearer token, and each delivery is
-// signed over its timestamp and exact body (internal/auth's SignPush; the worker SDK's
+// signed over its timestamp and exact body (internal/pushsig's Sign; the worker SDK's
 // VerifyPushRequest checks it), so the target can refuse forged and replayed deliveries. Every
 // delivery, a retry's too, is signed afresh when it is sent. A target without a secret gets no
 // authentication headers.
@@ -31,9 +31,9 @@ import (
 
 	"github.com/jonboulle/clockwork"
 
-	"github.com/baton-dev/baton/internal/auth"
 	"github.com/baton-dev/baton/internal/dispatch"
 	"github.com/baton-dev/baton/internal/lifecycle"
+	"github.com/baton-dev/baton/internal/pushsig"
 	"github.com/baton-dev/baton/internal/store"
 )
 
@@ -46,7 +46,7 @@ type PushConfig struct {
 	// Secrets are the targets' secrets by task name (baton server --push-secret NAME=SECRET). A
 	// target with one is sent "Authorization: Bearer <secret>", Baton-Timestamp and
 	// Baton-Signature with every delivery; one without is sent none of them. A secret that
-	// auth.CheckPushSecret refuses, the empty one included, makes its target unusable (its
+	// pushsig.CheckSecret refuses, the empty one included, makes its target unusable (its
 	// deliveries fail as CONFIGURATION); a secret for a name without a target is unused.
 	Secrets map[string]string
 	// Clock stamps the signatures; default the real clock. Not the dispatcher's: a target checks
@@ -131,7 +131,7 @@ func parsePushTarget(raw, secret string, signed bool) pushTarget {
 	t := pushTarget{url: raw, display: shown.Redacted(), secret: secret}
 	if (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		t.invalid = "is not an http(s) URL"
-	} else if err := auth.CheckPushSecret(secret); signed && err != nil {
+	} else if err := pushsig.CheckSecret(secret); signed && err != nil {
 		t.invalid = "has an unusable secret: " + err.Error()
 	}
 	return t
@@ -366,10 +366,10 @@ func (p *Pusher) post(ctx context.Context, target pushTarget, key, traceparent s
 		req.Header.Set("traceparent", traceparent)
 	}
 	if target.secret != "" {
-		ts, sig := auth.SignPush(target.secret, p.cfg.Clock.Now(), body)
+		ts, sig := pushsig.Sign(target.secret, p.cfg.Clock.Now(), body)
 		req.Header.Set("Authorization", "Bearer "+target.secret)
-		req.Header.Set(auth.PushTimestampHeader, ts)
-		req.Header.Set(auth.PushSignatureHeader, sig)
+		req.Header.Set(pushsig.TimestampHeader, ts)
+		req.Header.Set(pushsig.SignatureHeader, sig)
 	}
 	res, err := p.client.Do(req)
 	if err != nil {

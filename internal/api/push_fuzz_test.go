@@ -15,7 +15,7 @@ import (
 
 	"github.com/jonboulle/clockwork"
 
-	"github.com/baton-dev/baton/internal/auth"
+	"github.com/baton-dev/baton/internal/pushsig"
 )
 
 type roundTripFunc func(*http.Request) (*http.Response, error)
@@ -28,7 +28,7 @@ func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { retu
 // must be taken as delivered; anything else must fail with a message that names the target
 // without its password or query, gives the status, and quotes at most 200 bytes of the answer on
 // one line, valid UTF-8, its white space collapsed. Every delivery is signed: the request the
-// target gets must carry the bearer secret and a signature auth.CheckPushSignature accepts.
+// target gets must carry the bearer secret and a signature pushsig.Check accepts.
 func FuzzPushAnswer(f *testing.F) {
 	const (
 		secret = "whsec-fuzz"
@@ -65,7 +65,7 @@ func FuzzPushAnswer(f *testing.F) {
 		status, body = 200+int(code)%400, answer
 		got, err := p.post(context.Background(), target, "job-1/t-1/1", "", envelope)
 		if sent == nil || !bytes.Equal(sentBody, envelope) || sent.Header.Get("Authorization") != "Bearer "+secret ||
-			auth.CheckPushSignature(secret, sent.Header.Get(auth.PushTimestampHeader), sentBody, sent.Header.Get(auth.PushSignatureHeader)) != nil {
+			pushsig.Check(secret, sent.Header.Get(pushsig.TimestampHeader), sentBody, sent.Header.Get(pushsig.SignatureHeader)) != nil {
 			t.Fatalf("the delivery was not sent signed: %+v", sent)
 		}
 		if status < 300 {

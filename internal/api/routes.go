@@ -31,7 +31,7 @@ const (
 	// AuthCallbackToken: the attempt's capability token as "Authorization: Bearer <token>".
 	AuthCallbackToken Auth = "callback-token"
 	// AuthMTLS: a client certificate of the operator's CA, checked by the internal listener's TLS
-	// handshake before any handler runs (auth.ServerTLSConfig); the handlers check nothing more.
+	// handshake before any handler runs (mtls.ServerConfig); the handlers check nothing more.
 	AuthMTLS Auth = "mtls"
 )
 

@@ -125,13 +125,6 @@ type BufferPublishParams struct {
 	DedupeScope    string
 }
 
-// TopicBufferBatch is the outbox topic of buffered publishes for the sink.
-const TopicBufferBatch = "buffer.batch"
-
-// BufferQueue is the transport queue of Buffer Queue wake-ups (--transport redis|nats): each
-// names a message by its id (as the wake-up's task id), which a sink claims with ClaimBatches.
-const BufferQueue = "baton.buffer"
-
 // maxBatchURI keeps the sink's queue message far below its 256 KB limit.
 const maxBatchURI = 2048
 
@@ -183,7 +176,7 @@ func (d *Dispatcher) BufferPublish(ctx context.Context, p BufferPublishParams) (
 			duplicate = !ok
 			return err
 		}
-		c.outbox = append(c.outbox, &store.OutboxMessage{Topic: TopicBufferBatch, Key: ds.UUID, Payload: bufferBatchMessage(rec),
+		c.outbox = append(c.outbox, &store.OutboxMessage{Topic: store.TopicBufferBatch, Key: ds.UUID, Payload: bufferBatchMessage(rec),
 			AvailableAt: c.now, CreatedAt: c.now})
 		c.buffered = true
 		return nil
@@ -419,7 +412,7 @@ func (d *Dispatcher) emitBatchEvent(ctx context.Context, tx store.Tx, c *changes
 	}
 	payload, _ := json.Marshal(routedEvent{Tenant: r.Tenant, EventID: e.ID, TaskID: r.TaskID, Facets: res.Facets,
 		DatasetEvent: DatasetEvent{DatasetUUID: e.DatasetUUID, DatasetVersion: e.DatasetVersion, Cursor: e.Cursor}})
-	c.outbox = append(c.outbox, &store.OutboxMessage{Topic: TopicDatasetEvent, Key: e.DatasetUUID, Payload: payload,
+	c.outbox = append(c.outbox, &store.OutboxMessage{Topic: store.TopicDatasetEvent, Key: e.DatasetUUID, Payload: payload,
 		AvailableAt: c.now, CreatedAt: c.now})
 	c.routable = true
 	return nil

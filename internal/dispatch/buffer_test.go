@@ -104,7 +104,7 @@ func TestBufferPublishRecordsOnceAndQueuesTheSinkMessage(t *testing.T) {
 		msgs, _ := st.OutboxAfter(e.ctx, 0, 100)
 		var sink []map[string]any
 		for _, m := range msgs {
-			if m.Topic == dispatch.TopicBufferBatch {
+			if m.Topic == store.TopicBufferBatch {
 				var v map[string]any
 				if err := json.Unmarshal(m.Payload, &v); err != nil {
 					t.Fatal(err)

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/baton-dev/baton/internal/service"
 	"github.com/baton-dev/baton/internal/store"
 )
 
@@ -18,7 +19,7 @@ import (
 type Controller struct {
 	d        *Dispatcher
 	workerID string
-	service
+	service.Loop
 }
 
 // NewController returns a stopped controller that claims as workerID.
@@ -27,7 +28,7 @@ func (d *Dispatcher) NewController(workerID string) *Controller {
 }
 
 // Start runs the controller until Stop or until ctx ends.
-func (c *Controller) Start(ctx context.Context) { c.start(ctx, c.run) }
+func (c *Controller) Start(ctx context.Context) error { return c.Run(ctx, c.run) }
 
 func (c *Controller) run(ctx context.Context) {
 	for ctx.Err() == nil {

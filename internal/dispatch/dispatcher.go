@@ -190,10 +190,6 @@ const (
 	heartbeatEventInterval = 5 * time.Minute // Task Heartbeat events are sampled, not every beat
 )
 
-// TopicTaskReady is the outbox topic of task wake-ups; the payload is {"task_id": ...} and the key
-// the task's queue.
-const TopicTaskReady = "task.ready"
-
 // changes collects what a transition appends besides its state writes.
 type changes struct {
 	now    time.Time
@@ -334,7 +330,7 @@ func (c *changes) wake(taskID, queue, runtime string, availableAt time.Time) {
 		return
 	}
 	payload, _ := json.Marshal(map[string]string{"task_id": taskID})
-	c.outbox = append(c.outbox, &store.OutboxMessage{Topic: TopicTaskReady, Key: queue, Payload: payload, AvailableAt: availableAt, CreatedAt: c.now})
+	c.outbox = append(c.outbox, &store.OutboxMessage{Topic: store.TopicTaskReady, Key: queue, Payload: payload, AvailableAt: availableAt, CreatedAt: c.now})
 }
 
 // freed notes that t stopped running or will never run: if its concurrency key was at its

@@ -5,63 +5,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-	dto "github.com/prometheus/client_model/go"
-
 	"github.com/baton-dev/baton/internal/dispatch"
 	"github.com/baton-dev/baton/internal/lifecycle"
 	"github.com/baton-dev/baton/internal/metrics"
+	"github.com/baton-dev/baton/internal/metrics/metricstest"
 	"github.com/baton-dev/baton/internal/store/storetest"
 )
-
-// sample reads one series of reg: a counter's or gauge's value, or a histogram's count. labels
-// are name-value pairs; a series with more labels than named matches when the named ones do.
-func sample(t *testing.T, reg prometheus.Gatherer, name string, labels ...string) float64 {
-	t.Helper()
-	families, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	total, found := 0.0, false
-	for _, f := range families {
-		if f.GetName() != name {
-			continue
-		}
-		for _, m := range f.GetMetric() {
-			if !hasLabels(m, labels) {
-				continue
-			}
-			found = true
-			switch {
-			case m.Counter != nil:
-				total += m.GetCounter().GetValue()
-			case m.Gauge != nil:
-				total += m.GetGauge().GetValue()
-			case m.Histogram != nil:
-				total += float64(m.GetHistogram().GetSampleCount())
-			}
-		}
-	}
-	if !found {
-		return 0
-	}
-	return total
-}
-
-func hasLabels(m *dto.Metric, labels []string) bool {
-	for i := 0; i+1 < len(labels); i += 2 {
-		ok := false
-		for _, l := range m.GetLabel() {
-			if l.GetName() == labels[i] && l.GetValue() == labels[i+1] {
-				ok = true
-			}
-		}
-		if !ok {
-			return false
-		}
-	}
-	return true
-}
 
 // TestMetricsCountTransitions drives a dispatcher through claims, reports, refusals, a reaped
 // lease and a dead letter, with group commit on and off, and checks every counter it moved.
@@ -142,12 +91,12 @@ func TestMetricsCountTransitions(t *testing.T) {
 				{"baton_reaper_expiries_total", nil, 1},
 				{"baton_task_handoff_seconds", nil, 4},
 			} {
-				if got := sample(t, reg, w.name, w.labels...); got != w.want {
+				if got := metricstest.Sample(t, reg, w.name, w.labels...); got != w.want {
 					t.Errorf("%s%v = %v, want %v", w.name, w.labels, got, w.want)
 				}
 			}
 			// Each transition went through a group commit of its own here (one at a time).
-			commits := sample(t, reg, "baton_commit_batch_transitions")
+			commits := metricstest.Sample(t, reg, "baton_commit_batch_transitions")
 			if tc.groupCommit && commits < 12 {
 				t.Errorf("group commits observed: %v, want one per transition at least (12)", commits)
 			}

@@ -82,7 +82,7 @@ func TestEventsNameOnlyTheTenantsOwnDatasets(t *testing.T) {
 		if evs, _ := st.ListDatasetEvents(e.ctx, c.Task.ID); len(evs) != 0 {
 			t.Fatalf("refused events were stored: %+v", evs)
 		}
-		if n := e.outboxTopic(dispatch.TopicDatasetEvent); n != 0 {
+		if n := e.outboxTopic(store.TopicDatasetEvent); n != 0 {
 			t.Fatalf("refused events were queued for routing: %d", n)
 		}
 		if s := e.status(job, "a"); s != lifecycle.Running {

@@ -10,6 +10,7 @@ import (
 
 	"github.com/baton-dev/baton/internal/lifecycle"
 	"github.com/baton-dev/baton/internal/metrics"
+	"github.com/baton-dev/baton/internal/service"
 	"github.com/baton-dev/baton/internal/store"
 )
 
@@ -105,7 +106,7 @@ type Reaper struct {
 	d     *Dispatcher
 	clock clockwork.Clock
 	log   *slog.Logger
-	service
+	service.Loop
 }
 
 // NewReaper returns a stopped reaper.
@@ -114,7 +115,7 @@ func (d *Dispatcher) NewReaper() *Reaper {
 }
 
 // Start runs the reaper until Stop or until ctx ends.
-func (r *Reaper) Start(ctx context.Context) { r.start(ctx, r.run) }
+func (r *Reaper) Start(ctx context.Context) error { return r.Run(ctx, r.run) }
 
 func (r *Reaper) run(ctx context.Context) {
 	for {

@@ -111,6 +111,11 @@ func (d *Dispatcher) runOnce(ctx context.Context, locks store.LockSet, fn func(t
 	return err
 }
 
+// TaskReady returns a channel that is closed the next time a commit makes a task claimable (and so
+// writes its wake-up to the outbox). Take it before looking for work, so that a commit between
+// the look and the wait is not missed.
+func (d *Dispatcher) TaskReady() <-chan struct{} { return d.ready.wait() }
+
 // committed wakes, once a transaction committed, what waits for what it did: claimers if a task
 // became claimable (ready), the router if dataset events were queued (routable), sinks if a
 // buffered publish was queued (buffered).

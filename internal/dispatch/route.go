@@ -14,12 +14,9 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/baton-dev/baton/internal/lifecycle"
+	"github.com/baton-dev/baton/internal/service"
 	"github.com/baton-dev/baton/internal/store"
 )
-
-// TopicDatasetEvent is the outbox topic of accepted dataset events, which the router turns into
-// tasks of the reactive jobs that read the dataset. The payload is a routedEvent.
-const TopicDatasetEvent = "dataset.event"
 
 // routedEvent is a dataset event as the router reads it from the outbox.
 type routedEvent struct {
@@ -68,7 +65,7 @@ func (d *Dispatcher) acceptEvents(ctx context.Context, tx store.Tx, c *changes, 
 		payload, _ := json.Marshal(routedEvent{Tenant: job.Tenant, EventID: e.ID, TaskID: t.ID, DatasetEvent: DatasetEvent{
 			DatasetUUID: e.DatasetUUID, DatasetVersion: e.DatasetVersion, Cursor: e.Cursor, PartitionKey: e.PartitionKey,
 			Start: e.Start, End: e.End}})
-		c.outbox = append(c.outbox, &store.OutboxMessage{Topic: TopicDatasetEvent, Key: e.DatasetUUID, Payload: payload,
+		c.outbox = append(c.outbox, &store.OutboxMessage{Topic: store.TopicDatasetEvent, Key: e.DatasetUUID, Payload: payload,
 			AvailableAt: c.now, CreatedAt: c.now})
 	}
 	c.routable = true // wakes the router once committed
@@ -122,7 +119,7 @@ type Router struct {
 	batch   int
 	passes  int
 	backlog chan struct{} // the first loop found a full batch: the helpers join in
-	service
+	service.Loop
 }
 
 // NewRouter returns a stopped router over d's store.
@@ -131,8 +128,8 @@ func (d *Dispatcher) NewRouter(cfg RouteConfig) *Router {
 }
 
 // Start runs the router until Stop or until ctx ends.
-func (r *Router) Start(ctx context.Context) {
-	r.start(ctx, func(ctx context.Context) {
+func (r *Router) Start(ctx context.Context) error {
+	return r.Run(ctx, func(ctx context.Context) {
 		var wg sync.WaitGroup
 		for range r.passes - 1 {
 			wg.Go(func() { r.help(ctx) })
@@ -194,7 +191,7 @@ func (r *Router) pass(ctx context.Context) bool {
 func (r *Router) RunOnce(ctx context.Context) (events, tasks int, err error) {
 	err = r.d.updateAlone(ctx, store.LockSet{}, func(tx store.Tx, c *changes) error {
 		events, tasks = 0, 0
-		msgs, err := tx.ClaimOutbox(ctx, c.now, r.batch, store.OutboxFilter{Topic: TopicDatasetEvent})
+		msgs, err := tx.ClaimOutbox(ctx, c.now, r.batch, store.OutboxFilter{Topic: store.TopicDatasetEvent})
 		if err != nil || len(msgs) == 0 {
 			return err
 		}

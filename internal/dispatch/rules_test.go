@@ -717,7 +717,7 @@ func TestRule9_ChildBecomesPendingWhenItsLastParentCompletes(t *testing.T) {
 			var p struct {
 				TaskID string `json:"task_id"`
 			}
-			if err := json.Unmarshal(m.Payload, &p); err != nil || m.Topic != dispatch.TopicTaskReady {
+			if err := json.Unmarshal(m.Payload, &p); err != nil || m.Topic != store.TopicTaskReady {
 				t.Fatalf("outbox message %s %s: %v", m.Topic, m.Payload, err)
 			}
 			woken[p.TaskID]++

@@ -16,6 +16,7 @@ import (
 
 	"github.com/baton-dev/baton/internal/dispatch"
 	"github.com/baton-dev/baton/internal/lifecycle"
+	"github.com/baton-dev/baton/internal/maintenance"
 	"github.com/baton-dev/baton/internal/store"
 	"github.com/baton-dev/baton/internal/store/storetest"
 )
@@ -86,14 +87,14 @@ func TestRetentionSoak(t *testing.T) {
 	}
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
-	ret, err := d.NewRetention(dispatch.RetentionConfig{Retention: 2 * time.Second, DeadLetterRetention: 2 * time.Second,
+	ret, err := maintenance.NewRetention(maintenance.Env{Store: st, Logger: quiet}, maintenance.RetentionConfig{Retention: 2 * time.Second, DeadLetterRetention: 2 * time.Second,
 		Every: time.Second, Pause: 10 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
 	ret.Start(ctx)
 	defer ret.Stop()
-	relay := d.NewRelay(dispatch.RelayConfig{Retention: 2 * time.Second})
+	relay := maintenance.NewRelay(maintenance.Env{Store: st, Logger: quiet}, maintenance.RelayConfig{Retention: 2 * time.Second, Wake: d.TaskReady})
 	relay.Start(ctx)
 	defer relay.Stop()
 

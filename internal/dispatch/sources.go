@@ -15,6 +15,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/baton-dev/baton/internal/pipeline"
+	"github.com/baton-dev/baton/internal/service"
 	"github.com/baton-dev/baton/internal/store"
 )
 
@@ -32,7 +33,7 @@ type Sources struct {
 	mu     sync.Mutex
 	next   map[string]time.Time // cron job → its next tick
 	scheds map[string]pipeline.Schedule
-	service
+	service.Loop
 }
 
 // NewSources returns a stopped Sources over d.
@@ -41,7 +42,7 @@ func (d *Dispatcher) NewSources() *Sources {
 }
 
 // Start runs the sources until Stop or until ctx ends, a pass each second.
-func (s *Sources) Start(ctx context.Context) { s.start(ctx, s.run) }
+func (s *Sources) Start(ctx context.Context) error { return s.Run(ctx, s.run) }
 
 func (s *Sources) run(ctx context.Context) {
 	for {

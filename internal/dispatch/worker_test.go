@@ -293,7 +293,7 @@ func TestStoreWakeupsWriteNoOutboxMessageYetWakeWaitingClaimers(t *testing.T) {
 			t.Fatal(err)
 		}
 		for _, m := range msgs {
-			if m.Topic == dispatch.TopicTaskReady {
+			if m.Topic == store.TopicTaskReady {
 				t.Errorf("outbox holds a wake-up (%s) that nothing reads", m.Payload)
 			}
 		}

@@ -47,7 +47,7 @@ type Config struct {
 	MaxBatchBytes int64         // the largest artifact read; default 64 MiB
 	Logger        *slog.Logger
 	// Wakeups, when set, is a consumer of the wake-up transport (--transport redis|nats): the
-	// sink waits there for wake-ups naming messages (dispatch.BufferQueue) and claims those by
+	// sink waits there for wake-ups naming messages (transport.BufferQueue) and claims those by
 	// id, and claims from the queue itself whenever a wait brings none (a lost wake-up costs
 	// only that wait).
 	Wakeups transport.Consumer
@@ -168,7 +168,7 @@ func (s *Sink) claim(ctx context.Context, n int) ([]*dispatch.SinkMessage, map[i
 		msgs, err := s.cfg.Queue.Claim(ctx, p)
 		return msgs, nil, err
 	}
-	ds, err := s.cfg.Wakeups.Receive(ctx, []string{dispatch.BufferQueue}, n, wakeWait)
+	ds, err := s.cfg.Wakeups.Receive(ctx, []string{transport.BufferQueue}, n, wakeWait)
 	if err != nil {
 		return nil, nil, fmt.Errorf("receive wake-ups: %w", err)
 	}

@@ -24,11 +24,13 @@ import (
 	"github.com/baton-dev/baton/internal/blob/blobtest"
 	"github.com/baton-dev/baton/internal/dataset"
 	"github.com/baton-dev/baton/internal/dispatch"
+	"github.com/baton-dev/baton/internal/maintenance"
 	"github.com/baton-dev/baton/internal/pipeline"
 	"github.com/baton-dev/baton/internal/pipeline/pipelinetest"
 	"github.com/baton-dev/baton/internal/sink"
 	"github.com/baton-dev/baton/internal/store"
 	"github.com/baton-dev/baton/internal/store/storetest"
+	"github.com/baton-dev/baton/internal/transport"
 	"github.com/baton-dev/baton/internal/transport/dial"
 )
 
@@ -386,11 +388,12 @@ func TestSinkLoadsBatchesWokenByTheTransport(t *testing.T) {
 
 			w := f.writer("scan")
 			f.publish(w, "a.jsonl", `{"dedupe_key":"k1","severity":"high"}`, `{"dedupe_key":"k2","severity":"low"}`)
-			relay := f.d.NewRelay(dispatch.RelayConfig{Publisher: dispatch.TransportPublisher{Transport: tr}})
+			relay := maintenance.NewRelay(maintenance.Env{Store: f.st, Logger: quiet},
+				maintenance.RelayConfig{Publisher: maintenance.TransportPublisher{Transport: tr}})
 			if n, err := relay.RunOnce(f.ctx); err != nil || n == 0 {
 				t.Fatalf("relay: %d %v", n, err)
 			}
-			if n, err := tr.Outstanding(f.ctx, dispatch.BufferQueue); err != nil || n != 1 {
+			if n, err := tr.Outstanding(f.ctx, transport.BufferQueue); err != nil || n != 1 {
 				t.Fatalf("outstanding buffer wake-ups %d %v, want 1", n, err)
 			}
 			deadline := time.Now().Add(4 * time.Second) // below the sink's own look at the queue (5 s)
@@ -402,7 +405,7 @@ func TestSinkLoadsBatchesWokenByTheTransport(t *testing.T) {
 			}
 			for deadline := time.Now().Add(5 * time.Second); ; {
 				recs, _ := f.st.ListBufferPublishes(f.ctx, w.Task.ID)
-				n, _ := tr.Outstanding(f.ctx, dispatch.BufferQueue)
+				n, _ := tr.Outstanding(f.ctx, transport.BufferQueue)
 				if len(recs) == 1 && recs[0].State == store.BufferCommitted && recs[0].ReceiveCount == 1 && n == 0 {
 					break
 				}

@@ -637,6 +637,19 @@ type Event struct {
 	Data    json.RawMessage
 }
 
+// The outbox topics: what an outbox message asks of its reader.
+const (
+	// TopicTaskReady: a task became claimable; Key is its queue, the payload {"task_id": ...}.
+	// The relay publishes it as a wake-up on the transport.
+	TopicTaskReady = "task.ready"
+	// TopicBufferBatch: a batch was published into a buffered dataset; Key is the dataset's uuid,
+	// the payload {"id": <Buffer Queue message id>, ...}. The relay wakes the sinks with it.
+	TopicBufferBatch = "buffer.batch"
+	// TopicDatasetEvent: a dataset event was accepted; Key is the dataset's uuid. The data plane's
+	// router reads these itself and turns them into tasks; the relay leaves them alone.
+	TopicDatasetEvent = "dataset.event"
+)
+
 // OutboxMessage is a message to publish, written in the transaction that caused it.
 type OutboxMessage struct {
 	ID          int64

@@ -13,6 +13,10 @@ import (
 	"time"
 )
 
+// BufferQueue is the queue of Buffer Queue wake-ups: each names a buffered batch waiting for a
+// sink by its message id (in place of a task id), which a sink then claims by id.
+const BufferQueue = "baton.buffer"
+
 // Wakeup is a wake-up to publish: task TaskID of queue Queue may be claimable.
 type Wakeup struct {
 	ID     int64 // the publisher's own id for the message (the outbox row); echoed in failures

@@ -1,4 +1,4 @@
-package dispatch
+package maintenance
 
 import (
 	"cmp"
@@ -11,12 +11,13 @@ import (
 
 	"github.com/jonboulle/clockwork"
 
+	"github.com/baton-dev/baton/internal/service"
 	"github.com/baton-dev/baton/internal/store"
 	"github.com/baton-dev/baton/internal/transport"
 )
 
 // TransportPublisher is the relay's Publisher for a wake-up transport (--transport redis|nats):
-// it publishes the outbox's task wake-ups, and for each buffered publish a wake-up on BufferQueue
+// it publishes the outbox's task wake-ups, and for each buffered publish a wake-up on transport.BufferQueue
 // naming the Buffer Queue message, which sinks then claim by id (ClaimBatches), as workers claim
 // tasks. Other topics count as published.
 type TransportPublisher struct {
@@ -28,16 +29,16 @@ func (p TransportPublisher) Publish(ctx context.Context, msgs []*store.OutboxMes
 	var wakes []transport.Wakeup
 	failed := map[int64]error{}
 	for _, m := range msgs {
-		if m.Topic == TopicBufferBatch {
+		if m.Topic == store.TopicBufferBatch {
 			var body struct {
 				ID int64 `json:"id"`
 			}
 			if err := json.Unmarshal(m.Payload, &body); err == nil && body.ID > 0 {
-				wakes = append(wakes, transport.Wakeup{ID: m.ID, Queue: BufferQueue, TaskID: strconv.FormatInt(body.ID, 10)})
+				wakes = append(wakes, transport.Wakeup{ID: m.ID, Queue: transport.BufferQueue, TaskID: strconv.FormatInt(body.ID, 10)})
 			}
 			continue
 		}
-		if m.Topic != TopicTaskReady {
+		if m.Topic != store.TopicTaskReady {
 			continue
 		}
 		var body struct {
@@ -81,26 +82,27 @@ var DefaultReconcilerConfig = ReconcilerConfig{Every: 5 * time.Second, Grace: 10
 // Duplicates this may create are harmless: the lease decides who runs a task. Running it on every
 // replica is safe for the same reason.
 type Reconciler struct {
-	d     *Dispatcher
+	env   Env
 	tr    transport.Transport
 	cfg   ReconcilerConfig
 	clock clockwork.Clock
 	log   *slog.Logger
-	service
+	service.Loop
 }
 
-// NewReconciler returns a stopped reconciler of tr against d's store.
-func (d *Dispatcher) NewReconciler(tr transport.Transport, cfg ReconcilerConfig) *Reconciler {
+// NewReconciler returns a stopped reconciler of tr against env's store.
+func NewReconciler(env Env, tr transport.Transport, cfg ReconcilerConfig) *Reconciler {
+	env = env.withDefaults()
 	def := DefaultReconcilerConfig
 	cfg.Every = cmp.Or(max(cfg.Every, 0), def.Every)
 	cfg.Grace = cmp.Or(max(cfg.Grace, 0), def.Grace)
 	cfg.MinIdle = cmp.Or(max(cfg.MinIdle, 0), def.MinIdle)
 	cfg.Batch = cmp.Or(max(cfg.Batch, 0), def.Batch)
-	return &Reconciler{d: d, tr: tr, cfg: cfg, clock: d.clock, log: d.log}
+	return &Reconciler{env: env, tr: tr, cfg: cfg, clock: env.Clock, log: env.Logger}
 }
 
 // Start runs the reconciler until Stop or until ctx ends.
-func (r *Reconciler) Start(ctx context.Context) { r.start(ctx, r.run) }
+func (r *Reconciler) Start(ctx context.Context) error { return r.Run(ctx, r.run) }
 
 // RunOnce runs one pass and returns how many wake-ups it reclaimed and re-published.
 func (r *Reconciler) RunOnce(ctx context.Context) (reclaimed, republished int, err error) {
@@ -114,8 +116,8 @@ func (r *Reconciler) RunOnce(ctx context.Context) (reclaimed, republished int, e
 		}
 		reclaimed++
 	}
-	before := r.d.now().Add(-r.cfg.Grace)
-	counts, err := r.d.store.ReadyCounts(ctx, before)
+	before := r.env.now().Add(-r.cfg.Grace)
+	counts, err := r.env.Store.ReadyCounts(ctx, before)
 	if err != nil {
 		return reclaimed, 0, err
 	}
@@ -127,7 +129,7 @@ func (r *Reconciler) RunOnce(ctx context.Context) (reclaimed, republished int, e
 		if ready <= out {
 			continue
 		}
-		ids, err := r.d.store.OldestReady(ctx, queue, before, min(ready-out, r.cfg.Batch))
+		ids, err := r.env.Store.OldestReady(ctx, queue, before, min(ready-out, r.cfg.Batch))
 		if err != nil {
 			return reclaimed, republished, err
 		}

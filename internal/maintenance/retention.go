@@ -1,13 +1,15 @@
-package dispatch
+package maintenance
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"maps"
 	"time"
 
+	"github.com/baton-dev/baton/internal/metrics"
+	"github.com/baton-dev/baton/internal/service"
 	"github.com/baton-dev/baton/internal/store"
 )
 
@@ -30,23 +32,25 @@ type RetentionConfig struct {
 	Every               time.Duration // between passes; default 1 min
 	Batch               int           // jobs deleted per transaction; default 100
 	Pause               time.Duration // between the batches of a pass; default 100 ms
+	// Metrics, when not nil, counts the rows deleted.
+	Metrics *metrics.Metrics
 }
 
 // Validate reports a setting that cannot work.
 func (c RetentionConfig) Validate() error {
 	if c.Retention < 0 || c.DeadLetterRetention < 0 {
-		return errors.New("dispatch: negative retention")
+		return errors.New("maintenance: negative retention")
 	}
 	for tenant, d := range c.Tenants {
 		if d < 0 {
-			return fmt.Errorf("dispatch: negative retention for tenant %q", tenant)
+			return fmt.Errorf("maintenance: negative retention for tenant %q", tenant)
 		}
 	}
 	if c.DeadLetterRetention > 0 && c.DeadLetterRetention < c.Retention {
-		return fmt.Errorf("dispatch: dead-letter retention %s is below retention %s: a dead letter keeps its job longer, never shorter", c.DeadLetterRetention, c.Retention)
+		return fmt.Errorf("maintenance: dead-letter retention %s is below retention %s: a dead letter keeps its job longer, never shorter", c.DeadLetterRetention, c.Retention)
 	}
 	if c.Every < 0 || c.Batch < 0 || c.Pause < 0 {
-		return errors.New("dispatch: negative retention pass setting")
+		return errors.New("maintenance: negative retention pass setting")
 	}
 	return nil
 }
@@ -70,53 +74,49 @@ func (c RetentionConfig) Off() bool {
 // hold the database. Every replica runs it: on PostgreSQL a batch skips the jobs another
 // replica's batch holds, so replicas share the work without waiting on each other.
 type Retention struct {
-	d   *Dispatcher
+	env Env
 	cfg RetentionConfig
-	service
+	service.Loop
 }
 
-// NewRetention returns a stopped Retention over d's store, using d's clock, logger and metrics.
-func (d *Dispatcher) NewRetention(cfg RetentionConfig) (*Retention, error) {
+// NewRetention returns a stopped Retention over env's store.
+func NewRetention(env Env, cfg RetentionConfig) (*Retention, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
 	cfg.Tenants = maps.Clone(cfg.Tenants)
-	cfg.Every = cmpOr(cfg.Every, time.Minute)
-	cfg.Batch = cmpOr(cfg.Batch, 100)
-	cfg.Pause = cmpOr(cfg.Pause, 100*time.Millisecond)
-	return &Retention{d: d, cfg: cfg}, nil
+	cfg.Every = cmp.Or(cfg.Every, time.Minute)
+	cfg.Batch = cmp.Or(cfg.Batch, 100)
+	cfg.Pause = cmp.Or(cfg.Pause, 100*time.Millisecond)
+	return &Retention{env: env.withDefaults(), cfg: cfg}, nil
 }
 
 // Start runs a pass at once and then every Every, until Stop or until ctx ends. It does nothing
 // when the config keeps every job.
-func (r *Retention) Start(ctx context.Context) {
+func (r *Retention) Start(ctx context.Context) error {
 	if r.cfg.Off() {
-		return
+		return nil
 	}
-	r.start(ctx, r.run)
+	return r.Run(ctx, r.run)
 }
 
 func (r *Retention) run(ctx context.Context) {
 	for {
 		total, err := r.RunOnce(ctx)
 		if err != nil && ctx.Err() == nil {
-			level := slog.LevelError
-			if r.d.Unavailable(err) {
-				level = slog.LevelWarn // the next pass tries again
-			}
-			r.d.log.Log(ctx, level, "retention pass failed", "err", err)
+			r.env.Logger.Log(ctx, r.env.passLevel(err), "retention pass failed", "err", err)
 		}
 		if total.Jobs > 0 {
 			attrs := []any{}
 			for _, tc := range total.Tables() {
 				attrs = append(attrs, tc.Table, tc.N)
 			}
-			r.d.log.InfoContext(ctx, "retention deleted expired jobs", attrs...)
+			r.env.Logger.InfoContext(ctx, "retention deleted expired jobs", attrs...)
 		}
 		select {
 		case <-ctx.Done():
 			return
-		case <-r.d.clock.After(r.cfg.Every):
+		case <-r.env.Clock.After(r.cfg.Every):
 		}
 	}
 }
@@ -134,17 +134,17 @@ func (r *Retention) RunOnce(ctx context.Context) (store.RetentionCounts, error) 
 		select {
 		case <-ctx.Done():
 			return total, ctx.Err()
-		case <-r.d.clock.After(r.cfg.Pause):
+		case <-r.env.Clock.After(r.cfg.Pause):
 		}
 	}
 }
 
 // DeleteBatch deletes up to Batch expired jobs in one transaction and returns what it deleted.
 func (r *Retention) DeleteBatch(ctx context.Context) (store.RetentionCounts, error) {
-	p := store.RetentionPolicy{Now: r.d.now(), Retention: r.cfg.Retention, Tenants: r.cfg.Tenants,
+	p := store.RetentionPolicy{Now: r.env.now(), Retention: r.cfg.Retention, Tenants: r.cfg.Tenants,
 		DeadLetterRetention: r.cfg.DeadLetterRetention, Limit: r.cfg.Batch}
 	var n store.RetentionCounts
-	err := r.d.store.InTx(ctx, func(tx store.Tx) error {
+	err := r.env.Store.InTx(ctx, func(tx store.Tx) error {
 		var err error
 		n, err = tx.DeleteExpiredJobs(ctx, p)
 		return err
@@ -152,6 +152,6 @@ func (r *Retention) DeleteBatch(ctx context.Context) (store.RetentionCounts, err
 	if err != nil {
 		return store.RetentionCounts{}, fmt.Errorf("delete expired jobs: %w", err)
 	}
-	r.d.cfg.Metrics.RetentionDeleted(n)
+	r.cfg.Metrics.RetentionDeleted(n)
 	return n, nil
 }

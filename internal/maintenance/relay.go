@@ -1,4 +1,4 @@
-package dispatch
+package maintenance
 
 import (
 	"cmp"
@@ -11,6 +11,7 @@ import (
 	"github.com/jonboulle/clockwork"
 
 	"github.com/baton-dev/baton/internal/lifecycle"
+	"github.com/baton-dev/baton/internal/service"
 	"github.com/baton-dev/baton/internal/store"
 )
 
@@ -40,6 +41,9 @@ type RelayConfig struct {
 	BackoffBase time.Duration // delay after the first failure; default 1 s
 	BackoffMax  time.Duration // cap of the doubling delay; default 5 min
 	Retention   time.Duration // how long sent messages are kept before pruning; default 24 h
+	// Wake, when set, returns a channel closed at the next commit that made a task claimable (and
+	// so wrote a wake-up), which starts a pass at once rather than at the next poll.
+	Wake func() <-chan struct{}
 }
 
 // DefaultRelayConfig holds the defaults.
@@ -69,18 +73,19 @@ const (
 // recorded, and logged as an error with its ID and topic. The store stays the source of truth —
 // a wake-up only saves a worker a poll — so a lost message costs latency, never correctness.
 type Relay struct {
-	d         *Dispatcher
+	env       Env
 	cfg       RelayConfig
 	clock     clockwork.Clock
 	log       *slog.Logger
 	mu        sync.Mutex // guards nextRetry and lastPrune
 	nextRetry time.Time  // earliest retry this relay scheduled and has not yet seen due
 	lastPrune time.Time
-	service
+	service.Loop
 }
 
-// NewRelay returns a stopped relay over d's store, using d's clock and logger.
-func (d *Dispatcher) NewRelay(cfg RelayConfig) *Relay {
+// NewRelay returns a stopped relay over env's store.
+func NewRelay(env Env, cfg RelayConfig) *Relay {
+	env = env.withDefaults()
 	def := DefaultRelayConfig
 	cfg = RelayConfig{
 		Publisher:   cmp.Or[Publisher](cfg.Publisher, def.Publisher),
@@ -89,17 +94,18 @@ func (d *Dispatcher) NewRelay(cfg RelayConfig) *Relay {
 		BackoffBase: max(cfg.BackoffBase, 0),
 		BackoffMax:  max(cfg.BackoffMax, 0),
 		Retention:   max(cfg.Retention, 0),
+		Wake:        cfg.Wake,
 	}
 	cfg.Batch = cmp.Or(cfg.Batch, def.Batch)
 	cfg.MaxAttempts = cmp.Or(cfg.MaxAttempts, def.MaxAttempts)
 	cfg.BackoffBase = cmp.Or(cfg.BackoffBase, def.BackoffBase)
 	cfg.BackoffMax = max(cmp.Or(cfg.BackoffMax, def.BackoffMax), cfg.BackoffBase)
 	cfg.Retention = cmp.Or(cfg.Retention, def.Retention)
-	return &Relay{d: d, cfg: cfg, clock: d.clock, log: d.log}
+	return &Relay{env: env, cfg: cfg, clock: env.Clock, log: env.Logger}
 }
 
 // Start runs the relay until Stop or until ctx ends.
-func (r *Relay) Start(ctx context.Context) { r.start(ctx, r.run) }
+func (r *Relay) Start(ctx context.Context) error { return r.Run(ctx, r.run) }
 
 // RunOnce runs one pass: it claims up to Batch due messages, publishes them and records the
 // outcome, all in one transaction. It returns how many messages were published.
@@ -115,15 +121,15 @@ func (r *Relay) backoff(n int) time.Duration {
 
 // pass is RunOnce, also returning how many messages it claimed.
 func (r *Relay) pass(ctx context.Context) (published, claimed int, err error) {
-	now := r.d.now()
+	now := r.env.now()
 	var (
 		dead      []*store.OutboxMessage
 		nextRetry time.Time
 	)
-	err = r.d.store.InTx(ctx, func(tx store.Tx) error {
+	err = r.env.Store.InTx(ctx, func(tx store.Tx) error {
 		// InTx may run this more than once: reset what it reports.
 		published, claimed, dead, nextRetry = 0, 0, nil, time.Time{}
-		msgs, err := tx.ClaimOutbox(ctx, now, r.cfg.Batch, store.OutboxFilter{Topic: TopicDatasetEvent, Except: true})
+		msgs, err := tx.ClaimOutbox(ctx, now, r.cfg.Batch, store.OutboxFilter{Topic: store.TopicDatasetEvent, Except: true})
 		if err != nil {
 			return err
 		}
@@ -181,11 +187,11 @@ func (r *Relay) pass(ctx context.Context) (published, claimed int, err error) {
 
 // Prune deletes messages sent more than Retention ago and returns how many it deleted.
 func (r *Relay) Prune(ctx context.Context) (int, error) {
-	before := r.d.now().Add(-r.cfg.Retention)
+	before := r.env.now().Add(-r.cfg.Retention)
 	total := 0
 	for {
 		var n int
-		err := r.d.store.InTx(ctx, func(tx store.Tx) error {
+		err := r.env.Store.InTx(ctx, func(tx store.Tx) error {
 			var err error
 			n, err = tx.DeleteSentOutbox(ctx, before, relayPruneRows)
 			return err
@@ -223,17 +229,16 @@ func (r *Relay) sleep(claimed int) time.Duration {
 func (r *Relay) run(ctx context.Context) {
 	for {
 		// Take the wake-up channel before the pass, so a commit during it is not missed.
-		woken := r.d.ready.wait()
+		var woken <-chan struct{}
+		if r.cfg.Wake != nil {
+			woken = r.cfg.Wake()
+		}
 		_, claimed, err := r.pass(ctx)
 		if err != nil {
 			if ctx.Err() != nil {
 				return
 			}
-			level := slog.LevelError
-			if r.d.Unavailable(err) {
-				level = slog.LevelWarn // the database failed for a moment; the next pass tries again
-			}
-			r.log.Log(ctx, level, "outbox relay pass failed", "err", err)
+			r.log.Log(ctx, r.env.passLevel(err), "outbox relay pass failed", "err", err)
 		}
 		r.mu.Lock()
 		prune := r.clock.Since(r.lastPrune) >= relayPruneEach

@@ -1,4 +1,4 @@
-package dispatch_test
+package maintenance_test
 
 import (
 	"context"
@@ -9,7 +9,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/baton-dev/baton/internal/dispatch"
+	"github.com/jonboulle/clockwork"
+
+	"github.com/baton-dev/baton/internal/maintenance"
 	"github.com/baton-dev/baton/internal/store"
 	"github.com/baton-dev/baton/internal/store/storetest"
 )
@@ -70,7 +72,7 @@ func insertOutbox(t *testing.T, st store.Store, n int, availableAt time.Time) []
 	t.Helper()
 	msgs := make([]*store.OutboxMessage, n)
 	for i := range msgs {
-		msgs[i] = &store.OutboxMessage{Topic: dispatch.TopicTaskReady, Key: "default",
+		msgs[i] = &store.OutboxMessage{Topic: store.TopicTaskReady, Key: "default",
 			Payload: json.RawMessage(fmt.Sprintf(`{"task_id":"t%d"}`, i)), AvailableAt: availableAt, CreatedAt: availableAt}
 	}
 	if err := st.InTx(t.Context(), func(tx store.Tx) error { return tx.InsertOutbox(t.Context(), msgs) }); err != nil {
@@ -87,7 +89,7 @@ func insertOutbox(t *testing.T, st store.Store, n int, availableAt time.Time) []
 	return ids
 }
 
-func runOnce(t *testing.T, r *dispatch.Relay) int {
+func runOnce(t *testing.T, r *maintenance.Relay) int {
 	t.Helper()
 	n, err := r.RunOnce(t.Context())
 	if err != nil {
@@ -110,7 +112,7 @@ func TestRelayPublishesCreateJobWakeUpsOnce(t *testing.T) {
 			t.Fatalf("CreateJob wrote %d outbox messages, want 2 (a and b are ready)", len(msgs))
 		}
 		rec := newRecorder()
-		r := e.d.NewRelay(dispatch.RelayConfig{Publisher: rec})
+		r := maintenance.NewRelay(e.maint(), maintenance.RelayConfig{Publisher: rec})
 		if n := runOnce(t, r); n != 2 {
 			t.Errorf("first pass published %d, want 2", n)
 		}
@@ -121,7 +123,7 @@ func TestRelayPublishesCreateJobWakeUpsOnce(t *testing.T) {
 			if pub, _ := rec.count(m.ID); pub != 1 {
 				t.Errorf("message %d published %d times, want 1", m.ID, pub)
 			}
-			if m.Topic != dispatch.TopicTaskReady {
+			if m.Topic != store.TopicTaskReady {
 				t.Errorf("message %d topic %q", m.ID, m.Topic)
 			}
 		}
@@ -135,7 +137,7 @@ func TestRelayStorePublisherMarksSent(t *testing.T) {
 	storetest.ForEachDriver(t, func(t *testing.T, st store.Store) {
 		e := newEnv(t, st)
 		insertOutbox(t, st, 250, epoch)
-		r := e.d.NewRelay(dispatch.RelayConfig{}) // the default store transport, batches of 100
+		r := maintenance.NewRelay(e.maint(), maintenance.RelayConfig{}) // the default store transport, batches of 100
 		total := 0
 		for range 3 {
 			total += runOnce(t, r)
@@ -156,7 +158,7 @@ func TestRelayRetriesWithBackoff(t *testing.T) {
 		id := ids[0]
 		rec := newRecorder()
 		rec.fail = func(_ *store.OutboxMessage, call int) bool { return call <= 2 }
-		r := e.d.NewRelay(dispatch.RelayConfig{Publisher: rec})
+		r := maintenance.NewRelay(e.maint(), maintenance.RelayConfig{Publisher: rec})
 
 		if n := runOnce(t, r); n != 0 {
 			t.Fatalf("failing pass published %d", n)
@@ -200,7 +202,7 @@ func TestRelayGivesUpAfterMaxAttempts(t *testing.T) {
 		id := insertOutbox(t, st, 1, epoch)[0]
 		rec := newRecorder()
 		rec.fail = func(*store.OutboxMessage, int) bool { return true }
-		r := e.d.NewRelay(dispatch.RelayConfig{Publisher: rec, MaxAttempts: 3, BackoffBase: time.Second, BackoffMax: 90 * time.Second})
+		r := maintenance.NewRelay(e.maint(), maintenance.RelayConfig{Publisher: rec, MaxAttempts: 3, BackoffBase: time.Second, BackoffMax: 90 * time.Second})
 		for range 10 {
 			runOnce(t, r)
 			e.clock.Advance(time.Minute)
@@ -217,7 +219,7 @@ func TestRelayGivesUpAfterMaxAttempts(t *testing.T) {
 func TestRelayPrunesOldSentOnly(t *testing.T) {
 	storetest.ForEachDriver(t, func(t *testing.T, st store.Store) {
 		e := newEnv(t, st)
-		r := e.d.NewRelay(dispatch.RelayConfig{Retention: 24 * time.Hour})
+		r := maintenance.NewRelay(e.maint(), maintenance.RelayConfig{Retention: 24 * time.Hour})
 		old := insertOutbox(t, st, 3, epoch)
 		if n := runOnce(t, r); n != 3 {
 			t.Fatalf("published %d, want 3", n)
@@ -252,16 +254,17 @@ func TestRelayPrunesOldSentOnly(t *testing.T) {
 	})
 }
 
-// relayConcurrently runs RunOnce on every relay at once until the outbox is drained, and checks
-// that each message was published exactly once.
-func relayConcurrently(t *testing.T, st store.Store, ds []*dispatch.Dispatcher, n int) {
+// relayConcurrently runs RunOnce on a relay per store (replicas of one database) at once until the
+// outbox is drained, and checks that each message was published exactly once.
+func relayConcurrently(t *testing.T, stores []store.Store, n int) {
 	t.Helper()
-	ids := insertOutbox(t, st, n, epoch)
+	clock := clockwork.NewFakeClockAt(epoch)
+	ids := insertOutbox(t, stores[0], n, epoch)
 	rec := newRecorder()
 	var wg sync.WaitGroup
-	errs := make(chan error, len(ds))
-	for _, d := range ds {
-		r := d.NewRelay(dispatch.RelayConfig{Publisher: rec, Batch: 7})
+	errs := make(chan error, len(stores))
+	for _, st := range stores {
+		r := maintenance.NewRelay(maintenance.Env{Store: st, Clock: clock, Logger: quiet}, maintenance.RelayConfig{Publisher: rec, Batch: 7})
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -283,7 +286,7 @@ func relayConcurrently(t *testing.T, st store.Store, ds []*dispatch.Dispatcher, 
 		t.Fatalf("RunOnce: %v", err)
 	}
 	// A relay that found only rows the other held stops early; finish what is left, if any.
-	r := ds[0].NewRelay(dispatch.RelayConfig{Publisher: rec})
+	r := maintenance.NewRelay(maintenance.Env{Store: stores[0], Clock: clock, Logger: quiet}, maintenance.RelayConfig{Publisher: rec})
 	for runOnce(t, r) > 0 {
 	}
 	for _, id := range ids {
@@ -291,38 +294,26 @@ func relayConcurrently(t *testing.T, st store.Store, ds []*dispatch.Dispatcher, 
 			t.Errorf("message %d published %d times in %d calls, want exactly once", id, pub, calls)
 		}
 	}
-	if left := unsent(t, st, farFuture); len(left) != 0 {
+	if left := unsent(t, stores[0], farFuture); len(left) != 0 {
 		t.Errorf("%d messages left unsent", len(left))
 	}
 }
 
-func newDispatcher(t *testing.T, st store.Store, e *env) *dispatch.Dispatcher {
-	t.Helper()
-	d, err := dispatch.New(st, dispatch.Config{Clock: e.clock, Jitter: func() float64 { return 0.5 }, Logger: quiet})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return d
-}
-
 func TestRelayTwoRelaysPublishEachOnce(t *testing.T) {
 	storetest.ForEachDriver(t, func(t *testing.T, st store.Store) {
-		e := newEnv(t, st)
-		relayConcurrently(t, st, []*dispatch.Dispatcher{e.d, newDispatcher(t, st, e)}, 300)
+		relayConcurrently(t, []store.Store{st, st}, 300)
 	})
 }
 
 func TestRelayPostgresReplicasPublishEachOnce(t *testing.T) {
-	stores := storetest.OpenPostgresReplicas(t, 2)
-	e := newEnv(t, stores[0])
-	relayConcurrently(t, stores[0], []*dispatch.Dispatcher{e.d, newDispatcher(t, stores[1], e)}, 500)
+	relayConcurrently(t, storetest.OpenPostgresReplicas(t, 2), 500)
 }
 
 func TestRelayStartStop(t *testing.T) {
 	storetest.ForEachDriver(t, func(t *testing.T, st store.Store) {
 		e := newEnv(t, st)
 		rec := newRecorder()
-		r := e.d.NewRelay(dispatch.RelayConfig{Publisher: rec})
+		r := maintenance.NewRelay(e.maint(), maintenance.RelayConfig{Publisher: rec})
 		r.Start(e.ctx)
 		defer r.Stop()
 		id := insertOutbox(t, st, 1, epoch)[0]
@@ -339,5 +330,39 @@ func TestRelayStartStop(t *testing.T) {
 		}
 		r.Stop()
 		r.Stop()
+	})
+}
+
+// A relay given the dispatcher's TaskReady starts a pass as soon as a commit makes a task ready:
+// the fake clock never moves here, so without the wake-up nothing would be published.
+func TestRelayWakesWhenATaskBecomesReady(t *testing.T) {
+	storetest.ForEachDriver(t, func(t *testing.T, st store.Store) {
+		e := newEnv(t, st)
+		rec := newRecorder()
+		r := maintenance.NewRelay(e.maint(), maintenance.RelayConfig{Publisher: rec, Wake: e.d.TaskReady})
+		ctx, cancel := context.WithTimeout(e.ctx, time.Minute)
+		defer cancel()
+		if err := r.Start(ctx); err != nil {
+			t.Fatal(err)
+		}
+		defer r.Stop()
+		if err := e.clock.BlockUntilContext(ctx, 1); err != nil { // the first pass found nothing
+			t.Fatal(err)
+		}
+		e.submit(spec("a"))
+		msgs, err := st.OutboxAfter(e.ctx, 0, 10)
+		if err != nil || len(msgs) != 1 {
+			t.Fatalf("outbox after submitting one task: %d messages, %v", len(msgs), err)
+		}
+		for {
+			if pub, _ := rec.count(msgs[0].ID); pub == 1 {
+				return
+			}
+			select {
+			case <-ctx.Done():
+				t.Fatal("the relay did not publish the new task's wake-up without its clock moving")
+			case <-time.After(5 * time.Millisecond):
+			}
+		}
 	})
 }

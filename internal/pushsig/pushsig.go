@@ -1,4 +1,4 @@
-package auth
+package pushsig
 
 // How Baton authenticates itself to a push target. Each target may have a secret, shared with
 // Baton out of band; a delivery to such a target carries
@@ -10,8 +10,8 @@ package auth
 // where timestamp is the Baton-Timestamp header exactly as sent and body the exact request body
 // bytes. The signature binds the body to the time it was sent, so a target that also refuses
 // timestamps outside a small window refuses tampered and replayed deliveries. This file is the
-// only place the format is written down in code: the push dispatcher signs with SignPush and the
-// worker SDK verifies with CheckPushSignature.
+// only place the format is written down in code: the push dispatcher signs with Sign and the
+// worker SDK verifies with Check.
 
 import (
 	"crypto/hmac"
@@ -25,16 +25,16 @@ import (
 
 // The headers of a signed push delivery, besides Authorization.
 const (
-	PushTimestampHeader = "Baton-Timestamp"
-	PushSignatureHeader = "Baton-Signature"
+	TimestampHeader = "Baton-Timestamp"
+	SignatureHeader = "Baton-Signature"
 )
 
 // pushSignaturePrefix names the signature scheme; a later scheme would get another prefix.
 const pushSignaturePrefix = "v1="
 
-// CheckPushSecret reports whether s can be a push target's secret: it is sent as a bearer token,
+// CheckSecret reports whether s can be a push target's secret: it is sent as a bearer token,
 // so it must be non-empty printable ASCII without spaces.
-func CheckPushSecret(s string) error {
+func CheckSecret(s string) error {
 	if s == "" {
 		return errors.New("the secret is empty")
 	}
@@ -46,24 +46,24 @@ func CheckPushSecret(s string) error {
 	return nil
 }
 
-// SignPush returns the Baton-Timestamp and Baton-Signature values of a push request whose body
+// Sign returns the Baton-Timestamp and Baton-Signature values of a push request whose body
 // is body, signed with secret at ts (to the second).
-func SignPush(secret string, ts time.Time, body []byte) (timestamp, signature string) {
+func Sign(secret string, ts time.Time, body []byte) (timestamp, signature string) {
 	timestamp = strconv.FormatInt(ts.Unix(), 10)
 	return timestamp, pushSignaturePrefix + hex.EncodeToString(pushMAC(secret, timestamp, body))
 }
 
-// CheckPushSignature reports whether signature, a Baton-Signature value, signs body sent with the
+// Check reports whether signature, a Baton-Signature value, signs body sent with the
 // Baton-Timestamp value timestamp under secret. It compares in constant time. It does not judge
 // the timestamp's age: that is the verifier's policy.
-func CheckPushSignature(secret, timestamp string, body []byte, signature string) error {
+func Check(secret, timestamp string, body []byte, signature string) error {
 	hexMAC, ok := strings.CutPrefix(signature, pushSignaturePrefix)
 	got, err := hex.DecodeString(hexMAC)
 	if !ok || err != nil || len(got) != sha256.Size || hexMAC != hex.EncodeToString(got) {
-		return errors.New("malformed " + PushSignatureHeader + " (want v1= and 64 lowercase hex digits)")
+		return errors.New("malformed " + SignatureHeader + " (want v1= and 64 lowercase hex digits)")
 	}
 	if !hmac.Equal(got, pushMAC(secret, timestamp, body)) {
-		return errors.New(PushSignatureHeader + " does not match the body and timestamp")
+		return errors.New(SignatureHeader + " does not match the body and timestamp")
 	}
 	return nil
 }

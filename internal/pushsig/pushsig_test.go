@@ -1,11 +1,11 @@
-package auth_test
+package pushsig_test
 
 import (
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/baton-dev/baton/internal/auth"
+	"github.com/baton-dev/baton/internal/pushsig"
 )
 
 // The signature format is a contract with targets written in any language: this vector was
@@ -13,14 +13,14 @@ import (
 func TestSignPushMatchesTheDocumentedAlgorithm(t *testing.T) {
 	t.Parallel()
 	body := []byte(`{"taskId":"t-1"}` + "\n")
-	ts, sig := auth.SignPush("shh-its-a-secret", time.Unix(1700000000, 999_000_000), body)
+	ts, sig := pushsig.Sign("shh-its-a-secret", time.Unix(1700000000, 999_000_000), body)
 	if ts != "1700000000" {
 		t.Errorf("timestamp %q, want Unix seconds 1700000000", ts)
 	}
 	if want := "v1=949cd577deba4de4fa9cb8117b0afeb450c1749269be9d1e2431856b37f1e758"; sig != want {
 		t.Errorf("signature %q, want %q", sig, want)
 	}
-	if err := auth.CheckPushSignature("shh-its-a-secret", ts, body, sig); err != nil {
+	if err := pushsig.Check("shh-its-a-secret", ts, body, sig); err != nil {
 		t.Errorf("own signature refused: %v", err)
 	}
 }
@@ -28,7 +28,7 @@ func TestSignPushMatchesTheDocumentedAlgorithm(t *testing.T) {
 func TestCheckPushSignatureRefusesWhatItDidNotSign(t *testing.T) {
 	t.Parallel()
 	body := []byte(`{"attempt":1}`)
-	ts, sig := auth.SignPush("s1", time.Unix(1700000000, 0), body)
+	ts, sig := pushsig.Sign("s1", time.Unix(1700000000, 0), body)
 	for _, c := range []struct {
 		name, secret, ts string
 		body             []byte
@@ -46,7 +46,7 @@ func TestCheckPushSignatureRefusesWhatItDidNotSign(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
-			err := auth.CheckPushSignature(c.secret, c.ts, c.body, c.sig)
+			err := pushsig.Check(c.secret, c.ts, c.body, c.sig)
 			if err == nil || !strings.Contains(err.Error(), c.want) {
 				t.Fatalf("err %v, want one saying %q", err, c.want)
 			}
@@ -67,8 +67,8 @@ func TestCheckPushSecret(t *testing.T) {
 		{"line\n", false},
 		{"café", false},
 	} {
-		if err := auth.CheckPushSecret(c.secret); (err == nil) != c.ok {
-			t.Errorf("CheckPushSecret(%q) = %v, want ok %v", c.secret, err, c.ok)
+		if err := pushsig.CheckSecret(c.secret); (err == nil) != c.ok {
+			t.Errorf("CheckSecret(%q) = %v, want ok %v", c.secret, err, c.ok)
 		}
 	}
 }

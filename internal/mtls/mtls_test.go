@@ -1,4 +1,4 @@
-package auth
+package mtls
 
 import (
 	"crypto/tls"
@@ -174,7 +174,7 @@ func TestWriteDevCertsRefusesToOverwriteUnlessForced(t *testing.T) {
 	if after, _ := os.ReadFile(dc.CAKey); string(after) == string(before) {
 		t.Fatal("forced call kept the old CA key")
 	}
-	if _, err := ServerTLSConfig(dc.ServerCert, dc.ServerKey, dc.CA); err != nil {
+	if _, err := ServerConfig(dc.ServerCert, dc.ServerKey, dc.CA); err != nil {
 		t.Fatalf("replaced files do not load: %v", err)
 	}
 }
@@ -182,16 +182,16 @@ func TestWriteDevCertsRefusesToOverwriteUnlessForced(t *testing.T) {
 func TestDevCertsLoadWithBothConfigs(t *testing.T) {
 	t.Parallel()
 	dc := writeDevCerts(t)
-	srv, err := ServerTLSConfig(dc.ServerCert, dc.ServerKey, dc.CA)
+	srv, err := ServerConfig(dc.ServerCert, dc.ServerKey, dc.CA)
 	if err != nil {
-		t.Fatalf("ServerTLSConfig: %v", err)
+		t.Fatalf("ServerConfig: %v", err)
 	}
 	if srv.ClientAuth != tls.RequireAndVerifyClientCert || srv.MinVersion != tls.VersionTLS12 || srv.ClientCAs == nil || len(srv.Certificates) != 1 {
 		t.Errorf("server config: ClientAuth %v MinVersion %x ClientCAs %v certs %d", srv.ClientAuth, srv.MinVersion, srv.ClientCAs != nil, len(srv.Certificates))
 	}
-	cli, err := ClientTLSConfig(dc.CA, dc.ClientCert, dc.ClientKey)
+	cli, err := ClientConfig(dc.CA, dc.ClientCert, dc.ClientKey)
 	if err != nil {
-		t.Fatalf("ClientTLSConfig: %v", err)
+		t.Fatalf("ClientConfig: %v", err)
 	}
 	if cli.RootCAs == nil || len(cli.Certificates) != 1 || cli.MinVersion != tls.VersionTLS12 {
 		t.Errorf("client config: RootCAs %v certs %d MinVersion %x", cli.RootCAs != nil, len(cli.Certificates), cli.MinVersion)
@@ -249,11 +249,11 @@ func TestMutualTLSHandshake(t *testing.T) {
 	t.Parallel()
 	dc := writeDevCerts(t)
 	other := writeDevCerts(t)
-	srv, err := ServerTLSConfig(dc.ServerCert, dc.ServerKey, dc.CA)
+	srv, err := ServerConfig(dc.ServerCert, dc.ServerKey, dc.CA)
 	if err != nil {
 		t.Fatal(err)
 	}
-	valid, err := ClientTLSConfig(dc.CA, dc.ClientCert, dc.ClientKey)
+	valid, err := ClientConfig(dc.CA, dc.ClientCert, dc.ClientKey)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -266,7 +266,7 @@ func TestMutualTLSHandshake(t *testing.T) {
 	}
 	foreign.Certificates = []tls.Certificate{otherPair}
 	// A client of the other CA does not trust this server either.
-	wrongRoots, err := ClientTLSConfig(other.CA, dc.ClientCert, dc.ClientKey)
+	wrongRoots, err := ClientConfig(other.CA, dc.ClientCert, dc.ClientKey)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -302,11 +302,11 @@ func TestMutualTLSHandshake(t *testing.T) {
 func TestServerRefusesTLSBelow12(t *testing.T) {
 	t.Parallel()
 	dc := writeDevCerts(t)
-	srv, err := ServerTLSConfig(dc.ServerCert, dc.ServerKey, dc.CA)
+	srv, err := ServerConfig(dc.ServerCert, dc.ServerKey, dc.CA)
 	if err != nil {
 		t.Fatal(err)
 	}
-	cli, err := ClientTLSConfig(dc.CA, dc.ClientCert, dc.ClientKey)
+	cli, err := ClientConfig(dc.CA, dc.ClientCert, dc.ClientKey)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -332,17 +332,17 @@ func TestTLSConfigErrorsNameTheFile(t *testing.T) {
 		load func() error
 		want []string
 	}{
-		{"missing server certificate", func() error { _, err := ServerTLSConfig(missing, dc.ServerKey, dc.CA); return err }, []string{"server certificate", missing}},
-		{"missing server key", func() error { _, err := ServerTLSConfig(dc.ServerCert, missing, dc.CA); return err }, []string{"server key", missing}},
-		{"missing client CA", func() error { _, err := ServerTLSConfig(dc.ServerCert, dc.ServerKey, missing); return err }, []string{"client CA", missing}},
-		{"server certificate not PEM", func() error { _, err := ServerTLSConfig(notPEM, dc.ServerKey, dc.CA); return err }, []string{notPEM, "PEM"}},
-		{"client CA not PEM", func() error { _, err := ServerTLSConfig(dc.ServerCert, dc.ServerKey, notPEM); return err }, []string{notPEM, "PEM"}},
-		{"client CA without certificates", func() error { _, err := ServerTLSConfig(dc.ServerCert, dc.ServerKey, keyOnly); return err }, []string{keyOnly, "no PEM certificates"}},
-		{"key of another certificate", func() error { _, err := ServerTLSConfig(dc.ServerCert, dc.ClientKey, dc.CA); return err }, []string{dc.ServerCert, dc.ClientKey}},
-		{"empty path", func() error { _, err := ServerTLSConfig("", dc.ServerKey, dc.CA); return err }, []string{"server certificate"}},
-		{"missing CA for a client", func() error { _, err := ClientTLSConfig(missing, dc.ClientCert, dc.ClientKey); return err }, []string{"CA", missing}},
-		{"missing client certificate", func() error { _, err := ClientTLSConfig(dc.CA, missing, dc.ClientKey); return err }, []string{"client certificate", missing}},
-		{"missing client key", func() error { _, err := ClientTLSConfig(dc.CA, dc.ClientCert, missing); return err }, []string{"client key", missing}},
+		{"missing server certificate", func() error { _, err := ServerConfig(missing, dc.ServerKey, dc.CA); return err }, []string{"server certificate", missing}},
+		{"missing server key", func() error { _, err := ServerConfig(dc.ServerCert, missing, dc.CA); return err }, []string{"server key", missing}},
+		{"missing client CA", func() error { _, err := ServerConfig(dc.ServerCert, dc.ServerKey, missing); return err }, []string{"client CA", missing}},
+		{"server certificate not PEM", func() error { _, err := ServerConfig(notPEM, dc.ServerKey, dc.CA); return err }, []string{notPEM, "PEM"}},
+		{"client CA not PEM", func() error { _, err := ServerConfig(dc.ServerCert, dc.ServerKey, notPEM); return err }, []string{notPEM, "PEM"}},
+		{"client CA without certificates", func() error { _, err := ServerConfig(dc.ServerCert, dc.ServerKey, keyOnly); return err }, []string{keyOnly, "no PEM certificates"}},
+		{"key of another certificate", func() error { _, err := ServerConfig(dc.ServerCert, dc.ClientKey, dc.CA); return err }, []string{dc.ServerCert, dc.ClientKey}},
+		{"empty path", func() error { _, err := ServerConfig("", dc.ServerKey, dc.CA); return err }, []string{"server certificate"}},
+		{"missing CA for a client", func() error { _, err := ClientConfig(missing, dc.ClientCert, dc.ClientKey); return err }, []string{"CA", missing}},
+		{"missing client certificate", func() error { _, err := ClientConfig(dc.CA, missing, dc.ClientKey); return err }, []string{"client certificate", missing}},
+		{"missing client key", func() error { _, err := ClientConfig(dc.CA, dc.ClientCert, missing); return err }, []string{"client key", missing}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()

@@ -1,4 +1,4 @@
-package auth
+package mtls
 
 import (
 	"crypto/ecdsa"
@@ -23,9 +23,9 @@ import (
 // a client certificate signed by the operator's CA. Only the trusted worker wrapper holds that
 // certificate, so untrusted task code, which never sees it, cannot call the worker API.
 
-// ServerTLSConfig is the internal listener's mutual-TLS configuration: it presents the server
+// ServerConfig is the internal listener's mutual-TLS configuration: it presents the server
 // certificate and accepts only clients whose certificate chains to a CA in clientCAFile.
-func ServerTLSConfig(certFile, keyFile, clientCAFile string) (*tls.Config, error) {
+func ServerConfig(certFile, keyFile, clientCAFile string) (*tls.Config, error) {
 	cert, err := loadKeyPair("server", certFile, keyFile)
 	if err != nil {
 		return nil, err
@@ -42,9 +42,9 @@ func ServerTLSConfig(certFile, keyFile, clientCAFile string) (*tls.Config, error
 	}, nil
 }
 
-// ClientTLSConfig is a worker's configuration for the internal listener: it trusts only the CA in
+// ClientConfig is a worker's configuration for the internal listener: it trusts only the CA in
 // caFile and presents the client certificate.
-func ClientTLSConfig(caFile, certFile, keyFile string) (*tls.Config, error) {
+func ClientConfig(caFile, certFile, keyFile string) (*tls.Config, error) {
 	pool, err := loadCAPool("CA", caFile)
 	if err != nil {
 		return nil, err

@@ -1,4 +1,4 @@
-package dispatch_test
+package maintenance_test
 
 import (
 	"context"
@@ -13,7 +13,9 @@ import (
 
 	"github.com/baton-dev/baton/internal/dispatch"
 	"github.com/baton-dev/baton/internal/lifecycle"
+	"github.com/baton-dev/baton/internal/maintenance"
 	"github.com/baton-dev/baton/internal/metrics"
+	"github.com/baton-dev/baton/internal/metrics/metricstest"
 	"github.com/baton-dev/baton/internal/store"
 	"github.com/baton-dev/baton/internal/store/storetest"
 )
@@ -66,7 +68,7 @@ func TestRetentionLoopDeletesExpiredJobsOnItsClock(t *testing.T) {
 	t.Parallel()
 	m := metrics.New()
 	logs := &infoRecorder{}
-	e := newEnv(t, storetest.OpenSQLite(t), func(c *dispatch.Config) { c.Metrics, c.Logger = m, slog.New(logs) })
+	e := newEnv(t, storetest.OpenSQLite(t), func(c *dispatch.Config) { c.Logger = slog.New(logs) })
 	var old []*store.Job
 	for range 5 {
 		old = append(old, e.canceledJob())
@@ -75,8 +77,8 @@ func TestRetentionLoopDeletesExpiredJobsOnItsClock(t *testing.T) {
 	later := e.canceledJob()
 	running := e.submit(spec("a"))
 
-	r, err := e.d.NewRetention(dispatch.RetentionConfig{Retention: time.Hour, DeadLetterRetention: 2 * time.Hour,
-		Every: time.Minute, Batch: 2, Pause: time.Second})
+	r, err := maintenance.NewRetention(e.maint(), maintenance.RetentionConfig{Retention: time.Hour, DeadLetterRetention: 2 * time.Hour,
+		Every: time.Minute, Batch: 2, Pause: time.Second, Metrics: m})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -118,10 +120,10 @@ func TestRetentionLoopDeletesExpiredJobsOnItsClock(t *testing.T) {
 	if !e.exists(later) || !e.exists(running) {
 		t.Fatal("a job within its retention, or still processing, was deleted")
 	}
-	if got := sample(t, m.Registry(), "baton_retention_deleted_total", "table", "jobs"); got != 5 {
+	if got := metricstest.Sample(t, m.Registry(), "baton_retention_deleted_total", "table", "jobs"); got != 5 {
 		t.Errorf("baton_retention_deleted_total{table=jobs} = %v, want 5", got)
 	}
-	if got := sample(t, m.Registry(), "baton_retention_deleted_total", "table", "tasks"); got != 15 {
+	if got := metricstest.Sample(t, m.Registry(), "baton_retention_deleted_total", "table", "tasks"); got != 15 {
 		t.Errorf("baton_retention_deleted_total{table=tasks} = %v, want 15", got)
 	}
 	if got := logs.count("retention deleted expired jobs"); got != 1 {
@@ -144,16 +146,16 @@ func TestRetentionConfigValidate(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
 		name string
-		cfg  dispatch.RetentionConfig
+		cfg  maintenance.RetentionConfig
 		ok   bool
 	}{
-		{"zero: off", dispatch.RetentionConfig{}, true},
-		{"defaults", dispatch.RetentionConfig{Retention: dispatch.DefaultRetention, DeadLetterRetention: dispatch.DefaultDeadLetterRetention}, true},
-		{"dead letters kept until resumed", dispatch.RetentionConfig{Retention: time.Hour}, true},
-		{"negative", dispatch.RetentionConfig{Retention: -time.Hour}, false},
-		{"negative dead-letter", dispatch.RetentionConfig{DeadLetterRetention: -time.Hour}, false},
-		{"negative tenant", dispatch.RetentionConfig{Tenants: map[string]time.Duration{"a": -1}}, false},
-		{"dead-letter below retention", dispatch.RetentionConfig{Retention: 2 * time.Hour, DeadLetterRetention: time.Hour}, false},
+		{"zero: off", maintenance.RetentionConfig{}, true},
+		{"defaults", maintenance.RetentionConfig{Retention: maintenance.DefaultRetention, DeadLetterRetention: maintenance.DefaultDeadLetterRetention}, true},
+		{"dead letters kept until resumed", maintenance.RetentionConfig{Retention: time.Hour}, true},
+		{"negative", maintenance.RetentionConfig{Retention: -time.Hour}, false},
+		{"negative dead-letter", maintenance.RetentionConfig{DeadLetterRetention: -time.Hour}, false},
+		{"negative tenant", maintenance.RetentionConfig{Tenants: map[string]time.Duration{"a": -1}}, false},
+		{"dead-letter below retention", maintenance.RetentionConfig{Retention: 2 * time.Hour, DeadLetterRetention: time.Hour}, false},
 	} {
 		if err := tc.cfg.Validate(); (err == nil) != tc.ok {
 			t.Errorf("%s: Validate() = %v, want ok %v", tc.name, err, tc.ok)
@@ -185,11 +187,8 @@ func TestRetentionReplicasShareTheWork(t *testing.T) {
 		errs  []error
 	)
 	for i := range replicas {
-		d, err := dispatch.New(stores[i], dispatch.Config{Clock: clockwork.NewFakeClockAt(now), Logger: quiet})
-		if err != nil {
-			t.Fatal(err)
-		}
-		r, err := d.NewRetention(dispatch.RetentionConfig{Retention: time.Hour, Batch: 10})
+		r, err := maintenance.NewRetention(maintenance.Env{Store: stores[i], Clock: clockwork.NewFakeClockAt(now), Logger: quiet},
+			maintenance.RetentionConfig{Retention: time.Hour, Batch: 10})
 		if err != nil {
 			t.Fatal(err)
 		}

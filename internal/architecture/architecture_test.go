@@ -1,0 +1,129 @@
+package architecture
+
+import (
+	"bufio"
+	"bytes"
+	"os/exec"
+	"slices"
+	"strings"
+	"testing"
+)
+
+const module = "github.com/baton-dev/baton/"
+
+// The server's own packages: a worker or a producer's program never needs them.
+var server = []string{"internal/store", "internal/dispatch", "internal/api", "internal/auth", "internal/grant",
+	"internal/maintenance", "internal/ui", "internal/sink", "internal/dataset", "internal/metrics"}
+
+// rules: what each package must not link, directly or through another package, and why.
+var rules = []struct {
+	pkg       string
+	forbidden []string
+	why       string
+}{
+	{"worker", server, "the worker SDK is linked into every user's worker binary: it carries wire shapes and a client, never the server"},
+	{"client", server, "the producer client is linked into users' programs: it carries wire shapes and a client, never the server"},
+	{"internal/lifecycle", []string{"internal/store", "internal/dispatch"}, "the lifecycle rules are pure functions"},
+	{"internal/store", []string{"internal/dispatch", "internal/api", "internal/maintenance"}, "the store is the seam below the core, not above it"},
+	{"internal/service", []string{"internal/"}, "the service contract depends on nothing of Baton's"},
+	{"internal/pushsig", []string{"internal/store", "internal/auth"}, "the SDK verifies push signatures with it"},
+	{"internal/mtls", []string{"internal/store", "internal/auth"}, "the SDK dials the internal listener with it"},
+	{"internal/maintenance", []string{"internal/dispatch", "internal/api", "internal/ui", "internal/sink"}, "maintenance runs over the store, a clock and a logger only"},
+	{"internal/dispatch", []string{"internal/api", "internal/ui", "internal/sink", "internal/maintenance"}, "the core is below its adapters and the services beside it"},
+}
+
+// TestPackageBoundaries fails when a package links one its rule forbids, naming the chain of
+// imports that does it.
+func TestPackageBoundaries(t *testing.T) {
+	imports := goList(t)
+	for _, r := range rules {
+		if _, ok := imports[r.pkg]; !ok {
+			t.Errorf("rule for %s: no such package", r.pkg)
+			continue
+		}
+		for _, f := range r.forbidden {
+			if path := importPath(imports, r.pkg, f); path != nil {
+				t.Errorf("%s links %s (%s): %s", r.pkg, f, strings.Join(path, " → "), r.why)
+			}
+		}
+	}
+}
+
+// goList returns every package of the module with the module's packages it imports directly
+// (tests excluded), by path relative to the module.
+func goList(t *testing.T) map[string][]string {
+	t.Helper()
+	cmd := exec.Command("go", "list", "-f", `{{.ImportPath}}{{range .Imports}} {{.}}{{end}}`, module+"...")
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("go list: %v\n%s", err, stderr.String())
+	}
+	imports := map[string][]string{}
+	sc := bufio.NewScanner(bytes.NewReader(out))
+	for sc.Scan() {
+		fields := strings.Fields(sc.Text())
+		if len(fields) == 0 || !strings.HasPrefix(fields[0], module) {
+			continue
+		}
+		pkg := strings.TrimPrefix(fields[0], module)
+		imports[pkg] = nil
+		for _, imp := range fields[1:] {
+			if strings.HasPrefix(imp, module) {
+				imports[pkg] = append(imports[pkg], strings.TrimPrefix(imp, module))
+			}
+		}
+	}
+	return imports
+}
+
+// importPath returns a chain of imports from pkg to a package that is forbidden or lies under
+// it (forbidden ending in "/" names every package under that folder), or nil if there is none.
+func importPath(imports map[string][]string, pkg, forbidden string) []string {
+	matches := func(p string) bool {
+		if strings.HasSuffix(forbidden, "/") {
+			return strings.HasPrefix(p, forbidden)
+		}
+		return p == forbidden || strings.HasPrefix(p, forbidden+"/")
+	}
+	prev := map[string]string{pkg: ""}
+	queue := []string{pkg}
+	for len(queue) > 0 {
+		p := queue[0]
+		queue = queue[1:]
+		for _, next := range imports[p] {
+			if _, seen := prev[next]; seen {
+				continue
+			}
+			prev[next] = p
+			if matches(next) {
+				path := []string{next}
+				for at := p; at != ""; at = prev[at] {
+					path = append(path, at)
+				}
+				slices.Reverse(path)
+				return path
+			}
+			queue = append(queue, next)
+		}
+	}
+	return nil
+}
+
+// The rules' own check: a chain is found through an intermediate package, and only then.
+func TestImportPath(t *testing.T) {
+	imports := map[string][]string{"a": {"b"}, "b": {"internal/c/d"}, "internal/c/d": nil, "e": nil}
+	if got := importPath(imports, "a", "internal/c"); !slices.Equal(got, []string{"a", "b", "internal/c/d"}) {
+		t.Errorf("a → internal/c: %v", got)
+	}
+	if got := importPath(imports, "a", "internal/"); got == nil {
+		t.Error("a → internal/: not found")
+	}
+	if got := importPath(imports, "e", "internal/c"); got != nil {
+		t.Errorf("e → internal/c: %v, want none", got)
+	}
+	if got := importPath(imports, "a", "internal/c/dd"); got != nil {
+		t.Errorf("a → internal/c/dd: %v, want none", got)
+	}
+}
