@@ -86,7 +86,7 @@ func TestTaskCredentialsOnS3(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := bs.URI(dispatch.BatchPrefix(ds.UUID, run.TaskID, 1)); !strings.HasPrefix(r[3], want) {
+	if want := bs.URI(blob.BatchPrefix(ds.UUID, run.TaskID, 1)); !strings.HasPrefix(r[3], want) {
 		t.Errorf("batch at %q, want it under %s", r[3], want)
 	}
 	if recs, err := s.st.ListBufferPublishes(ctx, run.TaskID); err != nil || len(recs) != 1 || recs[0].BatchURI != r[3] {

@@ -68,7 +68,7 @@ func TestPublishBatchWritesAndPublishesUnderTheAttemptsPrefix(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := bs.URI(dispatch.BatchPrefix(ds.UUID, run.TaskID, 1))
+	want := bs.URI(blob.BatchPrefix(ds.UUID, run.TaskID, 1))
 	if b == nil || !strings.HasPrefix(b.URI, want) || b.Rows != 2 || b.Duplicate {
 		t.Fatalf("published %+v, want 2 rows under %s", b, want)
 	}

@@ -19,7 +19,6 @@ import (
 	"github.com/baton-dev/baton/internal/dataset"
 	"github.com/baton-dev/baton/internal/dispatch"
 	"github.com/baton-dev/baton/internal/lifecycle"
-	"github.com/baton-dev/baton/internal/sink"
 	"github.com/baton-dev/baton/internal/store"
 	"github.com/baton-dev/baton/internal/store/sqlite"
 )
@@ -49,7 +48,7 @@ func newJobTestServer(t *testing.T) *jobTestServer {
 	}
 	t.Cleanup(func() { data.Close() })
 	quiet := slog.New(slog.DiscardHandler)
-	d, err := dispatch.New(st, dispatch.Config{MaxTasksPerJob: 50, Logger: quiet, Tables: sink.Tables{DB: data}})
+	d, err := dispatch.New(st, dispatch.Config{MaxTasksPerJob: 50, Logger: quiet, Tables: dispatch.DatasetDB{DB: data}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -369,7 +369,7 @@ func serve(ctx context.Context, f *serverFlags, ls *listeners, st store.Store, l
 		}
 	}
 	if dp.data != nil {
-		cfg.Tables = sink.Tables{DB: dp.data}
+		cfg.Tables = dispatch.DatasetDB{DB: dp.data}
 	}
 	var m *metrics.Metrics // nil: no metrics listener, nothing counted
 	if ls.metrics != nil {
@@ -436,7 +436,7 @@ func serve(ctx context.Context, f *serverFlags, ls *listeners, st store.Store, l
 	sinkCtx, stopSink := context.WithCancel(ctx)
 	sinkDone := make(chan struct{})
 	if f.sink {
-		cfg := sink.Config{Queue: sink.Local{D: d}, Blob: dp.blob, Data: dp.data, GC: f.sinkFlags.gc,
+		cfg := sink.Config{Queue: api.SinkQueue{D: d}, Blob: dp.blob, Data: dp.data, GC: f.sinkFlags.gc,
 			Workers: f.sinkFlags.workers, Visibility: f.sinkFlags.visibility, Logger: log}
 		if ls.transport != nil {
 			cfg.Wakeups = ls.transport.NewConsumer(consumerName("sink"))

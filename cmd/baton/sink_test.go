@@ -18,8 +18,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	_ "modernc.org/sqlite"
 
+	"github.com/baton-dev/baton/internal/blob"
 	"github.com/baton-dev/baton/internal/dataset"
-	"github.com/baton-dev/baton/internal/dispatch"
 	"github.com/baton-dev/baton/internal/store/storetest"
 )
 
@@ -161,7 +161,7 @@ func testSinkKill(t *testing.T, driver string) {
 		fmt.Fprintf(&batch, `{"dedupe_key":"k%07d","severity":"%s","block":%d,"note":"row %d of a batch loaded once"}`+"\n",
 			i, []string{"high", "low"}[i%2], i, i)
 	}
-	rel := dispatch.BatchPrefix(dsUUID, taskID, 1) + "big.jsonl"
+	rel := blob.BatchPrefix(dsUUID, taskID, 1) + "big.jsonl"
 	path := filepath.Join(dir, "blobs", filepath.FromSlash(rel))
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		t.Fatal(err)

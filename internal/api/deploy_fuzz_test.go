@@ -20,7 +20,6 @@ import (
 	"github.com/baton-dev/baton/internal/dispatch"
 	"github.com/baton-dev/baton/internal/pipeline"
 	"github.com/baton-dev/baton/internal/pipeline/pipelinetest"
-	"github.com/baton-dev/baton/internal/sink"
 	"github.com/baton-dev/baton/internal/store"
 	"github.com/baton-dev/baton/internal/store/storetest"
 )
@@ -52,7 +51,7 @@ func newDeployServer(tb testing.TB, driver string) *deployServer {
 	}
 	tb.Cleanup(func() { data.Close() })
 	logger := slog.New(slog.NewTextHandler(s.log, &slog.HandlerOptions{Level: slog.LevelError}))
-	d, err := dispatch.New(st, dispatch.Config{Logger: logger, Tables: sink.Tables{DB: data}})
+	d, err := dispatch.New(st, dispatch.Config{Logger: logger, Tables: dispatch.DatasetDB{DB: data}})
 	if err != nil {
 		tb.Fatal(err)
 	}

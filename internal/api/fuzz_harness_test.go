@@ -41,7 +41,6 @@ import (
 	"github.com/baton-dev/baton/internal/grant"
 	"github.com/baton-dev/baton/internal/lifecycle"
 	"github.com/baton-dev/baton/internal/pipeline"
-	"github.com/baton-dev/baton/internal/sink"
 	"github.com/baton-dev/baton/internal/store"
 	"github.com/baton-dev/baton/internal/store/storetest"
 )
@@ -141,7 +140,7 @@ func newFuzzHarness(f *testing.F) *fuzzHarness {
 		}
 	}
 	logger := slog.New(slog.NewTextHandler(h.log, &slog.HandlerOptions{Level: slog.LevelError}))
-	h.d, err = dispatch.New(h.st, dispatch.Config{Clock: h.clock, Logger: logger, Blob: bs, Tables: sink.Tables{DB: data},
+	h.d, err = dispatch.New(h.st, dispatch.Config{Clock: h.clock, Logger: logger, Blob: bs, Tables: dispatch.DatasetDB{DB: data},
 		MaxTasksPerJob: 50})
 	if err != nil {
 		f.Fatal(err)
@@ -225,7 +224,7 @@ func newFuzzHarness(f *testing.F) *fuzzHarness {
 	n := int64(3)
 	if _, err := h.d.BufferPublish(ctx, dispatch.BufferPublishParams{
 		Fence:       dispatch.Fence{TaskID: writer.Task.ID, Attempt: 1, LeaseToken: writer.Task.LeaseToken},
-		BatchURI:    "s3://trace-scratch/" + dispatch.BatchPrefix(ds.UUID, writer.Task.ID, 1) + "batch.jsonl",
+		BatchURI:    "s3://trace-scratch/" + blob.BatchPrefix(ds.UUID, writer.Task.ID, 1) + "batch.jsonl",
 		DatasetUUID: ds.UUID, RecordCount: &n}); err != nil {
 		f.Fatal(err)
 	}

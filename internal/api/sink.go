@@ -4,43 +4,22 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"net/http"
 	"strconv"
 	"time"
 
 	"github.com/baton-dev/baton/internal/dispatch"
+	"github.com/baton-dev/baton/internal/sink"
 	"github.com/baton-dev/baton/internal/store"
+	"github.com/baton-dev/baton/wire"
 )
 
 // The Buffer Queue's endpoints. On the internal listener (mTLS), the trusted sink claims messages,
 // extends its claim of each while it loads it, then commits or fails each. On the producer
 // listener, a tenant reads its buffered datasets' rows and dead-lettered batches, and puts a dead
 // batch back on the queue.
-
-// SinkClaim is the answer of POST /internal/sink/claim.
-type SinkClaim struct {
-	Messages []SinkMessage `json:"messages"`
-}
-
-// SinkMessage is a claimed Buffer Queue message: the buffer_batch message itself, the receive
-// count (the receipt of a fail), and the dataset it loads into, all from trusted records.
-type SinkMessage struct {
-	ID           int64           `json:"id"`
-	ReceiveCount int             `json:"receive_count"`
-	VisibleUntil time.Time       `json:"visible_until"`
-	Message      json.RawMessage `json:"message"`
-	OrgID        string          `json:"org_id"`
-	BatchURI     string          `json:"batch_uri"`
-	Dataset      SinkDataset     `json:"dataset"`
-}
-
-// SinkDataset is the dataset a claimed message loads into.
-type SinkDataset struct {
-	UUID         string          `json:"dataset_uuid"`
-	Name         string          `json:"name"`
-	Schema       json.RawMessage `json:"schema"`
-	FilterFields []string        `json:"filter_fields"`
-}
 
 // POST /internal/sink/claim {"max": n, "visibility_seconds": s, "wait_seconds": w, "id": id}: all
 // optional. It waits up to wait_seconds (at most 30) for a message when none is ready.
@@ -65,22 +44,19 @@ func (s *Server) sinkClaim(w http.ResponseWriter, r *http.Request) (any, error) 
 	if err != nil && !(r.Context().Err() == nil && s.drainCtx.Err() != nil) {
 		return nil, err
 	}
-	out := SinkClaim{Messages: make([]SinkMessage, 0, len(msgs))}
-	for _, m := range msgs {
-		schema, _ := json.Marshal(m.Dataset.Schema)
-		out.Messages = append(out.Messages, SinkMessage{ID: m.ID, ReceiveCount: m.ReceiveCount, VisibleUntil: m.VisibleUntil.UTC(),
-			Message: m.Message, OrgID: m.Tenant, BatchURI: m.BatchURI, Dataset: SinkDataset{UUID: m.Dataset.UUID,
-				Name: m.Dataset.Name, Schema: schema, FilterFields: orEmpty(m.Dataset.FilterFields)}})
-	}
-	return out, nil
+	return wire.SinkClaim{Messages: sinkMessages(msgs)}, nil
 }
 
-// SinkCommit is the body of POST /internal/sink/commit: what loading message id did.
-type SinkCommit struct {
-	ID       int64            `json:"id"`
-	Cursor   int64            `json:"cursor"`
-	Inserted int              `json:"inserted"`
-	Facets   map[string][]any `json:"facets,omitempty"`
+// sinkMessages renders claimed messages as a sink receives them.
+func sinkMessages(msgs []*dispatch.SinkMessage) []wire.SinkMessage {
+	out := make([]wire.SinkMessage, 0, len(msgs))
+	for _, m := range msgs {
+		schema, _ := json.Marshal(m.Dataset.Schema)
+		out = append(out, wire.SinkMessage{ID: m.ID, ReceiveCount: m.ReceiveCount, VisibleUntil: m.VisibleUntil.UTC(),
+			Message: m.Message, OrgID: m.Tenant, BatchURI: m.BatchURI, Dataset: wire.SinkDataset{UUID: m.Dataset.UUID,
+				Name: m.Dataset.Name, Schema: schema, FilterFields: orEmpty(m.Dataset.FilterFields)}})
+	}
+	return out
 }
 
 func (s *Server) sinkCommit(w http.ResponseWriter, r *http.Request) (any, error) {
@@ -88,7 +64,7 @@ func (s *Server) sinkCommit(w http.ResponseWriter, r *http.Request) (any, error)
 	if err != nil {
 		return nil, err
 	}
-	var c SinkCommit
+	var c wire.SinkCommit
 	if err := decodeInto(body, &c); err != nil {
 		return nil, err
 	}
@@ -101,19 +77,12 @@ func (s *Server) sinkCommit(w http.ResponseWriter, r *http.Request) (any, error)
 	return map[string]any{"ok": true}, nil
 }
 
-// SinkFail is the body of POST /internal/sink/fail.
-type SinkFail struct {
-	ID           int64  `json:"id"`
-	ReceiveCount int    `json:"receive_count"`
-	Error        string `json:"error"`
-}
-
 func (s *Server) sinkFail(w http.ResponseWriter, r *http.Request) (any, error) {
 	body, err := readBody(r)
 	if err != nil {
 		return nil, err
 	}
-	var f SinkFail
+	var f wire.SinkFail
 	if err := decodeInto(body, &f); err != nil {
 		return nil, err
 	}
@@ -124,15 +93,7 @@ func (s *Server) sinkFail(w http.ResponseWriter, r *http.Request) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	return map[string]any{"ok": true, "dead": dead}, nil
-}
-
-// SinkExtend is the body of POST /internal/sink/extend: keep message id, received as
-// receive_count, this sink's for visibility_seconds more from now.
-type SinkExtend struct {
-	ID                int64 `json:"id"`
-	ReceiveCount      int   `json:"receive_count"`
-	VisibilitySeconds int   `json:"visibility_seconds"`
+	return wire.SinkFailed{OK: true, Dead: dead}, nil
 }
 
 func (s *Server) sinkExtend(w http.ResponseWriter, r *http.Request) (any, error) {
@@ -140,7 +101,7 @@ func (s *Server) sinkExtend(w http.ResponseWriter, r *http.Request) (any, error)
 	if err != nil {
 		return nil, err
 	}
-	var e SinkExtend
+	var e wire.SinkExtend
 	if err := decodeInto(body, &e); err != nil {
 		return nil, err
 	}
@@ -265,4 +226,39 @@ func deref[T any](p *T) T {
 		return zero
 	}
 	return *p
+}
+
+// SinkQueue is the Buffer Queue of this process's dispatcher for a sink running in the same
+// process (baton dev, baton server --sink): the internal listener's /internal/sink/* operations
+// without HTTP, in the same shapes (sink.Queue).
+type SinkQueue struct{ D *dispatch.Dispatcher }
+
+var _ sink.Queue = SinkQueue{}
+
+func (q SinkQueue) Claim(ctx context.Context, p wire.SinkClaimRequest) ([]wire.SinkMessage, error) {
+	msgs, err := q.D.ClaimBatches(ctx, dispatch.ClaimBatchesParams{Max: p.Max, ID: p.ID,
+		Visibility: time.Duration(p.VisibilitySeconds) * time.Second, Wait: time.Duration(min(p.WaitSeconds, 30)) * time.Second})
+	if err != nil {
+		return nil, err
+	}
+	return sinkMessages(msgs), nil
+}
+
+func (q SinkQueue) Extend(ctx context.Context, p wire.SinkExtend) error {
+	_, err := q.D.ExtendBatch(ctx, p.ID, p.ReceiveCount, time.Duration(p.VisibilitySeconds)*time.Second)
+	switch {
+	case errors.Is(err, dispatch.ErrBatchNotClaimed):
+		return fmt.Errorf("%w: %w", sink.ErrNotClaimed, err)
+	case errors.Is(err, dispatch.ErrBatchNotFound):
+		return fmt.Errorf("%w: %w", sink.ErrNotFound, err)
+	}
+	return err
+}
+
+func (q SinkQueue) Commit(ctx context.Context, p wire.SinkCommit) error {
+	return q.D.CommitBatch(ctx, p.ID, dispatch.BatchLoaded{Cursor: p.Cursor, Inserted: p.Inserted, Facets: p.Facets})
+}
+
+func (q SinkQueue) Fail(ctx context.Context, p wire.SinkFail) (bool, error) {
+	return q.D.FailBatch(ctx, p.ID, p.ReceiveCount, p.Error)
 }

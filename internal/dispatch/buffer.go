@@ -11,6 +11,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/baton-dev/baton/internal/blob"
 	"github.com/baton-dev/baton/internal/pipeline"
 	"github.com/baton-dev/baton/internal/store"
 )
@@ -104,15 +105,6 @@ func (c BufferConfig) withDefaults() BufferConfig {
 		RetryBase: cmp.Or(c.RetryBase, def.RetryBase), RetryMax: cmp.Or(c.RetryMax, def.RetryMax)}
 }
 
-// BufferPrefix is where batch artifacts live under the object storage root: a task's own prefix
-// is BufferPrefix + "{dataset}/{task_id}/{attempt}/", {dataset} being the dataset's uuid or name.
-const BufferPrefix = "buffers/"
-
-// BatchPrefix is the key prefix under which a task's attempt writes its batches for a dataset.
-func BatchPrefix(dataset, taskID string, attempt int) string {
-	return BufferPrefix + dataset + "/" + taskID + "/" + strconv.Itoa(attempt) + "/"
-}
-
 // BufferPublishParams is a buffered dataset publish.
 type BufferPublishParams struct {
 	Fence
@@ -192,23 +184,23 @@ func (d *Dispatcher) BufferPublish(ctx context.Context, p BufferPublishParams) (
 func (d *Dispatcher) batchDataset(ctx context.Context, tx store.Tx, tenant string, t *store.Task, key string,
 	p BufferPublishParams) (*store.Dataset, error) {
 	attempt := strconv.Itoa(t.Attempt)
-	rest, _ := strings.CutPrefix(key, BufferPrefix)
+	rest, _ := strings.CutPrefix(key, blob.BufferPrefix)
 	parts := strings.Split(rest, "/")
 	var ref string
 	switch {
-	case !strings.HasPrefix(key, BufferPrefix):
+	case !strings.HasPrefix(key, blob.BufferPrefix):
 	case len(parts) >= 4 && parts[1] == t.ID && parts[2] == attempt:
 		ref = parts[0]
 	case len(parts) >= 3 && parts[0] == t.ID && parts[1] == attempt:
 		ref = cmp.Or(p.DatasetUUID, p.DedupeScope)
 		if ref == "" {
 			return nil, &InvalidError{Message: "dataset_uuid is required when batch_uri does not name the dataset (" +
-				d.cfg.Blob.URI(BatchPrefix("{dataset}", t.ID, t.Attempt)) + "...)"}
+				d.cfg.Blob.URI(blob.BatchPrefix("{dataset}", t.ID, t.Attempt)) + "...)"}
 		}
 	}
 	if ref == "" || strings.HasSuffix(key, "/") {
 		return nil, &InvalidError{Message: fmt.Sprintf("batch_uri must be an object under the task's own prefix %s",
-			d.cfg.Blob.URI(BatchPrefix("{dataset}", t.ID, t.Attempt)))}
+			d.cfg.Blob.URI(blob.BatchPrefix("{dataset}", t.ID, t.Attempt)))}
 	}
 	ds, err := d.findDataset(ctx, tx, tenant, ref)
 	switch {

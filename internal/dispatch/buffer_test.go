@@ -64,7 +64,7 @@ func (e *bufferEnv) claimID(taskID string) *dispatch.Claim {
 
 // uri is a batch URI under c's own prefix for the dataset named by segment.
 func (e *bufferEnv) uri(c *dispatch.Claim, segment, name string) string {
-	return e.blob.URI(dispatch.BatchPrefix(segment, c.Task.ID, c.Task.Attempt) + name)
+	return e.blob.URI(blob.BatchPrefix(segment, c.Task.ID, c.Task.Attempt) + name)
 }
 
 func (e *bufferEnv) publish(c *dispatch.Claim, uri string) {

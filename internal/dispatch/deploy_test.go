@@ -17,20 +17,19 @@ import (
 	"github.com/baton-dev/baton/internal/lifecycle"
 	"github.com/baton-dev/baton/internal/pipeline"
 	"github.com/baton-dev/baton/internal/pipeline/pipelinetest"
-	"github.com/baton-dev/baton/internal/sink"
 	"github.com/baton-dev/baton/internal/store"
 	"github.com/baton-dev/baton/internal/store/storetest"
 )
 
-// deployTables is the data database as a deploy sees it (sink.Tables). before, when set, runs
+// deployTables is the data database as a deploy sees it (dispatch.DatasetDB). before, when set, runs
 // once the tables' changes are made, before the deploy's store transaction.
 type deployTables struct {
-	sink.Tables
+	dispatch.DatasetDB
 	before func()
 }
 
 func (t *deployTables) EnsureTables(ctx context.Context, tables []dispatch.DatasetTable, during func() error) error {
-	return t.Tables.EnsureTables(ctx, tables, func() error {
+	return t.DatasetDB.EnsureTables(ctx, tables, func() error {
 		if t.before != nil {
 			t.before()
 		}
@@ -61,7 +60,7 @@ func forEachDataDriver(t *testing.T, fn func(t *testing.T, e *dataEnv)) {
 				t.Fatal(err)
 			}
 			t.Cleanup(func() { data.Close() })
-			tables := &deployTables{Tables: sink.Tables{DB: data}}
+			tables := &deployTables{DatasetDB: dispatch.DatasetDB{DB: data}}
 			e := newEnv(t, st, func(c *dispatch.Config) { c.Tables = tables })
 			fn(t, &dataEnv{env: e, data: data, url: url, tables: tables})
 		})

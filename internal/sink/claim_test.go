@@ -9,9 +9,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/baton-dev/baton/internal/blob"
 	"github.com/baton-dev/baton/internal/dispatch"
 	"github.com/baton-dev/baton/internal/sink"
 	"github.com/baton-dev/baton/internal/store"
+	"github.com/baton-dev/baton/wire"
 )
 
 // claimVisibility is the short visibility of the claim tests: their loads last several of it.
@@ -36,7 +38,7 @@ func (f *fixture) slowSink(queue sink.Queue) (*sink.Sink, *slowLoad) {
 		f.t.Fatal(err)
 	}
 	slow := &slowLoad{started: make(chan struct{}), release: make(chan struct{})}
-	sink.SetLoadHook(sk, func(ctx context.Context, _ *dispatch.SinkMessage) {
+	sink.SetLoadHook(sk, func(ctx context.Context, _ wire.SinkMessage) {
 		close(slow.started)
 		select {
 		case <-slow.release:
@@ -53,7 +55,7 @@ func (f *fixture) slowSink(queue sink.Queue) (*sink.Sink, *slowLoad) {
 // tests are about).
 func (f *fixture) queued(c *dispatch.Claim, name string, rows ...string) *store.BufferPublish {
 	f.t.Helper()
-	key := dispatch.BatchPrefix(f.dataset.UUID, c.Task.ID, c.Task.Attempt) + name
+	key := blob.BatchPrefix(f.dataset.UUID, c.Task.ID, c.Task.Attempt) + name
 	if err := f.blob.Put(f.ctx, key, []byte(strings.Join(rows, "\n")+"\n"), "application/jsonl"); err != nil {
 		f.t.Fatal(err)
 	}
@@ -80,9 +82,9 @@ func rowsOf(n int) []string {
 
 // claimOne claims message id for claimVisibility, as another sink would: want says whether it
 // must get it.
-func (f *fixture) claimOne(id int64, want bool) *dispatch.SinkMessage {
+func (f *fixture) claimOne(id int64, want bool) wire.SinkMessage {
 	f.t.Helper()
-	msgs, err := f.queue.Claim(f.ctx, dispatch.ClaimBatchesParams{ID: id, Visibility: claimVisibility})
+	msgs, err := f.queue.Claim(f.ctx, wire.SinkClaimRequest{ID: id, VisibilitySeconds: int(claimVisibility / time.Second)})
 	if err != nil {
 		f.t.Fatalf("claim: %v", err)
 	}
@@ -92,7 +94,7 @@ func (f *fixture) claimOne(id int64, want bool) *dispatch.SinkMessage {
 	if want {
 		return msgs[0]
 	}
-	return nil
+	return wire.SinkMessage{}
 }
 
 // publishRecord reads the only publish record of task taskID.
@@ -179,12 +181,12 @@ type outOfReach struct {
 	tries atomic.Int32
 }
 
-func (q *outOfReach) Extend(ctx context.Context, id int64, receipt int, visibility time.Duration) error {
+func (q *outOfReach) Extend(ctx context.Context, p wire.SinkExtend) error {
 	q.tries.Add(1)
 	if q.down.Load() {
 		return errors.New("the server is out of reach")
 	}
-	return q.Queue.Extend(ctx, id, receipt, visibility)
+	return q.Queue.Extend(ctx, p)
 }
 
 // A sink whose claim ran out while it could not extend it, and that another sink claimed
@@ -216,7 +218,7 @@ func TestSinkThatLostItsClaimLoadsNothing(t *testing.T) {
 		// The first sink's next extension is refused: its load ends, unwritten and unreported.
 		q.down.Store(false)
 		f.tick(t, claimVisibility/2)
-		if err := <-done; !errors.Is(err, sink.ErrClaimLost) || !errors.Is(err, dispatch.ErrBatchNotClaimed) {
+		if err := <-done; !errors.Is(err, sink.ErrClaimLost) || !errors.Is(err, sink.ErrNotClaimed) {
 			t.Fatalf("process after the claim was lost: %v, want the claim lost", err)
 		}
 		if cause := slow.canceled.Load(); cause == nil || !errors.Is(*cause, sink.ErrClaimLost) {
@@ -243,10 +245,10 @@ type heldCommits struct {
 	entered, release chan struct{}
 }
 
-func (q *heldCommits) Commit(ctx context.Context, id int64, res dispatch.BatchLoaded) error {
+func (q *heldCommits) Commit(ctx context.Context, p wire.SinkCommit) error {
 	close(q.entered)
 	<-q.release
-	return q.Queue.Commit(ctx, id, res)
+	return q.Queue.Commit(ctx, p)
 }
 
 // A sink whose load committed in the data database but whose claim ran out before it reported,

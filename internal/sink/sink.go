@@ -26,8 +26,9 @@ import (
 
 	"github.com/baton-dev/baton/internal/blob"
 	"github.com/baton-dev/baton/internal/dataset"
-	"github.com/baton-dev/baton/internal/dispatch"
+	"github.com/baton-dev/baton/internal/pipeline"
 	"github.com/baton-dev/baton/internal/transport"
+	"github.com/baton-dev/baton/wire"
 )
 
 // GC policies for batch artifacts after their batch is committed.
@@ -65,7 +66,7 @@ type Sink struct {
 
 	// loadHook, when set (by tests), runs just before a batch is loaded into the data database,
 	// with the load's context.
-	loadHook func(ctx context.Context, m *dispatch.SinkMessage)
+	loadHook func(ctx context.Context, m wire.SinkMessage)
 }
 
 // New returns a sink; Run starts it.
@@ -162,8 +163,8 @@ func (s *Sink) Run(ctx context.Context) {
 
 // claim claims up to n messages: from the queue's long poll, or after wake-ups naming them, with
 // the wake-up of each message claimed that way.
-func (s *Sink) claim(ctx context.Context, n int) ([]*dispatch.SinkMessage, map[int64]transport.Delivery, error) {
-	p := dispatch.ClaimBatchesParams{Max: n, Visibility: s.cfg.Visibility, Wait: claimWait}
+func (s *Sink) claim(ctx context.Context, n int) ([]wire.SinkMessage, map[int64]transport.Delivery, error) {
+	p := wire.SinkClaimRequest{Max: n, VisibilitySeconds: s.visibilitySeconds(), WaitSeconds: int(claimWait / time.Second)}
 	if s.cfg.Wakeups == nil {
 		msgs, err := s.cfg.Queue.Claim(ctx, p)
 		return msgs, nil, err
@@ -173,11 +174,11 @@ func (s *Sink) claim(ctx context.Context, n int) ([]*dispatch.SinkMessage, map[i
 		return nil, nil, fmt.Errorf("receive wake-ups: %w", err)
 	}
 	if len(ds) == 0 {
-		p.Wait = 0
+		p.WaitSeconds = 0
 		msgs, err := s.cfg.Queue.Claim(ctx, p)
 		return msgs, nil, err
 	}
-	var msgs []*dispatch.SinkMessage
+	var msgs []wire.SinkMessage
 	wakes := map[int64]transport.Delivery{}
 	for _, d := range ds {
 		id, err := strconv.ParseInt(d.TaskID(), 10, 64)
@@ -185,7 +186,7 @@ func (s *Sink) claim(ctx context.Context, n int) ([]*dispatch.SinkMessage, map[i
 			_ = d.Ack(ctx) // not a message id: nothing to claim
 			continue
 		}
-		got, err := s.cfg.Queue.Claim(ctx, dispatch.ClaimBatchesParams{ID: id, Visibility: s.cfg.Visibility})
+		got, err := s.cfg.Queue.Claim(ctx, wire.SinkClaimRequest{ID: id, VisibilitySeconds: s.visibilitySeconds()})
 		if err != nil {
 			// Those claimed so far come back once their visibility ends; the wake-ups not
 			// acknowledged come again.
@@ -217,7 +218,7 @@ var ErrClaimLost = errors.New("the claim of the batch was lost while loading it"
 // it a repeat with the first one's result, so a load that committed just before its claim was
 // lost is still committed here, and the new holder's repeat commits the same result again,
 // which changes nothing.
-func (s *Sink) Process(ctx context.Context, m *dispatch.SinkMessage) error {
+func (s *Sink) Process(ctx context.Context, m wire.SinkMessage) error {
 	s.log.DebugContext(ctx, "sink: loading a batch", "id", m.ID, "dataset", m.Dataset.Name, "receive", m.ReceiveCount, "uri", m.BatchURI)
 	loadCtx, cancelLoad := context.WithCancelCause(ctx)
 	defer cancelLoad(nil)
@@ -230,7 +231,7 @@ func (s *Sink) Process(ctx context.Context, m *dispatch.SinkMessage) error {
 		return err
 	}
 	if reason != "" {
-		dead, err := s.cfg.Queue.Fail(ctx, m.ID, m.ReceiveCount, reason)
+		dead, err := s.cfg.Queue.Fail(ctx, wire.SinkFail{ID: m.ID, ReceiveCount: m.ReceiveCount, Error: reason})
 		if err != nil {
 			return fmt.Errorf("fail batch %d: %w", m.ID, err)
 		}
@@ -238,8 +239,8 @@ func (s *Sink) Process(ctx context.Context, m *dispatch.SinkMessage) error {
 			"dead_lettered", dead, "reason", reason)
 		return nil
 	}
-	res := dispatch.BatchLoaded{Cursor: loaded.Cursor, Inserted: loaded.Inserted, Facets: loaded.Facets}
-	if err := s.cfg.Queue.Commit(ctx, m.ID, res); err != nil {
+	res := wire.SinkCommit{ID: m.ID, Cursor: loaded.Cursor, Inserted: loaded.Inserted, Facets: loaded.Facets}
+	if err := s.cfg.Queue.Commit(ctx, res); err != nil {
 		return fmt.Errorf("commit batch %d: %w", m.ID, err)
 	}
 	s.log.DebugContext(ctx, "sink: batch committed", "id", m.ID, "dataset", m.Dataset.Name, "inserted", loaded.Inserted,
@@ -258,8 +259,9 @@ func (s *Sink) Process(ctx context.Context, m *dispatch.SinkMessage) error {
 // returns an error wrapping ErrClaimLost. An extension that fails otherwise (the server out of
 // reach) is tried again at the next tick: the claim is lost only if another sink claims the
 // message meanwhile.
-func (s *Sink) holdClaim(ctx context.Context, m *dispatch.SinkMessage, cancelLoad context.CancelCauseFunc) (release func() error) {
-	visibility := min(max(s.cfg.Visibility, time.Second), time.Hour) // what an extension may ask for
+func (s *Sink) holdClaim(ctx context.Context, m wire.SinkMessage, cancelLoad context.CancelCauseFunc) (release func() error) {
+	seconds := s.visibilitySeconds()
+	visibility := time.Duration(seconds) * time.Second
 	ctx, stop := context.WithCancel(ctx)
 	var lost error
 	done := make(chan struct{})
@@ -273,13 +275,13 @@ func (s *Sink) holdClaim(ctx context.Context, m *dispatch.SinkMessage, cancelLoa
 				return
 			case <-tick.Chan():
 			}
-			err := s.cfg.Queue.Extend(ctx, m.ID, m.ReceiveCount, visibility)
+			err := s.cfg.Queue.Extend(ctx, wire.SinkExtend{ID: m.ID, ReceiveCount: m.ReceiveCount, VisibilitySeconds: seconds})
 			switch {
 			case err == nil:
 				s.log.DebugContext(ctx, "sink: claim extended", "id", m.ID, "receive", m.ReceiveCount, "visibility", visibility)
 			case ctx.Err() != nil:
 				return
-			case errors.Is(err, dispatch.ErrBatchNotClaimed) || errors.Is(err, dispatch.ErrBatchNotFound):
+			case errors.Is(err, ErrNotClaimed) || errors.Is(err, ErrNotFound):
 				lost = fmt.Errorf("%w: %w", ErrClaimLost, err)
 				cancelLoad(lost)
 				return
@@ -298,15 +300,22 @@ func (s *Sink) holdClaim(ctx context.Context, m *dispatch.SinkMessage, cancelLoa
 
 // load reads, validates and loads m's batch. reason, when not empty, is why the batch cannot be
 // loaded (the message is to be failed); err is a failure to do the work at all.
-func (s *Sink) load(ctx context.Context, m *dispatch.SinkMessage) (loaded dataset.Loaded, key, reason string, err error) {
-	if m.Dataset.Schema == nil {
+func (s *Sink) load(ctx context.Context, m wire.SinkMessage) (loaded dataset.Loaded, key, reason string, err error) {
+	var schema *pipeline.Schema
+	if len(m.Dataset.Schema) > 0 && string(m.Dataset.Schema) != "null" {
+		schema = &pipeline.Schema{}
+		if err := json.Unmarshal(m.Dataset.Schema, schema); err != nil {
+			return loaded, "", fmt.Sprintf("the dataset's row schema cannot be read: %v", err), nil
+		}
+	}
+	if schema == nil {
 		return loaded, "", "the dataset has no row schema", nil
 	}
 	// The server checked the URI at publish; check again, so no record can make the sink read
 	// outside the buffer location.
 	key, err = s.cfg.Blob.Key(m.BatchURI)
-	if err != nil || !strings.HasPrefix(key, dispatch.BufferPrefix) {
-		return loaded, "", fmt.Sprintf("batch_uri %q is outside the buffer location %s", m.BatchURI, s.cfg.Blob.URI(dispatch.BufferPrefix)), nil
+	if err != nil || !strings.HasPrefix(key, blob.BufferPrefix) {
+		return loaded, "", fmt.Sprintf("batch_uri %q is outside the buffer location %s", m.BatchURI, s.cfg.Blob.URI(blob.BufferPrefix)), nil
 	}
 	r, err := s.cfg.Blob.Get(ctx, key)
 	if errors.Is(err, blob.ErrNotFound) {
@@ -315,12 +324,12 @@ func (s *Sink) load(ctx context.Context, m *dispatch.SinkMessage) (loaded datase
 	if err != nil {
 		return loaded, key, fmt.Sprintf("read the batch artifact: %v", err), nil
 	}
-	rows, err := dataset.ParseBatch(r, m.Dataset.Schema, s.cfg.MaxBatchBytes)
+	rows, err := dataset.ParseBatch(r, schema, s.cfg.MaxBatchBytes)
 	r.Close()
 	if err != nil {
 		return loaded, key, err.Error(), nil
 	}
-	if err := s.ensure(ctx, m); err != nil {
+	if err := s.ensure(ctx, m.Dataset.UUID, schema); err != nil {
 		if errors.Is(err, dataset.ErrIncompatible) {
 			return loaded, key, err.Error(), nil
 		}
@@ -329,28 +338,35 @@ func (s *Sink) load(ctx context.Context, m *dispatch.SinkMessage) (loaded datase
 	if s.loadHook != nil {
 		s.loadHook(ctx, m)
 	}
-	loaded, err = s.cfg.Data.Load(ctx, dataset.Batch{ID: m.Dataset.UUID + ":" + strconv.FormatInt(m.ID, 10), Tenant: m.Tenant,
-		DatasetUUID: m.Dataset.UUID, Schema: m.Dataset.Schema, Rows: rows, FacetFields: m.Dataset.FilterFields})
+	loaded, err = s.cfg.Data.Load(ctx, dataset.Batch{ID: m.Dataset.UUID + ":" + strconv.FormatInt(m.ID, 10), Tenant: m.OrgID,
+		DatasetUUID: m.Dataset.UUID, Schema: schema, Rows: rows, FacetFields: m.Dataset.FilterFields})
 	if err != nil {
 		return loaded, key, "", fmt.Errorf("load batch %d: %w", m.ID, err)
 	}
 	return loaded, key, "", nil
 }
 
-// ensure makes sure the dataset's table serves the message's schema, once per schema.
-func (s *Sink) ensure(ctx context.Context, m *dispatch.SinkMessage) error {
-	schema, _ := json.Marshal(m.Dataset.Schema)
+// ensure makes sure the dataset's table serves the schema, once per schema.
+func (s *Sink) ensure(ctx context.Context, datasetUUID string, schema *pipeline.Schema) error {
+	text, _ := json.Marshal(schema)
 	s.mu.Lock()
-	done := s.ensured[m.Dataset.UUID] == string(schema)
+	done := s.ensured[datasetUUID] == string(text)
 	s.mu.Unlock()
 	if done {
 		return nil
 	}
-	if err := s.cfg.Data.Ensure(ctx, m.Dataset.UUID, m.Dataset.Schema); err != nil {
+	if err := s.cfg.Data.Ensure(ctx, datasetUUID, schema); err != nil {
 		return err
 	}
 	s.mu.Lock()
-	s.ensured[m.Dataset.UUID] = string(schema)
+	s.ensured[datasetUUID] = string(text)
 	s.mu.Unlock()
 	return nil
+}
+
+// visibilitySeconds is the claim visibility asked for, in the whole seconds the queue takes
+// (rounded up, from 1 s to 1 h).
+func (s *Sink) visibilitySeconds() int {
+	v := min(max(s.cfg.Visibility, time.Second), time.Hour)
+	return int((v + time.Second - 1) / time.Second)
 }

@@ -32,6 +32,7 @@ import (
 	"github.com/baton-dev/baton/internal/store/storetest"
 	"github.com/baton-dev/baton/internal/transport"
 	"github.com/baton-dev/baton/internal/transport/dial"
+	"github.com/baton-dev/baton/wire"
 )
 
 const tenant = "acme"
@@ -93,11 +94,11 @@ func newFixture(t testing.TB, drv storetest.Driver, storage, way string) *fixtur
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { f.blob.Close() })
-	f.d, err = dispatch.New(f.st, dispatch.Config{Clock: f.clock, Logger: quiet, Blob: f.blob, Tables: sink.Tables{DB: f.data}})
+	f.d, err = dispatch.New(f.st, dispatch.Config{Clock: f.clock, Logger: quiet, Blob: f.blob, Tables: dispatch.DatasetDB{DB: f.data}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	f.queue = sink.Local{D: f.d}
+	f.queue = api.SinkQueue{D: f.d}
 	if way == "remote" {
 		s := api.New(api.Config{Dispatcher: f.d, Auth: auth.NewAuthenticator(f.st, auth.Limits{}, nil), Tokens: auth.NewTokens(f.st, nil), Logger: quiet})
 		srv := httptest.NewServer(s.InternalHandler())
@@ -141,7 +142,7 @@ func (f *fixture) claim(taskID string) *dispatch.Claim {
 // publish writes rows (JSONL lines) as the batch name of c's attempt and publishes it.
 func (f *fixture) publish(c *dispatch.Claim, name string, rows ...string) string {
 	f.t.Helper()
-	key := dispatch.BatchPrefix(f.dataset.UUID, c.Task.ID, c.Task.Attempt) + name
+	key := blob.BatchPrefix(f.dataset.UUID, c.Task.ID, c.Task.Attempt) + name
 	if err := f.blob.Put(f.ctx, key, []byte(strings.Join(rows, "\n")+"\n"), "application/jsonl"); err != nil {
 		f.t.Fatal(err)
 	}
@@ -157,7 +158,7 @@ func (f *fixture) process() int {
 	f.t.Helper()
 	n := 0
 	for {
-		msgs, err := f.queue.Claim(f.ctx, dispatch.ClaimBatchesParams{Max: 1})
+		msgs, err := f.queue.Claim(f.ctx, wire.SinkClaimRequest{Max: 1})
 		if err != nil {
 			f.t.Fatalf("claim: %v", err)
 		}
@@ -173,7 +174,7 @@ func (f *fixture) process() int {
 
 func (f *fixture) rows(tenant string) []map[string]any {
 	f.t.Helper()
-	page, err := sink.Tables{DB: f.data}.Rows(f.ctx, f.dataset.UUID, schemaOf(f.t, f.dataset), dispatch.RowQuery{Tenant: tenant, Limit: 1000})
+	page, err := dispatch.DatasetDB{DB: f.data}.Rows(f.ctx, f.dataset.UUID, schemaOf(f.t, f.dataset), dispatch.RowQuery{Tenant: tenant, Limit: 1000})
 	if err != nil {
 		f.t.Fatal(err)
 	}

@@ -1,23 +1,22 @@
-package sink
+package dispatch
 
 import (
 	"context"
 	"errors"
 
 	"github.com/baton-dev/baton/internal/dataset"
-	"github.com/baton-dev/baton/internal/dispatch"
 	"github.com/baton-dev/baton/internal/pipeline"
 )
 
-// Tables serves the dispatcher's view of the data database (dispatch.DatasetTables): the tables a
-// deploy creates, and the rows a tenant reads back.
-type Tables struct{ DB *dataset.DB }
+// DatasetDB is the data database as the dispatcher sees it (DatasetTables): the tables a deploy
+// creates, and the rows a tenant reads back.
+type DatasetDB struct{ DB *dataset.DB }
 
-var _ dispatch.DatasetTables = Tables{}
+var _ DatasetTables = DatasetDB{}
 
 // EnsureTables changes the tables of a deploy's buffered datasets in one transaction of the data
 // database, or none (dataset.DB.EnsureAll), committed only if during succeeds.
-func (t Tables) EnsureTables(ctx context.Context, tables []dispatch.DatasetTable, during func() error) error {
+func (t DatasetDB) EnsureTables(ctx context.Context, tables []DatasetTable, during func() error) error {
 	want := make([]dataset.Table, len(tables))
 	for i, x := range tables {
 		want[i] = dataset.Table{DatasetUUID: x.DatasetUUID, Schema: x.Schema}
@@ -29,7 +28,7 @@ func (t Tables) EnsureTables(ctx context.Context, tables []dispatch.DatasetTable
 		for id, e := range inc.Datasets {
 			reasons[id] = e.Error()
 		}
-		return &dispatch.IncompatibleTablesError{Reasons: reasons}
+		return &IncompatibleTablesError{Reasons: reasons}
 	}
 	return err
 }
@@ -37,11 +36,11 @@ func (t Tables) EnsureTables(ctx context.Context, tables []dispatch.DatasetTable
 // Rows reads a page of rows. A query the data database refuses (a where value that passed
 // pipeline.CheckWhere but that no column of its type can hold, such as an integer beyond 64 bits)
 // is the caller's mistake: an InvalidError, not a failure of the database.
-func (t Tables) Rows(ctx context.Context, datasetUUID string, s *pipeline.Schema, q dispatch.RowQuery) (dispatch.RowPage, error) {
+func (t DatasetDB) Rows(ctx context.Context, datasetUUID string, s *pipeline.Schema, q RowQuery) (RowPage, error) {
 	page, err := t.DB.Rows(ctx, datasetUUID, s, dataset.Query{Tenant: q.Tenant, Where: q.Where, Cursor: q.Cursor,
 		After: q.After, Limit: q.Limit})
 	if errors.Is(err, dataset.ErrBadQuery) {
-		return dispatch.RowPage{}, &dispatch.InvalidError{Message: err.Error()}
+		return RowPage{}, &InvalidError{Message: err.Error()}
 	}
-	return dispatch.RowPage{Rows: page.Rows, Next: page.Next}, err
+	return RowPage{Rows: page.Rows, Next: page.Next}, err
 }
