@@ -58,6 +58,7 @@ import (
 	"github.com/baton-dev/baton/internal/blob"
 	"github.com/baton-dev/baton/internal/mtls"
 	"github.com/baton-dev/baton/internal/transport/dial"
+	"github.com/baton-dev/baton/wire"
 )
 
 // Task is one claimed attempt of a task, as a Handler receives it.
@@ -101,38 +102,18 @@ type PipelineTask struct {
 	Trigger  json.RawMessage `json:"trigger,omitempty"`
 }
 
-// PipelineJob names the pipeline job a task runs for, and the pipeline version it was created
-// under.
-type PipelineJob struct {
-	DAGName string `json:"dag_name"`
-	Name    string `json:"name"`
-	Version string `json:"pipeline_version"`
-}
-
-// DatasetInput is a dataset the task reads. The input whose event started the task carries the
-// event's version and cursor, or its partition; Where is the filter to apply when reading.
-type DatasetInput struct {
-	InputIndex     int             `json:"input_index"`
-	DatasetUUID    string          `json:"dataset_uuid"`
-	DatasetVersion string          `json:"dataset_version"`
-	DatasetName    string          `json:"dataset_name,omitempty"`
-	Cursor         *int64          `json:"cursor,omitempty"`
-	PartitionKey   string          `json:"partition_key,omitempty"`
-	Start          *int64          `json:"start,omitempty"`
-	End            *int64          `json:"end,omitempty"`
-	Where          json.RawMessage `json:"where,omitempty"`
-	StorageRef     json.RawMessage `json:"storage_ref"`
-}
-
-// DatasetOutput is a dataset the task writes: output OutputIndex of its job.
-type DatasetOutput struct {
-	OutputIndex    int    `json:"output_index"`
-	DatasetUUID    string `json:"dataset_uuid"`
-	DatasetVersion string `json:"dataset_version"`
-	DatasetName    string `json:"dataset_name,omitempty"`
-	// WriteMode is "buffered" for a dataset the task adds rows to with PublishBatch.
-	WriteMode string `json:"write_mode,omitempty"`
-}
+// The data-plane part of a pipeline task, in the shapes every worker dialect hands it.
+type (
+	// PipelineJob names the pipeline job a task runs for, and the pipeline version it was
+	// created under.
+	PipelineJob = wire.PipelineJob
+	// DatasetInput is a dataset the task reads. The input whose event started the task carries
+	// the event's version and cursor, or its partition; Where is the filter to apply when reading.
+	DatasetInput = wire.DatasetInput
+	// DatasetOutput is a dataset the task writes: output OutputIndex of its job. WriteMode is
+	// "buffered" for a dataset the task adds rows to with PublishBatch.
+	DatasetOutput = wire.DatasetOutput
+)
 
 // Handler runs one attempt of a task. Its output is JSON-encoded; a json.RawMessage passes
 // through.

@@ -35,6 +35,7 @@ import (
 	"github.com/baton-dev/baton/internal/lifecycle"
 	"github.com/baton-dev/baton/internal/pushsig"
 	"github.com/baton-dev/baton/internal/store"
+	"github.com/baton-dev/baton/wire"
 )
 
 // PushConfig configures the push dispatcher.
@@ -289,12 +290,12 @@ type taskEnvelope struct {
 	IdempotencyKey      string                     `json:"idempotencyKey"` // also the Idempotency-Key header
 	// A pipeline task's data plane, in the worker contracts' own names: its pipeline job, its
 	// operator and config, the datasets it reads and writes, and what started it.
-	Job      *dispatch.RouteJob     `json:"job,omitempty"`
-	Operator string                 `json:"operator,omitempty"`
-	Config   json.RawMessage        `json:"config,omitempty"`
-	Inputs   []dispatch.RouteInput  `json:"inputs,omitempty"`
-	Outputs  []dispatch.RouteOutput `json:"outputs,omitempty"`
-	Trigger  json.RawMessage        `json:"trigger,omitempty"`
+	Job      *wire.PipelineJob    `json:"job,omitempty"`
+	Operator string               `json:"operator,omitempty"`
+	Config   json.RawMessage      `json:"config,omitempty"`
+	Inputs   []wire.DatasetInput  `json:"inputs,omitempty"`
+	Outputs  []wire.DatasetOutput `json:"outputs,omitempty"`
+	Trigger  json.RawMessage      `json:"trigger,omitempty"`
 	// Traceparent is the W3C trace context of the task's job, also sent as the traceparent
 	// header; left out when the job has none.
 	Traceparent string `json:"traceparent,omitempty"`

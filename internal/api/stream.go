@@ -29,6 +29,7 @@ import (
 	"github.com/baton-dev/baton/internal/lifecycle"
 	"github.com/baton-dev/baton/internal/store"
 	"github.com/baton-dev/baton/internal/transport"
+	"github.com/baton-dev/baton/wire"
 )
 
 const (
@@ -185,12 +186,12 @@ type streamClaimed struct {
 	// when the job has none.
 	Traceparent string `json:"traceparent,omitempty"`
 	// A pipeline task's data-plane part, all set or all left out.
-	Job      *dispatch.RouteJob      `json:"job,omitempty"`
-	Operator string                  `json:"operator,omitempty"`
-	Config   json.RawMessage         `json:"config,omitempty"`
-	Inputs   *[]dispatch.RouteInput  `json:"inputs,omitempty"`
-	Outputs  *[]dispatch.RouteOutput `json:"outputs,omitempty"`
-	Trigger  json.RawMessage         `json:"trigger,omitempty"`
+	Job      *wire.PipelineJob     `json:"job,omitempty"`
+	Operator string                `json:"operator,omitempty"`
+	Config   json.RawMessage       `json:"config,omitempty"`
+	Inputs   *[]wire.DatasetInput  `json:"inputs,omitempty"`
+	Outputs  *[]wire.DatasetOutput `json:"outputs,omitempty"`
+	Trigger  json.RawMessage       `json:"trigger,omitempty"`
 }
 
 // streamClaimAnswers answers claims in order, each with its message id.

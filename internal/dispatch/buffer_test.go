@@ -15,6 +15,7 @@ import (
 	"github.com/baton-dev/baton/internal/pipeline/pipelinetest"
 	"github.com/baton-dev/baton/internal/store"
 	"github.com/baton-dev/baton/internal/store/storetest"
+	"github.com/baton-dev/baton/wire"
 )
 
 // bufferEnv is an env with object storage, pipelinetest.AlertsDoc deployed and a running task that publishes.
@@ -398,7 +399,7 @@ func TestCommittedBatchRoutesToConsumersWhoseWhereMatches(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			var route dispatch.TaskRoute
+			var route wire.Route
 			if err := json.Unmarshal(task.Route, &route); err != nil {
 				t.Fatal(err)
 			}

@@ -13,6 +13,7 @@ import (
 	"github.com/baton-dev/baton/internal/lifecycle"
 	"github.com/baton-dev/baton/internal/store"
 	"github.com/baton-dev/baton/internal/store/storetest"
+	"github.com/baton-dev/baton/wire"
 )
 
 // chainDoc is a pipeline: a source emits block ranges on output 0 (published as "blocks"), a
@@ -284,7 +285,7 @@ func TestRoutedTaskCarriesItsDataPlane(t *testing.T) {
 		if r == nil {
 			t.Fatal("the routed task has no route")
 		}
-		if r.Job != (dispatch.RouteJob{DAGName: "chain", Name: "testnets", Version: e.view.Pipeline.ActiveVersion}) {
+		if r.Job != (wire.PipelineJob{DAGName: "chain", Name: "testnets", Version: e.view.Pipeline.ActiveVersion}) {
 			t.Errorf("route job %+v, want version %s", r.Job, e.view.Pipeline.ActiveVersion)
 		}
 		if len(r.Inputs) != 1 {
@@ -302,7 +303,7 @@ func TestRoutedTaskCarriesItsDataPlane(t *testing.T) {
 		}
 		r = dispatch.DecodeRoute(claims[0].Task)
 		ranges, rv := e.output("ranges", 0)
-		if len(r.Outputs) != 1 || r.Outputs[0] != (dispatch.RouteOutput{OutputIndex: 0, DatasetUUID: ranges, DatasetVersion: rv}) {
+		if len(r.Outputs) != 1 || r.Outputs[0] != (wire.DatasetOutput{OutputIndex: 0, DatasetUUID: ranges, DatasetVersion: rv}) {
 			t.Errorf("outputs %+v", r.Outputs)
 		}
 		job, err := st.GetJob(e.ctx, claims[0].Task.JobID)

@@ -8,6 +8,7 @@ import (
 
 	"github.com/baton-dev/baton/internal/pipeline"
 	"github.com/baton-dev/baton/internal/store"
+	"github.com/baton-dev/baton/wire"
 )
 
 // pipelineSpec is a deployed pipeline version as routing and sources read it: each job with its
@@ -126,53 +127,12 @@ func (j *jobSpec) taskQueue() string {
 	return j.Queue
 }
 
-// TaskRoute is the data-plane part of a pipeline task's payload, which every worker dialect
-// hands to the task: which pipeline job it runs for, what it reads and what it writes.
-type TaskRoute struct {
-	Job     RouteJob        `json:"job"`
-	Inputs  []RouteInput    `json:"inputs"`
-	Outputs []RouteOutput   `json:"outputs"`
-	Trigger json.RawMessage `json:"trigger,omitempty"`
-}
-
-// RouteJob names a pipeline job, and the pipeline version its task was created under.
-type RouteJob struct {
-	DAGName string `json:"dag_name"`
-	Name    string `json:"name"`
-	Version string `json:"pipeline_version"`
-}
-
-// RouteInput is a dataset a task reads: for the input whose event started it, the event's
-// version and cursor or partition; for the others, the version current when it was created.
-type RouteInput struct {
-	InputIndex     int             `json:"input_index"`
-	DatasetUUID    string          `json:"dataset_uuid"`
-	DatasetVersion string          `json:"dataset_version"`
-	DatasetName    string          `json:"dataset_name,omitempty"`
-	Cursor         *int64          `json:"cursor,omitempty"`
-	PartitionKey   string          `json:"partition_key,omitempty"`
-	Start          *int64          `json:"start,omitempty"`
-	End            *int64          `json:"end,omitempty"`
-	Where          json.RawMessage `json:"where,omitempty"`
-	StorageRef     json.RawMessage `json:"storage_ref"`
-}
-
-// RouteOutput is a dataset a task writes, at the version current when it was created.
-type RouteOutput struct {
-	OutputIndex    int    `json:"output_index"`
-	DatasetUUID    string `json:"dataset_uuid"`
-	DatasetVersion string `json:"dataset_version"`
-	DatasetName    string `json:"dataset_name,omitempty"`
-	// WriteMode is the dataset's: "buffered" for one that tasks add rows to by publishing batches.
-	WriteMode string `json:"write_mode,omitempty"`
-}
-
 // DecodeRoute reads a task's route; nil for a task that is not a pipeline task.
-func DecodeRoute(t *store.Task) *TaskRoute {
+func DecodeRoute(t *store.Task) *wire.Route {
 	if len(t.Route) == 0 {
 		return nil
 	}
-	var r TaskRoute
+	var r wire.Route
 	if json.Unmarshal(t.Route, &r) != nil {
 		return nil
 	}
@@ -182,10 +142,10 @@ func DecodeRoute(t *store.Task) *TaskRoute {
 // route builds the route of a task of j: started by event e on input fired (e nil, fired -1: a
 // source task, with trigger describing what started it).
 func (j *jobSpec) route(s *pipelineSpec, known *knownDatasets, fired int, e *routedEvent, trigger json.RawMessage) json.RawMessage {
-	r := TaskRoute{Job: RouteJob{DAGName: s.Name, Name: j.Name, Version: s.Version}, Trigger: trigger,
-		Inputs: make([]RouteInput, len(j.Inputs)), Outputs: make([]RouteOutput, len(j.Outputs))}
+	r := wire.Route{Job: wire.PipelineJob{DAGName: s.Name, Name: j.Name, Version: s.Version}, Trigger: trigger,
+		Inputs: make([]wire.DatasetInput, len(j.Inputs)), Outputs: make([]wire.DatasetOutput, len(j.Outputs))}
 	for i, in := range j.Inputs {
-		ri := RouteInput{InputIndex: i, DatasetUUID: in.DatasetUUID, DatasetName: in.DatasetName, Where: in.Where}
+		ri := wire.DatasetInput{InputIndex: i, DatasetUUID: in.DatasetUUID, DatasetName: in.DatasetName, Where: in.Where}
 		if ds := known.datasets[in.DatasetUUID]; ds != nil {
 			ri.DatasetVersion = ds.CurrentVersion
 		}
@@ -196,7 +156,7 @@ func (j *jobSpec) route(s *pipelineSpec, known *knownDatasets, fired int, e *rou
 		r.Inputs[i] = ri
 	}
 	for i, o := range j.Outputs {
-		ro := RouteOutput{OutputIndex: o.OutputIndex, DatasetUUID: o.DatasetUUID, DatasetName: o.DatasetName}
+		ro := wire.DatasetOutput{OutputIndex: o.OutputIndex, DatasetUUID: o.DatasetUUID, DatasetName: o.DatasetName}
 		if ds := known.datasets[o.DatasetUUID]; ds != nil {
 			ro.DatasetVersion, ro.WriteMode = ds.CurrentVersion, ds.WriteMode
 		}

@@ -1,0 +1,47 @@
+package wire
+
+import "encoding/json"
+
+// Route is the data-plane part of a pipeline task's payload, which every worker dialect hands to
+// the task: which pipeline job it runs for, what it reads and what it writes.
+type Route struct {
+	Job     PipelineJob     `json:"job"`
+	Inputs  []DatasetInput  `json:"inputs"`
+	Outputs []DatasetOutput `json:"outputs"`
+	Trigger json.RawMessage `json:"trigger,omitempty"`
+}
+
+// PipelineJob names the pipeline job a task runs for, and the pipeline version it was created
+// under.
+type PipelineJob struct {
+	DAGName string `json:"dag_name"`
+	Name    string `json:"name"`
+	Version string `json:"pipeline_version"`
+}
+
+// DatasetInput is a dataset a task reads: input InputIndex of its job. The input whose event
+// started the task carries the event's version and cursor, or its partition; the others the
+// version current when the task was created. Where is the filter to apply when reading.
+type DatasetInput struct {
+	InputIndex     int             `json:"input_index"`
+	DatasetUUID    string          `json:"dataset_uuid"`
+	DatasetVersion string          `json:"dataset_version"`
+	DatasetName    string          `json:"dataset_name,omitempty"`
+	Cursor         *int64          `json:"cursor,omitempty"`
+	PartitionKey   string          `json:"partition_key,omitempty"`
+	Start          *int64          `json:"start,omitempty"`
+	End            *int64          `json:"end,omitempty"`
+	Where          json.RawMessage `json:"where,omitempty"`
+	StorageRef     json.RawMessage `json:"storage_ref"`
+}
+
+// DatasetOutput is a dataset a task writes: output OutputIndex of its job, at the version
+// current when the task was created.
+type DatasetOutput struct {
+	OutputIndex    int    `json:"output_index"`
+	DatasetUUID    string `json:"dataset_uuid"`
+	DatasetVersion string `json:"dataset_version"`
+	DatasetName    string `json:"dataset_name,omitempty"`
+	// WriteMode is the dataset's: "buffered" for one that tasks add rows to by publishing batches.
+	WriteMode string `json:"write_mode,omitempty"`
+}
