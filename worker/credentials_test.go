@@ -16,6 +16,7 @@ import (
 	"github.com/baton-dev/baton/internal/dispatch"
 	"github.com/baton-dev/baton/internal/lifecycle"
 	"github.com/baton-dev/baton/internal/pipeline/pipelinetest"
+	batonserver "github.com/baton-dev/baton/internal/server"
 	"github.com/baton-dev/baton/worker"
 )
 
@@ -31,7 +32,7 @@ func TestTaskCredentialsOnS3(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer bs.Close()
-	s := newServer(t, func(c *dispatch.Config) { c.Blob = bs })
+	s := newServer(t, func(c *batonserver.Config) { c.Blob = bs })
 	if _, err := s.d.Deploy(ctx, "default", []byte(pipelinetest.AlertsDoc), "application/yaml"); err != nil {
 		t.Fatal(err)
 	}

@@ -14,11 +14,9 @@ import (
 	"time"
 
 	"github.com/baton-dev/baton/internal/api"
-	"github.com/baton-dev/baton/internal/auth"
-	"github.com/baton-dev/baton/internal/blob"
 	"github.com/baton-dev/baton/internal/dispatch"
-	"github.com/baton-dev/baton/internal/grant"
 	"github.com/baton-dev/baton/internal/lifecycle"
+	batonserver "github.com/baton-dev/baton/internal/server"
 	"github.com/baton-dev/baton/internal/store"
 	"github.com/baton-dev/baton/internal/store/storetest"
 	"github.com/baton-dev/baton/worker"
@@ -48,38 +46,28 @@ type tWriter struct{ t *testing.T }
 
 func (w tWriter) Write(p []byte) (int, error) { w.t.Log(string(p)); return len(p), nil }
 
-// newServerUnstarted makes the server without starting its internal listener.
-func newServerUnstarted(t *testing.T, configure ...func(*dispatch.Config)) *server {
+// newServerUnstarted makes the server, through the constructor `baton server` uses, without
+// starting its internal listener.
+func newServerUnstarted(t *testing.T, configure ...func(*batonserver.Config)) *server {
 	t.Helper()
 	st := storetest.OpenSQLite(t)
-	cfg := dispatch.Config{Logger: quiet()}
+	cfg := batonserver.Config{Store: st, Logger: quiet()}
 	for _, c := range configure {
 		c(&cfg)
 	}
-	d, err := dispatch.New(st, cfg)
+	b, err := batonserver.New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	apiCfg := api.Config{Dispatcher: d, Auth: auth.NewAuthenticator(st, auth.Limits{}, nil), Tokens: auth.NewTokens(st, nil), Logger: quiet()}
-	if bs, ok := cfg.Blob.(*blob.Store); ok {
-		// Tokens grant the attempt's prefixes, and with S3 the server mints credentials.
-		apiCfg.StorageRoot = bs.Root()
-		if bs.S3() != nil {
-			if apiCfg.Minter, err = grant.NewMinter(bs, grant.MinterOptions{}); err != nil {
-				t.Fatal(err)
-			}
-		}
+	if err := b.Start(context.Background()); err != nil {
+		t.Fatal(err)
 	}
-	s := api.New(apiCfg)
-	reaper := d.NewReaper()
-	reaper.Start(context.Background())
-	t.Cleanup(reaper.Stop)
-	srv := &server{t: t, st: st, d: d, api: s, internal: httptest.NewUnstartedServer(s.InternalHandler())}
-	t.Cleanup(func() { s.Drain(); srv.internal.Close() })
+	srv := &server{t: t, st: st, d: b.Dispatcher, api: b.API, internal: httptest.NewUnstartedServer(b.InternalHandler())}
+	t.Cleanup(func() { b.Drain(); srv.internal.Close(); b.Stop() })
 	return srv
 }
 
-func newServer(t *testing.T, configure ...func(*dispatch.Config)) *server {
+func newServer(t *testing.T, configure ...func(*batonserver.Config)) *server {
 	t.Helper()
 	s := newServerUnstarted(t, configure...)
 	s.internal.Start()

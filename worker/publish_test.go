@@ -13,6 +13,7 @@ import (
 	"github.com/baton-dev/baton/internal/dispatch"
 	"github.com/baton-dev/baton/internal/lifecycle"
 	"github.com/baton-dev/baton/internal/pipeline/pipelinetest"
+	batonserver "github.com/baton-dev/baton/internal/server"
 	"github.com/baton-dev/baton/worker"
 )
 
@@ -25,7 +26,7 @@ func TestPublishBatchWritesAndPublishesUnderTheAttemptsPrefix(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := newServer(t, func(c *dispatch.Config) { c.Blob = bs })
+	s := newServer(t, func(c *batonserver.Config) { c.Blob = bs })
 	ctx := context.Background()
 	if _, err := s.d.Deploy(ctx, "default", []byte(pipelinetest.AlertsDoc), "application/yaml"); err != nil {
 		t.Fatal(err)
@@ -132,7 +133,7 @@ func TestPublishBatchRefusesADatasetTheJobDoesNotWrite(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := newServer(t, func(c *dispatch.Config) { c.Blob = bs })
+	s := newServer(t, func(c *batonserver.Config) { c.Blob = bs })
 	ctx := context.Background()
 	// The plain job's tenant (the harness's) has the buffered dataset.
 	if _, err := s.d.Deploy(ctx, "acme", []byte(pipelinetest.AlertsDoc), "application/yaml"); err != nil {

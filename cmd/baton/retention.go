@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/baton-dev/baton/internal/maintenance"
-	"github.com/baton-dev/baton/internal/metrics"
 )
 
 // retentionFlags are --retention, --retention-tenant and --dead-letter-retention.
@@ -39,8 +38,8 @@ func (f *retentionFlags) check() error {
 }
 
 // config is the dispatcher's retention config of the flags.
-func (f *retentionFlags) config(m *metrics.Metrics) maintenance.RetentionConfig {
-	return maintenance.RetentionConfig{Retention: f.retention, Tenants: f.tenants.m, DeadLetterRetention: f.deadLetter, Metrics: m}
+func (f *retentionFlags) config() maintenance.RetentionConfig {
+	return maintenance.RetentionConfig{Retention: f.retention, Tenants: f.tenants.m, DeadLetterRetention: f.deadLetter}
 }
 
 // tenantRetentionFlag is --retention-tenant TENANT=DURATION, checked as each is parsed.

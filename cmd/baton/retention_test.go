@@ -50,7 +50,7 @@ func TestRetentionFlags(t *testing.T) {
 		case err != nil:
 			t.Errorf("%q: %v", tc.args, err)
 		default:
-			got := f.config(nil)
+			got := f.config()
 			if got.Retention != tc.want.Retention || got.DeadLetterRetention != tc.want.DeadLetterRetention ||
 				!maps.Equal(got.Tenants, tc.want.Tenants) {
 				t.Errorf("%q: config %+v, want %+v", tc.args, got, tc.want)

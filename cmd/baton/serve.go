@@ -27,10 +27,10 @@ import (
 	"github.com/baton-dev/baton/internal/metrics"
 	"github.com/baton-dev/baton/internal/mtls"
 	"github.com/baton-dev/baton/internal/pushsig"
+	"github.com/baton-dev/baton/internal/server"
 	"github.com/baton-dev/baton/internal/sink"
 	"github.com/baton-dev/baton/internal/store"
 	"github.com/baton-dev/baton/internal/transport"
-	"github.com/baton-dev/baton/internal/ui"
 )
 
 // serverFlags are the settings `baton dev` and `baton server` share.
@@ -353,116 +353,43 @@ func serve(ctx context.Context, f *serverFlags, ls *listeners, st store.Store, l
 		return err
 	}
 	defer dp.close()
-	cfg := dispatch.Config{Logger: log, MaxTasksPerJob: f.maxTasksPerJob, Defaults: f.defaults,
-		GroupCommit: dispatch.GroupCommit{Off: !f.groupCommit, Committers: f.committers},
-		Buffer:      dispatch.BufferConfig{Visibility: f.sinkFlags.visibility}, StoreWakeups: ls.transport == nil}
-	cfg.TracerProvider = tracing.TracerProvider()
-	var minter *grant.Minter
-	var storageRoot string
-	if dp.blob != nil {
-		cfg.Blob, storageRoot = dp.blob, dp.blob.Root()
-		if dp.blob.S3() != nil {
-			if minter, err = grant.NewMinter(dp.blob, grant.MinterOptions{RoleARN: f.credentialsRole, Endpoint: f.stsEndpoint,
-				MaxDuration: f.credentialsMaxTTL}); err != nil {
-				return err
-			}
-		}
-	}
-	if dp.data != nil {
-		cfg.Tables = dispatch.DatasetDB{DB: dp.data}
-	}
-	var m *metrics.Metrics // nil: no metrics listener, nothing counted
-	if ls.metrics != nil {
-		m = metrics.New()
-		cfg.Metrics = m
-	}
-	d, err := dispatch.New(st, cfg)
-	if err != nil {
-		return err
-	}
-	// A transport whose wake-ups are stream entries lets stream-worker claims hand out their ids.
-	wakeups, _ := ls.transport.(transport.MessageIDs)
-	authn := auth.NewAuthenticator(st, f.limits, nil)
-	// The dashboard's live pages end when shutdown begins, like the API's event streams.
-	dashDone := make(chan struct{})
-	dash, err := ui.New(ui.Config{Dispatcher: d, Auth: authn, Logger: log, Done: dashDone, Metrics: m})
-	if err != nil {
-		return err
-	}
-	s := api.New(api.Config{Dispatcher: d, Auth: authn, Tokens: auth.NewTokens(st, nil),
-		Logger: log, MaxBodyBytes: f.maxBodyBytes, PushTargets: ls.pushTargets, Wakeups: wakeups,
-		CORSOrigins: f.corsOrigins.origins, StorageRoot: storageRoot, Minter: minter, Dashboard: dash,
-		Metrics: m, TracerProvider: tracing.TracerProvider()})
-	reaper := d.NewReaper()
-	reaper.Start(ctx)
-	defer reaper.Stop()
-	// With the store transport workers find work in the store, so the relay only marks wake-ups
-	// sent and prunes them; with redis or nats it publishes them, and the reconciler heals what
-	// the transport loses.
-	maint := maintenance.Env{Store: st, Logger: log}
-	var publisher maintenance.Publisher = maintenance.StorePublisher{}
 	if ls.transport != nil {
 		defer ls.transport.Close()
-		publisher = maintenance.TransportPublisher{Transport: ls.transport}
-		rec := maintenance.NewReconciler(maint, ls.transport, maintenance.ReconcilerConfig{Every: f.reconcileEvery, Grace: f.reconcileGrace})
-		rec.Start(ctx)
-		defer rec.Stop()
 		log.Info("wake-up transport", "transport", ls.transport.Name(), "url", redactURL(f.transport.url()), "namespace", f.transport.namespace)
 	}
-	relay := maintenance.NewRelay(maint, maintenance.RelayConfig{Publisher: publisher, Wake: d.TaskReady})
-	relay.Start(ctx)
-	defer relay.Stop()
-	router := d.NewRouter(dispatch.RouteConfig{})
-	router.Start(ctx)
-	defer router.Stop()
-	sources := d.NewSources()
-	sources.Start(ctx)
-	defer sources.Stop()
-	retention, err := maintenance.NewRetention(maint, f.retention.config(m))
+	cfg := server.Config{Store: st, Logger: log,
+		Dispatch: dispatch.Config{MaxTasksPerJob: f.maxTasksPerJob, Defaults: f.defaults,
+			GroupCommit: dispatch.GroupCommit{Off: !f.groupCommit, Committers: f.committers},
+			Buffer:      dispatch.BufferConfig{Visibility: f.sinkFlags.visibility}},
+		API:    api.Config{MaxBodyBytes: f.maxBodyBytes, PushTargets: ls.pushTargets, CORSOrigins: f.corsOrigins.origins},
+		Limits: f.limits,
+		Push: api.PushConfig{Targets: ls.pushTargets, Secrets: ls.pushSecrets, Timeout: f.pushTimeout,
+			CallbackBaseURL: cmp.Or(f.publicURL, "http://"+ls.producer.Addr().String())},
+		Blob: dp.blob, Data: dp.data, Transport: ls.transport, TracerProvider: tracing.TracerProvider(),
+		Credentials: grant.MinterOptions{RoleARN: f.credentialsRole, Endpoint: f.stsEndpoint, MaxDuration: f.credentialsMaxTTL},
+		Retention:   f.retention.config(),
+		Reconcile:   maintenance.ReconcilerConfig{Every: f.reconcileEvery, Grace: f.reconcileGrace},
+	}
+	if ls.metrics != nil {
+		cfg.Metrics = metrics.New()
+	}
+	if f.sink {
+		cfg.Sink = &sink.Config{GC: f.sinkFlags.gc, Workers: f.sinkFlags.workers, Visibility: f.sinkFlags.visibility}
+		cfg.SinkConsumer = consumerName("sink")
+	}
+	srv, err := server.New(cfg)
 	if err != nil {
 		return err
 	}
-	retention.Start(ctx)
-	defer retention.Stop()
-	control := d.NewController("baton-server")
-	control.Start(ctx)
-	defer control.Stop()
-	// The push runtime: deliver push tasks to their HTTP targets.
-	pusher := s.NewPusher(api.PushConfig{Targets: ls.pushTargets, Secrets: ls.pushSecrets, Timeout: f.pushTimeout,
-		CallbackBaseURL: cmp.Or(f.publicURL, "http://"+ls.producer.Addr().String())})
-	pusher.Start(ctx)
-	defer pusher.Stop()
-	// The sink of this process (baton dev, baton server --sink).
-	sinkCtx, stopSink := context.WithCancel(ctx)
-	sinkDone := make(chan struct{})
-	if f.sink {
-		cfg := sink.Config{Queue: api.SinkQueue{D: d}, Blob: dp.blob, Data: dp.data, GC: f.sinkFlags.gc,
-			Workers: f.sinkFlags.workers, Visibility: f.sinkFlags.visibility, Logger: log}
-		if ls.transport != nil {
-			cfg.Wakeups = ls.transport.NewConsumer(consumerName("sink"))
-			defer cfg.Wakeups.Close()
-		}
-		sk, err := sink.New(cfg)
-		if err != nil {
-			stopSink()
-			return err
-		}
-		go func() { defer close(sinkDone); sk.Run(sinkCtx) }()
-	} else {
-		close(sinkDone)
+	if err := srv.Start(ctx); err != nil {
+		return err
 	}
-	defer func() { stopSink(); <-sinkDone }()
-	// Wake long-polling claimers when another replica makes a task ready (PostgreSQL).
-	listenCtx, stopListening := context.WithCancel(ctx)
-	defer stopListening()
-	go d.ListenForWakeups(listenCtx)
+	defer srv.Stop()
 
-	servers := []*http.Server{newHTTPServer(s.ProducerHandler(), f.http, log), newHTTPServer(s.InternalHandler(), f.http, log)}
+	servers := []*http.Server{newHTTPServer(srv.ProducerHandler(), f.http, log), newHTTPServer(srv.InternalHandler(), f.http, log)}
 	listeners := []net.Listener{ls.producer, ls.internal}
-	if m != nil {
-		// The tasks and outbox gauges are counted in the background, never per scrape.
-		go m.RefreshLoop(ctx, st, metrics.DefaultRefreshEvery, log)
-		servers, listeners = append(servers, newHTTPServer(metricsHandler(m), f.http, log)), append(listeners, ls.metrics)
+	if cfg.Metrics != nil {
+		servers, listeners = append(servers, newHTTPServer(metricsHandler(cfg.Metrics), f.http, log)), append(listeners, ls.metrics)
 	}
 	errs := make(chan error, len(servers))
 	for i, l := range listeners {
@@ -474,26 +401,17 @@ func serve(ctx context.Context, f *serverFlags, ls *listeners, st store.Store, l
 		return fmt.Errorf("serve: %w", err)
 	}
 	log.Info("shutting down: finishing in-flight requests")
-	s.Drain()
-	close(dashDone)
 	// Push deliveries in flight finish while the callback listener still serves their targets.
-	pusher.Stop()
+	srv.Drain()
 	shutdownCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), f.shutdownTimeout)
 	defer cancel()
 	var shutdownErr error
-	for _, srv := range servers {
-		if err := srv.Shutdown(shutdownCtx); err != nil && !errors.Is(err, http.ErrServerClosed) {
+	for _, hs := range servers {
+		if err := hs.Shutdown(shutdownCtx); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			shutdownErr = errors.Join(shutdownErr, err)
 		}
 	}
-	stopSink()
-	<-sinkDone
-	reaper.Stop()
-	relay.Stop()
-	router.Stop()
-	sources.Stop()
-	retention.Stop()
-	control.Stop()
+	srv.Stop()
 	return shutdownErr
 }
 

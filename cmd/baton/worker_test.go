@@ -23,13 +23,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/baton-dev/baton/internal/api"
-	"github.com/baton-dev/baton/internal/auth"
 	"github.com/baton-dev/baton/internal/blob"
 	"github.com/baton-dev/baton/internal/dispatch"
 	"github.com/baton-dev/baton/internal/lifecycle"
 	"github.com/baton-dev/baton/internal/mtls"
 	"github.com/baton-dev/baton/internal/pipeline/pipelinetest"
+	"github.com/baton-dev/baton/internal/server"
 	"github.com/baton-dev/baton/internal/store"
 	"github.com/baton-dev/baton/internal/store/sqlite"
 )
@@ -44,7 +43,7 @@ type execServer struct {
 	certs    mtls.DevCerts
 }
 
-func newExecServer(t *testing.T, configure ...func(*dispatch.Config)) *execServer {
+func newExecServer(t *testing.T, configure ...func(*server.Config)) *execServer {
 	t.Helper()
 	ctx := context.Background()
 	st, err := sqlite.Open(ctx, filepath.Join(t.TempDir(), "baton.db"))
@@ -52,20 +51,19 @@ func newExecServer(t *testing.T, configure ...func(*dispatch.Config)) *execServe
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { st.Close() })
-	quiet := slog.New(slog.DiscardHandler)
-	cfg := dispatch.Config{Logger: quiet}
+	cfg := server.Config{Store: st, Logger: slog.New(slog.DiscardHandler)}
 	for _, c := range configure {
 		c(&cfg)
 	}
-	d, err := dispatch.New(st, cfg)
+	s, err := server.New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	reaperCtx, stopReaper := context.WithCancel(ctx)
-	reaper := d.NewReaper()
-	reaper.Start(reaperCtx)
-	t.Cleanup(func() { stopReaper(); reaper.Stop() })
-	s := api.New(api.Config{Dispatcher: d, Auth: auth.NewAuthenticator(st, auth.Limits{}, nil), Tokens: auth.NewTokens(st, nil), Logger: quiet})
+	if err := s.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.Stop)
+	d := s.Dispatcher
 	// The certificates sit in a directory every user may enter: only the key file's own mode
 	// (0600, as WriteDevCerts writes it) keeps the child out.
 	certs, err := mtls.WriteDevCerts(sharedDir(t, 0o755), nil, time.Now(), false)
@@ -82,6 +80,7 @@ func newExecServer(t *testing.T, configure ...func(*dispatch.Config)) *execServe
 	srv.internal.StartTLS()
 	t.Cleanup(srv.public.Close)
 	t.Cleanup(srv.internal.Close)
+	t.Cleanup(s.Drain) // first: long polls end before the listeners close
 	return srv
 }
 
@@ -298,7 +297,7 @@ func TestWorkerExecRefusesBatchesOfADatasetItsJobDoesNotWrite(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { bs.Close() })
-	s := newExecServer(t, func(c *dispatch.Config) { c.Blob = bs })
+	s := newExecServer(t, func(c *server.Config) { c.Blob = bs })
 	if _, err := s.d.Deploy(ctx, "acme", []byte(pipelinetest.AlertsDoc), "application/yaml"); err != nil {
 		t.Fatal(err)
 	}

@@ -34,6 +34,7 @@ import (
 	"github.com/baton-dev/baton/internal/dispatch"
 	"github.com/baton-dev/baton/internal/lifecycle"
 	"github.com/baton-dev/baton/internal/pushsig"
+	"github.com/baton-dev/baton/internal/service"
 	"github.com/baton-dev/baton/internal/store"
 	"github.com/baton-dev/baton/wire"
 )
@@ -81,11 +82,9 @@ type Pusher struct {
 	targets map[string]pushTarget
 	slots   chan struct{} // one token per delivery in flight
 
-	inflight  sync.WaitGroup
-	startOnce sync.Once
-	stopOnce  sync.Once
-	cancel    context.CancelFunc
-	done      chan struct{}
+	inflight sync.WaitGroup
+	loop     service.Loop
+	stopOnce sync.Once
 }
 
 // pushTarget is a configured target: the URL to POST to, how messages name it (without its
@@ -140,26 +139,13 @@ func parsePushTarget(raw, secret string, signed bool) pushTarget {
 
 // Start runs the push dispatcher until Stop or until ctx ends. Deliveries outlive ctx: each one
 // finishes (bounded by Timeout) and its outcome is recorded.
-func (p *Pusher) Start(ctx context.Context) {
-	p.startOnce.Do(func() {
-		ctx, p.cancel = context.WithCancel(ctx)
-		p.done = make(chan struct{})
-		go func() {
-			defer close(p.done)
-			p.run(ctx)
-		}()
-	})
-}
+func (p *Pusher) Start(ctx context.Context) error { return p.loop.Run(ctx, p.run) }
 
 // Stop stops claiming and waits for the deliveries in flight. It may be called more than once,
 // and before Start.
 func (p *Pusher) Stop() {
+	p.loop.Stop()
 	p.stopOnce.Do(func() {
-		p.startOnce.Do(func() {}) // a Start after Stop does nothing
-		if p.cancel != nil {
-			p.cancel()
-			<-p.done
-		}
 		p.inflight.Wait()
 		if p.ownTr != nil {
 			p.ownTr.CloseIdleConnections()

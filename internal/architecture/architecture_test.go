@@ -31,7 +31,9 @@ var rules = []struct {
 	{"internal/pushsig", []string{"internal/store", "internal/auth"}, "the SDK verifies push signatures with it"},
 	{"internal/mtls", []string{"internal/store", "internal/auth"}, "the SDK dials the internal listener with it"},
 	{"internal/maintenance", []string{"internal/dispatch", "internal/api", "internal/ui", "internal/sink"}, "maintenance runs over the store, a clock and a logger only"},
-	{"internal/dispatch", []string{"internal/api", "internal/ui", "internal/sink", "internal/maintenance"}, "the core is below its adapters and the services beside it"},
+	{"internal/dispatch", []string{"internal/api", "internal/ui", "internal/sink", "internal/maintenance", "internal/server"}, "the core is below its adapters and the services beside it"},
+	{"internal/api", []string{"internal/maintenance", "internal/server"}, "the HTTP adapters are composed into a server, not the other way round"},
+	{"internal/ui", []string{"internal/api", "internal/server"}, "the dashboard is one of the handlers a server composes"},
 }
 
 // without returns list less the given packages.

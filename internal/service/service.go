@@ -66,3 +66,13 @@ func (l *Loop) Stopped() <-chan struct{} {
 	defer l.mu.Unlock()
 	return l.done
 }
+
+// Func is a Service that runs fn in one goroutine until its context ends.
+func Func(fn func(ctx context.Context)) Service { return &funcService{fn: fn} }
+
+type funcService struct {
+	Loop
+	fn func(ctx context.Context)
+}
+
+func (f *funcService) Start(ctx context.Context) error { return f.Run(ctx, f.fn) }

@@ -12,10 +12,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/baton-dev/baton/internal/api"
 	"github.com/baton-dev/baton/internal/auth"
 	"github.com/baton-dev/baton/internal/dispatch"
 	"github.com/baton-dev/baton/internal/metrics"
+	batonserver "github.com/baton-dev/baton/internal/server"
 	"github.com/baton-dev/baton/internal/store"
 	"github.com/baton-dev/baton/internal/store/storetest"
 	"github.com/baton-dev/baton/internal/ui"
@@ -36,29 +36,22 @@ type server struct {
 func newServer(t testing.TB) *server {
 	t.Helper()
 	st := storetest.OpenSQLite(t)
-	d, err := dispatch.New(st, dispatch.Config{Logger: slog.New(slog.DiscardHandler)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	authn := auth.NewAuthenticator(st, auth.Limits{}, nil)
-	done := make(chan struct{})
 	m := metrics.New()
-	dash, err := ui.New(ui.Config{Dispatcher: d, Auth: authn, Poll: 100 * time.Millisecond, Done: done, Metrics: m})
+	b, err := batonserver.New(batonserver.Config{Store: st, Logger: slog.New(slog.DiscardHandler), Metrics: m,
+		UI: ui.Config{Poll: 100 * time.Millisecond}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	a := api.New(api.Config{Dispatcher: d, Auth: authn, Tokens: auth.NewTokens(st, nil), Dashboard: dash,
-		Logger: slog.New(slog.DiscardHandler)})
-	reaper := d.NewReaper()
-	reaper.Start(context.Background())
-	s := &server{st: st, d: d, public: httptest.NewServer(a.ProducerHandler()), internal: httptest.NewServer(a.InternalHandler()),
+	if err := b.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	s := &server{st: st, d: b.Dispatcher, public: httptest.NewServer(b.ProducerHandler()), internal: httptest.NewServer(b.InternalHandler()),
 		keys: map[string]string{}, metrics: m}
 	t.Cleanup(func() {
-		a.Drain()
-		close(done)
+		b.Drain()
 		s.public.Close()
 		s.internal.Close()
-		reaper.Stop()
+		b.Stop()
 	})
 	for _, tenant := range []string{"acme", "globex"} {
 		_, secret, err := auth.CreateKey(context.Background(), st, "ui test", tenant, "", time.Now())

@@ -1,0 +1,251 @@
+// Package server builds a whole Baton server from its configuration (the dispatcher, the HTTP
+// handlers and every background service) and starts and stops it as one Service.
+//
+// The command (`baton dev`, `baton server`) keeps its flags, listeners and printing; tests build
+// servers through the same constructor, so what they run is what the command runs.
+package server
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"log/slog"
+	"net/http"
+	"slices"
+	"sync"
+
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/baton-dev/baton/internal/api"
+	"github.com/baton-dev/baton/internal/auth"
+	"github.com/baton-dev/baton/internal/blob"
+	"github.com/baton-dev/baton/internal/dataset"
+	"github.com/baton-dev/baton/internal/dispatch"
+	"github.com/baton-dev/baton/internal/grant"
+	"github.com/baton-dev/baton/internal/maintenance"
+	"github.com/baton-dev/baton/internal/metrics"
+	"github.com/baton-dev/baton/internal/service"
+	"github.com/baton-dev/baton/internal/sink"
+	"github.com/baton-dev/baton/internal/store"
+	"github.com/baton-dev/baton/internal/transport"
+	"github.com/baton-dev/baton/internal/ui"
+)
+
+// Config is what a server is built from. Only Store is required.
+type Config struct {
+	Store  store.Store
+	Logger *slog.Logger // default slog.Default()
+
+	// Dispatch configures the dispatcher. New sets its Logger, Metrics, TracerProvider, Blob,
+	// Tables and StoreWakeups from the fields below.
+	Dispatch dispatch.Config
+	// API configures the HTTP adapters. New sets its Dispatcher, Auth, Tokens, Logger, Wakeups,
+	// StorageRoot, Minter, Dashboard, Metrics and TracerProvider.
+	API api.Config
+	// UI configures the dashboard. New sets its Dispatcher, Auth, Logger, Done and Metrics.
+	UI ui.Config
+	// Limits are the producer API keys' rate limit and daily quota.
+	Limits auth.Limits
+	// Push configures the delivery of push tasks to their HTTP targets.
+	Push api.PushConfig
+
+	// Blob is the object storage of batch artifacts and datasets; nil: none.
+	Blob *blob.Store
+	// Credentials configure minting task credentials, used when Blob is an S3 bucket.
+	Credentials grant.MinterOptions
+	// Data is the data database of buffered datasets; nil: none.
+	Data *dataset.DB
+	// Transport carries wake-ups to workers (redis, nats); nil: workers find work in the store.
+	// The server uses it and does not close it.
+	Transport transport.Transport
+
+	// Metrics counts what the server does, for a metrics listener; nil counts nothing.
+	Metrics        *metrics.Metrics
+	TracerProvider trace.TracerProvider // nil traces nothing
+
+	Retention maintenance.RetentionConfig
+	Reconcile maintenance.ReconcilerConfig // used with a Transport
+	Relay     maintenance.RelayConfig      // New sets its Publisher and Wake
+
+	// Sink, when set, runs a sink in this process (baton dev, baton server --sink). New sets its
+	// Queue, Blob, Data, Logger and, with a Transport, its Wakeups (a consumer named
+	// SinkConsumer).
+	Sink         *sink.Config
+	SinkConsumer string
+	// ControllerID is the worker id of the server's own dispatcher-runtime tasks; default
+	// "baton-server".
+	ControllerID string
+}
+
+// Server is a built server: its dispatcher, its HTTP adapters and its services.
+type Server struct {
+	Dispatcher *dispatch.Dispatcher
+	API        *api.Server
+	Metrics    *metrics.Metrics // nil when the config had none
+
+	store     store.Store
+	log       *slog.Logger
+	pusher    *api.Pusher
+	dashDone  chan struct{}
+	services  []service.Service // in start order; stopped in reverse
+	consumers []transport.Consumer
+
+	mu        sync.Mutex
+	started   bool
+	drainOnce sync.Once
+	stopOnce  sync.Once
+}
+
+var _ service.Service = (*Server)(nil)
+
+// New builds a server from cfg; nothing runs until Start.
+func New(cfg Config) (*Server, error) {
+	if cfg.Store == nil {
+		return nil, errors.New("server: no store")
+	}
+	log := cmp.Or(cfg.Logger, slog.Default())
+	st := cfg.Store
+
+	dcfg := cfg.Dispatch
+	dcfg.Logger, dcfg.Metrics, dcfg.TracerProvider = log, cfg.Metrics, cfg.TracerProvider
+	dcfg.StoreWakeups = cfg.Transport == nil
+	var minter *grant.Minter
+	var storageRoot string
+	if cfg.Blob != nil {
+		dcfg.Blob, storageRoot = cfg.Blob, cfg.Blob.Root()
+		if cfg.Blob.S3() != nil {
+			var err error
+			if minter, err = grant.NewMinter(cfg.Blob, cfg.Credentials); err != nil {
+				return nil, err
+			}
+		}
+	}
+	if cfg.Data != nil {
+		dcfg.Tables = dispatch.DatasetDB{DB: cfg.Data}
+	}
+	d, err := dispatch.New(st, dcfg)
+	if err != nil {
+		return nil, err
+	}
+	authn := auth.NewAuthenticator(st, cfg.Limits, nil)
+	// The dashboard's live pages end when the server drains, like the API's event streams.
+	dashDone := make(chan struct{})
+	ucfg := cfg.UI
+	ucfg.Dispatcher, ucfg.Auth, ucfg.Logger, ucfg.Done, ucfg.Metrics = d, authn, log, dashDone, cfg.Metrics
+	dash, err := ui.New(ucfg)
+	if err != nil {
+		return nil, err
+	}
+	acfg := cfg.API
+	acfg.Dispatcher, acfg.Auth, acfg.Tokens, acfg.Logger = d, authn, auth.NewTokens(st, nil), log
+	// A transport whose wake-ups are stream entries lets stream-worker claims hand out their ids.
+	acfg.Wakeups, _ = cfg.Transport.(transport.MessageIDs)
+	acfg.StorageRoot, acfg.Minter, acfg.Dashboard = storageRoot, minter, dash
+	acfg.Metrics, acfg.TracerProvider = cfg.Metrics, cfg.TracerProvider
+	a := api.New(acfg)
+
+	s := &Server{Dispatcher: d, API: a, Metrics: cfg.Metrics, store: st, log: log, dashDone: dashDone}
+	// Wake long-polling claimers when another replica makes a task ready (PostgreSQL).
+	s.services = append(s.services, service.Func(d.ListenForWakeups))
+	if cfg.Metrics != nil {
+		// The tasks and outbox gauges are counted in the background, never per scrape.
+		s.services = append(s.services, service.Func(func(ctx context.Context) {
+			cfg.Metrics.RefreshLoop(ctx, st, metrics.DefaultRefreshEvery, log)
+		}))
+	}
+	s.services = append(s.services, d.NewReaper())
+	// With the store transport workers find work in the store, so the relay only marks wake-ups
+	// sent and prunes them; with redis or nats it publishes them, and the reconciler heals what
+	// the transport loses.
+	maint := maintenance.Env{Store: st, Logger: log}
+	relay := cfg.Relay
+	relay.Publisher, relay.Wake = maintenance.StorePublisher{}, d.TaskReady
+	if cfg.Transport != nil {
+		relay.Publisher = maintenance.TransportPublisher{Transport: cfg.Transport}
+		s.services = append(s.services, maintenance.NewReconciler(maint, cfg.Transport, cfg.Reconcile))
+	}
+	s.services = append(s.services, maintenance.NewRelay(maint, relay), d.NewRouter(dispatch.RouteConfig{}), d.NewSources())
+	retention := cfg.Retention
+	retention.Metrics = cfg.Metrics
+	ret, err := maintenance.NewRetention(maint, retention)
+	if err != nil {
+		return nil, err
+	}
+	s.services = append(s.services, ret, d.NewController(cmp.Or(cfg.ControllerID, "baton-server")))
+	s.pusher = a.NewPusher(cfg.Push)
+	s.services = append(s.services, s.pusher)
+	if cfg.Sink != nil {
+		if cfg.Blob == nil || cfg.Data == nil {
+			return nil, errors.New("server: a sink needs object storage and a data database")
+		}
+		scfg := *cfg.Sink
+		scfg.Queue, scfg.Blob, scfg.Data, scfg.Logger = api.SinkQueue{D: d}, cfg.Blob, cfg.Data, log
+		if cfg.Transport != nil {
+			scfg.Wakeups = cfg.Transport.NewConsumer(cmp.Or(cfg.SinkConsumer, "sink"))
+			s.consumers = append(s.consumers, scfg.Wakeups)
+		}
+		sk, err := sink.New(scfg)
+		if err != nil {
+			s.closeConsumers()
+			return nil, err
+		}
+		s.services = append(s.services, service.Func(sk.Run))
+	}
+	return s, nil
+}
+
+// Start starts every service of the server. It fails with service.ErrStarted when called twice.
+func (s *Server) Start(ctx context.Context) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.started {
+		return service.ErrStarted
+	}
+	s.started = true
+	for i, svc := range s.services {
+		if err := svc.Start(ctx); err != nil {
+			for _, started := range slices.Backward(s.services[:i]) {
+				started.Stop()
+			}
+			return err
+		}
+	}
+	return nil
+}
+
+// ProducerHandler serves the producer API, the dashboard and the API reference.
+func (s *Server) ProducerHandler() http.Handler { return s.API.ProducerHandler() }
+
+// InternalHandler serves the worker API of trusted workers and sinks.
+func (s *Server) InternalHandler() http.Handler { return s.API.InternalHandler() }
+
+// Drain begins a graceful shutdown while the listeners still serve: long polls and event streams
+// end, the dashboard's live pages close, and push deliveries in flight finish (their targets may
+// still be calling back). Call it before shutting the HTTP servers down, and Stop after.
+func (s *Server) Drain() {
+	s.drainOnce.Do(func() {
+		s.API.Drain()
+		close(s.dashDone)
+		s.pusher.Stop()
+	})
+}
+
+// Stop stops every service, the last started first, and waits for each. It may be called more
+// than once, and before Start.
+func (s *Server) Stop() {
+	s.stopOnce.Do(func() {
+		s.mu.Lock()
+		s.started = true // a server stopped before it started never starts
+		s.mu.Unlock()
+		for _, svc := range slices.Backward(s.services) {
+			svc.Stop()
+		}
+		s.closeConsumers()
+	})
+}
+
+func (s *Server) closeConsumers() {
+	for _, c := range s.consumers {
+		c.Close()
+	}
+}
