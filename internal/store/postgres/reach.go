@@ -219,12 +219,12 @@ func (g *gate) watch(ctx context.Context, cfg *pgx.ConnConfig, every, timeout ti
 		err := func() error {
 			pctx, cancel := context.WithTimeout(ctx, timeout)
 			defer cancel()
-			reused := conn != nil
 			err := g.probe(pctx, &conn, cfg)
 			var pe *pgconn.PgError
-			if err != nil && reused && !errors.As(err, &pe) && pctx.Err() == nil {
-				// The probe's own connection broke (an administrator terminated it, a reset):
-				// that says nothing of the database until a new one fails too.
+			if err != nil && !errors.As(err, &pe) && pctx.Err() == nil {
+				// The probe's own connection broke at once (an administrator terminated it, a
+				// reset, also while it was being opened): that says nothing of the database until
+				// a new one fails too. A probe that timed out is not tried again.
 				closeConn()
 				err = g.probe(pctx, &conn, cfg)
 			}
