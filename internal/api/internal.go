@@ -27,6 +27,7 @@ import (
 	"github.com/baton-dev/baton/internal/dispatch"
 	"github.com/baton-dev/baton/internal/lifecycle"
 	"github.com/baton-dev/baton/internal/store"
+	"github.com/baton-dev/baton/wire"
 )
 
 // fenceFunc resolves the attempt a fenced call is about from the task_id, attempt and lease_token
@@ -277,11 +278,7 @@ func (s *Server) internalClaim(w http.ResponseWriter, r *http.Request) (any, err
 		return nil, err
 	}
 	t := c.Task
-	job, err := s.d.Store().GetJob(ctx, t.JobID)
-	if err != nil {
-		return nil, err
-	}
-	token, tokenExp, err := s.issueToken(ctx, t)
+	token, tokenExp, err := s.issueToken(ctx, t, c.Job, c.Route)
 	if err != nil {
 		return nil, err
 	}
@@ -295,7 +292,7 @@ func (s *Server) internalClaim(w http.ResponseWriter, r *http.Request) (any, err
 		"capability_token_expires_at": snakeTime(tokenExp),
 		"heartbeat_interval_seconds":  max(int64(c.HeartbeatInterval/time.Second), 1),
 		"lease_ttl_seconds":           int64(t.HeartbeatTimeout / time.Second),
-		"task":                        taskPayload(t, job, c.DependencyOutputs),
+		"task":                        taskPayload(t, c.Job, c.Route, c.DependencyOutputs),
 	}
 	if t.Traceparent != "" {
 		// Also beside the task, as the stream dialect and the push envelope have it.
@@ -306,7 +303,7 @@ func (s *Server) internalClaim(w http.ResponseWriter, r *http.Request) (any, err
 
 // taskPayload is everything a worker needs to run a task (the internal dialect's task object): the
 // claim's "task", the body of task-fetch, and the push runtime's envelope.
-func taskPayload(t *store.Task, job *store.Job, deps map[string]json.RawMessage) map[string]any {
+func taskPayload(t *store.Task, job dispatch.JobRef, route *wire.Route, deps map[string]json.RawMessage) map[string]any {
 	keys := make([]string, 0, len(deps))
 	for k := range deps {
 		keys = append(keys, k)
@@ -341,15 +338,14 @@ func taskPayload(t *store.Task, job *store.Job, deps map[string]json.RawMessage)
 	if t.Traceparent != "" {
 		out["traceparent"] = t.Traceparent // the job's trace context, for the worker's spans
 	}
-	addRoute(out, t, job)
+	addRoute(out, t, job, route)
 	return out
 }
 
 // addRoute adds a pipeline task's data plane to its payload: its pipeline job, the datasets it
 // reads (inputs, in place of parents' outputs, which a pipeline task has none of) and writes
 // (outputs), and what started it.
-func addRoute(out map[string]any, t *store.Task, job *store.Job) {
-	r := dispatch.DecodeRoute(t)
+func addRoute(out map[string]any, t *store.Task, job dispatch.JobRef, r *wire.Route) {
 	if r == nil {
 		return
 	}
@@ -381,11 +377,11 @@ func (s *Server) internalFetch(w http.ResponseWriter, r *http.Request) (any, err
 		return nil, err
 	}
 	t := d.Task
-	job, err := s.d.Store().GetJob(ctx, t.JobID)
+	job, err := s.d.JobRef(ctx, t.JobID)
 	if err != nil {
 		return nil, err
 	}
-	out := taskPayload(t, job, d.DependencyOutputs)
+	out := taskPayload(t, job, dispatch.DecodeRoute(t), d.DependencyOutputs)
 	cancelRequested := !t.CancelRequestedAt.IsZero()
 	out["status"] = internalStatus(t.Status)
 	out["lease_expires_at"] = nil

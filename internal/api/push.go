@@ -289,11 +289,7 @@ type taskEnvelope struct {
 
 func (p *Pusher) envelope(ctx context.Context, c *dispatch.Claim, key string) ([]byte, error) {
 	t := c.Task
-	job, err := p.s.d.Store().GetJob(ctx, t.JobID)
-	if err != nil {
-		return nil, fmt.Errorf("read job %s: %w", t.JobID, err)
-	}
-	token, tokenExp, err := p.s.issueToken(ctx, t)
+	token, tokenExp, err := p.s.issueToken(ctx, t, c.Job, c.Route)
 	if err != nil {
 		return nil, fmt.Errorf("issue task token: %w", err)
 	}
@@ -307,7 +303,7 @@ func (p *Pusher) envelope(ctx context.Context, c *dispatch.Claim, key string) ([
 		TaskKey:             t.Key,
 		TaskName:            t.Name,
 		Queue:               t.Queue,
-		TenantID:            job.Tenant,
+		TenantID:            c.Job.Tenant,
 		Attempt:             t.Attempt,
 		AttemptID:           t.LeaseToken,
 		LeaseToken:          t.LeaseToken,
@@ -325,7 +321,7 @@ func (p *Pusher) envelope(ctx context.Context, c *dispatch.Claim, key string) ([
 		IdempotencyKey:      key,
 		Traceparent:         t.Traceparent,
 	}
-	if r := dispatch.DecodeRoute(t); r != nil {
+	if r := c.Route; r != nil {
 		env.Job, env.Operator, env.Config = &r.Job, t.Name, rawOrNull(t.Input)
 		env.Inputs, env.Outputs, env.Trigger = r.Inputs, r.Outputs, r.Trigger
 	}

@@ -10,7 +10,6 @@ import (
 	"log/slog"
 	"net/http"
 	"strconv"
-	"sync"
 	"time"
 
 	"go.opentelemetry.io/otel/trace"
@@ -83,8 +82,6 @@ type Server struct {
 	dashboard   http.Handler
 	metrics     *metrics.Metrics
 
-	tenantMu sync.Mutex
-	tenants  map[string]string // job id → tenant, for minting tokens
 
 	drainCtx context.Context // ends when the server starts shutting down
 	drain    context.CancelFunc

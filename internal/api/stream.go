@@ -116,7 +116,7 @@ func (s *Server) streamClaimAnswer(ctx context.Context, c *dispatch.Claim, msgID
 	t := c.Task
 	// If minting fails the worker gets a 500 and never runs the attempt; its lease then expires
 	// and the reaper retries the task, as for any worker that vanishes after a claim.
-	tok, exp, err := s.issueToken(ctx, t)
+	tok, exp, err := s.issueToken(ctx, t, c.Job, c.Route)
 	if err != nil {
 		return nil, fmt.Errorf("issue capability token for task %s attempt %d: %w", t.ID, t.Attempt, err)
 	}
@@ -152,7 +152,7 @@ func (s *Server) streamClaimAnswer(ctx context.Context, c *dispatch.Claim, msgID
 		secs := t.Timeout.Seconds()
 		out.TimeoutSeconds = &secs
 	}
-	if r := dispatch.DecodeRoute(t); r != nil {
+	if r := c.Route; r != nil {
 		out.Job, out.Operator, out.Config, out.Inputs, out.Outputs = &r.Job, t.Name, payload, &r.Inputs, &r.Outputs
 		if len(r.Trigger) > 0 {
 			out.Trigger = r.Trigger
@@ -321,7 +321,7 @@ func (s *Server) streamHeartbeat(w http.ResponseWriter, r *http.Request) (any, e
 	// holds a token with at least half a lifetime, minus one heartbeat interval, left.
 	t := res.Task
 	if ttl := auth.TokenTTL(t.Timeout); s.tokens != nil && t.HeartbeatAt.Sub(t.StartedAt) >= ttl/2 {
-		tok, exp, err := s.issueToken(r.Context(), t)
+		tok, exp, err := s.reissueToken(r.Context(), t)
 		if err != nil {
 			// The lease was extended and committed; the next heartbeat tries again.
 			s.log.WarnContext(r.Context(), "refresh capability token", "task", t.ID, "attempt", t.Attempt, "err", err)

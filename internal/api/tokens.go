@@ -11,21 +11,18 @@ import (
 	"github.com/baton-dev/baton/internal/dispatch"
 	"github.com/baton-dev/baton/internal/grant"
 	"github.com/baton-dev/baton/internal/store"
+	"github.com/baton-dev/baton/wire"
 )
 
 // issueToken mints the capability token of a claimed attempt (docs/security.md): it binds the
 // tenant, job, task and attempt, and carries the lease token so that dialects whose bodies do not
 // (the callback dialect) are fenced all the same; a pipeline task's carries its pinned input
-// datasets, and with object storage every token carries the attempt's storage grant
+// datasets (route), and with object storage every token carries the attempt's storage grant
 // (internal/grant).
-func (s *Server) issueToken(ctx context.Context, t *store.Task) (string, time.Time, error) {
-	tenant, err := s.tenantOf(ctx, t.JobID)
-	if err != nil {
-		return "", time.Time{}, err
-	}
-	claims := auth.TaskClaims{Tenant: tenant, JobID: t.JobID, TaskID: t.ID, Attempt: t.Attempt, LeaseToken: t.LeaseToken}
-	if r := dispatch.DecodeRoute(t); r != nil {
-		for _, in := range r.Inputs {
+func (s *Server) issueToken(ctx context.Context, t *store.Task, job dispatch.JobRef, route *wire.Route) (string, time.Time, error) {
+	claims := auth.TaskClaims{Tenant: job.Tenant, JobID: t.JobID, TaskID: t.ID, Attempt: t.Attempt, LeaseToken: t.LeaseToken}
+	if route != nil {
+		for _, in := range route.Inputs {
 			claims.Datasets = append(claims.Datasets, auth.DatasetGrant{DatasetUUID: in.DatasetUUID,
 				DatasetVersion: in.DatasetVersion, DatasetName: in.DatasetName})
 		}
@@ -41,29 +38,14 @@ func (s *Server) issueToken(ctx context.Context, t *store.Task) (string, time.Ti
 	return s.tokens.Issue(ctx, claims, auth.TokenTTL(t.Timeout))
 }
 
-// maxTenantCache bounds the job → tenant cache; it is emptied when full.
-const maxTenantCache = 100_000
-
-// tenantOf is the tenant of a job. A job's tenant never changes, so it is cached: a claim then
-// mints its token without reading the job row.
-func (s *Server) tenantOf(ctx context.Context, jobID string) (string, error) {
-	s.tenantMu.Lock()
-	tenant, ok := s.tenants[jobID]
-	s.tenantMu.Unlock()
-	if ok {
-		return tenant, nil
-	}
-	job, err := s.d.Store().GetJob(ctx, jobID)
+// reissueToken mints a token for an attempt outside its claim (a refresh): the job and the route
+// are read again.
+func (s *Server) reissueToken(ctx context.Context, t *store.Task) (string, time.Time, error) {
+	job, err := s.d.JobRef(ctx, t.JobID)
 	if err != nil {
-		return "", err
+		return "", time.Time{}, err
 	}
-	s.tenantMu.Lock()
-	if s.tenants == nil || len(s.tenants) >= maxTenantCache {
-		s.tenants = map[string]string{}
-	}
-	s.tenants[jobID] = job.Tenant
-	s.tenantMu.Unlock()
-	return job.Tenant, nil
+	return s.issueToken(ctx, t, job, dispatch.DecodeRoute(t))
 }
 
 // refreshToken returns a fresh token for the attempt when the current one has less than half of
@@ -76,7 +58,7 @@ func (s *Server) refreshToken(ctx context.Context, c *auth.TaskClaims, t *store.
 	if time.Until(c.ExpiresAt.Time) >= life/2 {
 		return "", time.Time{}, nil
 	}
-	return s.issueToken(ctx, t)
+	return s.reissueToken(ctx, t)
 }
 
 type claimsKey struct{}

@@ -102,6 +102,7 @@ type Dispatcher struct {
 	// retryFor: see Config.RetryFor.
 	retryFor time.Duration
 	specs    specCache // the pipeline versions' specs read so far
+	jobs     jobRefs   // the jobs' immutable parts read so far
 
 	// tracer traces transactions (trace.go); nil: tracing is off.
 	tracer trace.Tracer

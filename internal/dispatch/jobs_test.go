@@ -224,3 +224,26 @@ func TestGetTaskShowsEveryAttempt(t *testing.T) {
 		}
 	})
 }
+
+// A claim hands out its task's job (id, tenant, name) with the lease, read in the claim's own
+// transaction, whichever way the task is claimed; a plain task has no route.
+func TestClaimCarriesItsJob(t *testing.T) {
+	storetest.ForEachDriver(t, func(t *testing.T, st store.Store) {
+		e := newEnv(t, st)
+		res, err := e.d.CreateJob(e.ctx, dispatch.CreateJobParams{Tenant: tenant, Name: "nightly", Tasks: []lifecycle.TaskSpec{spec("a"), spec("b")}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := dispatch.JobRef{ID: res.Job.ID, Tenant: tenant, Name: "nightly"}
+		byID := e.claim(res.Job, "a")
+		next, err := e.d.ClaimNext(e.ctx, dispatch.ClaimNextParams{Queues: []string{e.task(res.Job, "b").Queue}, WorkerID: "w"})
+		if err != nil || len(next) != 1 {
+			t.Fatalf("claim next: %v %v", next, err)
+		}
+		for _, c := range []*dispatch.Claim{byID, next[0]} {
+			if c.Job != want || c.Route != nil {
+				t.Errorf("claim of %s: job %+v route %+v; want %+v and no route", c.Task.Key, c.Job, c.Route, want)
+			}
+		}
+	})
+}

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"reflect"
 	"slices"
 	"strings"
 	"sync"
@@ -301,7 +302,10 @@ func TestRoutedTaskCarriesItsDataPlane(t *testing.T) {
 		if err != nil || len(claims) != 1 {
 			t.Fatalf("claim ranges: %v %v", claims, err)
 		}
-		r = dispatch.DecodeRoute(claims[0].Task)
+		r = claims[0].Route // the claim hands out the route it decoded inside its transaction
+		if r == nil || !reflect.DeepEqual(r, dispatch.DecodeRoute(claims[0].Task)) {
+			t.Fatalf("the claim's route %+v is not the task's", r)
+		}
 		ranges, rv := e.output("ranges", 0)
 		if len(r.Outputs) != 1 || r.Outputs[0] != (wire.DatasetOutput{OutputIndex: 0, DatasetUUID: ranges, DatasetVersion: rv}) {
 			t.Errorf("outputs %+v", r.Outputs)
@@ -309,6 +313,9 @@ func TestRoutedTaskCarriesItsDataPlane(t *testing.T) {
 		job, err := st.GetJob(e.ctx, claims[0].Task.JobID)
 		if err != nil || job.Pipeline != "chain" || job.PipelineJob != "ranges" {
 			t.Errorf("job %+v %v", job, err)
+		}
+		if want := (dispatch.JobRef{ID: job.ID, Tenant: job.Tenant, Name: job.Name}); claims[0].Job != want {
+			t.Errorf("the claim's job %+v, want %+v", claims[0].Job, want)
 		}
 		// The routed task is an ordinary task: it completes, with its own events routed on.
 		if _, err := e.d.Complete(e.ctx, dispatch.CompleteParams{TaskID: claims[0].Task.ID, LeaseToken: claims[0].Task.LeaseToken,

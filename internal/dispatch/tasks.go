@@ -13,11 +13,14 @@ import (
 	"github.com/baton-dev/baton/internal/lifecycle"
 	"github.com/baton-dev/baton/internal/metrics"
 	"github.com/baton-dev/baton/internal/store"
+	"github.com/baton-dev/baton/wire"
 )
 
 // Claim is a task leased to a worker: everything it needs to run the attempt and report on it.
 type Claim struct {
 	Task              *store.Task // Attempt, LeaseToken and LeaseExpiresAt are the new lease's
+	Job               JobRef      // the task's job
+	Route             *wire.Route // a pipeline task's data plane; nil for other tasks
 	DependencyOutputs map[string]json.RawMessage
 	HeartbeatInterval time.Duration
 }
@@ -168,8 +171,13 @@ func (d *Dispatcher) claimFor(ctx context.Context, tx store.Tx, c *changes, ids,
 		if outputs == nil {
 			outputs = map[string]json.RawMessage{}
 		}
+		job, err := d.jobRef(ctx, tx, t.JobID)
+		if err != nil {
+			return nil, err
+		}
 		c.event(t.JobID, t.ID, t.Key, EventTaskStarted, map[string]any{"attempt": t.Attempt, "workerId": t.WorkerID})
-		claims = append(claims, &Claim{Task: t, DependencyOutputs: outputs, HeartbeatInterval: d.heartbeatInterval(t)})
+		claims = append(claims, &Claim{Task: t, Job: job, Route: DecodeRoute(t), DependencyOutputs: outputs,
+			HeartbeatInterval: d.heartbeatInterval(t)})
 	}
 	return claims, nil
 }
