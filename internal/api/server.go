@@ -82,7 +82,6 @@ type Server struct {
 	dashboard   http.Handler
 	metrics     *metrics.Metrics
 
-
 	drainCtx context.Context // ends when the server starts shutting down
 	drain    context.CancelFunc
 
