@@ -3,8 +3,6 @@ package dispatch
 import (
 	"context"
 	"sync"
-
-	"github.com/baton-dev/baton/internal/store"
 )
 
 // JobRef is what a task's payload says of its job: its id, tenant and name. They never change
@@ -26,19 +24,20 @@ type jobRefs struct {
 
 // JobRef returns the ref of job id, read from the store on a miss; store.ErrNotFound for a job
 // that does not exist.
+//
+// A claim calls it while its transaction holds the claimed tasks' rows, and still reads outside
+// that transaction: inside it, reading a job locks the job's row (FOR UPDATE on PostgreSQL), and
+// a group commit that then locks another transition's dependents would break the lock order
+// (jobs last) and could deadlock. What it reads is safe to read outside: a job's id, tenant and
+// name are committed with its tasks and never change.
 func (d *Dispatcher) JobRef(ctx context.Context, id string) (JobRef, error) {
-	return d.jobRef(ctx, d.store, id)
-}
-
-// jobRef is JobRef reading through r (a claim's transaction) on a miss.
-func (d *Dispatcher) jobRef(ctx context.Context, r store.Reader, id string) (JobRef, error) {
 	d.jobs.mu.Lock()
 	ref, ok := d.jobs.m[id]
 	d.jobs.mu.Unlock()
 	if ok {
 		return ref, nil
 	}
-	job, err := r.GetJob(ctx, id)
+	job, err := d.store.GetJob(ctx, id)
 	if err != nil {
 		return JobRef{}, err
 	}

@@ -171,7 +171,7 @@ func (d *Dispatcher) claimFor(ctx context.Context, tx store.Tx, c *changes, ids,
 		if outputs == nil {
 			outputs = map[string]json.RawMessage{}
 		}
-		job, err := d.jobRef(ctx, tx, t.JobID)
+		job, err := d.JobRef(ctx, t.JobID)
 		if err != nil {
 			return nil, err
 		}
