@@ -21,16 +21,8 @@ import (
 // storage and publishes it: the task never handles storage URLs.
 func TestPublishBatchWritesAndPublishesUnderTheAttemptsPrefix(t *testing.T) {
 	t.Parallel()
-	blobURL := blobtest.File(t)
-	bs, err := blob.Open(context.Background(), blobURL, blob.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := newServer(t, func(c *batonserver.Config) { c.Blob = bs })
+	s, bs, blobURL := newAlertsServer(t, "default")
 	ctx := context.Background()
-	if _, err := s.d.Deploy(ctx, "default", []byte(pipelinetest.AlertsDoc), "application/yaml"); err != nil {
-		t.Fatal(err)
-	}
 	run, err := s.d.RunSource(ctx, dispatch.RunSourceParams{Tenant: "default", Pipeline: "alerts", Job: "scan"})
 	if err != nil {
 		t.Fatal(err)
@@ -128,17 +120,9 @@ func TestPublishBatchNeedsObjectStorage(t *testing.T) {
 // storage, no publish record; the refusal is permanent (retrying cannot help).
 func TestPublishBatchRefusesADatasetTheJobDoesNotWrite(t *testing.T) {
 	t.Parallel()
-	blobURL := blobtest.File(t)
-	bs, err := blob.Open(context.Background(), blobURL, blob.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := newServer(t, func(c *batonserver.Config) { c.Blob = bs })
-	ctx := context.Background()
 	// The plain job's tenant (the harness's) has the buffered dataset.
-	if _, err := s.d.Deploy(ctx, "acme", []byte(pipelinetest.AlertsDoc), "application/yaml"); err != nil {
-		t.Fatal(err)
-	}
+	s, bs, blobURL := newAlertsServer(t, "acme")
+	ctx := context.Background()
 	got := make(chan error, 1)
 	start(t, s.url(), map[string]worker.Handler{
 		"op": func(ctx context.Context, tk *worker.Task) (any, error) {
@@ -149,7 +133,7 @@ func TestPublishBatchRefusesADatasetTheJobDoesNotWrite(t *testing.T) {
 	}, worker.WithBlob(blobURL))
 	_, ids := s.submit(spec{key: "a", name: "op"})
 	s.waitTask(ids["a"], "completed", status(lifecycle.Completed))
-	err = <-got
+	err := <-got
 	var we *worker.Error
 	if !errors.As(err, &we) || we.Retryable == nil || *we.Retryable ||
 		!strings.Contains(err.Error(), `dataset "alert_events" is not a buffered output of this task's job (its claim's outputs: no buffered dataset)`) {
@@ -162,4 +146,20 @@ func TestPublishBatchRefusesADatasetTheJobDoesNotWrite(t *testing.T) {
 	if recs, err := s.st.ListBufferPublishes(ctx, ids["a"]); err != nil || len(recs) != 0 {
 		t.Fatalf("publish records %+v %v; want none", recs, err)
 	}
+}
+
+// newAlertsServer is a server whose object storage bs is a fresh directory (at blobURL), with
+// pipelinetest.AlertsDoc deployed for tenant.
+func newAlertsServer(t *testing.T, tenant string) (s *server, bs *blob.Store, blobURL string) {
+	t.Helper()
+	blobURL = blobtest.File(t)
+	bs, err := blob.Open(context.Background(), blobURL, blob.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s = newServer(t, func(c *batonserver.Config) { c.Blob = bs })
+	if _, err := s.d.Deploy(context.Background(), tenant, []byte(pipelinetest.AlertsDoc), "application/yaml"); err != nil {
+		t.Fatal(err)
+	}
+	return s, bs, blobURL
 }
