@@ -1,3 +1,5 @@
+// Contract of buffered publishes: insertion, the claimable queue, receipts and dead letters.
+
 package storetest
 
 import (

@@ -1,3 +1,5 @@
+// Contract of datasets: lookups, names, updates, listing, versions and dataset events.
+
 package storetest
 
 import (

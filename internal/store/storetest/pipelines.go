@@ -1,3 +1,5 @@
+// Contract of pipelines: pipelines, versions, consumers and the jobs a pipeline starts.
+
 package storetest
 
 import (

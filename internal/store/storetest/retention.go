@@ -1,3 +1,5 @@
+// Contract of retention: deleting expired jobs with every row that belongs to them.
+
 package storetest
 
 import (

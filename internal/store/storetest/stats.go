@@ -1,3 +1,5 @@
+// Contract of the metrics' counts: jobs, queues and tasks.
+
 package storetest
 
 import (
@@ -81,5 +83,63 @@ func testQueueStats(t *testing.T, st store.Store) {
 
 	if got, err = st.QueueStats(t.Context(), "tenant-c", now, window); err != nil || len(got.Queues)+len(got.Workers) != 0 {
 		t.Errorf("QueueStats(tenant-c) = %+v, %v; want nothing", got, err)
+	}
+}
+
+func taskCounts(t *testing.T, st store.Store) map[store.TaskCount]bool {
+	t.Helper()
+	counts, err := st.TaskCounts(t.Context())
+	if err != nil {
+		t.Fatalf("TaskCounts: %v", err)
+	}
+	got := map[store.TaskCount]bool{}
+	for _, c := range counts {
+		if got[c] {
+			t.Errorf("TaskCounts: %+v twice", c)
+		}
+		got[c] = true
+	}
+	return got
+}
+
+func testTaskCounts(t *testing.T, st store.Store) {
+	if got := taskCounts(t, st); len(got) != 0 {
+		t.Fatalf("TaskCounts on an empty store = %v, want none", got)
+	}
+	// A processing job: a ready task, one backing off (still pending), two waiting children,
+	// one running task on another queue, one that completed and one dead-lettered.
+	job := newJob("tenant-a")
+	a, b, c := newTask(job.ID, "a"), newTask(job.ID, "b"), newTask(job.ID, "c")
+	b.AvailableAt = at(time.Hour)
+	c.Queue = "gpu"
+	d, e := newTask(job.ID, "d", "a"), newTask(job.ID, "e", "a", "b")
+	done, dead := newTask(job.ID, "done"), newTask(job.ID, "dead")
+	dead.Queue = "gpu"
+	seed(t, st, job, a, b, c, d, e, done, dead)
+	mustClaim(t, st, c.ID, at(time.Second))
+	setStatus(t, st, done.ID, lifecycle.Completed, at(time.Second))
+	mutate(t, st, dead.ID, func(tk *store.Task) {
+		tk.Status, tk.FinishedAt, tk.DeadLetteredAt = lifecycle.Failed, at(time.Second), at(time.Second)
+	})
+	// A finished job's dead letter counts; its completed and skipped tasks do not.
+	old := newJob("tenant-b")
+	old.Status = lifecycle.JobPartialFailure
+	x, y, z := newTask(old.ID, "x"), newTask(old.ID, "y"), newTask(old.ID, "z", "x")
+	seed(t, st, old, x, y, z)
+	mutate(t, st, x.ID, func(tk *store.Task) {
+		tk.Status, tk.FinishedAt, tk.DeadLetteredAt = lifecycle.Failed, at(time.Second), at(time.Second)
+	})
+	setStatus(t, st, y.ID, lifecycle.Completed, at(time.Second))
+	setStatus(t, st, z.ID, lifecycle.Skipped, at(time.Second))
+
+	want := map[store.TaskCount]bool{
+		{Queue: "default", State: "pending", N: 2}:          true,
+		{Queue: "default", State: "waiting", N: 2}:          true,
+		{Queue: "gpu", State: "running", N: 1}:              true,
+		{Queue: "gpu", State: store.DeadLettered, N: 1}:     true,
+		{Queue: "default", State: store.DeadLettered, N: 1}: true,
+	}
+	if got := taskCounts(t, st); !maps.Equal(got, want) {
+		t.Errorf("TaskCounts = %v, want %v", got, want)
 	}
 }
