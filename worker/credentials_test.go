@@ -13,7 +13,7 @@ import (
 
 	"github.com/baton-dev/baton/internal/blob"
 	"github.com/baton-dev/baton/internal/blob/blobtest"
-	"github.com/baton-dev/baton/internal/dispatch"
+	"github.com/baton-dev/baton/internal/dataplane"
 	"github.com/baton-dev/baton/internal/lifecycle"
 	"github.com/baton-dev/baton/internal/pipeline/pipelinetest"
 	batonserver "github.com/baton-dev/baton/internal/server"
@@ -33,10 +33,10 @@ func TestTaskCredentialsOnS3(t *testing.T) {
 	}
 	defer bs.Close()
 	s := newServer(t, func(c *batonserver.Config) { c.Blob = bs })
-	if _, err := s.d.Deploy(ctx, "default", []byte(pipelinetest.AlertsDoc), "application/yaml"); err != nil {
+	if _, err := s.dp.Deploy(ctx, "default", []byte(pipelinetest.AlertsDoc), "application/yaml"); err != nil {
 		t.Fatal(err)
 	}
-	run, err := s.d.RunSource(ctx, dispatch.RunSourceParams{Tenant: "default", Pipeline: "alerts", Job: "scan"})
+	run, err := s.dp.RunSource(ctx, dataplane.RunSourceParams{Tenant: "default", Pipeline: "alerts", Job: "scan"})
 	if err != nil {
 		t.Fatal(err)
 	}

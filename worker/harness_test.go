@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/baton-dev/baton/internal/api"
+	"github.com/baton-dev/baton/internal/dataplane"
 	"github.com/baton-dev/baton/internal/dispatch"
 	"github.com/baton-dev/baton/internal/lifecycle"
 	batonserver "github.com/baton-dev/baton/internal/server"
@@ -28,6 +29,7 @@ type server struct {
 	t        *testing.T
 	st       store.Store
 	d        *dispatch.Dispatcher
+	dp       *dataplane.Plane
 	api      *api.Server
 	internal *httptest.Server
 }
@@ -62,7 +64,7 @@ func newServerUnstarted(t *testing.T, configure ...func(*batonserver.Config)) *s
 	if err := b.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	srv := &server{t: t, st: st, d: b.Dispatcher, api: b.API, internal: httptest.NewUnstartedServer(b.InternalHandler())}
+	srv := &server{t: t, st: st, d: b.Dispatcher, dp: b.DataPlane, api: b.API, internal: httptest.NewUnstartedServer(b.InternalHandler())}
 	t.Cleanup(func() { b.Drain(); srv.internal.Close(); b.Stop() })
 	return srv
 }

@@ -5,7 +5,7 @@ import (
 	"sync/atomic"
 	"testing"
 
-	"github.com/baton-dev/baton/internal/dispatch"
+	"github.com/baton-dev/baton/internal/dataplane"
 	"github.com/baton-dev/baton/internal/lifecycle"
 	"github.com/baton-dev/baton/worker"
 )
@@ -30,10 +30,10 @@ publish:
   filled:
     from: {job: backfill, output: 1}
 `
-	if _, err := s.d.Deploy(ctx, "default", []byte(doc), "application/yaml"); err != nil {
+	if _, err := s.dp.Deploy(ctx, "default", []byte(doc), "application/yaml"); err != nil {
 		t.Fatal(err)
 	}
-	run, err := s.d.RunSource(ctx, dispatch.RunSourceParams{Tenant: "default", Pipeline: "sdk", Job: "backfill",
+	run, err := s.dp.RunSource(ctx, dataplane.RunSourceParams{Tenant: "default", Pipeline: "sdk", Job: "backfill",
 		Trigger: map[string]any{"input": map[string]int{"from": 7}}})
 	if err != nil {
 		t.Fatal(err)

@@ -10,7 +10,7 @@ import (
 
 	"github.com/baton-dev/baton/internal/blob"
 	"github.com/baton-dev/baton/internal/blob/blobtest"
-	"github.com/baton-dev/baton/internal/dispatch"
+	"github.com/baton-dev/baton/internal/dataplane"
 	"github.com/baton-dev/baton/internal/lifecycle"
 	"github.com/baton-dev/baton/internal/pipeline/pipelinetest"
 	batonserver "github.com/baton-dev/baton/internal/server"
@@ -23,7 +23,7 @@ func TestPublishBatchWritesAndPublishesUnderTheAttemptsPrefix(t *testing.T) {
 	t.Parallel()
 	s, bs, blobURL := newAlertsServer(t, "default")
 	ctx := context.Background()
-	run, err := s.d.RunSource(ctx, dispatch.RunSourceParams{Tenant: "default", Pipeline: "alerts", Job: "scan"})
+	run, err := s.dp.RunSource(ctx, dataplane.RunSourceParams{Tenant: "default", Pipeline: "alerts", Job: "scan"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -94,7 +94,7 @@ func TestPublishBatchNeedsObjectStorage(t *testing.T) {
 	t.Setenv("BATON_BLOB_URL", "")
 	s := newServer(t)
 	ctx := context.Background()
-	if _, err := s.d.Deploy(ctx, "default", []byte(pipelinetest.AlertsDoc), "application/yaml"); err != nil {
+	if _, err := s.dp.Deploy(ctx, "default", []byte(pipelinetest.AlertsDoc), "application/yaml"); err != nil {
 		t.Fatal(err)
 	}
 	var got atomic.Value
@@ -105,7 +105,7 @@ func TestPublishBatchNeedsObjectStorage(t *testing.T) {
 			return nil, nil
 		},
 	})
-	run, err := s.d.RunSource(ctx, dispatch.RunSourceParams{Tenant: "default", Pipeline: "alerts", Job: "scan"})
+	run, err := s.dp.RunSource(ctx, dataplane.RunSourceParams{Tenant: "default", Pipeline: "alerts", Job: "scan"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -158,7 +158,7 @@ func newAlertsServer(t *testing.T, tenant string) (s *server, bs *blob.Store, bl
 		t.Fatal(err)
 	}
 	s = newServer(t, func(c *batonserver.Config) { c.Blob = bs })
-	if _, err := s.d.Deploy(context.Background(), tenant, []byte(pipelinetest.AlertsDoc), "application/yaml"); err != nil {
+	if _, err := s.dp.Deploy(context.Background(), tenant, []byte(pipelinetest.AlertsDoc), "application/yaml"); err != nil {
 		t.Fatal(err)
 	}
 	return s, bs, blobURL

@@ -16,6 +16,7 @@ import (
 	"github.com/baton-dev/baton/client"
 	"github.com/baton-dev/baton/internal/api"
 	"github.com/baton-dev/baton/internal/auth"
+	"github.com/baton-dev/baton/internal/dataplane"
 	"github.com/baton-dev/baton/internal/dataset"
 	"github.com/baton-dev/baton/internal/dispatch"
 	"github.com/baton-dev/baton/internal/lifecycle"
@@ -48,11 +49,12 @@ func newJobTestServer(t *testing.T) *jobTestServer {
 	}
 	t.Cleanup(func() { data.Close() })
 	quiet := slog.New(slog.DiscardHandler)
-	d, err := dispatch.New(st, dispatch.Config{MaxTasksPerJob: 50, Logger: quiet, Tables: dispatch.DatasetDB{DB: data}})
+	d, err := dispatch.New(st, dispatch.Config{MaxTasksPerJob: 50, Logger: quiet})
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := api.New(api.Config{Dispatcher: d, Auth: auth.NewAuthenticator(st, auth.Limits{}, nil), Logger: quiet, EventPoll: 20 * time.Millisecond})
+	dp := dataplane.New(d, dataplane.Config{Tables: dataplane.DatasetDB{DB: data}})
+	s := api.New(api.Config{Dispatcher: d, DataPlane: dp, Auth: auth.NewAuthenticator(st, auth.Limits{}, nil), Logger: quiet, EventPoll: 20 * time.Millisecond})
 	srv := httptest.NewServer(s.ProducerHandler())
 	t.Cleanup(srv.Close)
 	_, key, err := auth.CreateKey(context.Background(), st, "test", "acme", "", time.Now())

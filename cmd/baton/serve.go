@@ -20,6 +20,7 @@ import (
 	"github.com/baton-dev/baton/internal/api"
 	"github.com/baton-dev/baton/internal/auth"
 	"github.com/baton-dev/baton/internal/blob"
+	"github.com/baton-dev/baton/internal/dataplane"
 	"github.com/baton-dev/baton/internal/dataset"
 	"github.com/baton-dev/baton/internal/dispatch"
 	"github.com/baton-dev/baton/internal/grant"
@@ -359,10 +360,10 @@ func serve(ctx context.Context, f *serverFlags, ls *listeners, st store.Store, l
 	}
 	cfg := server.Config{Store: st, Logger: log,
 		Dispatch: dispatch.Config{MaxTasksPerJob: f.maxTasksPerJob, Defaults: f.defaults,
-			GroupCommit: dispatch.GroupCommit{Off: !f.groupCommit, Committers: f.committers},
-			Buffer:      dispatch.BufferConfig{Visibility: f.sinkFlags.visibility}},
-		API:    api.Config{MaxBodyBytes: f.maxBodyBytes, PushTargets: ls.pushTargets, CORSOrigins: f.corsOrigins.origins},
-		Limits: f.limits,
+			GroupCommit: dispatch.GroupCommit{Off: !f.groupCommit, Committers: f.committers}},
+		DataPlane: dataplane.Config{Buffer: dataplane.BufferConfig{Visibility: f.sinkFlags.visibility}},
+		API:       api.Config{MaxBodyBytes: f.maxBodyBytes, PushTargets: ls.pushTargets, CORSOrigins: f.corsOrigins.origins},
+		Limits:    f.limits,
 		Push: api.PushConfig{Targets: ls.pushTargets, Secrets: ls.pushSecrets, Timeout: f.pushTimeout,
 			CallbackBaseURL: cmp.Or(f.publicURL, "http://"+ls.producer.Addr().String())},
 		Blob: dp.blob, Data: dp.data, Transport: ls.transport, TracerProvider: tracing.TracerProvider(),

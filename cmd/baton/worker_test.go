@@ -24,6 +24,7 @@ import (
 	"time"
 
 	"github.com/baton-dev/baton/internal/blob"
+	"github.com/baton-dev/baton/internal/dataplane"
 	"github.com/baton-dev/baton/internal/dispatch"
 	"github.com/baton-dev/baton/internal/lifecycle"
 	"github.com/baton-dev/baton/internal/mtls"
@@ -38,6 +39,7 @@ import (
 type execServer struct {
 	st       store.Store
 	d        *dispatch.Dispatcher
+	dp       *dataplane.Plane
 	public   *httptest.Server
 	internal *httptest.Server
 	certs    mtls.DevCerts
@@ -74,7 +76,7 @@ func newExecServer(t *testing.T, configure ...func(*server.Config)) *execServer 
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := &execServer{st: st, d: d, certs: certs, public: httptest.NewServer(s.ProducerHandler()),
+	srv := &execServer{st: st, d: d, dp: s.DataPlane, certs: certs, public: httptest.NewServer(s.ProducerHandler()),
 		internal: httptest.NewUnstartedServer(s.InternalHandler())}
 	srv.internal.TLS = tlsConf
 	srv.internal.StartTLS()
@@ -298,7 +300,7 @@ func TestWorkerExecRefusesBatchesOfADatasetItsJobDoesNotWrite(t *testing.T) {
 	}
 	t.Cleanup(func() { bs.Close() })
 	s := newExecServer(t, func(c *server.Config) { c.Blob = bs })
-	if _, err := s.d.Deploy(ctx, "acme", []byte(pipelinetest.AlertsDoc), "application/yaml"); err != nil {
+	if _, err := s.dp.Deploy(ctx, "acme", []byte(pipelinetest.AlertsDoc), "application/yaml"); err != nil {
 		t.Fatal(err)
 	}
 	// Every child leaves a batch of alert_events; asked by its trigger, one of another dataset too.
@@ -309,11 +311,11 @@ if grep -q '"also_other"' "$BATON_TASK_PAYLOAD"; then
 fi
 echo '{"ok":true}'`
 	_, ids := s.submit(t, lifecycle.TaskSpec{Key: "plain", Name: "scan", MaxAttempts: intp(3)})
-	own, err := s.d.RunSource(ctx, dispatch.RunSourceParams{Tenant: "acme", Pipeline: "alerts", Job: "scan"})
+	own, err := s.dp.RunSource(ctx, dataplane.RunSourceParams{Tenant: "acme", Pipeline: "alerts", Job: "scan"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	both, err := s.d.RunSource(ctx, dispatch.RunSourceParams{Tenant: "acme", Pipeline: "alerts", Job: "scan",
+	both, err := s.dp.RunSource(ctx, dataplane.RunSourceParams{Tenant: "acme", Pipeline: "alerts", Job: "scan",
 		Trigger: map[string]any{"also_other": true}})
 	if err != nil {
 		t.Fatal(err)

@@ -22,7 +22,7 @@ import (
 	"time"
 
 	"github.com/baton-dev/baton/internal/api"
-	"github.com/baton-dev/baton/internal/dispatch"
+	"github.com/baton-dev/baton/internal/dataplane"
 	"github.com/baton-dev/baton/internal/mtls"
 	"github.com/baton-dev/baton/internal/pipeline/pipelinetest"
 	"github.com/baton-dev/baton/internal/store"
@@ -130,7 +130,7 @@ func newAuthzFixture(t *testing.T, w *workerAPI) *authzFixture {
 	_, f.tokOther = w.claim(f.other)
 	f.tok1, f.tok2, f.lease2 = tok1, tok2, c2.Task.LeaseToken
 	f.expired = callbackExpiredToken(t, w, c2.Task)
-	run, err := w.d.RunSource(ctx, dispatch.RunSourceParams{Tenant: "acme", Pipeline: "alerts", Job: "scan"})
+	run, err := w.dp.RunSource(ctx, dataplane.RunSourceParams{Tenant: "acme", Pipeline: "alerts", Job: "scan"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -525,7 +525,7 @@ func TestAuthorizationMatrix(t *testing.T) {
 func authzTaskRefusals(t *testing.T, f *authzFixture) int {
 	t.Helper()
 	w, ctx := f.w, context.Background()
-	if _, err := w.d.Deploy(ctx, "victim", []byte(pipelinetest.AlertsDoc), "application/yaml"); err != nil {
+	if _, err := w.dp.Deploy(ctx, "victim", []byte(pipelinetest.AlertsDoc), "application/yaml"); err != nil {
 		t.Fatal(err)
 	}
 	victims, err := w.st.DatasetByName(ctx, "victim", "alert_events")

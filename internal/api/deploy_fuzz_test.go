@@ -15,6 +15,7 @@ import (
 
 	"github.com/baton-dev/baton/internal/api"
 	"github.com/baton-dev/baton/internal/auth"
+	"github.com/baton-dev/baton/internal/dataplane"
 	"github.com/baton-dev/baton/internal/dataset"
 	"github.com/baton-dev/baton/internal/dataset/datasettest"
 	"github.com/baton-dev/baton/internal/dispatch"
@@ -51,11 +52,12 @@ func newDeployServer(tb testing.TB, driver string) *deployServer {
 	}
 	tb.Cleanup(func() { data.Close() })
 	logger := slog.New(slog.NewTextHandler(s.log, &slog.HandlerOptions{Level: slog.LevelError}))
-	d, err := dispatch.New(st, dispatch.Config{Logger: logger, Tables: dispatch.DatasetDB{DB: data}})
+	d, err := dispatch.New(st, dispatch.Config{Logger: logger})
 	if err != nil {
 		tb.Fatal(err)
 	}
-	s.handler = api.New(api.Config{Dispatcher: d, Auth: auth.NewAuthenticator(st, auth.Limits{}, nil), Logger: logger,
+	dp := dataplane.New(d, dataplane.Config{Tables: dataplane.DatasetDB{DB: data}})
+	s.handler = api.New(api.Config{Dispatcher: d, DataPlane: dp, Auth: auth.NewAuthenticator(st, auth.Limits{}, nil), Logger: logger,
 		MaxBodyBytes: 2 << 20}).ProducerHandler()
 	if _, s.key, err = auth.CreateKey(ctx, st, "fuzz", "acme", "", time.Now()); err != nil {
 		tb.Fatal(err)

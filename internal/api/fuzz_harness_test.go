@@ -36,6 +36,7 @@ import (
 	"github.com/baton-dev/baton/internal/auth"
 	"github.com/baton-dev/baton/internal/blob"
 	"github.com/baton-dev/baton/internal/blob/blobtest"
+	"github.com/baton-dev/baton/internal/dataplane"
 	"github.com/baton-dev/baton/internal/dataset"
 	"github.com/baton-dev/baton/internal/dispatch"
 	"github.com/baton-dev/baton/internal/grant"
@@ -58,6 +59,7 @@ type fuzzHarness struct {
 	ctx      context.Context
 	st       store.Store
 	d        *dispatch.Dispatcher
+	dp       *dataplane.Plane
 	clock    *clockwork.FakeClock
 	tokens   *auth.Tokens
 	minter   *grant.Minter // nil without an S3 server to mint on
@@ -140,13 +142,13 @@ func newFuzzHarness(f *testing.F) *fuzzHarness {
 		}
 	}
 	logger := slog.New(slog.NewTextHandler(h.log, &slog.HandlerOptions{Level: slog.LevelError}))
-	h.d, err = dispatch.New(h.st, dispatch.Config{Clock: h.clock, Logger: logger, Blob: bs, Tables: dispatch.DatasetDB{DB: data},
-		MaxTasksPerJob: 50})
+	h.d, err = dispatch.New(h.st, dispatch.Config{Clock: h.clock, Logger: logger, MaxTasksPerJob: 50})
 	if err != nil {
 		f.Fatal(err)
 	}
+	h.dp = dataplane.New(h.d, dataplane.Config{Blob: bs, Tables: dataplane.DatasetDB{DB: data}})
 	h.tokens = auth.NewTokens(h.st, nil)
-	cfg := api.Config{Dispatcher: h.d, Auth: auth.NewAuthenticator(h.st, auth.Limits{}, nil), Tokens: h.tokens, Logger: logger,
+	cfg := api.Config{Dispatcher: h.d, DataPlane: h.dp, Auth: auth.NewAuthenticator(h.st, auth.Limits{}, nil), Tokens: h.tokens, Logger: logger,
 		MaxBodyBytes: 64 << 10, EventPoll: 20 * time.Millisecond, CORSOrigins: []string{"https://app.example.com"},
 		StorageRoot: bs.Root(), Minter: h.minter}
 	// The public listener's server is drained, as when it shuts down, so that an event stream of a
@@ -159,11 +161,11 @@ func newFuzzHarness(f *testing.F) *fuzzHarness {
 	}
 
 	doc := fuzzPipeline(f)
-	dep, err := h.d.Deploy(ctx, "acme", doc, "application/yaml")
+	dep, err := h.dp.Deploy(ctx, "acme", doc, "application/yaml")
 	if err != nil {
 		f.Fatal(err)
 	}
-	if _, err := h.d.Deploy(ctx, "acme", []byte(sourcesPipeline), "application/yaml"); err != nil {
+	if _, err := h.dp.Deploy(ctx, "acme", []byte(sourcesPipeline), "application/yaml"); err != nil {
 		f.Fatal(err)
 	}
 	ds, err := h.st.DatasetByName(ctx, "acme", "alert_events")
@@ -199,7 +201,7 @@ func newFuzzHarness(f *testing.F) *fuzzHarness {
 		{DatasetUUID: blocks.UUID, DatasetVersion: blocks.CurrentVersion, Cursor: &[]int64{1}[0]}}); err != nil {
 		f.Fatal(err)
 	}
-	if _, _, err := h.d.NewRouter(dispatch.RouteConfig{}).RunOnce(ctx); err != nil {
+	if _, _, err := h.dp.NewRouter(dataplane.RouteConfig{}).RunOnce(ctx); err != nil {
 		f.Fatal(err)
 	}
 	jobs, err := h.st.ListJobs(ctx, store.ListJobsParams{Tenant: "acme", Limit: 100})
@@ -222,7 +224,7 @@ func newFuzzHarness(f *testing.F) *fuzzHarness {
 		f.Fatal("the event on blocks started no task of range_stats")
 	}
 	n := int64(3)
-	if _, err := h.d.BufferPublish(ctx, dispatch.BufferPublishParams{
+	if _, err := h.dp.BufferPublish(ctx, dataplane.BufferPublishParams{
 		Fence:       dispatch.Fence{TaskID: writer.Task.ID, Attempt: 1, LeaseToken: writer.Task.LeaseToken},
 		BatchURI:    "s3://trace-scratch/" + blob.BatchPrefix(ds.UUID, writer.Task.ID, 1) + "batch.jsonl",
 		DatasetUUID: ds.UUID, RecordCount: &n}); err != nil {

@@ -24,6 +24,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/baton-dev/baton/internal/auth"
+	"github.com/baton-dev/baton/internal/dataplane"
 	"github.com/baton-dev/baton/internal/dispatch"
 	"github.com/baton-dev/baton/internal/lifecycle"
 	"github.com/baton-dev/baton/internal/store"
@@ -655,13 +656,13 @@ func (s *Server) fencedBufferPublish(fence fenceFunc) handler {
 		if err != nil {
 			return nil, err
 		}
-		p := dispatch.BufferPublishParams{BatchURI: b.str("batch_uri"), DatasetUUID: b.str("dataset_uuid"),
+		p := dataplane.BufferPublishParams{BatchURI: b.str("batch_uri"), DatasetUUID: b.str("dataset_uuid"),
 			DatasetVersion: b.str("dataset_version"), RecordCount: b.int64p("record_count"), ContentType: b.str("content_type"),
 			BatchSizeBytes: b.int64p("batch_size_bytes"), DedupeScope: b.str("dedupe_scope")}
 		if p.Fence, err = b.resolve(r, fence); err != nil {
 			return nil, err
 		}
-		dup, err := s.d.BufferPublish(r.Context(), p)
+		dup, err := s.dp.BufferPublish(r.Context(), p)
 		if err != nil {
 			return nil, err
 		}

@@ -203,13 +203,13 @@ const (
 func exampleIDs(w *workerAPI) []string {
 	pairs := []string{"$DS_A", w.buffered()}
 	ctx := context.Background()
-	if _, err := w.d.Deploy(ctx, "acme", []byte(`name: examples
+	if _, err := w.dp.Deploy(ctx, "acme", []byte(`name: examples
 jobs:
   - {name: produce, activation: source, runtime: ecs_platform, operator: produce, outputs: 2, source: {kind: manual}}
 `), "application/yaml"); err != nil {
 		w.t.Fatal(err)
 	}
-	v, err := w.d.GetPipeline(ctx, "acme", "examples")
+	v, err := w.dp.GetPipeline(ctx, "acme", "examples")
 	if err != nil {
 		w.t.Fatal(err)
 	}

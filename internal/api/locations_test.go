@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/baton-dev/baton/internal/dataplane"
 	"github.com/baton-dev/baton/internal/dispatch"
 	"github.com/baton-dev/baton/internal/lifecycle"
 	"github.com/baton-dev/baton/internal/store"
@@ -53,10 +54,10 @@ func routedTask(t *testing.T, w *workerAPI, job string, seen map[string]string) 
 func TestAVersionOutsideItsDatasetsPrefixIsNeverGranted(t *testing.T) {
 	forEachWorkerDriver(t, func(t *testing.T, w *workerAPI) {
 		ctx := context.Background()
-		if _, err := w.d.Deploy(ctx, "acme", []byte(readsDoc), "application/yaml"); err != nil {
+		if _, err := w.dp.Deploy(ctx, "acme", []byte(readsDoc), "application/yaml"); err != nil {
 			t.Fatal(err)
 		}
-		v, err := w.d.GetPipeline(ctx, "acme", "reads")
+		v, err := w.dp.GetPipeline(ctx, "acme", "reads")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -76,9 +77,9 @@ func TestAVersionOutsideItsDatasetsPrefixIsNeverGranted(t *testing.T) {
 		}
 		_, ids := w.submit(lifecycle.TaskSpec{Key: "emit", Name: "emit"})
 		emitter, _ := w.claim(ids["emit"])
-		router, seen := w.d.NewRouter(dispatch.RouteConfig{}), map[string]string{}
+		router, seen := w.dp.NewRouter(dataplane.RouteConfig{}), map[string]string{}
 		for i, version := range []string{"shared", "other", "own"} {
-			if _, err := w.d.SetCurrentVersion(ctx, "acme", ds, version); err != nil {
+			if _, err := w.dp.SetCurrentVersion(ctx, "acme", ds, version); err != nil {
 				t.Fatal(err)
 			}
 			cursor := int64(i + 1)

@@ -7,7 +7,7 @@ import (
 	"net/http"
 	"strings"
 
-	"github.com/baton-dev/baton/internal/dispatch"
+	"github.com/baton-dev/baton/internal/dataplane"
 	"github.com/baton-dev/baton/internal/pipeline"
 	"github.com/baton-dev/baton/internal/store"
 )
@@ -32,11 +32,11 @@ func (s *Server) deployPipeline(w http.ResponseWriter, r *http.Request) (any, er
 		return nil, errorf(http.StatusUnsupportedMediaType, "Content-Type must be application/yaml or application/json, got %q", ct)
 	}
 	tenant := tenantOf(r)
-	res, err := s.d.Deploy(r.Context(), tenant, body, ct, s.checkPipelinePushTargets)
+	res, err := s.dp.Deploy(r.Context(), tenant, body, ct, s.checkPipelinePushTargets)
 	if err != nil {
 		return nil, err
 	}
-	v, err := s.d.GetPipeline(r.Context(), tenant, res.Pipeline.Name)
+	v, err := s.dp.GetPipeline(r.Context(), tenant, res.Pipeline.Name)
 	if err != nil {
 		return nil, err
 	}
@@ -53,7 +53,7 @@ func pipelineSummary(p *store.Pipeline) map[string]any {
 		"updated_at": snakeTime(p.UpdatedAt)}
 }
 
-func pipelineView(v *dispatch.PipelineView) map[string]any {
+func pipelineView(v *dataplane.PipelineView) map[string]any {
 	out := pipelineSummary(v.Pipeline)
 	out["jobs"] = v.Jobs()
 	return out
@@ -61,7 +61,7 @@ func pipelineView(v *dispatch.PipelineView) map[string]any {
 
 // GET /pipelines
 func (s *Server) listPipelines(w http.ResponseWriter, r *http.Request) (any, error) {
-	ps, err := s.d.ListPipelines(r.Context(), tenantOf(r))
+	ps, err := s.dp.ListPipelines(r.Context(), tenantOf(r))
 	if err != nil {
 		return nil, err
 	}
@@ -74,7 +74,7 @@ func (s *Server) listPipelines(w http.ResponseWriter, r *http.Request) (any, err
 
 // GET /pipelines/{name}
 func (s *Server) getPipeline(w http.ResponseWriter, r *http.Request) (any, error) {
-	v, err := s.d.GetPipeline(r.Context(), tenantOf(r), r.PathValue("name"))
+	v, err := s.dp.GetPipeline(r.Context(), tenantOf(r), r.PathValue("name"))
 	if err != nil {
 		return nil, err
 	}
@@ -84,7 +84,7 @@ func (s *Server) getPipeline(w http.ResponseWriter, r *http.Request) (any, error
 // GET /pipelines/{name}/versions
 func (s *Server) pipelineVersions(w http.ResponseWriter, r *http.Request) (any, error) {
 	tenant, name := tenantOf(r), r.PathValue("name")
-	vs, err := s.d.PipelineVersions(r.Context(), tenant, name)
+	vs, err := s.dp.PipelineVersions(r.Context(), tenant, name)
 	if err != nil {
 		return nil, err
 	}
@@ -103,7 +103,7 @@ func (s *Server) pipelineVersions(w http.ResponseWriter, r *http.Request) (any, 
 // GET /pipelines/{name}/versions/{version}: the document as it was deployed.
 func (s *Server) pipelineVersion(w http.ResponseWriter, r *http.Request) (any, error) {
 	tenant, name := tenantOf(r), r.PathValue("name")
-	vs, err := s.d.PipelineVersions(r.Context(), tenant, name)
+	vs, err := s.dp.PipelineVersions(r.Context(), tenant, name)
 	if err != nil {
 		return nil, err
 	}
@@ -139,7 +139,7 @@ func (s *Server) rollbackPipeline(w http.ResponseWriter, r *http.Request) (any, 
 		}
 	}
 	name := r.PathValue("name")
-	res, canceled, err := s.d.Rollback(r.Context(), tenantOf(r), name, version)
+	res, canceled, err := s.dp.Rollback(r.Context(), tenantOf(r), name, version)
 	if err != nil {
 		return nil, err
 	}
@@ -149,7 +149,7 @@ func (s *Server) rollbackPipeline(w http.ResponseWriter, r *http.Request) (any, 
 
 // GET /datasets
 func (s *Server) listDatasets(w http.ResponseWriter, r *http.Request) (any, error) {
-	ds, err := s.d.ListDatasets(r.Context(), tenantOf(r))
+	ds, err := s.dp.ListDatasets(r.Context(), tenantOf(r))
 	if err != nil {
 		return nil, err
 	}
@@ -176,14 +176,14 @@ func datasetSummary(x *store.Dataset) map[string]any {
 
 // GET /datasets/{name}: by name, or by dataset_uuid.
 func (s *Server) getDataset(w http.ResponseWriter, r *http.Request) (any, error) {
-	v, err := s.d.GetDataset(r.Context(), tenantOf(r), r.PathValue("name"), 20)
+	v, err := s.dp.GetDataset(r.Context(), tenantOf(r), r.PathValue("name"), 20)
 	if err != nil {
 		return nil, err
 	}
 	return datasetView(v), nil
 }
 
-func datasetView(v *dispatch.DatasetView) map[string]any {
+func datasetView(v *dataplane.DatasetView) map[string]any {
 	out := datasetSummary(v.Dataset)
 	versions := make([]map[string]any, len(v.Versions))
 	for i, dv := range v.Versions {
@@ -220,11 +220,11 @@ func (s *Server) setCurrentVersion(w http.ResponseWriter, r *http.Request) (any,
 		return nil, err
 	}
 	tenant := tenantOf(r)
-	x, err := s.d.SetCurrentVersion(r.Context(), tenant, r.PathValue("name"), version)
+	x, err := s.dp.SetCurrentVersion(r.Context(), tenant, r.PathValue("name"), version)
 	if err != nil {
 		return nil, err
 	}
-	v, err := s.d.GetDataset(r.Context(), tenant, x.UUID, 20)
+	v, err := s.dp.GetDataset(r.Context(), tenant, x.UUID, 20)
 	if err != nil {
 		return nil, err
 	}
@@ -250,7 +250,7 @@ func (s *Server) runPipelineJob(w http.ResponseWriter, r *http.Request) (any, er
 	if err != nil {
 		return nil, err
 	}
-	res, err := s.d.RunSource(r.Context(), dispatch.RunSourceParams{Tenant: tenantOf(r), Pipeline: r.PathValue("name"),
+	res, err := s.dp.RunSource(r.Context(), dataplane.RunSourceParams{Tenant: tenantOf(r), Pipeline: r.PathValue("name"),
 		Job: r.PathValue("job"), Key: key, Trigger: trigger})
 	if err != nil {
 		return nil, err
@@ -278,7 +278,7 @@ func (s *Server) webhook(w http.ResponseWriter, r *http.Request) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	res, err := s.d.RunSource(r.Context(), dispatch.RunSourceParams{Tenant: tenantOf(r), WebhookPath: "/" + r.PathValue("path"),
+	res, err := s.dp.RunSource(r.Context(), dataplane.RunSourceParams{Tenant: tenantOf(r), WebhookPath: "/" + r.PathValue("path"),
 		Key: key, Trigger: trigger})
 	if err != nil {
 		return nil, err
@@ -286,7 +286,7 @@ func (s *Server) webhook(w http.ResponseWriter, r *http.Request) (any, error) {
 	return runAnswer(res), nil
 }
 
-func runAnswer(res *dispatch.RunSourceResult) any {
+func runAnswer(res *dataplane.RunSourceResult) any {
 	out := map[string]any{"pipeline": res.Pipeline, "job": res.Job, "job_id": res.JobID, "task_id": res.TaskID, "created": res.Created}
 	if res.Created {
 		return created{out}

@@ -10,7 +10,7 @@ import (
 
 	"github.com/baton-dev/baton/internal/api"
 	"github.com/baton-dev/baton/internal/auth"
-	"github.com/baton-dev/baton/internal/dispatch"
+	"github.com/baton-dev/baton/internal/dataplane"
 	"github.com/baton-dev/baton/internal/lifecycle"
 	"github.com/baton-dev/baton/internal/pipeline"
 	"github.com/baton-dev/baton/internal/pipeline/pipelinetest"
@@ -107,7 +107,7 @@ func TestPipelineEndpoints(t *testing.T) {
 			"lease_token": c["lease_token"], "events": []map[string]any{{"dataset_uuid": blocks["dataset_uuid"],
 				"dataset_version": w.currentVersion(key, "blocks"), "partition_key": "100-199", "start": 100, "end": 199}}})
 		wantOK(t, res)
-		if _, n, err := w.d.NewRouter(dispatch.RouteConfig{}).RunOnce(context.Background()); err != nil || n != 1 {
+		if _, n, err := w.dp.NewRouter(dataplane.RouteConfig{}).RunOnce(context.Background()); err != nil || n != 1 {
 			t.Fatalf("route: %d tasks, %v", n, err)
 		}
 		claim := w.streamClaimed("w-1", "alerts")

@@ -15,6 +15,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/baton-dev/baton/internal/auth"
+	"github.com/baton-dev/baton/internal/dataplane"
 	"github.com/baton-dev/baton/internal/dispatch"
 	"github.com/baton-dev/baton/internal/grant"
 	"github.com/baton-dev/baton/internal/metrics"
@@ -26,7 +27,10 @@ const DefaultMaxBodyBytes = 4 << 20
 
 // Config configures a Server.
 type Config struct {
-	Dispatcher   *dispatch.Dispatcher
+	Dispatcher *dispatch.Dispatcher
+	// DataPlane is the data plane over Dispatcher; nil: New builds one without object storage
+	// or a data database.
+	DataPlane    *dataplane.Plane
 	Auth         *auth.Authenticator
 	Tokens       *auth.Tokens // capability tokens of the worker dialects
 	Logger       *slog.Logger
@@ -66,6 +70,7 @@ type Config struct {
 // Server serves Baton's HTTP APIs.
 type Server struct {
 	d       *dispatch.Dispatcher
+	dp      *dataplane.Plane
 	auth    *auth.Authenticator
 	tokens  *auth.Tokens
 	log     *slog.Logger
@@ -94,12 +99,15 @@ func (s *Server) Drain() { s.drain() }
 
 // New returns a Server.
 func New(cfg Config) *Server {
-	s := &Server{d: cfg.Dispatcher, auth: cfg.Auth, tokens: cfg.Tokens, log: cfg.Logger, maxBody: cfg.MaxBodyBytes, poll: cfg.EventPoll,
+	s := &Server{d: cfg.Dispatcher, dp: cfg.DataPlane, auth: cfg.Auth, tokens: cfg.Tokens, log: cfg.Logger, maxBody: cfg.MaxBodyBytes, poll: cfg.EventPoll,
 		pushTargets: cfg.PushTargets, wakeups: cfg.Wakeups, corsPolicy: newCORSPolicy(cfg.CORSOrigins),
 		polls: newPollCounter(cfg.MaxPollsPerWorker), storageRoot: cfg.StorageRoot, minter: cfg.Minter, dashboard: cfg.Dashboard,
 		metrics: cfg.Metrics}
 	if s.log == nil {
 		s.log = slog.Default()
+	}
+	if s.dp == nil && s.d != nil {
+		s.dp = dataplane.New(s.d, dataplane.Config{})
 	}
 	if s.maxBody <= 0 {
 		s.maxBody = DefaultMaxBodyBytes
@@ -208,19 +216,19 @@ func (s *Server) toHTTP(err error) *httpError {
 		return he
 	case errors.Is(err, dispatch.ErrJobNotFound):
 		return errorf(http.StatusNotFound, "Job not found")
-	case errors.Is(err, dispatch.ErrPipelineNotFound):
+	case errors.Is(err, dataplane.ErrPipelineNotFound):
 		return errorf(http.StatusNotFound, "Pipeline not found")
-	case errors.Is(err, dispatch.ErrPipelineJobNotFound):
+	case errors.Is(err, dataplane.ErrPipelineJobNotFound):
 		return errorf(http.StatusNotFound, "Pipeline job not found")
-	case errors.Is(err, dispatch.ErrWebhookNotFound):
+	case errors.Is(err, dataplane.ErrWebhookNotFound):
 		return errorf(http.StatusNotFound, "No webhook source at this path")
-	case errors.Is(err, dispatch.ErrDatasetNotFound):
+	case errors.Is(err, dataplane.ErrDatasetNotFound):
 		return errorf(http.StatusNotFound, "Dataset not found")
 	case errors.Is(err, dispatch.ErrTaskNotFound):
 		return errorf(http.StatusNotFound, "Task not found")
-	case errors.Is(err, dispatch.ErrBatchNotFound):
+	case errors.Is(err, dataplane.ErrBatchNotFound):
 		return errorf(http.StatusNotFound, "Buffer batch not found")
-	case errors.Is(err, dispatch.ErrBatchNotClaimed):
+	case errors.Is(err, dataplane.ErrBatchNotClaimed):
 		return errorf(http.StatusConflict, "The buffer batch is not claimed by this receive (another receive took it over, or it is settled)")
 	case errors.Is(err, dispatch.ErrJobFinished):
 		return errorf(http.StatusConflict, "Job already finished")

@@ -10,7 +10,7 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/baton-dev/baton/internal/dispatch"
+	"github.com/baton-dev/baton/internal/dataplane"
 	"github.com/baton-dev/baton/internal/sink"
 	"github.com/baton-dev/baton/internal/store"
 	"github.com/baton-dev/baton/wire"
@@ -28,7 +28,7 @@ func (s *Server) sinkClaim(w http.ResponseWriter, r *http.Request) (any, error) 
 	if err != nil {
 		return nil, err
 	}
-	p := dispatch.ClaimBatchesParams{Max: deref(f.intp("max")), ID: deref(f.int64p("id")),
+	p := dataplane.ClaimBatchesParams{Max: deref(f.intp("max")), ID: deref(f.int64p("id")),
 		Visibility: time.Duration(deref(f.intp("visibility_seconds"))) * time.Second,
 		Wait:       time.Duration(min(deref(f.intp("wait_seconds")), 30)) * time.Second}
 	if f.err != nil {
@@ -40,7 +40,7 @@ func (s *Server) sinkClaim(w http.ResponseWriter, r *http.Request) (any, error) 
 	defer cancel()
 	stop := context.AfterFunc(s.drainCtx, cancel)
 	defer stop()
-	msgs, err := s.d.ClaimBatches(ctx, p)
+	msgs, err := s.dp.ClaimBatches(ctx, p)
 	if err != nil && !(r.Context().Err() == nil && s.drainCtx.Err() != nil) {
 		return nil, err
 	}
@@ -48,7 +48,7 @@ func (s *Server) sinkClaim(w http.ResponseWriter, r *http.Request) (any, error) 
 }
 
 // sinkMessages renders claimed messages as a sink receives them.
-func sinkMessages(msgs []*dispatch.SinkMessage) []wire.SinkMessage {
+func sinkMessages(msgs []*dataplane.SinkMessage) []wire.SinkMessage {
 	out := make([]wire.SinkMessage, 0, len(msgs))
 	for _, m := range msgs {
 		schema, _ := json.Marshal(m.Dataset.Schema)
@@ -71,7 +71,7 @@ func (s *Server) sinkCommit(w http.ResponseWriter, r *http.Request) (any, error)
 	if c.ID <= 0 {
 		return nil, invalidRequest("id is required")
 	}
-	if err := s.d.CommitBatch(r.Context(), c.ID, dispatch.BatchLoaded{Cursor: c.Cursor, Inserted: c.Inserted, Facets: c.Facets}); err != nil {
+	if err := s.dp.CommitBatch(r.Context(), c.ID, dataplane.BatchLoaded{Cursor: c.Cursor, Inserted: c.Inserted, Facets: c.Facets}); err != nil {
 		return nil, err
 	}
 	return map[string]any{"ok": true}, nil
@@ -89,7 +89,7 @@ func (s *Server) sinkFail(w http.ResponseWriter, r *http.Request) (any, error) {
 	if f.ID <= 0 || f.ReceiveCount <= 0 {
 		return nil, invalidRequest("id and receive_count are required")
 	}
-	dead, err := s.d.FailBatch(r.Context(), f.ID, f.ReceiveCount, f.Error)
+	dead, err := s.dp.FailBatch(r.Context(), f.ID, f.ReceiveCount, f.Error)
 	if err != nil {
 		return nil, err
 	}
@@ -111,7 +111,7 @@ func (s *Server) sinkExtend(w http.ResponseWriter, r *http.Request) (any, error)
 	if e.VisibilitySeconds < 1 || e.VisibilitySeconds > 3600 {
 		return nil, invalidRequest("visibility_seconds must be an integer from 1 to 3600")
 	}
-	until, err := s.d.ExtendBatch(r.Context(), e.ID, e.ReceiveCount, time.Duration(e.VisibilitySeconds)*time.Second)
+	until, err := s.dp.ExtendBatch(r.Context(), e.ID, e.ReceiveCount, time.Duration(e.VisibilitySeconds)*time.Second)
 	if err != nil {
 		return nil, err
 	}
@@ -133,7 +133,7 @@ func decodeInto(body []byte, v any) error {
 // where being a JSON object with the rules of an input's where.
 func (s *Server) datasetRows(w http.ResponseWriter, r *http.Request) (any, error) {
 	qs := r.URL.Query()
-	var q dispatch.RowQuery
+	var q dataplane.RowQuery
 	var err error
 	for name, dst := range map[string]*int64{"after": &q.After, "cursor": &q.Cursor} {
 		if v := qs.Get(name); v != "" {
@@ -152,7 +152,7 @@ func (s *Server) datasetRows(w http.ResponseWriter, r *http.Request) (any, error
 			return nil, err
 		}
 	}
-	page, err := s.d.DatasetRows(r.Context(), tenantOf(r), r.PathValue("name"), q)
+	page, err := s.dp.DatasetRows(r.Context(), tenantOf(r), r.PathValue("name"), q)
 	if err != nil {
 		return nil, err
 	}
@@ -179,7 +179,7 @@ func (s *Server) batchDeadLetters(w http.ResponseWriter, r *http.Request) (any, 
 			return nil, errorf(http.StatusBadRequest, "limit must be an integer from 1 to 1000")
 		}
 	}
-	recs, err := s.d.BatchDeadLetters(r.Context(), tenantOf(r), r.PathValue("name"), after, limit)
+	recs, err := s.dp.BatchDeadLetters(r.Context(), tenantOf(r), r.PathValue("name"), after, limit)
 	if err != nil {
 		return nil, err
 	}
@@ -199,7 +199,7 @@ func (s *Server) retryBatch(w http.ResponseWriter, r *http.Request) (any, error)
 	if err != nil || id <= 0 {
 		return nil, errorf(http.StatusNotFound, "Buffer batch not found")
 	}
-	b, err := s.d.RetryBatch(r.Context(), tenantOf(r), r.PathValue("name"), id)
+	b, err := s.dp.RetryBatch(r.Context(), tenantOf(r), r.PathValue("name"), id)
 	if err != nil {
 		return nil, err
 	}
@@ -231,12 +231,12 @@ func deref[T any](p *T) T {
 // SinkQueue is the Buffer Queue of this process's dispatcher for a sink running in the same
 // process (baton dev, baton server --sink): the internal listener's /internal/sink/* operations
 // without HTTP, in the same shapes (sink.Queue).
-type SinkQueue struct{ D *dispatch.Dispatcher }
+type SinkQueue struct{ P *dataplane.Plane }
 
 var _ sink.Queue = SinkQueue{}
 
 func (q SinkQueue) Claim(ctx context.Context, p wire.SinkClaimRequest) ([]wire.SinkMessage, error) {
-	msgs, err := q.D.ClaimBatches(ctx, dispatch.ClaimBatchesParams{Max: p.Max, ID: p.ID,
+	msgs, err := q.P.ClaimBatches(ctx, dataplane.ClaimBatchesParams{Max: p.Max, ID: p.ID,
 		Visibility: time.Duration(p.VisibilitySeconds) * time.Second, Wait: time.Duration(min(p.WaitSeconds, 30)) * time.Second})
 	if err != nil {
 		return nil, err
@@ -245,20 +245,20 @@ func (q SinkQueue) Claim(ctx context.Context, p wire.SinkClaimRequest) ([]wire.S
 }
 
 func (q SinkQueue) Extend(ctx context.Context, p wire.SinkExtend) error {
-	_, err := q.D.ExtendBatch(ctx, p.ID, p.ReceiveCount, time.Duration(p.VisibilitySeconds)*time.Second)
+	_, err := q.P.ExtendBatch(ctx, p.ID, p.ReceiveCount, time.Duration(p.VisibilitySeconds)*time.Second)
 	switch {
-	case errors.Is(err, dispatch.ErrBatchNotClaimed):
+	case errors.Is(err, dataplane.ErrBatchNotClaimed):
 		return fmt.Errorf("%w: %w", sink.ErrNotClaimed, err)
-	case errors.Is(err, dispatch.ErrBatchNotFound):
+	case errors.Is(err, dataplane.ErrBatchNotFound):
 		return fmt.Errorf("%w: %w", sink.ErrNotFound, err)
 	}
 	return err
 }
 
 func (q SinkQueue) Commit(ctx context.Context, p wire.SinkCommit) error {
-	return q.D.CommitBatch(ctx, p.ID, dispatch.BatchLoaded{Cursor: p.Cursor, Inserted: p.Inserted, Facets: p.Facets})
+	return q.P.CommitBatch(ctx, p.ID, dataplane.BatchLoaded{Cursor: p.Cursor, Inserted: p.Inserted, Facets: p.Facets})
 }
 
 func (q SinkQueue) Fail(ctx context.Context, p wire.SinkFail) (bool, error) {
-	return q.D.FailBatch(ctx, p.ID, p.ReceiveCount, p.Error)
+	return q.P.FailBatch(ctx, p.ID, p.ReceiveCount, p.Error)
 }

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/baton-dev/baton/internal/auth"
+	"github.com/baton-dev/baton/internal/dataplane"
 	"github.com/baton-dev/baton/internal/dispatch"
 	"github.com/baton-dev/baton/internal/grant"
 	"github.com/baton-dev/baton/internal/store"
@@ -29,7 +30,7 @@ func (s *Server) issueToken(ctx context.Context, t *store.Task, job dispatch.Job
 	}
 	if s.storageRoot != "" {
 		// The same derivation decides which buffered datasets the attempt may publish into.
-		g, skipped := grant.Derive(s.storageRoot, dispatch.GrantAttempt(t))
+		g, skipped := grant.Derive(s.storageRoot, dataplane.GrantAttempt(t))
 		for _, why := range skipped {
 			s.log.DebugContext(ctx, "an input's storage is not granted", "task_id", t.ID, "attempt", t.Attempt, "reason", why)
 		}

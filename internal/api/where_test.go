@@ -14,6 +14,7 @@ import (
 
 	"github.com/baton-dev/baton/internal/api"
 	"github.com/baton-dev/baton/internal/auth"
+	"github.com/baton-dev/baton/internal/dataplane"
 	"github.com/baton-dev/baton/internal/dataset"
 	"github.com/baton-dev/baton/internal/dataset/datasettest"
 	"github.com/baton-dev/baton/internal/dispatch"
@@ -48,15 +49,16 @@ func newRowsServer(tb testing.TB, driver string) *rowsServer {
 	tb.Cleanup(func() { data.Close() })
 	s := &rowsServer{log: &lockedBuffer{}}
 	logger := slog.New(slog.NewTextHandler(s.log, &slog.HandlerOptions{Level: slog.LevelError}))
-	d, err := dispatch.New(st, dispatch.Config{Logger: logger, Tables: dispatch.DatasetDB{DB: data}})
+	d, err := dispatch.New(st, dispatch.Config{Logger: logger})
 	if err != nil {
 		tb.Fatal(err)
 	}
-	s.handler = api.New(api.Config{Dispatcher: d, Auth: auth.NewAuthenticator(st, auth.Limits{}, nil), Logger: logger}).ProducerHandler()
+	dp := dataplane.New(d, dataplane.Config{Tables: dataplane.DatasetDB{DB: data}})
+	s.handler = api.New(api.Config{Dispatcher: d, DataPlane: dp, Auth: auth.NewAuthenticator(st, auth.Limits{}, nil), Logger: logger}).ProducerHandler()
 	if _, s.key, err = auth.CreateKey(ctx, st, "rows", "acme", "", time.Now()); err != nil {
 		tb.Fatal(err)
 	}
-	if _, err := d.Deploy(ctx, "acme", []byte(pipelinetest.AlertsDoc), "application/yaml"); err != nil {
+	if _, err := dp.Deploy(ctx, "acme", []byte(pipelinetest.AlertsDoc), "application/yaml"); err != nil {
 		tb.Fatal(err)
 	}
 	ds, err := st.DatasetByName(ctx, "acme", "alert_events")

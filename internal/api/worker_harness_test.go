@@ -14,6 +14,7 @@ import (
 	"github.com/baton-dev/baton/internal/auth"
 	"github.com/baton-dev/baton/internal/blob"
 	"github.com/baton-dev/baton/internal/blob/blobtest"
+	"github.com/baton-dev/baton/internal/dataplane"
 	"github.com/baton-dev/baton/internal/dispatch"
 	"github.com/baton-dev/baton/internal/grant"
 	"github.com/baton-dev/baton/internal/lifecycle"
@@ -28,6 +29,7 @@ type workerAPI struct {
 	t        *testing.T
 	st       store.Store
 	d        *dispatch.Dispatcher
+	dp       *dataplane.Plane
 	tokens   *auth.Tokens
 	server   *api.Server
 	public   *httptest.Server
@@ -41,7 +43,7 @@ type workerAPI struct {
 func (w *workerAPI) buffered() string {
 	w.t.Helper()
 	ctx := context.Background()
-	if _, err := w.d.Deploy(ctx, "acme", []byte(pipelinetest.AlertsDoc), "application/yaml"); err != nil {
+	if _, err := w.dp.Deploy(ctx, "acme", []byte(pipelinetest.AlertsDoc), "application/yaml"); err != nil {
 		w.t.Fatal(err)
 	}
 	ds, err := w.st.DatasetByName(ctx, "acme", "alert_events")
@@ -92,10 +94,10 @@ func (w *workerAPI) submitWriters(specs ...lifecycle.TaskSpec) (jobIDs, ids map[
       unique: [dedupe_key]
     filter_fields: [severity]
 `
-		if _, err := w.d.Deploy(ctx, "acme", []byte(doc), "application/yaml"); err != nil {
+		if _, err := w.dp.Deploy(ctx, "acme", []byte(doc), "application/yaml"); err != nil {
 			w.t.Fatalf("deploy the writer %s: %v\n%s", s.Key, err, doc)
 		}
-		run, err := w.d.RunSource(ctx, dispatch.RunSourceParams{Tenant: "acme", Pipeline: "writes_" + s.Key, Job: s.Key})
+		run, err := w.dp.RunSource(ctx, dataplane.RunSourceParams{Tenant: "acme", Pipeline: "writes_" + s.Key, Job: s.Key})
 		if err != nil {
 			w.t.Fatal(err)
 		}
@@ -131,14 +133,15 @@ func newClockedWorkerAPI(t *testing.T, st store.Store, clock clockwork.Clock) *w
 			t.Fatal(err)
 		}
 	}
-	d, err := dispatch.New(st, dispatch.Config{Clock: clock, Logger: quiet, Blob: bs})
+	d, err := dispatch.New(st, dispatch.Config{Clock: clock, Logger: quiet})
 	if err != nil {
 		t.Fatal(err)
 	}
+	dp := dataplane.New(d, dataplane.Config{Blob: bs})
 	tokens := auth.NewTokens(st, nil)
-	s := api.New(api.Config{Dispatcher: d, Auth: auth.NewAuthenticator(st, auth.Limits{}, nil), Tokens: tokens, Logger: quiet,
+	s := api.New(api.Config{Dispatcher: d, DataPlane: dp, Auth: auth.NewAuthenticator(st, auth.Limits{}, nil), Tokens: tokens, Logger: quiet,
 		StorageRoot: bs.Root(), Minter: minter})
-	w := &workerAPI{t: t, st: st, d: d, tokens: tokens, server: s, minting: minting,
+	w := &workerAPI{t: t, st: st, d: d, dp: dp, tokens: tokens, server: s, minting: minting,
 		public: httptest.NewServer(s.ProducerHandler()), internal: httptest.NewServer(s.InternalHandler())}
 	t.Cleanup(w.public.Close)
 	t.Cleanup(w.internal.Close)

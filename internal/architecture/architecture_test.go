@@ -3,6 +3,7 @@ package architecture
 import (
 	"bufio"
 	"bytes"
+	"os"
 	"os/exec"
 	"slices"
 	"strings"
@@ -12,7 +13,7 @@ import (
 const module = "github.com/baton-dev/baton/"
 
 // The server's own packages: a worker or a producer's program never needs them.
-var server = []string{"internal/store", "internal/dispatch", "internal/api", "internal/auth", "internal/grant",
+var server = []string{"internal/store", "internal/dispatch", "internal/dataplane", "internal/api", "internal/auth", "internal/grant",
 	"internal/maintenance", "internal/ui", "internal/sink", "internal/dataset", "internal/metrics"}
 
 // rules: what each package must not link, directly or through another package, and why.
@@ -31,7 +32,9 @@ var rules = []struct {
 	{"internal/pushsig", []string{"internal/store", "internal/auth"}, "the SDK verifies push signatures with it"},
 	{"internal/mtls", []string{"internal/store", "internal/auth"}, "the SDK dials the internal listener with it"},
 	{"internal/maintenance", []string{"internal/dispatch", "internal/api", "internal/ui", "internal/sink"}, "maintenance runs over the store, a clock and a logger only"},
-	{"internal/dispatch", []string{"internal/api", "internal/ui", "internal/sink", "internal/maintenance", "internal/server"}, "the core is below its adapters and the services beside it"},
+	{"internal/dispatch", []string{"internal/dataplane", "internal/pipeline", "internal/dataset", "internal/api", "internal/ui", "internal/sink", "internal/maintenance", "internal/server"},
+		"the lifecycle core is below the data plane, its adapters and the services beside it: the data plane takes part in its transitions through dispatch.Hook"},
+	{"internal/dataplane", []string{"internal/api", "internal/ui", "internal/sink", "internal/maintenance", "internal/server"}, "the data plane is below the adapters that serve it"},
 	{"internal/api", []string{"internal/maintenance", "internal/server"}, "the HTTP adapters are composed into a server, not the other way round"},
 	{"internal/ui", []string{"internal/api", "internal/server"}, "the dashboard is one of the handlers a server composes"},
 }
@@ -62,7 +65,7 @@ func TestPackageBoundaries(t *testing.T) {
 // (tests excluded), by path relative to the module.
 func goList(t *testing.T) map[string][]string {
 	t.Helper()
-	cmd := exec.Command("go", "list", "-f", `{{.ImportPath}}{{range .Imports}} {{.}}{{end}}`, module+"...")
+	cmd := exec.Command("go", "list", "-f", `{{.ImportPath}}{{range .Imports}} {{.}}{{end}}`+"\n"+`{{.Dir}}{{range .GoFiles}} {{$.Dir}}/{{.}}{{end}}`, module+"...")
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
@@ -73,6 +76,23 @@ func goList(t *testing.T) map[string][]string {
 	sc := bufio.NewScanner(bytes.NewReader(out))
 	for sc.Scan() {
 		fields := strings.Fields(sc.Text())
+		if !sc.Scan() {
+			t.Fatalf("go list: no files line after %q", fields)
+		}
+		// Read every package's folder and source files, so that go test's cache knows this result
+		// depends on them (it cannot see what the go list child read) and runs the test again when
+		// a file or an import changes.
+		files := strings.Fields(sc.Text())
+		if len(files) > 0 {
+			if _, err := os.ReadDir(files[0]); err != nil {
+				t.Fatal(err)
+			}
+			for _, file := range files[1:] {
+				if _, err := os.ReadFile(file); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
 		if len(fields) == 0 || !strings.HasPrefix(fields[0], module) {
 			continue
 		}

@@ -14,11 +14,11 @@ import (
 func TestCompleteManyAnswersEachReportAsComplete(t *testing.T) {
 	storetest.ForEachDriver(t, func(t *testing.T, st store.Store) {
 		e := newEnv(t, st)
-		dag := e.submit(spec("p1"), spec("p2"), spec("child", "p1", "p2"), spec("solo", "p1"), spec("other"))
-		flat := e.submit(spec("x"), spec("y"))
-		p1, p2, other := e.claim(dag, "p1"), e.claim(dag, "p2"), e.claim(dag, "other")
-		x, y := e.claim(flat, "x"), e.claim(flat, "y")
-		done := e.succeed(other) // reported before: repeated below
+		dag := e.Submit(spec("p1"), spec("p2"), spec("child", "p1", "p2"), spec("solo", "p1"), spec("other"))
+		flat := e.Submit(spec("x"), spec("y"))
+		p1, p2, other := e.Claim(dag, "p1"), e.Claim(dag, "p2"), e.Claim(dag, "other")
+		x, y := e.Claim(flat, "x"), e.Claim(flat, "y")
+		done := e.Succeed(other) // reported before: repeated below
 		if done.Status != lifecycle.Completed {
 			t.Fatal(done)
 		}
@@ -40,7 +40,7 @@ func TestCompleteManyAnswersEachReportAsComplete(t *testing.T) {
 			ok(p1, `{"p":1}`), // the same report twice in one batch: applied once
 			failOther,         // a failure goes through Complete: other succeeded, so it conflicts
 		}
-		results, errs := e.d.CompleteMany(e.ctx, ps)
+		results, errs := e.D.CompleteMany(e.Ctx, ps)
 		for i, want := range []string{"ok", "ok", "lease", "ok", "dup", "notfound", "dup", "conflict"} {
 			err, res := errs[i], results[i]
 			switch want {
@@ -66,30 +66,30 @@ func TestCompleteManyAnswersEachReportAsComplete(t *testing.T) {
 				}
 			}
 		}
-		wantStatus(t, e, dag, map[string]lifecycle.TaskStatus{"p1": lifecycle.Completed, "p2": lifecycle.Completed,
+		e.WantStatus(t, dag, map[string]lifecycle.TaskStatus{"p1": lifecycle.Completed, "p2": lifecycle.Completed,
 			"child": lifecycle.Pending, "solo": lifecycle.Pending, "other": lifecycle.Completed})
-		if tk := e.task(dag, "p1"); string(tk.Output) != `{"p":1}` || !tk.LeaseExpiresAt.IsZero() || tk.FinishedAt.IsZero() {
+		if tk := e.Task(dag, "p1"); string(tk.Output) != `{"p":1}` || !tk.LeaseExpiresAt.IsZero() || tk.FinishedAt.IsZero() {
 			t.Errorf("p1 after CompleteMany: output %s lease %v finished %v", tk.Output, tk.LeaseExpiresAt, tk.FinishedAt)
 		}
 		for key, n := range map[string]int{"p1": 1, "p2": 1, "other": 1} {
-			if got := count(e.events(dag, key), dispatch.EventTaskCompleted); got != n {
+			if got := count(e.Events(dag, key), dispatch.EventTaskCompleted); got != n {
 				t.Errorf("%s: %d Task Completed events, want %d", key, got, n)
 			}
 		}
-		if got := count(e.events(dag, "child"), dispatch.EventTaskPending); got != 1 {
+		if got := count(e.Events(dag, "child"), dispatch.EventTaskPending); got != 1 {
 			t.Errorf("child released %d times, want once (after both parents)", got)
 		}
-		as, err := st.ListAttempts(e.ctx, p1.Task.ID)
+		as, err := st.ListAttempts(e.Ctx, p1.Task.ID)
 		if err != nil || len(as) != 1 || as[0].Outcome != store.OutcomeSucceeded || as[0].Result != lifecycle.Completed || as[0].FinishedAt.IsZero() {
 			t.Errorf("p1's attempt: %+v, %v", as, err)
 		}
 		// Finishing the rest completes both jobs, with the counts the batch left.
-		e.run(dag, "child", "solo")
-		if j := e.job(dag.ID); j.Status != lifecycle.JobCompleted || j.UnfinishedTasks != 0 {
+		e.Run(dag, "child", "solo")
+		if j := e.Job(dag.ID); j.Status != lifecycle.JobCompleted || j.UnfinishedTasks != 0 {
 			t.Errorf("dag job: %s with %d unfinished", j.Status, j.UnfinishedTasks)
 		}
-		e.succeed(y)
-		if j := e.job(flat.ID); j.UnfinishedTasks != 0 || j.Status == lifecycle.JobProcessing {
+		e.Succeed(y)
+		if j := e.Job(flat.ID); j.UnfinishedTasks != 0 || j.Status == lifecycle.JobProcessing {
 			t.Errorf("flat job: %s with %d unfinished", j.Status, j.UnfinishedTasks)
 		}
 	})

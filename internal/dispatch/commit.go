@@ -270,7 +270,7 @@ func (cm *committer) commit(batch []*pending) {
 	d.cfg.Metrics.Commit(len(batch)+len(completes)+len(claims), time.Since(start))
 	end(err)
 	if err == nil {
-		d.committed(g.ready, g.routable, g.buffered)
+		d.committed(g.ready, g.signals)
 		d.cfg.Metrics.Record(&g.tally)
 	}
 	alone := err != nil && d.store.Transient(err)
@@ -302,7 +302,8 @@ type groupTx struct {
 	results                   []*CompleteResult
 	errs                      []error
 	// What to wake once the transaction committed.
-	ready, routable, buffered bool
+	ready   bool
+	signals []*Signal
 	// What to count once it committed (Config.Metrics).
 	tally metrics.Tally
 }
@@ -314,7 +315,7 @@ type groupTx struct {
 // again guarded, with a savepoint around each group, so that the failure is the group's alone.
 func (g *groupTx) run(guard bool) error {
 	d, ctx := g.d, g.ctx
-	g.ready, g.routable, g.buffered = false, false, false
+	g.ready, g.signals = false, nil
 	return d.store.InTx(ctx, func(tx store.Tx) error {
 		// With nothing but plain successes naming rows, completeBatch's own LockTasks takes the
 		// same locks in the same order, first thing in the transaction.
@@ -379,8 +380,7 @@ func (g *groupTx) run(guard bool) error {
 			if p.err == nil {
 				group.absorb(p.c)
 				g.ready = g.ready || p.c.ready
-				g.routable = g.routable || p.c.routable
-				g.buffered = g.buffered || p.c.buffered
+				g.signals = append(g.signals, p.c.signals...)
 			}
 		}
 		if err := d.settle(ctx, tx, group); err != nil {

@@ -11,6 +11,7 @@ import (
 	"github.com/jonboulle/clockwork"
 
 	"github.com/baton-dev/baton/internal/dispatch"
+	"github.com/baton-dev/baton/internal/dispatch/dispatchtest"
 	"github.com/baton-dev/baton/internal/lifecycle"
 	"github.com/baton-dev/baton/internal/store"
 	"github.com/baton-dev/baton/internal/store/storetest"
@@ -110,7 +111,7 @@ func newGroupEnvOver(t *testing.T, st store.Store, wrap func(*gatedStore) store.
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &env{t: t, ctx: context.Background(), st: st, clock: clock, d: d}, g, b
+	return &env{&dispatchtest.Env{T: t, Ctx: context.Background(), Store: st, Clock: clock, D: d}}, g, b
 }
 
 // waitQueued waits until n transitions wait for the committer.
@@ -136,28 +137,28 @@ func TestGroupCommit_StaleCompletionInTheWinnersBatchIsRefused(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			storetest.ForEachDriver(t, func(t *testing.T, st store.Store) {
 				e, gate, b := newGroupEnv(t, st)
-				job := e.submit(spec("a"), spec("b", "a"))
-				first := e.claim(job, "a")
-				e.expire()
-				e.clock.Advance(10 * time.Second) // the backoff after attempt 1
-				second := e.claim(job, "a")
-				eventsBefore := len(e.events(job, "a"))
+				job := e.Submit(spec("a"), spec("b", "a"))
+				first := e.Claim(job, "a")
+				e.Expire()
+				e.Clock.Advance(10 * time.Second) // the backoff after attempt 1
+				second := e.Claim(job, "a")
+				eventsBefore := len(e.Events(job, "a"))
 
 				// Hold the committer with a heartbeat, queue both completions behind it, then let
 				// them commit together.
 				gate.close()
 				var wg sync.WaitGroup
 				wg.Go(func() {
-					_, _ = e.d.Heartbeat(e.ctx, dispatch.HeartbeatParams{TaskID: second.Task.ID, Attempt: 2, LeaseToken: second.Task.LeaseToken})
+					_, _ = e.D.Heartbeat(e.Ctx, dispatch.HeartbeatParams{TaskID: second.Task.ID, Attempt: 2, LeaseToken: second.Task.LeaseToken})
 				})
 				gate.waitHeld(t) // the heartbeat holds the only committer
 				var staleErr, winErr error
 				stale := func() {
-					_, staleErr = e.d.Complete(e.ctx, dispatch.CompleteParams{TaskID: first.Task.ID, Attempt: 1,
+					_, staleErr = e.D.Complete(e.Ctx, dispatch.CompleteParams{TaskID: first.Task.ID, Attempt: 1,
 						LeaseToken: first.Task.LeaseToken, Outcome: store.OutcomeSucceeded, Output: []byte(`{"by":"stale"}`)})
 				}
 				win := func() {
-					_, winErr = e.d.Complete(e.ctx, dispatch.CompleteParams{TaskID: second.Task.ID, Attempt: 2,
+					_, winErr = e.D.Complete(e.Ctx, dispatch.CompleteParams{TaskID: second.Task.ID, Attempt: 2,
 						LeaseToken: second.Task.LeaseToken, Outcome: store.OutcomeSucceeded, Output: []byte(`{"by":"winner"}`)})
 				}
 				order := []func(){win, stale}
@@ -166,7 +167,7 @@ func TestGroupCommit_StaleCompletionInTheWinnersBatchIsRefused(t *testing.T) {
 				}
 				for i, f := range order {
 					wg.Go(f)
-					waitQueued(t, e.d, i+1)
+					waitQueued(t, e.D, i+1)
 				}
 				gate.open()
 				wg.Wait()
@@ -174,19 +175,19 @@ func TestGroupCommit_StaleCompletionInTheWinnersBatchIsRefused(t *testing.T) {
 				if b.max() < 2 {
 					t.Fatalf("the completions were not committed in one batch (batch sizes %v)", b.sizes)
 				}
-				wantErr[*dispatch.AttemptMismatchError](t, staleErr)
+				dispatchtest.WantErr[*dispatch.AttemptMismatchError](t, staleErr)
 				if winErr != nil {
 					t.Fatalf("winning completion: %v", winErr)
 				}
-				a := e.task(job, "a")
+				a := e.Task(job, "a")
 				if a.Status != lifecycle.Completed || a.Attempt != 2 || string(a.Output) != `{"by":"winner"}` {
 					t.Errorf("task a: %s attempt %d output %s", a.Status, a.Attempt, a.Output)
 				}
-				if n := count(e.events(job, "a"), dispatch.EventTaskCompleted); n != 1 {
+				if n := count(e.Events(job, "a"), dispatch.EventTaskCompleted); n != 1 {
 					t.Errorf("%d Task Completed events, want 1", n)
 				}
 				var written []string
-				for _, ev := range e.events(job, "a")[eventsBefore:] {
+				for _, ev := range e.Events(job, "a")[eventsBefore:] {
 					if ev != dispatch.EventTaskHeartbeat {
 						written = append(written, ev)
 					}
@@ -194,7 +195,7 @@ func TestGroupCommit_StaleCompletionInTheWinnersBatchIsRefused(t *testing.T) {
 				if len(written) != 1 || written[0] != dispatch.EventTaskCompleted {
 					t.Errorf("events written for a: %v, want only the winner's completion", written)
 				}
-				if s := e.status(job, "b"); s != lifecycle.Pending {
+				if s := e.Status(job, "b"); s != lifecycle.Pending {
 					t.Errorf("child b is %s, want pending (released once)", s)
 				}
 			})
@@ -206,29 +207,29 @@ func TestGroupCommit_StaleCompletionInTheWinnersBatchIsRefused(t *testing.T) {
 func TestGroupCommit_FailedTransitionRollsBackAlone(t *testing.T) {
 	storetest.ForEachDriver(t, func(t *testing.T, st store.Store) {
 		e, gate, b := newGroupEnv(t, st)
-		job := e.submit(spec("a"), spec("b"), spec("c"))
-		ca, cb := e.claim(job, "a"), e.claim(job, "b")
+		job := e.Submit(spec("a"), spec("b"), spec("c"))
+		ca, cb := e.Claim(job, "a"), e.Claim(job, "b")
 		gate.close()
 		var wg sync.WaitGroup
 		wg.Go(func() {
-			_, _ = e.d.ClaimNext(e.ctx, dispatch.ClaimNextParams{Queues: []string{"work"}, WorkerID: "w", Limit: 1})
+			_, _ = e.D.ClaimNext(e.Ctx, dispatch.ClaimNextParams{Queues: []string{"work"}, WorkerID: "w", Limit: 1})
 		})
 		gate.waitHeld(t)
 		errs := make([]error, 3)
 		calls := []func(){
 			func() {
-				_, errs[0] = e.d.Complete(e.ctx, dispatch.CompleteParams{TaskID: ca.Task.ID, Attempt: 1, LeaseToken: ca.Task.LeaseToken, Outcome: store.OutcomeSucceeded})
+				_, errs[0] = e.D.Complete(e.Ctx, dispatch.CompleteParams{TaskID: ca.Task.ID, Attempt: 1, LeaseToken: ca.Task.LeaseToken, Outcome: store.OutcomeSucceeded})
 			},
 			func() {
-				_, errs[1] = e.d.Complete(e.ctx, dispatch.CompleteParams{TaskID: cb.Task.ID, Attempt: 1, LeaseToken: "forged", Outcome: store.OutcomeSucceeded})
+				_, errs[1] = e.D.Complete(e.Ctx, dispatch.CompleteParams{TaskID: cb.Task.ID, Attempt: 1, LeaseToken: "forged", Outcome: store.OutcomeSucceeded})
 			},
 			func() {
-				_, errs[2] = e.d.Complete(e.ctx, dispatch.CompleteParams{TaskID: cb.Task.ID, Attempt: 1, LeaseToken: cb.Task.LeaseToken, Outcome: store.OutcomeSucceeded})
+				_, errs[2] = e.D.Complete(e.Ctx, dispatch.CompleteParams{TaskID: cb.Task.ID, Attempt: 1, LeaseToken: cb.Task.LeaseToken, Outcome: store.OutcomeSucceeded})
 			},
 		}
 		for i, f := range calls {
 			wg.Go(f)
-			waitQueued(t, e.d, i+1)
+			waitQueued(t, e.D, i+1)
 		}
 		gate.open()
 		wg.Wait()
@@ -241,7 +242,7 @@ func TestGroupCommit_FailedTransitionRollsBackAlone(t *testing.T) {
 		if errs[1] == nil {
 			t.Fatal("a forged lease token was accepted")
 		}
-		wantStatus(t, e, job, map[string]lifecycle.TaskStatus{"a": lifecycle.Completed, "b": lifecycle.Completed, "c": lifecycle.Running})
+		e.WantStatus(t, job, map[string]lifecycle.TaskStatus{"a": lifecycle.Completed, "b": lifecycle.Completed, "c": lifecycle.Running})
 	})
 }
 
@@ -250,14 +251,14 @@ func TestGroupCommit_FailedTransitionRollsBackAlone(t *testing.T) {
 func TestGroupCommit_SettledEventsKeepTheTraceparent(t *testing.T) {
 	const tp = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
 	e, gate, b := newGroupEnv(t, storetest.OpenSQLite(t))
-	job := e.submit(spec("a"), spec("b", "a"), spec("c"), spec("d", "c"), spec("x"))
-	a, c, x := e.claim(job, "a"), e.claim(job, "c"), e.claim(job, "x")
+	job := e.Submit(spec("a"), spec("b", "a"), spec("c"), spec("d", "c"), spec("x"))
+	a, c, x := e.Claim(job, "a"), e.Claim(job, "c"), e.Claim(job, "x")
 
 	// Hold the committer with a heartbeat, then queue both reports behind it: one batch.
 	gate.close()
 	var wg sync.WaitGroup
 	wg.Go(func() {
-		_, _ = e.d.Heartbeat(e.ctx, dispatch.HeartbeatParams{TaskID: x.Task.ID, Attempt: 1, LeaseToken: x.Task.LeaseToken})
+		_, _ = e.D.Heartbeat(e.Ctx, dispatch.HeartbeatParams{TaskID: x.Task.ID, Attempt: 1, LeaseToken: x.Task.LeaseToken})
 	})
 	gate.waitHeld(t)
 	errs := make([]error, 2)
@@ -267,8 +268,8 @@ func TestGroupCommit_SettledEventsKeepTheTraceparent(t *testing.T) {
 		if cl == c {
 			p.Outcome, p.Error = store.OutcomeFailed, &store.TaskError{Category: lifecycle.Configuration}
 		}
-		wg.Go(func() { _, errs[i] = e.d.Complete(e.ctx, p) })
-		waitQueued(t, e.d, i+1)
+		wg.Go(func() { _, errs[i] = e.D.Complete(e.Ctx, p) })
+		waitQueued(t, e.D, i+1)
 	}
 	gate.open()
 	wg.Wait()
@@ -280,7 +281,7 @@ func TestGroupCommit_SettledEventsKeepTheTraceparent(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	events, err := e.st.ListEvents(e.ctx, job.ID, 0, 100)
+	events, err := e.Store.ListEvents(e.Ctx, job.ID, 0, 100)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -339,12 +340,12 @@ func TestGroupCommit_FailedGroupRunsAgainGuarded(t *testing.T) {
 	storetest.ForEachDriver(t, func(t *testing.T, st store.Store) {
 		f := &failingStore{}
 		e, _, b := newGroupEnvOver(t, st, func(g *gatedStore) store.Store { f.gatedStore = g; return f })
-		job := e.submit(spec("a"), spec("b"), spec("c"))
-		ca := e.claim(job, "a")
+		job := e.Submit(spec("a"), spec("b"), spec("c"))
+		ca := e.Claim(job, "a")
 		f.close()
 		var wg sync.WaitGroup
 		wg.Go(func() {
-			_, _ = e.d.ClaimNext(e.ctx, dispatch.ClaimNextParams{Queues: []string{"work"}, WorkerID: "w1", Limit: 1})
+			_, _ = e.D.ClaimNext(e.Ctx, dispatch.ClaimNextParams{Queues: []string{"work"}, WorkerID: "w1", Limit: 1})
 		})
 		f.waitHeld(t)
 		f.fail = true
@@ -353,13 +354,13 @@ func TestGroupCommit_FailedGroupRunsAgainGuarded(t *testing.T) {
 			claims                []*dispatch.Claim
 		)
 		wg.Go(func() {
-			_, completeErr = e.d.Complete(e.ctx, dispatch.CompleteParams{TaskID: ca.Task.ID, Attempt: 1, LeaseToken: ca.Task.LeaseToken, Outcome: store.OutcomeSucceeded})
+			_, completeErr = e.D.Complete(e.Ctx, dispatch.CompleteParams{TaskID: ca.Task.ID, Attempt: 1, LeaseToken: ca.Task.LeaseToken, Outcome: store.OutcomeSucceeded})
 		})
-		waitQueued(t, e.d, 1)
+		waitQueued(t, e.D, 1)
 		wg.Go(func() {
-			claims, claimErr = e.d.ClaimNext(e.ctx, dispatch.ClaimNextParams{Queues: []string{"work"}, WorkerID: "w2", Limit: 1})
+			claims, claimErr = e.D.ClaimNext(e.Ctx, dispatch.ClaimNextParams{Queues: []string{"work"}, WorkerID: "w2", Limit: 1})
 		})
-		waitQueued(t, e.d, 2)
+		waitQueued(t, e.D, 2)
 		f.open()
 		wg.Wait()
 		if f.calls != 2 {
@@ -374,6 +375,6 @@ func TestGroupCommit_FailedGroupRunsAgainGuarded(t *testing.T) {
 		if completeErr != nil {
 			t.Fatalf("the success applied alone: %v", completeErr)
 		}
-		wantStatus(t, e, job, map[string]lifecycle.TaskStatus{"a": lifecycle.Completed, "b": lifecycle.Running, "c": lifecycle.Running})
+		e.WantStatus(t, job, map[string]lifecycle.TaskStatus{"a": lifecycle.Completed, "b": lifecycle.Running, "c": lifecycle.Running})
 	})
 }

@@ -53,11 +53,6 @@ type Config struct {
 	// RetryFor is how long a transition is retried after transient database failures before
 	// the caller gets ErrUnavailable; default DefaultRetryFor.
 	RetryFor time.Duration
-	// Blob is the object storage of buffered datasets' batches; nil refuses buffered publishes.
-	Blob BlobRoot
-	// Tables creates buffered datasets' tables when a pipeline is deployed; nil creates none.
-	Tables DatasetTables
-	Buffer BufferConfig
 	// StoreWakeups says that workers find work in the store itself (the "store" transport):
 	// then no task wake-up is written to the outbox, as nothing would read it; waiters in this
 	// process and, on PostgreSQL, on other replicas (NOTIFY) are still woken.
@@ -94,15 +89,12 @@ type Dispatcher struct {
 	jitter func() float64
 	cfg    Config
 	ready  notifier
-	// routing is notified when a transaction committed dataset events for the router.
-	routing notifier
-	// sinks is notified when a transaction committed a buffered publish for the sinks.
-	sinks  notifier
+	// hook is the data plane's part in reports of dataset events and versions (SetHook).
+	hook   Hook
 	commit *committer // nil: group commit is off
 	// retryFor: see Config.RetryFor.
 	retryFor time.Duration
-	specs    specCache // the pipeline versions' specs read so far
-	jobs     jobRefs   // the jobs' immutable parts read so far
+	jobs     jobRefs // the jobs' immutable parts read so far
 
 	// tracer traces transactions (trace.go); nil: tracing is off.
 	tracer trace.Tracer
@@ -197,10 +189,8 @@ type changes struct {
 	events []*store.Event
 	outbox []*store.OutboxMessage
 	ready  bool // a task became or will become claimable: wake waiting claimers once committed
-	// routable: dataset events were queued for routing: wake the router once committed.
-	routable bool
-	// buffered: a buffered publish was queued: wake waiting sinks once committed.
-	buffered bool
+	// signals: what to wake besides claimers once committed (Work.Signal).
+	signals []*Signal
 	// traceparent, when set, is the W3C trace context of the worker's request: every audit event
 	// of the transition carries it.
 	traceparent string

@@ -2,7 +2,11 @@ package dispatch
 
 import (
 	"context"
+	"encoding/json"
 	"sync"
+
+	"github.com/baton-dev/baton/internal/store"
+	"github.com/baton-dev/baton/wire"
 )
 
 // JobRef is what a task's payload says of its job: its id, tenant and name. They never change
@@ -49,4 +53,16 @@ func (d *Dispatcher) JobRef(ctx context.Context, id string) (JobRef, error) {
 	d.jobs.m[id] = ref
 	d.jobs.mu.Unlock()
 	return ref, nil
+}
+
+// DecodeRoute reads a task's route; nil for a task that is not a pipeline task.
+func DecodeRoute(t *store.Task) *wire.Route {
+	if len(t.Route) == 0 {
+		return nil
+	}
+	var r wire.Route
+	if json.Unmarshal(t.Route, &r) != nil {
+		return nil
+	}
+	return &r
 }

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/baton-dev/baton/internal/dispatch"
+	"github.com/baton-dev/baton/internal/dispatch/dispatchtest"
 	"github.com/baton-dev/baton/internal/lifecycle"
 	"github.com/baton-dev/baton/internal/store"
 	"github.com/baton-dev/baton/internal/store/storetest"
@@ -30,12 +31,12 @@ func TestCreateJobRejectsAnInvalidDAGWithTheValidatorsMessagesAndStoresNothing(t
 			{[]lifecycle.TaskSpec{spec("r"), spec("a", "b"), spec("b", "a")}, "Cycle detected involving: a, b"},
 		}
 		for _, tc := range tests {
-			_, err := e.d.CreateJob(e.ctx, dispatch.CreateJobParams{Tenant: tenant, Tasks: tc.tasks})
-			if v := wantErr[*dispatch.ValidationError](t, err); len(v.Errors) == 0 || v.Errors[0] != tc.want {
+			_, err := e.D.CreateJob(e.Ctx, dispatch.CreateJobParams{Tenant: tenant, Tasks: tc.tasks})
+			if v := dispatchtest.WantErr[*dispatch.ValidationError](t, err); len(v.Errors) == 0 || v.Errors[0] != tc.want {
 				t.Errorf("errors %q, want first %q", v.Errors, tc.want)
 			}
 		}
-		if jobs, _, _ := e.d.ListJobs(e.ctx, dispatch.ListJobsParams{Tenant: tenant}); len(jobs) != 0 {
+		if jobs, _, _ := e.D.ListJobs(e.Ctx, dispatch.ListJobsParams{Tenant: tenant}); len(jobs) != 0 {
 			t.Errorf("invalid submissions stored %d jobs", len(jobs))
 		}
 	})
@@ -45,23 +46,23 @@ func TestCreateJobWithIdempotencyKeyReturnsTheSameJob(t *testing.T) {
 	storetest.ForEachDriver(t, func(t *testing.T, st store.Store) {
 		e := newEnv(t, st)
 		p := dispatch.CreateJobParams{Tenant: tenant, IdempotencyKey: "k1", RequestHash: "h1", Tasks: []lifecycle.TaskSpec{spec("a"), spec("b", "a")}}
-		first, err := e.d.CreateJob(e.ctx, p)
+		first, err := e.D.CreateJob(e.Ctx, p)
 		if err != nil {
 			t.Fatal(err)
 		}
-		again, err := e.d.CreateJob(e.ctx, p)
+		again, err := e.D.CreateJob(e.Ctx, p)
 		if err != nil || !again.Replayed || again.Job.ID != first.Job.ID || len(again.RootTasks) != 1 {
 			t.Fatalf("repeat: %+v, %v", again, err)
 		}
 		p.RequestHash = "h2"
-		if _, err := e.d.CreateJob(e.ctx, p); !errors.Is(err, dispatch.ErrIdempotencyMismatch) {
+		if _, err := e.D.CreateJob(e.Ctx, p); !errors.Is(err, dispatch.ErrIdempotencyMismatch) {
 			t.Errorf("same key, different body: %v", err)
 		}
 		p.Tenant, p.RequestHash = "other", "h1"
-		if other, err := e.d.CreateJob(e.ctx, p); err != nil || other.Replayed {
+		if other, err := e.D.CreateJob(e.Ctx, p); err != nil || other.Replayed {
 			t.Errorf("another tenant's key: %+v, %v", other, err)
 		}
-		if jobs, _, _ := e.d.ListJobs(e.ctx, dispatch.ListJobsParams{Tenant: tenant}); len(jobs) != 1 {
+		if jobs, _, _ := e.D.ListJobs(e.Ctx, dispatch.ListJobsParams{Tenant: tenant}); len(jobs) != 1 {
 			t.Errorf("%d jobs for the tenant, want 1", len(jobs))
 		}
 	})
@@ -70,10 +71,10 @@ func TestCreateJobWithIdempotencyKeyReturnsTheSameJob(t *testing.T) {
 func TestAddTasksToARunningJob(t *testing.T) {
 	storetest.ForEachDriver(t, func(t *testing.T, st store.Store) {
 		e := newEnv(t, st)
-		job := e.submit(spec("scrape"), spec("compile", "scrape"), spec("broken"), spec("slow"))
-		e.run(job, "scrape")
-		e.fail(e.claim(job, "broken"), lifecycle.DataQuality)
-		res, err := e.d.AddTasks(e.ctx, dispatch.AddTasksParams{Tenant: tenant, JobID: job.ID, Tasks: []lifecycle.TaskSpec{
+		job := e.Submit(spec("scrape"), spec("compile", "scrape"), spec("broken"), spec("slow"))
+		e.Run(job, "scrape")
+		e.Fail(e.Claim(job, "broken"), lifecycle.DataQuality)
+		res, err := e.D.AddTasks(e.Ctx, dispatch.AddTasksParams{Tenant: tenant, JobID: job.ID, Tasks: []lifecycle.TaskSpec{
 			spec("extra", "scrape"),
 			spec("final", "extra", "compile"),
 			spec("doomed", "broken"),
@@ -87,21 +88,21 @@ func TestAddTasksToARunningJob(t *testing.T) {
 		if res.TotalTasksNow != 8 {
 			t.Errorf("total %d, want 8", res.TotalTasksNow)
 		}
-		wantStatus(t, e, job, map[string]lifecycle.TaskStatus{"extra": lifecycle.Pending, "final": lifecycle.Waiting, "doomed": lifecycle.Skipped, "fresh": lifecycle.Pending})
-		c := e.claim(job, "extra")
+		e.WantStatus(t, job, map[string]lifecycle.TaskStatus{"extra": lifecycle.Pending, "final": lifecycle.Waiting, "doomed": lifecycle.Skipped, "fresh": lifecycle.Pending})
+		c := e.Claim(job, "extra")
 		if string(c.DependencyOutputs["scrape"]) != `{"by":"scrape"}` {
 			t.Errorf("dependency outputs %s", c.DependencyOutputs)
 		}
-		e.succeed(c)
-		e.run(job, "compile", "final", "fresh", "slow")
-		if j := e.job(job.ID); j.Status != lifecycle.JobPartialFailure || j.TotalTasks != 8 {
+		e.Succeed(c)
+		e.Run(job, "compile", "final", "fresh", "slow")
+		if j := e.Job(job.ID); j.Status != lifecycle.JobPartialFailure || j.TotalTasks != 8 {
 			t.Errorf("job %s with %d tasks", j.Status, j.TotalTasks)
 		}
-		if n := count(e.events(job), dispatch.EventJobTasksAdded); n != 1 {
+		if n := count(e.Events(job), dispatch.EventJobTasksAdded); n != 1 {
 			t.Errorf("%d Job Tasks Added events", n)
 		}
 
-		_, err = e.d.AddTasks(e.ctx, dispatch.AddTasksParams{Tenant: tenant, JobID: job.ID, Tasks: []lifecycle.TaskSpec{spec("late")}})
+		_, err = e.D.AddTasks(e.Ctx, dispatch.AddTasksParams{Tenant: tenant, JobID: job.ID, Tasks: []lifecycle.TaskSpec{spec("late")}})
 		if !errors.Is(err, dispatch.ErrJobFinished) {
 			t.Errorf("adding to a finished job: %v", err)
 		}
@@ -111,7 +112,7 @@ func TestAddTasksToARunningJob(t *testing.T) {
 func TestAddTasksValidatesAgainstTheExistingDAG(t *testing.T) {
 	storetest.ForEachDriver(t, func(t *testing.T, st store.Store) {
 		e := newEnv(t, st)
-		job := e.submit(spec("a"), spec("b", "a"))
+		job := e.Submit(spec("a"), spec("b", "a"))
 		tests := []struct {
 			tasks []lifecycle.TaskSpec
 			want  string
@@ -121,8 +122,8 @@ func TestAddTasksValidatesAgainstTheExistingDAG(t *testing.T) {
 			{[]lifecycle.TaskSpec{spec("c", "d"), spec("d", "c")}, "Cycle detected involving: c, d"},
 		}
 		for _, tc := range tests {
-			_, err := e.d.AddTasks(e.ctx, dispatch.AddTasksParams{Tenant: tenant, JobID: job.ID, Tasks: tc.tasks})
-			if v := wantErr[*dispatch.ValidationError](t, err); v.Errors[0] != tc.want {
+			_, err := e.D.AddTasks(e.Ctx, dispatch.AddTasksParams{Tenant: tenant, JobID: job.ID, Tasks: tc.tasks})
+			if v := dispatchtest.WantErr[*dispatch.ValidationError](t, err); v.Errors[0] != tc.want {
 				t.Errorf("errors %q, want %q", v.Errors, tc.want)
 			}
 		}
@@ -130,14 +131,14 @@ func TestAddTasksValidatesAgainstTheExistingDAG(t *testing.T) {
 		for i := range big {
 			big[i] = spec(fmt.Sprintf("n%d", i), "b")
 		}
-		_, err := e.d.AddTasks(e.ctx, dispatch.AddTasksParams{Tenant: tenant, JobID: job.ID, Tasks: big})
-		if v := wantErr[*dispatch.ValidationError](t, err); v.Errors[0] != "Too many tasks: 51 (max 50)" {
+		_, err := e.D.AddTasks(e.Ctx, dispatch.AddTasksParams{Tenant: tenant, JobID: job.ID, Tasks: big})
+		if v := dispatchtest.WantErr[*dispatch.ValidationError](t, err); v.Errors[0] != "Too many tasks: 51 (max 50)" {
 			t.Errorf("cap: %q", v.Errors)
 		}
-		if _, err := e.d.AddTasks(e.ctx, dispatch.AddTasksParams{Tenant: "other", JobID: job.ID, Tasks: []lifecycle.TaskSpec{spec("c")}}); !errors.Is(err, dispatch.ErrJobNotFound) {
+		if _, err := e.D.AddTasks(e.Ctx, dispatch.AddTasksParams{Tenant: "other", JobID: job.ID, Tasks: []lifecycle.TaskSpec{spec("c")}}); !errors.Is(err, dispatch.ErrJobNotFound) {
 			t.Errorf("another tenant: %v", err)
 		}
-		if j := e.job(job.ID); j.TotalTasks != 2 {
+		if j := e.Job(job.ID); j.TotalTasks != 2 {
 			t.Errorf("rejected additions changed the job: %d tasks", j.TotalTasks)
 		}
 	})
@@ -148,13 +149,13 @@ func TestListJobsNewestFirstWithCursorAndStatusFilter(t *testing.T) {
 		e := newEnv(t, st)
 		var ids []string
 		for i := 0; i < 5; i++ {
-			ids = append(ids, e.submit(spec("a")).ID)
+			ids = append(ids, e.Submit(spec("a")).ID)
 		}
-		e.run(&store.Job{ID: ids[1]}, "a")
+		e.Run(&store.Job{ID: ids[1]}, "a")
 		var got []string
 		cursor := ""
 		for page := 0; ; page++ {
-			jobs, next, err := e.d.ListJobs(e.ctx, dispatch.ListJobsParams{Tenant: tenant, Limit: 2, Cursor: cursor})
+			jobs, next, err := e.D.ListJobs(e.Ctx, dispatch.ListJobsParams{Tenant: tenant, Limit: 2, Cursor: cursor})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -167,15 +168,15 @@ func TestListJobsNewestFirstWithCursorAndStatusFilter(t *testing.T) {
 			cursor = next
 		}
 		wantEvents(t, got, ids[4], ids[3], ids[2], ids[1], ids[0])
-		done, _, err := e.d.ListJobs(e.ctx, dispatch.ListJobsParams{Tenant: tenant, Status: lifecycle.JobCompleted})
+		done, _, err := e.D.ListJobs(e.Ctx, dispatch.ListJobsParams{Tenant: tenant, Status: lifecycle.JobCompleted})
 		if err != nil || len(done) != 1 || done[0].ID != ids[1] {
 			t.Errorf("completed jobs: %v, %v", done, err)
 		}
-		if other, _, _ := e.d.ListJobs(e.ctx, dispatch.ListJobsParams{Tenant: "other"}); len(other) != 0 {
+		if other, _, _ := e.D.ListJobs(e.Ctx, dispatch.ListJobsParams{Tenant: "other"}); len(other) != 0 {
 			t.Errorf("another tenant lists %d jobs", len(other))
 		}
 		for _, bad := range []string{"%%%", "bm90LWpzb24", "eyJiZWZvcmUiOi0xfQ"} {
-			if _, _, err := e.d.ListJobs(e.ctx, dispatch.ListJobsParams{Tenant: tenant, Cursor: bad}); !errors.Is(err, dispatch.ErrInvalidCursor) {
+			if _, _, err := e.D.ListJobs(e.Ctx, dispatch.ListJobsParams{Tenant: tenant, Cursor: bad}); !errors.Is(err, dispatch.ErrInvalidCursor) {
 				t.Errorf("cursor %q: %v", bad, err)
 			}
 		}
@@ -185,18 +186,18 @@ func TestListJobsNewestFirstWithCursorAndStatusFilter(t *testing.T) {
 func TestJobsOfAnotherTenantAreNotFound(t *testing.T) {
 	storetest.ForEachDriver(t, func(t *testing.T, st store.Store) {
 		e := newEnv(t, st)
-		job := e.submit(spec("a"))
-		id := e.task(job, "a").ID
-		if _, _, err := e.d.GetJob(e.ctx, "other", job.ID); !errors.Is(err, dispatch.ErrJobNotFound) {
+		job := e.Submit(spec("a"))
+		id := e.Task(job, "a").ID
+		if _, _, err := e.D.GetJob(e.Ctx, "other", job.ID); !errors.Is(err, dispatch.ErrJobNotFound) {
 			t.Errorf("get job: %v", err)
 		}
-		if _, err := e.d.JobEvents(e.ctx, "other", job.ID, 0, 10); !errors.Is(err, dispatch.ErrJobNotFound) {
+		if _, err := e.D.JobEvents(e.Ctx, "other", job.ID, 0, 10); !errors.Is(err, dispatch.ErrJobNotFound) {
 			t.Errorf("job events: %v", err)
 		}
-		if _, err := e.d.GetTask(e.ctx, "other", id); !errors.Is(err, dispatch.ErrTaskNotFound) {
+		if _, err := e.D.GetTask(e.Ctx, "other", id); !errors.Is(err, dispatch.ErrTaskNotFound) {
 			t.Errorf("get task: %v", err)
 		}
-		if _, err := e.d.ResumeJob(e.ctx, "other", job.ID); !errors.Is(err, dispatch.ErrJobNotFound) {
+		if _, err := e.D.ResumeJob(e.Ctx, "other", job.ID); !errors.Is(err, dispatch.ErrJobNotFound) {
 			t.Errorf("resume: %v", err)
 		}
 	})
@@ -205,13 +206,13 @@ func TestJobsOfAnotherTenantAreNotFound(t *testing.T) {
 func TestGetTaskShowsEveryAttempt(t *testing.T) {
 	storetest.ForEachDriver(t, func(t *testing.T, st store.Store) {
 		e := newEnv(t, st)
-		job := e.submit(spec("a"), spec("b", "a"))
-		e.run(job, "a")
-		c := e.claim(job, "b")
-		e.fail(c, lifecycle.Infrastructure)
-		e.clock.Advance(e.task(job, "b").AvailableAt.Sub(e.clock.Now()))
-		e.run(job, "b")
-		detail, err := e.d.GetTask(e.ctx, tenant, c.Task.ID)
+		job := e.Submit(spec("a"), spec("b", "a"))
+		e.Run(job, "a")
+		c := e.Claim(job, "b")
+		e.Fail(c, lifecycle.Infrastructure)
+		e.Clock.Advance(e.Task(job, "b").AvailableAt.Sub(e.Clock.Now()))
+		e.Run(job, "b")
+		detail, err := e.D.GetTask(e.Ctx, tenant, c.Task.ID)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -230,13 +231,13 @@ func TestGetTaskShowsEveryAttempt(t *testing.T) {
 func TestClaimCarriesItsJob(t *testing.T) {
 	storetest.ForEachDriver(t, func(t *testing.T, st store.Store) {
 		e := newEnv(t, st)
-		res, err := e.d.CreateJob(e.ctx, dispatch.CreateJobParams{Tenant: tenant, Name: "nightly", Tasks: []lifecycle.TaskSpec{spec("a"), spec("b")}})
+		res, err := e.D.CreateJob(e.Ctx, dispatch.CreateJobParams{Tenant: tenant, Name: "nightly", Tasks: []lifecycle.TaskSpec{spec("a"), spec("b")}})
 		if err != nil {
 			t.Fatal(err)
 		}
 		want := dispatch.JobRef{ID: res.Job.ID, Tenant: tenant, Name: "nightly"}
-		byID := e.claim(res.Job, "a")
-		next, err := e.d.ClaimNext(e.ctx, dispatch.ClaimNextParams{Queues: []string{e.task(res.Job, "b").Queue}, WorkerID: "w"})
+		byID := e.Claim(res.Job, "a")
+		next, err := e.D.ClaimNext(e.Ctx, dispatch.ClaimNextParams{Queues: []string{e.Task(res.Job, "b").Queue}, WorkerID: "w"})
 		if err != nil || len(next) != 1 {
 			t.Fatalf("claim next: %v %v", next, err)
 		}

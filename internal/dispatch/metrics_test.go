@@ -27,43 +27,43 @@ func TestMetricsCountTransitions(t *testing.T) {
 			})
 			reg := m.Registry()
 			one := 1
-			job := e.submit(spec("a"), spec("b", "a"), spec("c"))
-			e.succeed(e.claim(job, "a"))
-			c := e.claim(job, "c")
-			if res := e.fail(c, lifecycle.Infrastructure); !res.Requeued {
+			job := e.Submit(spec("a"), spec("b", "a"), spec("c"))
+			e.Succeed(e.Claim(job, "a"))
+			c := e.Claim(job, "c")
+			if res := e.Fail(c, lifecycle.Infrastructure); !res.Requeued {
 				t.Fatalf("c's failure: %+v, want a retry", res)
 			}
 			// Refusals: the failed attempt's heartbeat (it ended), a heartbeat with a lease
 			// token that is not the task's, a claim of a task that completed.
-			if _, err := e.d.Heartbeat(e.ctx, dispatch.HeartbeatParams{TaskID: c.Task.ID, LeaseToken: c.Task.LeaseToken}); !errors.Is(err, dispatch.ErrTaskExpired) {
+			if _, err := e.D.Heartbeat(e.Ctx, dispatch.HeartbeatParams{TaskID: c.Task.ID, LeaseToken: c.Task.LeaseToken}); !errors.Is(err, dispatch.ErrTaskExpired) {
 				t.Fatalf("heartbeat of an ended attempt: %v", err)
 			}
-			if _, err := e.d.Heartbeat(e.ctx, dispatch.HeartbeatParams{TaskID: e.task(job, "a").ID, LeaseToken: "not-the-lease"}); !errors.Is(err, dispatch.ErrLeaseMismatch) {
+			if _, err := e.D.Heartbeat(e.Ctx, dispatch.HeartbeatParams{TaskID: e.Task(job, "a").ID, LeaseToken: "not-the-lease"}); !errors.Is(err, dispatch.ErrLeaseMismatch) {
 				t.Fatalf("heartbeat with a wrong lease: %v", err)
 			}
-			if _, err := e.d.ClaimTask(e.ctx, dispatch.ClaimTaskParams{TaskID: e.task(job, "a").ID, WorkerID: "w"}); err == nil {
+			if _, err := e.D.ClaimTask(e.Ctx, dispatch.ClaimTaskParams{TaskID: e.Task(job, "a").ID, WorkerID: "w"}); err == nil {
 				t.Fatal("claimed a completed task")
 			}
 			// b's lease runs out: the reaper times it out and schedules a retry.
-			b := e.claim(job, "b")
-			if _, err := e.d.Heartbeat(e.ctx, dispatch.HeartbeatParams{TaskID: b.Task.ID, LeaseToken: b.Task.LeaseToken}); err != nil {
+			b := e.Claim(job, "b")
+			if _, err := e.D.Heartbeat(e.Ctx, dispatch.HeartbeatParams{TaskID: b.Task.ID, LeaseToken: b.Task.LeaseToken}); err != nil {
 				t.Fatal(err)
 			}
-			e.clock.Advance(2 * dispatch.DefaultDefaults.HeartbeatTimeout)
-			if n := e.reap(); n != 1 {
+			e.Clock.Advance(2 * dispatch.DefaultDefaults.HeartbeatTimeout)
+			if n := e.Reap(); n != 1 {
 				t.Fatalf("reaped %d tasks, want 1", n)
 			}
 			// A task with one attempt fails for good: a dead letter.
 			last := lifecycle.TaskSpec{Key: "d", Name: "work", MaxAttempts: &one}
-			job2 := e.submit(last)
-			if res := e.fail(e.claim(job2, "d"), lifecycle.DataQuality); !res.DeadLettered {
+			job2 := e.Submit(last)
+			if res := e.Fail(e.Claim(job2, "d"), lifecycle.DataQuality); !res.DeadLettered {
 				t.Fatalf("d's failure: %+v, want a dead letter", res)
 			}
-			if _, err := e.d.CancelJob(e.ctx, tenant, job2.ID, ""); !errors.Is(err, dispatch.ErrJobFinished) {
+			if _, err := e.D.CancelJob(e.Ctx, tenant, job2.ID, ""); !errors.Is(err, dispatch.ErrJobFinished) {
 				t.Fatalf("cancel of a finished job: %v", err)
 			}
 			// With nothing ready, ClaimNext claims nothing: no transition.
-			if got, err := e.d.ClaimNext(e.ctx, dispatch.ClaimNextParams{Queues: []string{"none"}, WorkerID: "w"}); err != nil || len(got) != 0 {
+			if got, err := e.D.ClaimNext(e.Ctx, dispatch.ClaimNextParams{Queues: []string{"none"}, WorkerID: "w"}); err != nil || len(got) != 0 {
 				t.Fatalf("ClaimNext of an empty queue: %v, %v", got, err)
 			}
 
@@ -111,9 +111,9 @@ func TestMetricsCountTransitions(t *testing.T) {
 func TestMetricsHandOff(t *testing.T) {
 	m := metrics.New()
 	e := newEnv(t, storetest.OpenSQLite(t), func(c *dispatch.Config) { c.Metrics = m })
-	job := e.submit(spec("a"))
-	e.clock.Advance(3 * time.Second)
-	e.claim(job, "a")
+	job := e.Submit(spec("a"))
+	e.Clock.Advance(3 * time.Second)
+	e.Claim(job, "a")
 	families, err := m.Registry().Gather()
 	if err != nil {
 		t.Fatal(err)

@@ -105,7 +105,7 @@ func (d *Dispatcher) runOnce(ctx context.Context, locks store.LockSet, fn func(t
 	})
 	end(err)
 	if err == nil {
-		d.committed(c.ready, c.routable, c.buffered)
+		d.committed(c.ready, c.signals)
 		d.cfg.Metrics.Record(&c.tally)
 	}
 	return err
@@ -117,16 +117,12 @@ func (d *Dispatcher) runOnce(ctx context.Context, locks store.LockSet, fn func(t
 func (d *Dispatcher) TaskReady() <-chan struct{} { return d.ready.wait() }
 
 // committed wakes, once a transaction committed, what waits for what it did: claimers if a task
-// became claimable (ready), the router if dataset events were queued (routable), sinks if a
-// buffered publish was queued (buffered).
-func (d *Dispatcher) committed(ready, routable, buffered bool) {
+// became claimable (ready), and the waiters of each signal it signalled.
+func (d *Dispatcher) committed(ready bool, signals []*Signal) {
 	if ready {
 		d.ready.notify()
 	}
-	if routable {
-		d.routing.notify()
-	}
-	if buffered {
-		d.sinks.notify()
+	for _, s := range signals {
+		s.Notify()
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/baton-dev/baton/internal/dispatch"
+	"github.com/baton-dev/baton/internal/dispatch/dispatchtest"
 	"github.com/baton-dev/baton/internal/lifecycle"
 	"github.com/baton-dev/baton/internal/store"
 	"github.com/baton-dev/baton/internal/store/storetest"
@@ -38,19 +39,19 @@ func TestTrace_TraceparentReachesClaimsAndTransactionsAreSpans(t *testing.T) {
 	e := newEnv(t, storetest.OpenSQLite(t), func(c *dispatch.Config) {
 		c.TracerProvider, c.GroupCommit.Off = tp, true
 	})
-	ctx, caller := tp.Tracer("test").Start(e.ctx, "caller")
-	res, err := e.d.CreateJob(ctx, dispatch.CreateJobParams{Tenant: tenant, Tasks: []lifecycle.TaskSpec{spec("a"), spec("b", "a")}, Traceparent: testTraceparent})
+	ctx, caller := tp.Tracer("test").Start(e.Ctx, "caller")
+	res, err := e.D.CreateJob(ctx, dispatch.CreateJobParams{Tenant: tenant, Tasks: []lifecycle.TaskSpec{spec("a"), spec("b", "a")}, Traceparent: testTraceparent})
 	caller.End()
 	if err != nil {
 		t.Fatal(err)
 	}
-	if res.Job.Traceparent != testTraceparent || e.job(res.Job.ID).Traceparent != testTraceparent {
-		t.Fatalf("job's traceparent %q (stored %q), want %q", res.Job.Traceparent, e.job(res.Job.ID).Traceparent, testTraceparent)
+	if res.Job.Traceparent != testTraceparent || e.Job(res.Job.ID).Traceparent != testTraceparent {
+		t.Fatalf("job's traceparent %q (stored %q), want %q", res.Job.Traceparent, e.Job(res.Job.ID).Traceparent, testTraceparent)
 	}
-	if _, err := e.d.AddTasks(e.ctx, dispatch.AddTasksParams{Tenant: tenant, JobID: res.Job.ID, Tasks: []lifecycle.TaskSpec{spec("c")}}); err != nil {
+	if _, err := e.D.AddTasks(e.Ctx, dispatch.AddTasksParams{Tenant: tenant, JobID: res.Job.ID, Tasks: []lifecycle.TaskSpec{spec("c")}}); err != nil {
 		t.Fatal(err)
 	}
-	claims, err := e.d.ClaimNext(ctx, dispatch.ClaimNextParams{Queues: []string{"work"}, WorkerID: "w", Limit: 10})
+	claims, err := e.D.ClaimNext(ctx, dispatch.ClaimNextParams{Queues: []string{"work"}, WorkerID: "w", Limit: 10})
 	if err != nil || len(claims) != 2 {
 		t.Fatalf("ClaimNext: %d claims, %v; want a and c", len(claims), err)
 	}
@@ -59,14 +60,14 @@ func TestTrace_TraceparentReachesClaimsAndTransactionsAreSpans(t *testing.T) {
 			t.Errorf("claim of %s: traceparent %q, want the job's %q", c.Task.Key, c.Task.Traceparent, testTraceparent)
 		}
 	}
-	e.succeed(claims[0])
-	if b := e.claim(res.Job, "b"); b.Task.Traceparent != testTraceparent {
+	e.Succeed(claims[0])
+	if b := e.Claim(res.Job, "b"); b.Task.Traceparent != testTraceparent {
 		t.Errorf("claim of b: traceparent %q, want the job's", b.Task.Traceparent)
 	}
 
-	untraced := e.submit(spec("u"))
-	if u := e.claim(untraced, "u"); u.Task.Traceparent != "" || e.job(untraced.ID).Traceparent != "" {
-		t.Errorf("a job submitted without a traceparent has %q (task) / %q (job)", u.Task.Traceparent, e.job(untraced.ID).Traceparent)
+	untraced := e.Submit(spec("u"))
+	if u := e.Claim(untraced, "u"); u.Task.Traceparent != "" || e.Job(untraced.ID).Traceparent != "" {
+		t.Errorf("a job submitted without a traceparent has %q (task) / %q (job)", u.Task.Traceparent, e.Job(untraced.ID).Traceparent)
 	}
 
 	// The caller's two transitions (the job, the claim) are spans, children of its span; the
@@ -98,20 +99,20 @@ func TestTrace_GroupCommitIsOneSpanWithItsBatchSize(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e := &env{t: t, ctx: context.Background(), st: st, d: d}
-	job := e.submit(spec("a"), spec("c"), spec("x"))
-	a, c, x := e.claim(job, "a"), e.claim(job, "c"), e.claim(job, "x")
+	e := &env{&dispatchtest.Env{T: t, Ctx: context.Background(), Store: st, D: d}}
+	job := e.Submit(spec("a"), spec("c"), spec("x"))
+	a, c, x := e.Claim(job, "a"), e.Claim(job, "c"), e.Claim(job, "x")
 
 	// Hold the committer with a heartbeat, then queue both reports behind it: one batch.
 	gate.close()
 	var wg sync.WaitGroup
 	wg.Go(func() {
-		_, _ = d.Heartbeat(e.ctx, dispatch.HeartbeatParams{TaskID: x.Task.ID, Attempt: 1, LeaseToken: x.Task.LeaseToken})
+		_, _ = d.Heartbeat(e.Ctx, dispatch.HeartbeatParams{TaskID: x.Task.ID, Attempt: 1, LeaseToken: x.Task.LeaseToken})
 	})
 	gate.waitHeld(t)
 	callers := make([]trace.SpanContext, 2)
 	for i, cl := range []*dispatch.Claim{a, c} {
-		ctx, span := tp.Tracer("test").Start(e.ctx, "report")
+		ctx, span := tp.Tracer("test").Start(e.Ctx, "report")
 		callers[i] = span.SpanContext()
 		wg.Go(func() {
 			defer span.End()

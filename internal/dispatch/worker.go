@@ -2,13 +2,8 @@ package dispatch
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
-	"fmt"
-	"regexp"
-	"strconv"
 	"time"
 
 	"github.com/baton-dev/baton/internal/lifecycle"
@@ -173,51 +168,19 @@ type DatasetEvent struct {
 	End            *int64 `json:"end,omitempty"`
 }
 
-var partitionKey = regexp.MustCompile(`^(\d+)-(\d+)$`)
-
-// validateEvents checks events and turns them into rows of task t's attempt.
-func validateEvents(t *store.Task, attempt int, events []DatasetEvent, now time.Time) ([]*store.DatasetEvent, error) {
-	rows := make([]*store.DatasetEvent, len(events))
-	for i, e := range events {
-		bad := func(format string, args ...any) error {
-			return &InvalidError{Message: fmt.Sprintf("events[%d]: ", i) + fmt.Sprintf(format, args...)}
-		}
-		switch {
-		case e.DatasetUUID == "":
-			return nil, bad("dataset_uuid is required")
-		case e.DatasetVersion == "":
-			return nil, bad("dataset_version is required")
-		case e.Cursor == nil && e.PartitionKey == "":
-			return nil, bad("an event needs a cursor or a partition_key")
-		}
-		if e.PartitionKey != "" {
-			m := partitionKey.FindStringSubmatch(e.PartitionKey)
-			if m == nil {
-				return nil, bad("partition_key must be \"start-end\", got %q", e.PartitionKey)
-			}
-			start, _ := strconv.ParseInt(m[1], 10, 64)
-			end, _ := strconv.ParseInt(m[2], 10, 64)
-			if start > end || (e.Start != nil && *e.Start != start) || (e.End != nil && *e.End != end) {
-				return nil, bad("partition_key %q does not match start %v and end %v", e.PartitionKey, deref(e.Start), deref(e.End))
-			}
-		} else if e.Start != nil || e.End != nil {
-			return nil, bad("start and end belong to a partitioned event (with partition_key)")
-		}
-		key, _ := json.Marshal([]any{t.ID, e.DatasetUUID, e.DatasetVersion, e.Cursor, e.PartitionKey, e.Start, e.End})
-		sum := sha256.Sum256(key)
-		rows[i] = &store.DatasetEvent{DedupeKey: hex.EncodeToString(sum[:]), JobID: t.JobID, TaskID: t.ID, Attempt: attempt,
-			DatasetUUID: e.DatasetUUID, DatasetVersion: e.DatasetVersion, Cursor: e.Cursor, PartitionKey: e.PartitionKey,
-			Start: e.Start, End: e.End, CreatedAt: now}
-	}
-	return rows, nil
+// PublishedVersion is one entry of a completion's datasets_published: a dataset version the task
+// wrote, to register.
+type PublishedVersion struct {
+	DatasetUUID    string          `json:"dataset_uuid"`
+	DatasetVersion string          `json:"dataset_version"`
+	StorageRef     json.RawMessage `json:"storage_ref,omitempty"`
+	ConfigHash     string          `json:"config_hash,omitempty"`
+	RangeStart     *int64          `json:"range_start,omitempty"`
+	RangeEnd       *int64          `json:"range_end,omitempty"`
 }
 
-func deref(p *int64) any {
-	if p == nil {
-		return nil
-	}
-	return *p
-}
+// MaxPublishedVersions caps the datasets_published entries of one completion.
+const MaxPublishedVersions = 1000
 
 // RecordEvents stores upstream events reported mid-task by the current attempt. Events are
 // idempotent: a repeat is accepted and stored once. It returns how many were new.

@@ -19,6 +19,7 @@ import (
 	"github.com/baton-dev/baton/internal/api"
 	"github.com/baton-dev/baton/internal/auth"
 	"github.com/baton-dev/baton/internal/blob"
+	"github.com/baton-dev/baton/internal/dataplane"
 	"github.com/baton-dev/baton/internal/dataset"
 	"github.com/baton-dev/baton/internal/dispatch"
 	"github.com/baton-dev/baton/internal/grant"
@@ -36,13 +37,17 @@ type Config struct {
 	Store  store.Store
 	Logger *slog.Logger // default slog.Default()
 
-	// Dispatch configures the dispatcher. New sets its Logger, Metrics, TracerProvider, Blob,
-	// Tables and StoreWakeups from the fields below.
+	// Dispatch configures the dispatcher. New sets its Logger, Metrics, TracerProvider and
+	// StoreWakeups from the fields below.
 	Dispatch dispatch.Config
-	// API configures the HTTP adapters. New sets its Dispatcher, Auth, Tokens, Logger, Wakeups,
-	// StorageRoot, Minter, Dashboard, Metrics and TracerProvider.
+	// DataPlane configures the data plane over the dispatcher. New sets its Blob and Tables from
+	// the fields below.
+	DataPlane dataplane.Config
+	// API configures the HTTP adapters. New sets its Dispatcher, DataPlane, Auth, Tokens, Logger,
+	// Wakeups, StorageRoot, Minter, Dashboard, Metrics and TracerProvider.
 	API api.Config
-	// UI configures the dashboard. New sets its Dispatcher, Auth, Logger, Done and Metrics.
+	// UI configures the dashboard. New sets its Dispatcher, DataPlane, Auth, Logger, Done and
+	// Metrics.
 	UI ui.Config
 	// Limits are the producer API keys' rate limit and daily quota.
 	Limits auth.Limits
@@ -80,6 +85,7 @@ type Config struct {
 // Server is a built server: its dispatcher, its HTTP adapters and its services.
 type Server struct {
 	Dispatcher *dispatch.Dispatcher
+	DataPlane  *dataplane.Plane
 	API        *api.Server
 	Metrics    *metrics.Metrics // nil when the config had none
 
@@ -112,7 +118,7 @@ func New(cfg Config) (*Server, error) {
 	var minter *grant.Minter
 	var storageRoot string
 	if cfg.Blob != nil {
-		dcfg.Blob, storageRoot = cfg.Blob, cfg.Blob.Root()
+		storageRoot = cfg.Blob.Root()
 		if cfg.Blob.S3() != nil {
 			var err error
 			if minter, err = grant.NewMinter(cfg.Blob, cfg.Credentials); err != nil {
@@ -120,31 +126,36 @@ func New(cfg Config) (*Server, error) {
 			}
 		}
 	}
-	if cfg.Data != nil {
-		dcfg.Tables = dispatch.DatasetDB{DB: cfg.Data}
-	}
 	d, err := dispatch.New(st, dcfg)
 	if err != nil {
 		return nil, err
 	}
+	pcfg := cfg.DataPlane
+	if cfg.Blob != nil {
+		pcfg.Blob = cfg.Blob
+	}
+	if cfg.Data != nil {
+		pcfg.Tables = dataplane.DatasetDB{DB: cfg.Data}
+	}
+	dp := dataplane.New(d, pcfg)
 	authn := auth.NewAuthenticator(st, cfg.Limits, nil)
 	// The dashboard's live pages end when the server drains, like the API's event streams.
 	dashDone := make(chan struct{})
 	ucfg := cfg.UI
-	ucfg.Dispatcher, ucfg.Auth, ucfg.Logger, ucfg.Done, ucfg.Metrics = d, authn, log, dashDone, cfg.Metrics
+	ucfg.Dispatcher, ucfg.DataPlane, ucfg.Auth, ucfg.Logger, ucfg.Done, ucfg.Metrics = d, dp, authn, log, dashDone, cfg.Metrics
 	dash, err := ui.New(ucfg)
 	if err != nil {
 		return nil, err
 	}
 	acfg := cfg.API
-	acfg.Dispatcher, acfg.Auth, acfg.Tokens, acfg.Logger = d, authn, auth.NewTokens(st, nil), log
+	acfg.Dispatcher, acfg.DataPlane, acfg.Auth, acfg.Tokens, acfg.Logger = d, dp, authn, auth.NewTokens(st, nil), log
 	// A transport whose wake-ups are stream entries lets stream-worker claims hand out their ids.
 	acfg.Wakeups, _ = cfg.Transport.(transport.MessageIDs)
 	acfg.StorageRoot, acfg.Minter, acfg.Dashboard = storageRoot, minter, dash
 	acfg.Metrics, acfg.TracerProvider = cfg.Metrics, cfg.TracerProvider
 	a := api.New(acfg)
 
-	s := &Server{Dispatcher: d, API: a, Metrics: cfg.Metrics, store: st, log: log, dashDone: dashDone}
+	s := &Server{Dispatcher: d, DataPlane: dp, API: a, Metrics: cfg.Metrics, store: st, log: log, dashDone: dashDone}
 	// Wake long-polling claimers when another replica makes a task ready (PostgreSQL).
 	s.services = append(s.services, service.Func(d.ListenForWakeups))
 	if cfg.Metrics != nil {
@@ -164,14 +175,14 @@ func New(cfg Config) (*Server, error) {
 		relay.Publisher = maintenance.TransportPublisher{Transport: cfg.Transport}
 		s.services = append(s.services, maintenance.NewReconciler(maint, cfg.Transport, cfg.Reconcile))
 	}
-	s.services = append(s.services, maintenance.NewRelay(maint, relay), d.NewRouter(dispatch.RouteConfig{}), d.NewSources())
+	s.services = append(s.services, maintenance.NewRelay(maint, relay), dp.NewRouter(dataplane.RouteConfig{}), dp.NewSources())
 	retention := cfg.Retention
 	retention.Metrics = cfg.Metrics
 	ret, err := maintenance.NewRetention(maint, retention)
 	if err != nil {
 		return nil, err
 	}
-	s.services = append(s.services, ret, d.NewController(cmp.Or(cfg.ControllerID, "baton-server")))
+	s.services = append(s.services, ret, dp.NewController(cmp.Or(cfg.ControllerID, "baton-server")))
 	s.pusher = a.NewPusher(cfg.Push)
 	s.services = append(s.services, s.pusher)
 	if cfg.Sink != nil {
@@ -179,7 +190,7 @@ func New(cfg Config) (*Server, error) {
 			return nil, errors.New("server: a sink needs object storage and a data database")
 		}
 		scfg := *cfg.Sink
-		scfg.Queue, scfg.Blob, scfg.Data, scfg.Logger = api.SinkQueue{D: d}, cfg.Blob, cfg.Data, log
+		scfg.Queue, scfg.Blob, scfg.Data, scfg.Logger = api.SinkQueue{P: dp}, cfg.Blob, cfg.Data, log
 		if cfg.Transport != nil {
 			scfg.Wakeups = cfg.Transport.NewConsumer(cmp.Or(cfg.SinkConsumer, "sink"))
 			s.consumers = append(s.consumers, scfg.Wakeups)

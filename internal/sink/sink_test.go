@@ -22,6 +22,7 @@ import (
 	"github.com/baton-dev/baton/internal/auth"
 	"github.com/baton-dev/baton/internal/blob"
 	"github.com/baton-dev/baton/internal/blob/blobtest"
+	"github.com/baton-dev/baton/internal/dataplane"
 	"github.com/baton-dev/baton/internal/dataset"
 	"github.com/baton-dev/baton/internal/dispatch"
 	"github.com/baton-dev/baton/internal/maintenance"
@@ -48,6 +49,7 @@ type fixture struct {
 	st      store.Store
 	clock   *clockwork.FakeClock
 	d       *dispatch.Dispatcher
+	dp      *dataplane.Plane
 	blob    *blob.Store
 	data    *dataset.DB
 	queue   sink.Queue
@@ -94,13 +96,14 @@ func newFixture(t testing.TB, drv storetest.Driver, storage, way string) *fixtur
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { f.blob.Close() })
-	f.d, err = dispatch.New(f.st, dispatch.Config{Clock: f.clock, Logger: quiet, Blob: f.blob, Tables: dispatch.DatasetDB{DB: f.data}})
+	f.d, err = dispatch.New(f.st, dispatch.Config{Clock: f.clock, Logger: quiet})
 	if err != nil {
 		t.Fatal(err)
 	}
-	f.queue = api.SinkQueue{D: f.d}
+	f.dp = dataplane.New(f.d, dataplane.Config{Blob: f.blob, Tables: dataplane.DatasetDB{DB: f.data}})
+	f.queue = api.SinkQueue{P: f.dp}
 	if way == "remote" {
-		s := api.New(api.Config{Dispatcher: f.d, Auth: auth.NewAuthenticator(f.st, auth.Limits{}, nil), Tokens: auth.NewTokens(f.st, nil), Logger: quiet})
+		s := api.New(api.Config{Dispatcher: f.d, DataPlane: f.dp, Auth: auth.NewAuthenticator(f.st, auth.Limits{}, nil), Tokens: auth.NewTokens(f.st, nil), Logger: quiet})
 		srv := httptest.NewServer(s.InternalHandler())
 		t.Cleanup(srv.Close)
 		f.queue = sink.Remote{URL: srv.URL}
@@ -108,7 +111,7 @@ func newFixture(t testing.TB, drv storetest.Driver, storage, way string) *fixtur
 	if f.sink, err = sink.New(sink.Config{Queue: f.queue, Blob: f.blob, Data: f.data, Logger: quiet}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := f.d.Deploy(ctx, tenant, []byte(pipelinetest.AlertsDoc), "application/yaml"); err != nil {
+	if _, err := f.dp.Deploy(ctx, tenant, []byte(pipelinetest.AlertsDoc), "application/yaml"); err != nil {
 		t.Fatalf("deploy: %v", err)
 	}
 	if f.dataset, err = f.st.DatasetByName(ctx, tenant, "alert_events"); err != nil {
@@ -122,7 +125,7 @@ func newFixture(t testing.TB, drv storetest.Driver, storage, way string) *fixtur
 // key is its trigger's.
 func (f *fixture) writer(key string) *dispatch.Claim {
 	f.t.Helper()
-	run, err := f.d.RunSource(f.ctx, dispatch.RunSourceParams{Tenant: tenant, Pipeline: "alerts", Job: "scan",
+	run, err := f.dp.RunSource(f.ctx, dataplane.RunSourceParams{Tenant: tenant, Pipeline: "alerts", Job: "scan",
 		Trigger: map[string]any{"key": key}})
 	if err != nil {
 		f.t.Fatal(err)
@@ -146,7 +149,7 @@ func (f *fixture) publish(c *dispatch.Claim, name string, rows ...string) string
 	if err := f.blob.Put(f.ctx, key, []byte(strings.Join(rows, "\n")+"\n"), "application/jsonl"); err != nil {
 		f.t.Fatal(err)
 	}
-	if _, err := f.d.BufferPublish(f.ctx, dispatch.BufferPublishParams{
+	if _, err := f.dp.BufferPublish(f.ctx, dataplane.BufferPublishParams{
 		Fence: dispatch.Fence{TaskID: c.Task.ID, Attempt: c.Task.Attempt, LeaseToken: c.Task.LeaseToken}, BatchURI: f.blob.URI(key)}); err != nil {
 		f.t.Fatalf("publish: %v", err)
 	}
@@ -174,7 +177,7 @@ func (f *fixture) process() int {
 
 func (f *fixture) rows(tenant string) []map[string]any {
 	f.t.Helper()
-	page, err := dispatch.DatasetDB{DB: f.data}.Rows(f.ctx, f.dataset.UUID, schemaOf(f.t, f.dataset), dispatch.RowQuery{Tenant: tenant, Limit: 1000})
+	page, err := dataplane.DatasetDB{DB: f.data}.Rows(f.ctx, f.dataset.UUID, schemaOf(f.t, f.dataset), dataplane.RowQuery{Tenant: tenant, Limit: 1000})
 	if err != nil {
 		f.t.Fatal(err)
 	}
@@ -202,7 +205,7 @@ func keys(rows []map[string]any) []string {
 // route runs a router pass until no event is left, and counts the tasks created per pipeline job.
 func (f *fixture) route() map[string]int {
 	f.t.Helper()
-	r := f.d.NewRouter(dispatch.RouteConfig{})
+	r := f.dp.NewRouter(dataplane.RouteConfig{})
 	for {
 		n, _, err := r.RunOnce(f.ctx)
 		if err != nil {
@@ -312,7 +315,7 @@ func TestSinkRejectsAMalformedBatchWholeAndDeadLettersIt(t *testing.T) {
 		if rows := f.rows(tenant); len(rows) != 0 {
 			t.Fatalf("rows of a rejected batch reached the table: %v", rows)
 		}
-		dl, err := f.d.BatchDeadLetters(f.ctx, tenant, "alert_events", 0, 10)
+		dl, err := f.dp.BatchDeadLetters(f.ctx, tenant, "alert_events", 0, 10)
 		if err != nil || len(dl) != 1 || dl[0].ReceiveCount != 10 || !strings.Contains(dl[0].LastError, "row 2") ||
 			!strings.Contains(dl[0].LastError, "severity") {
 			t.Fatalf("dead letters %+v %v", dl, err)
@@ -326,7 +329,7 @@ func TestSinkRejectsAMalformedBatchWholeAndDeadLettersIt(t *testing.T) {
 		if err := f.blob.Put(f.ctx, key, []byte(`{"dedupe_key":"ok1","severity":"high"}`+"\n"), ""); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := f.d.RetryBatch(f.ctx, tenant, "alert_events", dl[0].ID); err != nil {
+		if _, err := f.dp.RetryBatch(f.ctx, tenant, "alert_events", dl[0].ID); err != nil {
 			t.Fatal(err)
 		}
 		if n := f.process(); n != 1 {
@@ -439,7 +442,7 @@ func testDatasetAPI(t *testing.T, f *fixture) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := api.New(api.Config{Dispatcher: f.d, Auth: auth.NewAuthenticator(f.st, auth.Limits{}, nil), Tokens: auth.NewTokens(f.st, nil), Logger: quiet})
+	s := api.New(api.Config{Dispatcher: f.d, DataPlane: f.dp, Auth: auth.NewAuthenticator(f.st, auth.Limits{}, nil), Tokens: auth.NewTokens(f.st, nil), Logger: quiet})
 	srv := httptest.NewServer(s.ProducerHandler())
 	t.Cleanup(srv.Close)
 	get := func(key, path string) (int, map[string]any) {

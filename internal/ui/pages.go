@@ -13,6 +13,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/baton-dev/baton/internal/dataplane"
 	"github.com/baton-dev/baton/internal/dispatch"
 	"github.com/baton-dev/baton/internal/lifecycle"
 	"github.com/baton-dev/baton/internal/store"
@@ -332,7 +333,7 @@ func (u *UI) resume(r *http.Request, s *session) (string, string, error) {
 
 // GET /ui/pipelines
 func (u *UI) pipelines(r *http.Request, s *session) (*view, error) {
-	ps, err := u.d.ListPipelines(r.Context(), s.key.Tenant)
+	ps, err := u.dp.ListPipelines(r.Context(), s.key.Tenant)
 	if err != nil {
 		return nil, err
 	}
@@ -340,8 +341,8 @@ func (u *UI) pipelines(r *http.Request, s *session) (*view, error) {
 }
 
 type pipelineData struct {
-	View     *dispatch.PipelineView
-	Jobs     []dispatch.PipelineJobView
+	View     *dataplane.PipelineView
+	Jobs     []dataplane.PipelineJobView
 	Versions []*store.PipelineVersion
 	Document string
 }
@@ -349,11 +350,11 @@ type pipelineData struct {
 // GET /ui/pipelines/{name}
 func (u *UI) pipeline(r *http.Request, s *session) (*view, error) {
 	name := r.PathValue("name")
-	v, err := u.d.GetPipeline(r.Context(), s.key.Tenant, name)
+	v, err := u.dp.GetPipeline(r.Context(), s.key.Tenant, name)
 	if err != nil {
 		return nil, err
 	}
-	versions, err := u.d.PipelineVersions(r.Context(), s.key.Tenant, name)
+	versions, err := u.dp.PipelineVersions(r.Context(), s.key.Tenant, name)
 	if err != nil {
 		return nil, err
 	}
@@ -363,7 +364,7 @@ func (u *UI) pipeline(r *http.Request, s *session) (*view, error) {
 
 // GET /ui/datasets
 func (u *UI) datasets(r *http.Request, s *session) (*view, error) {
-	ds, err := u.d.ListDatasets(r.Context(), s.key.Tenant)
+	ds, err := u.dp.ListDatasets(r.Context(), s.key.Tenant)
 	if err != nil {
 		return nil, err
 	}
@@ -372,7 +373,7 @@ func (u *UI) datasets(r *http.Request, s *session) (*view, error) {
 
 // GET /ui/datasets/{name}: by name, or by uuid for an unpublished job output.
 func (u *UI) dataset(r *http.Request, s *session) (*view, error) {
-	v, err := u.d.GetDataset(r.Context(), s.key.Tenant, r.PathValue("name"), 50)
+	v, err := u.dp.GetDataset(r.Context(), s.key.Tenant, r.PathValue("name"), 50)
 	if err != nil {
 		return nil, err
 	}

@@ -23,6 +23,7 @@ import (
 	"time"
 
 	"github.com/baton-dev/baton/internal/auth"
+	"github.com/baton-dev/baton/internal/dataplane"
 	"github.com/baton-dev/baton/internal/dispatch"
 	"github.com/baton-dev/baton/internal/metrics"
 	"github.com/baton-dev/baton/internal/store"
@@ -37,6 +38,7 @@ const Prefix = "/ui/"
 // Config configures the dashboard.
 type Config struct {
 	Dispatcher *dispatch.Dispatcher
+	DataPlane  *dataplane.Plane // over Dispatcher; required
 	Auth       *auth.Authenticator
 	Logger     *slog.Logger
 	// Poll is how often a live page looks for changes; default 1 s.
@@ -50,6 +52,7 @@ type Config struct {
 // UI is the dashboard's HTTP handler.
 type UI struct {
 	d      *dispatch.Dispatcher
+	dp     *dataplane.Plane
 	auth   *auth.Authenticator
 	log    *slog.Logger
 	poll   time.Duration
@@ -75,7 +78,7 @@ const contentSecurityPolicy = "default-src 'none'; script-src 'self'; style-src 
 
 // New returns the dashboard.
 func New(cfg Config) (*UI, error) {
-	u := &UI{d: cfg.Dispatcher, auth: cfg.Auth, log: cfg.Logger, poll: cfg.Poll, done: cfg.Done, metric: cfg.Metrics,
+	u := &UI{d: cfg.Dispatcher, dp: cfg.DataPlane, auth: cfg.Auth, log: cfg.Logger, poll: cfg.Poll, done: cfg.Done, metric: cfg.Metrics,
 		pages: map[string]*template.Template{}, assets: map[string]string{}}
 	if u.log == nil {
 		u.log = slog.Default()
@@ -297,9 +300,9 @@ func (u *UI) fail(w http.ResponseWriter, r *http.Request, s *session, err error)
 		status, msg = http.StatusNotFound, "Job not found. It does not exist, or it belongs to another tenant."
 	case errors.Is(err, dispatch.ErrTaskNotFound):
 		status, msg = http.StatusNotFound, "Task not found in this job."
-	case errors.Is(err, dispatch.ErrPipelineNotFound):
+	case errors.Is(err, dataplane.ErrPipelineNotFound):
 		status, msg = http.StatusNotFound, "Pipeline not found."
-	case errors.Is(err, dispatch.ErrDatasetNotFound):
+	case errors.Is(err, dataplane.ErrDatasetNotFound):
 		status, msg = http.StatusNotFound, "Dataset not found."
 	case errors.Is(err, dispatch.ErrInvalidCursor):
 		status, msg = http.StatusBadRequest, "That page link is not valid: start again from the first page."

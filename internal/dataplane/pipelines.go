@@ -1,4 +1,4 @@
-package dispatch
+package dataplane
 
 import (
 	"context"
@@ -12,6 +12,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/baton-dev/baton/internal/dispatch"
 	"github.com/baton-dev/baton/internal/pipeline"
 	"github.com/baton-dev/baton/internal/store"
 )
@@ -74,28 +75,28 @@ const deployAttempts = 3
 
 // Deploy validates a pipeline document and stores it as the pipeline's active version. Every
 // problem, in the document or against the tenant's other pipelines' datasets, is reported in one
-// ValidationError and nothing is stored. The same content deployed again creates no version; if
+// dispatch.ValidationError and nothing is stored. The same content deployed again creates no version; if
 // it is an earlier version, it becomes the active one again.
 // The checks, if any, add problems the caller knows of (the push targets the server has, say).
-func (d *Dispatcher) Deploy(ctx context.Context, tenant string, body []byte, contentType string,
+func (dp *Plane) Deploy(ctx context.Context, tenant string, body []byte, contentType string,
 	checks ...func(*pipeline.Document) pipeline.Problems) (*DeployResult, error) {
 	if len(body) > MaxPipelineBytes {
-		return nil, &InvalidError{Message: fmt.Sprintf("a pipeline document is at most %d bytes", MaxPipelineBytes)}
+		return nil, &dispatch.InvalidError{Message: fmt.Sprintf("a pipeline document is at most %d bytes", MaxPipelineBytes)}
 	}
 	doc, problems := pipeline.Parse(body, contentType)
 	if doc == nil || len(problems) > 0 {
-		return nil, &ValidationError{Errors: problems.Strings()}
+		return nil, &dispatch.ValidationError{Errors: problems.Strings()}
 	}
 	// A deploy that lost a race for one of its datasets (errDeployRaced) or for a dataset's name
 	// (store.ErrConflict) starts over: checked again, it sees what the other deploy stored.
 	for attempt := 1; ; attempt++ {
-		res, err := d.deploy(ctx, tenant, body, contentType, doc, checks)
+		res, err := dp.deploy(ctx, tenant, body, contentType, doc, checks)
 		raced := errors.Is(err, errDeployRaced) || errors.Is(err, store.ErrConflict)
 		switch {
 		case !raced:
 			return res, err
 		case attempt == deployAttempts:
-			return nil, &ValidationError{Errors: []string{"publish: a dataset name was taken by another deploy at the same time; deploy again"}}
+			return nil, &dispatch.ValidationError{Errors: []string{"publish: a dataset name was taken by another deploy at the same time; deploy again"}}
 		}
 	}
 }
@@ -127,9 +128,9 @@ func (d *Dispatcher) Deploy(ctx context.Context, tenant string, body []byte, con
 // active while its tables lag behind. The changes were checked under the locks, so nothing in
 // the tables contradicts them; the sink ensures a dataset's table from the store's schema before
 // each load, and deploying the document again makes them too.
-func (d *Dispatcher) deploy(ctx context.Context, tenant string, body []byte, contentType string, doc *pipeline.Document,
+func (dp *Plane) deploy(ctx context.Context, tenant string, body []byte, contentType string, doc *pipeline.Document,
 	checks []func(*pipeline.Document) pipeline.Problems) (*DeployResult, error) {
-	existing, more, err := d.checkAgainstTenant(ctx, tenant, doc)
+	existing, more, err := dp.checkAgainstTenant(ctx, tenant, doc)
 	if err != nil {
 		return nil, err
 	}
@@ -137,13 +138,13 @@ func (d *Dispatcher) deploy(ctx context.Context, tenant string, body []byte, con
 		more = append(more, check(doc)...)
 	}
 	if len(more) > 0 {
-		return nil, &ValidationError{Errors: more.Strings()}
+		return nil, &dispatch.ValidationError{Errors: more.Strings()}
 	}
 	// The buffered datasets' tables, with the uuid of each: its own, or a new one.
 	var tables []DatasetTable
 	planned := map[string]string{} // producer key → uuid
 	names := map[string]string{}   // uuid → dataset name
-	if d.cfg.Tables != nil {
+	if dp.cfg.Tables != nil {
 		for _, name := range sortedKeys(doc.Publish) {
 			p := doc.Publish[name]
 			if p.WriteMode != pipeline.WriteBuffered || p.Schema == nil {
@@ -159,15 +160,15 @@ func (d *Dispatcher) deploy(ctx context.Context, tenant string, body []byte, con
 	}
 	var res *DeployResult
 	control := func() error {
-		return d.updateAlone(ctx, store.LockSet{}, func(tx store.Tx, c *changes) error {
+		return dp.d.UpdateAlone(ctx, store.LockSet{}, func(tx store.Tx, c *dispatch.Work) error {
 			res = &DeployResult{Version: doc.Version}
-			spec, err := d.storeDatasets(ctx, tx, c, tenant, doc, existing, planned)
+			spec, err := dp.storeDatasets(ctx, tx, c, tenant, doc, existing, planned)
 			if err != nil {
 				return err
 			}
 			specJSON, _ := json.Marshal(spec)
 			if res.Created, err = tx.InsertPipelineVersion(ctx, &store.PipelineVersion{Tenant: tenant, Pipeline: doc.Name,
-				Version: doc.Version, Document: body, ContentType: contentType, Spec: specJSON, CreatedAt: c.now}); err != nil {
+				Version: doc.Version, Document: body, ContentType: contentType, Spec: specJSON, CreatedAt: c.Now()}); err != nil {
 				return err
 			}
 			if res.Created {
@@ -178,12 +179,12 @@ func (d *Dispatcher) deploy(ctx context.Context, tenant string, body []byte, con
 			p, err := tx.GetPipeline(ctx, tenant, doc.Name)
 			switch {
 			case errors.Is(err, store.ErrNotFound):
-				p = &store.Pipeline{Tenant: tenant, Name: doc.Name, CreatedAt: c.now}
+				p = &store.Pipeline{Tenant: tenant, Name: doc.Name, CreatedAt: c.Now()}
 			case err != nil:
 				return err
 			}
 			res.Activated = p.ActiveVersion != doc.Version
-			p.ActiveVersion, p.UpdatedAt = doc.Version, c.now
+			p.ActiveVersion, p.UpdatedAt = doc.Version, c.Now()
 			if res.Activated {
 				if err := tx.PutPipeline(ctx, p); err != nil {
 					return err
@@ -200,7 +201,7 @@ func (d *Dispatcher) deploy(ctx context.Context, tenant string, body []byte, con
 		return res, nil
 	}
 	stored := false
-	err = d.cfg.Tables.EnsureTables(ctx, tables, func() error {
+	err = dp.cfg.Tables.EnsureTables(ctx, tables, func() error {
 		if err := control(); err != nil {
 			return err
 		}
@@ -218,7 +219,7 @@ func (d *Dispatcher) deploy(ctx context.Context, tenant string, body []byte, con
 				}
 			}
 		}
-		return nil, &ValidationError{Errors: problems}
+		return nil, &dispatch.ValidationError{Errors: problems}
 	case err != nil && stored:
 		return nil, fmt.Errorf("pipeline %q version %s is active, but its datasets' tables were not committed: %w",
 			doc.Name, doc.Version, err)
@@ -232,8 +233,8 @@ func (d *Dispatcher) deploy(ctx context.Context, tenant string, body []byte, con
 // other pipelines exist and its filters use their allowed fields, and that the names it publishes
 // are not another producer's. It returns the tenant's datasets the document names or produces,
 // by producer key and by name.
-func (d *Dispatcher) checkAgainstTenant(ctx context.Context, tenant string, doc *pipeline.Document) (map[string]*store.Dataset, pipeline.Problems, error) {
-	st := d.store
+func (dp *Plane) checkAgainstTenant(ctx context.Context, tenant string, doc *pipeline.Document) (map[string]*store.Dataset, pipeline.Problems, error) {
+	st := dp.store
 	existing := map[string]*store.Dataset{}
 	var producers []string
 	for _, j := range doc.Jobs {
@@ -327,7 +328,7 @@ func describeProducer(x *store.Dataset) string {
 // document's spec with every dataset by uuid. A dataset whose producer key is in planned is
 // created with that uuid, and must have it: errDeployRaced when a concurrent deploy created it
 // first.
-func (d *Dispatcher) storeDatasets(ctx context.Context, tx store.Tx, c *changes, tenant string, doc *pipeline.Document,
+func (dp *Plane) storeDatasets(ctx context.Context, tx store.Tx, c *dispatch.Work, tenant string, doc *pipeline.Document,
 	existing map[string]*store.Dataset, planned map[string]string) (*pipelineSpec, error) {
 	var fresh []*store.Dataset
 	var versions []*store.DatasetVersion
@@ -340,12 +341,12 @@ func (d *Dispatcher) storeDatasets(ctx context.Context, tx store.Tx, c *changes,
 			id = uuid.NewString()
 		}
 		x := &store.Dataset{UUID: id, Tenant: tenant, Producer: producer, Pipeline: doc.Name, Job: job,
-			OutputIndex: index, CurrentVersion: uuid.NewString(), CreatedAt: c.now, UpdatedAt: c.now}
+			OutputIndex: index, CurrentVersion: uuid.NewString(), CreatedAt: c.Now(), UpdatedAt: c.Now()}
 		if job == "" {
 			x.Pipeline = ""
 		}
 		fresh = append(fresh, x)
-		versions = append(versions, &store.DatasetVersion{DatasetUUID: x.UUID, Version: x.CurrentVersion, CreatedAt: c.now})
+		versions = append(versions, &store.DatasetVersion{DatasetUUID: x.UUID, Version: x.CurrentVersion, CreatedAt: c.Now()})
 	}
 	for _, j := range doc.Jobs {
 		for i := range j.Outputs {
@@ -395,7 +396,7 @@ func (d *Dispatcher) storeDatasets(ctx context.Context, tx store.Tx, c *changes,
 		if x == nil {
 			return nil, fmt.Errorf("dataset of %s vanished during the deploy", producer)
 		}
-		x.Name, x.Storage, x.WriteMode, x.UpdatedAt = name, p.Storage, p.WriteMode, c.now
+		x.Name, x.Storage, x.WriteMode, x.UpdatedAt = name, p.Storage, p.WriteMode, c.Now()
 		x.Schema, x.FilterFields = nil, nil
 		if p.Schema != nil {
 			x.Schema, _ = json.Marshal(p.Schema)
@@ -504,8 +505,8 @@ func (s *pipelineSpec) consumers() []*store.Consumer {
 
 // Rollback makes an earlier version of a pipeline active again (version "": the one deployed
 // before the active one) and cancels the tasks of the version it replaces that have not started.
-func (d *Dispatcher) Rollback(ctx context.Context, tenant, name, version string) (*DeployResult, int, error) {
-	p, err := d.store.GetPipeline(ctx, tenant, name)
+func (dp *Plane) Rollback(ctx context.Context, tenant, name, version string) (*DeployResult, int, error) {
+	p, err := dp.store.GetPipeline(ctx, tenant, name)
 	if errors.Is(err, store.ErrNotFound) {
 		return nil, 0, ErrPipelineNotFound
 	}
@@ -513,7 +514,7 @@ func (d *Dispatcher) Rollback(ctx context.Context, tenant, name, version string)
 		return nil, 0, err
 	}
 	if version == "" {
-		versions, err := d.store.ListPipelineVersions(ctx, tenant, name)
+		versions, err := dp.store.ListPipelineVersions(ctx, tenant, name)
 		if err != nil {
 			return nil, 0, err
 		}
@@ -524,23 +525,23 @@ func (d *Dispatcher) Rollback(ctx context.Context, tenant, name, version string)
 			}
 		}
 		if version == "" {
-			return nil, 0, &InvalidError{Message: fmt.Sprintf("pipeline %q has no version deployed before %s to roll back to", name, p.ActiveVersion)}
+			return nil, 0, &dispatch.InvalidError{Message: fmt.Sprintf("pipeline %q has no version deployed before %s to roll back to", name, p.ActiveVersion)}
 		}
-	} else if _, err := d.store.GetPipelineVersion(ctx, tenant, name, version); errors.Is(err, store.ErrNotFound) {
-		return nil, 0, &InvalidError{Message: fmt.Sprintf("pipeline %q has no version %q", name, version)}
+	} else if _, err := dp.store.GetPipelineVersion(ctx, tenant, name, version); errors.Is(err, store.ErrNotFound) {
+		return nil, 0, &dispatch.InvalidError{Message: fmt.Sprintf("pipeline %q has no version %q", name, version)}
 	} else if err != nil {
 		return nil, 0, err
 	}
 	var old string
 	res := &DeployResult{Version: version}
-	err = d.updateAlone(ctx, store.LockSet{}, func(tx store.Tx, c *changes) error {
+	err = dp.d.UpdateAlone(ctx, store.LockSet{}, func(tx store.Tx, c *dispatch.Work) error {
 		p, err := tx.GetPipeline(ctx, tenant, name)
 		if err != nil {
 			return err
 		}
 		old = p.ActiveVersion
 		res.Activated = old != version
-		p.ActiveVersion, p.UpdatedAt = version, c.now
+		p.ActiveVersion, p.UpdatedAt = version, c.Now()
 		res.Pipeline = p
 		if !res.Activated {
 			return nil
@@ -550,20 +551,20 @@ func (d *Dispatcher) Rollback(ctx context.Context, tenant, name, version string)
 	if err != nil || !res.Activated {
 		return res, 0, err
 	}
-	n, err := d.cancelNotStarted(ctx, tenant, name, old)
+	n, err := dp.cancelNotStarted(ctx, tenant, name, old)
 	return res, n, err
 }
 
 // cancelNotStarted cancels the jobs of a pipeline version whose task has not started.
-func (d *Dispatcher) cancelNotStarted(ctx context.Context, tenant, name, version string) (int, error) {
-	ids, err := d.store.PipelineJobsNotStarted(ctx, tenant, name, version)
+func (dp *Plane) cancelNotStarted(ctx context.Context, tenant, name, version string) (int, error) {
+	ids, err := dp.store.PipelineJobsNotStarted(ctx, tenant, name, version)
 	if err != nil {
 		return 0, err
 	}
 	n := 0
 	for _, id := range ids {
-		if _, err := d.CancelJob(ctx, tenant, id, "pipeline_rolled_back"); err != nil {
-			if errors.Is(err, ErrJobNotFound) {
+		if _, err := dp.d.CancelJob(ctx, tenant, id, "pipeline_rolled_back"); err != nil {
+			if errors.Is(err, dispatch.ErrJobNotFound) {
 				continue
 			}
 			return n, err
@@ -621,15 +622,15 @@ func (v *PipelineView) Jobs() []PipelineJobView {
 }
 
 // GetPipeline returns a tenant's pipeline with its active version.
-func (d *Dispatcher) GetPipeline(ctx context.Context, tenant, name string) (*PipelineView, error) {
-	p, err := d.store.GetPipeline(ctx, tenant, name)
+func (dp *Plane) GetPipeline(ctx context.Context, tenant, name string) (*PipelineView, error) {
+	p, err := dp.store.GetPipeline(ctx, tenant, name)
 	if errors.Is(err, store.ErrNotFound) {
 		return nil, ErrPipelineNotFound
 	}
 	if err != nil {
 		return nil, err
 	}
-	v, err := d.store.GetPipelineVersion(ctx, tenant, name, p.ActiveVersion)
+	v, err := dp.store.GetPipelineVersion(ctx, tenant, name, p.ActiveVersion)
 	if err != nil {
 		return nil, err
 	}
@@ -637,7 +638,7 @@ func (d *Dispatcher) GetPipeline(ctx context.Context, tenant, name string) (*Pip
 	if err != nil {
 		return nil, err
 	}
-	counts, err := d.store.PipelineTaskCounts(ctx, tenant, name)
+	counts, err := dp.store.PipelineTaskCounts(ctx, tenant, name)
 	if err != nil {
 		return nil, err
 	}
@@ -645,18 +646,18 @@ func (d *Dispatcher) GetPipeline(ctx context.Context, tenant, name string) (*Pip
 }
 
 // ListPipelines lists a tenant's pipelines.
-func (d *Dispatcher) ListPipelines(ctx context.Context, tenant string) ([]*store.Pipeline, error) {
-	return d.store.ListPipelines(ctx, tenant)
+func (dp *Plane) ListPipelines(ctx context.Context, tenant string) ([]*store.Pipeline, error) {
+	return dp.store.ListPipelines(ctx, tenant)
 }
 
 // PipelineVersions lists a pipeline's versions, newest first.
-func (d *Dispatcher) PipelineVersions(ctx context.Context, tenant, name string) ([]*store.PipelineVersion, error) {
-	if _, err := d.store.GetPipeline(ctx, tenant, name); errors.Is(err, store.ErrNotFound) {
+func (dp *Plane) PipelineVersions(ctx context.Context, tenant, name string) ([]*store.PipelineVersion, error) {
+	if _, err := dp.store.GetPipeline(ctx, tenant, name); errors.Is(err, store.ErrNotFound) {
 		return nil, ErrPipelineNotFound
 	} else if err != nil {
 		return nil, err
 	}
-	return d.store.ListPipelineVersions(ctx, tenant, name)
+	return dp.store.ListPipelineVersions(ctx, tenant, name)
 }
 
 func sortedKeys[V any](m map[string]V) []string {

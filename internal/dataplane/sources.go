@@ -1,4 +1,4 @@
-package dispatch
+package dataplane
 
 import (
 	"cmp"
@@ -14,6 +14,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/baton-dev/baton/internal/dispatch"
 	"github.com/baton-dev/baton/internal/pipeline"
 	"github.com/baton-dev/baton/internal/service"
 	"github.com/baton-dev/baton/internal/store"
@@ -29,16 +30,16 @@ const ControlQueue = "baton.dispatcher"
 // retried as any task, which keeps its task id as the source's run id). Every replica runs
 // Sources; a tick or a replacement is keyed, so two replicas start it once.
 type Sources struct {
-	d      *Dispatcher
+	dp     *Plane
 	mu     sync.Mutex
 	next   map[string]time.Time // cron job → its next tick
 	scheds map[string]pipeline.Schedule
 	service.Loop
 }
 
-// NewSources returns a stopped Sources over d.
-func (d *Dispatcher) NewSources() *Sources {
-	return &Sources{d: d, next: map[string]time.Time{}, scheds: map[string]pipeline.Schedule{}}
+// NewSources returns a stopped Sources over dp.
+func (dp *Plane) NewSources() *Sources {
+	return &Sources{dp: dp, next: map[string]time.Time{}, scheds: map[string]pipeline.Schedule{}}
 }
 
 // Start runs the sources until Stop or until ctx ends, a pass each second.
@@ -48,30 +49,30 @@ func (s *Sources) run(ctx context.Context) {
 	for {
 		if _, err := s.RunOnce(ctx); err != nil && ctx.Err() == nil {
 			level := slog.LevelError
-			if s.d.Unavailable(err) {
+			if s.dp.d.Unavailable(err) {
 				level = slog.LevelWarn
 			}
-			s.d.log.Log(ctx, level, "pipeline sources pass failed", "err", err)
+			s.dp.log.Log(ctx, level, "pipeline sources pass failed", "err", err)
 		}
 		select {
 		case <-ctx.Done():
 			return
-		case <-s.d.clock.After(time.Second):
+		case <-s.dp.clock.After(time.Second):
 		}
 	}
 }
 
 // RunOnce starts what is due now and returns how many tasks it created.
 func (s *Sources) RunOnce(ctx context.Context) (int, error) {
-	ps, err := s.d.store.ActivePipelines(ctx)
+	ps, err := s.dp.store.ActivePipelines(ctx)
 	if err != nil {
 		return 0, err
 	}
-	now := s.d.now()
+	now := s.dp.now()
 	created := 0
 	var errs []error
 	for _, p := range ps {
-		spec, err := s.d.specs.get(ctx, s.d.store, p.Tenant, p.Name, p.ActiveVersion)
+		spec, err := s.dp.specs.get(ctx, s.dp.store, p.Tenant, p.Name, p.ActiveVersion)
 		if err != nil {
 			errs = append(errs, err)
 			continue
@@ -121,7 +122,7 @@ func (s *Sources) cron(ctx context.Context, spec *pipelineSpec, js *jobSpec, now
 		tick = n // the latest tick that is due
 	}
 	trigger, _ := json.Marshal(map[string]any{"kind": pipeline.SourceCron, "schedule": js.Schedule, "scheduled_at": tick.UTC().Format(time.RFC3339)})
-	n, err := s.d.startSource(ctx, spec, js, "cron:"+strconv.FormatInt(tick.Unix(), 10), trigger)
+	n, err := s.dp.startSource(ctx, spec, js, "cron:"+strconv.FormatInt(tick.Unix(), 10), trigger)
 	if err != nil {
 		return 0, err
 	}
@@ -137,12 +138,12 @@ func (s *Sources) cron(ctx context.Context, spec *pipelineSpec, js *jobSpec, now
 // old runs, which lowers the count, but keeps the latest job of a pipeline job, so a number
 // never comes back while its run is kept.
 func (s *Sources) alwaysOn(ctx context.Context, spec *pipelineSpec, js *jobSpec) (int, error) {
-	total, live, err := s.d.store.PipelineJobTasks(ctx, spec.Tenant, spec.Name, js.Name)
+	total, live, err := s.dp.store.PipelineJobTasks(ctx, spec.Tenant, spec.Name, js.Name)
 	if err != nil || live > 0 {
 		return 0, err
 	}
 	run := total
-	latest, err := s.d.store.LatestPipelineJob(ctx, spec.Tenant, spec.Name, js.Name)
+	latest, err := s.dp.store.LatestPipelineJob(ctx, spec.Tenant, spec.Name, js.Name)
 	switch {
 	case err == nil:
 		prefix := sourceKey(spec, js, alwaysOnKey)
@@ -153,7 +154,7 @@ func (s *Sources) alwaysOn(ctx context.Context, spec *pipelineSpec, js *jobSpec)
 		return 0, err
 	}
 	trigger, _ := json.Marshal(map[string]any{"kind": pipeline.SourceAlwaysOn, "run": run + 1})
-	return s.d.startSource(ctx, spec, js, alwaysOnKey+strconv.Itoa(run), trigger)
+	return s.dp.startSource(ctx, spec, js, alwaysOnKey+strconv.Itoa(run), trigger)
 }
 
 // alwaysOnKey starts the key of an always_on job's run.
@@ -166,17 +167,17 @@ func sourceKey(spec *pipelineSpec, js *jobSpec, key string) string {
 
 // startSource creates a task of source job js, keyed by key (once per key), and returns how many
 // it created (0 or 1).
-func (d *Dispatcher) startSource(ctx context.Context, spec *pipelineSpec, js *jobSpec, key string, trigger json.RawMessage) (int, error) {
+func (dp *Plane) startSource(ctx context.Context, spec *pipelineSpec, js *jobSpec, key string, trigger json.RawMessage) (int, error) {
 	var n int
-	err := d.updateAlone(ctx, store.LockSet{}, func(tx store.Tx, c *changes) error {
+	err := dp.d.UpdateAlone(ctx, store.LockSet{}, func(tx store.Tx, c *dispatch.Work) error {
 		known := newKnownDatasets()
 		if err := known.load(ctx, tx, spec.datasetUUIDs()); err != nil {
 			return err
 		}
-		job, task := d.newPipelineTask(spec, js, c.now, sourceKey(spec, js, key))
+		job, task := dp.newPipelineTask(spec, js, c.Now(), sourceKey(spec, js, key))
 		task.Route = js.route(spec, known, -1, nil, trigger)
 		var err error
-		n, err = d.insertPipelineTasks(ctx, tx, c, []*store.Job{job}, map[string]*store.Task{job.ID: task})
+		n, err = c.InsertJobsIfAbsent(ctx, tx, []*store.Job{job}, map[string]*store.Task{job.ID: task})
 		return err
 	})
 	return n, err
@@ -202,8 +203,8 @@ type RunSourceResult struct {
 
 // RunSource starts a task of a manual source job (POST /pipelines/{name}/jobs/{job}/run) or of
 // the webhook source job whose path is p.WebhookPath, in the pipelines' active versions.
-func (d *Dispatcher) RunSource(ctx context.Context, p RunSourceParams) (*RunSourceResult, error) {
-	spec, js, err := d.findSource(ctx, p)
+func (dp *Plane) RunSource(ctx context.Context, p RunSourceParams) (*RunSourceResult, error) {
+	spec, js, err := dp.findSource(ctx, p)
 	if err != nil {
 		return nil, err
 	}
@@ -217,19 +218,19 @@ func (d *Dispatcher) RunSource(ctx context.Context, p RunSourceParams) (*RunSour
 	}
 	raw, err := json.Marshal(trigger)
 	if err != nil {
-		return nil, &InvalidError{Message: "the trigger is not JSON: " + err.Error()}
+		return nil, &dispatch.InvalidError{Message: "the trigger is not JSON: " + err.Error()}
 	}
 	key := cmp.Or(p.Key, uuid.NewString())
 	idem := "pipeline:" + spec.Name + ":" + js.Name + ":" + kind + ":" + key
-	n, err := d.startSource(ctx, spec, js, kind+":"+key, raw)
+	n, err := dp.startSource(ctx, spec, js, kind+":"+key, raw)
 	if err != nil {
 		return nil, err
 	}
-	job, err := d.store.JobByIdempotencyKey(ctx, p.Tenant, idem)
+	job, err := dp.store.JobByIdempotencyKey(ctx, p.Tenant, idem)
 	if err != nil {
 		return nil, err
 	}
-	tasks, err := d.store.JobTasks(ctx, job.ID)
+	tasks, err := dp.store.JobTasks(ctx, job.ID)
 	if err != nil || len(tasks) == 0 {
 		return nil, fmt.Errorf("the task of job %s: %v", job.ID, err)
 	}
@@ -237,10 +238,10 @@ func (d *Dispatcher) RunSource(ctx context.Context, p RunSourceParams) (*RunSour
 }
 
 // findSource finds the job a RunSource names.
-func (d *Dispatcher) findSource(ctx context.Context, p RunSourceParams) (*pipelineSpec, *jobSpec, error) {
+func (dp *Plane) findSource(ctx context.Context, p RunSourceParams) (*pipelineSpec, *jobSpec, error) {
 	var ps []*store.Pipeline
 	if p.WebhookPath == "" {
-		one, err := d.store.GetPipeline(ctx, p.Tenant, p.Pipeline)
+		one, err := dp.store.GetPipeline(ctx, p.Tenant, p.Pipeline)
 		if errors.Is(err, store.ErrNotFound) {
 			return nil, nil, ErrPipelineNotFound
 		}
@@ -250,12 +251,12 @@ func (d *Dispatcher) findSource(ctx context.Context, p RunSourceParams) (*pipeli
 		ps = []*store.Pipeline{one}
 	} else {
 		var err error
-		if ps, err = d.store.ListPipelines(ctx, p.Tenant); err != nil {
+		if ps, err = dp.store.ListPipelines(ctx, p.Tenant); err != nil {
 			return nil, nil, err
 		}
 	}
 	for _, pl := range ps {
-		spec, err := d.specs.get(ctx, d.store, p.Tenant, pl.Name, pl.ActiveVersion)
+		spec, err := dp.specs.get(ctx, dp.store, p.Tenant, pl.Name, pl.ActiveVersion)
 		if err != nil {
 			return nil, nil, err
 		}
@@ -265,7 +266,7 @@ func (d *Dispatcher) findSource(ctx context.Context, p RunSourceParams) (*pipeli
 				return spec, js, nil
 			case p.WebhookPath == "" && js.Name == p.Job:
 				if js.SourceKind != pipeline.SourceManual {
-					return nil, nil, &InvalidError{Message: fmt.Sprintf("job %q of pipeline %q is not a manual source (activation %s, source %q): only manual sources run on request",
+					return nil, nil, &dispatch.InvalidError{Message: fmt.Sprintf("job %q of pipeline %q is not a manual source (activation %s, source %q): only manual sources run on request",
 						js.Name, spec.Name, js.Activation, js.SourceKind)}
 				}
 				return spec, js, nil

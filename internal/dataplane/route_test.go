@@ -1,4 +1,4 @@
-package dispatch_test
+package dataplane_test
 
 import (
 	"encoding/json"
@@ -10,7 +10,9 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/baton-dev/baton/internal/dataplane"
 	"github.com/baton-dev/baton/internal/dispatch"
+	"github.com/baton-dev/baton/internal/dispatch/dispatchtest"
 	"github.com/baton-dev/baton/internal/lifecycle"
 	"github.com/baton-dev/baton/internal/store"
 	"github.com/baton-dev/baton/internal/store/storetest"
@@ -75,64 +77,64 @@ publish:
 // for the source's.
 type pipelineEnv struct {
 	*env
-	router  *dispatch.Router
-	view    *dispatch.PipelineView
+	router  *dataplane.Router
+	view    *dataplane.PipelineView
 	emitter *dispatch.Claim
 }
 
 func newPipelineEnv(t *testing.T, st store.Store) *pipelineEnv {
 	e := &pipelineEnv{env: newEnv(t, st)}
-	if _, err := e.d.Deploy(e.ctx, tenant, []byte(chainDoc), "application/yaml"); err != nil {
+	if _, err := e.dp.Deploy(e.Ctx, tenant, []byte(chainDoc), "application/yaml"); err != nil {
 		t.Fatalf("deploy: %v", err)
 	}
 	e.view = e.pipeline("chain")
-	e.router = e.d.NewRouter(dispatch.RouteConfig{})
-	job := e.submit(lifecycle.TaskSpec{Key: "emit", Name: "emit"})
-	e.emitter = e.claim(job, "emit")
+	e.router = e.dp.NewRouter(dataplane.RouteConfig{})
+	job := e.Submit(lifecycle.TaskSpec{Key: "emit", Name: "emit"})
+	e.emitter = e.Claim(job, "emit")
 	return e
 }
 
-func (e *pipelineEnv) pipeline(name string) *dispatch.PipelineView {
-	e.t.Helper()
-	v, err := e.d.GetPipeline(e.ctx, tenant, name)
+func (e *pipelineEnv) pipeline(name string) *dataplane.PipelineView {
+	e.T.Helper()
+	v, err := e.dp.GetPipeline(e.Ctx, tenant, name)
 	if err != nil {
-		e.t.Fatalf("get pipeline %s: %v", name, err)
+		e.T.Fatalf("get pipeline %s: %v", name, err)
 	}
 	return v
 }
 
 // output is the dataset of a job's output in the deployed version.
 func (e *pipelineEnv) output(job string, i int) (uuid, version string) {
-	e.t.Helper()
+	e.T.Helper()
 	for _, j := range e.view.Jobs() {
 		if j.Name == job {
-			ds, err := e.st.GetDatasets(e.ctx, []string{j.Outputs[i].DatasetUUID})
+			ds, err := e.Store.GetDatasets(e.Ctx, []string{j.Outputs[i].DatasetUUID})
 			if err != nil || len(ds) != 1 {
-				e.t.Fatalf("dataset of %s[%d]: %v %v", job, i, ds, err)
+				e.T.Fatalf("dataset of %s[%d]: %v %v", job, i, ds, err)
 			}
 			return ds[0].UUID, ds[0].CurrentVersion
 		}
 	}
-	e.t.Fatalf("no job %s", job)
+	e.T.Fatalf("no job %s", job)
 	return "", ""
 }
 
 func (e *pipelineEnv) emit(events ...dispatch.DatasetEvent) {
-	e.t.Helper()
+	e.T.Helper()
 	c := e.emitter.Task
-	if _, err := e.d.RecordEvents(e.ctx, dispatch.Fence{TaskID: c.ID, Attempt: c.Attempt, LeaseToken: c.LeaseToken}, events); err != nil {
-		e.t.Fatalf("record events: %v", err)
+	if _, err := e.D.RecordEvents(e.Ctx, dispatch.Fence{TaskID: c.ID, Attempt: c.Attempt, LeaseToken: c.LeaseToken}, events); err != nil {
+		e.T.Fatalf("record events: %v", err)
 	}
 }
 
 // route runs the router until the outbox holds no event and returns the tasks it created.
 func (e *pipelineEnv) route() int {
-	e.t.Helper()
+	e.T.Helper()
 	total := 0
 	for {
-		n, tasks, err := e.router.RunOnce(e.ctx)
+		n, tasks, err := e.router.RunOnce(e.Ctx)
 		if err != nil {
-			e.t.Fatalf("route: %v", err)
+			e.T.Fatalf("route: %v", err)
 		}
 		total += tasks
 		if n == 0 {
@@ -143,7 +145,7 @@ func (e *pipelineEnv) route() int {
 
 // counts is the task count of each pipeline job ("routed").
 func (e *pipelineEnv) counts() map[string]int {
-	e.t.Helper()
+	e.T.Helper()
 	out := map[string]int{}
 	for _, j := range e.pipeline("chain").Jobs() {
 		out[j.Name] = j.Counts["routed"]
@@ -175,8 +177,8 @@ func TestRoutingOneTaskPerConsumerAndDedupeKey(t *testing.T) {
 			t.Errorf("routed %d tasks, want 3 (ranges, mainnet, testnets)", got)
 		}
 		// A second task reporting the same partition: the dedupe key is the same.
-		other := e.claim(e.submit(lifecycle.TaskSpec{Key: "emit2", Name: "emit"}), "emit2")
-		if _, err := e.d.RecordEvents(e.ctx, dispatch.Fence{TaskID: other.Task.ID, LeaseToken: other.Task.LeaseToken},
+		other := e.Claim(e.Submit(lifecycle.TaskSpec{Key: "emit2", Name: "emit"}), "emit2")
+		if _, err := e.D.RecordEvents(e.Ctx, dispatch.Fence{TaskID: other.Task.ID, LeaseToken: other.Task.LeaseToken},
 			[]dispatch.DatasetEvent{ev}); err != nil {
 			t.Fatal(err)
 		}
@@ -219,25 +221,25 @@ func TestRoutingIgnoresVersionsThatAreNotCurrentAndOtherTenants(t *testing.T) {
 			t.Errorf("an old version's event routed %d tasks", got)
 		}
 		// The event is kept for audit.
-		evs, err := st.ListDatasetEvents(e.ctx, e.emitter.Task.ID)
+		evs, err := st.ListDatasetEvents(e.Ctx, e.emitter.Task.ID)
 		if err != nil || len(evs) != 1 {
 			t.Errorf("stored events %v, %v; want the one event", evs, err)
 		}
 		// Another tenant's task reporting on this tenant's dataset is refused (TestEventsNameOnlyTheTenantsOwnDatasets)
 		// and routes nothing.
-		res, err := e.d.CreateJob(e.ctx, dispatch.CreateJobParams{Tenant: "intruder", Tasks: []lifecycle.TaskSpec{{Key: "x", Name: "x"}}})
+		res, err := e.D.CreateJob(e.Ctx, dispatch.CreateJobParams{Tenant: "intruder", Tasks: []lifecycle.TaskSpec{{Key: "x", Name: "x"}}})
 		if err != nil {
 			t.Fatal(err)
 		}
-		tasks, _ := st.JobTasks(e.ctx, res.Job.ID)
-		c, err := e.d.ClaimTask(e.ctx, dispatch.ClaimTaskParams{TaskID: tasks[0].ID, WorkerID: "w"})
+		tasks, _ := st.JobTasks(e.Ctx, res.Job.ID)
+		c, err := e.D.ClaimTask(e.Ctx, dispatch.ClaimTaskParams{TaskID: tasks[0].ID, WorkerID: "w"})
 		if err != nil {
 			t.Fatal(err)
 		}
 		_, v := e.output("follower", 0)
-		_, err = e.d.RecordEvents(e.ctx, dispatch.Fence{TaskID: c.Task.ID, LeaseToken: c.Task.LeaseToken},
+		_, err = e.D.RecordEvents(e.Ctx, dispatch.Fence{TaskID: c.Task.ID, LeaseToken: c.Task.LeaseToken},
 			[]dispatch.DatasetEvent{partition(blocks, v, 0, 9)})
-		wantErr[*dispatch.InvalidError](t, err)
+		dispatchtest.WantErr[*dispatch.InvalidError](t, err)
 		if got := e.route(); got != 0 {
 			t.Errorf("another tenant's event routed %d tasks", got)
 		}
@@ -249,7 +251,7 @@ func TestRoutingStaleAttemptRoutesNothing(t *testing.T) {
 		e := newPipelineEnv(t, st)
 		blocks, v := e.output("follower", 0)
 		c := e.emitter.Task
-		_, err := e.d.Complete(e.ctx, dispatch.CompleteParams{TaskID: c.ID, Attempt: c.Attempt, LeaseToken: "stale-lease",
+		_, err := e.D.Complete(e.Ctx, dispatch.CompleteParams{TaskID: c.ID, Attempt: c.Attempt, LeaseToken: "stale-lease",
 			Outcome: store.OutcomeSucceeded, Events: []dispatch.DatasetEvent{partition(blocks, v, 0, 9)}})
 		if !errors.Is(err, dispatch.ErrLeaseMismatch) {
 			t.Fatalf("completion with a stale lease: %v, want a fencing error", err)
@@ -258,7 +260,7 @@ func TestRoutingStaleAttemptRoutesNothing(t *testing.T) {
 			t.Errorf("a stale attempt's final events routed %d tasks", got)
 		}
 		// The current attempt's final events are routed.
-		if _, err := e.d.Complete(e.ctx, dispatch.CompleteParams{TaskID: c.ID, Attempt: c.Attempt, LeaseToken: c.LeaseToken,
+		if _, err := e.D.Complete(e.Ctx, dispatch.CompleteParams{TaskID: c.ID, Attempt: c.Attempt, LeaseToken: c.LeaseToken,
 			Outcome: store.OutcomeSucceeded, Events: []dispatch.DatasetEvent{partition(blocks, v, 0, 9)}}); err != nil {
 			t.Fatal(err)
 		}
@@ -274,7 +276,7 @@ func TestRoutedTaskCarriesItsDataPlane(t *testing.T) {
 		blocks, v := e.output("follower", 0)
 		e.emit(partition(blocks, v, 1000, 1999))
 		e.route()
-		claims, err := e.d.ClaimNext(e.ctx, dispatch.ClaimNextParams{Queues: []string{"alerts_test"}, WorkerID: "w"})
+		claims, err := e.D.ClaimNext(e.Ctx, dispatch.ClaimNextParams{Queues: []string{"alerts_test"}, WorkerID: "w"})
 		if err != nil || len(claims) != 1 {
 			t.Fatalf("claim: %v %v", claims, err)
 		}
@@ -298,7 +300,7 @@ func TestRoutedTaskCarriesItsDataPlane(t *testing.T) {
 			t.Errorf("input %+v where %s", in, in.Where)
 		}
 		// The routed job's counts and the ranges task's outputs.
-		claims, err = e.d.ClaimNext(e.ctx, dispatch.ClaimNextParams{Queues: []string{"range_builder"}, WorkerID: "w"})
+		claims, err = e.D.ClaimNext(e.Ctx, dispatch.ClaimNextParams{Queues: []string{"range_builder"}, WorkerID: "w"})
 		if err != nil || len(claims) != 1 {
 			t.Fatalf("claim ranges: %v %v", claims, err)
 		}
@@ -310,7 +312,7 @@ func TestRoutedTaskCarriesItsDataPlane(t *testing.T) {
 		if len(r.Outputs) != 1 || r.Outputs[0] != (wire.DatasetOutput{OutputIndex: 0, DatasetUUID: ranges, DatasetVersion: rv}) {
 			t.Errorf("outputs %+v", r.Outputs)
 		}
-		job, err := st.GetJob(e.ctx, claims[0].Task.JobID)
+		job, err := st.GetJob(e.Ctx, claims[0].Task.JobID)
 		if err != nil || job.Pipeline != "chain" || job.PipelineJob != "ranges" {
 			t.Errorf("job %+v %v", job, err)
 		}
@@ -318,14 +320,14 @@ func TestRoutedTaskCarriesItsDataPlane(t *testing.T) {
 			t.Errorf("the claim's job %+v, want %+v", claims[0].Job, want)
 		}
 		// The routed task is an ordinary task: it completes, with its own events routed on.
-		if _, err := e.d.Complete(e.ctx, dispatch.CompleteParams{TaskID: claims[0].Task.ID, LeaseToken: claims[0].Task.LeaseToken,
+		if _, err := e.D.Complete(e.Ctx, dispatch.CompleteParams{TaskID: claims[0].Task.ID, LeaseToken: claims[0].Task.LeaseToken,
 			Outcome: store.OutcomeSucceeded, Events: []dispatch.DatasetEvent{partition(ranges, rv, 1000, 1999)}}); err != nil {
 			t.Fatal(err)
 		}
 		if got := e.route(); got != 1 {
 			t.Errorf("the ranges task's event routed %d tasks, want 1 (totals)", got)
 		}
-		claims, err = e.d.ClaimNext(e.ctx, dispatch.ClaimNextParams{Queues: []string{"totals"}, WorkerID: "w"})
+		claims, err = e.D.ClaimNext(e.Ctx, dispatch.ClaimNextParams{Queues: []string{"totals"}, WorkerID: "w"})
 		if err != nil || len(claims) != 1 || string(claims[0].Task.Input) != `{"unit":"blocks"}` {
 			t.Fatalf("claim totals: %v %v", claims, err)
 		}
@@ -337,11 +339,11 @@ func TestRollbackCancelsTasksNotStarted(t *testing.T) {
 		e := newPipelineEnv(t, st)
 		first := e.view.Pipeline.ActiveVersion
 		second := strings.Replace(chainDoc, "max_attempts: 2", "max_attempts: 3", 1)
-		res, err := e.d.Deploy(e.ctx, tenant, []byte(second), "application/yaml")
+		res, err := e.dp.Deploy(e.Ctx, tenant, []byte(second), "application/yaml")
 		if err != nil || !res.Created || !res.Activated || res.Version == first {
 			t.Fatalf("deploy a new text: %+v %v", res, err)
 		}
-		again, err := e.d.Deploy(e.ctx, tenant, []byte(second), "application/yaml")
+		again, err := e.dp.Deploy(e.Ctx, tenant, []byte(second), "application/yaml")
 		if err != nil || again.Created || again.Activated {
 			t.Fatalf("deploy the same text again: %+v %v", again, err)
 		}
@@ -351,16 +353,16 @@ func TestRollbackCancelsTasksNotStarted(t *testing.T) {
 			t.Fatalf("routed %d, want 6", got)
 		}
 		// One task of the new version starts; the rollback cancels the five others.
-		claims, err := e.d.ClaimNext(e.ctx, dispatch.ClaimNextParams{Queues: []string{"range_builder"}, WorkerID: "w"})
+		claims, err := e.D.ClaimNext(e.Ctx, dispatch.ClaimNextParams{Queues: []string{"range_builder"}, WorkerID: "w"})
 		if err != nil || len(claims) != 1 {
 			t.Fatalf("claim: %v %v", claims, err)
 		}
-		rb, canceled, err := e.d.Rollback(e.ctx, tenant, "chain", "")
+		rb, canceled, err := e.dp.Rollback(e.Ctx, tenant, "chain", "")
 		if err != nil || rb.Version != first || canceled != 5 {
 			t.Fatalf("rollback: %+v canceled %d, %v; want %s and 5", rb, canceled, err, first)
 		}
 		counts := map[lifecycle.TaskStatus]int{}
-		cs, _ := st.PipelineTaskCounts(e.ctx, tenant, "chain")
+		cs, _ := st.PipelineTaskCounts(e.Ctx, tenant, "chain")
 		for _, c := range cs {
 			counts[c.Status] += c.Count
 		}
@@ -399,7 +401,7 @@ publish:
   blocks:
     from: {job: thief, output: 0}
 `
-		_, err := e.d.Deploy(e.ctx, tenant, []byte(reader), "application/yaml")
+		_, err := e.dp.Deploy(e.Ctx, tenant, []byte(reader), "application/yaml")
 		var v *dispatch.ValidationError
 		if !errors.As(err, &v) {
 			t.Fatalf("deploy: %v, want a validation error", err)
@@ -413,21 +415,21 @@ publish:
 				t.Errorf("errors %q lack %q", v.Errors, w)
 			}
 		}
-		if _, err := st.GetPipeline(e.ctx, tenant, "reader"); !errors.Is(err, store.ErrNotFound) {
+		if _, err := st.GetPipeline(e.Ctx, tenant, "reader"); !errors.Is(err, store.ErrNotFound) {
 			t.Errorf("a refused deploy stored the pipeline: %v", err)
 		}
 		// Another tenant may use the names freely.
-		if _, err := e.d.Deploy(e.ctx, "other", []byte(chainDoc), "application/yaml"); err != nil {
+		if _, err := e.dp.Deploy(e.Ctx, "other", []byte(chainDoc), "application/yaml"); err != nil {
 			t.Errorf("another tenant's deploy: %v", err)
 		}
 		// The where of an input reading another pipeline's dataset is checked against its fields.
 		ok := strings.Replace(reader, "      - from: {dataset: nowhere}\n", "        where: {chain: mainnet}\n", 1)
 		ok = strings.Replace(ok, "publish:\n  blocks:\n    from: {job: thief, output: 0}\n", "", 1)
-		if _, err := e.d.Deploy(e.ctx, tenant, []byte(ok), "application/yaml"); err != nil {
+		if _, err := e.dp.Deploy(e.Ctx, tenant, []byte(ok), "application/yaml"); err != nil {
 			t.Errorf("deploy a reader of blocks: %v", err)
 		}
 		bad := strings.Replace(ok, "chain: mainnet", "severity: high", 1)
-		_, err = e.d.Deploy(e.ctx, tenant, []byte(bad), "application/yaml")
+		_, err = e.dp.Deploy(e.Ctx, tenant, []byte(bad), "application/yaml")
 		if !errors.As(err, &v) || !strings.Contains(strings.Join(v.Errors, "\n"), "jobs[0].inputs[0].where.severity") {
 			t.Errorf("a where off the allowlist of another pipeline's dataset: %v", err)
 		}
@@ -438,20 +440,20 @@ func TestCutoverSwitchesTheRoutedVersion(t *testing.T) {
 	storetest.ForEachDriver(t, func(t *testing.T, st store.Store) {
 		e := newPipelineEnv(t, st)
 		blocks, v1 := e.output("follower", 0)
-		if _, err := e.d.SetCurrentVersion(e.ctx, tenant, "blocks", "v2"); err == nil {
+		if _, err := e.dp.SetCurrentVersion(e.Ctx, tenant, "blocks", "v2"); err == nil {
 			t.Fatal("cutover to an unregistered version succeeded")
 		}
 		// A completion registers v2 through datasets_published.
 		c := e.emitter.Task
-		if _, err := e.d.Complete(e.ctx, dispatch.CompleteParams{TaskID: c.ID, LeaseToken: c.LeaseToken, Outcome: store.OutcomeSucceeded,
+		if _, err := e.D.Complete(e.Ctx, dispatch.CompleteParams{TaskID: c.ID, LeaseToken: c.LeaseToken, Outcome: store.OutcomeSucceeded,
 			Published: []dispatch.PublishedVersion{{DatasetUUID: blocks, DatasetVersion: "v2", StorageRef: json.RawMessage(`{"scheme":"s3"}`)}}}); err != nil {
 			t.Fatal(err)
 		}
-		x, err := e.d.SetCurrentVersion(e.ctx, tenant, "blocks", "v2")
+		x, err := e.dp.SetCurrentVersion(e.Ctx, tenant, "blocks", "v2")
 		if err != nil || x.CurrentVersion != "v2" {
 			t.Fatalf("cutover: %+v %v", x, err)
 		}
-		e.emitter = e.claim(e.submit(lifecycle.TaskSpec{Key: "emit", Name: "emit"}), "emit")
+		e.emitter = e.Claim(e.Submit(lifecycle.TaskSpec{Key: "emit", Name: "emit"}), "emit")
 		e.emit(partition(blocks, v1, 0, 9))
 		if got := e.route(); got != 0 {
 			t.Errorf("the old version routed %d", got)
@@ -461,7 +463,7 @@ func TestCutoverSwitchesTheRoutedVersion(t *testing.T) {
 			t.Errorf("the new version routed %d, want 3", got)
 		}
 		// The routed task's input names the version's storage, as datasets_published registered it.
-		claims, err := e.d.ClaimNext(e.ctx, dispatch.ClaimNextParams{Queues: []string{"alerts"}, WorkerID: "w"})
+		claims, err := e.D.ClaimNext(e.Ctx, dispatch.ClaimNextParams{Queues: []string{"alerts"}, WorkerID: "w"})
 		if err != nil || len(claims) != 1 {
 			t.Fatalf("claim: %v %v", claims, err)
 		}
@@ -489,7 +491,7 @@ func TestRoutingTwoReplicasOnePostgres(t *testing.T) {
 	db := storetest.NewPostgresDatabase(t)
 	a := newPipelineEnv(t, db.Open(t))
 	b := newEnv(t, db.Open(t))
-	routerB := b.d.NewRouter(dispatch.RouteConfig{Batch: 7})
+	routerB := b.dp.NewRouter(dataplane.RouteConfig{Batch: 7})
 	blocks, v := a.output("follower", 0)
 	var emitters []*dispatch.Claim
 	for i := range 16 {
@@ -497,27 +499,27 @@ func TestRoutingTwoReplicasOnePostgres(t *testing.T) {
 		if i%2 == 1 {
 			e = b
 		}
-		emitters = append(emitters, e.claim(e.submit(lifecycle.TaskSpec{Key: "emit", Name: "emit"}), "emit"))
+		emitters = append(emitters, e.Claim(e.Submit(lifecycle.TaskSpec{Key: "emit", Name: "emit"}), "emit"))
 	}
 	var wg sync.WaitGroup
 	for i, c := range emitters {
-		d := a.d
+		d := a.D
 		if i%2 == 1 {
-			d = b.d
+			d = b.D
 		}
 		wg.Go(func() {
 			for p := range int64(10) {
-				if _, err := d.RecordEvents(a.ctx, dispatch.Fence{TaskID: c.Task.ID, LeaseToken: c.Task.LeaseToken},
+				if _, err := d.RecordEvents(a.Ctx, dispatch.Fence{TaskID: c.Task.ID, LeaseToken: c.Task.LeaseToken},
 					[]dispatch.DatasetEvent{partition(blocks, v, p*10, p*10+9)}); err != nil {
 					t.Error(err)
 				}
 			}
 		})
 	}
-	for _, r := range []*dispatch.Router{a.router, routerB} {
+	for _, r := range []*dataplane.Router{a.router, routerB} {
 		wg.Go(func() {
 			for range 200 {
-				if _, _, err := r.RunOnce(a.ctx); err != nil {
+				if _, _, err := r.RunOnce(a.Ctx); err != nil {
 					t.Error(err)
 				}
 			}
@@ -559,10 +561,10 @@ publish:
 		}
 		uuids := map[string]bool{}
 		for _, name := range []string{"first", "second"} {
-			if _, err := e.d.Deploy(e.ctx, tenant, []byte(writer(name)), "application/yaml"); err != nil {
+			if _, err := e.dp.Deploy(e.Ctx, tenant, []byte(writer(name)), "application/yaml"); err != nil {
 				t.Fatalf("deploy %s: %v", name, err)
 			}
-			v, err := e.d.GetPipeline(e.ctx, tenant, name)
+			v, err := e.dp.GetPipeline(e.Ctx, tenant, name)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -572,12 +574,12 @@ publish:
 			}
 			uuids[out.DatasetUUID] = true
 		}
-		x, err := st.DatasetByName(e.ctx, tenant, "alert_events")
+		x, err := st.DatasetByName(e.Ctx, tenant, "alert_events")
 		if err != nil || len(uuids) != 1 || !uuids[x.UUID] || x.WriteMode != "buffered" {
 			t.Errorf("one buffered dataset for both writers: %v, dataset %+v, %v", uuids, x, err)
 		}
 		direct := strings.Replace(writer("third"), "    write_mode: buffered\n", "", 1)
-		_, err = e.d.Deploy(e.ctx, tenant, []byte(direct), "application/yaml")
+		_, err = e.dp.Deploy(e.Ctx, tenant, []byte(direct), "application/yaml")
 		var v *dispatch.ValidationError
 		if !errors.As(err, &v) || !strings.Contains(strings.Join(v.Errors, "\n"), `dataset "alert_events" is already produced by buffered writers`) {
 			t.Errorf("a direct producer of a buffered dataset: %v", err)

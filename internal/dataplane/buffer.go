@@ -1,4 +1,4 @@
-package dispatch
+package dataplane
 
 import (
 	"cmp"
@@ -12,6 +12,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/baton-dev/baton/internal/blob"
+	"github.com/baton-dev/baton/internal/dispatch"
 	"github.com/baton-dev/baton/internal/pipeline"
 	"github.com/baton-dev/baton/internal/store"
 )
@@ -63,26 +64,26 @@ type RowPage struct {
 
 // DatasetRows reads a page of a tenant's buffered dataset (named or by uuid). The where clause
 // follows the rules of an input's where on that dataset.
-func (d *Dispatcher) DatasetRows(ctx context.Context, tenant, dataset string, q RowQuery) (RowPage, error) {
-	ds, err := d.findDataset(ctx, d.store, tenant, dataset)
+func (dp *Plane) DatasetRows(ctx context.Context, tenant, dataset string, q RowQuery) (RowPage, error) {
+	ds, err := dp.findDataset(ctx, dp.store, tenant, dataset)
 	if err != nil {
 		return RowPage{}, err
 	}
-	if ds.WriteMode != pipeline.WriteBuffered || len(ds.Schema) == 0 || d.cfg.Tables == nil {
-		return RowPage{}, &InvalidError{Message: fmt.Sprintf("dataset %q is not a buffered dataset: Baton keeps no rows of it", dataset)}
+	if ds.WriteMode != pipeline.WriteBuffered || len(ds.Schema) == 0 || dp.cfg.Tables == nil {
+		return RowPage{}, &dispatch.InvalidError{Message: fmt.Sprintf("dataset %q is not a buffered dataset: Baton keeps no rows of it", dataset)}
 	}
 	if ps := pipeline.CheckWhere("where", q.Where, allowlistOf(ds)); len(ps) > 0 {
-		return RowPage{}, &ValidationError{Errors: ps.Strings()}
+		return RowPage{}, &dispatch.ValidationError{Errors: ps.Strings()}
 	}
 	if q.Limit < 0 || q.Limit > 1000 || q.Cursor < 0 || q.After < 0 {
-		return RowPage{}, &InvalidError{Message: "limit must be 1 to 1000, and cursor and after must not be negative"}
+		return RowPage{}, &dispatch.InvalidError{Message: "limit must be 1 to 1000, and cursor and after must not be negative"}
 	}
 	var s pipeline.Schema
 	if err := json.Unmarshal(ds.Schema, &s); err != nil {
 		return RowPage{}, fmt.Errorf("dataset %s: decode schema: %w", ds.UUID, err)
 	}
 	q.Tenant, q.Limit = tenant, cmp.Or(q.Limit, 100)
-	return d.cfg.Tables.Rows(ctx, ds.UUID, &s, q)
+	return dp.cfg.Tables.Rows(ctx, ds.UUID, &s, q)
 }
 
 // ErrIncompatibleSchema: a buffered dataset's new schema cannot serve its existing table.
@@ -107,7 +108,7 @@ func (c BufferConfig) withDefaults() BufferConfig {
 
 // BufferPublishParams is a buffered dataset publish.
 type BufferPublishParams struct {
-	Fence
+	dispatch.Fence
 	BatchURI       string
 	DatasetUUID    string
 	DatasetVersion string
@@ -126,51 +127,51 @@ const maxBatchURI = 2048
 // refused, so a task can never make the sink read another task's artifact or a file of the
 // server. A repeat of the same (task, attempt, batch URI) is accepted without a second record;
 // duplicate reports true then.
-func (d *Dispatcher) BufferPublish(ctx context.Context, p BufferPublishParams) (duplicate bool, err error) {
+func (dp *Plane) BufferPublish(ctx context.Context, p BufferPublishParams) (duplicate bool, err error) {
 	if p.BatchURI == "" || len(p.BatchURI) > maxBatchURI {
-		return false, &InvalidError{Message: fmt.Sprintf("batch_uri is required and at most %d characters", maxBatchURI)}
+		return false, &dispatch.InvalidError{Message: fmt.Sprintf("batch_uri is required and at most %d characters", maxBatchURI)}
 	}
 	if (p.RecordCount != nil && *p.RecordCount < 0) || (p.BatchSizeBytes != nil && *p.BatchSizeBytes < 0) {
-		return false, &InvalidError{Message: "record_count and batch_size_bytes must not be negative"}
+		return false, &dispatch.InvalidError{Message: "record_count and batch_size_bytes must not be negative"}
 	}
-	if d.cfg.Blob == nil {
-		return false, &InvalidError{Message: "buffered publishes need object storage: this server runs without --blob-url"}
+	if dp.cfg.Blob == nil {
+		return false, &dispatch.InvalidError{Message: "buffered publishes need object storage: this server runs without --blob-url"}
 	}
-	key, err := d.cfg.Blob.Key(p.BatchURI)
+	key, err := dp.cfg.Blob.Key(p.BatchURI)
 	if err != nil {
-		return false, &InvalidError{Message: fmt.Sprintf("batch_uri: %v", err)}
+		return false, &dispatch.InvalidError{Message: fmt.Sprintf("batch_uri: %v", err)}
 	}
-	err = d.update(ctx, store.LockSet{Tasks: []string{p.TaskID}}, func(tx store.Tx, c *changes) error {
+	err = dp.d.Update(ctx, store.LockSet{Tasks: []string{p.TaskID}}, func(tx store.Tx, c *dispatch.Work) error {
 		duplicate = false
-		t, err := d.lockAttempt(ctx, tx, p.Fence)
+		t, err := dp.d.LockAttempt(ctx, tx, p.Fence)
 		if err != nil {
 			return err
 		}
 		// Read for its tenant, which never changes: outside the transaction, so as not to lock it.
-		job, err := d.store.GetJob(ctx, t.JobID)
+		job, err := dp.d.JobRef(ctx, t.JobID)
 		if err != nil {
 			return err
 		}
-		ds, err := d.batchDataset(ctx, tx, job.Tenant, t, key, p)
+		ds, err := dp.batchDataset(ctx, tx, job.Tenant, t, key, p)
 		if err != nil {
 			return err
 		}
 		if !writesBuffered(t, ds.UUID) {
-			return &ForbiddenError{Message: fmt.Sprintf("dataset %q is not an output of this task's job: only tasks of the pipeline job "+
+			return &dispatch.ForbiddenError{Message: fmt.Sprintf("dataset %q is not an output of this task's job: only tasks of the pipeline job "+
 				"that publishes a buffered dataset may publish batches into it", datasetLabel(ds))}
 		}
-		rec := &store.BufferPublish{TaskID: t.ID, Attempt: t.Attempt, BatchURI: d.cfg.Blob.URI(key), JobID: t.JobID,
+		rec := &store.BufferPublish{TaskID: t.ID, Attempt: t.Attempt, BatchURI: dp.cfg.Blob.URI(key), JobID: t.JobID,
 			Tenant: job.Tenant, DatasetUUID: ds.UUID, DatasetVersion: cmp.Or(p.DatasetVersion, ds.CurrentVersion),
 			RecordCount: p.RecordCount, ContentType: p.ContentType, BatchSizeBytes: p.BatchSizeBytes,
-			DedupeScope: p.DedupeScope, CreatedAt: c.now, State: store.BufferQueued, VisibleAt: c.now}
+			DedupeScope: p.DedupeScope, CreatedAt: c.Now(), State: store.BufferQueued, VisibleAt: c.Now()}
 		ok, err := tx.InsertBufferPublish(ctx, rec)
 		if err != nil || !ok {
 			duplicate = !ok
 			return err
 		}
-		c.outbox = append(c.outbox, &store.OutboxMessage{Topic: store.TopicBufferBatch, Key: ds.UUID, Payload: bufferBatchMessage(rec),
-			AvailableAt: c.now, CreatedAt: c.now})
-		c.buffered = true
+		c.Outbox(&store.OutboxMessage{Topic: store.TopicBufferBatch, Key: ds.UUID, Payload: bufferBatchMessage(rec),
+			AvailableAt: c.Now(), CreatedAt: c.Now()})
+		c.Signal(&dp.sinks)
 		return nil
 	})
 	return duplicate, err
@@ -181,7 +182,7 @@ func (d *Dispatcher) BufferPublish(ctx context.Context, p BufferPublishParams) (
 // {dataset} being the dataset's uuid or name. The shorter buffers/{task_id}/{attempt}/ is accepted
 // too when the body names the dataset (dataset_uuid, or its name as dedupe_scope), as the
 // task-scoped dialect's own example does.
-func (d *Dispatcher) batchDataset(ctx context.Context, tx store.Tx, tenant string, t *store.Task, key string,
+func (dp *Plane) batchDataset(ctx context.Context, tx store.Tx, tenant string, t *store.Task, key string,
 	p BufferPublishParams) (*store.Dataset, error) {
 	attempt := strconv.Itoa(t.Attempt)
 	rest, _ := strings.CutPrefix(key, blob.BufferPrefix)
@@ -194,24 +195,24 @@ func (d *Dispatcher) batchDataset(ctx context.Context, tx store.Tx, tenant strin
 	case len(parts) >= 3 && parts[0] == t.ID && parts[1] == attempt:
 		ref = cmp.Or(p.DatasetUUID, p.DedupeScope)
 		if ref == "" {
-			return nil, &InvalidError{Message: "dataset_uuid is required when batch_uri does not name the dataset (" +
-				d.cfg.Blob.URI(blob.BatchPrefix("{dataset}", t.ID, t.Attempt)) + "...)"}
+			return nil, &dispatch.InvalidError{Message: "dataset_uuid is required when batch_uri does not name the dataset (" +
+				dp.cfg.Blob.URI(blob.BatchPrefix("{dataset}", t.ID, t.Attempt)) + "...)"}
 		}
 	}
 	if ref == "" || strings.HasSuffix(key, "/") {
-		return nil, &InvalidError{Message: fmt.Sprintf("batch_uri must be an object under the task's own prefix %s",
-			d.cfg.Blob.URI(blob.BatchPrefix("{dataset}", t.ID, t.Attempt)))}
+		return nil, &dispatch.InvalidError{Message: fmt.Sprintf("batch_uri must be an object under the task's own prefix %s",
+			dp.cfg.Blob.URI(blob.BatchPrefix("{dataset}", t.ID, t.Attempt)))}
 	}
-	ds, err := d.findDataset(ctx, tx, tenant, ref)
+	ds, err := dp.findDataset(ctx, tx, tenant, ref)
 	switch {
 	case errors.Is(err, ErrDatasetNotFound):
-		return nil, &InvalidError{Message: fmt.Sprintf("dataset %q: this tenant has no such dataset", ref)}
+		return nil, &dispatch.InvalidError{Message: fmt.Sprintf("dataset %q: this tenant has no such dataset", ref)}
 	case err != nil:
 		return nil, err
 	case ds.WriteMode != pipeline.WriteBuffered || len(ds.Schema) == 0:
-		return nil, &InvalidError{Message: fmt.Sprintf("dataset %q is not a buffered dataset", ref)}
+		return nil, &dispatch.InvalidError{Message: fmt.Sprintf("dataset %q is not a buffered dataset", ref)}
 	case p.DatasetUUID != "" && p.DatasetUUID != ds.UUID:
-		return nil, &InvalidError{Message: fmt.Sprintf("dataset_uuid %q is not the dataset batch_uri names (%s)", p.DatasetUUID, ds.UUID)}
+		return nil, &dispatch.InvalidError{Message: fmt.Sprintf("dataset_uuid %q is not the dataset batch_uri names (%s)", p.DatasetUUID, ds.UUID)}
 	}
 	return ds, nil
 }
@@ -265,21 +266,21 @@ type ClaimBatchesParams struct {
 // ClaimBatches claims Buffer Queue messages for a sink: each receive counts, and the message is
 // invisible to other sinks until VisibleUntil. A message that was already received MaxReceives
 // times without being committed (its sinks died, or failed it) is dead-lettered instead.
-func (d *Dispatcher) ClaimBatches(ctx context.Context, p ClaimBatchesParams) ([]*SinkMessage, error) {
-	cfg := d.cfg.Buffer.withDefaults()
+func (dp *Plane) ClaimBatches(ctx context.Context, p ClaimBatchesParams) ([]*SinkMessage, error) {
+	cfg := dp.cfg.Buffer.withDefaults()
 	p.Max = min(cmp.Or(p.Max, 1), 100)
 	p.Visibility = min(cmp.Or(p.Visibility, cfg.Visibility), time.Hour)
 	if p.Max < 0 || p.Visibility < 0 || p.Wait < 0 {
-		return nil, &InvalidError{Message: "max, visibility and wait must not be negative"}
+		return nil, &dispatch.InvalidError{Message: "max, visibility and wait must not be negative"}
 	}
-	deadline := d.clock.Now().Add(p.Wait)
+	deadline := dp.clock.Now().Add(p.Wait)
 	for {
-		woken := d.sinks.wait()
-		msgs, err := d.claimBatches(ctx, p, cfg)
+		woken := dp.sinks.Wait()
+		msgs, err := dp.claimBatches(ctx, p, cfg)
 		if err != nil || len(msgs) > 0 || p.ID > 0 {
 			return msgs, err
 		}
-		left := deadline.Sub(d.clock.Now())
+		left := deadline.Sub(dp.clock.Now())
 		if left <= 0 {
 			return nil, nil
 		}
@@ -287,16 +288,16 @@ func (d *Dispatcher) ClaimBatches(ctx context.Context, p ClaimBatchesParams) ([]
 		case <-ctx.Done():
 			return nil, ctx.Err()
 		case <-woken:
-		case <-d.clock.After(min(left, time.Second)): // publishes committed by other replicas
+		case <-dp.clock.After(min(left, time.Second)): // publishes committed by other replicas
 		}
 	}
 }
 
-func (d *Dispatcher) claimBatches(ctx context.Context, p ClaimBatchesParams, cfg BufferConfig) ([]*SinkMessage, error) {
+func (dp *Plane) claimBatches(ctx context.Context, p ClaimBatchesParams, cfg BufferConfig) ([]*SinkMessage, error) {
 	var out []*SinkMessage
-	err := d.updateAlone(ctx, store.LockSet{}, func(tx store.Tx, c *changes) error {
+	err := dp.d.UpdateAlone(ctx, store.LockSet{}, func(tx store.Tx, c *dispatch.Work) error {
 		out = nil
-		recs, err := tx.ClaimableBufferPublishes(ctx, c.now, p.ID, p.Max)
+		recs, err := tx.ClaimableBufferPublishes(ctx, c.Now(), p.ID, p.Max)
 		if err != nil {
 			return err
 		}
@@ -325,14 +326,14 @@ func (d *Dispatcher) claimBatches(ctx context.Context, p ClaimBatchesParams, cfg
 			}
 			switch {
 			case r.ReceiveCount >= cfg.MaxReceives:
-				r.State, r.FinishedAt = store.BufferDead, c.now
+				r.State, r.FinishedAt = store.BufferDead, c.Now()
 				r.LastError = cmp.Or(r.LastError, "no sink committed it") + fmt.Sprintf(" (after %d receives)", r.ReceiveCount)
 			case sd.Schema == nil:
-				r.State, r.FinishedAt = store.BufferDead, c.now
+				r.State, r.FinishedAt = store.BufferDead, c.Now()
 				r.LastError = "the dataset is no longer a buffered dataset with a schema"
 			default:
 				r.ReceiveCount++
-				r.VisibleAt = c.now.Add(p.Visibility)
+				r.VisibleAt = c.Now().Add(p.Visibility)
 				out = append(out, &SinkMessage{ID: r.ID, ReceiveCount: r.ReceiveCount, VisibleUntil: r.VisibleAt,
 					Message: bufferBatchMessage(r), Tenant: r.Tenant, BatchURI: r.BatchURI, Dataset: sd})
 			}
@@ -362,11 +363,11 @@ var ErrBatchNotClaimed = errors.New("the buffer batch is not claimed by this rec
 // visibility ran out, or one of a message dead-lettered meanwhile: a load happens once (the data
 // database keeps a ledger of loaded batches), so a commit only ever reports what is true. A
 // message already committed is not an error.
-func (d *Dispatcher) CommitBatch(ctx context.Context, id int64, res BatchLoaded) error {
+func (dp *Plane) CommitBatch(ctx context.Context, id int64, res BatchLoaded) error {
 	if res.Cursor < 0 || res.Inserted < 0 || (res.Cursor == 0) != (res.Inserted == 0) {
-		return &InvalidError{Message: "cursor and inserted must both be positive, or both 0 for a batch that added no rows"}
+		return &dispatch.InvalidError{Message: "cursor and inserted must both be positive, or both 0 for a batch that added no rows"}
 	}
-	return d.updateAlone(ctx, store.LockSet{}, func(tx store.Tx, c *changes) error {
+	return dp.d.UpdateAlone(ctx, store.LockSet{}, func(tx store.Tx, c *dispatch.Work) error {
 		r, err := tx.GetBufferPublish(ctx, id)
 		if err != nil {
 			return batchNotFound(err)
@@ -374,7 +375,7 @@ func (d *Dispatcher) CommitBatch(ctx context.Context, id int64, res BatchLoaded)
 		if r.State == store.BufferCommitted {
 			return nil
 		}
-		r.State, r.FinishedAt, r.LastError = store.BufferCommitted, c.now, ""
+		r.State, r.FinishedAt, r.LastError = store.BufferCommitted, c.Now(), ""
 		inserted := int64(res.Inserted)
 		r.RowsInserted = &inserted
 		if res.Cursor > 0 {
@@ -386,39 +387,39 @@ func (d *Dispatcher) CommitBatch(ctx context.Context, id int64, res BatchLoaded)
 		if res.Cursor == 0 {
 			return nil
 		}
-		return d.emitBatchEvent(ctx, tx, c, r, res)
+		return dp.emitBatchEvent(ctx, tx, c, r, res)
 	})
 }
 
 // emitBatchEvent stores the dataset event of a committed batch and queues it for routing.
-func (d *Dispatcher) emitBatchEvent(ctx context.Context, tx store.Tx, c *changes, r *store.BufferPublish, res BatchLoaded) error {
+func (dp *Plane) emitBatchEvent(ctx context.Context, tx store.Tx, c *dispatch.Work, r *store.BufferPublish, res BatchLoaded) error {
 	ds, err := tx.GetDatasets(ctx, []string{r.DatasetUUID})
 	if err != nil || len(ds) == 0 {
 		return err
 	}
 	cursor := res.Cursor
 	e := &store.DatasetEvent{DedupeKey: "buffer:" + strconv.FormatInt(r.ID, 10), JobID: r.JobID, TaskID: r.TaskID,
-		Attempt: r.Attempt, DatasetUUID: r.DatasetUUID, DatasetVersion: ds[0].CurrentVersion, Cursor: &cursor, CreatedAt: c.now}
+		Attempt: r.Attempt, DatasetUUID: r.DatasetUUID, DatasetVersion: ds[0].CurrentVersion, Cursor: &cursor, CreatedAt: c.Now()}
 	if _, err := tx.InsertDatasetEvents(ctx, []*store.DatasetEvent{e}); err != nil || e.ID == 0 {
 		return err
 	}
 	payload, _ := json.Marshal(routedEvent{Tenant: r.Tenant, EventID: e.ID, TaskID: r.TaskID, Facets: res.Facets,
-		DatasetEvent: DatasetEvent{DatasetUUID: e.DatasetUUID, DatasetVersion: e.DatasetVersion, Cursor: e.Cursor}})
-	c.outbox = append(c.outbox, &store.OutboxMessage{Topic: store.TopicDatasetEvent, Key: e.DatasetUUID, Payload: payload,
-		AvailableAt: c.now, CreatedAt: c.now})
-	c.routable = true
+		DatasetEvent: dispatch.DatasetEvent{DatasetUUID: e.DatasetUUID, DatasetVersion: e.DatasetVersion, Cursor: e.Cursor}})
+	c.Outbox(&store.OutboxMessage{Topic: store.TopicDatasetEvent, Key: e.DatasetUUID, Payload: payload,
+		AvailableAt: c.Now(), CreatedAt: c.Now()})
+	c.Signal(&dp.routing)
 	return nil
 }
 
 // FailBatch records that a sink could not load message id, received as receipt, for reason: it
 // becomes visible again after a doubling delay, or is dead-lettered once it was received
 // MaxReceives times. dead reports the latter.
-func (d *Dispatcher) FailBatch(ctx context.Context, id int64, receipt int, reason string) (dead bool, err error) {
-	cfg := d.cfg.Buffer.withDefaults()
+func (dp *Plane) FailBatch(ctx context.Context, id int64, receipt int, reason string) (dead bool, err error) {
+	cfg := dp.cfg.Buffer.withDefaults()
 	if reason == "" {
-		return false, &InvalidError{Message: "error is required"}
+		return false, &dispatch.InvalidError{Message: "error is required"}
 	}
-	err = d.updateAlone(ctx, store.LockSet{}, func(tx store.Tx, c *changes) error {
+	err = dp.d.UpdateAlone(ctx, store.LockSet{}, func(tx store.Tx, c *dispatch.Work) error {
 		dead = false
 		r, err := tx.GetBufferPublish(ctx, id)
 		if err != nil {
@@ -429,13 +430,13 @@ func (d *Dispatcher) FailBatch(ctx context.Context, id int64, receipt int, reaso
 		}
 		r.LastError = truncate(reason, 4000)
 		if r.ReceiveCount >= cfg.MaxReceives {
-			r.State, r.FinishedAt, dead = store.BufferDead, c.now, true
+			r.State, r.FinishedAt, dead = store.BufferDead, c.Now(), true
 		} else {
 			delay := cfg.RetryBase << min(r.ReceiveCount-1, 30)
 			if delay <= 0 || delay > cfg.RetryMax {
 				delay = cfg.RetryMax
 			}
-			r.VisibleAt = c.now.Add(delay)
+			r.VisibleAt = c.Now().Add(delay)
 		}
 		return tx.UpdateBufferPublish(ctx, r)
 	})
@@ -454,23 +455,23 @@ func batchNotFound(err error) error {
 
 // BatchDeadLetters lists the dead-lettered batches of a tenant's dataset (named or by uuid), oldest
 // first, with id > after.
-func (d *Dispatcher) BatchDeadLetters(ctx context.Context, tenant, dataset string, after int64, limit int) ([]*store.BufferPublish, error) {
-	ds, err := d.findDataset(ctx, d.store, tenant, dataset)
+func (dp *Plane) BatchDeadLetters(ctx context.Context, tenant, dataset string, after int64, limit int) ([]*store.BufferPublish, error) {
+	ds, err := dp.findDataset(ctx, dp.store, tenant, dataset)
 	if err != nil {
 		return nil, err
 	}
-	return d.store.ListBufferDeadLetters(ctx, ds.UUID, after, min(cmpOr(limit, 100), 1000))
+	return dp.store.ListBufferDeadLetters(ctx, ds.UUID, after, min(cmpOr(limit, 100), 1000))
 }
 
 // RetryBatch puts a dead-lettered batch of a tenant's dataset back on the Buffer Queue with a fresh
 // receive budget.
-func (d *Dispatcher) RetryBatch(ctx context.Context, tenant, dataset string, id int64) (*store.BufferPublish, error) {
-	ds, err := d.findDataset(ctx, d.store, tenant, dataset)
+func (dp *Plane) RetryBatch(ctx context.Context, tenant, dataset string, id int64) (*store.BufferPublish, error) {
+	ds, err := dp.findDataset(ctx, dp.store, tenant, dataset)
 	if err != nil {
 		return nil, err
 	}
 	var r *store.BufferPublish
-	err = d.updateAlone(ctx, store.LockSet{}, func(tx store.Tx, c *changes) error {
+	err = dp.d.UpdateAlone(ctx, store.LockSet{}, func(tx store.Tx, c *dispatch.Work) error {
 		if r, err = tx.GetBufferPublish(ctx, id); err != nil {
 			return batchNotFound(err)
 		}
@@ -478,10 +479,10 @@ func (d *Dispatcher) RetryBatch(ctx context.Context, tenant, dataset string, id 
 			return ErrBatchNotFound
 		}
 		if r.State != store.BufferDead {
-			return &InvalidError{Message: fmt.Sprintf("batch %d is %s, not dead-lettered", id, r.State)}
+			return &dispatch.InvalidError{Message: fmt.Sprintf("batch %d is %s, not dead-lettered", id, r.State)}
 		}
-		r.State, r.ReceiveCount, r.VisibleAt, r.FinishedAt = store.BufferQueued, 0, c.now, time.Time{}
-		c.buffered = true
+		r.State, r.ReceiveCount, r.VisibleAt, r.FinishedAt = store.BufferQueued, 0, c.Now(), time.Time{}
+		c.Signal(&dp.sinks)
 		return tx.UpdateBufferPublish(ctx, r)
 	})
 	return r, err

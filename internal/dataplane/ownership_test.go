@@ -1,4 +1,4 @@
-package dispatch_test
+package dataplane_test
 
 import (
 	"encoding/json"
@@ -8,7 +8,9 @@ import (
 
 	"github.com/baton-dev/baton/internal/blob"
 	"github.com/baton-dev/baton/internal/blob/blobtest"
+	"github.com/baton-dev/baton/internal/dataplane"
 	"github.com/baton-dev/baton/internal/dispatch"
+	"github.com/baton-dev/baton/internal/dispatch/dispatchtest"
 	"github.com/baton-dev/baton/internal/lifecycle"
 	"github.com/baton-dev/baton/internal/pipeline/pipelinetest"
 	"github.com/baton-dev/baton/internal/store"
@@ -18,13 +20,13 @@ import (
 // ownDataset deploys pipelinetest.AlertsDoc for tenant and returns the uuid of its dataset
 // alert_events: a dataset of the tenant that its tasks' events may name.
 func (e *env) ownDatasetOf(tenant string) string {
-	e.t.Helper()
-	if _, err := e.d.Deploy(e.ctx, tenant, []byte(pipelinetest.AlertsDoc), "application/yaml"); err != nil {
-		e.t.Fatalf("deploy for %s: %v", tenant, err)
+	e.T.Helper()
+	if _, err := e.dp.Deploy(e.Ctx, tenant, []byte(pipelinetest.AlertsDoc), "application/yaml"); err != nil {
+		e.T.Fatalf("deploy for %s: %v", tenant, err)
 	}
-	ds, err := e.st.DatasetByName(e.ctx, tenant, "alert_events")
+	ds, err := e.Store.DatasetByName(e.Ctx, tenant, "alert_events")
 	if err != nil {
-		e.t.Fatal(err)
+		e.T.Fatal(err)
 	}
 	return ds.UUID
 }
@@ -33,10 +35,10 @@ func (e *env) ownDataset() string { return e.ownDatasetOf(tenant) }
 
 // outboxTopics counts the outbox messages of topic.
 func (e *env) outboxTopic(topic string) int {
-	e.t.Helper()
-	msgs, err := e.st.OutboxAfter(e.ctx, 0, 10000)
+	e.T.Helper()
+	msgs, err := e.Store.OutboxAfter(e.Ctx, 0, 10000)
 	if err != nil {
-		e.t.Fatal(err)
+		e.T.Fatal(err)
 	}
 	n := 0
 	for _, m := range msgs {
@@ -56,8 +58,8 @@ func TestEventsNameOnlyTheTenantsOwnDatasets(t *testing.T) {
 		e := newEnv(t, st)
 		own, foreign := e.ownDataset(), e.ownDatasetOf("victim")
 		const unknown = "0b2f5c8e-1d3a-4b6c-9e7f-8a9b0c1d2e3f"
-		job := e.submit(spec("a"))
-		c := e.claim(job, "a")
+		job := e.Submit(spec("a"))
+		c := e.Claim(job, "a")
 		ev := func(ds string) dispatch.DatasetEvent {
 			return dispatch.DatasetEvent{DatasetUUID: ds, DatasetVersion: "v1", Cursor: i64(1)}
 		}
@@ -69,39 +71,39 @@ func TestEventsNameOnlyTheTenantsOwnDatasets(t *testing.T) {
 			{[]dispatch.DatasetEvent{ev(unknown)}, fmt.Sprintf(`events[0]: dataset_uuid %q: this tenant has no such dataset`, unknown)},
 			{[]dispatch.DatasetEvent{ev(own), ev(foreign)}, fmt.Sprintf(`events[1]: dataset_uuid %q: this tenant has no such dataset`, foreign)},
 		} {
-			_, err := e.d.RecordEvents(e.ctx, fence(c), tc.events)
-			if bad := wantErr[*dispatch.InvalidError](t, err); bad.Message != tc.want {
+			_, err := e.D.RecordEvents(e.Ctx, fence(c), tc.events)
+			if bad := dispatchtest.WantErr[*dispatch.InvalidError](t, err); bad.Message != tc.want {
 				t.Errorf("refusal %q, want %q", bad.Message, tc.want)
 			}
-			_, err = e.d.Complete(e.ctx, dispatch.CompleteParams{TaskID: c.Task.ID, Attempt: 1, LeaseToken: c.Task.LeaseToken,
+			_, err = e.D.Complete(e.Ctx, dispatch.CompleteParams{TaskID: c.Task.ID, Attempt: 1, LeaseToken: c.Task.LeaseToken,
 				Outcome: store.OutcomeSucceeded, Events: tc.events})
-			if bad := wantErr[*dispatch.InvalidError](t, err); bad.Message != tc.want {
+			if bad := dispatchtest.WantErr[*dispatch.InvalidError](t, err); bad.Message != tc.want {
 				t.Errorf("completion's refusal %q, want %q", bad.Message, tc.want)
 			}
 		}
-		if evs, _ := st.ListDatasetEvents(e.ctx, c.Task.ID); len(evs) != 0 {
+		if evs, _ := st.ListDatasetEvents(e.Ctx, c.Task.ID); len(evs) != 0 {
 			t.Fatalf("refused events were stored: %+v", evs)
 		}
 		if n := e.outboxTopic(store.TopicDatasetEvent); n != 0 {
 			t.Fatalf("refused events were queued for routing: %d", n)
 		}
-		if s := e.status(job, "a"); s != lifecycle.Running {
+		if s := e.Status(job, "a"); s != lifecycle.Running {
 			t.Fatalf("a refused completion changed the task to %s", s)
 		}
 		// The victim sees nothing of it.
-		v, err := e.d.GetDataset(e.ctx, "victim", foreign, 20)
+		v, err := e.dp.GetDataset(e.Ctx, "victim", foreign, 20)
 		if err != nil || len(v.Events) != 0 {
 			t.Fatalf("the victim's dataset: %v, recent events %+v", err, v.Events)
 		}
 		// The attempt still reports its own dataset's events, and completes.
-		if n, err := e.d.RecordEvents(e.ctx, fence(c), []dispatch.DatasetEvent{ev(own)}); err != nil || n != 1 {
+		if n, err := e.D.RecordEvents(e.Ctx, fence(c), []dispatch.DatasetEvent{ev(own)}); err != nil || n != 1 {
 			t.Fatalf("own event: %d %v", n, err)
 		}
-		if _, err := e.d.Complete(e.ctx, dispatch.CompleteParams{TaskID: c.Task.ID, Attempt: 1, LeaseToken: c.Task.LeaseToken,
+		if _, err := e.D.Complete(e.Ctx, dispatch.CompleteParams{TaskID: c.Task.ID, Attempt: 1, LeaseToken: c.Task.LeaseToken,
 			Outcome: store.OutcomeSucceeded, Events: []dispatch.DatasetEvent{{DatasetUUID: own, DatasetVersion: "v1", Cursor: i64(2)}}}); err != nil {
 			t.Fatal(err)
 		}
-		if evs, _ := st.ListDatasetEvents(e.ctx, c.Task.ID); len(evs) != 2 {
+		if evs, _ := st.ListDatasetEvents(e.Ctx, c.Task.ID); len(evs) != 2 {
 			t.Fatalf("stored %d events, want the two of the own dataset", len(evs))
 		}
 	})
@@ -114,29 +116,29 @@ func TestRecentEventsAreTheTenantsOwn(t *testing.T) {
 		e := newEnv(t, st)
 		victims := e.ownDatasetOf("victim")
 		// The victim's own task reports an event.
-		res, err := e.d.CreateJob(e.ctx, dispatch.CreateJobParams{Tenant: "victim", Tasks: []lifecycle.TaskSpec{{Key: "v", Name: "v"}}})
+		res, err := e.D.CreateJob(e.Ctx, dispatch.CreateJobParams{Tenant: "victim", Tasks: []lifecycle.TaskSpec{{Key: "v", Name: "v"}}})
 		if err != nil {
 			t.Fatal(err)
 		}
-		tasks, _ := st.JobTasks(e.ctx, res.Job.ID)
-		vc, err := e.d.ClaimTask(e.ctx, dispatch.ClaimTaskParams{TaskID: tasks[0].ID, WorkerID: "w"})
+		tasks, _ := st.JobTasks(e.Ctx, res.Job.ID)
+		vc, err := e.D.ClaimTask(e.Ctx, dispatch.ClaimTaskParams{TaskID: tasks[0].ID, WorkerID: "w"})
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := e.d.RecordEvents(e.ctx, fence(vc), []dispatch.DatasetEvent{{DatasetUUID: victims, DatasetVersion: "v1", Cursor: i64(1)}}); err != nil {
+		if _, err := e.D.RecordEvents(e.Ctx, fence(vc), []dispatch.DatasetEvent{{DatasetUUID: victims, DatasetVersion: "v1", Cursor: i64(1)}}); err != nil {
 			t.Fatal(err)
 		}
 		// An intruder's event on it, stored directly, as it could be before the check.
-		job := e.submit(spec("x"))
-		ic := e.claim(job, "x")
-		if err := st.InTx(e.ctx, func(tx store.Tx) error {
-			_, err := tx.InsertDatasetEvents(e.ctx, []*store.DatasetEvent{{DedupeKey: "intruder", JobID: job.ID, TaskID: ic.Task.ID,
-				Attempt: 1, DatasetUUID: victims, DatasetVersion: "v1", Cursor: i64(99), CreatedAt: e.clock.Now()}})
+		job := e.Submit(spec("x"))
+		ic := e.Claim(job, "x")
+		if err := st.InTx(e.Ctx, func(tx store.Tx) error {
+			_, err := tx.InsertDatasetEvents(e.Ctx, []*store.DatasetEvent{{DedupeKey: "intruder", JobID: job.ID, TaskID: ic.Task.ID,
+				Attempt: 1, DatasetUUID: victims, DatasetVersion: "v1", Cursor: i64(99), CreatedAt: e.Clock.Now()}})
 			return err
 		}); err != nil {
 			t.Fatal(err)
 		}
-		v, err := e.d.GetDataset(e.ctx, "victim", "alert_events", 20)
+		v, err := e.dp.GetDataset(e.Ctx, "victim", "alert_events", 20)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -159,20 +161,20 @@ func TestPublishedVersionLiesUnderItsDatasetsPrefix(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		e := newEnv(t, st, func(c *dispatch.Config) { c.Blob = bs })
-		if _, err := e.d.Deploy(e.ctx, tenant, []byte(chainDoc), "application/yaml"); err != nil {
+		e := newEnv(t, st, func(c *dataplane.Config) { c.Blob = bs })
+		if _, err := e.dp.Deploy(e.Ctx, tenant, []byte(chainDoc), "application/yaml"); err != nil {
 			t.Fatal(err)
 		}
-		blocks, err := st.DatasetByName(e.ctx, tenant, "blocks")
+		blocks, err := st.DatasetByName(e.Ctx, tenant, "blocks")
 		if err != nil {
 			t.Fatal(err)
 		}
 		other := e.ownDatasetOf("victim")
 		root, own := bs.Root(), bs.Root()+"datasets/"+blocks.UUID+"/"
-		job := e.submit(spec("a"))
-		c := e.claim(job, "a")
+		job := e.Submit(spec("a"))
+		c := e.Claim(job, "a")
 		complete := func(ref string) error {
-			_, err := e.d.Complete(e.ctx, dispatch.CompleteParams{TaskID: c.Task.ID, Attempt: 1, LeaseToken: c.Task.LeaseToken,
+			_, err := e.D.Complete(e.Ctx, dispatch.CompleteParams{TaskID: c.Task.ID, Attempt: 1, LeaseToken: c.Task.LeaseToken,
 				Outcome: store.OutcomeSucceeded, Published: []dispatch.PublishedVersion{
 					{DatasetUUID: blocks.UUID, DatasetVersion: "v0", StorageRef: json.RawMessage(`{"table":"blocks_v0"}`)},
 					{DatasetUUID: blocks.UUID, DatasetVersion: "v2", StorageRef: json.RawMessage(ref)}}})
@@ -189,7 +191,7 @@ func TestPublishedVersionLiesUnderItsDatasetsPrefix(t *testing.T) {
 			`"/etc/"`:                      "is not a URI",
 		} {
 			err := complete(ref)
-			if bad := wantErr[*dispatch.InvalidError](t, err); !strings.Contains(bad.Message, want) ||
+			if bad := dispatchtest.WantErr[*dispatch.InvalidError](t, err); !strings.Contains(bad.Message, want) ||
 				!strings.HasPrefix(bad.Message, "datasets_published[1].storage_ref: ") {
 				t.Errorf("storage_ref %s: refusal %q, want it to say %q", ref, bad.Message, want)
 			}
@@ -199,22 +201,22 @@ func TestPublishedVersionLiesUnderItsDatasetsPrefix(t *testing.T) {
 		for i := range many {
 			many[i] = dispatch.PublishedVersion{DatasetUUID: blocks.UUID, DatasetVersion: fmt.Sprintf("m%d", i)}
 		}
-		_, err = e.d.Complete(e.ctx, dispatch.CompleteParams{TaskID: c.Task.ID, Attempt: 1, LeaseToken: c.Task.LeaseToken,
+		_, err = e.D.Complete(e.Ctx, dispatch.CompleteParams{TaskID: c.Task.ID, Attempt: 1, LeaseToken: c.Task.LeaseToken,
 			Outcome: store.OutcomeSucceeded, Published: many})
-		if bad := wantErr[*dispatch.InvalidError](t, err); bad.Message != "datasets_published holds 1001 entries; at most 1000 per completion" {
+		if bad := dispatchtest.WantErr[*dispatch.InvalidError](t, err); bad.Message != "datasets_published holds 1001 entries; at most 1000 per completion" {
 			t.Errorf("refusal %q", bad.Message)
 		}
-		if vs, _ := st.ListDatasetVersions(e.ctx, blocks.UUID); len(vs) != 1 {
+		if vs, _ := st.ListDatasetVersions(e.Ctx, blocks.UUID); len(vs) != 1 {
 			t.Fatalf("refused completions registered versions: %+v", vs)
 		}
-		if s := e.status(job, "a"); s != lifecycle.Running {
+		if s := e.Status(job, "a"); s != lifecycle.Running {
 			t.Fatalf("a refused completion changed the task to %s", s)
 		}
 		// A version under the dataset's own prefix, by the attempt that was refused.
 		if err := complete(`"` + own + c.Task.ID + `/1/"`); err != nil {
 			t.Fatal(err)
 		}
-		vs, _ := st.ListDatasetVersions(e.ctx, blocks.UUID)
+		vs, _ := st.ListDatasetVersions(e.Ctx, blocks.UUID)
 		if len(vs) != 3 || string(vs[2].StorageRef) != `"`+own+c.Task.ID+`/1/"` {
 			t.Fatalf("versions %+v", vs)
 		}
@@ -227,14 +229,14 @@ func TestPublishedVersionWithoutObjectStorageIsKeptAsGiven(t *testing.T) {
 	storetest.ForEachDriver(t, func(t *testing.T, st store.Store) {
 		e := newEnv(t, st)
 		ds := e.ownDataset()
-		job := e.submit(spec("a"))
-		c := e.claim(job, "a")
-		if _, err := e.d.Complete(e.ctx, dispatch.CompleteParams{TaskID: c.Task.ID, Attempt: 1, LeaseToken: c.Task.LeaseToken,
+		job := e.Submit(spec("a"))
+		c := e.Claim(job, "a")
+		if _, err := e.D.Complete(e.Ctx, dispatch.CompleteParams{TaskID: c.Task.ID, Attempt: 1, LeaseToken: c.Task.LeaseToken,
 			Outcome: store.OutcomeSucceeded, Published: []dispatch.PublishedVersion{
 				{DatasetUUID: ds, DatasetVersion: "v2", StorageRef: json.RawMessage(`{"scheme":"s3","bucket":"b","prefix":"blocks/v2/"}`)}}}); err != nil {
 			t.Fatal(err)
 		}
-		if vs, _ := st.ListDatasetVersions(e.ctx, ds); len(vs) != 2 || string(vs[1].StorageRef) != `{"scheme":"s3","bucket":"b","prefix":"blocks/v2/"}` {
+		if vs, _ := st.ListDatasetVersions(e.Ctx, ds); len(vs) != 2 || string(vs[1].StorageRef) != `{"scheme":"s3","bucket":"b","prefix":"blocks/v2/"}` {
 			t.Fatalf("versions %+v", vs)
 		}
 	})

@@ -1,4 +1,4 @@
-package dispatch_test
+package dataplane_test
 
 import (
 	"sync"
@@ -8,6 +8,7 @@ import (
 
 	"github.com/jonboulle/clockwork"
 
+	"github.com/baton-dev/baton/internal/dataplane"
 	"github.com/baton-dev/baton/internal/dispatch"
 	"github.com/baton-dev/baton/internal/lifecycle"
 	"github.com/baton-dev/baton/internal/store"
@@ -32,31 +33,31 @@ jobs:
       - from: {job: tick, output: 0}
 `
 
-// replica is a dispatcher of its own over a shared store and clock.
-func replica(t *testing.T, st store.Store, clock clockwork.Clock) *dispatch.Dispatcher {
+// replica is a dispatcher and data plane of its own over a shared store and clock.
+func replica(t *testing.T, st store.Store, clock clockwork.Clock) *dataplane.Plane {
 	t.Helper()
 	d, err := dispatch.New(st, dispatch.Config{Clock: clock, Jitter: func() float64 { return 0.5 }, Logger: quiet})
 	if err != nil {
 		t.Fatal(err)
 	}
-	return d
+	return dataplane.New(d, dataplane.Config{})
 }
 
 func TestCronOneTaskPerTickWithTwoReplicas(t *testing.T) {
 	storetest.ForEachDriver(t, func(t *testing.T, st store.Store) {
 		e := newEnv(t, st)
-		if _, err := e.d.Deploy(e.ctx, tenant, []byte(cronDoc), "application/yaml"); err != nil {
+		if _, err := e.dp.Deploy(e.Ctx, tenant, []byte(cronDoc), "application/yaml"); err != nil {
 			t.Fatal(err)
 		}
-		other := replica(t, st, e.clock)
-		sources := []*dispatch.Sources{e.d.NewSources(), other.NewSources()}
+		other := replica(t, st, e.Clock)
+		sources := []*dataplane.Sources{e.dp.NewSources(), other.NewSources()}
 		pass := func() int {
 			t.Helper()
 			var total atomic.Int64
 			var wg sync.WaitGroup
 			for _, s := range sources {
 				wg.Go(func() {
-					n, err := s.RunOnce(e.ctx)
+					n, err := s.RunOnce(e.Ctx)
 					if err != nil {
 						t.Error(err)
 					}
@@ -70,31 +71,31 @@ func TestCronOneTaskPerTickWithTwoReplicas(t *testing.T) {
 		if got := pass(); got != 0 {
 			t.Fatalf("before the first tick: %d tasks", got)
 		}
-		e.clock.Advance(100 * time.Second) // 22:15:00
+		e.Clock.Advance(100 * time.Second) // 22:15:00
 		if got := pass(); got != 1 {
 			t.Errorf("at the first tick: %d tasks, want 1", got)
 		}
 		if got := pass(); got != 0 {
 			t.Errorf("the same tick again: %d tasks", got)
 		}
-		e.clock.Advance(5 * time.Minute)
+		e.Clock.Advance(5 * time.Minute)
 		if got := pass(); got != 1 {
 			t.Errorf("at the second tick: %d tasks, want 1", got)
 		}
-		e.clock.Advance(12 * time.Minute) // 22:32:00: ticks 22:25 and 22:30 passed; only the latest runs
+		e.Clock.Advance(12 * time.Minute) // 22:32:00: ticks 22:25 and 22:30 passed; only the latest runs
 		if got := pass(); got != 1 {
 			t.Errorf("after two missed ticks: %d tasks, want 1", got)
 		}
 		// The server runs the dispatcher job's tasks: each emits its tick on output 0, which
 		// routes one on_tick task per tick.
-		n, err := e.d.NewController("server").RunOnce(e.ctx)
+		n, err := e.dp.NewController("server").RunOnce(e.Ctx)
 		if err != nil || n != 3 {
 			t.Fatalf("controller ran %d tasks: %v", n, err)
 		}
-		router := e.d.NewRouter(dispatch.RouteConfig{})
+		router := e.dp.NewRouter(dataplane.RouteConfig{})
 		routed := 0
 		for {
-			ev, tasks, err := router.RunOnce(e.ctx)
+			ev, tasks, err := router.RunOnce(e.Ctx)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -106,7 +107,7 @@ func TestCronOneTaskPerTickWithTwoReplicas(t *testing.T) {
 		if routed != 3 {
 			t.Errorf("routed %d on_tick tasks, want 3", routed)
 		}
-		claims, err := e.d.ClaimNext(e.ctx, dispatch.ClaimNextParams{Queues: []string{"on_tick"}, WorkerID: "w", Limit: 10})
+		claims, err := e.D.ClaimNext(e.Ctx, dispatch.ClaimNextParams{Queues: []string{"on_tick"}, WorkerID: "w", Limit: 10})
 		if err != nil || len(claims) != 3 {
 			t.Fatalf("claims %v %v", claims, err)
 		}
@@ -141,14 +142,14 @@ jobs:
 func TestAlwaysOnKeepsOneTaskAndReplacesIt(t *testing.T) {
 	storetest.ForEachDriver(t, func(t *testing.T, st store.Store) {
 		e := newEnv(t, st)
-		if _, err := e.d.Deploy(e.ctx, tenant, []byte(alwaysOnDoc), "application/yaml"); err != nil {
+		if _, err := e.dp.Deploy(e.Ctx, tenant, []byte(alwaysOnDoc), "application/yaml"); err != nil {
 			t.Fatal(err)
 		}
-		sources := []*dispatch.Sources{e.d.NewSources(), replica(t, st, e.clock).NewSources()}
+		sources := []*dataplane.Sources{e.dp.NewSources(), replica(t, st, e.Clock).NewSources()}
 		pass := func() int {
 			total := 0
 			for _, s := range sources {
-				n, err := s.RunOnce(e.ctx)
+				n, err := s.RunOnce(e.Ctx)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -158,7 +159,7 @@ func TestAlwaysOnKeepsOneTaskAndReplacesIt(t *testing.T) {
 		}
 		claim := func() *dispatch.Claim {
 			t.Helper()
-			cs, err := e.d.ClaimNext(e.ctx, dispatch.ClaimNextParams{Queues: []string{"follower"}, WorkerID: "w"})
+			cs, err := e.D.ClaimNext(e.Ctx, dispatch.ClaimNextParams{Queues: []string{"follower"}, WorkerID: "w"})
 			if err != nil || len(cs) != 1 {
 				t.Fatalf("claim: %v %v", cs, err)
 			}
@@ -172,19 +173,19 @@ func TestAlwaysOnKeepsOneTaskAndReplacesIt(t *testing.T) {
 			t.Errorf("while it runs: %d tasks", got)
 		}
 		// Its lease expires: the same task (the source's run) runs again as attempt 2.
-		e.clock.Advance(31 * time.Second)
-		e.reap()
+		e.Clock.Advance(31 * time.Second)
+		e.Reap()
 		if got := pass(); got != 0 {
 			t.Errorf("after the lease expired: %d new tasks, want the retry only", got)
 		}
-		e.clock.Advance(time.Minute) // its retry backoff
+		e.Clock.Advance(time.Minute) // its retry backoff
 		second := claim()
 		if second.Task.ID != first.Task.ID || second.Task.Attempt != 2 {
 			t.Errorf("retry: task %s attempt %d", second.Task.ID, second.Task.Attempt)
 		}
 		// Out of attempts: failed for good, and replaced by a new task.
-		e.clock.Advance(31 * time.Second)
-		e.reap()
+		e.Clock.Advance(31 * time.Second)
+		e.Reap()
 		if got := pass(); got != 1 {
 			t.Errorf("after it failed for good: %d tasks, want 1", got)
 		}
@@ -193,7 +194,7 @@ func TestAlwaysOnKeepsOneTaskAndReplacesIt(t *testing.T) {
 			t.Error("the replacement is the failed task")
 		}
 		// A completed run is replaced too.
-		e.succeed(third)
+		e.Succeed(third)
 		if got := pass(); got != 1 {
 			t.Errorf("after it completed: %d tasks, want 1", got)
 		}
@@ -222,27 +223,27 @@ jobs:
 func TestMaxConcurrencyHoldsUnderLoad(t *testing.T) {
 	storetest.ForEachDriver(t, func(t *testing.T, st store.Store) {
 		e := newEnv(t, st)
-		if _, err := e.d.Deploy(e.ctx, tenant, []byte(cappedDoc), "application/yaml"); err != nil {
+		if _, err := e.dp.Deploy(e.Ctx, tenant, []byte(cappedDoc), "application/yaml"); err != nil {
 			t.Fatal(err)
 		}
-		v, err := e.d.GetPipeline(e.ctx, tenant, "capped")
+		v, err := e.dp.GetPipeline(e.Ctx, tenant, "capped")
 		if err != nil {
 			t.Fatal(err)
 		}
-		ds, _ := st.GetDatasets(e.ctx, []string{v.Jobs()[0].Outputs[0].DatasetUUID})
-		emitter := e.claim(e.submit(lifecycle.TaskSpec{Key: "emit", Name: "emit"}), "emit")
+		ds, _ := st.GetDatasets(e.Ctx, []string{v.Jobs()[0].Outputs[0].DatasetUUID})
+		emitter := e.Claim(e.Submit(lifecycle.TaskSpec{Key: "emit", Name: "emit"}), "emit")
 		const tasks = 24
 		var events []dispatch.DatasetEvent
 		for i := range int64(tasks) {
 			events = append(events, cursorEvent(ds[0].UUID, ds[0].CurrentVersion, i))
 		}
-		if _, err := e.d.RecordEvents(e.ctx, dispatch.Fence{TaskID: emitter.Task.ID, LeaseToken: emitter.Task.LeaseToken}, events); err != nil {
+		if _, err := e.D.RecordEvents(e.Ctx, dispatch.Fence{TaskID: emitter.Task.ID, LeaseToken: emitter.Task.LeaseToken}, events); err != nil {
 			t.Fatal(err)
 		}
-		if _, n, err := e.d.NewRouter(dispatch.RouteConfig{}).RunOnce(e.ctx); err != nil || n != tasks {
+		if _, n, err := e.dp.NewRouter(dataplane.RouteConfig{}).RunOnce(e.Ctx); err != nil || n != tasks {
 			t.Fatalf("routed %d: %v", n, err)
 		}
-		replicas := []*dispatch.Dispatcher{e.d, replica(t, st, e.clock)}
+		replicas := []*dispatch.Dispatcher{e.D, replica(t, st, e.Clock).Dispatcher()}
 		var (
 			running, peak atomic.Int64
 			done          atomic.Int64
@@ -252,7 +253,7 @@ func TestMaxConcurrencyHoldsUnderLoad(t *testing.T) {
 			d := replicas[w%2]
 			wg.Go(func() {
 				for done.Load() < tasks {
-					cs, err := d.ClaimNext(e.ctx, dispatch.ClaimNextParams{Queues: []string{"capped_work"}, WorkerID: "w", Limit: 2})
+					cs, err := d.ClaimNext(e.Ctx, dispatch.ClaimNextParams{Queues: []string{"capped_work"}, WorkerID: "w", Limit: 2})
 					if err != nil {
 						t.Error(err)
 						return
@@ -262,7 +263,7 @@ func TestMaxConcurrencyHoldsUnderLoad(t *testing.T) {
 					}
 					for _, c := range cs {
 						running.Add(-1) // before the completion commits: the count never overstates
-						if _, err := d.Complete(e.ctx, dispatch.CompleteParams{TaskID: c.Task.ID, LeaseToken: c.Task.LeaseToken,
+						if _, err := d.Complete(e.Ctx, dispatch.CompleteParams{TaskID: c.Task.ID, LeaseToken: c.Task.LeaseToken,
 							Outcome: store.OutcomeSucceeded}); err != nil {
 							t.Error(err)
 						}

@@ -1,9 +1,10 @@
-package dispatch
+package dataplane
 
 import (
 	"context"
 	"time"
 
+	"github.com/baton-dev/baton/internal/dispatch"
 	"github.com/baton-dev/baton/internal/store"
 )
 
@@ -17,12 +18,12 @@ import (
 // committed or dead-lettered, is refused with ErrBatchNotClaimed, and an unknown id with
 // ErrBatchNotFound; either way nothing changes. The receipt still holds after its visibility ran
 // out for as long as no other claim took the message.
-func (d *Dispatcher) ExtendBatch(ctx context.Context, id int64, receipt int, visibility time.Duration) (visibleUntil time.Time, err error) {
+func (dp *Plane) ExtendBatch(ctx context.Context, id int64, receipt int, visibility time.Duration) (visibleUntil time.Time, err error) {
 	if visibility < time.Second || visibility > time.Hour {
-		return time.Time{}, &InvalidError{Message: "visibility_seconds must be an integer from 1 to 3600"}
+		return time.Time{}, &dispatch.InvalidError{Message: "visibility_seconds must be an integer from 1 to 3600"}
 	}
-	err = d.updateAlone(ctx, store.LockSet{}, func(tx store.Tx, c *changes) error {
-		visibleUntil = c.now.Add(visibility)
+	err = dp.d.UpdateAlone(ctx, store.LockSet{}, func(tx store.Tx, c *dispatch.Work) error {
+		visibleUntil = c.Now().Add(visibility)
 		ok, err := tx.ExtendBufferPublish(ctx, id, receipt, visibleUntil)
 		if err != nil || ok {
 			return err

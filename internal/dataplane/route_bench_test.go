@@ -1,4 +1,4 @@
-package dispatch_test
+package dataplane_test
 
 import (
 	"context"
@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/baton-dev/baton/internal/dataplane"
 	"github.com/baton-dev/baton/internal/dispatch"
 	"github.com/baton-dev/baton/internal/lifecycle"
 	"github.com/baton-dev/baton/internal/store"
@@ -35,14 +36,18 @@ jobs:
 
 // benchRouting deploys benchPipeline on a real-clock dispatcher and returns it with an emitter
 // (a running task) and the source output's dataset.
-func benchRouting(b *testing.B, st store.Store) (*dispatch.Dispatcher, dispatch.Fence, *store.Dataset) {
+func benchRouting(b *testing.B, st store.Store) (*dispatch.Dispatcher, *dataplane.Plane, dispatch.Fence, *store.Dataset) {
 	b.Helper()
 	ctx := context.Background()
-	d := stressDispatcher(b, st)
-	if _, err := d.Deploy(ctx, "bench", []byte(benchPipeline), "application/yaml"); err != nil {
+	d, err := dispatch.New(st, dispatch.Config{})
+	if err != nil {
 		b.Fatal(err)
 	}
-	v, err := d.GetPipeline(ctx, "bench", "bench")
+	dp := dataplane.New(d, dataplane.Config{})
+	if _, err := dp.Deploy(ctx, "bench", []byte(benchPipeline), "application/yaml"); err != nil {
+		b.Fatal(err)
+	}
+	v, err := dp.GetPipeline(ctx, "bench", "bench")
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -59,7 +64,7 @@ func benchRouting(b *testing.B, st store.Store) (*dispatch.Dispatcher, dispatch.
 	if err != nil {
 		b.Fatal(err)
 	}
-	return d, dispatch.Fence{TaskID: c.Task.ID, LeaseToken: c.Task.LeaseToken}, ds[0]
+	return d, dp, dispatch.Fence{TaskID: c.Task.ID, LeaseToken: c.Task.LeaseToken}, ds[0]
 }
 
 // BenchmarkRouteEvents times the router turning b.N stored events into b.N tasks (each event one
@@ -68,7 +73,7 @@ func BenchmarkRouteEvents(b *testing.B) {
 	for _, drv := range storetest.Drivers() {
 		b.Run(drv.Name, func(b *testing.B) {
 			ctx := context.Background()
-			d, fence, ds := benchRouting(b, drv.Open(b))
+			d, dp, fence, ds := benchRouting(b, drv.Open(b))
 			for start := 0; start < b.N; start += 1000 {
 				events := make([]dispatch.DatasetEvent, 0, 1000)
 				for i := start; i < min(start+1000, b.N); i++ {
@@ -78,7 +83,7 @@ func BenchmarkRouteEvents(b *testing.B) {
 					b.Fatal(err)
 				}
 			}
-			router := d.NewRouter(dispatch.RouteConfig{})
+			router := dp.NewRouter(dataplane.RouteConfig{})
 			b.ResetTimer()
 			// Two passes at a time, as Router.Start runs them while a backlog lasts (RouteConfig.Passes).
 			var routedN atomic.Int64
@@ -116,8 +121,8 @@ func BenchmarkEventToClaimable(b *testing.B) {
 		b.Run(drv.Name, func(b *testing.B) {
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
-			d, fence, ds := benchRouting(b, drv.Open(b))
-			router := d.NewRouter(dispatch.RouteConfig{})
+			d, dp, fence, ds := benchRouting(b, drv.Open(b))
+			router := dp.NewRouter(dataplane.RouteConfig{})
 			router.Start(ctx)
 			defer router.Stop()
 			lat := make([]time.Duration, 0, b.N)

@@ -1,4 +1,4 @@
-package dispatch_test
+package dataplane_test
 
 import (
 	"context"
@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/baton-dev/baton/internal/dataplane"
 	"github.com/baton-dev/baton/internal/dataset"
 	"github.com/baton-dev/baton/internal/dataset/datasettest"
 	"github.com/baton-dev/baton/internal/dispatch"
@@ -21,14 +22,14 @@ import (
 	"github.com/baton-dev/baton/internal/store/storetest"
 )
 
-// deployTables is the data database as a deploy sees it (dispatch.DatasetDB). before, when set, runs
+// deployTables is the data database as a deploy sees it (dataplane.DatasetDB). before, when set, runs
 // once the tables' changes are made, before the deploy's store transaction.
 type deployTables struct {
-	dispatch.DatasetDB
+	dataplane.DatasetDB
 	before func()
 }
 
-func (t *deployTables) EnsureTables(ctx context.Context, tables []dispatch.DatasetTable, during func() error) error {
+func (t *deployTables) EnsureTables(ctx context.Context, tables []dataplane.DatasetTable, during func() error) error {
 	return t.DatasetDB.EnsureTables(ctx, tables, func() error {
 		if t.before != nil {
 			t.before()
@@ -60,8 +61,8 @@ func forEachDataDriver(t *testing.T, fn func(t *testing.T, e *dataEnv)) {
 				t.Fatal(err)
 			}
 			t.Cleanup(func() { data.Close() })
-			tables := &deployTables{DatasetDB: dispatch.DatasetDB{DB: data}}
-			e := newEnv(t, st, func(c *dispatch.Config) { c.Tables = tables })
+			tables := &deployTables{DatasetDB: dataplane.DatasetDB{DB: data}}
+			e := newEnv(t, st, func(c *dataplane.Config) { c.Tables = tables })
 			fn(t, &dataEnv{env: e, data: data, url: url, tables: tables})
 		})
 	}
@@ -74,11 +75,11 @@ func maximalDoc(name string) string {
 }
 
 // deploy deploys doc for the tenant, failing the test on an error.
-func (e *dataEnv) deploy(tenant, doc string) *dispatch.DeployResult {
-	e.t.Helper()
-	res, err := e.d.Deploy(e.ctx, tenant, []byte(doc), "application/yaml")
+func (e *dataEnv) deploy(tenant, doc string) *dataplane.DeployResult {
+	e.T.Helper()
+	res, err := e.dp.Deploy(e.Ctx, tenant, []byte(doc), "application/yaml")
 	if err != nil {
-		e.t.Fatalf("deploy: %v\n%s", err, doc)
+		e.T.Fatalf("deploy: %v\n%s", err, doc)
 	}
 	return res
 }
@@ -86,11 +87,11 @@ func (e *dataEnv) deploy(tenant, doc string) *dispatch.DeployResult {
 // refused deploys doc and returns the problems of its ValidationError, failing the test on any
 // other outcome.
 func (e *dataEnv) refused(tenant, doc string) []string {
-	e.t.Helper()
-	_, err := e.d.Deploy(e.ctx, tenant, []byte(doc), "application/yaml")
+	e.T.Helper()
+	_, err := e.dp.Deploy(e.Ctx, tenant, []byte(doc), "application/yaml")
 	var v *dispatch.ValidationError
 	if !errors.As(err, &v) {
-		e.t.Fatalf("deploy: %v, want a ValidationError\n%s", err, doc)
+		e.T.Fatalf("deploy: %v, want a ValidationError\n%s", err, doc)
 	}
 	return v.Errors
 }
@@ -141,7 +142,7 @@ func TestRefusedDeployChangesNoTable(t *testing.T) {
 		if want := []string{fmt.Sprintf(retypedProblem, "retyped")}; !slices.Equal(problems, want) {
 			t.Fatalf("problems %q, want %q", problems, want)
 		}
-		if _, err := e.st.DatasetByName(e.ctx, tenant, "fresh"); !errors.Is(err, store.ErrNotFound) {
+		if _, err := e.Store.DatasetByName(e.Ctx, tenant, "fresh"); !errors.Is(err, store.ErrNotFound) {
 			t.Errorf("the refused deploy's new dataset: %v", err)
 		}
 		// Each incompatible dataset is named, in the order of their names.
@@ -160,7 +161,7 @@ func TestRefusedDeployChangesNoTable(t *testing.T) {
 		e.deploy(tenant, bufferedDoc("alerts", map[string]string{"grows": alertSchemaGrown, "retyped": alertSchema, "fresh": alertSchema}))
 		tables := datasettest.Tables(t, e.url)
 		for _, name := range []string{"grows", "retyped", "fresh"} {
-			ds, err := e.st.DatasetByName(e.ctx, tenant, name)
+			ds, err := e.Store.DatasetByName(e.Ctx, tenant, name)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -202,7 +203,7 @@ publish:
   taken: {from: {job: src, output: 0}}
 `
 		var once sync.Once
-		_, err := e.d.Deploy(e.ctx, tenant, []byte(bufferedDoc("late", map[string]string{"taken": alertSchema})), "application/yaml",
+		_, err := e.dp.Deploy(e.Ctx, tenant, []byte(bufferedDoc("late", map[string]string{"taken": alertSchema})), "application/yaml",
 			func(*pipeline.Document) pipeline.Problems {
 				once.Do(func() {
 					raced.Store(t.Name(), true)
@@ -224,7 +225,7 @@ publish:
 			t.Fatalf("refused deploys changed the data database:\n%s", datasettest.Diff(before, after))
 		}
 		for _, name := range []string{"new_0", "new_1"} {
-			if _, err := e.st.DatasetByName(e.ctx, tenant, name); !errors.Is(err, store.ErrNotFound) {
+			if _, err := e.Store.DatasetByName(e.Ctx, tenant, name); !errors.Is(err, store.ErrNotFound) {
 				t.Errorf("dataset %s of a refused deploy: %v", name, err)
 			}
 		}
@@ -240,13 +241,13 @@ func TestConcurrentDeploysOfOneBufferedDataset(t *testing.T) {
 		var wg sync.WaitGroup
 		errs := make([]error, 4)
 		for i := range errs {
-			wg.Go(func() { _, errs[i] = e.d.Deploy(e.ctx, tenant, []byte(doc), "application/yaml") })
+			wg.Go(func() { _, errs[i] = e.dp.Deploy(e.Ctx, tenant, []byte(doc), "application/yaml") })
 		}
 		wg.Wait()
 		if err := errors.Join(errs...); err != nil {
 			t.Fatal(err)
 		}
-		ds, err := e.st.DatasetByName(e.ctx, tenant, "alerts")
+		ds, err := e.Store.DatasetByName(e.Ctx, tenant, "alerts")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -272,7 +273,7 @@ func TestMaximalDeployDoesNotHoldAnotherTenantsSubmissions(t *testing.T) {
 	forEachDataDriver(t, func(t *testing.T, e *dataEnv) {
 		submit := func() (time.Duration, error) {
 			start := time.Now()
-			_, err := e.d.CreateJob(e.ctx, dispatch.CreateJobParams{Tenant: "other", Tasks: []lifecycle.TaskSpec{spec("a")}})
+			_, err := e.D.CreateJob(e.Ctx, dispatch.CreateJobParams{Tenant: "other", Tasks: []lifecycle.TaskSpec{spec("a")}})
 			return time.Since(start), err
 		}
 		var idle []time.Duration
@@ -310,7 +311,7 @@ func TestMaximalDeployDoesNotHoldAnotherTenantsSubmissions(t *testing.T) {
 		deployed := make(chan time.Duration)
 		go func() {
 			start := time.Now()
-			if res, err := e.d.Deploy(e.ctx, tenant, []byte(doc), "application/yaml"); err != nil || !res.Created {
+			if res, err := e.dp.Deploy(e.Ctx, tenant, []byte(doc), "application/yaml"); err != nil || !res.Created {
 				t.Errorf("deploy: %+v, %v", res, err)
 			}
 			deployed <- time.Since(start)

@@ -1,4 +1,4 @@
-package dispatch_test
+package dataplane_test
 
 import (
 	"encoding/json"
@@ -11,7 +11,9 @@ import (
 
 	"github.com/baton-dev/baton/internal/blob"
 	"github.com/baton-dev/baton/internal/blob/blobtest"
+	"github.com/baton-dev/baton/internal/dataplane"
 	"github.com/baton-dev/baton/internal/dispatch"
+	"github.com/baton-dev/baton/internal/dispatch/dispatchtest"
 	"github.com/baton-dev/baton/internal/pipeline/pipelinetest"
 	"github.com/baton-dev/baton/internal/store"
 	"github.com/baton-dev/baton/internal/store/storetest"
@@ -32,11 +34,11 @@ func newBufferEnv(t *testing.T, st store.Store) *bufferEnv {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e := &bufferEnv{env: newEnv(t, st, func(c *dispatch.Config) { c.Blob = bs }), blob: bs}
-	if _, err := e.d.Deploy(e.ctx, tenant, []byte(pipelinetest.AlertsDoc), "application/yaml"); err != nil {
+	e := &bufferEnv{env: newEnv(t, st, func(c *dataplane.Config) { c.Blob = bs }), blob: bs}
+	if _, err := e.dp.Deploy(e.Ctx, tenant, []byte(pipelinetest.AlertsDoc), "application/yaml"); err != nil {
 		t.Fatalf("deploy: %v", err)
 	}
-	if e.dataset, err = st.DatasetByName(e.ctx, tenant, "alert_events"); err != nil {
+	if e.dataset, err = st.DatasetByName(e.Ctx, tenant, "alert_events"); err != nil {
 		t.Fatal(err)
 	}
 	e.writer = e.runScan()
@@ -46,19 +48,19 @@ func newBufferEnv(t *testing.T, st store.Store) *bufferEnv {
 // runScan starts a task of the job scan, whose output alert_events is, and claims it: a running
 // attempt that may publish into the dataset.
 func (e *bufferEnv) runScan() *dispatch.Claim {
-	e.t.Helper()
-	run, err := e.d.RunSource(e.ctx, dispatch.RunSourceParams{Tenant: tenant, Pipeline: "alerts", Job: "scan"})
+	e.T.Helper()
+	run, err := e.dp.RunSource(e.Ctx, dataplane.RunSourceParams{Tenant: tenant, Pipeline: "alerts", Job: "scan"})
 	if err != nil {
-		e.t.Fatalf("run scan: %v", err)
+		e.T.Fatalf("run scan: %v", err)
 	}
 	return e.claimID(run.TaskID)
 }
 
 func (e *bufferEnv) claimID(taskID string) *dispatch.Claim {
-	e.t.Helper()
-	c, err := e.d.ClaimTask(e.ctx, dispatch.ClaimTaskParams{TaskID: taskID, WorkerID: "w"})
+	e.T.Helper()
+	c, err := e.D.ClaimTask(e.Ctx, dispatch.ClaimTaskParams{TaskID: taskID, WorkerID: "w"})
 	if err != nil {
-		e.t.Fatalf("claim %s: %v", taskID, err)
+		e.T.Fatalf("claim %s: %v", taskID, err)
 	}
 	return c
 }
@@ -69,17 +71,17 @@ func (e *bufferEnv) uri(c *dispatch.Claim, segment, name string) string {
 }
 
 func (e *bufferEnv) publish(c *dispatch.Claim, uri string) {
-	e.t.Helper()
-	if _, err := e.d.BufferPublish(e.ctx, dispatch.BufferPublishParams{Fence: fence(c), BatchURI: uri}); err != nil {
-		e.t.Fatalf("publish %s: %v", uri, err)
+	e.T.Helper()
+	if _, err := e.dp.BufferPublish(e.Ctx, dataplane.BufferPublishParams{Fence: fence(c), BatchURI: uri}); err != nil {
+		e.T.Fatalf("publish %s: %v", uri, err)
 	}
 }
 
-func (e *bufferEnv) claimBatches(p dispatch.ClaimBatchesParams) []*dispatch.SinkMessage {
-	e.t.Helper()
-	msgs, err := e.d.ClaimBatches(e.ctx, p)
+func (e *bufferEnv) claimBatches(p dataplane.ClaimBatchesParams) []*dataplane.SinkMessage {
+	e.T.Helper()
+	msgs, err := e.dp.ClaimBatches(e.Ctx, p)
 	if err != nil {
-		e.t.Fatalf("claim batches: %v", err)
+		e.T.Fatalf("claim batches: %v", err)
 	}
 	return msgs
 }
@@ -88,21 +90,21 @@ func TestBufferPublishRecordsOnceAndQueuesTheSinkMessage(t *testing.T) {
 	storetest.ForEachDriver(t, func(t *testing.T, st store.Store) {
 		e := newBufferEnv(t, st)
 		c := e.writer
-		p := dispatch.BufferPublishParams{Fence: fence(c), BatchURI: e.uri(c, e.dataset.UUID, "batch.jsonl"),
+		p := dataplane.BufferPublishParams{Fence: fence(c), BatchURI: e.uri(c, e.dataset.UUID, "batch.jsonl"),
 			DatasetUUID: e.dataset.UUID, RecordCount: i64(1000)}
-		dup, err := e.d.BufferPublish(e.ctx, p)
+		dup, err := e.dp.BufferPublish(e.Ctx, p)
 		if err != nil || dup {
 			t.Fatalf("publish: dup=%v %v", dup, err)
 		}
-		if dup, err := e.d.BufferPublish(e.ctx, p); err != nil || !dup {
+		if dup, err := e.dp.BufferPublish(e.Ctx, p); err != nil || !dup {
 			t.Fatalf("repeat: dup=%v %v", dup, err)
 		}
-		recs, _ := st.ListBufferPublishes(e.ctx, c.Task.ID)
+		recs, _ := st.ListBufferPublishes(e.Ctx, c.Task.ID)
 		if len(recs) != 1 || recs[0].Tenant != tenant || *recs[0].RecordCount != 1000 || recs[0].State != store.BufferQueued ||
 			recs[0].DatasetVersion != e.dataset.CurrentVersion {
 			t.Fatalf("records %+v", recs)
 		}
-		msgs, _ := st.OutboxAfter(e.ctx, 0, 100)
+		msgs, _ := st.OutboxAfter(e.Ctx, 0, 100)
 		var sink []map[string]any
 		for _, m := range msgs {
 			if m.Topic == store.TopicBufferBatch {
@@ -129,47 +131,47 @@ func TestBufferPublishRefusesURIsOutsideTheAttemptsPrefix(t *testing.T) {
 	storetest.ForEachDriver(t, func(t *testing.T, st store.Store) {
 		e := newBufferEnv(t, st)
 		c := e.writer
-		other := e.claim(e.submit(spec("other")), "other")
+		other := e.Claim(e.Submit(spec("other")), "other")
 		id, ds := c.Task.ID, e.dataset.UUID
-		if _, err := e.d.Deploy(e.ctx, tenant, []byte(chainDoc), "application/yaml"); err != nil {
+		if _, err := e.dp.Deploy(e.Ctx, tenant, []byte(chainDoc), "application/yaml"); err != nil {
 			t.Fatal(err)
 		}
 		tests := []struct {
 			name string
-			p    dispatch.BufferPublishParams
+			p    dataplane.BufferPublishParams
 			want string
 		}{
-			{"a file of the server", dispatch.BufferPublishParams{BatchURI: "file:///etc/passwd"}, "batch_uri"},
-			{"another store", dispatch.BufferPublishParams{BatchURI: "s3://elsewhere/buffers/" + ds + "/" + id + "/1/b.jsonl"}, "batch_uri"},
-			{"outside the buffer location", dispatch.BufferPublishParams{BatchURI: e.blob.URI("data/" + ds + "/" + id + "/1/b.jsonl")}, "own prefix"},
-			{"another task's prefix", dispatch.BufferPublishParams{BatchURI: e.uri(other, ds, "b.jsonl")}, "own prefix"},
-			{"another attempt's prefix", dispatch.BufferPublishParams{BatchURI: e.blob.URI("buffers/" + ds + "/" + id + "/2/b.jsonl")}, "own prefix"},
-			{"a climb out", dispatch.BufferPublishParams{BatchURI: e.blob.URI("buffers/" + ds + "/" + id + "/1/../../x/1/b.jsonl")}, "batch_uri"},
-			{"the prefix itself", dispatch.BufferPublishParams{BatchURI: e.uri(c, ds, "")}, "batch_uri"},
-			{"an unknown dataset", dispatch.BufferPublishParams{BatchURI: e.uri(c, "nope", "b.jsonl")}, "no such dataset"},
-			{"a direct dataset", dispatch.BufferPublishParams{BatchURI: e.uri(c, "blocks", "b.jsonl")}, "not a buffered dataset"},
-			{"a dataset_uuid that is not the path's", dispatch.BufferPublishParams{BatchURI: e.uri(c, ds, "b.jsonl"), DatasetUUID: "x"}, "not the dataset"},
-			{"no dataset at all", dispatch.BufferPublishParams{BatchURI: e.blob.URI("buffers/" + id + "/1/b.jsonl")}, "dataset_uuid is required"},
+			{"a file of the server", dataplane.BufferPublishParams{BatchURI: "file:///etc/passwd"}, "batch_uri"},
+			{"another store", dataplane.BufferPublishParams{BatchURI: "s3://elsewhere/buffers/" + ds + "/" + id + "/1/b.jsonl"}, "batch_uri"},
+			{"outside the buffer location", dataplane.BufferPublishParams{BatchURI: e.blob.URI("data/" + ds + "/" + id + "/1/b.jsonl")}, "own prefix"},
+			{"another task's prefix", dataplane.BufferPublishParams{BatchURI: e.uri(other, ds, "b.jsonl")}, "own prefix"},
+			{"another attempt's prefix", dataplane.BufferPublishParams{BatchURI: e.blob.URI("buffers/" + ds + "/" + id + "/2/b.jsonl")}, "own prefix"},
+			{"a climb out", dataplane.BufferPublishParams{BatchURI: e.blob.URI("buffers/" + ds + "/" + id + "/1/../../x/1/b.jsonl")}, "batch_uri"},
+			{"the prefix itself", dataplane.BufferPublishParams{BatchURI: e.uri(c, ds, "")}, "batch_uri"},
+			{"an unknown dataset", dataplane.BufferPublishParams{BatchURI: e.uri(c, "nope", "b.jsonl")}, "no such dataset"},
+			{"a direct dataset", dataplane.BufferPublishParams{BatchURI: e.uri(c, "blocks", "b.jsonl")}, "not a buffered dataset"},
+			{"a dataset_uuid that is not the path's", dataplane.BufferPublishParams{BatchURI: e.uri(c, ds, "b.jsonl"), DatasetUUID: "x"}, "not the dataset"},
+			{"no dataset at all", dataplane.BufferPublishParams{BatchURI: e.blob.URI("buffers/" + id + "/1/b.jsonl")}, "dataset_uuid is required"},
 		}
 		for _, tt := range tests {
 			tt.p.Fence = fence(c)
-			_, err := e.d.BufferPublish(e.ctx, tt.p)
-			bad := wantErr[*dispatch.InvalidError](t, err)
+			_, err := e.dp.BufferPublish(e.Ctx, tt.p)
+			bad := dispatchtest.WantErr[*dispatch.InvalidError](t, err)
 			if !strings.Contains(bad.Message, tt.want) {
 				t.Errorf("%s: %q, want it to mention %q", tt.name, bad.Message, tt.want)
 			}
 		}
-		if recs, _ := st.ListBufferPublishes(e.ctx, id); len(recs) != 0 {
+		if recs, _ := st.ListBufferPublishes(e.Ctx, id); len(recs) != 0 {
 			t.Fatalf("refused publishes recorded %+v", recs)
 		}
 		// Accepted: the dataset by uuid or by name, and the shorter prefix with the dataset in the body.
 		e.publish(c, e.uri(c, ds, "a.jsonl"))
 		e.publish(c, e.uri(c, "alert_events", "b.jsonl"))
-		if _, err := e.d.BufferPublish(e.ctx, dispatch.BufferPublishParams{Fence: fence(c), DedupeScope: "alert_events",
+		if _, err := e.dp.BufferPublish(e.Ctx, dataplane.BufferPublishParams{Fence: fence(c), DedupeScope: "alert_events",
 			BatchURI: e.blob.URI("buffers/" + id + "/1/c.jsonl")}); err != nil {
 			t.Fatal(err)
 		}
-		if recs, _ := st.ListBufferPublishes(e.ctx, id); len(recs) != 3 || recs[1].DatasetUUID != ds || recs[2].DatasetUUID != ds {
+		if recs, _ := st.ListBufferPublishes(e.Ctx, id); len(recs) != 3 || recs[1].DatasetUUID != ds || recs[2].DatasetUUID != ds {
 			t.Fatalf("records %+v", recs)
 		}
 	})
@@ -182,34 +184,34 @@ func TestBufferPublishOnlyIntoTheJobsOwnBufferedOutputs(t *testing.T) {
 	storetest.ForEachDriver(t, func(t *testing.T, st store.Store) {
 		e := newBufferEnv(t, st)
 		ds := e.dataset.UUID
-		plain := e.claim(e.submit(spec("plain")), "plain")
+		plain := e.Claim(e.Submit(spec("plain")), "plain")
 		// pager reads alert_events: a task of it, made by a committed batch's event.
 		e.publish(e.writer, e.uri(e.writer, ds, "seed.jsonl"))
-		msgs := e.claimBatches(dispatch.ClaimBatchesParams{Max: 1})
+		msgs := e.claimBatches(dataplane.ClaimBatchesParams{Max: 1})
 		if len(msgs) != 1 {
 			t.Fatalf("claimed %d batches", len(msgs))
 		}
-		if err := e.d.CommitBatch(e.ctx, msgs[0].ID, dispatch.BatchLoaded{Cursor: 1, Inserted: 1,
+		if err := e.dp.CommitBatch(e.Ctx, msgs[0].ID, dataplane.BatchLoaded{Cursor: 1, Inserted: 1,
 			Facets: map[string][]any{"severity": {"high"}}}); err != nil {
 			t.Fatal(err)
 		}
-		if _, _, err := e.d.NewRouter(dispatch.RouteConfig{}).RunOnce(e.ctx); err != nil {
+		if _, _, err := e.dp.NewRouter(dataplane.RouteConfig{}).RunOnce(e.Ctx); err != nil {
 			t.Fatal(err)
 		}
 		pager := e.pipelineTask(t, "pager")
 		for _, c := range []*dispatch.Claim{plain, pager} {
 			for _, uri := range []string{e.uri(c, ds, "b.jsonl"), e.uri(c, "alert_events", "b.jsonl")} {
-				_, err := e.d.BufferPublish(e.ctx, dispatch.BufferPublishParams{Fence: fence(c), BatchURI: uri})
-				denied := wantErr[*dispatch.ForbiddenError](t, err)
+				_, err := e.dp.BufferPublish(e.Ctx, dataplane.BufferPublishParams{Fence: fence(c), BatchURI: uri})
+				denied := dispatchtest.WantErr[*dispatch.ForbiddenError](t, err)
 				if want := `dataset "alert_events" is not an output of this task's job: only tasks of the pipeline job that publishes a buffered dataset may publish batches into it`; denied.Message != want {
 					t.Errorf("refusal %q, want %q", denied.Message, want)
 				}
 			}
-			if recs, _ := st.ListBufferPublishes(e.ctx, c.Task.ID); len(recs) != 0 {
+			if recs, _ := st.ListBufferPublishes(e.Ctx, c.Task.ID); len(recs) != 0 {
 				t.Fatalf("a refused publish was recorded: %+v", recs)
 			}
 		}
-		if msgs := e.claimBatches(dispatch.ClaimBatchesParams{Max: 10}); len(msgs) != 0 {
+		if msgs := e.claimBatches(dataplane.ClaimBatchesParams{Max: 10}); len(msgs) != 0 {
 			t.Fatalf("a refused publish reached the queue: %+v", msgs)
 		}
 	})
@@ -218,7 +220,7 @@ func TestBufferPublishOnlyIntoTheJobsOwnBufferedOutputs(t *testing.T) {
 // pipelineTask claims the pending task of the pipeline job named job.
 func (e *bufferEnv) pipelineTask(t *testing.T, job string) *dispatch.Claim {
 	t.Helper()
-	jobs, err := e.st.ListJobs(e.ctx, store.ListJobsParams{Tenant: tenant, Limit: 100})
+	jobs, err := e.Store.ListJobs(e.Ctx, store.ListJobsParams{Tenant: tenant, Limit: 100})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -226,7 +228,7 @@ func (e *bufferEnv) pipelineTask(t *testing.T, job string) *dispatch.Claim {
 		if j.PipelineJob != job {
 			continue
 		}
-		tasks, err := e.st.JobTasks(e.ctx, j.ID)
+		tasks, err := e.Store.JobTasks(e.Ctx, j.ID)
 		if err != nil || len(tasks) != 1 {
 			t.Fatalf("tasks of %s: %v %d", job, err, len(tasks))
 		}
@@ -242,12 +244,12 @@ func TestStaleAttemptsBufferPublishIsRefused(t *testing.T) {
 	storetest.ForEachDriver(t, func(t *testing.T, st store.Store) {
 		e := newBufferEnv(t, st)
 		c := e.writer
-		e.expire()
-		e.clock.Advance(10 * time.Second)
+		e.Expire()
+		e.Clock.Advance(10 * time.Second)
 		e.claimID(c.Task.ID)
-		_, err := e.d.BufferPublish(e.ctx, dispatch.BufferPublishParams{Fence: fence(c), BatchURI: e.uri(c, e.dataset.UUID, "b.jsonl")})
-		wantErr[*dispatch.AttemptMismatchError](t, err)
-		if msgs := e.claimBatches(dispatch.ClaimBatchesParams{Max: 10}); len(msgs) != 0 {
+		_, err := e.dp.BufferPublish(e.Ctx, dataplane.BufferPublishParams{Fence: fence(c), BatchURI: e.uri(c, e.dataset.UUID, "b.jsonl")})
+		dispatchtest.WantErr[*dispatch.AttemptMismatchError](t, err)
+		if msgs := e.claimBatches(dataplane.ClaimBatchesParams{Max: 10}); len(msgs) != 0 {
 			t.Fatalf("a stale publish reached the queue: %+v", msgs)
 		}
 	})
@@ -260,69 +262,69 @@ func TestBufferQueueReceivesFailuresAndDeadLetters(t *testing.T) {
 	storetest.ForEachDriver(t, func(t *testing.T, st store.Store) {
 		e := newBufferEnv(t, st)
 		e.publish(e.writer, e.uri(e.writer, e.dataset.UUID, "b.jsonl"))
-		msgs := e.claimBatches(dispatch.ClaimBatchesParams{Max: 5, Visibility: 30 * time.Second})
+		msgs := e.claimBatches(dataplane.ClaimBatchesParams{Max: 5, Visibility: 30 * time.Second})
 		if len(msgs) != 1 || msgs[0].ReceiveCount != 1 || msgs[0].Tenant != tenant || msgs[0].Dataset.Name != "alert_events" ||
 			msgs[0].Dataset.Schema == nil || !slices.Equal(msgs[0].Dataset.FilterFields, []string{"severity"}) {
 			t.Fatalf("first claim %+v", msgs)
 		}
 		m := msgs[0]
-		if again := e.claimBatches(dispatch.ClaimBatchesParams{Max: 5}); len(again) != 0 {
+		if again := e.claimBatches(dataplane.ClaimBatchesParams{Max: 5}); len(again) != 0 {
 			t.Fatalf("a claimed message was delivered again within its visibility: %+v", again)
 		}
-		e.clock.Advance(31 * time.Second)
-		second := e.claimBatches(dispatch.ClaimBatchesParams{})
+		e.Clock.Advance(31 * time.Second)
+		second := e.claimBatches(dataplane.ClaimBatchesParams{})
 		if len(second) != 1 || second[0].ReceiveCount != 2 {
 			t.Fatalf("after the visibility: %+v", second)
 		}
 		// The first receive's failure is stale: the message is the second receive's now.
-		if _, err := e.d.FailBatch(e.ctx, m.ID, 1, "row 3: bad"); !errors.Is(err, dispatch.ErrBatchNotClaimed) {
+		if _, err := e.dp.FailBatch(e.Ctx, m.ID, 1, "row 3: bad"); !errors.Is(err, dataplane.ErrBatchNotClaimed) {
 			t.Fatalf("stale fail: %v", err)
 		}
 		receipt := 2
 		for receipt < 10 {
-			dead, err := e.d.FailBatch(e.ctx, m.ID, receipt, "row 3: severity: must be a string")
+			dead, err := e.dp.FailBatch(e.Ctx, m.ID, receipt, "row 3: severity: must be a string")
 			if err != nil || dead {
 				t.Fatalf("fail receive %d: dead=%v %v", receipt, dead, err)
 			}
 			// Visible again after 1 s · 2^(receive-1), capped at a minute.
 			delay := min(time.Second<<(receipt-1), time.Minute)
-			e.clock.Advance(delay - time.Millisecond)
-			if got := e.claimBatches(dispatch.ClaimBatchesParams{}); len(got) != 0 {
+			e.Clock.Advance(delay - time.Millisecond)
+			if got := e.claimBatches(dataplane.ClaimBatchesParams{}); len(got) != 0 {
 				t.Fatalf("visible %v early after receive %d", time.Millisecond, receipt)
 			}
-			e.clock.Advance(time.Millisecond)
-			got := e.claimBatches(dispatch.ClaimBatchesParams{})
+			e.Clock.Advance(time.Millisecond)
+			got := e.claimBatches(dataplane.ClaimBatchesParams{})
 			if len(got) != 1 || got[0].ReceiveCount != receipt+1 {
 				t.Fatalf("after receive %d's failure: %+v", receipt, got)
 			}
 			receipt++
 		}
-		dead, err := e.d.FailBatch(e.ctx, m.ID, 10, "row 3: severity: must be a string")
+		dead, err := e.dp.FailBatch(e.Ctx, m.ID, 10, "row 3: severity: must be a string")
 		if err != nil || !dead {
 			t.Fatalf("the tenth failure: dead=%v %v", dead, err)
 		}
-		e.clock.Advance(time.Hour)
-		if got := e.claimBatches(dispatch.ClaimBatchesParams{}); len(got) != 0 {
+		e.Clock.Advance(time.Hour)
+		if got := e.claimBatches(dataplane.ClaimBatchesParams{}); len(got) != 0 {
 			t.Fatalf("a dead letter was delivered: %+v", got)
 		}
-		dl, err := e.d.BatchDeadLetters(e.ctx, tenant, "alert_events", 0, 10)
+		dl, err := e.dp.BatchDeadLetters(e.Ctx, tenant, "alert_events", 0, 10)
 		if err != nil || len(dl) != 1 || dl[0].ReceiveCount != 10 || dl[0].LastError != "row 3: severity: must be a string" {
 			t.Fatalf("dead letters %+v %v", dl, err)
 		}
-		if _, err := e.d.BatchDeadLetters(e.ctx, "other-tenant", "alert_events", 0, 10); !errors.Is(err, dispatch.ErrDatasetNotFound) {
+		if _, err := e.dp.BatchDeadLetters(e.Ctx, "other-tenant", "alert_events", 0, 10); !errors.Is(err, dataplane.ErrDatasetNotFound) {
 			t.Errorf("another tenant's dead letters: %v", err)
 		}
-		if _, err := e.d.RetryBatch(e.ctx, "other-tenant", "alert_events", m.ID); !errors.Is(err, dispatch.ErrDatasetNotFound) {
+		if _, err := e.dp.RetryBatch(e.Ctx, "other-tenant", "alert_events", m.ID); !errors.Is(err, dataplane.ErrDatasetNotFound) {
 			t.Errorf("another tenant's retry: %v", err)
 		}
-		if _, err := e.d.RetryBatch(e.ctx, tenant, "alert_events", m.ID); err != nil {
+		if _, err := e.dp.RetryBatch(e.Ctx, tenant, "alert_events", m.ID); err != nil {
 			t.Fatal(err)
 		}
-		got := e.claimBatches(dispatch.ClaimBatchesParams{})
+		got := e.claimBatches(dataplane.ClaimBatchesParams{})
 		if len(got) != 1 || got[0].ReceiveCount != 1 {
 			t.Fatalf("after the retry: %+v", got)
 		}
-		if _, err := e.d.RetryBatch(e.ctx, tenant, "alert_events", m.ID); err == nil {
+		if _, err := e.dp.RetryBatch(e.Ctx, tenant, "alert_events", m.ID); err == nil {
 			t.Error("retried a batch that is not dead")
 		}
 	})
@@ -334,15 +336,15 @@ func TestBufferQueueDeadLettersAMessageNoSinkSettles(t *testing.T) {
 		e := newBufferEnv(t, st)
 		e.publish(e.writer, e.uri(e.writer, e.dataset.UUID, "b.jsonl"))
 		for i := 1; i <= 10; i++ {
-			if got := e.claimBatches(dispatch.ClaimBatchesParams{Visibility: time.Second}); len(got) != 1 || got[0].ReceiveCount != i {
+			if got := e.claimBatches(dataplane.ClaimBatchesParams{Visibility: time.Second}); len(got) != 1 || got[0].ReceiveCount != i {
 				t.Fatalf("claim %d: %+v", i, got)
 			}
-			e.clock.Advance(time.Second)
+			e.Clock.Advance(time.Second)
 		}
-		if got := e.claimBatches(dispatch.ClaimBatchesParams{}); len(got) != 0 {
+		if got := e.claimBatches(dataplane.ClaimBatchesParams{}); len(got) != 0 {
 			t.Fatalf("an eleventh receive: %+v", got)
 		}
-		dl, _ := e.d.BatchDeadLetters(e.ctx, tenant, "alert_events", 0, 10)
+		dl, _ := e.dp.BatchDeadLetters(e.Ctx, tenant, "alert_events", 0, 10)
 		if len(dl) != 1 || !strings.Contains(dl[0].LastError, "after 10 receives") {
 			t.Fatalf("dead letters %+v", dl)
 		}
@@ -354,11 +356,11 @@ func TestBufferQueueDeadLettersAMessageNoSinkSettles(t *testing.T) {
 func TestCommittedBatchRoutesToConsumersWhoseWhereMatches(t *testing.T) {
 	storetest.ForEachDriver(t, func(t *testing.T, st store.Store) {
 		e := newBufferEnv(t, st)
-		router := e.d.NewRouter(dispatch.RouteConfig{})
+		router := e.dp.NewRouter(dataplane.RouteConfig{})
 		route := func() int {
 			total := 0
 			for {
-				n, tasks, err := router.RunOnce(e.ctx)
+				n, tasks, err := router.RunOnce(e.Ctx)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -371,10 +373,10 @@ func TestCommittedBatchRoutesToConsumersWhoseWhereMatches(t *testing.T) {
 		for i, facets := range []map[string][]any{{"severity": {"high"}}, {"severity": {"low", "high"}}, {"severity": {"info"}}} {
 			name := []string{"a", "b", "c"}[i]
 			e.publish(e.writer, e.uri(e.writer, e.dataset.UUID, name+".jsonl"))
-			m := e.claimBatches(dispatch.ClaimBatchesParams{})[0]
-			res := dispatch.BatchLoaded{Cursor: int64(i + 1), Inserted: 3, Facets: facets}
+			m := e.claimBatches(dataplane.ClaimBatchesParams{})[0]
+			res := dataplane.BatchLoaded{Cursor: int64(i + 1), Inserted: 3, Facets: facets}
 			for range 2 {
-				if err := e.d.CommitBatch(e.ctx, m.ID, res); err != nil {
+				if err := e.dp.CommitBatch(e.Ctx, m.ID, res); err != nil {
 					t.Fatal(err)
 				}
 			}
@@ -383,7 +385,7 @@ func TestCommittedBatchRoutesToConsumersWhoseWhereMatches(t *testing.T) {
 			t.Fatalf("routed %d tasks, want 3: pager for batches 1 and 2, digest for batch 2", n)
 		}
 		got := map[string][]int64{}
-		jobs, err := st.ListJobs(e.ctx, store.ListJobsParams{Tenant: tenant, Limit: 100})
+		jobs, err := st.ListJobs(e.Ctx, store.ListJobsParams{Tenant: tenant, Limit: 100})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -391,11 +393,11 @@ func TestCommittedBatchRoutesToConsumersWhoseWhereMatches(t *testing.T) {
 			if job.PipelineJob != "pager" && job.PipelineJob != "digest" {
 				continue
 			}
-			summaries, err := st.JobTasks(e.ctx, job.ID)
+			summaries, err := st.JobTasks(e.Ctx, job.ID)
 			if err != nil || len(summaries) != 1 {
 				t.Fatalf("tasks of %s: %v %v", job.ID, summaries, err)
 			}
-			task, err := st.GetTask(e.ctx, summaries[0].ID)
+			task, err := st.GetTask(e.Ctx, summaries[0].ID)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -413,23 +415,23 @@ func TestCommittedBatchRoutesToConsumersWhoseWhereMatches(t *testing.T) {
 		}
 		// Committed messages are done: nothing is delivered again, and a commit of no rows emits nothing.
 		e.publish(e.writer, e.uri(e.writer, e.dataset.UUID, "d.jsonl"))
-		m := e.claimBatches(dispatch.ClaimBatchesParams{})[0]
-		if err := e.d.CommitBatch(e.ctx, m.ID, dispatch.BatchLoaded{}); err != nil {
+		m := e.claimBatches(dataplane.ClaimBatchesParams{})[0]
+		if err := e.dp.CommitBatch(e.Ctx, m.ID, dataplane.BatchLoaded{}); err != nil {
 			t.Fatal(err)
 		}
-		e.clock.Advance(time.Hour)
-		if got := e.claimBatches(dispatch.ClaimBatchesParams{Max: 10}); len(got) != 0 {
+		e.Clock.Advance(time.Hour)
+		if got := e.claimBatches(dataplane.ClaimBatchesParams{Max: 10}); len(got) != 0 {
 			t.Fatalf("committed messages delivered again: %+v", got)
 		}
 		if n := route(); n != 0 {
 			t.Errorf("a batch of no new rows routed %d tasks", n)
 		}
-		for _, bad := range []dispatch.BatchLoaded{{Cursor: 1}, {Inserted: 1}, {Cursor: -1, Inserted: 1}} {
-			if err := e.d.CommitBatch(e.ctx, m.ID, bad); err == nil {
+		for _, bad := range []dataplane.BatchLoaded{{Cursor: 1}, {Inserted: 1}, {Cursor: -1, Inserted: 1}} {
+			if err := e.dp.CommitBatch(e.Ctx, m.ID, bad); err == nil {
 				t.Errorf("commit %+v accepted", bad)
 			}
 		}
-		if err := e.d.CommitBatch(e.ctx, 999999, dispatch.BatchLoaded{}); !errors.Is(err, dispatch.ErrBatchNotFound) {
+		if err := e.dp.CommitBatch(e.Ctx, 999999, dataplane.BatchLoaded{}); !errors.Is(err, dataplane.ErrBatchNotFound) {
 			t.Errorf("commit of an unknown message: %v", err)
 		}
 	})
@@ -441,12 +443,12 @@ func TestBufferFailureKeepsLongErrorsValid(t *testing.T) {
 	storetest.ForEachDriver(t, func(t *testing.T, st store.Store) {
 		e := newBufferEnv(t, st)
 		e.publish(e.writer, e.uri(e.writer, e.dataset.UUID, "b.jsonl"))
-		m := e.claimBatches(dispatch.ClaimBatchesParams{})[0]
+		m := e.claimBatches(dataplane.ClaimBatchesParams{})[0]
 		reason := "x" + strings.Repeat("é", 3000) // 6,001 bytes; byte 4,000 is inside a character
-		if _, err := e.d.FailBatch(e.ctx, m.ID, m.ReceiveCount, reason); err != nil {
+		if _, err := e.dp.FailBatch(e.Ctx, m.ID, m.ReceiveCount, reason); err != nil {
 			t.Fatalf("fail with a long error: %v", err)
 		}
-		recs, _ := st.ListBufferPublishes(e.ctx, e.writer.Task.ID)
+		recs, _ := st.ListBufferPublishes(e.Ctx, e.writer.Task.ID)
 		if got := recs[0].LastError; !utf8.ValidString(got) || len(got) > 4000 || !strings.HasPrefix(reason, got) {
 			t.Errorf("stored error of %d bytes, valid UTF-8 %v", len(got), utf8.ValidString(got))
 		}

@@ -1,8 +1,7 @@
-package dispatch
+package dataplane
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -10,6 +9,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/baton-dev/baton/internal/dispatch"
 	"github.com/baton-dev/baton/internal/grant"
 	"github.com/baton-dev/baton/internal/store"
 )
@@ -23,7 +23,7 @@ type DatasetView struct {
 }
 
 // findDataset finds a tenant's dataset by name, or by uuid.
-func (d *Dispatcher) findDataset(ctx context.Context, st store.Reader, tenant, ref string) (*store.Dataset, error) {
+func (dp *Plane) findDataset(ctx context.Context, st store.Reader, tenant, ref string) (*store.Dataset, error) {
 	x, err := st.DatasetByName(ctx, tenant, ref)
 	if errors.Is(err, store.ErrNotFound) && uuid.Validate(ref) == nil {
 		var ds []*store.Dataset
@@ -40,16 +40,16 @@ func (d *Dispatcher) findDataset(ctx context.Context, st store.Reader, tenant, r
 
 // GetDataset returns a tenant's dataset, named or by uuid, with its versions and its latest
 // events (up to limit).
-func (d *Dispatcher) GetDataset(ctx context.Context, tenant, ref string, limit int) (*DatasetView, error) {
-	x, err := d.findDataset(ctx, d.store, tenant, ref)
+func (dp *Plane) GetDataset(ctx context.Context, tenant, ref string, limit int) (*DatasetView, error) {
+	x, err := dp.findDataset(ctx, dp.store, tenant, ref)
 	if err != nil {
 		return nil, err
 	}
 	v := &DatasetView{Dataset: x, Allowed: []string{}}
-	if v.Versions, err = d.store.ListDatasetVersions(ctx, x.UUID); err != nil {
+	if v.Versions, err = dp.store.ListDatasetVersions(ctx, x.UUID); err != nil {
 		return nil, err
 	}
-	if v.Events, err = d.store.RecentDatasetEvents(ctx, tenant, x.UUID, cmpOr(limit, 20)); err != nil {
+	if v.Events, err = dp.store.RecentDatasetEvents(ctx, tenant, x.UUID, cmpOr(limit, 20)); err != nil {
 		return nil, err
 	}
 	for f := range allowlistOf(x).Fields {
@@ -60,19 +60,19 @@ func (d *Dispatcher) GetDataset(ctx context.Context, tenant, ref string, limit i
 }
 
 // ListDatasets lists a tenant's datasets, named ones first.
-func (d *Dispatcher) ListDatasets(ctx context.Context, tenant string) ([]*store.Dataset, error) {
-	return d.store.ListDatasets(ctx, tenant)
+func (dp *Plane) ListDatasets(ctx context.Context, tenant string) ([]*store.Dataset, error) {
+	return dp.store.ListDatasets(ctx, tenant)
 }
 
 // SetCurrentVersion makes a registered version the dataset's current one, atomically: events of
 // the version it replaces are no longer routed, events of the new one are.
-func (d *Dispatcher) SetCurrentVersion(ctx context.Context, tenant, ref, version string) (*store.Dataset, error) {
+func (dp *Plane) SetCurrentVersion(ctx context.Context, tenant, ref, version string) (*store.Dataset, error) {
 	if version == "" {
-		return nil, &InvalidError{Message: "dataset_version is required"}
+		return nil, &dispatch.InvalidError{Message: "dataset_version is required"}
 	}
 	var out *store.Dataset
-	err := d.updateAlone(ctx, store.LockSet{}, func(tx store.Tx, c *changes) error {
-		x, err := d.findDataset(ctx, tx, tenant, ref)
+	err := dp.d.UpdateAlone(ctx, store.LockSet{}, func(tx store.Tx, c *dispatch.Work) error {
+		x, err := dp.findDataset(ctx, tx, tenant, ref)
 		if err != nil {
 			return err
 		}
@@ -81,43 +81,29 @@ func (d *Dispatcher) SetCurrentVersion(ctx context.Context, tenant, ref, version
 			return err
 		}
 		if !slices.ContainsFunc(versions, func(v *store.DatasetVersion) bool { return v.Version == version }) {
-			return &InvalidError{Message: fmt.Sprintf("dataset %s has no registered version %q (versions are registered by datasets_published on task completion)", ref, version)}
+			return &dispatch.InvalidError{Message: fmt.Sprintf("dataset %s has no registered version %q (versions are registered by datasets_published on task completion)", ref, version)}
 		}
-		x.CurrentVersion, x.UpdatedAt = version, c.now
+		x.CurrentVersion, x.UpdatedAt = version, c.Now()
 		out = x
 		return tx.UpdateDataset(ctx, x)
 	})
 	return out, err
 }
 
-// PublishedVersion is one entry of a completion's datasets_published: a dataset version the task
-// wrote, to register.
-type PublishedVersion struct {
-	DatasetUUID    string          `json:"dataset_uuid"`
-	DatasetVersion string          `json:"dataset_version"`
-	StorageRef     json.RawMessage `json:"storage_ref,omitempty"`
-	ConfigHash     string          `json:"config_hash,omitempty"`
-	RangeStart     *int64          `json:"range_start,omitempty"`
-	RangeEnd       *int64          `json:"range_end,omitempty"`
-}
-
-// MaxPublishedVersions caps the datasets_published entries of one completion.
-const MaxPublishedVersions = 1000
-
-// registerVersions registers the versions a completing task published, on the datasets of its
+// RegisterVersions registers the versions a completing task published, on the datasets of its
 // tenant; versions of unknown datasets or of other tenants' are ignored. With object storage, a
 // version whose storage_ref names a prefix must lie under its dataset's own prefix
 // (grant.DatasetLocation), or the completion is refused.
-func (d *Dispatcher) registerVersions(ctx context.Context, tx store.Tx, c *changes, t *store.Task, pub []PublishedVersion) error {
-	if len(pub) > MaxPublishedVersions {
-		return &InvalidError{Message: fmt.Sprintf("datasets_published holds %d entries; at most %d per completion", len(pub), MaxPublishedVersions)}
+func (dp *Plane) RegisterVersions(ctx context.Context, tx store.Tx, c *dispatch.Work, t *store.Task, pub []dispatch.PublishedVersion) error {
+	if len(pub) > dispatch.MaxPublishedVersions {
+		return &dispatch.InvalidError{Message: fmt.Sprintf("datasets_published holds %d entries; at most %d per completion", len(pub), dispatch.MaxPublishedVersions)}
 	}
 	var uuids []string
 	for i, p := range pub {
 		if p.DatasetUUID == "" || p.DatasetVersion == "" {
-			return &InvalidError{Message: fmt.Sprintf("datasets_published[%d]: dataset_uuid and dataset_version are required", i)}
+			return &dispatch.InvalidError{Message: fmt.Sprintf("datasets_published[%d]: dataset_uuid and dataset_version are required", i)}
 		}
-		if err := d.checkLocation(i, p); err != nil {
+		if err := dp.checkLocation(i, p); err != nil {
 			return err
 		}
 		uuids = append(uuids, p.DatasetUUID)
@@ -126,7 +112,7 @@ func (d *Dispatcher) registerVersions(ctx context.Context, tx store.Tx, c *chang
 	if err != nil || len(ds) == 0 {
 		return err
 	}
-	job, err := d.store.GetJob(ctx, t.JobID)
+	job, err := dp.d.JobRef(ctx, t.JobID)
 	if err != nil {
 		return err
 	}
@@ -138,7 +124,7 @@ func (d *Dispatcher) registerVersions(ctx context.Context, tx store.Tx, c *chang
 	for _, p := range pub {
 		if mine[p.DatasetUUID] {
 			vs = append(vs, &store.DatasetVersion{DatasetUUID: p.DatasetUUID, Version: p.DatasetVersion, StorageRef: p.StorageRef,
-				ConfigHash: p.ConfigHash, Start: p.RangeStart, End: p.RangeEnd, TaskID: t.ID, CreatedAt: c.now})
+				ConfigHash: p.ConfigHash, Start: p.RangeStart, End: p.RangeEnd, TaskID: t.ID, CreatedAt: c.Now()})
 		}
 	}
 	return tx.InsertDatasetVersions(ctx, vs)
@@ -148,13 +134,13 @@ func (d *Dispatcher) registerVersions(ctx context.Context, tx store.Tx, c *chang
 // storage, a storage_ref that names a prefix must name one under p's dataset's own prefix. Without
 // object storage no grant is ever derived, so the reference is kept as the task gave it; a server
 // started later with object storage checks it again before granting anything from it.
-func (d *Dispatcher) checkLocation(i int, p PublishedVersion) error {
+func (dp *Plane) checkLocation(i int, p dispatch.PublishedVersion) error {
 	raw := grant.RefPrefix(p.StorageRef)
-	if raw == "" || d.cfg.Blob == nil {
+	if raw == "" || dp.cfg.Blob == nil {
 		return nil
 	}
-	if _, err := grant.DatasetLocation(raw, d.cfg.Blob.Root(), p.DatasetUUID); err != nil {
-		return &InvalidError{Message: fmt.Sprintf("datasets_published[%d].storage_ref: %s", i,
+	if _, err := grant.DatasetLocation(raw, dp.cfg.Blob.Root(), p.DatasetUUID); err != nil {
+		return &dispatch.InvalidError{Message: fmt.Sprintf("datasets_published[%d].storage_ref: %s", i,
 			strings.TrimPrefix(err.Error(), grant.ErrPrefix.Error()+": "))}
 	}
 	return nil

@@ -1,4 +1,4 @@
-package dispatch
+package dataplane
 
 import (
 	"context"
@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/baton-dev/baton/internal/dispatch"
 	"github.com/baton-dev/baton/internal/service"
 	"github.com/baton-dev/baton/internal/store"
 )
@@ -17,14 +18,14 @@ import (
 // cron tick's scheduled time, else when the task runs) — and completes, through the same claim
 // and completion as any worker's task. Every replica runs a Controller.
 type Controller struct {
-	d        *Dispatcher
+	dp       *Plane
 	workerID string
 	service.Loop
 }
 
 // NewController returns a stopped controller that claims as workerID.
-func (d *Dispatcher) NewController(workerID string) *Controller {
-	return &Controller{d: d, workerID: workerID}
+func (dp *Plane) NewController(workerID string) *Controller {
+	return &Controller{dp: dp, workerID: workerID}
 }
 
 // Start runs the controller until Stop or until ctx ends.
@@ -32,15 +33,15 @@ func (c *Controller) Start(ctx context.Context) error { return c.Run(ctx, c.run)
 
 func (c *Controller) run(ctx context.Context) {
 	for ctx.Err() == nil {
-		claims, err := c.d.ClaimWait(ctx, ClaimNextParams{Queues: []string{ControlQueue}, WorkerID: c.workerID, Limit: 16}, 30*time.Second)
+		claims, err := c.dp.d.ClaimWait(ctx, dispatch.ClaimNextParams{Queues: []string{ControlQueue}, WorkerID: c.workerID, Limit: 16}, 30*time.Second)
 		if err == nil {
 			err = c.runClaims(ctx, claims)
 		}
 		if err != nil && ctx.Err() == nil {
-			c.d.log.Log(ctx, slog.LevelWarn, "control task failed; its lease will expire and it is retried", "err", err)
+			c.dp.log.Log(ctx, slog.LevelWarn, "control task failed; its lease will expire and it is retried", "err", err)
 			select {
 			case <-ctx.Done():
-			case <-c.d.clock.After(time.Second):
+			case <-c.dp.clock.After(time.Second):
 			}
 		}
 	}
@@ -48,27 +49,27 @@ func (c *Controller) run(ctx context.Context) {
 
 // RunOnce runs the control tasks that are ready now and returns how many it completed.
 func (c *Controller) RunOnce(ctx context.Context) (int, error) {
-	claims, err := c.d.ClaimNext(ctx, ClaimNextParams{Queues: []string{ControlQueue}, WorkerID: c.workerID, Limit: 64})
+	claims, err := c.dp.d.ClaimNext(ctx, dispatch.ClaimNextParams{Queues: []string{ControlQueue}, WorkerID: c.workerID, Limit: 64})
 	if err != nil {
 		return 0, err
 	}
 	return len(claims), c.runClaims(ctx, claims)
 }
 
-func (c *Controller) runClaims(ctx context.Context, claims []*Claim) error {
+func (c *Controller) runClaims(ctx context.Context, claims []*dispatch.Claim) error {
 	var errs []error
 	for _, cl := range claims {
 		t := cl.Task
-		_, err := c.d.Complete(ctx, CompleteParams{TaskID: t.ID, Attempt: t.Attempt, LeaseToken: t.LeaseToken,
-			Outcome: store.OutcomeSucceeded, Output: json.RawMessage(`{}`), Events: controlEvents(t, c.d.now())})
+		_, err := c.dp.d.Complete(ctx, dispatch.CompleteParams{TaskID: t.ID, Attempt: t.Attempt, LeaseToken: t.LeaseToken,
+			Outcome: store.OutcomeSucceeded, Output: json.RawMessage(`{}`), Events: controlEvents(t, c.dp.now())})
 		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
 }
 
 // controlEvents is what a control task emits: a cursor event on each output of its job.
-func controlEvents(t *store.Task, now time.Time) []DatasetEvent {
-	r := DecodeRoute(t)
+func controlEvents(t *store.Task, now time.Time) []dispatch.DatasetEvent {
+	r := dispatch.DecodeRoute(t)
 	if r == nil {
 		return nil
 	}
@@ -80,9 +81,9 @@ func controlEvents(t *store.Task, now time.Time) []DatasetEvent {
 		at = trigger.ScheduledAt
 	}
 	cursor := at.Unix()
-	events := make([]DatasetEvent, 0, len(r.Outputs))
+	events := make([]dispatch.DatasetEvent, 0, len(r.Outputs))
 	for _, o := range r.Outputs {
-		events = append(events, DatasetEvent{DatasetUUID: o.DatasetUUID, DatasetVersion: o.DatasetVersion, Cursor: &cursor})
+		events = append(events, dispatch.DatasetEvent{DatasetUUID: o.DatasetUUID, DatasetVersion: o.DatasetVersion, Cursor: &cursor})
 	}
 	return events
 }

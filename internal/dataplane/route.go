@@ -1,18 +1,21 @@
-package dispatch
+package dataplane
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"regexp"
 	"slices"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 
 	"github.com/google/uuid"
 
+	"github.com/baton-dev/baton/internal/dispatch"
 	"github.com/baton-dev/baton/internal/lifecycle"
 	"github.com/baton-dev/baton/internal/service"
 	"github.com/baton-dev/baton/internal/store"
@@ -26,7 +29,7 @@ type routedEvent struct {
 	// Facets, for a buffered batch, holds per filter field the values among its new rows: a
 	// consumer whose where no row can match gets no task. A field left out may have any value.
 	Facets map[string][]any `json:"facets,omitempty"`
-	DatasetEvent
+	dispatch.DatasetEvent
 }
 
 // dedupeKey names the update an event reports: the same key routed twice makes one task per
@@ -38,16 +41,62 @@ func (e *routedEvent) dedupeKey() string {
 	return "cursor:" + e.DatasetUUID + ":" + e.DatasetVersion + ":" + strconv.FormatInt(*e.Cursor, 10)
 }
 
-// acceptEvents stores the events of t's current attempt and queues each new one for routing, in
+var partitionKey = regexp.MustCompile(`^(\d+)-(\d+)$`)
+
+// validateEvents checks events and turns them into rows of task t's attempt.
+func validateEvents(t *store.Task, attempt int, events []dispatch.DatasetEvent, now time.Time) ([]*store.DatasetEvent, error) {
+	rows := make([]*store.DatasetEvent, len(events))
+	for i, e := range events {
+		bad := func(format string, args ...any) error {
+			return &dispatch.InvalidError{Message: fmt.Sprintf("events[%d]: ", i) + fmt.Sprintf(format, args...)}
+		}
+		switch {
+		case e.DatasetUUID == "":
+			return nil, bad("dataset_uuid is required")
+		case e.DatasetVersion == "":
+			return nil, bad("dataset_version is required")
+		case e.Cursor == nil && e.PartitionKey == "":
+			return nil, bad("an event needs a cursor or a partition_key")
+		}
+		if e.PartitionKey != "" {
+			m := partitionKey.FindStringSubmatch(e.PartitionKey)
+			if m == nil {
+				return nil, bad("partition_key must be \"start-end\", got %q", e.PartitionKey)
+			}
+			start, _ := strconv.ParseInt(m[1], 10, 64)
+			end, _ := strconv.ParseInt(m[2], 10, 64)
+			if start > end || (e.Start != nil && *e.Start != start) || (e.End != nil && *e.End != end) {
+				return nil, bad("partition_key %q does not match start %v and end %v", e.PartitionKey, deref(e.Start), deref(e.End))
+			}
+		} else if e.Start != nil || e.End != nil {
+			return nil, bad("start and end belong to a partitioned event (with partition_key)")
+		}
+		key, _ := json.Marshal([]any{t.ID, e.DatasetUUID, e.DatasetVersion, e.Cursor, e.PartitionKey, e.Start, e.End})
+		sum := sha256.Sum256(key)
+		rows[i] = &store.DatasetEvent{DedupeKey: hex.EncodeToString(sum[:]), JobID: t.JobID, TaskID: t.ID, Attempt: attempt,
+			DatasetUUID: e.DatasetUUID, DatasetVersion: e.DatasetVersion, Cursor: e.Cursor, PartitionKey: e.PartitionKey,
+			Start: e.Start, End: e.End, CreatedAt: now}
+	}
+	return rows, nil
+}
+
+func deref(p *int64) any {
+	if p == nil {
+		return nil
+	}
+	return *p
+}
+
+// AcceptEvents stores the events of t's current attempt and queues each new one for routing, in
 // the caller's transaction: an event is routed exactly when it is stored. Every event must name a
 // dataset of the task's tenant; otherwise none is stored. It returns how many events were new.
-func (d *Dispatcher) acceptEvents(ctx context.Context, tx store.Tx, c *changes, t *store.Task, events []DatasetEvent) (int, error) {
-	rows, err := validateEvents(t, t.Attempt, events, c.now)
+func (dp *Plane) AcceptEvents(ctx context.Context, tx store.Tx, c *dispatch.Work, t *store.Task, events []dispatch.DatasetEvent) (int, error) {
+	rows, err := validateEvents(t, t.Attempt, events, c.Now())
 	if err != nil {
 		return 0, err
 	}
 	// Read for its tenant, which never changes: outside the transaction, so as not to lock it.
-	job, err := d.store.GetJob(ctx, t.JobID)
+	job, err := dp.d.JobRef(ctx, t.JobID)
 	if err != nil {
 		return 0, err
 	}
@@ -62,20 +111,20 @@ func (d *Dispatcher) acceptEvents(ctx context.Context, tx store.Tx, c *changes, 
 		if e.ID == 0 {
 			continue // a repeat: routed when it was first stored
 		}
-		payload, _ := json.Marshal(routedEvent{Tenant: job.Tenant, EventID: e.ID, TaskID: t.ID, DatasetEvent: DatasetEvent{
+		payload, _ := json.Marshal(routedEvent{Tenant: job.Tenant, EventID: e.ID, TaskID: t.ID, DatasetEvent: dispatch.DatasetEvent{
 			DatasetUUID: e.DatasetUUID, DatasetVersion: e.DatasetVersion, Cursor: e.Cursor, PartitionKey: e.PartitionKey,
 			Start: e.Start, End: e.End}})
-		c.outbox = append(c.outbox, &store.OutboxMessage{Topic: store.TopicDatasetEvent, Key: e.DatasetUUID, Payload: payload,
-			AvailableAt: c.now, CreatedAt: c.now})
+		c.Outbox(&store.OutboxMessage{Topic: store.TopicDatasetEvent, Key: e.DatasetUUID, Payload: payload,
+			AvailableAt: c.Now(), CreatedAt: c.Now()})
 	}
-	c.routable = true // wakes the router once committed
+	c.Signal(&dp.routing) // wakes the router once committed
 	return n, nil
 }
 
 // ownDatasets checks that every event names a dataset of tenant. Another tenant's dataset and a
 // dataset that does not exist get the same answer, so that the refusal says nothing about other
 // tenants.
-func ownDatasets(ctx context.Context, st store.Reader, tenant string, events []DatasetEvent) error {
+func ownDatasets(ctx context.Context, st store.Reader, tenant string, events []dispatch.DatasetEvent) error {
 	uuids := make([]string, 0, len(events))
 	for _, e := range events {
 		uuids = append(uuids, e.DatasetUUID)
@@ -94,7 +143,7 @@ func ownDatasets(ctx context.Context, st store.Reader, tenant string, events []D
 	}
 	for i, e := range events {
 		if !mine[e.DatasetUUID] {
-			return &InvalidError{Message: fmt.Sprintf("events[%d]: dataset_uuid %q: this tenant has no such dataset", i, e.DatasetUUID)}
+			return &dispatch.InvalidError{Message: fmt.Sprintf("events[%d]: dataset_uuid %q: this tenant has no such dataset", i, e.DatasetUUID)}
 		}
 	}
 	return nil
@@ -115,7 +164,7 @@ type RouteConfig struct {
 // the dataset's current one, and events on datasets of another tenant, route nothing; they stay
 // stored for audit.
 type Router struct {
-	d       *Dispatcher
+	dp      *Plane
 	batch   int
 	passes  int
 	backlog chan struct{} // the first loop found a full batch: the helpers join in
@@ -123,8 +172,8 @@ type Router struct {
 }
 
 // NewRouter returns a stopped router over d's store.
-func (d *Dispatcher) NewRouter(cfg RouteConfig) *Router {
-	return &Router{d: d, batch: cmpOr(cfg.Batch, 2000), passes: cmpOr(cfg.Passes, 2), backlog: make(chan struct{})}
+func (dp *Plane) NewRouter(cfg RouteConfig) *Router {
+	return &Router{dp: dp, batch: cmpOr(cfg.Batch, 2000), passes: cmpOr(cfg.Passes, 2), backlog: make(chan struct{})}
 }
 
 // Start runs the router until Stop or until ctx ends.
@@ -143,7 +192,7 @@ func (r *Router) Start(ctx context.Context) error {
 // another replica accepted and did not route, because it stopped).
 func (r *Router) run(ctx context.Context) {
 	for {
-		woken := r.d.routing.wait() // before the pass, so an event committed during it is not missed
+		woken := r.dp.routing.Wait() // before the pass, so an event committed during it is not missed
 		if full := r.pass(ctx); full {
 			select {
 			case r.backlog <- struct{}{}: // wake a helper, if one is idle
@@ -155,7 +204,7 @@ func (r *Router) run(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-woken:
-		case <-r.d.clock.After(time.Second):
+		case <-r.dp.clock.After(time.Second):
 		}
 	}
 }
@@ -178,10 +227,10 @@ func (r *Router) pass(ctx context.Context) bool {
 	claimed, _, err := r.RunOnce(ctx)
 	if err != nil && ctx.Err() == nil {
 		level := slog.LevelError
-		if r.d.Unavailable(err) {
+		if r.dp.d.Unavailable(err) {
 			level = slog.LevelWarn
 		}
-		r.d.log.Log(ctx, level, "routing pass failed", "err", err)
+		r.dp.log.Log(ctx, level, "routing pass failed", "err", err)
 	}
 	return err == nil && claimed >= r.batch
 }
@@ -189,9 +238,9 @@ func (r *Router) pass(ctx context.Context) bool {
 // RunOnce routes one batch of events and returns how many events it claimed and how many tasks
 // it created.
 func (r *Router) RunOnce(ctx context.Context) (events, tasks int, err error) {
-	err = r.d.updateAlone(ctx, store.LockSet{}, func(tx store.Tx, c *changes) error {
+	err = r.dp.d.UpdateAlone(ctx, store.LockSet{}, func(tx store.Tx, c *dispatch.Work) error {
 		events, tasks = 0, 0
-		msgs, err := tx.ClaimOutbox(ctx, c.now, r.batch, store.OutboxFilter{Topic: store.TopicDatasetEvent})
+		msgs, err := tx.ClaimOutbox(ctx, c.Now(), r.batch, store.OutboxFilter{Topic: store.TopicDatasetEvent})
 		if err != nil || len(msgs) == 0 {
 			return err
 		}
@@ -202,7 +251,7 @@ func (r *Router) RunOnce(ctx context.Context) (events, tasks int, err error) {
 			ids[i] = m.ID
 			var e routedEvent
 			if err := json.Unmarshal(m.Payload, &e); err != nil || (e.Cursor == nil && e.PartitionKey == "") {
-				r.d.log.ErrorContext(ctx, "unreadable dataset event in the outbox; not routed", "id", m.ID, "err", err)
+				r.dp.log.ErrorContext(ctx, "unreadable dataset event in the outbox; not routed", "id", m.ID, "err", err)
 				continue
 			}
 			evs = append(evs, &e)
@@ -210,13 +259,13 @@ func (r *Router) RunOnce(ctx context.Context) (events, tasks int, err error) {
 		if tasks, err = r.route(ctx, tx, c, evs); err != nil {
 			return err
 		}
-		return tx.MarkOutboxSent(ctx, ids, c.now)
+		return tx.MarkOutboxSent(ctx, ids, c.Now())
 	})
 	return events, tasks, err
 }
 
 // route creates the tasks of evs in tx.
-func (r *Router) route(ctx context.Context, tx store.Tx, c *changes, evs []*routedEvent) (int, error) {
+func (r *Router) route(ctx context.Context, tx store.Tx, c *dispatch.Work, evs []*routedEvent) (int, error) {
 	uuids := make([]string, 0, len(evs))
 	for _, e := range evs {
 		uuids = append(uuids, e.DatasetUUID)
@@ -245,7 +294,7 @@ func (r *Router) route(ctx context.Context, tx store.Tx, c *changes, evs []*rout
 	var more []string // the datasets the new tasks read and write, for their versions
 	for _, cs := range consumers {
 		byDataset[cs.DatasetUUID] = append(byDataset[cs.DatasetUUID], cs)
-		spec, err := r.d.specs.get(ctx, tx, cs.Tenant, cs.Pipeline, cs.Version)
+		spec, err := r.dp.specs.get(ctx, tx, cs.Tenant, cs.Pipeline, cs.Version)
 		if err != nil {
 			return 0, err
 		}
@@ -278,51 +327,19 @@ func (r *Router) route(ctx context.Context, tx store.Tx, c *changes, evs []*rout
 				continue
 			}
 			seen[key] = true
-			job, task := r.d.newPipelineTask(spec, js, c.now, key)
+			job, task := r.dp.newPipelineTask(spec, js, c.Now(), key)
 			task.Route = js.route(spec, known, cs.InputIndex, e, nil)
 			jobs = append(jobs, job)
 			tasks[job.ID] = task
 		}
 	}
-	return r.d.insertPipelineTasks(ctx, tx, c, jobs, tasks)
-}
-
-// insertPipelineTasks stores the one-task jobs of pipeline tasks whose idempotency key is new and
-// their tasks, and returns how many it stored.
-func (d *Dispatcher) insertPipelineTasks(ctx context.Context, tx store.Tx, c *changes, jobs []*store.Job, tasks map[string]*store.Task) (int, error) {
-	if len(jobs) == 0 {
-		return 0, nil
-	}
-	// In key order, so that concurrent routers wait on each other's keys without deadlock.
-	slices.SortFunc(jobs, func(a, b *store.Job) int { return strings.Compare(a.IdempotencyKey, b.IdempotencyKey) })
-	inserted, err := tx.InsertJobsIfAbsent(ctx, jobs)
-	if err != nil || len(inserted) == 0 {
-		return 0, err
-	}
-	byID := make(map[string]*store.Job, len(jobs))
-	for _, j := range jobs {
-		byID[j.ID] = j
-	}
-	created := make([]*store.Task, 0, len(inserted))
-	for _, id := range inserted {
-		t, job := tasks[id], byID[id]
-		created = append(created, t)
-		c.event(id, "", "", EventJobCreated, map[string]any{"jobId": id, "totalTasks": 1, "pipeline": job.Pipeline,
-			"pipelineVersion": job.PipelineVersion, "pipelineJob": job.PipelineJob, "routeKey": job.IdempotencyKey,
-			"tasks": []map[string]any{{"taskId": t.Key, "name": t.Name, "dependsOn": []string{}, "input": t.Input}}})
-		c.event(id, t.ID, t.Key, EventTaskPending, map[string]any{"requestId": t.Key, "jobId": id, "name": t.Name, "dependsOn": []string{}})
-		c.wake(t.ID, t.Queue, t.Runtime, t.AvailableAt)
-	}
-	if err := tx.InsertTasks(ctx, created); err != nil {
-		return 0, err
-	}
-	return len(created), nil
+	return c.InsertJobsIfAbsent(ctx, tx, jobs, tasks)
 }
 
 // newPipelineTask builds a pending task of pipeline job js and its one-task job, keyed for
 // idempotency by key.
-func (d *Dispatcher) newPipelineTask(spec *pipelineSpec, js *jobSpec, now time.Time, key string) (*store.Job, *store.Task) {
-	def := d.cfg.Defaults
+func (dp *Plane) newPipelineTask(spec *pipelineSpec, js *jobSpec, now time.Time, key string) (*store.Job, *store.Task) {
+	def := dp.d.Defaults()
 	job := &store.Job{
 		ID:              "job-" + uuid.NewString(),
 		Tenant:          spec.Tenant,
@@ -347,15 +364,15 @@ func (d *Dispatcher) newPipelineTask(spec *pipelineSpec, js *jobSpec, now time.T
 		Input:            js.Config,
 		DependsOn:        []string{},
 		Status:           lifecycle.Pending,
-		MaxAttempts:      optional(ptrIf(js.MaxAttempts), def.MaxAttempts),
+		MaxAttempts:      cmpOr(js.MaxAttempts, def.MaxAttempts),
 		AvailableAt:      now,
 		BackoffBase:      def.BackoffBase,
 		BackoffMax:       def.BackoffMax,
 		Timeout:          time.Duration(js.TimeoutSeconds) * time.Second,
-		HeartbeatTimeout: optionalSeconds(ptrIf(js.HeartbeatTimeoutSeconds), def.HeartbeatTimeout),
+		HeartbeatTimeout: cmpOr(time.Duration(js.HeartbeatTimeoutSeconds)*time.Second, def.HeartbeatTimeout),
 		CancelGrace:      def.CancelGrace,
 		CreatedAt:        now,
-		LastEventType:    EventTaskPending,
+		LastEventType:    dispatch.EventTaskPending,
 		LastEventAt:      now,
 	}
 	if len(t.Input) == 0 {
@@ -365,14 +382,6 @@ func (d *Dispatcher) newPipelineTask(spec *pipelineSpec, js *jobSpec, now time.T
 		t.ConcurrencyKey, t.ConcurrencyLimit = spec.Tenant+"/"+spec.Name+"/"+js.Name, js.MaxConcurrency
 	}
 	return job, t
-}
-
-// ptrIf is nil for 0, else a pointer to n: a spec's unset number.
-func ptrIf(n int) *int {
-	if n == 0 {
-		return nil
-	}
-	return &n
 }
 
 // knownDatasets holds the datasets a transaction has read, with the storage references of their

@@ -1,4 +1,4 @@
-package dispatch
+package dataplane
 
 import (
 	"context"
@@ -125,18 +125,6 @@ func (j *jobSpec) taskQueue() string {
 		return ControlQueue
 	}
 	return j.Queue
-}
-
-// DecodeRoute reads a task's route; nil for a task that is not a pipeline task.
-func DecodeRoute(t *store.Task) *wire.Route {
-	if len(t.Route) == 0 {
-		return nil
-	}
-	var r wire.Route
-	if json.Unmarshal(t.Route, &r) != nil {
-		return nil
-	}
-	return &r
 }
 
 // route builds the route of a task of j: started by event e on input fired (e nil, fired -1: a

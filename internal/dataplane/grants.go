@@ -1,8 +1,9 @@
-package dispatch
+package dataplane
 
 import (
 	"slices"
 
+	"github.com/baton-dev/baton/internal/dispatch"
 	"github.com/baton-dev/baton/internal/grant"
 	"github.com/baton-dev/baton/internal/pipeline"
 	"github.com/baton-dev/baton/internal/store"
@@ -15,7 +16,7 @@ import (
 // its capability token lets it write batches for.
 func GrantAttempt(t *store.Task) grant.Attempt {
 	a := grant.Attempt{TaskID: t.ID, Attempt: t.Attempt}
-	r := DecodeRoute(t)
+	r := dispatch.DecodeRoute(t)
 	if r == nil {
 		return a
 	}

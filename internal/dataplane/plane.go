@@ -1,0 +1,59 @@
+// Package dataplane moves data between tasks on top of the lifecycle core (package dispatch):
+// pipeline deploys and rollbacks, the routing of dataset events to consumer tasks, sources (cron,
+// always_on, manual, webhook), the dataset registry and its cutover, and the Buffer Queue that
+// hands buffered batches to sinks.
+package dataplane
+
+import (
+	"log/slog"
+	"time"
+
+	"github.com/jonboulle/clockwork"
+
+	"github.com/baton-dev/baton/internal/dispatch"
+	"github.com/baton-dev/baton/internal/store"
+)
+
+// Config configures a Plane. Zero fields take their defaults.
+type Config struct {
+	// Blob is the object storage of buffered datasets' batches; nil refuses buffered publishes.
+	Blob BlobRoot
+	// Tables creates buffered datasets' tables when a pipeline is deployed; nil creates none.
+	Tables DatasetTables
+	Buffer BufferConfig
+}
+
+// Plane is the data plane of one server over its dispatcher.
+type Plane struct {
+	d     *dispatch.Dispatcher
+	store store.Store
+	clock clockwork.Clock
+	log   *slog.Logger
+	cfg   Config
+	specs specCache // the pipeline versions' specs read so far
+	// routing is signalled by a transaction that queued dataset events for the router; sinks by
+	// one that queued a buffered batch for the sinks.
+	routing, sinks dispatch.Signal
+}
+
+// New returns the data plane over d and makes it d's hook, so that the dataset events and
+// versions workers report reach it. Call it before d serves.
+func New(d *dispatch.Dispatcher, cfg Config) *Plane {
+	dp := &Plane{d: d, store: d.Store(), clock: d.Clock(), log: d.Logger(), cfg: cfg}
+	d.SetHook(dp)
+	return dp
+}
+
+// Dispatcher returns the lifecycle core the plane runs on.
+func (dp *Plane) Dispatcher() *dispatch.Dispatcher { return dp.d }
+
+// now is the dispatcher's clock at the store's millisecond precision.
+func (dp *Plane) now() time.Time { return dp.d.Now() }
+
+// cmpOr is v when it is positive, else def.
+func cmpOr[T int | time.Duration](v, def T) T {
+	if v > 0 {
+		return v
+	}
+	return def
+}

@@ -1,0 +1,135 @@
+package dispatch
+
+import (
+	"context"
+	"log/slog"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/baton-dev/baton/internal/store"
+	"github.com/jonboulle/clockwork"
+)
+
+// Work is a transaction of the dispatcher in progress, as code outside the core sees it: what it
+// appends to the audit log and the outbox besides its state writes, and what it wakes once it
+// committed. Update and UpdateAlone hand one to their function.
+type Work struct{ c *changes }
+
+// Now is the transaction's time, at the store's millisecond precision.
+func (w *Work) Now() time.Time { return w.c.now }
+
+// Outbox appends m to the outbox, written in the same transaction.
+func (w *Work) Outbox(m *store.OutboxMessage) { w.c.outbox = append(w.c.outbox, m) }
+
+// Signal wakes what waits on s once the transaction committed (nothing if it rolls back).
+func (w *Work) Signal(s *Signal) {
+	if !slices.Contains(w.c.signals, s) {
+		w.c.signals = append(w.c.signals, s)
+	}
+}
+
+// Update runs fn as one store transaction, or a part of a group commit, that first locks the rows
+// of locks and also writes what fn appended to w (see update). fn may run more than once.
+func (d *Dispatcher) Update(ctx context.Context, locks store.LockSet, fn func(tx store.Tx, w *Work) error) error {
+	return d.update(ctx, locks, func(tx store.Tx, c *changes) error { return fn(tx, &Work{c: c}) })
+}
+
+// UpdateAlone is Update in a transaction of its own, retried after transient failures.
+func (d *Dispatcher) UpdateAlone(ctx context.Context, locks store.LockSet, fn func(tx store.Tx, w *Work) error) error {
+	return d.updateAlone(ctx, locks, func(tx store.Tx, c *changes) error { return fn(tx, &Work{c: c}) })
+}
+
+// LockAttempt locks the task of f in tx and checks that f is its current, running attempt.
+func (d *Dispatcher) LockAttempt(ctx context.Context, tx store.Tx, f Fence) (*store.Task, error) {
+	return d.lockAttempt(ctx, tx, f)
+}
+
+// Now is the dispatcher's clock at the store's millisecond precision.
+func (d *Dispatcher) Now() time.Time { return d.now() }
+
+// InsertJobsIfAbsent stores the one-task jobs whose idempotency key is new, each with its task
+// in tasks (by job id), with their audit events and wake-ups, and returns how many it stored.
+// Jobs whose key exists already are left as they are.
+func (w *Work) InsertJobsIfAbsent(ctx context.Context, tx store.Tx, jobs []*store.Job, tasks map[string]*store.Task) (int, error) {
+	c := w.c
+	if len(jobs) == 0 {
+		return 0, nil
+	}
+	// In key order, so that concurrent callers wait on each other's keys without deadlock.
+	slices.SortFunc(jobs, func(a, b *store.Job) int { return strings.Compare(a.IdempotencyKey, b.IdempotencyKey) })
+	inserted, err := tx.InsertJobsIfAbsent(ctx, jobs)
+	if err != nil || len(inserted) == 0 {
+		return 0, err
+	}
+	byID := make(map[string]*store.Job, len(jobs))
+	for _, j := range jobs {
+		byID[j.ID] = j
+	}
+	created := make([]*store.Task, 0, len(inserted))
+	for _, id := range inserted {
+		t, job := tasks[id], byID[id]
+		created = append(created, t)
+		c.event(id, "", "", EventJobCreated, map[string]any{"jobId": id, "totalTasks": 1, "pipeline": job.Pipeline,
+			"pipelineVersion": job.PipelineVersion, "pipelineJob": job.PipelineJob, "routeKey": job.IdempotencyKey,
+			"tasks": []map[string]any{{"taskId": t.Key, "name": t.Name, "dependsOn": []string{}, "input": t.Input}}})
+		c.event(id, t.ID, t.Key, EventTaskPending, map[string]any{"requestId": t.Key, "jobId": id, "name": t.Name, "dependsOn": []string{}})
+		c.wake(t.ID, t.Queue, t.Runtime, t.AvailableAt)
+	}
+	if err := tx.InsertTasks(ctx, created); err != nil {
+		return 0, err
+	}
+	return len(created), nil
+}
+
+// Signal wakes the goroutines waiting for something a transaction did, once it committed: the
+// data plane's router waits on one for new dataset events, its sinks on another for new batches.
+// The zero value is ready to use.
+type Signal struct{ n notifier }
+
+// Wait returns a channel that is closed the next time a transaction that signalled s commits.
+// Take it before looking for work, so that a commit between the look and the wait is not missed.
+func (s *Signal) Wait() <-chan struct{} { return s.n.wait() }
+
+// Notify wakes the waiters of s now.
+func (s *Signal) Notify() { s.n.notify() }
+
+// Hook is how the data plane takes part in the transitions of a task: the core calls it inside
+// the transaction of a worker's report that carries dataset events or published dataset versions,
+// so that they are stored exactly when the report is. A dispatcher without a hook refuses such
+// reports.
+type Hook interface {
+	// AcceptEvents stores the events of t's current attempt and returns how many were new.
+	AcceptEvents(ctx context.Context, tx store.Tx, w *Work, t *store.Task, events []DatasetEvent) (int, error)
+	// RegisterVersions registers the dataset versions the successful attempt of t wrote.
+	RegisterVersions(ctx context.Context, tx store.Tx, w *Work, t *store.Task, pub []PublishedVersion) error
+}
+
+// SetHook makes h the dispatcher's hook. Call it before the dispatcher serves.
+func (d *Dispatcher) SetHook(h Hook) { d.hook = h }
+
+// errNoDataPlane refuses dataset events and versions on a dispatcher without a hook.
+var errNoDataPlane = &InvalidError{Message: "this server runs no data plane: dataset events and published versions are refused"}
+
+func (d *Dispatcher) acceptEvents(ctx context.Context, tx store.Tx, c *changes, t *store.Task, events []DatasetEvent) (int, error) {
+	if d.hook == nil {
+		return 0, errNoDataPlane
+	}
+	return d.hook.AcceptEvents(ctx, tx, &Work{c: c}, t, events)
+}
+
+func (d *Dispatcher) registerVersions(ctx context.Context, tx store.Tx, c *changes, t *store.Task, pub []PublishedVersion) error {
+	if len(pub) == 0 {
+		return nil
+	}
+	if d.hook == nil {
+		return errNoDataPlane
+	}
+	return d.hook.RegisterVersions(ctx, tx, &Work{c: c}, t, pub)
+}
+
+// Clock returns the dispatcher's clock.
+func (d *Dispatcher) Clock() clockwork.Clock { return d.clock }
+
+// Logger returns the dispatcher's logger.
+func (d *Dispatcher) Logger() *slog.Logger { return d.log }
