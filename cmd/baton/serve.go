@@ -27,6 +27,7 @@ import (
 	"github.com/baton-dev/baton/internal/maintenance"
 	"github.com/baton-dev/baton/internal/metrics"
 	"github.com/baton-dev/baton/internal/mtls"
+	"github.com/baton-dev/baton/internal/push"
 	"github.com/baton-dev/baton/internal/pushsig"
 	"github.com/baton-dev/baton/internal/server"
 	"github.com/baton-dev/baton/internal/sink"
@@ -364,7 +365,7 @@ func serve(ctx context.Context, f *serverFlags, ls *listeners, st store.Store, l
 		DataPlane: dataplane.Config{Buffer: dataplane.BufferConfig{Visibility: f.sinkFlags.visibility}},
 		API:       api.Config{MaxBodyBytes: f.maxBodyBytes, PushTargets: ls.pushTargets, CORSOrigins: f.corsOrigins.origins},
 		Limits:    f.limits,
-		Push: api.PushConfig{Targets: ls.pushTargets, Secrets: ls.pushSecrets, Timeout: f.pushTimeout,
+		Push: push.Config{Targets: ls.pushTargets, Secrets: ls.pushSecrets, Timeout: f.pushTimeout,
 			CallbackBaseURL: cmp.Or(f.publicURL, "http://"+ls.producer.Addr().String())},
 		Blob: dp.blob, Data: dp.data, Transport: ls.transport, TracerProvider: tracing.TracerProvider(),
 		Credentials: grant.MinterOptions{RoleARN: f.credentialsRole, Endpoint: f.stsEndpoint, MaxDuration: f.credentialsMaxTTL},

@@ -279,7 +279,7 @@ func (s *Server) internalClaim(w http.ResponseWriter, r *http.Request) (any, err
 		return nil, err
 	}
 	t := c.Task
-	token, tokenExp, err := s.issueToken(ctx, t, c.Job, c.Route)
+	token, tokenExp, err := s.TaskToken(ctx, t, c.Job, c.Route)
 	if err != nil {
 		return nil, err
 	}

@@ -8,12 +8,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/baton-dev/baton/internal/api"
 	"github.com/baton-dev/baton/internal/auth"
 	"github.com/baton-dev/baton/internal/dataplane"
 	"github.com/baton-dev/baton/internal/lifecycle"
 	"github.com/baton-dev/baton/internal/pipeline"
 	"github.com/baton-dev/baton/internal/pipeline/pipelinetest"
+	"github.com/baton-dev/baton/internal/push"
 )
 
 const apiPipeline = `
@@ -331,7 +331,7 @@ func TestLambdaJobsArePushed(t *testing.T) {
 			t.Errorf("deploy without a target: %s", res.Raw)
 		}
 		wantStatus(t, a.request("POST", a.public.URL+"/pipelines", sourcesPipeline, yaml...), http.StatusCreated)
-		a.startPusher(api.PushConfig{Targets: map[string]string{"on_push": target.url}})
+		a.startPusher(push.Config{Targets: map[string]string{"on_push": target.url}})
 		hook := a.request("POST", a.public.URL+"/webhooks/github/push", `{"ref": "main"}`, "x-api-key", a.key)
 		wantStatus(t, hook, http.StatusCreated)
 		var env map[string]any

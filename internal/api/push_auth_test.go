@@ -15,8 +15,8 @@ import (
 
 	"github.com/jonboulle/clockwork"
 
-	"github.com/baton-dev/baton/internal/api"
 	"github.com/baton-dev/baton/internal/lifecycle"
+	"github.com/baton-dev/baton/internal/push"
 	"github.com/baton-dev/baton/internal/store"
 	"github.com/baton-dev/baton/worker"
 )
@@ -50,7 +50,7 @@ func TestPushSignsEveryDeliveryWithTheTargetSecret(t *testing.T) {
 			signClock.Advance(time.Minute)
 			http.Error(w, "try again", http.StatusServiceUnavailable)
 		})
-		a.startPusher(api.PushConfig{Targets: map[string]string{"signed": target.url, "open": target.url},
+		a.startPusher(push.Config{Targets: map[string]string{"signed": target.url, "open": target.url},
 			Secrets: map[string]string{"signed": secret}, Clock: signClock})
 		_, ids := a.createJob(withFields(tk("s", "signed"), "runtime", "push", "maxAttempts", 2, "backoffBaseMs", 1000, "backoffMaxMs", 1000))
 		a.createJob(withFields(tk("o", "open"), "runtime", "push"))
@@ -122,7 +122,7 @@ func TestPushTargetCheckingTheSignatureTakesOnlyTheRightSecret(t *testing.T) {
 				}()
 			})).ServeHTTP(w, r)
 		})
-		a.startPusher(api.PushConfig{
+		a.startPusher(push.Config{
 			Targets: map[string]string{"good": target.url, "forged": target.url, "plain": target.url},
 			Secrets: map[string]string{"good": secret, "forged": "whsec-wrong"},
 		})
@@ -201,7 +201,7 @@ func reportSucceeded(d delivery) error {
 func TestPushTargetWithAnUnusableSecretIsAConfigurationError(t *testing.T) {
 	forEachPushDriver(t, nil, func(t *testing.T, a *pushAPI) {
 		target := newTestTarget(t, func(_ delivery, w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusAccepted) })
-		a.startPusher(api.PushConfig{Targets: map[string]string{"empty": target.url, "spaced": target.url},
+		a.startPusher(push.Config{Targets: map[string]string{"empty": target.url, "spaced": target.url},
 			Secrets: map[string]string{"empty": "", "spaced": "two words"}})
 		_, empty := a.createJob(withFields(tk("e", "empty"), "runtime", "push", "maxAttempts", 3))
 		_, spaced := a.createJob(withFields(tk("s", "spaced"), "runtime", "push", "maxAttempts", 3))

@@ -20,6 +20,7 @@ import (
 	"github.com/baton-dev/baton/internal/auth"
 	"github.com/baton-dev/baton/internal/dispatch"
 	"github.com/baton-dev/baton/internal/lifecycle"
+	"github.com/baton-dev/baton/internal/push"
 	"github.com/baton-dev/baton/internal/store"
 	"github.com/baton-dev/baton/internal/store/storetest"
 )
@@ -37,7 +38,7 @@ type pushAPI struct {
 }
 
 // forEachPushDriver runs fn on SQLite and PostgreSQL; pushTargets is the Server's
-// Config.PushTargets (the submission check), not the Pusher's.
+// Config.PushTargets (the submission check), not the Deliverer's (internal/push).
 func forEachPushDriver(t *testing.T, pushTargets map[string]string, fn func(t *testing.T, a *pushAPI)) {
 	t.Helper()
 	storetest.ForEachDriver(t, func(t *testing.T, st store.Store) {
@@ -64,11 +65,13 @@ func forEachPushDriver(t *testing.T, pushTargets map[string]string, fn func(t *t
 
 // startPusher starts a push dispatcher that calls back on the public listener; the test's end
 // stops it.
-func (a *pushAPI) startPusher(cfg api.PushConfig) *api.Pusher {
+func (a *pushAPI) startPusher(cfg push.Config) *push.Deliverer {
 	if cfg.CallbackBaseURL == "" {
 		cfg.CallbackBaseURL = a.public.URL
 	}
-	p := a.srv.NewPusher(cfg)
+	cfg.Token = a.srv.TaskToken
+	cfg.Logger = slog.New(slog.DiscardHandler)
+	p := push.New(a.d, cfg)
 	p.Start(context.Background())
 	a.t.Cleanup(p.Stop)
 	return p
@@ -221,7 +224,7 @@ func TestPushDeliversTheEnvelopeAndCallbacksRunTheDAG(t *testing.T) {
 				}
 			}()
 		})
-		a.startPusher(api.PushConfig{Targets: map[string]string{"work": target.url}})
+		a.startPusher(push.Config{Targets: map[string]string{"work": target.url}})
 		push := func(key string, n int, deps ...string) map[string]any {
 			return withFields(tk(key, "work", deps...), "runtime", "push", "input", map[string]any{"n": n},
 				"heartbeatTimeoutSeconds", 40, "cancelGraceSeconds", 5)
@@ -314,7 +317,7 @@ func TestPushTargetErrorIsRetriedThenDeadLettered(t *testing.T) {
 		target := newTestTarget(t, func(_ delivery, w http.ResponseWriter, _ *http.Request) {
 			http.Error(w, "boom", http.StatusInternalServerError)
 		})
-		p := a.startPusher(api.PushConfig{Targets: map[string]string{"work": target.url}})
+		p := a.startPusher(push.Config{Targets: map[string]string{"work": target.url}})
 		_, ids := a.createJob(withFields(tk("a", "work"), "runtime", "push", "maxAttempts", 3, "backoffBaseMs", 1000, "backoffMaxMs", 1000))
 		id := ids["a"]
 
@@ -359,7 +362,7 @@ func TestPushTargetThatDoesNotAnswerFailsTheAttempt(t *testing.T) {
 			}
 		})
 		t.Cleanup(func() { close(release) }) // before the target closes: Close waits for handlers
-		a.startPusher(api.PushConfig{Targets: map[string]string{"work": target.url}, Timeout: 300 * time.Millisecond})
+		a.startPusher(push.Config{Targets: map[string]string{"work": target.url}, Timeout: 300 * time.Millisecond})
 		_, ids := a.createJob(withFields(tk("a", "work"), "runtime", "push", "backoffBaseMs", 1000, "backoffMaxMs", 1000))
 		id := ids["a"]
 
@@ -403,7 +406,7 @@ func TestPushSubmissionWithoutTargetIsRejected(t *testing.T) {
 
 func TestPushDeliveryWithoutTargetIsAConfigurationError(t *testing.T) {
 	forEachPushDriver(t, nil, func(t *testing.T, a *pushAPI) {
-		a.startPusher(api.PushConfig{Targets: map[string]string{}})
+		a.startPusher(push.Config{Targets: map[string]string{}})
 		_, ids := a.createJob(withFields(tk("a", "orphan"), "runtime", "push", "maxAttempts", 3))
 		id := ids["a"]
 
@@ -449,7 +452,7 @@ func TestPushStopWaitsForDeliveriesInFlight(t *testing.T) {
 			<-release
 			w.WriteHeader(http.StatusAccepted)
 		})
-		p := a.startPusher(api.PushConfig{Targets: map[string]string{"work": target.url}})
+		p := a.startPusher(push.Config{Targets: map[string]string{"work": target.url}})
 		_, ids := a.createJob(withFields(tk("a", "work"), "runtime", "push"))
 		eventually(t, "the task is delivered", target.received(1))
 

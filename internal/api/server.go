@@ -37,7 +37,7 @@ type Config struct {
 	MaxBodyBytes int64 // default DefaultMaxBodyBytes
 	// EventPoll is how often an event stream looks for new events; default 250 ms.
 	EventPoll time.Duration
-	// PushTargets, when not nil, are the push targets by task name (the Pusher's): a submitted
+	// PushTargets, when not nil, are the push targets by task name (push.Config.Targets): a submitted
 	// push task whose name has none is refused with a 400.
 	PushTargets map[string]string
 	// Wakeups, when not nil, is the wake-up transport's view of its messages (Redis Streams):

@@ -116,7 +116,7 @@ func (s *Server) streamClaimAnswer(ctx context.Context, c *dispatch.Claim, msgID
 	t := c.Task
 	// If minting fails the worker gets a 500 and never runs the attempt; its lease then expires
 	// and the reaper retries the task, as for any worker that vanishes after a claim.
-	tok, exp, err := s.issueToken(ctx, t, c.Job, c.Route)
+	tok, exp, err := s.TaskToken(ctx, t, c.Job, c.Route)
 	if err != nil {
 		return nil, fmt.Errorf("issue capability token for task %s attempt %d: %w", t.ID, t.Attempt, err)
 	}

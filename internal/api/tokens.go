@@ -15,12 +15,15 @@ import (
 	"github.com/baton-dev/baton/wire"
 )
 
-// issueToken mints the capability token of a claimed attempt (docs/security.md): it binds the
+// TaskToken mints the capability token of a claimed attempt (docs/security.md): it binds the
 // tenant, job, task and attempt, and carries the lease token so that dialects whose bodies do not
 // (the callback dialect) are fenced all the same; a pipeline task's carries its pinned input
 // datasets (route), and with object storage every token carries the attempt's storage grant
 // (internal/grant).
-func (s *Server) issueToken(ctx context.Context, t *store.Task, job dispatch.JobRef, route *wire.Route) (string, time.Time, error) {
+func (s *Server) TaskToken(ctx context.Context, t *store.Task, job dispatch.JobRef, route *wire.Route) (string, time.Time, error) {
+	if s.tokens == nil {
+		return "", time.Time{}, errors.New("api: no capability token issuer configured (Config.Tokens)")
+	}
 	claims := auth.TaskClaims{Tenant: job.Tenant, JobID: t.JobID, TaskID: t.ID, Attempt: t.Attempt, LeaseToken: t.LeaseToken}
 	if route != nil {
 		for _, in := range route.Inputs {
@@ -46,7 +49,7 @@ func (s *Server) reissueToken(ctx context.Context, t *store.Task) (string, time.
 	if err != nil {
 		return "", time.Time{}, err
 	}
-	return s.issueToken(ctx, t, job, dispatch.DecodeRoute(t))
+	return s.TaskToken(ctx, t, job, dispatch.DecodeRoute(t))
 }
 
 // refreshToken returns a fresh token for the attempt when the current one has less than half of

@@ -16,6 +16,7 @@ import (
 	"github.com/baton-dev/baton/internal/auth"
 	"github.com/baton-dev/baton/internal/dispatch"
 	"github.com/baton-dev/baton/internal/metrics"
+	"github.com/baton-dev/baton/internal/push"
 	"github.com/baton-dev/baton/internal/store"
 	"github.com/baton-dev/baton/internal/store/storetest"
 	"github.com/baton-dev/baton/internal/telemetry"
@@ -247,7 +248,7 @@ func TestTrace_PushDeliveryCarriesTheTraceparent(t *testing.T) {
 		target := newTestTarget(t, func(d delivery, w http.ResponseWriter, r *http.Request) {
 			w.WriteHeader(http.StatusAccepted)
 		})
-		a.startPusher(api.PushConfig{Targets: map[string]string{"work": target.url}})
+		a.startPusher(push.Config{Targets: map[string]string{"work": target.url}})
 		submit := func(key string, headers ...string) {
 			res := a.request(http.MethodPost, a.public.URL+"/jobs", map[string]any{"tasks": []any{
 				withFields(tk(key, "work"), "runtime", "push")}}, append([]string{"x-api-key", a.key}, headers...)...)

@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -35,7 +36,8 @@ var rules = []struct {
 	{"internal/dispatch", []string{"internal/dataplane", "internal/pipeline", "internal/dataset", "internal/api", "internal/ui", "internal/sink", "internal/maintenance", "internal/server"},
 		"the lifecycle core is below the data plane, its adapters and the services beside it: the data plane takes part in its transitions through dispatch.Hook"},
 	{"internal/dataplane", []string{"internal/api", "internal/ui", "internal/sink", "internal/maintenance", "internal/server"}, "the data plane is below the adapters that serve it"},
-	{"internal/api", []string{"internal/maintenance", "internal/server"}, "the HTTP adapters are composed into a server, not the other way round"},
+	{"internal/api", []string{"internal/maintenance", "internal/server", "internal/push"},
+		"api holds the HTTP adapters only: it answers requests and runs no loop of its own (push delivery is internal/push; loops are composed by internal/server)"},
 	{"internal/ui", []string{"internal/api", "internal/server"}, "the dashboard is one of the handlers a server composes"},
 }
 
@@ -154,5 +156,36 @@ func TestImportPath(t *testing.T) {
 	}
 	if got := importPath(imports, "a", "internal/c/dd"); got != nil {
 		t.Errorf("a → internal/c/dd: %v, want none", got)
+	}
+}
+
+// outbound are the calls that send an HTTP request.
+var outbound = []string{"http.Client", "http.NewRequest", "http.DefaultClient", "http.Get(", "http.Post(", "http.Head("}
+
+// TestAPIHasNoOutboundRuntime fails when the HTTP adapters send requests of their own: what goes
+// out of the server (push delivery) lives in its own package, started by internal/server.
+func TestAPIHasNoOutboundRuntime(t *testing.T) {
+	files, err := filepath.Glob("../api/*.go")
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no api sources: %v", err)
+	}
+	for _, f := range files {
+		if strings.HasSuffix(f, "_test.go") {
+			continue
+		}
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, line := range strings.Split(string(b), "\n") {
+			if strings.HasPrefix(strings.TrimSpace(line), "//") {
+				continue
+			}
+			for _, call := range outbound {
+				if strings.Contains(line, call) {
+					t.Errorf("%s:%d uses %s: api answers requests and sends none (see internal/push)", filepath.Base(f), i+1, call)
+				}
+			}
+		}
 	}
 }

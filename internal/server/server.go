@@ -25,6 +25,7 @@ import (
 	"github.com/baton-dev/baton/internal/grant"
 	"github.com/baton-dev/baton/internal/maintenance"
 	"github.com/baton-dev/baton/internal/metrics"
+	"github.com/baton-dev/baton/internal/push"
 	"github.com/baton-dev/baton/internal/service"
 	"github.com/baton-dev/baton/internal/sink"
 	"github.com/baton-dev/baton/internal/store"
@@ -52,7 +53,7 @@ type Config struct {
 	// Limits are the producer API keys' rate limit and daily quota.
 	Limits auth.Limits
 	// Push configures the delivery of push tasks to their HTTP targets.
-	Push api.PushConfig
+	Push push.Config
 
 	// Blob is the object storage of batch artifacts and datasets; nil: none.
 	Blob *blob.Store
@@ -91,7 +92,7 @@ type Server struct {
 
 	store     store.Store
 	log       *slog.Logger
-	pusher    *api.Pusher
+	pusher    *push.Deliverer
 	dashDone  chan struct{}
 	services  []service.Service // in start order; stopped in reverse
 	consumers []transport.Consumer
@@ -183,7 +184,9 @@ func New(cfg Config) (*Server, error) {
 		return nil, err
 	}
 	s.services = append(s.services, ret, dp.NewController(cmp.Or(cfg.ControllerID, "baton-server")))
-	s.pusher = a.NewPusher(cfg.Push)
+	pcfgPush := cfg.Push
+	pcfgPush.Token, pcfgPush.Logger = a.TaskToken, log
+	s.pusher = push.New(d, pcfgPush)
 	s.services = append(s.services, s.pusher)
 	if cfg.Sink != nil {
 		if cfg.Blob == nil || cfg.Data == nil {

@@ -1,4 +1,4 @@
-package api
+package push
 
 import (
 	"bytes"
@@ -45,8 +45,7 @@ func FuzzPushAnswer(f *testing.F) {
 		return &http.Response{StatusCode: status, Status: fmt.Sprintf("%d %s", status, http.StatusText(status)),
 			Header: http.Header{"Content-Type": {"text/plain"}}, Body: io.NopCloser(bytes.NewReader(body)), Request: r}, nil
 	})}
-	s := New(Config{Logger: slog.New(slog.DiscardHandler)})
-	p := s.NewPusher(PushConfig{Targets: map[string]string{"work": url}, Secrets: map[string]string{"work": secret},
+	p := New(nil, Config{Logger: slog.New(slog.DiscardHandler), Targets: map[string]string{"work": url}, Secrets: map[string]string{"work": secret},
 		Client: client, Clock: clockwork.NewFakeClockAt(time.Date(2025, 1, 15, 10, 0, 0, 0, time.UTC))})
 	target := p.targets["work"]
 	if target.invalid != "" {

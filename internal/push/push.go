@@ -1,17 +1,18 @@
-package api
-
-// The push runtime (docs/contracts/push.md): for a task with runtime "push" the server takes the
-// lease itself (Dispatcher.ClaimPushWait) and POSTs the push envelope (TaskEnvelope) to the HTTP
-// target configured for the task's name. A 2xx answer means the target took the task: it then
-// reports through the callback (callback.go) or task-scoped dialect with the envelope's task
-// token, like any worker. Anything else fails the attempt through the core's retry rule, so the
-// dispatcher owns every retry (the target's own retries should be off).
+// Package push delivers the tasks of runtime "push" to their HTTP targets: it takes each
+// attempt's lease, POSTs the push envelope, and fails the attempt when the target does not take it.
 //
-// A target with a secret (PushConfig.Secrets) gets it as a bearer token, and each delivery is
-// signed over its timestamp and exact body (internal/pushsig's Sign; the worker SDK's
-// VerifyPushRequest checks it), so the target can refuse forged and replayed deliveries. Every
-// delivery, a retry's too, is signed afresh when it is sent. A target without a secret gets no
-// authentication headers.
+// The push runtime (docs/contracts/push.md): for a task with runtime "push" the server takes the
+// lease itself (Dispatcher.ClaimPushWait) and POSTs the push envelope (taskEnvelope) to the HTTP
+// target configured for the task's name. A 2xx answer means the target took the task: it then
+// reports through the callback or task-scoped dialect with the envelope's task token, like any
+// worker. Anything else fails the attempt through the core's retry rule, so the dispatcher owns
+// every retry (the target's own retries should be off).
+//
+// A target with a secret (Config.Secrets) gets it as a bearer token, and each delivery is signed
+// over its timestamp and exact body (internal/pushsig's Sign; the worker SDK's VerifyPushRequest
+// checks it), so the target can refuse forged and replayed deliveries. Every delivery, a retry's
+// too, is signed afresh when it is sent. A target without a secret gets no authentication headers.
+package push
 
 import (
 	"bytes"
@@ -39,8 +40,17 @@ import (
 	"github.com/baton-dev/baton/wire"
 )
 
-// PushConfig configures the push dispatcher.
-type PushConfig struct {
+// TokenFunc mints the capability token of a claimed attempt of t (the API's), with its expiry:
+// the envelope hands it to the target, which reports with it.
+type TokenFunc func(ctx context.Context, t *store.Task, job dispatch.JobRef, route *wire.Route) (string, time.Time, error)
+
+// Config configures a Deliverer.
+type Config struct {
+	// Token mints the task token of each delivery; required (without tokens a target could not
+	// report back, and the Deliverer does not start).
+	Token  TokenFunc
+	Logger *slog.Logger // default slog.Default()
+
 	Targets         map[string]string // task name → target URL (baton server --push-target NAME=URL)
 	CallbackBaseURL string            // the public URL targets call back (the envelope's callbackBaseUrl)
 	Timeout         time.Duration     // how long a target has to answer a delivery; default 30 s
@@ -72,11 +82,11 @@ const (
 	pushSnippetBytes = 200
 )
 
-// Pusher claims ready push tasks and delivers each to its target. Start it once; Stop stops it.
-type Pusher struct {
-	s       *Server
+// Deliverer claims ready push tasks and delivers each to its target. Start it once; Stop stops it.
+type Deliverer struct {
+	d       *dispatch.Dispatcher
 	log     *slog.Logger
-	cfg     PushConfig
+	cfg     Config
 	client  *http.Client
 	ownTr   *http.Transport // the default client's transport, closed on Stop
 	targets map[string]pushTarget
@@ -94,8 +104,8 @@ type pushTarget struct {
 	url, display, secret, invalid string
 }
 
-// NewPusher returns a stopped push dispatcher.
-func (s *Server) NewPusher(cfg PushConfig) *Pusher {
+// New returns a stopped Deliverer of d's push tasks.
+func New(d *dispatch.Dispatcher, cfg Config) *Deliverer {
 	cfg.Timeout = cmp.Or(cfg.Timeout, 30*time.Second)
 	cfg.Concurrency = max(cmp.Or(cfg.Concurrency, 16), 1)
 	cfg.WorkerID = cmp.Or(cfg.WorkerID, "baton-push")
@@ -103,7 +113,7 @@ func (s *Server) NewPusher(cfg PushConfig) *Pusher {
 	if cfg.Clock == nil {
 		cfg.Clock = clockwork.NewRealClock()
 	}
-	p := &Pusher{s: s, log: s.log, cfg: cfg, client: cfg.Client, targets: make(map[string]pushTarget, len(cfg.Targets)),
+	p := &Deliverer{d: d, log: cmp.Or(cfg.Logger, slog.Default()), cfg: cfg, client: cfg.Client, targets: make(map[string]pushTarget, len(cfg.Targets)),
 		slots: make(chan struct{}, cfg.Concurrency)}
 	if p.client == nil {
 		p.ownTr = http.DefaultTransport.(*http.Transport).Clone()
@@ -139,11 +149,11 @@ func parsePushTarget(raw, secret string, signed bool) pushTarget {
 
 // Start runs the push dispatcher until Stop or until ctx ends. Deliveries outlive ctx: each one
 // finishes (bounded by Timeout) and its outcome is recorded.
-func (p *Pusher) Start(ctx context.Context) error { return p.loop.Run(ctx, p.run) }
+func (p *Deliverer) Start(ctx context.Context) error { return p.loop.Run(ctx, p.run) }
 
 // Stop stops claiming and waits for the deliveries in flight. It may be called more than once,
 // and before Start.
-func (p *Pusher) Stop() {
+func (p *Deliverer) Stop() {
 	p.loop.Stop()
 	p.stopOnce.Do(func() {
 		p.inflight.Wait()
@@ -153,10 +163,10 @@ func (p *Pusher) Stop() {
 	})
 }
 
-func (p *Pusher) run(ctx context.Context) {
-	if p.s.tokens == nil {
+func (p *Deliverer) run(ctx context.Context) {
+	if p.cfg.Token == nil {
 		// Without tokens a target could not call back: claiming would only burn attempts.
-		p.log.ErrorContext(ctx, "push dispatcher not started: no capability token issuer configured (api.Config.Tokens)")
+		p.log.ErrorContext(ctx, "push dispatcher not started: no capability token issuer configured (push.Config.Token)")
 		return
 	}
 	if p.cfg.CallbackBaseURL == "" {
@@ -167,7 +177,7 @@ func (p *Pusher) run(ctx context.Context) {
 		if !ok {
 			return
 		}
-		claims, err := p.s.d.ClaimPushWait(ctx, p.cfg.WorkerID, n, pushMaxWait)
+		claims, err := p.d.ClaimPushWait(ctx, p.cfg.WorkerID, n, pushMaxWait)
 		if err != nil {
 			claims = nil // the transaction did not commit
 		}
@@ -195,7 +205,7 @@ func (p *Pusher) run(ctx context.Context) {
 }
 
 // acquire waits for a free delivery slot and takes it and every other free one.
-func (p *Pusher) acquire(ctx context.Context) (int, bool) {
+func (p *Deliverer) acquire(ctx context.Context) (int, bool) {
 	select {
 	case p.slots <- struct{}{}:
 	case <-ctx.Done():
@@ -213,7 +223,7 @@ func (p *Pusher) acquire(ctx context.Context) (int, bool) {
 	return n, true
 }
 
-func (p *Pusher) release(n int) {
+func (p *Deliverer) release(n int) {
 	for range n {
 		<-p.slots
 	}
@@ -221,7 +231,7 @@ func (p *Pusher) release(n int) {
 
 // deliver hands one claimed attempt to its target, and fails the attempt if the target does not
 // take it.
-func (p *Pusher) deliver(ctx context.Context, c *dispatch.Claim) {
+func (p *Deliverer) deliver(ctx context.Context, c *dispatch.Claim) {
 	t := c.Task
 	log := p.log.With("task", t.ID, "job", t.JobID, "attempt", t.Attempt, "name", t.Name)
 	target, ok := p.targets[t.Name]
@@ -287,9 +297,9 @@ type taskEnvelope struct {
 	Traceparent string `json:"traceparent,omitempty"`
 }
 
-func (p *Pusher) envelope(ctx context.Context, c *dispatch.Claim, key string) ([]byte, error) {
+func (p *Deliverer) envelope(ctx context.Context, c *dispatch.Claim, key string) ([]byte, error) {
 	t := c.Task
-	token, tokenExp, err := p.s.issueToken(ctx, t, c.Job, c.Route)
+	token, tokenExp, err := p.cfg.Token(ctx, t, c.Job, c.Route)
 	if err != nil {
 		return nil, fmt.Errorf("issue task token: %w", err)
 	}
@@ -336,7 +346,7 @@ func (p *Pusher) envelope(ctx context.Context, c *dispatch.Claim, key string) ([
 
 // post sends one delivery, with the job's traceparent (if any) as its header. A nil error means
 // the target took the task (a 2xx); otherwise the error's text is the task error's message.
-func (p *Pusher) post(ctx context.Context, target pushTarget, key, traceparent string, body []byte) (int, error) {
+func (p *Deliverer) post(ctx context.Context, target pushTarget, key, traceparent string, body []byte) (int, error) {
 	ctx, cancel := context.WithTimeout(ctx, p.cfg.Timeout)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, target.url, bytes.NewReader(body))
@@ -390,10 +400,10 @@ func snippet(b []byte) string {
 // fail ends the delivered attempt as failed; the core's retry rule decides what follows. An
 // attempt that already ended (the target reported before it answered, or the lease was lost) is
 // left as it is.
-func (p *Pusher) fail(ctx context.Context, log *slog.Logger, t *store.Task, category lifecycle.Category, message string) {
+func (p *Deliverer) fail(ctx context.Context, log *slog.Logger, t *store.Task, category lifecycle.Category, message string) {
 	ctx, cancel := context.WithTimeout(ctx, pushCompleteTimeout)
 	defer cancel()
-	res, err := p.s.d.Complete(ctx, dispatch.CompleteParams{TaskID: t.ID, Attempt: t.Attempt, LeaseToken: t.LeaseToken,
+	res, err := p.d.Complete(ctx, dispatch.CompleteParams{TaskID: t.ID, Attempt: t.Attempt, LeaseToken: t.LeaseToken,
 		Outcome: store.OutcomeFailed, Error: &store.TaskError{Category: category, Message: message}})
 	var mismatch *dispatch.AttemptMismatchError
 	switch {
@@ -409,24 +419,18 @@ func (p *Pusher) fail(ctx context.Context, log *slog.Logger, t *store.Task, cate
 	}
 }
 
-// checkPushTargets refuses, at submission, push tasks whose name has no target (when the server
-// knows its targets), in the shape of the DAG validation errors. A task with no name is left to
-// the DAG validator.
-func (s *Server) checkPushTargets(tasks []lifecycle.TaskSpec) error {
-	if s.pushTargets == nil {
+// snakeTime is t as an RFC 3339 UTC string, or nil (JSON null) for the zero time.
+func snakeTime(t time.Time) any {
+	if t.IsZero() {
 		return nil
 	}
-	var errs []string
-	for _, t := range tasks {
-		if t.Runtime != "push" || t.Name == "" {
-			continue
-		}
-		if _, ok := s.pushTargets[t.Name]; !ok {
-			errs = append(errs, fmt.Sprintf("Task %s: no push target for task name %q (baton server --push-target %s=URL)", t.Key, t.Name, t.Name))
-		}
+	return t.UTC().Format(time.RFC3339)
+}
+
+// rawOrNull is b, or JSON null when b is empty.
+func rawOrNull(b json.RawMessage) json.RawMessage {
+	if len(b) == 0 {
+		return json.RawMessage("null")
 	}
-	if len(errs) > 0 {
-		return &dispatch.ValidationError{Errors: errs}
-	}
-	return nil
+	return b
 }
