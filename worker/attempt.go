@@ -25,7 +25,7 @@ type attempt struct {
 	taskID    string // the stream-worker dialect's job_id
 	lease     string
 	stream    string
-	messageID *string
+	messageID string
 	every     time.Duration // heartbeat interval
 	log       *slog.Logger
 
@@ -160,8 +160,8 @@ func (w *Worker) reportFailure(a *attempt, f failure) {
 // body is the fence of a stream-worker report.
 func (w *Worker) body(a *attempt) map[string]any {
 	b := map[string]any{"worker_id": w.cfg.workerID, "job_id": a.taskID, "attempt_id": a.task.Attempt, "lease_token": a.lease, "stream": a.stream}
-	if a.messageID != nil {
-		b["message_id"] = *a.messageID
+	if a.messageID != "" {
+		b["message_id"] = a.messageID
 	}
 	return b
 }

@@ -3,9 +3,9 @@ package worker
 import (
 	"context"
 	"encoding/json"
-	"time"
 
 	"github.com/baton-dev/baton/internal/transport"
+	"github.com/baton-dev/baton/wire"
 )
 
 // pathTaskClaim is the internal dialect's claim by task id (docs/contracts/internal.md), used
@@ -84,64 +84,53 @@ func (w *Worker) ackWake(a *attempt) {
 	}
 }
 
-// internalClaimAnswer is /internal/task-claim's answer (the internal dialect).
+// internalClaimAnswer is /internal/task-claim's answer (the internal dialect): a claim, or a
+// refusal with its reason.
 type internalClaimAnswer struct {
-	Status                   string    `json:"status"`
-	Reason                   string    `json:"reason"`
-	Attempt                  int       `json:"attempt"`
-	LeaseToken               string    `json:"lease_token"`
-	LeaseExpiresAt           time.Time `json:"lease_expires_at"`
-	CapabilityToken          string    `json:"capability_token"`
-	CapabilityTokenExpiresAt time.Time `json:"capability_token_expires_at"`
-	HeartbeatIntervalSeconds float64   `json:"heartbeat_interval_seconds"`
-	LeaseTTLSeconds          float64   `json:"lease_ttl_seconds"`
-	Traceparent              string    `json:"traceparent"`
-	Task                     struct {
-		TaskID  string `json:"task_id"`
-		TaskKey string `json:"task_key"`
-		Job     struct {
-			JobID   string `json:"job_id"`
-			DAGName string `json:"dag_name"`
-			Name    string `json:"name"`
-			Version string `json:"pipeline_version"`
-		} `json:"job"`
-		Operator          string                     `json:"operator"`
-		Inputs            json.RawMessage            `json:"inputs"`
-		Outputs           []DatasetOutput            `json:"outputs"`
-		Trigger           json.RawMessage            `json:"trigger"`
-		Config            json.RawMessage            `json:"config"`
-		DependencyOutputs map[string]json.RawMessage `json:"dependency_outputs"`
-		TimeoutSeconds    *float64                   `json:"timeout_seconds"`
-	} `json:"task"`
+	wire.InternalClaim
+	Reason string `json:"reason"` // why the task was not claimed
 }
 
 // claimAnswer is the same claim as the stream-worker dialect would have answered it, so that the
 // attempt is run and reported the same way (stream-worker reports carry the stream: the queue).
 func (a internalClaimAnswer) claimAnswer(taskID, queue string) claimAnswer {
 	var c claimAnswer
+	task := a.Task
+	if task == nil {
+		task = &wire.Task{}
+	}
 	c.Claimed = true
 	c.JobID = taskID
 	c.AttemptID = a.Attempt
 	c.LeaseToken = a.LeaseToken
 	c.Stream = queue
-	c.TaskID = a.Task.TaskID
-	c.TaskKey = a.Task.TaskKey
-	c.RunID = a.Task.Job.JobID
-	c.TaskName = a.Task.Operator
-	c.Payload = a.Task.Config
-	c.DependencyOutputs = a.Task.DependencyOutputs
-	c.TimeoutSeconds = a.Task.TimeoutSeconds
-	c.LeaseTTLSeconds = a.LeaseTTLSeconds
-	c.HeartbeatIntervalSeconds = a.HeartbeatIntervalSeconds
-	c.LeaseExpiresAt = a.LeaseExpiresAt
+	c.TaskID = task.TaskID
+	c.TaskKey = task.TaskKey
+	c.RunID = task.Job.JobID
+	c.TaskName = task.Operator
+	c.Payload = task.Config
+	c.DependencyOutputs = task.DependencyOutputs
+	if task.TimeoutSeconds != nil {
+		secs := float64(*task.TimeoutSeconds)
+		c.TimeoutSeconds = &secs
+	}
+	c.LeaseTTLSeconds = float64(a.LeaseTTLSeconds)
+	c.HeartbeatIntervalSeconds = float64(a.HeartbeatIntervalSeconds)
+	c.LeaseExpiresAt.Time = a.LeaseExpiresAt.Time
 	c.CapabilityToken = a.CapabilityToken
-	c.CapabilityTokenExpiresAt = a.CapabilityTokenExpiresAt
+	c.CapabilityTokenExpiresAt.Time = a.CapabilityTokenExpiresAt.Time
 	c.Traceparent = a.Traceparent
-	if j := a.Task.Job; j.Version != "" {
+	if j := task.Job; j.Version != "" {
 		// A pipeline task: its inputs are datasets (other tasks' inputs are parents' outputs).
-		c.Job = &PipelineJob{DAGName: j.DAGName, Name: j.Name, Version: j.Version}
-		c.Operator, c.Outputs, c.Trigger = a.Task.Operator, a.Task.Outputs, a.Task.Trigger
-		_ = json.Unmarshal(a.Task.Inputs, &c.Inputs)
+		dag := ""
+		if j.DAGName != nil {
+			dag = *j.DAGName
+		}
+		c.Job = &PipelineJob{DAGName: dag, Name: j.Name, Version: j.Version}
+		c.Operator, c.Outputs, c.Trigger = task.Operator, task.Outputs, task.Trigger
+		var inputs []DatasetInput
+		_ = json.Unmarshal(task.Inputs, &inputs)
+		c.Inputs = &inputs
 	}
 	return c
 }

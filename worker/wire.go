@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/baton-dev/baton/internal/retryafter"
+	"github.com/baton-dev/baton/wire"
 )
 
 // The stream-worker dialect (docs/contracts/stream-worker.md) of the server's internal listener,
@@ -158,36 +159,8 @@ func sleep(ctx context.Context, d time.Duration) bool {
 	}
 }
 
-// claimAnswer is /internal/worker/claim's answer.
-type claimAnswer struct {
-	Claimed    bool    `json:"claimed"`
-	JobID      string  `json:"job_id"` // the task id
-	AttemptID  int     `json:"attempt_id"`
-	LeaseToken string  `json:"lease_token"`
-	Stream     string  `json:"stream"`
-	MessageID  *string `json:"message_id"`
-	// Payload is the task's input as the producer sent it; what Baton adds are its siblings.
-	Payload                  json.RawMessage            `json:"payload"`
-	TaskID                   string                     `json:"task_id"`
-	TaskKey                  string                     `json:"task_key"`
-	TaskName                 string                     `json:"task_name"`
-	RunID                    string                     `json:"run_id"` // the task's job
-	DependencyOutputs        map[string]json.RawMessage `json:"dependency_outputs"`
-	TimeoutSeconds           *float64                   `json:"timeout_seconds"`
-	LeaseTTLSeconds          float64                    `json:"lease_ttl_seconds"`
-	HeartbeatIntervalSeconds float64                    `json:"heartbeat_interval_seconds"`
-	LeaseExpiresAt           time.Time                  `json:"lease_expires_at"`
-	CapabilityToken          string                     `json:"capability_token"`
-	CapabilityTokenExpiresAt time.Time                  `json:"capability_token_expires_at"`
-	// Traceparent is the W3C trace context of the task's job (absent when it has none).
-	Traceparent string `json:"traceparent"`
-	// A pipeline task's data plane (absent for other tasks).
-	Job      *PipelineJob    `json:"job"`
-	Operator string          `json:"operator"`
-	Inputs   []DatasetInput  `json:"inputs"`
-	Outputs  []DatasetOutput `json:"outputs"`
-	Trigger  json.RawMessage `json:"trigger"`
-}
+// claimAnswer is /internal/worker/claim's answer (one claim of it).
+type claimAnswer = wire.StreamClaim
 
 // heartbeatAnswer is /internal/worker/heartbeat's answer.
 type heartbeatAnswer struct {

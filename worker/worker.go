@@ -417,7 +417,7 @@ func (w *Worker) newAttempt(ctx context.Context, ans claimAnswer) *attempt {
 		Input:                    ans.Payload,
 		DependencyOutputs:        ans.DependencyOutputs,
 		CapabilityToken:          ans.CapabilityToken,
-		CapabilityTokenExpiresAt: ans.CapabilityTokenExpiresAt,
+		CapabilityTokenExpiresAt: ans.CapabilityTokenExpiresAt.Time,
 		Traceparent:              ans.Traceparent,
 	}
 	if ans.TimeoutSeconds != nil && *ans.TimeoutSeconds > 0 {
@@ -427,7 +427,13 @@ func (w *Worker) newAttempt(ctx context.Context, ans claimAnswer) *attempt {
 		t.DependencyOutputs = map[string]json.RawMessage{}
 	}
 	if ans.Job != nil {
-		t.Pipeline = &PipelineTask{Job: *ans.Job, Operator: ans.Operator, Inputs: ans.Inputs, Outputs: ans.Outputs, Trigger: ans.Trigger}
+		t.Pipeline = &PipelineTask{Job: *ans.Job, Operator: ans.Operator, Trigger: ans.Trigger}
+		if ans.Inputs != nil {
+			t.Pipeline.Inputs = *ans.Inputs
+		}
+		if ans.Outputs != nil {
+			t.Pipeline.Outputs = *ans.Outputs
+		}
 	}
 	a := &attempt{
 		task:      t,
@@ -445,7 +451,7 @@ func (w *Worker) newAttempt(ctx context.Context, ans claimAnswer) *attempt {
 	if t.Timeout > 0 {
 		a.handlerCtx, a.stopDeadline = context.WithDeadlineCause(a.ctx, claimedAt.Add(t.Timeout), ErrTimeout)
 	}
-	a.log.DebugContext(ctx, "task claimed", "lease_expires_at", ans.LeaseExpiresAt, "heartbeat_every", a.every)
+	a.log.DebugContext(ctx, "task claimed", "lease_expires_at", ans.LeaseExpiresAt.Time, "heartbeat_every", a.every)
 	return a
 }
 

@@ -17,12 +17,12 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"sort"
 	"time"
 
 	"github.com/golang-jwt/jwt/v5"
 	"github.com/google/uuid"
 
+	"github.com/baton-dev/baton/internal/assignment"
 	"github.com/baton-dev/baton/internal/auth"
 	"github.com/baton-dev/baton/internal/dataplane"
 	"github.com/baton-dev/baton/internal/dispatch"
@@ -278,86 +278,11 @@ func (s *Server) internalClaim(w http.ResponseWriter, r *http.Request) (any, err
 	if err != nil {
 		return nil, err
 	}
-	t := c.Task
-	token, tokenExp, err := s.TaskToken(ctx, t, c.Job, c.Route)
+	token, tokenExp, err := s.TaskToken(ctx, c.Task, c.Job, c.Route)
 	if err != nil {
 		return nil, err
 	}
-	answer := map[string]any{
-		"status":                      "Claimed",
-		"task_id":                     t.ID,
-		"attempt":                     t.Attempt,
-		"lease_token":                 t.LeaseToken,
-		"lease_expires_at":            snakeTime(t.LeaseExpiresAt),
-		"capability_token":            token,
-		"capability_token_expires_at": snakeTime(tokenExp),
-		"heartbeat_interval_seconds":  max(int64(c.HeartbeatInterval/time.Second), 1),
-		"lease_ttl_seconds":           int64(t.HeartbeatTimeout / time.Second),
-		"task":                        taskPayload(t, c.Job, c.Route, c.DependencyOutputs),
-	}
-	if t.Traceparent != "" {
-		// Also beside the task, as the stream dialect and the push envelope have it.
-		answer["traceparent"] = t.Traceparent
-	}
-	return answer, nil
-}
-
-// taskPayload is everything a worker needs to run a task (the internal dialect's task object): the
-// claim's "task", the body of task-fetch, and the push runtime's envelope.
-func taskPayload(t *store.Task, job dispatch.JobRef, route *wire.Route, deps map[string]json.RawMessage) map[string]any {
-	keys := make([]string, 0, len(deps))
-	for k := range deps {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	inputs := make([]map[string]any, len(keys))
-	outputs := make(map[string]json.RawMessage, len(keys))
-	for i, k := range keys {
-		inputs[i] = map[string]any{"task_id": k, "output": rawOrNull(deps[k])}
-		outputs[k] = rawOrNull(deps[k])
-	}
-	config := t.Input
-	if len(config) == 0 {
-		config = json.RawMessage("{}")
-	}
-	var timeout any
-	if t.Timeout > 0 {
-		timeout = int64(t.Timeout / time.Second)
-	}
-	out := map[string]any{
-		"task_id":            t.ID,
-		"attempt":            t.Attempt,
-		"task_key":           t.Key,
-		"job":                map[string]any{"job_id": job.ID, "dag_name": nullable(job.Name), "name": t.Key},
-		"operator":           t.Name,
-		"config":             config,
-		"inputs":             inputs,
-		"dependency_outputs": outputs,
-		"queue":              t.Queue,
-		"timeout_seconds":    timeout,
-	}
-	if t.Traceparent != "" {
-		out["traceparent"] = t.Traceparent // the job's trace context, for the worker's spans
-	}
-	addRoute(out, t, job, route)
-	return out
-}
-
-// addRoute adds a pipeline task's data plane to its payload: its pipeline job, the datasets it
-// reads (inputs, in place of parents' outputs, which a pipeline task has none of) and writes
-// (outputs), and what started it.
-func addRoute(out map[string]any, t *store.Task, job dispatch.JobRef, r *wire.Route) {
-	if r == nil {
-		return
-	}
-	out["job"] = map[string]any{"job_id": job.ID, "dag_name": r.Job.DAGName, "name": r.Job.Name, "pipeline_version": r.Job.Version}
-	out["operator"] = t.Name
-	out["config"] = rawOrNull(t.Input)
-	out["inputs"] = r.Inputs
-	out["outputs"] = r.Outputs
-	if len(r.Trigger) > 0 {
-		out["trigger"] = r.Trigger
-	}
+	return assignment.Assignment{Claim: c, Token: token, TokenExpires: tokenExp}.Internal(), nil
 }
 
 // GET /internal/task-fetch?task_id=
@@ -382,18 +307,15 @@ func (s *Server) internalFetch(w http.ResponseWriter, r *http.Request) (any, err
 	if err != nil {
 		return nil, err
 	}
-	out := taskPayload(t, job, dispatch.DecodeRoute(t), d.DependencyOutputs)
-	cancelRequested := !t.CancelRequestedAt.IsZero()
-	out["status"] = internalStatus(t.Status)
-	out["lease_expires_at"] = nil
+	out := &wire.FetchedTask{Task: *assignment.Task(t, job, dispatch.DecodeRoute(t), d.DependencyOutputs),
+		Status: internalStatus(t.Status), CancelRequested: !t.CancelRequestedAt.IsZero()}
 	if t.Status == lifecycle.Running {
-		out["lease_expires_at"] = snakeTime(t.LeaseExpiresAt)
-		if cancelRequested {
+		out.LeaseExpiresAt.Time = t.LeaseExpiresAt
+		if out.CancelRequested {
 			// The wrapper does not run (or stops) the operator and reports Canceled.
-			out["status"] = "Canceled"
+			out.Status = "Canceled"
 		}
 	}
-	out["cancel_requested"] = cancelRequested
 	return out, nil
 }
 

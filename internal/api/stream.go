@@ -24,6 +24,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/baton-dev/baton/internal/assignment"
 	"github.com/baton-dev/baton/internal/auth"
 	"github.com/baton-dev/baton/internal/dispatch"
 	"github.com/baton-dev/baton/internal/lifecycle"
@@ -108,11 +109,7 @@ func (s *Server) streamClaimWait(w http.ResponseWriter, r *http.Request, obj map
 
 // streamClaimAnswer is the answer of a claim that got c; msgID is the id of its wake-up message
 // (streamMessageIDs).
-//
-// payload is the task's input exactly as the producer sent it (an empty object when it sent
-// none): clients of the dialect read their own fields from it. What Baton adds — the task's key
-// and name, its job (run_id), its parents' outputs, its execution timeout — are siblings of it.
-func (s *Server) streamClaimAnswer(ctx context.Context, c *dispatch.Claim, msgID string) (*streamClaimed, error) {
+func (s *Server) streamClaimAnswer(ctx context.Context, c *dispatch.Claim, msgID string) (*wire.StreamClaim, error) {
 	t := c.Task
 	// If minting fails the worker gets a 500 and never runs the attempt; its lease then expires
 	// and the reaper retries the task, as for any worker that vanishes after a claim.
@@ -120,84 +117,13 @@ func (s *Server) streamClaimAnswer(ctx context.Context, c *dispatch.Claim, msgID
 	if err != nil {
 		return nil, fmt.Errorf("issue capability token for task %s attempt %d: %w", t.ID, t.Attempt, err)
 	}
-	payload := t.Input
-	if len(payload) == 0 {
-		payload = json.RawMessage("{}")
-	}
-	deps := c.DependencyOutputs
-	if deps == nil {
-		deps = map[string]json.RawMessage{}
-	}
-	out := &streamClaimed{
-		Claimed:                  true,
-		JobID:                    t.ID,
-		AttemptID:                t.Attempt,
-		LeaseToken:               t.LeaseToken,
-		Stream:                   t.Queue,
-		MessageID:                msgID,
-		Payload:                  payload,
-		TaskID:                   t.ID,
-		TaskKey:                  t.Key,
-		TaskName:                 t.Name,
-		RunID:                    t.JobID,
-		DependencyOutputs:        deps,
-		LeaseTTLSeconds:          t.HeartbeatTimeout.Seconds(),
-		HeartbeatIntervalSeconds: c.HeartbeatInterval.Seconds(),
-		LeaseExpiresAt:           streamTime(t.LeaseExpiresAt),
-		CapabilityToken:          tok,
-		CapabilityTokenExpiresAt: streamTime(exp),
-		Traceparent:              t.Traceparent,
-	}
-	if t.Timeout > 0 {
-		secs := t.Timeout.Seconds()
-		out.TimeoutSeconds = &secs
-	}
-	if r := c.Route; r != nil {
-		out.Job, out.Operator, out.Config, out.Inputs, out.Outputs = &r.Job, t.Name, payload, &r.Inputs, &r.Outputs
-		if len(r.Trigger) > 0 {
-			out.Trigger = r.Trigger
-		}
-	}
-	return out, nil
-}
-
-// streamClaimed is the answer of a claim that got a task. A struct rather than a map: claims
-// are the hottest answers, and encoding a map sorts its keys by reflection each time.
-type streamClaimed struct {
-	Claimed                  bool                       `json:"claimed"`
-	JobID                    string                     `json:"job_id"`
-	AttemptID                int                        `json:"attempt_id"`
-	LeaseToken               string                     `json:"lease_token"`
-	Stream                   string                     `json:"stream"`
-	MessageID                string                     `json:"message_id"`
-	Payload                  json.RawMessage            `json:"payload"`
-	TaskID                   string                     `json:"task_id"`
-	TaskKey                  string                     `json:"task_key"`
-	TaskName                 string                     `json:"task_name"`
-	RunID                    string                     `json:"run_id"`
-	DependencyOutputs        map[string]json.RawMessage `json:"dependency_outputs"`
-	TimeoutSeconds           *float64                   `json:"timeout_seconds"` // null: no execution deadline
-	LeaseTTLSeconds          float64                    `json:"lease_ttl_seconds"`
-	HeartbeatIntervalSeconds float64                    `json:"heartbeat_interval_seconds"`
-	LeaseExpiresAt           any                        `json:"lease_expires_at"` // see streamTime
-	CapabilityToken          string                     `json:"capability_token"`
-	CapabilityTokenExpiresAt any                        `json:"capability_token_expires_at"`
-	// Traceparent is the W3C trace context of the task's job, for the worker's spans; left out
-	// when the job has none.
-	Traceparent string `json:"traceparent,omitempty"`
-	// A pipeline task's data-plane part, all set or all left out.
-	Job      *wire.PipelineJob     `json:"job,omitempty"`
-	Operator string                `json:"operator,omitempty"`
-	Config   json.RawMessage       `json:"config,omitempty"`
-	Inputs   *[]wire.DatasetInput  `json:"inputs,omitempty"`
-	Outputs  *[]wire.DatasetOutput `json:"outputs,omitempty"`
-	Trigger  json.RawMessage       `json:"trigger,omitempty"`
+	return assignment.Assignment{Claim: c, Token: tok, TokenExpires: exp}.Stream(msgID), nil
 }
 
 // streamClaimAnswers answers claims in order, each with its message id.
-func (s *Server) streamClaimAnswers(ctx context.Context, claims []*dispatch.Claim) ([]*streamClaimed, error) {
+func (s *Server) streamClaimAnswers(ctx context.Context, claims []*dispatch.Claim) ([]*wire.StreamClaim, error) {
 	ids := s.streamMessageIDs(ctx, claims)
-	out := make([]*streamClaimed, 0, len(claims))
+	out := make([]*wire.StreamClaim, 0, len(claims))
 	for _, c := range claims {
 		a, err := s.streamClaimAnswer(ctx, c, ids[c.Task.ID])
 		if err != nil {

@@ -38,6 +38,7 @@ var rules = []struct {
 	{"internal/dataplane", []string{"internal/api", "internal/ui", "internal/sink", "internal/maintenance", "internal/server"}, "the data plane is below the adapters that serve it"},
 	{"internal/api", []string{"internal/maintenance", "internal/server", "internal/push"},
 		"api holds the HTTP adapters only: it answers requests and runs no loop of its own (push delivery is internal/push; loops are composed by internal/server)"},
+	{"internal/assignment", []string{"internal/api", "internal/ui", "internal/server", "internal/dataplane"}, "a claim is rendered from what the core hands out, by every dialect alike"},
 	{"internal/ui", []string{"internal/api", "internal/server"}, "the dashboard is one of the handlers a server composes"},
 }
 

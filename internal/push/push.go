@@ -2,7 +2,7 @@
 // attempt's lease, POSTs the push envelope, and fails the attempt when the target does not take it.
 //
 // The push runtime (docs/contracts/push.md): for a task with runtime "push" the server takes the
-// lease itself (Dispatcher.ClaimPushWait) and POSTs the push envelope (taskEnvelope) to the HTTP
+// lease itself (Dispatcher.ClaimPushWait) and POSTs the push envelope (wire.PushEnvelope) to the HTTP
 // target configured for the task's name. A 2xx answer means the target took the task: it then
 // reports through the callback or task-scoped dialect with the envelope's task token, like any
 // worker. Anything else fails the attempt through the core's retry rule, so the dispatcher owns
@@ -32,6 +32,7 @@ import (
 
 	"github.com/jonboulle/clockwork"
 
+	"github.com/baton-dev/baton/internal/assignment"
 	"github.com/baton-dev/baton/internal/dispatch"
 	"github.com/baton-dev/baton/internal/lifecycle"
 	"github.com/baton-dev/baton/internal/pushsig"
@@ -260,81 +261,13 @@ func (p *Deliverer) deliver(ctx context.Context, c *dispatch.Claim) {
 	log.DebugContext(ctx, "push delivered", "status", status, "took", time.Since(start))
 }
 
-// taskEnvelope is the push envelope (docs/contracts/push.md) in the callback dialect's camelCase.
-// Times are RFC 3339 UTC strings, or null.
-type taskEnvelope struct {
-	TaskID              string                     `json:"taskId"`
-	RunID               string                     `json:"runId"` // the job
-	TaskKey             string                     `json:"taskKey"`
-	TaskName            string                     `json:"taskName"` // what the target runs: one URL may serve several names
-	Queue               string                     `json:"queue"`
-	TenantID            string                     `json:"tenantId"`
-	Attempt             int                        `json:"attempt"`
-	AttemptID           string                     `json:"attemptId"` // the attempt's id, which callbacks may send back to fence on
-	LeaseToken          string                     `json:"leaseToken"`
-	LeaseExpiresAt      any                        `json:"leaseExpiresAt"`
-	EnqueuedAt          any                        `json:"enqueuedAt"` // when the task became claimable (ready, or due for its retry)
-	Deadline            any                        `json:"deadline"`   // null: no execution timeout
-	Input               json.RawMessage            `json:"input"`
-	DependencyOutputs   map[string]json.RawMessage `json:"dependencyOutputs"` // parent task key → output
-	CallbackBaseURL     string                     `json:"callbackBaseUrl"`
-	TaskToken           string                     `json:"taskToken"`
-	TokenExpiresAt      any                        `json:"tokenExpiresAt"`
-	HeartbeatIntervalMs int64                      `json:"heartbeatIntervalMs"`
-	HeartbeatTimeoutMs  int64                      `json:"heartbeatTimeoutMs"`
-	CancelGracePeriodMs int64                      `json:"cancelGracePeriodMs"`
-	IdempotencyKey      string                     `json:"idempotencyKey"` // also the Idempotency-Key header
-	// A pipeline task's data plane, in the worker contracts' own names: its pipeline job, its
-	// operator and config, the datasets it reads and writes, and what started it.
-	Job      *wire.PipelineJob    `json:"job,omitempty"`
-	Operator string               `json:"operator,omitempty"`
-	Config   json.RawMessage      `json:"config,omitempty"`
-	Inputs   []wire.DatasetInput  `json:"inputs,omitempty"`
-	Outputs  []wire.DatasetOutput `json:"outputs,omitempty"`
-	Trigger  json.RawMessage      `json:"trigger,omitempty"`
-	// Traceparent is the W3C trace context of the task's job, also sent as the traceparent
-	// header; left out when the job has none.
-	Traceparent string `json:"traceparent,omitempty"`
-}
-
+// envelope is the push envelope of c (wire.PushEnvelope), with a fresh task token.
 func (p *Deliverer) envelope(ctx context.Context, c *dispatch.Claim, key string) ([]byte, error) {
-	t := c.Task
-	token, tokenExp, err := p.cfg.Token(ctx, t, c.Job, c.Route)
+	token, tokenExp, err := p.cfg.Token(ctx, c.Task, c.Job, c.Route)
 	if err != nil {
 		return nil, fmt.Errorf("issue task token: %w", err)
 	}
-	deps := make(map[string]json.RawMessage, len(c.DependencyOutputs))
-	for k, v := range c.DependencyOutputs {
-		deps[k] = rawOrNull(v)
-	}
-	env := taskEnvelope{
-		TaskID:              t.ID,
-		RunID:               t.JobID,
-		TaskKey:             t.Key,
-		TaskName:            t.Name,
-		Queue:               t.Queue,
-		TenantID:            c.Job.Tenant,
-		Attempt:             t.Attempt,
-		AttemptID:           t.LeaseToken,
-		LeaseToken:          t.LeaseToken,
-		LeaseExpiresAt:      snakeTime(t.LeaseExpiresAt),
-		EnqueuedAt:          snakeTime(t.AvailableAt),
-		Deadline:            snakeTime(t.DeadlineAt),
-		Input:               rawOrNull(t.Input),
-		DependencyOutputs:   deps,
-		CallbackBaseURL:     p.cfg.CallbackBaseURL,
-		TaskToken:           token,
-		TokenExpiresAt:      snakeTime(tokenExp),
-		HeartbeatIntervalMs: c.HeartbeatInterval.Milliseconds(),
-		HeartbeatTimeoutMs:  t.HeartbeatTimeout.Milliseconds(),
-		CancelGracePeriodMs: t.CancelGrace.Milliseconds(),
-		IdempotencyKey:      key,
-		Traceparent:         t.Traceparent,
-	}
-	if r := c.Route; r != nil {
-		env.Job, env.Operator, env.Config = &r.Job, t.Name, rawOrNull(t.Input)
-		env.Inputs, env.Outputs, env.Trigger = r.Inputs, r.Outputs, r.Trigger
-	}
+	env := assignment.Assignment{Claim: c, Token: token, TokenExpires: tokenExp}.Push(p.cfg.CallbackBaseURL, key)
 	var b bytes.Buffer
 	enc := json.NewEncoder(&b)
 	enc.SetEscapeHTML(false)
@@ -417,20 +350,4 @@ func (p *Deliverer) fail(ctx context.Context, log *slog.Logger, t *store.Task, c
 		// The lease stands; when it expires the reaper fails the attempt instead.
 		log.ErrorContext(ctx, "record failed push delivery", "error", message, "err", err)
 	}
-}
-
-// snakeTime is t as an RFC 3339 UTC string, or nil (JSON null) for the zero time.
-func snakeTime(t time.Time) any {
-	if t.IsZero() {
-		return nil
-	}
-	return t.UTC().Format(time.RFC3339)
-}
-
-// rawOrNull is b, or JSON null when b is empty.
-func rawOrNull(b json.RawMessage) json.RawMessage {
-	if len(b) == 0 {
-		return json.RawMessage("null")
-	}
-	return b
 }
