@@ -83,7 +83,9 @@ func TestEveryDialectRendersTheSameClaim(t *testing.T) {
 	}
 }
 
-func sameInput(a, b wire.DatasetInput) bool { return a.DatasetUUID == b.DatasetUUID && *a.Cursor == *b.Cursor }
+func sameInput(a, b wire.DatasetInput) bool {
+	return a.DatasetUUID == b.DatasetUUID && *a.Cursor == *b.Cursor
+}
 
 func must(b []byte, err error) []byte {
 	if err != nil {
