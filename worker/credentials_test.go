@@ -83,14 +83,14 @@ func TestTaskCredentialsOnS3(t *testing.T) {
 	if !strings.Contains(r[2], "StatusCode: 403") {
 		t.Errorf("write under another task's prefix: %q, want 403", r[2])
 	}
-	ds, err := s.st.DatasetByName(ctx, "default", "alert_events")
+	ds, err := s.st.DatasetGetByName(ctx, "default", "alert_events")
 	if err != nil {
 		t.Fatal(err)
 	}
 	if want := bs.URI(blob.BatchPrefix(ds.UUID, run.TaskID, 1)); !strings.HasPrefix(r[3], want) {
 		t.Errorf("batch at %q, want it under %s", r[3], want)
 	}
-	if recs, err := s.st.ListBufferPublishes(ctx, run.TaskID); err != nil || len(recs) != 1 || recs[0].BatchURI != r[3] {
+	if recs, err := s.st.BufferPublishListByTask(ctx, run.TaskID); err != nil || len(recs) != 1 || recs[0].BatchURI != r[3] {
 		t.Errorf("publish records %+v %v", recs, err)
 	}
 }

@@ -136,7 +136,7 @@ func (s *server) submit(specs ...spec) (string, map[string]string) {
 
 func (s *server) task(id string) *store.Task {
 	s.t.Helper()
-	t, err := s.st.GetTask(context.Background(), id)
+	t, err := s.st.TaskGet(context.Background(), id)
 	if err != nil {
 		s.t.Fatal(err)
 	}
@@ -145,7 +145,7 @@ func (s *server) task(id string) *store.Task {
 
 func (s *server) attempts(id string) []*store.Attempt {
 	s.t.Helper()
-	as, err := s.st.ListAttempts(context.Background(), id)
+	as, err := s.st.AttemptList(context.Background(), id)
 	if err != nil {
 		s.t.Fatal(err)
 	}

@@ -57,7 +57,7 @@ func TestPublishBatchWritesAndPublishesUnderTheAttemptsPrefix(t *testing.T) {
 	}, worker.WithBlob(blobURL))
 	s.waitTask(run.TaskID, "completed", status(lifecycle.Completed))
 	b := published.Load()
-	ds, err := s.st.DatasetByName(ctx, "default", "alert_events")
+	ds, err := s.st.DatasetGetByName(ctx, "default", "alert_events")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -78,7 +78,7 @@ func TestPublishBatchWritesAndPublishesUnderTheAttemptsPrefix(t *testing.T) {
 	if string(data) != `{"dedupe_key":"k1","severity":"high"}`+"\n"+`{"dedupe_key":"k2","severity":"low"}`+"\n" {
 		t.Errorf("artifact %q", data)
 	}
-	recs, err := s.st.ListBufferPublishes(ctx, run.TaskID)
+	recs, err := s.st.BufferPublishListByTask(ctx, run.TaskID)
 	if err != nil || len(recs) != 2 || recs[0].BatchURI != b.URI || recs[0].DatasetUUID != ds.UUID || *recs[0].RecordCount != 2 {
 		t.Fatalf("publish records %+v %v", recs, err)
 	}
@@ -143,7 +143,7 @@ func TestPublishBatchRefusesADatasetTheJobDoesNotWrite(t *testing.T) {
 	if err != nil || len(keys) != 0 {
 		t.Fatalf("objects under buffers/: %q %v; want none", keys, err)
 	}
-	if recs, err := s.st.ListBufferPublishes(ctx, ids["a"]); err != nil || len(recs) != 0 {
+	if recs, err := s.st.BufferPublishListByTask(ctx, ids["a"]); err != nil || len(recs) != 0 {
 		t.Fatalf("publish records %+v %v; want none", recs, err)
 	}
 }

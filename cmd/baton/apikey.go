@@ -126,7 +126,7 @@ func runAPIKey(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		}
 		fmt.Fprintf(stderr, "created key %s (%s) for tenant %s; its secret is shown only this once\n", k.ID, k.Name, k.Tenant)
 	case "list":
-		keys, err := st.ListAPIKeys(ctx)
+		keys, err := st.APIKeyList(ctx)
 		if err != nil {
 			return fail(err)
 		}
@@ -150,7 +150,7 @@ func runAPIKey(ctx context.Context, args []string, stdout, stderr io.Writer) int
 			return fail(err)
 		}
 	case "revoke":
-		if err := st.RevokeAPIKey(ctx, pos[0], time.Now()); err != nil {
+		if err := st.APIKeyRevoke(ctx, pos[0], time.Now()); err != nil {
 			if errors.Is(err, store.ErrNotFound) {
 				return fail(fmt.Errorf("no key %q", pos[0]))
 			}

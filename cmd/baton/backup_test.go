@@ -82,9 +82,9 @@ func (d *backupDev) stop(t *testing.T) {
 	}
 }
 
-// runDoublingWorker runs a worker SDK worker for the named tasks, each answering {"doubled": 2n} for its
-// input {"n": n}, until the test ends or the returned stop is called (once its server is to stop:
-// a worker whose server is gone cannot deliver the outcomes of the tasks it still runs).
+// runDoublingWorker runs a worker SDK worker for the named tasks, each answering {"doubled": 2n}
+// for its input {"n": n}, until the test ends or the returned stop is called (once its server is to
+// stop: a worker whose server is gone cannot deliver the outcomes of the tasks it still runs).
 func runDoublingWorker(t *testing.T, internalURL string, names ...string) (stop func()) {
 	t.Helper()
 	w, err := worker.New(internalURL, worker.WithLogger(slog.New(slog.DiscardHandler)), worker.WithPollWait(100*time.Millisecond))
@@ -507,7 +507,7 @@ func TestRestoreRefusesToReplaceAnExistingDatabaseWithoutForce(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer st.Close()
-	if keys, err := st.ListAPIKeys(context.Background()); err != nil || len(keys) != 0 {
+	if keys, err := st.APIKeyList(context.Background()); err != nil || len(keys) != 0 {
 		t.Fatalf("after restore --force the store has keys %v (%v); the backup had none", keys, err)
 	}
 }
@@ -591,7 +591,8 @@ func newestSQLiteMigration(t *testing.T) string {
 	return files[len(files)-1]
 }
 
-// A backup never writes over the databases it copies, nor a restore reads from the ones it replaces.
+// A backup never writes over the databases it copies, nor a restore reads from the ones it
+// replaces.
 func TestBackupAndRestoreRefuseTheDataDirectorysOwnFiles(t *testing.T) {
 	t.Parallel()
 	dir := migratedDir(t)

@@ -121,7 +121,7 @@ func startDemo(ctx context.Context, st store.Store, ls *listeners, certs mtls.De
 				return
 			}
 			d.apiKey, d.ownKey = secret, true
-			defer func() { _ = st.RevokeAPIKey(context.WithoutCancel(ctx), k.ID, time.Now()) }()
+			defer func() { _ = st.APIKeyRevoke(context.WithoutCancel(ctx), k.ID, time.Now()) }()
 		}
 		run := d.run
 		if kind == demoKindPipeline {

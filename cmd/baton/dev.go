@@ -141,7 +141,7 @@ Press Ctrl-C to stop.
 func devKey(ctx context.Context, st store.Store, fromEnv string) (line, secret string, err error) {
 	now := time.Now()
 	if fromEnv != "" {
-		_, err := st.APIKeyByHash(ctx, auth.Hash(fromEnv))
+		_, err := st.APIKeyGetByHash(ctx, auth.Hash(fromEnv))
 		if errors.Is(err, store.ErrNotFound) {
 			_, _, err = auth.CreateKey(ctx, st, "dev (BATON_API_KEY)", auth.DefaultTenant, fromEnv, now)
 		}
@@ -150,7 +150,7 @@ func devKey(ctx context.Context, st store.Store, fromEnv string) (line, secret s
 		}
 		return "API key       the value of BATON_API_KEY", fromEnv, nil
 	}
-	keys, err := st.ListAPIKeys(ctx)
+	keys, err := st.APIKeyList(ctx)
 	if err != nil {
 		return "", "", err
 	}

@@ -102,7 +102,7 @@ func runSigningKey(ctx context.Context, args []string, stdout, stderr io.Writer)
 	defer st.Close()
 	switch cmd {
 	case "list":
-		keys, err := st.ListSigningKeys(ctx)
+		keys, err := st.SigningKeyList(ctx)
 		if err != nil {
 			return fail(err)
 		}
@@ -133,7 +133,7 @@ func runSigningKey(ctx context.Context, args []string, stdout, stderr io.Writer)
 		if err != nil {
 			return fail(err)
 		}
-		keys, err := st.ListSigningKeys(ctx)
+		keys, err := st.SigningKeyList(ctx)
 		if err != nil {
 			return fail(err)
 		}
@@ -162,7 +162,7 @@ func runSigningKey(ctx context.Context, args []string, stdout, stderr io.Writer)
 		}
 	case "retire":
 		kid := pos[0]
-		keys, err := st.ListSigningKeys(ctx)
+		keys, err := st.SigningKeyList(ctx)
 		if err != nil {
 			return fail(err)
 		}

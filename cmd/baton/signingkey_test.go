@@ -76,7 +76,7 @@ func testSigningKeyCommands(t *testing.T, db []string, open func() (store.Store,
 			SigningKeys []signingKeyView `json:"signing_keys"`
 		}
 		decodeAs(t, format, out, &l) // no unknown field: no secret
-		keys, err := st.ListSigningKeys(ctx)
+		keys, err := st.SigningKeyList(ctx)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -125,7 +125,7 @@ func (s *execServer) waitTask(t *testing.T, id string, within time.Duration, ok 
 	t.Helper()
 	deadline := time.Now().Add(within)
 	for {
-		tk, err := s.st.GetTask(context.Background(), id)
+		tk, err := s.st.TaskGet(context.Background(), id)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -326,7 +326,7 @@ echo '{"ok":true}'`
 	if tk := s.waitTask(t, own.TaskID, 20*time.Second, terminal); tk.Status != lifecycle.Completed {
 		t.Fatalf("the job's own task: %s %+v; worker:\n%s", tk.Status, tk.Error, w.stderr.String())
 	}
-	if recs, err := s.st.ListBufferPublishes(ctx, own.TaskID); err != nil || len(recs) != 1 {
+	if recs, err := s.st.BufferPublishListByTask(ctx, own.TaskID); err != nil || len(recs) != 1 {
 		t.Fatalf("the job's own task published %+v %v, want its one batch", recs, err)
 	}
 	for id, want := range map[string]string{
@@ -338,7 +338,7 @@ echo '{"ok":true}'`
 			!strings.Contains(tk.Error.Message, want) {
 			t.Fatalf("task %s: %s attempt %d %+v; want a failure for good saying %q", tk.Key, tk.Status, tk.Attempt, tk.Error, want)
 		}
-		if recs, err := s.st.ListBufferPublishes(ctx, id); err != nil || len(recs) != 0 {
+		if recs, err := s.st.BufferPublishListByTask(ctx, id); err != nil || len(recs) != 0 {
 			t.Fatalf("task %s published %+v %v; want nothing", tk.Key, recs, err)
 		}
 		keys, err := bs.List(ctx, "buffers/")

@@ -14,7 +14,8 @@ import (
 	"github.com/baton-dev/baton/internal/store/storetest"
 )
 
-// producerRequests is one request per producer endpoint on job id; body-taking ones get a valid body.
+// producerRequests is one request per producer endpoint on job id; body-taking ones get a valid
+// body.
 func producerRequests(id string) []struct{ method, path, body string } {
 	return []struct{ method, path, body string }{
 		{"GET", "/jobs", ""},
@@ -34,7 +35,7 @@ func TestRequestsWithoutAValidKeyAreUnauthorized(t *testing.T) {
 		id := a.createJob(exampleJob)
 		revokedID, revoked := a.newKeyWithID("acme")
 		wantStatus(t, a.do("GET", "/jobs/"+id, nil, "x-api-key", revoked), http.StatusOK)
-		if err := a.st.RevokeAPIKey(context.Background(), revokedID, time.Now()); err != nil {
+		if err := a.st.APIKeyRevoke(context.Background(), revokedID, time.Now()); err != nil {
 			t.Fatal(err)
 		}
 		for _, c := range []struct {
@@ -352,7 +353,7 @@ func TestAuthenticatorRejectsMissingUnknownAndRevokedKeys(t *testing.T) {
 		if _, err := a.Authenticate(ctx, auth.NewSecret()); !errors.Is(err, auth.ErrBadKey) {
 			t.Errorf("unknown key: %v", err)
 		}
-		if err := st.RevokeAPIKey(ctx, id, time.Now()); err != nil {
+		if err := st.APIKeyRevoke(ctx, id, time.Now()); err != nil {
 			t.Fatal(err)
 		}
 		if _, err := a.Authenticate(ctx, secret); !errors.Is(err, auth.ErrBadKey) {

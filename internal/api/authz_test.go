@@ -110,7 +110,7 @@ func newAuthzFixture(t *testing.T, w *workerAPI) *authzFixture {
 	ctx := context.Background()
 	f := &authzFixture{w: w, key: w.apiKey("acme"), wrongKey: "bk_this-is-not-a-key-of-this-server", idempotencyKey: "authz-matrix"}
 	revokedID, revoked := newSecret(t, w.st, "acme")
-	if err := w.st.RevokeAPIKey(ctx, revokedID, time.Now()); err != nil {
+	if err := w.st.APIKeyRevoke(ctx, revokedID, time.Now()); err != nil {
 		t.Fatal(err)
 	}
 	f.revokedKey = revoked
@@ -137,7 +137,7 @@ func newAuthzFixture(t *testing.T, w *workerAPI) *authzFixture {
 	cw, writerTok := w.claim(run.TaskID)
 	f.writer, f.writerLease, f.writerTok = run.TaskID, cw.Task.LeaseToken, writerTok
 	wantOK(t, w.post(w.internal.URL, "/internal/buffer-publish", fencedCalls[2].body(w, f.writer, 1, f.writerLease)))
-	pubs, err := w.st.ListBufferPublishes(ctx, f.writer)
+	pubs, err := w.st.BufferPublishListByTask(ctx, f.writer)
 	if err != nil || len(pubs) != 1 {
 		t.Fatalf("the batch of the fixture: %v %d", err, len(pubs))
 	}
@@ -359,57 +359,57 @@ func authzState(t *testing.T, st store.Store) string {
 	t.Helper()
 	ctx := context.Background()
 	var parts []any
-	jobs, err := st.ListJobs(ctx, store.ListJobsParams{Tenant: "acme", Limit: 1000})
+	jobs, err := st.JobList(ctx, store.ListJobsParams{Tenant: "acme", Limit: 1000})
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, j := range jobs {
-		tasks, err := st.JobTasks(ctx, j.ID)
+		tasks, err := st.TaskListByJob(ctx, j.ID)
 		if err != nil {
 			t.Fatal(err)
 		}
-		events, err := st.ListEvents(ctx, j.ID, 0, 100000)
+		events, err := st.EventList(ctx, j.ID, 0, 100000)
 		if err != nil {
 			t.Fatal(err)
 		}
 		parts = append(parts, j, tasks, events)
 		for _, tk := range tasks {
-			task, err := st.GetTask(ctx, tk.ID)
+			task, err := st.TaskGet(ctx, tk.ID)
 			if err != nil {
 				t.Fatal(err)
 			}
-			attempts, err := st.ListAttempts(ctx, tk.ID)
+			attempts, err := st.AttemptList(ctx, tk.ID)
 			if err != nil {
 				t.Fatal(err)
 			}
-			dsEvents, err := st.ListDatasetEvents(ctx, tk.ID)
+			dsEvents, err := st.DatasetEventListByTask(ctx, tk.ID)
 			if err != nil {
 				t.Fatal(err)
 			}
-			pubs, err := st.ListBufferPublishes(ctx, tk.ID)
+			pubs, err := st.BufferPublishListByTask(ctx, tk.ID)
 			if err != nil {
 				t.Fatal(err)
 			}
 			parts = append(parts, task, attempts, dsEvents, pubs)
 		}
 	}
-	pipelines, err := st.ListPipelines(ctx, "acme")
+	pipelines, err := st.PipelineList(ctx, "acme")
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, p := range pipelines {
-		versions, err := st.ListPipelineVersions(ctx, "acme", p.Name)
+		versions, err := st.PipelineVersionList(ctx, "acme", p.Name)
 		if err != nil {
 			t.Fatal(err)
 		}
 		parts = append(parts, p, versions)
 	}
-	datasets, err := st.ListDatasets(ctx, "acme")
+	datasets, err := st.DatasetList(ctx, "acme")
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, d := range datasets {
-		versions, err := st.ListDatasetVersions(ctx, d.UUID)
+		versions, err := st.DatasetVersionList(ctx, d.UUID)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -528,7 +528,7 @@ func authzTaskRefusals(t *testing.T, f *authzFixture) int {
 	if _, err := w.dp.Deploy(ctx, "victim", []byte(pipelinetest.AlertsDoc), "application/yaml"); err != nil {
 		t.Fatal(err)
 	}
-	victims, err := w.st.DatasetByName(ctx, "victim", "alert_events")
+	victims, err := w.st.DatasetGetByName(ctx, "victim", "alert_events")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -582,7 +582,7 @@ func authzTaskRefusals(t *testing.T, f *authzFixture) int {
 	if evs, ok := res.Body["recent_events"].([]any); res.Status != http.StatusOK || !ok || len(evs) != 0 {
 		t.Errorf("the victim's dataset: %d %s, want no recent event", res.Status, res.Raw)
 	}
-	if evs, _ := w.st.ListDatasetEvents(ctx, f.target); len(evs) != 0 {
+	if evs, _ := w.st.DatasetEventListByTask(ctx, f.target); len(evs) != 0 {
 		t.Errorf("refused events were stored: %+v", evs)
 	}
 	return n

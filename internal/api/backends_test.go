@@ -166,7 +166,7 @@ func TestTerminatedBackendsGive503NeverLoss(t *testing.T) {
 		keysMu.Lock()
 		defer keysMu.Unlock()
 		for _, id := range jobByKey {
-			j, err := st.GetJob(ctx, id)
+			j, err := st.JobGet(ctx, id)
 			if err != nil || j.Status != lifecycle.JobCompleted {
 				return false
 			}
@@ -194,7 +194,7 @@ func TestTerminatedBackendsGive503NeverLoss(t *testing.T) {
 		t.Fatal("no backend was terminated: the test proved nothing")
 	}
 	// Exactly one job per key: nothing created twice by a retry.
-	jobs, err := st.ListJobs(ctx, store.ListJobsParams{Tenant: "acme", Limit: 1 << 20})
+	jobs, err := st.JobList(ctx, store.ListJobsParams{Tenant: "acme", Limit: 1 << 20})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -203,7 +203,7 @@ func TestTerminatedBackendsGive503NeverLoss(t *testing.T) {
 	}
 	// Every acknowledged completion stands, with its output.
 	acked.Range(func(id, out any) bool {
-		tk, err := st.GetTask(ctx, id.(string))
+		tk, err := st.TaskGet(ctx, id.(string))
 		if err != nil {
 			t.Errorf("task %v: %v", id, err)
 			return true

@@ -91,7 +91,7 @@ func callbackStart(attempt int) map[string]any {
 // callbackAttempt reads one attempt of a task from the store.
 func callbackAttempt(t *testing.T, w *workerAPI, taskID string, n int) *store.Attempt {
 	t.Helper()
-	a, err := w.st.GetAttempt(context.Background(), taskID, n)
+	a, err := w.st.AttemptGet(context.Background(), taskID, n)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -131,7 +131,8 @@ func TestCallbackConformance(t *testing.T) {
 			t.Fatalf("started changed state:\n%s\n%s", before, after)
 		}
 
-		// heartbeat extends the lease; no cancel, so no cancelReason; a young token is not replaced.
+		// heartbeat extends the lease; no cancel, so no cancelReason; a young token is not
+		// replaced.
 		lease := w.task(id).LeaseExpiresAt
 		time.Sleep(5 * time.Millisecond)
 		hb := callbackOK(t, w.callback(id, "heartbeat", tok, callbackBeat(1)), "shouldCancel")

@@ -135,8 +135,9 @@ func storeDrivers(t *testing.T, fn func(t *testing.T, w *workerAPI, a *testAPI))
 	})
 }
 
-// TestTaskClaimWithoutWorkerID: the internal dialect's claim may omit worker_id; the attempt is then recorded
-// under the client certificate's subject, or "unknown"; the answer has task_id at its top level.
+// TestTaskClaimWithoutWorkerID: the internal dialect's claim may omit worker_id; the attempt is
+// then recorded under the client certificate's subject, or "unknown"; the answer has task_id at its
+// top level.
 func TestTaskClaimWithoutWorkerID(t *testing.T) {
 	forEachWorkerDriver(t, func(t *testing.T, w *workerAPI) {
 		_, ids := w.submit(lifecycle.TaskSpec{Key: "a", Name: "block_follower"}, lifecycle.TaskSpec{Key: "b", Name: "block_follower"})
@@ -214,7 +215,7 @@ func TestCallbackTraceparentIsKept(t *testing.T) {
 		if got := callbackAttempt(t, w, x, 1).Traceparent; got != tp {
 			t.Fatalf("attempt traceparent after completed: %q", got)
 		}
-		events, err := w.st.ListEvents(context.Background(), jobID, 0, 100)
+		events, err := w.st.EventList(context.Background(), jobID, 0, 100)
 		if err != nil {
 			t.Fatal(err)
 		}

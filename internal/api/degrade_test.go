@@ -182,7 +182,7 @@ func TestDatabasePartition(t *testing.T) {
 	if tk := w.task(taskID); tk.Status != lifecycle.Completed || string(tk.Output) != `{"rows":3}` {
 		t.Fatalf("task after the completion: %s %s", tk.Status, tk.Output)
 	}
-	events, err := pp.Store.ListEvents(ctx, jobID, 0, 1000)
+	events, err := pp.Store.EventList(ctx, jobID, 0, 1000)
 	if err != nil {
 		t.Fatal(err)
 	}

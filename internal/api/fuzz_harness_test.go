@@ -168,7 +168,7 @@ func newFuzzHarness(f *testing.F) *fuzzHarness {
 	if _, err := h.dp.Deploy(ctx, "acme", []byte(sourcesPipeline), "application/yaml"); err != nil {
 		f.Fatal(err)
 	}
-	ds, err := h.st.DatasetByName(ctx, "acme", "alert_events")
+	ds, err := h.st.DatasetGetByName(ctx, "acme", "alert_events")
 	if err != nil {
 		f.Fatal(err)
 	}
@@ -193,7 +193,7 @@ func newFuzzHarness(f *testing.F) *fuzzHarness {
 	// A buffered publish, for the sink endpoints to claim, commit and fail, by a task of
 	// range_stats, whose output alert_events is: a fixture task's event on blocks starts one.
 	fx := h.newFixture(f, false)
-	blocks, err := h.st.DatasetByName(ctx, "acme", "blocks")
+	blocks, err := h.st.DatasetGetByName(ctx, "acme", "blocks")
 	if err != nil {
 		f.Fatal(err)
 	}
@@ -204,14 +204,14 @@ func newFuzzHarness(f *testing.F) *fuzzHarness {
 	if _, _, err := h.dp.NewRouter(dataplane.RouteConfig{}).RunOnce(ctx); err != nil {
 		f.Fatal(err)
 	}
-	jobs, err := h.st.ListJobs(ctx, store.ListJobsParams{Tenant: "acme", Limit: 100})
+	jobs, err := h.st.JobList(ctx, store.ListJobsParams{Tenant: "acme", Limit: 100})
 	if err != nil {
 		f.Fatal(err)
 	}
 	var writer *dispatch.Claim
 	for _, j := range jobs {
 		if j.PipelineJob == "range_stats" {
-			tasks, err := h.st.JobTasks(ctx, j.ID)
+			tasks, err := h.st.TaskListByJob(ctx, j.ID)
 			if err != nil || len(tasks) != 1 {
 				f.Fatalf("range_stats's tasks: %v %d", err, len(tasks))
 			}
@@ -344,10 +344,10 @@ type fuzzRoute struct {
 	defaults     []string // one per {param}, in order
 }
 
-// target builds the request target: each {param} takes the next "/"-separated part of path (or
-// its default when there is none), placeholders expanded and escaped as one path segment; a last
-// {param...} takes the rest of path, each segment escaped. The query is sent as given, only the bytes that cannot be in a
-// request line escaped.
+// target builds the request target: each {param} takes the next "/"-separated part of path (or its
+// default when there is none), placeholders expanded and escaped as one path segment; a last
+// {param...} takes the rest of path, each segment escaped. The query is sent as given, only the
+// bytes that cannot be in a request line escaped.
 func (rt fuzzRoute) target(e *expander, path, query string) string {
 	var parts []string
 	if path != "" {

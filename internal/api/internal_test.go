@@ -47,29 +47,29 @@ func fencedState(t *testing.T, w *workerAPI, jobID string, taskIDs ...string) st
 	ctx := context.Background()
 	var parts []any
 	for _, id := range taskIDs {
-		task, err := w.st.GetTask(ctx, id)
+		task, err := w.st.TaskGet(ctx, id)
 		if err != nil {
 			t.Fatal(err)
 		}
-		attempts, err := w.st.ListAttempts(ctx, id)
+		attempts, err := w.st.AttemptList(ctx, id)
 		if err != nil {
 			t.Fatal(err)
 		}
-		events, err := w.st.ListDatasetEvents(ctx, id)
+		events, err := w.st.DatasetEventListByTask(ctx, id)
 		if err != nil {
 			t.Fatal(err)
 		}
-		pubs, err := w.st.ListBufferPublishes(ctx, id)
+		pubs, err := w.st.BufferPublishListByTask(ctx, id)
 		if err != nil {
 			t.Fatal(err)
 		}
 		parts = append(parts, task, attempts, events, pubs)
 	}
-	audit, err := w.st.ListEvents(ctx, jobID, 0, 100000)
+	audit, err := w.st.EventList(ctx, jobID, 0, 100000)
 	if err != nil {
 		t.Fatal(err)
 	}
-	outbox, err := w.st.OutboxAfter(ctx, 0, 100000)
+	outbox, err := w.st.OutboxListAfter(ctx, 0, 100000)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -303,7 +303,7 @@ func TestInternalConformance(t *testing.T) {
 				t.Errorf("%s events: %v", c.name, ev)
 			}
 		}
-		events, err := w.st.ListDatasetEvents(ctx, id)
+		events, err := w.st.DatasetEventListByTask(ctx, id)
 		if err != nil || len(events) != 3 {
 			t.Fatalf("stored events: %v %d", err, len(events))
 		}
@@ -323,7 +323,7 @@ func TestInternalConformance(t *testing.T) {
 				t.Errorf("buffer-publish #%d: %v", i+1, bp)
 			}
 		}
-		pubs, err := w.st.ListBufferPublishes(ctx, wid)
+		pubs, err := w.st.BufferPublishListByTask(ctx, wid)
 		if err != nil || len(pubs) != 1 {
 			t.Fatalf("publishes: %v %d", err, len(pubs))
 		}
@@ -349,7 +349,7 @@ func TestInternalConformance(t *testing.T) {
 		if final.Status != lifecycle.Completed || !jsonBytesEqual(final.Output, wantOutput) {
 			t.Errorf("completed task: %s %s", final.Status, final.Output)
 		}
-		if events, _ := w.st.ListDatasetEvents(ctx, id); len(events) != 4 || events[3].DatasetUUID != ds["$DS_C"] {
+		if events, _ := w.st.DatasetEventListByTask(ctx, id); len(events) != 4 || events[3].DatasetUUID != ds["$DS_C"] {
 			t.Errorf("final events not stored once: %d", len(events))
 		}
 
@@ -389,7 +389,7 @@ func jsonBytesEqual(got []byte, want string) bool {
 // outboxTopic counts outbox messages of a topic.
 func outboxTopic(t *testing.T, w *workerAPI, topic string) int {
 	t.Helper()
-	msgs, err := w.st.OutboxAfter(context.Background(), 0, 100000)
+	msgs, err := w.st.OutboxListAfter(context.Background(), 0, 100000)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -634,7 +634,8 @@ func TestInternalLateReplyIsAccepted(t *testing.T) {
 		id := ids["slow"]
 		lease := claimInternal(t, w, id)["lease_token"].(string)
 		clock.Advance(11 * time.Second)
-		// No reaper ran: the heartbeat itself applies the timeout (410), and the task awaits its retry.
+		// No reaper ran: the heartbeat itself applies the timeout (410), and the task awaits its
+		// retry.
 		wantFencedError(t, w.post(w.internal.URL, "/internal/heartbeat", fencedCalls[0].body(w, id, 1, lease)), http.StatusGone, "task_expired", "")
 		if tk := w.task(id); tk.Status != lifecycle.Pending {
 			t.Fatalf("after an expired heartbeat: %s", tk.Status)
@@ -692,7 +693,8 @@ func TestInternalRepeatsAreIdempotent(t *testing.T) {
 			t.Error("calls after the completion changed state")
 		}
 
-		// A retryable failure (only error_message: USER_CODE) schedules a retry; its repeat says so again.
+		// A retryable failure (only error_message: USER_CODE) schedules a retry; its repeat says so
+		// again.
 		failed := map[string]any{"task_id": ids["retry"], "attempt": 1, "lease_token": lease["retry"], "status": "Failed", "error_message": "flaky upstream"}
 		for i, dup := range []bool{false, true} {
 			r := wantOK(t, post("/internal/task-complete", failed))
@@ -734,10 +736,10 @@ func TestInternalBufferPublishRepeatIsIdempotent(t *testing.T) {
 		if r := wantOK(t, w.post(w.internal.URL, "/internal/buffer-publish", body)); r["duplicate"] != false {
 			t.Errorf("another batch: %v", r)
 		}
-		if pubs, _ := w.st.ListBufferPublishes(context.Background(), id); len(pubs) != 2 {
+		if pubs, _ := w.st.BufferPublishListByTask(context.Background(), id); len(pubs) != 2 {
 			t.Errorf("%d publish records, want 2", len(pubs))
 		}
-		msgs, err := w.st.OutboxAfter(context.Background(), 0, 1000)
+		msgs, err := w.st.OutboxListAfter(context.Background(), 0, 1000)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -24,7 +24,7 @@ jobs:
 // it there.
 func routedTask(t *testing.T, w *workerAPI, job string, seen map[string]string) string {
 	t.Helper()
-	jobs, err := w.st.ListJobs(context.Background(), store.ListJobsParams{Tenant: "acme", Limit: 1000})
+	jobs, err := w.st.JobList(context.Background(), store.ListJobsParams{Tenant: "acme", Limit: 1000})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -32,7 +32,7 @@ func routedTask(t *testing.T, w *workerAPI, job string, seen map[string]string) 
 		if j.PipelineJob != job {
 			continue
 		}
-		tasks, err := w.st.JobTasks(context.Background(), j.ID)
+		tasks, err := w.st.TaskListByJob(context.Background(), j.ID)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -71,7 +71,7 @@ func TestAVersionOutsideItsDatasetsPrefixIsNeverGranted(t *testing.T) {
 				raw, _ := json.Marshal(ref)
 				vs = append(vs, &store.DatasetVersion{DatasetUUID: ds, Version: version, StorageRef: raw, CreatedAt: time.Now()})
 			}
-			return tx.InsertDatasetVersions(ctx, vs)
+			return tx.DatasetVersionInsertMany(ctx, vs)
 		}); err != nil {
 			t.Fatal(err)
 		}
@@ -90,8 +90,8 @@ func TestAVersionOutsideItsDatasetsPrefixIsNeverGranted(t *testing.T) {
 			if _, _, err := router.RunOnce(ctx); err != nil {
 				t.Fatal(err)
 			}
-			// The consumer task the event started, claimed as a worker would: its answer carries the
-			// server's token.
+			// The consumer task the event started, claimed as a worker would: its answer carries
+			// the server's token.
 			id := routedTask(t, w, "consume", seen)
 			claim := claimInternal(t, w, id)
 			c, err := w.tokens.Verify(ctx, claim["capability_token"].(string))

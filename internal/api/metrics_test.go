@@ -57,7 +57,7 @@ func TestMetricsRejectedCredentials(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := st.RevokeAPIKey(ctx, revoked.ID, time.Now()); err != nil {
+		if err := st.APIKeyRevoke(ctx, revoked.ID, time.Now()); err != nil {
 			t.Fatal(err)
 		}
 		tokens := auth.NewTokens(st, nil)

@@ -88,7 +88,7 @@ func (s *Server) pipelineVersions(w http.ResponseWriter, r *http.Request) (any, 
 	if err != nil {
 		return nil, err
 	}
-	p, err := s.d.Store().GetPipeline(r.Context(), tenant, name)
+	p, err := s.d.Store().PipelineGet(r.Context(), tenant, name)
 	if err != nil {
 		return nil, err
 	}

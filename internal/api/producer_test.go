@@ -1209,7 +1209,7 @@ type brokenStore struct{ store.Store }
 
 var errBroken = errors.New("connection refused: host=db.internal password=hunter2")
 
-func (brokenStore) ListJobs(context.Context, store.ListJobsParams) ([]*store.Job, error) {
+func (brokenStore) JobList(context.Context, store.ListJobsParams) ([]*store.Job, error) {
 	return nil, errBroken
 }
 func (brokenStore) Ping(context.Context) error { return errBroken }

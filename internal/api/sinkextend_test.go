@@ -26,7 +26,7 @@ func TestInternalSinkExtendIsFencedByTheReceipt(t *testing.T) {
 		// A queued message, as a publish leaves it.
 		rec := &store.BufferPublish{TaskID: taskID, Attempt: 1, BatchURI: "s3://trace-scratch/buffers/alert_events/" + taskID + "/1/b.jsonl",
 			JobID: jobID, Tenant: "acme", DatasetUUID: dsUUID, CreatedAt: clock.Now()}
-		if err := w.st.InTx(ctx, func(tx store.Tx) error { _, err := tx.InsertBufferPublish(ctx, rec); return err }); err != nil {
+		if err := w.st.InTx(ctx, func(tx store.Tx) error { _, err := tx.BufferPublishInsert(ctx, rec); return err }); err != nil {
 			t.Fatal(err)
 		}
 		claim := func(want int) {
@@ -45,7 +45,7 @@ func TestInternalSinkExtendIsFencedByTheReceipt(t *testing.T) {
 		}
 		stored := func() *store.BufferPublish {
 			t.Helper()
-			p, err := w.st.GetBufferPublish(ctx, rec.ID)
+			p, err := w.st.BufferPublishGet(ctx, rec.ID)
 			if err != nil {
 				t.Fatal(err)
 			}

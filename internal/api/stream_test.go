@@ -108,11 +108,11 @@ func streamState(t *testing.T, w *workerAPI, taskID string) string {
 	t.Helper()
 	ctx := context.Background()
 	task := w.task(taskID)
-	attempts, err := w.st.ListAttempts(ctx, taskID)
+	attempts, err := w.st.AttemptList(ctx, taskID)
 	if err != nil {
 		t.Fatal(err)
 	}
-	events, err := w.st.ListEvents(ctx, task.JobID, 0, 100000)
+	events, err := w.st.EventList(ctx, task.JobID, 0, 100000)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -365,7 +365,8 @@ func TestStreamFailNonRetryableOrLastAttemptIsDeadLettered(t *testing.T) {
 
 func TestStreamClaimHonoursStreamPriority(t *testing.T) {
 	forEachWorkerDriver(t, func(t *testing.T, w *workerAPI) {
-		// Created first in the low-priority stream, so a claim that ignored the order would take it.
+		// Created first in the low-priority stream, so a claim that ignored the order would take
+		// it.
 		_, low := w.submit(lifecycle.TaskSpec{Key: "l", Name: "low"})
 		_, high := w.submit(lifecycle.TaskSpec{Key: "h", Name: "high"})
 		if got := w.streamClaimed("w-1", "high", "low"); got["job_id"] != high["h"] || got["stream"] != "high" {
@@ -448,7 +449,8 @@ func TestStreamStaleWorkerIsRefused(t *testing.T) {
 			t.Fatalf("late reply: task %s", task.Status)
 		}
 
-		// Timed out on its last attempt: dead-lettered by the reaper; the worker's report is too late.
+		// Timed out on its last attempt: dead-lettered by the reaper; the worker's report is too
+		// late.
 		_, last := w.submit(lifecycle.TaskSpec{Key: "c", Name: "last", HeartbeatTimeoutSeconds: streamPtr(10), MaxAttempts: streamPtr(1)})
 		lc = w.streamClaimed("w-last", "last")
 		clock.Advance(11 * time.Second)

@@ -120,7 +120,7 @@ func TestTaskScopedConformance(t *testing.T) {
 		if bp := wantOK(t, scoped(w, "/v1/task/buffer-publish", fillExample(exampleBufferPublish, wpairs...), wtoken)); bp["duplicate"] != false {
 			t.Errorf("internal dialect body: %v", bp)
 		}
-		pubs, err := w.st.ListBufferPublishes(ctx, wid)
+		pubs, err := w.st.BufferPublishListByTask(ctx, wid)
 		if err != nil || len(pubs) != 2 {
 			t.Fatalf("publishes: %v %d", err, len(pubs))
 		}
@@ -148,7 +148,7 @@ func TestTaskScopedConformance(t *testing.T) {
 		if tk := w.task(id); tk.Status != lifecycle.Completed || !jsonBytesEqual(tk.Output, want) {
 			t.Errorf("completed task: %s %s", tk.Status, tk.Output)
 		}
-		if events, _ := w.st.ListDatasetEvents(ctx, id); len(events) != 4 {
+		if events, _ := w.st.DatasetEventListByTask(ctx, id); len(events) != 4 {
 			t.Errorf("%d upstream events, want 4", len(events))
 		}
 	})
@@ -295,7 +295,8 @@ func TestTaskScopedAuthMatrix(t *testing.T) {
 				_, ids := w.submit(lifecycle.TaskSpec{Key: "other", Name: "op"})
 				other := ids["other"]
 
-				// Attempt 1 of target fails and is retried (after the server's backoff); attempt 2 runs.
+				// Attempt 1 of target fails and is retried (after the server's backoff); attempt 2
+				// runs.
 				c1, tok1 := w.claim(target)
 				if _, err := w.d.Complete(ctx, dispatch.CompleteParams{TaskID: target, Attempt: 1, LeaseToken: c1.Task.LeaseToken,
 					Outcome: store.OutcomeFailed, Error: &store.TaskError{Message: "flaky"}}); err != nil {
@@ -308,8 +309,9 @@ func TestTaskScopedAuthMatrix(t *testing.T) {
 				lease1, lease2 := c1.Task.LeaseToken, c2.Task.LeaseToken
 				body1, body2 := call.body(w, target, 1, lease1), call.body(w, target, 2, lease2)
 				forge := func(c map[string]any) { c["attempt"], c["lease_token"] = 2, lease2 }
-				// Expired an hour ago. (Not w.token(task, -ttl): its issuer's clock closure reads ttl after
-				// it was negated, so that token is issued two hours in the future and is valid.)
+				// Expired an hour ago. (Not w.token(task, -ttl): its issuer's clock closure reads
+				// ttl after it was negated, so that token is issued two hours in the future and is
+				// valid.)
 				expired := issuedAgo(t, w, c2.Task, 2*time.Hour, time.Hour)
 
 				refusals := []struct {
@@ -324,12 +326,12 @@ func TestTaskScopedAuthMatrix(t *testing.T) {
 					{"no token", "", body2, nil, 401, "unauthorized", "missing"},
 					{"token in the Authorization header", "", body2, []string{"Authorization", "Bearer " + tok2}, 401, "unauthorized", "missing"},
 					{"another task's token", tokOther, body2, nil, 403, "forbidden", "token"},
-					// The previous attempt's token does not cover the attempt the body names: refused
-					// before the core is asked (403).
+					// The previous attempt's token does not cover the attempt the body names:
+					// refused before the core is asked (403).
 					{"previous attempt's token", tok1, body2, nil, 403, "forbidden", "token"},
 					// A stale worker whose token and body agree on its own attempt passes the token
-					// check (the token is authentic and covers what it asks) and is fenced by the core:
-					// 409 attempt_mismatch.
+					// check (the token is authentic and covers what it asks) and is fenced by the
+					// core: 409 attempt_mismatch.
 					{"previous attempt's token and body", tok1, body1, nil, 409, "attempt_mismatch", "attempt"},
 					// A valid token for the task whose body names a stale lease: a conflict, not a
 					// permission problem (409, as the core answers a stale lease).

@@ -117,7 +117,7 @@ func (s *Server) tokenFence(r *http.Request, taskID string, attempt int, leaseTo
 	if (attempt == 0 || attempt == c.Attempt) && (leaseToken == "" || leaseToken == c.LeaseToken) {
 		return dispatch.Fence{TaskID: c.TaskID, Attempt: c.Attempt, LeaseToken: c.LeaseToken}, nil
 	}
-	t, err := s.d.Store().GetTask(r.Context(), taskID)
+	t, err := s.d.Store().TaskGet(r.Context(), taskID)
 	if errors.Is(err, store.ErrNotFound) {
 		return dispatch.Fence{}, dispatch.ErrTaskNotFound
 	}

@@ -83,7 +83,7 @@ func (a *tracedAPI) submit(tp string, keys ...string) (string, map[string]string
 		a.t.Fatalf("POST /jobs: %v %d %s", err, res.Status, res.Raw)
 	}
 	jobID := res.Body["jobId"].(string)
-	summaries, err := a.st.JobTasks(context.Background(), jobID)
+	summaries, err := a.st.TaskListByJob(context.Background(), jobID)
 	if err != nil {
 		a.t.Fatal(err)
 	}
@@ -108,7 +108,7 @@ func (a *tracedAPI) post(path string, body any) response {
 
 func (a *tracedAPI) jobTraceparent(jobID string) string {
 	a.t.Helper()
-	j, err := a.st.GetJob(context.Background(), jobID)
+	j, err := a.st.JobGet(context.Background(), jobID)
 	if err != nil {
 		a.t.Fatal(err)
 	}
@@ -154,7 +154,7 @@ func TestTrace_ProducerTraceparentReachesEveryClaim(t *testing.T) {
 		// The internal dialect: the claim by id, beside the task and in it, and the fetch.
 		var left []string
 		for _, k := range []string{"a", "b", "c", "d", "e"} {
-			if tk, err := st.GetTask(context.Background(), ids[k]); err == nil && tk.Attempt == 0 {
+			if tk, err := st.TaskGet(context.Background(), ids[k]); err == nil && tk.Attempt == 0 {
 				left = append(left, ids[k])
 			}
 		}

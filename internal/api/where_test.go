@@ -61,7 +61,7 @@ func newRowsServer(tb testing.TB, driver string) *rowsServer {
 	if _, err := dp.Deploy(ctx, "acme", []byte(pipelinetest.AlertsDoc), "application/yaml"); err != nil {
 		tb.Fatal(err)
 	}
-	ds, err := st.DatasetByName(ctx, "acme", "alert_events")
+	ds, err := st.DatasetGetByName(ctx, "acme", "alert_events")
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -181,13 +181,13 @@ func TestCompletionWithTooManyPublishedVersionsIsRefused(t *testing.T) {
 		if tk := w.task(id); tk.Status != lifecycle.Running {
 			t.Fatalf("after refused completions the task is %s", tk.Status)
 		}
-		if vs, _ := w.st.ListDatasetVersions(context.Background(), ds); len(vs) != 1 {
+		if vs, _ := w.st.DatasetVersionList(context.Background(), ds); len(vs) != 1 {
 			t.Fatalf("refused completions registered %d versions", len(vs)-1)
 		}
 		if r := wantOK(t, complete(1000)); r["status"] != "Completed" {
 			t.Fatalf("complete: %v", r)
 		}
-		if vs, _ := w.st.ListDatasetVersions(context.Background(), ds); len(vs) != 1001 {
+		if vs, _ := w.st.DatasetVersionList(context.Background(), ds); len(vs) != 1001 {
 			t.Fatalf("registered %d versions, want 1000", len(vs)-1)
 		}
 	})

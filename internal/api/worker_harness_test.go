@@ -46,7 +46,7 @@ func (w *workerAPI) buffered() string {
 	if _, err := w.dp.Deploy(ctx, "acme", []byte(pipelinetest.AlertsDoc), "application/yaml"); err != nil {
 		w.t.Fatal(err)
 	}
-	ds, err := w.st.DatasetByName(ctx, "acme", "alert_events")
+	ds, err := w.st.DatasetGetByName(ctx, "acme", "alert_events")
 	if err != nil {
 		w.t.Fatal(err)
 	}
@@ -56,7 +56,7 @@ func (w *workerAPI) buffered() string {
 // bufferedUUID is the uuid of acme's alert_events, which w.buffered deployed.
 func (w *workerAPI) bufferedUUID() string {
 	w.t.Helper()
-	ds, err := w.st.DatasetByName(context.Background(), "acme", "alert_events")
+	ds, err := w.st.DatasetGetByName(context.Background(), "acme", "alert_events")
 	if err != nil {
 		w.t.Fatalf("acme's alert_events (deploy it with w.buffered first): %v", err)
 	}
@@ -200,7 +200,7 @@ func (w *workerAPI) claim(taskID string) (*dispatch.Claim, string) {
 func (w *workerAPI) token(t *store.Task, ttl time.Duration) string {
 	w.t.Helper()
 	ctx := context.Background()
-	job, err := w.st.GetJob(ctx, t.JobID)
+	job, err := w.st.JobGet(ctx, t.JobID)
 	if err != nil {
 		w.t.Fatal(err)
 	}
@@ -235,7 +235,7 @@ func (w *workerAPI) request(method, url string, body any, headers ...string) res
 // task reads a task from the store.
 func (w *workerAPI) task(id string) *store.Task {
 	w.t.Helper()
-	t, err := w.st.GetTask(context.Background(), id)
+	t, err := w.st.TaskGet(context.Background(), id)
 	if err != nil {
 		w.t.Fatal(err)
 	}

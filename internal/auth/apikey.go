@@ -27,7 +27,8 @@ var (
 	ErrNoKey = errors.New("missing API key")
 	// ErrBadKey: the key is unknown or revoked.
 	ErrBadKey = errors.New("invalid API key")
-	// ErrRevokedKey is the ErrBadKey of a key that was revoked (errors.Is(ErrRevokedKey, ErrBadKey)).
+	// ErrRevokedKey is the ErrBadKey of a key that was revoked (errors.Is(ErrRevokedKey,
+	// ErrBadKey)).
 	ErrRevokedKey = fmt.Errorf("%w: the key was revoked", ErrBadKey)
 )
 
@@ -72,7 +73,7 @@ func CreateKey(ctx context.Context, keys store.Keys, name, tenant, secret string
 		Prefix:     secret[:min(len(secret), 7)],
 		CreatedAt:  now,
 	}
-	if err := keys.InsertAPIKey(ctx, k); err != nil {
+	if err := keys.APIKeyInsert(ctx, k); err != nil {
 		if errors.Is(err, store.ErrConflict) {
 			return nil, "", errors.New("that secret is already a key")
 		}
@@ -134,7 +135,7 @@ func (a *Authenticator) Authenticate(ctx context.Context, secret string) (*store
 		return nil, ErrNoKey
 	}
 	hash := Hash(secret)
-	k, err := a.keys.APIKeyByHash(ctx, hash)
+	k, err := a.keys.APIKeyGetByHash(ctx, hash)
 	if errors.Is(err, store.ErrNotFound) {
 		return nil, ErrBadKey
 	}
@@ -158,7 +159,7 @@ func (a *Authenticator) Authenticate(ctx context.Context, secret string) (*store
 	}
 	if a.limits.DailyQuota > 0 {
 		day := now.UTC().Format(time.DateOnly)
-		n, err := a.keys.CountRequest(ctx, k.ID, day)
+		n, err := a.keys.APIKeyCountRequest(ctx, k.ID, day)
 		if err != nil {
 			return nil, err
 		}

@@ -19,7 +19,8 @@ import (
 var (
 	// ErrTokenMissing: no capability token was sent.
 	ErrTokenMissing = errors.New("missing task capability token")
-	// ErrTokenInvalid: the token is malformed, tampered with, or signed by an unknown or retired key.
+	// ErrTokenInvalid: the token is malformed, tampered with, or signed by an unknown or retired
+	// key.
 	ErrTokenInvalid = errors.New("invalid task capability token")
 	// ErrTokenExpired: the token is past its expiry.
 	ErrTokenExpired = errors.New("task capability token expired")
@@ -94,7 +95,7 @@ func (t *Tokens) Rotate(ctx context.Context) (string, error) {
 	// A UUIDv7, in full: keys are ordered by creation time and then by kid, and two keys made in
 	// the same millisecond must still sort in the order they were made.
 	k := &store.SigningKey{KID: "k-" + uuid.Must(uuid.NewV7()).String(), Secret: []byte(base64.RawStdEncoding.EncodeToString(secret)), CreatedAt: t.now()}
-	if err := t.keys.InsertSigningKey(ctx, k); err != nil {
+	if err := t.keys.SigningKeyInsert(ctx, k); err != nil {
 		return "", fmt.Errorf("store signing key: %w", err)
 	}
 	t.mu.Lock()
@@ -105,7 +106,7 @@ func (t *Tokens) Rotate(ctx context.Context) (string, error) {
 
 // Retire stops a key from verifying.
 func (t *Tokens) Retire(ctx context.Context, kid string) error {
-	if err := t.keys.RetireSigningKey(ctx, kid, t.now()); err != nil {
+	if err := t.keys.SigningKeyRetire(ctx, kid, t.now()); err != nil {
 		return err
 	}
 	t.mu.Lock()
@@ -121,7 +122,7 @@ func (t *Tokens) load(ctx context.Context, force bool) (map[string][]byte, strin
 	if !force && t.ring != nil && t.now().Sub(t.loadedAt) < keyRefresh {
 		return t.ring, t.signer, nil
 	}
-	keys, err := t.keys.ListSigningKeys(ctx)
+	keys, err := t.keys.SigningKeyList(ctx)
 	if err != nil {
 		return nil, "", fmt.Errorf("load signing keys: %w", err)
 	}

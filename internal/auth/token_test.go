@@ -77,7 +77,7 @@ func TestConcurrentFirstIssuesMakeOneKey(t *testing.T) {
 		}()
 	}
 	wg.Wait()
-	keys, err := st.ListSigningKeys(ctx)
+	keys, err := st.SigningKeyList(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -164,7 +164,7 @@ func (dp *Plane) BufferPublish(ctx context.Context, p BufferPublishParams) (dupl
 			Tenant: job.Tenant, DatasetUUID: ds.UUID, DatasetVersion: cmp.Or(p.DatasetVersion, ds.CurrentVersion),
 			RecordCount: p.RecordCount, ContentType: p.ContentType, BatchSizeBytes: p.BatchSizeBytes,
 			DedupeScope: p.DedupeScope, CreatedAt: c.Now(), State: store.BufferQueued, VisibleAt: c.Now()}
-		ok, err := tx.InsertBufferPublish(ctx, rec)
+		ok, err := tx.BufferPublishInsert(ctx, rec)
 		if err != nil || !ok {
 			duplicate = !ok
 			return err
@@ -177,8 +177,8 @@ func (dp *Plane) BufferPublish(ctx context.Context, p BufferPublishParams) (dupl
 	return duplicate, err
 }
 
-// batchDataset checks that key is under the attempt's own prefix for a buffered dataset of
-// tenant, and returns that dataset. The prefix is BatchPrefix: buffers/{dataset}/{task_id}/{attempt}/,
+// batchDataset checks that key is under the attempt's own prefix for a buffered dataset of tenant,
+// and returns that dataset. The prefix is BatchPrefix: buffers/{dataset}/{task_id}/{attempt}/,
 // {dataset} being the dataset's uuid or name. The shorter buffers/{task_id}/{attempt}/ is accepted
 // too when the body names the dataset (dataset_uuid, or its name as dedupe_scope), as the
 // task-scoped dialect's own example does.
@@ -297,7 +297,7 @@ func (dp *Plane) claimBatches(ctx context.Context, p ClaimBatchesParams, cfg Buf
 	var out []*SinkMessage
 	err := dp.d.UpdateAlone(ctx, store.LockSet{}, func(tx store.Tx, c *dispatch.Work) error {
 		out = nil
-		recs, err := tx.ClaimableBufferPublishes(ctx, c.Now(), p.ID, p.Max)
+		recs, err := tx.BufferPublishListClaimable(ctx, c.Now(), p.ID, p.Max)
 		if err != nil {
 			return err
 		}
@@ -305,7 +305,7 @@ func (dp *Plane) claimBatches(ctx context.Context, p ClaimBatchesParams, cfg Buf
 		for _, r := range recs {
 			uuids = append(uuids, r.DatasetUUID)
 		}
-		datasets, err := tx.GetDatasets(ctx, uniq(uuids))
+		datasets, err := tx.DatasetGetMany(ctx, uniq(uuids))
 		if err != nil {
 			return err
 		}
@@ -337,7 +337,7 @@ func (dp *Plane) claimBatches(ctx context.Context, p ClaimBatchesParams, cfg Buf
 				out = append(out, &SinkMessage{ID: r.ID, ReceiveCount: r.ReceiveCount, VisibleUntil: r.VisibleAt,
 					Message: bufferBatchMessage(r), Tenant: r.Tenant, BatchURI: r.BatchURI, Dataset: sd})
 			}
-			if err := tx.UpdateBufferPublish(ctx, r); err != nil {
+			if err := tx.BufferPublishUpdate(ctx, r); err != nil {
 				return err
 			}
 		}
@@ -368,7 +368,7 @@ func (dp *Plane) CommitBatch(ctx context.Context, id int64, res BatchLoaded) err
 		return &dispatch.InvalidError{Message: "cursor and inserted must both be positive, or both 0 for a batch that added no rows"}
 	}
 	return dp.d.UpdateAlone(ctx, store.LockSet{}, func(tx store.Tx, c *dispatch.Work) error {
-		r, err := tx.GetBufferPublish(ctx, id)
+		r, err := tx.BufferPublishGet(ctx, id)
 		if err != nil {
 			return batchNotFound(err)
 		}
@@ -381,7 +381,7 @@ func (dp *Plane) CommitBatch(ctx context.Context, id int64, res BatchLoaded) err
 		if res.Cursor > 0 {
 			r.Cursor = &res.Cursor
 		}
-		if err := tx.UpdateBufferPublish(ctx, r); err != nil {
+		if err := tx.BufferPublishUpdate(ctx, r); err != nil {
 			return err
 		}
 		if res.Cursor == 0 {
@@ -393,14 +393,14 @@ func (dp *Plane) CommitBatch(ctx context.Context, id int64, res BatchLoaded) err
 
 // emitBatchEvent stores the dataset event of a committed batch and queues it for routing.
 func (dp *Plane) emitBatchEvent(ctx context.Context, tx store.Tx, c *dispatch.Work, r *store.BufferPublish, res BatchLoaded) error {
-	ds, err := tx.GetDatasets(ctx, []string{r.DatasetUUID})
+	ds, err := tx.DatasetGetMany(ctx, []string{r.DatasetUUID})
 	if err != nil || len(ds) == 0 {
 		return err
 	}
 	cursor := res.Cursor
 	e := &store.DatasetEvent{DedupeKey: "buffer:" + strconv.FormatInt(r.ID, 10), JobID: r.JobID, TaskID: r.TaskID,
 		Attempt: r.Attempt, DatasetUUID: r.DatasetUUID, DatasetVersion: ds[0].CurrentVersion, Cursor: &cursor, CreatedAt: c.Now()}
-	if _, err := tx.InsertDatasetEvents(ctx, []*store.DatasetEvent{e}); err != nil || e.ID == 0 {
+	if _, err := tx.DatasetEventInsertMany(ctx, []*store.DatasetEvent{e}); err != nil || e.ID == 0 {
 		return err
 	}
 	payload, _ := json.Marshal(routedEvent{Tenant: r.Tenant, EventID: e.ID, TaskID: r.TaskID, Facets: res.Facets,
@@ -421,7 +421,7 @@ func (dp *Plane) FailBatch(ctx context.Context, id int64, receipt int, reason st
 	}
 	err = dp.d.UpdateAlone(ctx, store.LockSet{}, func(tx store.Tx, c *dispatch.Work) error {
 		dead = false
-		r, err := tx.GetBufferPublish(ctx, id)
+		r, err := tx.BufferPublishGet(ctx, id)
 		if err != nil {
 			return batchNotFound(err)
 		}
@@ -438,7 +438,7 @@ func (dp *Plane) FailBatch(ctx context.Context, id int64, receipt int, reason st
 			}
 			r.VisibleAt = c.Now().Add(delay)
 		}
-		return tx.UpdateBufferPublish(ctx, r)
+		return tx.BufferPublishUpdate(ctx, r)
 	})
 	return dead, err
 }
@@ -460,7 +460,7 @@ func (dp *Plane) BatchDeadLetters(ctx context.Context, tenant, dataset string, a
 	if err != nil {
 		return nil, err
 	}
-	return dp.store.ListBufferDeadLetters(ctx, ds.UUID, after, min(cmpOr(limit, 100), 1000))
+	return dp.store.BufferPublishListDeadLetters(ctx, ds.UUID, after, min(cmpOr(limit, 100), 1000))
 }
 
 // RetryBatch puts a dead-lettered batch of a tenant's dataset back on the Buffer Queue with a fresh
@@ -472,7 +472,7 @@ func (dp *Plane) RetryBatch(ctx context.Context, tenant, dataset string, id int6
 	}
 	var r *store.BufferPublish
 	err = dp.d.UpdateAlone(ctx, store.LockSet{}, func(tx store.Tx, c *dispatch.Work) error {
-		if r, err = tx.GetBufferPublish(ctx, id); err != nil {
+		if r, err = tx.BufferPublishGet(ctx, id); err != nil {
 			return batchNotFound(err)
 		}
 		if r.DatasetUUID != ds.UUID || r.Tenant != tenant {
@@ -483,7 +483,7 @@ func (dp *Plane) RetryBatch(ctx context.Context, tenant, dataset string, id int6
 		}
 		r.State, r.ReceiveCount, r.VisibleAt, r.FinishedAt = store.BufferQueued, 0, c.Now(), time.Time{}
 		c.Signal(&dp.sinks)
-		return tx.UpdateBufferPublish(ctx, r)
+		return tx.BufferPublishUpdate(ctx, r)
 	})
 	return r, err
 }

@@ -20,7 +20,8 @@ import (
 	"github.com/baton-dev/baton/wire"
 )
 
-// bufferEnv is an env with object storage, pipelinetest.AlertsDoc deployed and a running task that publishes.
+// bufferEnv is an env with object storage, pipelinetest.AlertsDoc deployed and a running task that
+// publishes.
 type bufferEnv struct {
 	*env
 	blob    *blob.Store
@@ -38,7 +39,7 @@ func newBufferEnv(t *testing.T, st store.Store) *bufferEnv {
 	if _, err := e.dp.Deploy(e.Ctx, tenant, []byte(pipelinetest.AlertsDoc), "application/yaml"); err != nil {
 		t.Fatalf("deploy: %v", err)
 	}
-	if e.dataset, err = st.DatasetByName(e.Ctx, tenant, "alert_events"); err != nil {
+	if e.dataset, err = st.DatasetGetByName(e.Ctx, tenant, "alert_events"); err != nil {
 		t.Fatal(err)
 	}
 	e.writer = e.runScan()
@@ -99,12 +100,12 @@ func TestBufferPublishRecordsOnceAndQueuesTheSinkMessage(t *testing.T) {
 		if dup, err := e.dp.BufferPublish(e.Ctx, p); err != nil || !dup {
 			t.Fatalf("repeat: dup=%v %v", dup, err)
 		}
-		recs, _ := st.ListBufferPublishes(e.Ctx, c.Task.ID)
+		recs, _ := st.BufferPublishListByTask(e.Ctx, c.Task.ID)
 		if len(recs) != 1 || recs[0].Tenant != tenant || *recs[0].RecordCount != 1000 || recs[0].State != store.BufferQueued ||
 			recs[0].DatasetVersion != e.dataset.CurrentVersion {
 			t.Fatalf("records %+v", recs)
 		}
-		msgs, _ := st.OutboxAfter(e.Ctx, 0, 100)
+		msgs, _ := st.OutboxListAfter(e.Ctx, 0, 100)
 		var sink []map[string]any
 		for _, m := range msgs {
 			if m.Topic == store.TopicBufferBatch {
@@ -161,17 +162,18 @@ func TestBufferPublishRefusesURIsOutsideTheAttemptsPrefix(t *testing.T) {
 				t.Errorf("%s: %q, want it to mention %q", tt.name, bad.Message, tt.want)
 			}
 		}
-		if recs, _ := st.ListBufferPublishes(e.Ctx, id); len(recs) != 0 {
+		if recs, _ := st.BufferPublishListByTask(e.Ctx, id); len(recs) != 0 {
 			t.Fatalf("refused publishes recorded %+v", recs)
 		}
-		// Accepted: the dataset by uuid or by name, and the shorter prefix with the dataset in the body.
+		// Accepted: the dataset by uuid or by name, and the shorter prefix with the dataset in the
+		// body.
 		e.publish(c, e.uri(c, ds, "a.jsonl"))
 		e.publish(c, e.uri(c, "alert_events", "b.jsonl"))
 		if _, err := e.dp.BufferPublish(e.Ctx, dataplane.BufferPublishParams{Fence: fence(c), DedupeScope: "alert_events",
 			BatchURI: e.blob.URI("buffers/" + id + "/1/c.jsonl")}); err != nil {
 			t.Fatal(err)
 		}
-		if recs, _ := st.ListBufferPublishes(e.Ctx, id); len(recs) != 3 || recs[1].DatasetUUID != ds || recs[2].DatasetUUID != ds {
+		if recs, _ := st.BufferPublishListByTask(e.Ctx, id); len(recs) != 3 || recs[1].DatasetUUID != ds || recs[2].DatasetUUID != ds {
 			t.Fatalf("records %+v", recs)
 		}
 	})
@@ -207,7 +209,7 @@ func TestBufferPublishOnlyIntoTheJobsOwnBufferedOutputs(t *testing.T) {
 					t.Errorf("refusal %q, want %q", denied.Message, want)
 				}
 			}
-			if recs, _ := st.ListBufferPublishes(e.Ctx, c.Task.ID); len(recs) != 0 {
+			if recs, _ := st.BufferPublishListByTask(e.Ctx, c.Task.ID); len(recs) != 0 {
 				t.Fatalf("a refused publish was recorded: %+v", recs)
 			}
 		}
@@ -220,7 +222,7 @@ func TestBufferPublishOnlyIntoTheJobsOwnBufferedOutputs(t *testing.T) {
 // pipelineTask claims the pending task of the pipeline job named job.
 func (e *bufferEnv) pipelineTask(t *testing.T, job string) *dispatch.Claim {
 	t.Helper()
-	jobs, err := e.Store.ListJobs(e.Ctx, store.ListJobsParams{Tenant: tenant, Limit: 100})
+	jobs, err := e.Store.JobList(e.Ctx, store.ListJobsParams{Tenant: tenant, Limit: 100})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -228,7 +230,7 @@ func (e *bufferEnv) pipelineTask(t *testing.T, job string) *dispatch.Claim {
 		if j.PipelineJob != job {
 			continue
 		}
-		tasks, err := e.Store.JobTasks(e.Ctx, j.ID)
+		tasks, err := e.Store.TaskListByJob(e.Ctx, j.ID)
 		if err != nil || len(tasks) != 1 {
 			t.Fatalf("tasks of %s: %v %d", job, err, len(tasks))
 		}
@@ -385,7 +387,7 @@ func TestCommittedBatchRoutesToConsumersWhoseWhereMatches(t *testing.T) {
 			t.Fatalf("routed %d tasks, want 3: pager for batches 1 and 2, digest for batch 2", n)
 		}
 		got := map[string][]int64{}
-		jobs, err := st.ListJobs(e.Ctx, store.ListJobsParams{Tenant: tenant, Limit: 100})
+		jobs, err := st.JobList(e.Ctx, store.ListJobsParams{Tenant: tenant, Limit: 100})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -393,11 +395,11 @@ func TestCommittedBatchRoutesToConsumersWhoseWhereMatches(t *testing.T) {
 			if job.PipelineJob != "pager" && job.PipelineJob != "digest" {
 				continue
 			}
-			summaries, err := st.JobTasks(e.Ctx, job.ID)
+			summaries, err := st.TaskListByJob(e.Ctx, job.ID)
 			if err != nil || len(summaries) != 1 {
 				t.Fatalf("tasks of %s: %v %v", job.ID, summaries, err)
 			}
-			task, err := st.GetTask(e.Ctx, summaries[0].ID)
+			task, err := st.TaskGet(e.Ctx, summaries[0].ID)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -413,7 +415,8 @@ func TestCommittedBatchRoutesToConsumersWhoseWhereMatches(t *testing.T) {
 		if !slices.Equal(got["pager"], []int64{1, 2}) || !slices.Equal(got["digest"], []int64{2}) {
 			t.Errorf("routed cursors %v", got)
 		}
-		// Committed messages are done: nothing is delivered again, and a commit of no rows emits nothing.
+		// Committed messages are done: nothing is delivered again, and a commit of no rows emits
+		// nothing.
 		e.publish(e.writer, e.uri(e.writer, e.dataset.UUID, "d.jsonl"))
 		m := e.claimBatches(dataplane.ClaimBatchesParams{})[0]
 		if err := e.dp.CommitBatch(e.Ctx, m.ID, dataplane.BatchLoaded{}); err != nil {
@@ -448,7 +451,7 @@ func TestBufferFailureKeepsLongErrorsValid(t *testing.T) {
 		if _, err := e.dp.FailBatch(e.Ctx, m.ID, m.ReceiveCount, reason); err != nil {
 			t.Fatalf("fail with a long error: %v", err)
 		}
-		recs, _ := st.ListBufferPublishes(e.Ctx, e.writer.Task.ID)
+		recs, _ := st.BufferPublishListByTask(e.Ctx, e.writer.Task.ID)
 		if got := recs[0].LastError; !utf8.ValidString(got) || len(got) > 4000 || !strings.HasPrefix(reason, got) {
 			t.Errorf("stored error of %d bytes, valid UTF-8 %v", len(got), utf8.ValidString(got))
 		}

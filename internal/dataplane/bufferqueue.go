@@ -24,11 +24,11 @@ func (dp *Plane) ExtendBatch(ctx context.Context, id int64, receipt int, visibil
 	}
 	err = dp.d.UpdateAlone(ctx, store.LockSet{}, func(tx store.Tx, c *dispatch.Work) error {
 		visibleUntil = c.Now().Add(visibility)
-		ok, err := tx.ExtendBufferPublish(ctx, id, receipt, visibleUntil)
+		ok, err := tx.BufferPublishExtend(ctx, id, receipt, visibleUntil)
 		if err != nil || ok {
 			return err
 		}
-		if _, err := tx.GetBufferPublish(ctx, id); err != nil {
+		if _, err := tx.BufferPublishGet(ctx, id); err != nil {
 			return batchNotFound(err)
 		}
 		return ErrBatchNotClaimed

@@ -24,10 +24,10 @@ type DatasetView struct {
 
 // findDataset finds a tenant's dataset by name, or by uuid.
 func (dp *Plane) findDataset(ctx context.Context, st store.Reader, tenant, ref string) (*store.Dataset, error) {
-	x, err := st.DatasetByName(ctx, tenant, ref)
+	x, err := st.DatasetGetByName(ctx, tenant, ref)
 	if errors.Is(err, store.ErrNotFound) && uuid.Validate(ref) == nil {
 		var ds []*store.Dataset
-		if ds, err = st.GetDatasets(ctx, []string{ref}); err == nil && len(ds) == 1 && ds[0].Tenant == tenant {
+		if ds, err = st.DatasetGetMany(ctx, []string{ref}); err == nil && len(ds) == 1 && ds[0].Tenant == tenant {
 			return ds[0], nil
 		}
 		err = store.ErrNotFound
@@ -46,10 +46,10 @@ func (dp *Plane) GetDataset(ctx context.Context, tenant, ref string, limit int) 
 		return nil, err
 	}
 	v := &DatasetView{Dataset: x, Allowed: []string{}}
-	if v.Versions, err = dp.store.ListDatasetVersions(ctx, x.UUID); err != nil {
+	if v.Versions, err = dp.store.DatasetVersionList(ctx, x.UUID); err != nil {
 		return nil, err
 	}
-	if v.Events, err = dp.store.RecentDatasetEvents(ctx, tenant, x.UUID, cmpOr(limit, 20)); err != nil {
+	if v.Events, err = dp.store.DatasetEventListRecent(ctx, tenant, x.UUID, cmpOr(limit, 20)); err != nil {
 		return nil, err
 	}
 	for f := range allowlistOf(x).Fields {
@@ -61,7 +61,7 @@ func (dp *Plane) GetDataset(ctx context.Context, tenant, ref string, limit int) 
 
 // ListDatasets lists a tenant's datasets, named ones first.
 func (dp *Plane) ListDatasets(ctx context.Context, tenant string) ([]*store.Dataset, error) {
-	return dp.store.ListDatasets(ctx, tenant)
+	return dp.store.DatasetList(ctx, tenant)
 }
 
 // SetCurrentVersion makes a registered version the dataset's current one, atomically: events of
@@ -76,7 +76,7 @@ func (dp *Plane) SetCurrentVersion(ctx context.Context, tenant, ref, version str
 		if err != nil {
 			return err
 		}
-		versions, err := tx.ListDatasetVersions(ctx, x.UUID)
+		versions, err := tx.DatasetVersionList(ctx, x.UUID)
 		if err != nil {
 			return err
 		}
@@ -85,7 +85,7 @@ func (dp *Plane) SetCurrentVersion(ctx context.Context, tenant, ref, version str
 		}
 		x.CurrentVersion, x.UpdatedAt = version, c.Now()
 		out = x
-		return tx.UpdateDataset(ctx, x)
+		return tx.DatasetUpdate(ctx, x)
 	})
 	return out, err
 }
@@ -108,7 +108,7 @@ func (dp *Plane) RegisterVersions(ctx context.Context, tx store.Tx, c *dispatch.
 		}
 		uuids = append(uuids, p.DatasetUUID)
 	}
-	ds, err := tx.GetDatasets(ctx, uuids)
+	ds, err := tx.DatasetGetMany(ctx, uuids)
 	if err != nil || len(ds) == 0 {
 		return err
 	}
@@ -127,7 +127,7 @@ func (dp *Plane) RegisterVersions(ctx context.Context, tx store.Tx, c *dispatch.
 				ConfigHash: p.ConfigHash, Start: p.RangeStart, End: p.RangeEnd, TaskID: t.ID, CreatedAt: c.Now()})
 		}
 	}
-	return tx.InsertDatasetVersions(ctx, vs)
+	return tx.DatasetVersionInsertMany(ctx, vs)
 }
 
 // checkLocation checks where the published version p (entry i) says its files are: with object

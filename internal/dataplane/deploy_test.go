@@ -22,8 +22,8 @@ import (
 	"github.com/baton-dev/baton/internal/store/storetest"
 )
 
-// deployTables is the data database as a deploy sees it (dataplane.DatasetDB). before, when set, runs
-// once the tables' changes are made, before the deploy's store transaction.
+// deployTables is the data database as a deploy sees it (dataplane.DatasetDB). before, when set,
+// runs once the tables' changes are made, before the deploy's store transaction.
 type deployTables struct {
 	dataplane.DatasetDB
 	before func()
@@ -142,7 +142,7 @@ func TestRefusedDeployChangesNoTable(t *testing.T) {
 		if want := []string{fmt.Sprintf(retypedProblem, "retyped")}; !slices.Equal(problems, want) {
 			t.Fatalf("problems %q, want %q", problems, want)
 		}
-		if _, err := e.Store.DatasetByName(e.Ctx, tenant, "fresh"); !errors.Is(err, store.ErrNotFound) {
+		if _, err := e.Store.DatasetGetByName(e.Ctx, tenant, "fresh"); !errors.Is(err, store.ErrNotFound) {
 			t.Errorf("the refused deploy's new dataset: %v", err)
 		}
 		// Each incompatible dataset is named, in the order of their names.
@@ -161,7 +161,7 @@ func TestRefusedDeployChangesNoTable(t *testing.T) {
 		e.deploy(tenant, bufferedDoc("alerts", map[string]string{"grows": alertSchemaGrown, "retyped": alertSchema, "fresh": alertSchema}))
 		tables := datasettest.Tables(t, e.url)
 		for _, name := range []string{"grows", "retyped", "fresh"} {
-			ds, err := e.Store.DatasetByName(e.Ctx, tenant, name)
+			ds, err := e.Store.DatasetGetByName(e.Ctx, tenant, name)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -225,7 +225,7 @@ publish:
 			t.Fatalf("refused deploys changed the data database:\n%s", datasettest.Diff(before, after))
 		}
 		for _, name := range []string{"new_0", "new_1"} {
-			if _, err := e.Store.DatasetByName(e.Ctx, tenant, name); !errors.Is(err, store.ErrNotFound) {
+			if _, err := e.Store.DatasetGetByName(e.Ctx, tenant, name); !errors.Is(err, store.ErrNotFound) {
 				t.Errorf("dataset %s of a refused deploy: %v", name, err)
 			}
 		}
@@ -247,7 +247,7 @@ func TestConcurrentDeploysOfOneBufferedDataset(t *testing.T) {
 		if err := errors.Join(errs...); err != nil {
 			t.Fatal(err)
 		}
-		ds, err := e.Store.DatasetByName(e.Ctx, tenant, "alerts")
+		ds, err := e.Store.DatasetGetByName(e.Ctx, tenant, "alerts")
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -29,7 +29,7 @@ func TestRecordEventsIsFencedIdempotentAndValidated(t *testing.T) {
 		if n, err := e.D.RecordEvents(e.Ctx, fence(c), events); err != nil || n != 0 {
 			t.Fatalf("repeat: %d new, %v; want 0 new and no error", n, err)
 		}
-		stored, _ := st.ListDatasetEvents(e.Ctx, c.Task.ID)
+		stored, _ := st.DatasetEventListByTask(e.Ctx, c.Task.ID)
 		if len(stored) != 2 || *stored[0].Cursor != 12345 || stored[1].PartitionKey != "1000000-1010000" || stored[0].Attempt != 1 {
 			t.Errorf("stored events %+v", stored)
 		}
@@ -53,7 +53,7 @@ func TestRecordEventsIsFencedIdempotentAndValidated(t *testing.T) {
 		if _, err := e.D.RecordEvents(e.Ctx, fence(c), []dispatch.DatasetEvent{{DatasetUUID: ds, DatasetVersion: "v", Cursor: i64(1)}}); err == nil {
 			t.Error("events accepted after the attempt completed")
 		}
-		if stored, _ := st.ListDatasetEvents(e.Ctx, c.Task.ID); len(stored) != 2 {
+		if stored, _ := st.DatasetEventListByTask(e.Ctx, c.Task.ID); len(stored) != 2 {
 			t.Errorf("refused calls stored events: %d", len(stored))
 		}
 	})
@@ -95,7 +95,7 @@ func TestCompletionStoresItsFinalEventsWithTheOutcome(t *testing.T) {
 		if _, err := e.D.Complete(e.Ctx, good); err != nil {
 			t.Fatal(err)
 		}
-		if evs, _ := st.ListDatasetEvents(e.Ctx, c.Task.ID); len(evs) != 1 || *evs[0].Cursor != 7 {
+		if evs, _ := st.DatasetEventListByTask(e.Ctx, c.Task.ID); len(evs) != 1 || *evs[0].Cursor != 7 {
 			t.Errorf("events %+v", evs)
 		}
 	})

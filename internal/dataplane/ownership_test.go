@@ -24,7 +24,7 @@ func (e *env) ownDatasetOf(tenant string) string {
 	if _, err := e.dp.Deploy(e.Ctx, tenant, []byte(pipelinetest.AlertsDoc), "application/yaml"); err != nil {
 		e.T.Fatalf("deploy for %s: %v", tenant, err)
 	}
-	ds, err := e.Store.DatasetByName(e.Ctx, tenant, "alert_events")
+	ds, err := e.Store.DatasetGetByName(e.Ctx, tenant, "alert_events")
 	if err != nil {
 		e.T.Fatal(err)
 	}
@@ -36,7 +36,7 @@ func (e *env) ownDataset() string { return e.ownDatasetOf(tenant) }
 // outboxTopics counts the outbox messages of topic.
 func (e *env) outboxTopic(topic string) int {
 	e.T.Helper()
-	msgs, err := e.Store.OutboxAfter(e.Ctx, 0, 10000)
+	msgs, err := e.Store.OutboxListAfter(e.Ctx, 0, 10000)
 	if err != nil {
 		e.T.Fatal(err)
 	}
@@ -81,7 +81,7 @@ func TestEventsNameOnlyTheTenantsOwnDatasets(t *testing.T) {
 				t.Errorf("completion's refusal %q, want %q", bad.Message, tc.want)
 			}
 		}
-		if evs, _ := st.ListDatasetEvents(e.Ctx, c.Task.ID); len(evs) != 0 {
+		if evs, _ := st.DatasetEventListByTask(e.Ctx, c.Task.ID); len(evs) != 0 {
 			t.Fatalf("refused events were stored: %+v", evs)
 		}
 		if n := e.outboxTopic(store.TopicDatasetEvent); n != 0 {
@@ -103,7 +103,7 @@ func TestEventsNameOnlyTheTenantsOwnDatasets(t *testing.T) {
 			Outcome: store.OutcomeSucceeded, Events: []dispatch.DatasetEvent{{DatasetUUID: own, DatasetVersion: "v1", Cursor: i64(2)}}}); err != nil {
 			t.Fatal(err)
 		}
-		if evs, _ := st.ListDatasetEvents(e.Ctx, c.Task.ID); len(evs) != 2 {
+		if evs, _ := st.DatasetEventListByTask(e.Ctx, c.Task.ID); len(evs) != 2 {
 			t.Fatalf("stored %d events, want the two of the own dataset", len(evs))
 		}
 	})
@@ -120,7 +120,7 @@ func TestRecentEventsAreTheTenantsOwn(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		tasks, _ := st.JobTasks(e.Ctx, res.Job.ID)
+		tasks, _ := st.TaskListByJob(e.Ctx, res.Job.ID)
 		vc, err := e.D.ClaimTask(e.Ctx, dispatch.ClaimTaskParams{TaskID: tasks[0].ID, WorkerID: "w"})
 		if err != nil {
 			t.Fatal(err)
@@ -132,7 +132,7 @@ func TestRecentEventsAreTheTenantsOwn(t *testing.T) {
 		job := e.Submit(spec("x"))
 		ic := e.Claim(job, "x")
 		if err := st.InTx(e.Ctx, func(tx store.Tx) error {
-			_, err := tx.InsertDatasetEvents(e.Ctx, []*store.DatasetEvent{{DedupeKey: "intruder", JobID: job.ID, TaskID: ic.Task.ID,
+			_, err := tx.DatasetEventInsertMany(e.Ctx, []*store.DatasetEvent{{DedupeKey: "intruder", JobID: job.ID, TaskID: ic.Task.ID,
 				Attempt: 1, DatasetUUID: victims, DatasetVersion: "v1", Cursor: i64(99), CreatedAt: e.Clock.Now()}})
 			return err
 		}); err != nil {
@@ -165,7 +165,7 @@ func TestPublishedVersionLiesUnderItsDatasetsPrefix(t *testing.T) {
 		if _, err := e.dp.Deploy(e.Ctx, tenant, []byte(chainDoc), "application/yaml"); err != nil {
 			t.Fatal(err)
 		}
-		blocks, err := st.DatasetByName(e.Ctx, tenant, "blocks")
+		blocks, err := st.DatasetGetByName(e.Ctx, tenant, "blocks")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -206,7 +206,7 @@ func TestPublishedVersionLiesUnderItsDatasetsPrefix(t *testing.T) {
 		if bad := dispatchtest.WantErr[*dispatch.InvalidError](t, err); bad.Message != "datasets_published holds 1001 entries; at most 1000 per completion" {
 			t.Errorf("refusal %q", bad.Message)
 		}
-		if vs, _ := st.ListDatasetVersions(e.Ctx, blocks.UUID); len(vs) != 1 {
+		if vs, _ := st.DatasetVersionList(e.Ctx, blocks.UUID); len(vs) != 1 {
 			t.Fatalf("refused completions registered versions: %+v", vs)
 		}
 		if s := e.Status(job, "a"); s != lifecycle.Running {
@@ -216,7 +216,7 @@ func TestPublishedVersionLiesUnderItsDatasetsPrefix(t *testing.T) {
 		if err := complete(`"` + own + c.Task.ID + `/1/"`); err != nil {
 			t.Fatal(err)
 		}
-		vs, _ := st.ListDatasetVersions(e.Ctx, blocks.UUID)
+		vs, _ := st.DatasetVersionList(e.Ctx, blocks.UUID)
 		if len(vs) != 3 || string(vs[2].StorageRef) != `"`+own+c.Task.ID+`/1/"` {
 			t.Fatalf("versions %+v", vs)
 		}
@@ -236,7 +236,7 @@ func TestPublishedVersionWithoutObjectStorageIsKeptAsGiven(t *testing.T) {
 				{DatasetUUID: ds, DatasetVersion: "v2", StorageRef: json.RawMessage(`{"scheme":"s3","bucket":"b","prefix":"blocks/v2/"}`)}}}); err != nil {
 			t.Fatal(err)
 		}
-		if vs, _ := st.ListDatasetVersions(e.Ctx, ds); len(vs) != 2 || string(vs[1].StorageRef) != `{"scheme":"s3","bucket":"b","prefix":"blocks/v2/"}` {
+		if vs, _ := st.DatasetVersionList(e.Ctx, ds); len(vs) != 2 || string(vs[1].StorageRef) != `{"scheme":"s3","bucket":"b","prefix":"blocks/v2/"}` {
 			t.Fatalf("versions %+v", vs)
 		}
 	})

@@ -75,9 +75,9 @@ const deployAttempts = 3
 
 // Deploy validates a pipeline document and stores it as the pipeline's active version. Every
 // problem, in the document or against the tenant's other pipelines' datasets, is reported in one
-// dispatch.ValidationError and nothing is stored. The same content deployed again creates no version; if
-// it is an earlier version, it becomes the active one again.
-// The checks, if any, add problems the caller knows of (the push targets the server has, say).
+// dispatch.ValidationError and nothing is stored. The same content deployed again creates no
+// version; if it is an earlier version, it becomes the active one again. The checks, if any, add
+// problems the caller knows of (the push targets the server has, say).
 func (dp *Plane) Deploy(ctx context.Context, tenant string, body []byte, contentType string,
 	checks ...func(*pipeline.Document) pipeline.Problems) (*DeployResult, error) {
 	if len(body) > MaxPipelineBytes {
@@ -167,16 +167,16 @@ func (dp *Plane) deploy(ctx context.Context, tenant string, body []byte, content
 				return err
 			}
 			specJSON, _ := json.Marshal(spec)
-			if res.Created, err = tx.InsertPipelineVersion(ctx, &store.PipelineVersion{Tenant: tenant, Pipeline: doc.Name,
+			if res.Created, err = tx.PipelineVersionInsert(ctx, &store.PipelineVersion{Tenant: tenant, Pipeline: doc.Name,
 				Version: doc.Version, Document: body, ContentType: contentType, Spec: specJSON, CreatedAt: c.Now()}); err != nil {
 				return err
 			}
 			if res.Created {
-				if err := tx.InsertConsumers(ctx, spec.consumers()); err != nil {
+				if err := tx.ConsumerInsertMany(ctx, spec.consumers()); err != nil {
 					return err
 				}
 			}
-			p, err := tx.GetPipeline(ctx, tenant, doc.Name)
+			p, err := tx.PipelineGet(ctx, tenant, doc.Name)
 			switch {
 			case errors.Is(err, store.ErrNotFound):
 				p = &store.Pipeline{Tenant: tenant, Name: doc.Name, CreatedAt: c.Now()}
@@ -186,7 +186,7 @@ func (dp *Plane) deploy(ctx context.Context, tenant string, body []byte, content
 			res.Activated = p.ActiveVersion != doc.Version
 			p.ActiveVersion, p.UpdatedAt = doc.Version, c.Now()
 			if res.Activated {
-				if err := tx.PutPipeline(ctx, p); err != nil {
+				if err := tx.PipelinePut(ctx, p); err != nil {
 					return err
 				}
 			}
@@ -247,7 +247,7 @@ func (dp *Plane) checkAgainstTenant(ctx context.Context, tenant string, doc *pip
 			producers = append(producers, bufferedProducer(name))
 		}
 	}
-	ds, err := st.DatasetsByProducer(ctx, tenant, producers)
+	ds, err := st.DatasetListByProducer(ctx, tenant, producers)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -262,7 +262,7 @@ func (dp *Plane) checkAgainstTenant(ctx context.Context, tenant string, doc *pip
 		if x, ok := existing["name:"+name]; ok {
 			return x, nil
 		}
-		x, err := st.DatasetByName(ctx, tenant, name)
+		x, err := st.DatasetGetByName(ctx, tenant, name)
 		if errors.Is(err, store.ErrNotFound) {
 			x, err = nil, nil
 		}
@@ -358,10 +358,10 @@ func (dp *Plane) storeDatasets(ctx context.Context, tx store.Tx, c *dispatch.Wor
 			add(bufferedProducer(name), name, "", 0)
 		}
 	}
-	if err := tx.InsertDatasets(ctx, fresh); err != nil {
+	if err := tx.DatasetInsertMany(ctx, fresh); err != nil {
 		return nil, err
 	}
-	if err := tx.InsertDatasetVersions(ctx, versions); err != nil {
+	if err := tx.DatasetVersionInsertMany(ctx, versions); err != nil {
 		return nil, err
 	}
 	// Read back: a concurrent deploy may have created some of them first.
@@ -369,7 +369,7 @@ func (dp *Plane) storeDatasets(ctx context.Context, tx store.Tx, c *dispatch.Wor
 	for _, x := range fresh {
 		producers = append(producers, x.Producer)
 	}
-	got, err := tx.DatasetsByProducer(ctx, tenant, producers)
+	got, err := tx.DatasetListByProducer(ctx, tenant, producers)
 	if err != nil {
 		return nil, err
 	}
@@ -404,7 +404,7 @@ func (dp *Plane) storeDatasets(ctx context.Context, tx store.Tx, c *dispatch.Wor
 		if len(p.FilterFields) > 0 {
 			x.FilterFields, _ = json.Marshal(p.FilterFields)
 		}
-		if err := tx.UpdateDataset(ctx, x); err != nil {
+		if err := tx.DatasetUpdate(ctx, x); err != nil {
 			return nil, err
 		}
 	}
@@ -506,7 +506,7 @@ func (s *pipelineSpec) consumers() []*store.Consumer {
 // Rollback makes an earlier version of a pipeline active again (version "": the one deployed
 // before the active one) and cancels the tasks of the version it replaces that have not started.
 func (dp *Plane) Rollback(ctx context.Context, tenant, name, version string) (*DeployResult, int, error) {
-	p, err := dp.store.GetPipeline(ctx, tenant, name)
+	p, err := dp.store.PipelineGet(ctx, tenant, name)
 	if errors.Is(err, store.ErrNotFound) {
 		return nil, 0, ErrPipelineNotFound
 	}
@@ -514,7 +514,7 @@ func (dp *Plane) Rollback(ctx context.Context, tenant, name, version string) (*D
 		return nil, 0, err
 	}
 	if version == "" {
-		versions, err := dp.store.ListPipelineVersions(ctx, tenant, name)
+		versions, err := dp.store.PipelineVersionList(ctx, tenant, name)
 		if err != nil {
 			return nil, 0, err
 		}
@@ -527,7 +527,7 @@ func (dp *Plane) Rollback(ctx context.Context, tenant, name, version string) (*D
 		if version == "" {
 			return nil, 0, &dispatch.InvalidError{Message: fmt.Sprintf("pipeline %q has no version deployed before %s to roll back to", name, p.ActiveVersion)}
 		}
-	} else if _, err := dp.store.GetPipelineVersion(ctx, tenant, name, version); errors.Is(err, store.ErrNotFound) {
+	} else if _, err := dp.store.PipelineVersionGet(ctx, tenant, name, version); errors.Is(err, store.ErrNotFound) {
 		return nil, 0, &dispatch.InvalidError{Message: fmt.Sprintf("pipeline %q has no version %q", name, version)}
 	} else if err != nil {
 		return nil, 0, err
@@ -535,7 +535,7 @@ func (dp *Plane) Rollback(ctx context.Context, tenant, name, version string) (*D
 	var old string
 	res := &DeployResult{Version: version}
 	err = dp.d.UpdateAlone(ctx, store.LockSet{}, func(tx store.Tx, c *dispatch.Work) error {
-		p, err := tx.GetPipeline(ctx, tenant, name)
+		p, err := tx.PipelineGet(ctx, tenant, name)
 		if err != nil {
 			return err
 		}
@@ -546,7 +546,7 @@ func (dp *Plane) Rollback(ctx context.Context, tenant, name, version string) (*D
 		if !res.Activated {
 			return nil
 		}
-		return tx.PutPipeline(ctx, p)
+		return tx.PipelinePut(ctx, p)
 	})
 	if err != nil || !res.Activated {
 		return res, 0, err
@@ -623,14 +623,14 @@ func (v *PipelineView) Jobs() []PipelineJobView {
 
 // GetPipeline returns a tenant's pipeline with its active version.
 func (dp *Plane) GetPipeline(ctx context.Context, tenant, name string) (*PipelineView, error) {
-	p, err := dp.store.GetPipeline(ctx, tenant, name)
+	p, err := dp.store.PipelineGet(ctx, tenant, name)
 	if errors.Is(err, store.ErrNotFound) {
 		return nil, ErrPipelineNotFound
 	}
 	if err != nil {
 		return nil, err
 	}
-	v, err := dp.store.GetPipelineVersion(ctx, tenant, name, p.ActiveVersion)
+	v, err := dp.store.PipelineVersionGet(ctx, tenant, name, p.ActiveVersion)
 	if err != nil {
 		return nil, err
 	}
@@ -647,17 +647,17 @@ func (dp *Plane) GetPipeline(ctx context.Context, tenant, name string) (*Pipelin
 
 // ListPipelines lists a tenant's pipelines.
 func (dp *Plane) ListPipelines(ctx context.Context, tenant string) ([]*store.Pipeline, error) {
-	return dp.store.ListPipelines(ctx, tenant)
+	return dp.store.PipelineList(ctx, tenant)
 }
 
 // PipelineVersions lists a pipeline's versions, newest first.
 func (dp *Plane) PipelineVersions(ctx context.Context, tenant, name string) ([]*store.PipelineVersion, error) {
-	if _, err := dp.store.GetPipeline(ctx, tenant, name); errors.Is(err, store.ErrNotFound) {
+	if _, err := dp.store.PipelineGet(ctx, tenant, name); errors.Is(err, store.ErrNotFound) {
 		return nil, ErrPipelineNotFound
 	} else if err != nil {
 		return nil, err
 	}
-	return dp.store.ListPipelineVersions(ctx, tenant, name)
+	return dp.store.PipelineVersionList(ctx, tenant, name)
 }
 
 func sortedKeys[V any](m map[string]V) []string {

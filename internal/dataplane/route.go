@@ -103,7 +103,7 @@ func (dp *Plane) AcceptEvents(ctx context.Context, tx store.Tx, c *dispatch.Work
 	if err := ownDatasets(ctx, tx, job.Tenant, events); err != nil {
 		return 0, err
 	}
-	n, err := tx.InsertDatasetEvents(ctx, rows)
+	n, err := tx.DatasetEventInsertMany(ctx, rows)
 	if err != nil || n == 0 {
 		return n, err
 	}
@@ -133,7 +133,7 @@ func ownDatasets(ctx context.Context, st store.Reader, tenant string, events []d
 	uuids = slices.Compact(uuids)
 	mine := make(map[string]bool, len(uuids))
 	for chunk := range slices.Chunk(uuids, 500) {
-		ds, err := st.GetDatasets(ctx, chunk)
+		ds, err := st.DatasetGetMany(ctx, chunk)
 		if err != nil {
 			return err
 		}
@@ -240,7 +240,7 @@ func (r *Router) pass(ctx context.Context) bool {
 func (r *Router) RunOnce(ctx context.Context) (events, tasks int, err error) {
 	err = r.dp.d.UpdateAlone(ctx, store.LockSet{}, func(tx store.Tx, c *dispatch.Work) error {
 		events, tasks = 0, 0
-		msgs, err := tx.ClaimOutbox(ctx, c.Now(), r.batch, store.OutboxFilter{Topic: store.TopicDatasetEvent})
+		msgs, err := tx.OutboxClaim(ctx, c.Now(), r.batch, store.OutboxFilter{Topic: store.TopicDatasetEvent})
 		if err != nil || len(msgs) == 0 {
 			return err
 		}
@@ -259,7 +259,7 @@ func (r *Router) RunOnce(ctx context.Context) (events, tasks int, err error) {
 		if tasks, err = r.route(ctx, tx, c, evs); err != nil {
 			return err
 		}
-		return tx.MarkOutboxSent(ctx, ids, c.Now())
+		return tx.OutboxMarkSent(ctx, ids, c.Now())
 	})
 	return events, tasks, err
 }
@@ -285,7 +285,7 @@ func (r *Router) route(ctx context.Context, tx store.Tx, c *dispatch.Work, evs [
 	if len(routable) == 0 {
 		return 0, nil
 	}
-	consumers, err := tx.Consumers(ctx, uniq(uuids))
+	consumers, err := tx.ConsumerList(ctx, uniq(uuids))
 	if err != nil {
 		return 0, err
 	}
@@ -403,14 +403,14 @@ func (k *knownDatasets) load(ctx context.Context, tx store.Tx, uuids []string) e
 			missing = append(missing, u)
 		}
 	}
-	ds, err := tx.GetDatasets(ctx, missing)
+	ds, err := tx.DatasetGetMany(ctx, missing)
 	if err != nil {
 		return err
 	}
 	for _, d := range ds {
 		k.datasets[d.UUID] = d
 	}
-	vs, err := tx.ListDatasetVersions(ctx, missing...)
+	vs, err := tx.DatasetVersionList(ctx, missing...)
 	if err != nil {
 		return err
 	}

@@ -51,7 +51,7 @@ func benchRouting(b *testing.B, st store.Store) (*dispatch.Dispatcher, *dataplan
 	if err != nil {
 		b.Fatal(err)
 	}
-	ds, err := st.GetDatasets(ctx, []string{v.Jobs()[0].Outputs[0].DatasetUUID})
+	ds, err := st.DatasetGetMany(ctx, []string{v.Jobs()[0].Outputs[0].DatasetUUID})
 	if err != nil || len(ds) != 1 {
 		b.Fatal(ds, err)
 	}
@@ -59,7 +59,7 @@ func benchRouting(b *testing.B, st store.Store) (*dispatch.Dispatcher, *dataplan
 	if err != nil {
 		b.Fatal(err)
 	}
-	tasks, _ := st.JobTasks(ctx, res.Job.ID)
+	tasks, _ := st.TaskListByJob(ctx, res.Job.ID)
 	c, err := d.ClaimTask(ctx, dispatch.ClaimTaskParams{TaskID: tasks[0].ID, WorkerID: "emitter"})
 	if err != nil {
 		b.Fatal(err)
@@ -85,7 +85,8 @@ func BenchmarkRouteEvents(b *testing.B) {
 			}
 			router := dp.NewRouter(dataplane.RouteConfig{})
 			b.ResetTimer()
-			// Two passes at a time, as Router.Start runs them while a backlog lasts (RouteConfig.Passes).
+			// Two passes at a time, as Router.Start runs them while a backlog lasts
+			// (RouteConfig.Passes).
 			var routedN atomic.Int64
 			var wg sync.WaitGroup
 			for range 2 {

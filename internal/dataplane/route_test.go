@@ -108,7 +108,7 @@ func (e *pipelineEnv) output(job string, i int) (uuid, version string) {
 	e.T.Helper()
 	for _, j := range e.view.Jobs() {
 		if j.Name == job {
-			ds, err := e.Store.GetDatasets(e.Ctx, []string{j.Outputs[i].DatasetUUID})
+			ds, err := e.Store.DatasetGetMany(e.Ctx, []string{j.Outputs[i].DatasetUUID})
 			if err != nil || len(ds) != 1 {
 				e.T.Fatalf("dataset of %s[%d]: %v %v", job, i, ds, err)
 			}
@@ -221,17 +221,17 @@ func TestRoutingIgnoresVersionsThatAreNotCurrentAndOtherTenants(t *testing.T) {
 			t.Errorf("an old version's event routed %d tasks", got)
 		}
 		// The event is kept for audit.
-		evs, err := st.ListDatasetEvents(e.Ctx, e.emitter.Task.ID)
+		evs, err := st.DatasetEventListByTask(e.Ctx, e.emitter.Task.ID)
 		if err != nil || len(evs) != 1 {
 			t.Errorf("stored events %v, %v; want the one event", evs, err)
 		}
-		// Another tenant's task reporting on this tenant's dataset is refused (TestEventsNameOnlyTheTenantsOwnDatasets)
-		// and routes nothing.
+		// Another tenant's task reporting on this tenant's dataset is refused
+		// (TestEventsNameOnlyTheTenantsOwnDatasets) and routes nothing.
 		res, err := e.D.CreateJob(e.Ctx, dispatch.CreateJobParams{Tenant: "intruder", Tasks: []lifecycle.TaskSpec{{Key: "x", Name: "x"}}})
 		if err != nil {
 			t.Fatal(err)
 		}
-		tasks, _ := st.JobTasks(e.Ctx, res.Job.ID)
+		tasks, _ := st.TaskListByJob(e.Ctx, res.Job.ID)
 		c, err := e.D.ClaimTask(e.Ctx, dispatch.ClaimTaskParams{TaskID: tasks[0].ID, WorkerID: "w"})
 		if err != nil {
 			t.Fatal(err)
@@ -312,7 +312,7 @@ func TestRoutedTaskCarriesItsDataPlane(t *testing.T) {
 		if len(r.Outputs) != 1 || r.Outputs[0] != (wire.DatasetOutput{OutputIndex: 0, DatasetUUID: ranges, DatasetVersion: rv}) {
 			t.Errorf("outputs %+v", r.Outputs)
 		}
-		job, err := st.GetJob(e.Ctx, claims[0].Task.JobID)
+		job, err := st.JobGet(e.Ctx, claims[0].Task.JobID)
 		if err != nil || job.Pipeline != "chain" || job.PipelineJob != "ranges" {
 			t.Errorf("job %+v %v", job, err)
 		}
@@ -415,7 +415,7 @@ publish:
 				t.Errorf("errors %q lack %q", v.Errors, w)
 			}
 		}
-		if _, err := st.GetPipeline(e.Ctx, tenant, "reader"); !errors.Is(err, store.ErrNotFound) {
+		if _, err := st.PipelineGet(e.Ctx, tenant, "reader"); !errors.Is(err, store.ErrNotFound) {
 			t.Errorf("a refused deploy stored the pipeline: %v", err)
 		}
 		// Another tenant may use the names freely.
@@ -574,7 +574,7 @@ publish:
 			}
 			uuids[out.DatasetUUID] = true
 		}
-		x, err := st.DatasetByName(e.Ctx, tenant, "alert_events")
+		x, err := st.DatasetGetByName(e.Ctx, tenant, "alert_events")
 		if err != nil || len(uuids) != 1 || !uuids[x.UUID] || x.WriteMode != "buffered" {
 			t.Errorf("one buffered dataset for both writers: %v, dataset %+v, %v", uuids, x, err)
 		}

@@ -64,7 +64,7 @@ func (s *Sources) run(ctx context.Context) {
 
 // RunOnce starts what is due now and returns how many tasks it created.
 func (s *Sources) RunOnce(ctx context.Context) (int, error) {
-	ps, err := s.dp.store.ActivePipelines(ctx)
+	ps, err := s.dp.store.PipelineListActive(ctx)
 	if err != nil {
 		return 0, err
 	}
@@ -143,7 +143,7 @@ func (s *Sources) alwaysOn(ctx context.Context, spec *pipelineSpec, js *jobSpec)
 		return 0, err
 	}
 	run := total
-	latest, err := s.dp.store.LatestPipelineJob(ctx, spec.Tenant, spec.Name, js.Name)
+	latest, err := s.dp.store.PipelineJobLatest(ctx, spec.Tenant, spec.Name, js.Name)
 	switch {
 	case err == nil:
 		prefix := sourceKey(spec, js, alwaysOnKey)
@@ -226,11 +226,11 @@ func (dp *Plane) RunSource(ctx context.Context, p RunSourceParams) (*RunSourceRe
 	if err != nil {
 		return nil, err
 	}
-	job, err := dp.store.JobByIdempotencyKey(ctx, p.Tenant, idem)
+	job, err := dp.store.JobGetByIdempotencyKey(ctx, p.Tenant, idem)
 	if err != nil {
 		return nil, err
 	}
-	tasks, err := dp.store.JobTasks(ctx, job.ID)
+	tasks, err := dp.store.TaskListByJob(ctx, job.ID)
 	if err != nil || len(tasks) == 0 {
 		return nil, fmt.Errorf("the task of job %s: %v", job.ID, err)
 	}
@@ -241,7 +241,7 @@ func (dp *Plane) RunSource(ctx context.Context, p RunSourceParams) (*RunSourceRe
 func (dp *Plane) findSource(ctx context.Context, p RunSourceParams) (*pipelineSpec, *jobSpec, error) {
 	var ps []*store.Pipeline
 	if p.WebhookPath == "" {
-		one, err := dp.store.GetPipeline(ctx, p.Tenant, p.Pipeline)
+		one, err := dp.store.PipelineGet(ctx, p.Tenant, p.Pipeline)
 		if errors.Is(err, store.ErrNotFound) {
 			return nil, nil, ErrPipelineNotFound
 		}
@@ -251,7 +251,7 @@ func (dp *Plane) findSource(ctx context.Context, p RunSourceParams) (*pipelineSp
 		ps = []*store.Pipeline{one}
 	} else {
 		var err error
-		if ps, err = dp.store.ListPipelines(ctx, p.Tenant); err != nil {
+		if ps, err = dp.store.PipelineList(ctx, p.Tenant); err != nil {
 			return nil, nil, err
 		}
 	}

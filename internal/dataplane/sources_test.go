@@ -230,7 +230,7 @@ func TestMaxConcurrencyHoldsUnderLoad(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		ds, _ := st.GetDatasets(e.Ctx, []string{v.Jobs()[0].Outputs[0].DatasetUUID})
+		ds, _ := st.DatasetGetMany(e.Ctx, []string{v.Jobs()[0].Outputs[0].DatasetUUID})
 		emitter := e.Claim(e.Submit(lifecycle.TaskSpec{Key: "emit", Name: "emit"}), "emit")
 		const tasks = 24
 		var events []dispatch.DatasetEvent

@@ -86,7 +86,7 @@ func (d *Dispatcher) completeBatch(ctx context.Context, tx store.Tx, c *changes,
 		results[i], errs[i] = nil, nil
 	}
 	{
-		tasks, err := tx.LockTasks(ctx, ids)
+		tasks, err := tx.TaskLockMany(ctx, ids)
 		if err != nil {
 			return nil, err
 		}
@@ -136,10 +136,10 @@ func (d *Dispatcher) completeBatch(ctx context.Context, tx store.Tx, c *changes,
 			return slow, nil
 		}
 		now := c.now
-		if err := tx.CompleteTasks(ctx, done, now); err != nil {
+		if err := tx.TaskCompleteMany(ctx, done, now); err != nil {
 			return nil, err
 		}
-		if err := tx.PutAttempts(ctx, ended); err != nil {
+		if err := tx.AttemptPutMany(ctx, ended); err != nil {
 			return nil, err
 		}
 		parents := make([]string, len(done))
@@ -188,7 +188,7 @@ func (d *Dispatcher) claimMany(ctx context.Context, tx store.Tx, c *changes, ps 
 			if len(ids) == total {
 				break
 			}
-			got, err := tx.ReadyTaskIDs(ctx, q, c.now, total-len(ids))
+			got, err := tx.TaskListReadyIDs(ctx, q, c.now, total-len(ids))
 			if err != nil {
 				return err
 			}

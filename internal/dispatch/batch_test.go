@@ -79,7 +79,7 @@ func TestCompleteManyAnswersEachReportAsComplete(t *testing.T) {
 		if got := count(e.Events(dag, "child"), dispatch.EventTaskPending); got != 1 {
 			t.Errorf("child released %d times, want once (after both parents)", got)
 		}
-		as, err := st.ListAttempts(e.Ctx, p1.Task.ID)
+		as, err := st.AttemptList(e.Ctx, p1.Task.ID)
 		if err != nil || len(as) != 1 || as[0].Outcome != store.OutcomeSucceeded || as[0].Result != lifecycle.Completed || as[0].FinishedAt.IsZero() {
 			t.Errorf("p1's attempt: %+v, %v", as, err)
 		}

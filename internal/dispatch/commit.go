@@ -317,11 +317,11 @@ func (g *groupTx) run(guard bool) error {
 	d, ctx := g.d, g.ctx
 	g.ready, g.signals = false, nil
 	return d.store.InTx(ctx, func(tx store.Tx) error {
-		// With nothing but plain successes naming rows, completeBatch's own LockTasks takes the
+		// With nothing but plain successes naming rows, completeBatch's own TaskLockMany takes the
 		// same locks in the same order, first thing in the transaction.
 		l := g.locks
 		if len(g.others) > 0 || len(l.Releasing)+len(l.Ending)+len(l.Jobs)+len(l.Keys) > 0 {
-			if err := tx.LockRows(ctx, l); err != nil {
+			if err := tx.RowsLock(ctx, l); err != nil {
 				return err
 			}
 		}
@@ -391,7 +391,7 @@ func (g *groupTx) run(guard bool) error {
 		}
 		g.tally = group.tally
 		if g.ready = g.ready || group.ready; g.ready {
-			return tx.NotifyReady(ctx)
+			return tx.TaskReadyNotify(ctx)
 		}
 		return nil
 	})

@@ -281,7 +281,7 @@ func TestGroupCommit_SettledEventsKeepTheTraceparent(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	events, err := e.Store.ListEvents(e.Ctx, job.ID, 0, 100)
+	events, err := e.Store.EventList(e.Ctx, job.ID, 0, 100)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -302,13 +302,13 @@ func TestGroupCommit_SettledEventsKeepTheTraceparent(t *testing.T) {
 	}
 }
 
-// failingTx fails every CompleteTasks of its store with a plain (not transient) error.
+// failingTx fails every TaskCompleteMany of its store with a plain (not transient) error.
 type failingTx struct {
 	store.Tx
 	calls *int
 }
 
-func (f failingTx) CompleteTasks(context.Context, []store.CompletedTask, time.Time) error {
+func (f failingTx) TaskCompleteMany(context.Context, []store.CompletedTask, time.Time) error {
 	*f.calls++
 	return errors.New("injected failure")
 }
@@ -317,7 +317,7 @@ func (f failingTx) Nested(ctx context.Context, fn func(store.Tx) error) error {
 	return f.Tx.Nested(ctx, func(tx store.Tx) error { return fn(failingTx{Tx: tx, calls: f.calls}) })
 }
 
-// failingStore is a gatedStore whose transactions fail CompleteTasks while fail is set.
+// failingStore is a gatedStore whose transactions fail TaskCompleteMany while fail is set.
 type failingStore struct {
 	*gatedStore
 	fail  bool // set and read by one goroutine at a time: transactions run one after another

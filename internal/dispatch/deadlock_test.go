@@ -236,7 +236,7 @@ func TestGroupCommitsDoNotDeadlock(t *testing.T) {
 
 	// Every job must finish: nothing was lost.
 	for _, id := range jobIDs {
-		j, err := stores[0].GetJob(ctx, id)
+		j, err := stores[0].JobGet(ctx, id)
 		if err != nil {
 			t.Fatalf("job %s: %v", id, err)
 		}

@@ -334,12 +334,12 @@ func (c *changes) freed(t *store.Task) {
 
 func (c *changes) write(ctx context.Context, tx store.Tx) error {
 	if len(c.events) > 0 {
-		if err := tx.InsertEvents(ctx, c.events); err != nil {
+		if err := tx.EventInsertMany(ctx, c.events); err != nil {
 			return err
 		}
 	}
 	if len(c.outbox) > 0 {
-		if err := tx.InsertOutbox(ctx, c.outbox); err != nil {
+		if err := tx.OutboxInsertMany(ctx, c.outbox); err != nil {
 			return err
 		}
 	}

@@ -41,7 +41,7 @@ func (d *Dispatcher) JobRef(ctx context.Context, id string) (JobRef, error) {
 	if ok {
 		return ref, nil
 	}
-	job, err := d.store.GetJob(ctx, id)
+	job, err := d.store.JobGet(ctx, id)
 	if err != nil {
 		return JobRef{}, err
 	}

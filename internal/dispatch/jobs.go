@@ -100,16 +100,16 @@ func (d *Dispatcher) CreateJob(ctx context.Context, p CreateJobParams) (_ *Creat
 				c.wake(t.ID, t.Queue, t.Runtime, now)
 			}
 		}
-		if err := tx.InsertJob(ctx, job); err != nil {
+		if err := tx.JobInsert(ctx, job); err != nil {
 			return err
 		}
-		if err := tx.InsertTasks(ctx, tasks); err != nil {
+		if err := tx.TaskInsertMany(ctx, tasks); err != nil {
 			return err
 		}
-		return tx.InsertDeps(ctx, deps)
+		return tx.DepInsertMany(ctx, deps)
 	})
 	if errors.Is(err, store.ErrConflict) {
-		if created, gerr := d.store.GetJob(ctx, jobID); gerr == nil {
+		if created, gerr := d.store.JobGet(ctx, jobID); gerr == nil {
 			return &CreateJobResult{Job: created, RootTasks: roots}, nil
 		}
 	}
@@ -126,7 +126,7 @@ func (d *Dispatcher) CreateJob(ctx context.Context, p CreateJobParams) (_ *Creat
 }
 
 func (d *Dispatcher) replay(ctx context.Context, p CreateJobParams) (*CreateJobResult, error) {
-	job, err := d.store.JobByIdempotencyKey(ctx, p.Tenant, p.IdempotencyKey)
+	job, err := d.store.JobGetByIdempotencyKey(ctx, p.Tenant, p.IdempotencyKey)
 	if errors.Is(err, store.ErrNotFound) {
 		return nil, nil
 	}
@@ -262,7 +262,7 @@ func (d *Dispatcher) AddTasks(ctx context.Context, p AddTasksParams) (_ *AddTask
 		if job.Status != lifecycle.JobProcessing || !job.CancelRequestedAt.IsZero() {
 			return ErrJobFinished
 		}
-		existing, err := tx.JobTasks(ctx, job.ID)
+		existing, err := tx.TaskListByJob(ctx, job.ID)
 		if err != nil {
 			return err
 		}
@@ -332,15 +332,15 @@ func (d *Dispatcher) AddTasks(ctx context.Context, p AddTasksParams) (_ *AddTask
 				c.event(job.ID, t.ID, t.Key, EventTaskSkipped, map[string]any{"reason": "a parent failed, was canceled or was skipped"})
 			}
 		}
-		if err := tx.InsertTasks(ctx, tasks); err != nil {
+		if err := tx.TaskInsertMany(ctx, tasks); err != nil {
 			return err
 		}
-		if err := tx.InsertDeps(ctx, edges(job.ID, p.Tasks, ids)); err != nil {
+		if err := tx.DepInsertMany(ctx, edges(job.ID, p.Tasks, ids)); err != nil {
 			return err
 		}
 		job.TotalTasks += len(tasks)
 		job.UnfinishedTasks += len(tasks) - skipped
-		if err := tx.UpdateJob(ctx, job); err != nil {
+		if err := tx.JobUpdate(ctx, job); err != nil {
 			return err
 		}
 		res.TotalTasksNow = job.TotalTasks
@@ -355,7 +355,7 @@ func (d *Dispatcher) AddTasks(ctx context.Context, p AddTasksParams) (_ *AddTask
 // lockJob loads (and, on PostgreSQL, locks) a job, hiding other tenants' jobs. An empty tenant
 // is the trusted, internal view of all jobs.
 func (d *Dispatcher) lockJob(ctx context.Context, tx store.Tx, tenant, id string) (*store.Job, error) {
-	job, err := tx.GetJob(ctx, id)
+	job, err := tx.JobGet(ctx, id)
 	if errors.Is(err, store.ErrNotFound) || (err == nil && tenant != "" && job.Tenant != tenant) {
 		return nil, ErrJobNotFound
 	}
@@ -387,14 +387,14 @@ func (d *Dispatcher) CancelJob(ctx context.Context, tenant, id, reason string) (
 		}
 		now := c.now
 		scope := store.CancelParams{JobID: id, Now: now, Reason: reason}
-		canceled, err := tx.CancelIdle(ctx, scope)
+		canceled, err := tx.TaskCancelIdle(ctx, scope)
 		if err != nil {
 			return err
 		}
 		for _, r := range canceled {
 			c.event(id, r.ID, r.Key, EventTaskCanceled, map[string]any{"reason": reason})
 		}
-		if _, err := tx.RequestCancel(ctx, scope); err != nil {
+		if _, err := tx.TaskRequestCancel(ctx, scope); err != nil {
 			return err
 		}
 		job.CancelRequestedAt = now
@@ -422,7 +422,7 @@ func (d *Dispatcher) settle(ctx context.Context, tx store.Tx, c *changes) error 
 	for _, r := range c.released {
 		byTrace[r.traceparent] = append(byTrace[r.traceparent], r.id)
 	}
-	// Only one release and nothing to skip: ReleaseChildrenOf locks the children itself, in
+	// Only one release and nothing to skip: TaskReleaseChildrenMany locks the children itself, in
 	// the same order, and a flat job (no children) costs one statement instead of two.
 	if len(c.ended) > 0 || len(byTrace) > 1 {
 		var locks store.LockSet
@@ -432,12 +432,12 @@ func (d *Dispatcher) settle(ctx context.Context, tx store.Tx, c *changes) error 
 		for _, e := range c.ended {
 			locks.Ending = append(locks.Ending, e.id)
 		}
-		if err := tx.LockRows(ctx, locks); err != nil {
+		if err := tx.RowsLock(ctx, locks); err != nil {
 			return err
 		}
 	}
 	for _, tp := range slices.Sorted(maps.Keys(byTrace)) {
-		refs, err := tx.ReleaseChildrenOf(ctx, byTrace[tp], c.now)
+		refs, err := tx.TaskReleaseChildrenMany(ctx, byTrace[tp], c.now)
 		if err != nil {
 			return err
 		}
@@ -451,7 +451,7 @@ func (d *Dispatcher) settle(ctx context.Context, tx store.Tx, c *changes) error 
 		})
 	}
 	for _, e := range c.ended {
-		skipped, err := tx.SkipDescendants(ctx, e.id, c.now)
+		skipped, err := tx.TaskSkipDescendants(ctx, e.id, c.now)
 		if err != nil {
 			return err
 		}
@@ -486,10 +486,10 @@ func (d *Dispatcher) settleJob(ctx context.Context, tx store.Tx, c *changes, job
 	dirty := true // job holds changes not yet written
 	if job == nil {
 		var err error
-		if job, err = tx.AddUnfinished(ctx, jobID, -finished); err != nil {
+		if job, err = tx.JobAddUnfinished(ctx, jobID, -finished); err != nil {
 			return nil, fmt.Errorf("settle job %s: %w", jobID, err)
 		}
-		dirty = false // AddUnfinished wrote the count
+		dirty = false // JobAddUnfinished wrote the count
 	} else {
 		job.UnfinishedTasks -= finished
 	}
@@ -499,7 +499,7 @@ func (d *Dispatcher) settleJob(ctx context.Context, tx store.Tx, c *changes, job
 		c.event(job.ID, "", "", EventJobFailure, map[string]any{"jobId": job.ID, "taskId": failedKey})
 	}
 	if job.UnfinishedTasks == 0 && job.Status == lifecycle.JobProcessing {
-		tasks, err := tx.JobTasks(ctx, job.ID)
+		tasks, err := tx.TaskListByJob(ctx, job.ID)
 		if err != nil {
 			return nil, err
 		}
@@ -520,7 +520,7 @@ func (d *Dispatcher) settleJob(ctx context.Context, tx store.Tx, c *changes, job
 	if !dirty {
 		return job, nil
 	}
-	return job, tx.UpdateJob(ctx, job)
+	return job, tx.JobUpdate(ctx, job)
 }
 
 // ResumeResult lists what a resume put back to work.
@@ -546,7 +546,7 @@ func (d *Dispatcher) ResumeJob(ctx context.Context, tenant, id string) (_ *Resum
 			return ErrJobNotFinished
 		}
 		now := c.now
-		refs, err := tx.ResumeTasks(ctx, id, now)
+		refs, err := tx.TaskResume(ctx, id, now)
 		if err != nil {
 			return err
 		}
@@ -567,7 +567,7 @@ func (d *Dispatcher) ResumeJob(ctx context.Context, tenant, id string) (_ *Resum
 		job.Status = lifecycle.JobProcessing
 		job.UnfinishedTasks += len(refs)
 		job.FinishedAt, job.CancelRequestedAt, job.FailureDetectedAt = time.Time{}, time.Time{}, time.Time{}
-		if err := tx.UpdateJob(ctx, job); err != nil {
+		if err := tx.JobUpdate(ctx, job); err != nil {
 			return err
 		}
 		return nil

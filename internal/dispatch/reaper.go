@@ -26,7 +26,7 @@ func (d *Dispatcher) Reap(ctx context.Context) (int, error) {
 	reaped := 0
 	for {
 		now := d.now()
-		ids, err := d.store.DueTasks(ctx, now, reapBatch)
+		ids, err := d.store.TaskListDue(ctx, now, reapBatch)
 		if err != nil {
 			return reaped, fmt.Errorf("due tasks: %w", err)
 		}
@@ -34,7 +34,7 @@ func (d *Dispatcher) Reap(ctx context.Context) (int, error) {
 			var done bool
 			err := d.update(ctx, store.LockSet{Tasks: []string{id}}, func(tx store.Tx, c *changes) error {
 				done = false
-				t, err := tx.GetTask(ctx, id)
+				t, err := tx.TaskGet(ctx, id)
 				if err != nil {
 					return err
 				}
@@ -94,7 +94,7 @@ func (d *Dispatcher) reapTask(ctx context.Context, tx store.Tx, c *changes, t *s
 		}
 	}
 	a.Result = t.Status
-	return tx.PutAttempts(ctx, []*store.Attempt{a})
+	return tx.AttemptPutMany(ctx, []*store.Attempt{a})
 }
 
 // maxReaperSleep bounds the reaper's sleep, so that a lease taken on another replica (which
@@ -128,7 +128,7 @@ func (r *Reaper) run(ctx context.Context) {
 			r.log.InfoContext(ctx, "timed out tasks", "count", n)
 		}
 		sleep := maxReaperSleep
-		if next, ok, err := r.d.store.NextReapAt(ctx); err == nil && ok {
+		if next, ok, err := r.d.store.TaskNextReapAt(ctx); err == nil && ok {
 			sleep = min(max(next.Sub(r.clock.Now()), 5*time.Millisecond), maxReaperSleep)
 		}
 		select {

@@ -87,7 +87,7 @@ func (d *Dispatcher) runOnce(ctx context.Context, locks store.LockSet, fn func(t
 	ctx, end := d.traceTx(ctx, SpanTransaction, 1, nil)
 	err := d.store.InTx(ctx, func(tx store.Tx) error {
 		c = d.newChanges()
-		if err := tx.LockRows(ctx, locks); err != nil {
+		if err := tx.RowsLock(ctx, locks); err != nil {
 			return err
 		}
 		if err := fn(tx, c); err != nil {
@@ -97,7 +97,7 @@ func (d *Dispatcher) runOnce(ctx context.Context, locks store.LockSet, fn func(t
 			return err
 		}
 		if c.ready {
-			if err := tx.NotifyReady(ctx); err != nil {
+			if err := tx.TaskReadyNotify(ctx); err != nil {
 				return err
 			}
 		}

@@ -49,7 +49,7 @@ func TestTransientFailureIsRetried(t *testing.T) {
 			if err != nil || got.Status != lifecycle.Completed {
 				t.Fatalf("complete after 2 transient failures: %+v, %v", got, err)
 			}
-			if j, _ := st.GetJob(ctx, res.Job.ID); j.Status != lifecycle.JobCompleted {
+			if j, _ := st.JobGet(ctx, res.Job.ID); j.Status != lifecycle.JobCompleted {
 				t.Errorf("job %s, want completed", j.Status)
 			}
 		})
@@ -71,7 +71,7 @@ func TestCreateJobWhoseCommitAnswerWasLost(t *testing.T) {
 			if res.Replayed {
 				t.Error("the job this very call created is answered as a replay")
 			}
-			jobs, err := st.ListJobs(ctx, store.ListJobsParams{Tenant: tenant, Limit: 10})
+			jobs, err := st.JobList(ctx, store.ListJobsParams{Tenant: tenant, Limit: 10})
 			if err != nil || len(jobs) != 1 || jobs[0].ID != res.Job.ID {
 				t.Fatalf("jobs stored: %d (%v), want only %s", len(jobs), err, res.Job.ID)
 			}
@@ -111,7 +111,7 @@ func TestFailedGroupIsRedoneAlone(t *testing.T) {
 			t.Errorf("create %d: %v", i, err)
 		}
 	}
-	jobs, err := st.ListJobs(ctx, store.ListJobsParams{Tenant: tenant, Limit: 100})
+	jobs, err := st.JobList(ctx, store.ListJobsParams{Tenant: tenant, Limit: 100})
 	if err != nil || len(jobs) != len(errs) {
 		t.Fatalf("%d jobs (%v), want %d", len(jobs), err, len(errs))
 	}

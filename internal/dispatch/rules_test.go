@@ -40,7 +40,7 @@ func TestRule1_ClaimTakesPendingTaskIntoRunningUnderNewLease(t *testing.T) {
 		wantEvents(t, e.Events(job, "a"), dispatch.EventTaskPending, dispatch.EventTaskStarted)
 		// It is stored when it ends.
 		e.Succeed(c)
-		a, err := st.GetAttempt(e.Ctx, tk.ID, 1)
+		a, err := st.AttemptGet(e.Ctx, tk.ID, 1)
 		if err != nil || a.WorkerID != "w-a" || a.LeaseToken != tk.LeaseToken || !a.StartedAt.Equal(epoch) || a.Outcome != store.OutcomeSucceeded {
 			t.Errorf("attempt row %+v, %v", a, err)
 		}
@@ -355,7 +355,7 @@ func TestRule5_ReaperTimesOutExpiredLeaseAndRetries(t *testing.T) {
 		if want := e.Clock.Now().Truncate(time.Millisecond).Add(10 * time.Second); !tk.AvailableAt.Equal(want) {
 			t.Errorf("retry at %v, want %v", tk.AvailableAt, want)
 		}
-		a, _ := st.GetAttempt(e.Ctx, tk.ID, 1)
+		a, _ := st.AttemptGet(e.Ctx, tk.ID, 1)
 		if a.Outcome != store.OutcomeTimedOut || a.Result != lifecycle.Pending {
 			t.Errorf("attempt outcome %s result %s", a.Outcome, a.Result)
 		}
@@ -700,7 +700,7 @@ func TestRule9_ChildBecomesPendingWhenItsLastParentCompletes(t *testing.T) {
 		if len(c.DependencyOutputs) != 2 || string(c.DependencyOutputs["b"]) != want["b"] || string(c.DependencyOutputs["c"]) != want["c"] {
 			t.Errorf("dependency outputs %s", c.DependencyOutputs)
 		}
-		msgs, err := st.OutboxAfter(e.Ctx, 0, 100)
+		msgs, err := st.OutboxListAfter(e.Ctx, 0, 100)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -208,7 +208,7 @@ func (r *stressRun) allDone() bool {
 		if r.done[i].Load() {
 			continue
 		}
-		job, err := r.d.Store().GetJob(r.ctx, id)
+		job, err := r.d.Store().JobGet(r.ctx, id)
 		if err != nil {
 			r.fail("poll job %s: %v", id, err)
 			return false
@@ -716,7 +716,7 @@ func TestTenThousandTaskDAGRunsToCompletion(t *testing.T) {
 					if done.Load() {
 						return
 					}
-					job, err := d.Store().GetJob(ctx, jobID)
+					job, err := d.Store().JobGet(ctx, jobID)
 					if err != nil {
 						fail("%s: poll job: %v", w, err)
 						return

@@ -41,7 +41,7 @@ func (d *Dispatcher) ClaimTask(ctx context.Context, p ClaimTaskParams) (*Claim, 
 		if claims, err = d.claim(ctx, tx, c, []string{p.TaskID}, p.WorkerID, "pull"); err != nil || len(claims) == 1 {
 			return err
 		}
-		t, err := tx.GetTask(ctx, p.TaskID)
+		t, err := tx.TaskGet(ctx, p.TaskID)
 		if errors.Is(err, store.ErrNotFound) {
 			return &NotClaimedError{Reason: NotClaimedNotFound}
 		}
@@ -89,7 +89,7 @@ func (d *Dispatcher) ClaimNext(ctx context.Context, p ClaimNextParams) (got []*C
 			if len(claims) == limit {
 				break
 			}
-			ids, err := tx.ReadyTaskIDs(ctx, q, c.now, limit-len(claims))
+			ids, err := tx.TaskListReadyIDs(ctx, q, c.now, limit-len(claims))
 			if err != nil {
 				return err
 			}
@@ -109,7 +109,7 @@ func (d *Dispatcher) ClaimNext(ctx context.Context, p ClaimNextParams) (got []*C
 func (d *Dispatcher) ClaimPush(ctx context.Context, workerID string, limit int) ([]*Claim, error) {
 	var claims []*Claim
 	err := d.update(ctx, store.LockSet{}, func(tx store.Tx, c *changes) error {
-		ids, err := tx.ReadyPushTaskIDs(ctx, c.now, cmpOr(limit, 1))
+		ids, err := tx.TaskListReadyPushIDs(ctx, c.now, cmpOr(limit, 1))
 		if err != nil {
 			return err
 		}
@@ -146,7 +146,7 @@ func (d *Dispatcher) claimFor(ctx context.Context, tx store.Tx, c *changes, ids,
 		ps[i] = store.ClaimTaskParams{ID: id, Now: now, WorkerID: workers[i], LeaseToken: uuid.NewString(), Runtime: runtime}
 		order[id] = i
 	}
-	tasks, err := tx.ClaimTasks(ctx, ps)
+	tasks, err := tx.TaskClaimMany(ctx, ps)
 	if err != nil {
 		return nil, err
 	}
@@ -161,7 +161,7 @@ func (d *Dispatcher) claimFor(ctx context.Context, tx store.Tx, c *changes, ids,
 			withParents = append(withParents, t.ID)
 		}
 	}
-	parentOutputs, err := tx.ParentOutputsOf(ctx, withParents)
+	parentOutputs, err := tx.TaskParentOutputsMany(ctx, withParents)
 	if err != nil {
 		return nil, err
 	}
@@ -246,7 +246,7 @@ func (d *Dispatcher) Heartbeat(ctx context.Context, p HeartbeatParams) (*Heartbe
 			t.LastEventType, t.LastEventAt = EventTaskHeartbeat, now
 			c.event(t.JobID, t.ID, t.Key, EventTaskHeartbeat, map[string]any{"attempt": t.Attempt, "workerId": t.WorkerID})
 		}
-		if err := tx.UpdateTask(ctx, t, fence); err != nil {
+		if err := tx.TaskUpdate(ctx, t, fence); err != nil {
 			return err
 		}
 		res = &HeartbeatResult{Task: t, LeaseExpiresAt: t.LeaseExpiresAt, ShouldCancel: !t.CancelRequestedAt.IsZero(), CancelReason: t.CancelReason}
@@ -278,7 +278,7 @@ func reapAt(t *store.Task) time.Time {
 // ends, or when something is recorded on it (a trace context): until then its task row holds
 // it, and attemptOf returns the record the row implies.
 func attemptOf(ctx context.Context, r store.Reader, t *store.Task) (*store.Attempt, error) {
-	a, err := r.GetAttempt(ctx, t.ID, t.Attempt)
+	a, err := r.AttemptGet(ctx, t.ID, t.Attempt)
 	if errors.Is(err, store.ErrNotFound) && t.Status == lifecycle.Running {
 		return runningAttempt(t), nil
 	}
@@ -297,7 +297,7 @@ func runningAttempt(t *store.Task) *store.Attempt {
 // the attempt reported its own outcome (the task is terminal, or the outcome conflicts), or the
 // dispatcher ended it (timeout, cancel timeout), which the worker hears as ErrTaskExpired.
 func (d *Dispatcher) endedAttemptError(ctx context.Context, tx store.Reader, t *store.Task) error {
-	a, err := tx.GetAttempt(ctx, t.ID, t.Attempt)
+	a, err := tx.AttemptGet(ctx, t.ID, t.Attempt)
 	if err != nil {
 		return fmt.Errorf("attempt %d of task %s: %w", t.Attempt, t.ID, err)
 	}
@@ -313,7 +313,7 @@ func reported(o store.Outcome) bool {
 }
 
 func (d *Dispatcher) lockTask(ctx context.Context, tx store.Tx, id string) (*store.Task, error) {
-	t, err := tx.GetTask(ctx, id)
+	t, err := tx.TaskGet(ctx, id)
 	if errors.Is(err, store.ErrNotFound) {
 		return nil, ErrTaskNotFound
 	}
@@ -430,7 +430,7 @@ func (d *Dispatcher) Complete(ctx context.Context, p CompleteParams) (_ *Complet
 			return err
 		}
 		a.Result, res.Status = t.Status, t.Status
-		return tx.PutAttempts(ctx, []*store.Attempt{a})
+		return tx.AttemptPutMany(ctx, []*store.Attempt{a})
 	})
 	if err != nil {
 		return nil, err
@@ -446,7 +446,7 @@ func (d *Dispatcher) succeed(ctx context.Context, tx store.Tx, c *changes, t *st
 	t.Status, t.Output, t.Error = lifecycle.Completed, output, nil
 	endAttempt(t, c.now)
 	t.LastEventType, t.LastEventAt = EventTaskCompleted, c.now
-	if err := tx.UpdateTask(ctx, t, fence); err != nil {
+	if err := tx.TaskUpdate(ctx, t, fence); err != nil {
 		return err
 	}
 	c.event(t.JobID, t.ID, t.Key, EventTaskCompleted, map[string]any{"attempt": t.Attempt, "workerId": t.WorkerID})
@@ -475,7 +475,7 @@ func (d *Dispatcher) fail(ctx context.Context, tx store.Tx, c *changes, t *store
 	t.Status = lifecycle.Pending
 	t.AvailableAt = c.now.Add(lifecycle.Backoff(t.AttemptsUsed(), t.BackoffBase, t.BackoffMax, d.jitter()))
 	t.LastEventType, t.LastEventAt = EventTaskRetrying, c.now
-	if err := tx.UpdateTask(ctx, t, fence); err != nil {
+	if err := tx.TaskUpdate(ctx, t, fence); err != nil {
 		return false, err
 	}
 	c.event(t.JobID, t.ID, t.Key, EventTaskRetrying, map[string]any{"attempt": t.Attempt, "error": e, "retryAt": t.AvailableAt.UnixMilli()})
@@ -498,7 +498,7 @@ func (d *Dispatcher) endUnsuccessfully(ctx context.Context, tx store.Tx, c *chan
 		data["reason"] = t.CancelReason
 	}
 	t.LastEventType, t.LastEventAt = typ, c.now
-	if err := tx.UpdateTask(ctx, t, fence); err != nil {
+	if err := tx.TaskUpdate(ctx, t, fence); err != nil {
 		return err
 	}
 	c.event(t.JobID, t.ID, t.Key, typ, data)
@@ -542,18 +542,18 @@ func (d *Dispatcher) CancelTask(ctx context.Context, taskID, reason string) (_ *
 		case t.Status.Terminal():
 			return &TerminalError{State: t.Status}
 		case t.Status == lifecycle.Running:
-			if _, err := tx.RequestCancel(ctx, scope); err != nil {
+			if _, err := tx.TaskRequestCancel(ctx, scope); err != nil {
 				return err
 			}
 		default:
-			if _, err := tx.CancelIdle(ctx, scope); err != nil {
+			if _, err := tx.TaskCancelIdle(ctx, scope); err != nil {
 				return err
 			}
 			c.event(t.JobID, t.ID, t.Key, EventTaskCanceled, map[string]any{"reason": reason})
 			c.skip(t, lifecycle.Canceled)
 			c.finish(t.JobID, 1, "")
 		}
-		t, err = tx.GetTask(ctx, t.ID)
+		t, err = tx.TaskGet(ctx, t.ID)
 		return err
 	})
 	return t, err
@@ -569,7 +569,7 @@ type TaskDetail struct {
 // GetTask returns a task with its parents' outputs and every attempt. A non-empty tenant hides
 // other tenants' tasks.
 func (d *Dispatcher) GetTask(ctx context.Context, tenant, taskID string) (*TaskDetail, error) {
-	t, err := d.store.GetTask(ctx, taskID)
+	t, err := d.store.TaskGet(ctx, taskID)
 	if errors.Is(err, store.ErrNotFound) {
 		return nil, ErrTaskNotFound
 	}
@@ -577,7 +577,7 @@ func (d *Dispatcher) GetTask(ctx context.Context, tenant, taskID string) (*TaskD
 		return nil, err
 	}
 	if tenant != "" {
-		job, err := d.store.GetJob(ctx, t.JobID)
+		job, err := d.store.JobGet(ctx, t.JobID)
 		if err != nil {
 			return nil, err
 		}
@@ -585,11 +585,11 @@ func (d *Dispatcher) GetTask(ctx context.Context, tenant, taskID string) (*TaskD
 			return nil, ErrTaskNotFound
 		}
 	}
-	outputs, err := d.store.ParentOutputs(ctx, t.ID)
+	outputs, err := d.store.TaskParentOutputs(ctx, t.ID)
 	if err != nil {
 		return nil, err
 	}
-	attempts, err := d.store.ListAttempts(ctx, t.ID)
+	attempts, err := d.store.AttemptList(ctx, t.ID)
 	if err != nil {
 		return nil, err
 	}

@@ -16,13 +16,13 @@ import (
 
 // GetJob returns a job and its tasks.
 func (d *Dispatcher) GetJob(ctx context.Context, tenant, id string) (*store.Job, []*store.TaskSummary, error) {
-	return d.getJob(ctx, tenant, id, d.store.JobTasks)
+	return d.getJob(ctx, tenant, id, d.store.TaskListByJob)
 }
 
 // GetJobWithResults is GetJob with the output of each completed task and the error of each
 // failed one.
 func (d *Dispatcher) GetJobWithResults(ctx context.Context, tenant, id string) (*store.Job, []*store.TaskSummary, error) {
-	return d.getJob(ctx, tenant, id, d.store.JobTasksWithResults)
+	return d.getJob(ctx, tenant, id, d.store.TaskListByJobWithResults)
 }
 
 func (d *Dispatcher) getJob(ctx context.Context, tenant, id string,
@@ -45,7 +45,7 @@ func (d *Dispatcher) Job(ctx context.Context, tenant, id string) (*store.Job, er
 
 // tenantJob loads a job, hiding other tenants' jobs; an empty tenant sees every job.
 func (d *Dispatcher) tenantJob(ctx context.Context, tenant, id string) (*store.Job, error) {
-	job, err := d.store.GetJob(ctx, id)
+	job, err := d.store.JobGet(ctx, id)
 	if errors.Is(err, store.ErrNotFound) || (err == nil && tenant != "" && job.Tenant != tenant) {
 		return nil, ErrJobNotFound
 	}
@@ -86,7 +86,7 @@ func (d *Dispatcher) ListJobs(ctx context.Context, p ListJobsParams) ([]*store.J
 	if limit <= 0 {
 		limit = 20
 	}
-	jobs, err := d.store.ListJobs(ctx, store.ListJobsParams{Tenant: p.Tenant, Status: p.Status, BeforeSeq: before, Limit: limit + 1})
+	jobs, err := d.store.JobList(ctx, store.ListJobsParams{Tenant: p.Tenant, Status: p.Status, BeforeSeq: before, Limit: limit + 1})
 	if err != nil {
 		return nil, "", err
 	}
@@ -124,7 +124,7 @@ func (d *Dispatcher) JobEvents(ctx context.Context, tenant, jobID string, afterI
 	if _, err := d.tenantJob(ctx, tenant, jobID); err != nil {
 		return nil, err
 	}
-	return d.store.ListEvents(ctx, jobID, afterID, cmpOr(limit, 1000))
+	return d.store.EventList(ctx, jobID, afterID, cmpOr(limit, 1000))
 }
 
 // TaskEvents returns the audit events of one task of a job (named as TaskInJob takes it) after
@@ -134,13 +134,13 @@ func (d *Dispatcher) TaskEvents(ctx context.Context, tenant, jobID, taskRef stri
 	if err != nil {
 		return nil, err
 	}
-	return d.store.ListTaskEvents(ctx, jobID, id, afterID, cmpOr(limit, 1000))
+	return d.store.EventListByTask(ctx, jobID, id, afterID, cmpOr(limit, 1000))
 }
 
 // DeadLetters lists a tenant's dead-lettered tasks, newest first; a resume of their job replays
 // them.
 func (d *Dispatcher) DeadLetters(ctx context.Context, tenant string, beforeSeq int64, limit int) ([]*store.Task, error) {
-	return d.store.ListDeadLetters(ctx, tenant, beforeSeq, cmpOr(limit, 100))
+	return d.store.TaskListDeadLetters(ctx, tenant, beforeSeq, cmpOr(limit, 100))
 }
 
 // cmpOr is v when it is positive, else def.

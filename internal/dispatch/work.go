@@ -58,7 +58,7 @@ func (w *Work) InsertJobsIfAbsent(ctx context.Context, tx store.Tx, jobs []*stor
 	}
 	// In key order, so that concurrent callers wait on each other's keys without deadlock.
 	slices.SortFunc(jobs, func(a, b *store.Job) int { return strings.Compare(a.IdempotencyKey, b.IdempotencyKey) })
-	inserted, err := tx.InsertJobsIfAbsent(ctx, jobs)
+	inserted, err := tx.JobInsertManyIfAbsent(ctx, jobs)
 	if err != nil || len(inserted) == 0 {
 		return 0, err
 	}
@@ -76,7 +76,7 @@ func (w *Work) InsertJobsIfAbsent(ctx context.Context, tx store.Tx, jobs []*stor
 		c.event(id, t.ID, t.Key, EventTaskPending, map[string]any{"requestId": t.Key, "jobId": id, "name": t.Name, "dependsOn": []string{}})
 		c.wake(t.ID, t.Queue, t.Runtime, t.AvailableAt)
 	}
-	if err := tx.InsertTasks(ctx, created); err != nil {
+	if err := tx.TaskInsertMany(ctx, created); err != nil {
 		return 0, err
 	}
 	return len(created), nil

@@ -17,7 +17,7 @@ func (d *Dispatcher) ClaimWait(ctx context.Context, p ClaimNextParams, maxWait t
 	start := d.clock.Now()
 	claims, err := d.claimWait(ctx, maxWait,
 		func() ([]*Claim, error) { return d.ClaimNext(ctx, p) },
-		func() (time.Time, bool, error) { return d.store.NextAvailableAt(ctx, p.Queues) })
+		func() (time.Time, bool, error) { return d.store.TaskNextAvailableAt(ctx, p.Queues) })
 	d.cfg.Metrics.ClaimWait(d.clock.Since(start), len(claims) > 0)
 	return claims, err
 }
@@ -26,7 +26,7 @@ func (d *Dispatcher) ClaimWait(ctx context.Context, p ClaimNextParams, maxWait t
 func (d *Dispatcher) ClaimPushWait(ctx context.Context, workerID string, limit int, maxWait time.Duration) ([]*Claim, error) {
 	return d.claimWait(ctx, maxWait,
 		func() ([]*Claim, error) { return d.ClaimPush(ctx, workerID, limit) },
-		func() (time.Time, bool, error) { return d.store.NextPushAvailableAt(ctx) })
+		func() (time.Time, bool, error) { return d.store.TaskNextPushAvailableAt(ctx) })
 }
 
 // claimWait calls claim until it claims something or maxWait passes, sleeping in between until a
@@ -96,7 +96,7 @@ func (d *Dispatcher) lockAttempt(ctx context.Context, tx store.Tx, f Fence) (*st
 		return t, nil
 	}
 	if t.Status == lifecycle.Pending {
-		a, err := tx.GetAttempt(ctx, t.ID, t.Attempt)
+		a, err := tx.AttemptGet(ctx, t.ID, t.Attempt)
 		if err != nil {
 			return nil, err
 		}
@@ -112,7 +112,7 @@ func (d *Dispatcher) lockAttempt(ctx context.Context, tx store.Tx, f Fence) (*st
 // task's cancellation was requested gets ErrCancelRequested: the worker must not start. It changes
 // nothing.
 func (d *Dispatcher) StartAttempt(ctx context.Context, f Fence) (*store.Task, error) {
-	t, err := d.store.GetTask(ctx, f.TaskID)
+	t, err := d.store.TaskGet(ctx, f.TaskID)
 	if errors.Is(err, store.ErrNotFound) {
 		return nil, ErrTaskNotFound
 	}
@@ -153,7 +153,7 @@ func (d *Dispatcher) RecordTraceparent(ctx context.Context, f Fence, traceparent
 			return nil
 		}
 		a.Traceparent = traceparent
-		return tx.PutAttempts(ctx, []*store.Attempt{a})
+		return tx.AttemptPutMany(ctx, []*store.Attempt{a})
 	})
 }
 

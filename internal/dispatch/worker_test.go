@@ -201,7 +201,7 @@ func TestStoreWakeupsWriteNoOutboxMessageYetWakeWaitingClaimers(t *testing.T) {
 		case <-time.After(10 * time.Second):
 			t.Fatal("the waiting claimer was not woken when b became ready")
 		}
-		msgs, err := st.OutboxAfter(e.Ctx, 0, 100)
+		msgs, err := st.OutboxListAfter(e.Ctx, 0, 100)
 		if err != nil {
 			t.Fatal(err)
 		}

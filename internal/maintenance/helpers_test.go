@@ -65,7 +65,7 @@ func (e *env) submit(specs ...lifecycle.TaskSpec) *store.Job {
 
 func (e *env) job(id string) *store.Job {
 	e.t.Helper()
-	j, err := e.st.GetJob(e.ctx, id)
+	j, err := e.st.JobGet(e.ctx, id)
 	if err != nil {
 		e.t.Fatalf("get job: %v", err)
 	}

@@ -16,10 +16,10 @@ import (
 	"github.com/baton-dev/baton/internal/transport"
 )
 
-// TransportPublisher is the relay's Publisher for a wake-up transport (--transport redis|nats):
-// it publishes the outbox's task wake-ups, and for each buffered publish a wake-up on transport.BufferQueue
-// naming the Buffer Queue message, which sinks then claim by id (ClaimBatches), as workers claim
-// tasks. Other topics count as published.
+// TransportPublisher is the relay's Publisher for a wake-up transport (--transport redis|nats): it
+// publishes the outbox's task wake-ups, and for each buffered publish a wake-up on
+// transport.BufferQueue naming the Buffer Queue message, which sinks then claim by id
+// (ClaimBatches), as workers claim tasks. Other topics count as published.
 type TransportPublisher struct {
 	Transport transport.Transport
 }
@@ -117,7 +117,7 @@ func (r *Reconciler) RunOnce(ctx context.Context) (reclaimed, republished int, e
 		reclaimed++
 	}
 	before := r.env.now().Add(-r.cfg.Grace)
-	counts, err := r.env.Store.ReadyCounts(ctx, before)
+	counts, err := r.env.Store.TaskReadyCounts(ctx, before)
 	if err != nil {
 		return reclaimed, 0, err
 	}
@@ -129,7 +129,7 @@ func (r *Reconciler) RunOnce(ctx context.Context) (reclaimed, republished int, e
 		if ready <= out {
 			continue
 		}
-		ids, err := r.env.Store.OldestReady(ctx, queue, before, min(ready-out, r.cfg.Batch))
+		ids, err := r.env.Store.TaskListOldestReady(ctx, queue, before, min(ready-out, r.cfg.Batch))
 		if err != nil {
 			return reclaimed, republished, err
 		}

@@ -129,7 +129,7 @@ func (r *Relay) pass(ctx context.Context) (published, claimed int, err error) {
 	err = r.env.Store.InTx(ctx, func(tx store.Tx) error {
 		// InTx may run this more than once: reset what it reports.
 		published, claimed, dead, nextRetry = 0, 0, nil, time.Time{}
-		msgs, err := tx.ClaimOutbox(ctx, now, r.cfg.Batch, store.OutboxFilter{Topic: store.TopicDatasetEvent, Except: true})
+		msgs, err := tx.OutboxClaim(ctx, now, r.cfg.Batch, store.OutboxFilter{Topic: store.TopicDatasetEvent, Except: true})
 		if err != nil {
 			return err
 		}
@@ -149,7 +149,7 @@ func (r *Relay) pass(ctx context.Context) (published, claimed int, err error) {
 			attempts := m.Attempts + 1
 			if attempts >= r.cfg.MaxAttempts {
 				// Give up: record the attempts and take it out of the queue.
-				if err := tx.RetryOutbox(ctx, m.ID, attempts, now); err != nil {
+				if err := tx.OutboxRetry(ctx, m.ID, attempts, now); err != nil {
 					return err
 				}
 				sent = append(sent, m.ID)
@@ -157,7 +157,7 @@ func (r *Relay) pass(ctx context.Context) (published, claimed int, err error) {
 				continue
 			}
 			next := now.Add(r.backoff(attempts))
-			if err := tx.RetryOutbox(ctx, m.ID, attempts, next); err != nil {
+			if err := tx.OutboxRetry(ctx, m.ID, attempts, next); err != nil {
 				return err
 			}
 			if nextRetry.IsZero() || next.Before(nextRetry) {
@@ -166,7 +166,7 @@ func (r *Relay) pass(ctx context.Context) (published, claimed int, err error) {
 			r.log.WarnContext(ctx, "outbox publish failed; will retry", "id", m.ID, "topic", m.Topic,
 				"attempts", attempts, "retry_at", next, "err", perr)
 		}
-		return tx.MarkOutboxSent(ctx, sent, now)
+		return tx.OutboxMarkSent(ctx, sent, now)
 	})
 	if err != nil {
 		return 0, 0, fmt.Errorf("relay outbox: %w", err)
@@ -193,7 +193,7 @@ func (r *Relay) Prune(ctx context.Context) (int, error) {
 		var n int
 		err := r.env.Store.InTx(ctx, func(tx store.Tx) error {
 			var err error
-			n, err = tx.DeleteSentOutbox(ctx, before, relayPruneRows)
+			n, err = tx.OutboxDeleteSent(ctx, before, relayPruneRows)
 			return err
 		})
 		if err != nil {

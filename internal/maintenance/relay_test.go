@@ -56,7 +56,7 @@ func unsent(t *testing.T, st store.Store, at time.Time) []*store.OutboxMessage {
 	var out []*store.OutboxMessage
 	err := st.InTx(t.Context(), func(tx store.Tx) error {
 		var err error
-		out, err = tx.ClaimOutbox(t.Context(), at, 100000, store.OutboxFilter{})
+		out, err = tx.OutboxClaim(t.Context(), at, 100000, store.OutboxFilter{})
 		if err != nil {
 			return err
 		}
@@ -75,10 +75,10 @@ func insertOutbox(t *testing.T, st store.Store, n int, availableAt time.Time) []
 		msgs[i] = &store.OutboxMessage{Topic: store.TopicTaskReady, Key: "default",
 			Payload: json.RawMessage(fmt.Sprintf(`{"task_id":"t%d"}`, i)), AvailableAt: availableAt, CreatedAt: availableAt}
 	}
-	if err := st.InTx(t.Context(), func(tx store.Tx) error { return tx.InsertOutbox(t.Context(), msgs) }); err != nil {
+	if err := st.InTx(t.Context(), func(tx store.Tx) error { return tx.OutboxInsertMany(t.Context(), msgs) }); err != nil {
 		t.Fatal(err)
 	}
-	all, err := st.OutboxAfter(t.Context(), 0, 1000000)
+	all, err := st.OutboxListAfter(t.Context(), 0, 1000000)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -104,7 +104,7 @@ func TestRelayPublishesCreateJobWakeUpsOnce(t *testing.T) {
 	storetest.ForEachDriver(t, func(t *testing.T, st store.Store) {
 		e := newEnv(t, st)
 		e.submit(spec("a"), spec("b"), spec("c", "a"))
-		msgs, err := st.OutboxAfter(e.ctx, 0, 100)
+		msgs, err := st.OutboxListAfter(e.ctx, 0, 100)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -238,7 +238,7 @@ func TestRelayPrunesOldSentOnly(t *testing.T) {
 		if n != len(old) {
 			t.Errorf("pruned %d, want %d", n, len(old))
 		}
-		all, err := st.OutboxAfter(e.ctx, 0, 100)
+		all, err := st.OutboxListAfter(e.ctx, 0, 100)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -350,7 +350,7 @@ func TestRelayWakesWhenATaskBecomesReady(t *testing.T) {
 			t.Fatal(err)
 		}
 		e.submit(spec("a"))
-		msgs, err := st.OutboxAfter(e.ctx, 0, 10)
+		msgs, err := st.OutboxListAfter(e.ctx, 0, 10)
 		if err != nil || len(msgs) != 1 {
 			t.Fatalf("outbox after submitting one task: %d messages, %v", len(msgs), err)
 		}

@@ -146,7 +146,7 @@ func (r *Retention) DeleteBatch(ctx context.Context) (store.RetentionCounts, err
 	var n store.RetentionCounts
 	err := r.env.Store.InTx(ctx, func(tx store.Tx) error {
 		var err error
-		n, err = tx.DeleteExpiredJobs(ctx, p)
+		n, err = tx.JobDeleteExpired(ctx, p)
 		return err
 	})
 	if err != nil {

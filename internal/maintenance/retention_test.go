@@ -57,7 +57,7 @@ func (e *env) canceledJob() *store.Job {
 
 func (e *env) exists(job *store.Job) bool {
 	e.t.Helper()
-	_, err := e.st.GetJob(e.ctx, job.ID)
+	_, err := e.st.JobGet(e.ctx, job.ID)
 	if err != nil && !errors.Is(err, store.ErrNotFound) {
 		e.t.Fatal(err)
 	}
@@ -208,7 +208,7 @@ func TestRetentionReplicasShareTheWork(t *testing.T) {
 				}
 				if n.Jobs == 0 {
 					// Nothing this replica could take: done once no expired job is left.
-					left, err := stores[i].ListJobs(t.Context(), store.ListJobsParams{Tenant: tenant, Status: lifecycle.JobCanceled, Limit: 1})
+					left, err := stores[i].JobList(t.Context(), store.ListJobsParams{Tenant: tenant, Status: lifecycle.JobCanceled, Limit: 1})
 					if err != nil || len(left) == 0 {
 						return
 					}
@@ -224,7 +224,7 @@ func TestRetentionReplicasShareTheWork(t *testing.T) {
 	// Each canceled job has its Job Created, three Task Pending/Canceled events and Job Canceled:
 	// count them on a job that is left alone.
 	probe := e.canceledJob()
-	evs, err := e.st.ListEvents(e.ctx, probe.ID, 0, 1000)
+	evs, err := e.st.EventList(e.ctx, probe.ID, 0, 1000)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -58,7 +58,7 @@ func BenchmarkSink(b *testing.B) {
 }
 
 func committed(b *testing.B, f *fixture, w *dispatch.Claim) int {
-	recs, err := f.st.ListBufferPublishes(f.ctx, w.Task.ID)
+	recs, err := f.st.BufferPublishListByTask(f.ctx, w.Task.ID)
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -62,7 +62,7 @@ func (f *fixture) queued(c *dispatch.Claim, name string, rows ...string) *store.
 	rec := &store.BufferPublish{TaskID: c.Task.ID, Attempt: c.Task.Attempt, BatchURI: f.blob.URI(key), JobID: c.Task.JobID,
 		Tenant: tenant, DatasetUUID: f.dataset.UUID, CreatedAt: f.clock.Now()}
 	err := f.st.InTx(f.ctx, func(tx store.Tx) error {
-		_, err := tx.InsertBufferPublish(f.ctx, rec)
+		_, err := tx.BufferPublishInsert(f.ctx, rec)
 		return err
 	})
 	if err != nil {
@@ -100,7 +100,7 @@ func (f *fixture) claimOne(id int64, want bool) wire.SinkMessage {
 // publishRecord reads the only publish record of task taskID.
 func (f *fixture) publishRecord(taskID string) *store.BufferPublish {
 	f.t.Helper()
-	recs, err := f.st.ListBufferPublishes(f.ctx, taskID)
+	recs, err := f.st.BufferPublishListByTask(f.ctx, taskID)
 	if err != nil || len(recs) != 1 {
 		f.t.Fatalf("publish records %v %v, want one", recs, err)
 	}
@@ -141,7 +141,7 @@ func (f *fixture) checkCommittedOnce(t *testing.T, taskID string, n, receipt int
 	if got := f.rows(tenant); len(got) != n || len(keys(got)) != n {
 		t.Errorf("the table holds %d rows, want %d", len(got), n)
 	}
-	events, err := f.st.ListDatasetEvents(f.ctx, taskID)
+	events, err := f.st.DatasetEventListByTask(f.ctx, taskID)
 	if err != nil || len(events) != 1 || events[0].Cursor == nil || *events[0].Cursor != 1 {
 		t.Errorf("dataset events %v %v, want one with cursor 1", events, err)
 	}

@@ -41,8 +41,8 @@ const tenant = "acme"
 var quiet = slog.New(slog.DiscardHandler)
 
 // fixture is a dispatcher on a real store, a real data database of the same kind, real object
-// storage, the pipeline pipelinetest.AlertsDoc deployed, and a sink reaching the Buffer Queue one way or the
-// other.
+// storage, the pipeline pipelinetest.AlertsDoc deployed, and a sink reaching the Buffer Queue one
+// way or the other.
 type fixture struct {
 	t       testing.TB
 	ctx     context.Context
@@ -114,7 +114,7 @@ func newFixture(t testing.TB, drv storetest.Driver, storage, way string) *fixtur
 	if _, err := f.dp.Deploy(ctx, tenant, []byte(pipelinetest.AlertsDoc), "application/yaml"); err != nil {
 		t.Fatalf("deploy: %v", err)
 	}
-	if f.dataset, err = f.st.DatasetByName(ctx, tenant, "alert_events"); err != nil {
+	if f.dataset, err = f.st.DatasetGetByName(ctx, tenant, "alert_events"); err != nil {
 		t.Fatal(err)
 	}
 	return f
@@ -215,7 +215,7 @@ func (f *fixture) route() map[string]int {
 			break
 		}
 	}
-	jobs, err := f.st.ListJobs(f.ctx, store.ListJobsParams{Tenant: tenant, Limit: 1000})
+	jobs, err := f.st.JobList(f.ctx, store.ListJobsParams{Tenant: tenant, Limit: 1000})
 	if err != nil {
 		f.t.Fatal(err)
 	}
@@ -262,7 +262,7 @@ func TestSinkLoadsEachRowOnceUnderThePublishersTenant(t *testing.T) {
 		if len(f.rows("evil-corp")) != 0 {
 			t.Error("a row was stored under the org_id it carried")
 		}
-		recs, _ := f.st.ListBufferPublishes(f.ctx, first.Task.ID)
+		recs, _ := f.st.BufferPublishListByTask(f.ctx, first.Task.ID)
 		var inserted []int64
 		for _, r := range recs {
 			if r.State != store.BufferCommitted || r.RowsInserted == nil {
@@ -348,7 +348,7 @@ func TestSinkRefusesAnArtifactOutsideTheBufferLocation(t *testing.T) {
 		// The server refuses such a URI at publish; a record written some other way is refused
 		// by the sink too.
 		err := f.st.InTx(f.ctx, func(tx store.Tx) error {
-			_, err := tx.InsertBufferPublish(f.ctx, &store.BufferPublish{TaskID: w.Task.ID, Attempt: 1, BatchURI: "file:///etc/passwd",
+			_, err := tx.BufferPublishInsert(f.ctx, &store.BufferPublish{TaskID: w.Task.ID, Attempt: 1, BatchURI: "file:///etc/passwd",
 				JobID: w.Task.JobID, Tenant: tenant, DatasetUUID: f.dataset.UUID, State: store.BufferQueued, CreatedAt: f.clock.Now()})
 			return err
 		})
@@ -356,7 +356,7 @@ func TestSinkRefusesAnArtifactOutsideTheBufferLocation(t *testing.T) {
 			t.Fatal(err)
 		}
 		f.process()
-		recs, _ := f.st.ListBufferPublishes(f.ctx, w.Task.ID)
+		recs, _ := f.st.BufferPublishListByTask(f.ctx, w.Task.ID)
 		if len(recs) != 1 || !strings.Contains(recs[0].LastError, "outside the buffer location") {
 			t.Fatalf("records %+v", recs)
 		}
@@ -408,7 +408,7 @@ func TestSinkLoadsBatchesWokenByTheTransport(t *testing.T) {
 				time.Sleep(20 * time.Millisecond)
 			}
 			for deadline := time.Now().Add(5 * time.Second); ; {
-				recs, _ := f.st.ListBufferPublishes(f.ctx, w.Task.ID)
+				recs, _ := f.st.BufferPublishListByTask(f.ctx, w.Task.ID)
 				n, _ := tr.Outstanding(f.ctx, transport.BufferQueue)
 				if len(recs) == 1 && recs[0].State == store.BufferCommitted && recs[0].ReceiveCount == 1 && n == 0 {
 					break

@@ -52,67 +52,17 @@ type Store interface {
 	Close() error
 }
 
-// Reader holds the queries. Inside a Tx, GetJob and GetTask lock the row for the rest of the
-// transaction where the database supports row locks.
+// Reader holds the queries, one interface per aggregate. Inside a Tx, JobGet and TaskGet lock the
+// row for the rest of the transaction where the database supports row locks.
 type Reader interface {
+	JobReader
+	TaskReader
+	AttemptReader
+	EventReader
+	OutboxReader
 	PipelineReader
-	GetJob(ctx context.Context, id string) (*Job, error)
-	JobByIdempotencyKey(ctx context.Context, tenant, key string) (*Job, error)
-	ListJobs(ctx context.Context, p ListJobsParams) ([]*Job, error)
-	GetTask(ctx context.Context, id string) (*Task, error)
-	// JobTasks lists a job's tasks in submission order, without their inputs and outputs.
-	JobTasks(ctx context.Context, jobID string) ([]*TaskSummary, error)
-	// JobTasksWithResults is JobTasks with the Output of each completed task and the Error of
-	// each failed one; other tasks' results are left out (nil) and not even read.
-	JobTasksWithResults(ctx context.Context, jobID string) ([]*TaskSummary, error)
-	// ParentOutputs maps each parent's key to its output (null when it has none).
-	ParentOutputs(ctx context.Context, taskID string) (map[string]json.RawMessage, error)
-	// ParentOutputsOf is ParentOutputs for several tasks, by task id; a task without parents
-	// has no entry.
-	ParentOutputsOf(ctx context.Context, taskIDs []string) (map[string]map[string]json.RawMessage, error)
-	GetAttempt(ctx context.Context, taskID string, attempt int) (*Attempt, error)
-	ListAttempts(ctx context.Context, taskID string) ([]*Attempt, error)
-	// ListEvents returns a job's events with ID > afterID, oldest first.
-	ListEvents(ctx context.Context, jobID string, afterID int64, limit int) ([]*Event, error)
-	// ListTaskEvents is ListEvents narrowed to the events of one task of the job.
-	ListTaskEvents(ctx context.Context, jobID, taskID string, afterID int64, limit int) ([]*Event, error)
-	// ListDeadLetters returns failed, dead-lettered tasks of a tenant, newest first, with
-	// Seq < beforeSeq (0: from the newest).
-	ListDeadLetters(ctx context.Context, tenant string, beforeSeq int64, limit int) ([]*Task, error)
-	ListDatasetEvents(ctx context.Context, taskID string) ([]*DatasetEvent, error)
-	ListBufferPublishes(ctx context.Context, taskID string) ([]*BufferPublish, error)
-	// GetBufferPublish reads one publish record (locking it inside a Tx); ErrNotFound if none.
-	GetBufferPublish(ctx context.Context, id int64) (*BufferPublish, error)
-	// ListBufferDeadLetters returns the dead buffer publishes of a dataset with ID > afterID,
-	// oldest first.
-	ListBufferDeadLetters(ctx context.Context, datasetUUID string, afterID int64, limit int) ([]*BufferPublish, error)
-	// OutboxAfter returns outbox messages with ID > afterID, oldest first.
-	OutboxAfter(ctx context.Context, afterID int64, limit int) ([]*OutboxMessage, error)
-	// NextReapAt is the earliest lease expiry, deadline or cancel grace end of a running task.
-	NextReapAt(ctx context.Context) (t time.Time, ok bool, err error)
-	// DueTasks lists running tasks whose reap time is at or before now, earliest first.
-	DueTasks(ctx context.Context, now time.Time, limit int) ([]string, error)
-	// NextAvailableAt is the earliest time a pending pull task of the queues becomes claimable.
-	NextAvailableAt(ctx context.Context, queues []string) (t time.Time, ok bool, err error)
-	// NextPushAvailableAt is the earliest time a pending push task becomes claimable.
-	NextPushAvailableAt(ctx context.Context) (t time.Time, ok bool, err error)
-	// ReadyCounts counts, per queue, the pull tasks that have been claimable since before.
-	ReadyCounts(ctx context.Context, before time.Time) (map[string]int, error)
-	// OldestReady lists up to limit pull tasks of queue claimable since before, longest
-	// waiting first, without locking them.
-	OldestReady(ctx context.Context, queue string, before time.Time, limit int) ([]string, error)
-	// JobCounts counts a tenant's jobs by status.
-	JobCounts(ctx context.Context, tenant string) (map[lifecycle.JobStatus]int, error)
-	// QueueStats summarizes a tenant's tasks queue by queue at now: what is ready, backing off,
-	// running and dead-lettered, the tasks completed within window before now, and the workers
-	// that claimed a task within it (or still run one).
-	QueueStats(ctx context.Context, tenant string, now time.Time, window time.Duration) (*QueueStats, error)
-	// TaskCounts counts the tasks of each queue that are waiting, pending or running, and those
-	// that are dead-lettered (State DeadLettered), for the metrics; a queue and state with none
-	// is left out. It reads partial indexes and the tasks of unfinished jobs, never every task.
-	TaskCounts(ctx context.Context) ([]TaskCount, error)
-	// OutboxBacklog counts the outbox messages not sent yet, for the metrics.
-	OutboxBacklog(ctx context.Context) (OutboxBacklog, error)
+	DatasetReader
+	BufferReader
 }
 
 // QueueStats is a tenant's view of its queues (Reader.QueueStats).
@@ -158,28 +108,29 @@ type OutboxBacklog struct {
 }
 
 // Listener is implemented by stores shared between processes (PostgreSQL): Listen calls fn each
-// time any process commits a transaction that called Tx.NotifyReady, until ctx ends.
+// time any process commits a transaction that called Tx.TaskReadyNotify, until ctx ends.
 type Listener interface {
 	Listen(ctx context.Context, fn func()) error
 }
 
 // Keys stores producer API keys and counts their use.
 type Keys interface {
-	InsertAPIKey(ctx context.Context, k *APIKey) error
-	// APIKeyByHash finds a key, revoked or not, by the SHA-256 of its secret.
-	APIKeyByHash(ctx context.Context, secretHash string) (*APIKey, error)
-	ListAPIKeys(ctx context.Context) ([]*APIKey, error)
-	// RevokeAPIKey marks a key revoked; ErrNotFound if there is no such key.
-	RevokeAPIKey(ctx context.Context, id string, at time.Time) error
-	// CountRequest adds one to a key's count for a UTC day ("2006-01-02") and returns the new count.
-	CountRequest(ctx context.Context, keyID, day string) (int64, error)
+	APIKeyInsert(ctx context.Context, k *APIKey) error
+	// APIKeyGetByHash finds a key, revoked or not, by the SHA-256 of its secret.
+	APIKeyGetByHash(ctx context.Context, secretHash string) (*APIKey, error)
+	APIKeyList(ctx context.Context) ([]*APIKey, error)
+	// APIKeyRevoke marks a key revoked; ErrNotFound if there is no such key.
+	APIKeyRevoke(ctx context.Context, id string, at time.Time) error
+	// APIKeyCountRequest adds one to a key's count for a UTC day ("2006-01-02") and returns the new
+	// count.
+	APIKeyCountRequest(ctx context.Context, keyID, day string) (int64, error)
 
-	// InsertSigningKey stores a token signing key; ErrConflict if its kid exists.
-	InsertSigningKey(ctx context.Context, k *SigningKey) error
-	// ListSigningKeys returns every signing key, newest first.
-	ListSigningKeys(ctx context.Context) ([]*SigningKey, error)
-	// RetireSigningKey stops a key from verifying; ErrNotFound if there is no such key.
-	RetireSigningKey(ctx context.Context, kid string, at time.Time) error
+	// SigningKeyInsert stores a token signing key; ErrConflict if its kid exists.
+	SigningKeyInsert(ctx context.Context, k *SigningKey) error
+	// SigningKeyList returns every signing key, newest first.
+	SigningKeyList(ctx context.Context) ([]*SigningKey, error)
+	// SigningKeyRetire stops a key from verifying; ErrNotFound if there is no such key.
+	SigningKeyRetire(ctx context.Context, kid string, at time.Time) error
 }
 
 // SigningKey is an HMAC key for capability tokens.
@@ -236,124 +187,29 @@ func (s LockSet) Empty() bool {
 // Tx is one read-write transaction.
 type Tx interface {
 	Reader
+	JobWriter
+	TaskWriter
+	AttemptWriter
+	EventWriter
+	OutboxWriter
 	PipelineWriter
+	DatasetWriter
+	BufferWriter
 
-	// LockRows locks the rows of s for the rest of the transaction, the idempotency keys of
-	// s.Keys first, then tasks by id and then the jobs of s.Jobs by id, waiting for other transactions that hold them. Rows that do not exist are ignored. A
-	// no-op where write transactions run one at a time (SQLite).
-	LockRows(ctx context.Context, s LockSet) error
-
-	// InsertJob returns ErrConflict when the tenant already has a job with its idempotency key.
-	InsertJob(ctx context.Context, j *Job) error
-	// UpdateJob writes a job's mutable fields.
-	UpdateJob(ctx context.Context, j *Job) error
-	// AddUnfinished adds delta to the job's count of non-terminal tasks and returns the job,
-	// locked for the rest of the transaction.
-	AddUnfinished(ctx context.Context, jobID string, delta int) (*Job, error)
-
-	InsertTasks(ctx context.Context, tasks []*Task) error
-	InsertDeps(ctx context.Context, deps []Dep) error
+	// RowsLock locks the rows of s for the rest of the transaction, the idempotency keys of
+	// s.Keys first, then tasks by id and then the jobs of s.Jobs by id, waiting for other
+	// transactions that hold them. Rows that do not exist are ignored. A no-op where write
+	// transactions run one at a time (SQLite).
+	RowsLock(ctx context.Context, s LockSet) error
 	// Nested runs fn as a part of the transaction that can fail alone: when fn returns an error,
 	// its writes are undone (back to a savepoint) and the rest of the transaction stands. A
 	// transient error (a deadlock, say) dooms the whole transaction: it fails with that error
 	// whatever the rest does.
 	Nested(ctx context.Context, fn func(Tx) error) error
-	// LockTasks returns the tasks of ids that exist, in id order, each locked for the rest of the
-	// transaction.
-	LockTasks(ctx context.Context, ids []string) ([]*Task, error)
-	// CompleteTasks is a success for many running attempts at once: each task becomes
-	// completed with its output, its lease and deadlines cleared. It returns ErrLeaseLost, having
-	// changed nothing the caller may keep, unless every task was running the given attempt.
-	CompleteTasks(ctx context.Context, done []CompletedTask, now time.Time) error
-	// ClaimTasks is ClaimTask for several tasks, all with the same time and runtime; it
-	// returns the tasks it claimed (those still claimable), in no particular order.
-	ClaimTasks(ctx context.Context, ps []ClaimTaskParams) ([]*Task, error)
-	// ReleaseChildrenOf is ReleaseChildren for several completed parents at once.
-	ReleaseChildrenOf(ctx context.Context, parentIDs []string, now time.Time) ([]*TaskRef, error)
-	// ReadyTaskIDs selects up to limit claimable pull tasks of a queue (pending, available at or
-	// before now), highest priority first, skipping rows another transaction has locked.
-	ReadyTaskIDs(ctx context.Context, queue string, now time.Time, limit int) ([]string, error)
-	// ReadyPushTaskIDs is ReadyTaskIDs for push tasks, of every queue.
-	ReadyPushTaskIDs(ctx context.Context, now time.Time, limit int) ([]string, error)
-	// ClaimTask is the only way into running (docs/lifecycle.md#claim): pending and available →
-	// running with attempt+1, the given lease token, a lease of the task's heartbeat timeout, and
-	// its execution deadline. ok is false, and nothing changes, when the task is not claimable.
-	ClaimTask(ctx context.Context, p ClaimTaskParams) (t *Task, ok bool, err error)
-	// UpdateTask writes a task's mutable fields if its status and attempt are still those of
-	// fence; otherwise it returns ErrLeaseLost and changes nothing.
-	UpdateTask(ctx context.Context, t *Task, fence Fence) error
-	// ReleaseChildren releases a completed parent's children (docs/lifecycle.md#dependents): each
-	// child's unfinished-parent count drops by one, and waiting children that reach zero become
-	// pending. It returns every child it touched with its status afterwards; those now pending are
-	// the ones it released.
-	ReleaseChildren(ctx context.Context, parentID string, now time.Time) ([]*TaskRef, error)
-	// SkipDescendants turns every waiting or pending descendant of a task into skipped.
-	SkipDescendants(ctx context.Context, taskID string, now time.Time) ([]*TaskRef, error)
-	// CancelIdle turns the waiting and pending tasks in scope into canceled.
-	CancelIdle(ctx context.Context, p CancelParams) ([]*TaskRef, error)
-	// RequestCancel marks the running tasks in scope as cancel-requested, moving their reap time
-	// to the end of their cancel grace if that comes first.
-	RequestCancel(ctx context.Context, p CancelParams) ([]*TaskRef, error)
-	// ResumeTasks puts a job's failed, canceled and skipped tasks back to pending (no unfinished
-	// parent) or waiting, with a fresh retry budget.
-	ResumeTasks(ctx context.Context, jobID string, now time.Time) ([]*TaskRef, error)
-
-	// InsertDatasetEvents stores events, skipping any whose DedupeKey is already stored, and
-	// returns how many were new; each new event gets its ID, a skipped one keeps ID 0.
-	InsertDatasetEvents(ctx context.Context, events []*DatasetEvent) (int, error)
-	// InsertBufferPublish stores a publish record; ok is false, and nothing changes, when the same
-	// (task, attempt, batch URI) was recorded before.
-	InsertBufferPublish(ctx context.Context, p *BufferPublish) (ok bool, err error)
-	// ClaimableBufferPublishes selects up to limit queued publishes visible at or before now
-	// (only publish id, when id > 0), oldest first, and locks them for the rest of the
-	// transaction, skipping rows another transaction holds.
-	ClaimableBufferPublishes(ctx context.Context, now time.Time, id int64, limit int) ([]*BufferPublish, error)
-	// UpdateBufferPublish writes a publish's queue fields: State, ReceiveCount, VisibleAt,
-	// LastError, Cursor, RowsInserted and FinishedAt. ErrNotFound if there is no such record.
-	UpdateBufferPublish(ctx context.Context, p *BufferPublish) error
-	// ExtendBufferPublish sets the VisibleAt of publish id to visibleAt when it is queued and its
-	// ReceiveCount is receipt, so that only the latest receive of a message extends its claim; ok
-	// is false, and nothing changes, otherwise (also when there is no such record).
-	ExtendBufferPublish(ctx context.Context, id int64, receipt int, visibleAt time.Time) (ok bool, err error)
-
-	// NotifyReady tells other processes sharing the database, once this transaction commits, that
-	// a task became claimable. A no-op where one process owns the database.
-	NotifyReady(ctx context.Context) error
-
-	// InsertAttempt stores a new attempt record.
-	InsertAttempt(ctx context.Context, a *Attempt) error
-	// PutAttempts stores the records, each replacing a stored record of the same task and
-	// attempt if there is one, except that an empty Traceparent keeps the stored one. The
-	// dispatcher stores an attempt when it ends (or something is recorded on it while it
-	// runs): the running attempt lives on its task row until then.
-	PutAttempts(ctx context.Context, as []*Attempt) error
-	InsertEvents(ctx context.Context, events []*Event) error
-	InsertOutbox(ctx context.Context, msgs []*OutboxMessage) error
-
-	// ClaimOutbox selects up to limit unsent outbox messages with AvailableAt at or before now,
-	// oldest (lowest ID) first, and locks them for the rest of the transaction, skipping rows
-	// another transaction holds, so that relays on several replicas never take the same message.
-	// Only messages f selects are claimed.
-	ClaimOutbox(ctx context.Context, now time.Time, limit int, f OutboxFilter) ([]*OutboxMessage, error)
-	// MarkOutboxSent sets the sent time of the messages; ids that do not exist are ignored.
-	MarkOutboxSent(ctx context.Context, ids []int64, at time.Time) error
-	// RetryOutbox records a failed publish: the message's attempt count becomes attempts and it is
-	// not claimable again before nextAt. ErrNotFound if there is no such message.
-	RetryOutbox(ctx context.Context, id int64, attempts int, nextAt time.Time) error
-	// DeleteSentOutbox deletes up to limit messages sent before the given time (never an unsent
-	// one) and returns how many it deleted.
-	DeleteSentOutbox(ctx context.Context, before time.Time, limit int) (int, error)
-
-	// DeleteExpiredJobs deletes up to p.Limit finished jobs that p says have expired, oldest
-	// finish first, with every row that belongs to them, children before parents, and returns how
-	// many rows of each table it deleted. Where rows are locked (PostgreSQL) it skips jobs, and
-	// jobs with tasks, another transaction holds, so that concurrent callers never wait on each
-	// other or on the dispatcher: it may then delete fewer than p.Limit jobs though more expired.
-	DeleteExpiredJobs(ctx context.Context, p RetentionPolicy) (RetentionCounts, error)
 }
 
 // RetentionPolicy says which finished jobs (completed, partial_failure or canceled) have expired
-// at Now (Tx.DeleteExpiredJobs). A job has expired when it finished more than its tenant's
+// at Now (Tx.JobDeleteExpired). A job has expired when it finished more than its tenant's
 // retention ago (Tenants, else Retention; 0 keeps the jobs forever) and none of these holds:
 //   - one of its tasks is dead-lettered (failed for good, not resumed) since less than
 //     DeadLetterRetention (0: a dead letter keeps its job forever);
@@ -368,7 +224,7 @@ type RetentionPolicy struct {
 	Limit               int
 }
 
-// RetentionCounts counts the rows Tx.DeleteExpiredJobs deleted, by table.
+// RetentionCounts counts the rows Tx.JobDeleteExpired deleted, by table.
 type RetentionCounts struct {
 	Jobs, Tasks, TaskDeps, Attempts, Events, DatasetEvents, BufferPublishes int
 }
@@ -495,8 +351,8 @@ type TaskSummary struct {
 	Attempt       int
 	LastEventType string
 	LastEventAt   time.Time
-	// Output and Error are set by JobTasksWithResults only: the output of a completed task, the
-	// error of a failed one.
+	// Output and Error are set by TaskListByJobWithResults only: the output of a completed task,
+	// the error of a failed one.
 	Output json.RawMessage
 	Error  *TaskError
 }
@@ -520,20 +376,20 @@ type Dep struct {
 	ChildID  string
 }
 
-// Fence is the state a task must still be in for UpdateTask to apply.
+// Fence is the state a task must still be in for TaskUpdate to apply.
 type Fence struct {
 	Status  lifecycle.TaskStatus
 	Attempt int
 }
 
-// CompletedTask is one succeeded attempt of Tx.CompleteTasks.
+// CompletedTask is one succeeded attempt of Tx.TaskCompleteMany.
 type CompletedTask struct {
 	ID      string
 	Attempt int
 	Output  json.RawMessage
 }
 
-// ClaimTaskParams is the input of Tx.ClaimTask.
+// ClaimTaskParams is the input of Tx.TaskClaim.
 type ClaimTaskParams struct {
 	ID         string
 	Now        time.Time
@@ -658,7 +514,7 @@ type OutboxMessage struct {
 	Payload     json.RawMessage
 	AvailableAt time.Time // not to be published before
 	CreatedAt   time.Time
-	Attempts    int // failed publishes so far; set by ClaimOutbox, ignored by InsertOutbox
+	Attempts    int // failed publishes so far; set by OutboxClaim, ignored by OutboxInsertMany
 }
 
 // OutboxFilter selects outbox messages by topic: those of Topic, or with Except those of every

@@ -289,7 +289,7 @@ func seedJobs(t *testing.T, s *server, tenant string, n int) {
 			}
 			j := &store.Job{ID: fmt.Sprintf("job-seeded-%05d", i), Tenant: tenant, Name: "nightly", Status: status,
 				TotalTasks: 1, CreatedAt: at, FinishedAt: at.Add(time.Second)}
-			if err := tx.InsertJob(t.Context(), j); err != nil {
+			if err := tx.JobInsert(t.Context(), j); err != nil {
 				return err
 			}
 		}

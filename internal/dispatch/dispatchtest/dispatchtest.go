@@ -69,7 +69,7 @@ func (e *Env) Submit(specs ...lifecycle.TaskSpec) *store.Job {
 // Job reads a job.
 func (e *Env) Job(id string) *store.Job {
 	e.T.Helper()
-	j, err := e.Store.GetJob(e.Ctx, id)
+	j, err := e.Store.JobGet(e.Ctx, id)
 	if err != nil {
 		e.T.Fatalf("get job: %v", err)
 	}
@@ -85,7 +85,7 @@ func (e *Env) Task(job *store.Job, key string) *store.Task {
 	}
 	for _, s := range tasks {
 		if s.Key == key {
-			t, err := e.Store.GetTask(e.Ctx, s.ID)
+			t, err := e.Store.TaskGet(e.Ctx, s.ID)
 			if err != nil {
 				e.T.Fatal(err)
 			}

@@ -31,7 +31,7 @@ func TestWatchFailsFastWhilePartitioned(t *testing.T) {
 	pp := storetest.OpenProxiedPostgres(t, postgres.Options{MaxConns: 4, Watch: true})
 	st := pp.Store
 	ctx := context.Background()
-	if _, err := st.GetJob(ctx, "no-such-job"); !errors.Is(err, store.ErrNotFound) {
+	if _, err := st.JobGet(ctx, "no-such-job"); !errors.Is(err, store.ErrNotFound) {
 		t.Fatal(err)
 	}
 	if err := st.Unreachable(); err != nil {
@@ -43,12 +43,12 @@ func TestWatchFailsFastWhilePartitioned(t *testing.T) {
 	txErr := make(chan error, 1)
 	go func() {
 		txErr <- st.InTx(ctx, func(tx store.Tx) error {
-			if _, err := tx.GetJob(ctx, "no-such-job"); !errors.Is(err, store.ErrNotFound) {
+			if _, err := tx.JobGet(ctx, "no-such-job"); !errors.Is(err, store.ErrNotFound) {
 				return err
 			}
 			close(inTx)
 			<-release
-			_, err := tx.GetJob(ctx, "no-such-job")
+			_, err := tx.JobGet(ctx, "no-such-job")
 			return err
 		})
 	}()
@@ -58,7 +58,7 @@ func TestWatchFailsFastWhilePartitioned(t *testing.T) {
 	close(release)
 	// A read sent into the partition.
 	readErr := make(chan error, 1)
-	go func() { _, err := st.GetJob(ctx, "no-such-job"); readErr <- err }()
+	go func() { _, err := st.JobGet(ctx, "no-such-job"); readErr <- err }()
 
 	down := within(t, 5*time.Second, "held unreachable", func() bool { return st.Unreachable() != nil })
 	t.Logf("held unreachable %s after the partition began", down.Round(time.Millisecond))
@@ -78,11 +78,11 @@ func TestWatchFailsFastWhilePartitioned(t *testing.T) {
 	}
 	// Work started now fails at once, without dialling.
 	start = time.Now()
-	_, err := st.GetJob(ctx, "no-such-job")
+	_, err := st.JobGet(ctx, "no-such-job")
 	if !errors.Is(err, store.ErrUnreachable) || !st.Transient(err) {
 		t.Fatalf("read while unreachable: %v; want store.ErrUnreachable", err)
 	}
-	if err := st.InTx(ctx, func(tx store.Tx) error { _, err := tx.GetJob(ctx, "x"); return err }); !errors.Is(err, store.ErrUnreachable) {
+	if err := st.InTx(ctx, func(tx store.Tx) error { _, err := tx.JobGet(ctx, "x"); return err }); !errors.Is(err, store.ErrUnreachable) {
 		t.Fatalf("transaction while unreachable: %v; want store.ErrUnreachable", err)
 	}
 	if took := time.Since(start); took > 500*time.Millisecond {
@@ -92,10 +92,10 @@ func TestWatchFailsFastWhilePartitioned(t *testing.T) {
 	pp.Proxy.Partition(false)
 	up := within(t, 5*time.Second, "reachable again", func() bool { return st.Unreachable() == nil })
 	t.Logf("reachable again %s after the partition healed", up.Round(time.Millisecond))
-	if _, err := st.GetJob(ctx, "no-such-job"); !errors.Is(err, store.ErrNotFound) {
+	if _, err := st.JobGet(ctx, "no-such-job"); !errors.Is(err, store.ErrNotFound) {
 		t.Fatalf("read after healing: %v", err)
 	}
-	if err := st.InTx(ctx, func(tx store.Tx) error { _, err := tx.GetJob(ctx, "x"); return err }); !errors.Is(err, store.ErrNotFound) {
+	if err := st.InTx(ctx, func(tx store.Tx) error { _, err := tx.JobGet(ctx, "x"); return err }); !errors.Is(err, store.ErrNotFound) {
 		t.Fatalf("transaction after healing: %v", err)
 	}
 	if err := st.Ping(ctx); err != nil {
@@ -120,7 +120,7 @@ func TestWatchShrugsOffItsOwnBrokenConnection(t *testing.T) {
 			time.Sleep(5 * time.Millisecond)
 		}
 	}
-	if _, err := st.GetJob(ctx, "no-such-job"); !errors.Is(err, store.ErrNotFound) {
+	if _, err := st.JobGet(ctx, "no-such-job"); !errors.Is(err, store.ErrNotFound) {
 		t.Fatalf("read after the resets: %v", err)
 	}
 }

@@ -52,8 +52,8 @@ func stringArgs(ss []string) []any {
 	return args
 }
 
-// LockTasks implements store.Tx.
-func (t *tx) LockTasks(ctx context.Context, ids []string) ([]*store.Task, error) {
+// TaskLockMany implements store.Tx.
+func (t *tx) TaskLockMany(ctx context.Context, ids []string) ([]*store.Task, error) {
 	if len(ids) == 0 {
 		return nil, nil
 	}
@@ -65,8 +65,8 @@ func (t *tx) LockTasks(ctx context.Context, ids []string) ([]*store.Task, error)
 	return collectTasks(rows)
 }
 
-// CompleteTasks implements store.Tx.
-func (t *tx) CompleteTasks(ctx context.Context, done []store.CompletedTask, now time.Time) error {
+// TaskCompleteMany implements store.Tx.
+func (t *tx) TaskCompleteMany(ctx context.Context, done []store.CompletedTask, now time.Time) error {
 	if len(done) == 0 {
 		return nil
 	}
@@ -95,10 +95,10 @@ func (t *tx) CompleteTasks(ctx context.Context, done []store.CompletedTask, now 
 	return nil
 }
 
-// ReleaseChildrenOf implements store.Tx. It counts, per child, how many of the parents it has,
-// then updates the children in one statement per distinct count (usually one): a correlated
+// TaskReleaseChildrenMany implements store.Tx. It counts, per child, how many of the parents it
+// has, then updates the children in one statement per distinct count (usually one): a correlated
 // count per updated row was quadratic in the children of a wide fan-out.
-func (t *tx) ReleaseChildrenOf(ctx context.Context, parentIDs []string, now time.Time) ([]*store.TaskRef, error) {
+func (t *tx) TaskReleaseChildrenMany(ctx context.Context, parentIDs []string, now time.Time) ([]*store.TaskRef, error) {
 	if len(parentIDs) == 0 {
 		return nil, nil
 	}
@@ -130,7 +130,7 @@ func (t *tx) ReleaseChildrenOf(ctx context.Context, parentIDs []string, now time
 		return nil, nil
 	}
 	if t.d.LockRow != "" {
-		// Lock the children in id order, as ReleaseChildren does, before updating them.
+		// Lock the children in id order, as TaskReleaseChildren does, before updating them.
 		cond, args := t.in("id", 1, children)
 		if _, err := t.ids(ctx, `SELECT id FROM tasks WHERE `+cond+` ORDER BY id`+t.d.LockRow, args...); err != nil {
 			return nil, fmt.Errorf("lock children: %w", err)
@@ -160,8 +160,8 @@ func (t *tx) ReleaseChildrenOf(ctx context.Context, parentIDs []string, now time
 	return refs, nil
 }
 
-// ClaimTasks implements store.Tx.
-func (t *tx) ClaimTasks(ctx context.Context, ps []store.ClaimTaskParams) ([]*store.Task, error) {
+// TaskClaimMany implements store.Tx.
+func (t *tx) TaskClaimMany(ctx context.Context, ps []store.ClaimTaskParams) ([]*store.Task, error) {
 	if len(ps) == 0 {
 		return nil, nil
 	}
@@ -305,11 +305,11 @@ func (t *tx) claimLimited(ctx context.Context, ps []store.ClaimTaskParams) ([]*s
 	return t.claimUpdate(ctx, allowed, true)
 }
 
-// LockRows implements store.Tx: one statement locks the tasks in id order, a second the jobs of
+// RowsLock implements store.Tx: one statement locks the tasks in id order, a second the jobs of
 // s.Jobs in id order (see store.LockSet for why that order). Each kind of row set is a part of a
 // UNION ALL under "id IN", which the planner turns into index lookups; an OR of the kinds would
 // have it scan the table.
-func (t *tx) LockRows(ctx context.Context, s store.LockSet) error {
+func (t *tx) RowsLock(ctx context.Context, s store.LockSet) error {
 	if t.d.LockRow == "" || s.Empty() {
 		return nil
 	}
@@ -414,7 +414,7 @@ func (t *tx) claimUpdateArrays(ctx context.Context, ps []store.ClaimTaskParams, 
 	return collectTasks(rows)
 }
 
-// completeTasksArrays is CompleteTasks with one array per column. The fence (status and
+// completeTasksArrays is TaskCompleteMany with one array per column. The fence (status and
 // attempt) is a column of the rows, not a filter on the tasks: a filter whose selectivity the
 // planner cannot know (no statistics yet) makes it expect one task and compare every task with
 // every row (see claimUpdateArrays).

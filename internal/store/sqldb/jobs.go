@@ -35,19 +35,19 @@ func scanJob(row interface{ Scan(...any) error }) (*store.Job, error) {
 	return &j, nil
 }
 
-// GetJob implements store.Reader.
-func (q q) GetJob(ctx context.Context, id string) (*store.Job, error) {
+// JobGet implements store.Reader.
+func (q q) JobGet(ctx context.Context, id string) (*store.Job, error) {
 	return scanJob(q.queryRow(ctx, `SELECT `+jobCols+` FROM jobs WHERE id = $1`+q.lockRow(), id))
 }
 
-// JobByIdempotencyKey implements store.Reader.
-func (q q) JobByIdempotencyKey(ctx context.Context, tenant, key string) (*store.Job, error) {
+// JobGetByIdempotencyKey implements store.Reader.
+func (q q) JobGetByIdempotencyKey(ctx context.Context, tenant, key string) (*store.Job, error) {
 	return scanJob(q.queryRow(ctx,
 		`SELECT `+jobCols+` FROM jobs WHERE tenant = $1 AND idempotency_key = $2`, tenant, key))
 }
 
-// ListJobs implements store.Reader.
-func (q q) ListJobs(ctx context.Context, p store.ListJobsParams) ([]*store.Job, error) {
+// JobList implements store.Reader.
+func (q q) JobList(ctx context.Context, p store.ListJobsParams) ([]*store.Job, error) {
 	rows, err := q.query(ctx, `SELECT `+jobCols+` FROM jobs WHERE tenant = $1
 		AND (CAST($2 AS BIGINT) = 0 OR seq < $2) AND ($3 = '' OR status = $3) ORDER BY seq DESC LIMIT $4`,
 		p.Tenant, p.BeforeSeq, string(p.Status), p.Limit)
@@ -66,8 +66,8 @@ func (q q) ListJobs(ctx context.Context, p store.ListJobsParams) ([]*store.Job, 
 	return jobs, rows.Err()
 }
 
-// InsertJob implements store.Tx.
-func (t *tx) InsertJob(ctx context.Context, j *store.Job) error {
+// JobInsert implements store.Tx.
+func (t *tx) JobInsert(ctx context.Context, j *store.Job) error {
 	err := t.queryRow(ctx, `INSERT INTO jobs (`+strings.Join(jobInsertCols, ", ")+`)
 		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14) RETURNING seq`, jobRow(j)...).Scan(&j.Seq)
 	if err != nil {
@@ -89,8 +89,8 @@ func jobRow(j *store.Job) []any {
 		strArg(j.PipelineVersion), strArg(j.PipelineJob), j.Traceparent}
 }
 
-// UpdateJob implements store.Tx.
-func (t *tx) UpdateJob(ctx context.Context, j *store.Job) error {
+// JobUpdate implements store.Tx.
+func (t *tx) JobUpdate(ctx context.Context, j *store.Job) error {
 	res, err := t.exec(ctx, `UPDATE jobs SET status = $2, total_tasks = $3,
 		unfinished_tasks = $4, finished_at = $5, cancel_requested_at = $6, failure_detected_at = $7
 		WHERE id = $1`,
@@ -105,8 +105,8 @@ func (t *tx) UpdateJob(ctx context.Context, j *store.Job) error {
 	return nil
 }
 
-// AddUnfinished implements store.Tx.
-func (t *tx) AddUnfinished(ctx context.Context, jobID string, delta int) (*store.Job, error) {
+// JobAddUnfinished implements store.Tx.
+func (t *tx) JobAddUnfinished(ctx context.Context, jobID string, delta int) (*store.Job, error) {
 	return scanJob(t.queryRow(ctx, `UPDATE jobs SET unfinished_tasks = unfinished_tasks + $2
 		WHERE id = $1 RETURNING `+jobCols, jobID, delta))
 }

@@ -25,8 +25,8 @@ func scanKey(row interface{ Scan(...any) error }) (*store.APIKey, error) {
 	return &k, nil
 }
 
-// InsertAPIKey implements store.Keys.
-func (db *DB) InsertAPIKey(ctx context.Context, k *store.APIKey) error {
+// APIKeyInsert implements store.Keys.
+func (db *DB) APIKeyInsert(ctx context.Context, k *store.APIKey) error {
 	err := db.writeTx(ctx, func(t *tx) error {
 		_, err := t.exec(ctx, `INSERT INTO api_keys (`+keyCols+`) VALUES ($1, $2, $3, $4, $5, $6, $7)`,
 			k.ID, k.Tenant, k.Name, k.SecretHash, k.Prefix, ms(k.CreatedAt), ms(k.RevokedAt))
@@ -41,13 +41,13 @@ func (db *DB) InsertAPIKey(ctx context.Context, k *store.APIKey) error {
 	return nil
 }
 
-// APIKeyByHash implements store.Keys.
-func (db *DB) APIKeyByHash(ctx context.Context, secretHash string) (*store.APIKey, error) {
+// APIKeyGetByHash implements store.Keys.
+func (db *DB) APIKeyGetByHash(ctx context.Context, secretHash string) (*store.APIKey, error) {
 	return scanKey(db.q.queryRow(ctx, `SELECT `+keyCols+` FROM api_keys WHERE secret_hash = $1`, secretHash))
 }
 
-// ListAPIKeys implements store.Keys.
-func (db *DB) ListAPIKeys(ctx context.Context) ([]*store.APIKey, error) {
+// APIKeyList implements store.Keys.
+func (db *DB) APIKeyList(ctx context.Context) ([]*store.APIKey, error) {
 	rows, err := db.q.query(ctx, `SELECT `+keyCols+` FROM api_keys ORDER BY created_at, id`)
 	if err != nil {
 		return nil, fmt.Errorf("list api keys: %w", err)
@@ -64,8 +64,8 @@ func (db *DB) ListAPIKeys(ctx context.Context) ([]*store.APIKey, error) {
 	return out, rows.Err()
 }
 
-// RevokeAPIKey implements store.Keys.
-func (db *DB) RevokeAPIKey(ctx context.Context, id string, at time.Time) error {
+// APIKeyRevoke implements store.Keys.
+func (db *DB) APIKeyRevoke(ctx context.Context, id string, at time.Time) error {
 	return db.writeTx(ctx, func(t *tx) error {
 		res, err := t.exec(ctx, `UPDATE api_keys SET revoked_at = $2 WHERE id = $1 AND revoked_at IS NULL`, id, at.UnixMilli())
 		if err != nil {
@@ -85,8 +85,8 @@ func (db *DB) RevokeAPIKey(ctx context.Context, id string, at time.Time) error {
 	})
 }
 
-// CountRequest implements store.Keys.
-func (db *DB) CountRequest(ctx context.Context, keyID, day string) (int64, error) {
+// APIKeyCountRequest implements store.Keys.
+func (db *DB) APIKeyCountRequest(ctx context.Context, keyID, day string) (int64, error) {
 	var n int64
 	err := db.writeTx(ctx, func(t *tx) error {
 		return t.queryRow(ctx, `INSERT INTO api_key_usage (key_id, day, count) VALUES ($1, $2, 1)

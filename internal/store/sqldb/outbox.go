@@ -14,10 +14,10 @@ import (
 // The outbox relay's queries: claim due messages, then mark them sent or schedule a retry, and
 // prune what was sent long ago.
 
-// ClaimOutbox implements store.Tx. The rows stay locked until the transaction ends; on
+// OutboxClaim implements store.Tx. The rows stay locked until the transaction ends; on
 // PostgreSQL SKIP LOCKED makes a concurrent relay pass over them, on SQLite the single writer
 // serialises relays.
-func (t *tx) ClaimOutbox(ctx context.Context, now time.Time, limit int, f store.OutboxFilter) ([]*store.OutboxMessage, error) {
+func (t *tx) OutboxClaim(ctx context.Context, now time.Time, limit int, f store.OutboxFilter) ([]*store.OutboxMessage, error) {
 	topic := ""
 	switch {
 	case f.Topic != "" && f.Except:
@@ -56,8 +56,8 @@ func (t *tx) ClaimOutbox(ctx context.Context, now time.Time, limit int, f store.
 	return out, rows.Err()
 }
 
-// MarkOutboxSent implements store.Tx.
-func (t *tx) MarkOutboxSent(ctx context.Context, ids []int64, at time.Time) error {
+// OutboxMarkSent implements store.Tx.
+func (t *tx) OutboxMarkSent(ctx context.Context, ids []int64, at time.Time) error {
 	if t.d.Arrays {
 		if _, err := t.exec(ctx, "UPDATE outbox SET sent_at = $1 WHERE id = ANY($2)", at.UnixMilli(), ids); err != nil {
 			return fmt.Errorf("mark outbox sent: %w", err)
@@ -88,8 +88,8 @@ func (t *tx) MarkOutboxSent(ctx context.Context, ids []int64, at time.Time) erro
 	return nil
 }
 
-// RetryOutbox implements store.Tx.
-func (t *tx) RetryOutbox(ctx context.Context, id int64, attempts int, nextAt time.Time) error {
+// OutboxRetry implements store.Tx.
+func (t *tx) OutboxRetry(ctx context.Context, id int64, attempts int, nextAt time.Time) error {
 	res, err := t.exec(ctx, `UPDATE outbox SET attempts = $1, available_at = $2 WHERE id = $3`,
 		attempts, nextAt.UnixMilli(), id)
 	if err != nil {
@@ -105,8 +105,8 @@ func (t *tx) RetryOutbox(ctx context.Context, id int64, attempts int, nextAt tim
 	return nil
 }
 
-// DeleteSentOutbox implements store.Tx.
-func (t *tx) DeleteSentOutbox(ctx context.Context, before time.Time, limit int) (int, error) {
+// OutboxDeleteSent implements store.Tx.
+func (t *tx) OutboxDeleteSent(ctx context.Context, before time.Time, limit int) (int, error) {
 	res, err := t.exec(ctx, `DELETE FROM outbox WHERE id IN (SELECT id FROM outbox
 		WHERE sent_at IS NOT NULL AND sent_at < $1 ORDER BY id LIMIT $2)`, before.UnixMilli(), limit)
 	if err != nil {

@@ -24,14 +24,14 @@ func scanPipeline(row interface{ Scan(...any) error }) (*store.Pipeline, error) 
 	return &p, nil
 }
 
-// GetPipeline implements store.Reader.
-func (q q) GetPipeline(ctx context.Context, tenant, name string) (*store.Pipeline, error) {
+// PipelineGet implements store.Reader.
+func (q q) PipelineGet(ctx context.Context, tenant, name string) (*store.Pipeline, error) {
 	return scanPipeline(q.queryRow(ctx, `SELECT `+pipelineCols+` FROM pipelines
 		WHERE tenant = $1 AND name = $2`+q.lockRow(), tenant, name))
 }
 
-// ListPipelines implements store.Reader.
-func (q q) ListPipelines(ctx context.Context, tenant string) ([]*store.Pipeline, error) {
+// PipelineList implements store.Reader.
+func (q q) PipelineList(ctx context.Context, tenant string) ([]*store.Pipeline, error) {
 	rows, err := q.query(ctx, `SELECT `+pipelineCols+` FROM pipelines WHERE tenant = $1 ORDER BY name`, tenant)
 	if err != nil {
 		return nil, fmt.Errorf("list pipelines: %w", err)
@@ -39,8 +39,8 @@ func (q q) ListPipelines(ctx context.Context, tenant string) ([]*store.Pipeline,
 	return collect(rows, scanPipeline)
 }
 
-// ActivePipelines implements store.Reader.
-func (q q) ActivePipelines(ctx context.Context) ([]*store.Pipeline, error) {
+// PipelineListActive implements store.Reader.
+func (q q) PipelineListActive(ctx context.Context) ([]*store.Pipeline, error) {
 	rows, err := q.query(ctx, `SELECT `+pipelineCols+` FROM pipelines ORDER BY tenant, name`)
 	if err != nil {
 		return nil, fmt.Errorf("active pipelines: %w", err)
@@ -59,8 +59,8 @@ func (q q) PipelineJobTasks(ctx context.Context, tenant, pipeline, job string) (
 	return total, live, nil
 }
 
-// PutPipeline implements store.Tx.
-func (t *tx) PutPipeline(ctx context.Context, p *store.Pipeline) error {
+// PipelinePut implements store.Tx.
+func (t *tx) PipelinePut(ctx context.Context, p *store.Pipeline) error {
 	_, err := t.exec(ctx, `INSERT INTO pipelines (`+pipelineCols+`) VALUES ($1, $2, $3, $4, $5)
 		ON CONFLICT (tenant, name) DO UPDATE SET active_version = excluded.active_version,
 		updated_at = excluded.updated_at`,
@@ -86,14 +86,14 @@ func scanVersion(row interface{ Scan(...any) error }) (*store.PipelineVersion, e
 	return &v, nil
 }
 
-// GetPipelineVersion implements store.Reader.
-func (q q) GetPipelineVersion(ctx context.Context, tenant, name, version string) (*store.PipelineVersion, error) {
+// PipelineVersionGet implements store.Reader.
+func (q q) PipelineVersionGet(ctx context.Context, tenant, name, version string) (*store.PipelineVersion, error) {
 	return scanVersion(q.queryRow(ctx, `SELECT `+versionCols+` FROM pipeline_versions
 		WHERE tenant = $1 AND pipeline = $2 AND version = $3`, tenant, name, version))
 }
 
-// ListPipelineVersions implements store.Reader.
-func (q q) ListPipelineVersions(ctx context.Context, tenant, name string) ([]*store.PipelineVersion, error) {
+// PipelineVersionList implements store.Reader.
+func (q q) PipelineVersionList(ctx context.Context, tenant, name string) ([]*store.PipelineVersion, error) {
 	rows, err := q.query(ctx, `SELECT `+versionCols+` FROM pipeline_versions
 		WHERE tenant = $1 AND pipeline = $2 ORDER BY seq DESC`, tenant, name)
 	if err != nil {
@@ -102,8 +102,8 @@ func (q q) ListPipelineVersions(ctx context.Context, tenant, name string) ([]*st
 	return collect(rows, scanVersion)
 }
 
-// InsertPipelineVersion implements store.Tx.
-func (t *tx) InsertPipelineVersion(ctx context.Context, v *store.PipelineVersion) (bool, error) {
+// PipelineVersionInsert implements store.Tx.
+func (t *tx) PipelineVersionInsert(ctx context.Context, v *store.PipelineVersion) (bool, error) {
 	res, err := t.exec(ctx, `INSERT INTO pipeline_versions (tenant, pipeline, version, document,
 		content_type, spec, created_at) VALUES ($1, $2, $3, $4, $5, $6, $7)
 		ON CONFLICT (tenant, pipeline, version) DO NOTHING`,
@@ -155,8 +155,8 @@ func scanDataset(row interface{ Scan(...any) error }) (*store.Dataset, error) {
 	return &d, nil
 }
 
-// GetDatasets implements store.Reader.
-func (q q) GetDatasets(ctx context.Context, uuids []string) ([]*store.Dataset, error) {
+// DatasetGetMany implements store.Reader.
+func (q q) DatasetGetMany(ctx context.Context, uuids []string) ([]*store.Dataset, error) {
 	if len(uuids) == 0 {
 		return nil, nil
 	}
@@ -168,14 +168,14 @@ func (q q) GetDatasets(ctx context.Context, uuids []string) ([]*store.Dataset, e
 	return collect(rows, scanDataset)
 }
 
-// DatasetByName implements store.Reader.
-func (q q) DatasetByName(ctx context.Context, tenant, name string) (*store.Dataset, error) {
+// DatasetGetByName implements store.Reader.
+func (q q) DatasetGetByName(ctx context.Context, tenant, name string) (*store.Dataset, error) {
 	return scanDataset(q.queryRow(ctx, `SELECT `+datasetCols+` FROM datasets
 		WHERE tenant = $1 AND name = $2`, tenant, name))
 }
 
-// DatasetsByProducer implements store.Reader.
-func (q q) DatasetsByProducer(ctx context.Context, tenant string, producers []string) ([]*store.Dataset, error) {
+// DatasetListByProducer implements store.Reader.
+func (q q) DatasetListByProducer(ctx context.Context, tenant string, producers []string) ([]*store.Dataset, error) {
 	if len(producers) == 0 {
 		return nil, nil
 	}
@@ -188,8 +188,8 @@ func (q q) DatasetsByProducer(ctx context.Context, tenant string, producers []st
 	return collect(rows, scanDataset)
 }
 
-// ListDatasets implements store.Reader.
-func (q q) ListDatasets(ctx context.Context, tenant string) ([]*store.Dataset, error) {
+// DatasetList implements store.Reader.
+func (q q) DatasetList(ctx context.Context, tenant string) ([]*store.Dataset, error) {
 	rows, err := q.query(ctx, `SELECT `+datasetCols+` FROM datasets WHERE tenant = $1
 		ORDER BY CASE WHEN name IS NULL THEN 1 ELSE 0 END, name, producer`, tenant)
 	if err != nil {
@@ -198,8 +198,8 @@ func (q q) ListDatasets(ctx context.Context, tenant string) ([]*store.Dataset, e
 	return collect(rows, scanDataset)
 }
 
-// InsertDatasets implements store.Tx.
-func (t *tx) InsertDatasets(ctx context.Context, ds []*store.Dataset) error {
+// DatasetInsertMany implements store.Tx.
+func (t *tx) DatasetInsertMany(ctx context.Context, ds []*store.Dataset) error {
 	cols := []string{"uuid", "tenant", "producer", "name", "pipeline", "job", "output_index",
 		"current_version", "storage", "write_mode", "schema", "filter_fields", "created_at", "updated_at"}
 	rows := make([][]any, len(ds))
@@ -215,8 +215,8 @@ func (t *tx) InsertDatasets(ctx context.Context, ds []*store.Dataset) error {
 	return err
 }
 
-// UpdateDataset implements store.Tx.
-func (t *tx) UpdateDataset(ctx context.Context, d *store.Dataset) error {
+// DatasetUpdate implements store.Tx.
+func (t *tx) DatasetUpdate(ctx context.Context, d *store.Dataset) error {
 	res, err := t.exec(ctx, `UPDATE datasets SET name = $2, current_version = $3, storage = $4,
 		write_mode = $5, schema = $6, filter_fields = $7, updated_at = $8 WHERE uuid = $1`,
 		d.UUID, strArg(d.Name), d.CurrentVersion, d.Storage, d.WriteMode, jsonArg(d.Schema),
@@ -233,8 +233,8 @@ func (t *tx) UpdateDataset(ctx context.Context, d *store.Dataset) error {
 	return nil
 }
 
-// ListDatasetVersions implements store.Reader.
-func (q q) ListDatasetVersions(ctx context.Context, uuids ...string) ([]*store.DatasetVersion, error) {
+// DatasetVersionList implements store.Reader.
+func (q q) DatasetVersionList(ctx context.Context, uuids ...string) ([]*store.DatasetVersion, error) {
 	if len(uuids) == 0 {
 		return nil, nil
 	}
@@ -260,8 +260,8 @@ func (q q) ListDatasetVersions(ctx context.Context, uuids ...string) ([]*store.D
 	})
 }
 
-// InsertDatasetVersions implements store.Tx.
-func (t *tx) InsertDatasetVersions(ctx context.Context, vs []*store.DatasetVersion) error {
+// DatasetVersionInsertMany implements store.Tx.
+func (t *tx) DatasetVersionInsertMany(ctx context.Context, vs []*store.DatasetVersion) error {
 	cols := []string{"dataset_uuid", "version", "storage_ref", "config_hash", "range_start", "range_end",
 		"task_id", "created_at"}
 	rows := make([][]any, len(vs))
@@ -272,8 +272,8 @@ func (t *tx) InsertDatasetVersions(ctx context.Context, vs []*store.DatasetVersi
 	return t.insertRows(ctx, "dataset_versions", cols, rows, " ON CONFLICT (dataset_uuid, version) DO NOTHING")
 }
 
-// RecentDatasetEvents implements store.Reader.
-func (q q) RecentDatasetEvents(ctx context.Context, tenant, uuid string, limit int) ([]*store.DatasetEvent, error) {
+// DatasetEventListRecent implements store.Reader.
+func (q q) DatasetEventListRecent(ctx context.Context, tenant, uuid string, limit int) ([]*store.DatasetEvent, error) {
 	rows, err := q.query(ctx, `SELECT `+prefixed("e.", datasetEventCols)+` FROM dataset_events e
 		JOIN jobs j ON j.id = e.job_id WHERE e.dataset_uuid = $1 AND j.tenant = $2
 		ORDER BY e.id DESC LIMIT $3`, uuid, tenant, limit)
@@ -283,8 +283,8 @@ func (q q) RecentDatasetEvents(ctx context.Context, tenant, uuid string, limit i
 	return collect(rows, scanDatasetEvent)
 }
 
-// Consumers implements store.Reader.
-func (q q) Consumers(ctx context.Context, uuids []string) ([]*store.Consumer, error) {
+// ConsumerList implements store.Reader.
+func (q q) ConsumerList(ctx context.Context, uuids []string) ([]*store.Consumer, error) {
 	if len(uuids) == 0 {
 		return nil, nil
 	}
@@ -303,8 +303,8 @@ func (q q) Consumers(ctx context.Context, uuids []string) ([]*store.Consumer, er
 	})
 }
 
-// InsertConsumers implements store.Tx.
-func (t *tx) InsertConsumers(ctx context.Context, cs []*store.Consumer) error {
+// ConsumerInsertMany implements store.Tx.
+func (t *tx) ConsumerInsertMany(ctx context.Context, cs []*store.Consumer) error {
 	cols := []string{"dataset_uuid", "tenant", "pipeline", "version", "job", "input_index"}
 	rows := make([][]any, len(cs))
 	for i, c := range cs {
@@ -313,8 +313,8 @@ func (t *tx) InsertConsumers(ctx context.Context, cs []*store.Consumer) error {
 	return t.insertRows(ctx, "pipeline_inputs", cols, rows, " ON CONFLICT DO NOTHING")
 }
 
-// InsertJobsIfAbsent implements store.Tx.
-func (t *tx) InsertJobsIfAbsent(ctx context.Context, jobs []*store.Job) ([]string, error) {
+// JobInsertManyIfAbsent implements store.Tx.
+func (t *tx) JobInsertManyIfAbsent(ctx context.Context, jobs []*store.Job) ([]string, error) {
 	rows := make([][]any, len(jobs))
 	for i, j := range jobs {
 		rows[i] = jobRow(j)

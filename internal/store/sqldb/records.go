@@ -34,14 +34,14 @@ func scanAttempt(row interface{ Scan(...any) error }) (*store.Attempt, error) {
 	return &a, err
 }
 
-// GetAttempt implements store.Reader.
-func (q q) GetAttempt(ctx context.Context, taskID string, attempt int) (*store.Attempt, error) {
+// AttemptGet implements store.Reader.
+func (q q) AttemptGet(ctx context.Context, taskID string, attempt int) (*store.Attempt, error) {
 	return scanAttempt(q.queryRow(ctx, `SELECT `+attemptCols+` FROM attempts
 		WHERE task_id = $1 AND attempt = $2`, taskID, attempt))
 }
 
-// ListAttempts implements store.Reader.
-func (q q) ListAttempts(ctx context.Context, taskID string) ([]*store.Attempt, error) {
+// AttemptList implements store.Reader.
+func (q q) AttemptList(ctx context.Context, taskID string) ([]*store.Attempt, error) {
 	rows, err := q.query(ctx, `SELECT `+attemptCols+` FROM attempts WHERE task_id = $1
 		ORDER BY attempt`, taskID)
 	if err != nil {
@@ -59,8 +59,8 @@ func (q q) ListAttempts(ctx context.Context, taskID string) ([]*store.Attempt, e
 	return out, rows.Err()
 }
 
-// InsertAttempt implements store.Tx.
-func (t *tx) InsertAttempt(ctx context.Context, a *store.Attempt) error {
+// AttemptInsert implements store.Tx.
+func (t *tx) AttemptInsert(ctx context.Context, a *store.Attempt) error {
 	errJSON, err := errArg(a.Error)
 	if err != nil {
 		return err
@@ -75,8 +75,8 @@ func (t *tx) InsertAttempt(ctx context.Context, a *store.Attempt) error {
 	return nil
 }
 
-// PutAttempts implements store.Tx.
-func (t *tx) PutAttempts(ctx context.Context, as []*store.Attempt) error {
+// AttemptPutMany implements store.Tx.
+func (t *tx) AttemptPutMany(ctx context.Context, as []*store.Attempt) error {
 	if len(as) == 0 {
 		return nil
 	}
@@ -96,8 +96,8 @@ func (t *tx) PutAttempts(ctx context.Context, as []*store.Attempt) error {
 		traceparent = CASE WHEN excluded.traceparent = '' THEN attempts.traceparent ELSE excluded.traceparent END`)
 }
 
-// ListEvents implements store.Reader.
-func (q q) ListEvents(ctx context.Context, jobID string, afterID int64, limit int) ([]*store.Event, error) {
+// EventList implements store.Reader.
+func (q q) EventList(ctx context.Context, jobID string, afterID int64, limit int) ([]*store.Event, error) {
 	rows, err := q.query(ctx, `SELECT id, job_id, task_id, task_key, type, at, data
 		FROM events WHERE job_id = $1 AND id > $2 ORDER BY id LIMIT $3`, jobID, afterID, limit)
 	if err != nil {
@@ -106,9 +106,9 @@ func (q q) ListEvents(ctx context.Context, jobID string, afterID int64, limit in
 	return collectEvents(rows)
 }
 
-// ListTaskEvents implements store.Reader. The job's condition lets the query walk the job's
+// EventListByTask implements store.Reader. The job's condition lets the query walk the job's
 // events index: events have no index by task, which would cost every transition a write.
-func (q q) ListTaskEvents(ctx context.Context, jobID, taskID string, afterID int64, limit int) ([]*store.Event, error) {
+func (q q) EventListByTask(ctx context.Context, jobID, taskID string, afterID int64, limit int) ([]*store.Event, error) {
 	if taskID == "" { // job events have no task id: they are not a task's
 		return nil, nil
 	}
@@ -139,8 +139,8 @@ func collectEvents(rows *sql.Rows) ([]*store.Event, error) {
 	return out, rows.Err()
 }
 
-// InsertEvents implements store.Tx.
-func (t *tx) InsertEvents(ctx context.Context, events []*store.Event) error {
+// EventInsertMany implements store.Tx.
+func (t *tx) EventInsertMany(ctx context.Context, events []*store.Event) error {
 	rows := make([][]any, len(events))
 	for i, e := range events {
 		data := string(e.Data)
@@ -152,8 +152,8 @@ func (t *tx) InsertEvents(ctx context.Context, events []*store.Event) error {
 	return t.insertRows(ctx, "events", []string{"job_id", "task_id", "task_key", "type", "at", "data"}, rows, "")
 }
 
-// OutboxAfter implements store.Reader.
-func (q q) OutboxAfter(ctx context.Context, afterID int64, limit int) ([]*store.OutboxMessage, error) {
+// OutboxListAfter implements store.Reader.
+func (q q) OutboxListAfter(ctx context.Context, afterID int64, limit int) ([]*store.OutboxMessage, error) {
 	rows, err := q.query(ctx, `SELECT id, topic, msg_key, payload, available_at, created_at
 		FROM outbox WHERE id > $1 ORDER BY id LIMIT $2`, afterID, limit)
 	if err != nil {
@@ -178,8 +178,8 @@ func (q q) OutboxAfter(ctx context.Context, afterID int64, limit int) ([]*store.
 	return out, rows.Err()
 }
 
-// InsertOutbox implements store.Tx.
-func (t *tx) InsertOutbox(ctx context.Context, msgs []*store.OutboxMessage) error {
+// OutboxInsertMany implements store.Tx.
+func (t *tx) OutboxInsertMany(ctx context.Context, msgs []*store.OutboxMessage) error {
 	rows := make([][]any, len(msgs))
 	for i, m := range msgs {
 		rows[i] = []any{m.Topic, m.Key, string(m.Payload), m.AvailableAt.UnixMilli(), m.CreatedAt.UnixMilli()}

@@ -32,8 +32,8 @@ import (
 // finishedStatuses are the statuses of a finished job.
 const finishedStatuses = "'completed', 'partial_failure', 'canceled'"
 
-// DeleteExpiredJobs implements store.Tx.
-func (t *tx) DeleteExpiredJobs(ctx context.Context, p store.RetentionPolicy) (store.RetentionCounts, error) {
+// JobDeleteExpired implements store.Tx.
+func (t *tx) JobDeleteExpired(ctx context.Context, p store.RetentionPolicy) (store.RetentionCounts, error) {
 	var counts store.RetentionCounts
 	cond, args, ok := expiredCondition(p)
 	if !ok || p.Limit <= 0 {
@@ -215,8 +215,8 @@ func (t *tx) deleteIn(ctx context.Context, table, col string, ids []string) (int
 	return total, nil
 }
 
-// LatestPipelineJob implements store.Reader.
-func (q q) LatestPipelineJob(ctx context.Context, tenant, pipeline, job string) (*store.Job, error) {
+// PipelineJobLatest implements store.Reader.
+func (q q) PipelineJobLatest(ctx context.Context, tenant, pipeline, job string) (*store.Job, error) {
 	return scanJob(q.queryRow(ctx, `SELECT `+jobCols+` FROM jobs WHERE tenant = $1 AND pipeline = $2
 		AND pipeline_job = $3 ORDER BY seq DESC LIMIT 1`, tenant, pipeline, job))
 }

@@ -104,18 +104,18 @@ func scanTask(row interface{ Scan(...any) error }) (*store.Task, error) {
 	return &t, nil
 }
 
-// GetTask implements store.Reader.
-func (q q) GetTask(ctx context.Context, id string) (*store.Task, error) {
+// TaskGet implements store.Reader.
+func (q q) TaskGet(ctx context.Context, id string) (*store.Task, error) {
 	return scanTask(q.queryRow(ctx, `SELECT `+taskCols+` FROM tasks WHERE id = $1`+q.lockRow(), id))
 }
 
-// JobTasks implements store.Reader.
-func (q q) JobTasks(ctx context.Context, jobID string) ([]*store.TaskSummary, error) {
+// TaskListByJob implements store.Reader.
+func (q q) TaskListByJob(ctx context.Context, jobID string) ([]*store.TaskSummary, error) {
 	return q.jobTasks(ctx, jobID, false)
 }
 
-// JobTasksWithResults implements store.Reader.
-func (q q) JobTasksWithResults(ctx context.Context, jobID string) ([]*store.TaskSummary, error) {
+// TaskListByJobWithResults implements store.Reader.
+func (q q) TaskListByJobWithResults(ctx context.Context, jobID string) ([]*store.TaskSummary, error) {
 	return q.jobTasks(ctx, jobID, true)
 }
 
@@ -158,9 +158,9 @@ func (q q) jobTasks(ctx context.Context, jobID string, withResults bool) ([]*sto
 	return out, rows.Err()
 }
 
-// ParentOutputs implements store.Reader.
-func (q q) ParentOutputs(ctx context.Context, taskID string) (map[string]json.RawMessage, error) {
-	all, err := q.ParentOutputsOf(ctx, []string{taskID})
+// TaskParentOutputs implements store.Reader.
+func (q q) TaskParentOutputs(ctx context.Context, taskID string) (map[string]json.RawMessage, error) {
+	all, err := q.TaskParentOutputsMany(ctx, []string{taskID})
 	if err != nil {
 		return nil, err
 	}
@@ -170,8 +170,8 @@ func (q q) ParentOutputs(ctx context.Context, taskID string) (map[string]json.Ra
 	return map[string]json.RawMessage{}, nil
 }
 
-// ParentOutputsOf implements store.Reader.
-func (q q) ParentOutputsOf(ctx context.Context, taskIDs []string) (map[string]map[string]json.RawMessage, error) {
+// TaskParentOutputsMany implements store.Reader.
+func (q q) TaskParentOutputsMany(ctx context.Context, taskIDs []string) (map[string]map[string]json.RawMessage, error) {
 	out := map[string]map[string]json.RawMessage{}
 	if len(taskIDs) == 0 {
 		return out, nil
@@ -212,8 +212,8 @@ func (q q) ParentOutputsOf(ctx context.Context, taskIDs []string) (map[string]ma
 // clears dead_lettered_at). It matches the partial index tasks_dead.
 const deadLettered = "t.status = 'failed' AND t.dead_lettered_at IS NOT NULL"
 
-// ListDeadLetters implements store.Reader.
-func (q q) ListDeadLetters(ctx context.Context, tenant string, beforeSeq int64, limit int) ([]*store.Task, error) {
+// TaskListDeadLetters implements store.Reader.
+func (q q) TaskListDeadLetters(ctx context.Context, tenant string, beforeSeq int64, limit int) ([]*store.Task, error) {
 	rows, err := q.query(ctx, `SELECT `+prefixed("t.", taskCols)+` FROM tasks t
 		JOIN jobs j ON j.id = t.job_id
 		WHERE j.tenant = $1 AND `+deadLettered+`
@@ -224,8 +224,8 @@ func (q q) ListDeadLetters(ctx context.Context, tenant string, beforeSeq int64, 
 	return collectTasks(rows)
 }
 
-// NextReapAt implements store.Reader.
-func (q q) NextReapAt(ctx context.Context) (time.Time, bool, error) {
+// TaskNextReapAt implements store.Reader.
+func (q q) TaskNextReapAt(ctx context.Context) (time.Time, bool, error) {
 	var at sql.NullInt64
 	if err := q.queryRow(ctx, `SELECT min(reap_at) FROM tasks WHERE status = 'running'`).Scan(&at); err != nil {
 		return time.Time{}, false, fmt.Errorf("next reap: %w", err)
@@ -233,14 +233,14 @@ func (q q) NextReapAt(ctx context.Context) (time.Time, bool, error) {
 	return fromMs(at), at.Valid, nil
 }
 
-// DueTasks implements store.Reader.
-func (q q) DueTasks(ctx context.Context, now time.Time, limit int) ([]string, error) {
+// TaskListDue implements store.Reader.
+func (q q) TaskListDue(ctx context.Context, now time.Time, limit int) ([]string, error) {
 	return q.ids(ctx, `SELECT id FROM tasks WHERE status = 'running' AND reap_at <= $1
 		ORDER BY reap_at LIMIT $2`, now.UnixMilli(), limit)
 }
 
-// NextAvailableAt implements store.Reader.
-func (q q) NextAvailableAt(ctx context.Context, queues []string) (time.Time, bool, error) {
+// TaskNextAvailableAt implements store.Reader.
+func (q q) TaskNextAvailableAt(ctx context.Context, queues []string) (time.Time, bool, error) {
 	if len(queues) == 0 {
 		return time.Time{}, false, nil
 	}
@@ -262,8 +262,8 @@ func (q q) NextAvailableAt(ctx context.Context, queues []string) (time.Time, boo
 	return fromMs(at), at.Valid, nil
 }
 
-// NextPushAvailableAt implements store.Reader.
-func (q q) NextPushAvailableAt(ctx context.Context) (time.Time, bool, error) {
+// TaskNextPushAvailableAt implements store.Reader.
+func (q q) TaskNextPushAvailableAt(ctx context.Context) (time.Time, bool, error) {
 	var at sql.NullInt64
 	err := q.queryRow(ctx, `SELECT min(available_at) FROM tasks WHERE status = 'pending' AND runtime = 'push'`+notAtCap).Scan(&at)
 	if err != nil {
@@ -272,8 +272,8 @@ func (q q) NextPushAvailableAt(ctx context.Context) (time.Time, bool, error) {
 	return fromMs(at), at.Valid, nil
 }
 
-// ReadyCounts implements store.Reader.
-func (q q) ReadyCounts(ctx context.Context, before time.Time) (map[string]int, error) {
+// TaskReadyCounts implements store.Reader.
+func (q q) TaskReadyCounts(ctx context.Context, before time.Time) (map[string]int, error) {
 	rows, err := q.query(ctx, `SELECT queue, count(*) FROM tasks WHERE status = 'pending'
 		AND runtime = 'pull' AND available_at <= $1 GROUP BY queue`, before.UnixMilli())
 	if err != nil {
@@ -320,8 +320,8 @@ func (q q) TaskCounts(ctx context.Context) ([]store.TaskCount, error) {
 	return counts, rows.Err()
 }
 
-// OldestReady implements store.Reader.
-func (q q) OldestReady(ctx context.Context, queue string, before time.Time, limit int) ([]string, error) {
+// TaskListOldestReady implements store.Reader.
+func (q q) TaskListOldestReady(ctx context.Context, queue string, before time.Time, limit int) ([]string, error) {
 	ids, err := q.ids(ctx, `SELECT id FROM tasks WHERE status = 'pending' AND queue = $1
 		AND runtime = 'pull' AND available_at <= $2 ORDER BY available_at, seq LIMIT $3`,
 		queue, before.UnixMilli(), limit)
@@ -331,8 +331,8 @@ func (q q) OldestReady(ctx context.Context, queue string, before time.Time, limi
 	return ids, nil
 }
 
-// NotifyReady implements store.Tx.
-func (t *tx) NotifyReady(ctx context.Context) error {
+// TaskReadyNotify implements store.Tx.
+func (t *tx) TaskReadyNotify(ctx context.Context) error {
 	if t.d.Notify == "" {
 		return nil
 	}
@@ -370,8 +370,8 @@ func collectTasks(rows *sql.Rows) ([]*store.Task, error) {
 	return out, rows.Err()
 }
 
-// InsertTasks implements store.Tx.
-func (t *tx) InsertTasks(ctx context.Context, tasks []*store.Task) error {
+// TaskInsertMany implements store.Tx.
+func (t *tx) TaskInsertMany(ctx context.Context, tasks []*store.Task) error {
 	cols := []string{"id", "job_id", "task_key", "name", "queue", "priority", "runtime", "input",
 		"depends_on", "unfinished_parents", "status", "max_attempts", "available_at",
 		"backoff_base_ms", "backoff_max_ms", "timeout_ms", "heartbeat_timeout_ms", "cancel_grace_ms",
@@ -396,8 +396,8 @@ func (t *tx) InsertTasks(ctx context.Context, tasks []*store.Task) error {
 	return t.insertRows(ctx, "tasks", cols, rows, "")
 }
 
-// InsertDeps implements store.Tx.
-func (t *tx) InsertDeps(ctx context.Context, deps []store.Dep) error {
+// DepInsertMany implements store.Tx.
+func (t *tx) DepInsertMany(ctx context.Context, deps []store.Dep) error {
 	rows := make([][]any, len(deps))
 	for i, d := range deps {
 		rows[i] = []any{d.ChildID, d.ParentID, d.JobID}
@@ -410,8 +410,8 @@ func (t *tx) InsertDeps(ctx context.Context, deps []store.Dep) error {
 const notAtCap = ` AND (concurrency_key IS NULL OR concurrency_limit > (SELECT COUNT(*) FROM tasks r
 		WHERE r.concurrency_key = tasks.concurrency_key AND r.status = 'running'))`
 
-// ReadyTaskIDs implements store.Tx.
-func (t *tx) ReadyTaskIDs(ctx context.Context, queue string, now time.Time, limit int) ([]string, error) {
+// TaskListReadyIDs implements store.Tx.
+func (t *tx) TaskListReadyIDs(ctx context.Context, queue string, now time.Time, limit int) ([]string, error) {
 	ids, err := t.ids(ctx, `SELECT id FROM tasks WHERE status = 'pending' AND queue = $1
 		AND available_at <= $2 AND runtime = 'pull'`+notAtCap+` ORDER BY priority DESC, available_at, seq LIMIT $3`+t.d.LockSkip,
 		queue, now.UnixMilli(), limit)
@@ -421,8 +421,8 @@ func (t *tx) ReadyTaskIDs(ctx context.Context, queue string, now time.Time, limi
 	return ids, nil
 }
 
-// ReadyPushTaskIDs implements store.Tx.
-func (t *tx) ReadyPushTaskIDs(ctx context.Context, now time.Time, limit int) ([]string, error) {
+// TaskListReadyPushIDs implements store.Tx.
+func (t *tx) TaskListReadyPushIDs(ctx context.Context, now time.Time, limit int) ([]string, error) {
 	ids, err := t.ids(ctx, `SELECT id FROM tasks WHERE status = 'pending' AND runtime = 'push'
 		AND available_at <= $1`+notAtCap+` ORDER BY priority DESC, available_at, seq LIMIT $2`+t.d.LockSkip,
 		now.UnixMilli(), limit)
@@ -432,18 +432,18 @@ func (t *tx) ReadyPushTaskIDs(ctx context.Context, now time.Time, limit int) ([]
 	return ids, nil
 }
 
-// ClaimTask implements store.Tx. The WHERE clause is the fence: of two claims racing for one
+// TaskClaim implements store.Tx. The WHERE clause is the fence: of two claims racing for one
 // task, the second finds it no longer pending.
-func (t *tx) ClaimTask(ctx context.Context, p store.ClaimTaskParams) (*store.Task, bool, error) {
-	tasks, err := t.ClaimTasks(ctx, []store.ClaimTaskParams{p})
+func (t *tx) TaskClaim(ctx context.Context, p store.ClaimTaskParams) (*store.Task, bool, error) {
+	tasks, err := t.TaskClaimMany(ctx, []store.ClaimTaskParams{p})
 	if err != nil || len(tasks) == 0 {
 		return nil, false, err
 	}
 	return tasks[0], true, nil
 }
 
-// UpdateTask implements store.Tx.
-func (t *tx) UpdateTask(ctx context.Context, tk *store.Task, fence store.Fence) error {
+// TaskUpdate implements store.Tx.
+func (t *tx) TaskUpdate(ctx context.Context, tk *store.Task, fence store.Fence) error {
 	errJSON, err := errArg(tk.Error)
 	if err != nil {
 		return err
@@ -492,13 +492,13 @@ func (t *tx) refs(ctx context.Context, query string, args ...any) ([]*store.Task
 	return out, rows.Err()
 }
 
-// ReleaseChildren implements store.Tx.
-func (t *tx) ReleaseChildren(ctx context.Context, parentID string, now time.Time) ([]*store.TaskRef, error) {
-	return t.ReleaseChildrenOf(ctx, []string{parentID}, now)
+// TaskReleaseChildren implements store.Tx.
+func (t *tx) TaskReleaseChildren(ctx context.Context, parentID string, now time.Time) ([]*store.TaskRef, error) {
+	return t.TaskReleaseChildrenMany(ctx, []string{parentID}, now)
 }
 
-// SkipDescendants implements store.Tx.
-func (t *tx) SkipDescendants(ctx context.Context, taskID string, now time.Time) ([]*store.TaskRef, error) {
+// TaskSkipDescendants implements store.Tx.
+func (t *tx) TaskSkipDescendants(ctx context.Context, taskID string, now time.Time) ([]*store.TaskRef, error) {
 	refs, err := t.refs(ctx, `WITH RECURSIVE d(id) AS (
 			SELECT child_id FROM task_deps WHERE parent_id = $1
 			UNION
@@ -514,8 +514,8 @@ func (t *tx) SkipDescendants(ctx context.Context, taskID string, now time.Time) 
 	return refs, nil
 }
 
-// CancelIdle implements store.Tx.
-func (t *tx) CancelIdle(ctx context.Context, p store.CancelParams) ([]*store.TaskRef, error) {
+// TaskCancelIdle implements store.Tx.
+func (t *tx) TaskCancelIdle(ctx context.Context, p store.CancelParams) ([]*store.TaskRef, error) {
 	refs, err := t.refs(ctx, `UPDATE tasks SET status = 'canceled', finished_at = $3,
 		cancel_requested_at = $3, cancel_reason = $4, reap_at = NULL,
 		last_event_type = 'Task Canceled', last_event_at = $3
@@ -527,8 +527,8 @@ func (t *tx) CancelIdle(ctx context.Context, p store.CancelParams) ([]*store.Tas
 	return refs, nil
 }
 
-// RequestCancel implements store.Tx.
-func (t *tx) RequestCancel(ctx context.Context, p store.CancelParams) ([]*store.TaskRef, error) {
+// TaskRequestCancel implements store.Tx.
+func (t *tx) TaskRequestCancel(ctx context.Context, p store.CancelParams) ([]*store.TaskRef, error) {
 	refs, err := t.refs(ctx, `UPDATE tasks SET cancel_requested_at = $3, cancel_reason = $4,
 		reap_at = CASE WHEN reap_at IS NULL OR $3 + cancel_grace_ms < reap_at
 			THEN $3 + cancel_grace_ms ELSE reap_at END
@@ -541,8 +541,8 @@ func (t *tx) RequestCancel(ctx context.Context, p store.CancelParams) ([]*store.
 	return refs, nil
 }
 
-// ResumeTasks implements store.Tx.
-func (t *tx) ResumeTasks(ctx context.Context, jobID string, now time.Time) ([]*store.TaskRef, error) {
+// TaskResume implements store.Tx.
+func (t *tx) TaskResume(ctx context.Context, jobID string, now time.Time) ([]*store.TaskRef, error) {
 	// Every task being resumed is unfinished, before and after this statement, so the count of a
 	// task's unfinished parents is the same whichever snapshot the subquery sees.
 	const unfinished = `(SELECT count(*) FROM task_deps d JOIN tasks p ON p.id = d.parent_id

@@ -24,9 +24,9 @@ func fromNullInt(n sql.NullInt64) *int64 {
 	return &v
 }
 
-// InsertDatasetEvents implements store.Tx, in multi-row statements: each new event gets the ID the
-// database returned for it; a repeat (already stored, or earlier in events) keeps ID 0.
-func (t *tx) InsertDatasetEvents(ctx context.Context, events []*store.DatasetEvent) (int, error) {
+// DatasetEventInsertMany implements store.Tx, in multi-row statements: each new event gets the ID
+// the database returned for it; a repeat (already stored, or earlier in events) keeps ID 0.
+func (t *tx) DatasetEventInsertMany(ctx context.Context, events []*store.DatasetEvent) (int, error) {
 	cols := []string{"dedupe_key", "job_id", "task_id", "attempt", "dataset_uuid", "dataset_version", "cursor",
 		"partition_key", "range_start", "range_end", "created_at"}
 	rows := make([][]any, len(events))
@@ -76,8 +76,8 @@ func scanDatasetEvent(row interface{ Scan(...any) error }) (*store.DatasetEvent,
 	return &e, nil
 }
 
-// ListDatasetEvents implements store.Reader.
-func (q q) ListDatasetEvents(ctx context.Context, taskID string) ([]*store.DatasetEvent, error) {
+// DatasetEventListByTask implements store.Reader.
+func (q q) DatasetEventListByTask(ctx context.Context, taskID string) ([]*store.DatasetEvent, error) {
 	rows, err := q.query(ctx, `SELECT `+datasetEventCols+` FROM dataset_events WHERE task_id = $1 ORDER BY id`, taskID)
 	if err != nil {
 		return nil, fmt.Errorf("list dataset events: %w", err)
@@ -85,8 +85,8 @@ func (q q) ListDatasetEvents(ctx context.Context, taskID string) ([]*store.Datas
 	return collect(rows, scanDatasetEvent)
 }
 
-// InsertBufferPublish implements store.Tx.
-func (t *tx) InsertBufferPublish(ctx context.Context, p *store.BufferPublish) (bool, error) {
+// BufferPublishInsert implements store.Tx.
+func (t *tx) BufferPublishInsert(ctx context.Context, p *store.BufferPublish) (bool, error) {
 	err := t.queryRow(ctx, `INSERT INTO buffer_publishes (task_id, attempt, batch_uri,
 		job_id, tenant, dataset_uuid, dataset_version, record_count, content_type, batch_size_bytes,
 		dedupe_scope, created_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)
@@ -125,8 +125,8 @@ func scanBufferPublish(row interface{ Scan(...any) error }) (*store.BufferPublis
 	return &p, nil
 }
 
-// ListBufferPublishes implements store.Reader.
-func (q q) ListBufferPublishes(ctx context.Context, taskID string) ([]*store.BufferPublish, error) {
+// BufferPublishListByTask implements store.Reader.
+func (q q) BufferPublishListByTask(ctx context.Context, taskID string) ([]*store.BufferPublish, error) {
 	rows, err := q.query(ctx, `SELECT `+bufferPublishCols+` FROM buffer_publishes WHERE task_id = $1 ORDER BY id`, taskID)
 	if err != nil {
 		return nil, fmt.Errorf("list buffer publishes: %w", err)
@@ -134,8 +134,8 @@ func (q q) ListBufferPublishes(ctx context.Context, taskID string) ([]*store.Buf
 	return collect(rows, scanBufferPublish)
 }
 
-// GetBufferPublish implements store.Reader.
-func (q q) GetBufferPublish(ctx context.Context, id int64) (*store.BufferPublish, error) {
+// BufferPublishGet implements store.Reader.
+func (q q) BufferPublishGet(ctx context.Context, id int64) (*store.BufferPublish, error) {
 	p, err := scanBufferPublish(q.queryRow(ctx, `SELECT `+bufferPublishCols+` FROM buffer_publishes WHERE id = $1`+q.lockRow(), id))
 	if err != nil {
 		return nil, fmt.Errorf("get buffer publish %d: %w", id, notFound(err))
@@ -143,8 +143,8 @@ func (q q) GetBufferPublish(ctx context.Context, id int64) (*store.BufferPublish
 	return p, nil
 }
 
-// ListBufferDeadLetters implements store.Reader.
-func (q q) ListBufferDeadLetters(ctx context.Context, datasetUUID string, afterID int64, limit int) ([]*store.BufferPublish, error) {
+// BufferPublishListDeadLetters implements store.Reader.
+func (q q) BufferPublishListDeadLetters(ctx context.Context, datasetUUID string, afterID int64, limit int) ([]*store.BufferPublish, error) {
 	rows, err := q.query(ctx, `SELECT `+bufferPublishCols+` FROM buffer_publishes
 		WHERE dataset_uuid = $1 AND state = 'dead' AND id > $2 ORDER BY id LIMIT $3`, datasetUUID, afterID, limit)
 	if err != nil {
@@ -153,8 +153,8 @@ func (q q) ListBufferDeadLetters(ctx context.Context, datasetUUID string, afterI
 	return collect(rows, scanBufferPublish)
 }
 
-// ClaimableBufferPublishes implements store.Tx.
-func (t *tx) ClaimableBufferPublishes(ctx context.Context, now time.Time, id int64, limit int) ([]*store.BufferPublish, error) {
+// BufferPublishListClaimable implements store.Tx.
+func (t *tx) BufferPublishListClaimable(ctx context.Context, now time.Time, id int64, limit int) ([]*store.BufferPublish, error) {
 	where := ""
 	args := []any{now.UnixMilli(), limit}
 	if id > 0 {
@@ -169,8 +169,8 @@ func (t *tx) ClaimableBufferPublishes(ctx context.Context, now time.Time, id int
 	return collect(rows, scanBufferPublish)
 }
 
-// UpdateBufferPublish implements store.Tx.
-func (t *tx) UpdateBufferPublish(ctx context.Context, p *store.BufferPublish) error {
+// BufferPublishUpdate implements store.Tx.
+func (t *tx) BufferPublishUpdate(ctx context.Context, p *store.BufferPublish) error {
 	res, err := t.exec(ctx, `UPDATE buffer_publishes SET state = $2, receive_count = $3, visible_at = $4,
 		last_error = $5, batch_cursor = $6, rows_inserted = $7, finished_at = $8 WHERE id = $1`,
 		p.ID, p.State, p.ReceiveCount, p.VisibleAt.UnixMilli(), p.LastError, nullInt(p.Cursor),
@@ -184,9 +184,9 @@ func (t *tx) UpdateBufferPublish(ctx context.Context, p *store.BufferPublish) er
 	return nil
 }
 
-// ExtendBufferPublish implements store.Tx: one conditional update, so that the check of the
+// BufferPublishExtend implements store.Tx: one conditional update, so that the check of the
 // receipt and the write cannot be split by another claim.
-func (t *tx) ExtendBufferPublish(ctx context.Context, id int64, receipt int, visibleAt time.Time) (bool, error) {
+func (t *tx) BufferPublishExtend(ctx context.Context, id int64, receipt int, visibleAt time.Time) (bool, error) {
 	res, err := t.exec(ctx, `UPDATE buffer_publishes SET visible_at = $3
 		WHERE id = $1 AND state = 'queued' AND receive_count = $2`, id, receipt, visibleAt.UnixMilli())
 	if err != nil {
@@ -199,8 +199,8 @@ func (t *tx) ExtendBufferPublish(ctx context.Context, id int64, receipt int, vis
 	return n == 1, nil
 }
 
-// InsertSigningKey implements store.Keys.
-func (db *DB) InsertSigningKey(ctx context.Context, k *store.SigningKey) error {
+// SigningKeyInsert implements store.Keys.
+func (db *DB) SigningKeyInsert(ctx context.Context, k *store.SigningKey) error {
 	err := db.writeTx(ctx, func(t *tx) error {
 		_, err := t.exec(ctx, `INSERT INTO signing_keys (kid, secret, created_at, retired_at)
 			VALUES ($1, $2, $3, $4)`, k.KID, string(k.Secret), ms(k.CreatedAt), ms(k.RetiredAt))
@@ -215,8 +215,8 @@ func (db *DB) InsertSigningKey(ctx context.Context, k *store.SigningKey) error {
 	return nil
 }
 
-// ListSigningKeys implements store.Keys.
-func (db *DB) ListSigningKeys(ctx context.Context) ([]*store.SigningKey, error) {
+// SigningKeyList implements store.Keys.
+func (db *DB) SigningKeyList(ctx context.Context) ([]*store.SigningKey, error) {
 	rows, err := db.q.query(ctx, `SELECT kid, secret, created_at, retired_at FROM signing_keys
 		ORDER BY created_at DESC, kid DESC`)
 	if err != nil {
@@ -242,8 +242,8 @@ func (db *DB) ListSigningKeys(ctx context.Context) ([]*store.SigningKey, error) 
 	return out, rows.Err()
 }
 
-// RetireSigningKey implements store.Keys.
-func (db *DB) RetireSigningKey(ctx context.Context, kid string, at time.Time) error {
+// SigningKeyRetire implements store.Keys.
+func (db *DB) SigningKeyRetire(ctx context.Context, kid string, at time.Time) error {
 	return db.writeTx(ctx, func(t *tx) error {
 		res, err := t.exec(ctx, `UPDATE signing_keys SET retired_at = $2 WHERE kid = $1 AND retired_at IS NULL`, kid, at.UnixMilli())
 		if err != nil {

@@ -29,14 +29,14 @@ func testAttempts(t *testing.T, st store.Store) {
 	b1 := &store.Attempt{TaskID: ts["b"].ID, Attempt: 1, WorkerID: "w1", LeaseToken: "tok-b", StartedAt: at(time.Second)}
 	inTx(t, st, func(tx store.Tx) error {
 		for _, a := range []*store.Attempt{a3, b1, a1, a2} { // out of order
-			if err := tx.InsertAttempt(ctx, a); err != nil {
+			if err := tx.AttemptInsert(ctx, a); err != nil {
 				return err
 			}
 		}
 		return nil
 	})
 	for _, want := range []*store.Attempt{a1, a2, a3, b1} {
-		got, err := st.GetAttempt(ctx, want.TaskID, want.Attempt)
+		got, err := st.AttemptGet(ctx, want.TaskID, want.Attempt)
 		if err != nil {
 			t.Errorf("GetAttempt(%d): %v", want.Attempt, err)
 			continue
@@ -44,7 +44,7 @@ func testAttempts(t *testing.T, st store.Store) {
 		checkSame(t, fmt.Sprintf("GetAttempt(%d)", want.Attempt), want, got)
 	}
 
-	list, err := st.ListAttempts(ctx, ts["a"].ID)
+	list, err := st.AttemptList(ctx, ts["a"].ID)
 	if err != nil {
 		t.Fatalf("ListAttempts: %v", err)
 	}
@@ -62,8 +62,8 @@ func testAttempts(t *testing.T, st store.Store) {
 	u.Result = lifecycle.Completed
 	u.Metrics = json.RawMessage(`{"rows":3}`)
 	u.Error = &store.TaskError{Category: lifecycle.DataQuality, Message: "warn", StackTrace: "s", Code: "C"}
-	inTx(t, st, func(tx store.Tx) error { return tx.PutAttempts(ctx, []*store.Attempt{&u}) })
-	got, err := st.GetAttempt(ctx, a1.TaskID, 1)
+	inTx(t, st, func(tx store.Tx) error { return tx.AttemptPutMany(ctx, []*store.Attempt{&u}) })
+	got, err := st.AttemptGet(ctx, a1.TaskID, 1)
 	if err != nil {
 		t.Fatalf("GetAttempt after PutAttempts: %v", err)
 	}
@@ -72,7 +72,7 @@ func testAttempts(t *testing.T, st store.Store) {
 	checkSame(t, "other task's attempt 1", b1, mustAttempt(t, st, b1.TaskID, 1))
 
 	inTx(t, st, func(tx store.Tx) error {
-		list, err := tx.ListAttempts(ctx, ts["b"].ID)
+		list, err := tx.AttemptList(ctx, ts["b"].ID)
 		if err != nil {
 			return err
 		}
@@ -81,14 +81,14 @@ func testAttempts(t *testing.T, st store.Store) {
 		}
 		return nil
 	})
-	if list, err := st.ListAttempts(ctx, uuid.NewString()); err != nil || len(list) != 0 {
+	if list, err := st.AttemptList(ctx, uuid.NewString()); err != nil || len(list) != 0 {
 		t.Errorf("ListAttempts(unknown) = %d, %v; want none", len(list), err)
 	}
 }
 
 func mustAttempt(t *testing.T, st store.Store, taskID string, n int) *store.Attempt {
 	t.Helper()
-	a, err := st.GetAttempt(t.Context(), taskID, n)
+	a, err := st.AttemptGet(t.Context(), taskID, n)
 	if err != nil {
 		t.Fatalf("GetAttempt(%s, %d): %v", taskID, n, err)
 	}
@@ -102,7 +102,7 @@ func testPutAttemptsInsertsOrReplaces(t *testing.T, st store.Store) {
 	// Attempt 1 of a was stored while it ran, with the worker's trace context.
 	a1 := &store.Attempt{TaskID: ts["a"].ID, Attempt: 1, WorkerID: "w", LeaseToken: "tok", StartedAt: t0,
 		Traceparent: "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"}
-	inTx(t, st, func(tx store.Tx) error { return tx.InsertAttempt(ctx, a1) })
+	inTx(t, st, func(tx store.Tx) error { return tx.AttemptInsert(ctx, a1) })
 
 	ended := *a1
 	ended.Traceparent = "" // the end carries none: the stored one stays
@@ -113,7 +113,7 @@ func testPutAttemptsInsertsOrReplaces(t *testing.T, st store.Store) {
 		Error: &store.TaskError{Category: lifecycle.Timeout, Message: "lease"}}
 	a2 := &store.Attempt{TaskID: ts["a"].ID, Attempt: 2, WorkerID: "w3", LeaseToken: "tok-2", StartedAt: at(3 * time.Second),
 		Traceparent: "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"}
-	inTx(t, st, func(tx store.Tx) error { return tx.PutAttempts(ctx, []*store.Attempt{&ended, b1, a2}) })
+	inTx(t, st, func(tx store.Tx) error { return tx.AttemptPutMany(ctx, []*store.Attempt{&ended, b1, a2}) })
 
 	want := ended
 	want.Traceparent = a1.Traceparent
@@ -124,12 +124,12 @@ func testPutAttemptsInsertsOrReplaces(t *testing.T, st store.Store) {
 	// A new trace context replaces the stored one.
 	again := want
 	again.Traceparent = "00-11111111111111111111111111111111-2222222222222222-01"
-	inTx(t, st, func(tx store.Tx) error { return tx.PutAttempts(ctx, []*store.Attempt{&again}) })
+	inTx(t, st, func(tx store.Tx) error { return tx.AttemptPutMany(ctx, []*store.Attempt{&again}) })
 	checkSame(t, "a's attempt 1, new trace context", &again, mustAttempt(t, st, a1.TaskID, 1))
 
 	// Rolled back with its transaction, like any write.
 	err := st.InTx(ctx, func(tx store.Tx) error {
-		if err := tx.PutAttempts(ctx, []*store.Attempt{{TaskID: ts["b"].ID, Attempt: 2, WorkerID: "w", LeaseToken: "t", StartedAt: t0}}); err != nil {
+		if err := tx.AttemptPutMany(ctx, []*store.Attempt{{TaskID: ts["b"].ID, Attempt: 2, WorkerID: "w", LeaseToken: "t", StartedAt: t0}}); err != nil {
 			return err
 		}
 		return errors.New("roll back")
@@ -137,7 +137,7 @@ func testPutAttemptsInsertsOrReplaces(t *testing.T, st store.Store) {
 	if err == nil {
 		t.Fatal("the transaction did not fail")
 	}
-	if _, err := st.GetAttempt(ctx, ts["b"].ID, 2); !errors.Is(err, store.ErrNotFound) {
+	if _, err := st.AttemptGet(ctx, ts["b"].ID, 2); !errors.Is(err, store.ErrNotFound) {
 		t.Errorf("GetAttempt(rolled back): %v, want ErrNotFound", err)
 	}
 }

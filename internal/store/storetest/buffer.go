@@ -28,12 +28,12 @@ func testExtendBufferPublishIsFencedByTheReceipt(t *testing.T, st store.Store) {
 		DatasetUUID: "ds", CreatedAt: t0}
 	inTx(t, st, func(tx store.Tx) error {
 		for _, p := range []*store.BufferPublish{bp, other} {
-			if _, err := tx.InsertBufferPublish(ctx, p); err != nil {
+			if _, err := tx.BufferPublishInsert(ctx, p); err != nil {
 				return err
 			}
 			// Received once, its claim lasting a minute.
 			p.State, p.ReceiveCount, p.VisibleAt = store.BufferQueued, 1, at(time.Minute)
-			if err := tx.UpdateBufferPublish(ctx, p); err != nil {
+			if err := tx.BufferPublishUpdate(ctx, p); err != nil {
 				return err
 			}
 		}
@@ -41,7 +41,7 @@ func testExtendBufferPublishIsFencedByTheReceipt(t *testing.T, st store.Store) {
 	})
 	get := func(id int64) *store.BufferPublish {
 		t.Helper()
-		p, err := st.GetBufferPublish(ctx, id)
+		p, err := st.BufferPublishGet(ctx, id)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -52,14 +52,14 @@ func testExtendBufferPublishIsFencedByTheReceipt(t *testing.T, st store.Store) {
 		var ok bool
 		inTx(t, st, func(tx store.Tx) error {
 			var err error
-			ok, err = tx.ExtendBufferPublish(ctx, id, receipt, until)
+			ok, err = tx.BufferPublishExtend(ctx, id, receipt, until)
 			return err
 		})
 		return ok
 	}
 	update := func(p *store.BufferPublish) {
 		t.Helper()
-		inTx(t, st, func(tx store.Tx) error { return tx.UpdateBufferPublish(ctx, p) })
+		inTx(t, st, func(tx store.Tx) error { return tx.BufferPublishUpdate(ctx, p) })
 	}
 	otherBefore := get(other.ID)
 
@@ -126,7 +126,7 @@ func insertPublishes(t testing.TB, st store.Store, ps ...*store.BufferPublish) {
 		var ok bool
 		inTx(t, st, func(tx store.Tx) error {
 			var err error
-			ok, err = tx.InsertBufferPublish(t.Context(), p)
+			ok, err = tx.BufferPublishInsert(t.Context(), p)
 			return err
 		})
 		if !ok || p.ID <= 0 {
@@ -140,7 +140,7 @@ func setQueue(t testing.TB, st store.Store, ps ...*store.BufferPublish) {
 	t.Helper()
 	inTx(t, st, func(tx store.Tx) error {
 		for _, p := range ps {
-			if err := tx.UpdateBufferPublish(t.Context(), p); err != nil {
+			if err := tx.BufferPublishUpdate(t.Context(), p); err != nil {
 				return err
 			}
 		}
@@ -150,7 +150,7 @@ func setQueue(t testing.TB, st store.Store, ps ...*store.BufferPublish) {
 
 func getPublish(t testing.TB, st store.Reader, id int64) *store.BufferPublish {
 	t.Helper()
-	p, err := st.GetBufferPublish(t.Context(), id)
+	p, err := st.BufferPublishGet(t.Context(), id)
 	if err != nil {
 		t.Fatalf("GetBufferPublish(%d): %v", id, err)
 	}
@@ -165,14 +165,14 @@ func publishIDs(ps []*store.BufferPublish) []int64 {
 	return out
 }
 
-// claimable runs ClaimableBufferPublishes in a transaction it rolls back.
+// claimable runs BufferPublishListClaimable in a transaction it rolls back.
 func claimable(t testing.TB, st store.Store, now time.Time, id int64, limit int) []*store.BufferPublish {
 	t.Helper()
 	rollback := errors.New("rollback")
 	var out []*store.BufferPublish
 	err := st.InTx(t.Context(), func(tx store.Tx) error {
 		var err error
-		if out, err = tx.ClaimableBufferPublishes(t.Context(), now, id, limit); err != nil {
+		if out, err = tx.BufferPublishListClaimable(t.Context(), now, id, limit); err != nil {
 			return err
 		}
 		return rollback
@@ -195,9 +195,9 @@ func checkPublishes(t testing.TB, st store.Store, what string, got []*store.Buff
 	}
 }
 
-// testInsertBufferPublishIsIdempotent: InsertBufferPublish stores a queued record with every
+// testInsertBufferPublishIsIdempotent: BufferPublishInsert stores a queued record with every
 // field once per (task, attempt, batch URI); a repeat reports false and changes nothing.
-// GetBufferPublish reads a record back (ErrNotFound for an unknown id) and ListBufferPublishes
+// BufferPublishGet reads a record back (ErrNotFound for an unknown id) and BufferPublishListByTask
 // lists a task's records in the order they were published.
 func testInsertBufferPublishIsIdempotent(t *testing.T, st store.Store) {
 	ctx := t.Context()
@@ -231,7 +231,7 @@ func testInsertBufferPublishIsIdempotent(t *testing.T, st store.Store) {
 	var ok bool
 	inTx(t, st, func(tx store.Tx) error {
 		var err error
-		ok, err = tx.InsertBufferPublish(ctx, repeat)
+		ok, err = tx.BufferPublishInsert(ctx, repeat)
 		return err
 	})
 	if ok {
@@ -247,7 +247,7 @@ func testInsertBufferPublishIsIdempotent(t *testing.T, st store.Store) {
 
 	list := func(taskID string) []*store.BufferPublish {
 		t.Helper()
-		ps, err := st.ListBufferPublishes(ctx, taskID)
+		ps, err := st.BufferPublishListByTask(ctx, taskID)
 		if err != nil {
 			t.Fatalf("ListBufferPublishes(%s): %v", taskID, err)
 		}
@@ -258,14 +258,14 @@ func testInsertBufferPublishIsIdempotent(t *testing.T, st store.Store) {
 	checkPublishes(t, st, "ListBufferPublishes(unknown)", list(uuid.NewString()))
 
 	unknown := ofB.ID + 1000
-	if got, err := st.GetBufferPublish(ctx, unknown); !errors.Is(err, store.ErrNotFound) {
+	if got, err := st.BufferPublishGet(ctx, unknown); !errors.Is(err, store.ErrNotFound) {
 		t.Errorf("GetBufferPublish(unknown) = %v, %v; want ErrNotFound", got, err)
 	}
 	inTx(t, st, func(tx store.Tx) error {
-		if got, err := tx.GetBufferPublish(ctx, unknown); !errors.Is(err, store.ErrNotFound) {
+		if got, err := tx.BufferPublishGet(ctx, unknown); !errors.Is(err, store.ErrNotFound) {
 			t.Errorf("GetBufferPublish(unknown) inside a transaction = %v, %v; want ErrNotFound", got, err)
 		}
-		got, err := tx.GetBufferPublish(ctx, second.ID)
+		got, err := tx.BufferPublishGet(ctx, second.ID)
 		if err != nil {
 			return err
 		}
@@ -274,7 +274,7 @@ func testInsertBufferPublishIsIdempotent(t *testing.T, st store.Store) {
 	})
 }
 
-// testClaimableBufferPublishes: ClaimableBufferPublishes selects queued records visible at or
+// testClaimableBufferPublishes: BufferPublishListClaimable selects queued records visible at or
 // before now, oldest first (the longest visible, then in publish order), at most limit, only
 // record id when id > 0.
 func testClaimableBufferPublishes(t *testing.T, st store.Store) {
@@ -341,7 +341,7 @@ func testClaimableBufferPublishesSkipsHeldRows(t *testing.T, st store.Store) {
 	)
 	err := st.InTx(ctx, func(tx store.Tx) error {
 		var err error
-		if held, err = tx.ClaimableBufferPublishes(ctx, t0, 0, 1); err != nil {
+		if held, err = tx.BufferPublishListClaimable(ctx, t0, 0, 1); err != nil {
 			return err
 		}
 		started = true
@@ -349,10 +349,10 @@ func testClaimableBufferPublishesSkipsHeldRows(t *testing.T, st store.Store) {
 			defer close(done)
 			otherErr = st.InTx(ctx, func(tx store.Tx) error {
 				var err error
-				if all, err = tx.ClaimableBufferPublishes(ctx, t0, 0, 10); err != nil {
+				if all, err = tx.BufferPublishListClaimable(ctx, t0, 0, 10); err != nil {
 					return err
 				}
-				if byID, err = tx.ClaimableBufferPublishes(ctx, t0, first.ID, 10); err != nil {
+				if byID, err = tx.BufferPublishListClaimable(ctx, t0, first.ID, 10); err != nil {
 					return err
 				}
 				return rollback
@@ -398,7 +398,7 @@ func fmtIDs(ids []int64) []string {
 	return out
 }
 
-// testUpdateBufferPublishWritesQueueFields: UpdateBufferPublish writes the queue fields of a
+// testUpdateBufferPublishWritesQueueFields: BufferPublishUpdate writes the queue fields of a
 // record (clearing them too) and nothing else; an unknown record is ErrNotFound.
 func testUpdateBufferPublishWritesQueueFields(t *testing.T, st store.Store) {
 	ctx := t.Context()
@@ -434,15 +434,15 @@ func testUpdateBufferPublishWritesQueueFields(t *testing.T, st store.Store) {
 
 	ghost := newPublish(tk, "acme", ds, "s3://lake/ghost")
 	ghost.ID = neighbour.ID + 1000
-	if err := st.InTx(ctx, func(tx store.Tx) error { return tx.UpdateBufferPublish(ctx, ghost) }); !errors.Is(err, store.ErrNotFound) {
+	if err := st.InTx(ctx, func(tx store.Tx) error { return tx.BufferPublishUpdate(ctx, ghost) }); !errors.Is(err, store.ErrNotFound) {
 		t.Errorf("UpdateBufferPublish(unknown) = %v, want ErrNotFound", err)
 	}
-	if got, err := st.GetBufferPublish(ctx, ghost.ID); !errors.Is(err, store.ErrNotFound) {
+	if got, err := st.BufferPublishGet(ctx, ghost.ID); !errors.Is(err, store.ErrNotFound) {
 		t.Errorf("GetBufferPublish after UpdateBufferPublish(unknown) = %v, %v; want ErrNotFound", got, err)
 	}
 }
 
-// testListBufferDeadLetters: ListBufferDeadLetters pages through a dataset's dead records,
+// testListBufferDeadLetters: BufferPublishListDeadLetters pages through a dataset's dead records,
 // oldest first, after an id.
 func testListBufferDeadLetters(t *testing.T, st store.Store) {
 	ctx := t.Context()
@@ -470,7 +470,7 @@ func testListBufferDeadLetters(t *testing.T, st store.Store) {
 
 	list := func(dataset string, after int64, limit int) []*store.BufferPublish {
 		t.Helper()
-		ps, err := st.ListBufferDeadLetters(ctx, dataset, after, limit)
+		ps, err := st.BufferPublishListDeadLetters(ctx, dataset, after, limit)
 		if err != nil {
 			t.Fatalf("ListBufferDeadLetters(%s, %d, %d): %v", dataset, after, limit, err)
 		}

@@ -1,4 +1,5 @@
-// Contract of cancellation and resume: cancelling idle and running work, resuming tasks, dead letters.
+// Contract of cancellation and resume: cancelling idle and running work, resuming tasks, dead
+// letters.
 
 package storetest
 
@@ -16,7 +17,7 @@ func cancelIdle(t *testing.T, st store.Store, p store.CancelParams) []*store.Tas
 	var refs []*store.TaskRef
 	inTx(t, st, func(tx store.Tx) error {
 		var err error
-		refs, err = tx.CancelIdle(t.Context(), p)
+		refs, err = tx.TaskCancelIdle(t.Context(), p)
 		return err
 	})
 	return refs
@@ -27,7 +28,7 @@ func requestCancel(t *testing.T, st store.Store, p store.CancelParams) []*store.
 	var refs []*store.TaskRef
 	inTx(t, st, func(tx store.Tx) error {
 		var err error
-		refs, err = tx.RequestCancel(t.Context(), p)
+		refs, err = tx.TaskRequestCancel(t.Context(), p)
 		return err
 	})
 	return refs
@@ -200,7 +201,7 @@ func testResumeTasks(t *testing.T, st store.Store) {
 	var refs []*store.TaskRef
 	inTx(t, st, func(tx store.Tx) error {
 		var err error
-		refs, err = tx.ResumeTasks(t.Context(), job.ID, now)
+		refs, err = tx.TaskResume(t.Context(), job.ID, now)
 		return err
 	})
 	checkRefs(t, st, "ResumeTasks", refs, ts["b"], ts["c"], ts["d"], ts["e"], ts["f"], ts["g"], ts["canceled-twice-tried"])
@@ -270,7 +271,7 @@ func testListDeadLetters(t *testing.T, st store.Store) {
 
 	list := func(tenant string, before int64, limit int) []*store.Task {
 		t.Helper()
-		tasks, err := st.ListDeadLetters(ctx, tenant, before, limit)
+		tasks, err := st.TaskListDeadLetters(ctx, tenant, before, limit)
 		if err != nil {
 			t.Fatalf("ListDeadLetters: %v", err)
 		}
@@ -292,7 +293,7 @@ func testListDeadLetters(t *testing.T, st store.Store) {
 
 	// Resumed tasks leave the dead-letter view.
 	inTx(t, st, func(tx store.Tx) error {
-		_, err := tx.ResumeTasks(ctx, j2.ID, at(time.Hour))
+		_, err := tx.TaskResume(ctx, j2.ID, at(time.Hour))
 		return err
 	})
 	checkIDs(t, "tenant-a after resuming f4's job", taskIDs(list("tenant-a", 0, 100)), []string{ts1["f3"].ID, ts1["f2"].ID, ts1["f1"].ID})

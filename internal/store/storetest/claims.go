@@ -95,7 +95,7 @@ func testClaimTaskTakesLease(t *testing.T, st store.Store) {
 		)
 		inTx(t, st, func(tx store.Tx) error {
 			var err error
-			got, ok, err = tx.ClaimTask(ctx, store.ClaimTaskParams{ID: before.ID, Now: now, WorkerID: "worker-" + c.key, LeaseToken: token})
+			got, ok, err = tx.TaskClaim(ctx, store.ClaimTaskParams{ID: before.ID, Now: now, WorkerID: "worker-" + c.key, LeaseToken: token})
 			return err
 		})
 		if !ok || got == nil {
@@ -150,7 +150,7 @@ func testClaimTaskNotClaimable(t *testing.T, st store.Store) {
 		)
 		inTx(t, st, func(tx store.Tx) error {
 			var err error
-			got, ok, err = tx.ClaimTask(ctx, store.ClaimTaskParams{ID: id, Now: now, WorkerID: "w2", LeaseToken: "other-token"})
+			got, ok, err = tx.TaskClaim(ctx, store.ClaimTaskParams{ID: id, Now: now, WorkerID: "w2", LeaseToken: "other-token"})
 			return err
 		})
 		if ok {
@@ -158,14 +158,14 @@ func testClaimTaskNotClaimable(t *testing.T, st store.Store) {
 		}
 		if before != nil {
 			checkSame(t, key+": after a refused claim", before, getTask(t, st, id))
-		} else if _, err := st.GetTask(ctx, id); !errors.Is(err, store.ErrNotFound) {
+		} else if _, err := st.TaskGet(ctx, id); !errors.Is(err, store.ErrNotFound) {
 			t.Errorf("unknown: GetTask after the claim: %v, want ErrNotFound", err)
 		}
 	}
 }
 
 // A job's traceparent is stored with it and read back by every job query; its tasks' copies
-// come back from GetTask and from both claims, one by one and in a batch, including a claim under
+// come back from TaskGet and from both claims, one by one and in a batch, including a claim under
 // a concurrency limit (a statement of its own). A job and tasks without one read as "".
 func testTraceparentSurvivesInsertAndClaim(t *testing.T, st store.Store) {
 	ctx := t.Context()
@@ -186,10 +186,10 @@ func testTraceparentSurvivesInsertAndClaim(t *testing.T, st store.Store) {
 	if got := getJob(t, st, job.ID).Traceparent; got != tp {
 		t.Errorf("GetJob: traceparent %q, want %q", got, tp)
 	}
-	if j, err := st.JobByIdempotencyKey(ctx, "tenant", "traced"); err != nil || j.Traceparent != tp {
+	if j, err := st.JobGetByIdempotencyKey(ctx, "tenant", "traced"); err != nil || j.Traceparent != tp {
 		t.Errorf("JobByIdempotencyKey: %v, traceparent %q, want %q", err, j.Traceparent, tp)
 	}
-	jobs, err := st.ListJobs(ctx, store.ListJobsParams{Tenant: "tenant", Limit: 10})
+	jobs, err := st.JobList(ctx, store.ListJobsParams{Tenant: "tenant", Limit: 10})
 	if err != nil || len(jobs) != 2 {
 		t.Fatalf("ListJobs: %d jobs, %v", len(jobs), err)
 	}
@@ -214,7 +214,7 @@ func testTraceparentSurvivesInsertAndClaim(t *testing.T, st store.Store) {
 	}
 	var claimed []*store.Task
 	inTx(t, st, func(tx store.Tx) error {
-		claimed, err = tx.ClaimTasks(ctx, []store.ClaimTaskParams{
+		claimed, err = tx.TaskClaimMany(ctx, []store.ClaimTaskParams{
 			{ID: ts["batch1"].ID, Now: now, WorkerID: "w", LeaseToken: "t1"},
 			{ID: ts["batch2"].ID, Now: now, WorkerID: "w", LeaseToken: "t2"},
 			{ID: ts["limited"].ID, Now: now, WorkerID: "w", LeaseToken: "t3"},
@@ -231,9 +231,10 @@ func testTraceparentSurvivesInsertAndClaim(t *testing.T, st store.Store) {
 	}
 }
 
-// ClaimTasks gives each task of a batch its own worker and lease token, claims a repeated id
+// TaskClaimMany gives each task of a batch its own worker and lease token, claims a repeated id
 // once (for the first request naming it) and leaves tasks that are not claimable alone;
-// CompleteTasks stores each task's own output (none: NULL) and refuses a batch with a stale fence.
+// TaskCompleteMany stores each task's own output (none: NULL) and refuses a batch with a stale
+// fence.
 func testClaimAndCompleteTasksInBatches(t *testing.T, st store.Store) {
 	ctx := t.Context()
 	job := newJob("tenant")
@@ -243,7 +244,7 @@ func testClaimAndCompleteTasksInBatches(t *testing.T, st store.Store) {
 	var claimed []*store.Task
 	inTx(t, st, func(tx store.Tx) error {
 		var err error
-		claimed, err = tx.ClaimTasks(ctx, []store.ClaimTaskParams{
+		claimed, err = tx.TaskClaimMany(ctx, []store.ClaimTaskParams{
 			{ID: ts["a"].ID, Now: now, WorkerID: "wa", LeaseToken: "ta"},
 			{ID: ts["b"].ID, Now: now, WorkerID: "wb", LeaseToken: "tb"},
 			{ID: ts["a"].ID, Now: now, WorkerID: "wa2", LeaseToken: "ta2"},
@@ -271,7 +272,7 @@ func testClaimAndCompleteTasksInBatches(t *testing.T, st store.Store) {
 
 	// A stale attempt in the batch: nothing may be kept.
 	err := st.InTx(ctx, func(tx store.Tx) error {
-		return tx.CompleteTasks(ctx, []store.CompletedTask{
+		return tx.TaskCompleteMany(ctx, []store.CompletedTask{
 			{ID: ts["a"].ID, Attempt: 1, Output: json.RawMessage(`{"n":1}`)},
 			{ID: ts["b"].ID, Attempt: 2, Output: json.RawMessage(`{"n":2}`)},
 		}, now)
@@ -280,7 +281,7 @@ func testClaimAndCompleteTasksInBatches(t *testing.T, st store.Store) {
 		t.Fatalf("CompleteTasks with a stale attempt: %v, want ErrLeaseLost", err)
 	}
 	inTx(t, st, func(tx store.Tx) error {
-		return tx.CompleteTasks(ctx, []store.CompletedTask{
+		return tx.TaskCompleteMany(ctx, []store.CompletedTask{
 			{ID: ts["a"].ID, Attempt: 1, Output: json.RawMessage(`{"n":1,"s":"it's \"quoted\""}`)},
 			{ID: ts["b"].ID, Attempt: 1},
 		}, now)
@@ -315,7 +316,7 @@ func testClaimTaskRaceHasOneWinner(t *testing.T, st store.Store) {
 				defer wg.Done()
 				<-start
 				errs[w] = st.InTx(t.Context(), func(tx store.Tx) error {
-					_, ok, err := tx.ClaimTask(t.Context(), store.ClaimTaskParams{
+					_, ok, err := tx.TaskClaim(t.Context(), store.ClaimTaskParams{
 						ID: tk.ID, Now: now, WorkerID: fmt.Sprintf("worker-%d", w), LeaseToken: fmt.Sprintf("token-%d", w),
 					})
 					won[w] = ok // set, not accumulated: fn may run again
@@ -366,7 +367,7 @@ func testUpdateTaskStaleFenceIsLeaseLost(t *testing.T, st store.Store) {
 		var updateErr error
 		// The transaction commits: the refused write itself must have changed nothing.
 		inTx(t, st, func(tx store.Tx) error {
-			updateErr = tx.UpdateTask(ctx, &u, fence)
+			updateErr = tx.TaskUpdate(ctx, &u, fence)
 			return nil
 		})
 		if !errors.Is(updateErr, store.ErrLeaseLost) {
@@ -380,7 +381,7 @@ func testUpdateTaskStaleFenceIsLeaseLost(t *testing.T, st store.Store) {
 	u.Status = lifecycle.Completed
 	u.FinishedAt = at(time.Second)
 	inTx(t, st, func(tx store.Tx) error {
-		return tx.UpdateTask(ctx, &u, store.Fence{Status: lifecycle.Running, Attempt: 1})
+		return tx.TaskUpdate(ctx, &u, store.Fence{Status: lifecycle.Running, Attempt: 1})
 	})
 	if got := getTask(t, st, running.ID); got.Status != lifecycle.Completed {
 		t.Errorf("status after the fenced write = %s, want completed", got.Status)
@@ -394,7 +395,7 @@ func testNextReapAtAndDueTasks(t *testing.T, st store.Store) {
 	ctx := t.Context()
 	next := func() (time.Time, bool) {
 		t.Helper()
-		at, ok, err := st.NextReapAt(ctx)
+		at, ok, err := st.TaskNextReapAt(ctx)
 		if err != nil {
 			t.Fatalf("NextReapAt: %v", err)
 		}
@@ -402,7 +403,7 @@ func testNextReapAtAndDueTasks(t *testing.T, st store.Store) {
 	}
 	due := func(now time.Time, limit int) []string {
 		t.Helper()
-		ids, err := st.DueTasks(ctx, now, limit)
+		ids, err := st.TaskListDue(ctx, now, limit)
 		if err != nil {
 			t.Fatalf("DueTasks: %v", err)
 		}

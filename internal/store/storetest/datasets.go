@@ -54,13 +54,13 @@ func bufferedDataset(tenant, name string) *store.Dataset {
 
 func insertDatasets(t testing.TB, st store.Store, ds ...*store.Dataset) {
 	t.Helper()
-	inTx(t, st, func(tx store.Tx) error { return tx.InsertDatasets(t.Context(), ds) })
+	inTx(t, st, func(tx store.Tx) error { return tx.DatasetInsertMany(t.Context(), ds) })
 }
 
 // getDataset reads one dataset by uuid, nil if there is none.
 func getDataset(t testing.TB, st store.Reader, id string) *store.Dataset {
 	t.Helper()
-	ds, err := st.GetDatasets(t.Context(), []string{id})
+	ds, err := st.DatasetGetMany(t.Context(), []string{id})
 	if err != nil {
 		t.Fatalf("GetDatasets(%s): %v", id, err)
 	}
@@ -102,9 +102,9 @@ func int64p(n int64) *int64 { return &n }
 // ---------------------------------------------------------------------------------------------
 // Datasets
 
-// testDatasetLookups: InsertDatasets stores every field; GetDatasets finds datasets by uuid
-// (those that exist), DatasetByName a tenant's named dataset (ErrNotFound otherwise), and
-// DatasetsByProducer a tenant's datasets by producer.
+// testDatasetLookups: DatasetInsertMany stores every field; DatasetGetMany finds datasets by uuid
+// (those that exist), DatasetGetByName a tenant's named dataset (ErrNotFound otherwise), and
+// DatasetListByProducer a tenant's datasets by producer.
 func testDatasetLookups(t *testing.T, st store.Store) {
 	ctx := t.Context()
 	extract := outputDataset("acme", "etl", "extract", 0)
@@ -118,20 +118,20 @@ func testDatasetLookups(t *testing.T, st store.Store) {
 	insertDatasets(t, st, extract, published, events, theirExtract, theirEvents)
 
 	unknown := uuid.NewString()
-	ds, err := st.GetDatasets(ctx, []string{extract.UUID, published.UUID, events.UUID, theirExtract.UUID, unknown})
+	ds, err := st.DatasetGetMany(ctx, []string{extract.UUID, published.UUID, events.UUID, theirExtract.UUID, unknown})
 	if err != nil {
 		t.Fatal(err)
 	}
 	checkDatasets(t, "GetDatasets", ds, extract, published, events, theirExtract)
 	for _, ids := range [][]string{nil, {unknown}} {
-		if ds, err := st.GetDatasets(ctx, ids); err != nil || len(ds) != 0 {
+		if ds, err := st.DatasetGetMany(ctx, ids); err != nil || len(ds) != 0 {
 			t.Errorf("GetDatasets(%v) = %v, %v; want none", ids, datasetUUIDs(ds), err)
 		}
 	}
 
 	byName := func(tenant, name string) *store.Dataset {
 		t.Helper()
-		d, err := st.DatasetByName(ctx, tenant, name)
+		d, err := st.DatasetGetByName(ctx, tenant, name)
 		if err != nil {
 			t.Fatalf("DatasetByName(%s, %s): %v", tenant, name, err)
 		}
@@ -141,12 +141,12 @@ func testDatasetLookups(t *testing.T, st store.Store) {
 	checkSame(t, "DatasetByName(acme, events)", events, byName("acme", "events"))
 	checkSame(t, "DatasetByName(globex, events)", theirEvents, byName("globex", "events"))
 	for _, k := range [][2]string{{"globex", "orders"}, {"initech", "events"}, {"acme", "nothing"}, {"acme", ""}, {"acme", extract.UUID}} {
-		if d, err := st.DatasetByName(ctx, k[0], k[1]); !errors.Is(err, store.ErrNotFound) {
+		if d, err := st.DatasetGetByName(ctx, k[0], k[1]); !errors.Is(err, store.ErrNotFound) {
 			t.Errorf("DatasetByName(%s, %q) = %v, %v; want ErrNotFound", k[0], k[1], d, err)
 		}
 	}
 	inTx(t, st, func(tx store.Tx) error {
-		d, err := tx.DatasetByName(ctx, "acme", "events")
+		d, err := tx.DatasetGetByName(ctx, "acme", "events")
 		if err != nil {
 			return err
 		}
@@ -156,7 +156,7 @@ func testDatasetLookups(t *testing.T, st store.Store) {
 
 	byProducer := func(tenant string, producers ...string) []*store.Dataset {
 		t.Helper()
-		ds, err := st.DatasetsByProducer(ctx, tenant, producers)
+		ds, err := st.DatasetListByProducer(ctx, tenant, producers)
 		if err != nil {
 			t.Fatalf("DatasetsByProducer(%s, %v): %v", tenant, producers, err)
 		}
@@ -186,7 +186,7 @@ func testInsertDatasetsSkipsExistingProducers(t *testing.T, st store.Store) {
 		t.Errorf("a dataset of a stored producer was stored: %+v", d)
 	}
 	checkSame(t, "a new dataset beside a skipped one", fresh, getDataset(t, st, fresh.UUID))
-	ds, err := st.DatasetsByProducer(ctx, "acme", []string{first.Producer})
+	ds, err := st.DatasetListByProducer(ctx, "acme", []string{first.Producer})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -194,7 +194,7 @@ func testInsertDatasetsSkipsExistingProducers(t *testing.T, st store.Store) {
 }
 
 // testDatasetNamesAreUniquePerTenant: a name another dataset of the tenant holds is ErrConflict
-// for InsertDatasets and UpdateDataset, and nothing changes; another tenant may use the name,
+// for DatasetInsertMany and DatasetUpdate, and nothing changes; another tenant may use the name,
 // and any number of datasets have none.
 func testDatasetNamesAreUniquePerTenant(t *testing.T, st store.Store) {
 	ctx := t.Context()
@@ -205,7 +205,7 @@ func testDatasetNamesAreUniquePerTenant(t *testing.T, st store.Store) {
 
 	clash := outputDataset("acme", "etl", "load", 2)
 	clash.Name = "orders"
-	if err := st.InTx(ctx, func(tx store.Tx) error { return tx.InsertDatasets(ctx, []*store.Dataset{clash}) }); !errors.Is(err, store.ErrConflict) {
+	if err := st.InTx(ctx, func(tx store.Tx) error { return tx.DatasetInsertMany(ctx, []*store.Dataset{clash}) }); !errors.Is(err, store.ErrConflict) {
 		t.Errorf("InsertDatasets with a name the tenant holds: %v, want ErrConflict", err)
 	}
 	if d := getDataset(t, st, clash.UUID); d != nil {
@@ -214,7 +214,7 @@ func testDatasetNamesAreUniquePerTenant(t *testing.T, st store.Store) {
 
 	renamed := *plain
 	renamed.Name, renamed.UpdatedAt = "orders", at(time.Minute)
-	if err := st.InTx(ctx, func(tx store.Tx) error { return tx.UpdateDataset(ctx, &renamed) }); !errors.Is(err, store.ErrConflict) {
+	if err := st.InTx(ctx, func(tx store.Tx) error { return tx.DatasetUpdate(ctx, &renamed) }); !errors.Is(err, store.ErrConflict) {
 		t.Errorf("UpdateDataset to a name the tenant holds: %v, want ErrConflict", err)
 	}
 	checkSame(t, "a dataset after a refused rename", plain, getDataset(t, st, plain.UUID))
@@ -224,12 +224,12 @@ func testDatasetNamesAreUniquePerTenant(t *testing.T, st store.Store) {
 	theirs.Name = "orders"
 	insertDatasets(t, st, theirs)
 	checkSame(t, "another tenant's dataset of the same name", theirs, getDataset(t, st, theirs.UUID))
-	if d, err := st.DatasetByName(ctx, "acme", "orders"); err != nil || d.UUID != orders.UUID {
+	if d, err := st.DatasetGetByName(ctx, "acme", "orders"); err != nil || d.UUID != orders.UUID {
 		t.Errorf("DatasetByName(acme, orders) = %v, %v; want %s", d, err, orders.UUID)
 	}
 }
 
-// testUpdateDatasetWritesItsFields: UpdateDataset writes a dataset's name, current version,
+// testUpdateDatasetWritesItsFields: DatasetUpdate writes a dataset's name, current version,
 // storage, write mode, schema and filter fields, clearing them too, and nothing else.
 func testUpdateDatasetWritesItsFields(t *testing.T, st store.Store) {
 	ctx := t.Context()
@@ -238,7 +238,7 @@ func testUpdateDatasetWritesItsFields(t *testing.T, st store.Store) {
 	insertDatasets(t, st, x, neighbour)
 	update := func(d *store.Dataset) {
 		t.Helper()
-		inTx(t, st, func(tx store.Tx) error { return tx.UpdateDataset(ctx, d) })
+		inTx(t, st, func(tx store.Tx) error { return tx.DatasetUpdate(ctx, d) })
 	}
 
 	// Published under a name, with a schema: as a deploy does it.
@@ -249,7 +249,7 @@ func testUpdateDatasetWritesItsFields(t *testing.T, st store.Store) {
 	u.UpdatedAt = at(time.Minute)
 	update(&u)
 	checkSame(t, "a dataset after UpdateDataset", &u, getDataset(t, st, x.UUID), "UpdatedAt")
-	if d, err := st.DatasetByName(ctx, "acme", "orders"); err != nil || d.UUID != x.UUID {
+	if d, err := st.DatasetGetByName(ctx, "acme", "orders"); err != nil || d.UUID != x.UUID {
 		t.Errorf("DatasetByName after naming it = %v, %v; want %s", d, err, x.UUID)
 	}
 
@@ -267,20 +267,20 @@ func testUpdateDatasetWritesItsFields(t *testing.T, st store.Store) {
 	c.Name, c.Storage, c.WriteMode, c.Schema, c.FilterFields, c.UpdatedAt = "", "", "", nil, nil, at(2*time.Minute)
 	update(&c)
 	checkSame(t, "a dataset after clearing its fields", &c, getDataset(t, st, x.UUID), "UpdatedAt")
-	if d, err := st.DatasetByName(ctx, "acme", "orders"); !errors.Is(err, store.ErrNotFound) {
+	if d, err := st.DatasetGetByName(ctx, "acme", "orders"); !errors.Is(err, store.ErrNotFound) {
 		t.Errorf("DatasetByName after the name was cleared = %v, %v; want ErrNotFound", d, err)
 	}
 	checkSame(t, "a neighbour", neighbour, getDataset(t, st, neighbour.UUID))
 
 	// An update never creates a dataset.
 	ghost := outputDataset("acme", "etl", "ghost", 0)
-	_ = st.InTx(ctx, func(tx store.Tx) error { return tx.UpdateDataset(ctx, ghost) })
+	_ = st.InTx(ctx, func(tx store.Tx) error { return tx.DatasetUpdate(ctx, ghost) })
 	if d := getDataset(t, st, ghost.UUID); d != nil {
 		t.Errorf("UpdateDataset of an unknown uuid created %+v", d)
 	}
 }
 
-// testListDatasetsNamedFirst: ListDatasets lists a tenant's datasets, the named ones first by
+// testListDatasetsNamedFirst: DatasetList lists a tenant's datasets, the named ones first by
 // name, then the others.
 func testListDatasetsNamedFirst(t *testing.T, st store.Store) {
 	ctx := t.Context()
@@ -295,7 +295,7 @@ func testListDatasetsNamedFirst(t *testing.T, st store.Store) {
 
 	list := func(tenant string) []*store.Dataset {
 		t.Helper()
-		ds, err := st.ListDatasets(ctx, tenant)
+		ds, err := st.DatasetList(ctx, tenant)
 		if err != nil {
 			t.Fatalf("ListDatasets(%s): %v", tenant, err)
 		}
@@ -321,8 +321,8 @@ func versionKeys(vs []*store.DatasetVersion) []string {
 	return out
 }
 
-// testDatasetVersions: InsertDatasetVersions registers each version of a dataset once (a repeat
-// is skipped, the stored one unchanged), and ListDatasetVersions lists the versions of the
+// testDatasetVersions: DatasetVersionInsertMany registers each version of a dataset once (a repeat
+// is skipped, the stored one unchanged), and DatasetVersionList lists the versions of the
 // datasets asked for, oldest first, with every field.
 func testDatasetVersions(t *testing.T, st store.Store) {
 	ctx := t.Context()
@@ -346,21 +346,21 @@ func testDatasetVersions(t *testing.T, st store.Store) {
 	aEarly := &store.DatasetVersion{DatasetUUID: a.UUID, Version: "a-backfill", ConfigHash: "sha256:00", End: int64p(1_700_000_000_000),
 		TaskID: tk.ID, CreatedAt: at(3 * time.Minute)}
 	inTx(t, st, func(tx store.Tx) error {
-		return tx.InsertDatasetVersions(ctx, []*store.DatasetVersion{aDeploy, bDeploy})
+		return tx.DatasetVersionInsertMany(ctx, []*store.DatasetVersion{aDeploy, bDeploy})
 	})
-	inTx(t, st, func(tx store.Tx) error { return tx.InsertDatasetVersions(ctx, []*store.DatasetVersion{aJune}) })
-	inTx(t, st, func(tx store.Tx) error { return tx.InsertDatasetVersions(ctx, []*store.DatasetVersion{bNext}) })
+	inTx(t, st, func(tx store.Tx) error { return tx.DatasetVersionInsertMany(ctx, []*store.DatasetVersion{aJune}) })
+	inTx(t, st, func(tx store.Tx) error { return tx.DatasetVersionInsertMany(ctx, []*store.DatasetVersion{bNext}) })
 	// A repeat registration of June's version, beside a new one: skipped, the first one kept.
 	repeat := *aJune
 	repeat.StorageRef, repeat.ConfigHash, repeat.CreatedAt = json.RawMessage(`{"prefix":"elsewhere"}`), "sha256:ff", at(time.Hour)
 	inTx(t, st, func(tx store.Tx) error {
-		return tx.InsertDatasetVersions(ctx, []*store.DatasetVersion{&repeat, aEarly})
+		return tx.DatasetVersionInsertMany(ctx, []*store.DatasetVersion{&repeat, aEarly})
 	})
-	inTx(t, st, func(tx store.Tx) error { return tx.InsertDatasetVersions(ctx, nil) })
+	inTx(t, st, func(tx store.Tx) error { return tx.DatasetVersionInsertMany(ctx, nil) })
 
 	list := func(uuids ...string) []*store.DatasetVersion {
 		t.Helper()
-		vs, err := st.ListDatasetVersions(ctx, uuids...)
+		vs, err := st.DatasetVersionList(ctx, uuids...)
 		if err != nil {
 			t.Fatalf("ListDatasetVersions(%v): %v", uuids, err)
 		}
@@ -383,7 +383,7 @@ func testDatasetVersions(t *testing.T, st store.Store) {
 
 	// Inside a transaction, as the router reads them.
 	inTx(t, st, func(tx store.Tx) error {
-		vs, err := tx.ListDatasetVersions(ctx, b.UUID)
+		vs, err := tx.DatasetVersionList(ctx, b.UUID)
 		if err != nil {
 			return err
 		}
@@ -393,7 +393,7 @@ func testDatasetVersions(t *testing.T, st store.Store) {
 	// A registered version becomes the current one.
 	cur := getDataset(t, st, a.UUID)
 	cur.CurrentVersion, cur.UpdatedAt = aJune.Version, at(4*time.Minute)
-	inTx(t, st, func(tx store.Tx) error { return tx.UpdateDataset(ctx, cur) })
+	inTx(t, st, func(tx store.Tx) error { return tx.DatasetUpdate(ctx, cur) })
 	if got := getDataset(t, st, a.UUID); got.CurrentVersion != aJune.Version {
 		t.Errorf("current version %q after UpdateDataset, want %q", got.CurrentVersion, aJune.Version)
 	}
@@ -415,15 +415,15 @@ func insertDatasetEvents(t testing.TB, st store.Store, es ...*store.DatasetEvent
 	var n int
 	inTx(t, st, func(tx store.Tx) error {
 		var err error
-		n, err = tx.InsertDatasetEvents(t.Context(), es)
+		n, err = tx.DatasetEventInsertMany(t.Context(), es)
 		return err
 	})
 	return n
 }
 
-// testDatasetEvents: InsertDatasetEvents stores events once per dedupe key, giving each new one
-// its ID and counting them; ListDatasetEvents lists a task's events oldest first, and
-// RecentDatasetEvents a dataset's latest events by tasks of a tenant's jobs, newest first.
+// testDatasetEvents: DatasetEventInsertMany stores events once per dedupe key, giving each new one
+// its ID and counting them; DatasetEventListByTask lists a task's events oldest first, and
+// DatasetEventListRecent a dataset's latest events by tasks of a tenant's jobs, newest first.
 func testDatasetEvents(t *testing.T, st store.Store) {
 	ctx := t.Context()
 	ds, other := uuid.NewString(), uuid.NewString()
@@ -490,7 +490,7 @@ func testDatasetEvents(t *testing.T, st store.Store) {
 
 	list := func(taskID string) []*store.DatasetEvent {
 		t.Helper()
-		es, err := st.ListDatasetEvents(ctx, taskID)
+		es, err := st.DatasetEventListByTask(ctx, taskID)
 		if err != nil {
 			t.Fatalf("ListDatasetEvents(%s): %v", taskID, err)
 		}
@@ -515,7 +515,7 @@ func testDatasetEvents(t *testing.T, st store.Store) {
 
 	recent := func(tenant, dataset string, limit int) []*store.DatasetEvent {
 		t.Helper()
-		es, err := st.RecentDatasetEvents(ctx, tenant, dataset, limit)
+		es, err := st.DatasetEventListRecent(ctx, tenant, dataset, limit)
 		if err != nil {
 			t.Fatalf("RecentDatasetEvents(%s, %s, %d): %v", tenant, dataset, limit, err)
 		}

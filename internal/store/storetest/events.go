@@ -35,7 +35,7 @@ func testEventsBulkInsertAndList(t *testing.T, st store.Store) {
 		}
 		all = append(all, e)
 	}
-	inTx(t, st, func(tx store.Tx) error { return tx.InsertEvents(ctx, all) })
+	inTx(t, st, func(tx store.Tx) error { return tx.EventInsertMany(ctx, all) })
 
 	gotA := listEvents(t, st, jobA.ID, 0, 10_000)
 	if len(gotA) != len(wantA) {
@@ -103,7 +103,7 @@ func testEventsBulkInsertAndList(t *testing.T, st store.Store) {
 	// Appending later continues after the last id; readable inside the transaction.
 	more := &store.Event{JobID: jobA.ID, Type: "Job Completed", At: at(time.Hour), Data: json.RawMessage(`{}`)}
 	inTx(t, st, func(tx store.Tx) error {
-		if err := tx.InsertEvents(ctx, []*store.Event{more}); err != nil {
+		if err := tx.EventInsertMany(ctx, []*store.Event{more}); err != nil {
 			return err
 		}
 		got := listEvents(t, tx, jobA.ID, gotA[len(gotA)-1].ID, 10)
@@ -143,11 +143,11 @@ func testListTaskEvents(t *testing.T, st store.Store) {
 		add(jobB.ID, taskX, "x", fmt.Sprintf("B %d", i)) // the same task id in another job: not listed
 	}
 	add(jobA.ID, "", "", "Job Completed")
-	inTx(t, st, func(tx store.Tx) error { return tx.InsertEvents(ctx, all) })
+	inTx(t, st, func(tx store.Tx) error { return tx.EventInsertMany(ctx, all) })
 
 	list := func(jobID, taskID string, after int64, limit int) []*store.Event {
 		t.Helper()
-		evs, err := st.ListTaskEvents(ctx, jobID, taskID, after, limit)
+		evs, err := st.EventListByTask(ctx, jobID, taskID, after, limit)
 		if err != nil {
 			t.Fatalf("ListTaskEvents(%s, %s, %d, %d): %v", jobID, taskID, after, limit, err)
 		}

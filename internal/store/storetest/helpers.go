@@ -93,20 +93,20 @@ func seed(t testing.TB, st store.Store, job *store.Job, tasks ...*store.Task) ma
 	job.TotalTasks = len(tasks)
 	job.UnfinishedTasks = len(tasks)
 	inTx(t, st, func(tx store.Tx) error {
-		if err := tx.InsertJob(t.Context(), job); err != nil {
+		if err := tx.JobInsert(t.Context(), job); err != nil {
 			return err
 		}
-		if err := tx.InsertTasks(t.Context(), tasks); err != nil {
+		if err := tx.TaskInsertMany(t.Context(), tasks); err != nil {
 			return err
 		}
-		return tx.InsertDeps(t.Context(), deps)
+		return tx.DepInsertMany(t.Context(), deps)
 	})
 	return byKey
 }
 
 func getTask(t testing.TB, st store.Store, id string) *store.Task {
 	t.Helper()
-	tk, err := st.GetTask(t.Context(), id)
+	tk, err := st.TaskGet(t.Context(), id)
 	if err != nil {
 		t.Fatalf("GetTask(%s): %v", id, err)
 	}
@@ -115,7 +115,7 @@ func getTask(t testing.TB, st store.Store, id string) *store.Task {
 
 func getJob(t testing.TB, st store.Store, id string) *store.Job {
 	t.Helper()
-	j, err := st.GetJob(t.Context(), id)
+	j, err := st.JobGet(t.Context(), id)
 	if err != nil {
 		t.Fatalf("GetJob(%s): %v", id, err)
 	}
@@ -127,13 +127,13 @@ func getJob(t testing.TB, st store.Store, id string) *store.Job {
 func mutate(t testing.TB, st store.Store, id string, fn func(tk *store.Task)) *store.Task {
 	t.Helper()
 	inTx(t, st, func(tx store.Tx) error {
-		tk, err := tx.GetTask(t.Context(), id)
+		tk, err := tx.TaskGet(t.Context(), id)
 		if err != nil {
 			return err
 		}
 		fence := store.Fence{Status: tk.Status, Attempt: tk.Attempt}
 		fn(tk)
-		return tx.UpdateTask(t.Context(), tk, fence)
+		return tx.TaskUpdate(t.Context(), tk, fence)
 	})
 	return getTask(t, st, id)
 }
@@ -157,7 +157,7 @@ func claim(t testing.TB, st store.Store, id string, now time.Time, worker string
 	)
 	inTx(t, st, func(tx store.Tx) error {
 		var err error
-		got, ok, err = tx.ClaimTask(t.Context(), store.ClaimTaskParams{
+		got, ok, err = tx.TaskClaim(t.Context(), store.ClaimTaskParams{
 			ID: id, Now: now, WorkerID: worker, LeaseToken: "token-" + uuid.NewString(),
 		})
 		return err
@@ -179,7 +179,7 @@ func mustClaim(t testing.TB, st store.Store, id string, now time.Time) *store.Ta
 
 func listJobs(t *testing.T, st store.Store, p store.ListJobsParams) []*store.Job {
 	t.Helper()
-	jobs, err := st.ListJobs(t.Context(), p)
+	jobs, err := st.JobList(t.Context(), p)
 	if err != nil {
 		t.Fatalf("ListJobs(%+v): %v", p, err)
 	}
@@ -191,7 +191,7 @@ func readyIDs(t *testing.T, st store.Store, queue string, now time.Time, limit i
 	var ids []string
 	inTx(t, st, func(tx store.Tx) error {
 		var err error
-		ids, err = tx.ReadyTaskIDs(t.Context(), queue, now, limit)
+		ids, err = tx.TaskListReadyIDs(t.Context(), queue, now, limit)
 		return err
 	})
 	return ids
@@ -221,7 +221,7 @@ func sortedStrings(s []string) []string {
 
 func listEvents(t *testing.T, st store.Reader, jobID string, after int64, limit int) []*store.Event {
 	t.Helper()
-	evs, err := st.ListEvents(t.Context(), jobID, after, limit)
+	evs, err := st.EventList(t.Context(), jobID, after, limit)
 	if err != nil {
 		t.Fatalf("ListEvents(%s, %d, %d): %v", jobID, after, limit, err)
 	}
@@ -230,7 +230,7 @@ func listEvents(t *testing.T, st store.Reader, jobID string, after int64, limit 
 
 func outboxAfter(t *testing.T, st store.Reader, after int64, limit int) []*store.OutboxMessage {
 	t.Helper()
-	msgs, err := st.OutboxAfter(t.Context(), after, limit)
+	msgs, err := st.OutboxListAfter(t.Context(), after, limit)
 	if err != nil {
 		t.Fatalf("OutboxAfter(%d, %d): %v", after, limit, err)
 	}
@@ -374,7 +374,7 @@ func checkRefs(t testing.TB, st store.Store, what string, refs []*store.TaskRef,
 
 func checkRefMatchesTask(t testing.TB, st store.Store, what string, r *store.TaskRef) {
 	t.Helper()
-	tk, err := st.GetTask(t.Context(), r.ID)
+	tk, err := st.TaskGet(t.Context(), r.ID)
 	if err != nil {
 		t.Errorf("%s: ref %s: GetTask: %v", what, r.ID, err)
 		return

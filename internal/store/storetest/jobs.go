@@ -30,10 +30,10 @@ func testJobRoundTrip(t *testing.T, st store.Store) {
 	}
 	bare := &store.Job{ID: "job-" + uuid.NewString(), Tenant: "tenant-a", Status: lifecycle.JobProcessing, CreatedAt: t0}
 	inTx(t, st, func(tx store.Tx) error {
-		if err := tx.InsertJob(ctx, j); err != nil {
+		if err := tx.JobInsert(ctx, j); err != nil {
 			return err
 		}
-		return tx.InsertJob(ctx, bare)
+		return tx.JobInsert(ctx, bare)
 	})
 	if j.Seq <= 0 {
 		t.Fatalf("InsertJob set Seq = %d, want > 0", j.Seq)
@@ -46,7 +46,7 @@ func testJobRoundTrip(t *testing.T, st store.Store) {
 
 	// Inside a transaction too.
 	inTx(t, st, func(tx store.Tx) error {
-		got, err := tx.GetJob(ctx, j.ID)
+		got, err := tx.JobGet(ctx, j.ID)
 		if err != nil {
 			return err
 		}
@@ -60,16 +60,16 @@ func testUnknownIDsAreNotFound(t *testing.T, st store.Store) {
 	job := newJob("tenant")
 	tasks := seed(t, st, job, newTask(job.ID, "a"))
 	check := func(name string, r store.Reader) {
-		if _, err := r.GetJob(ctx, "job-"+uuid.NewString()); !errors.Is(err, store.ErrNotFound) {
+		if _, err := r.JobGet(ctx, "job-"+uuid.NewString()); !errors.Is(err, store.ErrNotFound) {
 			t.Errorf("%s GetJob(unknown): err = %v, want ErrNotFound", name, err)
 		}
-		if _, err := r.GetTask(ctx, uuid.NewString()); !errors.Is(err, store.ErrNotFound) {
+		if _, err := r.TaskGet(ctx, uuid.NewString()); !errors.Is(err, store.ErrNotFound) {
 			t.Errorf("%s GetTask(unknown): err = %v, want ErrNotFound", name, err)
 		}
-		if _, err := r.GetAttempt(ctx, uuid.NewString(), 1); !errors.Is(err, store.ErrNotFound) {
+		if _, err := r.AttemptGet(ctx, uuid.NewString(), 1); !errors.Is(err, store.ErrNotFound) {
 			t.Errorf("%s GetAttempt(unknown task): err = %v, want ErrNotFound", name, err)
 		}
-		if _, err := r.GetAttempt(ctx, tasks["a"].ID, 1); !errors.Is(err, store.ErrNotFound) {
+		if _, err := r.AttemptGet(ctx, tasks["a"].ID, 1); !errors.Is(err, store.ErrNotFound) {
 			t.Errorf("%s GetAttempt(known task, unknown attempt): err = %v, want ErrNotFound", name, err)
 		}
 	}
@@ -77,7 +77,7 @@ func testUnknownIDsAreNotFound(t *testing.T, st store.Store) {
 	inTx(t, st, func(tx store.Tx) error {
 		check("Tx", tx)
 		// The transaction is still usable after the misses.
-		_, err := tx.GetJob(ctx, job.ID)
+		_, err := tx.JobGet(ctx, job.ID)
 		return err
 	})
 }
@@ -90,11 +90,11 @@ func testIdempotencyKeyConflictPerTenant(t *testing.T, st store.Store) {
 
 	dup := newJob("tenant-a")
 	dup.IdempotencyKey = "key-1"
-	err := st.InTx(ctx, func(tx store.Tx) error { return tx.InsertJob(ctx, dup) })
+	err := st.InTx(ctx, func(tx store.Tx) error { return tx.JobInsert(ctx, dup) })
 	if !errors.Is(err, store.ErrConflict) {
 		t.Fatalf("InsertJob with a used key: err = %v, want ErrConflict", err)
 	}
-	if _, err := st.GetJob(ctx, dup.ID); !errors.Is(err, store.ErrNotFound) {
+	if _, err := st.JobGet(ctx, dup.ID); !errors.Is(err, store.ErrNotFound) {
 		t.Errorf("GetJob(conflicting job): err = %v, want ErrNotFound", err)
 	}
 	checkSame(t, "first job after the conflict", first, getJob(t, st, first.ID))
@@ -123,7 +123,7 @@ func testJobByIdempotencyKey(t *testing.T, st store.Store) {
 	seed(t, st, newJob("tenant-a")) // no key
 
 	for _, want := range []*store.Job{a, b, a2} {
-		got, err := st.JobByIdempotencyKey(ctx, want.Tenant, want.IdempotencyKey)
+		got, err := st.JobGetByIdempotencyKey(ctx, want.Tenant, want.IdempotencyKey)
 		if err != nil {
 			t.Errorf("JobByIdempotencyKey(%s, %s): %v", want.Tenant, want.IdempotencyKey, err)
 			continue
@@ -131,12 +131,12 @@ func testJobByIdempotencyKey(t *testing.T, st store.Store) {
 		checkSame(t, "JobByIdempotencyKey("+want.Tenant+", "+want.IdempotencyKey+")", want, got)
 	}
 	for _, k := range [][2]string{{"tenant-a", "key-3"}, {"tenant-c", "key-1"}, {"tenant-b", "key-2"}, {"tenant-a", ""}} {
-		if _, err := st.JobByIdempotencyKey(ctx, k[0], k[1]); !errors.Is(err, store.ErrNotFound) {
+		if _, err := st.JobGetByIdempotencyKey(ctx, k[0], k[1]); !errors.Is(err, store.ErrNotFound) {
 			t.Errorf("JobByIdempotencyKey(%s, %s): err = %v, want ErrNotFound", k[0], k[1], err)
 		}
 	}
 	inTx(t, st, func(tx store.Tx) error {
-		got, err := tx.JobByIdempotencyKey(ctx, "tenant-b", "key-1")
+		got, err := tx.JobGetByIdempotencyKey(ctx, "tenant-b", "key-1")
 		if err != nil {
 			return err
 		}
@@ -244,13 +244,13 @@ func testCursorsAreInt64(t *testing.T, st store.Store) {
 	ctx := t.Context()
 	const big = int64(1) << 40
 	js := seedJobs(t, st, "tenant", lifecycle.JobProcessing, lifecycle.JobCompleted)
-	jobs, err := st.ListJobs(ctx, store.ListJobsParams{Tenant: "tenant", BeforeSeq: big, Limit: 10})
+	jobs, err := st.JobList(ctx, store.ListJobsParams{Tenant: "tenant", BeforeSeq: big, Limit: 10})
 	if err != nil {
 		t.Errorf("ListJobs(BeforeSeq 2^40): %v", err)
 	} else {
 		checkIDs(t, "ListJobs(BeforeSeq 2^40)", jobIDs(jobs), []string{js[1].ID, js[0].ID})
 	}
-	jobs, err = st.ListJobs(ctx, store.ListJobsParams{Tenant: "tenant", Status: lifecycle.JobProcessing, BeforeSeq: big, Limit: 10})
+	jobs, err = st.JobList(ctx, store.ListJobsParams{Tenant: "tenant", Status: lifecycle.JobProcessing, BeforeSeq: big, Limit: 10})
 	if err != nil {
 		t.Errorf("ListJobs(processing, BeforeSeq 2^40): %v", err)
 	} else {
@@ -262,7 +262,7 @@ func testCursorsAreInt64(t *testing.T, st store.Store) {
 	mutate(t, st, ts["f"].ID, func(tk *store.Task) {
 		tk.Status, tk.FinishedAt, tk.DeadLetteredAt = lifecycle.Failed, t0, t0
 	})
-	dead, err := st.ListDeadLetters(ctx, "tenant", big, 10)
+	dead, err := st.TaskListDeadLetters(ctx, "tenant", big, 10)
 	if err != nil {
 		t.Errorf("ListDeadLetters(beforeSeq 2^40): %v", err)
 	} else {
@@ -270,15 +270,15 @@ func testCursorsAreInt64(t *testing.T, st store.Store) {
 	}
 
 	inTx(t, st, func(tx store.Tx) error {
-		if err := tx.InsertEvents(ctx, []*store.Event{{JobID: job.ID, Type: "Job Created", At: t0, Data: json.RawMessage(`{}`)}}); err != nil {
+		if err := tx.EventInsertMany(ctx, []*store.Event{{JobID: job.ID, Type: "Job Created", At: t0, Data: json.RawMessage(`{}`)}}); err != nil {
 			return err
 		}
-		return tx.InsertOutbox(ctx, []*store.OutboxMessage{{Topic: "x", Payload: json.RawMessage(`{}`), AvailableAt: t0, CreatedAt: t0}})
+		return tx.OutboxInsertMany(ctx, []*store.OutboxMessage{{Topic: "x", Payload: json.RawMessage(`{}`), AvailableAt: t0, CreatedAt: t0}})
 	})
-	if evs, err := st.ListEvents(ctx, job.ID, big, 10); err != nil || len(evs) != 0 {
+	if evs, err := st.EventList(ctx, job.ID, big, 10); err != nil || len(evs) != 0 {
 		t.Errorf("ListEvents(after 2^40) = %d events, %v; want none", len(evs), err)
 	}
-	if msgs, err := st.OutboxAfter(ctx, big, 10); err != nil || len(msgs) != 0 {
+	if msgs, err := st.OutboxListAfter(ctx, big, 10); err != nil || len(msgs) != 0 {
 		t.Errorf("OutboxAfter(2^40) = %d messages, %v; want none", len(msgs), err)
 	}
 }
@@ -291,15 +291,15 @@ func testAddUnfinished(t *testing.T, st store.Store) {
 	job := newJob("tenant")
 	seed(t, st, job)
 	job.UnfinishedTasks = 5
-	inTx(t, st, func(tx store.Tx) error { return tx.UpdateJob(ctx, job) })
+	inTx(t, st, func(tx store.Tx) error { return tx.JobUpdate(ctx, job) })
 
 	var got1, got2 *store.Job
 	inTx(t, st, func(tx store.Tx) error {
 		var err error
-		if got1, err = tx.AddUnfinished(ctx, job.ID, -2); err != nil {
+		if got1, err = tx.JobAddUnfinished(ctx, job.ID, -2); err != nil {
 			return err
 		}
-		got2, err = tx.AddUnfinished(ctx, job.ID, 4)
+		got2, err = tx.JobAddUnfinished(ctx, job.ID, 4)
 		return err
 	})
 	want := *job
@@ -310,7 +310,7 @@ func testAddUnfinished(t *testing.T, st store.Store) {
 	checkSame(t, "GetJob after AddUnfinished", &want, getJob(t, st, job.ID))
 
 	err := st.InTx(ctx, func(tx store.Tx) error {
-		_, err := tx.AddUnfinished(ctx, "job-"+uuid.NewString(), 1)
+		_, err := tx.JobAddUnfinished(ctx, "job-"+uuid.NewString(), 1)
 		return err
 	})
 	if !errors.Is(err, store.ErrNotFound) {
@@ -333,7 +333,7 @@ func testUpdateJobWritesMutableFields(t *testing.T, st store.Store) {
 	u.FinishedAt = at(time.Hour)
 	u.CancelRequestedAt = at(time.Minute)
 	u.FailureDetectedAt = at(30 * time.Second)
-	inTx(t, st, func(tx store.Tx) error { return tx.UpdateJob(ctx, &u) })
+	inTx(t, st, func(tx store.Tx) error { return tx.JobUpdate(ctx, &u) })
 	checkSame(t, "after UpdateJob", &u, getJob(t, st, job.ID))
 	checkSame(t, "neighbour", neighbourList[1], getJob(t, st, neighbourList[1].ID))
 
@@ -342,18 +342,18 @@ func testUpdateJobWritesMutableFields(t *testing.T, st store.Store) {
 	z.Status = lifecycle.JobProcessing
 	z.UnfinishedTasks = 4
 	z.FinishedAt, z.CancelRequestedAt, z.FailureDetectedAt = time.Time{}, time.Time{}, time.Time{}
-	inTx(t, st, func(tx store.Tx) error { return tx.UpdateJob(ctx, &z) })
+	inTx(t, st, func(tx store.Tx) error { return tx.JobUpdate(ctx, &z) })
 	checkSame(t, "after clearing with UpdateJob", &z, getJob(t, st, job.ID))
 }
 
 func testUpdateJobUnknownIsNotFound(t *testing.T, st store.Store) {
 	ctx := t.Context()
 	j := newJob("tenant")
-	err := st.InTx(ctx, func(tx store.Tx) error { return tx.UpdateJob(ctx, j) })
+	err := st.InTx(ctx, func(tx store.Tx) error { return tx.JobUpdate(ctx, j) })
 	if !errors.Is(err, store.ErrNotFound) {
 		t.Fatalf("UpdateJob(unknown): err = %v, want ErrNotFound", err)
 	}
-	if _, err := st.GetJob(ctx, j.ID); !errors.Is(err, store.ErrNotFound) {
+	if _, err := st.JobGet(ctx, j.ID); !errors.Is(err, store.ErrNotFound) {
 		t.Errorf("GetJob after UpdateJob(unknown): %v, want ErrNotFound", err)
 	}
 }

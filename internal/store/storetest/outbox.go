@@ -23,7 +23,7 @@ func testOutbox(t *testing.T, st store.Store) {
 		{Topic: "task.ready", Key: "", Payload: json.RawMessage("[1,  2]"), AvailableAt: at(time.Minute), CreatedAt: at(time.Second)},
 		{Topic: "job.done", Key: "tenant", Payload: json.RawMessage(`"x"`), AvailableAt: at(-time.Second), CreatedAt: at(2 * time.Second)},
 	}
-	inTx(t, st, func(tx store.Tx) error { return tx.InsertOutbox(ctx, first) })
+	inTx(t, st, func(tx store.Tx) error { return tx.OutboxInsertMany(ctx, first) })
 	got := outboxAfter(t, st, 0, 10)
 	if len(got) != len(first) {
 		t.Fatalf("OutboxAfter(0) = %d messages, want %d", len(got), len(first))
@@ -44,7 +44,7 @@ func testOutbox(t *testing.T, st store.Store) {
 
 	second := []*store.OutboxMessage{{Topic: "task.ready", Key: "q2", Payload: json.RawMessage(`{}`), AvailableAt: t0, CreatedAt: t0}}
 	inTx(t, st, func(tx store.Tx) error {
-		if err := tx.InsertOutbox(ctx, second); err != nil {
+		if err := tx.OutboxInsertMany(ctx, second); err != nil {
 			return err
 		}
 		if got := outboxAfter(t, tx, got[2].ID, 10); len(got) != 1 {
@@ -62,14 +62,14 @@ func testOutbox(t *testing.T, st store.Store) {
 // ---------------------------------------------------------------------------------------------
 // Outbox relay queries
 
-// claimOutbox runs ClaimOutbox in a transaction it rolls back.
+// claimOutbox runs OutboxClaim in a transaction it rolls back.
 func claimOutbox(t *testing.T, st store.Store, now time.Time, limit int) []*store.OutboxMessage {
 	t.Helper()
 	rollback := errors.New("rollback")
 	var out []*store.OutboxMessage
 	err := st.InTx(t.Context(), func(tx store.Tx) error {
 		var err error
-		if out, err = tx.ClaimOutbox(t.Context(), now, limit, store.OutboxFilter{}); err != nil {
+		if out, err = tx.OutboxClaim(t.Context(), now, limit, store.OutboxFilter{}); err != nil {
 			return err
 		}
 		return rollback
@@ -96,7 +96,7 @@ func testOutboxRelayQueries(t *testing.T, st store.Store) {
 		{Topic: "task.ready", Key: "q3", Payload: json.RawMessage(`{"task_id":"c"}`), AvailableAt: at(time.Minute), CreatedAt: t0},
 		{Topic: "buffer.batch", Key: "ds", Payload: json.RawMessage(`{}`), AvailableAt: t0, CreatedAt: t0},
 	}
-	inTx(t, st, func(tx store.Tx) error { return tx.InsertOutbox(ctx, in) })
+	inTx(t, st, func(tx store.Tx) error { return tx.OutboxInsertMany(ctx, in) })
 	all := outboxAfter(t, st, 0, 10)
 	if len(all) != 4 {
 		t.Fatalf("OutboxAfter = %d messages, want 4", len(all))
@@ -114,14 +114,14 @@ func testOutboxRelayQueries(t *testing.T, st store.Store) {
 	}
 
 	// Sent messages are no longer claimable; unknown ids are ignored.
-	inTx(t, st, func(tx store.Tx) error { return tx.MarkOutboxSent(ctx, []int64{a, d, 1 << 40}, t0) })
-	inTx(t, st, func(tx store.Tx) error { return tx.MarkOutboxSent(ctx, nil, t0) })
+	inTx(t, st, func(tx store.Tx) error { return tx.OutboxMarkSent(ctx, []int64{a, d, 1 << 40}, t0) })
+	inTx(t, st, func(tx store.Tx) error { return tx.OutboxMarkSent(ctx, nil, t0) })
 	if got := claimOutbox(t, st, at(time.Hour), 10); !slices.Equal(outboxIDs(got), []int64{b, c}) {
 		t.Errorf("ClaimOutbox after MarkOutboxSent = %v, want [%d %d]", outboxIDs(got), b, c)
 	}
 
 	// A retry sets the attempts and postpones the message.
-	inTx(t, st, func(tx store.Tx) error { return tx.RetryOutbox(ctx, b, 3, at(2*time.Minute)) })
+	inTx(t, st, func(tx store.Tx) error { return tx.OutboxRetry(ctx, b, 3, at(2*time.Minute)) })
 	if got := claimOutbox(t, st, at(time.Minute), 10); !slices.Equal(outboxIDs(got), []int64{c}) {
 		t.Errorf("ClaimOutbox before the retry time = %v, want [%d]", outboxIDs(got), c)
 	}
@@ -132,17 +132,17 @@ func testOutboxRelayQueries(t *testing.T, st store.Store) {
 	if got[0].Attempts != 3 || !got[0].AvailableAt.Equal(at(2*time.Minute)) {
 		t.Errorf("retried message: attempts %d, available at %v; want 3, %v", got[0].Attempts, got[0].AvailableAt, at(2*time.Minute))
 	}
-	err := st.InTx(ctx, func(tx store.Tx) error { return tx.RetryOutbox(ctx, 1<<40, 1, t0) })
+	err := st.InTx(ctx, func(tx store.Tx) error { return tx.OutboxRetry(ctx, 1<<40, 1, t0) })
 	if !errors.Is(err, store.ErrNotFound) {
 		t.Errorf("RetryOutbox(unknown) = %v, want ErrNotFound", err)
 	}
 
 	// Pruning deletes sent messages older than the cutoff, never unsent ones, at most limit.
-	inTx(t, st, func(tx store.Tx) error { return tx.MarkOutboxSent(ctx, []int64{c}, at(time.Hour)) })
+	inTx(t, st, func(tx store.Tx) error { return tx.OutboxMarkSent(ctx, []int64{c}, at(time.Hour)) })
 	var n int
 	inTx(t, st, func(tx store.Tx) error {
 		var err error
-		n, err = tx.DeleteSentOutbox(ctx, at(time.Minute), 1)
+		n, err = tx.OutboxDeleteSent(ctx, at(time.Minute), 1)
 		return err
 	})
 	if n != 1 {
@@ -150,7 +150,7 @@ func testOutboxRelayQueries(t *testing.T, st store.Store) {
 	}
 	inTx(t, st, func(tx store.Tx) error {
 		var err error
-		n, err = tx.DeleteSentOutbox(ctx, at(time.Minute), 10)
+		n, err = tx.OutboxDeleteSent(ctx, at(time.Minute), 10)
 		return err
 	})
 	if n != 1 {
@@ -182,18 +182,18 @@ func testOutboxBacklog(t *testing.T, st store.Store) {
 		{Topic: "task.ready", Payload: json.RawMessage(`{}`), AvailableAt: at(-time.Minute), CreatedAt: t0},
 		{Topic: "task.ready", Payload: json.RawMessage(`{}`), AvailableAt: at(time.Hour), CreatedAt: t0},
 	}
-	inTx(t, st, func(tx store.Tx) error { return tx.InsertOutbox(ctx, msgs) })
+	inTx(t, st, func(tx store.Tx) error { return tx.OutboxInsertMany(ctx, msgs) })
 	if b, want := backlog(), (store.OutboxBacklog{Unsent: 3, OldestAvailableAt: at(-time.Minute)}); !b.OldestAvailableAt.Equal(want.OldestAvailableAt) || b.Unsent != want.Unsent {
 		t.Errorf("OutboxBacklog = %+v, want %+v", b, want)
 	}
 	// Sent messages leave the backlog, the oldest first here.
 	sent := outboxAfter(t, st, 0, 10)
-	inTx(t, st, func(tx store.Tx) error { return tx.MarkOutboxSent(ctx, []int64{sent[1].ID}, at(time.Second)) })
+	inTx(t, st, func(tx store.Tx) error { return tx.OutboxMarkSent(ctx, []int64{sent[1].ID}, at(time.Second)) })
 	if b := backlog(); b.Unsent != 2 || !b.OldestAvailableAt.Equal(at(time.Minute)) {
 		t.Errorf("OutboxBacklog after one sent = %+v, want 2 unsent, the oldest available at %v", b, at(time.Minute))
 	}
 	inTx(t, st, func(tx store.Tx) error {
-		return tx.MarkOutboxSent(ctx, []int64{sent[0].ID, sent[2].ID}, at(time.Second))
+		return tx.OutboxMarkSent(ctx, []int64{sent[0].ID, sent[2].ID}, at(time.Second))
 	})
 	if b := backlog(); b != (store.OutboxBacklog{}) {
 		t.Errorf("OutboxBacklog with everything sent = %+v, want zero", b)

@@ -33,7 +33,7 @@ func pipelineJob(tenant, pipeline, version, job string) *store.Job {
 
 func getPipeline(t testing.TB, st store.Reader, tenant, name string) *store.Pipeline {
 	t.Helper()
-	p, err := st.GetPipeline(t.Context(), tenant, name)
+	p, err := st.PipelineGet(t.Context(), tenant, name)
 	if err != nil {
 		t.Fatalf("GetPipeline(%s, %s): %v", tenant, name, err)
 	}
@@ -44,7 +44,7 @@ func putPipelines(t testing.TB, st store.Store, ps ...*store.Pipeline) {
 	t.Helper()
 	inTx(t, st, func(tx store.Tx) error {
 		for _, p := range ps {
-			if err := tx.PutPipeline(t.Context(), p); err != nil {
+			if err := tx.PipelinePut(t.Context(), p); err != nil {
 				return err
 			}
 		}
@@ -52,13 +52,14 @@ func putPipelines(t testing.TB, st store.Store, ps ...*store.Pipeline) {
 	})
 }
 
-// insertVersion stores a pipeline version in its own transaction and returns InsertPipelineVersion's ok.
+// insertVersion stores a pipeline version in its own transaction and returns
+// PipelineVersionInsert's ok.
 func insertVersion(t testing.TB, st store.Store, v *store.PipelineVersion) bool {
 	t.Helper()
 	var ok bool
 	inTx(t, st, func(tx store.Tx) error {
 		var err error
-		ok, err = tx.InsertPipelineVersion(t.Context(), v)
+		ok, err = tx.PipelineVersionInsert(t.Context(), v)
 		return err
 	})
 	return ok
@@ -96,8 +97,8 @@ func versionNames(vs []*store.PipelineVersion) []string {
 // ---------------------------------------------------------------------------------------------
 // Pipelines
 
-// testPutPipelineInsertsAndActivates: PutPipeline inserts a pipeline, then moves its active
-// version (a deploy, then a rollback) and when, keeping its creation; GetPipeline reads it back
+// testPutPipelineInsertsAndActivates: PipelinePut inserts a pipeline, then moves its active
+// version (a deploy, then a rollback) and when, keeping its creation; PipelineGet reads it back
 // per tenant, inside a transaction too, and an unknown pipeline is ErrNotFound.
 func testPutPipelineInsertsAndActivates(t *testing.T, st store.Store) {
 	ctx := t.Context()
@@ -108,7 +109,7 @@ func testPutPipelineInsertsAndActivates(t *testing.T, st store.Store) {
 	checkSame(t, "another tenant's pipeline of the same name", theirs, getPipeline(t, st, "globex", "etl"))
 
 	// A deploy activates a new version. The creation time a caller passes along does not move the
-	// stored one: PutPipeline updates the active version (and when it changed) only.
+	// stored one: PipelinePut updates the active version (and when it changed) only.
 	deploy := *etl
 	deploy.ActiveVersion, deploy.UpdatedAt, deploy.CreatedAt = "v-two", at(time.Minute), at(time.Minute)
 	putPipelines(t, st, &deploy)
@@ -118,7 +119,7 @@ func testPutPipelineInsertsAndActivates(t *testing.T, st store.Store) {
 
 	// A rollback, as the dispatcher does it: read inside the transaction, then put back.
 	inTx(t, st, func(tx store.Tx) error {
-		p, err := tx.GetPipeline(ctx, "acme", "etl")
+		p, err := tx.PipelineGet(ctx, "acme", "etl")
 		if err != nil {
 			return err
 		}
@@ -126,26 +127,26 @@ func testPutPipelineInsertsAndActivates(t *testing.T, st store.Store) {
 			t.Errorf("GetPipeline inside a transaction: active version %q, want v-two", p.ActiveVersion)
 		}
 		p.ActiveVersion, p.UpdatedAt = "v-one", at(2*time.Minute)
-		return tx.PutPipeline(ctx, p)
+		return tx.PipelinePut(ctx, p)
 	})
 	want.ActiveVersion, want.UpdatedAt = "v-one", at(2*time.Minute)
 	checkSame(t, "pipeline after a rollback", &want, getPipeline(t, st, "acme", "etl"))
 	checkSame(t, "another tenant's pipeline after the rollback", theirs, getPipeline(t, st, "globex", "etl"))
 
 	for _, k := range [][2]string{{"acme", "nothing"}, {"initech", "etl"}, {"acme", "ETL"}} {
-		if p, err := st.GetPipeline(ctx, k[0], k[1]); !errors.Is(err, store.ErrNotFound) {
+		if p, err := st.PipelineGet(ctx, k[0], k[1]); !errors.Is(err, store.ErrNotFound) {
 			t.Errorf("GetPipeline(%s, %s) = %v, %v; want ErrNotFound", k[0], k[1], p, err)
 		}
 	}
 	inTx(t, st, func(tx store.Tx) error {
-		if p, err := tx.GetPipeline(ctx, "initech", "etl"); !errors.Is(err, store.ErrNotFound) {
+		if p, err := tx.PipelineGet(ctx, "initech", "etl"); !errors.Is(err, store.ErrNotFound) {
 			t.Errorf("GetPipeline(initech, etl) inside a transaction = %v, %v; want ErrNotFound", p, err)
 		}
 		return nil
 	})
 }
 
-// testListPipelinesByTenant: ListPipelines lists one tenant's pipelines by name, ActivePipelines
+// testListPipelinesByTenant: PipelineList lists one tenant's pipelines by name, PipelineListActive
 // every tenant's, each with its current active version.
 func testListPipelinesByTenant(t *testing.T, st store.Store) {
 	ctx := t.Context()
@@ -171,7 +172,7 @@ func testListPipelinesByTenant(t *testing.T, st store.Store) {
 	}
 	list := func(tenant string) []*store.Pipeline {
 		t.Helper()
-		ps, err := st.ListPipelines(ctx, tenant)
+		ps, err := st.PipelineList(ctx, tenant)
 		if err != nil {
 			t.Fatalf("ListPipelines(%s): %v", tenant, err)
 		}
@@ -188,7 +189,7 @@ func testListPipelinesByTenant(t *testing.T, st store.Store) {
 	byName["acme/etl"] = &up
 	check("ListPipelines(acme) after an activation", list("acme"), "acme/billing", "acme/etl", "acme/loader")
 
-	active, err := st.ActivePipelines(ctx)
+	active, err := st.PipelineListActive(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -198,9 +199,9 @@ func testListPipelinesByTenant(t *testing.T, st store.Store) {
 	check("ActivePipelines", active, "acme/billing", "acme/etl", "acme/loader", "globex/crm", "globex/etl")
 }
 
-// testPipelineVersions: InsertPipelineVersion stores each version of a pipeline once (a repeat
-// changes nothing), GetPipelineVersion reads one back by tenant, pipeline and version
-// (ErrNotFound otherwise), and ListPipelineVersions lists a pipeline's versions newest deploy
+// testPipelineVersions: PipelineVersionInsert stores each version of a pipeline once (a repeat
+// changes nothing), PipelineVersionGet reads one back by tenant, pipeline and version
+// (ErrNotFound otherwise), and PipelineVersionList lists a pipeline's versions newest deploy
 // first.
 func testPipelineVersions(t *testing.T, st store.Store) {
 	ctx := t.Context()
@@ -217,7 +218,7 @@ func testPipelineVersions(t *testing.T, st store.Store) {
 	}
 	get := func(tenant, pipeline, version string) *store.PipelineVersion {
 		t.Helper()
-		v, err := st.GetPipelineVersion(ctx, tenant, pipeline, version)
+		v, err := st.PipelineVersionGet(ctx, tenant, pipeline, version)
 		if err != nil {
 			t.Fatalf("GetPipelineVersion(%s, %s, %s): %v", tenant, pipeline, version, err)
 		}
@@ -242,7 +243,7 @@ func testPipelineVersions(t *testing.T, st store.Store) {
 
 	list := func(tenant, pipeline string) []*store.PipelineVersion {
 		t.Helper()
-		vs, err := st.ListPipelineVersions(ctx, tenant, pipeline)
+		vs, err := st.PipelineVersionList(ctx, tenant, pipeline)
 		if err != nil {
 			t.Fatalf("ListPipelineVersions(%s, %s): %v", tenant, pipeline, err)
 		}
@@ -265,14 +266,14 @@ func testPipelineVersions(t *testing.T, st store.Store) {
 	checkIDs(t, "ListPipelineVersions(acme, nothing)", versionNames(list("acme", "nothing")), nil)
 
 	for _, k := range [][3]string{{"globex", "etl", "v-b"}, {"acme", "etl", "v-z"}, {"acme", "nothing", "v-a"}, {"initech", "etl", "v-a"}} {
-		if v, err := st.GetPipelineVersion(ctx, k[0], k[1], k[2]); !errors.Is(err, store.ErrNotFound) {
+		if v, err := st.PipelineVersionGet(ctx, k[0], k[1], k[2]); !errors.Is(err, store.ErrNotFound) {
 			t.Errorf("GetPipelineVersion(%s, %s, %s) = %v, %v; want ErrNotFound", k[0], k[1], k[2], v, err)
 		}
 	}
 }
 
 // ---------------------------------------------------------------------------------------------
-// Consumers: who reads a dataset
+// ConsumerList: who reads a dataset
 
 func consumerKey(c *store.Consumer) string {
 	return strings.Join([]string{c.DatasetUUID, c.Tenant, c.Pipeline, c.Version, c.Job, strconv.Itoa(c.InputIndex)}, "|")
@@ -287,8 +288,8 @@ func consumerKeys(cs []*store.Consumer) []string {
 	return out
 }
 
-// testConsumersFollowTheActiveVersion: InsertConsumers stores a version's inputs once, and
-// Consumers lists the inputs of the versions that are active now, for the tenant whose
+// testConsumersFollowTheActiveVersion: ConsumerInsertMany stores a version's inputs once, and
+// ConsumerList lists the inputs of the versions that are active now, for the tenant whose
 // pipeline it is: a deploy and a rollback switch them.
 func testConsumersFollowTheActiveVersion(t *testing.T, st store.Store) {
 	ctx := t.Context()
@@ -303,21 +304,21 @@ func testConsumersFollowTheActiveVersion(t *testing.T, st store.Store) {
 	theirs := &store.Consumer{DatasetUUID: leads, Tenant: "globex", Pipeline: "etl", Version: "v1", Job: "load", InputIndex: 0}
 
 	inTx(t, st, func(tx store.Tx) error {
-		if err := tx.InsertConsumers(ctx, []*store.Consumer{v1Load0, v1Load1, report, ghost, theirs}); err != nil {
+		if err := tx.ConsumerInsertMany(ctx, []*store.Consumer{v1Load0, v1Load1, report, ghost, theirs}); err != nil {
 			return err
 		}
 		// Stored ones again, in the same transaction, are skipped.
-		return tx.InsertConsumers(ctx, []*store.Consumer{v1Load0})
+		return tx.ConsumerInsertMany(ctx, []*store.Consumer{v1Load0})
 	})
 	inTx(t, st, func(tx store.Tx) error {
 		// And in a later one, beside a new one.
-		return tx.InsertConsumers(ctx, []*store.Consumer{v1Load1, v2Transform, v1Load0})
+		return tx.ConsumerInsertMany(ctx, []*store.Consumer{v1Load1, v2Transform, v1Load0})
 	})
-	inTx(t, st, func(tx store.Tx) error { return tx.InsertConsumers(ctx, nil) })
+	inTx(t, st, func(tx store.Tx) error { return tx.ConsumerInsertMany(ctx, nil) })
 
 	consumers := func(uuids ...string) []string {
 		t.Helper()
-		cs, err := st.Consumers(ctx, uuids)
+		cs, err := st.ConsumerList(ctx, uuids)
 		if err != nil {
 			t.Fatalf("Consumers(%v): %v", uuids, err)
 		}
@@ -344,7 +345,7 @@ func testConsumersFollowTheActiveVersion(t *testing.T, st store.Store) {
 
 	// Read inside a transaction, as the router does, with every field.
 	inTx(t, st, func(tx store.Tx) error {
-		cs, err := tx.Consumers(ctx, []string{customers})
+		cs, err := tx.ConsumerList(ctx, []string{customers})
 		if err != nil {
 			return err
 		}
@@ -360,13 +361,13 @@ func testConsumersFollowTheActiveVersion(t *testing.T, st store.Store) {
 // ---------------------------------------------------------------------------------------------
 // The jobs of pipeline jobs
 
-// testInsertJobsIfAbsent: InsertJobsIfAbsent inserts the jobs whose idempotency key the tenant
+// testInsertJobsIfAbsent: JobInsertManyIfAbsent inserts the jobs whose idempotency key the tenant
 // has not used, with every field, and returns their ids; the others change nothing.
 func testInsertJobsIfAbsent(t *testing.T, st store.Store) {
 	ctx := t.Context()
 	existing := pipelineJob("acme", "etl", "v1", "load")
 	existing.TotalTasks, existing.UnfinishedTasks = 1, 1
-	inTx(t, st, func(tx store.Tx) error { return tx.InsertJob(ctx, existing) })
+	inTx(t, st, func(tx store.Tx) error { return tx.JobInsert(ctx, existing) })
 
 	repeat := pipelineJob("acme", "etl", "v2", "load")
 	repeat.IdempotencyKey, repeat.Name = existing.IdempotencyKey, "another name"
@@ -381,24 +382,24 @@ func testInsertJobsIfAbsent(t *testing.T, st store.Store) {
 	var inserted []string
 	inTx(t, st, func(tx store.Tx) error {
 		var err error
-		inserted, err = tx.InsertJobsIfAbsent(ctx, jobs)
+		inserted, err = tx.JobInsertManyIfAbsent(ctx, jobs)
 		return err
 	})
 	checkIDs(t, "InsertJobsIfAbsent", sortedStrings(inserted), sortedStrings([]string{fresh.ID, theirs.ID}))
 	checkSame(t, "a job inserted if absent", fresh, getJob(t, st, fresh.ID), "Seq")
 	checkSame(t, "another tenant's job of the same key", theirs, getJob(t, st, theirs.ID), "Seq")
 	checkSame(t, "the job that held the key", existing, getJob(t, st, existing.ID))
-	if _, err := st.GetJob(ctx, repeat.ID); !errors.Is(err, store.ErrNotFound) {
+	if _, err := st.JobGet(ctx, repeat.ID); !errors.Is(err, store.ErrNotFound) {
 		t.Errorf("GetJob of the job whose key was taken: %v, want ErrNotFound", err)
 	}
-	if j, err := st.JobByIdempotencyKey(ctx, "acme", existing.IdempotencyKey); err != nil || j.ID != existing.ID {
+	if j, err := st.JobGetByIdempotencyKey(ctx, "acme", existing.IdempotencyKey); err != nil || j.ID != existing.ID {
 		t.Errorf("JobByIdempotencyKey(acme) = %v, %v; want %s", j, err, existing.ID)
 	}
 
 	// The same jobs again: nothing is new.
 	inTx(t, st, func(tx store.Tx) error {
 		var err error
-		inserted, err = tx.InsertJobsIfAbsent(ctx, jobs)
+		inserted, err = tx.JobInsertManyIfAbsent(ctx, jobs)
 		return err
 	})
 	checkIDs(t, "InsertJobsIfAbsent again", inserted, nil)
@@ -408,7 +409,7 @@ func testInsertJobsIfAbsent(t *testing.T, st store.Store) {
 }
 
 // testPipelineJobQueries: the per-pipeline reads of jobs and tasks (PipelineTaskCounts,
-// PipelineJobTasks, LatestPipelineJob, PipelineJobsNotStarted) see exactly the jobs of their
+// PipelineJobTasks, PipelineJobLatest, PipelineJobsNotStarted) see exactly the jobs of their
 // tenant, pipeline, job and version.
 func testPipelineJobQueries(t *testing.T, st store.Store) {
 	ctx := t.Context()
@@ -509,7 +510,7 @@ func testPipelineJobQueries(t *testing.T, st store.Store) {
 		}
 	}
 
-	// LatestPipelineJob: the job inserted last, whatever its version or creation time.
+	// PipelineJobLatest: the job inserted last, whatever its version or creation time.
 	for _, c := range []struct {
 		tenant, pipeline, job string
 		want                  *store.Job
@@ -518,7 +519,7 @@ func testPipelineJobQueries(t *testing.T, st store.Store) {
 		{"acme", "etl", "load", partly},
 		{"globex", "etl", "extract", theirs},
 	} {
-		j, err := st.LatestPipelineJob(ctx, c.tenant, c.pipeline, c.job)
+		j, err := st.PipelineJobLatest(ctx, c.tenant, c.pipeline, c.job)
 		if err != nil {
 			t.Errorf("LatestPipelineJob(%s, %s, %s): %v", c.tenant, c.pipeline, c.job, err)
 			continue
@@ -526,7 +527,7 @@ func testPipelineJobQueries(t *testing.T, st store.Store) {
 		checkSame(t, "LatestPipelineJob("+c.tenant+", "+c.pipeline+", "+c.job+")", getJob(t, st, c.want.ID), j)
 	}
 	for _, k := range [][3]string{{"acme", "etl", "nothing"}, {"initech", "etl", "extract"}, {"acme", "nothing", "extract"}} {
-		if j, err := st.LatestPipelineJob(ctx, k[0], k[1], k[2]); !errors.Is(err, store.ErrNotFound) {
+		if j, err := st.PipelineJobLatest(ctx, k[0], k[1], k[2]); !errors.Is(err, store.ErrNotFound) {
 			t.Errorf("LatestPipelineJob(%s, %s, %s) = %v, %v; want ErrNotFound", k[0], k[1], k[2], j, err)
 		}
 	}

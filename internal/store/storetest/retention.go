@@ -30,24 +30,24 @@ func finishedJob(t *testing.T, st store.Store, tenant string, finished time.Time
 		ctx := t.Context()
 		events := []*store.Event{{JobID: job.ID, Type: "Job Created", At: t0, Data: json.RawMessage(`{}`)}}
 		for _, tk := range e.tasks {
-			if err := tx.InsertAttempt(ctx, &store.Attempt{TaskID: tk.ID, Attempt: 1, WorkerID: "w", LeaseToken: "l", StartedAt: t0}); err != nil {
+			if err := tx.AttemptInsert(ctx, &store.Attempt{TaskID: tk.ID, Attempt: 1, WorkerID: "w", LeaseToken: "l", StartedAt: t0}); err != nil {
 				return err
 			}
 			events = append(events, &store.Event{JobID: job.ID, TaskID: tk.ID, TaskKey: tk.Key, Type: "Task Pending", At: t0, Data: json.RawMessage(`{}`)})
-			if _, err := tx.InsertDatasetEvents(ctx, []*store.DatasetEvent{{DedupeKey: "d-" + tk.ID, JobID: job.ID, TaskID: tk.ID,
+			if _, err := tx.DatasetEventInsertMany(ctx, []*store.DatasetEvent{{DedupeKey: "d-" + tk.ID, JobID: job.ID, TaskID: tk.ID,
 				Attempt: 1, DatasetUUID: "ds", DatasetVersion: "v1", CreatedAt: t0}}); err != nil {
 				return err
 			}
 			bp := &store.BufferPublish{TaskID: tk.ID, Attempt: 1, BatchURI: "file:///b/" + tk.ID, JobID: job.ID, Tenant: tenant, CreatedAt: t0}
-			if _, err := tx.InsertBufferPublish(ctx, bp); err != nil {
+			if _, err := tx.BufferPublishInsert(ctx, bp); err != nil {
 				return err
 			}
 			bp.State, bp.FinishedAt = store.BufferCommitted, t0
-			if err := tx.UpdateBufferPublish(ctx, bp); err != nil {
+			if err := tx.BufferPublishUpdate(ctx, bp); err != nil {
 				return err
 			}
 		}
-		return tx.InsertEvents(ctx, events)
+		return tx.EventInsertMany(ctx, events)
 	})
 	if !finished.IsZero() {
 		for _, tk := range e.tasks {
@@ -62,7 +62,7 @@ func finishedJob(t *testing.T, st store.Store, tenant string, finished time.Time
 func finishJob(t *testing.T, st store.Store, job *store.Job, status lifecycle.JobStatus, at time.Time) {
 	t.Helper()
 	job.Status, job.UnfinishedTasks, job.FinishedAt = status, 0, at
-	inTx(t, st, func(tx store.Tx) error { return tx.UpdateJob(t.Context(), job) })
+	inTx(t, st, func(tx store.Tx) error { return tx.JobUpdate(t.Context(), job) })
 }
 
 // deadLetter makes task a of e failed for good, dead-lettered at at, and its job finished then.
@@ -80,7 +80,7 @@ func deleteExpired(t *testing.T, st store.Store, p store.RetentionPolicy) store.
 	var n store.RetentionCounts
 	inTx(t, st, func(tx store.Tx) error {
 		var err error
-		n, err = tx.DeleteExpiredJobs(t.Context(), p)
+		n, err = tx.JobDeleteExpired(t.Context(), p)
 		return err
 	})
 	return n
@@ -101,23 +101,23 @@ func times(c store.RetentionCounts, n int) store.RetentionCounts {
 func checkGone(t *testing.T, st store.Store, what string, e *expirable) {
 	t.Helper()
 	ctx := t.Context()
-	if _, err := st.GetJob(ctx, e.job.ID); !errors.Is(err, store.ErrNotFound) {
+	if _, err := st.JobGet(ctx, e.job.ID); !errors.Is(err, store.ErrNotFound) {
 		t.Errorf("%s: job still there (err %v)", what, err)
 	}
-	if evs, err := st.ListEvents(ctx, e.job.ID, 0, 100); err != nil || len(evs) != 0 {
+	if evs, err := st.EventList(ctx, e.job.ID, 0, 100); err != nil || len(evs) != 0 {
 		t.Errorf("%s: events = %d, %v; want none", what, len(evs), err)
 	}
 	for _, tk := range e.tasks {
-		if _, err := st.GetTask(ctx, tk.ID); !errors.Is(err, store.ErrNotFound) {
+		if _, err := st.TaskGet(ctx, tk.ID); !errors.Is(err, store.ErrNotFound) {
 			t.Errorf("%s: task %s still there (err %v)", what, tk.Key, err)
 		}
-		if as, err := st.ListAttempts(ctx, tk.ID); err != nil || len(as) != 0 {
+		if as, err := st.AttemptList(ctx, tk.ID); err != nil || len(as) != 0 {
 			t.Errorf("%s: attempts of %s = %d, %v; want none", what, tk.Key, len(as), err)
 		}
-		if ds, err := st.ListDatasetEvents(ctx, tk.ID); err != nil || len(ds) != 0 {
+		if ds, err := st.DatasetEventListByTask(ctx, tk.ID); err != nil || len(ds) != 0 {
 			t.Errorf("%s: dataset events of %s = %d, %v; want none", what, tk.Key, len(ds), err)
 		}
-		if bs, err := st.ListBufferPublishes(ctx, tk.ID); err != nil || len(bs) != 0 {
+		if bs, err := st.BufferPublishListByTask(ctx, tk.ID); err != nil || len(bs) != 0 {
 			t.Errorf("%s: buffer publishes of %s = %d, %v; want none", what, tk.Key, len(bs), err)
 		}
 	}
@@ -127,28 +127,28 @@ func checkGone(t *testing.T, st store.Store, what string, e *expirable) {
 func checkKept(t *testing.T, st store.Store, what string, e *expirable) {
 	t.Helper()
 	ctx := t.Context()
-	if _, err := st.GetJob(ctx, e.job.ID); err != nil {
+	if _, err := st.JobGet(ctx, e.job.ID); err != nil {
 		t.Errorf("%s: job gone: %v", what, err)
 		return
 	}
-	if evs, err := st.ListEvents(ctx, e.job.ID, 0, 100); err != nil || len(evs) != 3 {
+	if evs, err := st.EventList(ctx, e.job.ID, 0, 100); err != nil || len(evs) != 3 {
 		t.Errorf("%s: events = %d, %v; want 3", what, len(evs), err)
 	}
 	for _, tk := range e.tasks {
-		if _, err := st.GetTask(ctx, tk.ID); err != nil {
+		if _, err := st.TaskGet(ctx, tk.ID); err != nil {
 			t.Errorf("%s: task %s gone: %v", what, tk.Key, err)
 		}
-		if as, err := st.ListAttempts(ctx, tk.ID); err != nil || len(as) != 1 {
+		if as, err := st.AttemptList(ctx, tk.ID); err != nil || len(as) != 1 {
 			t.Errorf("%s: attempts of %s = %d, %v; want 1", what, tk.Key, len(as), err)
 		}
-		if ds, err := st.ListDatasetEvents(ctx, tk.ID); err != nil || len(ds) != 1 {
+		if ds, err := st.DatasetEventListByTask(ctx, tk.ID); err != nil || len(ds) != 1 {
 			t.Errorf("%s: dataset events of %s = %d, %v; want 1", what, tk.Key, len(ds), err)
 		}
-		if bs, err := st.ListBufferPublishes(ctx, tk.ID); err != nil || len(bs) != 1 {
+		if bs, err := st.BufferPublishListByTask(ctx, tk.ID); err != nil || len(bs) != 1 {
 			t.Errorf("%s: buffer publishes of %s = %d, %v; want 1", what, tk.Key, len(bs), err)
 		}
 	}
-	if parents, err := st.ParentOutputs(ctx, e.tasks[1].ID); err != nil || len(parents) != 1 {
+	if parents, err := st.TaskParentOutputs(ctx, e.tasks[1].ID); err != nil || len(parents) != 1 {
 		t.Errorf("%s: parents of b = %v, %v; want a", what, parents, err)
 	}
 }
@@ -174,12 +174,12 @@ func testRetentionDeletesExpiredJobsOnly(t *testing.T, st store.Store) {
 	for what, state := range map[string]string{"a job with a queued buffered publish": store.BufferQueued,
 		"a job with a recent dead buffered publish": store.BufferDead} {
 		inTx(t, st, func(tx store.Tx) error {
-			bps, err := tx.ListBufferPublishes(t.Context(), kept[what].tasks[1].ID)
+			bps, err := tx.BufferPublishListByTask(t.Context(), kept[what].tasks[1].ID)
 			if err != nil {
 				return err
 			}
 			bps[0].State, bps[0].FinishedAt = state, at(-2*time.Hour)
-			return tx.UpdateBufferPublish(t.Context(), bps[0])
+			return tx.BufferPublishUpdate(t.Context(), bps[0])
 		})
 	}
 
@@ -213,7 +213,7 @@ func testRetentionResumedJobFollowsNormalRetention(t *testing.T, st store.Store)
 	deadLetter(t, st, e, at(-10*time.Hour))
 	// Resumed 2 h ago, finished again 30 min ago: the dead letter is gone, its finish is recent.
 	inTx(t, st, func(tx store.Tx) error {
-		_, err := tx.ResumeTasks(t.Context(), e.job.ID, at(-2*time.Hour))
+		_, err := tx.TaskResume(t.Context(), e.job.ID, at(-2*time.Hour))
 		return err
 	})
 	for _, tk := range e.tasks {
@@ -264,7 +264,7 @@ func testRetentionKeepsLatestJobOfPipelineJob(t *testing.T, st store.Store) {
 		j.IdempotencyKey = "pipeline:etl:extract:always_on:" + string(rune('0'+i))
 		j.Status, j.FinishedAt, j.TotalTasks = lifecycle.JobCompleted, at(-time.Duration(5-i)*time.Hour), 0
 		inTx(t, st, func(tx store.Tx) error {
-			_, err := tx.InsertJobsIfAbsent(t.Context(), []*store.Job{j})
+			_, err := tx.JobInsertManyIfAbsent(t.Context(), []*store.Job{j})
 			return err
 		})
 		pipelineRuns = append(pipelineRuns, j)
@@ -272,26 +272,26 @@ func testRetentionKeepsLatestJobOfPipelineJob(t *testing.T, st store.Store) {
 	other := newJob("acme")
 	other.Pipeline, other.PipelineVersion, other.PipelineJob = "etl", "v1", "load"
 	other.Status, other.FinishedAt = lifecycle.JobCompleted, at(-9*time.Hour)
-	inTx(t, st, func(tx store.Tx) error { return tx.InsertJob(t.Context(), other) })
+	inTx(t, st, func(tx store.Tx) error { return tx.JobInsert(t.Context(), other) })
 
 	got := deleteExpired(t, st, policy)
 	if got.Jobs != 2 {
 		t.Errorf("deleted %d jobs, want the 2 older runs of etl/extract", got.Jobs)
 	}
 	for i, j := range pipelineRuns {
-		_, err := st.GetJob(t.Context(), j.ID)
+		_, err := st.JobGet(t.Context(), j.ID)
 		if latest := i == 2; latest != (err == nil) {
 			t.Errorf("run %d (latest %v): GetJob err %v", i, latest, err)
 		}
 	}
-	if _, err := st.GetJob(t.Context(), other.ID); err != nil {
+	if _, err := st.JobGet(t.Context(), other.ID); err != nil {
 		t.Errorf("the only job of etl/load: %v", err)
 	}
-	latest, err := st.LatestPipelineJob(t.Context(), "acme", "etl", "extract")
+	latest, err := st.PipelineJobLatest(t.Context(), "acme", "etl", "extract")
 	if err != nil || latest.ID != pipelineRuns[2].ID {
 		t.Errorf("LatestPipelineJob = %v, %v; want %s", latest, err, pipelineRuns[2].ID)
 	}
-	if _, err := st.LatestPipelineJob(t.Context(), "acme", "etl", "nothing"); !errors.Is(err, store.ErrNotFound) {
+	if _, err := st.PipelineJobLatest(t.Context(), "acme", "etl", "nothing"); !errors.Is(err, store.ErrNotFound) {
 		t.Errorf("LatestPipelineJob of a job with no runs: %v, want ErrNotFound", err)
 	}
 }

@@ -75,7 +75,7 @@ func testTaskRoundTrip(t *testing.T, st store.Store) {
 		t.Errorf("AttemptsUsed of a new task = %d", got.AttemptsUsed())
 	}
 	inTx(t, st, func(tx store.Tx) error {
-		got, err := tx.GetTask(ctx, c.ID)
+		got, err := tx.TaskGet(ctx, c.ID)
 		if err != nil {
 			return err
 		}
@@ -106,11 +106,11 @@ func testJobTasksInInsertionOrder(t *testing.T, st store.Store) {
 	tasks[2].LastEventAt = at(time.Second)
 	seed(t, st, job, tasks[:3]...)
 	seed(t, st, other, newTask(other.ID, "x"), newTask(other.ID, "y"))
-	// The rest of the job arrives later, in a second InsertTasks.
-	inTx(t, st, func(tx store.Tx) error { return tx.InsertTasks(ctx, tasks[3:]) })
+	// The rest of the job arrives later, in a second TaskInsertMany.
+	inTx(t, st, func(tx store.Tx) error { return tx.TaskInsertMany(ctx, tasks[3:]) })
 	claimed := mustClaim(t, st, tasks[0].ID, at(time.Minute))
 
-	sums, err := st.JobTasks(ctx, job.ID)
+	sums, err := st.TaskListByJob(ctx, job.ID)
 	if err != nil {
 		t.Fatalf("JobTasks: %v", err)
 	}
@@ -129,7 +129,7 @@ func testJobTasksInInsertionOrder(t *testing.T, st store.Store) {
 	if sums[0].Status != lifecycle.Running || sums[0].Attempt != claimed.Attempt {
 		t.Errorf("summary of the claimed task: status %s attempt %d", sums[0].Status, sums[0].Attempt)
 	}
-	if sums, err := st.JobTasks(ctx, "job-"+uuid.NewString()); err != nil || len(sums) != 0 {
+	if sums, err := st.TaskListByJob(ctx, "job-"+uuid.NewString()); err != nil || len(sums) != 0 {
 		t.Errorf("JobTasks(unknown job) = %d tasks, %v; want none", len(sums), err)
 	}
 }
@@ -157,7 +157,7 @@ func testJobTasksWithResults(t *testing.T, st store.Store) {
 		tk.Output = json.RawMessage(`{"old": true}`) // pending again, with a result of its last run
 	})
 
-	sums, err := st.JobTasksWithResults(ctx, job.ID)
+	sums, err := st.TaskListByJobWithResults(ctx, job.ID)
 	if err != nil {
 		t.Fatalf("JobTasksWithResults: %v", err)
 	}
@@ -182,7 +182,7 @@ func testJobTasksWithResults(t *testing.T, st store.Store) {
 		}
 	}
 	// The plain list reads no results; otherwise it matches.
-	plain, err := st.JobTasks(ctx, job.ID)
+	plain, err := st.TaskListByJob(ctx, job.ID)
 	if err != nil {
 		t.Fatalf("JobTasks: %v", err)
 	}
@@ -193,7 +193,7 @@ func testJobTasksWithResults(t *testing.T, st store.Store) {
 		checkSame(t, "summary "+p.Key, p, sums[i], "Output", "Error")
 	}
 	inTx(t, st, func(tx store.Tx) error {
-		got, err := tx.JobTasksWithResults(ctx, job.ID)
+		got, err := tx.TaskListByJobWithResults(ctx, job.ID)
 		if err != nil {
 			return err
 		}
@@ -202,7 +202,7 @@ func testJobTasksWithResults(t *testing.T, st store.Store) {
 		}
 		return nil
 	})
-	if sums, err := st.JobTasksWithResults(ctx, "job-"+uuid.NewString()); err != nil || len(sums) != 0 {
+	if sums, err := st.TaskListByJobWithResults(ctx, "job-"+uuid.NewString()); err != nil || len(sums) != 0 {
 		t.Errorf("JobTasksWithResults(unknown job) = %d tasks, %v; want none", len(sums), err)
 	}
 }
@@ -222,7 +222,7 @@ func testParentOutputs(t *testing.T, st store.Store) {
 	setStatus(t, st, ts["b"].ID, lifecycle.Completed, t0) // no output
 
 	want := map[string]string{"a": `{"x": 1}`, "b": `null`, "c": "[1,  2 ,\"s\"]"}
-	got, err := st.ParentOutputs(ctx, ts["child"].ID)
+	got, err := st.TaskParentOutputs(ctx, ts["child"].ID)
 	if err != nil {
 		t.Fatalf("ParentOutputs: %v", err)
 	}
@@ -234,16 +234,16 @@ func testParentOutputs(t *testing.T, st store.Store) {
 			t.Errorf("ParentOutputs[%s] = %q (present %v), want %q", k, g, ok, w)
 		}
 	}
-	got, err = st.ParentOutputs(ctx, ts["other"].ID)
+	got, err = st.TaskParentOutputs(ctx, ts["other"].ID)
 	if err != nil || len(got) != 1 || string(got["a"]) != `{"x": 1}` {
 		t.Errorf("ParentOutputs(other) = %q, %v", got, err)
 	}
-	got, err = st.ParentOutputs(ctx, ts["a"].ID)
+	got, err = st.TaskParentOutputs(ctx, ts["a"].ID)
 	if err != nil || len(got) != 0 {
 		t.Errorf("ParentOutputs(root) = %q, %v; want empty", got, err)
 	}
 	inTx(t, st, func(tx store.Tx) error {
-		got, err := tx.ParentOutputs(ctx, ts["child"].ID)
+		got, err := tx.TaskParentOutputs(ctx, ts["child"].ID)
 		if err != nil {
 			return err
 		}
@@ -285,7 +285,7 @@ func testUpdateTaskWritesMutableFields(t *testing.T, st store.Store) {
 	u.LastEventAt = at(8 * time.Second)
 	u.UnfinishedParents = 1
 	inTx(t, st, func(tx store.Tx) error {
-		return tx.UpdateTask(ctx, &u, store.Fence{Status: orig.Status, Attempt: orig.Attempt})
+		return tx.TaskUpdate(ctx, &u, store.Fence{Status: orig.Status, Attempt: orig.Attempt})
 	})
 	got := getTask(t, st, orig.ID)
 	checkSame(t, "after UpdateTask", &u, got)
@@ -305,7 +305,7 @@ func testUpdateTaskWritesMutableFields(t *testing.T, st store.Store) {
 	z.Output, z.Error = nil, nil
 	z.UnfinishedParents = 0
 	inTx(t, st, func(tx store.Tx) error {
-		return tx.UpdateTask(ctx, &z, store.Fence{Status: lifecycle.Running, Attempt: 4})
+		return tx.TaskUpdate(ctx, &z, store.Fence{Status: lifecycle.Running, Attempt: 4})
 	})
 	checkSame(t, "after clearing with UpdateTask", &z, getTask(t, st, orig.ID))
 	checkSame(t, "sibling untouched", ts["a"], getTask(t, st, ts["a"].ID), "Seq")
@@ -319,7 +319,7 @@ func releaseChildren(t *testing.T, st store.Store, parentID string, now time.Tim
 	var refs []*store.TaskRef
 	inTx(t, st, func(tx store.Tx) error {
 		var err error
-		refs, err = tx.ReleaseChildren(t.Context(), parentID, now)
+		refs, err = tx.TaskReleaseChildren(t.Context(), parentID, now)
 		return err
 	})
 	return refs
@@ -441,7 +441,7 @@ func testSkipDescendants(t *testing.T, st store.Store) {
 	var refs []*store.TaskRef
 	inTx(t, st, func(tx store.Tx) error {
 		var err error
-		refs, err = tx.SkipDescendants(t.Context(), ts["root"].ID, now)
+		refs, err = tx.TaskSkipDescendants(t.Context(), ts["root"].ID, now)
 		return err
 	})
 	skipped := []*store.Task{ts["a"], ts["b"], ts["d"], ts["e"], ts["f"], ts["below-done"], ts["x"]}
@@ -462,7 +462,7 @@ func testSkipDescendants(t *testing.T, st store.Store) {
 	// A second pass finds nothing left to skip.
 	inTx(t, st, func(tx store.Tx) error {
 		var err error
-		refs, err = tx.SkipDescendants(t.Context(), ts["root"].ID, now)
+		refs, err = tx.TaskSkipDescendants(t.Context(), ts["root"].ID, now)
 		return err
 	})
 	checkIDs(t, "second SkipDescendants", refIDs(refs), nil)
@@ -507,16 +507,16 @@ func testBulkInsertTasksAndDeps(t *testing.T, st store.Store) {
 	}
 	job.TotalTasks, job.UnfinishedTasks = n, n
 	inTx(t, st, func(tx store.Tx) error {
-		if err := tx.InsertJob(ctx, job); err != nil {
+		if err := tx.JobInsert(ctx, job); err != nil {
 			return err
 		}
-		if err := tx.InsertTasks(ctx, tasks); err != nil { // one call
+		if err := tx.TaskInsertMany(ctx, tasks); err != nil { // one call
 			return err
 		}
-		return tx.InsertDeps(ctx, deps) // one call
+		return tx.DepInsertMany(ctx, deps) // one call
 	})
 
-	sums, err := st.JobTasks(ctx, job.ID)
+	sums, err := st.TaskListByJob(ctx, job.ID)
 	if err != nil {
 		t.Fatalf("JobTasks: %v", err)
 	}
@@ -534,7 +534,7 @@ func testBulkInsertTasksAndDeps(t *testing.T, st store.Store) {
 	// Every dep landed.
 	edges := 0
 	for _, tk := range tasks[roots:] {
-		outs, err := st.ParentOutputs(ctx, tk.ID)
+		outs, err := st.TaskParentOutputs(ctx, tk.ID)
 		if err != nil {
 			t.Fatalf("ParentOutputs(%s): %v", tk.Key, err)
 		}
@@ -558,7 +558,7 @@ func testBulkInsertTasksAndDeps(t *testing.T, st store.Store) {
 	var refs []*store.TaskRef
 	inTx(t, st, func(tx store.Tx) error {
 		var err error
-		refs, err = tx.SkipDescendants(ctx, tasks[0].ID, t0)
+		refs, err = tx.TaskSkipDescendants(ctx, tasks[0].ID, t0)
 		return err
 	})
 	want := 0

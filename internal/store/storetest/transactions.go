@@ -25,44 +25,44 @@ func testInTxRollsBackOnError(t *testing.T, st store.Store) {
 	freshTask := newTask(fresh.ID, "x")
 	var claimed bool
 	err := st.InTx(ctx, func(tx store.Tx) error {
-		if err := tx.InsertJob(ctx, fresh); err != nil {
+		if err := tx.JobInsert(ctx, fresh); err != nil {
 			return err
 		}
-		if err := tx.InsertTasks(ctx, []*store.Task{freshTask}); err != nil {
+		if err := tx.TaskInsertMany(ctx, []*store.Task{freshTask}); err != nil {
 			return err
 		}
-		if err := tx.InsertDeps(ctx, []store.Dep{{JobID: existing.ID, ParentID: ets["b"].ID, ChildID: ets["a"].ID}}); err != nil {
+		if err := tx.DepInsertMany(ctx, []store.Dep{{JobID: existing.ID, ParentID: ets["b"].ID, ChildID: ets["a"].ID}}); err != nil {
 			return err
 		}
-		if err := tx.InsertAttempt(ctx, &store.Attempt{TaskID: ets["a"].ID, Attempt: 1, WorkerID: "w", LeaseToken: "t", StartedAt: t0}); err != nil {
+		if err := tx.AttemptInsert(ctx, &store.Attempt{TaskID: ets["a"].ID, Attempt: 1, WorkerID: "w", LeaseToken: "t", StartedAt: t0}); err != nil {
 			return err
 		}
-		if err := tx.InsertEvents(ctx, []*store.Event{{JobID: existing.ID, Type: "Job Canceled", At: t0, Data: json.RawMessage(`{}`)}}); err != nil {
+		if err := tx.EventInsertMany(ctx, []*store.Event{{JobID: existing.ID, Type: "Job Canceled", At: t0, Data: json.RawMessage(`{}`)}}); err != nil {
 			return err
 		}
-		if err := tx.InsertOutbox(ctx, []*store.OutboxMessage{{Topic: "x", Payload: json.RawMessage(`{}`), AvailableAt: t0, CreatedAt: t0}}); err != nil {
+		if err := tx.OutboxInsertMany(ctx, []*store.OutboxMessage{{Topic: "x", Payload: json.RawMessage(`{}`), AvailableAt: t0, CreatedAt: t0}}); err != nil {
 			return err
 		}
 		j := *jobBefore
 		j.Status, j.FinishedAt = lifecycle.JobCanceled, t0
-		if err := tx.UpdateJob(ctx, &j); err != nil {
+		if err := tx.JobUpdate(ctx, &j); err != nil {
 			return err
 		}
-		if _, err := tx.AddUnfinished(ctx, existing.ID, -1); err != nil {
+		if _, err := tx.JobAddUnfinished(ctx, existing.ID, -1); err != nil {
 			return err
 		}
 		var err error
-		if _, claimed, err = tx.ClaimTask(ctx, store.ClaimTaskParams{ID: ets["a"].ID, Now: t0, WorkerID: "w", LeaseToken: "t"}); err != nil {
+		if _, claimed, err = tx.TaskClaim(ctx, store.ClaimTaskParams{ID: ets["a"].ID, Now: t0, WorkerID: "w", LeaseToken: "t"}); err != nil {
 			return err
 		}
-		if _, err := tx.CancelIdle(ctx, store.CancelParams{JobID: existing.ID, Now: t0, Reason: "r"}); err != nil {
+		if _, err := tx.TaskCancelIdle(ctx, store.CancelParams{JobID: existing.ID, Now: t0, Reason: "r"}); err != nil {
 			return err
 		}
 		// The transaction sees its own writes.
-		if _, err := tx.GetJob(ctx, fresh.ID); err != nil {
+		if _, err := tx.JobGet(ctx, fresh.ID); err != nil {
 			return fmt.Errorf("own job not visible in the transaction: %w", err)
 		}
-		if _, err := tx.GetTask(ctx, freshTask.ID); err != nil {
+		if _, err := tx.TaskGet(ctx, freshTask.ID); err != nil {
 			return fmt.Errorf("own task not visible in the transaction: %w", err)
 		}
 		return boom
@@ -73,16 +73,16 @@ func testInTxRollsBackOnError(t *testing.T, st store.Store) {
 	if !claimed {
 		t.Errorf("claim inside the rolled-back transaction did not succeed")
 	}
-	if _, err := st.GetJob(ctx, fresh.ID); !errors.Is(err, store.ErrNotFound) {
+	if _, err := st.JobGet(ctx, fresh.ID); !errors.Is(err, store.ErrNotFound) {
 		t.Errorf("GetJob(rolled-back job): %v, want ErrNotFound", err)
 	}
-	if _, err := st.JobByIdempotencyKey(ctx, "tenant", "once"); !errors.Is(err, store.ErrNotFound) {
+	if _, err := st.JobGetByIdempotencyKey(ctx, "tenant", "once"); !errors.Is(err, store.ErrNotFound) {
 		t.Errorf("JobByIdempotencyKey(rolled-back job): %v, want ErrNotFound", err)
 	}
-	if _, err := st.GetTask(ctx, freshTask.ID); !errors.Is(err, store.ErrNotFound) {
+	if _, err := st.TaskGet(ctx, freshTask.ID); !errors.Is(err, store.ErrNotFound) {
 		t.Errorf("GetTask(rolled-back task): %v, want ErrNotFound", err)
 	}
-	if _, err := st.GetAttempt(ctx, ets["a"].ID, 1); !errors.Is(err, store.ErrNotFound) {
+	if _, err := st.AttemptGet(ctx, ets["a"].ID, 1); !errors.Is(err, store.ErrNotFound) {
 		t.Errorf("GetAttempt(rolled-back attempt): %v, want ErrNotFound", err)
 	}
 	if evs := listEvents(t, st, existing.ID, 0, 10); len(evs) != 0 {
@@ -91,7 +91,7 @@ func testInTxRollsBackOnError(t *testing.T, st store.Store) {
 	if msgs := outboxAfter(t, st, 0, 10); len(msgs) != 0 {
 		t.Errorf("rolled-back outbox messages are listed: %d", len(msgs))
 	}
-	if outs, err := st.ParentOutputs(ctx, ets["a"].ID); err != nil || len(outs) != 0 {
+	if outs, err := st.TaskParentOutputs(ctx, ets["a"].ID); err != nil || len(outs) != 0 {
 		t.Errorf("rolled-back dep is visible: ParentOutputs(a) = %q, %v", outs, err)
 	}
 	checkSame(t, "job after rollback", jobBefore, getJob(t, st, existing.ID))
@@ -108,21 +108,21 @@ func testInTxCommitIsVisibleToReaders(t *testing.T, st store.Store) {
 		job.IdempotencyKey = fmt.Sprintf("k%d", i)
 		tk := newTask(job.ID, "a")
 		inTx(t, st, func(tx store.Tx) error {
-			if err := tx.InsertJob(ctx, job); err != nil {
+			if err := tx.JobInsert(ctx, job); err != nil {
 				return err
 			}
-			if err := tx.InsertTasks(ctx, []*store.Task{tk}); err != nil {
+			if err := tx.TaskInsertMany(ctx, []*store.Task{tk}); err != nil {
 				return err
 			}
-			return tx.InsertEvents(ctx, []*store.Event{{JobID: job.ID, Type: "Job Created", At: t0, Data: json.RawMessage(`{}`)}})
+			return tx.EventInsertMany(ctx, []*store.Event{{JobID: job.ID, Type: "Job Created", At: t0, Data: json.RawMessage(`{}`)}})
 		})
-		if _, err := st.GetJob(ctx, job.ID); err != nil {
+		if _, err := st.JobGet(ctx, job.ID); err != nil {
 			t.Fatalf("round %d: GetJob right after commit: %v", i, err)
 		}
-		if _, err := st.JobByIdempotencyKey(ctx, "tenant", job.IdempotencyKey); err != nil {
+		if _, err := st.JobGetByIdempotencyKey(ctx, "tenant", job.IdempotencyKey); err != nil {
 			t.Fatalf("round %d: JobByIdempotencyKey right after commit: %v", i, err)
 		}
-		if _, err := st.GetTask(ctx, tk.ID); err != nil {
+		if _, err := st.TaskGet(ctx, tk.ID); err != nil {
 			t.Fatalf("round %d: GetTask right after commit: %v", i, err)
 		}
 		if jobs := listJobs(t, st, store.ListJobsParams{Tenant: "tenant", Limit: 1}); len(jobs) != 1 || jobs[0].ID != job.ID {
@@ -136,12 +136,12 @@ func testInTxCommitIsVisibleToReaders(t *testing.T, st store.Store) {
 		if got := getTask(t, st, tk.ID); got.Status != lifecycle.Running {
 			t.Fatalf("round %d: GetTask right after the claim committed: status %s", i, got.Status)
 		}
-		if _, ok, err := st.NextReapAt(ctx); err != nil || !ok {
+		if _, ok, err := st.TaskNextReapAt(ctx); err != nil || !ok {
 			t.Fatalf("round %d: NextReapAt right after the claim committed: %v, %v", i, ok, err)
 		}
 		j := *job
 		j.Status = lifecycle.JobCompleted
-		inTx(t, st, func(tx store.Tx) error { return tx.UpdateJob(ctx, &j) })
+		inTx(t, st, func(tx store.Tx) error { return tx.JobUpdate(ctx, &j) })
 		if got := getJob(t, st, job.ID); got.Status != lifecycle.JobCompleted {
 			t.Fatalf("round %d: GetJob right after UpdateJob committed: status %s", i, got.Status)
 		}
