@@ -22,9 +22,8 @@ type backend interface {
 
 	// ph is the nth (from 1) placeholder of a statement.
 	ph(n int) string
-	// createTable is the statements that create the table of a dataset, with its unique key but
-	// without the indexes that both databases create alike.
-	createTable(d dataset, s *pipeline.Schema) []string
+	// table is how the database spells a dataset's table (createTable).
+	table() tableDialect
 	// columnType is the SQL type of a column of a pipeline type.
 	columnType(typ string) string
 	// lockDatasets serializes Ensure and EnsureAll for each of the datasets until tx ends.
@@ -169,4 +168,39 @@ func (s *sqlText) add(parts ...string) {
 	for _, p := range parts {
 		s.sql.WriteString(p)
 	}
+}
+
+// tableDialect is what differs between the databases in a dataset's table: how its _row column
+// is numbered, its types, its primary key and options, and whether org_id needs an index of its
+// own to serve a tenant's reads in row order.
+type tableDialect struct {
+	row        string // the _row column's type and numbering
+	batchType  string // the _batch column's type
+	primaryKey string // a table constraint before the unique key; "" for none
+	options    string // after the table's closing parenthesis
+	orgIndex   bool   // index org_id beside the table
+}
+
+// createTable is the statements that create the table of dataset d with schema s, with its
+// unique key but without the indexes that both databases create alike.
+func (db *DB) createTable(d dataset, s *pipeline.Schema) []string {
+	t := db.b.table()
+	var b strings.Builder
+	b.WriteString("CREATE TABLE " + quote(d.table) + " (\n\t_row " + t.row + ",\n\torg_id " + db.b.columnType(pipeline.TypeString) + " NOT NULL")
+	for _, c := range s.Columns {
+		b.WriteString(",\n\t" + quote(c.Name) + " " + db.b.columnType(c.Type))
+		if notNull(s, c) {
+			b.WriteString(" NOT NULL")
+		}
+	}
+	b.WriteString(",\n\t_batch " + t.batchType + " NOT NULL,\n\t")
+	if t.primaryKey != "" {
+		b.WriteString(t.primaryKey + ",\n\t")
+	}
+	b.WriteString("CONSTRAINT " + quote(d.table+"_key") + " UNIQUE (org_id, " + quoteList(s.Unique) + ")\n)" + t.options)
+	ddl := []string{b.String()}
+	if t.orgIndex {
+		ddl = append(ddl, "CREATE INDEX "+quote(d.table+"_org")+" ON "+quote(d.table)+" (org_id)")
+	}
+	return ddl
 }

@@ -181,7 +181,7 @@ func (db *DB) changes(p planned, old *pipeline.Schema) ([]statement, error) {
 	var ddl []string
 	switch {
 	case old == nil:
-		ddl = db.b.createTable(p.d, p.s)
+		ddl = db.createTable(p.d, p.s)
 	case bytes.Equal(schemaJSON(old), p.want):
 		return nil, nil
 	default:

@@ -128,19 +128,9 @@ func (p *postgres) columnType(typ string) string {
 	panic("unknown column type " + typ) // checkSchema refused it
 }
 
-// createTable: the primary key (org_id, _row) serves a tenant's reads in row order.
-func (p *postgres) createTable(d dataset, s *pipeline.Schema) []string {
-	var b strings.Builder
-	b.WriteString("CREATE TABLE " + quote(d.table) + " (\n\t_row bigint GENERATED ALWAYS AS IDENTITY,\n\torg_id text NOT NULL")
-	for _, c := range s.Columns {
-		b.WriteString(",\n\t" + quote(c.Name) + " " + p.columnType(c.Type))
-		if notNull(s, c) {
-			b.WriteString(" NOT NULL")
-		}
-	}
-	b.WriteString(",\n\t_batch bigint NOT NULL,\n\tPRIMARY KEY (org_id, _row),\n\tCONSTRAINT " + quote(d.table+"_key") +
-		" UNIQUE (org_id, " + quoteList(s.Unique) + ")\n)")
-	return []string{b.String()}
+// table: the primary key (org_id, _row) serves a tenant's reads in row order.
+func (p *postgres) table() tableDialect {
+	return tableDialect{row: "bigint GENERATED ALWAYS AS IDENTITY", batchType: "bigint", primaryKey: "PRIMARY KEY (org_id, _row)"}
 }
 
 // lockDatasets takes the datasets' advisory locks in the order of their keys, so that two

@@ -125,21 +125,11 @@ func (s *sqlite) columnType(typ string) string {
 	panic("unknown column type " + typ) // checkSchema refused it
 }
 
-// createTable: _row is the rowid, which every index ends with, so that the index on org_id
-// serves a tenant's reads in row order. STRICT: a value of the wrong type is an error, as it is
-// on PostgreSQL, rather than stored.
-func (s *sqlite) createTable(d dataset, sc *pipeline.Schema) []string {
-	var b strings.Builder
-	b.WriteString("CREATE TABLE " + quote(d.table) + " (\n\t_row INTEGER PRIMARY KEY AUTOINCREMENT,\n\torg_id TEXT NOT NULL")
-	for _, c := range sc.Columns {
-		b.WriteString(",\n\t" + quote(c.Name) + " " + s.columnType(c.Type))
-		if notNull(sc, c) {
-			b.WriteString(" NOT NULL")
-		}
-	}
-	b.WriteString(",\n\t_batch INTEGER NOT NULL,\n\tCONSTRAINT " + quote(d.table+"_key") +
-		" UNIQUE (org_id, " + quoteList(sc.Unique) + ")\n) STRICT")
-	return []string{b.String(), "CREATE INDEX " + quote(d.table+"_org") + " ON " + quote(d.table) + " (org_id)"}
+// table: _row is the rowid, which every index ends with, so that the index on org_id serves a
+// tenant's reads in row order. STRICT: a value of the wrong type is an error, as it is on
+// PostgreSQL, rather than stored.
+func (s *sqlite) table() tableDialect {
+	return tableDialect{row: "INTEGER PRIMARY KEY AUTOINCREMENT", batchType: "INTEGER", options: " STRICT", orgIndex: true}
 }
 
 // lockDatasets: the transaction holds the file's write lock already.
