@@ -368,7 +368,7 @@ func authzState(t *testing.T, st store.Store) string {
 		if err != nil {
 			t.Fatal(err)
 		}
-		events, err := st.EventList(ctx, j.ID, 0, 100000)
+		events, err := st.EventList(ctx, store.EventListParams{JobID: j.ID, Limit: 100000})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -13,6 +13,7 @@ import (
 	"testing"
 
 	"github.com/baton-dev/baton/internal/lifecycle"
+	"github.com/baton-dev/baton/internal/store"
 )
 
 // Tests of what clients written for the worker contracts, outside Baton, send and read: newer
@@ -215,7 +216,7 @@ func TestCallbackTraceparentIsKept(t *testing.T) {
 		if got := callbackAttempt(t, w, x, 1).Traceparent; got != tp {
 			t.Fatalf("attempt traceparent after completed: %q", got)
 		}
-		events, err := w.st.EventList(context.Background(), jobID, 0, 100)
+		events, err := w.st.EventList(context.Background(), store.EventListParams{JobID: jobID, Limit: 100})
 		if err != nil {
 			t.Fatal(err)
 		}

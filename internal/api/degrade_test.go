@@ -12,6 +12,7 @@ import (
 
 	"github.com/baton-dev/baton/internal/dispatch"
 	"github.com/baton-dev/baton/internal/lifecycle"
+	"github.com/baton-dev/baton/internal/store"
 	"github.com/baton-dev/baton/internal/store/postgres"
 	"github.com/baton-dev/baton/internal/store/storetest"
 )
@@ -182,7 +183,7 @@ func TestDatabasePartition(t *testing.T) {
 	if tk := w.task(taskID); tk.Status != lifecycle.Completed || string(tk.Output) != `{"rows":3}` {
 		t.Fatalf("task after the completion: %s %s", tk.Status, tk.Output)
 	}
-	events, err := pp.Store.EventList(ctx, jobID, 0, 1000)
+	events, err := pp.Store.EventList(ctx, store.EventListParams{JobID: jobID, Limit: 1000})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -65,7 +65,7 @@ func fencedState(t *testing.T, w *workerAPI, jobID string, taskIDs ...string) st
 		}
 		parts = append(parts, task, attempts, events, pubs)
 	}
-	audit, err := w.st.EventList(ctx, jobID, 0, 100000)
+	audit, err := w.st.EventList(ctx, store.EventListParams{JobID: jobID, Limit: 100000})
 	if err != nil {
 		t.Fatal(err)
 	}

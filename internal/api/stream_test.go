@@ -112,7 +112,7 @@ func streamState(t *testing.T, w *workerAPI, taskID string) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	events, err := w.st.EventList(ctx, task.JobID, 0, 100000)
+	events, err := w.st.EventList(ctx, store.EventListParams{JobID: task.JobID, Limit: 100000})
 	if err != nil {
 		t.Fatal(err)
 	}

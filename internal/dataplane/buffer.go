@@ -297,7 +297,7 @@ func (dp *Plane) claimBatches(ctx context.Context, p ClaimBatchesParams, cfg Buf
 	var out []*SinkMessage
 	err := dp.d.UpdateAlone(ctx, store.LockSet{}, func(tx store.Tx, c *dispatch.Work) error {
 		out = nil
-		recs, err := tx.BufferPublishListClaimable(ctx, c.Now(), p.ID, p.Max)
+		recs, err := tx.BufferPublishListClaimable(ctx, store.BufferPublishListClaimableParams{Now: c.Now(), ID: p.ID, Limit: p.Max})
 		if err != nil {
 			return err
 		}
@@ -460,7 +460,9 @@ func (dp *Plane) BatchDeadLetters(ctx context.Context, tenant, dataset string, a
 	if err != nil {
 		return nil, err
 	}
-	return dp.store.BufferPublishListDeadLetters(ctx, ds.UUID, after, min(cmpOr(limit, 100), 1000))
+	return dp.store.BufferPublishListDeadLetters(ctx, store.BufferPublishListDeadLettersParams{
+		DatasetUUID: ds.UUID, AfterID: after, Limit: min(cmpOr(limit, 100), 1000),
+	})
 }
 
 // RetryBatch puts a dead-lettered batch of a tenant's dataset back on the Buffer Queue with a fresh

@@ -24,7 +24,7 @@ func (dp *Plane) ExtendBatch(ctx context.Context, id int64, receipt int, visibil
 	}
 	err = dp.d.UpdateAlone(ctx, store.LockSet{}, func(tx store.Tx, c *dispatch.Work) error {
 		visibleUntil = c.Now().Add(visibility)
-		ok, err := tx.BufferPublishExtend(ctx, id, receipt, visibleUntil)
+		ok, err := tx.BufferPublishExtend(ctx, store.BufferPublishExtendParams{ID: id, Receipt: receipt, VisibleAt: visibleUntil})
 		if err != nil || ok {
 			return err
 		}

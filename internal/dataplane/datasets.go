@@ -49,7 +49,9 @@ func (dp *Plane) GetDataset(ctx context.Context, tenant, ref string, limit int) 
 	if v.Versions, err = dp.store.DatasetVersionList(ctx, x.UUID); err != nil {
 		return nil, err
 	}
-	if v.Events, err = dp.store.DatasetEventListRecent(ctx, tenant, x.UUID, cmpOr(limit, 20)); err != nil {
+	if v.Events, err = dp.store.DatasetEventListRecent(ctx, store.DatasetEventListRecentParams{
+		Tenant: tenant, DatasetUUID: x.UUID, Limit: cmpOr(limit, 20),
+	}); err != nil {
 		return nil, err
 	}
 	for f := range allowlistOf(x).Fields {

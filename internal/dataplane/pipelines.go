@@ -527,7 +527,7 @@ func (dp *Plane) Rollback(ctx context.Context, tenant, name, version string) (*D
 		if version == "" {
 			return nil, 0, &dispatch.InvalidError{Message: fmt.Sprintf("pipeline %q has no version deployed before %s to roll back to", name, p.ActiveVersion)}
 		}
-	} else if _, err := dp.store.PipelineVersionGet(ctx, tenant, name, version); errors.Is(err, store.ErrNotFound) {
+	} else if _, err := dp.store.PipelineVersionGet(ctx, store.PipelineVersionKey{Tenant: tenant, Pipeline: name, Version: version}); errors.Is(err, store.ErrNotFound) {
 		return nil, 0, &dispatch.InvalidError{Message: fmt.Sprintf("pipeline %q has no version %q", name, version)}
 	} else if err != nil {
 		return nil, 0, err
@@ -557,7 +557,7 @@ func (dp *Plane) Rollback(ctx context.Context, tenant, name, version string) (*D
 
 // cancelNotStarted cancels the jobs of a pipeline version whose task has not started.
 func (dp *Plane) cancelNotStarted(ctx context.Context, tenant, name, version string) (int, error) {
-	ids, err := dp.store.PipelineJobsNotStarted(ctx, tenant, name, version)
+	ids, err := dp.store.PipelineJobsNotStarted(ctx, store.PipelineVersionKey{Tenant: tenant, Pipeline: name, Version: version})
 	if err != nil {
 		return 0, err
 	}
@@ -630,7 +630,7 @@ func (dp *Plane) GetPipeline(ctx context.Context, tenant, name string) (*Pipelin
 	if err != nil {
 		return nil, err
 	}
-	v, err := dp.store.PipelineVersionGet(ctx, tenant, name, p.ActiveVersion)
+	v, err := dp.store.PipelineVersionGet(ctx, store.PipelineVersionKey{Tenant: tenant, Pipeline: name, Version: p.ActiveVersion})
 	if err != nil {
 		return nil, err
 	}

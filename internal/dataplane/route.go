@@ -240,7 +240,9 @@ func (r *Router) pass(ctx context.Context) bool {
 func (r *Router) RunOnce(ctx context.Context) (events, tasks int, err error) {
 	err = r.dp.d.UpdateAlone(ctx, store.LockSet{}, func(tx store.Tx, c *dispatch.Work) error {
 		events, tasks = 0, 0
-		msgs, err := tx.OutboxClaim(ctx, c.Now(), r.batch, store.OutboxFilter{Topic: store.TopicDatasetEvent})
+		msgs, err := tx.OutboxClaim(ctx, store.OutboxClaimParams{
+			Now: c.Now(), Limit: r.batch, Filter: store.OutboxFilter{Topic: store.TopicDatasetEvent},
+		})
 		if err != nil || len(msgs) == 0 {
 			return err
 		}

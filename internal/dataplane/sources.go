@@ -138,12 +138,13 @@ func (s *Sources) cron(ctx context.Context, spec *pipelineSpec, js *jobSpec, now
 // old runs, which lowers the count, but keeps the latest job of a pipeline job, so a number
 // never comes back while its run is kept.
 func (s *Sources) alwaysOn(ctx context.Context, spec *pipelineSpec, js *jobSpec) (int, error) {
-	total, live, err := s.dp.store.PipelineJobTasks(ctx, spec.Tenant, spec.Name, js.Name)
+	job := store.PipelineJobKey{Tenant: spec.Tenant, Pipeline: spec.Name, Job: js.Name}
+	total, live, err := s.dp.store.PipelineJobTasks(ctx, job)
 	if err != nil || live > 0 {
 		return 0, err
 	}
 	run := total
-	latest, err := s.dp.store.PipelineJobLatest(ctx, spec.Tenant, spec.Name, js.Name)
+	latest, err := s.dp.store.PipelineJobLatest(ctx, job)
 	switch {
 	case err == nil:
 		prefix := sourceKey(spec, js, alwaysOnKey)

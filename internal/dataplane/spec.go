@@ -67,7 +67,7 @@ func (c *specCache) get(ctx context.Context, st store.Reader, tenant, pipeline, 
 	if s, ok := c.m.Load(key); ok {
 		return s.(*pipelineSpec), nil
 	}
-	v, err := st.PipelineVersionGet(ctx, tenant, pipeline, version)
+	v, err := st.PipelineVersionGet(ctx, store.PipelineVersionKey{Tenant: tenant, Pipeline: pipeline, Version: version})
 	if err != nil {
 		return nil, fmt.Errorf("pipeline %s version %s: %w", pipeline, version, err)
 	}

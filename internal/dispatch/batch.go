@@ -188,7 +188,7 @@ func (d *Dispatcher) claimMany(ctx context.Context, tx store.Tx, c *changes, ps 
 			if len(ids) == total {
 				break
 			}
-			got, err := tx.TaskListReadyIDs(ctx, q, c.now, total-len(ids))
+			got, err := tx.TaskListReadyIDs(ctx, store.TaskListReadyIDsParams{Queue: q, Now: c.now, Limit: total - len(ids)})
 			if err != nil {
 				return err
 			}

@@ -281,7 +281,7 @@ func TestGroupCommit_SettledEventsKeepTheTraceparent(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	events, err := e.Store.EventList(e.Ctx, job.ID, 0, 100)
+	events, err := e.Store.EventList(e.Ctx, store.EventListParams{JobID: job.ID, Limit: 100})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -89,7 +89,7 @@ func (d *Dispatcher) ClaimNext(ctx context.Context, p ClaimNextParams) (got []*C
 			if len(claims) == limit {
 				break
 			}
-			ids, err := tx.TaskListReadyIDs(ctx, q, c.now, limit-len(claims))
+			ids, err := tx.TaskListReadyIDs(ctx, store.TaskListReadyIDsParams{Queue: q, Now: c.now, Limit: limit - len(claims)})
 			if err != nil {
 				return err
 			}

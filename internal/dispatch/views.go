@@ -124,7 +124,7 @@ func (d *Dispatcher) JobEvents(ctx context.Context, tenant, jobID string, afterI
 	if _, err := d.tenantJob(ctx, tenant, jobID); err != nil {
 		return nil, err
 	}
-	return d.store.EventList(ctx, jobID, afterID, cmpOr(limit, 1000))
+	return d.store.EventList(ctx, store.EventListParams{JobID: jobID, AfterID: afterID, Limit: cmpOr(limit, 1000)})
 }
 
 // TaskEvents returns the audit events of one task of a job (named as TaskInJob takes it) after
@@ -134,13 +134,17 @@ func (d *Dispatcher) TaskEvents(ctx context.Context, tenant, jobID, taskRef stri
 	if err != nil {
 		return nil, err
 	}
-	return d.store.EventListByTask(ctx, jobID, id, afterID, cmpOr(limit, 1000))
+	return d.store.EventListByTask(ctx, store.EventListByTaskParams{
+		JobID: jobID, TaskID: id, AfterID: afterID, Limit: cmpOr(limit, 1000),
+	})
 }
 
 // DeadLetters lists a tenant's dead-lettered tasks, newest first; a resume of their job replays
 // them.
 func (d *Dispatcher) DeadLetters(ctx context.Context, tenant string, beforeSeq int64, limit int) ([]*store.Task, error) {
-	return d.store.TaskListDeadLetters(ctx, tenant, beforeSeq, cmpOr(limit, 100))
+	return d.store.TaskListDeadLetters(ctx, store.TaskListDeadLettersParams{
+		Tenant: tenant, BeforeSeq: beforeSeq, Limit: cmpOr(limit, 100),
+	})
 }
 
 // cmpOr is v when it is positive, else def.
@@ -159,5 +163,5 @@ func (d *Dispatcher) JobCounts(ctx context.Context, tenant string) (map[lifecycl
 // QueueStats summarizes a tenant's queues now: the window is how far back completions are
 // counted and workers are listed.
 func (d *Dispatcher) QueueStats(ctx context.Context, tenant string, window time.Duration) (*store.QueueStats, error) {
-	return d.store.QueueStats(ctx, tenant, d.now(), window)
+	return d.store.QueueStats(ctx, store.QueueStatsParams{Tenant: tenant, Now: d.now(), Window: window})
 }

@@ -129,7 +129,9 @@ func (r *Reconciler) RunOnce(ctx context.Context) (reclaimed, republished int, e
 		if ready <= out {
 			continue
 		}
-		ids, err := r.env.Store.TaskListOldestReady(ctx, queue, before, min(ready-out, r.cfg.Batch))
+		ids, err := r.env.Store.TaskListOldestReady(ctx, store.TaskListOldestReadyParams{
+			Queue: queue, Before: before, Limit: min(ready-out, r.cfg.Batch),
+		})
 		if err != nil {
 			return reclaimed, republished, err
 		}

@@ -129,7 +129,9 @@ func (r *Relay) pass(ctx context.Context) (published, claimed int, err error) {
 	err = r.env.Store.InTx(ctx, func(tx store.Tx) error {
 		// InTx may run this more than once: reset what it reports.
 		published, claimed, dead, nextRetry = 0, 0, nil, time.Time{}
-		msgs, err := tx.OutboxClaim(ctx, now, r.cfg.Batch, store.OutboxFilter{Topic: store.TopicDatasetEvent, Except: true})
+		msgs, err := tx.OutboxClaim(ctx, store.OutboxClaimParams{
+			Now: now, Limit: r.cfg.Batch, Filter: store.OutboxFilter{Topic: store.TopicDatasetEvent, Except: true},
+		})
 		if err != nil {
 			return err
 		}
@@ -149,7 +151,7 @@ func (r *Relay) pass(ctx context.Context) (published, claimed int, err error) {
 			attempts := m.Attempts + 1
 			if attempts >= r.cfg.MaxAttempts {
 				// Give up: record the attempts and take it out of the queue.
-				if err := tx.OutboxRetry(ctx, m.ID, attempts, now); err != nil {
+				if err := tx.OutboxRetry(ctx, store.OutboxRetryParams{ID: m.ID, Attempts: attempts, NextAt: now}); err != nil {
 					return err
 				}
 				sent = append(sent, m.ID)
@@ -157,7 +159,7 @@ func (r *Relay) pass(ctx context.Context) (published, claimed int, err error) {
 				continue
 			}
 			next := now.Add(r.backoff(attempts))
-			if err := tx.OutboxRetry(ctx, m.ID, attempts, next); err != nil {
+			if err := tx.OutboxRetry(ctx, store.OutboxRetryParams{ID: m.ID, Attempts: attempts, NextAt: next}); err != nil {
 				return err
 			}
 			if nextRetry.IsZero() || next.Before(nextRetry) {

@@ -56,7 +56,7 @@ func unsent(t *testing.T, st store.Store, at time.Time) []*store.OutboxMessage {
 	var out []*store.OutboxMessage
 	err := st.InTx(t.Context(), func(tx store.Tx) error {
 		var err error
-		out, err = tx.OutboxClaim(t.Context(), at, 100000, store.OutboxFilter{})
+		out, err = tx.OutboxClaim(t.Context(), store.OutboxClaimParams{Now: at, Limit: 100000})
 		if err != nil {
 			return err
 		}

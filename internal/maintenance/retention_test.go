@@ -224,7 +224,7 @@ func TestRetentionReplicasShareTheWork(t *testing.T) {
 	// Each canceled job has its Job Created, three Task Pending/Canceled events and Job Canceled:
 	// count them on a job that is left alone.
 	probe := e.canceledJob()
-	evs, err := e.st.EventList(e.ctx, probe.ID, 0, 1000)
+	evs, err := e.st.EventList(e.ctx, store.EventListParams{JobID: probe.ID, Limit: 1000})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -29,7 +29,7 @@ func unsent(t *testing.T, st store.Store) int {
 	t.Helper()
 	var n int
 	err := st.InTx(t.Context(), func(tx store.Tx) error {
-		msgs, err := tx.OutboxClaim(t.Context(), time.Now().Add(time.Hour), 1000, store.OutboxFilter{})
+		msgs, err := tx.OutboxClaim(t.Context(), store.OutboxClaimParams{Now: time.Now().Add(time.Hour), Limit: 1000})
 		n = len(msgs)
 		if err != nil {
 			return err

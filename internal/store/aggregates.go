@@ -53,9 +53,9 @@ type TaskReader interface {
 	// TaskParentOutputsMany is TaskParentOutputs for several tasks, by task id; a task without parents
 	// has no entry.
 	TaskParentOutputsMany(ctx context.Context, taskIDs []string) (map[string]map[string]json.RawMessage, error)
-	// TaskListDeadLetters returns failed, dead-lettered tasks of a tenant, newest first, with
-	// Seq < beforeSeq (0: from the newest).
-	TaskListDeadLetters(ctx context.Context, tenant string, beforeSeq int64, limit int) ([]*Task, error)
+	// TaskListDeadLetters returns up to p.Limit failed, dead-lettered tasks of p.Tenant, newest
+	// first, with Seq < p.BeforeSeq (0: from the newest).
+	TaskListDeadLetters(ctx context.Context, p TaskListDeadLettersParams) ([]*Task, error)
 	// TaskNextReapAt is the earliest lease expiry, deadline or cancel grace end of a running task.
 	TaskNextReapAt(ctx context.Context) (t time.Time, ok bool, err error)
 	// TaskListDue lists running tasks whose reap time is at or before now, earliest first.
@@ -66,13 +66,13 @@ type TaskReader interface {
 	TaskNextPushAvailableAt(ctx context.Context) (t time.Time, ok bool, err error)
 	// TaskReadyCounts counts, per queue, the pull tasks that have been claimable since before.
 	TaskReadyCounts(ctx context.Context, before time.Time) (map[string]int, error)
-	// TaskListOldestReady lists up to limit pull tasks of queue claimable since before, longest
-	// waiting first, without locking them.
-	TaskListOldestReady(ctx context.Context, queue string, before time.Time, limit int) ([]string, error)
-	// QueueStats summarizes a tenant's tasks queue by queue at now: what is ready, backing off,
-	// running and dead-lettered, the tasks completed within window before now, and the workers
-	// that claimed a task within it (or still run one).
-	QueueStats(ctx context.Context, tenant string, now time.Time, window time.Duration) (*QueueStats, error)
+	// TaskListOldestReady lists up to p.Limit pull tasks of p.Queue claimable since p.Before,
+	// longest waiting first, without locking them.
+	TaskListOldestReady(ctx context.Context, p TaskListOldestReadyParams) ([]string, error)
+	// QueueStats summarizes p.Tenant's tasks queue by queue at p.Now: what is ready, backing off,
+	// running and dead-lettered, the tasks completed within p.Window before p.Now, and the
+	// workers that claimed a task within it (or still run one).
+	QueueStats(ctx context.Context, p QueueStatsParams) (*QueueStats, error)
 	// TaskCounts counts the tasks of each queue that are waiting, pending or running, and those
 	// that are dead-lettered (State DeadLettered), for the metrics; a queue and state with none
 	// is left out. It reads partial indexes and the tasks of unfinished jobs, never every task.
@@ -95,9 +95,9 @@ type TaskWriter interface {
 	TaskClaimMany(ctx context.Context, ps []ClaimTaskParams) ([]*Task, error)
 	// TaskReleaseChildrenMany is TaskReleaseChildren for several completed parents at once.
 	TaskReleaseChildrenMany(ctx context.Context, parentIDs []string, now time.Time) ([]*TaskRef, error)
-	// TaskListReadyIDs selects up to limit claimable pull tasks of a queue (pending, available at or
-	// before now), highest priority first, skipping rows another transaction has locked.
-	TaskListReadyIDs(ctx context.Context, queue string, now time.Time, limit int) ([]string, error)
+	// TaskListReadyIDs selects up to p.Limit claimable pull tasks of p.Queue (pending, available at
+	// or before p.Now), highest priority first, skipping rows another transaction has locked.
+	TaskListReadyIDs(ctx context.Context, p TaskListReadyIDsParams) ([]string, error)
 	// TaskListReadyPushIDs is TaskListReadyIDs for push tasks, of every queue.
 	TaskListReadyPushIDs(ctx context.Context, now time.Time, limit int) ([]string, error)
 	// TaskClaim is the only way into running (docs/lifecycle.md#claim): pending and available →
@@ -146,10 +146,10 @@ type AttemptWriter interface {
 
 // EventReader reads the audit trail.
 type EventReader interface {
-	// EventList returns a job's events with ID > afterID, oldest first.
-	EventList(ctx context.Context, jobID string, afterID int64, limit int) ([]*Event, error)
-	// EventListByTask is EventList narrowed to the events of one task of the job.
-	EventListByTask(ctx context.Context, jobID, taskID string, afterID int64, limit int) ([]*Event, error)
+	// EventList returns up to p.Limit events of job p.JobID with ID > p.AfterID, oldest first.
+	EventList(ctx context.Context, p EventListParams) ([]*Event, error)
+	// EventListByTask is EventList narrowed to the events of task p.TaskID of the job.
+	EventListByTask(ctx context.Context, p EventListByTaskParams) ([]*Event, error)
 }
 
 // EventWriter writes the audit trail, inside a Tx.
@@ -168,16 +168,16 @@ type OutboxReader interface {
 // OutboxWriter writes the outbox, inside a Tx.
 type OutboxWriter interface {
 	OutboxInsertMany(ctx context.Context, msgs []*OutboxMessage) error
-	// OutboxClaim selects up to limit unsent outbox messages with AvailableAt at or before now,
+	// OutboxClaim selects up to p.Limit unsent outbox messages with AvailableAt at or before p.Now,
 	// oldest (lowest ID) first, and locks them for the rest of the transaction, skipping rows
 	// another transaction holds, so that relays on several replicas never take the same message.
-	// Only messages f selects are claimed.
-	OutboxClaim(ctx context.Context, now time.Time, limit int, f OutboxFilter) ([]*OutboxMessage, error)
+	// Only messages p.Filter selects are claimed.
+	OutboxClaim(ctx context.Context, p OutboxClaimParams) ([]*OutboxMessage, error)
 	// OutboxMarkSent sets the sent time of the messages; ids that do not exist are ignored.
 	OutboxMarkSent(ctx context.Context, ids []int64, at time.Time) error
-	// OutboxRetry records a failed publish: the message's attempt count becomes attempts and it is
-	// not claimable again before nextAt. ErrNotFound if there is no such message.
-	OutboxRetry(ctx context.Context, id int64, attempts int, nextAt time.Time) error
+	// OutboxRetry records a failed publish of message p.ID: its attempt count becomes p.Attempts
+	// and it is not claimable again before p.NextAt. ErrNotFound if there is no such message.
+	OutboxRetry(ctx context.Context, p OutboxRetryParams) error
 	// OutboxDeleteSent deletes up to limit messages sent before the given time (never an unsent
 	// one) and returns how many it deleted.
 	OutboxDeleteSent(ctx context.Context, before time.Time, limit int) (int, error)
@@ -188,7 +188,7 @@ type PipelineReader interface {
 	PipelineGet(ctx context.Context, tenant, name string) (*Pipeline, error)
 	// PipelineList lists a tenant's pipelines by name.
 	PipelineList(ctx context.Context, tenant string) ([]*Pipeline, error)
-	PipelineVersionGet(ctx context.Context, tenant, name, version string) (*PipelineVersion, error)
+	PipelineVersionGet(ctx context.Context, k PipelineVersionKey) (*PipelineVersion, error)
 	// PipelineVersionList lists a pipeline's versions, newest deploy first.
 	PipelineVersionList(ctx context.Context, tenant, name string) ([]*PipelineVersion, error)
 	// PipelineTaskCounts counts the tasks of a pipeline's jobs by pipeline job and status.
@@ -197,12 +197,12 @@ type PipelineReader interface {
 	PipelineListActive(ctx context.Context) ([]*Pipeline, error)
 	// PipelineJobTasks counts the tasks of one pipeline job: all of them, and those not yet
 	// terminal (waiting, pending, running).
-	PipelineJobTasks(ctx context.Context, tenant, pipeline, job string) (total, live int, err error)
+	PipelineJobTasks(ctx context.Context, k PipelineJobKey) (total, live int, err error)
 	// PipelineJobLatest is the job of a pipeline job inserted last; ErrNotFound if it has none.
-	PipelineJobLatest(ctx context.Context, tenant, pipeline, job string) (*Job, error)
+	PipelineJobLatest(ctx context.Context, k PipelineJobKey) (*Job, error)
 	// PipelineJobsNotStarted lists the ids of the jobs of one version of a pipeline that have a
 	// waiting or pending task no attempt has started yet.
-	PipelineJobsNotStarted(ctx context.Context, tenant, name, version string) ([]string, error)
+	PipelineJobsNotStarted(ctx context.Context, k PipelineVersionKey) ([]string, error)
 	// ConsumerList lists the inputs of active pipeline versions that read the datasets of uuids.
 	ConsumerList(ctx context.Context, uuids []string) ([]*Consumer, error)
 }
@@ -230,9 +230,9 @@ type DatasetReader interface {
 	DatasetList(ctx context.Context, tenant string) ([]*Dataset, error)
 	// DatasetVersionList lists the registered versions of the datasets of uuids, oldest first.
 	DatasetVersionList(ctx context.Context, uuids ...string) ([]*DatasetVersion, error)
-	// DatasetEventListRecent lists the latest events reported on a dataset by tasks of tenant's
-	// jobs, newest first.
-	DatasetEventListRecent(ctx context.Context, tenant, uuid string, limit int) ([]*DatasetEvent, error)
+	// DatasetEventListRecent lists the latest p.Limit events reported on dataset p.DatasetUUID by
+	// tasks of p.Tenant's jobs, newest first.
+	DatasetEventListRecent(ctx context.Context, p DatasetEventListRecentParams) ([]*DatasetEvent, error)
 }
 
 // DatasetWriter writes datasets, their versions and events, inside a Tx.
@@ -255,9 +255,9 @@ type BufferReader interface {
 	BufferPublishListByTask(ctx context.Context, taskID string) ([]*BufferPublish, error)
 	// BufferPublishGet reads one publish record (locking it inside a Tx); ErrNotFound if none.
 	BufferPublishGet(ctx context.Context, id int64) (*BufferPublish, error)
-	// BufferPublishListDeadLetters returns the dead buffer publishes of a dataset with ID > afterID,
-	// oldest first.
-	BufferPublishListDeadLetters(ctx context.Context, datasetUUID string, afterID int64, limit int) ([]*BufferPublish, error)
+	// BufferPublishListDeadLetters returns up to p.Limit dead buffer publishes of dataset
+	// p.DatasetUUID with ID > p.AfterID, oldest first.
+	BufferPublishListDeadLetters(ctx context.Context, p BufferPublishListDeadLettersParams) ([]*BufferPublish, error)
 }
 
 // BufferWriter writes the Buffer Queue of buffered publishes, inside a Tx.
@@ -265,15 +265,15 @@ type BufferWriter interface {
 	// BufferPublishInsert stores a publish record; ok is false, and nothing changes, when the same
 	// (task, attempt, batch URI) was recorded before.
 	BufferPublishInsert(ctx context.Context, p *BufferPublish) (ok bool, err error)
-	// BufferPublishListClaimable selects up to limit queued publishes visible at or before now
-	// (only publish id, when id > 0), oldest first, and locks them for the rest of the
+	// BufferPublishListClaimable selects up to p.Limit queued publishes visible at or before p.Now
+	// (only publish p.ID, when p.ID > 0), oldest first, and locks them for the rest of the
 	// transaction, skipping rows another transaction holds.
-	BufferPublishListClaimable(ctx context.Context, now time.Time, id int64, limit int) ([]*BufferPublish, error)
+	BufferPublishListClaimable(ctx context.Context, p BufferPublishListClaimableParams) ([]*BufferPublish, error)
 	// BufferPublishUpdate writes a publish's queue fields: State, ReceiveCount, VisibleAt,
 	// LastError, Cursor, RowsInserted and FinishedAt. ErrNotFound if there is no such record.
 	BufferPublishUpdate(ctx context.Context, p *BufferPublish) error
-	// BufferPublishExtend sets the VisibleAt of publish id to visibleAt when it is queued and its
-	// ReceiveCount is receipt, so that only the latest receive of a message extends its claim; ok
-	// is false, and nothing changes, otherwise (also when there is no such record).
-	BufferPublishExtend(ctx context.Context, id int64, receipt int, visibleAt time.Time) (ok bool, err error)
+	// BufferPublishExtend sets the VisibleAt of publish p.ID to p.VisibleAt when it is queued and
+	// its ReceiveCount is p.Receipt, so that only the latest receive of a message extends its
+	// claim; ok is false, and nothing changes, otherwise (also when there is no such record).
+	BufferPublishExtend(ctx context.Context, p BufferPublishExtendParams) (ok bool, err error)
 }

@@ -28,6 +28,22 @@ type PipelineVersion struct {
 	CreatedAt   time.Time
 }
 
+// PipelineVersionKey identifies one version of a pipeline (Reader.PipelineVersionGet,
+// Reader.PipelineJobsNotStarted).
+type PipelineVersionKey struct {
+	Tenant   string
+	Pipeline string
+	Version  string // the content hash
+}
+
+// PipelineJobKey identifies one job of a pipeline, across its versions (Reader.PipelineJobTasks,
+// Reader.PipelineJobLatest).
+type PipelineJobKey struct {
+	Tenant   string
+	Pipeline string
+	Job      string // the job's name in the pipeline
+}
+
 // PipelineTaskCount is how many tasks of a pipeline job are in one status.
 type PipelineTaskCount struct {
 	Job    string

@@ -90,6 +90,15 @@ type WorkerSeen struct {
 	Running   int // tasks of the queue it runs now
 }
 
+// QueueStatsParams is the input of Reader.QueueStats.
+type QueueStatsParams struct {
+	Tenant string
+	// Now is the time the stats are taken at: what is ready and delayed is judged at Now.
+	Now time.Time
+	// Window is how far back before Now completions count, and claims make a worker seen.
+	Window time.Duration
+}
+
 // DeadLettered is the TaskCount.State of failed, dead-lettered tasks.
 const DeadLettered = "dead_lettered"
 
@@ -406,6 +415,28 @@ type CancelParams struct {
 	Reason string
 }
 
+// TaskListDeadLettersParams selects a page of a tenant's dead letters, newest first
+// (Reader.TaskListDeadLetters).
+type TaskListDeadLettersParams struct {
+	Tenant    string
+	BeforeSeq int64 // only tasks with Seq < BeforeSeq; 0: from the newest
+	Limit     int
+}
+
+// TaskListOldestReadyParams is the input of Reader.TaskListOldestReady.
+type TaskListOldestReadyParams struct {
+	Queue  string
+	Before time.Time // only tasks claimable since Before (AvailableAt at or before it)
+	Limit  int
+}
+
+// TaskListReadyIDsParams is the input of Tx.TaskListReadyIDs.
+type TaskListReadyIDsParams struct {
+	Queue string
+	Now   time.Time // only tasks available at or before Now
+	Limit int
+}
+
 // Attempt is one execution of a task.
 type Attempt struct {
 	TaskID     string
@@ -449,6 +480,13 @@ type DatasetEvent struct {
 	CreatedAt      time.Time
 }
 
+// DatasetEventListRecentParams is the input of Reader.DatasetEventListRecent.
+type DatasetEventListRecentParams struct {
+	Tenant      string // only events reported by tasks of this tenant's jobs
+	DatasetUUID string
+	Limit       int
+}
+
 // BufferPublish records that a task wrote a batch for the sink to load.
 type BufferPublish struct {
 	ID             int64
@@ -482,6 +520,30 @@ const (
 	BufferDead      = "dead"
 )
 
+// BufferPublishListDeadLettersParams selects a page of a dataset's dead buffer publishes,
+// oldest first (Reader.BufferPublishListDeadLetters).
+type BufferPublishListDeadLettersParams struct {
+	DatasetUUID string
+	AfterID     int64 // only publishes with ID > AfterID; 0: from the oldest
+	Limit       int
+}
+
+// BufferPublishListClaimableParams is the input of Tx.BufferPublishListClaimable.
+type BufferPublishListClaimableParams struct {
+	Now   time.Time // only publishes visible at or before Now
+	ID    int64     // when > 0, only the publish of this ID
+	Limit int
+}
+
+// BufferPublishExtendParams is the input of Tx.BufferPublishExtend.
+type BufferPublishExtendParams struct {
+	ID int64
+	// Receipt is the ReceiveCount of the claim that extends: the publish is extended only while
+	// its ReceiveCount is still Receipt.
+	Receipt   int
+	VisibleAt time.Time // the new VisibleAt
+}
+
 // Event is one audit row.
 type Event struct {
 	ID      int64
@@ -491,6 +553,22 @@ type Event struct {
 	Type    string
 	At      time.Time
 	Data    json.RawMessage
+}
+
+// EventListParams selects a page of a job's events, oldest first (Reader.EventList).
+type EventListParams struct {
+	JobID   string
+	AfterID int64 // only events with ID > AfterID; 0: from the first
+	Limit   int
+}
+
+// EventListByTaskParams selects a page of the events of one task of a job, oldest first
+// (Reader.EventListByTask).
+type EventListByTaskParams struct {
+	JobID   string
+	TaskID  string
+	AfterID int64 // only events with ID > AfterID; 0: from the first
+	Limit   int
 }
 
 // The outbox topics: what an outbox message asks of its reader.
@@ -522,6 +600,20 @@ type OutboxMessage struct {
 type OutboxFilter struct {
 	Topic  string
 	Except bool
+}
+
+// OutboxClaimParams is the input of Tx.OutboxClaim.
+type OutboxClaimParams struct {
+	Now    time.Time // only messages with AvailableAt at or before Now
+	Limit  int
+	Filter OutboxFilter // only the messages it selects
+}
+
+// OutboxRetryParams records a failed publish of an outbox message (Tx.OutboxRetry).
+type OutboxRetryParams struct {
+	ID       int64
+	Attempts int       // the message's new attempt count
+	NextAt   time.Time // not claimable again before then
 }
 
 // ListJobsParams selects a page of jobs, newest first.

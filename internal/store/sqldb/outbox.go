@@ -17,7 +17,8 @@ import (
 // OutboxClaim implements store.Tx. The rows stay locked until the transaction ends; on
 // PostgreSQL SKIP LOCKED makes a concurrent relay pass over them, on SQLite the single writer
 // serialises relays.
-func (t *tx) OutboxClaim(ctx context.Context, now time.Time, limit int, f store.OutboxFilter) ([]*store.OutboxMessage, error) {
+func (t *tx) OutboxClaim(ctx context.Context, p store.OutboxClaimParams) ([]*store.OutboxMessage, error) {
+	f := p.Filter
 	topic := ""
 	switch {
 	case f.Topic != "" && f.Except:
@@ -25,7 +26,7 @@ func (t *tx) OutboxClaim(ctx context.Context, now time.Time, limit int, f store.
 	case f.Topic != "":
 		topic = " AND topic = $3"
 	}
-	args := []any{now.UnixMilli(), limit}
+	args := []any{p.Now.UnixMilli(), p.Limit}
 	if topic != "" {
 		args = append(args, f.Topic)
 	}
@@ -89,11 +90,11 @@ func (t *tx) OutboxMarkSent(ctx context.Context, ids []int64, at time.Time) erro
 }
 
 // OutboxRetry implements store.Tx.
-func (t *tx) OutboxRetry(ctx context.Context, id int64, attempts int, nextAt time.Time) error {
+func (t *tx) OutboxRetry(ctx context.Context, p store.OutboxRetryParams) error {
 	res, err := t.exec(ctx, `UPDATE outbox SET attempts = $1, available_at = $2 WHERE id = $3`,
-		attempts, nextAt.UnixMilli(), id)
+		p.Attempts, p.NextAt.UnixMilli(), p.ID)
 	if err != nil {
-		return fmt.Errorf("retry outbox %d: %w", id, err)
+		return fmt.Errorf("retry outbox %d: %w", p.ID, err)
 	}
 	n, err := res.RowsAffected()
 	if err != nil {

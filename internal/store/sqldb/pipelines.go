@@ -49,10 +49,10 @@ func (q q) PipelineListActive(ctx context.Context) ([]*store.Pipeline, error) {
 }
 
 // PipelineJobTasks implements store.Reader.
-func (q q) PipelineJobTasks(ctx context.Context, tenant, pipeline, job string) (total, live int, err error) {
+func (q q) PipelineJobTasks(ctx context.Context, k store.PipelineJobKey) (total, live int, err error) {
 	err = q.queryRow(ctx, `SELECT COUNT(*), COALESCE(SUM(CASE WHEN t.status IN ('waiting', 'pending', 'running')
 		THEN 1 ELSE 0 END), 0) FROM jobs j JOIN tasks t ON t.job_id = j.id
-		WHERE j.tenant = $1 AND j.pipeline = $2 AND j.pipeline_job = $3`, tenant, pipeline, job).Scan(&total, &live)
+		WHERE j.tenant = $1 AND j.pipeline = $2 AND j.pipeline_job = $3`, k.Tenant, k.Pipeline, k.Job).Scan(&total, &live)
 	if err != nil {
 		return 0, 0, fmt.Errorf("pipeline job tasks: %w", err)
 	}
@@ -87,9 +87,9 @@ func scanVersion(row interface{ Scan(...any) error }) (*store.PipelineVersion, e
 }
 
 // PipelineVersionGet implements store.Reader.
-func (q q) PipelineVersionGet(ctx context.Context, tenant, name, version string) (*store.PipelineVersion, error) {
+func (q q) PipelineVersionGet(ctx context.Context, k store.PipelineVersionKey) (*store.PipelineVersion, error) {
 	return scanVersion(q.queryRow(ctx, `SELECT `+versionCols+` FROM pipeline_versions
-		WHERE tenant = $1 AND pipeline = $2 AND version = $3`, tenant, name, version))
+		WHERE tenant = $1 AND pipeline = $2 AND version = $3`, k.Tenant, k.Pipeline, k.Version))
 }
 
 // PipelineVersionList implements store.Reader.
@@ -131,10 +131,10 @@ func (q q) PipelineTaskCounts(ctx context.Context, tenant, name string) ([]*stor
 }
 
 // PipelineJobsNotStarted implements store.Reader.
-func (q q) PipelineJobsNotStarted(ctx context.Context, tenant, name, version string) ([]string, error) {
+func (q q) PipelineJobsNotStarted(ctx context.Context, k store.PipelineVersionKey) ([]string, error) {
 	return q.ids(ctx, `SELECT DISTINCT j.id FROM jobs j JOIN tasks t ON t.job_id = j.id
 		WHERE j.tenant = $1 AND j.pipeline = $2 AND j.pipeline_version = $3
-		AND t.status IN ('waiting', 'pending') AND t.attempt = 0 ORDER BY j.id`, tenant, name, version)
+		AND t.status IN ('waiting', 'pending') AND t.attempt = 0 ORDER BY j.id`, k.Tenant, k.Pipeline, k.Version)
 }
 
 const datasetCols = `uuid, tenant, producer, name, pipeline, job, output_index, current_version,
@@ -273,10 +273,10 @@ func (t *tx) DatasetVersionInsertMany(ctx context.Context, vs []*store.DatasetVe
 }
 
 // DatasetEventListRecent implements store.Reader.
-func (q q) DatasetEventListRecent(ctx context.Context, tenant, uuid string, limit int) ([]*store.DatasetEvent, error) {
+func (q q) DatasetEventListRecent(ctx context.Context, p store.DatasetEventListRecentParams) ([]*store.DatasetEvent, error) {
 	rows, err := q.query(ctx, `SELECT `+prefixed("e.", datasetEventCols)+` FROM dataset_events e
 		JOIN jobs j ON j.id = e.job_id WHERE e.dataset_uuid = $1 AND j.tenant = $2
-		ORDER BY e.id DESC LIMIT $3`, uuid, tenant, limit)
+		ORDER BY e.id DESC LIMIT $3`, p.DatasetUUID, p.Tenant, p.Limit)
 	if err != nil {
 		return nil, fmt.Errorf("recent dataset events: %w", err)
 	}

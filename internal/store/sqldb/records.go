@@ -97,9 +97,9 @@ func (t *tx) AttemptPutMany(ctx context.Context, as []*store.Attempt) error {
 }
 
 // EventList implements store.Reader.
-func (q q) EventList(ctx context.Context, jobID string, afterID int64, limit int) ([]*store.Event, error) {
+func (q q) EventList(ctx context.Context, p store.EventListParams) ([]*store.Event, error) {
 	rows, err := q.query(ctx, `SELECT id, job_id, task_id, task_key, type, at, data
-		FROM events WHERE job_id = $1 AND id > $2 ORDER BY id LIMIT $3`, jobID, afterID, limit)
+		FROM events WHERE job_id = $1 AND id > $2 ORDER BY id LIMIT $3`, p.JobID, p.AfterID, p.Limit)
 	if err != nil {
 		return nil, fmt.Errorf("list events: %w", err)
 	}
@@ -108,12 +108,12 @@ func (q q) EventList(ctx context.Context, jobID string, afterID int64, limit int
 
 // EventListByTask implements store.Reader. The job's condition lets the query walk the job's
 // events index: events have no index by task, which would cost every transition a write.
-func (q q) EventListByTask(ctx context.Context, jobID, taskID string, afterID int64, limit int) ([]*store.Event, error) {
-	if taskID == "" { // job events have no task id: they are not a task's
+func (q q) EventListByTask(ctx context.Context, p store.EventListByTaskParams) ([]*store.Event, error) {
+	if p.TaskID == "" { // job events have no task id: they are not a task's
 		return nil, nil
 	}
 	rows, err := q.query(ctx, `SELECT id, job_id, task_id, task_key, type, at, data
-		FROM events WHERE job_id = $1 AND task_id = $2 AND id > $3 ORDER BY id LIMIT $4`, jobID, taskID, afterID, limit)
+		FROM events WHERE job_id = $1 AND task_id = $2 AND id > $3 ORDER BY id LIMIT $4`, p.JobID, p.TaskID, p.AfterID, p.Limit)
 	if err != nil {
 		return nil, fmt.Errorf("list task events: %w", err)
 	}

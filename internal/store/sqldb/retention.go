@@ -216,7 +216,7 @@ func (t *tx) deleteIn(ctx context.Context, table, col string, ids []string) (int
 }
 
 // PipelineJobLatest implements store.Reader.
-func (q q) PipelineJobLatest(ctx context.Context, tenant, pipeline, job string) (*store.Job, error) {
+func (q q) PipelineJobLatest(ctx context.Context, k store.PipelineJobKey) (*store.Job, error) {
 	return scanJob(q.queryRow(ctx, `SELECT `+jobCols+` FROM jobs WHERE tenant = $1 AND pipeline = $2
-		AND pipeline_job = $3 ORDER BY seq DESC LIMIT 1`, tenant, pipeline, job))
+		AND pipeline_job = $3 ORDER BY seq DESC LIMIT 1`, k.Tenant, k.Pipeline, k.Job))
 }

@@ -6,7 +6,6 @@ import (
 	"database/sql"
 	"fmt"
 	"slices"
-	"time"
 
 	"github.com/baton-dev/baton/internal/lifecycle"
 	"github.com/baton-dev/baton/internal/store"
@@ -59,7 +58,7 @@ const (
 )
 
 // QueueStats implements store.Reader.
-func (q q) QueueStats(ctx context.Context, tenant string, now time.Time, window time.Duration) (*store.QueueStats, error) {
+func (q q) QueueStats(ctx context.Context, p store.QueueStatsParams) (*store.QueueStats, error) {
 	byQueue := map[string]*store.QueueStat{}
 	stat := func(queue string) *store.QueueStat {
 		s, ok := byQueue[queue]
@@ -69,8 +68,8 @@ func (q q) QueueStats(ctx context.Context, tenant string, now time.Time, window 
 		}
 		return s
 	}
-	since := now.Add(-window).UnixMilli()
-	if err := q.each(ctx, statsPending, []any{tenant, now.UnixMilli()}, func(rows *sql.Rows) error {
+	since := p.Now.Add(-p.Window).UnixMilli()
+	if err := q.each(ctx, statsPending, []any{p.Tenant, p.Now.UnixMilli()}, func(rows *sql.Rows) error {
 		var queue string
 		var ready, delayed int
 		var oldest sql.NullInt64
@@ -88,9 +87,9 @@ func (q q) QueueStats(ctx context.Context, tenant string, now time.Time, window 
 		args  []any
 		field func(*store.QueueStat) *int
 	}{
-		{statsRunning, []any{tenant}, func(s *store.QueueStat) *int { return &s.Running }},
-		{statsDead, []any{tenant}, func(s *store.QueueStat) *int { return &s.DeadLettered }},
-		{statsCompleted, []any{tenant, since}, func(s *store.QueueStat) *int { return &s.Completed }},
+		{statsRunning, []any{p.Tenant}, func(s *store.QueueStat) *int { return &s.Running }},
+		{statsDead, []any{p.Tenant}, func(s *store.QueueStat) *int { return &s.DeadLettered }},
+		{statsCompleted, []any{p.Tenant, since}, func(s *store.QueueStat) *int { return &s.Completed }},
 	}
 	for _, c := range counts {
 		if err := q.each(ctx, c.query, c.args, func(rows *sql.Rows) error {
@@ -106,7 +105,7 @@ func (q q) QueueStats(ctx context.Context, tenant string, now time.Time, window 
 		}
 	}
 	res := &store.QueueStats{}
-	if err := q.each(ctx, statsWorkers, []any{tenant, since}, func(rows *sql.Rows) error {
+	if err := q.each(ctx, statsWorkers, []any{p.Tenant, since}, func(rows *sql.Rows) error {
 		var w store.WorkerSeen
 		var last sql.NullInt64
 		if err := rows.Scan(&w.WorkerID, &w.Queue, &last, &w.Running); err != nil {

@@ -213,11 +213,11 @@ func (q q) TaskParentOutputsMany(ctx context.Context, taskIDs []string) (map[str
 const deadLettered = "t.status = 'failed' AND t.dead_lettered_at IS NOT NULL"
 
 // TaskListDeadLetters implements store.Reader.
-func (q q) TaskListDeadLetters(ctx context.Context, tenant string, beforeSeq int64, limit int) ([]*store.Task, error) {
+func (q q) TaskListDeadLetters(ctx context.Context, p store.TaskListDeadLettersParams) ([]*store.Task, error) {
 	rows, err := q.query(ctx, `SELECT `+prefixed("t.", taskCols)+` FROM tasks t
 		JOIN jobs j ON j.id = t.job_id
 		WHERE j.tenant = $1 AND `+deadLettered+`
-		AND (CAST($2 AS BIGINT) = 0 OR t.seq < $2) ORDER BY t.seq DESC LIMIT $3`, tenant, beforeSeq, limit)
+		AND (CAST($2 AS BIGINT) = 0 OR t.seq < $2) ORDER BY t.seq DESC LIMIT $3`, p.Tenant, p.BeforeSeq, p.Limit)
 	if err != nil {
 		return nil, fmt.Errorf("list dead letters: %w", err)
 	}
@@ -321,12 +321,12 @@ func (q q) TaskCounts(ctx context.Context) ([]store.TaskCount, error) {
 }
 
 // TaskListOldestReady implements store.Reader.
-func (q q) TaskListOldestReady(ctx context.Context, queue string, before time.Time, limit int) ([]string, error) {
+func (q q) TaskListOldestReady(ctx context.Context, p store.TaskListOldestReadyParams) ([]string, error) {
 	ids, err := q.ids(ctx, `SELECT id FROM tasks WHERE status = 'pending' AND queue = $1
 		AND runtime = 'pull' AND available_at <= $2 ORDER BY available_at, seq LIMIT $3`,
-		queue, before.UnixMilli(), limit)
+		p.Queue, p.Before.UnixMilli(), p.Limit)
 	if err != nil {
-		return nil, fmt.Errorf("oldest ready of %s: %w", queue, err)
+		return nil, fmt.Errorf("oldest ready of %s: %w", p.Queue, err)
 	}
 	return ids, nil
 }
@@ -411,12 +411,12 @@ const notAtCap = ` AND (concurrency_key IS NULL OR concurrency_limit > (SELECT C
 		WHERE r.concurrency_key = tasks.concurrency_key AND r.status = 'running'))`
 
 // TaskListReadyIDs implements store.Tx.
-func (t *tx) TaskListReadyIDs(ctx context.Context, queue string, now time.Time, limit int) ([]string, error) {
+func (t *tx) TaskListReadyIDs(ctx context.Context, p store.TaskListReadyIDsParams) ([]string, error) {
 	ids, err := t.ids(ctx, `SELECT id FROM tasks WHERE status = 'pending' AND queue = $1
 		AND available_at <= $2 AND runtime = 'pull'`+notAtCap+` ORDER BY priority DESC, available_at, seq LIMIT $3`+t.d.LockSkip,
-		queue, now.UnixMilli(), limit)
+		p.Queue, p.Now.UnixMilli(), p.Limit)
 	if err != nil {
-		return nil, fmt.Errorf("ready tasks of %s: %w", queue, err)
+		return nil, fmt.Errorf("ready tasks of %s: %w", p.Queue, err)
 	}
 	return ids, nil
 }

@@ -144,9 +144,9 @@ func (q q) BufferPublishGet(ctx context.Context, id int64) (*store.BufferPublish
 }
 
 // BufferPublishListDeadLetters implements store.Reader.
-func (q q) BufferPublishListDeadLetters(ctx context.Context, datasetUUID string, afterID int64, limit int) ([]*store.BufferPublish, error) {
+func (q q) BufferPublishListDeadLetters(ctx context.Context, p store.BufferPublishListDeadLettersParams) ([]*store.BufferPublish, error) {
 	rows, err := q.query(ctx, `SELECT `+bufferPublishCols+` FROM buffer_publishes
-		WHERE dataset_uuid = $1 AND state = 'dead' AND id > $2 ORDER BY id LIMIT $3`, datasetUUID, afterID, limit)
+		WHERE dataset_uuid = $1 AND state = 'dead' AND id > $2 ORDER BY id LIMIT $3`, p.DatasetUUID, p.AfterID, p.Limit)
 	if err != nil {
 		return nil, fmt.Errorf("list buffer dead letters: %w", err)
 	}
@@ -154,12 +154,12 @@ func (q q) BufferPublishListDeadLetters(ctx context.Context, datasetUUID string,
 }
 
 // BufferPublishListClaimable implements store.Tx.
-func (t *tx) BufferPublishListClaimable(ctx context.Context, now time.Time, id int64, limit int) ([]*store.BufferPublish, error) {
+func (t *tx) BufferPublishListClaimable(ctx context.Context, p store.BufferPublishListClaimableParams) ([]*store.BufferPublish, error) {
 	where := ""
-	args := []any{now.UnixMilli(), limit}
-	if id > 0 {
+	args := []any{p.Now.UnixMilli(), p.Limit}
+	if p.ID > 0 {
 		where = " AND id = $3"
-		args = append(args, id)
+		args = append(args, p.ID)
 	}
 	rows, err := t.query(ctx, `SELECT `+bufferPublishCols+` FROM buffer_publishes
 		WHERE state = 'queued' AND visible_at <= $1`+where+` ORDER BY visible_at, id LIMIT $2`+t.d.LockSkip, args...)
@@ -186,15 +186,15 @@ func (t *tx) BufferPublishUpdate(ctx context.Context, p *store.BufferPublish) er
 
 // BufferPublishExtend implements store.Tx: one conditional update, so that the check of the
 // receipt and the write cannot be split by another claim.
-func (t *tx) BufferPublishExtend(ctx context.Context, id int64, receipt int, visibleAt time.Time) (bool, error) {
+func (t *tx) BufferPublishExtend(ctx context.Context, p store.BufferPublishExtendParams) (bool, error) {
 	res, err := t.exec(ctx, `UPDATE buffer_publishes SET visible_at = $3
-		WHERE id = $1 AND state = 'queued' AND receive_count = $2`, id, receipt, visibleAt.UnixMilli())
+		WHERE id = $1 AND state = 'queued' AND receive_count = $2`, p.ID, p.Receipt, p.VisibleAt.UnixMilli())
 	if err != nil {
-		return false, fmt.Errorf("extend buffer publish %d: %w", id, err)
+		return false, fmt.Errorf("extend buffer publish %d: %w", p.ID, err)
 	}
 	n, err := res.RowsAffected()
 	if err != nil {
-		return false, fmt.Errorf("extend buffer publish %d: %w", id, err)
+		return false, fmt.Errorf("extend buffer publish %d: %w", p.ID, err)
 	}
 	return n == 1, nil
 }

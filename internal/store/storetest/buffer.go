@@ -52,7 +52,7 @@ func testExtendBufferPublishIsFencedByTheReceipt(t *testing.T, st store.Store) {
 		var ok bool
 		inTx(t, st, func(tx store.Tx) error {
 			var err error
-			ok, err = tx.BufferPublishExtend(ctx, id, receipt, until)
+			ok, err = tx.BufferPublishExtend(ctx, store.BufferPublishExtendParams{ID: id, Receipt: receipt, VisibleAt: until})
 			return err
 		})
 		return ok
@@ -172,7 +172,7 @@ func claimable(t testing.TB, st store.Store, now time.Time, id int64, limit int)
 	var out []*store.BufferPublish
 	err := st.InTx(t.Context(), func(tx store.Tx) error {
 		var err error
-		if out, err = tx.BufferPublishListClaimable(t.Context(), now, id, limit); err != nil {
+		if out, err = tx.BufferPublishListClaimable(t.Context(), store.BufferPublishListClaimableParams{Now: now, ID: id, Limit: limit}); err != nil {
 			return err
 		}
 		return rollback
@@ -341,7 +341,7 @@ func testClaimableBufferPublishesSkipsHeldRows(t *testing.T, st store.Store) {
 	)
 	err := st.InTx(ctx, func(tx store.Tx) error {
 		var err error
-		if held, err = tx.BufferPublishListClaimable(ctx, t0, 0, 1); err != nil {
+		if held, err = tx.BufferPublishListClaimable(ctx, store.BufferPublishListClaimableParams{Now: t0, Limit: 1}); err != nil {
 			return err
 		}
 		started = true
@@ -349,10 +349,10 @@ func testClaimableBufferPublishesSkipsHeldRows(t *testing.T, st store.Store) {
 			defer close(done)
 			otherErr = st.InTx(ctx, func(tx store.Tx) error {
 				var err error
-				if all, err = tx.BufferPublishListClaimable(ctx, t0, 0, 10); err != nil {
+				if all, err = tx.BufferPublishListClaimable(ctx, store.BufferPublishListClaimableParams{Now: t0, Limit: 10}); err != nil {
 					return err
 				}
-				if byID, err = tx.BufferPublishListClaimable(ctx, t0, first.ID, 10); err != nil {
+				if byID, err = tx.BufferPublishListClaimable(ctx, store.BufferPublishListClaimableParams{Now: t0, ID: first.ID, Limit: 10}); err != nil {
 					return err
 				}
 				return rollback
@@ -470,7 +470,7 @@ func testListBufferDeadLetters(t *testing.T, st store.Store) {
 
 	list := func(dataset string, after int64, limit int) []*store.BufferPublish {
 		t.Helper()
-		ps, err := st.BufferPublishListDeadLetters(ctx, dataset, after, limit)
+		ps, err := st.BufferPublishListDeadLetters(ctx, store.BufferPublishListDeadLettersParams{DatasetUUID: dataset, AfterID: after, Limit: limit})
 		if err != nil {
 			t.Fatalf("ListBufferDeadLetters(%s, %d, %d): %v", dataset, after, limit, err)
 		}

@@ -271,7 +271,7 @@ func testListDeadLetters(t *testing.T, st store.Store) {
 
 	list := func(tenant string, before int64, limit int) []*store.Task {
 		t.Helper()
-		tasks, err := st.TaskListDeadLetters(ctx, tenant, before, limit)
+		tasks, err := st.TaskListDeadLetters(ctx, store.TaskListDeadLettersParams{Tenant: tenant, BeforeSeq: before, Limit: limit})
 		if err != nil {
 			t.Fatalf("ListDeadLetters: %v", err)
 		}

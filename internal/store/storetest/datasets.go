@@ -515,7 +515,7 @@ func testDatasetEvents(t *testing.T, st store.Store) {
 
 	recent := func(tenant, dataset string, limit int) []*store.DatasetEvent {
 		t.Helper()
-		es, err := st.DatasetEventListRecent(ctx, tenant, dataset, limit)
+		es, err := st.DatasetEventListRecent(ctx, store.DatasetEventListRecentParams{Tenant: tenant, DatasetUUID: dataset, Limit: limit})
 		if err != nil {
 			t.Fatalf("RecentDatasetEvents(%s, %s, %d): %v", tenant, dataset, limit, err)
 		}

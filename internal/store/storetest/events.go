@@ -147,7 +147,7 @@ func testListTaskEvents(t *testing.T, st store.Store) {
 
 	list := func(jobID, taskID string, after int64, limit int) []*store.Event {
 		t.Helper()
-		evs, err := st.EventListByTask(ctx, jobID, taskID, after, limit)
+		evs, err := st.EventListByTask(ctx, store.EventListByTaskParams{JobID: jobID, TaskID: taskID, AfterID: after, Limit: limit})
 		if err != nil {
 			t.Fatalf("ListTaskEvents(%s, %s, %d, %d): %v", jobID, taskID, after, limit, err)
 		}

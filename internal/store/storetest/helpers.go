@@ -191,7 +191,7 @@ func readyIDs(t *testing.T, st store.Store, queue string, now time.Time, limit i
 	var ids []string
 	inTx(t, st, func(tx store.Tx) error {
 		var err error
-		ids, err = tx.TaskListReadyIDs(t.Context(), queue, now, limit)
+		ids, err = tx.TaskListReadyIDs(t.Context(), store.TaskListReadyIDsParams{Queue: queue, Now: now, Limit: limit})
 		return err
 	})
 	return ids
@@ -221,7 +221,7 @@ func sortedStrings(s []string) []string {
 
 func listEvents(t *testing.T, st store.Reader, jobID string, after int64, limit int) []*store.Event {
 	t.Helper()
-	evs, err := st.EventList(t.Context(), jobID, after, limit)
+	evs, err := st.EventList(t.Context(), store.EventListParams{JobID: jobID, AfterID: after, Limit: limit})
 	if err != nil {
 		t.Fatalf("ListEvents(%s, %d, %d): %v", jobID, after, limit, err)
 	}

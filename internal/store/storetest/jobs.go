@@ -262,7 +262,7 @@ func testCursorsAreInt64(t *testing.T, st store.Store) {
 	mutate(t, st, ts["f"].ID, func(tk *store.Task) {
 		tk.Status, tk.FinishedAt, tk.DeadLetteredAt = lifecycle.Failed, t0, t0
 	})
-	dead, err := st.TaskListDeadLetters(ctx, "tenant", big, 10)
+	dead, err := st.TaskListDeadLetters(ctx, store.TaskListDeadLettersParams{Tenant: "tenant", BeforeSeq: big, Limit: 10})
 	if err != nil {
 		t.Errorf("ListDeadLetters(beforeSeq 2^40): %v", err)
 	} else {
@@ -275,7 +275,7 @@ func testCursorsAreInt64(t *testing.T, st store.Store) {
 		}
 		return tx.OutboxInsertMany(ctx, []*store.OutboxMessage{{Topic: "x", Payload: json.RawMessage(`{}`), AvailableAt: t0, CreatedAt: t0}})
 	})
-	if evs, err := st.EventList(ctx, job.ID, big, 10); err != nil || len(evs) != 0 {
+	if evs, err := st.EventList(ctx, store.EventListParams{JobID: job.ID, AfterID: big, Limit: 10}); err != nil || len(evs) != 0 {
 		t.Errorf("ListEvents(after 2^40) = %d events, %v; want none", len(evs), err)
 	}
 	if msgs, err := st.OutboxListAfter(ctx, big, 10); err != nil || len(msgs) != 0 {

@@ -69,7 +69,7 @@ func claimOutbox(t *testing.T, st store.Store, now time.Time, limit int) []*stor
 	var out []*store.OutboxMessage
 	err := st.InTx(t.Context(), func(tx store.Tx) error {
 		var err error
-		if out, err = tx.OutboxClaim(t.Context(), now, limit, store.OutboxFilter{}); err != nil {
+		if out, err = tx.OutboxClaim(t.Context(), store.OutboxClaimParams{Now: now, Limit: limit}); err != nil {
 			return err
 		}
 		return rollback
@@ -121,7 +121,9 @@ func testOutboxRelayQueries(t *testing.T, st store.Store) {
 	}
 
 	// A retry sets the attempts and postpones the message.
-	inTx(t, st, func(tx store.Tx) error { return tx.OutboxRetry(ctx, b, 3, at(2*time.Minute)) })
+	inTx(t, st, func(tx store.Tx) error {
+		return tx.OutboxRetry(ctx, store.OutboxRetryParams{ID: b, Attempts: 3, NextAt: at(2 * time.Minute)})
+	})
 	if got := claimOutbox(t, st, at(time.Minute), 10); !slices.Equal(outboxIDs(got), []int64{c}) {
 		t.Errorf("ClaimOutbox before the retry time = %v, want [%d]", outboxIDs(got), c)
 	}
@@ -132,7 +134,9 @@ func testOutboxRelayQueries(t *testing.T, st store.Store) {
 	if got[0].Attempts != 3 || !got[0].AvailableAt.Equal(at(2*time.Minute)) {
 		t.Errorf("retried message: attempts %d, available at %v; want 3, %v", got[0].Attempts, got[0].AvailableAt, at(2*time.Minute))
 	}
-	err := st.InTx(ctx, func(tx store.Tx) error { return tx.OutboxRetry(ctx, 1<<40, 1, t0) })
+	err := st.InTx(ctx, func(tx store.Tx) error {
+		return tx.OutboxRetry(ctx, store.OutboxRetryParams{ID: 1 << 40, Attempts: 1, NextAt: t0})
+	})
 	if !errors.Is(err, store.ErrNotFound) {
 		t.Errorf("RetryOutbox(unknown) = %v, want ErrNotFound", err)
 	}

@@ -218,7 +218,7 @@ func testPipelineVersions(t *testing.T, st store.Store) {
 	}
 	get := func(tenant, pipeline, version string) *store.PipelineVersion {
 		t.Helper()
-		v, err := st.PipelineVersionGet(ctx, tenant, pipeline, version)
+		v, err := st.PipelineVersionGet(ctx, store.PipelineVersionKey{Tenant: tenant, Pipeline: pipeline, Version: version})
 		if err != nil {
 			t.Fatalf("GetPipelineVersion(%s, %s, %s): %v", tenant, pipeline, version, err)
 		}
@@ -265,9 +265,14 @@ func testPipelineVersions(t *testing.T, st store.Store) {
 	checkIDs(t, "ListPipelineVersions(acme, report)", versionNames(list("acme", "report")), []string{"v-a"})
 	checkIDs(t, "ListPipelineVersions(acme, nothing)", versionNames(list("acme", "nothing")), nil)
 
-	for _, k := range [][3]string{{"globex", "etl", "v-b"}, {"acme", "etl", "v-z"}, {"acme", "nothing", "v-a"}, {"initech", "etl", "v-a"}} {
-		if v, err := st.PipelineVersionGet(ctx, k[0], k[1], k[2]); !errors.Is(err, store.ErrNotFound) {
-			t.Errorf("GetPipelineVersion(%s, %s, %s) = %v, %v; want ErrNotFound", k[0], k[1], k[2], v, err)
+	for _, k := range []store.PipelineVersionKey{
+		{Tenant: "globex", Pipeline: "etl", Version: "v-b"},
+		{Tenant: "acme", Pipeline: "etl", Version: "v-z"},
+		{Tenant: "acme", Pipeline: "nothing", Version: "v-a"},
+		{Tenant: "initech", Pipeline: "etl", Version: "v-a"},
+	} {
+		if v, err := st.PipelineVersionGet(ctx, k); !errors.Is(err, store.ErrNotFound) {
+			t.Errorf("GetPipelineVersion(%s, %s, %s) = %v, %v; want ErrNotFound", k.Tenant, k.Pipeline, k.Version, v, err)
 		}
 	}
 }
@@ -504,7 +509,7 @@ func testPipelineJobQueries(t *testing.T, st store.Store) {
 		{"acme", "etl", "nothing", 0, 0},
 		{"initech", "etl", "extract", 0, 0},
 	} {
-		total, live, err := st.PipelineJobTasks(ctx, c.tenant, c.pipeline, c.job)
+		total, live, err := st.PipelineJobTasks(ctx, store.PipelineJobKey{Tenant: c.tenant, Pipeline: c.pipeline, Job: c.job})
 		if err != nil || total != c.total || live != c.live {
 			t.Errorf("PipelineJobTasks(%s, %s, %s) = %d, %d, %v; want %d, %d", c.tenant, c.pipeline, c.job, total, live, err, c.total, c.live)
 		}
@@ -519,16 +524,20 @@ func testPipelineJobQueries(t *testing.T, st store.Store) {
 		{"acme", "etl", "load", partly},
 		{"globex", "etl", "extract", theirs},
 	} {
-		j, err := st.PipelineJobLatest(ctx, c.tenant, c.pipeline, c.job)
+		j, err := st.PipelineJobLatest(ctx, store.PipelineJobKey{Tenant: c.tenant, Pipeline: c.pipeline, Job: c.job})
 		if err != nil {
 			t.Errorf("LatestPipelineJob(%s, %s, %s): %v", c.tenant, c.pipeline, c.job, err)
 			continue
 		}
 		checkSame(t, "LatestPipelineJob("+c.tenant+", "+c.pipeline+", "+c.job+")", getJob(t, st, c.want.ID), j)
 	}
-	for _, k := range [][3]string{{"acme", "etl", "nothing"}, {"initech", "etl", "extract"}, {"acme", "nothing", "extract"}} {
-		if j, err := st.PipelineJobLatest(ctx, k[0], k[1], k[2]); !errors.Is(err, store.ErrNotFound) {
-			t.Errorf("LatestPipelineJob(%s, %s, %s) = %v, %v; want ErrNotFound", k[0], k[1], k[2], j, err)
+	for _, k := range []store.PipelineJobKey{
+		{Tenant: "acme", Pipeline: "etl", Job: "nothing"},
+		{Tenant: "initech", Pipeline: "etl", Job: "extract"},
+		{Tenant: "acme", Pipeline: "nothing", Job: "extract"},
+	} {
+		if j, err := st.PipelineJobLatest(ctx, k); !errors.Is(err, store.ErrNotFound) {
+			t.Errorf("LatestPipelineJob(%s, %s, %s) = %v, %v; want ErrNotFound", k.Tenant, k.Pipeline, k.Job, j, err)
 		}
 	}
 
@@ -542,7 +551,7 @@ func testPipelineJobQueries(t *testing.T, st store.Store) {
 		{"globex", "etl", "v1", []string{theirs.ID}},
 		{"acme", "etl", "v9", nil},
 	} {
-		ids, err := st.PipelineJobsNotStarted(ctx, c.tenant, c.pipeline, c.version)
+		ids, err := st.PipelineJobsNotStarted(ctx, store.PipelineVersionKey{Tenant: c.tenant, Pipeline: c.pipeline, Version: c.version})
 		if err != nil {
 			t.Fatalf("PipelineJobsNotStarted(%s, %s, %s): %v", c.tenant, c.pipeline, c.version, err)
 		}

@@ -104,7 +104,7 @@ func checkGone(t *testing.T, st store.Store, what string, e *expirable) {
 	if _, err := st.JobGet(ctx, e.job.ID); !errors.Is(err, store.ErrNotFound) {
 		t.Errorf("%s: job still there (err %v)", what, err)
 	}
-	if evs, err := st.EventList(ctx, e.job.ID, 0, 100); err != nil || len(evs) != 0 {
+	if evs, err := st.EventList(ctx, store.EventListParams{JobID: e.job.ID, Limit: 100}); err != nil || len(evs) != 0 {
 		t.Errorf("%s: events = %d, %v; want none", what, len(evs), err)
 	}
 	for _, tk := range e.tasks {
@@ -131,7 +131,7 @@ func checkKept(t *testing.T, st store.Store, what string, e *expirable) {
 		t.Errorf("%s: job gone: %v", what, err)
 		return
 	}
-	if evs, err := st.EventList(ctx, e.job.ID, 0, 100); err != nil || len(evs) != 3 {
+	if evs, err := st.EventList(ctx, store.EventListParams{JobID: e.job.ID, Limit: 100}); err != nil || len(evs) != 3 {
 		t.Errorf("%s: events = %d, %v; want 3", what, len(evs), err)
 	}
 	for _, tk := range e.tasks {
@@ -287,11 +287,11 @@ func testRetentionKeepsLatestJobOfPipelineJob(t *testing.T, st store.Store) {
 	if _, err := st.JobGet(t.Context(), other.ID); err != nil {
 		t.Errorf("the only job of etl/load: %v", err)
 	}
-	latest, err := st.PipelineJobLatest(t.Context(), "acme", "etl", "extract")
+	latest, err := st.PipelineJobLatest(t.Context(), store.PipelineJobKey{Tenant: "acme", Pipeline: "etl", Job: "extract"})
 	if err != nil || latest.ID != pipelineRuns[2].ID {
 		t.Errorf("LatestPipelineJob = %v, %v; want %s", latest, err, pipelineRuns[2].ID)
 	}
-	if _, err := st.PipelineJobLatest(t.Context(), "acme", "etl", "nothing"); !errors.Is(err, store.ErrNotFound) {
+	if _, err := st.PipelineJobLatest(t.Context(), store.PipelineJobKey{Tenant: "acme", Pipeline: "etl", Job: "nothing"}); !errors.Is(err, store.ErrNotFound) {
 		t.Errorf("LatestPipelineJob of a job with no runs: %v, want ErrNotFound", err)
 	}
 }

@@ -66,7 +66,7 @@ func testQueueStats(t *testing.T, st store.Store) {
 	ots = seed(t, st, other, inQueue(newTask(other.ID, "theirs"), "alpha", t0), inQueue(newTask(other.ID, "running"), "alpha", t0))
 	claim(t, st, ots["running"].ID, at(30*time.Second), "w5")
 
-	got, err := st.QueueStats(t.Context(), "tenant-a", now, window)
+	got, err := st.QueueStats(t.Context(), store.QueueStatsParams{Tenant: "tenant-a", Now: now, Window: window})
 	if err != nil {
 		t.Fatalf("QueueStats: %v", err)
 	}
@@ -81,7 +81,7 @@ func testQueueStats(t *testing.T, st store.Store) {
 		},
 	}, got)
 
-	if got, err = st.QueueStats(t.Context(), "tenant-c", now, window); err != nil || len(got.Queues)+len(got.Workers) != 0 {
+	if got, err = st.QueueStats(t.Context(), store.QueueStatsParams{Tenant: "tenant-c", Now: now, Window: window}); err != nil || len(got.Queues)+len(got.Workers) != 0 {
 		t.Errorf("QueueStats(tenant-c) = %+v, %v; want nothing", got, err)
 	}
 }
