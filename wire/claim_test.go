@@ -33,6 +33,7 @@ func TestTimesOnTheWire(t *testing.T) {
 		{in: `"2026-03-04T04:06:07Z"`, want: at.Truncate(time.Second)},
 		{in: `"2026-03-04T04:06:07.890Z"`, want: at},
 		{in: `"2026-03-04T05:06:07.89+01:00"`, want: at},
+		{in: `"2026-03-04T04:06:07.89\u0030Z"`, want: at}, // an escaped character is decoded first
 		{in: `null`},
 		{in: `"yesterday"`, bad: true},
 		{in: `12`, bad: true},
