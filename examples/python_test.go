@@ -150,7 +150,102 @@ func TestPythonExamples(t *testing.T) {
 		}
 	})
 
+	t.Run("task_scoped_rows", func(t *testing.T) { testTaskScopedRows(t, bin, py, script) })
+
 	t.Run("sink", func(t *testing.T) { testSink(t, bin, py, script) })
+}
+
+// rowsPipeline is sinkPipeline with a consumer, run by task_scoped.py, that reads the high rows.
+const rowsPipeline = `name: py_rows
+jobs:
+  - name: emit
+    activation: source
+    runtime: ecs_platform
+    operator: py-emit
+    outputs: 1
+    source: {kind: manual}
+  - name: read
+    activation: reactive
+    runtime: ecs_platform
+    operator: py-scoped-rows
+    outputs: 0
+    inputs:
+      - from: {dataset: py_rows_alerts}
+        where: {severity: high}
+publish:
+  py_rows_alerts:
+    from: {job: emit, output: 0}
+    write_mode: buffered
+    schema:
+      columns:
+        - {name: dedupe_key, type: string, required: true}
+        - {name: severity, type: string, required: true}
+      unique: [dedupe_key]
+    filter_fields: [severity]
+`
+
+// testTaskScopedRows has buffer_publisher.py publish a batch, Baton's own sink load it and the
+// router start the consumer, which task_scoped.py runs under the wrapper: with only its
+// capability token, it must read exactly the batch's high rows through
+// GET /v1/task/datasets/{dataset}/rows.
+func testTaskScopedRows(t *testing.T, bin, py string, script func(string) string) {
+	d := startDev(t, bin, "--sink=true")
+	childDir, err := os.MkdirTemp("", "py-scoped-rows-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(childDir) })
+	src, err := os.ReadFile(script("task_scoped.py"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	child := filepath.Join(childDir, "task_scoped.py")
+	if err := os.WriteFile(child, src, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(childDir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if status, deployed := apiCall(t, d, "POST", "/pipelines", "application/yaml", rowsPipeline); status != http.StatusCreated {
+		t.Fatalf("deploy: %d %v", status, deployed)
+	}
+	w := start(t, exec.Command(bin, "worker", "--task", "py-scoped-rows", "--exec", "python3 "+child,
+		"--internal-url", "http://"+d.internal, "--url", "http://"+d.public, "--worker-id", "py-rows-wrapper"), nil)
+	defer w.stop()
+	status, run := apiCall(t, d, "POST", "/pipelines/py_rows/jobs/emit/run", "application/json",
+		`{"batches":[[{"dedupe_key":"r1","severity":"high"},{"dedupe_key":"r2","severity":"low"},{"dedupe_key":"r3","severity":"high"}]]}`)
+	if status != http.StatusCreated {
+		t.Fatalf("run: %d %v", status, run)
+	}
+	env := []string{"BATON_INTERNAL_URL=http://" + d.internal, "BATON_BLOB_URL=file://" + filepath.Join(d.dataDir, "blobs") + "/"}
+	runPython(t, py, env, 0, script("buffer_publisher.py"), "--task-id", run["task_id"].(string))
+
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		_, list := apiCall(t, d, "GET", "/jobs?limit=100", "", "")
+		for _, raw := range list["jobs"].([]any) {
+			j := raw.(map[string]any)
+			if j["name"] != "py_rows.read" || j["status"] != "completed" {
+				continue
+			}
+			_, job := apiCall(t, d, "GET", "/jobs/"+j["jobId"].(string), "", "")
+			out, _ := json.Marshal(job["tasks"].([]any)[0].(map[string]any)["output"])
+			var got struct {
+				Outputs []struct {
+					Rows map[string][]string `json:"rows"`
+				} `json:"outputs"`
+			}
+			if err := json.Unmarshal(out, &got); err != nil || len(got.Outputs) != 1 ||
+				!reflect.DeepEqual(got.Outputs[0].Rows, map[string][]string{"py_rows_alerts": {"r1", "r3"}}) {
+				t.Fatalf("the consumer's output %s (%v); want the rows r1 and r3 of py_rows_alerts", out, err)
+			}
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no completed py_rows.read job within 30 s: %v", list["jobs"])
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 }
 
 // sinkPipeline has one manual source job whose output 0 is the buffered dataset py_sink_alerts.

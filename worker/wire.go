@@ -84,13 +84,29 @@ func (w *Worker) postWith(ctx context.Context, timeout time.Duration, path strin
 	if err != nil {
 		return fmt.Errorf("baton worker: %s: encode the request: %w", path, err)
 	}
+	return w.request(ctx, timeout, http.MethodPost, path, header, raw, out)
+}
+
+// getWith GETs path (with its query) with extra request headers and decodes the answer into out.
+func (w *Worker) getWith(ctx context.Context, timeout time.Duration, path string, header []string, out any) error {
+	return w.request(ctx, timeout, http.MethodGet, path, header, nil, out)
+}
+
+// request sends one request of the internal dialect: a JSON body unless it is nil.
+func (w *Worker) request(ctx context.Context, timeout time.Duration, method, path string, header []string, raw []byte, out any) error {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, w.url+path, bytes.NewReader(raw))
+	var body io.Reader
+	if raw != nil {
+		body = bytes.NewReader(raw)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, w.url+path, body)
 	if err != nil {
 		return fmt.Errorf("baton worker: %s: %w", path, err)
 	}
-	req.Header.Set("Content-Type", "application/json")
+	if raw != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
 	for i := 0; i+1 < len(header); i += 2 {
 		req.Header.Set(header[i], header[i+1])
 	}

@@ -85,6 +85,7 @@ type Task struct {
 
 	publish func(ctx context.Context, dataset string, jsonl []byte) (*PublishedBatch, error)
 	mint    func(ctx context.Context, token string) (*Credentials, error)
+	rows    func(ctx context.Context, token, path string) (*rowPage, error)
 
 	mu       sync.Mutex
 	token    string // the newest capability token; "" until a heartbeat renewed the claim's
@@ -446,6 +447,7 @@ func (w *Worker) newAttempt(ctx context.Context, ans claimAnswer) *attempt {
 	}
 	t.publish = (&publisher{w: w, a: a}).publish
 	t.mint = func(ctx context.Context, token string) (*Credentials, error) { return w.mintCredentials(ctx, a, token) }
+	t.rows = w.readRows
 	a.ctx, a.cancel = context.WithCancelCause(withTraceparent(w.runCtx, t.Traceparent))
 	a.handlerCtx, a.stopDeadline = a.ctx, func() {}
 	if t.Timeout > 0 {

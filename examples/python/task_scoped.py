@@ -9,10 +9,15 @@ BATON_ATTEMPT, BATON_LEASE_TOKEN, and the payload (input, dependency_outputs, ..
 BATON_TASK_PAYLOAD. With only that token (no client certificate, no API key) the program:
 
   1. heartbeats its own attempt   POST $BATON_URL/v1/task/heartbeat
-  2. reports a dataset event      POST $BATON_URL/v1/task/events  (with PY_EVENT_DATASET)
-  3. completes the attempt        POST $BATON_URL/v1/task/complete  (status Completed, outputs)
+  2. a pipeline task reads the rows of each of its input datasets that are buffered
+                                  GET  $BATON_URL/v1/task/datasets/{dataset_uuid}/rows
+     (the rows the event that started it brought, filtered by the input's where; page by page)
+  3. reports a dataset event      POST $BATON_URL/v1/task/events  (with PY_EVENT_DATASET)
+  4. completes the attempt        POST $BATON_URL/v1/task/complete  (status Completed, outputs)
 
-each with the header X-Trace-Task-Capability and {task_id, attempt, lease_token} in the body. The
+each with the header X-Trace-Task-Capability (and the POSTs with {task_id, attempt, lease_token}
+in the body). A pipeline task's output has the dedupe_key (else the whole row) of each row it read,
+by dataset name, under "rows". The
 wrapper reports the outcome again when the child exits; the server answers that as a duplicate of
 the completion already made, so the stored output is this program's. One run is one task (the
 wrapper starts a new child per task). 401/403/409/410/404 stop it (exit 3).
@@ -77,6 +82,39 @@ def call(what, **body):
         delay = min(delay * 2, 10.0)
 
 
+def read_rows(dataset_uuid):
+    """Every row of one input dataset that this task may read, oldest first: GET
+    /v1/task/datasets/{dataset}/rows with the token, following next_after. A dataset that is not
+    buffered keeps no rows in Baton (400): None."""
+    rows, after, delay = [], None, 0.1
+    while True:
+        query = "?limit=100" + (f"&after={after}" if after is not None else "")
+        req = urllib.request.Request(f"{BASE}/v1/task/datasets/{dataset_uuid}/rows{query}",
+                                     headers={"X-Trace-Task-Capability": TOKEN})
+        try:
+            with urllib.request.urlopen(req, timeout=30) as res:
+                page = json.load(res)
+        except urllib.error.HTTPError as err:
+            raw = err.read().decode(errors="replace")
+            if err.code == 400:
+                log(f"rows of {dataset_uuid}: {raw}")
+                return None
+            if err.code != 408 and err.code < 500:
+                log(f"rows of {dataset_uuid} refused: {err.code} {raw}; stopping")
+                sys.exit(3)
+            time.sleep(float(err.headers.get("Retry-After") or delay))
+            delay = min(delay * 2, 10.0)
+            continue
+        except (urllib.error.URLError, OSError):
+            time.sleep(delay)
+            delay = min(delay * 2, 10.0)
+            continue
+        rows += page["rows"]
+        if page["next_after"] is None:
+            return rows
+        after = page["next_after"]
+
+
 def handle(key, data, deps):
     """The work: add the input's `n` to the parents' totals. A parent completed through this
     dialect (or the internal one) has the output {"outputs": [...]}."""
@@ -95,6 +133,15 @@ def main():
         call("complete", status="Canceled")
         return
     result = handle(payload["task_key"], payload.get("input"), payload.get("dependency_outputs") or {})
+    if (payload.get("job") or {}).get("pipeline_version"):
+        # A pipeline task: its inputs are the datasets it reads.
+        result["rows"] = {}
+        for inp in payload.get("inputs") or []:
+            rows = read_rows(inp["dataset_uuid"])
+            if rows is not None:
+                name = inp.get("dataset_name") or inp["dataset_uuid"]
+                result["rows"][name] = [r.get("dedupe_key", r) for r in rows]
+                log(f"read {len(rows)} rows of {name}")
     dataset = os.environ.get("PY_EVENT_DATASET")
     if dataset:
         answer = call("events", events=[{"dataset_uuid": dataset, "dataset_version": "v1", "cursor": result["total"]}])

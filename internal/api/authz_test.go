@@ -178,6 +178,8 @@ func (f *authzFixture) request(t *testing.T, rt api.Route) (target string, body 
 			return strconv.FormatInt(f.batchID, 10)
 		case "{task_id}":
 			return f.target
+		case "{dataset}":
+			return f.dataset
 		}
 		t.Fatalf("%s %s: the matrix does not know the path parameter %s: say which of acme's resources it names", rt.Method, rt.Pattern, p)
 		return ""
@@ -200,6 +202,9 @@ func (f *authzFixture) request(t *testing.T, rt api.Route) (target string, body 
 	}
 	switch rt.Auth {
 	case api.AuthCapabilityToken:
+		if rt.Method == http.MethodGet {
+			return target, nil, nil // a read: the token alone names the attempt
+		}
 		for _, c := range fencedCalls {
 			if c.scopedPath == rt.Pattern {
 				return target, c.body(f.w, f.target, 2, f.lease2), nil
@@ -308,7 +313,7 @@ func (f *authzFixture) otherTenant() map[string]authzAnswer {
 }
 
 // expect is the answer of rt to case c, and false when the case does not apply to it.
-func (f *authzFixture) expect(t *testing.T, rt api.Route, c string, public map[string]bool) (authzAnswer, bool) {
+func (f *authzFixture) expect(t *testing.T, rt api.Route, target, c string, public map[string]bool) (authzAnswer, bool) {
 	key := rt.Method + " " + rt.Pattern
 	switch rt.Auth {
 	case api.AuthNone:
@@ -333,10 +338,20 @@ func (f *authzFixture) expect(t *testing.T, rt api.Route, c string, public map[s
 		refused := func(status int, code, message string) (authzAnswer, bool) {
 			return authzAnswer{status: status, error: code, message: message}, true
 		}
+		read := rt.Method == http.MethodGet // the token alone names the attempt, and its datasets
 		switch c {
 		case caseExpiredToken:
 			return refused(http.StatusUnauthorized, "unauthorized", "task capability token expired")
-		case caseOtherTaskToken, caseOldAttemptToken:
+		case caseOtherTaskToken:
+			if read {
+				return refused(http.StatusForbidden, "forbidden", fmt.Sprintf("dataset %q is not one this task reads or writes: "+
+					"a task reads only its job's inputs and outputs", f.dataset))
+			}
+			return refused(http.StatusForbidden, "forbidden", "capability token does not cover this task attempt")
+		case caseOldAttemptToken:
+			if read {
+				return refused(http.StatusConflict, "attempt_mismatch", "attempt mismatch: current attempt is 2, got 1")
+			}
 			return refused(http.StatusForbidden, "forbidden", "capability token does not cover this task attempt")
 		case caseNoClientCert:
 			return authzAnswer{}, false
@@ -349,7 +364,7 @@ func (f *authzFixture) expect(t *testing.T, rt api.Route, c string, public map[s
 		if c != caseNoCredential || public[key] {
 			return authzAnswer{}, false
 		}
-		return authzAnswer{status: http.StatusNotFound, error: "no such endpoint: " + key}, true
+		return authzAnswer{status: http.StatusNotFound, error: "no such endpoint: " + rt.Method + " " + target}, true
 	}
 	return authzAnswer{}, false // not one of authzKinds: refused by the caller
 }
@@ -456,7 +471,7 @@ func TestAuthorizationMatrix(t *testing.T) {
 				// its client certificate, is the TLS subtest's.
 				base := w.public.URL
 				for _, c := range authzCases {
-					want, ok := f.expect(t, rt, c, public)
+					want, ok := f.expect(t, rt, target, c, public)
 					if !ok {
 						skipped++
 						continue
@@ -499,9 +514,13 @@ func TestAuthorizationMatrix(t *testing.T) {
 				continue
 			}
 			target, body, headers := f.request(t, rt)
-			if rt.Pattern == "/v1/task/buffer-publish" {
+			switch rt.Pattern {
+			case "/v1/task/buffer-publish":
 				// Only a task of a job that writes the dataset may publish into it.
 				cred, body = []string{"X-Trace-Task-Capability", f.writerTok}, fencedCalls[2].body(w, f.writer, 1, f.writerLease)
+			case "/v1/task/datasets/{dataset}/rows":
+				// Only a task of a job that reads or writes the dataset may read its rows.
+				cred = []string{"X-Trace-Task-Capability", f.writerTok}
 			}
 			res, err := roundTrip(rt.Method, w.public.URL+target, body, append(headers, cred...)...)
 			if err != nil {

@@ -9,6 +9,7 @@ package api_test
 
 import (
 	"encoding/json"
+	"net/http"
 	"strings"
 	"testing"
 )
@@ -178,6 +179,7 @@ var internalRoutes = []fuzzRoute{
 	{"GET", "/internal/{path...}", []string{"task-claim"}},
 	{"POST", "/internal/task-credentials", nil},
 	{"POST", "/internal/sink/extend", nil},
+	{"GET", "/internal/task-datasets/{dataset}/rows", []string{"alert_events"}},
 }
 
 // FuzzInternalDialect sends fuzzed requests of the worker dialect and the sink's to the internal
@@ -212,6 +214,9 @@ func FuzzInternalDialect(f *testing.F) {
 	add("POST", "/internal/task-credentials", "", "X-Trace-Task-Capability: $TOKEN", exampleHeartbeat)
 	add("POST", "/internal/task-credentials", "", "X-Trace-Task-Capability: $TOKEN2", exampleHeartbeat)
 	add("POST", "/internal/task-credentials", "", "", exampleHeartbeat)
+	add("GET", "/internal/task-datasets/{dataset}/rows", `limit=2&where={"severity":"high"}`, "X-Trace-Task-Capability: $TOKEN", "")
+	add("GET", "/internal/task-datasets/{dataset}/rows", "cursor=0&after=5", "X-Trace-Task-Capability: $TOKEN2", "")
+	add("GET", "/internal/task-datasets/{dataset}/rows", `where={"severity":["high","low"],"block":1}`, "", "")
 	f.Fuzz(func(t *testing.T, route uint8, params, query, header string, body []byte) {
 		e := &expander{h: h, t: t}
 		hdr := withDefaults(headerLines(e, header), "Content-Type", "application/json")
@@ -268,6 +273,7 @@ var taskScopedRoutes = []fuzzRoute{
 	{"POST", "/v1/task/events", nil},
 	{"POST", "/v1/task/buffer-publish", nil},
 	{"POST", "/v1/task/credentials", nil},
+	{"GET", "/v1/task/datasets/{dataset}/rows", []string{"alert_events"}},
 }
 
 // FuzzTaskScopedDialect sends fuzzed task-scoped requests to the public listener: the route, the
@@ -276,7 +282,11 @@ var taskScopedRoutes = []fuzzRoute{
 func FuzzTaskScopedDialect(f *testing.F) {
 	h := newFuzzHarness(f)
 	add := func(path, token, body string) {
-		f.Add(routeOf(f, taskScopedRoutes, "POST", path), token, []byte(body))
+		method := http.MethodPost
+		if strings.HasSuffix(path, "/rows") {
+			method = http.MethodGet
+		}
+		f.Add(routeOf(f, taskScopedRoutes, method, path), token, []byte(body))
 	}
 	add("/v1/task/heartbeat", "$TOKEN", exampleHeartbeat)
 	add("/v1/task/heartbeat", "$EXPIRED", exampleHeartbeat)
@@ -293,6 +303,8 @@ func FuzzTaskScopedDialect(f *testing.F) {
 	add("/v1/task/credentials", "$TOKEN", exampleHeartbeat)
 	add("/v1/task/credentials", "$EXPIRED", exampleHeartbeat)
 	add("/v1/task/credentials", "$TOKEN2", `{"task_id":"$TASK","attempt":$ATTEMPT,"lease_token":"$LEASE"}`)
+	add("/v1/task/datasets/{dataset}/rows", "$TOKEN", "")
+	add("/v1/task/datasets/{dataset}/rows", "$EXPIRED", "")
 	f.Fuzz(func(t *testing.T, route uint8, token string, body []byte) {
 		e := &expander{h: h, t: t}
 		hdr := [][2]string{{"Content-Type", "application/json"}}

@@ -117,6 +117,8 @@ func (s *Server) Routes() []Route {
 		scoped("/v1/task/events", s.fencedEvents),
 		scoped("/v1/task/buffer-publish", s.fencedBufferPublish),
 		scoped("/v1/task/credentials", s.fencedCredentials),
+		{"GET", "/v1/task/datasets/{dataset}/rows", PublicListener, AuthCapabilityToken,
+			s.serve(s.fencedErrors(s.withTaskToken(capabilityHeader, s.taskRows)))},
 
 		callback("/v1/tasks/{task_id}/started", s.callbackStarted),
 		callback("/v1/tasks/{task_id}/heartbeat", s.callbackHeartbeat),
@@ -135,6 +137,7 @@ func (s *Server) Routes() []Route {
 		fenced("POST", "/internal/buffer-publish", s.fencedBufferPublish(bodyFence)),
 		// The wrapper exchanges its child's capability token, which must cover the body too.
 		fenced("POST", "/internal/task-credentials", s.withTaskToken(capabilityHeader, s.fencedCredentials(s.tokenFence))),
+		fenced("GET", "/internal/task-datasets/{dataset}/rows", s.withTaskToken(capabilityHeader, s.taskRows)),
 		fenced("POST", "/internal/sink/claim", s.sinkClaim),
 		fenced("POST", "/internal/sink/extend", s.sinkExtend),
 		fenced("POST", "/internal/sink/commit", s.sinkCommit),

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/baton-dev/baton/internal/dataplane"
+	"github.com/baton-dev/baton/internal/dispatch"
 	"github.com/baton-dev/baton/internal/sink"
 	"github.com/baton-dev/baton/internal/store"
 	"github.com/baton-dev/baton/wire"
@@ -132,35 +133,68 @@ func decodeInto(body []byte, v any) error {
 // GET /datasets/{name}/rows?limit=&after=&cursor=&where=: a page of a buffered dataset's rows,
 // where being a JSON object with the rules of an input's where.
 func (s *Server) datasetRows(w http.ResponseWriter, r *http.Request) (any, error) {
-	qs := r.URL.Query()
-	var q dataplane.RowQuery
-	var err error
-	for name, dst := range map[string]*int64{"after": &q.After, "cursor": &q.Cursor} {
-		if v := qs.Get(name); v != "" {
-			if *dst, err = strconv.ParseInt(v, 10, 64); err != nil {
-				return nil, errorf(http.StatusBadRequest, "%s must be an integer", name)
-			}
-		}
-	}
-	if v := qs.Get("limit"); v != "" {
-		if q.Limit, err = strconv.Atoi(v); err != nil || q.Limit < 1 {
-			return nil, errorf(http.StatusBadRequest, "limit must be an integer from 1 to 1000")
-		}
-	}
-	if v := qs.Get("where"); v != "" {
-		if q.Where, err = parseWhere(v); err != nil {
-			return nil, err
-		}
+	q, _, err := readRowQuery(r)
+	if err != nil {
+		return nil, err
 	}
 	page, err := s.dp.DatasetRows(r.Context(), tenantOf(r), r.PathValue("name"), q)
 	if err != nil {
 		return nil, err
 	}
+	return rowPage(page), nil
+}
+
+// GET /v1/task/datasets/{dataset}/rows and GET /internal/task-datasets/{dataset}/rows, with the
+// capability token: a page of the rows of a buffered dataset the token's attempt reads or writes
+// (dataplane.TaskRows), in the shape of GET /datasets/{name}/rows.
+func (s *Server) taskRows(w http.ResponseWriter, r *http.Request) (any, error) {
+	c := claimsOf(r)
+	q, cursorSet, err := readRowQuery(r)
+	if err != nil {
+		return nil, err
+	}
+	tq := dataplane.TaskRowQuery{Where: q.Where, After: q.After, Limit: q.Limit}
+	if cursorSet {
+		tq.Cursor = &q.Cursor
+	}
+	f := dispatch.Fence{TaskID: c.TaskID, Attempt: c.Attempt, LeaseToken: c.LeaseToken}
+	page, err := s.dp.TaskRows(r.Context(), f, r.PathValue("dataset"), tq)
+	if err != nil {
+		return nil, err
+	}
+	return rowPage(page), nil
+}
+
+// readRowQuery reads ?limit=&after=&cursor=&where=; cursorSet says whether cursor was given.
+func readRowQuery(r *http.Request) (q dataplane.RowQuery, cursorSet bool, err error) {
+	qs := r.URL.Query()
+	for name, dst := range map[string]*int64{"after": &q.After, "cursor": &q.Cursor} {
+		if v := qs.Get(name); v != "" {
+			if *dst, err = strconv.ParseInt(v, 10, 64); err != nil {
+				return q, false, errorf(http.StatusBadRequest, "%s must be an integer", name)
+			}
+		}
+	}
+	if v := qs.Get("limit"); v != "" {
+		if q.Limit, err = strconv.Atoi(v); err != nil || q.Limit < 1 {
+			return q, false, errorf(http.StatusBadRequest, "limit must be an integer from 1 to 1000")
+		}
+	}
+	if v := qs.Get("where"); v != "" {
+		if q.Where, err = parseWhere(v); err != nil {
+			return q, false, err
+		}
+	}
+	return q, qs.Get("cursor") != "", nil
+}
+
+// rowPage is the answer of both rows endpoints.
+func rowPage(page dataplane.RowPage) map[string]any {
 	out := map[string]any{"rows": orEmpty(page.Rows), "next_after": nil}
 	if page.Next > 0 {
 		out["next_after"] = page.Next
 	}
-	return out, nil
+	return out
 }
 
 // GET /datasets/{name}/dead-letters?after=&limit=

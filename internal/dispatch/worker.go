@@ -134,6 +134,18 @@ func (d *Dispatcher) StartAttempt(ctx context.Context, f Fence) (*store.Task, er
 	return t, nil
 }
 
+// RunningAttempt returns the task of the attempt f names if that attempt is the current one and
+// runs under a live lease, as StartAttempt does, except that a requested cancellation is no
+// refusal here: an attempt being canceled may still read what it needs to finish cleanly. It
+// changes nothing.
+func (d *Dispatcher) RunningAttempt(ctx context.Context, f Fence) (*store.Task, error) {
+	t, err := d.StartAttempt(ctx, f)
+	if errors.Is(err, ErrCancelRequested) {
+		return d.store.TaskGet(ctx, f.TaskID)
+	}
+	return t, err
+}
+
 // RecordTraceparent keeps a worker's W3C trace context on the attempt f names, which must be
 // the current one (docs/lifecycle.md#fencing). Writing the same value again changes nothing.
 func (d *Dispatcher) RecordTraceparent(ctx context.Context, f Fence, traceparent string) error {

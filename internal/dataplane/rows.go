@@ -1,0 +1,143 @@
+package dataplane
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+
+	"github.com/baton-dev/baton/internal/dispatch"
+	"github.com/baton-dev/baton/wire"
+)
+
+// TaskRowQuery is what a task asks of the rows of one of its buffered datasets.
+type TaskRowQuery struct {
+	// Where is the caller's own filter, with the rules of an input's where. It is ANDed with the
+	// input's where, which the caller cannot widen.
+	Where map[string]any
+	// Cursor, when set, selects the rows of the batch with this dataset cursor (0: every batch).
+	// Unset, an input reads the rows of the batch whose event started the task, and an input
+	// that did not start it, or an output, reads every batch.
+	Cursor *int64
+	After  int64 // the page after the one whose Next this is
+	Limit  int   // 1 to 1000; default 100
+}
+
+// TaskRows reads a page of the rows of a buffered dataset that the attempt f reads (an input of
+// its job, at the cursor its route pinned) or writes (an output of its job), named by its name or
+// uuid; the attempt must be the current one, running under a live lease. An input's rows are
+// filtered by the input's where, and by q.Where on top of it. Any other dataset is refused with
+// a *dispatch.ForbiddenError that names it: this is how an untrusted task reads data, with
+// nothing but its capability token.
+func (dp *Plane) TaskRows(ctx context.Context, f dispatch.Fence, dataset string, q TaskRowQuery) (RowPage, error) {
+	t, err := dp.d.RunningAttempt(ctx, f)
+	if err != nil {
+		return RowPage{}, err
+	}
+	job, err := dp.d.JobRef(ctx, t.JobID)
+	if err != nil {
+		return RowPage{}, err
+	}
+	r := dispatch.DecodeRoute(t)
+	uuid, in := "", (*wire.DatasetInput)(nil)
+	if r != nil {
+		uuid, in = findDataset(r, dataset)
+	}
+	if uuid == "" {
+		return RowPage{}, &dispatch.ForbiddenError{Message: fmt.Sprintf(
+			"dataset %q is not one this task reads or writes: a task reads only its job's inputs and outputs", dataset)}
+	}
+	rq := RowQuery{Where: q.Where, After: q.After, Limit: q.Limit}
+	if q.Cursor != nil {
+		rq.Cursor = *q.Cursor
+	} else if in != nil && in.Cursor != nil && in.PartitionKey == "" {
+		rq.Cursor = *in.Cursor
+	}
+	if in != nil && len(in.Where) > 0 {
+		var edge map[string]any
+		dec := json.NewDecoder(bytes.NewReader(in.Where))
+		dec.UseNumber() // as a caller's where is read: numbers keep every digit
+		if err := dec.Decode(&edge); err != nil {
+			return RowPage{}, fmt.Errorf("task %s: decode input %d's where: %w", t.ID, in.InputIndex, err)
+		}
+		var empty bool
+		if rq.Where, empty = andWhere(edge, q.Where); empty {
+			return RowPage{}, nil // the two filters exclude each other: no row can match
+		}
+	}
+	return dp.DatasetRows(ctx, job.Tenant, uuid, rq)
+}
+
+// findDataset returns the uuid of the dataset of r named dataset (by uuid or name), and the input
+// that reads it: the first input that started the task, else the first that reads it; nil when
+// only an output names it. The uuid is "" when neither does.
+func findDataset(r *wire.Route, dataset string) (string, *wire.DatasetInput) {
+	var found *wire.DatasetInput
+	for i := range r.Inputs {
+		in := &r.Inputs[i]
+		if in.DatasetUUID != dataset && (in.DatasetName == "" || in.DatasetName != dataset) {
+			continue
+		}
+		if found == nil || (found.Cursor == nil && found.PartitionKey == "" && (in.Cursor != nil || in.PartitionKey != "")) {
+			found = in
+		}
+	}
+	if found != nil {
+		return found.DatasetUUID, found
+	}
+	for _, o := range r.Outputs {
+		if o.DatasetUUID == dataset || (o.DatasetName != "" && o.DatasetName == dataset) {
+			return o.DatasetUUID, nil
+		}
+	}
+	return "", nil
+}
+
+// andWhere is the where clause that holds where both edge and caller hold: a column either names
+// is kept, and one both name keeps the values both allow (a value is one value or a list of
+// them). empty says that some column is left with no value, so that no row can match.
+func andWhere(edge, caller map[string]any) (where map[string]any, empty bool) {
+	out := make(map[string]any, len(edge)+len(caller))
+	for k, v := range edge {
+		out[k] = v
+	}
+	for k, v := range caller {
+		e, both := out[k]
+		if !both {
+			out[k] = v
+			continue
+		}
+		var keep []any
+		allowed := values(e)
+		for _, x := range values(v) {
+			if slices.ContainsFunc(allowed, func(a any) bool { return sameJSON(a, x) }) {
+				keep = append(keep, x)
+			}
+		}
+		switch len(keep) {
+		case 0:
+			return nil, true
+		case 1:
+			out[k] = keep[0]
+		default:
+			out[k] = keep
+		}
+	}
+	return out, false
+}
+
+// values is a where value as a list: its items, or itself.
+func values(v any) []any {
+	if list, ok := v.([]any); ok {
+		return list
+	}
+	return []any{v}
+}
+
+// sameJSON reports whether a and b are the same JSON value.
+func sameJSON(a, b any) bool {
+	x, err1 := json.Marshal(a)
+	y, err2 := json.Marshal(b)
+	return err1 == nil && err2 == nil && bytes.Equal(x, y)
+}
