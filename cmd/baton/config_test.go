@@ -16,6 +16,7 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
+	"github.com/baton-dev/baton/internal/config"
 	"github.com/baton-dev/baton/internal/runner"
 )
 
@@ -33,7 +34,7 @@ func envOf(vars map[string]string) func(string) (string, bool) {
 // configured is a command's flags once its configuration is applied, or how it failed.
 type configured struct {
 	fs      *flag.FlagSet
-	res     *configResult
+	res     *config.Result
 	code    int
 	stderr  string
 	stopped bool // the command stopped where configuration ends, as asked
@@ -46,7 +47,7 @@ func configure(t *testing.T, env map[string]string, command string, args ...stri
 	t.Helper()
 	var c configured
 	var stderr syncBuffer
-	ctx := withConfigMode(context.Background(), configMode{lookupEnv: envOf(env), inspect: func(fs *flag.FlagSet, res *configResult) {
+	ctx := withConfigMode(context.Background(), configMode{lookupEnv: envOf(env), inspect: func(fs *flag.FlagSet, res *config.Result) {
 		c.fs, c.res, c.stopped = fs, res, true
 	}})
 	c.code = run(ctx, append([]string{command}, args...), &syncBuffer{}, &stderr)
@@ -108,19 +109,19 @@ func TestConfigPrecedenceFlagEnvFileDefault(t *testing.T) {
 		t.Run(tc.command+" "+tc.name, func(t *testing.T) {
 			t.Parallel()
 			file := writeConfig(t, tc.name+": "+tc.layer.file+"\n")
-			env := envName(tc.name)
+			env := config.EnvName(tc.name)
 			for _, step := range []struct {
 				what   string
 				env    map[string]string
 				args   []string
 				want   string
-				source flagSource
+				source config.Source
 			}{
-				{"default", nil, nil, tc.def, flagSource{kind: fromDefault}},
-				{"file", nil, []string{"--config", file}, tc.fromFile, flagSource{kind: fromFile, at: file + ":1"}},
-				{"file named by BATON_CONFIG", map[string]string{envConfig: file}, nil, tc.fromFile, flagSource{kind: fromFile, at: file + ":1"}},
-				{"env over file", map[string]string{env: tc.layer.env}, []string{"--config", file}, tc.fromEnv, flagSource{kind: fromEnv, at: env}},
-				{"flag over env and file", map[string]string{env: tc.layer.env, envConfig: file}, []string{"--" + tc.name + "=" + tc.layer.flag}, tc.fromFlag, flagSource{kind: fromFlag}},
+				{"default", nil, nil, tc.def, config.Source{Kind: config.FromDefault}},
+				{"file", nil, []string{"--config", file}, tc.fromFile, config.Source{Kind: config.FromFile, At: file + ":1"}},
+				{"file named by BATON_CONFIG", map[string]string{config.Env: file}, nil, tc.fromFile, config.Source{Kind: config.FromFile, At: file + ":1"}},
+				{"env over file", map[string]string{env: tc.layer.env}, []string{"--config", file}, tc.fromEnv, config.Source{Kind: config.FromEnv, At: env}},
+				{"flag over env and file", map[string]string{env: tc.layer.env, config.Env: file}, []string{"--" + tc.name + "=" + tc.layer.flag}, tc.fromFlag, config.Source{Kind: config.FromFlag}},
 			} {
 				c := configure(t, step.env, tc.command, step.args...)
 				if !c.stopped {
@@ -129,7 +130,7 @@ func TestConfigPrecedenceFlagEnvFileDefault(t *testing.T) {
 				if got := c.value(tc.name); got != step.want {
 					t.Errorf("%s: --%s = %q, want %q", step.what, tc.name, got, step.want)
 				}
-				if got := c.res.sources[tc.name]; got != step.source {
+				if got := c.res.Sources[tc.name]; got != step.source {
 					t.Errorf("%s: source of --%s = %v, want %v", step.what, tc.name, got, step.source)
 				}
 			}
@@ -144,8 +145,8 @@ func TestConfigFileNamesAnEmptyFileOrNone(t *testing.T) {
 		t.Errorf("an empty file: exit %d, %s", c.code, c.stderr)
 	}
 	// --config "" on the command line turns off the file BATON_CONFIG names.
-	c := configure(t, map[string]string{envConfig: "/nonexistent/baton.yaml"}, "server", "--config=")
-	if !c.stopped || c.res.file != "" {
+	c := configure(t, map[string]string{config.Env: "/nonexistent/baton.yaml"}, "server", "--config=")
+	if !c.stopped || c.res.File != "" {
 		t.Errorf("--config= with BATON_CONFIG set: exit %d, %s", c.code, c.stderr)
 	}
 }
@@ -251,7 +252,7 @@ func TestConfigMissingFileIsAUsageError(t *testing.T) {
 		want string
 	}{
 		{nil, []string{"--config", missing}, "baton server: --config: open " + missing + ": no such file or directory"},
-		{map[string]string{envConfig: missing}, nil, "baton server: env BATON_CONFIG: open " + missing + ": no such file or directory"},
+		{map[string]string{config.Env: missing}, nil, "baton server: env BATON_CONFIG: open " + missing + ": no such file or directory"},
 	} {
 		c := configure(t, tc.env, "server", tc.args...)
 		if c.code != 2 || !strings.Contains(c.stderr, tc.want) {
@@ -318,22 +319,22 @@ func TestConfigReachesEveryFlagByEnvAndFile(t *testing.T) {
 			}
 			n := 0
 			c.fs.VisitAll(func(f *flag.Flag) {
-				if f.Name == configFlag {
+				if f.Name == config.Flag {
 					return
 				}
 				n++
 				v := sampleValue(t, command, f.Name)
 				want := setOnFresh(t, command, f.Name, v)
-				env := configure(t, map[string]string{envName(f.Name): v}, command)
-				if !env.stopped || env.value(f.Name) != want || env.res.sources[f.Name].kind != fromEnv {
-					t.Errorf("--%s from %s=%q: exit %d, value %q, want %q (%s)", f.Name, envName(f.Name), v, env.code, env.fs.Lookup(f.Name).Value, want, env.stderr)
+				env := configure(t, map[string]string{config.EnvName(f.Name): v}, command)
+				if !env.stopped || env.value(f.Name) != want || env.res.Sources[f.Name].Kind != config.FromEnv {
+					t.Errorf("--%s from %s=%q: exit %d, value %q, want %q (%s)", f.Name, config.EnvName(f.Name), v, env.code, env.fs.Lookup(f.Name).Value, want, env.stderr)
 				}
 				text, err := yaml.Marshal(map[string]string{f.Name: v})
 				if err != nil {
 					t.Fatal(err)
 				}
 				file := configure(t, nil, command, "--config", writeConfig(t, string(text)))
-				if !file.stopped || file.value(f.Name) != want || file.res.sources[f.Name].kind != fromFile {
+				if !file.stopped || file.value(f.Name) != want || file.res.Sources[f.Name].Kind != config.FromFile {
 					t.Errorf("--%s from the file %q: exit %d, value %q, want %q (%s)", f.Name, text, file.code, file.fs.Lookup(f.Name).Value, want, file.stderr)
 				}
 			})
@@ -363,7 +364,7 @@ func TestConfigPrintRoundTrips(t *testing.T) {
 			var args []string
 			base := configure(t, nil, command)
 			base.fs.VisitAll(func(f *flag.Flag) {
-				if f.Name != configFlag {
+				if f.Name != config.Flag {
 					args = append(args, "--"+f.Name+"="+sampleValue(t, command, f.Name))
 				}
 			})
@@ -381,7 +382,7 @@ func TestConfigPrintRoundTrips(t *testing.T) {
 					t.Fatalf("%s: the printed configuration is not a valid --config file: %s\n%s", tc.what, got.stderr, printed)
 				}
 				want.fs.VisitAll(func(f *flag.Flag) {
-					if f.Name == configFlag || secretFlag(f.Name) {
+					if f.Name == config.Flag || config.SecretFlag(f.Name) {
 						return // redacted
 					}
 					if g := got.value(f.Name); g != f.Value.String() {
@@ -397,7 +398,7 @@ func TestConfigPrintRoundTrips(t *testing.T) {
 func repeatedFlag(fs *flag.FlagSet) string {
 	var name string
 	fs.VisitAll(func(f *flag.Flag) {
-		if _, ok := f.Value.(repeatedValue); ok && name == "" {
+		if _, ok := f.Value.(config.Repeated); ok && name == "" {
 			name = f.Name
 		}
 	})
@@ -454,47 +455,11 @@ func TestConfigPrintShowsSourcesAndRedactsSecrets(t *testing.T) {
 	}
 }
 
-func TestConfigRedaction(t *testing.T) {
-	t.Parallel()
-	for _, tc := range []struct{ name, value, want string }{
-		{"database-url", "postgres://u:p@h/db", "postgres://u:REDACTED@h/db"},
-		{"database-url", "postgres://u@h/db", "postgres://u@h/db"},
-		{"database-url", "postgres://u:p@h/db?password=x&sslmode=require", "postgres://u:REDACTED@h/db?password=REDACTED&sslmode=require"},
-		{"database-url", "/var/lib/baton/data.db", "/var/lib/baton/data.db"},
-		{"nats-url", "nats://tok@h:4222", "nats://REDACTED@h:4222"},
-		{"nats-url", "nats://u:p@h:4222", "nats://u:REDACTED@h:4222"},
-		{"redis-url", "rediss://default:p@h:6380/1", "rediss://default:REDACTED@h:6380/1"},
-		{"otlp-endpoint", "http://h:4318/v1/traces?api_key=k", "http://h:4318/v1/traces?api_key=REDACTED"},
-		{"listen", "127.0.0.1:8080", "127.0.0.1:8080"},
-		{"internal-tls-key", "/etc/baton/key.pem", "/etc/baton/key.pem"},
-		{"task-credentials-role", "arn:aws:iam::1:role/baton", "arn:aws:iam::1:role/baton"},
-		{"api-key", "bk_live_123=", "REDACTED"},
-		{"webhook-token", "t", "REDACTED"},
-		{"some-password", "", ""},
-	} {
-		if got := redactValue(tc.name, tc.value); got != tc.want {
-			t.Errorf("redactValue(%q, %q) = %q, want %q", tc.name, tc.value, got, tc.want)
-		}
-	}
-	for _, tc := range []struct{ name, item, want string }{
-		{"push-secret", "resize=s3cr3t", "resize=REDACTED"},
-		{"push-secret", "resize=@/run/secrets/resize", "resize=@/run/secrets/resize"},
-		{"push-target", "resize=https://u:p@h/x", "resize=https://u:REDACTED@h/x"},
-		{"child-env", "DATABASE_URL=postgres://u:p@h/db", "DATABASE_URL=postgres://u:REDACTED@h/db"},
-		{"child-env", "MODE=fast", "MODE=fast"},
-		{"task", "resize", "resize"},
-	} {
-		if got := redactItem(tc.name, tc.item); got != tc.want {
-			t.Errorf("redactItem(%q, %q) = %q, want %q", tc.name, tc.item, got, tc.want)
-		}
-	}
-}
-
 // TestConfigEnvNamesKeepTheirMeaning guards the variables Baton reads or sets that are not flags:
 // a flag whose variable is one of them would read it with another meaning.
 func TestConfigEnvNamesKeepTheirMeaning(t *testing.T) {
 	t.Parallel()
-	notFlags := []string{"BATON_API_KEY", envConfig, runner.EnvPayload, runner.EnvBuffers}
+	notFlags := []string{"BATON_API_KEY", config.Env, runner.EnvPayload, runner.EnvBuffers}
 	for _, name := range reservedChildEnv {
 		// BATON_URL is worker --url, the public URL it hands the child as BATON_URL: one meaning.
 		if strings.HasPrefix(name, "BATON_") && name != envPublicURL {
@@ -503,13 +468,13 @@ func TestConfigEnvNamesKeepTheirMeaning(t *testing.T) {
 	}
 	for _, command := range configCommands {
 		configure(t, nil, command).fs.VisitAll(func(f *flag.Flag) {
-			if f.Name != configFlag && slices.Contains(notFlags, envName(f.Name)) {
-				t.Errorf("baton %s --%s is configured by %s, a variable with another meaning", command, f.Name, envName(f.Name))
+			if f.Name != config.Flag && slices.Contains(notFlags, config.EnvName(f.Name)) {
+				t.Errorf("baton %s --%s is configured by %s, a variable with another meaning", command, f.Name, config.EnvName(f.Name))
 			}
 		})
 	}
-	if envName("url") != envPublicURL {
-		t.Errorf("worker --url is %s, the child gets %s", envName("url"), envPublicURL)
+	if config.EnvName("url") != envPublicURL {
+		t.Errorf("worker --url is %s, the child gets %s", config.EnvName("url"), envPublicURL)
 	}
 }
 
@@ -542,7 +507,7 @@ func TestDevRunsFromItsConfigFileAndEnvironment(t *testing.T) {
 	t.Parallel()
 	dataDir := t.TempDir()
 	file := writeConfig(t, fmt.Sprintf("data-dir: %s\nlisten: 127.0.0.1:0\ninternal-listen: 127.0.0.1:0\nmetrics-listen: \"\"\nshutdown-timeout: 5s\nsink: true\n", dataDir))
-	env := map[string]string{envConfig: file, "BATON_SINK": "false"}
+	env := map[string]string{config.Env: file, "BATON_SINK": "false"}
 	var stdout, stderr syncBuffer
 	ctx, cancel := context.WithCancel(withConfigMode(context.Background(), configMode{lookupEnv: envOf(env)}))
 	done := make(chan int, 1)
