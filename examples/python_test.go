@@ -112,23 +112,7 @@ func TestPythonExamples(t *testing.T) {
 
 	t.Run("task_scoped", func(t *testing.T) {
 		d := startDev(t, bin)
-		// Run as root, the wrapper runs the child as nobody: give it a copy it can read.
-		childDir, err := os.MkdirTemp("", "py-scoped-")
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { os.RemoveAll(childDir) })
-		src, err := os.ReadFile(script("task_scoped.py"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		child := filepath.Join(childDir, "task_scoped.py")
-		if err := os.WriteFile(child, src, 0o644); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.Chmod(childDir, 0o755); err != nil {
-			t.Fatal(err)
-		}
+		child := childCopy(t, script("task_scoped.py"))
 		// The child reports its event on a dataset of the tenant (an event may name no other).
 		status, deployed := apiCall(t, d, "POST", "/pipelines", "application/yaml", sinkPipeline)
 		if status != http.StatusCreated {
@@ -153,6 +137,29 @@ func TestPythonExamples(t *testing.T) {
 	t.Run("task_scoped_rows", func(t *testing.T) { testTaskScopedRows(t, bin, py, script) })
 
 	t.Run("sink", func(t *testing.T) { testSink(t, bin, py, script) })
+}
+
+// childCopy copies the script at path where the wrapper's child can read it: run as root, the
+// wrapper runs the child as nobody.
+func childCopy(t *testing.T, path string) string {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "py-child-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	src, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	child := filepath.Join(dir, filepath.Base(path))
+	if err := os.WriteFile(child, src, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return child
 }
 
 // rowsPipeline is sinkPipeline with a consumer, run by task_scoped.py, that reads the high rows.
@@ -190,22 +197,7 @@ publish:
 // GET /v1/task/datasets/{dataset}/rows.
 func testTaskScopedRows(t *testing.T, bin, py string, script func(string) string) {
 	d := startDev(t, bin, "--sink=true")
-	childDir, err := os.MkdirTemp("", "py-scoped-rows-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(childDir) })
-	src, err := os.ReadFile(script("task_scoped.py"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	child := filepath.Join(childDir, "task_scoped.py")
-	if err := os.WriteFile(child, src, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Chmod(childDir, 0o755); err != nil {
-		t.Fatal(err)
-	}
+	child := childCopy(t, script("task_scoped.py"))
 	if status, deployed := apiCall(t, d, "POST", "/pipelines", "application/yaml", rowsPipeline); status != http.StatusCreated {
 		t.Fatalf("deploy: %d %v", status, deployed)
 	}
