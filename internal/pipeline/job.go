@@ -83,9 +83,6 @@ func (w *walker) job(n *node, path string, i int, dc *docContext, def Defaults) 
 			j.Scaling.MaxConcurrency, _ = w.positive(mc, child(path, "scaling", "max_concurrency"))
 		}
 	}
-	if v := n.lookup("timeout_seconds"); v != nil {
-		j.TimeoutSeconds, _ = w.positive(v, child(path, "timeout_seconds"))
-	}
 	applyDefaults(&j, w.limits(n, path), def)
 	if v := n.lookup("idle_timeout"); v != nil {
 		j.IdleTimeout, _ = w.duration(v, child(path, "idle_timeout"))

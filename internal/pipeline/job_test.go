@@ -1,6 +1,9 @@
 package pipeline
 
-import "testing"
+import (
+	"strings"
+	"testing"
+)
 
 const namePat = `^[a-z][a-z0-9_]{0,127}$`
 
@@ -167,4 +170,36 @@ func TestSourceRules(t *testing.T) {
 			source("b", `, source: {kind: webhook, webhook_path: /hooks/push}`))),
 			[]string{`jobs[1].source.webhook_path: duplicate webhook path "/hooks/push"`}},
 	})
+}
+
+// A job's execution deadline is its own timeout_seconds, else the document's default, else its
+// runtime's: 60 s on lambda, 1800 s on ecs_platform, none for the server's dispatcher jobs.
+func TestTimeoutSecondsDefaultsByRuntime(t *testing.T) {
+	doc := func(defaults, job string) string {
+		return "name: p\n" + defaults + "jobs:\n  - {name: j, activation: source, source: {kind: manual}, outputs: 0, operator: op, " + job + "}\n"
+	}
+	for _, c := range []struct {
+		name, defaults, job string
+		want                int
+	}{
+		{"lambda", "", "runtime: lambda", 60},
+		{"ecs_platform", "", "runtime: ecs_platform", 1800},
+		{"dispatcher", "", "runtime: dispatcher", 0},
+		{"the job's own", "", "runtime: lambda, timeout_seconds: 5", 5},
+		{"the document's default", "defaults: {timeout_seconds: 300}\n", "runtime: lambda", 300},
+		{"the job's over the default", "defaults: {timeout_seconds: 300}\n", "runtime: ecs_platform, timeout_seconds: 7", 7},
+	} {
+		d, err := Parse([]byte(doc(c.defaults, c.job)), "application/yaml")
+		if err != nil {
+			t.Errorf("%s: %v", c.name, err)
+			continue
+		}
+		if got := d.Jobs[0].TimeoutSeconds; got != c.want {
+			t.Errorf("%s: timeout_seconds %d, want %d", c.name, got, c.want)
+		}
+	}
+	if _, err := Parse([]byte(doc("defaults: {timeout_seconds: 0}\n", "runtime: lambda")), "application/yaml"); err == nil ||
+		!strings.Contains(err.Error(), "defaults.timeout_seconds") {
+		t.Errorf("defaults.timeout_seconds: 0 was not refused by path: %v", err)
+	}
 }

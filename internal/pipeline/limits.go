@@ -30,7 +30,7 @@ const (
 
 // limitKeys are the fields a job shares with the document's defaults.
 var limitKeys = []string{
-	"heartbeat_timeout_seconds", "max_attempts", "priority",
+	"heartbeat_timeout_seconds", "timeout_seconds", "max_attempts", "priority",
 	"max_queue_depth", "max_queue_age", "backpressure_mode",
 }
 
@@ -44,6 +44,9 @@ func (w *walker) limits(m *node, path string) Defaults {
 	var d Defaults
 	if n := m.lookup("heartbeat_timeout_seconds"); n != nil {
 		d.HeartbeatTimeoutSeconds, _ = w.positive(n, child(path, "heartbeat_timeout_seconds"))
+	}
+	if n := m.lookup("timeout_seconds"); n != nil {
+		d.TimeoutSeconds, _ = w.positive(n, child(path, "timeout_seconds"))
 	}
 	if n := m.lookup("max_attempts"); n != nil {
 		d.MaxAttempts, _ = w.intRange(n, child(path, "max_attempts"), 1, 100)
@@ -78,6 +81,7 @@ func (w *walker) defaults(n *node, path string) Defaults {
 // applyDefaults fills the shared fields the job left unset from the defaults.
 func applyDefaults(j *Job, own, def Defaults) {
 	j.HeartbeatTimeoutSeconds = cmp.Or(own.HeartbeatTimeoutSeconds, def.HeartbeatTimeoutSeconds)
+	j.TimeoutSeconds = cmp.Or(own.TimeoutSeconds, def.TimeoutSeconds, RuntimeTimeoutSeconds(j.Runtime))
 	j.MaxAttempts = cmp.Or(own.MaxAttempts, def.MaxAttempts)
 	switch {
 	case own.Priority != nil:
@@ -88,4 +92,17 @@ func applyDefaults(j *Job, own, def Defaults) {
 	j.MaxQueueDepth = cmp.Or(own.MaxQueueDepth, def.MaxQueueDepth)
 	j.MaxQueueAge = cmp.Or(own.MaxQueueAge, def.MaxQueueAge)
 	j.BackpressureMode = cmp.Or(own.BackpressureMode, def.BackpressureMode)
+}
+
+// RuntimeTimeoutSeconds is the execution deadline of a task of a job on runtime that sets no
+// timeout_seconds, itself or in defaults: 60 s on lambda, 1800 s on ecs_platform; none (0) for the
+// server's own dispatcher jobs, which only announce a tick.
+func RuntimeTimeoutSeconds(runtime string) int {
+	switch runtime {
+	case RuntimeLambda:
+		return 60
+	case RuntimeECSPlatform:
+		return 1800
+	}
+	return 0
 }

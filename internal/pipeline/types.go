@@ -21,6 +21,7 @@ type Document struct {
 // Defaults apply to every job that does not set the field itself. Zero means unset.
 type Defaults struct {
 	HeartbeatTimeoutSeconds int      `json:"heartbeat_timeout_seconds,omitempty"`
+	TimeoutSeconds          int      `json:"timeout_seconds,omitempty"`
 	MaxAttempts             int      `json:"max_attempts,omitempty"`
 	Priority                *int     `json:"priority,omitempty"` // normalized: low -100, normal 0, high 100
 	MaxQueueDepth           int      `json:"max_queue_depth,omitempty"`
@@ -45,8 +46,9 @@ const (
 )
 
 // Job is one node of the DAG, with the document's defaults applied: a zero HeartbeatTimeoutSeconds
-// or MaxAttempts means the server's default; Queue is the operator unless set; Config is at
-// least {}; a reactive job's ExecutionStrategy is PerUpdate unless set.
+// or MaxAttempts means the server's default; TimeoutSeconds is the runtime's default unless set
+// (RuntimeTimeoutSeconds; 0: none); Queue is the operator unless set; Config is at least {}; a
+// reactive job's ExecutionStrategy is PerUpdate unless set.
 type Job struct {
 	Name                    string          `json:"name"`
 	Activation              string          `json:"activation"`
