@@ -6,6 +6,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -220,6 +221,19 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 // `baton server` on dbURL, with free loopback ports, no per-job, rate or quota
 // limits, and fills in the server's URLs and API key.
 func startBenchServer(ctx context.Context, cfg *bench.Config, dataDir, dbURL string, tf transportFlags, cpuProfile string, output io.Writer, extra []string) (*bench.Child, error) {
+	// A free port may be taken by another process between the pick and the child's listen (tests
+	// start servers side by side): then the child starts again on other ports.
+	for attempt := 1; ; attempt++ {
+		c, err := startBenchServerOnce(ctx, cfg, dataDir, dbURL, tf, cpuProfile, output, extra)
+		if errors.Is(err, bench.ErrAddrTaken) && attempt < 3 {
+			fmt.Fprintf(output, "bench: %v; starting the server again on other ports\n", err)
+			continue
+		}
+		return c, err
+	}
+}
+
+func startBenchServerOnce(ctx context.Context, cfg *bench.Config, dataDir, dbURL string, tf transportFlags, cpuProfile string, output io.Writer, extra []string) (*bench.Child, error) {
 	exe, err := os.Executable()
 	if err != nil {
 		return nil, fmt.Errorf("find this program to start the server: %w", err)
@@ -241,14 +255,18 @@ func startBenchServer(ctx context.Context, cfg *bench.Config, dataDir, dbURL str
 	common = append(common, extra...)
 	var args, env []string
 	if dbURL == "" {
-		cfg.APIKey = "bench-" + randomHex(16)
+		if cfg.APIKey == "" {
+			cfg.APIKey = "bench-" + randomHex(16)
+		}
 		// No metrics listener: it would take dev's default port, which a developer's own
 		// baton dev may hold.
 		args = append([]string{"dev", "--data-dir", dataDir, "--metrics-listen="}, common...)
 		env = []string{"BATON_API_KEY=" + cfg.APIKey}
 	} else {
-		if cfg.APIKey, err = benchPostgresKey(ctx, dbURL, cfg.TaskName); err != nil {
-			return nil, err
+		if cfg.APIKey == "" { // made on the first start; a start again on other ports keeps it
+			if cfg.APIKey, err = benchPostgresKey(ctx, dbURL, cfg.TaskName); err != nil {
+				return nil, err
+			}
 		}
 		args = append([]string{"server", "--database-url", dbURL, "--internal-insecure"}, common...)
 	}
@@ -256,7 +274,7 @@ func startBenchServer(ctx context.Context, cfg *bench.Config, dataDir, dbURL str
 		args = append([]string{"bench", benchProfileChild, cpuProfile}, args...)
 	}
 	cfg.ProducerURL, cfg.InternalURL = "http://"+producer, "http://"+internal
-	return bench.StartChild(ctx, bench.ChildConfig{Path: exe, Args: args, Env: env, ProducerURL: cfg.ProducerURL, Output: output})
+	return bench.StartChild(ctx, bench.ChildConfig{Path: exe, Args: args, Env: env, ProducerURL: cfg.ProducerURL, APIKey: cfg.APIKey, Output: output})
 }
 
 // benchPostgresKey migrates the database and creates an API key on it, as `baton migrate` and

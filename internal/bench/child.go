@@ -2,6 +2,7 @@ package bench
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -23,8 +24,10 @@ type ChildConfig struct {
 	Args []string // its arguments, the subcommand first
 	Env  []string // added to this process's environment
 	// ProducerURL is where the child's producer API will listen; StartChild returns once its
-	// /readyz answers 200.
+	// /readyz answers 200 and, with APIKey, once it takes that key (so that the server answering
+	// is this child, not another that took its port first).
 	ProducerURL string
+	APIKey      string
 	// Output, if not nil, also receives the child's stdout and stderr.
 	Output io.Writer
 }
@@ -36,6 +39,10 @@ type Child struct {
 	exited chan struct{}
 	err    error // of Wait, once exited is closed
 }
+
+// ErrAddrTaken says that another process held one of the child's addresses: the child could not
+// listen there, or a server that is not the child answered there. Start it again on other ports.
+var ErrAddrTaken = errors.New("another process holds the server's address")
 
 // childReadyTimeout bounds how long a child may take to answer /readyz.
 const childReadyTimeout = time.Minute
@@ -57,14 +64,14 @@ func StartChild(ctx context.Context, cfg ChildConfig) (*Child, error) {
 	}
 	c := &Child{cmd: cmd, tail: tail, exited: make(chan struct{})}
 	go func() { c.err = cmd.Wait(); close(c.exited) }()
-	if err := c.awaitReady(ctx, cfg.ProducerURL); err != nil {
+	if err := c.awaitReady(ctx, cfg.ProducerURL, cfg.APIKey); err != nil {
 		c.Stop(5 * time.Second)
 		return nil, err
 	}
 	return c, nil
 }
 
-func (c *Child) awaitReady(ctx context.Context, producerURL string) error {
+func (c *Child) awaitReady(ctx context.Context, producerURL, apiKey string) error {
 	hc := &http.Client{Timeout: 2 * time.Second}
 	deadline := time.Now().Add(childReadyTimeout)
 	for {
@@ -76,11 +83,14 @@ func (c *Child) awaitReady(ctx context.Context, producerURL string) error {
 			io.Copy(io.Discard, res.Body)
 			res.Body.Close()
 			if res.StatusCode == http.StatusOK {
-				return nil
+				return c.isOurs(ctx, hc, producerURL, apiKey)
 			}
 		}
 		select {
 		case <-c.exited:
+			if strings.Contains(c.Output(), "address already in use") {
+				return fmt.Errorf("%w: %s", ErrAddrTaken, lastLine(c.Output()))
+			}
 			return fmt.Errorf("the server exited before it was ready (%v); its output:\n%s", c.err, c.Output())
 		case <-ctx.Done():
 			return ctx.Err()
@@ -90,6 +100,35 @@ func (c *Child) awaitReady(ctx context.Context, producerURL string) error {
 			return fmt.Errorf("the server was not ready within %s; its output:\n%s", childReadyTimeout, c.Output())
 		}
 	}
+}
+
+// isOurs checks that the ready server at producerURL is the child: it takes the child's API key
+// (a producer route, which no internal listener serves and no other server's keys open).
+func (c *Child) isOurs(ctx context.Context, hc *http.Client, producerURL, apiKey string) error {
+	if apiKey == "" {
+		return nil
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, producerURL+"/jobs?limit=1", nil)
+	if err != nil {
+		return err
+	}
+	req.Header.Set("x-api-key", apiKey)
+	res, err := hc.Do(req)
+	if err != nil {
+		return fmt.Errorf("the server at %s answered /readyz, then: %w", producerURL, err)
+	}
+	io.Copy(io.Discard, res.Body)
+	res.Body.Close()
+	if res.StatusCode != http.StatusOK {
+		return fmt.Errorf("%w: the server at %s answered GET /jobs with the child's key %d", ErrAddrTaken, producerURL, res.StatusCode)
+	}
+	return nil
+}
+
+// lastLine is the last non-empty line of s.
+func lastLine(s string) string {
+	lines := strings.Split(strings.TrimSpace(s), "\n")
+	return lines[len(lines)-1]
 }
 
 // PID is the child's process id.
