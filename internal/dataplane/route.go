@@ -171,7 +171,7 @@ type Router struct {
 	service.Loop
 }
 
-// NewRouter returns a stopped router over d's store.
+// NewRouter returns a stopped router of the plane's dataset events.
 func (dp *Plane) NewRouter(cfg RouteConfig) *Router {
 	return &Router{dp: dp, batch: cmpOr(cfg.Batch, 2000), passes: cmpOr(cfg.Passes, 2), backlog: make(chan struct{})}
 }

@@ -36,7 +36,7 @@ func (t DatasetDB) EnsureTables(ctx context.Context, tables []DatasetTable, duri
 
 // Rows reads a page of rows. A query the data database refuses (a where value that passed
 // pipeline.CheckWhere but that no column of its type can hold, such as an integer beyond 64 bits)
-// is the caller's mistake: an dispatch.InvalidError, not a failure of the database.
+// is the caller's mistake: a dispatch.InvalidError, not a failure of the database.
 func (t DatasetDB) Rows(ctx context.Context, datasetUUID string, s *pipeline.Schema, q RowQuery) (RowPage, error) {
 	page, err := t.DB.Rows(ctx, datasetUUID, s, dataset.Query{Tenant: q.Tenant, Where: q.Where, Cursor: q.Cursor,
 		After: q.After, Limit: q.Limit})
