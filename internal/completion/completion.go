@@ -35,6 +35,45 @@ func (f Flag) dashed() string {
 // spellings is every way the flag package accepts the flag's name.
 func (f Flag) spellings() []string { return []string{"-" + f.Name, "--" + f.Name} }
 
+// prevFormats are how a shell completes the word after a flag: from a fixed set of values, a
+// path, or nothing (a value of the user's own). Each format takes the flag's spellings joined by
+// "|"; the first also its values joined by " ".
+type prevFormats struct{ values, file, own string }
+
+var (
+	bashPrev = prevFormats{
+		values: "        case $prev in %s) COMPREPLY=($(compgen -W '%s' -- \"$cur\")); return ;; esac\n",
+		file:   "        case $prev in %s) COMPREPLY=($(compgen -f -- \"$cur\")); return ;; esac\n",
+		own:    "        case $prev in %s) COMPREPLY=(); return ;; esac\n",
+	}
+	zshPrev = prevFormats{
+		values: "        case $prev in (%s) compadd -- %s; return ;; esac\n",
+		file:   "        case $prev in (%s) _files; return ;; esac\n",
+		own:    "        case $prev in (%s) return 1 ;; esac\n",
+	}
+)
+
+// writePrevCases writes, in the formats of a shell, what completes after each flag of flags that
+// takes a value, and returns the flags as they are written.
+func writePrevCases(b *strings.Builder, flags []Flag, p prevFormats) []string {
+	var names, own []string
+	for _, f := range flags {
+		names = append(names, f.dashed())
+		switch {
+		case len(f.Values) > 0:
+			fmt.Fprintf(b, p.values, strings.Join(f.spellings(), "|"), strings.Join(f.Values, " "))
+		case f.File:
+			fmt.Fprintf(b, p.file, strings.Join(f.spellings(), "|"))
+		case f.Value:
+			own = append(own, f.spellings()...)
+		}
+	}
+	if len(own) > 0 {
+		fmt.Fprintf(b, p.own, strings.Join(own, "|"))
+	}
+	return names
+}
+
 // groups is the commands whose next word is a subcommand.
 func groups(entries []Entry) []string {
 	var names []string
@@ -65,23 +104,7 @@ _baton() {
 			fmt.Fprintf(&b, "        words='%s' ;;\n", strings.Join(e.Subs, " "))
 			continue
 		}
-		var names, plain []string
-		for _, f := range e.Flags {
-			names = append(names, f.dashed())
-			switch {
-			case len(f.Values) > 0:
-				fmt.Fprintf(&b, "        case $prev in %s) COMPREPLY=($(compgen -W '%s' -- \"$cur\")); return ;; esac\n",
-					strings.Join(f.spellings(), "|"), strings.Join(f.Values, " "))
-			case f.File:
-				fmt.Fprintf(&b, "        case $prev in %s) COMPREPLY=($(compgen -f -- \"$cur\")); return ;; esac\n", strings.Join(f.spellings(), "|"))
-			case f.Value:
-				plain = append(plain, f.spellings()...)
-			}
-		}
-		if len(plain) > 0 {
-			// A value of the user's own: nothing to offer.
-			fmt.Fprintf(&b, "        case $prev in %s) COMPREPLY=(); return ;; esac\n", strings.Join(plain, "|"))
-		}
+		names := writePrevCases(&b, e.Flags, bashPrev)
 		fmt.Fprintf(&b, "        words='%s' ;;\n", strings.Join(names, " "))
 	}
 	b.WriteString(`    esac
@@ -112,21 +135,7 @@ _baton() {
 			fmt.Fprintf(&b, "        opts=(%s) ;;\n", strings.Join(e.Subs, " "))
 			continue
 		}
-		var names, plain []string
-		for _, f := range e.Flags {
-			names = append(names, f.dashed())
-			switch {
-			case len(f.Values) > 0:
-				fmt.Fprintf(&b, "        case $prev in (%s) compadd -- %s; return ;; esac\n", strings.Join(f.spellings(), "|"), strings.Join(f.Values, " "))
-			case f.File:
-				fmt.Fprintf(&b, "        case $prev in (%s) _files; return ;; esac\n", strings.Join(f.spellings(), "|"))
-			case f.Value:
-				plain = append(plain, f.spellings()...)
-			}
-		}
-		if len(plain) > 0 {
-			fmt.Fprintf(&b, "        case $prev in (%s) return 1 ;; esac\n", strings.Join(plain, "|"))
-		}
+		names := writePrevCases(&b, e.Flags, zshPrev)
 		fmt.Fprintf(&b, "        opts=(%s) ;;\n", strings.Join(names, " "))
 	}
 	b.WriteString(`    esac

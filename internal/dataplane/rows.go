@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"slices"
 
 	"github.com/baton-dev/baton/internal/dispatch"
 	"github.com/baton-dev/baton/wire"
@@ -42,7 +41,7 @@ func (dp *Plane) TaskRows(ctx context.Context, f dispatch.Fence, dataset string,
 	r := dispatch.DecodeRoute(t)
 	uuid, in := "", (*wire.DatasetInput)(nil)
 	if r != nil {
-		uuid, in = findDataset(r, dataset)
+		uuid, in = routeDataset(r, dataset)
 	}
 	if uuid == "" {
 		return RowPage{}, &dispatch.ForbiddenError{Message: fmt.Sprintf(
@@ -69,10 +68,10 @@ func (dp *Plane) TaskRows(ctx context.Context, f dispatch.Fence, dataset string,
 	return dp.DatasetRows(ctx, job.Tenant, uuid, rq)
 }
 
-// findDataset returns the uuid of the dataset of r named dataset (by uuid or name), and the input
+// routeDataset returns the uuid of the dataset of route r named dataset (by uuid or name), and the input
 // that reads it: the first input that started the task, else the first that reads it; nil when
 // only an output names it. The uuid is "" when neither does.
-func findDataset(r *wire.Route, dataset string) (string, *wire.DatasetInput) {
+func routeDataset(r *wire.Route, dataset string) (string, *wire.DatasetInput) {
 	var found *wire.DatasetInput
 	for i := range r.Inputs {
 		in := &r.Inputs[i]
@@ -108,10 +107,13 @@ func andWhere(edge, caller map[string]any) (where map[string]any, empty bool) {
 			out[k] = v
 			continue
 		}
+		allowed := make(map[string]bool)
+		for _, a := range values(e) {
+			allowed[jsonKey(a)] = true
+		}
 		var keep []any
-		allowed := values(e)
 		for _, x := range values(v) {
-			if slices.ContainsFunc(allowed, func(a any) bool { return sameJSON(a, x) }) {
+			if allowed[jsonKey(x)] {
 				keep = append(keep, x)
 			}
 		}
@@ -135,9 +137,12 @@ func values(v any) []any {
 	return []any{v}
 }
 
-// sameJSON reports whether a and b are the same JSON value.
-func sameJSON(a, b any) bool {
-	x, err1 := json.Marshal(a)
-	y, err2 := json.Marshal(b)
-	return err1 == nil && err2 == nil && bytes.Equal(x, y)
+// jsonKey is v as JSON, to compare where values by: a value that does not marshal (none does,
+// they were decoded from JSON) matches nothing.
+func jsonKey(v any) string {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return "\x00unmarshalable"
+	}
+	return string(b)
 }
