@@ -68,9 +68,9 @@ func (dp *Plane) TaskRows(ctx context.Context, f dispatch.Fence, dataset string,
 	return dp.DatasetRows(ctx, job.Tenant, uuid, rq)
 }
 
-// routeDataset returns the uuid of the dataset of route r named dataset (by uuid or name), and the input
-// that reads it: the first input that started the task, else the first that reads it; nil when
-// only an output names it. The uuid is "" when neither does.
+// routeDataset returns the uuid of the dataset of route r named dataset (by uuid or name), and
+// the input that reads it: the first input that started the task, else the first that reads it;
+// nil when only an output names it. The uuid is "" when neither does.
 func routeDataset(r *wire.Route, dataset string) (string, *wire.DatasetInput) {
 	var found *wire.DatasetInput
 	for i := range r.Inputs {
