@@ -18,6 +18,7 @@ import (
 
 	"github.com/baton-dev/baton/internal/config"
 	"github.com/baton-dev/baton/internal/runner"
+	"github.com/baton-dev/baton/internal/wrapper"
 )
 
 // configCommands are the commands whose flags the environment and --config also set.
@@ -460,9 +461,9 @@ func TestConfigPrintShowsSourcesAndRedactsSecrets(t *testing.T) {
 func TestConfigEnvNamesKeepTheirMeaning(t *testing.T) {
 	t.Parallel()
 	notFlags := []string{"BATON_API_KEY", config.Env, runner.EnvPayload, runner.EnvBuffers}
-	for _, name := range reservedChildEnv {
+	for _, name := range wrapper.Reserved {
 		// BATON_URL is worker --url, the public URL it hands the child as BATON_URL: one meaning.
-		if strings.HasPrefix(name, "BATON_") && name != envPublicURL {
+		if strings.HasPrefix(name, "BATON_") && name != wrapper.EnvPublicURL {
 			notFlags = append(notFlags, name)
 		}
 	}
@@ -473,8 +474,8 @@ func TestConfigEnvNamesKeepTheirMeaning(t *testing.T) {
 			}
 		})
 	}
-	if config.EnvName("url") != envPublicURL {
-		t.Errorf("worker --url is %s, the child gets %s", config.EnvName("url"), envPublicURL)
+	if config.EnvName("url") != wrapper.EnvPublicURL {
+		t.Errorf("worker --url is %s, the child gets %s", config.EnvName("url"), wrapper.EnvPublicURL)
 	}
 }
 

@@ -30,6 +30,7 @@ import (
 	"github.com/baton-dev/baton/internal/mtls"
 	"github.com/baton-dev/baton/internal/runner"
 	"github.com/baton-dev/baton/internal/store"
+	"github.com/baton-dev/baton/internal/wrapper"
 )
 
 // demoJob is examples/job.json (a test keeps the two equal), built in so that the demo
@@ -399,7 +400,7 @@ func runDemoTask(ctx context.Context, args []string, stdout, stderr io.Writer) i
 		fmt.Fprintln(stderr, "baton demo-task: no arguments expected")
 		return 2
 	}
-	var p childPayload
+	var p wrapper.Payload
 	if err := json.NewDecoder(demoStdin).Decode(&p); err != nil {
 		fmt.Fprintln(stderr, "baton demo-task: read the payload from stdin:", err)
 		return 1

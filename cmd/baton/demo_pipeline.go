@@ -26,6 +26,7 @@ import (
 
 	"github.com/baton-dev/baton/client"
 	"github.com/baton-dev/baton/internal/runner"
+	"github.com/baton-dev/baton/internal/wrapper"
 	"github.com/baton-dev/baton/worker"
 )
 
@@ -218,7 +219,7 @@ func (d *demo) runPipeline(ctx context.Context) error {
 }
 
 // runPipelineDemoTask is `baton demo-task` for a task of the example pipeline.
-func runPipelineDemoTask(ctx context.Context, p childPayload, stdout, stderr io.Writer) int {
+func runPipelineDemoTask(ctx context.Context, p wrapper.Payload, stdout, stderr io.Writer) int {
 	var cfg struct {
 		Chain      string `json:"chain"`
 		FirstBlock int64  `json:"first_block"`
@@ -334,7 +335,7 @@ func runPipelineDemoTask(ctx context.Context, p childPayload, stdout, stderr io.
 // demoPutBatch writes a JSONL batch of the output dataset named dataset to object storage under
 // the task's own prefix, with the AWS SDK configured from the environment alone, as any program
 // using the AWS CLI's variables would; it returns the batch's URI.
-func demoPutBatch(ctx context.Context, p childPayload, dataset string, jsonl []byte) (string, error) {
+func demoPutBatch(ctx context.Context, p wrapper.Payload, dataset string, jsonl []byte) (string, error) {
 	var prefix string
 	for _, o := range p.Outputs {
 		if o.DatasetName == dataset {
@@ -360,7 +361,7 @@ func demoPutBatch(ctx context.Context, p childPayload, dataset string, jsonl []b
 
 // demoTaskCall posts the attempt's fence and body to a task-scoped endpoint with the task's
 // capability token and returns the answer's status code (or the error's text).
-func demoTaskCall(ctx context.Context, p childPayload, path string, body map[string]any) any {
+func demoTaskCall(ctx context.Context, p wrapper.Payload, path string, body map[string]any) any {
 	if body == nil {
 		body = map[string]any{}
 	}
@@ -368,12 +369,12 @@ func demoTaskCall(ctx context.Context, p childPayload, path string, body map[str
 	raw, _ := json.Marshal(body)
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, strings.TrimRight(os.Getenv(envPublicURL), "/")+path, bytes.NewReader(raw))
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, strings.TrimRight(os.Getenv(wrapper.EnvPublicURL), "/")+path, bytes.NewReader(raw))
 	if err != nil {
 		return err.Error()
 	}
 	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("X-Trace-Task-Capability", os.Getenv(envCapability))
+	req.Header.Set("X-Trace-Task-Capability", os.Getenv(wrapper.EnvCapability))
 	res, err := http.DefaultClient.Do(req)
 	if err != nil {
 		return err.Error()

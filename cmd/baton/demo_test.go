@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/baton-dev/baton/internal/pipeline"
+	"github.com/baton-dev/baton/internal/wrapper"
 )
 
 // TestMain lets this test binary stand in for `baton` when `baton dev --demo` re-executes itself
@@ -193,8 +194,8 @@ func TestDemoTask(t *testing.T) {
 		io.WriteString(w, `{}`)
 	}))
 	defer srv.Close()
-	t.Setenv(envPublicURL, srv.URL)
-	t.Setenv(envCapability, "tok")
+	t.Setenv(wrapper.EnvPublicURL, srv.URL)
+	t.Setenv(wrapper.EnvCapability, "tok")
 	old := demoStdin
 	defer func() { demoStdin = old }()
 	demoStdin = strings.NewReader(`{"task_id":"id-1","task_key":"compile-result","name":"compile-result","attempt":2,"lease_token":"l",

@@ -7,7 +7,6 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
-	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"io"
@@ -32,6 +31,7 @@ import (
 	"github.com/baton-dev/baton/internal/server"
 	"github.com/baton-dev/baton/internal/store"
 	"github.com/baton-dev/baton/internal/store/sqlite"
+	"github.com/baton-dev/baton/internal/wrapper"
 )
 
 // execServer is a Baton server in this process over SQLite: the public listener (producer and
@@ -448,7 +448,7 @@ echo '{"probe":"done"}'`
 	}
 	want := []string{"BATON_ATTEMPT", "BATON_JOB_ID", "BATON_LEASE_TOKEN", "BATON_TASK_ID", "BATON_TASK_KEY", "BATON_TASK_NAME",
 		"BATON_TASK_PAYLOAD", "BATON_URL", "HOME", "PATH", "PWD", "TMPDIR", "TRACE_TASK_CAPABILITY_TOKEN", "BATON_BUFFER_DIR"}
-	for _, k := range passedThrough {
+	for _, k := range wrapper.PassedThrough {
 		if _, ok := os.LookupEnv(k); ok {
 			want = append(want, k)
 		}
@@ -631,19 +631,5 @@ func TestWorkerRefusesReadableKey(t *testing.T) {
 		"--internal-tls-ca", certs.CA, "--internal-tls-cert", certs.ClientCert, "--internal-tls-key", certs.ClientKey)
 	if code != 1 || !strings.Contains(stderr, "readable by every user") {
 		t.Fatalf("exit %d, stderr %q", code, stderr)
-	}
-}
-
-func TestLeaseFromToken(t *testing.T) {
-	t.Parallel()
-	payload := `{"task_id":"t","lease_token":"lease-1"}`
-	tok := "e30." + base64.RawURLEncoding.EncodeToString([]byte(payload)) + ".sig"
-	if got := leaseFromToken(tok); got != "lease-1" {
-		t.Fatalf("lease %q", got)
-	}
-	for _, bad := range []string{"", "a.b", "a.!!!.c", "e30.e30.x"} {
-		if got := leaseFromToken(bad); got != "" {
-			t.Errorf("leaseFromToken(%q) = %q", bad, got)
-		}
 	}
 }
