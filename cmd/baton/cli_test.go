@@ -18,6 +18,7 @@ import (
 	"github.com/baton-dev/baton/client"
 	"github.com/baton-dev/baton/internal/auth"
 	"github.com/baton-dev/baton/internal/dataset"
+	"github.com/baton-dev/baton/internal/demo"
 	"github.com/baton-dev/baton/internal/pipeline"
 	"github.com/baton-dev/baton/internal/store/sqlite"
 )
@@ -68,7 +69,7 @@ func generic(t *testing.T, format, out string) any {
 // as a sink would.
 func (s *jobTestServer) loadAlerts() {
 	s.t.Helper()
-	if code, _, errOut := s.cli("pipeline", "deploy", "-f", jobWriteFile(s.t, demoPipeline)); code != 0 {
+	if code, _, errOut := s.cli("pipeline", "deploy", "-f", jobWriteFile(s.t, demo.PipelineYAML)); code != 0 {
 		s.t.Fatalf("deploy: %s", errOut)
 	}
 	code, out, errOut := s.cli("dataset", "get", "alert_events", "-o", "json")
@@ -225,7 +226,7 @@ func TestCreateCommands_PrintOnlyTheNewIDOnStdout(t *testing.T) {
 		t.Errorf("job submit printed %q: %v", out, err)
 	}
 
-	code, out, errOut = s.cli("pipeline", "deploy", "-f", jobWriteFile(t, demoPipeline))
+	code, out, errOut = s.cli("pipeline", "deploy", "-f", jobWriteFile(t, demo.PipelineYAML))
 	if code != 0 || strings.Count(out, "\n") != 1 || !strings.Contains(errOut, "range_totals") {
 		t.Fatalf("pipeline deploy: exit %d, stdout %q, stderr %q", code, out, errOut)
 	}
@@ -242,7 +243,7 @@ func TestCreateCommands_PrintOnlyTheNewIDOnStdout(t *testing.T) {
 	if decodeAs(t, outputJSON, out, &res); code != 0 || res.TotalTasks != 5 || !strings.HasPrefix(res.JobID, "job-") {
 		t.Errorf("job submit -o json: exit %d, %q", code, out)
 	}
-	code, out, _ = s.cli("pipeline", "deploy", "-f", jobWriteFile(t, demoPipeline), "-o", "yaml")
+	code, out, _ = s.cli("pipeline", "deploy", "-f", jobWriteFile(t, demo.PipelineYAML), "-o", "yaml")
 	var again client.Pipeline
 	if decodeAs(t, outputYAML, out, &again); code != 0 || again.Version != p.ActiveVersion || again.Created {
 		t.Errorf("pipeline deploy -o yaml: exit %d, %q", code, out)

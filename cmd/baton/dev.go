@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/baton-dev/baton/internal/auth"
+	"github.com/baton-dev/baton/internal/demo"
 	"github.com/baton-dev/baton/internal/mtls"
 	"github.com/baton-dev/baton/internal/store"
 	"github.com/baton-dev/baton/internal/store/sqlite"
@@ -27,8 +28,8 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("baton dev", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	dataDir := fs.String("data-dir", "./.baton", "directory of the SQLite database")
-	var demo demoFlag
-	fs.Var(&demo, "demo", "also run an example end to end with real worker processes and mTLS on /internal/* (development certificates made under --data-dir): `--demo` the five-task job example, `--demo pipeline` the pipeline of examples/pipeline")
+	var demoArg demoFlag
+	fs.Var(&demoArg, "demo", "also run an example end to end with real worker processes and mTLS on /internal/* (development certificates made under --data-dir): `--demo` the five-task job example, `--demo pipeline` the pipeline of examples/pipeline")
 	var f serverFlags
 	f.register(fs)
 	f.metricsListen, fs.Lookup("metrics-listen").DefValue = devMetricsListen, devMetricsListen
@@ -46,8 +47,8 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	rest := fs.Args()
-	if demo.kind != "" && len(rest) > 0 && rest[0] == demoKindPipeline && !demo.explicit {
-		demo.kind, rest = demoKindPipeline, rest[1:] // --demo pipeline
+	if demoArg.kind != "" && len(rest) > 0 && rest[0] == demoKindPipeline && !demoArg.explicit {
+		demoArg.kind, rest = demoKindPipeline, rest[1:] // --demo pipeline
 	}
 	if len(rest) > 0 {
 		fmt.Fprintf(stderr, "baton dev: unexpected argument %q\n", rest[0])
@@ -82,7 +83,7 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	defer st.Close()
 	var demoCerts mtls.DevCerts
-	if demo.kind != "" {
+	if demoArg.kind != "" {
 		if demoCerts, err = prepareDemo(&f, *dataDir); err != nil {
 			fmt.Fprintln(stderr, "baton dev:", err)
 			return 1
@@ -122,8 +123,9 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 Press Ctrl-C to stop.
 `, path, ls.producer.Addr(), ls.producer.Addr(), ls.producer.Addr(), workerLine, f.dataDatabaseURL, f.blobURL, map[bool]string{true: " (a sink runs in this process)", false: " (no sink here: --sink=false)"}[f.sink], metricsLine(ls.metrics), keyLine)
 	stopDemo := func() {}
-	if demo.kind != "" {
-		stopDemo = startDemo(ctx, st, ls, demoCerts, demo.kind, f.blobURL, devSecret, stdout, stderr)
+	if demoArg.kind != "" {
+		stopDemo = demo.Start(ctx, demo.Config{Pipeline: demoArg.kind == demoKindPipeline, Producer: ls.producer.Addr(),
+			Internal: ls.internal.Addr(), BlobURL: f.blobURL, Certs: demoCerts, Store: st, APIKey: devSecret, Stdout: stdout, Stderr: stderr})
 	}
 	defer stopDemo()
 	if err := serve(ctx, &f, ls, st, newLogger(stderr, f.logFormat)); err != nil {
@@ -193,6 +195,20 @@ func (f *demoFlag) Set(v string) error {
 		return fmt.Errorf("want %s or %s", demoKindJob, demoKindPipeline)
 	}
 	return nil
+}
+
+// prepareDemo makes the demo's development certificates under dataDir and turns on mutual TLS
+// for the internal listener with them. It runs before the listeners are bound.
+func prepareDemo(f *serverFlags, dataDir string) (mtls.DevCerts, error) {
+	if f.internalTLSCert != "" || f.internalTLSKey != "" || f.internalTLSClientCA != "" {
+		return mtls.DevCerts{}, fmt.Errorf("--demo makes its own certificates for /internal/*: drop %s", internalTLSFlags)
+	}
+	dc, err := demo.WriteCerts(dataDir)
+	if err != nil {
+		return mtls.DevCerts{}, err
+	}
+	f.internalTLSCert, f.internalTLSKey, f.internalTLSClientCA = dc.ServerCert, dc.ServerKey, dc.CA
+	return dc, nil
 }
 
 // isLoopback says whether a listener's address is on the loopback interface only.

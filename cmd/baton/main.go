@@ -8,6 +8,8 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+
+	"github.com/baton-dev/baton/internal/demo"
 )
 
 func main() {
@@ -89,7 +91,7 @@ func commandTable() []command {
 		{name: "config", run: runConfig, subcommands: []string{"print"}},
 		{name: "bench", run: runBench},
 		{name: "version", run: runVersion},
-		{name: "demo-task", run: runDemoTask, hidden: true}, // the child program of `baton dev --demo`
+		{name: "demo-task", run: demo.RunTask, hidden: true}, // the child program of `baton dev --demo`
 	}
 }
 

@@ -5,6 +5,8 @@ import (
 	"context"
 	"strings"
 	"testing"
+
+	"github.com/baton-dev/baton/internal/demo"
 )
 
 // cli runs "baton GROUP CMD --url ... --api-key ... ARGS..." and returns its exit status and output.
@@ -18,7 +20,7 @@ func (s *jobTestServer) cli(group, cmd string, args ...string) (int, string, str
 func TestPipelineAndDatasetCommands(t *testing.T) {
 	t.Parallel()
 	s := newJobTestServer(t)
-	file := jobWriteFile(t, demoPipeline)
+	file := jobWriteFile(t, demo.PipelineYAML)
 	code, out, errOut := s.cli("pipeline", "deploy", "-f", file)
 	if code != 0 || !strings.Contains(errOut, "deployed blocks_demo version "+strings.TrimSpace(out)) || !strings.Contains(errOut, "(new, active)") ||
 		!strings.Contains(errOut, "range_totals") {
@@ -27,7 +29,7 @@ func TestPipelineAndDatasetCommands(t *testing.T) {
 	if code, _, errOut = s.cli("pipeline", "deploy", "-f", file); code != 0 || !strings.Contains(errOut, "already active; nothing changed") {
 		t.Errorf("deploy again: exit %d\n%s", code, errOut)
 	}
-	bad := jobWriteFile(t, strings.Replace(demoPipeline, "operator: range_totals", "operator: 9bad", 1)+"extra: 1\n")
+	bad := jobWriteFile(t, strings.Replace(demo.PipelineYAML, "operator: range_totals", "operator: 9bad", 1)+"extra: 1\n")
 	code, _, errOut = s.cli("pipeline", "deploy", "-f", bad)
 	if code != 1 || !strings.Contains(errOut, "refused the request (HTTP 400)") || !strings.Contains(errOut, `unknown key "extra"`) ||
 		!strings.Contains(errOut, "jobs[2].operator") {

@@ -1,5 +1,6 @@
-package main
-
+// Package demo runs the examples of `baton dev --demo` end to end beside a dev server, with real
+// `baton worker` processes whose child program is the hidden `baton demo-task` (RunTask).
+//
 // `baton dev --demo`: the dev server as usual, plus one `baton worker` process per task name of
 // the five-task example job (examples/job.json), each running the hidden `baton demo-task` as its
 // child program; the demo submits the example through the producer API, prints its progress until
@@ -7,6 +8,7 @@ package main
 // TLS with development certificates made for the occasion, so the demo runs the production
 // arrangement: the workers hold the client certificate, their children (an unprivileged user when
 // run as root) hold only their task's capability token.
+package demo
 
 import (
 	"bytes"
@@ -33,9 +35,9 @@ import (
 	"github.com/baton-dev/baton/internal/wrapper"
 )
 
-// demoJob is examples/job.json (a test keeps the two equal), built in so that the demo
+// jobJSON is examples/job.json (a test keeps the two equal), built in so that the demo
 // runs from any directory.
-const demoJob = `{
+const jobJSON = `{
   "tasks": [
     {
       "taskId": "scrape-store",
@@ -71,31 +73,41 @@ const demoJob = `{
 }
 `
 
-// demoTaskNames are the task names of demoJob: one worker process each.
-var demoTaskNames = []string{"scrape-store", "analyze-competitors", "color-tags", "font-pairing", "compile-result"}
+// taskNames are the task names of jobJSON: one worker process each.
+var taskNames = []string{"scrape-store", "analyze-competitors", "color-tags", "font-pairing", "compile-result"}
 
-// demoCertsDir is where, under --data-dir, the demo keeps its development certificates.
-const demoCertsDir = "demo-certs"
+// certsDir is where, under --data-dir, the demo keeps its development certificates.
+const certsDir = "demo-certs"
 
-// demoWorkerStop bounds how long a demo worker has to stop after SIGTERM.
-const demoWorkerStop = 15 * time.Second
+// workerStop bounds how long a demo worker has to stop after SIGTERM.
+const workerStop = 15 * time.Second
 
-// prepareDemo makes development certificates under dataDir and turns on mutual TLS for the
-// internal listener with them. It runs before the listeners are bound.
-func prepareDemo(f *serverFlags, dataDir string) (mtls.DevCerts, error) {
-	if f.internalTLSCert != "" || f.internalTLSKey != "" || f.internalTLSClientCA != "" {
-		return mtls.DevCerts{}, fmt.Errorf("--demo makes its own certificates for /internal/*: drop %s", internalTLSFlags)
-	}
-	dc, err := mtls.WriteDevCerts(filepath.Join(dataDir, demoCertsDir), nil, time.Now(), true)
+// WriteCerts makes the demo's development certificates under dataDir (--data-dir); the dev
+// server's internal listener must serve mutual TLS with them. It runs before the listeners are
+// bound.
+func WriteCerts(dataDir string) (mtls.DevCerts, error) {
+	dc, err := mtls.WriteDevCerts(filepath.Join(dataDir, certsDir), nil, time.Now(), true)
 	if err != nil {
 		return mtls.DevCerts{}, fmt.Errorf("demo certificates: %w", err)
 	}
-	f.internalTLSCert, f.internalTLSKey, f.internalTLSClientCA = dc.ServerCert, dc.ServerKey, dc.CA
 	return dc, nil
 }
 
-// demo is a running `baton dev --demo`.
-type demo struct {
+// Config is what a demo needs of the dev server it runs beside.
+type Config struct {
+	Pipeline           bool     // the example pipeline (`--demo pipeline`), not the five-task job
+	Producer, Internal net.Addr // the dev server's public and internal listeners
+	BlobURL            string   // the object storage of buffered datasets' batches
+	Certs              mtls.DevCerts
+	// Store is the dev server's store, where a key is made for this run when APIKey is empty.
+	Store store.Store
+	// APIKey is the dev key of the banner, when this process knows its secret.
+	APIKey         string
+	Stdout, Stderr io.Writer
+}
+
+// session is a running `baton dev --demo`.
+type session struct {
 	producerURL, internalURL string
 	blobURL                  string // the object storage of buffered datasets' batches
 	certs                    mtls.DevCerts
@@ -104,32 +116,33 @@ type demo struct {
 	stdout, stderr           io.Writer
 }
 
-// startDemo starts the demo in the background: a key to submit with (devKey, the banner's key, when
+// Start starts the demo in the background: a key to submit with (c.APIKey, the banner's key, when
 // this process knows its secret; else one made for this run and revoked when it stops), the
-// workers, the job. The returned function stops the workers and waits for them; it may be called
-// more than once.
-func startDemo(ctx context.Context, st store.Store, ls *listeners, certs mtls.DevCerts, kind, blobURL, devKey string, stdout, stderr io.Writer) func() {
+// workers, the job or pipeline. The workers are this program run again as `baton worker`, so the
+// program must be baton (or a test binary that stands in for it). The returned function stops
+// the workers and waits for them; it may be called more than once.
+func Start(ctx context.Context, c Config) func() {
 	ctx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		d := &demo{producerURL: loopbackURL("http", ls.producer.Addr()), internalURL: loopbackURL("https", ls.internal.Addr()),
-			blobURL: blobURL, certs: certs, apiKey: devKey, stdout: stdout, stderr: stderr}
+		d := &session{producerURL: loopbackURL("http", c.Producer), internalURL: loopbackURL("https", c.Internal),
+			blobURL: c.BlobURL, certs: c.Certs, apiKey: c.APIKey, stdout: c.Stdout, stderr: c.Stderr}
 		if d.apiKey == "" {
-			k, secret, err := auth.CreateKey(ctx, st, "dev --demo", auth.DefaultTenant, "", time.Now())
+			k, secret, err := auth.CreateKey(ctx, c.Store, "dev --demo", auth.DefaultTenant, "", time.Now())
 			if err != nil {
-				fmt.Fprintln(stderr, "baton dev --demo: create an API key:", err)
+				fmt.Fprintln(c.Stderr, "baton dev --demo: create an API key:", err)
 				return
 			}
 			d.apiKey, d.ownKey = secret, true
-			defer func() { _ = st.APIKeyRevoke(context.WithoutCancel(ctx), k.ID, time.Now()) }()
+			defer func() { _ = c.Store.APIKeyRevoke(context.WithoutCancel(ctx), k.ID, time.Now()) }()
 		}
 		run := d.run
-		if kind == demoKindPipeline {
+		if c.Pipeline {
 			run = d.runPipeline
 		}
 		if err := run(ctx); err != nil && ctx.Err() == nil {
-			fmt.Fprintln(stderr, "baton dev --demo:", err)
+			fmt.Fprintln(c.Stderr, "baton dev --demo:", err)
 		}
 	}()
 	var once sync.Once
@@ -137,7 +150,7 @@ func startDemo(ctx context.Context, st store.Store, ls *listeners, certs mtls.De
 }
 
 // keyName says which key the demo submits with: the banner's or its own.
-func (d *demo) keyName() string {
+func (d *session) keyName() string {
 	if d.ownKey {
 		// The banner's key was printed on an earlier start; this one lives as long as this process.
 		return "the demo's own API key (revoked when baton dev stops; the dev key printed on the first start works too)"
@@ -159,10 +172,10 @@ func loopbackURL(scheme string, addr net.Addr) string {
 
 // run starts the workers, submits the job, follows it to the end, and keeps the workers running
 // until ctx ends.
-func (d *demo) run(ctx context.Context) error {
-	var workers []demoWorker
-	for _, name := range demoTaskNames {
-		workers = append(workers, demoWorker{name: name})
+func (d *session) run(ctx context.Context) error {
+	var workers []workerSpec
+	for _, name := range taskNames {
+		workers = append(workers, workerSpec{name: name})
 	}
 	stop, err := d.startWorkers(ctx, workers)
 	if err != nil {
@@ -172,7 +185,7 @@ func (d *demo) run(ctx context.Context) error {
 	fmt.Fprintf(d.stdout, "demo: started %d `baton worker` processes (one per task name), each running `baton demo-task` as its child program\n", len(workers))
 
 	c := client.New(d.producerURL, d.apiKey)
-	res, err := c.SubmitJobJSON(ctx, []byte(demoJob))
+	res, err := c.SubmitJobJSON(ctx, []byte(jobJSON))
 	if err != nil {
 		return fmt.Errorf("submit the example job: %w", err)
 	}
@@ -212,27 +225,27 @@ func (d *demo) run(ctx context.Context) error {
 	return nil
 }
 
-// demoWorker is one `baton worker` process of a demo: the task name it runs and the queues it
+// workerSpec is one `baton worker` process of a demo: the task name it runs and the queues it
 // claims from (default: the task name).
-type demoWorker struct {
+type workerSpec struct {
 	name   string
 	queues []string
 }
 
 // startWorkers starts the demo's workers, each running `baton demo-task` as its child program,
 // and returns the function that stops them.
-func (d *demo) startWorkers(ctx context.Context, workers []demoWorker) (func(), error) {
+func (d *session) startWorkers(ctx context.Context, workers []workerSpec) (func(), error) {
 	self, err := os.Executable()
 	if err != nil {
 		return nil, fmt.Errorf("find this program: %w", err)
 	}
-	taskBin, cleanup, err := demoTaskBinary(self)
+	taskBin, cleanup, err := taskBinary(self)
 	if err != nil {
 		return nil, err
 	}
-	var procs []*demoProc
+	var procs []*process
 	stop := func() {
-		stopDemoWorkers(procs)
+		stopWorkers(procs)
 		cleanup()
 	}
 	for _, w := range workers {
@@ -246,10 +259,10 @@ func (d *demo) startWorkers(ctx context.Context, workers []demoWorker) (func(), 
 	return stop, nil
 }
 
-// demoTaskBinary is the program the workers' children run. As root the children run as an
+// taskBinary is the program the workers' children run. As root the children run as an
 // unprivileged user, who may not reach this program (`go run` builds it in a private directory),
 // so it is copied into a directory everyone can read; the returned function removes the copy.
-func demoTaskBinary(self string) (string, func(), error) {
+func taskBinary(self string) (string, func(), error) {
 	if os.Geteuid() != 0 {
 		return self, func() {}, nil
 	}
@@ -287,20 +300,20 @@ func copyFile(from, to string, mode os.FileMode) error {
 	return out.Close()
 }
 
-// demoWorkerEnv are the dev server's variables its demo workers keep: the transport they share,
+// workerEnv are the dev server's variables its demo workers keep: the transport they share,
 // and how they log and trace.
-var demoWorkerEnv = []string{"BATON_TRANSPORT", "BATON_REDIS_URL", "BATON_NATS_URL", "BATON_TRANSPORT_NAMESPACE",
+var workerEnv = []string{"BATON_TRANSPORT", "BATON_REDIS_URL", "BATON_NATS_URL", "BATON_TRANSPORT_NAMESPACE",
 	"BATON_LOG_FORMAT", "BATON_OTLP_ENDPOINT"}
 
-// demoProc is one worker process.
-type demoProc struct {
+// process is one worker process.
+type process struct {
 	name string
 	cmd  *exec.Cmd
 	done chan struct{}
 }
 
 // startWorker starts `baton worker` for one task name, its output prefixed on stderr.
-func (d *demo) startWorker(ctx context.Context, self, taskBin, name string, queues ...string) (*demoProc, error) {
+func (d *session) startWorker(ctx context.Context, self, taskBin, name string, queues ...string) (*process, error) {
 	args := []string{"worker", "--task", name, "--exec", shellQuote(taskBin) + " demo-task",
 		"--internal-url", d.internalURL, "--url", d.producerURL,
 		"--internal-tls-ca", d.certs.CA, "--internal-tls-cert", d.certs.ClientCert, "--internal-tls-key", d.certs.ClientKey,
@@ -315,7 +328,7 @@ func (d *demo) startWorker(ctx context.Context, self, taskBin, name string, queu
 	// configure the worker too. Its children never see its environment anyway.
 	cmd.Env = slices.DeleteFunc(os.Environ(), func(kv string) bool {
 		k, _, _ := strings.Cut(kv, "=")
-		return strings.HasPrefix(k, "BATON_") && !slices.Contains(demoWorkerEnv, k)
+		return strings.HasPrefix(k, "BATON_") && !slices.Contains(workerEnv, k)
 	})
 	out := &prefixWriter{w: d.stderr, prefix: "[worker " + name + "] "}
 	cmd.Stdout, cmd.Stderr = out, out
@@ -323,7 +336,7 @@ func (d *demo) startWorker(ctx context.Context, self, taskBin, name string, queu
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("start the %s worker: %w", name, err)
 	}
-	p := &demoProc{name: name, cmd: cmd, done: make(chan struct{})}
+	p := &process{name: name, cmd: cmd, done: make(chan struct{})}
 	go func() {
 		err := cmd.Wait()
 		out.flush()
@@ -337,13 +350,13 @@ func (d *demo) startWorker(ctx context.Context, self, taskBin, name string, queu
 	return p, nil
 }
 
-// stopDemoWorkers sends SIGTERM to every worker and waits for them, killing those that take
-// longer than demoWorkerStop.
-func stopDemoWorkers(procs []*demoProc) {
+// stopWorkers sends SIGTERM to every worker and waits for them, killing those that take
+// longer than workerStop.
+func stopWorkers(procs []*process) {
 	for _, p := range procs {
 		_ = p.cmd.Process.Signal(syscall.SIGTERM)
 	}
-	deadline := time.After(demoWorkerStop)
+	deadline := time.After(workerStop)
 	for _, p := range procs {
 		select {
 		case <-p.done:
@@ -389,26 +402,26 @@ func (p *prefixWriter) flush() {
 	}
 }
 
-// demoStdin is what `baton demo-task` reads; tests replace it.
-var demoStdin io.Reader = os.Stdin
+// stdin is what `baton demo-task` reads; tests replace it.
+var stdin io.Reader = os.Stdin
 
-// runDemoTask is the hidden `baton demo-task`, the child program of the demo's workers: it reads
+// RunTask is the hidden `baton demo-task`, the child program of the demo's workers: it reads
 // its payload from stdin, calls the task-scoped heartbeat with its capability token (to show that
 // the token is all it needs), takes half a second to a second, and prints its output as JSON.
-func runDemoTask(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+func RunTask(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if len(args) > 0 {
 		fmt.Fprintln(stderr, "baton demo-task: no arguments expected")
 		return 2
 	}
 	var p wrapper.Payload
-	if err := json.NewDecoder(demoStdin).Decode(&p); err != nil {
+	if err := json.NewDecoder(stdin).Decode(&p); err != nil {
 		fmt.Fprintln(stderr, "baton demo-task: read the payload from stdin:", err)
 		return 1
 	}
 	if p.Job != nil {
-		return runPipelineDemoTask(ctx, p, stdout, stderr)
+		return runPipelineTask(ctx, p, stdout, stderr)
 	}
-	heartbeat := demoTaskCall(ctx, p, "/v1/task/heartbeat", nil)
+	heartbeat := taskCall(ctx, p, "/v1/task/heartbeat", nil)
 	select {
 	case <-time.After(500*time.Millisecond + rand.N(500*time.Millisecond)):
 	case <-ctx.Done():

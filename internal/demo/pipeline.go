@@ -1,4 +1,4 @@
-package main
+package demo
 
 // `baton dev --demo pipeline`: the dev server, examples/pipeline/pipeline.yaml deployed through the
 // producer API, and one `baton worker` process per operator of it, each running the hidden
@@ -30,9 +30,9 @@ import (
 	"github.com/baton-dev/baton/worker"
 )
 
-// demoPipeline is examples/pipeline/pipeline.yaml (a test keeps the two equal), built in so that
+// PipelineYAML is examples/pipeline/pipeline.yaml (a test keeps the two equal), built in so that
 // the demo runs from any directory.
-const demoPipeline = `# A block-indexing DAG in the DAG document format Baton deploys unchanged.
+const PipelineYAML = `# A block-indexing DAG in the DAG document format Baton deploys unchanged.
 #
 #   block_follower (always_on source) --output 0 = "blocks"--> range_stats (PerUpdate)
 #        |                                                       |
@@ -155,8 +155,8 @@ publish:
     filter_fields: [severity, chain]
 `
 
-// demoPipelineWorkers are the workers of the pipeline demo: one per operator.
-var demoPipelineWorkers = []demoWorker{
+// pipelineWorkers are the workers of the pipeline demo: one per operator.
+var pipelineWorkers = []workerSpec{
 	{"block_follower", nil},
 	{"range_stats", nil},
 	{"range_totals", nil},
@@ -164,27 +164,27 @@ var demoPipelineWorkers = []demoWorker{
 	{"alert_reader", []string{"alerts_pager", "alerts_digest"}},
 }
 
-// demoPipelineRoutes is how many tasks each reactive job of the demo gets: one per block range,
+// pipelineRoutes is how many tasks each reactive job of the demo gets: one per block range,
 // and for the readers of alert_events one per loaded batch whose rows match their where (every
 // batch has a low alert; every other one a high one, the rest a medium one).
-var demoPipelineRoutes = map[string]int{"range_stats": 10, "range_totals": 10, "mainnet_alerts": 10, "testnet_alerts": 10,
+var pipelineRoutes = map[string]int{"range_stats": 10, "range_totals": 10, "mainnet_alerts": 10, "testnet_alerts": 10,
 	"pager": 5, "digest": 10}
 
 // runPipeline deploys the example pipeline, starts its workers, and prints the jobs' task counts
 // as they change until every block range went through every job; the workers keep running.
-func (d *demo) runPipeline(ctx context.Context) error {
+func (d *session) runPipeline(ctx context.Context) error {
 	c := client.New(d.producerURL, d.apiKey)
-	p, err := c.DeployPipeline(ctx, []byte(demoPipeline), "application/yaml")
+	p, err := c.DeployPipeline(ctx, []byte(PipelineYAML), "application/yaml")
 	if err != nil {
 		return fmt.Errorf("deploy examples/pipeline/pipeline.yaml: %w", err)
 	}
 	fmt.Fprintf(d.stdout, "demo: deployed pipeline %s version %s (%d jobs)\n", p.Name, p.Version, len(p.Jobs))
-	stop, err := d.startWorkers(ctx, demoPipelineWorkers)
+	stop, err := d.startWorkers(ctx, pipelineWorkers)
 	if err != nil {
 		return err
 	}
 	defer stop()
-	fmt.Fprintf(d.stdout, "demo: started %d `baton worker` processes (one per operator)\n", len(demoPipelineWorkers))
+	fmt.Fprintf(d.stdout, "demo: started %d `baton worker` processes (one per operator)\n", len(pipelineWorkers))
 	start := time.Now()
 	last := ""
 	for ctx.Err() == nil {
@@ -196,7 +196,7 @@ func (d *demo) runPipeline(ctx context.Context) error {
 		done := true
 		for _, j := range p.Jobs {
 			parts = append(parts, fmt.Sprintf("%s %d/%d", j.Name, j.Counts["completed"], j.Counts["routed"]))
-			if j.Activation == "reactive" && (j.Counts["completed"] < demoPipelineRoutes[j.Name] || j.Counts["completed"] != j.Counts["routed"]) {
+			if j.Activation == "reactive" && (j.Counts["completed"] < pipelineRoutes[j.Name] || j.Counts["completed"] != j.Counts["routed"]) {
 				done = false
 			}
 		}
@@ -218,8 +218,8 @@ func (d *demo) runPipeline(ctx context.Context) error {
 	return nil
 }
 
-// runPipelineDemoTask is `baton demo-task` for a task of the example pipeline.
-func runPipelineDemoTask(ctx context.Context, p wrapper.Payload, stdout, stderr io.Writer) int {
+// runPipelineTask is `baton demo-task` for a task of the example pipeline.
+func runPipelineTask(ctx context.Context, p wrapper.Payload, stdout, stderr io.Writer) int {
 	var cfg struct {
 		Chain      string `json:"chain"`
 		FirstBlock int64  `json:"first_block"`
@@ -243,7 +243,7 @@ func runPipelineDemoTask(ctx context.Context, p wrapper.Payload, stdout, stderr 
 			start := cfg.FirstBlock + i*cfg.RangeSize
 			ev := map[string]any{"dataset_uuid": p.Outputs[0].DatasetUUID, "dataset_version": p.Outputs[0].DatasetVersion,
 				"partition_key": fmt.Sprintf("%d-%d", start, start+cfg.RangeSize-1), "start": start, "end": start + cfg.RangeSize - 1}
-			if status := demoTaskCall(ctx, p, "/v1/task/events", map[string]any{"events": []any{ev}}); status != http.StatusOK {
+			if status := taskCall(ctx, p, "/v1/task/events", map[string]any{"events": []any{ev}}); status != http.StatusOK {
 				fmt.Fprintf(stderr, "block_follower: events answered %v\n", status)
 				return 1
 			}
@@ -260,7 +260,7 @@ func runPipelineDemoTask(ctx context.Context, p wrapper.Payload, stdout, stderr 
 		time.Sleep(100*time.Millisecond + rand.N(200*time.Millisecond))
 		ev := map[string]any{"dataset_uuid": p.Outputs[0].DatasetUUID, "dataset_version": p.Outputs[0].DatasetVersion,
 			"partition_key": in.PartitionKey, "start": in.Start, "end": in.End}
-		if status := demoTaskCall(ctx, p, "/v1/task/events", map[string]any{"events": []any{ev}}); status != http.StatusOK {
+		if status := taskCall(ctx, p, "/v1/task/events", map[string]any{"events": []any{ev}}); status != http.StatusOK {
 			fmt.Fprintf(stderr, "range_stats: events answered %v\n", status)
 			return 1
 		}
@@ -282,13 +282,13 @@ func runPipelineDemoTask(ctx context.Context, p wrapper.Payload, stdout, stderr 
 			// S3 object storage: write the batch under the task's own prefix with the credentials
 			// the wrapper minted (the AWS_* variables, which let it write nowhere else) and
 			// publish it with the task's capability token.
-			uri, err := demoPutBatch(ctx, p, "alert_events", rows.Bytes())
+			uri, err := putBatch(ctx, p, "alert_events", rows.Bytes())
 			if err != nil {
 				fmt.Fprintln(stderr, "range_stats: write the alert batch:", err)
 				return 1
 			}
 			body := map[string]any{"batch_uri": uri, "record_count": 2, "content_type": "application/jsonl"}
-			if status := demoTaskCall(ctx, p, "/v1/task/buffer-publish", body); status != http.StatusOK {
+			if status := taskCall(ctx, p, "/v1/task/buffer-publish", body); status != http.StatusOK {
 				fmt.Fprintf(stderr, "range_stats: buffer-publish answered %v\n", status)
 				return 1
 			}
@@ -332,10 +332,10 @@ func runPipelineDemoTask(ctx context.Context, p wrapper.Payload, stdout, stderr 
 	return 0
 }
 
-// demoPutBatch writes a JSONL batch of the output dataset named dataset to object storage under
+// putBatch writes a JSONL batch of the output dataset named dataset to object storage under
 // the task's own prefix, with the AWS SDK configured from the environment alone, as any program
 // using the AWS CLI's variables would; it returns the batch's URI.
-func demoPutBatch(ctx context.Context, p wrapper.Payload, dataset string, jsonl []byte) (string, error) {
+func putBatch(ctx context.Context, p wrapper.Payload, dataset string, jsonl []byte) (string, error) {
 	var prefix string
 	for _, o := range p.Outputs {
 		if o.DatasetName == dataset {
@@ -359,9 +359,9 @@ func demoPutBatch(ctx context.Context, p wrapper.Payload, dataset string, jsonl 
 	return "s3://" + bucket + "/" + key, nil
 }
 
-// demoTaskCall posts the attempt's fence and body to a task-scoped endpoint with the task's
+// taskCall posts the attempt's fence and body to a task-scoped endpoint with the task's
 // capability token and returns the answer's status code (or the error's text).
-func demoTaskCall(ctx context.Context, p wrapper.Payload, path string, body map[string]any) any {
+func taskCall(ctx context.Context, p wrapper.Payload, path string, body map[string]any) any {
 	if body == nil {
 		body = map[string]any{}
 	}
