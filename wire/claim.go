@@ -143,6 +143,8 @@ type TaskJob struct {
 	DAGName *string `json:"dag_name"` // the job's name; null when it has none
 	Name    string  `json:"name"`     // the task's key, or a pipeline task's pipeline job
 	Version string  `json:"pipeline_version,omitempty"`
+	// IdleTimeoutSeconds is a pipeline job's idle_timeout (see PipelineJob).
+	IdleTimeoutSeconds *float64 `json:"idle_timeout_seconds,omitempty"`
 }
 
 // ParentOutput is the output of one parent of a task of a submitted job.

@@ -17,6 +17,9 @@ type PipelineJob struct {
 	DAGName string `json:"dag_name"`
 	Name    string `json:"name"`
 	Version string `json:"pipeline_version"`
+	// IdleTimeoutSeconds is the job's idle_timeout: how long a worker of its queue stays with
+	// nothing to claim before it exits (0: as soon as the queue is empty). Absent: it stays.
+	IdleTimeoutSeconds *float64 `json:"idle_timeout_seconds,omitempty"`
 }
 
 // DatasetInput is a dataset a task reads: input InputIndex of its job. The input whose event

@@ -33,6 +33,10 @@ type config struct {
 	blobURL                          string // WithBlob
 	// tracerProvider starts the task spans (WithTracerProvider); nil: OpenTelemetry's global.
 	tracerProvider trace.TracerProvider
+	// idleTimeout stops Run after that long with no work (WithIdleTimeout); jobIdle follows the
+	// claimed jobs' idle_timeout instead (WithJobIdleTimeout).
+	idleTimeout *time.Duration
+	jobIdle     bool
 }
 
 // Option configures a Worker.

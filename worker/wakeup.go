@@ -20,8 +20,10 @@ func (w *Worker) wakeLoop(ctx context.Context, queues []string, c transport.Cons
 		case w.slots <- struct{}{}:
 		case <-ctx.Done():
 			return
+		case <-w.idle.stop:
+			return
 		}
-		a, err := w.wakeClaim(ctx, queues, c)
+		a, woken, err := w.wakeClaim(ctx, queues, c)
 		if err != nil || a == nil {
 			<-w.slots
 			if ctx.Err() != nil {
@@ -32,43 +34,41 @@ func (w *Worker) wakeLoop(ctx context.Context, queues []string, c transport.Cons
 				if !sleep(ctx, b.after(err)) {
 					return
 				}
+			} else if !woken && w.idle.empty() {
+				return
 			}
 			continue
 		}
 		b.reset()
-		w.attempts.Add(1)
-		go func() {
-			defer w.attempts.Done()
-			defer func() { <-w.slots }()
-			w.run(a)
-		}()
+		w.start(a)
 	}
 }
 
-// wakeClaim waits for one wake-up and claims its task; it returns nil when nothing was claimed.
-// A wake-up whose claim failed is left unacknowledged, for the transport to deliver again.
-func (w *Worker) wakeClaim(ctx context.Context, queues []string, c transport.Consumer) (*attempt, error) {
+// wakeClaim waits for one wake-up and claims its task; it returns nil when nothing was claimed,
+// and whether a wake-up came. A wake-up whose claim failed is left unacknowledged, for the
+// transport to deliver again.
+func (w *Worker) wakeClaim(ctx context.Context, queues []string, c transport.Consumer) (*attempt, bool, error) {
 	ds, err := c.Receive(ctx, queues, 1, w.cfg.pollWait)
 	if err != nil || len(ds) == 0 {
-		return nil, err
+		return nil, false, err
 	}
 	d := ds[0]
 	var ans internalClaimAnswer
 	body := map[string]any{"task_id": d.TaskID(), "worker_id": w.cfg.workerID}
 	if err := w.post(ctx, requestTimeout, pathTaskClaim, body, &ans); err != nil {
-		return nil, err
+		return nil, true, err
 	}
 	if ans.Status != "Claimed" {
 		w.log.DebugContext(ctx, "wake-up for a task not claimable", "task_id", d.TaskID(), "reason", ans.Reason)
 		if err := d.Ack(ctx); err != nil {
 			w.log.WarnContext(ctx, "wake-up: acknowledge", "task_id", d.TaskID(), "err", err)
 		}
-		return nil, nil
+		return nil, true, nil
 	}
 	queue := d.Queue()
 	a := w.newAttempt(ctx, ans.claimAnswer(d.TaskID(), queue))
 	a.wake = d
-	return a, nil
+	return a, true, nil
 }
 
 // ackWake acknowledges the wake-up of a settled attempt, unless its outcome could not be
@@ -126,7 +126,7 @@ func (a internalClaimAnswer) claimAnswer(taskID, queue string) claimAnswer {
 		if j.DAGName != nil {
 			dag = *j.DAGName
 		}
-		c.Job = &PipelineJob{DAGName: dag, Name: j.Name, Version: j.Version}
+		c.Job = &PipelineJob{DAGName: dag, Name: j.Name, Version: j.Version, IdleTimeoutSeconds: j.IdleTimeoutSeconds}
 		c.Operator, c.Outputs, c.Trigger = task.Operator, task.Outputs, task.Trigger
 		var inputs []DatasetInput
 		_ = json.Unmarshal(task.Inputs, &inputs)

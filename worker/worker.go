@@ -140,6 +140,7 @@ type Worker struct {
 	reportCtx context.Context // ends when Run gives up on unreported outcomes
 	force     chan struct{}   // closed when the shutdown timeout passed
 	slots     chan struct{}   // one per running attempt (concurrency)
+	idle      *idleness       // stops the claim loops once the worker is idle long enough
 	attempts  sync.WaitGroup
 	// unreported counts attempts whose outcome Run could not deliver before returning.
 	unreported atomic.Int64
@@ -165,7 +166,7 @@ func New(internalURL string, opts ...Option) (*Worker, error) {
 		return nil, errors.New("baton worker: concurrency must be positive")
 	case cfg.batchSize < 0:
 		return nil, errors.New("baton worker: batch size must be positive")
-	case cfg.heartbeatInterval < 0, cfg.shutdownTimeout < 0, cfg.pollWait < 0:
+	case cfg.heartbeatInterval < 0, cfg.shutdownTimeout < 0, cfg.pollWait < 0, cfg.idleTimeout != nil && *cfg.idleTimeout < 0:
 		return nil, errors.New("baton worker: negative duration")
 	case cfg.pollWait > maxPollWait:
 		return nil, fmt.Errorf("baton worker: poll wait %s is above the server's limit of %s", cfg.pollWait, maxPollWait)
@@ -274,6 +275,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	w.reportCtx = reportCtx
 	w.force = make(chan struct{})
 	w.slots = make(chan struct{}, w.cfg.concurrency)
+	w.idle = newIdleness(w.cfg, time.Now)
 
 	w.log.InfoContext(ctx, "worker started", "queues", queues, "concurrency", w.cfg.concurrency)
 	var claimers sync.WaitGroup
@@ -293,7 +295,12 @@ func (w *Worker) Run(ctx context.Context) error {
 			claimers.Go(func() { w.claimLoop(ctx, queues) })
 		}
 	}
-	<-ctx.Done()
+	select {
+	case <-ctx.Done():
+	case <-w.idle.stop:
+		// The claim loops stop at their next turn; what claims still in flight bring is run.
+		w.log.InfoContext(ctx, "worker idle: stopping", "idle_timeout", w.idle.idleTimeout())
+	}
 	claimers.Wait()
 
 	done := make(chan struct{})
@@ -329,6 +336,8 @@ func (w *Worker) claimLoop(ctx context.Context, queues []string) {
 		case w.slots <- struct{}{}:
 		case <-ctx.Done():
 			return
+		case <-w.idle.stop:
+			return
 		}
 		n := 1
 	more:
@@ -353,19 +362,28 @@ func (w *Worker) claimLoop(ctx context.Context, queues []string) {
 				if !sleep(ctx, b.after(err)) {
 					return
 				}
+			} else if w.idle.empty() {
+				return
 			}
 			continue
 		}
 		b.reset()
 		for _, a := range as {
-			w.attempts.Add(1)
-			go func() {
-				defer w.attempts.Done()
-				defer func() { <-w.slots }()
-				w.run(a)
-			}()
+			w.start(a)
 		}
 	}
+}
+
+// start runs a claimed attempt in a slot the claim loop took for it.
+func (w *Worker) start(a *attempt) {
+	w.idle.started(a.task)
+	w.attempts.Add(1)
+	go func() {
+		defer w.attempts.Done()
+		defer func() { <-w.slots }()
+		defer w.idle.finished()
+		w.run(a)
+	}()
 }
 
 // claim long-polls the queues once for up to n tasks (the stream-worker dialect's claim for one,

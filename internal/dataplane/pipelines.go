@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/google/uuid"
 
@@ -425,6 +426,10 @@ func buildSpec(tenant string, doc *pipeline.Document, byProducer map[string]*sto
 		js := &jobSpec{Name: j.Name, Activation: j.Activation, Runtime: j.Runtime, Operator: j.Operator, Queue: j.Queue,
 			Strategy: j.ExecutionStrategy, Priority: j.Priority, MaxAttempts: j.MaxAttempts, TimeoutSeconds: j.TimeoutSeconds,
 			HeartbeatTimeoutSeconds: j.HeartbeatTimeoutSeconds, Config: j.Config, Secrets: j.Secrets}
+		if j.IdleTimeout != nil {
+			secs := time.Duration(*j.IdleTimeout).Seconds()
+			js.IdleTimeoutSeconds = &secs
+		}
 		if j.Scaling != nil {
 			js.MaxConcurrency = j.Scaling.MaxConcurrency
 		}

@@ -23,21 +23,23 @@ type pipelineSpec struct {
 
 // jobSpec is one job of a pipelineSpec.
 type jobSpec struct {
-	Name                    string          `json:"name"`
-	Activation              string          `json:"activation"`
-	Runtime                 string          `json:"runtime"`
-	Operator                string          `json:"operator"`
-	Queue                   string          `json:"queue"`
-	Strategy                string          `json:"execution_strategy,omitempty"`
-	Priority                int             `json:"priority"`
-	MaxAttempts             int             `json:"max_attempts,omitempty"`
-	TimeoutSeconds          int             `json:"timeout_seconds,omitempty"`
-	HeartbeatTimeoutSeconds int             `json:"heartbeat_timeout_seconds,omitempty"`
-	MaxConcurrency          int             `json:"max_concurrency,omitempty"`
-	Config                  json.RawMessage `json:"config"`
-	SourceKind              string          `json:"source_kind,omitempty"`
-	Schedule                string          `json:"schedule,omitempty"`
-	WebhookPath             string          `json:"webhook_path,omitempty"`
+	Name                    string `json:"name"`
+	Activation              string `json:"activation"`
+	Runtime                 string `json:"runtime"`
+	Operator                string `json:"operator"`
+	Queue                   string `json:"queue"`
+	Strategy                string `json:"execution_strategy,omitempty"`
+	Priority                int    `json:"priority"`
+	MaxAttempts             int    `json:"max_attempts,omitempty"`
+	TimeoutSeconds          int    `json:"timeout_seconds,omitempty"`
+	HeartbeatTimeoutSeconds int    `json:"heartbeat_timeout_seconds,omitempty"`
+	// IdleTimeoutSeconds is the job's idle_timeout, nil for never; its tasks' claims carry it.
+	IdleTimeoutSeconds *float64        `json:"idle_timeout_seconds,omitempty"`
+	MaxConcurrency     int             `json:"max_concurrency,omitempty"`
+	Config             json.RawMessage `json:"config"`
+	SourceKind         string          `json:"source_kind,omitempty"`
+	Schedule           string          `json:"schedule,omitempty"`
+	WebhookPath        string          `json:"webhook_path,omitempty"`
 	// Secrets are the names of the secrets the job's tasks need; shown, not yet delivered.
 	Secrets []string     `json:"secrets,omitempty"`
 	Inputs  []inputSpec  `json:"inputs"`
@@ -130,8 +132,9 @@ func (j *jobSpec) taskQueue() string {
 // route builds the route of a task of j: started by event e on input fired (e nil, fired -1: a
 // source task, with trigger describing what started it).
 func (j *jobSpec) route(s *pipelineSpec, known *knownDatasets, fired int, e *routedEvent, trigger json.RawMessage) json.RawMessage {
-	r := wire.Route{Job: wire.PipelineJob{DAGName: s.Name, Name: j.Name, Version: s.Version}, Trigger: trigger,
-		Inputs: make([]wire.DatasetInput, len(j.Inputs)), Outputs: make([]wire.DatasetOutput, len(j.Outputs))}
+	r := wire.Route{Job: wire.PipelineJob{DAGName: s.Name, Name: j.Name, Version: s.Version, IdleTimeoutSeconds: j.IdleTimeoutSeconds},
+		Trigger: trigger,
+		Inputs:  make([]wire.DatasetInput, len(j.Inputs)), Outputs: make([]wire.DatasetOutput, len(j.Outputs))}
 	for i, in := range j.Inputs {
 		ri := wire.DatasetInput{InputIndex: i, DatasetUUID: in.DatasetUUID, DatasetName: in.DatasetName, Where: in.Where}
 		if ds := known.datasets[in.DatasetUUID]; ds != nil {

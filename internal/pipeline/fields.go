@@ -153,6 +153,27 @@ func (w *walker) duration(n *node, path string) (Duration, bool) {
 	return Duration(d), true
 }
 
+// idleTimeout reads idle_timeout: 0 (the job's workers give their capacity up as soon as its
+// queue is empty), never (they stay), or a positive duration of no work after which they exit.
+// nil is never, the default.
+func (w *walker) idleTimeout(n *node, path string) *Duration {
+	switch {
+	case n.kind == kindString && n.s == "never":
+		return nil
+	case (n.isInt() || n.kind == kindString) && n.s == "0":
+		return new(Duration)
+	case n.kind != kindString:
+		w.node(n, path, `must be 0, never, or a duration such as "30s", "5m" or "1h"`)
+		return nil
+	}
+	d, err := time.ParseDuration(n.s)
+	if err != nil || d < 0 {
+		w.node(n, path, `invalid idle_timeout %q: write 0, never, or a duration such as "30s", "5m" or "1h"`, n.s)
+		return nil
+	}
+	return (*Duration)(&d) // 0s is 0
+}
+
 // names reads a list of strings, each matching re and none twice; what names the items in the
 // duplicate message ("duplicate secret").
 func (w *walker) names(n *node, path string, re *regexp.Regexp, what string) ([]string, bool) {

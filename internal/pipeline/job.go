@@ -85,7 +85,11 @@ func (w *walker) job(n *node, path string, i int, dc *docContext, def Defaults) 
 	}
 	applyDefaults(&j, w.limits(n, path), def)
 	if v := n.lookup("idle_timeout"); v != nil {
-		j.IdleTimeout, _ = w.duration(v, child(path, "idle_timeout"))
+		if j.Runtime == RuntimeDispatcher {
+			w.node(v, child(path, "idle_timeout"), "not allowed on a dispatcher job: the server runs it, there are no workers to idle")
+		} else {
+			j.IdleTimeout = w.idleTimeout(v, child(path, "idle_timeout"))
+		}
 	}
 
 	j.Config = json.RawMessage("{}")

@@ -40,14 +40,15 @@ func TestParseValidDocumentAppliesDefaults(t *testing.T) {
 		queue, execution      string
 		priority, maxAttempts int
 		heartbeat, queueDepth int
-		queueAge, idle        Duration
+		queueAge              Duration
+		idle                  string // "never" for nil
 		backpressure, config  string
 	}{
-		{"block_follower", "eth.block_follower", "", 0, 5, 60, 10000, minutes(15), minutes(10), "pause", `{"chain_id":1,"confirmations":12}`},
-		{"block_decoder", "eth.decode_blocks", PerUpdate, 100, 5, 60, 10000, minutes(15), 0, "pause", `{}`},
-		{"block_range_aggregate", "aggregates", PerPartition, 0, 10, 60, 10000, minutes(15), 0, "pause", `{}`},
-		{"price_snapshot", "prices.snapshot", "", -100, 5, 60, 10000, minutes(15), 0, "pause", `{}`},
-		{"pager", "notify.pager", PerUpdate, 0, 5, 60, 10000, minutes(15), 0, "pause", `{}`},
+		{"block_follower", "eth.block_follower", "", 0, 5, 60, 10000, minutes(15), "10m0s", "pause", `{"chain_id":1,"confirmations":12}`},
+		{"block_decoder", "eth.decode_blocks", PerUpdate, 100, 5, 60, 10000, minutes(15), "never", "pause", `{}`},
+		{"block_range_aggregate", "aggregates", PerPartition, 0, 10, 60, 10000, minutes(15), "never", "pause", `{}`},
+		{"price_snapshot", "prices.snapshot", "", -100, 5, 60, 10000, minutes(15), "never", "pause", `{}`},
+		{"pager", "notify.pager", PerUpdate, 0, 5, 60, 10000, minutes(15), "never", "pause", `{}`},
 	}
 	for _, tt := range tests {
 		j := d.Job(tt.job)
@@ -55,7 +56,7 @@ func TestParseValidDocumentAppliesDefaults(t *testing.T) {
 			t.Fatalf("no job %q", tt.job)
 		}
 		got := []any{j.Queue, j.ExecutionStrategy, j.Priority, j.MaxAttempts, j.HeartbeatTimeoutSeconds,
-			j.MaxQueueDepth, j.MaxQueueAge, j.IdleTimeout, j.BackpressureMode, string(j.Config)}
+			j.MaxQueueDepth, j.MaxQueueAge, idleText(j.IdleTimeout), j.BackpressureMode, string(j.Config)}
 		want := []any{tt.queue, tt.execution, tt.priority, tt.maxAttempts, tt.heartbeat,
 			tt.queueDepth, tt.queueAge, tt.idle, tt.backpressure, tt.config}
 		if !reflect.DeepEqual(got, want) {
@@ -373,5 +374,35 @@ func TestPathsOfOddKeys(t *testing.T) {
 	_, ps = Parse([]byte(d), "")
 	if got := messages(ps); !slices.Equal(got, []string{`jobs[1].inputs[0].where["a.b"]: "a.b" is not a filter field of dataset "t" (it has none)`}) {
 		t.Errorf("problems: %q", got)
+	}
+}
+
+// idleText is an idle_timeout as a test writes it: "never" for nil.
+func idleText(d *Duration) string {
+	if d == nil {
+		return "never"
+	}
+	return d.String()
+}
+
+// TestIdleTimeoutValues: 0 in every spelling is a batch worker's 0, never and an absent field are
+// nil, a duration is itself.
+func TestIdleTimeoutValues(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct{ value, want string }{
+		{"0", "0s"}, {`"0"`, "0s"}, {"0s", "0s"}, {"never", "never"}, {"5m", "5m0s"}, {"1h30m", "1h30m0s"}, {"", "never"},
+	} {
+		extra := `, source: {kind: manual}`
+		if tt.value != "" {
+			extra += `, idle_timeout: ` + tt.value
+		}
+		d, ps := Parse([]byte(doc(jobs(source("a", extra)))), "")
+		if len(ps) > 0 {
+			t.Errorf("idle_timeout %s: %v", tt.value, ps)
+			continue
+		}
+		if got := idleText(d.Jobs[0].IdleTimeout); got != tt.want {
+			t.Errorf("idle_timeout %s = %s, want %s", tt.value, got, tt.want)
+		}
 	}
 }

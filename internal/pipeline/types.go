@@ -50,30 +50,32 @@ const (
 // (RuntimeTimeoutSeconds; 0: none); Queue is the operator unless set; Config is at least {}; a
 // reactive job's ExecutionStrategy is PerUpdate unless set.
 type Job struct {
-	Name                    string          `json:"name"`
-	Activation              string          `json:"activation"`
-	Runtime                 string          `json:"runtime"`
-	Operator                string          `json:"operator"`
-	Queue                   string          `json:"queue"`
-	Outputs                 int             `json:"outputs"`
-	Inputs                  []Input         `json:"inputs,omitempty"`
-	ExecutionStrategy       string          `json:"execution_strategy,omitempty"`
-	UpdateStrategy          string          `json:"update_strategy,omitempty"`
-	UniqueKey               []string        `json:"unique_key,omitempty"`
-	Source                  *Source         `json:"source,omitempty"`
-	Bootstrap               *Bootstrap      `json:"bootstrap,omitempty"`
-	Secrets                 []string        `json:"secrets,omitempty"`
-	Scaling                 *Scaling        `json:"scaling,omitempty"`
-	TimeoutSeconds          int             `json:"timeout_seconds,omitempty"`
-	HeartbeatTimeoutSeconds int             `json:"heartbeat_timeout_seconds,omitempty"`
-	MaxAttempts             int             `json:"max_attempts,omitempty"`
-	Priority                int             `json:"priority"`
-	MaxQueueDepth           int             `json:"max_queue_depth,omitempty"`
-	MaxQueueAge             Duration        `json:"max_queue_age,omitempty"`
-	IdleTimeout             Duration        `json:"idle_timeout,omitempty"`
-	BackpressureMode        string          `json:"backpressure_mode,omitempty"`
-	Config                  json.RawMessage `json:"config"`
-	UDF                     *UDF            `json:"udf,omitempty"`
+	Name                    string     `json:"name"`
+	Activation              string     `json:"activation"`
+	Runtime                 string     `json:"runtime"`
+	Operator                string     `json:"operator"`
+	Queue                   string     `json:"queue"`
+	Outputs                 int        `json:"outputs"`
+	Inputs                  []Input    `json:"inputs,omitempty"`
+	ExecutionStrategy       string     `json:"execution_strategy,omitempty"`
+	UpdateStrategy          string     `json:"update_strategy,omitempty"`
+	UniqueKey               []string   `json:"unique_key,omitempty"`
+	Source                  *Source    `json:"source,omitempty"`
+	Bootstrap               *Bootstrap `json:"bootstrap,omitempty"`
+	Secrets                 []string   `json:"secrets,omitempty"`
+	Scaling                 *Scaling   `json:"scaling,omitempty"`
+	TimeoutSeconds          int        `json:"timeout_seconds,omitempty"`
+	HeartbeatTimeoutSeconds int        `json:"heartbeat_timeout_seconds,omitempty"`
+	MaxAttempts             int        `json:"max_attempts,omitempty"`
+	Priority                int        `json:"priority"`
+	MaxQueueDepth           int        `json:"max_queue_depth,omitempty"`
+	MaxQueueAge             Duration   `json:"max_queue_age,omitempty"`
+	// IdleTimeout is how long the workers of the job's queue stay with nothing to claim before
+	// they exit: 0 as soon as the queue is empty; nil never (the default).
+	IdleTimeout      *Duration       `json:"idle_timeout,omitempty"`
+	BackpressureMode string          `json:"backpressure_mode,omitempty"`
+	Config           json.RawMessage `json:"config"`
+	UDF              *UDF            `json:"udf,omitempty"`
 }
 
 // Input is one edge into a reactive job.
