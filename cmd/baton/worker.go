@@ -16,6 +16,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/baton-dev/baton/internal/runner"
 	"github.com/baton-dev/baton/internal/wrapper"
@@ -80,6 +81,7 @@ func runWorker(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	pollWait := fs.Duration("poll-wait", 0, "how long one wait for work lasts: a long poll of the server, or a wait on the transport (0: 20s; at most 1m)")
 	shutdown := fs.Duration("shutdown-timeout", 0, "on SIGTERM, how long running tasks may finish before they are stopped and handed back (0: 30s)")
 	logLevel := fs.String("log-level", "info", "log level: debug, info, warn or error")
+	idle := fs.String("idle-timeout", "job", "exit 0 after this long with nothing to claim: job (follow the idle_timeout of the pipeline jobs whose tasks it runs), never, 0 (as soon as the queues are empty), or a duration")
 	var logFmt logFormat
 	logFmt.register(fs)
 	blobURL := fs.String("blob-url", "", "object storage the wrapper writes children's batches to, as the server's --blob-url (env BATON_BLOB_URL; S3 settings from the AWS_* variables)")
@@ -111,6 +113,10 @@ func runWorker(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		return usageErr("durations must not be negative")
 	}
 	if err := tf.check(); err != nil {
+		return usageErr("%v", err)
+	}
+	idleOpt, err := idleOption(*idle)
+	if err != nil {
 		return usageErr("%v", err)
 	}
 	for _, name := range tasks {
@@ -191,6 +197,9 @@ func runWorker(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	}
 
 	opts := []worker.Option{worker.WithConcurrency(*concurrency), worker.WithLogger(log), worker.WithBlob(*blobURL)}
+	if idleOpt != nil {
+		opts = append(opts, idleOpt)
+	}
 	if len(queues) > 0 {
 		opts = append(opts, worker.WithQueues(queues...))
 	}
@@ -237,4 +246,21 @@ func runWorker(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		return 1
 	}
 	return 0
+}
+
+// idleOption is the worker option of --idle-timeout; nil for never.
+func idleOption(v string) (worker.Option, error) {
+	switch v {
+	case "job":
+		return worker.WithJobIdleTimeout(), nil
+	case "never":
+		return nil, nil
+	case "0":
+		return worker.WithIdleTimeout(0), nil
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil || d < 0 {
+		return nil, fmt.Errorf("--idle-timeout %q: want job, never, 0 or a duration such as 5m", v)
+	}
+	return worker.WithIdleTimeout(d), nil
 }

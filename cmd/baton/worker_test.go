@@ -169,6 +169,20 @@ func startExecWorker(t *testing.T, s *execServer, script string, args ...string)
 	return w
 }
 
+// waitExit waits for the worker to exit by itself, with code want.
+func (w *execWorker) waitExit(t *testing.T, want int) {
+	t.Helper()
+	select {
+	case code := <-w.done:
+		w.done <- code
+		if code != want {
+			t.Fatalf("baton worker exited %d, want %d; stderr:\n%s", code, want, w.stderr.String())
+		}
+	case <-time.After(60 * time.Second):
+		t.Fatalf("baton worker did not exit by itself; stderr:\n%s", w.stderr.String())
+	}
+}
+
 func (w *execWorker) stop(t *testing.T) int {
 	w.cancel()
 	select {
@@ -285,6 +299,53 @@ esac`
 	msg := b.Error.Message
 	if !strings.HasPrefix(msg, "exit status 4: …") || !strings.HasSuffix(msg, "bad input: no widgets") || len(msg) > 4200 {
 		t.Fatalf("b's error message (%d bytes): %q", len(msg), msg)
+	}
+}
+
+// A batch worker (--idle-timeout 0) runs what its queue holds and exits 0 by itself; by default
+// (--idle-timeout job) a worker that ran a task of a pipeline job with idle_timeout: 0 does the
+// same, and one whose jobs set none stays.
+func TestWorkerExitsWhenIdle(t *testing.T) {
+	t.Parallel()
+	s := newExecServer(t)
+	ctx := context.Background()
+	_, ids := s.submit(t, lifecycle.TaskSpec{Key: "a", Name: "batch"}, lifecycle.TaskSpec{Key: "b", Name: "batch", DependsOn: []string{"a"}})
+	w := startExecWorker(t, s, `echo '{"ok":true}'`, "--task", "batch", "--idle-timeout", "0", "--poll-wait", "200ms")
+	w.waitExit(t, 0)
+	for key, id := range ids {
+		if tk := s.waitTask(t, id, 5*time.Second, terminal); tk.Status != lifecycle.Completed {
+			t.Errorf("task %s is %s after the batch worker exited", key, tk.Status)
+		}
+	}
+
+	doc := `
+name: idle
+jobs:
+  - name: ingest
+    activation: source
+    runtime: ecs_platform
+    operator: ingest
+    outputs: 1
+    idle_timeout: 0
+    source: {kind: manual}
+`
+	if _, err := s.dp.Deploy(ctx, "acme", []byte(doc), "application/yaml"); err != nil {
+		t.Fatal(err)
+	}
+	run, err := s.dp.RunSource(ctx, dataplane.RunSourceParams{Tenant: "acme", Pipeline: "idle", Job: "ingest"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	stays := startExecWorker(t, s, `echo '{"ok":true}'`, "--task", "stays", "--poll-wait", "200ms")
+	follows := startExecWorker(t, s, `echo '{"ok":true}'`, "--task", "ingest", "--poll-wait", "200ms")
+	follows.waitExit(t, 0)
+	if tk := s.waitTask(t, run.TaskID, 5*time.Second, terminal); tk.Status != lifecycle.Completed {
+		t.Errorf("the pipeline task is %s after its worker exited", tk.Status)
+	}
+	select {
+	case code := <-stays.done:
+		t.Fatalf("a worker whose jobs set no idle_timeout exited %d; stderr:\n%s", code, stays.stderr.String())
+	default:
 	}
 }
 
@@ -600,6 +661,8 @@ func TestWorkerFlags(t *testing.T) {
 		{[]string{"--task", "x"}, 2, "--exec COMMAND is required"},
 		{[]string{"--task", "x", "--exec", "true", "extra"}, 2, "quote the whole --exec command"},
 		{[]string{"--task", "x", "--exec", "true", "--grace", "0s"}, 2, "--grace must be positive"},
+		{[]string{"--task", "x", "--exec", "true", "--idle-timeout", "soon"}, 2, `--idle-timeout "soon": want job, never, 0 or a duration such as 5m`},
+		{[]string{"--task", "x", "--exec", "true", "--idle-timeout", "-1m"}, 2, `--idle-timeout "-1m"`},
 		{[]string{"--task", "x", "--exec", "true", "--internal-tls-cert", "c.pem"}, 2, "mTLS needs all of"},
 		{[]string{"--task", "x", "--exec", "true", "--child-env", "HOME=/root"}, 2, "may not set HOME"},
 		{[]string{"--task", "x", "--exec", "true", "--child-env", "NOEQUALS"}, 2, "want NAME=VALUE"},
