@@ -43,7 +43,9 @@ func StartServer(ctx context.Context, cfg *Config, sc ServerConfig) (*Child, err
 	for attempt := 1; ; attempt++ {
 		c, err := startServerOnce(ctx, cfg, sc)
 		if errors.Is(err, ErrAddrTaken) && attempt < 3 {
-			fmt.Fprintf(sc.Output, "bench: %v; starting the server again on other ports\n", err)
+			if sc.Output != nil {
+				fmt.Fprintf(sc.Output, "bench: %v; starting the server again on other ports\n", err)
+			}
 			continue
 		}
 		return c, err
