@@ -139,58 +139,26 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		return 1
 	}
 
-	store := "external"
-	var child *bench.Child
+	var res *bench.Result
+	var err error
 	if external {
 		cfg.ProducerURL, cfg.InternalURL, cfg.APIKey = strings.TrimRight(*url, "/"), strings.TrimRight(*internalURL, "/"), *apiKey
 		cfg.ServerPID = *serverPID
+		if res, err = bench.Run(ctx, cfg); err == nil {
+			res.Store = "external"
+		}
 	} else {
-		store = "sqlite"
-		if *dbURL != "" {
-			store = "postgres"
-		}
-		if cfg.Via == bench.ViaCallback {
-			push, err := bench.NewPushTarget(2*cfg.Tasks + 1024)
-			if err != nil {
-				return fail(err)
-			}
-			defer push.Close()
-			cfg.Push = push
-		}
 		var output io.Writer
 		if *verbose {
 			output = stderr
 		}
-		var dataDir string
-		if *dbURL == "" {
-			dir, err := os.MkdirTemp("", "baton-bench-")
-			if err != nil {
-				return fail(err)
-			}
-			defer os.RemoveAll(dir) // after the server stopped: defers run last in, first out
-			dataDir = dir
-		}
-		var err error
-		child, err = bench.StartServer(ctx, &cfg, bench.ServerConfig{DataDir: dataDir, DatabaseURL: *dbURL,
+		res, err = bench.RunServer(ctx, cfg, bench.ServerConfig{DatabaseURL: *dbURL,
 			Transport: tf.kind, RedisURL: tf.redisURL, NATSURL: tf.natsURL, TransportNamespace: tf.namespace,
 			CPUProfile: *cpuProfile, Flags: serverFlags, Output: output})
-		if err != nil {
-			return fail(err)
-		}
-		cfg.ServerPID = child.PID()
-		defer child.Stop(30 * time.Second)
-	}
-
-	res, err := bench.Run(ctx, cfg)
-	if child != nil {
-		if stopErr := child.Stop(30 * time.Second); stopErr != nil && err == nil {
-			err = stopErr
-		}
 	}
 	if err != nil {
 		return fail(err)
 	}
-	res.Store = store
 	if *asJSON {
 		enc := json.NewEncoder(stdout)
 		enc.SetIndent("", "  ")

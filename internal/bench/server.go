@@ -34,6 +34,47 @@ type ServerConfig struct {
 	Output io.Writer
 }
 
+// RunServer runs the bench on a server it starts (StartServer) and stops after the run: baton dev
+// on a fresh SQLite database in a temporary directory, unless sc names a DataDir or a
+// DatabaseURL; with Via callback, the server pushes to a target of the bench's. A server that did
+// not stop cleanly fails the run. The result's Store is sqlite or postgres.
+func RunServer(ctx context.Context, cfg Config, sc ServerConfig) (*Result, error) {
+	if cfg.Via == ViaCallback {
+		push, err := NewPushTarget(2*cfg.Tasks + 1024)
+		if err != nil {
+			return nil, err
+		}
+		defer push.Close()
+		cfg.Push = push
+	}
+	if sc.DatabaseURL == "" && sc.DataDir == "" {
+		dir, err := os.MkdirTemp("", "baton-bench-")
+		if err != nil {
+			return nil, err
+		}
+		defer os.RemoveAll(dir) // after the server stopped: defers run last in, first out
+		sc.DataDir = dir
+	}
+	child, err := StartServer(ctx, &cfg, sc)
+	if err != nil {
+		return nil, err
+	}
+	cfg.ServerPID = child.PID()
+	defer child.Stop(30 * time.Second)
+	res, err := Run(ctx, cfg)
+	if stopErr := child.Stop(30 * time.Second); stopErr != nil && err == nil {
+		err = stopErr
+	}
+	if err != nil {
+		return nil, err
+	}
+	res.Store = "sqlite"
+	if sc.DatabaseURL != "" {
+		res.Store = "postgres"
+	}
+	return res, nil
+}
+
 // StartServer starts the server of sc as a child process with free loopback ports and no
 // per-job, rate or quota limits, and fills in cfg's ProducerURL, InternalURL and APIKey (a new
 // key, unless cfg has one). With cfg.Push, the server pushes cfg.TaskName's tasks to it.
