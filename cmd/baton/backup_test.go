@@ -20,6 +20,7 @@ import (
 
 	"github.com/baton-dev/baton/client"
 	"github.com/baton-dev/baton/internal/auth"
+	"github.com/baton-dev/baton/internal/backup"
 	"github.com/baton-dev/baton/internal/store/sqlite"
 	"github.com/baton-dev/baton/worker"
 )
@@ -245,7 +246,7 @@ func TestBackupWhileServingRestoresTheJobs(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("backup: exit %d: %s", code, stderr.String())
 	}
-	if got, wantOut := stdout.String(), out+"\n"+out+dataSuffix+"\n"; got != wantOut {
+	if got, wantOut := stdout.String(), out+"\n"+out+backup.DataSuffix+"\n"; got != wantOut {
 		t.Errorf("backup printed %q on stdout, want the paths %q", got, wantOut)
 	}
 	if !strings.Contains(stderr.String(), "store "+filepath.Join(dir, dbFile)+" -> "+out) {
@@ -473,7 +474,7 @@ func TestRestoreRefusesWhatIsNotABatonDatabase(t *testing.T) {
 		}
 		entries, _ := os.ReadDir(into)
 		for _, e := range entries {
-			if e.Name() != lockFile {
+			if e.Name() != backup.LockFile {
 				t.Errorf("%s: the refused restore left %s", tc.name, e.Name())
 			}
 		}
@@ -534,7 +535,7 @@ func TestRestoreRefusesWhileDevRuns(t *testing.T) {
 func TestDevRefusesToStartDuringARestore(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
-	lock, err := lockDataDir(dir, true)
+	lock, err := backup.LockDir(dir, true)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -6,21 +6,16 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"log/slog"
 	"os"
 	"runtime/pprof"
-	"strconv"
 	"strings"
-	"text/tabwriter"
 	"time"
 
-	"github.com/baton-dev/baton/internal/auth"
 	"github.com/baton-dev/baton/internal/bench"
-	"github.com/baton-dev/baton/internal/store/postgres"
 )
 
 const benchUsage = `Usage: baton bench [flags]
@@ -45,13 +40,9 @@ it to read the hand-off latency under a steady load.
 Flags:
 `
 
-// benchProfileChild is the hidden first argument of `baton bench` with which the bench starts
-// its server under the CPU profiler: baton bench profile-child FILE dev|server ...
-const benchProfileChild = "profile-child"
-
 // runBench is `baton bench`.
 func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	if len(args) >= 2 && args[0] == benchProfileChild {
+	if len(args) >= 2 && args[0] == bench.ProfileChild {
 		return runProfiled(ctx, args[1], args[2:], stdout, stderr)
 	}
 	fs := flag.NewFlagSet("baton bench", flag.ContinueOnError)
@@ -148,56 +139,26 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		return 1
 	}
 
-	store := "external"
-	var child *bench.Child
+	var res *bench.Result
+	var err error
 	if external {
 		cfg.ProducerURL, cfg.InternalURL, cfg.APIKey = strings.TrimRight(*url, "/"), strings.TrimRight(*internalURL, "/"), *apiKey
 		cfg.ServerPID = *serverPID
+		if res, err = bench.Run(ctx, cfg); err == nil {
+			res.Store = "external"
+		}
 	} else {
-		store = "sqlite"
-		if *dbURL != "" {
-			store = "postgres"
-		}
-		if cfg.Via == bench.ViaCallback {
-			push, err := bench.NewPushTarget(2*cfg.Tasks + 1024)
-			if err != nil {
-				return fail(err)
-			}
-			defer push.Close()
-			cfg.Push = push
-		}
 		var output io.Writer
 		if *verbose {
 			output = stderr
 		}
-		var dataDir string
-		if *dbURL == "" {
-			dir, err := os.MkdirTemp("", "baton-bench-")
-			if err != nil {
-				return fail(err)
-			}
-			defer os.RemoveAll(dir) // after the server stopped: defers run last in, first out
-			dataDir = dir
-		}
-		var err error
-		child, err = startBenchServer(ctx, &cfg, dataDir, *dbURL, tf, *cpuProfile, output, serverFlags)
-		if err != nil {
-			return fail(err)
-		}
-		cfg.ServerPID = child.PID()
-		defer child.Stop(30 * time.Second)
-	}
-
-	res, err := bench.Run(ctx, cfg)
-	if child != nil {
-		if stopErr := child.Stop(30 * time.Second); stopErr != nil && err == nil {
-			err = stopErr
-		}
+		res, err = bench.RunServer(ctx, cfg, bench.ServerConfig{DatabaseURL: *dbURL,
+			Transport: tf.kind, RedisURL: tf.redisURL, NATSURL: tf.natsURL, TransportNamespace: tf.namespace,
+			CPUProfile: *cpuProfile, Flags: serverFlags, Output: output})
 	}
 	if err != nil {
 		return fail(err)
 	}
-	res.Store = store
 	if *asJSON {
 		enc := json.NewEncoder(stdout)
 		enc.SetIndent("", "  ")
@@ -205,7 +166,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 			return fail(err)
 		}
 	} else {
-		printBench(stdout, res)
+		res.WriteTable(stdout)
 	}
 	if p := res.SubmitToDone.Pacing; p != nil && p.Behind {
 		fmt.Fprintf(stderr, "baton bench: the submitters fell behind the --rate schedule (%d of %d jobs late, up to %.1f ms): "+
@@ -215,81 +176,6 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		fmt.Fprintf(stderr, "server CPU profile written to %s (go tool pprof -top %s)\n", *cpuProfile, *cpuProfile)
 	}
 	return 0
-}
-
-// startBenchServer starts this binary as `baton dev` on a fresh SQLite database in dataDir, or as
-// `baton server` on dbURL, with free loopback ports, no per-job, rate or quota
-// limits, and fills in the server's URLs and API key.
-func startBenchServer(ctx context.Context, cfg *bench.Config, dataDir, dbURL string, tf transportFlags, cpuProfile string, output io.Writer, extra []string) (*bench.Child, error) {
-	// A free port may be taken by another process between the pick and the child's listen (tests
-	// start servers side by side): then the child starts again on other ports.
-	for attempt := 1; ; attempt++ {
-		c, err := startBenchServerOnce(ctx, cfg, dataDir, dbURL, tf, cpuProfile, output, extra)
-		if errors.Is(err, bench.ErrAddrTaken) && attempt < 3 {
-			fmt.Fprintf(output, "bench: %v; starting the server again on other ports\n", err)
-			continue
-		}
-		return c, err
-	}
-}
-
-func startBenchServerOnce(ctx context.Context, cfg *bench.Config, dataDir, dbURL string, tf transportFlags, cpuProfile string, output io.Writer, extra []string) (*bench.Child, error) {
-	exe, err := os.Executable()
-	if err != nil {
-		return nil, fmt.Errorf("find this program to start the server: %w", err)
-	}
-	producer, err := bench.FreeAddr()
-	if err != nil {
-		return nil, err
-	}
-	internal, err := bench.FreeAddr()
-	if err != nil {
-		return nil, err
-	}
-	common := []string{"--listen", producer, "--internal-listen", internal,
-		"--max-tasks-per-job", "0", "--rate-limit", "0", "--daily-quota", "0", "--shutdown-timeout", "10s",
-		"--transport", tf.kind, "--redis-url", tf.redisURL, "--nats-url", tf.natsURL, "--transport-namespace", tf.namespace}
-	if cfg.Push != nil {
-		common = append(common, "--push-target", cfg.TaskName+"="+cfg.Push.URL(), "--public-url", "http://"+producer)
-	}
-	common = append(common, extra...)
-	var args, env []string
-	if dbURL == "" {
-		if cfg.APIKey == "" {
-			cfg.APIKey = "bench-" + randomHex(16)
-		}
-		// No metrics listener: it would take dev's default port, which a developer's own
-		// baton dev may hold.
-		args = append([]string{"dev", "--data-dir", dataDir, "--metrics-listen="}, common...)
-		env = []string{"BATON_API_KEY=" + cfg.APIKey}
-	} else {
-		if cfg.APIKey == "" { // made on the first start; a start again on other ports keeps it
-			if cfg.APIKey, err = benchPostgresKey(ctx, dbURL, cfg.TaskName); err != nil {
-				return nil, err
-			}
-		}
-		args = append([]string{"server", "--database-url", dbURL, "--internal-insecure"}, common...)
-	}
-	if cpuProfile != "" {
-		args = append([]string{"bench", benchProfileChild, cpuProfile}, args...)
-	}
-	cfg.ProducerURL, cfg.InternalURL = "http://"+producer, "http://"+internal
-	return bench.StartChild(ctx, bench.ChildConfig{Path: exe, Args: args, Env: env, ProducerURL: cfg.ProducerURL, APIKey: cfg.APIKey, Output: output})
-}
-
-// benchPostgresKey migrates the database and creates an API key on it, as `baton migrate` and
-// `baton apikey create` would.
-func benchPostgresKey(ctx context.Context, dbURL, name string) (string, error) {
-	st, err := postgres.Open(ctx, dbURL, postgres.Options{MaxConns: 2, Migrate: true})
-	if err != nil {
-		return "", err
-	}
-	defer st.Close()
-	_, secret, err := auth.CreateKey(ctx, st, name, auth.DefaultTenant, "", time.Now())
-	if err != nil {
-		return "", fmt.Errorf("create an API key: %w", err)
-	}
-	return secret, nil
 }
 
 // runProfiled runs a server command under the CPU profiler, writing the profile when it stops.
@@ -313,88 +199,4 @@ func randomHex(n int) string {
 	b := make([]byte, n)
 	_, _ = rand.Read(b)
 	return hex.EncodeToString(b)
-}
-
-// printBench prints the result as one table. With a --rate, the work-only column says it was
-// skipped, and a row tells how the submission kept to the rate.
-func printBench(w io.Writer, r *bench.Result) {
-	tw := tabwriter.NewWriter(w, 2, 4, 3, ' ', 0)
-	via := r.Via
-	if r.Via == bench.ViaSDK {
-		via += fmt.Sprintf(" (batch %d)", r.Batch)
-	}
-	fmt.Fprintf(tw, "store\t%s\n", r.Store)
-	fmt.Fprintf(tw, "via\t%s\n", via)
-	fmt.Fprintf(tw, "dag\t%s\n", r.DAG)
-	fmt.Fprintf(tw, "tasks\t%d per phase, in %d jobs\n", r.Tasks, r.Jobs)
-	fmt.Fprintf(tw, "workers\t%d\n", r.Workers)
-	if r.RateTasksPerSec != nil {
-		fmt.Fprintf(tw, "rate\t%s tasks/s asked\n", fmtRate(*r.RateTasksPerSec))
-	}
-	fmt.Fprintf(tw, "\twork-only\tsubmit-to-done\n")
-	for i, row := range benchRows(r.SubmitToDone.Pacing != nil) {
-		a := "n/a"
-		switch {
-		case r.WorkOnly != nil:
-			a = row.cell(*r.WorkOnly)
-		case i == 0:
-			a = "skipped (--rate)"
-		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\n", row.name, a, row.cell(r.SubmitToDone))
-	}
-	fmt.Fprintf(tw, "server CPU seconds\t%s\n", fmtOpt(r.ServerCPUSeconds, func(v float64) string { return strconv.FormatFloat(v, 'f', 2, 64) }))
-	fmt.Fprintf(tw, "server peak RSS\t%s\n", fmtOpt(r.ServerPeakRSSBytes, func(v int64) string { return fmt.Sprintf("%.1f MiB", float64(v)/(1<<20)) }))
-	fmt.Fprintf(tw, "bench CPU seconds\t%s\n", fmtOpt(r.BenchCPUSeconds, func(v float64) string { return strconv.FormatFloat(v, 'f', 2, 64) }))
-	tw.Flush()
-}
-
-// benchRow is a row of the table's phase columns: its name and a phase's cell.
-type benchRow struct {
-	name string
-	cell func(bench.Phase) string
-}
-
-// benchRows are the rows of the phase columns, with the submission's pacing if paced.
-func benchRows(paced bool) []benchRow {
-	rows := []benchRow{
-		{"tasks/s", func(p bench.Phase) string { return fmt.Sprintf("%.0f", p.TasksPerSec) }},
-		{"seconds", func(p bench.Phase) string { return fmt.Sprintf("%.3f", p.Seconds) }},
-		{"submit seconds", func(p bench.Phase) string { return fmt.Sprintf("%.3f", p.SubmitSeconds) }},
-	}
-	if paced {
-		rows = append(rows, benchRow{"submitted tasks/s", func(p bench.Phase) string { return fmtPacing(p.Pacing) }})
-	}
-	return append(rows,
-		benchRow{"claim ms p50 / p95 / p99", func(p bench.Phase) string { return fmtLatency(p.ClaimLatency) }},
-		benchRow{"hand-off ms p50 / p95 / p99", func(p bench.Phase) string { return fmtLatency(p.HandoffLatency) }},
-		benchRow{"failed requests", func(p bench.Phase) string { return strconv.Itoa(p.Errors) }},
-	)
-}
-
-// fmtPacing is the achieved submission rate and whether the submitters kept the schedule.
-func fmtPacing(p *bench.Pacing) string {
-	if p == nil {
-		return "n/a"
-	}
-	kept := fmt.Sprintf("on schedule (max lag %.1f ms)", p.MaxLagMs)
-	if p.Behind {
-		kept = fmt.Sprintf("BEHIND schedule: %d jobs late, up to %.1f ms", p.LateJobs, p.MaxLagMs)
-	}
-	return fmt.Sprintf("%.0f, %s", p.SubmitTasksPerSec, kept)
-}
-
-func fmtRate(v float64) string { return strconv.FormatFloat(v, 'f', -1, 64) }
-
-func fmtLatency(l *bench.Latency) string {
-	if l == nil {
-		return "n/a"
-	}
-	return fmt.Sprintf("%.2f / %.2f / %.2f", l.P50, l.P95, l.P99)
-}
-
-func fmtOpt[T any](v *T, f func(T) string) string {
-	if v == nil {
-		return "unknown"
-	}
-	return f(*v)
 }

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/baton-dev/baton/internal/auth"
+	"github.com/baton-dev/baton/internal/backup"
 	"github.com/baton-dev/baton/internal/demo"
 	"github.com/baton-dev/baton/internal/mtls"
 	"github.com/baton-dev/baton/internal/store"
@@ -19,8 +20,8 @@ import (
 )
 
 const (
-	dbFile   = "baton.db"
-	dataFile = "data.db" // buffered datasets' rows
+	dbFile   = backup.StoreFile
+	dataFile = backup.DataFile
 )
 
 // runDev is `baton dev`: everything in one process on an embedded SQLite file.
@@ -66,8 +67,8 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		f.blobURL = "file://" + abs
 	}
 	f.dataDatabaseURL = filepath.Join(*dataDir, dataFile)
-	lock, err := lockDataDir(*dataDir, false)
-	if errors.Is(err, errDirLocked) {
+	lock, err := backup.LockDir(*dataDir, false)
+	if errors.Is(err, backup.ErrLocked) {
 		fmt.Fprintf(stderr, "baton dev: a `baton restore` is replacing the database in %s; start again once it is done\n", *dataDir)
 		return 1
 	}

@@ -7,10 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
-	"net/http"
 	"strconv"
-
-	"github.com/baton-dev/baton/internal/metrics"
 )
 
 // logFormat is --log-format: slog's key=value lines (text) or one JSON object a line (json).
@@ -56,26 +53,6 @@ func (f logFormat) handler(w io.Writer, opts *slog.HandlerOptions) slog.Handler 
 // the program most likely to run beside a Baton whose metrics it scrapes.
 const devMetricsListen = "127.0.0.1:8082"
 
-// nearbyPorts is how many ports after a busy metrics port listenNearby tries.
-const nearbyPorts = 16
-
-// listenNearby is the metrics listener of a server for which it is optional (baton dev), when
-// addr could not be bound (failed): the first free port of the nearbyPorts after addr's on the
-// same host, or none. The warnings say what it settled for.
-func listenNearby(addr string, failed error) (net.Listener, []string) {
-	host, port, _ := net.SplitHostPort(addr)
-	n, err := strconv.Atoi(port)
-	if err == nil && n > 0 {
-		for p := n + 1; p <= n+nearbyPorts && p <= 65535; p++ {
-			next := net.JoinHostPort(host, strconv.Itoa(p))
-			if l, err := net.Listen("tcp", next); err == nil {
-				return l, []string{fmt.Sprintf("--metrics-listen %s: %v; serving the metrics on %s instead", addr, failed, next)}
-			}
-		}
-	}
-	return nil, []string{fmt.Sprintf("--metrics-listen %s: %v; no free port nearby either: running without a metrics listener", addr, failed)}
-}
-
 // metricsAddr is --metrics-listen: HOST:PORT, or empty for no metrics listener. It is checked
 // as it is parsed, so that a mistake is a usage error rather than a failure to listen.
 type metricsAddr string
@@ -109,11 +86,4 @@ func metricsLine(l net.Listener) string {
 		return "off"
 	}
 	return "http://" + l.Addr().String() + "/metrics"
-}
-
-// metricsHandler serves GET /metrics and nothing else.
-func metricsHandler(m *metrics.Metrics) http.Handler {
-	mux := http.NewServeMux()
-	mux.Handle("GET /metrics", m.Handler())
-	return mux
 }

@@ -1,16 +1,13 @@
 package main
 
 import (
-	"cmp"
 	"context"
-	"crypto/tls"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"log/slog"
 	"net"
-	"net/http"
 	"net/url"
 	"os"
 	"runtime/debug"
@@ -19,14 +16,10 @@ import (
 
 	"github.com/baton-dev/baton/internal/api"
 	"github.com/baton-dev/baton/internal/auth"
-	"github.com/baton-dev/baton/internal/blob"
 	"github.com/baton-dev/baton/internal/dataplane"
-	"github.com/baton-dev/baton/internal/dataset"
 	"github.com/baton-dev/baton/internal/dispatch"
 	"github.com/baton-dev/baton/internal/grant"
 	"github.com/baton-dev/baton/internal/maintenance"
-	"github.com/baton-dev/baton/internal/metrics"
-	"github.com/baton-dev/baton/internal/mtls"
 	"github.com/baton-dev/baton/internal/push"
 	"github.com/baton-dev/baton/internal/pushsig"
 	"github.com/baton-dev/baton/internal/server"
@@ -60,7 +53,7 @@ type serverFlags struct {
 	credentialsMaxTTL            time.Duration
 	sink                         bool
 	sinkFlags                    sinkFlags
-	http                         httpLimits // both listeners'
+	http                         server.HTTPLimits // every listener's
 	metricsListen                metricsAddr
 	// metricsOptional: a metrics address that cannot be bound is not fatal (baton dev): bind
 	// takes a nearby free port, or none, and says so.
@@ -111,7 +104,7 @@ func (c *corsFlag) Set(v string) (err error) {
 }
 
 func (f *serverFlags) register(fs *flag.FlagSet) {
-	f.http = defaultHTTPLimits
+	f.http = server.DefaultHTTPLimits
 	def := dispatch.DefaultDefaults
 	fs.StringVar(&f.listen, "listen", "127.0.0.1:8080", "address of the producer API")
 	fs.StringVar(&f.internalListen, "internal-listen", "127.0.0.1:8081", "address of the worker-facing /internal/* API")
@@ -253,9 +246,8 @@ func (ls *listeners) close() {
 	}
 }
 
-// bind loads the internal listener's certificates, when its TLS flags are set, and opens both
-// listeners. A TLS handshake runs on each connection's own goroutine, bounded by the server's
-// ReadHeaderTimeout (httpLimits), so a stalled client does not hold up Accept.
+// bind checks what the flags' parse could not, opens the listeners (server.Listen: the internal
+// one behind mutual TLS when its TLS flags are set) and connects to the wake-up transport.
 func (f *serverFlags) bind(ctx context.Context) (*listeners, error) {
 	useTLS, err := f.internalTLS()
 	if err != nil {
@@ -288,56 +280,28 @@ func (f *serverFlags) bind(ctx context.Context) (*listeners, error) {
 			return nil, fmt.Errorf("--public-url %q: want http(s)://host[:port]", f.publicURL)
 		}
 	}
-	var tlsConf *tls.Config
+	lcfg := server.ListenConfig{Producer: f.listen, Internal: f.internalListen, Metrics: string(f.metricsListen), MetricsNearby: f.metricsOptional}
 	if useTLS {
-		if tlsConf, err = mtls.ServerConfig(f.internalTLSCert, f.internalTLSKey, f.internalTLSClientCA); err != nil {
-			return nil, fmt.Errorf("internal listener TLS: %w", err)
-		}
+		lcfg.InternalTLSCert, lcfg.InternalTLSKey, lcfg.InternalTLSClientCA = f.internalTLSCert, f.internalTLSKey, f.internalTLSClientCA
 	}
-	p, err := net.Listen("tcp", f.listen)
+	sl, err := server.Listen(lcfg)
 	if err != nil {
-		return nil, fmt.Errorf("listen on %s: %w", f.listen, err)
-	}
-	i, err := net.Listen("tcp", f.internalListen)
-	if err != nil {
-		p.Close()
-		return nil, fmt.Errorf("listen on %s: %w", f.internalListen, err)
-	}
-	if tlsConf != nil {
-		i = tls.NewListener(i, tlsConf)
-	}
-	var m net.Listener
-	var warnings []string
-	if f.metricsListen != "" {
-		if m, err = net.Listen("tcp", string(f.metricsListen)); err != nil && f.metricsOptional {
-			m, warnings = listenNearby(string(f.metricsListen), err)
-			err = nil
-		}
-		if err != nil {
-			p.Close()
-			i.Close()
-			return nil, fmt.Errorf("--metrics-listen %s: %w", f.metricsListen, err)
-		}
+		return nil, err
 	}
 	tr, err := f.transport.open(ctx)
 	if err != nil {
-		p.Close()
-		i.Close()
-		if m != nil {
-			m.Close()
-		}
+		sl.Close()
 		return nil, err
 	}
-	return &listeners{producer: p, internal: i, metrics: m, internalTLS: tlsConf != nil, transport: tr, pushTargets: targets,
-		pushSecrets: secrets, warnings: warnings}, nil
+	return &listeners{producer: sl.Producer, internal: sl.Internal, metrics: sl.Metrics, internalTLS: sl.InternalTLS, transport: tr, pushTargets: targets,
+		pushSecrets: secrets, warnings: sl.Warnings}, nil
 }
 
 // serverGCPercent is the server's GOGC unless the environment sets one.
 const serverGCPercent = 400
 
-// serve runs the APIs and the background loops on st until ctx ends, then shuts down
-// gracefully: listeners stop accepting, in-flight requests finish (each answered only after its
-// transaction committed), the loops stop.
+// serve runs the server of f on ls and st until ctx ends, then shuts down gracefully (see
+// server.Serve).
 func serve(ctx context.Context, f *serverFlags, ls *listeners, st store.Store, log *slog.Logger) error {
 	if os.Getenv("GOGC") == "" {
 		// The live heap of a server is small (tens of MiB) and short-lived garbage is most of
@@ -350,115 +314,25 @@ func serve(ctx context.Context, f *serverFlags, ls *listeners, st store.Store, l
 		return err
 	}
 	defer stopTracing() // last: after the listeners and loops stopped
-	dp, err := openDataPlane(ctx, f)
-	if err != nil {
-		return err
-	}
-	defer dp.close()
-	if ls.transport != nil {
-		defer ls.transport.Close()
-		log.Info("wake-up transport", "transport", ls.transport.Name(), "url", redactURL(f.transport.url()), "namespace", f.transport.namespace)
-	}
 	cfg := server.Config{Store: st, Logger: log,
 		Dispatch: dispatch.Config{MaxTasksPerJob: f.maxTasksPerJob, Defaults: f.defaults,
 			GroupCommit: dispatch.GroupCommit{Off: !f.groupCommit, Committers: f.committers}},
 		DataPlane: dataplane.Config{Buffer: dataplane.BufferConfig{Visibility: f.sinkFlags.visibility}},
 		API:       api.Config{MaxBodyBytes: f.maxBodyBytes, PushTargets: ls.pushTargets, CORSOrigins: f.corsOrigins.origins},
 		Limits:    f.limits,
-		Push: push.Config{Targets: ls.pushTargets, Secrets: ls.pushSecrets, Timeout: f.pushTimeout,
-			CallbackBaseURL: cmp.Or(f.publicURL, "http://"+ls.producer.Addr().String())},
-		Blob: dp.blob, Data: dp.data, Transport: ls.transport, TracerProvider: tracing.TracerProvider(),
+		Push:      push.Config{Targets: ls.pushTargets, Secrets: ls.pushSecrets, Timeout: f.pushTimeout, CallbackBaseURL: f.publicURL},
+		Transport: ls.transport, TracerProvider: tracing.TracerProvider(),
 		Credentials: grant.MinterOptions{RoleARN: f.credentialsRole, Endpoint: f.stsEndpoint, MaxDuration: f.credentialsMaxTTL},
 		Retention:   f.retention.config(),
 		Reconcile:   maintenance.ReconcilerConfig{Every: f.reconcileEvery, Grace: f.reconcileGrace},
 	}
-	if ls.metrics != nil {
-		cfg.Metrics = metrics.New()
-	}
 	if f.sink {
 		cfg.Sink = &sink.Config{GC: f.sinkFlags.gc, Workers: f.sinkFlags.workers, Visibility: f.sinkFlags.visibility}
-		cfg.SinkConsumer = consumerName("sink")
 	}
-	srv, err := server.New(cfg)
-	if err != nil {
-		return err
-	}
-	if err := srv.Start(ctx); err != nil {
-		return err
-	}
-	defer srv.Stop()
-
-	servers := []*http.Server{newHTTPServer(srv.ProducerHandler(), f.http, log), newHTTPServer(srv.InternalHandler(), f.http, log)}
-	listeners := []net.Listener{ls.producer, ls.internal}
-	if cfg.Metrics != nil {
-		servers, listeners = append(servers, newHTTPServer(metricsHandler(cfg.Metrics), f.http, log)), append(listeners, ls.metrics)
-	}
-	errs := make(chan error, len(servers))
-	for i, l := range listeners {
-		go func() { errs <- servers[i].Serve(l) }()
-	}
-	select {
-	case <-ctx.Done():
-	case err := <-errs:
-		return fmt.Errorf("serve: %w", err)
-	}
-	log.Info("shutting down: finishing in-flight requests")
-	// Push deliveries in flight finish while the callback listener still serves their targets.
-	srv.Drain()
-	shutdownCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), f.shutdownTimeout)
-	defer cancel()
-	var shutdownErr error
-	for _, hs := range servers {
-		if err := hs.Shutdown(shutdownCtx); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			shutdownErr = errors.Join(shutdownErr, err)
-		}
-	}
-	srv.Stop()
-	return shutdownErr
-}
-
-// consumerName names a transport consumer of this process: unique per process.
-func consumerName(role string) string {
-	host, _ := os.Hostname()
-	return fmt.Sprintf("%s-%s-%d", role, cmp.Or(host, "host"), os.Getpid())
-}
-
-// dataPlane is the object storage and the data database of buffered datasets; either may be nil
-// (not configured).
-type dataPlane struct {
-	blob *blob.Store
-	data *dataset.DB
-}
-
-// openDataPlane opens what f configures. A sink needs both.
-func openDataPlane(ctx context.Context, f *serverFlags) (*dataPlane, error) {
-	dp := &dataPlane{}
-	var err error
-	if f.blobURL != "" {
-		if dp.blob, err = blob.Open(ctx, f.blobURL, blob.Options{}); err != nil {
-			return nil, fmt.Errorf("--blob-url: %w", err)
-		}
-	}
-	if f.dataDatabaseURL != "" {
-		if dp.data, err = dataset.Open(ctx, f.dataDatabaseURL); err != nil {
-			dp.close()
-			return nil, fmt.Errorf("data database: %w", err)
-		}
-	}
-	if f.sink && (dp.blob == nil || dp.data == nil) {
-		dp.close()
-		return nil, errors.New("--sink needs --blob-url and a data database")
-	}
-	return dp, nil
-}
-
-func (dp *dataPlane) close() {
-	if dp.blob != nil {
-		dp.blob.Close()
-	}
-	if dp.data != nil {
-		dp.data.Close()
-	}
+	return server.Serve(ctx, server.ServeConfig{Server: cfg,
+		Listeners: server.Listeners{Producer: ls.producer, Internal: ls.internal, Metrics: ls.metrics},
+		HTTP:      f.http, ShutdownTimeout: f.shutdownTimeout, BlobURL: f.blobURL, DataDatabaseURL: f.dataDatabaseURL,
+		TransportURL: f.transport.url(), TransportNamespace: f.transport.namespace})
 }
 
 // newLogger is a server's logger: info and above, in format (--log-format).

@@ -13,6 +13,7 @@ import (
 	"github.com/baton-dev/baton/internal/dataset"
 	"github.com/baton-dev/baton/internal/mtls"
 	"github.com/baton-dev/baton/internal/sink"
+	"github.com/baton-dev/baton/internal/transport"
 )
 
 // runSink is `baton sink`: a trusted process that claims buffered batches from a server's internal
@@ -95,7 +96,7 @@ func runSink(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	if tr != nil {
 		defer tr.Close()
-		cfg.Wakeups = tr.NewConsumer(consumerName("sink"))
+		cfg.Wakeups = tr.NewConsumer(transport.ConsumerName("sink"))
 		defer cfg.Wakeups.Close()
 	}
 	sk, err := sink.New(cfg)

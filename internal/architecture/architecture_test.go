@@ -32,6 +32,8 @@ var rules = []struct {
 	{"internal/lifecycle", []string{"internal/store", "internal/dispatch"}, "the lifecycle rules are pure functions"},
 	{"internal/store", []string{"internal/dispatch", "internal/api", "internal/maintenance"}, "the store is the seam below the core, not above it"},
 	{"internal/service", []string{"internal/"}, "the service contract depends on nothing of Baton's"},
+	{"internal/backup", []string{"internal/dispatch", "internal/dataplane", "internal/api", "internal/server"},
+		"backup copies and installs a data directory's database files: it works on files through the SQLite driver, never through the server above the store"},
 	{"internal/pushsig", []string{"internal/store", "internal/auth"}, "the SDK verifies push signatures with it"},
 	{"internal/mtls", []string{"internal/store", "internal/auth"}, "the SDK dials the internal listener with it"},
 	{"internal/maintenance", []string{"internal/dispatch", "internal/api", "internal/ui", "internal/sink"}, "maintenance runs over the store, a clock and a logger only"},

@@ -127,7 +127,7 @@ func orList(xs []string) string {
 
 // Result is what a run measured. Latencies are nil where they do not apply.
 type Result struct {
-	Store   string `json:"store"` // set by the caller: sqlite, postgres, external
+	Store   string `json:"store"` // sqlite or postgres (set by RunServer), or external (by the caller)
 	Via     string `json:"via"`
 	DAG     string `json:"dag"`
 	Tasks   int    `json:"tasks"` // per phase

@@ -1,8 +1,9 @@
 // Package server builds a whole Baton server from its configuration (the dispatcher, the HTTP
 // handlers and every background service) and starts and stops it as one Service.
 //
-// The command (`baton dev`, `baton server`) keeps its flags, listeners and printing; tests build
-// servers through the same constructor, so what they run is what the command runs.
+// Listen binds a server's listeners and Serve runs a whole server process on them, until its
+// context ends. The command (`baton dev`, `baton server`) keeps its flags and printing; tests
+// build servers through the same constructor, so what they run is what the command runs.
 package server
 
 import (

@@ -9,7 +9,10 @@
 package transport
 
 import (
+	"cmp"
 	"context"
+	"fmt"
+	"os"
 	"time"
 )
 
@@ -80,3 +83,9 @@ type MessageIDs interface {
 
 // WakeupRef names a wake-up message a worker was handed: its queue, its task and its id.
 type WakeupRef struct{ Queue, TaskID, ID string }
+
+// ConsumerName names a consumer of this process for role (such as "sink"): unique per process.
+func ConsumerName(role string) string {
+	host, _ := os.Hostname()
+	return fmt.Sprintf("%s-%s-%d", role, cmp.Or(host, "host"), os.Getpid())
+}

@@ -1,6 +1,6 @@
 //go:build windows
 
-package main
+package backup
 
 import (
 	"errors"
@@ -18,7 +18,7 @@ func lockNoWait(f *os.File, exclusive bool) error {
 	}
 	err := windows.LockFileEx(windows.Handle(f.Fd()), flags, 0, 1, 0, new(windows.Overlapped))
 	if errors.Is(err, windows.ERROR_LOCK_VIOLATION) {
-		return errDirLocked
+		return ErrLocked
 	}
 	return err
 }

@@ -1,6 +1,6 @@
 //go:build unix
 
-package main
+package backup
 
 import (
 	"errors"
@@ -24,7 +24,7 @@ func lockNoWait(f *os.File, exclusive bool) error {
 		case errors.Is(err, unix.EINTR):
 			continue
 		case errors.Is(err, unix.EWOULDBLOCK):
-			return errDirLocked
+			return ErrLocked
 		}
 		return err
 	}
