@@ -16,6 +16,8 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+
+	"github.com/baton-dev/baton/internal/request"
 )
 
 const (
@@ -82,7 +84,7 @@ func (s *Server) cors(next http.Handler) http.Handler {
 		if r.Method == http.MethodOptions && origin != "" && r.Header.Get("Access-Control-Request-Method") != "" {
 			// A preflight: answered here, without an API key, whatever the path.
 			if allow == "" {
-				writeJSON(w, http.StatusForbidden, map[string]any{"error": fmt.Sprintf("origin %s may not call this API from a browser (CORS)", origin)})
+				request.WriteJSON(w, http.StatusForbidden, map[string]any{"error": fmt.Sprintf("origin %s may not call this API from a browser (CORS)", origin)})
 				return
 			}
 			h.Set("Access-Control-Allow-Origin", allow)

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/baton-dev/baton/internal/lifecycle"
+	"github.com/baton-dev/baton/internal/request"
 )
 
 // settleWindow is how long after delivering an event the stream keeps re-reading from before it.
@@ -26,16 +27,16 @@ func (s *Server) streamEvents(w http.ResponseWriter, r *http.Request, jobID stri
 	}
 	flusher, ok := w.(http.Flusher)
 	if !ok {
-		return errorf(http.StatusNotAcceptable, "this connection cannot stream events")
+		return request.Errorf(http.StatusNotAcceptable, "this connection cannot stream events")
 	}
 	h := w.Header()
 	h.Set("Content-Type", "text/event-stream")
 	h.Set("Cache-Control", "no-cache")
 	h.Set("X-Accel-Buffering", "no")
 	// The stream lasts until the job ends, past the listener's write timeout: each write gets
-	// answerWindow instead (a keep-alive at least every 15 s extends it), so that a client that
-	// stops reading is still cut off.
-	holdOpen(w, 0)
+	// request.AnswerWindow instead (a keep-alive at least every 15 s extends it), so that a client
+	// that stops reading is still cut off.
+	request.HoldOpen(w, 0)
 	w.WriteHeader(http.StatusOK)
 	flusher.Flush()
 
@@ -55,7 +56,7 @@ func (s *Server) streamEvents(w http.ResponseWriter, r *http.Request, jobID stri
 			return nil // the stream is open; a 404 can no longer be sent
 		}
 		finished := job.Status != lifecycle.JobProcessing
-		holdOpen(w, 0)
+		request.HoldOpen(w, 0)
 		for {
 			events, err := s.d.JobEvents(ctx, tenant, jobID, floor, 1000)
 			if err != nil {

@@ -11,6 +11,7 @@ import (
 	"github.com/baton-dev/baton/internal/dataplane"
 	"github.com/baton-dev/baton/internal/dispatch"
 	"github.com/baton-dev/baton/internal/grant"
+	"github.com/baton-dev/baton/internal/request"
 	"github.com/baton-dev/baton/internal/store"
 	"github.com/baton-dev/baton/wire"
 )
@@ -84,7 +85,7 @@ func (s *Server) withTaskToken(header string, h handler) handler {
 		}
 		if s.tokens == nil && raw != "" {
 			// No store to verify against: a request without a token is still a 401 (below).
-			return nil, errorf(http.StatusServiceUnavailable, "this server was started without task tokens (api.Config.Tokens): it cannot authenticate workers")
+			return nil, request.Errorf(http.StatusServiceUnavailable, "this server was started without task tokens (api.Config.Tokens): it cannot authenticate workers")
 		}
 		c, err := s.tokens.Verify(r.Context(), raw)
 		if err != nil {

@@ -40,6 +40,7 @@ var rules = []struct {
 		"api holds the HTTP adapters only: it answers requests and runs no loop of its own (push delivery is internal/push; loops are composed by internal/server)"},
 	{"internal/assignment", []string{"internal/api", "internal/ui", "internal/server", "internal/dataplane"}, "a claim is rendered from what the core hands out, by every dialect alike"},
 	{"internal/ui", []string{"internal/api", "internal/server"}, "the dashboard is one of the handlers a server composes"},
+	{"internal/request", server, "request is plumbing below the adapters: it reads and checks HTTP requests, whoever serves them"},
 }
 
 // without returns list less the given packages.
