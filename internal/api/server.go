@@ -13,6 +13,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/baton-dev/baton/internal/auth"
+	"github.com/baton-dev/baton/internal/cors"
 	"github.com/baton-dev/baton/internal/dataplane"
 	"github.com/baton-dev/baton/internal/dispatch"
 	"github.com/baton-dev/baton/internal/grant"
@@ -42,8 +43,8 @@ type Config struct {
 	// Wakeups, when not nil, is the wake-up transport's view of its messages (Redis Streams):
 	// stream-worker claims hand out a task's wake-up entry id, and reports settle it.
 	Wakeups transport.MessageIDs
-	// CORSOrigins are the browser origins that may call the public listener (cors.go): {"*"} for
-	// every origin, as the producer contract's own API allows (the command line's default), or
+	// CORSOrigins are the browser origins that may call the public listener (internal/cors): {"*"}
+	// for every origin, as the producer contract's own API allows (the command line's default), or
 	// origins such as "https://app.example.com" (ParseCORSOrigins reads and checks a list).
 	// Empty: no CORS.
 	CORSOrigins []string
@@ -66,6 +67,12 @@ type Config struct {
 	TracerProvider trace.TracerProvider
 }
 
+// CORSOff is the ParseCORSOrigins value that turns CORS off.
+const CORSOff = cors.Off
+
+// ParseCORSOrigins reads the Config.CORSOrigins the command line gives (cors.ParseOrigins).
+func ParseCORSOrigins(v string) ([]string, error) { return cors.ParseOrigins(v) }
+
 // Server serves Baton's HTTP APIs.
 type Server struct {
 	d       *dispatch.Dispatcher
@@ -78,7 +85,7 @@ type Server struct {
 
 	pushTargets map[string]string
 	wakeups     transport.MessageIDs
-	corsPolicy  corsPolicy
+	corsPolicy  cors.Policy
 	polls       *request.Waiting
 
 	storageRoot string
@@ -99,7 +106,7 @@ func (s *Server) Drain() { s.drain() }
 // New returns a Server.
 func New(cfg Config) *Server {
 	s := &Server{d: cfg.Dispatcher, dp: cfg.DataPlane, auth: cfg.Auth, tokens: cfg.Tokens, log: cfg.Logger, maxBody: cfg.MaxBodyBytes, poll: cfg.EventPoll,
-		pushTargets: cfg.PushTargets, wakeups: cfg.Wakeups, corsPolicy: newCORSPolicy(cfg.CORSOrigins),
+		pushTargets: cfg.PushTargets, wakeups: cfg.Wakeups, corsPolicy: cors.NewPolicy(cfg.CORSOrigins),
 		polls: newPollCounter(cfg.MaxPollsPerWorker), storageRoot: cfg.StorageRoot, minter: cfg.Minter, dashboard: cfg.Dashboard,
 		metrics: cfg.Metrics}
 	if s.log == nil {
