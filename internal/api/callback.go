@@ -19,6 +19,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/baton-dev/baton/internal/capability"
 	"github.com/baton-dev/baton/internal/dispatch"
 	"github.com/baton-dev/baton/internal/lifecycle"
 	"github.com/baton-dev/baton/internal/request"
@@ -85,7 +86,7 @@ func (s *Server) callbackHeartbeat(w http.ResponseWriter, r *http.Request) (any,
 	if res.ShouldCancel {
 		out["cancelReason"] = cmp.Or(res.CancelReason, "user_requested")
 	}
-	tok, exp, err := s.refreshToken(r.Context(), claimsOf(r), res.Task)
+	tok, exp, err := s.caps.Refresh(r.Context(), capability.Claims(r), res.Task)
 	if err != nil {
 		// The lease extension is committed; the next heartbeat tries again.
 		s.log.WarnContext(r.Context(), "refresh task token", "task", res.Task.ID, "attempt", res.Task.Attempt, "err", err)
@@ -209,8 +210,8 @@ func callbackTaskError(raw json.RawMessage) (*store.TaskError, error) {
 // own id). traceparent, when sent, must be a W3C trace context; the returned fence carries it.
 func (s *Server) callbackRequest(r *http.Request) (map[string]json.RawMessage, callbackFence, error) {
 	taskID := r.PathValue("task_id")
-	if c := claimsOf(r); c == nil || c.TaskID != taskID {
-		return nil, callbackFence{}, s.rejected(errTokenScope, "")
+	if c := capability.Claims(r); c == nil || c.TaskID != taskID {
+		return nil, callbackFence{}, s.rejected(capability.ErrScope, "")
 	}
 	obj, err := request.ReadObject(r)
 	if err != nil {

@@ -24,6 +24,7 @@ import (
 
 	"github.com/baton-dev/baton/internal/assignment"
 	"github.com/baton-dev/baton/internal/auth"
+	"github.com/baton-dev/baton/internal/capability"
 	"github.com/baton-dev/baton/internal/dataplane"
 	"github.com/baton-dev/baton/internal/dispatch"
 	"github.com/baton-dev/baton/internal/lifecycle"
@@ -97,7 +98,7 @@ func fencedError(err error) error {
 		return codedError(http.StatusNotFound, "task_not_found", "no task with this task_id")
 	case errors.Is(err, auth.ErrTokenMissing), errors.Is(err, auth.ErrTokenExpired), errors.Is(err, auth.ErrTokenInvalid):
 		return codedError(http.StatusUnauthorized, "unauthorized", err.Error())
-	case errors.Is(err, errTokenScope):
+	case errors.Is(err, capability.ErrScope):
 		return codedError(http.StatusForbidden, "forbidden", err.Error())
 	}
 	return err
@@ -342,7 +343,7 @@ func (s *Server) fencedHeartbeat(fence fenceFunc) handler {
 		if res.ShouldCancel {
 			out["cancel_reason"] = nullable(res.CancelReason)
 		}
-		if token, exp := s.heartbeatToken(ctx, claimsOf(r), res.Task); token != "" {
+		if token, exp := s.heartbeatToken(ctx, capability.Claims(r), res.Task); token != "" {
 			out["capability_token"], out["capability_token_expires_at"] = token, snakeTime(exp)
 		}
 		return out, nil
@@ -362,7 +363,7 @@ func (s *Server) heartbeatToken(ctx context.Context, c *auth.TaskClaims, t *stor
 		c.IssuedAt = jwt.NewNumericDate(t.StartedAt)
 		c.ExpiresAt = jwt.NewNumericDate(t.StartedAt.Add(auth.TokenTTL(t.Timeout)))
 	}
-	token, exp, err := s.refreshToken(ctx, c, t)
+	token, exp, err := s.caps.Refresh(ctx, c, t)
 	if err != nil {
 		s.log.ErrorContext(ctx, "refresh capability token", "task_id", t.ID, "attempt", t.Attempt, "err", err)
 		return "", time.Time{}

@@ -4,6 +4,7 @@ import (
 	"errors"
 
 	"github.com/baton-dev/baton/internal/auth"
+	"github.com/baton-dev/baton/internal/capability"
 	"github.com/baton-dev/baton/internal/metrics"
 )
 
@@ -30,7 +31,7 @@ func (s *Server) rejected(err error, header string) error {
 		kind = token(metrics.CapabilityTokenExpired, metrics.CallbackTokenExpired)
 	case errors.Is(err, auth.ErrTokenInvalid):
 		kind = token(metrics.CapabilityTokenInvalid, metrics.CallbackTokenInvalid)
-	case errors.Is(err, errTokenScope):
+	case errors.Is(err, capability.ErrScope):
 		kind = metrics.TokenScope
 	default:
 		// The database failed while the credential was looked up: not the credential's fault.

@@ -13,6 +13,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/baton-dev/baton/internal/auth"
+	"github.com/baton-dev/baton/internal/capability"
 	"github.com/baton-dev/baton/internal/cors"
 	"github.com/baton-dev/baton/internal/dataplane"
 	"github.com/baton-dev/baton/internal/dispatch"
@@ -79,6 +80,7 @@ type Server struct {
 	dp      *dataplane.Plane
 	auth    *auth.Authenticator
 	tokens  *auth.Tokens
+	caps    *capability.Issuer
 	log     *slog.Logger
 	maxBody int64
 	poll    time.Duration
@@ -88,10 +90,9 @@ type Server struct {
 	corsPolicy  cors.Policy
 	polls       *request.Waiting
 
-	storageRoot string
-	minter      *grant.Minter
-	dashboard   http.Handler
-	metrics     *metrics.Metrics
+	minter    *grant.Minter
+	dashboard http.Handler
+	metrics   *metrics.Metrics
 
 	drainCtx context.Context // ends when the server starts shutting down
 	drain    context.CancelFunc
@@ -107,7 +108,7 @@ func (s *Server) Drain() { s.drain() }
 func New(cfg Config) *Server {
 	s := &Server{d: cfg.Dispatcher, dp: cfg.DataPlane, auth: cfg.Auth, tokens: cfg.Tokens, log: cfg.Logger, maxBody: cfg.MaxBodyBytes, poll: cfg.EventPoll,
 		pushTargets: cfg.PushTargets, wakeups: cfg.Wakeups, corsPolicy: cors.NewPolicy(cfg.CORSOrigins),
-		polls: newPollCounter(cfg.MaxPollsPerWorker), storageRoot: cfg.StorageRoot, minter: cfg.Minter, dashboard: cfg.Dashboard,
+		polls: newPollCounter(cfg.MaxPollsPerWorker), minter: cfg.Minter, dashboard: cfg.Dashboard,
 		metrics: cfg.Metrics}
 	if s.log == nil {
 		s.log = slog.Default()
@@ -121,6 +122,7 @@ func New(cfg Config) *Server {
 	if s.poll <= 0 {
 		s.poll = 250 * time.Millisecond
 	}
+	s.caps = capability.New(capability.Config{Tokens: s.tokens, StorageRoot: cfg.StorageRoot, Logger: s.log, Dispatcher: s.d})
 	s.drainCtx, s.drain = context.WithCancel(context.Background())
 	s.tracing = cfg.TracerProvider
 	return s
@@ -231,7 +233,7 @@ func (s *Server) toHTTP(err error) *request.Error {
 		return request.Errorf(http.StatusUnauthorized, "task capability token expired")
 	case errors.Is(err, auth.ErrTokenInvalid):
 		return request.Errorf(http.StatusUnauthorized, "invalid task capability token")
-	case errors.Is(err, errTokenScope):
+	case errors.Is(err, capability.ErrScope):
 		return request.Errorf(http.StatusForbidden, "capability token does not cover this task attempt")
 	case errors.Is(err, context.Canceled):
 		return request.Errorf(499, "request canceled")

@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/baton-dev/baton/internal/capability"
 	"github.com/baton-dev/baton/internal/dataplane"
 	"github.com/baton-dev/baton/internal/dataset"
 	"github.com/baton-dev/baton/internal/dispatch"
@@ -150,7 +151,7 @@ func (s *Server) datasetRows(w http.ResponseWriter, r *http.Request) (any, error
 // capability token: a page of the rows of a buffered dataset the token's attempt reads or writes
 // (dataplane.TaskRows), in the shape of GET /datasets/{name}/rows.
 func (s *Server) taskRows(w http.ResponseWriter, r *http.Request) (any, error) {
-	c := claimsOf(r)
+	c := capability.Claims(r)
 	q, cursorSet, err := readRowQuery(r)
 	if err != nil {
 		return nil, err

@@ -248,7 +248,7 @@ func (s *Server) streamHeartbeat(w http.ResponseWriter, r *http.Request) (any, e
 	// holds a token with at least half a lifetime, minus one heartbeat interval, left.
 	t := res.Task
 	if ttl := auth.TokenTTL(t.Timeout); s.tokens != nil && t.HeartbeatAt.Sub(t.StartedAt) >= ttl/2 {
-		tok, exp, err := s.reissueToken(r.Context(), t)
+		tok, exp, err := s.caps.Remint(r.Context(), t)
 		if err != nil {
 			// The lease was extended and committed; the next heartbeat tries again.
 			s.log.WarnContext(r.Context(), "refresh capability token", "task", t.ID, "attempt", t.Attempt, "err", err)

@@ -41,6 +41,8 @@ var rules = []struct {
 	{"internal/assignment", []string{"internal/api", "internal/ui", "internal/server", "internal/dataplane"}, "a claim is rendered from what the core hands out, by every dialect alike"},
 	{"internal/ui", []string{"internal/api", "internal/server"}, "the dashboard is one of the handlers a server composes"},
 	{"internal/request", server, "request is plumbing below the adapters: it reads and checks HTTP requests, whoever serves them"},
+	{"internal/capability", []string{"internal/api", "internal/ui", "internal/server", "internal/push", "internal/maintenance", "internal/sink"},
+		"capability tokens are minted and checked below the dialects that hand them out and the push deliverer"},
 	{"internal/cors", server, "the CORS policy is plumbing below the adapters: it wraps a listener's handler, whatever it serves"},
 }
 
