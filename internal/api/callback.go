@@ -16,7 +16,6 @@ import (
 	"fmt"
 	"math"
 	"net/http"
-	"strings"
 	"time"
 
 	"github.com/baton-dev/baton/internal/capability"
@@ -24,6 +23,7 @@ import (
 	"github.com/baton-dev/baton/internal/lifecycle"
 	"github.com/baton-dev/baton/internal/request"
 	"github.com/baton-dev/baton/internal/store"
+	"github.com/baton-dev/baton/internal/telemetry"
 )
 
 // POST /v1/tasks/{task_id}/started {attempt, workerId, startedAt}
@@ -231,7 +231,7 @@ func (s *Server) callbackRequest(r *http.Request) (map[string]json.RawMessage, c
 	if workerID == "" {
 		return nil, callbackFence{}, request.Errorf(http.StatusBadRequest, "body.workerId is required: a non-empty string")
 	}
-	if traceparent != "" && !validTraceparent(traceparent) {
+	if traceparent != "" && !telemetry.ValidTraceparent(traceparent) {
 		return nil, callbackFence{}, request.Errorf(http.StatusBadRequest,
 			"body.traceparent must be a W3C trace context: 00-<32 hex trace id>-<16 hex parent id>-<2 hex flags>")
 	}
@@ -244,26 +244,6 @@ func (s *Server) callbackRequest(r *http.Request) (map[string]json.RawMessage, c
 type callbackFence struct {
 	dispatch.Fence
 	traceparent string
-}
-
-// validTraceparent reports whether v is a W3C traceparent header value: version-traceid-parentid-
-// flags in lowercase hex, version not ff, ids not all zeros.
-func validTraceparent(v string) bool {
-	parts := strings.Split(v, "-")
-	if len(parts) < 4 || len(parts[0]) != 2 || len(parts[1]) != 32 || len(parts[2]) != 16 || len(parts[3]) != 2 {
-		return false
-	}
-	if parts[0] == "ff" || (parts[0] == "00" && len(parts) != 4) {
-		return false
-	}
-	for _, p := range parts[:4] {
-		for _, c := range p {
-			if !(c >= '0' && c <= '9' || c >= 'a' && c <= 'f') {
-				return false
-			}
-		}
-	}
-	return strings.Trim(parts[1], "0") != "" && strings.Trim(parts[2], "0") != ""
 }
 
 // callbackTimeField checks an optional RFC 3339 timestamp member.

@@ -123,7 +123,7 @@ func (s *Server) createJob(w http.ResponseWriter, r *http.Request) (any, error) 
 // traceparent header when it is valid (an invalid one is ignored, as W3C says), else the server
 // span's when tracing is on (the job is then still one trace), else "".
 func jobTraceparent(r *http.Request) string {
-	if h := r.Header.Get("traceparent"); validTraceparent(h) {
+	if h := r.Header.Get("traceparent"); telemetry.ValidTraceparent(h) {
 		if tp := telemetry.NormalTraceparent(h); tp != "" {
 			return tp
 		}
