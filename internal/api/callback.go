@@ -18,6 +18,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/baton-dev/baton/internal/auth"
 	"github.com/baton-dev/baton/internal/capability"
 	"github.com/baton-dev/baton/internal/dispatch"
 	"github.com/baton-dev/baton/internal/lifecycle"
@@ -211,7 +212,7 @@ func callbackTaskError(raw json.RawMessage) (*store.TaskError, error) {
 func (s *Server) callbackRequest(r *http.Request) (map[string]json.RawMessage, callbackFence, error) {
 	taskID := r.PathValue("task_id")
 	if c := capability.Claims(r); c == nil || c.TaskID != taskID {
-		return nil, callbackFence{}, s.rejected(capability.ErrScope, "")
+		return nil, callbackFence{}, s.rejected(auth.ErrTokenScope, "")
 	}
 	obj, err := request.ReadObject(r)
 	if err != nil {

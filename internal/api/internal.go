@@ -98,7 +98,7 @@ func fencedError(err error) error {
 		return codedError(http.StatusNotFound, "task_not_found", "no task with this task_id")
 	case errors.Is(err, auth.ErrTokenMissing), errors.Is(err, auth.ErrTokenExpired), errors.Is(err, auth.ErrTokenInvalid):
 		return codedError(http.StatusUnauthorized, "unauthorized", err.Error())
-	case errors.Is(err, capability.ErrScope):
+	case errors.Is(err, auth.ErrTokenScope):
 		return codedError(http.StatusForbidden, "forbidden", err.Error())
 	}
 	return err

@@ -233,7 +233,7 @@ func (s *Server) toHTTP(err error) *request.Error {
 		return request.Errorf(http.StatusUnauthorized, "task capability token expired")
 	case errors.Is(err, auth.ErrTokenInvalid):
 		return request.Errorf(http.StatusUnauthorized, "invalid task capability token")
-	case errors.Is(err, capability.ErrScope):
+	case errors.Is(err, auth.ErrTokenScope):
 		return request.Errorf(http.StatusForbidden, "capability token does not cover this task attempt")
 	case errors.Is(err, context.Canceled):
 		return request.Errorf(499, "request canceled")

@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/baton-dev/baton/internal/auth"
 	"github.com/baton-dev/baton/internal/capability"
 	"github.com/baton-dev/baton/internal/dispatch"
 	"github.com/baton-dev/baton/internal/store"
@@ -35,7 +36,7 @@ func (s *Server) withTaskToken(header string, h handler) handler {
 // request its token does not cover.
 func (s *Server) tokenFence(r *http.Request, taskID string, attempt int, leaseToken string) (dispatch.Fence, error) {
 	f, err := s.caps.Fence(r, taskID, attempt, leaseToken)
-	if errors.Is(err, capability.ErrScope) {
+	if errors.Is(err, auth.ErrTokenScope) {
 		return f, s.rejected(err, "")
 	}
 	return f, err

@@ -131,20 +131,17 @@ func Claims(r *http.Request) *auth.TaskClaims {
 	return c
 }
 
-// ErrScope: the token is valid but for another task or attempt than the request names.
-var ErrScope = errors.New("capability token does not cover this task attempt")
-
 // Fence binds a request that carries verified claims (WithClaims) to its token (deny by default).
-// The task it names must be the token's task (ErrScope otherwise). When the attempt (0: not named)
+// The task it names must be the token's task (auth.ErrTokenScope otherwise). When the attempt (0: not named)
 // and lease token ("": not named) it names are the token's, the fence is the token's, and the core
 // checks it against the live lease. When they are not, the request is either a stale one — its
 // body names an attempt or lease that is no longer the current one, which is a conflict (409, as
 // the core would answer) and not a permission problem — or an older attempt's token used with
-// the current attempt's body, which must never act (ErrScope).
+// the current attempt's body, which must never act (auth.ErrTokenScope).
 func (i *Issuer) Fence(r *http.Request, taskID string, attempt int, leaseToken string) (dispatch.Fence, error) {
 	c := Claims(r)
 	if c == nil || taskID != c.TaskID {
-		return dispatch.Fence{}, ErrScope
+		return dispatch.Fence{}, auth.ErrTokenScope
 	}
 	if (attempt == 0 || attempt == c.Attempt) && (leaseToken == "" || leaseToken == c.LeaseToken) {
 		return dispatch.Fence{TaskID: c.TaskID, Attempt: c.Attempt, LeaseToken: c.LeaseToken}, nil
@@ -162,5 +159,5 @@ func (i *Issuer) Fence(r *http.Request, taskID string, attempt int, leaseToken s
 	case leaseToken != "" && leaseToken != t.LeaseToken:
 		return dispatch.Fence{}, dispatch.ErrLeaseMismatch
 	}
-	return dispatch.Fence{}, ErrScope
+	return dispatch.Fence{}, auth.ErrTokenScope
 }

@@ -54,7 +54,7 @@ func TestVerifyWithoutTokens(t *testing.T) {
 func TestFenceWithinTheToken(t *testing.T) {
 	i := capability.New(capability.Config{})
 	r := httptest.NewRequest("POST", "/", nil)
-	if _, err := i.Fence(r, "t1", 0, ""); !errors.Is(err, capability.ErrScope) || capability.Claims(r) != nil {
+	if _, err := i.Fence(r, "t1", 0, ""); !errors.Is(err, auth.ErrTokenScope) || capability.Claims(r) != nil {
 		t.Fatalf("no claims: %v", err)
 	}
 	c := &auth.TaskClaims{TaskID: "t1", Attempt: 2, LeaseToken: "lease"}
@@ -62,7 +62,7 @@ func TestFenceWithinTheToken(t *testing.T) {
 	if capability.Claims(r) != c {
 		t.Fatal("claims lost")
 	}
-	if _, err := i.Fence(r, "t2", 2, "lease"); !errors.Is(err, capability.ErrScope) {
+	if _, err := i.Fence(r, "t2", 2, "lease"); !errors.Is(err, auth.ErrTokenScope) {
 		t.Errorf("another task: %v", err)
 	}
 	want := dispatch.Fence{TaskID: "t1", Attempt: 2, LeaseToken: "lease"}
