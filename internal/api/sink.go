@@ -4,8 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
-	"fmt"
 	"net/http"
 	"strconv"
 	"time"
@@ -15,7 +13,6 @@ import (
 	"github.com/baton-dev/baton/internal/dataset"
 	"github.com/baton-dev/baton/internal/dispatch"
 	"github.com/baton-dev/baton/internal/request"
-	"github.com/baton-dev/baton/internal/sink"
 	"github.com/baton-dev/baton/internal/store"
 	"github.com/baton-dev/baton/wire"
 )
@@ -48,19 +45,7 @@ func (s *Server) sinkClaim(w http.ResponseWriter, r *http.Request) (any, error) 
 	if err != nil && !(r.Context().Err() == nil && s.drainCtx.Err() != nil) {
 		return nil, err
 	}
-	return wire.SinkClaim{Messages: sinkMessages(msgs)}, nil
-}
-
-// sinkMessages renders claimed messages as a sink receives them.
-func sinkMessages(msgs []*dataplane.SinkMessage) []wire.SinkMessage {
-	out := make([]wire.SinkMessage, 0, len(msgs))
-	for _, m := range msgs {
-		schema, _ := json.Marshal(m.Dataset.Schema)
-		out = append(out, wire.SinkMessage{ID: m.ID, ReceiveCount: m.ReceiveCount, VisibleUntil: m.VisibleUntil.UTC(),
-			Message: m.Message, OrgID: m.Tenant, BatchURI: m.BatchURI, Dataset: wire.SinkDataset{UUID: m.Dataset.UUID,
-				Name: m.Dataset.Name, Schema: schema, FilterFields: orEmpty(m.Dataset.FilterFields)}})
-	}
-	return out
+	return wire.SinkClaim{Messages: dataplane.WireSinkMessages(msgs)}, nil
 }
 
 func (s *Server) sinkCommit(w http.ResponseWriter, r *http.Request) (any, error) {
@@ -263,39 +248,4 @@ func deref[T any](p *T) T {
 		return zero
 	}
 	return *p
-}
-
-// SinkQueue is the Buffer Queue of this process's dispatcher for a sink running in the same
-// process (baton dev, baton server --sink): the internal listener's /internal/sink/* operations
-// without HTTP, in the same shapes (sink.Queue).
-type SinkQueue struct{ P *dataplane.Plane }
-
-var _ sink.Queue = SinkQueue{}
-
-func (q SinkQueue) Claim(ctx context.Context, p wire.SinkClaimRequest) ([]wire.SinkMessage, error) {
-	msgs, err := q.P.ClaimBatches(ctx, dataplane.ClaimBatchesParams{Max: p.Max, ID: p.ID,
-		Visibility: time.Duration(p.VisibilitySeconds) * time.Second, Wait: time.Duration(min(p.WaitSeconds, 30)) * time.Second})
-	if err != nil {
-		return nil, err
-	}
-	return sinkMessages(msgs), nil
-}
-
-func (q SinkQueue) Extend(ctx context.Context, p wire.SinkExtend) error {
-	_, err := q.P.ExtendBatch(ctx, p.ID, p.ReceiveCount, time.Duration(p.VisibilitySeconds)*time.Second)
-	switch {
-	case errors.Is(err, dataplane.ErrBatchNotClaimed):
-		return fmt.Errorf("%w: %w", sink.ErrNotClaimed, err)
-	case errors.Is(err, dataplane.ErrBatchNotFound):
-		return fmt.Errorf("%w: %w", sink.ErrNotFound, err)
-	}
-	return err
-}
-
-func (q SinkQueue) Commit(ctx context.Context, p wire.SinkCommit) error {
-	return q.P.CommitBatch(ctx, p.ID, dataplane.BatchLoaded{Cursor: p.Cursor, Inserted: p.Inserted, Facets: p.Facets})
-}
-
-func (q SinkQueue) Fail(ctx context.Context, p wire.SinkFail) (bool, error) {
-	return q.P.FailBatch(ctx, p.ID, p.ReceiveCount, p.Error)
 }
