@@ -43,6 +43,7 @@ var rules = []struct {
 	{"internal/request", server, "request is plumbing below the adapters: it reads and checks HTTP requests, whoever serves them"},
 	{"internal/capability", []string{"internal/api", "internal/ui", "internal/server", "internal/push", "internal/maintenance", "internal/sink"},
 		"capability tokens are minted and checked below the dialects that hand them out and the push deliverer"},
+	{"internal/sse", server, "an event stream follows any log it is handed, below the adapters that hand it one"},
 	{"internal/cors", server, "the CORS policy is plumbing below the adapters: it wraps a listener's handler, whatever it serves"},
 }
 
