@@ -12,14 +12,12 @@ package api
 // bound to the capability token. Neither holds a lifecycle rule: they translate shapes and errors.
 
 import (
-	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
 	"time"
 
-	"github.com/golang-jwt/jwt/v5"
 	"github.com/google/uuid"
 
 	"github.com/baton-dev/baton/internal/assignment"
@@ -343,32 +341,11 @@ func (s *Server) fencedHeartbeat(fence fenceFunc) handler {
 		if res.ShouldCancel {
 			out["cancel_reason"] = nullable(res.CancelReason)
 		}
-		if token, exp := s.heartbeatToken(ctx, capability.Claims(r), res.Task); token != "" {
+		if token, exp := s.caps.HeartbeatToken(ctx, capability.Claims(r), res.Task); token != "" {
 			out["capability_token"], out["capability_token_expires_at"] = token, snakeTime(exp)
 		}
 		return out, nil
 	}
-}
-
-// heartbeatToken is the fresh capability token a heartbeat answer carries when the caller's has
-// less than half of its life left. A task-scoped call presents its token; an internal one does
-// not, so it is judged by the token its claim handed out (issued when the attempt started). The
-// lease is already extended: a failure to sign is logged and the next heartbeat tries again.
-func (s *Server) heartbeatToken(ctx context.Context, c *auth.TaskClaims, t *store.Task) (string, time.Time) {
-	if s.tokens == nil {
-		return "", time.Time{}
-	}
-	if c == nil {
-		c = &auth.TaskClaims{}
-		c.IssuedAt = jwt.NewNumericDate(t.StartedAt)
-		c.ExpiresAt = jwt.NewNumericDate(t.StartedAt.Add(auth.TokenTTL(t.Timeout)))
-	}
-	token, exp, err := s.caps.Refresh(ctx, c, t)
-	if err != nil {
-		s.log.ErrorContext(ctx, "refresh capability token", "task_id", t.ID, "attempt", t.Attempt, "err", err)
-		return "", time.Time{}
-	}
-	return token, exp
 }
 
 // fencedComplete: POST /internal/task-complete, POST /v1/task/complete.

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -194,7 +195,7 @@ func (s *Server) listJobs(w http.ResponseWriter, r *http.Request) (any, error) {
 		limit = min(max(n, 1), 100) // the producer contract clamps
 	}
 	status := lifecycle.JobStatus(q.Get("status"))
-	if status != "" && !containsStatus(jobStatuses, status) {
+	if status != "" && !slices.Contains(jobStatuses, status) {
 		return nil, request.Errorf(http.StatusBadRequest, "status must be one of processing, completed, partial_failure, canceled; got %q", status)
 	}
 	jobs, next, err := s.d.ListJobs(r.Context(), dispatch.ListJobsParams{Tenant: tenantOf(r), Status: status, Cursor: q.Get("cursor"), Limit: limit})
@@ -213,15 +214,6 @@ func (s *Server) listJobs(w http.ResponseWriter, r *http.Request) (any, error) {
 		nextCursor = next
 	}
 	return map[string]any{"jobs": out, "nextCursor": nextCursor}, nil
-}
-
-func containsStatus(list []lifecycle.JobStatus, s lifecycle.JobStatus) bool {
-	for _, x := range list {
-		if x == s {
-			return true
-		}
-	}
-	return false
 }
 
 // producerStatus is a task status in the producer contract's words: running is "processing".

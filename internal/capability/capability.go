@@ -17,6 +17,7 @@ import (
 	"github.com/baton-dev/baton/internal/request"
 	"github.com/baton-dev/baton/internal/store"
 	"github.com/baton-dev/baton/wire"
+	"github.com/golang-jwt/jwt/v5"
 )
 
 // Config configures an Issuer.
@@ -96,6 +97,28 @@ func (i *Issuer) Refresh(ctx context.Context, c *auth.TaskClaims, t *store.Task)
 		return "", time.Time{}, nil
 	}
 	return i.Remint(ctx, t)
+}
+
+// HeartbeatToken is the fresh capability token a heartbeat answer carries when the caller's (c)
+// has less than half of its life left, and "" otherwise. A task-scoped call presents its token;
+// an internal one does not (nil), so it is judged by the token its claim handed out (issued when
+// the attempt started). The lease is already extended: a failure to sign is logged and the next
+// heartbeat tries again.
+func (i *Issuer) HeartbeatToken(ctx context.Context, c *auth.TaskClaims, t *store.Task) (string, time.Time) {
+	if i.tokens == nil {
+		return "", time.Time{}
+	}
+	if c == nil {
+		c = &auth.TaskClaims{}
+		c.IssuedAt = jwt.NewNumericDate(t.StartedAt)
+		c.ExpiresAt = jwt.NewNumericDate(t.StartedAt.Add(auth.TokenTTL(t.Timeout)))
+	}
+	token, exp, err := i.Refresh(ctx, c, t)
+	if err != nil {
+		i.log.ErrorContext(ctx, "refresh capability token", "task_id", t.ID, "attempt", t.Attempt, "err", err)
+		return "", time.Time{}
+	}
+	return token, exp
 }
 
 // Verify reads the request's capability token from header ("X-Trace-Task-Capability", or
