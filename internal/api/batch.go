@@ -7,6 +7,7 @@ import (
 	"sync"
 
 	"github.com/baton-dev/baton/internal/dispatch"
+	"github.com/baton-dev/baton/internal/request"
 )
 
 // Batch endpoints of the stream-worker dialect, beyond its per-task calls: one request claims
@@ -20,17 +21,17 @@ const batchMax = 256
 // POST /internal/worker/claim-batch {worker_id, streams, max_wait_ms, max_tasks}
 // → {"claims": [<the /internal/worker/claim answer of each claimed task>]}
 func (s *Server) streamClaimBatch(w http.ResponseWriter, r *http.Request) (any, error) {
-	obj, err := workerBody(r)
+	obj, err := request.ReadObject(r)
 	if err != nil {
 		return nil, err
 	}
-	f := fields{obj: obj, where: "body"}
-	maxTasks := f.intp("max_tasks")
-	if f.err != nil {
-		return nil, f.err
+	f := request.Fields{Obj: obj, Where: "body"}
+	maxTasks := f.Int("max_tasks")
+	if f.Err != nil {
+		return nil, f.Err
 	}
 	if maxTasks == nil || *maxTasks < 1 || *maxTasks > batchMax {
-		return nil, errorf(http.StatusBadRequest, "body.max_tasks is required: an integer from 1 to %d", batchMax)
+		return nil, request.Errorf(http.StatusBadRequest, "body.max_tasks is required: an integer from 1 to %d", batchMax)
 	}
 	claims, err := s.streamClaimWait(w, r, obj, *maxTasks)
 	if err != nil {
@@ -52,23 +53,23 @@ func (s *Server) streamClaimBatch(w http.ResponseWriter, r *http.Request) (any, 
 // can; each is fenced and idempotent exactly as alone. The request answers 200 once every report
 // is decided, each result saying what became of its report, in order.
 func (s *Server) streamReportBatch(w http.ResponseWriter, r *http.Request) (any, error) {
-	obj, err := workerBody(r)
+	obj, err := request.ReadObject(r)
 	if err != nil {
 		return nil, err
 	}
-	f := fields{obj: obj, where: "body"}
-	if workerID := streamRequired(&f, "worker_id"); f.err == nil && len(workerID) > streamMaxWorkerID {
-		return nil, errorf(http.StatusBadRequest, "body.worker_id must be at most %d bytes", streamMaxWorkerID)
+	f := request.Fields{Obj: obj, Where: "body"}
+	if workerID := f.Required("worker_id"); f.Err == nil && len(workerID) > streamMaxWorkerID {
+		return nil, request.Errorf(http.StatusBadRequest, "body.worker_id must be at most %d bytes", streamMaxWorkerID)
 	}
-	if f.err != nil {
-		return nil, f.err
+	if f.Err != nil {
+		return nil, f.Err
 	}
 	var raws []json.RawMessage
-	if raw, ok := obj["reports"]; !ok || isNull(raw) || json.Unmarshal(raw, &raws) != nil || len(raws) == 0 {
-		return nil, errorf(http.StatusBadRequest, "body.reports is required: a non-empty array of reports")
+	if raw, ok := obj["reports"]; !ok || request.IsNull(raw) || json.Unmarshal(raw, &raws) != nil || len(raws) == 0 {
+		return nil, request.Errorf(http.StatusBadRequest, "body.reports is required: a non-empty array of reports")
 	}
 	if len(raws) > batchMax {
-		return nil, errorf(http.StatusBadRequest, "body.reports has %d reports; at most %d are allowed", len(raws), batchMax)
+		return nil, request.Errorf(http.StatusBadRequest, "body.reports has %d reports; at most %d are allowed", len(raws), batchMax)
 	}
 	type item struct {
 		fail bool
@@ -76,13 +77,13 @@ func (s *Server) streamReportBatch(w http.ResponseWriter, r *http.Request) (any,
 	}
 	items := make([]item, len(raws))
 	for i, raw := range raws {
-		o, err := decodeObject(raw)
+		o, err := request.DecodeObject(raw)
 		if err != nil {
-			return nil, errorf(http.StatusBadRequest, "body.reports[%d] must be a JSON object", i)
+			return nil, request.Errorf(http.StatusBadRequest, "body.reports[%d] must be a JSON object", i)
 		}
 		var typ string
 		if t, ok := o["type"]; !ok || json.Unmarshal(t, &typ) != nil || (typ != "complete" && typ != "fail") {
-			return nil, errorf(http.StatusBadRequest, `body.reports[%d].type is required: "complete" or "fail"`, i)
+			return nil, request.Errorf(http.StatusBadRequest, `body.reports[%d].type is required: "complete" or "fail"`, i)
 		}
 		delete(o, "type")
 		items[i] = item{fail: typ == "fail", obj: o}
@@ -90,16 +91,16 @@ func (s *Server) streamReportBatch(w http.ResponseWriter, r *http.Request) (any,
 	results := make([]map[string]any, len(items))
 	refused := func(i int, err error) {
 		he := s.toHTTP(s.streamRefusal(err))
-		if he.status >= 500 {
+		if he.Status >= 500 {
 			s.log.ErrorContext(r.Context(), "batch report failed", "index", i, "err", err)
 		}
-		out := map[string]any{"status": he.status}
-		for k, v := range he.body {
+		out := map[string]any{"status": he.Status}
+		for k, v := range he.Body {
 			out[k] = v
 		}
 		// The per-task endpoint's Retry-After header (a 503 while the database is unreachable),
 		// in seconds: a batch's items have no headers of their own.
-		if secs, err := strconv.Atoi(he.header.Get("Retry-After")); err == nil {
+		if secs, err := strconv.Atoi(he.Header.Get("Retry-After")); err == nil {
 			out["retry_after"] = secs
 		}
 		results[i] = out

@@ -16,12 +16,15 @@ import (
 	"fmt"
 	"math"
 	"net/http"
-	"strings"
 	"time"
 
+	"github.com/baton-dev/baton/internal/auth"
+	"github.com/baton-dev/baton/internal/capability"
 	"github.com/baton-dev/baton/internal/dispatch"
 	"github.com/baton-dev/baton/internal/lifecycle"
+	"github.com/baton-dev/baton/internal/request"
 	"github.com/baton-dev/baton/internal/store"
+	"github.com/baton-dev/baton/internal/telemetry"
 )
 
 // POST /v1/tasks/{task_id}/started {attempt, workerId, startedAt}
@@ -64,16 +67,16 @@ func (s *Server) callbackHeartbeat(w http.ResponseWriter, r *http.Request) (any,
 	if err := callbackTimeField(obj, "heartbeatAt"); err != nil {
 		return nil, err
 	}
-	if raw, ok := obj["progressPct"]; ok && !isNull(raw) {
+	if raw, ok := obj["progressPct"]; ok && !request.IsNull(raw) {
 		var p float64
 		if json.Unmarshal(raw, &p) != nil || math.IsNaN(p) || p < 0 || p > 100 {
-			return nil, errorf(http.StatusBadRequest, "body.progressPct must be a number from 0 to 100")
+			return nil, request.Errorf(http.StatusBadRequest, "body.progressPct must be a number from 0 to 100")
 		}
 	}
-	f := fields{obj: obj, where: "body"}
-	_ = f.str("message")
-	if f.err != nil {
-		return nil, f.err
+	f := request.Fields{Obj: obj, Where: "body"}
+	_ = f.Str("message")
+	if f.Err != nil {
+		return nil, f.Err
 	}
 	res, err := s.d.Heartbeat(r.Context(), dispatch.HeartbeatParams{TaskID: fence.TaskID, Attempt: fence.Attempt, LeaseToken: fence.LeaseToken,
 		Traceparent: fence.traceparent})
@@ -84,7 +87,7 @@ func (s *Server) callbackHeartbeat(w http.ResponseWriter, r *http.Request) (any,
 	if res.ShouldCancel {
 		out["cancelReason"] = cmp.Or(res.CancelReason, "user_requested")
 	}
-	tok, exp, err := s.refreshToken(r.Context(), claimsOf(r), res.Task)
+	tok, exp, err := s.caps.Refresh(r.Context(), capability.Claims(r), res.Task)
 	if err != nil {
 		// The lease extension is committed; the next heartbeat tries again.
 		s.log.WarnContext(r.Context(), "refresh task token", "task", res.Task.ID, "attempt", res.Task.Attempt, "err", err)
@@ -113,20 +116,20 @@ func (s *Server) callbackCompleted(w http.ResponseWriter, r *http.Request) (any,
 	if err != nil {
 		return nil, err
 	}
-	f := fields{obj: obj, where: "body"}
-	outcomeName := f.str("outcome")
-	phase := f.str("cancelledDuringPhase")
-	if f.err != nil {
-		return nil, f.err
+	f := request.Fields{Obj: obj, Where: "body"}
+	outcomeName := f.Str("outcome")
+	phase := f.Str("cancelledDuringPhase")
+	if f.Err != nil {
+		return nil, f.Err
 	}
 	outcome, ok := callbackOutcomes[outcomeName]
 	if !ok {
-		return nil, errorf(http.StatusBadRequest, "body.outcome is required: one of SUCCEEDED, FAILED, CANCELLED")
+		return nil, request.Errorf(http.StatusBadRequest, "body.outcome is required: one of SUCCEEDED, FAILED, CANCELLED")
 	}
 	if err := callbackTimeField(obj, "completedAt"); err != nil {
 		return nil, err
 	}
-	present := func(name string) bool { raw, ok := obj[name]; return ok && !isNull(raw) }
+	present := func(name string) bool { raw, ok := obj[name]; return ok && !request.IsNull(raw) }
 	for _, c := range []struct {
 		name string
 		ok   bool
@@ -137,13 +140,13 @@ func (s *Server) callbackCompleted(w http.ResponseWriter, r *http.Request) (any,
 		{"partialProgress", outcome == store.OutcomeCanceled},
 	} {
 		if present(c.name) && !c.ok {
-			return nil, errorf(http.StatusBadRequest, "body.%s does not belong to outcome %s", c.name, outcomeName)
+			return nil, request.Errorf(http.StatusBadRequest, "body.%s does not belong to outcome %s", c.name, outcomeName)
 		}
 	}
 	p := dispatch.CompleteParams{TaskID: fence.TaskID, Attempt: fence.Attempt, LeaseToken: fence.LeaseToken, Outcome: outcome,
 		Traceparent: fence.traceparent}
 	if present("output") {
-		p.Output = compact(obj["output"])
+		p.Output = request.Compact(obj["output"])
 	}
 	if present("error") {
 		if p.Error, err = callbackTaskError(obj["error"]); err != nil {
@@ -153,7 +156,7 @@ func (s *Server) callbackCompleted(w http.ResponseWriter, r *http.Request) (any,
 	var metrics map[string]json.RawMessage
 	if present("metrics") {
 		if err := json.Unmarshal(obj["metrics"], &metrics); err != nil {
-			return nil, errorf(http.StatusBadRequest, "body.metrics must be a JSON object")
+			return nil, request.Errorf(http.StatusBadRequest, "body.metrics must be a JSON object")
 		}
 	}
 	if outcome == store.OutcomeCanceled && (present("cancelledDuringPhase") || present("partialProgress")) {
@@ -164,12 +167,12 @@ func (s *Server) callbackCompleted(w http.ResponseWriter, r *http.Request) (any,
 			metrics["cancelledDuringPhase"], _ = json.Marshal(phase)
 		}
 		if present("partialProgress") {
-			metrics["partialProgress"] = compact(obj["partialProgress"])
+			metrics["partialProgress"] = request.Compact(obj["partialProgress"])
 		}
 	}
 	if metrics != nil {
 		if p.Metrics, err = json.Marshal(metrics); err != nil {
-			return nil, errorf(http.StatusBadRequest, "body.metrics: %v", err)
+			return nil, request.Errorf(http.StatusBadRequest, "body.metrics: %v", err)
 		}
 	}
 	res, err := s.d.Complete(r.Context(), p)
@@ -183,20 +186,20 @@ func (s *Server) callbackCompleted(w http.ResponseWriter, r *http.Request) (any,
 // callbackTaskError reads {category, message, stackTrace, retryable}; an absent category is the
 // core's default (USER_CODE), an unknown one a 400.
 func callbackTaskError(raw json.RawMessage) (*store.TaskError, error) {
-	obj, err := decodeObject(raw)
+	obj, err := request.DecodeObject(raw)
 	if err != nil {
-		return nil, errorf(http.StatusBadRequest, "body.error must be a JSON object {category, message, stackTrace, retryable}")
+		return nil, request.Errorf(http.StatusBadRequest, "body.error must be a JSON object {category, message, stackTrace, retryable}")
 	}
-	f := fields{obj: obj, where: "body.error"}
-	e := &store.TaskError{Category: lifecycle.Category(f.str("category")), Message: f.str("message"), StackTrace: f.str("stackTrace")}
-	if f.err != nil {
-		return nil, f.err
+	f := request.Fields{Obj: obj, Where: "body.error"}
+	e := &store.TaskError{Category: lifecycle.Category(f.Str("category")), Message: f.Str("message"), StackTrace: f.Str("stackTrace")}
+	if f.Err != nil {
+		return nil, f.Err
 	}
 	if e.Category != "" && !e.Category.Valid() {
-		return nil, errorf(http.StatusBadRequest, "body.error.category must be one of USER_CODE, DATA_QUALITY, INFRASTRUCTURE, CONFIGURATION, TIMEOUT, CANCELLED; got %q", e.Category)
+		return nil, request.Errorf(http.StatusBadRequest, "body.error.category must be one of USER_CODE, DATA_QUALITY, INFRASTRUCTURE, CONFIGURATION, TIMEOUT, CANCELLED; got %q", e.Category)
 	}
-	if e.Retryable, err = streamBool(obj, "body.error", "retryable"); err != nil {
-		return nil, err
+	if e.Retryable = f.Bool("retryable"); f.Err != nil {
+		return nil, f.Err
 	}
 	return e, nil
 }
@@ -208,29 +211,29 @@ func callbackTaskError(raw json.RawMessage) (*store.TaskError, error) {
 // own id). traceparent, when sent, must be a W3C trace context; the returned fence carries it.
 func (s *Server) callbackRequest(r *http.Request) (map[string]json.RawMessage, callbackFence, error) {
 	taskID := r.PathValue("task_id")
-	if c := claimsOf(r); c == nil || c.TaskID != taskID {
-		return nil, callbackFence{}, s.rejected(errTokenScope, "")
+	if c := capability.Claims(r); c == nil || c.TaskID != taskID {
+		return nil, callbackFence{}, s.rejected(auth.ErrTokenScope, "")
 	}
-	obj, err := workerBody(r)
+	obj, err := request.ReadObject(r)
 	if err != nil {
 		return nil, callbackFence{}, err
 	}
-	f := fields{obj: obj, where: "body"}
-	attempt := f.intp("attempt")
-	workerID := f.str("workerId")
-	attemptID := f.str("attemptId")
-	traceparent := f.str("traceparent")
-	if f.err != nil {
-		return nil, callbackFence{}, f.err
+	f := request.Fields{Obj: obj, Where: "body"}
+	attempt := f.Int("attempt")
+	workerID := f.Str("workerId")
+	attemptID := f.Str("attemptId")
+	traceparent := f.Str("traceparent")
+	if f.Err != nil {
+		return nil, callbackFence{}, f.Err
 	}
 	if attempt == nil || *attempt < 1 {
-		return nil, callbackFence{}, errorf(http.StatusBadRequest, "body.attempt is required: a positive integer (the attempt of the task token)")
+		return nil, callbackFence{}, request.Errorf(http.StatusBadRequest, "body.attempt is required: a positive integer (the attempt of the task token)")
 	}
 	if workerID == "" {
-		return nil, callbackFence{}, errorf(http.StatusBadRequest, "body.workerId is required: a non-empty string")
+		return nil, callbackFence{}, request.Errorf(http.StatusBadRequest, "body.workerId is required: a non-empty string")
 	}
-	if traceparent != "" && !validTraceparent(traceparent) {
-		return nil, callbackFence{}, errorf(http.StatusBadRequest,
+	if traceparent != "" && !telemetry.ValidTraceparent(traceparent) {
+		return nil, callbackFence{}, request.Errorf(http.StatusBadRequest,
 			"body.traceparent must be a W3C trace context: 00-<32 hex trace id>-<16 hex parent id>-<2 hex flags>")
 	}
 	// attemptId is the envelope's id of the attempt: its lease token.
@@ -244,30 +247,10 @@ type callbackFence struct {
 	traceparent string
 }
 
-// validTraceparent reports whether v is a W3C traceparent header value: version-traceid-parentid-
-// flags in lowercase hex, version not ff, ids not all zeros.
-func validTraceparent(v string) bool {
-	parts := strings.Split(v, "-")
-	if len(parts) < 4 || len(parts[0]) != 2 || len(parts[1]) != 32 || len(parts[2]) != 16 || len(parts[3]) != 2 {
-		return false
-	}
-	if parts[0] == "ff" || (parts[0] == "00" && len(parts) != 4) {
-		return false
-	}
-	for _, p := range parts[:4] {
-		for _, c := range p {
-			if !(c >= '0' && c <= '9' || c >= 'a' && c <= 'f') {
-				return false
-			}
-		}
-	}
-	return strings.Trim(parts[1], "0") != "" && strings.Trim(parts[2], "0") != ""
-}
-
 // callbackTimeField checks an optional RFC 3339 timestamp member.
 func callbackTimeField(obj map[string]json.RawMessage, name string) error {
 	raw, ok := obj[name]
-	if !ok || isNull(raw) {
+	if !ok || request.IsNull(raw) {
 		return nil
 	}
 	var s string
@@ -276,7 +259,7 @@ func callbackTimeField(obj map[string]json.RawMessage, name string) error {
 			return nil
 		}
 	}
-	return errorf(http.StatusBadRequest, "body.%s must be an RFC 3339 timestamp such as \"2025-01-15T10:00:00Z\"", name)
+	return request.Errorf(http.StatusBadRequest, "body.%s must be an RFC 3339 timestamp such as \"2025-01-15T10:00:00Z\"", name)
 }
 
 // callbackState is a task status in the callback dialect's words. A failed attempt whose retry is
@@ -308,7 +291,7 @@ func (s *Server) callbackRefusals(endpoint string, h handler) handler {
 // fixed texts that clients may match.
 func (s *Server) callbackRefusal(r *http.Request, endpoint string, err error) error {
 	refuse := func(status int, body map[string]any) error {
-		return &streamShapedError{he: &httpError{status: status, body: body}, cause: err}
+		return &streamShapedError{he: &request.Error{Status: status, Body: body}, cause: err}
 	}
 	var (
 		mismatch *dispatch.AttemptMismatchError
@@ -351,7 +334,7 @@ func (s *Server) callbackRefusal(r *http.Request, endpoint string, err error) er
 		return refuse(http.StatusNotFound, map[string]any{"error": "task_not_found", "message": "Task not found"})
 	}
 	he := s.toHTTP(err)
-	msg, _ := he.body["error"].(string)
-	return &streamShapedError{he: &httpError{status: he.status, header: he.header,
-		body: map[string]any{"error": streamStatusName(he.status), "message": msg}}, cause: err}
+	msg, _ := he.Body["error"].(string)
+	return &streamShapedError{he: &request.Error{Status: he.Status, Header: he.Header,
+		Body: map[string]any{"error": streamStatusName(he.Status), "message": msg}}, cause: err}
 }

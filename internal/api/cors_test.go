@@ -7,7 +7,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/baton-dev/baton/internal/api"
 	"github.com/baton-dev/baton/internal/auth"
 )
 
@@ -225,43 +224,4 @@ func TestCORSOff(t *testing.T) {
 		wantError(t, pre, http.StatusMethodNotAllowed, "method OPTIONS is not allowed on /jobs; allowed: GET, HEAD, POST")
 		wantNoCORS(t, "OPTIONS /jobs", pre)
 	})
-}
-
-func TestParseCORSOrigins(t *testing.T) {
-	for _, c := range []struct {
-		in   string
-		want []string
-	}{
-		{"*", []string{"*"}},
-		{" * ", []string{"*"}},
-		{"none", nil},
-		{"https://ui.example.com", []string{"https://ui.example.com"}},
-		{"https://UI.example.com, http://localhost:5173,https://ui.example.com", []string{"https://ui.example.com", "http://localhost:5173"}},
-		{"http://[::1]:8080", []string{"http://[::1]:8080"}},
-	} {
-		got, err := api.ParseCORSOrigins(c.in)
-		if err != nil || !slices.Equal(got, c.want) || (c.want == nil) != (got == nil) {
-			t.Errorf("ParseCORSOrigins(%q) = %q, %v; want %q", c.in, got, err, c.want)
-		}
-	}
-	for _, c := range []struct{ in, wantErr string }{
-		{"", "empty"},
-		{"  ", "empty"},
-		{"https://ui.example.com/", "path"},
-		{"https://ui.example.com/app", "path"},
-		{"https://ui.example.com?x=1", "query"},
-		{"ui.example.com", "scheme"},
-		{"https://", "host"},
-		{"https://ui.example.com,", "empty entry"},
-		{"*,https://ui.example.com", "stands alone"},
-		{"none,https://ui.example.com", "stands alone"},
-		{"https://*.example.com", "wildcards"},
-		{"https://user@ui.example.com", "user"},
-		{"null", "scheme"},
-	} {
-		got, err := api.ParseCORSOrigins(c.in)
-		if err == nil || !strings.Contains(err.Error(), c.wantErr) {
-			t.Errorf("ParseCORSOrigins(%q) = %q, %v; want an error about %q", c.in, got, err, c.wantErr)
-		}
-	}
 }

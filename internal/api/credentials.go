@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/baton-dev/baton/internal/capability"
 	"github.com/baton-dev/baton/internal/dispatch"
 	"github.com/baton-dev/baton/internal/grant"
 )
@@ -41,7 +42,7 @@ func (s *Server) fencedCredentials(fence fenceFunc) handler {
 		if _, err := s.d.StartAttempt(ctx, f); err != nil && !errors.Is(err, dispatch.ErrCancelRequested) {
 			return nil, err
 		}
-		c := claimsOf(r)
+		c := capability.Claims(r)
 		switch {
 		case s.minter == nil:
 			return nil, codedError(http.StatusNotImplemented, "credentials_unavailable",

@@ -12,21 +12,21 @@ package api
 // bound to the capability token. Neither holds a lifecycle rule: they translate shapes and errors.
 
 import (
-	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
 	"time"
 
-	"github.com/golang-jwt/jwt/v5"
 	"github.com/google/uuid"
 
 	"github.com/baton-dev/baton/internal/assignment"
 	"github.com/baton-dev/baton/internal/auth"
+	"github.com/baton-dev/baton/internal/capability"
 	"github.com/baton-dev/baton/internal/dataplane"
 	"github.com/baton-dev/baton/internal/dispatch"
 	"github.com/baton-dev/baton/internal/lifecycle"
+	"github.com/baton-dev/baton/internal/request"
 	"github.com/baton-dev/baton/internal/store"
 	"github.com/baton-dev/baton/wire"
 )
@@ -41,12 +41,12 @@ func bodyFence(_ *http.Request, taskID string, attempt int, leaseToken string) (
 }
 
 // invalidRequest is the dialects' 400: a code and a message that names the field.
-func invalidRequest(format string, args ...any) *httpError {
-	return &httpError{status: http.StatusBadRequest, body: map[string]any{"error": "invalid_request", "message": fmt.Sprintf(format, args...)}}
+func invalidRequest(format string, args ...any) *request.Error {
+	return &request.Error{Status: http.StatusBadRequest, Body: map[string]any{"error": "invalid_request", "message": fmt.Sprintf(format, args...)}}
 }
 
-func codedError(status int, code, message string) *httpError {
-	return &httpError{status: status, body: map[string]any{"error": code, "message": message}}
+func codedError(status int, code, message string) *request.Error {
+	return &request.Error{Status: status, Body: map[string]any{"error": code, "message": message}}
 }
 
 // fencedErrors maps the errors of the internal and task-scoped dialects to their snake_case
@@ -63,7 +63,7 @@ func (s *Server) fencedErrors(h handler) handler {
 
 func fencedError(err error) error {
 	var (
-		he       *httpError
+		he       *request.Error
 		bad      *dispatch.InvalidError
 		denied   *dispatch.ForbiddenError
 		mismatch *dispatch.AttemptMismatchError
@@ -72,8 +72,8 @@ func fencedError(err error) error {
 	switch {
 	case errors.As(err, &he):
 		// The shared JSON helpers answer {"error": message}; these dialects answer a code.
-		if _, ok := he.body["message"]; he.status == http.StatusBadRequest && !ok {
-			return invalidRequest("%v", he.body["error"])
+		if _, ok := he.Body["message"]; he.Status == http.StatusBadRequest && !ok {
+			return invalidRequest("%v", he.Body["error"])
 		}
 		return he
 	case errors.As(err, &bad):
@@ -81,14 +81,14 @@ func fencedError(err error) error {
 	case errors.As(err, &denied):
 		return codedError(http.StatusForbidden, "forbidden", denied.Message)
 	case errors.As(err, &mismatch):
-		return &httpError{status: http.StatusConflict, body: map[string]any{"error": "attempt_mismatch",
+		return &request.Error{Status: http.StatusConflict, Body: map[string]any{"error": "attempt_mismatch",
 			"expected_attempt": mismatch.Expected, "received_attempt": mismatch.Received, "message": mismatch.Error()}}
 	case errors.Is(err, dispatch.ErrLeaseMismatch):
 		return codedError(http.StatusConflict, "lease_mismatch", "lease_token is not the current attempt's lease token")
 	case errors.Is(err, dispatch.ErrTaskExpired):
 		return codedError(http.StatusGone, "task_expired", "the attempt timed out or was given up on: stop running it")
 	case errors.As(err, &terminal):
-		return &httpError{status: http.StatusConflict, body: map[string]any{"error": "task_already_terminal",
+		return &request.Error{Status: http.StatusConflict, Body: map[string]any{"error": "task_already_terminal",
 			"state": internalStatus(terminal.State), "message": terminal.Error()}}
 	case errors.Is(err, dispatch.ErrOutcomeConflict):
 		return codedError(http.StatusConflict, "outcome_conflict", "the attempt already reported a different outcome")
@@ -96,7 +96,7 @@ func fencedError(err error) error {
 		return codedError(http.StatusNotFound, "task_not_found", "no task with this task_id")
 	case errors.Is(err, auth.ErrTokenMissing), errors.Is(err, auth.ErrTokenExpired), errors.Is(err, auth.ErrTokenInvalid):
 		return codedError(http.StatusUnauthorized, "unauthorized", err.Error())
-	case errors.Is(err, errTokenScope):
+	case errors.Is(err, auth.ErrTokenScope):
 		return codedError(http.StatusForbidden, "forbidden", err.Error())
 	}
 	return err
@@ -142,18 +142,22 @@ func checkTaskID(id string) error {
 	return nil
 }
 
-// readWorker reads the JSON object body of a worker endpoint (unknown members ignored).
-func readWorker(r *http.Request) (*fields, error) {
-	obj, err := workerBody(r)
+// readWorker reads the JSON object body of a worker endpoint. Every worker endpoint reads its
+// body as one object (request.ReadObject) whose members it does not know are ignored: clients of
+// the worker contracts evolve and add fields (attemptId, traceparent...) that an older server must
+// let through. A body that is not an object, and members of the wrong type, are still refused by
+// the readers of the members.
+func readWorker(r *http.Request) (*request.Fields, error) {
+	obj, err := request.ReadObject(r)
 	if err != nil {
 		return nil, err
 	}
-	return &fields{obj: obj, where: "body"}, nil
+	return &request.Fields{Obj: obj, Where: "body"}, nil
 }
 
 // fencedBody is the body of a call about one attempt.
 type fencedBody struct {
-	*fields
+	*request.Fields
 	taskID     string
 	attempt    int
 	leaseToken string
@@ -166,10 +170,10 @@ func readFenced(r *http.Request) (*fencedBody, error) {
 	if err != nil {
 		return nil, err
 	}
-	b := &fencedBody{fields: f, taskID: f.str("task_id"), leaseToken: f.str("lease_token")}
-	attempt := f.intp("attempt")
-	if f.err != nil {
-		return nil, f.err
+	b := &fencedBody{Fields: f, taskID: f.Str("task_id"), leaseToken: f.Str("lease_token")}
+	attempt := f.Int("attempt")
+	if f.Err != nil {
+		return nil, f.Err
 	}
 	if err := checkTaskID(b.taskID); err != nil {
 		return nil, err
@@ -198,16 +202,16 @@ func readFence(r *http.Request, fence fenceFunc) (dispatch.Fence, error) {
 }
 
 func (b *fencedBody) resolve(r *http.Request, fence fenceFunc) (dispatch.Fence, error) {
-	if b.err != nil {
-		return dispatch.Fence{}, b.err
+	if b.Err != nil {
+		return dispatch.Fence{}, b.Err
 	}
 	return fence(r, b.taskID, b.attempt, b.leaseToken)
 }
 
 // present reports whether the body has the member with a non-null value.
 func (b *fencedBody) present(name string) (json.RawMessage, bool) {
-	raw, ok := b.obj[name]
-	if !ok || isNull(raw) {
+	raw, ok := b.Obj[name]
+	if !ok || request.IsNull(raw) {
 		return nil, false
 	}
 	return raw, true
@@ -252,9 +256,9 @@ func (s *Server) internalClaim(w http.ResponseWriter, r *http.Request) (any, err
 	if err != nil {
 		return nil, err
 	}
-	taskID, workerID := f.str("task_id"), f.str("worker_id")
-	if f.err != nil {
-		return nil, f.err
+	taskID, workerID := f.Str("task_id"), f.Str("worker_id")
+	if f.Err != nil {
+		return nil, f.Err
 	}
 	if err := checkTaskID(taskID); err != nil {
 		return nil, err
@@ -337,32 +341,11 @@ func (s *Server) fencedHeartbeat(fence fenceFunc) handler {
 		if res.ShouldCancel {
 			out["cancel_reason"] = nullable(res.CancelReason)
 		}
-		if token, exp := s.heartbeatToken(ctx, claimsOf(r), res.Task); token != "" {
+		if token, exp := s.caps.HeartbeatToken(ctx, capability.Claims(r), res.Task); token != "" {
 			out["capability_token"], out["capability_token_expires_at"] = token, snakeTime(exp)
 		}
 		return out, nil
 	}
-}
-
-// heartbeatToken is the fresh capability token a heartbeat answer carries when the caller's has
-// less than half of its life left. A task-scoped call presents its token; an internal one does
-// not, so it is judged by the token its claim handed out (issued when the attempt started). The
-// lease is already extended: a failure to sign is logged and the next heartbeat tries again.
-func (s *Server) heartbeatToken(ctx context.Context, c *auth.TaskClaims, t *store.Task) (string, time.Time) {
-	if s.tokens == nil {
-		return "", time.Time{}
-	}
-	if c == nil {
-		c = &auth.TaskClaims{}
-		c.IssuedAt = jwt.NewNumericDate(t.StartedAt)
-		c.ExpiresAt = jwt.NewNumericDate(t.StartedAt.Add(auth.TokenTTL(t.Timeout)))
-	}
-	token, exp, err := s.refreshToken(ctx, c, t)
-	if err != nil {
-		s.log.ErrorContext(ctx, "refresh capability token", "task_id", t.ID, "attempt", t.Attempt, "err", err)
-		return "", time.Time{}
-	}
-	return token, exp
 }
 
 // fencedComplete: POST /internal/task-complete, POST /v1/task/complete.
@@ -373,7 +356,7 @@ func (s *Server) fencedComplete(fence fenceFunc) handler {
 			return nil, err
 		}
 		var p dispatch.CompleteParams
-		switch st := b.str("status"); st {
+		switch st := b.Str("status"); st {
 		case "Completed":
 			p.Outcome = store.OutcomeSucceeded
 		case "Failed":
@@ -381,7 +364,7 @@ func (s *Server) fencedComplete(fence fenceFunc) handler {
 		case "Canceled":
 			p.Outcome = store.OutcomeCanceled
 		case "":
-			if b.err == nil {
+			if b.Err == nil {
 				return nil, invalidRequest("status is required: Completed, Failed or Canceled")
 			}
 		default:
@@ -405,7 +388,7 @@ func (s *Server) fencedComplete(fence fenceFunc) handler {
 				return nil, err
 			}
 		}
-		message := b.str("error_message")
+		message := b.Str("error_message")
 		var taskErr *store.TaskError
 		if raw, ok := b.present("error"); ok {
 			if taskErr, err = decodeTaskError(raw); err != nil {
@@ -448,16 +431,16 @@ func completeStatus(st lifecycle.TaskStatus) string {
 
 // decodeTaskError reads the optional error object of a failed completion.
 func decodeTaskError(raw json.RawMessage) (*store.TaskError, error) {
-	obj, err := decodeObject(raw)
+	obj, err := request.DecodeObject(raw)
 	if err != nil {
 		return nil, invalidRequest("error must be an object {category, message, stack_trace, retryable}")
 	}
-	f := fields{obj: obj, where: "error"}
-	e := &store.TaskError{Category: lifecycle.Category(f.str("category")), Message: f.str("message"), StackTrace: f.str("stack_trace")}
-	if f.err != nil {
-		return nil, f.err
+	f := request.Fields{Obj: obj, Where: "error"}
+	e := &store.TaskError{Category: lifecycle.Category(f.Str("category")), Message: f.Str("message"), StackTrace: f.Str("stack_trace")}
+	if f.Err != nil {
+		return nil, f.Err
 	}
-	if raw, ok := obj["retryable"]; ok && !isNull(raw) {
+	if raw, ok := obj["retryable"]; ok && !request.IsNull(raw) {
 		var v bool
 		if json.Unmarshal(raw, &v) != nil {
 			return nil, invalidRequest("error.retryable must be true or false")
@@ -479,7 +462,7 @@ func objectArray(raw json.RawMessage, name string) (json.RawMessage, error) {
 			return nil, invalidRequest("%s[%d] must be an object", name, i)
 		}
 	}
-	return compact(raw), nil
+	return request.Compact(raw), nil
 }
 
 // decodeUpstreamEvents reads the internal dialect's events (single, partitioned or batch shapes);
@@ -492,15 +475,15 @@ func decodeUpstreamEvents(raw json.RawMessage) ([]dispatch.DatasetEvent, error) 
 	events := make([]dispatch.DatasetEvent, len(items))
 	for i, item := range items {
 		where := fmt.Sprintf("events[%d]", i)
-		obj, err := decodeObject(item)
+		obj, err := request.DecodeObject(item)
 		if err != nil {
 			return nil, invalidRequest("%s must be an object", where)
 		}
-		f := fields{obj: obj, where: where}
-		events[i] = dispatch.DatasetEvent{DatasetUUID: f.str("dataset_uuid"), DatasetVersion: f.str("dataset_version"),
-			Cursor: f.int64p("cursor"), PartitionKey: f.str("partition_key"), Start: f.int64p("start"), End: f.int64p("end")}
-		if f.err != nil {
-			return nil, f.err
+		f := request.Fields{Obj: obj, Where: where}
+		events[i] = dispatch.DatasetEvent{DatasetUUID: f.Str("dataset_uuid"), DatasetVersion: f.Str("dataset_version"),
+			Cursor: f.Int64("cursor"), PartitionKey: f.Str("partition_key"), Start: f.Int64("start"), End: f.Int64("end")}
+		if f.Err != nil {
+			return nil, f.Err
 		}
 	}
 	return events, nil
@@ -520,11 +503,11 @@ func decodePublished(raw json.RawMessage) ([]dispatch.PublishedVersion, error) {
 	out := make([]dispatch.PublishedVersion, len(items))
 	for i, obj := range items {
 		where := fmt.Sprintf("datasets_published[%d]", i)
-		f := fields{obj: obj, where: where}
-		out[i] = dispatch.PublishedVersion{DatasetUUID: f.str("dataset_uuid"), DatasetVersion: f.str("dataset_version"),
-			StorageRef: compact(obj["storage_ref"]), ConfigHash: f.str("config_hash"), RangeStart: f.int64p("range_start"), RangeEnd: f.int64p("range_end")}
-		if f.err != nil {
-			return nil, f.err
+		f := request.Fields{Obj: obj, Where: where}
+		out[i] = dispatch.PublishedVersion{DatasetUUID: f.Str("dataset_uuid"), DatasetVersion: f.Str("dataset_version"),
+			StorageRef: request.Compact(obj["storage_ref"]), ConfigHash: f.Str("config_hash"), RangeStart: f.Int64("range_start"), RangeEnd: f.Int64("range_end")}
+		if f.Err != nil {
+			return nil, f.Err
 		}
 		v := out[i]
 		if v.DatasetUUID == "" || v.DatasetVersion == "" {
@@ -578,9 +561,9 @@ func (s *Server) fencedBufferPublish(fence fenceFunc) handler {
 		if err != nil {
 			return nil, err
 		}
-		p := dataplane.BufferPublishParams{BatchURI: b.str("batch_uri"), DatasetUUID: b.str("dataset_uuid"),
-			DatasetVersion: b.str("dataset_version"), RecordCount: b.int64p("record_count"), ContentType: b.str("content_type"),
-			BatchSizeBytes: b.int64p("batch_size_bytes"), DedupeScope: b.str("dedupe_scope")}
+		p := dataplane.BufferPublishParams{BatchURI: b.Str("batch_uri"), DatasetUUID: b.Str("dataset_uuid"),
+			DatasetVersion: b.Str("dataset_version"), RecordCount: b.Int64("record_count"), ContentType: b.Str("content_type"),
+			BatchSizeBytes: b.Int64("batch_size_bytes"), DedupeScope: b.Str("dedupe_scope")}
 		if p.Fence, err = b.resolve(r, fence); err != nil {
 			return nil, err
 		}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/baton-dev/baton/internal/dataplane"
 	"github.com/baton-dev/baton/internal/pipeline"
+	"github.com/baton-dev/baton/internal/request"
 	"github.com/baton-dev/baton/internal/store"
 )
 
@@ -18,18 +19,18 @@ import (
 // POST /pipelines: the body is the DAG document, as YAML (Content-Type application/yaml, the
 // default) or JSON (application/json).
 func (s *Server) deployPipeline(w http.ResponseWriter, r *http.Request) (any, error) {
-	body, err := readBody(r)
+	body, err := request.ReadBody(r)
 	if err != nil {
 		return nil, err
 	}
 	if len(strings.TrimSpace(string(body))) == 0 {
-		return nil, errorf(http.StatusBadRequest, "request body is empty: send the pipeline document as YAML or JSON")
+		return nil, request.Errorf(http.StatusBadRequest, "request body is empty: send the pipeline document as YAML or JSON")
 	}
 	ct, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type"))
 	switch ct {
 	case "", "application/yaml", "application/x-yaml", "text/yaml", "text/x-yaml", "application/json", "text/plain":
 	default:
-		return nil, errorf(http.StatusUnsupportedMediaType, "Content-Type must be application/yaml or application/json, got %q", ct)
+		return nil, request.Errorf(http.StatusUnsupportedMediaType, "Content-Type must be application/yaml or application/json, got %q", ct)
 	}
 	tenant := tenantOf(r)
 	res, err := s.dp.Deploy(r.Context(), tenant, body, ct, s.checkPipelinePushTargets)
@@ -113,26 +114,26 @@ func (s *Server) pipelineVersion(w http.ResponseWriter, r *http.Request) (any, e
 				"created_at": snakeTime(v.CreatedAt), "document": string(v.Document)}, nil
 		}
 	}
-	return nil, errorf(http.StatusNotFound, "Pipeline version not found")
+	return nil, request.Errorf(http.StatusNotFound, "Pipeline version not found")
 }
 
 // POST /pipelines/{name}/rollback {"version": "..."}: version defaults to the one deployed
 // before the active one.
 func (s *Server) rollbackPipeline(w http.ResponseWriter, r *http.Request) (any, error) {
-	body, err := readBody(r)
+	body, err := request.ReadBody(r)
 	if err != nil {
 		return nil, err
 	}
 	var version string
 	if len(strings.TrimSpace(string(body))) > 0 && strings.TrimSpace(string(body)) != "null" {
-		obj, err := decodeObject(body)
+		obj, err := request.DecodeObject(body)
 		if err != nil {
 			return nil, err
 		}
-		f := fields{obj: obj}
-		version = f.str("version")
-		if f.err != nil {
-			return nil, f.err
+		f := request.Fields{Obj: obj}
+		version = f.Str("version")
+		if f.Err != nil {
+			return nil, f.Err
 		}
 		if err := checkFields(obj, "", "version"); err != nil {
 			return nil, err
@@ -203,18 +204,18 @@ func datasetView(v *dataplane.DatasetView) map[string]any {
 
 // POST /datasets/{name}/current {"dataset_version": "..."}: the cutover.
 func (s *Server) setCurrentVersion(w http.ResponseWriter, r *http.Request) (any, error) {
-	body, err := readBody(r)
+	body, err := request.ReadBody(r)
 	if err != nil {
 		return nil, err
 	}
-	obj, err := decodeObject(body)
+	obj, err := request.DecodeObject(body)
 	if err != nil {
 		return nil, err
 	}
-	f := fields{obj: obj}
-	version := f.str("dataset_version")
-	if f.err != nil {
-		return nil, f.err
+	f := request.Fields{Obj: obj}
+	version := f.Str("dataset_version")
+	if f.Err != nil {
+		return nil, f.Err
 	}
 	if err := checkFields(obj, "", "dataset_version"); err != nil {
 		return nil, err
@@ -235,16 +236,16 @@ func (s *Server) setCurrentVersion(w http.ResponseWriter, r *http.Request) (any,
 // is handed to the task as its trigger's input; an Idempotency-Key header makes a repeat start no
 // second task.
 func (s *Server) runPipelineJob(w http.ResponseWriter, r *http.Request) (any, error) {
-	body, err := readBody(r)
+	body, err := request.ReadBody(r)
 	if err != nil {
 		return nil, err
 	}
 	trigger := map[string]any{}
 	if t := strings.TrimSpace(string(body)); t != "" && t != "null" {
 		if !json.Valid(body) {
-			return nil, errorf(http.StatusBadRequest, "the request body must be JSON (the run's input), or empty")
+			return nil, request.Errorf(http.StatusBadRequest, "the request body must be JSON (the run's input), or empty")
 		}
-		trigger["input"] = json.RawMessage(compact(body))
+		trigger["input"] = json.RawMessage(request.Compact(body))
 	}
 	key, err := idempotencyKey(r)
 	if err != nil {
@@ -261,7 +262,7 @@ func (s *Server) runPipelineJob(w http.ResponseWriter, r *http.Request) (any, er
 // POST /webhooks/{path}: a task of the webhook source job whose webhook_path is /{path}, in the
 // tenant's active pipelines. The body (JSON, or else text) is the trigger's body.
 func (s *Server) webhook(w http.ResponseWriter, r *http.Request) (any, error) {
-	body, err := readBody(r)
+	body, err := request.ReadBody(r)
 	if err != nil {
 		return nil, err
 	}
@@ -270,7 +271,7 @@ func (s *Server) webhook(w http.ResponseWriter, r *http.Request) (any, error) {
 	case len(strings.TrimSpace(string(body))) == 0:
 		trigger["body"] = nil
 	case json.Valid(body):
-		trigger["body"] = json.RawMessage(compact(body))
+		trigger["body"] = json.RawMessage(request.Compact(body))
 	default:
 		trigger["body"] = string(body)
 	}

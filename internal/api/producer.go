@@ -1,7 +1,6 @@
 package api
 
 import (
-	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -9,6 +8,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -17,13 +17,14 @@ import (
 
 	"github.com/baton-dev/baton/internal/dispatch"
 	"github.com/baton-dev/baton/internal/lifecycle"
+	"github.com/baton-dev/baton/internal/request"
 	"github.com/baton-dev/baton/internal/store"
 	"github.com/baton-dev/baton/internal/telemetry"
 )
 
 // GET /healthz
 func (s *Server) healthz(w http.ResponseWriter, r *http.Request) {
-	writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+	request.WriteJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 }
 
 // GET /readyz: ready when the store answers.
@@ -32,10 +33,10 @@ func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
 	defer cancel()
 	if err := s.d.Store().Ping(ctx); err != nil {
 		s.log.WarnContext(ctx, "store not ready", "err", err)
-		writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "unavailable", "error": "the store does not answer"})
+		request.WriteJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "unavailable", "error": "the store does not answer"})
 		return
 	}
-	writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})
+	request.WriteJSON(w, http.StatusOK, map[string]string{"status": "ready"})
 }
 
 type tenantKey struct{}
@@ -69,11 +70,11 @@ func ms(t time.Time) any {
 
 // POST /jobs
 func (s *Server) createJob(w http.ResponseWriter, r *http.Request) (any, error) {
-	body, err := readBody(r)
+	body, err := request.ReadBody(r)
 	if err != nil {
 		return nil, err
 	}
-	obj, err := decodeObject(body)
+	obj, err := request.DecodeObject(body)
 	if err != nil {
 		return nil, err
 	}
@@ -85,10 +86,10 @@ func (s *Server) createJob(w http.ResponseWriter, r *http.Request) (any, error) 
 	if err != nil {
 		return nil, err
 	}
-	f := fields{obj: obj, where: "body"}
-	name := f.str("name")
-	if f.err != nil {
-		return nil, f.err
+	f := request.Fields{Obj: obj, Where: "body"}
+	name := f.Str("name")
+	if f.Err != nil {
+		return nil, f.Err
 	}
 	if err := s.checkPushTargets(tasks); err != nil {
 		return nil, err
@@ -123,7 +124,7 @@ func (s *Server) createJob(w http.ResponseWriter, r *http.Request) (any, error) 
 // traceparent header when it is valid (an invalid one is ignored, as W3C says), else the server
 // span's when tracing is on (the job is then still one trace), else "".
 func jobTraceparent(r *http.Request) string {
-	if h := r.Header.Get("traceparent"); validTraceparent(h) {
+	if h := r.Header.Get("traceparent"); telemetry.ValidTraceparent(h) {
 		if tp := telemetry.NormalTraceparent(h); tp != "" {
 			return tp
 		}
@@ -139,18 +140,18 @@ const maxIdempotencyKey = 255
 func idempotencyKey(r *http.Request) (string, error) {
 	key := r.Header.Get("Idempotency-Key")
 	if len(key) > maxIdempotencyKey {
-		return "", errorf(http.StatusBadRequest, "Idempotency-Key must be at most %d characters", maxIdempotencyKey)
+		return "", request.Errorf(http.StatusBadRequest, "Idempotency-Key must be at most %d characters", maxIdempotencyKey)
 	}
 	return key, nil
 }
 
 // POST /jobs/{jobId}/tasks
 func (s *Server) addTasks(w http.ResponseWriter, r *http.Request) (any, error) {
-	body, err := readBody(r)
+	body, err := request.ReadBody(r)
 	if err != nil {
 		return nil, err
 	}
-	obj, err := decodeObject(body)
+	obj, err := request.DecodeObject(body)
 	if err != nil {
 		return nil, err
 	}
@@ -167,7 +168,7 @@ func (s *Server) addTasks(w http.ResponseWriter, r *http.Request) (any, error) {
 	}
 	res, err := s.d.AddTasks(r.Context(), dispatch.AddTasksParams{Tenant: tenantOf(r), JobID: r.PathValue("jobId"), Tasks: tasks})
 	if err == dispatch.ErrJobFinished {
-		return nil, errorf(http.StatusConflict, "Job already completed — cannot add tasks")
+		return nil, request.Errorf(http.StatusConflict, "Job already completed — cannot add tasks")
 	}
 	if err != nil {
 		return nil, err
@@ -189,13 +190,13 @@ func (s *Server) listJobs(w http.ResponseWriter, r *http.Request) (any, error) {
 	if v := q.Get("limit"); v != "" {
 		n, err := strconv.Atoi(v)
 		if err != nil {
-			return nil, errorf(http.StatusBadRequest, "limit must be an integer from 1 to 100, got %q", v)
+			return nil, request.Errorf(http.StatusBadRequest, "limit must be an integer from 1 to 100, got %q", v)
 		}
 		limit = min(max(n, 1), 100) // the producer contract clamps
 	}
 	status := lifecycle.JobStatus(q.Get("status"))
-	if status != "" && !containsStatus(jobStatuses, status) {
-		return nil, errorf(http.StatusBadRequest, "status must be one of processing, completed, partial_failure, canceled; got %q", status)
+	if status != "" && !slices.Contains(jobStatuses, status) {
+		return nil, request.Errorf(http.StatusBadRequest, "status must be one of processing, completed, partial_failure, canceled; got %q", status)
 	}
 	jobs, next, err := s.d.ListJobs(r.Context(), dispatch.ListJobsParams{Tenant: tenantOf(r), Status: status, Cursor: q.Get("cursor"), Limit: limit})
 	if err != nil {
@@ -213,15 +214,6 @@ func (s *Server) listJobs(w http.ResponseWriter, r *http.Request) (any, error) {
 		nextCursor = next
 	}
 	return map[string]any{"jobs": out, "nextCursor": nextCursor}, nil
-}
-
-func containsStatus(list []lifecycle.JobStatus, s lifecycle.JobStatus) bool {
-	for _, x := range list {
-		if x == s {
-			return true
-		}
-	}
-	return false
 }
 
 // producerStatus is a task status in the producer contract's words: running is "processing".
@@ -346,7 +338,7 @@ func jobSummary(j *store.Job) map[string]any {
 
 // POST /jobs/{jobId}/cancel
 func (s *Server) cancelJob(w http.ResponseWriter, r *http.Request) (any, error) {
-	if err := emptyBody(r); err != nil {
+	if err := request.NoBody(r); err != nil {
 		return nil, err
 	}
 	job, err := s.d.CancelJob(r.Context(), tenantOf(r), r.PathValue("jobId"), "user_requested")
@@ -358,7 +350,7 @@ func (s *Server) cancelJob(w http.ResponseWriter, r *http.Request) (any, error) 
 
 // POST /jobs/{jobId}/resume
 func (s *Server) resumeJob(w http.ResponseWriter, r *http.Request) (any, error) {
-	if err := emptyBody(r); err != nil {
+	if err := request.NoBody(r); err != nil {
 		return nil, err
 	}
 	res, err := s.d.ResumeJob(r.Context(), tenantOf(r), r.PathValue("jobId"))
@@ -368,23 +360,6 @@ func (s *Server) resumeJob(w http.ResponseWriter, r *http.Request) (any, error) 
 	out := jobSummary(res.Job)
 	out["resumedTasks"] = res.Resumed
 	return out, nil
-}
-
-// emptyBody accepts no body, an empty object or null, so that `curl -X POST` and clients that
-// always send {} both work.
-func emptyBody(r *http.Request) error {
-	b, err := readBody(r)
-	if err != nil {
-		return err
-	}
-	if len(bytes.TrimSpace(b)) == 0 {
-		return nil
-	}
-	var v map[string]json.RawMessage
-	if json.Unmarshal(b, &v) != nil || len(v) > 0 {
-		return errorf(http.StatusBadRequest, "this endpoint takes no request body (send nothing, {} or null)")
-	}
-	return nil
 }
 
 func eventView(e *store.Event) map[string]any {
@@ -397,12 +372,12 @@ func (s *Server) jobEvents(w http.ResponseWriter, r *http.Request) (any, error) 
 	q := r.URL.Query()
 	after, err := intParam(q.Get("after"), 0)
 	if err != nil {
-		return nil, errorf(http.StatusBadRequest, "after must be an event id (an integer)")
+		return nil, request.Errorf(http.StatusBadRequest, "after must be an event id (an integer)")
 	}
 	if strings.Contains(r.Header.Get("Accept"), "text/event-stream") {
 		if id := r.Header.Get("Last-Event-ID"); id != "" {
 			if after, err = intParam(id, 0); err != nil {
-				return nil, errorf(http.StatusBadRequest, "Last-Event-ID must be an event id")
+				return nil, request.Errorf(http.StatusBadRequest, "Last-Event-ID must be an event id")
 			}
 		}
 		return nil, s.streamEvents(w, r, r.PathValue("jobId"), after)
@@ -425,7 +400,7 @@ func (s *Server) taskEvents(w http.ResponseWriter, r *http.Request) (any, error)
 	q := r.URL.Query()
 	after, err := intParam(q.Get("after"), 0)
 	if err != nil {
-		return nil, errorf(http.StatusBadRequest, "after must be an event id (an integer)")
+		return nil, request.Errorf(http.StatusBadRequest, "after must be an event id (an integer)")
 	}
 	limit, err := eventLimit(q)
 	if err != nil {
@@ -441,7 +416,7 @@ func (s *Server) taskEvents(w http.ResponseWriter, r *http.Request) (any, error)
 func eventLimit(q url.Values) (int, error) {
 	limit, err := intParam(q.Get("limit"), 1000)
 	if err != nil || limit < 1 || limit > 1000 {
-		return 0, errorf(http.StatusBadRequest, "limit must be an integer from 1 to 1000")
+		return 0, request.Errorf(http.StatusBadRequest, "limit must be an integer from 1 to 1000")
 	}
 	return int(limit), nil
 }

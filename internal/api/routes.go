@@ -160,7 +160,7 @@ func (s *Server) Routes() []Route {
 // under /docs/api, /healthz and /readyz, and the task-scoped and callback dialects, all behind
 // the CORS policy; with tracing on, each request in a server span.
 func (s *Server) ProducerHandler() http.Handler {
-	return telemetry.Handler(s.tracing, s.metrics.Instrument(string(PublicListener), s.cors(s.guard(s.mux(PublicListener)))))
+	return telemetry.Handler(s.tracing, s.metrics.Instrument(string(PublicListener), s.corsPolicy.Handler(s.guard(s.mux(PublicListener)))))
 }
 
 // InternalHandler serves the worker-facing listener: health checks and the worker dialects; with

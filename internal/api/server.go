@@ -4,9 +4,7 @@ package api
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
-	"fmt"
 	"log/slog"
 	"net/http"
 	"strconv"
@@ -15,10 +13,13 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/baton-dev/baton/internal/auth"
+	"github.com/baton-dev/baton/internal/capability"
+	"github.com/baton-dev/baton/internal/cors"
 	"github.com/baton-dev/baton/internal/dataplane"
 	"github.com/baton-dev/baton/internal/dispatch"
 	"github.com/baton-dev/baton/internal/grant"
 	"github.com/baton-dev/baton/internal/metrics"
+	"github.com/baton-dev/baton/internal/request"
 	"github.com/baton-dev/baton/internal/transport"
 )
 
@@ -43,8 +44,8 @@ type Config struct {
 	// Wakeups, when not nil, is the wake-up transport's view of its messages (Redis Streams):
 	// stream-worker claims hand out a task's wake-up entry id, and reports settle it.
 	Wakeups transport.MessageIDs
-	// CORSOrigins are the browser origins that may call the public listener (cors.go): {"*"} for
-	// every origin, as the producer contract's own API allows (the command line's default), or
+	// CORSOrigins are the browser origins that may call the public listener (internal/cors): {"*"}
+	// for every origin, as the producer contract's own API allows (the command line's default), or
 	// origins such as "https://app.example.com" (ParseCORSOrigins reads and checks a list).
 	// Empty: no CORS.
 	CORSOrigins []string
@@ -67,25 +68,31 @@ type Config struct {
 	TracerProvider trace.TracerProvider
 }
 
+// CORSOff is the ParseCORSOrigins value that turns CORS off.
+const CORSOff = cors.Off
+
+// ParseCORSOrigins reads the Config.CORSOrigins the command line gives (cors.ParseOrigins).
+func ParseCORSOrigins(v string) ([]string, error) { return cors.ParseOrigins(v) }
+
 // Server serves Baton's HTTP APIs.
 type Server struct {
 	d       *dispatch.Dispatcher
 	dp      *dataplane.Plane
 	auth    *auth.Authenticator
 	tokens  *auth.Tokens
+	caps    *capability.Issuer
 	log     *slog.Logger
 	maxBody int64
 	poll    time.Duration
 
 	pushTargets map[string]string
 	wakeups     transport.MessageIDs
-	corsPolicy  corsPolicy
-	polls       *pollCounter
+	corsPolicy  cors.Policy
+	polls       *request.Waiting
 
-	storageRoot string
-	minter      *grant.Minter
-	dashboard   http.Handler
-	metrics     *metrics.Metrics
+	minter    *grant.Minter
+	dashboard http.Handler
+	metrics   *metrics.Metrics
 
 	drainCtx context.Context // ends when the server starts shutting down
 	drain    context.CancelFunc
@@ -100,8 +107,8 @@ func (s *Server) Drain() { s.drain() }
 // New returns a Server.
 func New(cfg Config) *Server {
 	s := &Server{d: cfg.Dispatcher, dp: cfg.DataPlane, auth: cfg.Auth, tokens: cfg.Tokens, log: cfg.Logger, maxBody: cfg.MaxBodyBytes, poll: cfg.EventPoll,
-		pushTargets: cfg.PushTargets, wakeups: cfg.Wakeups, corsPolicy: newCORSPolicy(cfg.CORSOrigins),
-		polls: newPollCounter(cfg.MaxPollsPerWorker), storageRoot: cfg.StorageRoot, minter: cfg.Minter, dashboard: cfg.Dashboard,
+		pushTargets: cfg.PushTargets, wakeups: cfg.Wakeups, corsPolicy: cors.NewPolicy(cfg.CORSOrigins),
+		polls: newPollCounter(cfg.MaxPollsPerWorker), minter: cfg.Minter, dashboard: cfg.Dashboard,
 		metrics: cfg.Metrics}
 	if s.log == nil {
 		s.log = slog.Default()
@@ -115,22 +122,10 @@ func New(cfg Config) *Server {
 	if s.poll <= 0 {
 		s.poll = 250 * time.Millisecond
 	}
+	s.caps = capability.New(capability.Config{Tokens: s.tokens, StorageRoot: cfg.StorageRoot, Logger: s.log, Dispatcher: s.d})
 	s.drainCtx, s.drain = context.WithCancel(context.Background())
 	s.tracing = cfg.TracerProvider
 	return s
-}
-
-// httpError is an error with its status code and JSON body.
-type httpError struct {
-	status int
-	body   map[string]any
-	header http.Header
-}
-
-func (e *httpError) Error() string { return fmt.Sprintf("%d %v", e.status, e.body["error"]) }
-
-func errorf(status int, format string, args ...any) *httpError {
-	return &httpError{status: status, body: map[string]any{"error": fmt.Sprintf(format, args...)}}
 }
 
 // created marks a response that answers 201.
@@ -155,16 +150,8 @@ func (s *Server) serve(h handler) http.HandlerFunc {
 		if c, ok := res.(created); ok {
 			status, res = http.StatusCreated, c.body
 		}
-		writeJSON(w, status, res)
+		request.WriteJSON(w, status, res)
 	}
-}
-
-func writeJSON(w http.ResponseWriter, status int, v any) {
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(status)
-	enc := json.NewEncoder(w)
-	enc.SetEscapeHTML(false)
-	_ = enc.Encode(v)
 }
 
 // writeError answers err with its status code and a JSON body that always has an "error" field.
@@ -173,21 +160,21 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 // STS), not a failure: it is not logged as one.
 func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 	he := s.toHTTP(err)
-	if he.status >= 500 && he.status != http.StatusNotImplemented {
+	if he.Status >= 500 && he.Status != http.StatusNotImplemented {
 		s.log.ErrorContext(r.Context(), "request failed", "method", r.Method, "path", r.URL.Path, "err", err)
 	}
-	for k, v := range he.header {
+	for k, v := range he.Header {
 		w.Header()[k] = v
 	}
-	writeJSON(w, he.status, he.body)
+	request.WriteJSON(w, he.Status, he.Body)
 }
 
 // retryAfterUnavailable is the Retry-After, in seconds, of a 503 for a database that failed.
 const retryAfterUnavailable = 2
 
-func (s *Server) toHTTP(err error) *httpError {
+func (s *Server) toHTTP(err error) *request.Error {
 	var (
-		he       *httpError
+		he       *request.Error
 		invalid  *dispatch.ValidationError
 		bad      *dispatch.InvalidError
 		limit    *auth.LimitError
@@ -197,65 +184,65 @@ func (s *Server) toHTTP(err error) *httpError {
 	case errors.As(err, &he):
 		return he
 	case errors.As(err, &invalid):
-		return &httpError{status: http.StatusBadRequest, body: map[string]any{"error": invalid.Errors[0], "errors": invalid.Errors}}
+		return &request.Error{Status: http.StatusBadRequest, Body: map[string]any{"error": invalid.Errors[0], "errors": invalid.Errors}}
 	case errors.As(err, &bad):
-		return errorf(http.StatusBadRequest, "%s", bad.Message)
+		return request.Errorf(http.StatusBadRequest, "%s", bad.Message)
 	case errors.As(err, &tooLarge):
-		return errorf(http.StatusRequestEntityTooLarge, "request body too large: the limit is %d bytes", tooLarge.Limit)
+		return request.Errorf(http.StatusRequestEntityTooLarge, "request body too large: the limit is %d bytes", tooLarge.Limit)
 	case errors.Is(err, auth.ErrNoKey):
-		return errorf(http.StatusUnauthorized, "missing API key: send it in the x-api-key header")
+		return request.Errorf(http.StatusUnauthorized, "missing API key: send it in the x-api-key header")
 	case errors.Is(err, auth.ErrBadKey):
-		return errorf(http.StatusUnauthorized, "invalid API key")
+		return request.Errorf(http.StatusUnauthorized, "invalid API key")
 	case errors.As(err, &limit):
-		he := errorf(http.StatusTooManyRequests, "rate limit exceeded")
+		he := request.Errorf(http.StatusTooManyRequests, "rate limit exceeded")
 		if limit.Quota {
-			he = errorf(http.StatusTooManyRequests, "daily request quota exceeded")
+			he = request.Errorf(http.StatusTooManyRequests, "daily request quota exceeded")
 		}
 		secs := int((limit.RetryAfter + time.Second - 1) / time.Second)
-		he.header = http.Header{"Retry-After": {strconv.Itoa(max(secs, 1))}}
+		he.Header = http.Header{"Retry-After": {strconv.Itoa(max(secs, 1))}}
 		return he
 	case errors.Is(err, dispatch.ErrJobNotFound):
-		return errorf(http.StatusNotFound, "Job not found")
+		return request.Errorf(http.StatusNotFound, "Job not found")
 	case errors.Is(err, dataplane.ErrPipelineNotFound):
-		return errorf(http.StatusNotFound, "Pipeline not found")
+		return request.Errorf(http.StatusNotFound, "Pipeline not found")
 	case errors.Is(err, dataplane.ErrPipelineJobNotFound):
-		return errorf(http.StatusNotFound, "Pipeline job not found")
+		return request.Errorf(http.StatusNotFound, "Pipeline job not found")
 	case errors.Is(err, dataplane.ErrWebhookNotFound):
-		return errorf(http.StatusNotFound, "No webhook source at this path")
+		return request.Errorf(http.StatusNotFound, "No webhook source at this path")
 	case errors.Is(err, dataplane.ErrDatasetNotFound):
-		return errorf(http.StatusNotFound, "Dataset not found")
+		return request.Errorf(http.StatusNotFound, "Dataset not found")
 	case errors.Is(err, dispatch.ErrTaskNotFound):
-		return errorf(http.StatusNotFound, "Task not found")
+		return request.Errorf(http.StatusNotFound, "Task not found")
 	case errors.Is(err, dataplane.ErrBatchNotFound):
-		return errorf(http.StatusNotFound, "Buffer batch not found")
+		return request.Errorf(http.StatusNotFound, "Buffer batch not found")
 	case errors.Is(err, dataplane.ErrBatchNotClaimed):
-		return errorf(http.StatusConflict, "The buffer batch is not claimed by this receive (another receive took it over, or it is settled)")
+		return request.Errorf(http.StatusConflict, "The buffer batch is not claimed by this receive (another receive took it over, or it is settled)")
 	case errors.Is(err, dispatch.ErrJobFinished):
-		return errorf(http.StatusConflict, "Job already finished")
+		return request.Errorf(http.StatusConflict, "Job already finished")
 	case errors.Is(err, dispatch.ErrJobNotFinished):
-		return errorf(http.StatusConflict, "Job is still processing; only a finished job can be resumed")
+		return request.Errorf(http.StatusConflict, "Job is still processing; only a finished job can be resumed")
 	case errors.Is(err, dispatch.ErrNothingToResume):
-		return errorf(http.StatusConflict, "Job has no failed, canceled or skipped tasks to resume")
+		return request.Errorf(http.StatusConflict, "Job has no failed, canceled or skipped tasks to resume")
 	case errors.Is(err, dispatch.ErrIdempotencyMismatch):
-		return errorf(http.StatusUnprocessableEntity, "Idempotency-Key was already used with a different request body")
+		return request.Errorf(http.StatusUnprocessableEntity, "Idempotency-Key was already used with a different request body")
 	case errors.Is(err, dispatch.ErrInvalidCursor):
-		return errorf(http.StatusBadRequest, "invalid cursor: pass the nextCursor of a previous page")
+		return request.Errorf(http.StatusBadRequest, "invalid cursor: pass the nextCursor of a previous page")
 	case errors.Is(err, auth.ErrTokenMissing):
-		return errorf(http.StatusUnauthorized, "missing task capability token")
+		return request.Errorf(http.StatusUnauthorized, "missing task capability token")
 	case errors.Is(err, auth.ErrTokenExpired):
-		return errorf(http.StatusUnauthorized, "task capability token expired")
+		return request.Errorf(http.StatusUnauthorized, "task capability token expired")
 	case errors.Is(err, auth.ErrTokenInvalid):
-		return errorf(http.StatusUnauthorized, "invalid task capability token")
-	case errors.Is(err, errTokenScope):
-		return errorf(http.StatusForbidden, "capability token does not cover this task attempt")
+		return request.Errorf(http.StatusUnauthorized, "invalid task capability token")
+	case errors.Is(err, auth.ErrTokenScope):
+		return request.Errorf(http.StatusForbidden, "capability token does not cover this task attempt")
 	case errors.Is(err, context.Canceled):
-		return errorf(499, "request canceled")
+		return request.Errorf(499, "request canceled")
 	case s.d.Unavailable(err):
 		// The database failed transiently and kept failing while the dispatcher retried: the
 		// request changed nothing and may be sent again.
-		he := errorf(http.StatusServiceUnavailable, "The database is unavailable; try again later")
-		he.header = http.Header{"Retry-After": {strconv.Itoa(retryAfterUnavailable)}}
+		he := request.Errorf(http.StatusServiceUnavailable, "The database is unavailable; try again later")
+		he.Header = http.Header{"Retry-After": {strconv.Itoa(retryAfterUnavailable)}}
 		return he
 	}
-	return errorf(http.StatusInternalServerError, "Internal server error")
+	return request.Errorf(http.StatusInternalServerError, "Internal server error")
 }

@@ -4,15 +4,15 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
-	"fmt"
 	"net/http"
 	"strconv"
 	"time"
 
+	"github.com/baton-dev/baton/internal/capability"
 	"github.com/baton-dev/baton/internal/dataplane"
+	"github.com/baton-dev/baton/internal/dataset"
 	"github.com/baton-dev/baton/internal/dispatch"
-	"github.com/baton-dev/baton/internal/sink"
+	"github.com/baton-dev/baton/internal/request"
 	"github.com/baton-dev/baton/internal/store"
 	"github.com/baton-dev/baton/wire"
 )
@@ -29,13 +29,13 @@ func (s *Server) sinkClaim(w http.ResponseWriter, r *http.Request) (any, error) 
 	if err != nil {
 		return nil, err
 	}
-	p := dataplane.ClaimBatchesParams{Max: deref(f.intp("max")), ID: deref(f.int64p("id")),
-		Visibility: time.Duration(deref(f.intp("visibility_seconds"))) * time.Second,
-		Wait:       time.Duration(min(deref(f.intp("wait_seconds")), 30)) * time.Second}
-	if f.err != nil {
-		return nil, f.err
+	p := dataplane.ClaimBatchesParams{Max: deref(f.Int("max")), ID: deref(f.Int64("id")),
+		Visibility: time.Duration(deref(f.Int("visibility_seconds"))) * time.Second,
+		Wait:       time.Duration(min(deref(f.Int("wait_seconds")), 30)) * time.Second}
+	if f.Err != nil {
+		return nil, f.Err
 	}
-	holdOpen(w, p.Wait)
+	request.HoldOpen(w, p.Wait)
 	// A wait ends early, with no message, when the server starts shutting down.
 	ctx, cancel := context.WithCancel(r.Context())
 	defer cancel()
@@ -45,23 +45,11 @@ func (s *Server) sinkClaim(w http.ResponseWriter, r *http.Request) (any, error) 
 	if err != nil && !(r.Context().Err() == nil && s.drainCtx.Err() != nil) {
 		return nil, err
 	}
-	return wire.SinkClaim{Messages: sinkMessages(msgs)}, nil
-}
-
-// sinkMessages renders claimed messages as a sink receives them.
-func sinkMessages(msgs []*dataplane.SinkMessage) []wire.SinkMessage {
-	out := make([]wire.SinkMessage, 0, len(msgs))
-	for _, m := range msgs {
-		schema, _ := json.Marshal(m.Dataset.Schema)
-		out = append(out, wire.SinkMessage{ID: m.ID, ReceiveCount: m.ReceiveCount, VisibleUntil: m.VisibleUntil.UTC(),
-			Message: m.Message, OrgID: m.Tenant, BatchURI: m.BatchURI, Dataset: wire.SinkDataset{UUID: m.Dataset.UUID,
-				Name: m.Dataset.Name, Schema: schema, FilterFields: orEmpty(m.Dataset.FilterFields)}})
-	}
-	return out
+	return wire.SinkClaim{Messages: dataplane.WireSinkMessages(msgs)}, nil
 }
 
 func (s *Server) sinkCommit(w http.ResponseWriter, r *http.Request) (any, error) {
-	body, err := readBody(r)
+	body, err := request.ReadBody(r)
 	if err != nil {
 		return nil, err
 	}
@@ -79,7 +67,7 @@ func (s *Server) sinkCommit(w http.ResponseWriter, r *http.Request) (any, error)
 }
 
 func (s *Server) sinkFail(w http.ResponseWriter, r *http.Request) (any, error) {
-	body, err := readBody(r)
+	body, err := request.ReadBody(r)
 	if err != nil {
 		return nil, err
 	}
@@ -98,7 +86,7 @@ func (s *Server) sinkFail(w http.ResponseWriter, r *http.Request) (any, error) {
 }
 
 func (s *Server) sinkExtend(w http.ResponseWriter, r *http.Request) (any, error) {
-	body, err := readBody(r)
+	body, err := request.ReadBody(r)
 	if err != nil {
 		return nil, err
 	}
@@ -121,7 +109,7 @@ func (s *Server) sinkExtend(w http.ResponseWriter, r *http.Request) (any, error)
 
 // decodeInto decodes a JSON object into v, ignoring members it does not know (a worker dialect).
 func decodeInto(body []byte, v any) error {
-	if _, err := decodeObject(body); err != nil {
+	if _, err := request.DecodeObject(body); err != nil {
 		return err
 	}
 	if err := json.NewDecoder(bytes.NewReader(body)).Decode(v); err != nil {
@@ -148,7 +136,7 @@ func (s *Server) datasetRows(w http.ResponseWriter, r *http.Request) (any, error
 // capability token: a page of the rows of a buffered dataset the token's attempt reads or writes
 // (dataplane.TaskRows), in the shape of GET /datasets/{name}/rows.
 func (s *Server) taskRows(w http.ResponseWriter, r *http.Request) (any, error) {
-	c := claimsOf(r)
+	c := capability.Claims(r)
 	q, cursorSet, err := readRowQuery(r)
 	if err != nil {
 		return nil, err
@@ -171,17 +159,17 @@ func readRowQuery(r *http.Request) (q dataplane.RowQuery, cursorSet bool, err er
 	for name, dst := range map[string]*int64{"after": &q.After, "cursor": &q.Cursor} {
 		if v := qs.Get(name); v != "" {
 			if *dst, err = strconv.ParseInt(v, 10, 64); err != nil {
-				return q, false, errorf(http.StatusBadRequest, "%s must be an integer", name)
+				return q, false, request.Errorf(http.StatusBadRequest, "%s must be an integer", name)
 			}
 		}
 	}
 	if v := qs.Get("limit"); v != "" {
 		if q.Limit, err = strconv.Atoi(v); err != nil || q.Limit < 1 {
-			return q, false, errorf(http.StatusBadRequest, "limit must be an integer from 1 to 1000")
+			return q, false, request.Errorf(http.StatusBadRequest, "limit must be an integer from 1 to 1000")
 		}
 	}
 	if v := qs.Get("where"); v != "" {
-		if q.Where, err = parseWhere(v); err != nil {
+		if q.Where, err = request.ParseWhere(v, dataset.MaxWhereValues); err != nil {
 			return q, false, err
 		}
 	}
@@ -205,12 +193,12 @@ func (s *Server) batchDeadLetters(w http.ResponseWriter, r *http.Request) (any, 
 	var err error
 	if v := qs.Get("after"); v != "" {
 		if after, err = strconv.ParseInt(v, 10, 64); err != nil {
-			return nil, errorf(http.StatusBadRequest, "after must be an integer")
+			return nil, request.Errorf(http.StatusBadRequest, "after must be an integer")
 		}
 	}
 	if v := qs.Get("limit"); v != "" {
 		if limit, err = strconv.Atoi(v); err != nil || limit < 1 || limit > 1000 {
-			return nil, errorf(http.StatusBadRequest, "limit must be an integer from 1 to 1000")
+			return nil, request.Errorf(http.StatusBadRequest, "limit must be an integer from 1 to 1000")
 		}
 	}
 	recs, err := s.dp.BatchDeadLetters(r.Context(), tenantOf(r), r.PathValue("name"), after, limit)
@@ -226,12 +214,12 @@ func (s *Server) batchDeadLetters(w http.ResponseWriter, r *http.Request) (any, 
 
 // POST /datasets/{name}/dead-letters/{id}/retry: no body.
 func (s *Server) retryBatch(w http.ResponseWriter, r *http.Request) (any, error) {
-	if err := emptyBody(r); err != nil {
+	if err := request.NoBody(r); err != nil {
 		return nil, err
 	}
 	id, err := strconv.ParseInt(r.PathValue("id"), 10, 64)
 	if err != nil || id <= 0 {
-		return nil, errorf(http.StatusNotFound, "Buffer batch not found")
+		return nil, request.Errorf(http.StatusNotFound, "Buffer batch not found")
 	}
 	b, err := s.dp.RetryBatch(r.Context(), tenantOf(r), r.PathValue("name"), id)
 	if err != nil {
@@ -260,39 +248,4 @@ func deref[T any](p *T) T {
 		return zero
 	}
 	return *p
-}
-
-// SinkQueue is the Buffer Queue of this process's dispatcher for a sink running in the same
-// process (baton dev, baton server --sink): the internal listener's /internal/sink/* operations
-// without HTTP, in the same shapes (sink.Queue).
-type SinkQueue struct{ P *dataplane.Plane }
-
-var _ sink.Queue = SinkQueue{}
-
-func (q SinkQueue) Claim(ctx context.Context, p wire.SinkClaimRequest) ([]wire.SinkMessage, error) {
-	msgs, err := q.P.ClaimBatches(ctx, dataplane.ClaimBatchesParams{Max: p.Max, ID: p.ID,
-		Visibility: time.Duration(p.VisibilitySeconds) * time.Second, Wait: time.Duration(min(p.WaitSeconds, 30)) * time.Second})
-	if err != nil {
-		return nil, err
-	}
-	return sinkMessages(msgs), nil
-}
-
-func (q SinkQueue) Extend(ctx context.Context, p wire.SinkExtend) error {
-	_, err := q.P.ExtendBatch(ctx, p.ID, p.ReceiveCount, time.Duration(p.VisibilitySeconds)*time.Second)
-	switch {
-	case errors.Is(err, dataplane.ErrBatchNotClaimed):
-		return fmt.Errorf("%w: %w", sink.ErrNotClaimed, err)
-	case errors.Is(err, dataplane.ErrBatchNotFound):
-		return fmt.Errorf("%w: %w", sink.ErrNotFound, err)
-	}
-	return err
-}
-
-func (q SinkQueue) Commit(ctx context.Context, p wire.SinkCommit) error {
-	return q.P.CommitBatch(ctx, p.ID, dataplane.BatchLoaded{Cursor: p.Cursor, Inserted: p.Inserted, Facets: p.Facets})
-}
-
-func (q SinkQueue) Fail(ctx context.Context, p wire.SinkFail) (bool, error) {
-	return q.P.FailBatch(ctx, p.ID, p.ReceiveCount, p.Error)
 }

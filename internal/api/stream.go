@@ -28,6 +28,7 @@ import (
 	"github.com/baton-dev/baton/internal/auth"
 	"github.com/baton-dev/baton/internal/dispatch"
 	"github.com/baton-dev/baton/internal/lifecycle"
+	"github.com/baton-dev/baton/internal/request"
 	"github.com/baton-dev/baton/internal/store"
 	"github.com/baton-dev/baton/internal/transport"
 	"github.com/baton-dev/baton/wire"
@@ -44,7 +45,7 @@ const (
 
 // POST /internal/worker/claim {worker_id, streams, max_wait_ms}
 func (s *Server) streamClaim(w http.ResponseWriter, r *http.Request) (any, error) {
-	obj, err := workerBody(r)
+	obj, err := request.ReadObject(r)
 	if err != nil {
 		return nil, err
 	}
@@ -67,14 +68,14 @@ func (s *Server) streamClaim(w http.ResponseWriter, r *http.Request) (any, error
 // worker hangs up (nothing was claimed then); a server shutting down ends waiting long polls at
 // once, empty-handed, instead of holding up the shutdown for up to max_wait_ms.
 func (s *Server) streamClaimWait(w http.ResponseWriter, r *http.Request, obj map[string]json.RawMessage, limit int) ([]*dispatch.Claim, error) {
-	f := fields{obj: obj, where: "body"}
-	workerID := f.str("worker_id")
-	wait := f.int64p("max_wait_ms")
-	if f.err != nil {
-		return nil, f.err
+	f := request.Fields{Obj: obj, Where: "body"}
+	workerID := f.Str("worker_id")
+	wait := f.Int64("max_wait_ms")
+	if f.Err != nil {
+		return nil, f.Err
 	}
 	if workerID == "" || len(workerID) > streamMaxWorkerID {
-		return nil, errorf(http.StatusBadRequest, "body.worker_id is required: a non-empty string of at most %d bytes", streamMaxWorkerID)
+		return nil, request.Errorf(http.StatusBadRequest, "body.worker_id is required: a non-empty string of at most %d bytes", streamMaxWorkerID)
 	}
 	streams, err := streamNames(obj["streams"])
 	if err != nil {
@@ -83,7 +84,7 @@ func (s *Server) streamClaimWait(w http.ResponseWriter, r *http.Request, obj map
 	maxWait := time.Duration(0)
 	if wait != nil {
 		if *wait < 0 || *wait > streamMaxWaitMs {
-			return nil, errorf(http.StatusBadRequest, "body.max_wait_ms must be an integer from 0 to %d", streamMaxWaitMs)
+			return nil, request.Errorf(http.StatusBadRequest, "body.max_wait_ms must be an integer from 0 to %d", streamMaxWaitMs)
 		}
 		maxWait = time.Duration(*wait) * time.Millisecond
 	}
@@ -182,7 +183,7 @@ func (s *Server) streamAcked(err error) bool {
 		return true
 	}
 	var se *streamShapedError
-	return errors.As(s.streamRefusal(err), &se) && se.he.body["ack"] == true
+	return errors.As(s.streamRefusal(err), &se) && se.he.Body["ack"] == true
 }
 
 // streamSettle settles, on the transport, the wake-up messages that acknowledged reports name
@@ -194,9 +195,9 @@ func (s *Server) streamSettle(ctx context.Context, reports ...map[string]json.Ra
 	}
 	refs := make([]transport.WakeupRef, 0, len(reports))
 	for _, obj := range reports {
-		f := fields{obj: obj, where: "body"}
-		ref := transport.WakeupRef{Queue: f.str("stream"), TaskID: f.str("job_id"), ID: f.str("message_id")}
-		if f.err == nil && ref.Queue != "" && ref.TaskID != "" && ref.ID != "" {
+		f := request.Fields{Obj: obj, Where: "body"}
+		ref := transport.WakeupRef{Queue: f.Str("stream"), TaskID: f.Str("job_id"), ID: f.Str("message_id")}
+		if f.Err == nil && ref.Queue != "" && ref.TaskID != "" && ref.ID != "" {
 			refs = append(refs, ref)
 		}
 	}
@@ -211,20 +212,20 @@ func (s *Server) streamSettle(ctx context.Context, reports ...map[string]json.Ra
 // POST /internal/worker/heartbeat {worker_id, job_id, lease_token}. The dialect's heartbeat names
 // no attempt: the lease token identifies it (Attempt 0). An attempt_id, when sent, fences as well.
 func (s *Server) streamHeartbeat(w http.ResponseWriter, r *http.Request) (any, error) {
-	obj, err := workerBody(r)
+	obj, err := request.ReadObject(r)
 	if err != nil {
 		return nil, err
 	}
-	f := fields{obj: obj, where: "body"}
-	_ = f.str("worker_id")
-	taskID := streamRequired(&f, "job_id")
-	lease := streamRequired(&f, "lease_token")
+	f := request.Fields{Obj: obj, Where: "body"}
+	_ = f.Str("worker_id")
+	taskID := f.Required("job_id")
+	lease := f.Required("lease_token")
 	attempt := 0
-	if _, ok := obj["attempt_id"]; ok && !isNull(obj["attempt_id"]) {
+	if _, ok := obj["attempt_id"]; ok && !request.IsNull(obj["attempt_id"]) {
 		attempt = streamAttempt(&f)
 	}
-	if f.err != nil {
-		return nil, f.err
+	if f.Err != nil {
+		return nil, f.Err
 	}
 	res, err := s.d.Heartbeat(r.Context(), dispatch.HeartbeatParams{TaskID: taskID, Attempt: attempt, LeaseToken: lease})
 	if err != nil {
@@ -247,7 +248,7 @@ func (s *Server) streamHeartbeat(w http.ResponseWriter, r *http.Request) (any, e
 	// holds a token with at least half a lifetime, minus one heartbeat interval, left.
 	t := res.Task
 	if ttl := auth.TokenTTL(t.Timeout); s.tokens != nil && t.HeartbeatAt.Sub(t.StartedAt) >= ttl/2 {
-		tok, exp, err := s.reissueToken(r.Context(), t)
+		tok, exp, err := s.caps.Remint(r.Context(), t)
 		if err != nil {
 			// The lease was extended and committed; the next heartbeat tries again.
 			s.log.WarnContext(r.Context(), "refresh capability token", "task", t.ID, "attempt", t.Attempt, "err", err)
@@ -260,7 +261,7 @@ func (s *Server) streamHeartbeat(w http.ResponseWriter, r *http.Request) (any, e
 
 // POST /internal/worker/complete {worker_id, job_id, attempt_id, lease_token, stream, message_id, result}
 func (s *Server) streamComplete(w http.ResponseWriter, r *http.Request) (any, error) {
-	obj, err := workerBody(r)
+	obj, err := request.ReadObject(r)
 	if err != nil {
 		return nil, err
 	}
@@ -279,7 +280,7 @@ func streamCompleteParams(obj map[string]json.RawMessage) (dispatch.CompletePara
 	}
 	p.Outcome = store.OutcomeSucceeded
 	if raw, ok := obj["result"]; ok {
-		p.Output = compact(raw)
+		p.Output = request.Compact(raw)
 	}
 	return p, nil
 }
@@ -300,7 +301,7 @@ func (s *Server) streamCompleteObj(ctx context.Context, obj map[string]json.RawM
 // POST /internal/worker/fail {worker_id, job_id, attempt_id, lease_token, stream, message_id,
 // error: {code, message, stack, retryable}}
 func (s *Server) streamFail(w http.ResponseWriter, r *http.Request) (any, error) {
-	obj, err := workerBody(r)
+	obj, err := request.ReadObject(r)
 	if err != nil {
 		return nil, err
 	}
@@ -333,40 +334,38 @@ func (s *Server) streamFailObj(ctx context.Context, obj map[string]json.RawMessa
 
 // streamReport reads the members /complete and /fail share into the fence of a report.
 func streamReport(obj map[string]json.RawMessage) (dispatch.CompleteParams, error) {
-	f := fields{obj: obj, where: "body"}
-	_ = f.str("worker_id")
-	_ = f.str("stream")
-	_ = f.str("message_id") // a Redis message id is a string ("1700000000000-0")
+	f := request.Fields{Obj: obj, Where: "body"}
+	_ = f.Str("worker_id")
+	_ = f.Str("stream")
+	_ = f.Str("message_id") // a Redis message id is a string ("1700000000000-0")
 	p := dispatch.CompleteParams{
-		TaskID:     streamRequired(&f, "job_id"),
+		TaskID:     f.Required("job_id"),
 		Attempt:    streamAttempt(&f),
-		LeaseToken: streamRequired(&f, "lease_token"),
+		LeaseToken: f.Required("lease_token"),
 	}
-	return p, f.err
+	return p, f.Err
 }
 
 // streamTaskError turns the dialect's {code, message, stack, retryable} into a task error. A code
 // that is one of the six categories is the category; any other code is kept as Code under the
 // default category USER_CODE. retryable, when given, is the explicit flag of the retry rule.
 func streamTaskError(raw json.RawMessage) (*store.TaskError, error) {
-	if raw == nil || isNull(raw) {
-		return nil, errorf(http.StatusBadRequest, "body.error is required: {code, message, stack, retryable}")
+	if raw == nil || request.IsNull(raw) {
+		return nil, request.Errorf(http.StatusBadRequest, "body.error is required: {code, message, stack, retryable}")
 	}
-	obj, err := decodeObject(raw)
+	obj, err := request.DecodeObject(raw)
 	if err != nil {
-		return nil, errorf(http.StatusBadRequest, "body.error must be a JSON object {code, message, stack, retryable}")
+		return nil, request.Errorf(http.StatusBadRequest, "body.error must be a JSON object {code, message, stack, retryable}")
 	}
-	f := fields{obj: obj, where: "body.error"}
-	code := f.str("code")
-	e := &store.TaskError{Message: f.str("message"), StackTrace: f.str("stack")}
-	if f.err != nil {
-		return nil, f.err
+	f := request.Fields{Obj: obj, Where: "body.error"}
+	code := f.Str("code")
+	e := &store.TaskError{Message: f.Str("message"), StackTrace: f.Str("stack")}
+	if f.Err != nil {
+		return nil, f.Err
 	}
-	retryable, err := streamBool(obj, "body.error", "retryable")
-	if err != nil {
-		return nil, err
+	if e.Retryable = f.Bool("retryable"); f.Err != nil {
+		return nil, f.Err
 	}
-	e.Retryable = retryable
 	if c := lifecycle.Category(code); c.Valid() {
 		e.Category = c
 	} else {
@@ -375,35 +374,14 @@ func streamTaskError(raw json.RawMessage) (*store.TaskError, error) {
 	return e, nil
 }
 
-// workerBody reads the JSON object body of a worker endpoint. Members it does not know are
-// ignored: clients of the worker contracts evolve and add fields (attemptId, traceparent...) that
-// an older server must let through. A body that is not an object, and members of the wrong type,
-// are still refused by the readers of the members.
-func workerBody(r *http.Request) (map[string]json.RawMessage, error) {
-	body, err := readBody(r)
-	if err != nil {
-		return nil, err
-	}
-	return decodeObject(body)
-}
-
-// streamRequired reads a required non-empty string member.
-func streamRequired(f *fields, name string) string {
-	v := f.str(name)
-	if v == "" && f.err == nil {
-		f.err = errorf(http.StatusBadRequest, "%s.%s is required: a non-empty string", f.where, name)
-	}
-	return v
-}
-
 // streamAttempt reads the required attempt_id, a positive integer.
-func streamAttempt(f *fields) int {
-	n := f.intp("attempt_id")
-	if f.err != nil {
+func streamAttempt(f *request.Fields) int {
+	n := f.Int("attempt_id")
+	if f.Err != nil {
 		return 0
 	}
 	if n == nil || *n < 1 {
-		f.err = errorf(http.StatusBadRequest, "%s.attempt_id is required: a positive integer (the attempt_id of the claim)", f.where)
+		f.Err = request.Errorf(http.StatusBadRequest, "%s.attempt_id is required: a positive integer (the attempt_id of the claim)", f.Where)
 		return 0
 	}
 	return *n
@@ -412,17 +390,17 @@ func streamAttempt(f *fields) int {
 // streamNames reads "streams": a non-empty array of queue names, deduplicated in order.
 func streamNames(raw json.RawMessage) ([]string, error) {
 	var names []string
-	if raw == nil || isNull(raw) || json.Unmarshal(raw, &names) != nil || len(names) == 0 {
-		return nil, errorf(http.StatusBadRequest, "body.streams is required: a non-empty array of stream (queue) names in priority order")
+	if raw == nil || request.IsNull(raw) || json.Unmarshal(raw, &names) != nil || len(names) == 0 {
+		return nil, request.Errorf(http.StatusBadRequest, "body.streams is required: a non-empty array of stream (queue) names in priority order")
 	}
 	if len(names) > streamMaxStreams {
-		return nil, errorf(http.StatusBadRequest, "body.streams lists %d streams; at most %d are allowed", len(names), streamMaxStreams)
+		return nil, request.Errorf(http.StatusBadRequest, "body.streams lists %d streams; at most %d are allowed", len(names), streamMaxStreams)
 	}
 	seen := make(map[string]bool, len(names))
 	out := names[:0]
 	for i, n := range names {
 		if n == "" {
-			return nil, errorf(http.StatusBadRequest, "body.streams[%d] must be a non-empty string", i)
+			return nil, request.Errorf(http.StatusBadRequest, "body.streams[%d] must be a non-empty string", i)
 		}
 		if !seen[n] {
 			seen[n] = true
@@ -430,19 +408,6 @@ func streamNames(raw json.RawMessage) ([]string, error) {
 		}
 	}
 	return out, nil
-}
-
-// streamBool reads an optional boolean member (absent or null: nil).
-func streamBool(obj map[string]json.RawMessage, where, name string) (*bool, error) {
-	raw, ok := obj[name]
-	if !ok || isNull(raw) {
-		return nil, nil
-	}
-	var b bool
-	if json.Unmarshal(raw, &b) != nil {
-		return nil, errorf(http.StatusBadRequest, "%s.%s must be true or false", where, name)
-	}
-	return &b, nil
 }
 
 // streamTime is a time as RFC 3339 UTC with milliseconds, or null for none.
@@ -486,7 +451,7 @@ func (s *Server) streamRefusal(err error) error {
 		for i := 0; i+1 < len(extra); i += 2 {
 			body[extra[i].(string)] = extra[i+1]
 		}
-		return &streamShapedError{he: &httpError{status: status, body: body}, cause: err}
+		return &streamShapedError{he: &request.Error{Status: status, Body: body}, cause: err}
 	}
 	var (
 		mismatch *dispatch.AttemptMismatchError
@@ -509,9 +474,9 @@ func (s *Server) streamRefusal(err error) error {
 		return refuse(http.StatusNotFound, "task_not_found", "no job with this job_id")
 	}
 	he := s.toHTTP(err)
-	msg, _ := he.body["error"].(string)
-	return &streamShapedError{he: &httpError{status: he.status, header: he.header,
-		body: map[string]any{"ok": false, "ack": false, "error": streamStatusName(he.status), "message": msg}}, cause: err}
+	msg, _ := he.Body["error"].(string)
+	return &streamShapedError{he: &request.Error{Status: he.Status, Header: he.Header,
+		Body: map[string]any{"ok": false, "ack": false, "error": streamStatusName(he.Status), "message": msg}}, cause: err}
 }
 
 // streamStatusName names an HTTP status for the "error" member of dialects that use codes.
@@ -546,7 +511,7 @@ func streamStatusName(status int) string {
 
 // streamShapedError is a dialect-shaped error answer that keeps the error it answers for the log.
 type streamShapedError struct {
-	he    *httpError
+	he    *request.Error
 	cause error
 }
 

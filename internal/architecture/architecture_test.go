@@ -45,6 +45,11 @@ var rules = []struct {
 	{"internal/assignment", []string{"internal/api", "internal/ui", "internal/server", "internal/dataplane"}, "a claim is rendered from what the core hands out, by every dialect alike"},
 	{"internal/ui", []string{"internal/api", "internal/server"}, "the dashboard is one of the handlers a server composes"},
 	{"internal/server", []string{"internal/demo", "internal/wrapper"}, "a server is composed of its own packages: the demo (baton dev --demo) and the exec wrapper (baton worker --exec) are programs beside it, which cmd/baton starts"},
+	{"internal/request", server, "request is plumbing below the adapters: it reads and checks HTTP requests, whoever serves them"},
+	{"internal/capability", []string{"internal/api", "internal/ui", "internal/server", "internal/push", "internal/maintenance", "internal/sink"},
+		"capability tokens are minted and checked below the dialects that hand them out and the push deliverer"},
+	{"internal/sse", server, "an event stream follows any log it is handed, below the adapters that hand it one"},
+	{"internal/cors", server, "the CORS policy is plumbing below the adapters: it wraps a listener's handler, whatever it serves"},
 }
 
 // without returns list less the given packages.

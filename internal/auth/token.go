@@ -24,6 +24,8 @@ var (
 	ErrTokenInvalid = errors.New("invalid task capability token")
 	// ErrTokenExpired: the token is past its expiry.
 	ErrTokenExpired = errors.New("task capability token expired")
+	// ErrTokenScope: the token is valid but for another task or attempt than the request names.
+	ErrTokenScope = errors.New("capability token does not cover this task attempt")
 )
 
 // TaskClaims are what a capability token lets its holder do: act for one attempt of one task.

@@ -15,6 +15,7 @@ import (
 	"github.com/baton-dev/baton/internal/dispatch"
 	"github.com/baton-dev/baton/internal/pipeline"
 	"github.com/baton-dev/baton/internal/store"
+	"github.com/baton-dev/baton/wire"
 )
 
 // Buffered datasets: a task writes a batch of rows to object storage under its own prefix and
@@ -245,6 +246,23 @@ type SinkMessage struct {
 	Tenant       string
 	BatchURI     string
 	Dataset      SinkDataset
+}
+
+// WireSinkMessages renders claimed messages as a sink receives them, over the internal listener
+// (/internal/sink/claim) or in the same process; never nil.
+func WireSinkMessages(msgs []*SinkMessage) []wire.SinkMessage {
+	out := make([]wire.SinkMessage, 0, len(msgs))
+	for _, m := range msgs {
+		schema, _ := json.Marshal(m.Dataset.Schema)
+		filter := m.Dataset.FilterFields
+		if filter == nil {
+			filter = []string{}
+		}
+		out = append(out, wire.SinkMessage{ID: m.ID, ReceiveCount: m.ReceiveCount, VisibleUntil: m.VisibleUntil.UTC(),
+			Message: m.Message, OrgID: m.Tenant, BatchURI: m.BatchURI, Dataset: wire.SinkDataset{UUID: m.Dataset.UUID,
+				Name: m.Dataset.Name, Schema: schema, FilterFields: filter}})
+	}
+	return out
 }
 
 // SinkDataset is the dataset a sink message loads into.

@@ -363,6 +363,34 @@ func APIKeyRejection(err error) (c Credential, ok bool) {
 	return 0, false
 }
 
+// Rejection is the kind of an error that refuses a credential: an API key (APIKeyRejection) or a
+// task token, the callback dialect's bearer token when callback is true and a capability token
+// otherwise (auth's ErrTokenMissing, ErrTokenExpired, ErrTokenInvalid, ErrTokenScope). ok is false
+// for any other error (the database failed while the credential was looked up: not the
+// credential's fault).
+func Rejection(err error, callback bool) (c Credential, ok bool) {
+	if c, ok := APIKeyRejection(err); ok {
+		return c, true
+	}
+	token := func(capability, cb Credential) (Credential, bool) {
+		if callback {
+			return cb, true
+		}
+		return capability, true
+	}
+	switch {
+	case errors.Is(err, auth.ErrTokenMissing):
+		return token(CapabilityTokenMissing, CallbackTokenMissing)
+	case errors.Is(err, auth.ErrTokenExpired):
+		return token(CapabilityTokenExpired, CallbackTokenExpired)
+	case errors.Is(err, auth.ErrTokenInvalid):
+		return token(CapabilityTokenInvalid, CallbackTokenInvalid)
+	case errors.Is(err, auth.ErrTokenScope):
+		return TokenScope, true
+	}
+	return 0, false
+}
+
 // APIKeyRejected counts err when it refuses an API key (APIKeyRejection).
 func (m *Metrics) APIKeyRejected(err error) {
 	if c, ok := APIKeyRejection(err); ok {

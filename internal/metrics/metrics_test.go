@@ -2,6 +2,8 @@ package metrics_test
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -11,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 
+	"github.com/baton-dev/baton/internal/auth"
 	"github.com/baton-dev/baton/internal/dispatch"
 	"github.com/baton-dev/baton/internal/lifecycle"
 	"github.com/baton-dev/baton/internal/metrics"
@@ -272,5 +275,33 @@ func BenchmarkInstrument(b *testing.B) {
 				h.h.ServeHTTP(w, r)
 			}
 		})
+	}
+}
+
+// A refused credential is counted by its kind, a task token's by the header it came in; any other
+// error is not the credential's fault.
+func TestRejection(t *testing.T) {
+	for _, c := range []struct {
+		err      error
+		callback bool
+		want     metrics.Credential
+	}{
+		{auth.ErrNoKey, false, metrics.APIKeyMissing},
+		{fmt.Errorf("wrapped: %w", auth.ErrBadKey), true, metrics.APIKeyInvalid},
+		{auth.ErrTokenMissing, false, metrics.CapabilityTokenMissing},
+		{auth.ErrTokenMissing, true, metrics.CallbackTokenMissing},
+		{auth.ErrTokenExpired, false, metrics.CapabilityTokenExpired},
+		{auth.ErrTokenExpired, true, metrics.CallbackTokenExpired},
+		{auth.ErrTokenInvalid, false, metrics.CapabilityTokenInvalid},
+		{auth.ErrTokenInvalid, true, metrics.CallbackTokenInvalid},
+		{auth.ErrTokenScope, false, metrics.TokenScope},
+		{auth.ErrTokenScope, true, metrics.TokenScope},
+	} {
+		if got, ok := metrics.Rejection(c.err, c.callback); !ok || got != c.want {
+			t.Errorf("%v (callback %v): %v %v, want %v", c.err, c.callback, got, ok, c.want)
+		}
+	}
+	if _, ok := metrics.Rejection(errors.New("database down"), false); ok {
+		t.Error("a database failure counted as a refused credential")
 	}
 }

@@ -194,7 +194,7 @@ func New(cfg Config) (*Server, error) {
 			return nil, errors.New("server: a sink needs object storage and a data database")
 		}
 		scfg := *cfg.Sink
-		scfg.Queue, scfg.Blob, scfg.Data, scfg.Logger = api.SinkQueue{P: dp}, cfg.Blob, cfg.Data, log
+		scfg.Queue, scfg.Blob, scfg.Data, scfg.Logger = SinkQueue{P: dp}, cfg.Blob, cfg.Data, log
 		if cfg.Transport != nil {
 			scfg.Wakeups = cfg.Transport.NewConsumer(cmp.Or(cfg.SinkConsumer, "sink"))
 			s.consumers = append(s.consumers, scfg.Wakeups)

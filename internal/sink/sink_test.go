@@ -28,6 +28,7 @@ import (
 	"github.com/baton-dev/baton/internal/maintenance"
 	"github.com/baton-dev/baton/internal/pipeline"
 	"github.com/baton-dev/baton/internal/pipeline/pipelinetest"
+	"github.com/baton-dev/baton/internal/server"
 	"github.com/baton-dev/baton/internal/sink"
 	"github.com/baton-dev/baton/internal/store"
 	"github.com/baton-dev/baton/internal/store/storetest"
@@ -101,7 +102,7 @@ func newFixture(t testing.TB, drv storetest.Driver, storage, way string) *fixtur
 		t.Fatal(err)
 	}
 	f.dp = dataplane.New(f.d, dataplane.Config{Blob: f.blob, Tables: dataplane.DatasetDB{DB: f.data}})
-	f.queue = api.SinkQueue{P: f.dp}
+	f.queue = server.SinkQueue{P: f.dp}
 	if way == "remote" {
 		s := api.New(api.Config{Dispatcher: f.d, DataPlane: f.dp, Auth: auth.NewAuthenticator(f.st, auth.Limits{}, nil), Tokens: auth.NewTokens(f.st, nil), Logger: quiet})
 		srv := httptest.NewServer(s.InternalHandler())

@@ -168,3 +168,23 @@ func NormalTraceparent(v string) string {
 	}
 	return Traceparent(sc)
 }
+
+// ValidTraceparent reports whether v is a W3C traceparent header value: version-traceid-parentid-
+// flags in lowercase hex, version not ff, ids not all zeros.
+func ValidTraceparent(v string) bool {
+	parts := strings.Split(v, "-")
+	if len(parts) < 4 || len(parts[0]) != 2 || len(parts[1]) != 32 || len(parts[2]) != 16 || len(parts[3]) != 2 {
+		return false
+	}
+	if parts[0] == "ff" || (parts[0] == "00" && len(parts) != 4) {
+		return false
+	}
+	for _, p := range parts[:4] {
+		for _, c := range p {
+			if !(c >= '0' && c <= '9' || c >= 'a' && c <= 'f') {
+				return false
+			}
+		}
+	}
+	return strings.Trim(parts[1], "0") != "" && strings.Trim(parts[2], "0") != ""
+}

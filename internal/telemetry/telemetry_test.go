@@ -89,6 +89,27 @@ func TestTraceparentRoundTrip(t *testing.T) {
 	}
 }
 
+// ValidTraceparent is stricter than ParseTraceparent: a worker that sends a trace context must
+// send it in the exact W3C form.
+func TestValidTraceparent(t *testing.T) {
+	for v, want := range map[string]bool{
+		"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01":        true,
+		"01-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01-future": true,
+		"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01-extra":  false,
+		"ff-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01":        false,
+		"00-4BF92F3577B34DA6A3CE929D0E0E4736-00f067aa0ba902b7-01":        false,
+		"00-00000000000000000000000000000000-00f067aa0ba902b7-01":        false,
+		"00-4bf92f3577b34da6a3ce929d0e0e4736-0000000000000000-01":        false,
+		"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-1":         false,
+		"":        false,
+		"garbage": false,
+	} {
+		if got := ValidTraceparent(v); got != want {
+			t.Errorf("ValidTraceparent(%q) = %v, want %v", v, got, want)
+		}
+	}
+}
+
 // The server span of a request is named by its route, is a child of the caller's traceparent,
 // and carries the status code; a request without one starts a new trace.
 func TestHandlerSpans(t *testing.T) {

@@ -1,11 +1,13 @@
-package api
+// Package cors is the public listener's cross-origin policy: which browser origins may read its
+// answers, and the answers to their preflight requests.
+package cors
 
-// Cross-origin requests from browsers. The producer contract's own API answers every request with
-// Access-Control-Allow-Origin: *, so a web page on another origin can call it with its API key in
-// x-api-key. The public listener does the same by default: cors wraps all of it (producer API,
-// event stream, task-scoped and callback routes, health checks, /openapi.json), answers the
-// browser's preflight OPTIONS itself, before any route or API key check, and marks every other
-// answer as readable by the allowed origins, errors included.
+// The producer contract's own API answers every request with Access-Control-Allow-Origin: *, so a
+// web page on another origin can call it with its API key in x-api-key. The public listener does
+// the same by default: the policy's Handler wraps all of it (producer API, event stream,
+// task-scoped and callback routes, health checks, /openapi.json), answers the browser's preflight
+// OPTIONS itself, before any route or API key check, and marks every other answer as readable by
+// the allowed origins, errors included.
 //
 // An API key travels in a header a browser never adds by itself, so allowing every origin lets
 // no page act with a visitor's credentials; a list of origins narrows which pages may call at all.
@@ -16,33 +18,36 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+
+	"github.com/baton-dev/baton/internal/request"
 )
 
 const (
-	corsAllowMethods = "GET, POST, OPTIONS"
+	allowMethods = "GET, POST, OPTIONS"
 	// Every request header a client of the public listener sends that is not CORS-safelisted:
 	// the producer API's key, JSON bodies, idempotent submissions and event-stream resumption,
 	// and the credentials of the task-scoped and callback routes.
-	corsAllowHeaders = "x-api-key, Content-Type, Idempotency-Key, Last-Event-ID, Authorization, X-Trace-Task-Capability"
+	allowHeaders = "x-api-key, Content-Type, Idempotency-Key, Last-Event-ID, Authorization, X-Trace-Task-Capability"
 	// The answer headers a browser client needs besides the safelisted ones (Content-Type): when
 	// to retry a 429, and whether a submission replayed an earlier one.
-	corsExposeHeaders = "Retry-After, Idempotent-Replayed"
-	// corsMaxAge is how long, in seconds, a browser may reuse a preflight answer.
-	corsMaxAge = "600"
+	exposeHeaders = "Retry-After, Idempotent-Replayed"
+	// maxAge is how long, in seconds, a browser may reuse a preflight answer.
+	maxAge = "600"
 )
 
-// corsPolicy says which origins may read the public listener's answers. The zero value allows
-// none and adds no header.
-type corsPolicy struct {
+// Policy says which origins may read the public listener's answers. The zero value allows none
+// and adds no header.
+type Policy struct {
 	any     bool            // every origin: Access-Control-Allow-Origin: *
 	origins map[string]bool // otherwise, these (lower case), each echoed back when it asks
 }
 
-func newCORSPolicy(origins []string) corsPolicy {
-	var p corsPolicy
+// NewPolicy allows origins: {"*"} for every origin, none for no CORS (ParseOrigins reads a list).
+func NewPolicy(origins []string) Policy {
+	var p Policy
 	for _, o := range origins {
 		if o == "*" {
-			return corsPolicy{any: true}
+			return Policy{any: true}
 		}
 		if p.origins == nil {
 			p.origins = map[string]bool{}
@@ -52,10 +57,10 @@ func newCORSPolicy(origins []string) corsPolicy {
 	return p
 }
 
-func (p corsPolicy) off() bool { return !p.any && len(p.origins) == 0 }
+func (p Policy) off() bool { return !p.any && len(p.origins) == 0 }
 
 // allowOrigin is the Access-Control-Allow-Origin value for a request from origin, "" for none.
-func (p corsPolicy) allowOrigin(origin string) string {
+func (p Policy) allowOrigin(origin string) string {
 	switch {
 	case p.any:
 		return "*"
@@ -65,9 +70,8 @@ func (p corsPolicy) allowOrigin(origin string) string {
 	return ""
 }
 
-// cors wraps the public listener's handler with the server's CORS policy.
-func (s *Server) cors(next http.Handler) http.Handler {
-	p := s.corsPolicy
+// Handler wraps next with the policy; with no origin allowed it is next itself.
+func (p Policy) Handler(next http.Handler) http.Handler {
 	if p.off() {
 		return next
 	}
@@ -82,37 +86,37 @@ func (s *Server) cors(next http.Handler) http.Handler {
 		if r.Method == http.MethodOptions && origin != "" && r.Header.Get("Access-Control-Request-Method") != "" {
 			// A preflight: answered here, without an API key, whatever the path.
 			if allow == "" {
-				writeJSON(w, http.StatusForbidden, map[string]any{"error": fmt.Sprintf("origin %s may not call this API from a browser (CORS)", origin)})
+				request.WriteJSON(w, http.StatusForbidden, map[string]any{"error": fmt.Sprintf("origin %s may not call this API from a browser (CORS)", origin)})
 				return
 			}
 			h.Set("Access-Control-Allow-Origin", allow)
-			h.Set("Access-Control-Allow-Methods", corsAllowMethods)
-			h.Set("Access-Control-Allow-Headers", corsAllowHeaders)
-			h.Set("Access-Control-Max-Age", corsMaxAge)
+			h.Set("Access-Control-Allow-Methods", allowMethods)
+			h.Set("Access-Control-Allow-Headers", allowHeaders)
+			h.Set("Access-Control-Max-Age", maxAge)
 			w.WriteHeader(http.StatusNoContent)
 			return
 		}
 		if allow != "" {
 			h.Set("Access-Control-Allow-Origin", allow)
-			h.Set("Access-Control-Expose-Headers", corsExposeHeaders)
+			h.Set("Access-Control-Expose-Headers", exposeHeaders)
 		}
 		next.ServeHTTP(w, r)
 	})
 }
 
-// CORSOff is the ParseCORSOrigins value that turns CORS off.
-const CORSOff = "none"
+// Off is the ParseOrigins value that turns CORS off.
+const Off = "none"
 
-// ParseCORSOrigins reads a list of allowed origins as the command line gives it: "*" (every
+// ParseOrigins reads a list of allowed origins as the command line gives it: "*" (every
 // origin), "none" (CORS off: nil), or origins separated by commas, each scheme://host[:port]
 // as a browser sends it in Origin ("https://app.example.com", "http://localhost:5173"). Spaces
 // around entries are ignored; anything else is an error that says what is wrong.
-func ParseCORSOrigins(v string) ([]string, error) {
+func ParseOrigins(v string) ([]string, error) {
 	v = strings.TrimSpace(v)
 	switch v {
 	case "":
-		return nil, fmt.Errorf(`empty: give "*" (every origin), origins separated by commas (https://app.example.com,http://localhost:5173), or %q`, CORSOff)
-	case CORSOff:
+		return nil, fmt.Errorf(`empty: give "*" (every origin), origins separated by commas (https://app.example.com,http://localhost:5173), or %q`, Off)
+	case Off:
 		return nil, nil
 	case "*":
 		return []string{"*"}, nil
@@ -124,7 +128,7 @@ func ParseCORSOrigins(v string) ([]string, error) {
 		switch o {
 		case "":
 			return nil, fmt.Errorf("%q: an empty entry in the list of origins", v)
-		case "*", CORSOff:
+		case "*", Off:
 			return nil, fmt.Errorf("%q: %q stands alone, not in a list of origins", v, o)
 		}
 		if err := checkOrigin(o); err != nil {

@@ -1,4 +1,4 @@
-package api
+package request
 
 import (
 	"bytes"
@@ -7,18 +7,16 @@ import (
 	"io"
 	"net/http"
 	"strings"
-
-	"github.com/baton-dev/baton/internal/dataset"
 )
 
-// parseWhere reads the where query parameter of a rows read: exactly one JSON object, with no
-// key twice in any object (encoding/json would keep the last silently), no NUL in any string
-// (PostgreSQL's text cannot hold one), and at most dataset.MaxWhereValues values in all (a list
-// counts each of its values). Numbers are kept exact (json.Number). What the clause may filter on
-// is checked by the core (pipeline.CheckWhere).
-func parseWhere(raw string) (map[string]any, error) {
-	shape := errorf(http.StatusBadRequest, `where must be a JSON object such as {"severity":"high"}`)
-	nul := errorf(http.StatusBadRequest, `where must not contain \u0000 (a NUL character) in a string`)
+// ParseWhere reads a query filter: exactly one JSON object, with no key twice in any object
+// (encoding/json would keep the last silently), no NUL in any string (PostgreSQL's text cannot
+// hold one), and at most maxValues values in all (a list counts each of its values). Numbers are
+// kept exact (json.Number). What the filter may filter on is the caller's to check. Its errors
+// name the where query parameter.
+func ParseWhere(raw string, maxValues int) (map[string]any, error) {
+	shape := Errorf(http.StatusBadRequest, `where must be a JSON object such as {"severity":"high"}`)
+	nul := Errorf(http.StatusBadRequest, `where must not contain \u0000 (a NUL character) in a string`)
 	dec := json.NewDecoder(strings.NewReader(raw))
 	dec.UseNumber()
 	if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
@@ -51,7 +49,7 @@ func parseWhere(raw string) (map[string]any, error) {
 			case strings.ContainsRune(key, 0):
 				return nil, nul
 			case top.keys[key]:
-				return nil, errorf(http.StatusBadRequest, "where: duplicate key %q", key)
+				return nil, Errorf(http.StatusBadRequest, "where: duplicate key %q", key)
 			}
 			top.keys[key], top.expectKey = true, false
 			continue
@@ -71,14 +69,14 @@ func parseWhere(raw string) (map[string]any, error) {
 		if s, ok := tok.(string); ok && strings.ContainsRune(s, 0) {
 			return nil, nul
 		}
-		if values++; values > dataset.MaxWhereValues {
-			return nil, errorf(http.StatusBadRequest, "where holds more than %d values; at most %d in all (a list counts each of its values)",
-				dataset.MaxWhereValues, dataset.MaxWhereValues)
+		if values++; values > maxValues {
+			return nil, Errorf(http.StatusBadRequest, "where holds more than %d values; at most %d in all (a list counts each of its values)",
+				maxValues, maxValues)
 		}
 		top.expectKey = true
 	}
 	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
-		return nil, errorf(http.StatusBadRequest, "where must be exactly one JSON object, with nothing after it")
+		return nil, Errorf(http.StatusBadRequest, "where must be exactly one JSON object, with nothing after it")
 	}
 	var where map[string]any
 	full := json.NewDecoder(bytes.NewReader([]byte(raw)))

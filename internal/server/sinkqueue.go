@@ -1,0 +1,47 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/baton-dev/baton/internal/dataplane"
+	"github.com/baton-dev/baton/internal/sink"
+	"github.com/baton-dev/baton/wire"
+)
+
+// SinkQueue is the Buffer Queue of this process's dispatcher for a sink running in the same
+// process (baton dev, baton server --sink): the internal listener's /internal/sink/* operations
+// without HTTP, in the same shapes (sink.Queue).
+type SinkQueue struct{ P *dataplane.Plane }
+
+var _ sink.Queue = SinkQueue{}
+
+func (q SinkQueue) Claim(ctx context.Context, p wire.SinkClaimRequest) ([]wire.SinkMessage, error) {
+	msgs, err := q.P.ClaimBatches(ctx, dataplane.ClaimBatchesParams{Max: p.Max, ID: p.ID,
+		Visibility: time.Duration(p.VisibilitySeconds) * time.Second, Wait: time.Duration(min(p.WaitSeconds, 30)) * time.Second})
+	if err != nil {
+		return nil, err
+	}
+	return dataplane.WireSinkMessages(msgs), nil
+}
+
+func (q SinkQueue) Extend(ctx context.Context, p wire.SinkExtend) error {
+	_, err := q.P.ExtendBatch(ctx, p.ID, p.ReceiveCount, time.Duration(p.VisibilitySeconds)*time.Second)
+	switch {
+	case errors.Is(err, dataplane.ErrBatchNotClaimed):
+		return fmt.Errorf("%w: %w", sink.ErrNotClaimed, err)
+	case errors.Is(err, dataplane.ErrBatchNotFound):
+		return fmt.Errorf("%w: %w", sink.ErrNotFound, err)
+	}
+	return err
+}
+
+func (q SinkQueue) Commit(ctx context.Context, p wire.SinkCommit) error {
+	return q.P.CommitBatch(ctx, p.ID, dataplane.BatchLoaded{Cursor: p.Cursor, Inserted: p.Inserted, Facets: p.Facets})
+}
+
+func (q SinkQueue) Fail(ctx context.Context, p wire.SinkFail) (bool, error) {
+	return q.P.FailBatch(ctx, p.ID, p.ReceiveCount, p.Error)
+}
