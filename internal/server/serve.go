@@ -148,7 +148,7 @@ func (dp *dataPlane) close() {
 // answer: handlers take milliseconds, and at most about two seconds while the database is
 // unreachable (they then answer 503), so a minute is only ever reached by a client that does not
 // read its answer. Long polls (claims wait up to 60 s) and event streams outlast it: their
-// handlers move the write deadline themselves (api's holdOpen), so this bound does not cut them.
+// handlers move the write deadline themselves (request.HoldOpen), so this bound does not cut them.
 // Idle bounds how long a kept-alive connection may sit between requests: two minutes, more than
 // the pause between a worker's long polls or its heartbeats.
 type HTTPLimits struct {
