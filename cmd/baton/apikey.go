@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/baton-dev/baton/internal/auth"
+	"github.com/baton-dev/baton/internal/cmdline"
 	"github.com/baton-dev/baton/internal/store"
 	"github.com/baton-dev/baton/internal/store/postgres"
 	"github.com/baton-dev/baton/internal/store/sqlite"
@@ -66,7 +67,7 @@ func newAPIKeyView(k *store.APIKey) apiKeyView {
 }
 
 func runAPIKey(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	cmd, code, ok := subcommand("apikey", apikeyUsage, apikeyCommands, args, stdout, stderr)
+	cmd, code, ok := cmdline.Subcommand("apikey", apikeyUsage, apikeyCommands, args, stdout, stderr)
 	if !ok {
 		return code
 	}
@@ -84,7 +85,7 @@ func runAPIKey(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	case "list":
 		out = registerOutput(fs)
 	}
-	pos, code, ok := parseWords(ctx, fs, args[1:])
+	pos, code, ok := cmdline.ParseWords(ctx, fs, args[1:])
 	if !ok {
 		return code
 	}

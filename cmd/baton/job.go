@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/baton-dev/baton/client"
+	"github.com/baton-dev/baton/internal/cmdline"
 )
 
 const jobUsage = `Usage: baton job <command> [flags]
@@ -76,7 +77,7 @@ func newJobCmd(ctx context.Context, group, name string, stdout, stderr io.Writer
 // there are exactly len(names) of the latter. It returns false and the exit code when the command
 // must stop.
 func (c *jobCmd) parse(args []string, names ...string) ([]string, int, bool) {
-	pos, code, ok := parseWords(c.ctx, c.fs, args)
+	pos, code, ok := cmdline.ParseWords(c.ctx, c.fs, args)
 	if !ok {
 		return nil, code, false
 	}
@@ -88,25 +89,6 @@ func (c *jobCmd) parse(args []string, names ...string) ([]string, int, bool) {
 		return nil, c.usageError("expected %s, got %q", want, pos), false
 	}
 	return pos, 0, true
-}
-
-// parseInterleaved parses flags placed before, between or after the positional arguments, and
-// returns the latter.
-func parseInterleaved(fs *flag.FlagSet, args []string) ([]string, error) {
-	var pos []string
-	for {
-		if err := fs.Parse(args); err != nil {
-			return nil, err
-		}
-		rest := fs.Args()
-		if len(rest) == 0 {
-			return pos, nil
-		}
-		if consumed := len(args) - len(rest); consumed > 0 && args[consumed-1] == "--" {
-			return append(pos, rest...), nil // everything after "--" is positional
-		}
-		pos, args = append(pos, rest[0]), rest[1:]
-	}
 }
 
 // usageError is a usage mistake found while running a command: fail prints it and returns 2.

@@ -9,6 +9,7 @@ import (
 	"os/signal"
 	"syscall"
 
+	"github.com/baton-dev/baton/internal/cmdline"
 	"github.com/baton-dev/baton/internal/demo"
 )
 
@@ -85,9 +86,9 @@ func commandTable() []command {
 		{name: "certs", run: runCerts, subcommands: []string{"dev"}},
 		{name: "worker", run: runWorker},
 		{name: "sink", run: runSink},
-		{name: "job", run: runJob, subcommands: groupNames(jobCommands)},
-		{name: "pipeline", run: runPipeline, subcommands: groupNames(pipelineCommands)},
-		{name: "dataset", run: runDataset, subcommands: groupNames(datasetCommands)},
+		{name: "job", run: runJob, subcommands: cmdline.GroupNames(jobCommands)},
+		{name: "pipeline", run: runPipeline, subcommands: cmdline.GroupNames(pipelineCommands)},
+		{name: "dataset", run: runDataset, subcommands: cmdline.GroupNames(datasetCommands)},
 		{name: "config", run: runConfig, subcommands: []string{"print"}},
 		{name: "bench", run: runBench},
 		{name: "version", run: runVersion},

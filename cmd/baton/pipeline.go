@@ -12,6 +12,7 @@ import (
 	"text/tabwriter"
 
 	"github.com/baton-dev/baton/client"
+	"github.com/baton-dev/baton/internal/cmdline"
 )
 
 const pipelineUsage = `Usage: baton pipeline <command> [flags]
@@ -93,7 +94,7 @@ type (
 // runGroup dispatches to one command of a group.
 func runGroup(ctx context.Context, group, usage string, cmds map[string]func(context.Context, *jobCmd, []string) int,
 	args []string, stdout, stderr io.Writer) int {
-	cmd, code, ok := subcommand(group, usage, slices.Collect(maps.Keys(cmds)), args, stdout, stderr)
+	cmd, code, ok := cmdline.Subcommand(group, usage, slices.Collect(maps.Keys(cmds)), args, stdout, stderr)
 	if !ok {
 		return code
 	}

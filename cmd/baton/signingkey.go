@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/baton-dev/baton/internal/auth"
+	"github.com/baton-dev/baton/internal/cmdline"
 	"github.com/baton-dev/baton/internal/store"
 )
 
@@ -61,7 +62,7 @@ func signingKeyViews(keys []*store.SigningKey) []signingKeyView {
 }
 
 func runSigningKey(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	cmd, code, ok := subcommand("signing-key", signingKeyUsage, signingKeyCommands, args, stdout, stderr)
+	cmd, code, ok := cmdline.Subcommand("signing-key", signingKeyUsage, signingKeyCommands, args, stdout, stderr)
 	if !ok {
 		return code
 	}
@@ -77,7 +78,7 @@ func runSigningKey(ctx context.Context, args []string, stdout, stderr io.Writer)
 	case "retire":
 		force = fs.Bool("force", false, "retire the key even though it signs now (every live token it signed fails)")
 	}
-	pos, code, ok := parseWords(ctx, fs, args[1:])
+	pos, code, ok := cmdline.ParseWords(ctx, fs, args[1:])
 	if !ok {
 		return code
 	}

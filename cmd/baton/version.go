@@ -7,6 +7,8 @@ import (
 	"io"
 	"runtime"
 	"runtime/debug"
+
+	"github.com/baton-dev/baton/internal/cmdline"
 )
 
 // buildInfo is what `baton version` prints.
@@ -52,7 +54,7 @@ func runVersion(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	fs := flag.NewFlagSet("baton version", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	out := registerOutput(fs)
-	if code, ok := parseFlags(ctx, fs, args); !ok {
+	if code, ok := cmdline.ParseFlags(ctx, fs, args); !ok {
 		return code
 	}
 	if fs.NArg() > 0 {
