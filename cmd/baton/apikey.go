@@ -14,6 +14,7 @@ import (
 
 	"github.com/baton-dev/baton/internal/auth"
 	"github.com/baton-dev/baton/internal/cmdline"
+	"github.com/baton-dev/baton/internal/ctl"
 	"github.com/baton-dev/baton/internal/store"
 	"github.com/baton-dev/baton/internal/store/postgres"
 	"github.com/baton-dev/baton/internal/store/sqlite"
@@ -76,14 +77,14 @@ func runAPIKey(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	var sf storeFlags
 	sf.register(fs)
 	var name, tenant *string
-	out := new(outputFormat)
+	out := new(ctl.Output)
 	switch cmd {
 	case "create":
 		name = fs.String("name", "", "name of the key")
 		tenant = fs.String("tenant", auth.DefaultTenant, "tenant the key belongs to")
-		out = registerOutput(fs)
+		out = ctl.RegisterOutput(fs)
 	case "list":
-		out = registerOutput(fs)
+		out = ctl.RegisterOutput(fs)
 	}
 	pos, code, ok := cmdline.ParseWords(ctx, fs, args[1:])
 	if !ok {
@@ -118,7 +119,7 @@ func runAPIKey(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		}
 		v := newAPIKeyView(k)
 		v.Secret = secret
-		err = writeOutput(stdout, *out, v, func() error {
+		err = ctl.WriteOutput(stdout, *out, v, func() error {
 			_, err := fmt.Fprintln(stdout, secret)
 			return err
 		})
@@ -135,7 +136,7 @@ func runAPIKey(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		for i, k := range keys {
 			views[i] = newAPIKeyView(k)
 		}
-		err = writeOutput(stdout, *out, map[string][]apiKeyView{"api_keys": views}, func() error {
+		err = ctl.WriteOutput(stdout, *out, map[string][]apiKeyView{"api_keys": views}, func() error {
 			tw := tabwriter.NewWriter(stdout, 2, 4, 2, ' ', 0)
 			fmt.Fprintln(tw, "ID\tNAME\tTENANT\tPREFIX\tCREATED\tREVOKED")
 			for _, k := range keys {
