@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/baton-dev/baton/internal/auth"
+	"github.com/baton-dev/baton/internal/cmdline"
+	"github.com/baton-dev/baton/internal/ctl"
 	"github.com/baton-dev/baton/internal/store"
 	"github.com/baton-dev/baton/internal/store/postgres"
 	"github.com/baton-dev/baton/internal/store/sqlite"
@@ -66,7 +68,7 @@ func newAPIKeyView(k *store.APIKey) apiKeyView {
 }
 
 func runAPIKey(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	cmd, code, ok := subcommand("apikey", apikeyUsage, apikeyCommands, args, stdout, stderr)
+	cmd, code, ok := cmdline.Subcommand("apikey", apikeyUsage, apikeyCommands, args, stdout, stderr)
 	if !ok {
 		return code
 	}
@@ -75,16 +77,16 @@ func runAPIKey(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	var sf storeFlags
 	sf.register(fs)
 	var name, tenant *string
-	out := new(outputFormat)
+	out := new(ctl.Output)
 	switch cmd {
 	case "create":
 		name = fs.String("name", "", "name of the key")
 		tenant = fs.String("tenant", auth.DefaultTenant, "tenant the key belongs to")
-		out = registerOutput(fs)
+		out = ctl.RegisterOutput(fs)
 	case "list":
-		out = registerOutput(fs)
+		out = ctl.RegisterOutput(fs)
 	}
-	pos, code, ok := parseWords(ctx, fs, args[1:])
+	pos, code, ok := cmdline.ParseWords(ctx, fs, args[1:])
 	if !ok {
 		return code
 	}
@@ -117,7 +119,7 @@ func runAPIKey(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		}
 		v := newAPIKeyView(k)
 		v.Secret = secret
-		err = writeOutput(stdout, *out, v, func() error {
+		err = ctl.WriteOutput(stdout, *out, v, func() error {
 			_, err := fmt.Fprintln(stdout, secret)
 			return err
 		})
@@ -134,7 +136,7 @@ func runAPIKey(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		for i, k := range keys {
 			views[i] = newAPIKeyView(k)
 		}
-		err = writeOutput(stdout, *out, map[string][]apiKeyView{"api_keys": views}, func() error {
+		err = ctl.WriteOutput(stdout, *out, map[string][]apiKeyView{"api_keys": views}, func() error {
 			tw := tabwriter.NewWriter(stdout, 2, 4, 2, ' ', 0)
 			fmt.Fprintln(tw, "ID\tNAME\tTENANT\tPREFIX\tCREATED\tREVOKED")
 			for _, k := range keys {

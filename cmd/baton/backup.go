@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 
 	"github.com/baton-dev/baton/internal/backup"
+	"github.com/baton-dev/baton/internal/cmdline"
 	"github.com/baton-dev/baton/internal/store/sqlite"
 )
 
@@ -24,7 +25,7 @@ func runBackup(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	out := fs.String("out", "", "`FILE` to write the copy of the store to; the data database's goes to FILE"+backup.DataSuffix)
 	dataDir := fs.String("data-dir", "./.baton", "`DIR`, the data directory of the baton dev to back up")
 	force := fs.Bool("force", false, "replace FILE (and FILE"+backup.DataSuffix+") if they exist")
-	if code, ok := parseFlags(ctx, fs, args); !ok {
+	if code, ok := cmdline.ParseFlags(ctx, fs, args); !ok {
 		return code
 	}
 	if fs.NArg() > 0 {
@@ -87,7 +88,7 @@ func runRestore(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	from := fs.String("from", "", "backup `FILE` as baton backup --out wrote it (FILE"+backup.DataSuffix+" beside it is the data database's)")
 	dataDir := fs.String("data-dir", "./.baton", "`DIR`, the data directory to restore into")
 	force := fs.Bool("force", false, "replace the databases already in DIR (what they hold is lost)")
-	if code, ok := parseFlags(ctx, fs, args); !ok {
+	if code, ok := cmdline.ParseFlags(ctx, fs, args); !ok {
 		return code
 	}
 	if fs.NArg() > 0 {

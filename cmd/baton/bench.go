@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/baton-dev/baton/internal/bench"
+	"github.com/baton-dev/baton/internal/cmdline"
 )
 
 const benchUsage = `Usage: baton bench [flags]
@@ -74,7 +75,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	fs.Var(&serverFlags, "server-flag", "`FLAG` passed to the server the bench starts, e.g. --server-flag=--committers=2 (repeatable)")
 	verbose := fs.Bool("verbose", false, "print the server's output and the workers' warnings on stderr")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the server process to this file (go tool pprof FILE)")
-	if code, ok := parseFlags(ctx, fs, args); !ok {
+	if code, ok := cmdline.ParseFlags(ctx, fs, args); !ok {
 		return code
 	}
 	*apiKey = cmp.Or(*apiKey, os.Getenv("BATON_API_KEY")) // not the default: -h would show it

@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/baton-dev/baton/internal/cmdline"
 	"github.com/baton-dev/baton/internal/mtls"
 )
 
@@ -62,7 +63,7 @@ func runCertsDev(ctx context.Context, args []string, stdout, stderr io.Writer) i
 	var hosts hostList
 	flags.Var(&hosts, "host", "DNS name or IP address the server certificate covers; repeat for more (default "+strings.Join(mtls.DefaultDevHosts, ", ")+")")
 	force := flags.Bool("force", false, "replace existing files in --out")
-	if code, ok := parseFlags(ctx, flags, args); !ok {
+	if code, ok := cmdline.ParseFlags(ctx, flags, args); !ok {
 		return code
 	}
 	if flags.NArg() > 0 {

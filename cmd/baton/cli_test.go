@@ -17,6 +17,7 @@ import (
 
 	"github.com/baton-dev/baton/client"
 	"github.com/baton-dev/baton/internal/auth"
+	"github.com/baton-dev/baton/internal/ctl"
 	"github.com/baton-dev/baton/internal/dataset"
 	"github.com/baton-dev/baton/internal/demo"
 	"github.com/baton-dev/baton/internal/pipeline"
@@ -35,7 +36,7 @@ func baton(args ...string) (int, string, string) {
 func decodeAs(t *testing.T, format, out string, into any) {
 	t.Helper()
 	data := []byte(out)
-	if format == outputYAML {
+	if format == ctl.OutputYAML {
 		var v any
 		if err := yaml.Unmarshal(data, &v); err != nil {
 			t.Fatalf("yaml: %v\n%s", err, out)
@@ -77,7 +78,7 @@ func (s *jobTestServer) loadAlerts() {
 		s.t.Fatalf("dataset get: %s", errOut)
 	}
 	var d client.Dataset
-	decodeAs(s.t, outputJSON, out, &d)
+	decodeAs(s.t, ctl.OutputJSON, out, &d)
 	var schema pipeline.Schema
 	if err := json.Unmarshal(d.Schema, &schema); err != nil {
 		s.t.Fatalf("schema %s: %v", d.Schema, err)
@@ -110,23 +111,23 @@ func TestReadCommands_PrintTheAPIObjectAsJSONAndYAML(t *testing.T) {
 			}},
 		{[]string{"job", "get", jobID}, func() any { return new(client.Job) },
 			func(v any) bool { return v.(*client.Job).JobID == jobID && len(v.(*client.Job).Tasks) == 5 }},
-		{[]string{"pipeline", "list"}, func() any { return new(pipelineListing) },
+		{[]string{"pipeline", "list"}, func() any { return new(ctl.PipelineListing) },
 			func(v any) bool {
-				p := v.(*pipelineListing).Pipelines
+				p := v.(*ctl.PipelineListing).Pipelines
 				return len(p) == 1 && p[0].Name == "blocks_demo"
 			}},
 		{[]string{"pipeline", "get", "blocks_demo"}, func() any { return new(client.Pipeline) },
 			func(v any) bool {
 				return v.(*client.Pipeline).Name == "blocks_demo" && len(v.(*client.Pipeline).Jobs) == 7
 			}},
-		{[]string{"pipeline", "versions", "blocks_demo"}, func() any { return new(pipelineVersionListing) },
+		{[]string{"pipeline", "versions", "blocks_demo"}, func() any { return new(ctl.PipelineVersionListing) },
 			func(v any) bool {
-				l := v.(*pipelineVersionListing)
+				l := v.(*ctl.PipelineVersionListing)
 				return len(l.Versions) == 1 && l.Versions[0].Active && l.ActiveVersion == l.Versions[0].Version
 			}},
-		{[]string{"dataset", "list"}, func() any { return new(datasetListing) },
+		{[]string{"dataset", "list"}, func() any { return new(ctl.DatasetListing) },
 			func(v any) bool {
-				for _, d := range v.(*datasetListing).Datasets {
+				for _, d := range v.(*ctl.DatasetListing).Datasets {
 					if d.Name != nil && *d.Name == "alert_events" && d.WriteMode != nil && *d.WriteMode == "buffered" {
 						return true
 					}
@@ -140,13 +141,13 @@ func TestReadCommands_PrintTheAPIObjectAsJSONAndYAML(t *testing.T) {
 				r := v.(*client.RowsPage).Rows
 				return len(r) == 1 && r[0]["dedupe_key"] == "k1" && r[0]["message"] == "two\nlines" && r[0]["block"] == 1.0
 			}},
-		{[]string{"dataset", "dead-letters", "alert_events"}, func() any { return new(deadLetterListing) },
+		{[]string{"dataset", "dead-letters", "alert_events"}, func() any { return new(ctl.DeadLetterListing) },
 			func(v any) bool {
-				return v.(*deadLetterListing).DeadLetters != nil && len(v.(*deadLetterListing).DeadLetters) == 0
+				return v.(*ctl.DeadLetterListing).DeadLetters != nil && len(v.(*ctl.DeadLetterListing).DeadLetters) == 0
 			}},
 	} {
 		var outs [2]any
-		for i, format := range []string{outputJSON, outputYAML} {
+		for i, format := range []string{ctl.OutputJSON, ctl.OutputYAML} {
 			code, out, errOut := s.cli(tc.args[0], tc.args[1], append(tc.args[2:], "-o", format)...)
 			if code != 0 {
 				t.Fatalf("%v -o %s: exit %d: %s", tc.args, format, code, errOut)
@@ -164,7 +165,7 @@ func TestReadCommands_PrintTheAPIObjectAsJSONAndYAML(t *testing.T) {
 		// --output is -o, and --json is -o json.
 		_, long, _ := s.cli(tc.args[0], tc.args[1], append(tc.args[2:], "--output", "json")...)
 		_, alias, _ := s.cli(tc.args[0], tc.args[1], append(tc.args[2:], "--json")...)
-		if !reflect.DeepEqual(generic(t, outputJSON, long), outs[0]) || !reflect.DeepEqual(generic(t, outputJSON, alias), outs[0]) {
+		if !reflect.DeepEqual(generic(t, ctl.OutputJSON, long), outs[0]) || !reflect.DeepEqual(generic(t, ctl.OutputJSON, alias), outs[0]) {
 			t.Errorf("%v: --output json or --json differ from -o json", tc.args)
 		}
 	}
@@ -191,13 +192,13 @@ func TestAPIKeyCommands_CreatePrintsTheSecretAloneAndListPrintsJSONAndYAML(t *te
 	}
 	code, out, errOut := baton("apikey", "create", "--name", "ci2", "--data-dir", dir, "-o", "json")
 	var created apiKeyView
-	if decodeAs(t, outputJSON, out, &created); code != 0 || created.Secret == "" || created.Name != "ci2" || created.Tenant != auth.DefaultTenant {
+	if decodeAs(t, ctl.OutputJSON, out, &created); code != 0 || created.Secret == "" || created.Name != "ci2" || created.Tenant != auth.DefaultTenant {
 		t.Fatalf("create -o json: exit %d %+v %s", code, created, errOut)
 	}
 	if code, _, _ := baton("apikey", "revoke", created.ID, "--data-dir", dir); code != 0 {
 		t.Fatal("revoke")
 	}
-	for _, format := range []string{outputJSON, outputYAML} {
+	for _, format := range []string{ctl.OutputJSON, ctl.OutputYAML} {
 		code, out, errOut := baton("apikey", "list", "--data-dir", dir, "-o", format)
 		var l struct {
 			APIKeys []apiKeyView `json:"api_keys"`
@@ -232,7 +233,7 @@ func TestCreateCommands_PrintOnlyTheNewIDOnStdout(t *testing.T) {
 	}
 	_, got, _ := s.cli("pipeline", "get", "blocks_demo", "-o", "json")
 	var p client.Pipeline
-	decodeAs(t, outputJSON, got, &p)
+	decodeAs(t, ctl.OutputJSON, got, &p)
 	if p.ActiveVersion != strings.TrimSpace(out) {
 		t.Errorf("pipeline deploy printed %q; the active version is %q", out, p.ActiveVersion)
 	}
@@ -240,12 +241,12 @@ func TestCreateCommands_PrintOnlyTheNewIDOnStdout(t *testing.T) {
 	// With -o json they print the created object instead, and nothing else.
 	code, out, _ = s.cli("job", "submit", "-f", jobWriteFile(t, jobExample), "-o", "json")
 	var res client.SubmitJobResponse
-	if decodeAs(t, outputJSON, out, &res); code != 0 || res.TotalTasks != 5 || !strings.HasPrefix(res.JobID, "job-") {
+	if decodeAs(t, ctl.OutputJSON, out, &res); code != 0 || res.TotalTasks != 5 || !strings.HasPrefix(res.JobID, "job-") {
 		t.Errorf("job submit -o json: exit %d, %q", code, out)
 	}
 	code, out, _ = s.cli("pipeline", "deploy", "-f", jobWriteFile(t, demo.PipelineYAML), "-o", "yaml")
 	var again client.Pipeline
-	if decodeAs(t, outputYAML, out, &again); code != 0 || again.Version != p.ActiveVersion || again.Created {
+	if decodeAs(t, ctl.OutputYAML, out, &again); code != 0 || again.Version != p.ActiveVersion || again.Created {
 		t.Errorf("pipeline deploy -o yaml: exit %d, %q", code, out)
 	}
 }
@@ -349,7 +350,7 @@ func TestVersion_PrintsTheBuildInfo(t *testing.T) {
 	if code != 0 || !strings.HasPrefix(out, "baton ") || !strings.Contains(out, runtime.Version()) {
 		t.Errorf("version: exit %d\n%s", code, out)
 	}
-	for _, format := range []string{outputJSON, outputYAML} {
+	for _, format := range []string{ctl.OutputJSON, ctl.OutputYAML} {
 		code, out, _ = baton("version", "-o", format)
 		var b buildInfo
 		if decodeAs(t, format, out, &b); code != 0 || b.Go != runtime.Version() || b.Version == "" || b.Platform != runtime.GOOS+"/"+runtime.GOARCH {

@@ -8,6 +8,7 @@ import (
 	"slices"
 
 	"github.com/baton-dev/baton/internal/completion"
+	"github.com/baton-dev/baton/internal/ctl"
 )
 
 const completionUsage = `Usage: baton completion bash|zsh|fish
@@ -70,8 +71,8 @@ func compFlags(fs *flag.FlagSet) []completion.Flag {
 		if b, ok := f.Value.(interface{ IsBoolFlag() bool }); ok && b.IsBoolFlag() {
 			cf.Value = false
 		}
-		if _, ok := f.Value.(*outputFormat); ok {
-			cf.Values = []string{outputTable, outputJSON, outputYAML}
+		if _, ok := f.Value.(*ctl.Output); ok {
+			cf.Values = []string{ctl.OutputTable, ctl.OutputJSON, ctl.OutputYAML}
 		}
 		_, cf.Usage = flag.UnquoteUsage(f)
 		flags = append(flags, cf)

@@ -14,6 +14,7 @@ import (
 	"os"
 	"strings"
 
+	"github.com/baton-dev/baton/internal/cmdline"
 	"github.com/baton-dev/baton/internal/config"
 )
 
@@ -43,10 +44,10 @@ func withConfigMode(ctx context.Context, m configMode) context.Context {
 	return context.WithValue(ctx, configModeKey{}, m)
 }
 
-// configureFlags parses a serving command's arguments into fs (parseFlags) and completes the flags the
-// command line left alone from the environment and the --config file. Unless ok, the command is
-// to return code at once: help (0), a usage error (2), or a context that only wanted the flag set
-// or the configuration.
+// configureFlags parses a serving command's arguments into fs (cmdline.ParseFlags) and completes
+// the flags the command line left alone from the environment and the --config file. Unless ok,
+// the command is to return code at once: help (0), a usage error (2), or a context that only
+// wanted the flag set or the configuration.
 func configureFlags(ctx context.Context, fs *flag.FlagSet, args []string) (code int, ok bool) {
 	mode, _ := ctx.Value(configModeKey{}).(configMode)
 	lookup := mode.lookupEnv
@@ -54,7 +55,7 @@ func configureFlags(ctx context.Context, fs *flag.FlagSet, args []string) (code 
 		lookup = os.LookupEnv
 	}
 	addConfigFlag(fs)
-	if code, ok := parseFlags(ctx, fs, args); !ok {
+	if code, ok := cmdline.ParseFlags(ctx, fs, args); !ok {
 		return code, false
 	}
 	res, err := config.Apply(fs, lookup, configCommandNames)
@@ -120,7 +121,7 @@ comment. Secrets are shown as REDACTED: passwords and tokens in URLs, --push-sec
 	fs := flag.NewFlagSet("baton config print", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.Usage = func() { fmt.Fprint(stderr, usage) }
-	if code, ok := parseFlags(ctx, fs, args[1:]); !ok {
+	if code, ok := cmdline.ParseFlags(ctx, fs, args[1:]); !ok {
 		return code
 	}
 	if fs.NArg() == 0 {

@@ -13,9 +13,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/baton-dev/baton/client"
 	"github.com/baton-dev/baton/internal/api"
 	"github.com/baton-dev/baton/internal/auth"
+	"github.com/baton-dev/baton/internal/ctl"
 	"github.com/baton-dev/baton/internal/dataplane"
 	"github.com/baton-dev/baton/internal/dataset"
 	"github.com/baton-dev/baton/internal/dispatch"
@@ -69,7 +69,7 @@ func (s *jobTestServer) job(cmd string, args ...string) (int, string, string) {
 	s.t.Helper()
 	var stdout, stderr bytes.Buffer
 	full := append([]string{cmd, "--url", s.url, "--api-key", s.key}, args...)
-	code := runJob(context.Background(), full, &stdout, &stderr)
+	code := ctl.RunJob(context.Background(), full, &stdout, &stderr)
 	return code, stdout.String(), stderr.String()
 }
 
@@ -190,9 +190,9 @@ func TestJobSubmit_PrintsTheJobIDAloneOnStdoutAndTheRootTasksOnStderr(t *testing
 
 // Not parallel: it swaps the package's stdin.
 func TestJobSubmit_DashReadsStdin(t *testing.T) {
-	old := jobStdin
-	jobStdin = strings.NewReader(jobExample)
-	t.Cleanup(func() { jobStdin = old })
+	old := ctl.Stdin
+	ctl.Stdin = strings.NewReader(jobExample)
+	t.Cleanup(func() { ctl.Stdin = old })
 	s := newJobTestServer(t)
 	code, out, errOut := s.job("submit", "-f", "-")
 	if code != 0 || !strings.HasPrefix(out, "job-") {
@@ -227,7 +227,7 @@ func TestJobSubmit_ValidationErrorsArePrintedAndExit1(t *testing.T) {
 func TestJob_MissingAPIKeyNamesTheVariable(t *testing.T) {
 	t.Setenv("BATON_API_KEY", "")
 	var stdout, stderr bytes.Buffer
-	code := runJob(context.Background(), []string{"list", "--url", "http://127.0.0.1:1"}, &stdout, &stderr)
+	code := ctl.RunJob(context.Background(), []string{"list", "--url", "http://127.0.0.1:1"}, &stdout, &stderr)
 	if code != 2 || !strings.Contains(stderr.String(), "BATON_API_KEY") {
 		t.Errorf("exit %d, stderr %q", code, stderr.String())
 	}
@@ -251,7 +251,7 @@ func TestJob_UsageErrorsExit2(t *testing.T) {
 		}
 	}
 	var stdout, stderr bytes.Buffer
-	if code := runJob(context.Background(), nil, &stdout, &stderr); code != 2 || !strings.Contains(stderr.String(), "Usage: baton job") {
+	if code := ctl.RunJob(context.Background(), nil, &stdout, &stderr); code != 2 || !strings.Contains(stderr.String(), "Usage: baton job") {
 		t.Errorf("no command: exit %d, %q", code, stderr.String())
 	}
 }
@@ -398,14 +398,15 @@ func TestJobWatch_ExitsZeroWhenTheJobCompletes(t *testing.T) {
 		t.Fatalf("exit %d: %s\n%s", code, errOut, out)
 	}
 	lines := strings.Split(strings.TrimSpace(out), "\n")
-	// Not a terminal: one line per change, no carriage returns, then the final counts.
+	// Not a terminal: one line per change, no carriage returns, then the final counts. The bar is
+	// 30 cells wide.
 	if strings.Contains(out, "\r") || len(lines) < 3 {
 		t.Fatalf("output:\n%s", out)
 	}
 	if !strings.HasPrefix(lines[0], "[") || !strings.Contains(lines[0], "0/5 done") {
 		t.Errorf("first line %q", lines[0])
 	}
-	if want := "[" + strings.Repeat("=", jobBarWidth) + "] 5/5 done: completed 5"; lines[len(lines)-2] != want {
+	if want := "[" + strings.Repeat("=", 30) + "] 5/5 done: completed 5"; lines[len(lines)-2] != want {
 		t.Errorf("last progress line %q, want %q", lines[len(lines)-2], want)
 	}
 	if want := fmt.Sprintf("job %s completed: completed 5", id); lines[len(lines)-1] != want {
@@ -430,14 +431,5 @@ func TestJobWatch_ExitsOneWhenTheJobFails(t *testing.T) {
 	code, _, errOut = s.job("watch", "job-nope")
 	if code != 1 || !strings.Contains(errOut, "Job not found") {
 		t.Errorf("unknown job: exit %d, %q", code, errOut)
-	}
-}
-
-func TestJobProgressLine_FillsTheBarByState(t *testing.T) {
-	t.Parallel()
-	line := jobProgressLine(&client.Job{Progress: map[string]int{"completed": 1, "failed": 1, "processing": 1, "waiting": 3}})
-	want := "[=====xxxxx>>>>>               ] 2/6 done: waiting 3, processing 1, completed 1, failed 1"
-	if line != want {
-		t.Errorf("got  %q\nwant %q", line, want)
 	}
 }

@@ -9,10 +9,12 @@ import (
 	"os/signal"
 	"syscall"
 
+	"github.com/baton-dev/baton/internal/ctl"
 	"github.com/baton-dev/baton/internal/demo"
 )
 
 func main() {
+	ctl.Version = version // the User-Agent of baton job, pipeline and dataset
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
 	stop()
@@ -85,9 +87,9 @@ func commandTable() []command {
 		{name: "certs", run: runCerts, subcommands: []string{"dev"}},
 		{name: "worker", run: runWorker},
 		{name: "sink", run: runSink},
-		{name: "job", run: runJob, subcommands: groupNames(jobCommands)},
-		{name: "pipeline", run: runPipeline, subcommands: groupNames(pipelineCommands)},
-		{name: "dataset", run: runDataset, subcommands: groupNames(datasetCommands)},
+		{name: "job", run: ctl.RunJob, subcommands: ctl.JobCommands()},
+		{name: "pipeline", run: ctl.RunPipeline, subcommands: ctl.PipelineCommands()},
+		{name: "dataset", run: ctl.RunDataset, subcommands: ctl.DatasetCommands()},
 		{name: "config", run: runConfig, subcommands: []string{"print"}},
 		{name: "bench", run: runBench},
 		{name: "version", run: runVersion},

@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 
+	"github.com/baton-dev/baton/internal/cmdline"
 	"github.com/baton-dev/baton/internal/store/postgres"
 	"github.com/baton-dev/baton/internal/store/sqlite"
 )
@@ -17,7 +18,7 @@ func runMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	fs.SetOutput(stderr)
 	dbURL := fs.String("database-url", "", "PostgreSQL URL (env BATON_DATABASE_URL)")
 	sqlitePath := fs.String("sqlite", "", "migrate this SQLite file instead of PostgreSQL")
-	if code, ok := parseFlags(ctx, fs, args); !ok {
+	if code, ok := cmdline.ParseFlags(ctx, fs, args); !ok {
 		return code
 	}
 	*dbURL = cmp.Or(*dbURL, os.Getenv("BATON_DATABASE_URL")) // not the default: -h would show its password

@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/baton-dev/baton/internal/auth"
+	"github.com/baton-dev/baton/internal/cmdline"
+	"github.com/baton-dev/baton/internal/ctl"
 	"github.com/baton-dev/baton/internal/store"
 )
 
@@ -61,7 +63,7 @@ func signingKeyViews(keys []*store.SigningKey) []signingKeyView {
 }
 
 func runSigningKey(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	cmd, code, ok := subcommand("signing-key", signingKeyUsage, signingKeyCommands, args, stdout, stderr)
+	cmd, code, ok := cmdline.Subcommand("signing-key", signingKeyUsage, signingKeyCommands, args, stdout, stderr)
 	if !ok {
 		return code
 	}
@@ -69,15 +71,15 @@ func runSigningKey(ctx context.Context, args []string, stdout, stderr io.Writer)
 	fs.SetOutput(stderr)
 	var sf storeFlags
 	sf.register(fs)
-	out := new(outputFormat)
+	out := new(ctl.Output)
 	force := new(bool)
 	switch cmd {
 	case "list", "rotate":
-		out = registerOutput(fs)
+		out = ctl.RegisterOutput(fs)
 	case "retire":
 		force = fs.Bool("force", false, "retire the key even though it signs now (every live token it signed fails)")
 	}
-	pos, code, ok := parseWords(ctx, fs, args[1:])
+	pos, code, ok := cmdline.ParseWords(ctx, fs, args[1:])
 	if !ok {
 		return code
 	}
@@ -107,7 +109,7 @@ func runSigningKey(ctx context.Context, args []string, stdout, stderr io.Writer)
 			return fail(err)
 		}
 		views := signingKeyViews(keys)
-		err = writeOutput(stdout, *out, map[string][]signingKeyView{"signing_keys": views}, func() error {
+		err = ctl.WriteOutput(stdout, *out, map[string][]signingKeyView{"signing_keys": views}, func() error {
 			tw := tabwriter.NewWriter(stdout, 2, 4, 2, ' ', 0)
 			fmt.Fprintln(tw, "KID\tCREATED\tRETIRED\tSIGNING")
 			for _, v := range views {
@@ -125,7 +127,7 @@ func runSigningKey(ctx context.Context, args []string, stdout, stderr io.Writer)
 		if err != nil {
 			return fail(err)
 		}
-		if len(views) == 0 && *out == outputTable {
+		if len(views) == 0 && *out == ctl.OutputTable {
 			fmt.Fprintln(stderr, "no signing keys yet: the first token a server issues creates one (or run `baton signing-key rotate`)")
 		}
 	case "rotate":
@@ -142,7 +144,7 @@ func runSigningKey(ctx context.Context, args []string, stdout, stderr io.Writer)
 		if i < 0 {
 			return fail(fmt.Errorf("the new key %s is not in the store", kid))
 		}
-		err = writeOutput(stdout, *out, views[i], func() error {
+		err = ctl.WriteOutput(stdout, *out, views[i], func() error {
 			_, err := fmt.Fprintln(stdout, kid)
 			return err
 		})

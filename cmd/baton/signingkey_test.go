@@ -12,6 +12,7 @@ import (
 	"github.com/golang-jwt/jwt/v5"
 
 	"github.com/baton-dev/baton/internal/auth"
+	"github.com/baton-dev/baton/internal/ctl"
 	"github.com/baton-dev/baton/internal/store"
 	"github.com/baton-dev/baton/internal/store/postgres"
 	"github.com/baton-dev/baton/internal/store/sqlite"
@@ -94,7 +95,7 @@ func testSigningKeyCommands(t *testing.T, db []string, open func() (store.Store,
 		t.Fatal(err)
 	}
 	k1 := kidOf(t, old)
-	if l := list(outputJSON); len(l) != 1 || l[0].KID != k1 || !l[0].Signing || l[0].RetiredAt != nil {
+	if l := list(ctl.OutputJSON); len(l) != 1 || l[0].KID != k1 || !l[0].Signing || l[0].RetiredAt != nil {
 		t.Fatalf("list before rotation: %+v, want %s alone, signing", l, k1)
 	}
 
@@ -109,7 +110,7 @@ func testSigningKeyCommands(t *testing.T, db []string, open func() (store.Store,
 			t.Errorf("rotate: stderr %q does not say %q", errOut, want)
 		}
 	}
-	for _, format := range []string{outputJSON, outputYAML} {
+	for _, format := range []string{ctl.OutputJSON, ctl.OutputYAML} {
 		l := list(format)
 		if len(l) != 2 || l[0].KID != k2 || !l[0].Signing || l[1].KID != k1 || l[1].Signing || l[0].RetiredAt != nil || l[1].RetiredAt != nil {
 			t.Fatalf("list -o %s after rotation: %+v, want %s signing, then %s", format, l, k2, k1)
@@ -142,7 +143,7 @@ func testSigningKeyCommands(t *testing.T, db []string, open func() (store.Store,
 	if code != 1 || !strings.Contains(errOut, "signs now") || !strings.Contains(errOut, "rotate first") || !strings.Contains(errOut, "--force") {
 		t.Fatalf("retire of the signing key: exit %d, %s", code, errOut)
 	}
-	if l := list(outputJSON); !l[0].Signing || l[0].RetiredAt != nil {
+	if l := list(ctl.OutputJSON); !l[0].Signing || l[0].RetiredAt != nil {
 		t.Fatalf("the refused retirement retired %s: %+v", k2, l)
 	}
 
@@ -161,7 +162,7 @@ func testSigningKeyCommands(t *testing.T, db []string, open func() (store.Store,
 	if err := verifies(replica, fresh); err != nil {
 		t.Fatalf("a token of %s after %s was retired: %v", k2, k1, err)
 	}
-	l := list(outputYAML)
+	l := list(ctl.OutputYAML)
 	if len(l) != 2 || l[1].KID != k1 || l[1].RetiredAt == nil || !l[0].Signing {
 		t.Fatalf("list after retire: %+v", l)
 	}
@@ -170,7 +171,7 @@ func testSigningKeyCommands(t *testing.T, db []string, open func() (store.Store,
 	if code, out, errOut := cli("retire", k1); code != 0 || out != "" || !strings.Contains(errOut, "already retired") {
 		t.Errorf("retire %s again: exit %d, stdout %q, stderr %q", k1, code, out, errOut)
 	}
-	if l2 := list(outputJSON); !l2[1].RetiredAt.Equal(*l[1].RetiredAt) {
+	if l2 := list(ctl.OutputJSON); !l2[1].RetiredAt.Equal(*l[1].RetiredAt) {
 		t.Errorf("retiring %s again moved its retirement from %s to %s", k1, l[1].RetiredAt, l2[1].RetiredAt)
 	}
 	if code, _, errOut := cli("retire", "k-nope"); code != 1 || !strings.Contains(errOut, "no signing key k-nope (see `baton signing-key list`)") {
@@ -187,7 +188,7 @@ func testSigningKeyCommands(t *testing.T, db []string, open func() (store.Store,
 	// rotate -o json prints the new key (no secret); --force retires the key that signs now.
 	code, out, _ = cli("rotate", "-o", "json")
 	var k3 signingKeyView
-	if decodeAs(t, outputJSON, out, &k3); code != 0 || !k3.Signing || !strings.HasPrefix(k3.KID, "k-") || k3.RetiredAt != nil {
+	if decodeAs(t, ctl.OutputJSON, out, &k3); code != 0 || !k3.Signing || !strings.HasPrefix(k3.KID, "k-") || k3.RetiredAt != nil {
 		t.Fatalf("rotate -o json: exit %d, %s", code, out)
 	}
 	code, _, errOut = cli("retire", k3.KID, "--force")
@@ -198,7 +199,7 @@ func testSigningKeyCommands(t *testing.T, db []string, open func() (store.Store,
 	if code != 0 || !strings.Contains(errOut, "a new key") {
 		t.Fatalf("retire --force %s: exit %d, %s", k2, code, errOut)
 	}
-	for _, v := range list(outputJSON) {
+	for _, v := range list(ctl.OutputJSON) {
 		if v.Signing || v.RetiredAt == nil {
 			t.Errorf("after retiring every key: %+v", v)
 		}

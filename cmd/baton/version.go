@@ -7,6 +7,9 @@ import (
 	"io"
 	"runtime"
 	"runtime/debug"
+
+	"github.com/baton-dev/baton/internal/cmdline"
+	"github.com/baton-dev/baton/internal/ctl"
 )
 
 // buildInfo is what `baton version` prints.
@@ -51,8 +54,8 @@ func buildInfoFrom(info *debug.BuildInfo, ldflags string) buildInfo {
 func runVersion(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("baton version", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	out := registerOutput(fs)
-	if code, ok := parseFlags(ctx, fs, args); !ok {
+	out := ctl.RegisterOutput(fs)
+	if code, ok := cmdline.ParseFlags(ctx, fs, args); !ok {
 		return code
 	}
 	if fs.NArg() > 0 {
@@ -61,7 +64,7 @@ func runVersion(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	}
 	info, _ := debug.ReadBuildInfo()
 	b := buildInfoFrom(info, version)
-	err := writeOutput(stdout, *out, b, func() error {
+	err := ctl.WriteOutput(stdout, *out, b, func() error {
 		_, err := fmt.Fprintf(stdout, "baton %s\n  commit  %s\n  time    %s\n  go      %s %s\n",
 			b.Version, orUnknown(b.Commit), orUnknown(b.CommitTime), b.Go, b.Platform)
 		return err

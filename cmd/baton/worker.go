@@ -18,6 +18,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/baton-dev/baton/internal/ctl"
 	"github.com/baton-dev/baton/internal/runner"
 	"github.com/baton-dev/baton/internal/wrapper"
 	"github.com/baton-dev/baton/worker"
@@ -68,7 +69,7 @@ func runWorker(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	fs.Var(&tasks, "task", "task `NAME` to run (repeatable; at least one)")
 	execCmd := fs.String("exec", "", "`COMMAND` run with /bin/sh -c once per task, as the child process")
 	internalURL := fs.String("internal-url", "http://127.0.0.1:8081", "URL of the server's /internal/* listener (env BATON_INTERNAL_URL); never given to the child")
-	publicURL := fs.String("url", jobDefaultURL, "public URL of the server, handed to the child as BATON_URL (env BATON_URL)")
+	publicURL := fs.String("url", ctl.DefaultURL, "public URL of the server, handed to the child as BATON_URL (env BATON_URL)")
 	concurrency := fs.Int("concurrency", 1, "tasks run at once")
 	childUser := fs.String("child-user", "nobody", "user the child runs as when the wrapper runs as root (never root)")
 	grace := fs.Duration("grace", runner.DefaultGrace, "time a stopped child's process group has between SIGTERM and SIGKILL")

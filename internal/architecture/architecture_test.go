@@ -25,6 +25,7 @@ var rules = []struct {
 }{
 	{"worker", server, "the worker SDK is linked into every user's worker binary: it carries wire shapes and a client, never the server"},
 	{"client", server, "the producer client is linked into users' programs: it carries wire shapes and a client, never the server"},
+	{"internal/ctl", server, "baton job, pipeline and dataset are a client of the producer API: they speak to it through the public client package only, never the server"},
 	{"internal/wrapper", server, "the exec wrapper (baton worker --exec) runs on worker hosts beside untrusted children: it is built on the worker SDK and links nothing of the server"},
 	{"internal/runner", []string{"internal/", "worker", "client", "wire"}, "the runner only runs a process (for the exec wrapper, bench and chaos): it depends on nothing of Baton's"},
 	{"internal/sink", without(server, "internal/dataset", "internal/sink"), "the sink is its own process (baton sink): it speaks the Buffer Queue's wire shapes to a server and loads the data database, and links nothing of the server"},

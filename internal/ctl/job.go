@@ -1,4 +1,4 @@
-package main
+package ctl
 
 import (
 	"cmp"
@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/baton-dev/baton/client"
+	"github.com/baton-dev/baton/internal/cmdline"
 )
 
 const jobUsage = `Usage: baton job <command> [flags]
@@ -27,14 +28,9 @@ Commands:
   resume ID                              rerun a finished job's failed tasks
   watch ID [--interval 500ms]            follow a job until it finishes (exit 1 unless it completed)
 
-Every command takes --url (env BATON_URL, default ` + jobDefaultURL + `) and
+Every command takes --url (env BATON_URL, default ` + DefaultURL + `) and
 --api-key (env BATON_API_KEY); all but watch take -o table|json|yaml (--json: -o json).
 `
-
-const jobDefaultURL = "http://127.0.0.1:8080"
-
-// jobStdin is what "submit -f -" reads; tests replace it.
-var jobStdin io.Reader = os.Stdin
 
 // jobCommands is the subcommands of `baton job`.
 var jobCommands = map[string]func(context.Context, *jobCmd, []string) int{
@@ -46,8 +42,9 @@ var jobCommands = map[string]func(context.Context, *jobCmd, []string) int{
 	"watch":  jobWatch,
 }
 
-// runJob runs "baton job ...": the producer API from the command line.
-func runJob(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+// RunJob runs "baton job ...": the producer API from the command line. It returns the exit
+// status: 0 success, 1 failure, 2 usage.
+func RunJob(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	return runGroup(ctx, "job", jobUsage, jobCommands, args, stdout, stderr)
 }
 
@@ -57,16 +54,16 @@ type jobCmd struct {
 	group, name    string // "job", "submit"
 	fs             *flag.FlagSet
 	url, key       string
-	out            *outputFormat // -o, when the command has it
+	out            *Output // -o, when the command has it
 	stdout, stderr io.Writer
-	ctx            context.Context // flagSetOf's: hand the flag set over instead of running
+	ctx            context.Context // cmdline.DefinedFlags's: hand the flag set over instead of running
 }
 
 func newJobCmd(ctx context.Context, group, name string, stdout, stderr io.Writer) *jobCmd {
 	c := &jobCmd{group: group, name: name, stdout: stdout, stderr: stderr, ctx: ctx}
 	c.fs = flag.NewFlagSet("baton "+group+" "+name, flag.ContinueOnError)
 	c.fs.SetOutput(stderr)
-	c.fs.StringVar(&c.url, "url", "", "server URL (env BATON_URL, default "+jobDefaultURL+")")
+	c.fs.StringVar(&c.url, "url", "", "server URL (env BATON_URL, default "+DefaultURL+")")
 	// No default shown: the key comes from the environment and must not appear in help text.
 	c.fs.StringVar(&c.key, "api-key", "", "API key (env BATON_API_KEY)")
 	return c
@@ -76,7 +73,7 @@ func newJobCmd(ctx context.Context, group, name string, stdout, stderr io.Writer
 // there are exactly len(names) of the latter. It returns false and the exit code when the command
 // must stop.
 func (c *jobCmd) parse(args []string, names ...string) ([]string, int, bool) {
-	pos, code, ok := parseWords(c.ctx, c.fs, args)
+	pos, code, ok := cmdline.ParseWords(c.ctx, c.fs, args)
 	if !ok {
 		return nil, code, false
 	}
@@ -88,25 +85,6 @@ func (c *jobCmd) parse(args []string, names ...string) ([]string, int, bool) {
 		return nil, c.usageError("expected %s, got %q", want, pos), false
 	}
 	return pos, 0, true
-}
-
-// parseInterleaved parses flags placed before, between or after the positional arguments, and
-// returns the latter.
-func parseInterleaved(fs *flag.FlagSet, args []string) ([]string, error) {
-	var pos []string
-	for {
-		if err := fs.Parse(args); err != nil {
-			return nil, err
-		}
-		rest := fs.Args()
-		if len(rest) == 0 {
-			return pos, nil
-		}
-		if consumed := len(args) - len(rest); consumed > 0 && args[consumed-1] == "--" {
-			return append(pos, rest...), nil // everything after "--" is positional
-		}
-		pos, args = append(pos, rest[0]), rest[1:]
-	}
 }
 
 // usageError is a usage mistake found while running a command: fail prints it and returns 2.
@@ -129,8 +107,8 @@ func (c *jobCmd) client() (*client.Client, int, bool) {
 		fmt.Fprintf(c.stderr, "baton %s %s: no API key: set BATON_API_KEY or pass --api-key\n", c.group, c.name)
 		return nil, 2, false
 	}
-	url := cmp.Or(c.url, os.Getenv("BATON_URL"), jobDefaultURL)
-	return client.New(url, key, client.WithUserAgent("baton-cli/"+version)), 0, true
+	url := cmp.Or(c.url, os.Getenv("BATON_URL"), DefaultURL)
+	return client.New(url, key, client.WithUserAgent("baton-cli/"+Version)), 0, true
 }
 
 // fail prints an error of the API, with every validation failure the server listed, and returns
@@ -168,7 +146,7 @@ func (c *jobCmd) readFile(path, what string) ([]byte, bool) {
 	var body []byte
 	var err error
 	if path == "-" {
-		body, err = io.ReadAll(jobStdin)
+		body, err = io.ReadAll(Stdin)
 	} else {
 		body, err = os.ReadFile(path)
 	}
@@ -181,13 +159,13 @@ func (c *jobCmd) readFile(path, what string) ([]byte, bool) {
 
 // outputFlag defines -o (and --output, --json) on the command's flags.
 func (c *jobCmd) outputFlag() {
-	c.out = registerOutput(c.fs)
+	c.out = RegisterOutput(c.fs)
 }
 
 // print writes v, the API's answer, as -o asks: text prints the table format.
 func (c *jobCmd) print(v any, text func() int) int {
 	code := 0
-	err := writeOutput(c.stdout, *c.out, v, func() error {
+	err := WriteOutput(c.stdout, *c.out, v, func() error {
 		code = text()
 		return nil
 	})

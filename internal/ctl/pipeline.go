@@ -1,4 +1,4 @@
-package main
+package ctl
 
 import (
 	"context"
@@ -12,6 +12,7 @@ import (
 	"text/tabwriter"
 
 	"github.com/baton-dev/baton/client"
+	"github.com/baton-dev/baton/internal/cmdline"
 )
 
 const pipelineUsage = `Usage: baton pipeline <command> [flags]
@@ -24,7 +25,7 @@ Commands:
   versions NAME                    every deployed version, newest first
   rollback NAME [--version V]      make an earlier version active (default: the previous one)
 
-Every command takes --url (env BATON_URL, default ` + jobDefaultURL + `),
+Every command takes --url (env BATON_URL, default ` + DefaultURL + `),
 --api-key (env BATON_API_KEY) and -o table|json|yaml (--json: -o json).
 `
 
@@ -39,7 +40,7 @@ Commands:
   dead-letters NAME                      a buffered dataset's batches that failed every load
   retry NAME ID                          put a dead-lettered batch back on the Buffer Queue
 
-Every command takes --url (env BATON_URL, default ` + jobDefaultURL + `),
+Every command takes --url (env BATON_URL, default ` + DefaultURL + `),
 --api-key (env BATON_API_KEY) and -o table|json|yaml (--json: -o json).
 `
 
@@ -62,30 +63,34 @@ var datasetCommands = map[string]func(context.Context, *jobCmd, []string) int{
 	"retry":        datasetRetry,
 }
 
-// runPipeline runs "baton pipeline ...".
-func runPipeline(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+// RunPipeline runs "baton pipeline ...", and returns the exit status as RunJob does.
+func RunPipeline(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	return runGroup(ctx, "pipeline", pipelineUsage, pipelineCommands, args, stdout, stderr)
 }
 
-// runDataset runs "baton dataset ...".
-func runDataset(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+// RunDataset runs "baton dataset ...", and returns the exit status as RunJob does.
+func RunDataset(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	return runGroup(ctx, "dataset", datasetUsage, datasetCommands, args, stdout, stderr)
 }
 
 // The API's list envelopes, which -o json and yaml print as the API answers them.
 type (
-	pipelineListing struct {
+	// PipelineListing is what `baton pipeline list` prints.
+	PipelineListing struct {
 		Pipelines []client.Pipeline `json:"pipelines"`
 	}
-	pipelineVersionListing struct {
+	// PipelineVersionListing is what `baton pipeline versions` prints.
+	PipelineVersionListing struct {
 		Name          string                   `json:"name"`
 		ActiveVersion string                   `json:"active_version"`
 		Versions      []client.PipelineVersion `json:"versions"`
 	}
-	datasetListing struct {
+	// DatasetListing is what `baton dataset list` prints.
+	DatasetListing struct {
 		Datasets []client.Dataset `json:"datasets"`
 	}
-	deadLetterListing struct {
+	// DeadLetterListing is what `baton dataset dead-letters` prints.
+	DeadLetterListing struct {
 		DeadLetters []client.BufferBatch `json:"dead_letters"`
 	}
 )
@@ -93,7 +98,7 @@ type (
 // runGroup dispatches to one command of a group.
 func runGroup(ctx context.Context, group, usage string, cmds map[string]func(context.Context, *jobCmd, []string) int,
 	args []string, stdout, stderr io.Writer) int {
-	cmd, code, ok := subcommand(group, usage, slices.Collect(maps.Keys(cmds)), args, stdout, stderr)
+	cmd, code, ok := cmdline.Subcommand(group, usage, slices.Collect(maps.Keys(cmds)), args, stdout, stderr)
 	if !ok {
 		return code
 	}
@@ -144,11 +149,11 @@ func pipelineDeploy(ctx context.Context, c *jobCmd, args []string) int {
 }
 
 func pipelineList(ctx context.Context, c *jobCmd, args []string) int {
-	return show(ctx, c, args, nil, func(cl *client.Client, _ []string) (pipelineListing, error) {
+	return show(ctx, c, args, nil, func(cl *client.Client, _ []string) (PipelineListing, error) {
 		ps, err := cl.ListPipelines(ctx)
-		return pipelineListing{Pipelines: ps}, err
+		return PipelineListing{Pipelines: ps}, err
 	},
-		func(ps pipelineListing) int {
+		func(ps PipelineListing) int {
 			tw := tabwriter.NewWriter(c.stdout, 0, 4, 2, ' ', 0)
 			fmt.Fprintln(tw, "NAME\tACTIVE VERSION\tUPDATED")
 			for _, p := range ps.Pipelines {
@@ -188,16 +193,16 @@ func printPipelineJobs(c *jobCmd, w io.Writer, jobs []client.PipelineJob) int {
 }
 
 func pipelineVersions(ctx context.Context, c *jobCmd, args []string) int {
-	return show(ctx, c, args, []string{"NAME"}, func(cl *client.Client, pos []string) (pipelineVersionListing, error) {
+	return show(ctx, c, args, []string{"NAME"}, func(cl *client.Client, pos []string) (PipelineVersionListing, error) {
 		vs, err := cl.PipelineVersions(ctx, pos[0])
-		l := pipelineVersionListing{Name: pos[0], Versions: vs}
+		l := PipelineVersionListing{Name: pos[0], Versions: vs}
 		for _, v := range vs {
 			if v.Active {
 				l.ActiveVersion = v.Version
 			}
 		}
 		return l, err
-	}, func(l pipelineVersionListing) int {
+	}, func(l PipelineVersionListing) int {
 		tw := tabwriter.NewWriter(c.stdout, 0, 4, 2, ' ', 0)
 		fmt.Fprintln(tw, "VERSION\tACTIVE\tDEPLOYED")
 		for _, v := range l.Versions {
@@ -237,11 +242,11 @@ func pipelineRollback(ctx context.Context, c *jobCmd, args []string) int {
 }
 
 func datasetList(ctx context.Context, c *jobCmd, args []string) int {
-	return show(ctx, c, args, nil, func(cl *client.Client, _ []string) (datasetListing, error) {
+	return show(ctx, c, args, nil, func(cl *client.Client, _ []string) (DatasetListing, error) {
 		ds, err := cl.ListDatasets(ctx)
-		return datasetListing{Datasets: ds}, err
+		return DatasetListing{Datasets: ds}, err
 	},
-		func(ds datasetListing) int {
+		func(ds DatasetListing) int {
 			tw := tabwriter.NewWriter(c.stdout, 0, 4, 2, ' ', 0)
 			fmt.Fprintln(tw, "NAME\tDATASET UUID\tCURRENT VERSION\tPRODUCER")
 			for _, d := range ds.Datasets {
@@ -422,10 +427,10 @@ func cellText(v any) string {
 }
 
 func datasetDeadLetters(ctx context.Context, c *jobCmd, args []string) int {
-	return show(ctx, c, args, []string{"NAME"}, func(cl *client.Client, pos []string) (deadLetterListing, error) {
+	return show(ctx, c, args, []string{"NAME"}, func(cl *client.Client, pos []string) (DeadLetterListing, error) {
 		bs, err := cl.BatchDeadLetters(ctx, pos[0])
-		return deadLetterListing{DeadLetters: bs}, err
-	}, func(l deadLetterListing) int {
+		return DeadLetterListing{DeadLetters: bs}, err
+	}, func(l DeadLetterListing) int {
 		bs := l.DeadLetters
 		if len(bs) == 0 {
 			fmt.Fprintln(c.stderr, "no dead-lettered batches")

@@ -1,4 +1,4 @@
-package main
+package ctl
 
 import (
 	"bytes"
@@ -17,27 +17,27 @@ import (
 // the HTTP API answers (a list is the API's envelope, e.g. {"pipelines": [...]}, so that a page's
 // next cursor is part of it).
 const (
-	outputTable = "table"
-	outputJSON  = "json"
-	outputYAML  = "yaml"
+	OutputTable = "table"
+	OutputJSON  = "json"
+	OutputYAML  = "yaml"
 )
 
-// outputFormat is the value of -o / --output.
-type outputFormat string
+// Output is the value of -o / --output.
+type Output string
 
-func (o *outputFormat) String() string { return string(*o) }
+func (o *Output) String() string { return string(*o) }
 
-func (o *outputFormat) Set(v string) error {
+func (o *Output) Set(v string) error {
 	switch v {
-	case outputTable, outputJSON, outputYAML:
-		*o = outputFormat(v)
+	case OutputTable, OutputJSON, OutputYAML:
+		*o = Output(v)
 		return nil
 	}
-	return fmt.Errorf("want %s, %s or %s", outputTable, outputJSON, outputYAML)
+	return fmt.Errorf("want %s, %s or %s", OutputTable, OutputJSON, OutputYAML)
 }
 
 // jsonAlias is --json, the older spelling of -o json.
-type jsonAlias struct{ o *outputFormat }
+type jsonAlias struct{ o *Output }
 
 func (a jsonAlias) String() string   { return "false" }
 func (a jsonAlias) IsBoolFlag() bool { return true }
@@ -48,33 +48,33 @@ func (a jsonAlias) Set(v string) error {
 	case err != nil:
 		return err
 	case b:
-		*a.o = outputJSON
-	case *a.o == outputJSON:
-		*a.o = outputTable
+		*a.o = OutputJSON
+	case *a.o == OutputJSON:
+		*a.o = OutputTable
 	}
 	return nil
 }
 
-// registerOutput defines -o, --output and --json on fs; an unknown format is a flag error, so a
+// RegisterOutput defines -o, --output and --json on fs; an unknown format is a flag error, so a
 // usage error (exit 2).
-func registerOutput(fs *flag.FlagSet) *outputFormat {
-	o := outputFormat(outputTable)
+func RegisterOutput(fs *flag.FlagSet) *Output {
+	o := Output(OutputTable)
 	fs.Var(&o, "o", "output `FORMAT`: table, json or yaml")
 	fs.Var(&o, "output", "output `FORMAT`: table, json or yaml (as -o)")
 	fs.Var(jsonAlias{&o}, "json", "as -o json")
 	return &o
 }
 
-// writeOutput writes v in format: table calls text, json and yaml encode v. YAML is made from
+// WriteOutput writes v in format: table calls text, json and yaml encode v. YAML is made from
 // v's JSON, so that its field names, numbers and order are the JSON ones.
-func writeOutput(w io.Writer, format outputFormat, v any, text func() error) error {
+func WriteOutput(w io.Writer, format Output, v any, text func() error) error {
 	switch format {
-	case outputJSON:
+	case OutputJSON:
 		enc := json.NewEncoder(w)
 		enc.SetIndent("", "  ")
 		enc.SetEscapeHTML(false)
 		return enc.Encode(v)
-	case outputYAML:
+	case OutputYAML:
 		b, err := json.Marshal(v)
 		if err != nil {
 			return err
