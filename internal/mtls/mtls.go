@@ -1,3 +1,5 @@
+// Package mtls makes and loads the certificates of the internal listener's mutual TLS: the
+// server's and clients' TLS configurations, and the development CA and certificates of baton dev.
 package mtls
 
 import (

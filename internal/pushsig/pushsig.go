@@ -1,3 +1,5 @@
+// Package pushsig signs push deliveries and checks their signatures: the headers, the HMAC over
+// timestamp and body, and what a target's secret may be.
 package pushsig
 
 // How Baton authenticates itself to a push target. Each target may have a secret, shared with
