@@ -32,6 +32,7 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	var demoArg demoFlag
 	fs.Var(&demoArg, "demo", "also run an example end to end with real worker processes and mTLS on /internal/* (development certificates made under --data-dir): `--demo` the five-task job example, `--demo pipeline` the pipeline of examples/pipeline")
 	var f serverFlags
+	f.lambdaOnPull = true
 	f.register(fs)
 	f.metricsListen, fs.Lookup("metrics-listen").DefValue = devMetricsListen, devMetricsListen
 	f.metricsOptional = true // an optional listener never stops the dev server

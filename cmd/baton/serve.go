@@ -43,6 +43,9 @@ type serverFlags struct {
 	pushTargets, pushSecrets                             listFlag
 	publicURL                                            string
 	pushTimeout                                          time.Duration
+	// lambdaOnPull hands the tasks of a lambda job whose operator has no push target to pull
+	// workers of its queue (baton dev); otherwise they wait for a target.
+	lambdaOnPull bool
 	groupCommit                                          bool
 	committers                                           int
 	corsOrigins                                          corsFlag
@@ -325,6 +328,9 @@ func serve(ctx context.Context, f *serverFlags, ls *listeners, st store.Store, l
 		Credentials: grant.MinterOptions{RoleARN: f.credentialsRole, Endpoint: f.stsEndpoint, MaxDuration: f.credentialsMaxTTL},
 		Retention:   f.retention.config(),
 		Reconcile:   maintenance.ReconcilerConfig{Every: f.reconcileEvery, Grace: f.reconcileGrace},
+	}
+	if f.lambdaOnPull {
+		cfg.DataPlane.LambdaOnPull = func(op string) bool { _, ok := ls.pushTargets[op]; return !ok }
 	}
 	if f.sink {
 		cfg.Sink = &sink.Config{GC: f.sinkFlags.gc, Workers: f.sinkFlags.workers, Visibility: f.sinkFlags.visibility}

@@ -33,7 +33,7 @@ func (s *Server) deployPipeline(w http.ResponseWriter, r *http.Request) (any, er
 		return nil, request.Errorf(http.StatusUnsupportedMediaType, "Content-Type must be application/yaml or application/json, got %q", ct)
 	}
 	tenant := tenantOf(r)
-	res, err := s.dp.Deploy(r.Context(), tenant, body, ct, s.checkPipelinePushTargets)
+	res, err := s.dp.Deploy(r.Context(), tenant, body, ct)
 	if err != nil {
 		return nil, err
 	}
@@ -41,8 +41,11 @@ func (s *Server) deployPipeline(w http.ResponseWriter, r *http.Request) (any, er
 	if err != nil {
 		return nil, err
 	}
-	out := pipelineView(v)
+	out := s.pipelineView(v)
 	out["version"], out["created"], out["activated"] = res.Version, res.Created, res.Activated
+	if ws := s.pushWarnings(v); len(ws) > 0 {
+		out["warnings"] = ws
+	}
 	if res.Created {
 		return created{out}, nil
 	}
@@ -54,9 +57,15 @@ func pipelineSummary(p *store.Pipeline) map[string]any {
 		"updated_at": snakeTime(p.UpdatedAt)}
 }
 
-func pipelineView(v *dataplane.PipelineView) map[string]any {
+func (s *Server) pipelineView(v *dataplane.PipelineView) map[string]any {
 	out := pipelineSummary(v.Pipeline)
-	out["jobs"] = v.Jobs()
+	jobs := v.Jobs()
+	for i, j := range jobs {
+		if s.lacksPushTarget(j) && !s.dp.LambdaOnPull(j.Operator) {
+			jobs[i].WaitingFor = fmt.Sprintf("a push target for operator %q (baton server --push-target %s=URL)", j.Operator, j.Operator)
+		}
+	}
+	out["jobs"] = jobs
 	return out
 }
 
@@ -79,7 +88,7 @@ func (s *Server) getPipeline(w http.ResponseWriter, r *http.Request) (any, error
 	if err != nil {
 		return nil, err
 	}
-	return pipelineView(v), nil
+	return s.pipelineView(v), nil
 }
 
 // GET /pipelines/{name}/versions
@@ -295,21 +304,32 @@ func runAnswer(res *dataplane.RunSourceResult) any {
 	return out
 }
 
-// checkPipelinePushTargets refuses lambda jobs whose operator has no push target (when the server
-// knows its targets), as checkPushTargets refuses such tasks at submission.
-func (s *Server) checkPipelinePushTargets(doc *pipeline.Document) pipeline.Problems {
-	if s.pushTargets == nil {
-		return nil
+// lacksPushTarget reports whether j is a lambda job whose operator has no push target on this
+// server (false when the server does not know its targets).
+func (s *Server) lacksPushTarget(j dataplane.PipelineJobView) bool {
+	if s.pushTargets == nil || j.Runtime != pipeline.RuntimeLambda {
+		return false
 	}
-	var ps pipeline.Problems
-	for i, j := range doc.Jobs {
-		if j.Runtime != pipeline.RuntimeLambda {
+	_, ok := s.pushTargets[j.Operator]
+	return !ok
+}
+
+// pushWarnings are a deploy answer's warnings about its lambda jobs whose operator has no push
+// target on this server. The deploy stands: whether a document is valid never depends on the
+// replica's flags. Their tasks wait for a target, or, on baton dev, go to pull workers.
+func (s *Server) pushWarnings(v *dataplane.PipelineView) []string {
+	var ws []string
+	for _, j := range v.Jobs() {
+		if !s.lacksPushTarget(j) {
 			continue
 		}
-		if _, ok := s.pushTargets[j.Operator]; !ok {
-			ps = append(ps, pipeline.Problem{Path: fmt.Sprintf("jobs[%d].operator", i),
-				Message: fmt.Sprintf("no push target for operator %q of a lambda job (baton server --push-target %s=URL)", j.Operator, j.Operator)})
+		if s.dp.LambdaOnPull(j.Operator) {
+			ws = append(ws, fmt.Sprintf("job %s: no push target for operator %q: baton dev hands its tasks to pull workers of queue %q instead (baton worker --task %s --queue %s)",
+				j.Name, j.Operator, j.Queue, j.Operator, j.Queue))
+		} else {
+			ws = append(ws, fmt.Sprintf("job %s: no push target for operator %q on this server: its tasks wait, pending, until one is configured (baton server --push-target %s=URL)",
+				j.Name, j.Operator, j.Operator))
 		}
 	}
-	return ps
+	return ws
 }

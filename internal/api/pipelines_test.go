@@ -3,7 +3,9 @@ package api_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -319,17 +321,11 @@ func TestManualAndWebhookSources(t *testing.T) {
 }
 
 // A lambda job's tasks go to the push target of its operator, with their data plane in the
-// envelope; a lambda job whose operator has no target is refused at deploy.
+// envelope.
 func TestLambdaJobsArePushed(t *testing.T) {
 	target := newTestTarget(t, func(d delivery, w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusAccepted) })
 	forEachPushDriver(t, map[string]string{"on_push": target.url}, func(t *testing.T, a *pushAPI) {
 		yaml := []string{"x-api-key", a.key, "Content-Type", "application/yaml"}
-		noTarget := strings.Replace(sourcesPipeline, "operator: on_push", "operator: on_pull", 1)
-		res := a.request("POST", a.public.URL+"/pipelines", noTarget, yaml...)
-		wantStatus(t, res, http.StatusBadRequest)
-		if !strings.Contains(string(res.Raw), `jobs[1].operator: no push target for operator \"on_pull\"`) {
-			t.Errorf("deploy without a target: %s", res.Raw)
-		}
 		wantStatus(t, a.request("POST", a.public.URL+"/pipelines", sourcesPipeline, yaml...), http.StatusCreated)
 		a.startPusher(push.Config{Targets: map[string]string{"on_push": target.url}})
 		hook := a.request("POST", a.public.URL+"/webhooks/github/push", `{"ref": "main"}`, "x-api-key", a.key)
@@ -354,5 +350,55 @@ func TestLambdaJobsArePushed(t *testing.T) {
 		if outs, _ := env["outputs"].([]any); len(outs) != 1 {
 			t.Errorf("outputs %v", env["outputs"])
 		}
+	})
+}
+
+// A lambda job whose operator has no push target deploys, with a warning: whether a document is
+// valid never depends on the flags of the replica that answers. Its tasks wait, pending, with the
+// reason in the task and pipeline views, while the deliverer delivers the tasks it has targets
+// for; a deliverer with a target for the operator then delivers them.
+func TestLambdaJobsWithoutATargetWaitForOne(t *testing.T) {
+	target := newTestTarget(t, func(d delivery, w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusAccepted) })
+	forEachPushDriver(t, map[string]string{"on_push": target.url}, func(t *testing.T, a *pushAPI) {
+		yaml := []string{"x-api-key", a.key, "Content-Type", "application/yaml"}
+		noTarget := strings.Replace(sourcesPipeline, "operator: on_push", "operator: on_pull", 1)
+		res := a.request("POST", a.public.URL+"/pipelines", noTarget, yaml...)
+		wantStatus(t, res, http.StatusCreated)
+		want := `job on_push: no push target for operator "on_pull" on this server: its tasks wait, pending, until one is configured (baton server --push-target on_pull=URL)`
+		if ws, _ := res.Body["warnings"].([]any); len(ws) != 1 || ws[0] != want {
+			t.Fatalf("deploy warnings %v, want [%s]", res.Body["warnings"], want)
+		}
+		waitingFor := `a push target for operator "on_pull" (baton server --push-target on_pull=URL)`
+		view := a.request("GET", a.public.URL+"/pipelines/hooks", nil, "x-api-key", a.key)
+		jobs, _ := view.Body["jobs"].([]any)
+		if len(jobs) != 3 || jobs[1].(map[string]any)["waiting_for"] != waitingFor || jobs[0].(map[string]any)["waiting_for"] != nil {
+			t.Fatalf("pipeline jobs %v: want jobs[1].waiting_for %q and no other", jobs, waitingFor)
+		}
+
+		pusher := a.startPusher(push.Config{Targets: map[string]string{"on_push": target.url}})
+		waiting := a.request("POST", a.public.URL+"/webhooks/github/push", `{"n": 1}`, "x-api-key", a.key)
+		wantStatus(t, waiting, http.StatusCreated)
+		// The next version's on_push job has a target: its task, created later, is delivered
+		// while the first waits.
+		wantStatus(t, a.request("POST", a.public.URL+"/pipelines", sourcesPipeline, yaml...), http.StatusCreated)
+		pushed := a.request("POST", a.public.URL+"/webhooks/github/push", `{"n": 2}`, "x-api-key", a.key)
+		wantStatus(t, pushed, http.StatusCreated)
+		delivered := func(id any) func() bool {
+			return func() bool {
+				return slices.ContainsFunc(target.deliveries(), func(d delivery) bool { return d.str("taskId") == id })
+			}
+		}
+		eventually(t, "the task with a target is delivered", delivered(pushed.Body["task_id"]))
+		if delivered(waiting.Body["task_id"])() {
+			t.Fatal("the task without a target was delivered")
+		}
+		tk := a.request("GET", fmt.Sprintf("%s/jobs/%s/tasks/%s", a.public.URL, waiting.Body["job_id"], waiting.Body["task_id"]), nil, "x-api-key", a.key)
+		if tk.Body["status"] != "pending" || tk.Body["waitingFor"] != waitingFor {
+			t.Fatalf("the waiting task: %s", tk.Raw)
+		}
+
+		pusher.Stop()
+		a.startPusher(push.Config{Targets: map[string]string{"on_push": target.url, "on_pull": target.url}})
+		eventually(t, "the waiting task is delivered once its operator has a target", delivered(waiting.Body["task_id"]))
 	})
 }

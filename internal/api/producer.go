@@ -294,7 +294,7 @@ func (s *Server) getTask(w http.ResponseWriter, r *http.Request) (any, error) {
 			"metrics":    rawOrNull(a.Metrics),
 		}
 	}
-	return map[string]any{
+	out := map[string]any{
 		"jobId":             t.JobID,
 		"taskId":            t.Key,
 		"id":                t.ID,
@@ -321,7 +321,13 @@ func (s *Server) getTask(w http.ResponseWriter, r *http.Request) (any, error) {
 		"lastEventType":     nullable(t.LastEventType),
 		"lastEventAt":       ms(t.LastEventAt),
 		"attempts":          attempts,
-	}, nil
+	}
+	if t.Status == lifecycle.Pending && t.Runtime == "push" && len(t.Route) > 0 && s.pushTargets != nil {
+		if _, ok := s.pushTargets[t.Name]; !ok {
+			out["waitingFor"] = fmt.Sprintf("a push target for operator %q (baton server --push-target %s=URL)", t.Name, t.Name)
+		}
+	}
+	return out, nil
 }
 
 func rawOrNull(b json.RawMessage) json.RawMessage {

@@ -8,6 +8,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -202,15 +203,15 @@ jobs:
 publish:
   taken: {from: {job: src, output: 0}}
 `
-		var once sync.Once
-		_, err := e.dp.Deploy(e.Ctx, tenant, []byte(bufferedDoc("late", map[string]string{"taken": alertSchema})), "application/yaml",
-			func(*pipeline.Document) pipeline.Problems {
-				once.Do(func() {
-					raced.Store(t.Name(), true)
-					e.deploy(tenant, other)
-				})
-				return nil
-			})
+		var fired atomic.Bool // not a sync.Once: the other deploy runs the hook too
+		dataplane.SetAfterDeployCheck(e.dp, func() {
+			if fired.CompareAndSwap(false, true) {
+				raced.Store(t.Name(), true)
+				e.deploy(tenant, other)
+			}
+		})
+		_, err := e.dp.Deploy(e.Ctx, tenant, []byte(bufferedDoc("late", map[string]string{"taken": alertSchema})), "application/yaml")
+		dataplane.SetAfterDeployCheck(e.dp, nil)
 		var v *dispatch.ValidationError
 		if !errors.As(err, &v) || !slices.Equal(v.Errors, []string{`publish.taken: dataset "taken" is already produced by pipeline "other" job "src" output 0`}) {
 			t.Fatalf("a deploy that lost its dataset's name: %v", err)

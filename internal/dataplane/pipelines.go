@@ -77,10 +77,10 @@ const deployAttempts = 3
 // Deploy validates a pipeline document and stores it as the pipeline's active version. Every
 // problem, in the document or against the tenant's other pipelines' datasets, is reported in one
 // dispatch.ValidationError and nothing is stored. The same content deployed again creates no
-// version; if it is an earlier version, it becomes the active one again. The checks, if any, add
-// problems the caller knows of (the push targets the server has, say).
-func (dp *Plane) Deploy(ctx context.Context, tenant string, body []byte, contentType string,
-	checks ...func(*pipeline.Document) pipeline.Problems) (*DeployResult, error) {
+// version; if it is an earlier version, it becomes the active one again. Whether a document is
+// valid depends on the document and the tenant's stored pipelines only, never on the flags of
+// the replica that answers (a lambda job's operator need not have a push target yet).
+func (dp *Plane) Deploy(ctx context.Context, tenant string, body []byte, contentType string) (*DeployResult, error) {
 	if len(body) > MaxPipelineBytes {
 		return nil, &dispatch.InvalidError{Message: fmt.Sprintf("a pipeline document is at most %d bytes", MaxPipelineBytes)}
 	}
@@ -91,7 +91,7 @@ func (dp *Plane) Deploy(ctx context.Context, tenant string, body []byte, content
 	// A deploy that lost a race for one of its datasets (errDeployRaced) or for a dataset's name
 	// (store.ErrConflict) starts over: checked again, it sees what the other deploy stored.
 	for attempt := 1; ; attempt++ {
-		res, err := dp.deploy(ctx, tenant, body, contentType, doc, checks)
+		res, err := dp.deploy(ctx, tenant, body, contentType, doc)
 		raced := errors.Is(err, errDeployRaced) || errors.Is(err, store.ErrConflict)
 		switch {
 		case !raced:
@@ -129,14 +129,13 @@ func (dp *Plane) Deploy(ctx context.Context, tenant string, body []byte, content
 // active while its tables lag behind. The changes were checked under the locks, so nothing in
 // the tables contradicts them; the sink ensures a dataset's table from the store's schema before
 // each load, and deploying the document again makes them too.
-func (dp *Plane) deploy(ctx context.Context, tenant string, body []byte, contentType string, doc *pipeline.Document,
-	checks []func(*pipeline.Document) pipeline.Problems) (*DeployResult, error) {
+func (dp *Plane) deploy(ctx context.Context, tenant string, body []byte, contentType string, doc *pipeline.Document) (*DeployResult, error) {
 	existing, more, err := dp.checkAgainstTenant(ctx, tenant, doc)
 	if err != nil {
 		return nil, err
 	}
-	for _, check := range checks {
-		more = append(more, check(doc)...)
+	if dp.afterDeployCheck != nil {
+		dp.afterDeployCheck()
 	}
 	if len(more) > 0 {
 		return nil, &dispatch.ValidationError{Errors: more.Strings()}
@@ -599,6 +598,9 @@ type PipelineJobView struct {
 	Outputs    []outputSpec   `json:"outputs"`
 	Inputs     []inputSpec    `json:"inputs"`
 	Counts     map[string]int `json:"counts"`
+	// WaitingFor says why the job's tasks do not run, when the server knows: a lambda job whose
+	// operator has no push target. Set by the API, which knows the targets.
+	WaitingFor string `json:"waiting_for,omitempty"`
 }
 
 // Jobs lists the active version's jobs with their outputs' datasets and task counts: routed
@@ -624,6 +626,12 @@ func (v *PipelineView) Jobs() []PipelineJobView {
 		out = append(out, jv)
 	}
 	return out
+}
+
+// LambdaOnPull reports whether a lambda job's tasks of operator op are handed to pull workers
+// (Config.LambdaOnPull).
+func (dp *Plane) LambdaOnPull(op string) bool {
+	return dp.cfg.LambdaOnPull != nil && dp.cfg.LambdaOnPull(op)
 }
 
 // GetPipeline returns a tenant's pipeline with its active version.

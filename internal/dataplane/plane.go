@@ -21,6 +21,11 @@ type Config struct {
 	// Tables creates buffered datasets' tables when a pipeline is deployed; nil creates none.
 	Tables DatasetTables
 	Buffer BufferConfig
+	// LambdaOnPull, when set, says whether the tasks of a lambda job whose operator is op are
+	// handed to pull workers of the job's queue instead of being pushed. baton dev sets it to
+	// "op has no push target", so that a fresh dev server runs every lambda job; a server leaves
+	// it nil, and such tasks wait, pending, for a push target.
+	LambdaOnPull func(op string) bool
 }
 
 // Plane is the data plane of one server over its dispatcher.
@@ -34,6 +39,9 @@ type Plane struct {
 	// routing is signalled by a transaction that queued dataset events for the router; sinks by
 	// one that queued a buffered batch for the sinks.
 	routing, sinks dispatch.Signal
+	// afterDeployCheck, when set, runs once a deploy's document has been checked against the
+	// tenant's pipelines, before anything is written: tests race another deploy there.
+	afterDeployCheck func()
 }
 
 // New returns the data plane over d and makes it d's hook, so that the dataset events and

@@ -112,10 +112,11 @@ func (s *pipelineSpec) datasetUUIDs() []string {
 	return out
 }
 
-// taskRuntime is how the job's tasks are run: "push" to a push target for lambda jobs, else
-// "pull" (by workers, or by the server itself for dispatcher jobs, on their reserved queue).
-func (j *jobSpec) taskRuntime() string {
-	if j.Runtime == pipeline.RuntimeLambda {
+// taskRuntime is how the job's tasks are run: "push" to a push target for lambda jobs (unless
+// onPull hands the operator's to pull workers: Config.LambdaOnPull), else "pull" (by workers, or
+// by the server itself for dispatcher jobs, on their reserved queue).
+func (j *jobSpec) taskRuntime(onPull func(op string) bool) string {
+	if j.Runtime == pipeline.RuntimeLambda && (onPull == nil || !onPull(j.Operator)) {
 		return "push"
 	}
 	return "pull"

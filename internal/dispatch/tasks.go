@@ -104,16 +104,27 @@ func (d *Dispatcher) ClaimNext(ctx context.Context, p ClaimNextParams) (got []*C
 	return claims, err
 }
 
-// ClaimPush claims up to limit ready push tasks, of any queue, for the server's push dispatcher,
-// which then delivers each to its target. It returns no claims, and no error, when none is ready.
-func (d *Dispatcher) ClaimPush(ctx context.Context, workerID string, limit int) ([]*Claim, error) {
+// ClaimPushParams is the input of ClaimPush and ClaimPushWait.
+type ClaimPushParams struct {
+	WorkerID string
+	Limit    int // at most this many claims; 0 is 1
+	// Targets are the task names the deliverer has a push target for: a pipeline task whose name
+	// is not among them is not claimed but waits, pending, for a deliverer that has one
+	// (store.TaskListReadyPushIDsParams).
+	Targets []string
+}
+
+// ClaimPush claims up to p.Limit ready push tasks, of any queue, for the server's push
+// dispatcher, which then delivers each to its target. It returns no claims, and no error, when
+// none is ready.
+func (d *Dispatcher) ClaimPush(ctx context.Context, p ClaimPushParams) ([]*Claim, error) {
 	var claims []*Claim
 	err := d.update(ctx, store.LockSet{}, func(tx store.Tx, c *changes) error {
-		ids, err := tx.TaskListReadyPushIDs(ctx, c.now, cmpOr(limit, 1))
+		ids, err := tx.TaskListReadyPushIDs(ctx, store.TaskListReadyPushIDsParams{Now: c.now, Limit: cmpOr(p.Limit, 1), Targets: p.Targets})
 		if err != nil {
 			return err
 		}
-		claims, err = d.claim(ctx, tx, c, ids, workerID, "push")
+		claims, err = d.claim(ctx, tx, c, ids, p.WorkerID, "push")
 		return err
 	})
 	d.countClaims(claims, err)

@@ -23,10 +23,10 @@ func (d *Dispatcher) ClaimWait(ctx context.Context, p ClaimNextParams, maxWait t
 }
 
 // ClaimPushWait is ClaimPush as a long poll, as ClaimWait is ClaimNext's.
-func (d *Dispatcher) ClaimPushWait(ctx context.Context, workerID string, limit int, maxWait time.Duration) ([]*Claim, error) {
+func (d *Dispatcher) ClaimPushWait(ctx context.Context, p ClaimPushParams, maxWait time.Duration) ([]*Claim, error) {
 	return d.claimWait(ctx, maxWait,
-		func() ([]*Claim, error) { return d.ClaimPush(ctx, workerID, limit) },
-		func() (time.Time, bool, error) { return d.store.TaskNextPushAvailableAt(ctx) })
+		func() ([]*Claim, error) { return d.ClaimPush(ctx, p) },
+		func() (time.Time, bool, error) { return d.store.TaskNextPushAvailableAt(ctx, p.Targets) })
 }
 
 // claimWait calls claim until it claims something or maxWait passes, sleeping in between until a

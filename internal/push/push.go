@@ -6,7 +6,9 @@
 // target configured for the task's name. A 2xx answer means the target took the task: it then
 // reports through the callback or task-scoped dialect with the envelope's task token, like any
 // worker. Anything else fails the attempt through the core's retry rule, so the dispatcher owns
-// every retry (the target's own retries should be off).
+// every retry (the target's own retries should be off). A task of a pipeline's lambda job whose
+// name has no target here is not claimed: it waits, pending, for a deliverer that has one (a plain
+// job's task without a target is claimed and fails as CONFIGURATION: its submission was checked).
 //
 // A target with a secret (Config.Secrets) gets it as a bearer token, and each delivery is signed
 // over its timestamp and exact body (internal/pushsig's Sign; the worker SDK's VerifyPushRequest
@@ -25,6 +27,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/url"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -91,6 +94,7 @@ type Deliverer struct {
 	client  *http.Client
 	ownTr   *http.Transport // the default client's transport, closed on Stop
 	targets map[string]pushTarget
+	names   []string      // of targets, sorted: a pipeline task of another name waits for a target
 	slots   chan struct{} // one token per delivery in flight
 
 	inflight sync.WaitGroup
@@ -125,7 +129,9 @@ func New(d *dispatch.Dispatcher, cfg Config) *Deliverer {
 	for name, raw := range cfg.Targets {
 		secret, signed := cfg.Secrets[name]
 		p.targets[name] = parsePushTarget(raw, secret, signed)
+		p.names = append(p.names, name)
 	}
+	slices.Sort(p.names)
 	return p
 }
 
@@ -178,7 +184,7 @@ func (p *Deliverer) run(ctx context.Context) {
 		if !ok {
 			return
 		}
-		claims, err := p.d.ClaimPushWait(ctx, p.cfg.WorkerID, n, pushMaxWait)
+		claims, err := p.d.ClaimPushWait(ctx, dispatch.ClaimPushParams{WorkerID: p.cfg.WorkerID, Limit: n, Targets: p.names}, pushMaxWait)
 		if err != nil {
 			claims = nil // the transaction did not commit
 		}

@@ -62,8 +62,9 @@ type TaskReader interface {
 	TaskListDue(ctx context.Context, now time.Time, limit int) ([]string, error)
 	// TaskNextAvailableAt is the earliest time a pending pull task of the queues becomes claimable.
 	TaskNextAvailableAt(ctx context.Context, queues []string) (t time.Time, ok bool, err error)
-	// TaskNextPushAvailableAt is the earliest time a pending push task becomes claimable.
-	TaskNextPushAvailableAt(ctx context.Context) (t time.Time, ok bool, err error)
+	// TaskNextPushAvailableAt is the earliest time a pending push task that a deliverer with
+	// targets may list (TaskListReadyPushIDsParams.Targets) becomes claimable.
+	TaskNextPushAvailableAt(ctx context.Context, targets []string) (t time.Time, ok bool, err error)
 	// TaskReadyCounts counts, per queue, the pull tasks that have been claimable since before.
 	TaskReadyCounts(ctx context.Context, before time.Time) (map[string]int, error)
 	// TaskListOldestReady lists up to p.Limit pull tasks of p.Queue claimable since p.Before,
@@ -98,8 +99,9 @@ type TaskWriter interface {
 	// TaskListReadyIDs selects up to p.Limit claimable pull tasks of p.Queue (pending, available at
 	// or before p.Now), highest priority first, skipping rows another transaction has locked.
 	TaskListReadyIDs(ctx context.Context, p TaskListReadyIDsParams) ([]string, error)
-	// TaskListReadyPushIDs is TaskListReadyIDs for push tasks, of every queue.
-	TaskListReadyPushIDs(ctx context.Context, now time.Time, limit int) ([]string, error)
+	// TaskListReadyPushIDs is TaskListReadyIDs for push tasks, of every queue, that a deliverer
+	// with p.Targets may deliver.
+	TaskListReadyPushIDs(ctx context.Context, p TaskListReadyPushIDsParams) ([]string, error)
 	// TaskClaim is the only way into running (docs/lifecycle.md#claim): pending and available →
 	// running with attempt+1, the given lease token, a lease of the task's heartbeat timeout, and
 	// its execution deadline. ok is false, and nothing changes, when the task is not claimable.

@@ -437,6 +437,17 @@ type TaskListReadyIDsParams struct {
 	Limit int
 }
 
+// TaskListReadyPushIDsParams is the input of Tx.TaskListReadyPushIDs.
+type TaskListReadyPushIDsParams struct {
+	Now   time.Time // only tasks available at or before Now
+	Limit int
+	// Targets are the task names the deliverer has a push target for. A task of a pipeline job
+	// (one with a Route) is listed only when its name is among them: without a target it stays
+	// pending until a deliverer has one. A task of a plain job is listed whatever its name: its
+	// submission was checked against the targets, and a deliverer without one fails it.
+	Targets []string
+}
+
 // Attempt is one execution of a task.
 type Attempt struct {
 	TaskID     string

@@ -263,9 +263,10 @@ func (q q) TaskNextAvailableAt(ctx context.Context, queues []string) (time.Time,
 }
 
 // TaskNextPushAvailableAt implements store.Reader.
-func (q q) TaskNextPushAvailableAt(ctx context.Context) (time.Time, bool, error) {
+func (q q) TaskNextPushAvailableAt(ctx context.Context, targets []string) (time.Time, bool, error) {
 	var at sql.NullInt64
-	err := q.queryRow(ctx, `SELECT min(available_at) FROM tasks WHERE status = 'pending' AND runtime = 'push'`+notAtCap).Scan(&at)
+	deliverable, args := pushDeliverable(targets, 1)
+	err := q.queryRow(ctx, `SELECT min(available_at) FROM tasks WHERE status = 'pending' AND runtime = 'push'`+deliverable+notAtCap, args...).Scan(&at)
 	if err != nil {
 		return time.Time{}, false, fmt.Errorf("next push available: %w", err)
 	}
@@ -422,14 +423,30 @@ func (t *tx) TaskListReadyIDs(ctx context.Context, p store.TaskListReadyIDsParam
 }
 
 // TaskListReadyPushIDs implements store.Tx.
-func (t *tx) TaskListReadyPushIDs(ctx context.Context, now time.Time, limit int) ([]string, error) {
+func (t *tx) TaskListReadyPushIDs(ctx context.Context, p store.TaskListReadyPushIDsParams) ([]string, error) {
+	deliverable, args := pushDeliverable(p.Targets, 3)
 	ids, err := t.ids(ctx, `SELECT id FROM tasks WHERE status = 'pending' AND runtime = 'push'
-		AND available_at <= $1`+notAtCap+` ORDER BY priority DESC, available_at, seq LIMIT $2`+t.d.LockSkip,
-		now.UnixMilli(), limit)
+		AND available_at <= $1`+deliverable+notAtCap+` ORDER BY priority DESC, available_at, seq LIMIT $2`+t.d.LockSkip,
+		append([]any{p.Now.UnixMilli(), p.Limit}, args...)...)
 	if err != nil {
 		return nil, fmt.Errorf("ready push tasks: %w", err)
 	}
 	return ids, nil
+}
+
+// pushDeliverable is the condition that keeps the push tasks a deliverer with targets may
+// deliver (store.TaskListReadyPushIDsParams), with its arguments, numbered from first.
+func pushDeliverable(targets []string, first int) (string, []any) {
+	if len(targets) == 0 {
+		return ` AND route IS NULL`, nil
+	}
+	marks := make([]string, len(targets))
+	args := make([]any, len(targets))
+	for i, name := range targets {
+		marks[i] = "$" + strconv.Itoa(first+i)
+		args[i] = name
+	}
+	return ` AND (route IS NULL OR name IN (` + strings.Join(marks, ", ") + `))`, args
 }
 
 // TaskClaim implements store.Tx. The WHERE clause is the fence: of two claims racing for one

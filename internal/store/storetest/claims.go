@@ -57,6 +57,61 @@ func testReadyTaskIDsFilterAndOrder(t *testing.T, st store.Store) {
 	checkIDs(t, "unknown queue", readyIDs(t, st, "q3", t0, 100), nil)
 }
 
+// A deliverer lists the ready push tasks of plain jobs whatever their name, and those of pipeline
+// jobs only when it has a target for their name; the next available time follows the same rule,
+// so that a deliverer without a target does not wake for a task it cannot take.
+func testReadyPushTasksWaitForATarget(t *testing.T, st store.Store) {
+	job := newJob("tenant")
+	mk := func(key, name, runtime string, routed bool, avail time.Duration) *store.Task {
+		tk := newTask(job.ID, key)
+		tk.Name, tk.Runtime, tk.AvailableAt = name, runtime, at(avail)
+		if routed {
+			tk.Route = json.RawMessage(`{"job":{"dag_name":"d","name":"j","pipeline_version":"v1"},"inputs":[],"outputs":[]}`)
+		}
+		return tk
+	}
+	ts := seed(t, st, job,
+		mk("plain", "resize", "push", false, -3*time.Second),
+		mk("routed", "resize", "push", true, -2*time.Second),
+		mk("other", "thumbnail", "push", true, -4*time.Second),
+		mk("pull", "resize", "pull", true, -5*time.Second), // never a push deliverer's
+	)
+	list := func(targets ...string) []string {
+		var ids []string
+		inTx(t, st, func(tx store.Tx) error {
+			var err error
+			ids, err = tx.TaskListReadyPushIDs(t.Context(), store.TaskListReadyPushIDsParams{Now: t0, Limit: 10, Targets: targets})
+			return err
+		})
+		return ids
+	}
+	id := func(keys ...string) []string {
+		var out []string
+		for _, k := range keys {
+			out = append(out, ts[k].ID)
+		}
+		return out
+	}
+	checkIDs(t, "no targets", list(), id("plain"))
+	checkIDs(t, "resize", list("resize"), id("plain", "routed"))
+	checkIDs(t, "both", list("resize", "thumbnail"), id("other", "plain", "routed"))
+	checkIDs(t, "unknown", list("crop"), id("plain"))
+
+	next := func(targets ...string) time.Time {
+		when, ok, err := st.TaskNextPushAvailableAt(t.Context(), targets)
+		if err != nil || !ok {
+			t.Fatalf("next push available with targets %q: %v, %v", targets, ok, err)
+		}
+		return when
+	}
+	if got := next(); !got.Equal(at(-3 * time.Second)) {
+		t.Errorf("next push available without targets = %v, want the plain task's %v", got, at(-3*time.Second))
+	}
+	if got := next("thumbnail"); !got.Equal(at(-4 * time.Second)) {
+		t.Errorf("next push available for thumbnail = %v, want %v", got, at(-4*time.Second))
+	}
+}
+
 func testClaimTaskTakesLease(t *testing.T, st store.Store) {
 	ctx := t.Context()
 	job := newJob("tenant")

@@ -41,6 +41,7 @@ func Run(t *testing.T, open func(t testing.TB) store.Store) {
 
 		// Claims (claims.go): ready ids, claiming, leases, fences, batches, the reaper's due tasks.
 		{"ReadyTaskIDsFilterAndOrder", testReadyTaskIDsFilterAndOrder},
+		{"ReadyPushTasksWaitForATarget", testReadyPushTasksWaitForATarget},
 		{"ClaimTaskTakesLease", testClaimTaskTakesLease},
 		{"ClaimTaskNotClaimable", testClaimTaskNotClaimable},
 		{"ClaimTaskRaceHasOneWinner", testClaimTaskRaceHasOneWinner},
