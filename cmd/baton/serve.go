@@ -46,9 +46,9 @@ type serverFlags struct {
 	// lambdaOnPull hands the tasks of a lambda job whose operator has no push target to pull
 	// workers of its queue (baton dev); otherwise they wait for a target.
 	lambdaOnPull bool
-	groupCommit                                          bool
-	committers                                           int
-	corsOrigins                                          corsFlag
+	groupCommit  bool
+	committers   int
+	corsOrigins  corsFlag
 	// Buffered datasets: object storage, the data database and the in-process sink.
 	blobURL, dataDatabaseURL string
 	// Task credentials minted on an s3:// store through its STS.

@@ -209,12 +209,25 @@ func TestParseWhere(t *testing.T) {
 
 func TestWaiting(t *testing.T) {
 	w := request.NewWaiting(2)
-	if !w.Acquire("a") || !w.Acquire("a") || w.Acquire("a") || !w.Acquire("b") || w.Max() != 2 {
-		t.Fatal("a cap of 2 per key")
+	// Each acquire in order, with what it must answer: the calls have effects, so no expression
+	// may fold two of them into one.
+	for i, want := range []struct {
+		key string
+		ok  bool
+	}{{"a", true}, {"a", true}, {"a", false}, {"b", true}} {
+		if got := w.Acquire(want.key); got != want.ok {
+			t.Fatalf("acquire %d of %q = %v, want %v: a cap of 2 per key", i, want.key, got, want.ok)
+		}
+	}
+	if w.Max() != 2 {
+		t.Fatalf("Max() = %d, want 2", w.Max())
 	}
 	w.Release("a")
-	if !w.Acquire("a") || w.Acquire("a") {
-		t.Fatal("a released place is taken again, once")
+	if got := w.Acquire("a"); !got {
+		t.Fatal("a released place is not taken again")
+	}
+	if got := w.Acquire("a"); got {
+		t.Fatal("a released place is taken twice")
 	}
 	for _, max := range []int{0, -1} {
 		w := request.NewWaiting(max)
