@@ -145,6 +145,9 @@ type TaskJob struct {
 	Version string  `json:"pipeline_version,omitempty"`
 	// IdleTimeoutSeconds is a pipeline job's idle_timeout (see PipelineJob).
 	IdleTimeoutSeconds *float64 `json:"idle_timeout_seconds,omitempty"`
+	// UpdateStrategy and UniqueKey are a pipeline job's (see PipelineJob).
+	UpdateStrategy string   `json:"update_strategy,omitempty"`
+	UniqueKey      []string `json:"unique_key,omitempty"`
 }
 
 // ParentOutput is the output of one parent of a task of a submitted job.

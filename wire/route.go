@@ -20,6 +20,10 @@ type PipelineJob struct {
 	// IdleTimeoutSeconds is the job's idle_timeout: how long a worker of its queue stays with
 	// nothing to claim before it exits (0: as soon as the queue is empty). Absent: it stays.
 	IdleTimeoutSeconds *float64 `json:"idle_timeout_seconds,omitempty"`
+	// UpdateStrategy is the job's update_strategy, "append" or "replace" ("" when it sets none),
+	// and UniqueKey its unique_key: the columns an append job's rows are deduplicated on.
+	UpdateStrategy string   `json:"update_strategy,omitempty"`
+	UniqueKey      []string `json:"unique_key,omitempty"`
 }
 
 // DatasetInput is a dataset a task reads: input InputIndex of its job. The input whose event

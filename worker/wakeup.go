@@ -126,7 +126,8 @@ func (a internalClaimAnswer) claimAnswer(taskID, queue string) claimAnswer {
 		if j.DAGName != nil {
 			dag = *j.DAGName
 		}
-		c.Job = &PipelineJob{DAGName: dag, Name: j.Name, Version: j.Version, IdleTimeoutSeconds: j.IdleTimeoutSeconds}
+		c.Job = &PipelineJob{DAGName: dag, Name: j.Name, Version: j.Version, IdleTimeoutSeconds: j.IdleTimeoutSeconds,
+			UpdateStrategy: j.UpdateStrategy, UniqueKey: j.UniqueKey}
 		c.Operator, c.Outputs, c.Trigger = task.Operator, task.Outputs, task.Trigger
 		var inputs []DatasetInput
 		_ = json.Unmarshal(task.Inputs, &inputs)

@@ -121,7 +121,7 @@ func Task(t *store.Task, job dispatch.JobRef, route *wire.Route, deps map[string
 	if r := route; r != nil {
 		// A pipeline task: its inputs are the datasets it reads, and it has outputs.
 		out.Job = wire.TaskJob{JobID: job.ID, DAGName: &r.Job.DAGName, Name: r.Job.Name, Version: r.Job.Version,
-			IdleTimeoutSeconds: r.Job.IdleTimeoutSeconds}
+			IdleTimeoutSeconds: r.Job.IdleTimeoutSeconds, UpdateStrategy: r.Job.UpdateStrategy, UniqueKey: r.Job.UniqueKey}
 		out.Config = rawOrNull(t.Input)
 		inputs, out.Outputs = r.Inputs, &r.Outputs
 		if len(r.Trigger) > 0 {

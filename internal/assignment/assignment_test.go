@@ -2,6 +2,7 @@ package assignment_test
 
 import (
 	"encoding/json"
+	"reflect"
 	"slices"
 	"testing"
 	"time"
@@ -31,7 +32,9 @@ func claim(route *wire.Route) assignment.Assignment {
 // outputs, and for a pipeline task the same route.
 func TestEveryDialectRendersTheSameClaim(t *testing.T) {
 	in := int64(5)
-	route := &wire.Route{Job: wire.PipelineJob{DAGName: "alerts", Name: "scan", Version: "v3"},
+	idle := 300.0
+	route := &wire.Route{Job: wire.PipelineJob{DAGName: "alerts", Name: "scan", Version: "v3", IdleTimeoutSeconds: &idle,
+		UpdateStrategy: "append", UniqueKey: []string{"dedupe_key", "channel"}},
 		Inputs:  []wire.DatasetInput{{InputIndex: 0, DatasetUUID: "ds-in", DatasetVersion: "1", Cursor: &in}},
 		Outputs: []wire.DatasetOutput{{OutputIndex: 0, DatasetUUID: "ds-out", DatasetVersion: "1", WriteMode: "buffered"}},
 		Trigger: json.RawMessage(`{"kind":"manual"}`)}
@@ -74,7 +77,8 @@ func TestEveryDialectRendersTheSameClaim(t *testing.T) {
 			!slices.EqualFunc(*s.Inputs, route.Inputs, sameInput) || !slices.EqualFunc(p.Inputs, route.Inputs, sameInput) {
 			t.Errorf("inputs differ: internal %s, stream %+v, push %+v", task.Inputs, *s.Inputs, p.Inputs)
 		}
-		if *s.Job != route.Job || *p.Job != route.Job || task.Job.Name != "scan" || task.Job.Version != "v3" || *task.Job.DAGName != "alerts" {
+		if !reflect.DeepEqual(*s.Job, route.Job) || !reflect.DeepEqual(*p.Job, route.Job) || task.Job.Name != "scan" || task.Job.Version != "v3" || *task.Job.DAGName != "alerts" ||
+			*task.Job.IdleTimeoutSeconds != idle || task.Job.UpdateStrategy != "append" || !slices.Equal(task.Job.UniqueKey, route.Job.UniqueKey) {
 			t.Errorf("pipeline job differs: stream %+v, push %+v, internal %+v", s.Job, p.Job, task.Job)
 		}
 		if len(*s.Outputs) != 1 || len(*task.Outputs) != 1 || len(p.Outputs) != 1 {

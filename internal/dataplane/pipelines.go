@@ -424,7 +424,8 @@ func buildSpec(tenant string, doc *pipeline.Document, byProducer map[string]*sto
 	for _, j := range doc.Jobs {
 		js := &jobSpec{Name: j.Name, Activation: j.Activation, Runtime: j.Runtime, Operator: j.Operator, Queue: j.Queue,
 			Strategy: j.ExecutionStrategy, Priority: j.Priority, MaxAttempts: j.MaxAttempts, TimeoutSeconds: j.TimeoutSeconds,
-			HeartbeatTimeoutSeconds: j.HeartbeatTimeoutSeconds, Config: j.Config, Secrets: j.Secrets}
+			HeartbeatTimeoutSeconds: j.HeartbeatTimeoutSeconds, Config: j.Config, Secrets: j.Secrets,
+			UpdateStrategy: j.UpdateStrategy, UniqueKey: j.UniqueKey}
 		if j.IdleTimeout != nil {
 			secs := time.Duration(*j.IdleTimeout).Seconds()
 			js.IdleTimeoutSeconds = &secs

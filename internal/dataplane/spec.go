@@ -34,12 +34,15 @@ type jobSpec struct {
 	TimeoutSeconds          int    `json:"timeout_seconds,omitempty"`
 	HeartbeatTimeoutSeconds int    `json:"heartbeat_timeout_seconds,omitempty"`
 	// IdleTimeoutSeconds is the job's idle_timeout, nil for never; its tasks' claims carry it.
-	IdleTimeoutSeconds *float64        `json:"idle_timeout_seconds,omitempty"`
-	MaxConcurrency     int             `json:"max_concurrency,omitempty"`
-	Config             json.RawMessage `json:"config"`
-	SourceKind         string          `json:"source_kind,omitempty"`
-	Schedule           string          `json:"schedule,omitempty"`
-	WebhookPath        string          `json:"webhook_path,omitempty"`
+	IdleTimeoutSeconds *float64 `json:"idle_timeout_seconds,omitempty"`
+	// UpdateStrategy and UniqueKey are the job's; its tasks' claims carry them.
+	UpdateStrategy string          `json:"update_strategy,omitempty"`
+	UniqueKey      []string        `json:"unique_key,omitempty"`
+	MaxConcurrency int             `json:"max_concurrency,omitempty"`
+	Config         json.RawMessage `json:"config"`
+	SourceKind     string          `json:"source_kind,omitempty"`
+	Schedule       string          `json:"schedule,omitempty"`
+	WebhookPath    string          `json:"webhook_path,omitempty"`
 	// Secrets are the names of the secrets the job's tasks need; shown, not yet delivered.
 	Secrets []string     `json:"secrets,omitempty"`
 	Inputs  []inputSpec  `json:"inputs"`
@@ -133,7 +136,8 @@ func (j *jobSpec) taskQueue() string {
 // route builds the route of a task of j: started by event e on input fired (e nil, fired -1: a
 // source task, with trigger describing what started it).
 func (j *jobSpec) route(s *pipelineSpec, known *knownDatasets, fired int, e *routedEvent, trigger json.RawMessage) json.RawMessage {
-	r := wire.Route{Job: wire.PipelineJob{DAGName: s.Name, Name: j.Name, Version: s.Version, IdleTimeoutSeconds: j.IdleTimeoutSeconds},
+	r := wire.Route{Job: wire.PipelineJob{DAGName: s.Name, Name: j.Name, Version: s.Version, IdleTimeoutSeconds: j.IdleTimeoutSeconds,
+		UpdateStrategy: j.UpdateStrategy, UniqueKey: j.UniqueKey},
 		Trigger: trigger,
 		Inputs:  make([]wire.DatasetInput, len(j.Inputs)), Outputs: make([]wire.DatasetOutput, len(j.Outputs))}
 	for i, in := range j.Inputs {

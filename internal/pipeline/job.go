@@ -3,6 +3,8 @@ package pipeline
 import (
 	"bytes"
 	"encoding/json"
+	"maps"
+	"slices"
 )
 
 var jobKeys = append([]string{
@@ -52,7 +54,7 @@ func (w *walker) job(n *node, path string, i int, dc *docContext, def Defaults) 
 	}
 
 	w.jobInputs(n, path, &j, dc)
-	w.strategies(n, path, &j)
+	w.strategies(n, path, &j, dc)
 
 	src := n.lookup("source")
 	switch {
@@ -130,8 +132,11 @@ func (w *walker) nonEmpty(m *node, path, key string) string {
 	return s
 }
 
-// strategies reads execution_strategy, update_strategy and unique_key.
-func (w *walker) strategies(n *node, path string, j *Job) {
+// strategies reads execution_strategy, update_strategy and unique_key. A unique_key must name
+// columns of the schema of each dataset the job's outputs are published as, and be the unique
+// key of each buffered one: its sink skips the rows whose key the dataset has (ON CONFLICT DO
+// NOTHING on exactly those columns), which is what append promises.
+func (w *walker) strategies(n *node, path string, j *Job, dc *docContext) {
 	if v := n.lookup("execution_strategy"); v != nil {
 		if j.Activation == ActivationSource {
 			w.node(v, child(path, "execution_strategy"), "only allowed for reactive jobs")
@@ -151,9 +156,43 @@ func (w *walker) strategies(n *node, path string, j *Job) {
 			w.node(v, child(path, "unique_key"), "must list at least one column")
 		}
 		j.UniqueKey = keys
+		if ok && len(keys) > 0 {
+			w.uniqueKeyMatches(v, child(path, "unique_key"), j, dc)
+		}
 	case j.UpdateStrategy == UpdateAppend:
 		w.node(n, child(path, "unique_key"), "required when update_strategy is append")
 	}
+}
+
+// uniqueKeyMatches checks j's unique_key against the schemas of the datasets its outputs are
+// published as.
+func (w *walker) uniqueKeyMatches(n *node, path string, j *Job, dc *docContext) {
+	for _, name := range slices.Sorted(maps.Keys(dc.publish)) {
+		p := dc.publish[name]
+		if p.From.Job != j.Name || p.Schema == nil {
+			continue
+		}
+		missing := false
+		for i, k := range j.UniqueKey {
+			if !p.Schema.hasColumn(k) {
+				w.node(n.list[i], index(path, i), "column %q is not in the schema of dataset %q (publish.%s.schema)", k, name, name)
+				missing = true
+			}
+		}
+		if !missing && p.WriteMode == WriteBuffered && !sameColumns(j.UniqueKey, p.Schema.Unique) {
+			w.node(n, path, "%v is not the unique key %v of buffered dataset %q (publish.%s.schema.unique): its sink skips the rows whose unique key the dataset has",
+				j.UniqueKey, p.Schema.Unique, name, name)
+		}
+	}
+}
+
+// sameColumns reports whether a and b list the same columns, in any order.
+func sameColumns(a, b []string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	a, b = slices.Sorted(slices.Values(a)), slices.Sorted(slices.Values(b))
+	return slices.Equal(a, b)
 }
 
 // jobInputs reads inputs: required (and non-empty) for a reactive job, refused for a source job.

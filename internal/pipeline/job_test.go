@@ -1,6 +1,7 @@
 package pipeline
 
 import (
+	"slices"
 	"strings"
 	"testing"
 )
@@ -209,5 +210,46 @@ func TestTimeoutSecondsDefaultsByRuntime(t *testing.T) {
 	if _, err := Parse([]byte(doc("defaults: {timeout_seconds: 0}\n", "runtime: lambda")), "application/yaml"); err == nil ||
 		!strings.Contains(err.Error(), "defaults.timeout_seconds") {
 		t.Errorf("defaults.timeout_seconds: 0 was not refused by path: %v", err)
+	}
+}
+
+// An append job's unique_key is checked against the datasets its outputs are published as: it
+// names columns of their schemas, and it is the unique key of a buffered one, on which the sink
+// skips duplicates.
+func TestUniqueKeyMatchesThePublishedSchemas(t *testing.T) {
+	t.Parallel()
+	writer := func(key string) string {
+		return `{name: w, activation: source, runtime: ecs_platform, operator: op, outputs: 2, source: {kind: manual}, update_strategy: append, unique_key: ` + key + `}`
+	}
+	buffered := `alerts: {from: {job: w, output: 0}, write_mode: buffered, schema: {columns: [{name: dedupe_key, type: string}, {name: channel, type: string}, {name: level, type: string}], unique: [dedupe_key, channel]}}`
+	direct := `facts: {from: {job: w, output: 1}, schema: {columns: [{name: id, type: string}, {name: dedupe_key, type: string}, {name: channel, type: string}]}}`
+	tests := []struct {
+		name    string
+		key     string
+		publish string
+		want    []string
+	}{
+		{"the buffered dataset's unique key, in its order", `[dedupe_key, channel]`, buffered, nil},
+		{"the buffered dataset's unique key, in another order", `[channel, dedupe_key]`, buffered, nil},
+		{"columns of a direct dataset's schema", `[dedupe_key, channel]`, "{" + buffered + ", " + direct + "}", nil},
+		{"no schema to check against", `[anything]`, `{raw: {from: {job: w, output: 1}}}`, nil},
+		{"not the buffered dataset's unique key", `[dedupe_key]`, buffered,
+			[]string{`jobs[0].unique_key: [dedupe_key] is not the unique key [dedupe_key channel] of buffered dataset "alerts" (publish.alerts.schema.unique): its sink skips the rows whose unique key the dataset has`}},
+		{"a column the schema lacks", `[dedupe_key, chanel]`, buffered,
+			[]string{`jobs[0].unique_key[1]: column "chanel" is not in the schema of dataset "alerts" (publish.alerts.schema)`}},
+		{"a column a direct dataset's schema lacks", `[dedupe_key, level]`, "{" + direct + "}",
+			[]string{`jobs[0].unique_key[1]: column "level" is not in the schema of dataset "facts" (publish.facts.schema)`}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			publish := tt.publish
+			if !strings.HasPrefix(publish, "{") {
+				publish = "{" + publish + "}"
+			}
+			_, ps := Parse([]byte(doc(jobs(writer(tt.key)), "publish: "+publish)), "")
+			if got := messages(ps); !slices.Equal(got, tt.want) {
+				t.Errorf("problems\n%q\nwant\n%q", got, tt.want)
+			}
+		})
 	}
 }
