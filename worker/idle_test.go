@@ -7,6 +7,7 @@ import (
 
 	"github.com/baton-dev/baton/internal/dataplane"
 	"github.com/baton-dev/baton/internal/lifecycle"
+	"github.com/baton-dev/baton/internal/pipeline/pipelinetest"
 	"github.com/baton-dev/baton/worker"
 )
 
@@ -61,18 +62,7 @@ func TestWorkerFollowsItsJobsIdleTimeout(t *testing.T) {
 	t.Parallel()
 	s := newServer(t)
 	ctx := context.Background()
-	doc := `
-name: idle
-jobs:
-  - name: ingest
-    activation: source
-    runtime: ecs_platform
-    operator: ingest
-    outputs: 1
-    idle_timeout: 0
-    source: {kind: manual}
-`
-	if _, err := s.dp.Deploy(ctx, "default", []byte(doc), "application/yaml"); err != nil {
+	if _, err := s.dp.Deploy(ctx, "default", []byte(pipelinetest.IdleDoc), "application/yaml"); err != nil {
 		t.Fatal(err)
 	}
 	run, err := s.dp.RunSource(ctx, dataplane.RunSourceParams{Tenant: "default", Pipeline: "idle", Job: "ingest"})

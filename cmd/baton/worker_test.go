@@ -318,18 +318,7 @@ func TestWorkerExitsWhenIdle(t *testing.T) {
 		}
 	}
 
-	doc := `
-name: idle
-jobs:
-  - name: ingest
-    activation: source
-    runtime: ecs_platform
-    operator: ingest
-    outputs: 1
-    idle_timeout: 0
-    source: {kind: manual}
-`
-	if _, err := s.dp.Deploy(ctx, "acme", []byte(doc), "application/yaml"); err != nil {
+	if _, err := s.dp.Deploy(ctx, "acme", []byte(pipelinetest.IdleDoc), "application/yaml"); err != nil {
 		t.Fatal(err)
 	}
 	run, err := s.dp.RunSource(ctx, dataplane.RunSourceParams{Tenant: "acme", Pipeline: "idle", Job: "ingest"})

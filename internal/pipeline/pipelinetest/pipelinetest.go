@@ -6,6 +6,20 @@ import (
 	"strings"
 )
 
+// IdleDoc is a pipeline whose one job, ingest (a manual source, operator ingest), gives its
+// workers' capacity up as soon as its queue is empty (idle_timeout: 0).
+const IdleDoc = `
+name: idle
+jobs:
+  - name: ingest
+    activation: source
+    runtime: ecs_platform
+    operator: ingest
+    outputs: 1
+    idle_timeout: 0
+    source: {kind: manual}
+`
+
 // AlertsDoc is a pipeline with the buffered dataset alert_events (written by the manual source
 // job scan, output 0) and two jobs that read it with different filters: pager (severity high)
 // and digest (severity low or medium).
