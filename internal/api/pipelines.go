@@ -43,7 +43,7 @@ func (s *Server) deployPipeline(w http.ResponseWriter, r *http.Request) (any, er
 	}
 	out := s.pipelineView(v)
 	out["version"], out["created"], out["activated"] = res.Version, res.Created, res.Activated
-	if ws := s.pushWarnings(v); len(ws) > 0 {
+	if ws := s.pushWarnings(out["jobs"].([]dataplane.PipelineJobView)); len(ws) > 0 {
 		out["warnings"] = ws
 	}
 	if res.Created {
@@ -62,7 +62,7 @@ func (s *Server) pipelineView(v *dataplane.PipelineView) map[string]any {
 	jobs := v.Jobs()
 	for i, j := range jobs {
 		if s.lacksPushTarget(j) && !s.dp.LambdaOnPull(j.Operator) {
-			jobs[i].WaitingFor = fmt.Sprintf("a push target for operator %q (baton server --push-target %s=URL)", j.Operator, j.Operator)
+			jobs[i].WaitingFor = waitingForTarget(j.Operator)
 		}
 	}
 	out["jobs"] = jobs
@@ -314,12 +314,18 @@ func (s *Server) lacksPushTarget(j dataplane.PipelineJobView) bool {
 	return !ok
 }
 
+// waitingForTarget is what a task of a lambda job of operator op waits for when the server has
+// no push target for op (a task's waitingFor, a pipeline job's waiting_for).
+func waitingForTarget(op string) string {
+	return fmt.Sprintf("a push target for operator %q (baton server --push-target %s=URL)", op, op)
+}
+
 // pushWarnings are a deploy answer's warnings about its lambda jobs whose operator has no push
 // target on this server. The deploy stands: whether a document is valid never depends on the
 // replica's flags. Their tasks wait for a target, or, on baton dev, go to pull workers.
-func (s *Server) pushWarnings(v *dataplane.PipelineView) []string {
+func (s *Server) pushWarnings(jobs []dataplane.PipelineJobView) []string {
 	var ws []string
-	for _, j := range v.Jobs() {
+	for _, j := range jobs {
 		if !s.lacksPushTarget(j) {
 			continue
 		}

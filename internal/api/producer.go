@@ -324,7 +324,7 @@ func (s *Server) getTask(w http.ResponseWriter, r *http.Request) (any, error) {
 	}
 	if t.Status == lifecycle.Pending && t.Runtime == "push" && len(t.Route) > 0 && s.pushTargets != nil {
 		if _, ok := s.pushTargets[t.Name]; !ok {
-			out["waitingFor"] = fmt.Sprintf("a push target for operator %q (baton server --push-target %s=URL)", t.Name, t.Name)
+			out["waitingFor"] = waitingForTarget(t.Name)
 		}
 	}
 	return out, nil

@@ -157,6 +157,26 @@ func (c *jobCmd) readFile(path, what string) ([]byte, bool) {
 	return body, true
 }
 
+// upload runs the start of a command that sends a file (-f): -o, no positional arguments, the
+// file required, a client, and the file's bytes (what names it in messages). When ok is false
+// the command exits with code.
+func (c *jobCmd) upload(args []string, file *string, what string) (cl *client.Client, body []byte, code int, ok bool) {
+	c.outputFlag()
+	if _, code, ok := c.parse(args); !ok {
+		return nil, nil, code, false
+	}
+	if *file == "" {
+		return nil, nil, c.usageError("-f FILE is required"), false
+	}
+	if cl, code, ok = c.client(); !ok {
+		return nil, nil, code, false
+	}
+	if body, ok = c.readFile(*file, what); !ok {
+		return nil, nil, 1, false
+	}
+	return cl, body, 0, true
+}
+
 // outputFlag defines -o (and --output, --json) on the command's flags.
 func (c *jobCmd) outputFlag() {
 	c.out = RegisterOutput(c.fs)
@@ -179,20 +199,9 @@ func (c *jobCmd) print(v any, text func() int) int {
 func jobSubmit(ctx context.Context, c *jobCmd, args []string) int {
 	file := c.fs.String("f", "", "the job request, a JSON file (\"-\" reads stdin)")
 	key := c.fs.String("idempotency-key", "", "submit at most once with this key: a repeat returns the first job")
-	c.outputFlag()
-	if _, code, ok := c.parse(args); !ok {
-		return code
-	}
-	if *file == "" {
-		return c.usageError("-f FILE is required")
-	}
-	cl, code, ok := c.client()
+	cl, body, code, ok := c.upload(args, file, "the job request")
 	if !ok {
 		return code
-	}
-	body, ok := c.readFile(*file, "the job request")
-	if !ok {
-		return 1
 	}
 	var opts []client.SubmitOption
 	if *key != "" {
@@ -251,20 +260,9 @@ func jobList(ctx context.Context, c *jobCmd, args []string) int {
 }
 
 func jobGet(ctx context.Context, c *jobCmd, args []string) int {
-	c.outputFlag()
-	pos, code, ok := c.parse(args, "JOB_ID")
-	if !ok {
-		return code
-	}
-	cl, code, ok := c.client()
-	if !ok {
-		return code
-	}
-	job, err := cl.GetJob(ctx, pos[0])
-	if err != nil {
-		return c.fail(err)
-	}
-	return c.print(job, func() int { return printJob(c, job) })
+	return show(ctx, c, args, []string{"JOB_ID"}, func(cl *client.Client, pos []string) (*client.Job, error) {
+		return cl.GetJob(ctx, pos[0])
+	}, func(job *client.Job) int { return printJob(c, job) })
 }
 
 func printJob(c *jobCmd, job *client.Job) int {
@@ -298,20 +296,9 @@ func printJob(c *jobCmd, job *client.Job) int {
 }
 
 func jobCancel(ctx context.Context, c *jobCmd, args []string) int {
-	c.outputFlag()
-	pos, code, ok := c.parse(args, "JOB_ID")
-	if !ok {
-		return code
-	}
-	cl, code, ok := c.client()
-	if !ok {
-		return code
-	}
-	res, err := cl.CancelJob(ctx, pos[0])
-	if err != nil {
-		return c.fail(err)
-	}
-	return c.print(res, func() int {
+	return show(ctx, c, args, []string{"JOB_ID"}, func(cl *client.Client, pos []string) (*client.JobSummary, error) {
+		return cl.CancelJob(ctx, pos[0])
+	}, func(res *client.JobSummary) int {
 		if res.Status == client.JobProcessing {
 			fmt.Fprintf(c.stdout, "job %s: cancel requested; running tasks are being stopped\n", res.JobID)
 		} else {
@@ -322,20 +309,9 @@ func jobCancel(ctx context.Context, c *jobCmd, args []string) int {
 }
 
 func jobResume(ctx context.Context, c *jobCmd, args []string) int {
-	c.outputFlag()
-	pos, code, ok := c.parse(args, "JOB_ID")
-	if !ok {
-		return code
-	}
-	cl, code, ok := c.client()
-	if !ok {
-		return code
-	}
-	res, err := cl.ResumeJob(ctx, pos[0])
-	if err != nil {
-		return c.fail(err)
-	}
-	return c.print(res, func() int {
+	return show(ctx, c, args, []string{"JOB_ID"}, func(cl *client.Client, pos []string) (*client.JobSummary, error) {
+		return cl.ResumeJob(ctx, pos[0])
+	}, func(res *client.JobSummary) int {
 		fmt.Fprintf(c.stdout, "job %s: %s; resumed %d tasks: %s\n", res.JobID, res.Status, len(res.ResumedTasks), strings.Join(res.ResumedTasks, ", "))
 		return 0
 	})

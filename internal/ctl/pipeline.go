@@ -107,20 +107,9 @@ func runGroup(ctx context.Context, group, usage string, cmds map[string]func(con
 
 func pipelineDeploy(ctx context.Context, c *jobCmd, args []string) int {
 	file := c.fs.String("f", "", "the DAG document, YAML or JSON (\"-\" reads stdin)")
-	c.outputFlag()
-	if _, code, ok := c.parse(args); !ok {
-		return code
-	}
-	if *file == "" {
-		return c.usageError("-f FILE is required")
-	}
-	cl, code, ok := c.client()
+	cl, body, code, ok := c.upload(args, file, "the document")
 	if !ok {
 		return code
-	}
-	body, ok := c.readFile(*file, "the document")
-	if !ok {
-		return 1
 	}
 	ct := "application/yaml"
 	if strings.HasPrefix(strings.TrimSpace(string(body)), "{") {
