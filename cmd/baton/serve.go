@@ -64,6 +64,7 @@ type serverFlags struct {
 	logFormat       logFormat
 	otlp            otlpFlag // --otlp-endpoint: traces
 	retention       retentionFlags
+	query           queryFlags
 }
 
 // sinkFlags tune a sink, in baton sink and in a server's own.
@@ -141,6 +142,7 @@ func (f *serverFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.credentialsRole, "task-credentials-role", "", "with an s3:// --blob-url: the role `ARN` assumed to mint tasks' credentials, narrowed to each task's prefixes by a session policy (env BATON_TASK_CREDENTIALS_ROLE; AWS needs one, MinIO ignores it)")
 	fs.DurationVar(&f.credentialsMaxTTL, "task-credentials-max-ttl", 12*time.Hour, "the longest STS session a task's credentials get (at least 15m); they never outlive the task's capability token")
 	f.sinkFlags.register(fs)
+	f.query.register(fs)
 	f.corsOrigins = corsFlag{origins: []string{"*"}}
 	fs.Var(&f.metricsListen, "metrics-listen", "`ADDRESS` of GET /metrics, the Prometheus metrics, on a listener of its own (empty: none)")
 	f.logFormat.register(fs)
@@ -328,6 +330,14 @@ func serve(ctx context.Context, f *serverFlags, ls *listeners, st store.Store, l
 		Credentials: grant.MinterOptions{RoleARN: f.credentialsRole, Endpoint: f.stsEndpoint, MaxDuration: f.credentialsMaxTTL},
 		Retention:   f.retention.config(),
 		Reconcile:   maintenance.ReconcilerConfig{Every: f.reconcileEvery, Grace: f.reconcileGrace},
+	}
+	eng, closeEngine, err := f.query.open(log)
+	if err != nil {
+		return err
+	}
+	defer closeEngine()
+	if eng != nil {
+		cfg.DataPlane.Query = eng
 	}
 	if f.lambdaOnPull {
 		cfg.DataPlane.LambdaOnPull = func(op string) bool { _, ok := ls.pushTargets[op]; return !ok }

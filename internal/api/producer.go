@@ -48,8 +48,18 @@ func (s *Server) authenticated(h handler) handler {
 		if err != nil {
 			return nil, s.rejected(err, "")
 		}
-		return h(w, r.WithContext(context.WithValue(r.Context(), tenantKey{}, k.Tenant)))
+		ctx := context.WithValue(context.WithValue(r.Context(), tenantKey{}, k.Tenant), apiKeyID{}, k.ID)
+		return h(w, r.WithContext(ctx))
 	}
+}
+
+// apiKeyID is the context key of the id of the API key a producer request was authenticated by.
+type apiKeyID struct{}
+
+// keyOf is the id of the API key that authenticated r.
+func keyOf(r *http.Request) string {
+	id, _ := r.Context().Value(apiKeyID{}).(string)
+	return id
 }
 
 func tenantOf(r *http.Request) string {

@@ -103,6 +103,9 @@ func (s *Server) Routes() []Route {
 		producer("GET", "/datasets/{name}/rows", s.datasetRows),
 		producer("GET", "/datasets/{name}/dead-letters", s.batchDeadLetters),
 		producer("POST", "/datasets/{name}/dead-letters/{id}/retry", s.retryBatch),
+		// The Query Service (query.go).
+		producer("POST", "/v1/query", s.userQuery),
+		producer("GET", "/v1/query/audit", s.queryAudit),
 
 		// Unauthenticated on the public listener: the health checks, the API description, and its
 		// rendered reference with the script that renders it (apidocs).
@@ -117,6 +120,7 @@ func (s *Server) Routes() []Route {
 		scoped("/v1/task/events", s.fencedEvents),
 		scoped("/v1/task/buffer-publish", s.fencedBufferPublish),
 		scoped("/v1/task/credentials", s.fencedCredentials),
+		scoped("/v1/task/query", s.fencedQuery),
 		{"GET", "/v1/task/datasets/{dataset}/rows", PublicListener, AuthCapabilityToken,
 			s.serve(s.fencedErrors(s.withTaskToken(capabilityHeader, s.taskRows)))},
 
@@ -138,6 +142,9 @@ func (s *Server) Routes() []Route {
 		// The wrapper exchanges its child's capability token, which must cover the body too.
 		fenced("POST", "/internal/task-credentials", s.withTaskToken(capabilityHeader, s.fencedCredentials(s.tokenFence))),
 		fenced("GET", "/internal/task-datasets/{dataset}/rows", s.withTaskToken(capabilityHeader, s.taskRows)),
+		// A trusted worker's query: mutual TLS and the attempt's capability token, which must
+		// cover the body's fence.
+		fenced("POST", "/internal/task-query", s.withTaskToken(capabilityHeader, s.fencedQuery(s.tokenFence))),
 		fenced("POST", "/internal/sink/claim", s.sinkClaim),
 		fenced("POST", "/internal/sink/extend", s.sinkExtend),
 		fenced("POST", "/internal/sink/commit", s.sinkCommit),

@@ -51,6 +51,12 @@ var rules = []struct {
 		"capability tokens are minted and checked below the dialects that hand them out and the push deliverer"},
 	{"internal/sse", server, "an event stream follows any log it is handed, below the adapters that hand it one"},
 	{"internal/cors", server, "the CORS policy is plumbing below the adapters: it wraps a listener's handler, whatever it serves"},
+	{"internal/query", []string{"internal/", "wire"}, "the Query Service's contract depends on nothing of Baton's: the data plane speaks it, the engine implements it"},
+	{"internal/query/engine", server, "the query engine runs SQL over the relations it is handed, and links nothing of the server that resolves them"},
+	// DuckDB is a large cgo library: only the program that serves queries links it.
+	{"internal/dataplane", []string{"internal/query/engine"}, "the data plane is handed a query engine (dataplane.Config.Query); it never links DuckDB itself"},
+	{"internal/api", []string{"internal/query/engine"}, "the adapters answer queries through the data plane; they never link DuckDB"},
+	{"internal/server", []string{"internal/query/engine"}, "cmd/baton opens the query engine and hands it to the server, so that the many tests that start a server do not link DuckDB"},
 }
 
 // without returns list less the given packages.

@@ -13,7 +13,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"net/url"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 
@@ -195,6 +198,44 @@ func (s *Store) List(ctx context.Context, prefix string) ([]string, error) {
 	}
 	slices.Sort(keys)
 	return keys, nil
+}
+
+// Path returns the file that holds the object under key in a file:// store, for a reader that
+// opens files itself: "" for an s3:// store. The file must be a regular file whose real path,
+// every symbolic link resolved, is the key's place under the root; anything else (a link to
+// elsewhere, a directory, a missing object) is an error, so that the path never reaches beyond
+// the object.
+func (s *Store) Path(key string) (string, error) {
+	if s.scheme != "file" {
+		return "", nil
+	}
+	if err := CheckKey(key); err != nil {
+		return "", err
+	}
+	root := filepath.FromSlash(strings.TrimPrefix(s.root, "file://"))
+	realRoot, err := filepath.EvalSymlinks(root)
+	if err != nil {
+		return "", fmt.Errorf("path %s: %w", s.URI(key), err)
+	}
+	p := filepath.Join(root, filepath.FromSlash(key))
+	real, err := filepath.EvalSymlinks(p)
+	if errors.Is(err, fs.ErrNotExist) {
+		return "", fmt.Errorf("path %s: %w", s.URI(key), ErrNotFound)
+	}
+	if err != nil {
+		return "", fmt.Errorf("path %s: %w", s.URI(key), err)
+	}
+	if real != filepath.Join(realRoot, filepath.FromSlash(key)) {
+		return "", fmt.Errorf("%w: %s is a link to a file elsewhere", ErrOutside, s.URI(key))
+	}
+	info, err := os.Lstat(real)
+	if err != nil {
+		return "", fmt.Errorf("path %s: %w", s.URI(key), err)
+	}
+	if !info.Mode().IsRegular() {
+		return "", fmt.Errorf("%w: %s is not a regular file", ErrOutside, s.URI(key))
+	}
+	return real, nil
 }
 
 // Close releases the store's resources.

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"strconv"
 	"strings"
 	"time"
@@ -33,6 +34,12 @@ type BlobRoot interface {
 	URI(key string) string
 	// Key returns the key of a URI under the root, or an error saying why it is not one.
 	Key(uri string) (string, error)
+	// List returns the keys under a key prefix, sorted; Get opens an object; Path is the file
+	// that holds an object on this machine's disk ("" when the storage is remote), for a reader
+	// that reads it in place. The Query Service reads Parquet files through them.
+	List(ctx context.Context, prefix string) ([]string, error)
+	Get(ctx context.Context, key string) (io.ReadCloser, error)
+	Path(key string) (string, error)
 }
 
 // DatasetTables holds buffered datasets' tables in the data database.
@@ -46,6 +53,9 @@ type DatasetTables interface {
 	EnsureTables(ctx context.Context, tables []DatasetTable, during func() error) error
 	// Rows reads a page of the dataset's rows of one tenant, oldest first.
 	Rows(ctx context.Context, datasetUUID string, s *pipeline.Schema, q RowQuery) (RowPage, error)
+	// Scan hands every row of tenant in the dataset that where keeps to yield, from one
+	// snapshot: its columns' values, then its load's cursor (dataset.DB.Scan).
+	Scan(ctx context.Context, datasetUUID string, s *pipeline.Schema, tenant string, where map[string]any, yield func([]any) error) error
 }
 
 // RowQuery selects rows of a buffered dataset.

@@ -11,6 +11,7 @@ import (
 	"github.com/jonboulle/clockwork"
 
 	"github.com/baton-dev/baton/internal/dispatch"
+	"github.com/baton-dev/baton/internal/query"
 	"github.com/baton-dev/baton/internal/store"
 )
 
@@ -26,6 +27,8 @@ type Config struct {
 	// "op has no push target", so that a fresh dev server runs every lambda job; a server leaves
 	// it nil, and such tasks wait, pending, for a push target.
 	LambdaOnPull func(op string) bool
+	// Query is the Query Service's engine; nil answers every query query.ErrUnavailable.
+	Query query.Engine
 }
 
 // Plane is the data plane of one server over its dispatcher.

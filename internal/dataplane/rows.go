@@ -55,9 +55,7 @@ func (dp *Plane) TaskRows(ctx context.Context, f dispatch.Fence, dataset string,
 	}
 	if in != nil && len(in.Where) > 0 {
 		var edge map[string]any
-		dec := json.NewDecoder(bytes.NewReader(in.Where))
-		dec.UseNumber() // as a caller's where is read: numbers keep every digit
-		if err := dec.Decode(&edge); err != nil {
+		if err := decodeWhere(in.Where, &edge); err != nil {
 			return RowPage{}, fmt.Errorf("task %s: decode input %d's where: %w", t.ID, in.InputIndex, err)
 		}
 		var empty bool
@@ -66,6 +64,13 @@ func (dp *Plane) TaskRows(ctx context.Context, f dispatch.Fence, dataset string,
 		}
 	}
 	return dp.DatasetRows(ctx, job.Tenant, uuid, rq)
+}
+
+// decodeWhere decodes an input's where as a caller's where is read: numbers keep every digit.
+func decodeWhere(raw json.RawMessage, where *map[string]any) error {
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.UseNumber()
+	return dec.Decode(where)
 }
 
 // routeDataset returns the uuid of the dataset of route r named dataset (by uuid or name), and

@@ -75,63 +75,9 @@ func (db *DB) Rows(ctx context.Context, datasetUUID string, s *pipeline.Schema, 
 		return Page{}, fmt.Errorf("%w: cursor and after must not be negative", ErrBadQuery)
 	}
 
-	st := &sqlText{b: db.b}
-	st.add("SELECT t._row, l.cursor")
-	for _, c := range s.Columns {
-		if c.Type == pipeline.TypeJSON {
-			st.add(", CAST(t.", quote(c.Name), " AS TEXT)")
-		} else {
-			st.add(", t.", quote(c.Name))
-		}
-	}
-	st.add(" FROM ", quote(d.table), " t JOIN baton_dataset_batches l ON l.seq = t._batch WHERE t.org_id = ", st.p(q.Tenant))
-	if q.Cursor > 0 {
-		st.add(" AND t._batch = (SELECT seq FROM baton_dataset_batches WHERE dataset_uuid = ", st.p(d.uuid),
-			" AND cursor = ", st.p(q.Cursor), ")")
-	}
-	keys := make([]string, 0, len(q.Where))
-	values := 0
-	for k, v := range q.Where {
-		keys = append(keys, k)
-		values++
-		if list, ok := v.([]any); ok {
-			values += len(list) - 1
-		}
-	}
-	if values > MaxWhereValues {
-		return Page{}, fmt.Errorf("%w: where holds %d values; at most %d in all", ErrBadQuery, values, MaxWhereValues)
-	}
-	slices.Sort(keys) // the same query, the same SQL: statements are cached by their text
-	for _, k := range keys {
-		c, ok := column(s, k)
-		if !ok {
-			return Page{}, fmt.Errorf("%w: where: unknown column %q", ErrBadQuery, k)
-		}
-		vals, isList := q.Where[k].([]any)
-		if !isList {
-			vals = []any{q.Where[k]}
-		}
-		if len(vals) == 0 {
-			return Page{}, fmt.Errorf("%w: where %s: an empty list", ErrBadQuery, k)
-		}
-		st.add(" AND t.", quote(k))
-		for i, v := range vals {
-			w, err := whereValue(c.Type, v)
-			if err != nil {
-				return Page{}, fmt.Errorf("%w: where %s: %w", ErrBadQuery, k, err)
-			}
-			switch {
-			case !isList:
-				st.add(" = ", st.p(db.b.arg(w)))
-			case i == 0:
-				st.add(" IN (", st.p(db.b.arg(w)))
-			default:
-				st.add(", ", st.p(db.b.arg(w)))
-			}
-		}
-		if isList {
-			st.add(")")
-		}
+	st, err := db.selectRows(d, s, q.Tenant, q.Cursor, q.Where)
+	if err != nil {
+		return Page{}, err
 	}
 	st.add(" AND t._row > ", st.p(q.After), " ORDER BY t._row LIMIT ", st.p(limit+1))
 
@@ -169,6 +115,140 @@ func (db *DB) Rows(ctx context.Context, datasetUUID string, s *pipeline.Schema, 
 		return Page{}, fmt.Errorf("read dataset %s: %w", d.uuid, err)
 	}
 	return page, nil
+}
+
+// Scan reads every row of tenant in the dataset, oldest first, read with schema s, in one
+// statement (one snapshot of the table), and hands each to yield: its declared columns' values
+// then its load's cursor (int64). Values are nil, string, int64, float64, bool, time.Time (UTC)
+// and, for json, the document's text. Scan stops with yield's error when yield fails.
+func (db *DB) Scan(ctx context.Context, datasetUUID string, s *pipeline.Schema, tenant string, where map[string]any, yield func(vals []any) error) error {
+	d, err := datasetOf(datasetUUID)
+	if err != nil {
+		return fmt.Errorf("%w: %w", ErrBadQuery, err)
+	}
+	if err := checkSchema(s); err != nil {
+		return err
+	}
+	if tenant == "" {
+		return fmt.Errorf("%w: no tenant", ErrBadQuery)
+	}
+	st, err := db.selectRows(d, s, tenant, 0, where)
+	if err != nil {
+		return err
+	}
+	st.add(" ORDER BY t._row")
+	rows, err := db.b.reader().query(ctx, st.sql.String(), st.args...)
+	if err != nil {
+		return fmt.Errorf("read dataset %s: %w", d.uuid, err)
+	}
+	defer rows.Close()
+	vals := make([]any, len(s.Columns)+2)
+	dest := make([]any, len(vals))
+	for i := range vals {
+		dest[i] = &vals[i]
+	}
+	out := make([]any, len(s.Columns)+1)
+	for rows.Next() {
+		if err := rows.Scan(dest...); err != nil {
+			return fmt.Errorf("read dataset %s: %w", d.uuid, err)
+		}
+		for i, c := range s.Columns {
+			if out[i], err = scanValue(c.Type, vals[i+2]); err != nil {
+				return fmt.Errorf("read dataset %s: column %s: %w", d.uuid, c.Name, err)
+			}
+		}
+		out[len(s.Columns)] = vals[1].(int64)
+		if err := yield(out); err != nil {
+			return err
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("read dataset %s: %w", d.uuid, err)
+	}
+	return nil
+}
+
+// scanValue is a value as a database returns it, as Scan yields it.
+func scanValue(typ string, v any) (any, error) {
+	if t, ok := v.(time.Time); ok && typ == pipeline.TypeTimestamp {
+		return t.UTC(), nil
+	}
+	v, err := outValue(typ, v)
+	switch v := v.(type) {
+	case json.RawMessage:
+		return string(v), err
+	case string:
+		if typ == pipeline.TypeTimestamp {
+			return time.Parse(time.RFC3339Nano, v)
+		}
+	}
+	return v, err
+}
+
+// selectRows is the head of a statement that selects the rows of tenant in dataset d, read with
+// schema s, as (_row, cursor, columns...): those of the load given cursor (0: every load) whose
+// columns equal where's values. The SQL is built from s's names and this package's only; every
+// value is an argument.
+func (db *DB) selectRows(d dataset, s *pipeline.Schema, tenant string, cursor int64, where map[string]any) (*sqlText, error) {
+	st := &sqlText{b: db.b}
+	st.add("SELECT t._row, l.cursor")
+	for _, c := range s.Columns {
+		if c.Type == pipeline.TypeJSON {
+			st.add(", CAST(t.", quote(c.Name), " AS TEXT)")
+		} else {
+			st.add(", t.", quote(c.Name))
+		}
+	}
+	st.add(" FROM ", quote(d.table), " t JOIN baton_dataset_batches l ON l.seq = t._batch WHERE t.org_id = ", st.p(tenant))
+	if cursor > 0 {
+		st.add(" AND t._batch = (SELECT seq FROM baton_dataset_batches WHERE dataset_uuid = ", st.p(d.uuid),
+			" AND cursor = ", st.p(cursor), ")")
+	}
+	keys := make([]string, 0, len(where))
+	values := 0
+	for k, v := range where {
+		keys = append(keys, k)
+		values++
+		if list, ok := v.([]any); ok {
+			values += len(list) - 1
+		}
+	}
+	if values > MaxWhereValues {
+		return nil, fmt.Errorf("%w: where holds %d values; at most %d in all", ErrBadQuery, values, MaxWhereValues)
+	}
+	slices.Sort(keys) // the same query, the same SQL: statements are cached by their text
+	for _, k := range keys {
+		c, ok := column(s, k)
+		if !ok {
+			return nil, fmt.Errorf("%w: where: unknown column %q", ErrBadQuery, k)
+		}
+		vals, isList := where[k].([]any)
+		if !isList {
+			vals = []any{where[k]}
+		}
+		if len(vals) == 0 {
+			return nil, fmt.Errorf("%w: where %s: an empty list", ErrBadQuery, k)
+		}
+		st.add(" AND t.", quote(k))
+		for i, v := range vals {
+			w, err := whereValue(c.Type, v)
+			if err != nil {
+				return nil, fmt.Errorf("%w: where %s: %w", ErrBadQuery, k, err)
+			}
+			switch {
+			case !isList:
+				st.add(" = ", st.p(db.b.arg(w)))
+			case i == 0:
+				st.add(" IN (", st.p(db.b.arg(w)))
+			default:
+				st.add(", ", st.p(db.b.arg(w)))
+			}
+		}
+		if isList {
+			st.add(")")
+		}
+	}
+	return st, nil
 }
 
 // outValue is a value as a database returns it, as Rows returns it.

@@ -78,6 +78,12 @@ func forEachSetup(t *testing.T, fn func(t *testing.T, f *fixture)) {
 
 func newFixture(t testing.TB, drv storetest.Driver, storage, way string) *fixture {
 	t.Helper()
+	return newFixtureWith(t, drv, storage, way, dataplane.Config{})
+}
+
+// newFixtureWith is newFixture with a data plane configured as cfg, besides its Blob and Tables.
+func newFixtureWith(t testing.TB, drv storetest.Driver, storage, way string, cfg dataplane.Config) *fixture {
+	t.Helper()
 	ctx := context.Background()
 	f := &fixture{t: t, ctx: ctx, st: drv.Open(t), clock: clockwork.NewFakeClockAt(time.UnixMilli(1_700_000_000_000))}
 	dataURL := filepath.Join(t.TempDir(), "data.db")
@@ -101,7 +107,8 @@ func newFixture(t testing.TB, drv storetest.Driver, storage, way string) *fixtur
 	if err != nil {
 		t.Fatal(err)
 	}
-	f.dp = dataplane.New(f.d, dataplane.Config{Blob: f.blob, Tables: dataplane.DatasetDB{DB: f.data}})
+	cfg.Blob, cfg.Tables = f.blob, dataplane.DatasetDB{DB: f.data}
+	f.dp = dataplane.New(f.d, cfg)
 	f.queue = server.SinkQueue{P: f.dp}
 	if way == "remote" {
 		s := api.New(api.Config{Dispatcher: f.d, DataPlane: f.dp, Auth: auth.NewAuthenticator(f.st, auth.Limits{}, nil), Tokens: auth.NewTokens(f.st, nil), Logger: quiet})

@@ -63,6 +63,7 @@ type Reader interface {
 	PipelineReader
 	DatasetReader
 	BufferReader
+	QueryAuditReader
 }
 
 // QueueStats is a tenant's view of its queues (Reader.QueueStats).
@@ -204,6 +205,7 @@ type Tx interface {
 	PipelineWriter
 	DatasetWriter
 	BufferWriter
+	QueryAuditWriter
 
 	// RowsLock locks the rows of s for the rest of the transaction, the idempotency keys of
 	// s.Keys first, then tasks by id and then the jobs of s.Jobs by id, waiting for other

@@ -58,6 +58,9 @@ func Run(t *testing.T, open func(t testing.TB) store.Store) {
 		{"ResumeTasks", testResumeTasks},
 		{"ListDeadLetters", testListDeadLetters},
 
+		// The Query Service's audit trail (query.go).
+		{"QueryAuditRoundTripNewestFirstPerTenant", testQueryAuditRoundTripNewestFirstPerTenant},
+
 		// Attempts (attempts.go).
 		{"Attempts", testAttempts},
 		{"PutAttemptsInsertsOrReplaces", testPutAttemptsInsertsOrReplaces},

@@ -1,0 +1,287 @@
+package dataplane
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"path"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/baton-dev/baton/internal/dispatch"
+	"github.com/baton-dev/baton/internal/grant"
+	"github.com/baton-dev/baton/internal/pipeline"
+	"github.com/baton-dev/baton/internal/query"
+	"github.com/baton-dev/baton/internal/store"
+	"github.com/baton-dev/baton/wire"
+)
+
+// QueryNotReadableError: a dataset the query names has nothing the Query Service can read (no
+// current version with files, a location outside its own prefix).
+type QueryNotReadableError struct{ Message string }
+
+func (e *QueryNotReadableError) Error() string { return e.Message }
+
+// QueryUnknownError: a query names a relation that is no dataset of the tenant.
+type QueryUnknownError struct{ Name string }
+
+func (e *QueryUnknownError) Error() string {
+	return fmt.Sprintf("relation %q is not a published dataset of this tenant: a query reads datasets by their names", e.Name)
+}
+
+// Query runs sql for a holder of API key keyID of tenant: every published dataset of the tenant
+// may be read under its name, each at its current version when the query starts (a buffered
+// dataset: its rows, one snapshot). limit is the rows answered (0: query.DefaultRows).
+func (dp *Plane) Query(ctx context.Context, tenant, keyID, sql string, limit int) (*query.Result, error) {
+	rec := &store.QueryAudit{Tenant: tenant, Caller: "key:" + keyID}
+	lim := query.Limits{Rows: limit, Timeout: query.UserTimeout}
+	return dp.runQuery(ctx, rec, sql, lim, func(ctx context.Context, st *query.Statement) ([]query.Relation, error) {
+		rels := make([]query.Relation, 0, len(st.Relations))
+		for _, name := range st.Relations {
+			ds, err := dp.findDataset(ctx, dp.store, tenant, name)
+			if errors.Is(err, ErrDatasetNotFound) || (err == nil && ds.Name == "") {
+				return nil, &QueryUnknownError{Name: name}
+			}
+			if err != nil {
+				return nil, err
+			}
+			r, err := dp.relation(ctx, tenant, name, ds, ds.CurrentVersion, nil, nil)
+			if err != nil {
+				return nil, err
+			}
+			rels = append(rels, r)
+		}
+		return rels, nil
+	})
+}
+
+// TaskQuery runs sql for the current attempt f names (fenced like every task-scoped call): it
+// may read exactly the datasets its capability token lists, under their names (or uuids): its
+// inputs at their pinned versions, a buffered input's rows as its input's where keeps them, and
+// its job's outputs at their current versions.
+func (dp *Plane) TaskQuery(ctx context.Context, f dispatch.Fence, sql string, limit int) (*query.Result, error) {
+	t, err := dp.d.RunningAttempt(ctx, f)
+	if err != nil {
+		return nil, err
+	}
+	job, err := dp.d.JobRef(ctx, t.JobID)
+	if err != nil {
+		return nil, err
+	}
+	rec := &store.QueryAudit{Tenant: job.Tenant, Caller: "task:" + t.ID + "/" + strconv.Itoa(f.Attempt)}
+	lim := query.Limits{Rows: limit, Timeout: query.TaskTimeout}
+	route := dispatch.DecodeRoute(t)
+	return dp.runQuery(ctx, rec, sql, lim, func(ctx context.Context, st *query.Statement) ([]query.Relation, error) {
+		rels := make([]query.Relation, 0, len(st.Relations))
+		for _, name := range st.Relations {
+			uuid, in := "", (*wire.DatasetInput)(nil)
+			if route != nil {
+				uuid, in = routeDataset(route, name)
+			}
+			if uuid == "" {
+				return nil, &dispatch.ForbiddenError{Message: fmt.Sprintf(
+					"dataset %q is not one this task reads or writes: a task queries only its job's inputs and outputs", name)}
+			}
+			ds, err := dp.store.DatasetGetMany(ctx, []string{uuid})
+			if err != nil {
+				return nil, err
+			}
+			if len(ds) != 1 || ds[0].Tenant != job.Tenant {
+				return nil, &QueryNotReadableError{Message: fmt.Sprintf("dataset %q no longer exists", name)}
+			}
+			version, ref, where := ds[0].CurrentVersion, json.RawMessage(nil), json.RawMessage(nil)
+			if in != nil {
+				version, ref, where = in.DatasetVersion, in.StorageRef, in.Where
+			}
+			r, err := dp.relation(ctx, job.Tenant, name, ds[0], version, ref, where)
+			if err != nil {
+				return nil, err
+			}
+			rels = append(rels, r)
+		}
+		return rels, nil
+	})
+}
+
+// runQuery gates sql, resolves its relations, runs it and writes its audit record, whatever
+// the outcome. A query whose record cannot be written answers that error and no rows.
+func (dp *Plane) runQuery(ctx context.Context, rec *store.QueryAudit, sql string, lim query.Limits,
+	resolve func(context.Context, *query.Statement) ([]query.Relation, error)) (*query.Result, error) {
+	eng := dp.cfg.Query
+	if eng == nil {
+		return nil, query.ErrUnavailable
+	}
+	start := time.Now()
+	rec.At, rec.SQLHash, rec.Datasets = dp.now(), query.Hash(sql), json.RawMessage("[]")
+	st, err := eng.Check(ctx, sql)
+	var rels []query.Relation
+	if err == nil {
+		rels, err = resolve(ctx, st)
+	}
+	var res *query.Result
+	if err == nil {
+		type read struct {
+			UUID    string `json:"uuid"`
+			Name    string `json:"name"`
+			Version string `json:"version,omitempty"`
+		}
+		touched := make([]read, len(rels))
+		for i, r := range rels {
+			touched[i] = read{UUID: r.Dataset, Name: r.Name, Version: r.Version}
+		}
+		rec.Datasets, _ = json.Marshal(touched)
+		res, err = eng.Run(ctx, st, rels, lim)
+	}
+	rec.Status, rec.DurationMS = queryStatus(err), time.Since(start).Milliseconds()
+	if res != nil {
+		rec.RowCount = res.RowCount
+	}
+	// The record is written even when the caller has gone: it is the trail of what ran.
+	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	if aerr := dp.store.InTx(actx, func(tx store.Tx) error { return tx.QueryAuditInsert(actx, rec) }); aerr != nil {
+		return nil, fmt.Errorf("query audit: %w", aerr)
+	}
+	dp.log.InfoContext(ctx, "query", "tenant", rec.Tenant, "caller", rec.Caller, "sql_sha256", rec.SQLHash,
+		"status", rec.Status, "rows", rec.RowCount, "duration_ms", rec.DurationMS)
+	return res, err
+}
+
+// queryStatus is an audit record's status for a query that ended with err.
+func queryStatus(err error) string {
+	var (
+		rejected  *query.RejectedError
+		failed    *query.FailedError
+		tooLarge  *query.TooLargeError
+		forbidden *dispatch.ForbiddenError
+		unknown   *QueryUnknownError
+		notRead   *QueryNotReadableError
+	)
+	switch {
+	case err == nil:
+		return "ok"
+	case errors.As(err, &rejected):
+		return "rejected"
+	case errors.As(err, &forbidden):
+		return "forbidden"
+	case errors.As(err, &unknown):
+		return "not_found"
+	case errors.As(err, &notRead):
+		return "not_readable"
+	case errors.As(err, &tooLarge):
+		return "too_large"
+	case errors.Is(err, query.ErrTimeout):
+		return "timeout"
+	case errors.Is(err, query.ErrBusy):
+		return "busy"
+	case errors.As(err, &failed):
+		return "failed"
+	}
+	return "error"
+}
+
+// relation is dataset ds of tenant as the relation name: a buffered dataset's rows (as where,
+// a JSON object or nil, keeps them), else the Parquet files of its version: under ref when
+// given (a task's pinned input), else under that version's registered location.
+func (dp *Plane) relation(ctx context.Context, tenant, name string, ds *store.Dataset, version string, ref, where json.RawMessage) (query.Relation, error) {
+	r := query.Relation{Name: strings.ToLower(name), Dataset: ds.UUID, Version: version}
+	if ds.WriteMode == pipeline.WriteBuffered {
+		return dp.bufferedRelation(r, tenant, ds, where)
+	}
+	if dp.cfg.Blob == nil {
+		return r, &QueryNotReadableError{Message: fmt.Sprintf("dataset %q: this server has no object storage to read its files from", name)}
+	}
+	if len(ref) == 0 && version != "" {
+		vs, err := dp.store.DatasetVersionList(ctx, ds.UUID)
+		if err != nil {
+			return r, err
+		}
+		for _, v := range vs {
+			if v.Version == version {
+				ref = v.StorageRef
+			}
+		}
+	}
+	raw := grant.RefPrefix(ref)
+	if raw == "" {
+		return r, &QueryNotReadableError{Message: fmt.Sprintf(
+			"dataset %q has no version with files to read: its version %q registered no storage_ref", name, version)}
+	}
+	// The same rule as a grant's: a location outside the dataset's own prefix is never read.
+	prefix, err := grant.DatasetLocation(raw, dp.cfg.Blob.Root(), ds.UUID)
+	if err != nil {
+		return r, &QueryNotReadableError{Message: fmt.Sprintf("dataset %q: %s", name,
+			strings.TrimPrefix(err.Error(), grant.ErrPrefix.Error()+": "))}
+	}
+	keyPrefix := strings.TrimPrefix(prefix, dp.cfg.Blob.Root())
+	keys, err := dp.cfg.Blob.List(ctx, keyPrefix)
+	if err != nil {
+		return r, err
+	}
+	glob := refGlob(ref)
+	for _, k := range keys {
+		if ok, _ := path.Match(glob, path.Base(k)); !ok || !strings.HasSuffix(k, ".parquet") {
+			continue
+		}
+		f := query.File{Key: k}
+		if f.Path, err = dp.cfg.Blob.Path(k); err != nil {
+			return r, &QueryNotReadableError{Message: fmt.Sprintf("dataset %q: %v", name, err)}
+		}
+		if f.Path == "" {
+			key := k
+			f.Open = func(ctx context.Context) (io.ReadCloser, error) { return dp.cfg.Blob.Get(ctx, key) }
+		}
+		r.Files = append(r.Files, f)
+	}
+	if len(r.Files) == 0 {
+		return r, &QueryNotReadableError{Message: fmt.Sprintf("dataset %q: its version %q has no Parquet files (%s under %s)", name, version, glob, prefix)}
+	}
+	return r, nil
+}
+
+// refGlob is the glob a storage_ref object names its files with ("*.parquet" when none).
+func refGlob(ref json.RawMessage) string {
+	var obj struct {
+		Glob string `json:"glob"`
+	}
+	if json.Unmarshal(ref, &obj) == nil && obj.Glob != "" && !strings.Contains(obj.Glob, "/") {
+		if _, err := path.Match(obj.Glob, ""); err == nil {
+			return obj.Glob
+		}
+	}
+	return "*.parquet"
+}
+
+// bufferedRelation is buffered dataset ds's rows of tenant, as where keeps them, with each
+// row's load cursor as the column _cursor.
+func (dp *Plane) bufferedRelation(r query.Relation, tenant string, ds *store.Dataset, where json.RawMessage) (query.Relation, error) {
+	if dp.cfg.Tables == nil || len(ds.Schema) == 0 {
+		return r, &QueryNotReadableError{Message: fmt.Sprintf("dataset %q: this server keeps no rows of buffered datasets", r.Name)}
+	}
+	var s pipeline.Schema
+	if err := json.Unmarshal(ds.Schema, &s); err != nil {
+		return r, fmt.Errorf("dataset %s: decode schema: %w", ds.UUID, err)
+	}
+	var filter map[string]any
+	if len(where) > 0 {
+		if err := decodeWhere(where, &filter); err != nil {
+			return r, fmt.Errorf("dataset %s: decode where: %w", ds.UUID, err)
+		}
+	}
+	for _, c := range s.Columns {
+		r.Columns = append(r.Columns, query.Column{Name: c.Name, Type: c.Type})
+	}
+	r.Columns = append(r.Columns, query.Column{Name: "_cursor", Type: pipeline.TypeInteger})
+	r.Rows = func(ctx context.Context, yield func([]any) error) error {
+		return dp.cfg.Tables.Scan(ctx, ds.UUID, &s, tenant, filter, yield)
+	}
+	return r, nil
+}
+
+// QueryAudit lists a tenant's query audit records, newest first.
+func (dp *Plane) QueryAudit(ctx context.Context, p store.QueryAuditListParams) ([]*store.QueryAudit, error) {
+	return dp.store.QueryAuditList(ctx, p)
+}
