@@ -54,8 +54,8 @@ type DatasetTables interface {
 	// Rows reads a page of the dataset's rows of one tenant, oldest first.
 	Rows(ctx context.Context, datasetUUID string, s *pipeline.Schema, q RowQuery) (RowPage, error)
 	// Scan hands every row of tenant in the dataset that where keeps to yield, from one
-	// snapshot: its columns' values, then its load's cursor (dataset.DB.Scan).
-	Scan(ctx context.Context, datasetUUID string, s *pipeline.Schema, tenant string, where map[string]any, yield func([]any) error) error
+	// snapshot: the values of columns, where "_cursor" is its load's cursor (dataset.DB.Scan).
+	Scan(ctx context.Context, datasetUUID string, s *pipeline.Schema, tenant string, where map[string]any, columns []string, yield func([]any) error) error
 }
 
 // RowQuery selects rows of a buffered dataset.

@@ -275,8 +275,8 @@ func (dp *Plane) bufferedRelation(r query.Relation, tenant string, ds *store.Dat
 		r.Columns = append(r.Columns, query.Column{Name: c.Name, Type: c.Type})
 	}
 	r.Columns = append(r.Columns, query.Column{Name: "_cursor", Type: pipeline.TypeInteger})
-	r.Rows = func(ctx context.Context, yield func([]any) error) error {
-		return dp.cfg.Tables.Scan(ctx, ds.UUID, &s, tenant, filter, yield)
+	r.Rows = func(ctx context.Context, columns []string, yield func([]any) error) error {
+		return dp.cfg.Tables.Scan(ctx, ds.UUID, &s, tenant, filter, columns, yield)
 	}
 	return r, nil
 }

@@ -46,9 +46,9 @@ func (t DatasetDB) Rows(ctx context.Context, datasetUUID string, s *pipeline.Sch
 	return RowPage{Rows: page.Rows, Next: page.Next}, err
 }
 
-// Scan reads every row of tenant that where keeps, from one snapshot (dataset.DB.Scan).
-func (t DatasetDB) Scan(ctx context.Context, datasetUUID string, s *pipeline.Schema, tenant string, where map[string]any, yield func([]any) error) error {
-	err := t.DB.Scan(ctx, datasetUUID, s, tenant, where, yield)
+// Scan reads columns of every row of tenant that where keeps, from one snapshot (dataset.DB.Scan).
+func (t DatasetDB) Scan(ctx context.Context, datasetUUID string, s *pipeline.Schema, tenant string, where map[string]any, columns []string, yield func([]any) error) error {
+	err := t.DB.Scan(ctx, datasetUUID, s, tenant, where, columns, yield)
 	if errors.Is(err, dataset.ErrBadQuery) {
 		return &dispatch.InvalidError{Message: err.Error()}
 	}

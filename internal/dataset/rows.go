@@ -117,11 +117,12 @@ func (db *DB) Rows(ctx context.Context, datasetUUID string, s *pipeline.Schema, 
 	return page, nil
 }
 
-// Scan reads every row of tenant in the dataset, oldest first, read with schema s, in one
-// statement (one snapshot of the table), and hands each to yield: its declared columns' values
-// then its load's cursor (int64). Values are nil, string, int64, float64, bool, time.Time (UTC)
-// and, for json, the document's text. Scan stops with yield's error when yield fails.
-func (db *DB) Scan(ctx context.Context, datasetUUID string, s *pipeline.Schema, tenant string, where map[string]any, yield func(vals []any) error) error {
+// Scan reads the given columns of every row of tenant in the dataset that where keeps, in no
+// particular order, read with schema s, in one statement (one snapshot of the table), and hands each row's
+// values, in the order of columns, to yield. A column is one of s's, or "_cursor": the row's
+// load's cursor (int64). Values are nil, string, int64, float64, bool, time.Time (UTC) and, for
+// json, the document's text. Scan stops with yield's error when yield fails.
+func (db *DB) Scan(ctx context.Context, datasetUUID string, s *pipeline.Schema, tenant string, where map[string]any, columns []string, yield func(vals []any) error) error {
 	d, err := datasetOf(datasetUUID)
 	if err != nil {
 		return fmt.Errorf("%w: %w", ErrBadQuery, err)
@@ -132,32 +133,50 @@ func (db *DB) Scan(ctx context.Context, datasetUUID string, s *pipeline.Schema, 
 	if tenant == "" {
 		return fmt.Errorf("%w: no tenant", ErrBadQuery)
 	}
-	st, err := db.selectRows(d, s, tenant, 0, where)
-	if err != nil {
+	types := make([]string, len(columns))
+	st := &sqlText{b: db.b}
+	st.add("SELECT 0")
+	ledger := false // the join with the ledger costs a lookup per row: only for a cursor
+	for i, name := range columns {
+		if name == "_cursor" {
+			types[i], ledger = pipeline.TypeInteger, true
+			st.add(", l.cursor")
+			continue
+		}
+		c, ok := column(s, name)
+		if !ok {
+			return fmt.Errorf("%w: unknown column %q", ErrBadQuery, name)
+		}
+		types[i] = c.Type
+		if c.Type == pipeline.TypeJSON {
+			st.add(", CAST(t.", quote(c.Name), " AS TEXT)")
+		} else {
+			st.add(", t.", quote(c.Name))
+		}
+	}
+	if err := db.whereRows(st, d, s, tenant, 0, where, ledger); err != nil {
 		return err
 	}
-	st.add(" ORDER BY t._row")
 	rows, err := db.b.reader().query(ctx, st.sql.String(), st.args...)
 	if err != nil {
 		return fmt.Errorf("read dataset %s: %w", d.uuid, err)
 	}
 	defer rows.Close()
-	vals := make([]any, len(s.Columns)+2)
+	vals := make([]any, len(columns)+1)
 	dest := make([]any, len(vals))
 	for i := range vals {
 		dest[i] = &vals[i]
 	}
-	out := make([]any, len(s.Columns)+1)
+	out := make([]any, len(columns))
 	for rows.Next() {
 		if err := rows.Scan(dest...); err != nil {
 			return fmt.Errorf("read dataset %s: %w", d.uuid, err)
 		}
-		for i, c := range s.Columns {
-			if out[i], err = scanValue(c.Type, vals[i+2]); err != nil {
-				return fmt.Errorf("read dataset %s: column %s: %w", d.uuid, c.Name, err)
+		for i, typ := range types {
+			if out[i], err = scanValue(typ, vals[i+1]); err != nil {
+				return fmt.Errorf("read dataset %s: column %s: %w", d.uuid, columns[i], err)
 			}
 		}
-		out[len(s.Columns)] = vals[1].(int64)
 		if err := yield(out); err != nil {
 			return err
 		}
@@ -186,9 +205,7 @@ func scanValue(typ string, v any) (any, error) {
 }
 
 // selectRows is the head of a statement that selects the rows of tenant in dataset d, read with
-// schema s, as (_row, cursor, columns...): those of the load given cursor (0: every load) whose
-// columns equal where's values. The SQL is built from s's names and this package's only; every
-// value is an argument.
+// schema s, as (_row, cursor, columns...): those whereRows keeps.
 func (db *DB) selectRows(d dataset, s *pipeline.Schema, tenant string, cursor int64, where map[string]any) (*sqlText, error) {
 	st := &sqlText{b: db.b}
 	st.add("SELECT t._row, l.cursor")
@@ -199,7 +216,19 @@ func (db *DB) selectRows(d dataset, s *pipeline.Schema, tenant string, cursor in
 			st.add(", t.", quote(c.Name))
 		}
 	}
-	st.add(" FROM ", quote(d.table), " t JOIN baton_dataset_batches l ON l.seq = t._batch WHERE t.org_id = ", st.p(tenant))
+	return st, db.whereRows(st, d, s, tenant, cursor, where, true)
+}
+
+// whereRows adds to a statement's select list the FROM and WHERE clauses that keep the rows of
+// tenant in dataset d (t, joined with its load's ledger entry l when ledger is set): those of the load given cursor (0:
+// every load) whose columns equal where's values. The SQL is built from s's names and this
+// package's only; every value is an argument.
+func (db *DB) whereRows(st *sqlText, d dataset, s *pipeline.Schema, tenant string, cursor int64, where map[string]any, ledger bool) error {
+	st.add(" FROM ", quote(d.table), " t")
+	if ledger {
+		st.add(" JOIN baton_dataset_batches l ON l.seq = t._batch")
+	}
+	st.add(" WHERE t.org_id = ", st.p(tenant))
 	if cursor > 0 {
 		st.add(" AND t._batch = (SELECT seq FROM baton_dataset_batches WHERE dataset_uuid = ", st.p(d.uuid),
 			" AND cursor = ", st.p(cursor), ")")
@@ -214,26 +243,26 @@ func (db *DB) selectRows(d dataset, s *pipeline.Schema, tenant string, cursor in
 		}
 	}
 	if values > MaxWhereValues {
-		return nil, fmt.Errorf("%w: where holds %d values; at most %d in all", ErrBadQuery, values, MaxWhereValues)
+		return fmt.Errorf("%w: where holds %d values; at most %d in all", ErrBadQuery, values, MaxWhereValues)
 	}
 	slices.Sort(keys) // the same query, the same SQL: statements are cached by their text
 	for _, k := range keys {
 		c, ok := column(s, k)
 		if !ok {
-			return nil, fmt.Errorf("%w: where: unknown column %q", ErrBadQuery, k)
+			return fmt.Errorf("%w: where: unknown column %q", ErrBadQuery, k)
 		}
 		vals, isList := where[k].([]any)
 		if !isList {
 			vals = []any{where[k]}
 		}
 		if len(vals) == 0 {
-			return nil, fmt.Errorf("%w: where %s: an empty list", ErrBadQuery, k)
+			return fmt.Errorf("%w: where %s: an empty list", ErrBadQuery, k)
 		}
 		st.add(" AND t.", quote(k))
 		for i, v := range vals {
 			w, err := whereValue(c.Type, v)
 			if err != nil {
-				return nil, fmt.Errorf("%w: where %s: %w", ErrBadQuery, k, err)
+				return fmt.Errorf("%w: where %s: %w", ErrBadQuery, k, err)
 			}
 			switch {
 			case !isList:
@@ -248,7 +277,7 @@ func (db *DB) selectRows(d dataset, s *pipeline.Schema, tenant string, cursor in
 			st.add(")")
 		}
 	}
-	return st, nil
+	return nil
 }
 
 // outValue is a value as a database returns it, as Rows returns it.

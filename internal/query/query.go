@@ -12,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strings"
 	"time"
 )
 
@@ -30,6 +31,17 @@ type Statement struct {
 	// Relations are the names the statement reads as tables, other than its own CTEs: each
 	// must be attached as a Relation, or the statement cannot run.
 	Relations []string
+	// Names are the names its column references are made of, lower-cased (a.b.c gives a, b and
+	// c), and AllColumns says that it may read columns it does not name (a star, a whole row, a
+	// positional reference, a natural join, renamed columns): an engine may attach a relation
+	// with only its named columns unless AllColumns, and the statement reads the same rows.
+	Names      map[string]bool
+	AllColumns bool
+}
+
+// Reads says whether st may read column name of a relation.
+func (st *Statement) Reads(name string) bool {
+	return st.AllColumns || st.Names[strings.ToLower(name)]
 }
 
 // Hash is the SHA-256 of sql in hex: what the audit trail and the logs keep instead of the text.
@@ -57,10 +69,10 @@ type Column struct {
 	Name, Type string
 }
 
-// RowSource yields a buffered relation's rows, in Columns' order, from one snapshot; it stops
-// with yield's error when yield fails. A value is nil, string, int64, float64, bool, time.Time
-// or, for json, its text.
-type RowSource func(ctx context.Context, yield func(vals []any) error) error
+// RowSource yields a buffered relation's rows from one snapshot: the values of columns (names
+// of Columns), in that order. It stops with yield's error when yield fails. A value is nil,
+// string, int64, float64, bool, time.Time or, for json, its text.
+type RowSource func(ctx context.Context, columns []string, yield func(vals []any) error) error
 
 // File is one Parquet object of a relation: readable in place at Path, or through Open.
 type File struct {

@@ -153,7 +153,7 @@ func (e *Engine) run(ctx context.Context, st *query.Statement, rels []query.Rela
 	defer closeDB()
 	var allowed []string
 	for i, r := range rels {
-		if err := attach(ctx, conn, r, files[i], lim.RelationRows); err != nil {
+		if err := attach(ctx, conn, r, project(st, r.Columns), files[i], lim.RelationRows); err != nil {
 			return nil, err
 		}
 		allowed = append(allowed, files[i]...)
@@ -249,8 +249,23 @@ func copyFile(ctx context.Context, path string, f query.File, room int64) (int64
 	return n, nil
 }
 
-// attach makes r a relation of conn under its name.
-func attach(ctx context.Context, conn *sql.Conn, r query.Relation, files []string, maxRows int64) error {
+// project is the columns of a buffered relation that st may read: those it names, all of them
+// when it may read columns it does not name, and at least one (a count of rows reads none).
+func project(st *query.Statement, cols []query.Column) []query.Column {
+	var out []query.Column
+	for _, c := range cols {
+		if st.Reads(c.Name) {
+			out = append(out, c)
+		}
+	}
+	if len(out) == 0 && len(cols) > 0 {
+		out = cols[len(cols)-1:]
+	}
+	return out
+}
+
+// attach makes r a relation of conn under its name: a buffered relation with only cols.
+func attach(ctx context.Context, conn *sql.Conn, r query.Relation, cols []query.Column, files []string, maxRows int64) error {
 	name := ident(r.Name)
 	if r.Rows == nil {
 		if len(files) == 0 {
@@ -266,15 +281,15 @@ func attach(ctx context.Context, conn *sql.Conn, r query.Relation, files []strin
 		}
 		return nil
 	}
-	cols := make([]string, len(r.Columns))
-	for i, c := range r.Columns {
+	defs, names := make([]string, len(cols)), make([]string, len(cols))
+	for i, c := range cols {
 		t, ok := columnTypes[c.Type]
 		if !ok {
 			return fmt.Errorf("query: relation %s: column %s has unknown type %q", r.Name, c.Name, c.Type)
 		}
-		cols[i] = ident(c.Name) + " " + t
+		defs[i], names[i] = ident(c.Name)+" "+t, c.Name
 	}
-	if _, err := conn.ExecContext(ctx, "CREATE TABLE "+name+" ("+strings.Join(cols, ", ")+")"); err != nil {
+	if _, err := conn.ExecContext(ctx, "CREATE TABLE "+name+" ("+strings.Join(defs, ", ")+")"); err != nil {
 		return fmt.Errorf("query: attach %s: %w", r.Name, err)
 	}
 	return conn.Raw(func(dc any) error {
@@ -282,26 +297,72 @@ func attach(ctx context.Context, conn *sql.Conn, r query.Relation, files []strin
 		if err != nil {
 			return fmt.Errorf("query: attach %s: %w", r.Name, err)
 		}
-		var n int64
-		row := make([]driver.Value, len(r.Columns))
-		err = r.Rows(ctx, func(vals []any) error {
-			if n++; n > maxRows {
-				return &query.TooLargeError{Message: fmt.Sprintf(
-					"dataset %s holds more than %d rows, the most the query service reads of one buffered dataset", r.Name, maxRows)}
-			}
-			for i, v := range vals {
-				if v != nil && r.Columns[i].Type == "json" {
-					v = json.RawMessage(v.(string))
-				}
-				row[i] = v
-			}
-			return a.AppendRow(row...)
-		})
+		err = appendRows(ctx, a, r, cols, names, maxRows)
 		if cerr := a.Close(); err == nil && cerr != nil {
 			err = fmt.Errorf("query: attach %s: %w", r.Name, cerr)
 		}
 		return err
 	})
+}
+
+// chunkRows is how many rows the reader of a buffered relation hands the appender at once.
+const chunkRows = 2048
+
+// appendRows appends r's rows (of columns names) to a. The rows are read on a goroutine of their
+// own and appended as they come, a chunk at a time, so that reading from the data database and
+// appending overlap.
+func appendRows(ctx context.Context, a *duckdb.Appender, r query.Relation, cols []query.Column, names []string, maxRows int64) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	chunks := make(chan [][]driver.Value, 4)
+	read := make(chan error, 1)
+	go func() {
+		defer close(chunks)
+		var n int64
+		chunk := make([][]driver.Value, 0, chunkRows)
+		err := r.Rows(ctx, names, func(vals []any) error {
+			if n++; n > maxRows {
+				return &query.TooLargeError{Message: fmt.Sprintf(
+					"dataset %s holds more than %d rows, the most the query service reads of one buffered dataset", r.Name, maxRows)}
+			}
+			row := make([]driver.Value, len(vals))
+			for i, v := range vals {
+				if v != nil && cols[i].Type == "json" {
+					v = json.RawMessage(v.(string))
+				}
+				row[i] = v
+			}
+			if chunk = append(chunk, row); len(chunk) == chunkRows {
+				select {
+				case chunks <- chunk:
+				case <-ctx.Done():
+					return ctx.Err()
+				}
+				chunk = make([][]driver.Value, 0, chunkRows)
+			}
+			return nil
+		})
+		if err == nil && len(chunk) > 0 {
+			select {
+			case chunks <- chunk:
+			case <-ctx.Done():
+				err = ctx.Err()
+			}
+		}
+		read <- err
+	}()
+	for chunk := range chunks {
+		for _, row := range chunk {
+			if err := a.AppendRow(row...); err != nil {
+				cancel()
+				for range chunks { // let the reader end
+				}
+				<-read
+				return fmt.Errorf("query: attach %s: %w", r.Name, err)
+			}
+		}
+	}
+	return <-read
 }
 
 // columnTypes maps a buffered dataset's column types to DuckDB's.

@@ -49,11 +49,15 @@ func alerts(n int) query.Relation {
 	return query.Relation{Name: "alerts", Dataset: "u-alerts",
 		Columns: []query.Column{{Name: "severity", Type: "string"}, {Name: "block", Type: "integer"}, {Name: "score", Type: "number"},
 			{Name: "ok", Type: "boolean"}, {Name: "seen", Type: "timestamp"}, {Name: "payload", Type: "json"}, {Name: "_cursor", Type: "integer"}},
-		Rows: func(ctx context.Context, yield func([]any) error) error {
+		Rows: func(ctx context.Context, columns []string, yield func([]any) error) error {
+			row := make([]any, len(columns))
 			for i := range n {
-				seen := time.Date(2024, 6, 1, 0, 0, i, 0, time.UTC)
-				if err := yield([]any{sev[i%3], int64(i), float64(i) / 2, i%2 == 0, seen,
-					fmt.Sprintf(`{"i":%d}`, i), int64(1 + i/10)}); err != nil {
+				all := map[string]any{"severity": sev[i%3], "block": int64(i), "score": float64(i) / 2, "ok": i%2 == 0,
+					"seen": time.Date(2024, 6, 1, 0, 0, i, 0, time.UTC), "payload": fmt.Sprintf(`{"i":%d}`, i), "_cursor": int64(1 + i/10)}
+				for j, c := range columns {
+					row[j] = all[c]
+				}
+				if err := yield(row); err != nil {
 					return err
 				}
 			}
@@ -229,5 +233,37 @@ func TestHardeningHoldsWithoutTheGate(t *testing.T) {
 	}
 	if _, err := os.Stat(outside); err == nil {
 		t.Error("a query wrote a file outside its spill directory")
+	}
+}
+
+// A relation attached with only the columns a statement names answers as the whole one would.
+func TestRunAttachesOnlyTheColumnsAStatementNames(t *testing.T) {
+	e := newEngine(t, Config{})
+	var asked [][]string
+	rel := alerts(30)
+	rows := rel.Rows
+	rel.Rows = func(ctx context.Context, columns []string, yield func([]any) error) error {
+		asked = append(asked, columns)
+		return rows(ctx, columns, yield)
+	}
+	for _, c := range []struct{ sql, want, columns string }{
+		{"SELECT severity, count(*) AS n FROM alerts GROUP BY ALL ORDER BY 1", "[[high 10] [low 10] [medium 10]]", "[severity]"},
+		{"SELECT count(*) FROM alerts", "[[30]]", "[_cursor]"},
+		{"SELECT a.block FROM alerts a WHERE a.block = 7", "[[7]]", "[block]"},
+		{"SELECT count(*) FROM alerts a(x, y) WHERE x = 'high'", "[[10]]", "[severity block score ok seen payload _cursor]"},
+		{"SELECT max(block) FROM alerts NATURAL JOIN alerts b", "[[29]]", "[severity block score ok seen payload _cursor]"},
+	} {
+		asked = nil
+		res, err := run(t, e, c.sql, query.Limits{}, rel)
+		if err != nil {
+			t.Errorf("%s: %v", c.sql, err)
+			continue
+		}
+		if got := fmt.Sprint(res.Rows); got != c.want {
+			t.Errorf("%s = %s, want %s", c.sql, got, c.want)
+		}
+		if got := fmt.Sprint(asked[0]); got != c.columns {
+			t.Errorf("%s read columns %s, want %s", c.sql, got, c.columns)
+		}
 	}
 }

@@ -93,11 +93,16 @@ func readTree(text string, tree []byte) (*query.Statement, error) {
 	if err := dec.Decode(&root); err != nil {
 		return nil, fmt.Errorf("query gate: read the parse tree: %w", err)
 	}
-	w := &walker{tables: map[string]bool{}, ctes: map[string]bool{}}
+	w := &walker{tables: map[string]bool{}, ctes: map[string]bool{}, aliases: map[string]bool{}, names: map[string]bool{}, single: map[string]bool{}}
 	if err := w.walk(root); err != nil {
 		return nil, err
 	}
-	st := &query.Statement{SQL: text}
+	st := &query.Statement{SQL: text, Names: w.names, AllColumns: w.all}
+	for name := range w.single {
+		if w.tables[name] || w.aliases[name] || w.ctes[name] {
+			st.AllColumns = true // a relation named as a value: its whole row
+		}
+	}
 	for name := range w.tables {
 		if !w.ctes[name] {
 			st.Relations = append(st.Relations, name)
@@ -109,8 +114,12 @@ func readTree(text string, tree []byte) (*query.Statement, error) {
 
 // walker walks a parse tree: every object in it, at every depth.
 type walker struct {
-	tables map[string]bool // names read as tables
-	ctes   map[string]bool // names the statement defines as CTEs
+	tables  map[string]bool // names read as tables
+	ctes    map[string]bool // names the statement defines as CTEs
+	aliases map[string]bool // aliases of relations
+	names   map[string]bool // the parts of every column reference
+	single  map[string]bool // column references of one part
+	all     bool            // the statement may read columns it does not name
 }
 
 // Kinds of parse tree nodes, as json_serialize_sql names them.
@@ -175,6 +184,7 @@ func (w *walker) node(n map[string]any) error {
 	}
 	typ, _ := n["type"].(string)
 	if class, ok := n["class"].(string); ok {
+		w.columns(class, n)
 		return w.expression(class, n)
 	}
 	switch {
@@ -187,7 +197,23 @@ func (w *walker) node(n map[string]any) error {
 	case !tableRefs[typ] || n["alias"] == nil:
 		return nil // not a relation: a modifier, an order, a join condition's kind...
 	}
+	if alias, _ := n["alias"].(string); alias != "" {
+		w.aliases[strings.ToLower(alias)] = true
+	}
+	if renamed, _ := n["column_name_alias"].([]any); len(renamed) > 0 {
+		w.all = true // columns renamed by position
+	}
 	switch typ {
+	case "JOIN":
+		if ref, _ := n["ref_type"].(string); ref != "REGULAR" && ref != "CROSS" && ref != "" {
+			w.all = true // a natural (or other) join matches columns it does not name
+		}
+		using, _ := n["using_columns"].([]any)
+		for _, c := range using {
+			if c, ok := c.(string); ok {
+				w.names[strings.ToLower(c)] = true
+			}
+		}
 	case "BASE_TABLE":
 		name, _ := n["table_name"].(string)
 		schema, _ := n["schema_name"].(string)
@@ -208,6 +234,24 @@ func (w *walker) node(n map[string]any) error {
 		}
 	}
 	return nil
+}
+
+// columns notes the columns an expression node may read.
+func (w *walker) columns(class string, n map[string]any) {
+	switch class {
+	case "COLUMN_REF":
+		parts, _ := n["column_names"].([]any)
+		for _, p := range parts {
+			if p, ok := p.(string); ok {
+				w.names[strings.ToLower(p)] = true
+				if len(parts) == 1 {
+					w.single[strings.ToLower(p)] = true
+				}
+			}
+		}
+	case "STAR", "POSITIONAL_REFERENCE":
+		w.all = true
+	}
 }
 
 // expression checks an expression node: a function call must be allowed.

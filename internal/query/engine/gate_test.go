@@ -215,3 +215,54 @@ func FuzzGate(f *testing.F) {
 		}
 	})
 }
+
+// The gate notes the columns a statement names, and when it may read others: an engine then
+// attaches a buffered relation with only the named columns, and the statement reads the same.
+func TestGateNamesTheColumnsAStatementReads(t *testing.T) {
+	g, err := newGate()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.close()
+	for _, c := range []struct {
+		sql   string
+		reads []string // columns it must read; "*": all of them
+	}{
+		{"SELECT severity, count(*) FROM alerts GROUP BY severity", []string{"severity"}},
+		{"SELECT count(*) FROM alerts", nil},
+		{"SELECT a.block, s.f.g FROM alerts a JOIN blocks b ON a.block = b.number", []string{"block", "number", "s", "f", "g"}},
+		{"SELECT x FROM alerts JOIN blocks USING (k)", []string{"x", "k"}},
+		{"SELECT * FROM alerts", []string{"*"}},
+		{"SELECT * EXCLUDE (a) FROM alerts", []string{"*"}},
+		{"SELECT COLUMNS('sev.*') FROM alerts", []string{"*"}},
+		{"SELECT a FROM alerts a", []string{"*"}},
+		{"SELECT alerts FROM alerts", []string{"*"}},
+		{"SELECT #1 FROM alerts", []string{"*"}},
+		{"SELECT x FROM alerts NATURAL JOIN blocks", []string{"*"}},
+		{"SELECT x FROM alerts AS a(x, y)", []string{"*"}},
+		{"WITH t AS (SELECT block FROM alerts) SELECT t FROM t", []string{"*"}},
+	} {
+		st, err := g.check(t.Context(), c.sql)
+		if err != nil {
+			t.Errorf("gate(%q): %v", c.sql, err)
+			continue
+		}
+		if len(c.reads) == 1 && c.reads[0] == "*" {
+			if !st.AllColumns {
+				t.Errorf("gate(%q) does not read every column", c.sql)
+			}
+			continue
+		}
+		if st.AllColumns {
+			t.Errorf("gate(%q) reads every column, want only %q", c.sql, c.reads)
+		}
+		for _, col := range c.reads {
+			if !st.Reads(col) {
+				t.Errorf("gate(%q) does not read %s", c.sql, col)
+			}
+		}
+		if st.Reads("unnamed") {
+			t.Errorf("gate(%q) reads a column it never names", c.sql)
+		}
+	}
+}
