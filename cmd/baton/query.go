@@ -18,7 +18,7 @@ type queryFlags struct {
 }
 
 func (f *queryFlags) register(fs *flag.FlagSet) {
-	fs.StringVar(&f.spillDir, "query-spill-dir", "", "directory of each query's fetched Parquet files and DuckDB's temporary files, removed when the query ends (default: $TMPDIR/baton-query)")
+	fs.StringVar(&f.spillDir, "query-spill-dir", "", "directory of each query's fetched Parquet files and DuckDB's temporary files, removed when the query ends (default: a new directory under $TMPDIR, removed at exit)")
 	fs.StringVar(&f.memoryLimit, "query-memory-limit", "1GB", "memory one query's DuckDB may use before it spills to disk, in DuckDB's units (512MB, 4GB)")
 	fs.IntVar(&f.threads, "query-threads", 0, "threads of one query (default: the smaller of the CPUs and 4)")
 	fs.IntVar(&f.concurrent, "query-concurrency", 4, "queries that run at once; one more waits up to 10s for a slot, then is answered 503")

@@ -121,14 +121,14 @@ func (r *Retention) run(ctx context.Context) {
 	}
 }
 
-// RunOnce deletes batches of expired jobs until one comes back short, pausing Pause between them,
+// RunOnce deletes batches of expired jobs (and query audit records) until one comes back short, pausing Pause between them,
 // and returns what it deleted in all.
 func (r *Retention) RunOnce(ctx context.Context) (store.RetentionCounts, error) {
 	var total store.RetentionCounts
 	for {
 		n, err := r.DeleteBatch(ctx)
 		total.Add(n)
-		if err != nil || n.Jobs < r.cfg.Batch {
+		if err != nil || (n.Jobs < r.cfg.Batch && n.QueryAudit < r.cfg.Batch) {
 			return total, err
 		}
 		select {

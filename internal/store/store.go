@@ -238,12 +238,14 @@ type RetentionPolicy struct {
 // RetentionCounts counts the rows Tx.JobDeleteExpired deleted, by table.
 type RetentionCounts struct {
 	Jobs, Tasks, TaskDeps, Attempts, Events, DatasetEvents, BufferPublishes int
+	QueryAudit                                                              int // query_audit records past their tenant's retention
 }
 
 // Tables lists the counts by table name.
 func (c RetentionCounts) Tables() []TableCount {
 	return []TableCount{{"jobs", c.Jobs}, {"tasks", c.Tasks}, {"task_deps", c.TaskDeps}, {"attempts", c.Attempts},
-		{"events", c.Events}, {"dataset_events", c.DatasetEvents}, {"buffer_publishes", c.BufferPublishes}}
+		{"events", c.Events}, {"dataset_events", c.DatasetEvents}, {"buffer_publishes", c.BufferPublishes},
+		{"query_audit", c.QueryAudit}}
 }
 
 // Add adds o to c.
@@ -255,6 +257,7 @@ func (c *RetentionCounts) Add(o RetentionCounts) {
 	c.Events += o.Events
 	c.DatasetEvents += o.DatasetEvents
 	c.BufferPublishes += o.BufferPublishes
+	c.QueryAudit += o.QueryAudit
 }
 
 // TableCount is a number of rows of a table.

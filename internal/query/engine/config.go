@@ -12,7 +12,8 @@ import (
 // Config configures an Engine. Zero fields take their defaults.
 type Config struct {
 	// SpillDir holds each query's own directory (its fetched Parquet objects and DuckDB's
-	// temporary files), removed when the query ends. Default: $TMPDIR/baton-query.
+	// temporary files), removed when the query ends. Default: a directory of the engine's own
+	// under $TMPDIR, removed by Close.
 	SpillDir string
 	// Threads and MemoryLimit bound each query's database: default the smaller of GOMAXPROCS
 	// and 4, and "1GB" (DuckDB's spelling of a size).

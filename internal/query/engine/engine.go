@@ -30,28 +30,34 @@ const Available = true
 // Engine runs queries on DuckDB: a fresh in-memory database per query, given only the
 // relations the query may read and then locked (see Run). It is safe for concurrent use.
 type Engine struct {
-	cfg   Config
-	gate  *gate
-	slots chan struct{}
+	cfg      Config
+	gate     *gate
+	slots    chan struct{}
+	ownSpill bool // New made cfg.SpillDir, and Close removes it
 }
 
-// New starts an engine: it makes cfg.SpillDir and opens the gate's parser.
+// New starts an engine: it makes cfg.SpillDir (without one, a directory of its own under the
+// system's temporary directory, removed by Close) and opens the gate's parser.
 func New(cfg Config) (*Engine, error) {
 	cfg = cfg.withDefaults()
-	if err := os.MkdirAll(cfg.SpillDir, 0o700); err != nil {
+	own := cfg.SpillDir == ""
+	if own {
+		dir, err := os.MkdirTemp("", "baton-query-")
+		if err != nil {
+			return nil, fmt.Errorf("query engine: spill directory: %w", err)
+		}
+		cfg.SpillDir = dir
+	} else if err := os.MkdirAll(cfg.SpillDir, 0o700); err != nil {
 		return nil, fmt.Errorf("query engine: spill directory: %w", err)
 	}
 	g, err := newGate()
 	if err != nil {
 		return nil, err
 	}
-	return &Engine{cfg: cfg, gate: g, slots: make(chan struct{}, cfg.MaxConcurrent)}, nil
+	return &Engine{cfg: cfg, gate: g, slots: make(chan struct{}, cfg.MaxConcurrent), ownSpill: own}, nil
 }
 
 func (c Config) withDefaults() Config {
-	if c.SpillDir == "" {
-		c.SpillDir = filepath.Join(os.TempDir(), "baton-query")
-	}
 	if c.Threads <= 0 {
 		c.Threads = min(runtime.GOMAXPROCS(0), 4)
 	}
@@ -70,8 +76,13 @@ func (c Config) withDefaults() Config {
 	return c
 }
 
-// Close closes the gate's parser.
-func (e *Engine) Close() error { return e.gate.close() }
+// Close closes the gate's parser, and removes the spill directory New made.
+func (e *Engine) Close() error {
+	if e.ownSpill {
+		os.RemoveAll(e.cfg.SpillDir)
+	}
+	return e.gate.close()
+}
 
 // Check gates sql (see gate.check).
 func (e *Engine) Check(ctx context.Context, sql string) (*query.Statement, error) {

@@ -28,6 +28,9 @@ import (
 //   - concurrency_groups: one row per concurrency key, shared by every job of the key;
 //   - outbox: pruned by the relay once sent, whatever became of the job;
 //   - api_keys, api_key_usage, signing_keys: credentials, not jobs.
+//
+// Deleted by age alone: query_audit, the Query Service's records, once older than their
+// tenant's retention (at most Limit per call).
 
 // finishedStatuses are the statuses of a finished job.
 const finishedStatuses = "'completed', 'partial_failure', 'canceled'"
@@ -38,6 +41,10 @@ func (t *tx) JobDeleteExpired(ctx context.Context, p store.RetentionPolicy) (sto
 	cond, args, ok := expiredCondition(p)
 	if !ok || p.Limit <= 0 {
 		return counts, nil
+	}
+	var err error
+	if counts.QueryAudit, err = t.queryAuditDeleteExpired(ctx, p); err != nil {
+		return counts, err
 	}
 	args = append(args, p.Limit)
 	// Oldest finish first; on PostgreSQL the jobs are locked, those another transaction holds
@@ -219,4 +226,46 @@ func (t *tx) deleteIn(ctx context.Context, table, col string, ids []string) (int
 func (q q) PipelineJobLatest(ctx context.Context, k store.PipelineJobKey) (*store.Job, error) {
 	return scanJob(q.queryRow(ctx, `SELECT `+jobCols+` FROM jobs WHERE tenant = $1 AND pipeline = $2
 		AND pipeline_job = $3 ORDER BY seq DESC LIMIT 1`, k.Tenant, k.Pipeline, k.Job))
+}
+
+// queryAuditDeleteExpired deletes up to p.Limit query audit records older than their tenant's
+// retention, oldest first.
+func (t *tx) queryAuditDeleteExpired(ctx context.Context, p store.RetentionPolicy) (int, error) {
+	now := p.Now.UnixMilli()
+	cutoff := func(d time.Duration) int64 {
+		if d <= 0 {
+			return -1 // kept forever: no record is older
+		}
+		return now - d.Milliseconds()
+	}
+	args := []any{cutoff(p.Retention)}
+	bound := cutoff(p.Retention)
+	expr := "$1"
+	if len(p.Tenants) > 0 {
+		tenants := make([]string, 0, len(p.Tenants))
+		for tenant := range p.Tenants {
+			tenants = append(tenants, tenant)
+			bound = max(bound, cutoff(p.Tenants[tenant]))
+		}
+		slices.Sort(tenants)
+		var b strings.Builder
+		b.WriteString("CASE tenant")
+		for _, tenant := range tenants {
+			args = append(args, tenant, cutoff(p.Tenants[tenant]))
+			fmt.Fprintf(&b, " WHEN $%d THEN CAST($%d AS BIGINT)", len(args)-1, len(args))
+		}
+		b.WriteString(" ELSE CAST($1 AS BIGINT) END")
+		expr = b.String()
+	}
+	if bound < 0 {
+		return 0, nil
+	}
+	args = append(args, p.Limit)
+	res, err := t.exec(ctx, `DELETE FROM query_audit WHERE id IN (SELECT id FROM query_audit WHERE at < `+expr+`
+		ORDER BY id LIMIT $`+strconv.Itoa(len(args))+`)`, args...)
+	if err != nil {
+		return 0, fmt.Errorf("delete expired query audit: %w", err)
+	}
+	n, err := res.RowsAffected()
+	return int(n), err
 }

@@ -2,6 +2,7 @@ package storetest
 
 import (
 	"encoding/json"
+	"fmt"
 	"testing"
 	"time"
 
@@ -56,5 +57,58 @@ func testQueryAuditRoundTripNewestFirstPerTenant(t *testing.T, st store.Store) {
 	}
 	if len(one) != 1 || one[0].ID != second.ID {
 		t.Errorf("a page of 1 = %+v, want the newest record", one)
+	}
+}
+
+// testRetentionDeletesExpiredQueryAudit: retention deletes query audit records older than their
+// tenant's retention, a batch at a time, oldest first, and keeps a tenant's kept forever.
+func testRetentionDeletesExpiredQueryAudit(t *testing.T, st store.Store) {
+	ctx := t.Context()
+	var ids []int64
+	for i, rec := range []struct {
+		tenant string
+		age    time.Duration
+	}{
+		{"acme", 72 * time.Hour}, {"acme", 48 * time.Hour}, {"acme", time.Hour},
+		{"globex", 72 * time.Hour}, {"keep", 1000 * time.Hour},
+	} {
+		a := &store.QueryAudit{Tenant: rec.tenant, At: at(100*time.Hour - rec.age), Caller: "key:k", SQLHash: fmt.Sprint(i), Status: "ok"}
+		if err := st.InTx(ctx, func(tx store.Tx) error { return tx.QueryAuditInsert(ctx, a) }); err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, a.ID)
+	}
+	p := store.RetentionPolicy{Now: at(100 * time.Hour), Retention: 24 * time.Hour,
+		Tenants: map[string]time.Duration{"globex": 100 * time.Hour, "keep": 0}, Limit: 1}
+	deleteExpired := func() int {
+		t.Helper()
+		var n store.RetentionCounts
+		if err := st.InTx(ctx, func(tx store.Tx) (err error) { n, err = tx.JobDeleteExpired(ctx, p); return err }); err != nil {
+			t.Fatal(err)
+		}
+		return n.QueryAudit
+	}
+	if n := deleteExpired(); n != 1 {
+		t.Errorf("a batch of 1 deleted %d records", n)
+	}
+	if n := deleteExpired(); n != 1 {
+		t.Errorf("the second batch deleted %d records", n)
+	}
+	if n := deleteExpired(); n != 0 {
+		t.Errorf("nothing more has expired, yet %d records were deleted", n)
+	}
+	left := map[string]int{}
+	for _, tenant := range []string{"acme", "globex", "keep"} {
+		recs, err := st.QueryAuditList(ctx, store.QueryAuditListParams{Tenant: tenant, Limit: 10})
+		if err != nil {
+			t.Fatal(err)
+		}
+		left[tenant] = len(recs)
+		if tenant == "acme" && (len(recs) != 1 || recs[0].ID != ids[2]) {
+			t.Errorf("acme keeps %+v, want its record of an hour ago", recs)
+		}
+	}
+	if left["globex"] != 1 || left["keep"] != 1 {
+		t.Errorf("records left %v: globex's retention is 100h and keep's forever", left)
 	}
 }

@@ -60,6 +60,7 @@ func Run(t *testing.T, open func(t testing.TB) store.Store) {
 
 		// The Query Service's audit trail (query.go).
 		{"QueryAuditRoundTripNewestFirstPerTenant", testQueryAuditRoundTripNewestFirstPerTenant},
+		{"RetentionDeletesExpiredQueryAudit", testRetentionDeletesExpiredQueryAudit},
 
 		// Attempts (attempts.go).
 		{"Attempts", testAttempts},
