@@ -146,7 +146,7 @@ func newFuzzHarness(f *testing.F) *fuzzHarness {
 	if err != nil {
 		f.Fatal(err)
 	}
-	h.dp = dataplane.New(h.d, dataplane.Config{Blob: bs, Tables: dataplane.DatasetDB{DB: data}})
+	h.dp = dataplane.New(h.d, dataplane.Config{Blob: bs, Tables: dataplane.DatasetDB{DB: data}, Query: queryEngine(f)})
 	h.tokens = auth.NewTokens(h.st, nil)
 	cfg := api.Config{Dispatcher: h.d, DataPlane: h.dp, Auth: auth.NewAuthenticator(h.st, auth.Limits{}, nil), Tokens: h.tokens, Logger: logger,
 		MaxBodyBytes: 64 << 10, EventPoll: 20 * time.Millisecond, CORSOrigins: []string{"https://app.example.com"},

@@ -83,6 +83,8 @@ var producerRoutes = []fuzzRoute{
 	{"POST", "/{path...}", []string{"no/such/endpoint"}},
 	{"GET", "/docs/api", nil},
 	{"GET", "/docs/api/redoc.standalone.js", nil},
+	{"POST", "/v1/query", nil},
+	{"GET", "/v1/query/audit", nil},
 }
 
 // fuzzCronPipeline is a pipeline of cron sources, in the three spellings of a schedule.
@@ -156,6 +158,10 @@ func FuzzProducerAPI(f *testing.F) {
 	add("POST", "/{path...}", "v1/task/heartbeat", "", "", []byte(`{}`))
 	add("GET", "/docs/api", "", "", "", nil)
 	add("GET", "/docs/api/redoc.standalone.js", "", "v=0", "If-None-Match: W/\"x\", *\nRange: bytes=9999999-", nil)
+	add("POST", "/v1/query", "", "", "", []byte(`{"sql":"SELECT severity, count(*) FROM alert_events GROUP BY ALL","limit":10}`))
+	add("POST", "/v1/query", "", "", "", []byte(`{"sql":"WITH t AS (SELECT * FROM '/etc/passwd') SELECT * FROM t"}`))
+	add("POST", "/v1/query", "", "", "", []byte(`{"sql":"SELECT 1; SELECT 2","limit":0}`))
+	add("GET", "/v1/query/audit", "", "before=9&limit=2", "", nil)
 	f.Fuzz(func(t *testing.T, route uint8, params, query, header string, body []byte) {
 		e := &expander{h: h, t: t}
 		hdr := withDefaults(headerLines(e, header), "x-api-key", h.key, "Content-Type", "application/json")
@@ -180,6 +186,7 @@ var internalRoutes = []fuzzRoute{
 	{"POST", "/internal/task-credentials", nil},
 	{"POST", "/internal/sink/extend", nil},
 	{"GET", "/internal/task-datasets/{dataset}/rows", []string{"alert_events"}},
+	{"POST", "/internal/task-query", nil},
 }
 
 // FuzzInternalDialect sends fuzzed requests of the worker dialect and the sink's to the internal
@@ -217,6 +224,8 @@ func FuzzInternalDialect(f *testing.F) {
 	add("GET", "/internal/task-datasets/{dataset}/rows", `limit=2&where={"severity":"high"}`, "X-Trace-Task-Capability: $TOKEN", "")
 	add("GET", "/internal/task-datasets/{dataset}/rows", "cursor=0&after=5", "X-Trace-Task-Capability: $TOKEN2", "")
 	add("GET", "/internal/task-datasets/{dataset}/rows", `where={"severity":["high","low"],"block":1}`, "", "")
+	add("POST", "/internal/task-query", "", "X-Trace-Task-Capability: $TOKEN", `{"task_id":"$TASK","attempt":$ATTEMPT,"lease_token":"$LEASE","sql":"SELECT count(*) FROM alert_events"}`)
+	add("POST", "/internal/task-query", "", "X-Trace-Task-Capability: $TOKEN2", `{"task_id":"$TASK","attempt":$ATTEMPT,"lease_token":"$LEASE","sql":"SELECT 1"}`)
 	f.Fuzz(func(t *testing.T, route uint8, params, query, header string, body []byte) {
 		e := &expander{h: h, t: t}
 		hdr := withDefaults(headerLines(e, header), "Content-Type", "application/json")
@@ -274,6 +283,7 @@ var taskScopedRoutes = []fuzzRoute{
 	{"POST", "/v1/task/buffer-publish", nil},
 	{"POST", "/v1/task/credentials", nil},
 	{"GET", "/v1/task/datasets/{dataset}/rows", []string{"alert_events"}},
+	{"POST", "/v1/task/query", nil},
 }
 
 // FuzzTaskScopedDialect sends fuzzed task-scoped requests to the public listener: the route, the
@@ -305,6 +315,8 @@ func FuzzTaskScopedDialect(f *testing.F) {
 	add("/v1/task/credentials", "$TOKEN2", `{"task_id":"$TASK","attempt":$ATTEMPT,"lease_token":"$LEASE"}`)
 	add("/v1/task/datasets/{dataset}/rows", "$TOKEN", "")
 	add("/v1/task/datasets/{dataset}/rows", "$EXPIRED", "")
+	add("/v1/task/query", "$TOKEN", `{"task_id":"$TASK","attempt":$ATTEMPT,"lease_token":"$LEASE","sql":"SELECT * FROM read_csv('/etc/passwd')"}`)
+	add("/v1/task/query", "$TOKEN", `{"task_id":"$TASK","attempt":$ATTEMPT,"lease_token":"$LEASE","sql":"SELECT count(*) FROM alert_events","limit":1}`)
 	f.Fuzz(func(t *testing.T, route uint8, token string, body []byte) {
 		e := &expander{h: h, t: t}
 		hdr := [][2]string{{"Content-Type", "application/json"}}

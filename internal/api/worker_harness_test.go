@@ -19,6 +19,8 @@ import (
 	"github.com/baton-dev/baton/internal/grant"
 	"github.com/baton-dev/baton/internal/lifecycle"
 	"github.com/baton-dev/baton/internal/pipeline/pipelinetest"
+	"github.com/baton-dev/baton/internal/query"
+	"github.com/baton-dev/baton/internal/query/engine"
 	"github.com/baton-dev/baton/internal/store"
 	"github.com/baton-dev/baton/internal/store/storetest"
 )
@@ -137,7 +139,7 @@ func newClockedWorkerAPI(t *testing.T, st store.Store, clock clockwork.Clock) *w
 	if err != nil {
 		t.Fatal(err)
 	}
-	dp := dataplane.New(d, dataplane.Config{Blob: bs})
+	dp := dataplane.New(d, dataplane.Config{Blob: bs, Query: queryEngine(t)})
 	tokens := auth.NewTokens(st, nil)
 	s := api.New(api.Config{Dispatcher: d, DataPlane: dp, Auth: auth.NewAuthenticator(st, auth.Limits{}, nil), Tokens: tokens, Logger: quiet,
 		StorageRoot: bs.Root(), Minter: minter})
@@ -240,4 +242,19 @@ func (w *workerAPI) task(id string) *store.Task {
 		w.t.Fatal(err)
 	}
 	return t
+}
+
+// queryEngine is a Query Service engine for a test server, or nil in a build without cgo, where
+// the Query Service answers 501.
+func queryEngine(t testing.TB) query.Engine {
+	t.Helper()
+	if !engine.Available {
+		return nil
+	}
+	e, err := engine.New(engine.Config{SpillDir: t.TempDir(), Threads: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { e.Close() })
+	return e
 }
