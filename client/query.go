@@ -123,7 +123,8 @@ type QueryAuditRecord struct {
 	// task's.
 	Caller    string `json:"caller"`
 	SQLSHA256 string `json:"sql_sha256"`
-	// Datasets are the dataset versions the query read; empty when it was refused before any.
+	// Datasets are the dataset versions the query was given; empty when it read none or was
+	// refused before they were all resolved.
 	Datasets []QueryAuditDataset `json:"datasets"`
 	// Status is ok, or why it answered no rows: rejected, forbidden, not_found, not_readable,
 	// too_large, timeout, busy, failed or error.
