@@ -1,5 +1,6 @@
 // Package client is a Go client for Baton's producer API: submit jobs (DAGs of tasks), add tasks
-// to them, follow their progress, cancel and resume them.
+// to them, follow their progress, cancel and resume them; deploy pipelines and read their
+// datasets, and query them with read-only SQL (Query).
 //
 //	c := client.New("https://baton.example.com", os.Getenv("BATON_API_KEY"))
 //	res, err := c.SubmitJob(ctx, client.SubmitJobRequest{Tasks: tasks}, client.WithIdempotencyKey(key))
@@ -83,8 +84,11 @@ func New(baseURL, apiKey string, opts ...Option) *Client {
 
 // APIError is a non-2xx answer of the server.
 type APIError struct {
-	Status  int      // HTTP status code
-	Message string   // the body's "error"
+	Status int // HTTP status code
+	// Code is a machine-readable reason, when the server gives one: the body's "error" of an
+	// answer that also has a "message" ({"error": "sql_rejected", "message": "..."}).
+	Code    string
+	Message string   // the body's "message" when it has a Code, else its "error"
 	Errors  []string // the body's "errors": every validation failure, when there are several
 	// RetryAfter is the delay the server asked for in a Retry-After header (429, 503), or 0.
 	RetryAfter time.Duration
@@ -94,6 +98,9 @@ func (e *APIError) Error() string {
 	msg := e.Message
 	if n := len(e.Errors); n > 1 {
 		msg = strings.Join(e.Errors, "; ")
+	}
+	if e.Code != "" {
+		return fmt.Sprintf("baton: %d %s (%s): %s", e.Status, http.StatusText(e.Status), e.Code, msg)
 	}
 	return fmt.Sprintf("baton: %d %s: %s", e.Status, http.StatusText(e.Status), msg)
 }
@@ -189,11 +196,15 @@ func readAPIError(res *http.Response) *APIError {
 	raw, _ := io.ReadAll(io.LimitReader(res.Body, maxErrorBody))
 	e := &APIError{Status: res.StatusCode, RetryAfter: retryafter.Parse(res.Header.Get("Retry-After"))}
 	var body struct {
-		Error  string   `json:"error"`
-		Errors []string `json:"errors"`
+		Error   string   `json:"error"`
+		Message string   `json:"message"`
+		Errors  []string `json:"errors"`
 	}
 	if json.Unmarshal(raw, &body) == nil && body.Error != "" {
 		e.Message, e.Errors = body.Error, body.Errors
+		if body.Message != "" {
+			e.Code, e.Message = body.Error, body.Message
+		}
 		return e
 	}
 	// Not Baton's JSON (a proxy's page, say): keep a short excerpt of what came back.

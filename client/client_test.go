@@ -18,6 +18,7 @@ import (
 	"github.com/baton-dev/baton/client"
 	"github.com/baton-dev/baton/internal/api"
 	"github.com/baton-dev/baton/internal/auth"
+	"github.com/baton-dev/baton/internal/dataplane"
 	"github.com/baton-dev/baton/internal/dispatch"
 	"github.com/baton-dev/baton/internal/store"
 	"github.com/baton-dev/baton/internal/store/storetest"
@@ -33,13 +34,19 @@ type server struct {
 
 func newServer(t *testing.T, limits auth.Limits) *server {
 	t.Helper()
+	return newServerWith(t, limits, dataplane.Config{})
+}
+
+// newServerWith is newServer with a data plane of its own configuration (a query engine).
+func newServerWith(t *testing.T, limits auth.Limits, dpc dataplane.Config) *server {
+	t.Helper()
 	st := storetest.OpenSQLite(t)
 	quiet := slog.New(slog.DiscardHandler)
 	d, err := dispatch.New(st, dispatch.Config{MaxTasksPerJob: 50, Logger: quiet})
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := api.New(api.Config{Dispatcher: d, Auth: auth.NewAuthenticator(st, limits, nil), Logger: quiet, EventPoll: 20 * time.Millisecond})
+	s := api.New(api.Config{Dispatcher: d, DataPlane: dataplane.New(d, dpc), Auth: auth.NewAuthenticator(st, limits, nil), Logger: quiet, EventPoll: 20 * time.Millisecond})
 	srv := httptest.NewServer(s.ProducerHandler())
 	t.Cleanup(srv.Close)
 	_, key, err := auth.CreateKey(context.Background(), st, "test", "acme", "", time.Now())

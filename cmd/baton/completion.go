@@ -8,7 +8,6 @@ import (
 	"slices"
 
 	"github.com/baton-dev/baton/internal/completion"
-	"github.com/baton-dev/baton/internal/ctl"
 )
 
 const completionUsage = `Usage: baton completion bash|zsh|fish
@@ -48,7 +47,15 @@ func completionTree() ([]completion.Entry, error) {
 			entries = append(entries, completion.Entry{Path: path, Flags: compFlags(fs)})
 			continue
 		}
-		entries = append(entries, completion.Entry{Path: path, Subs: c.subcommands})
+		e := completion.Entry{Path: path, Subs: c.subcommands}
+		if c.flags {
+			fs, err := flagSetOf(c)
+			if err != nil {
+				return nil, err
+			}
+			e.Flags = compFlags(fs)
+		}
+		entries = append(entries, e)
 		for _, sub := range c.subcommands {
 			fs, err := flagSetOf(c, sub)
 			if err != nil {
@@ -71,8 +78,8 @@ func compFlags(fs *flag.FlagSet) []completion.Flag {
 		if b, ok := f.Value.(interface{ IsBoolFlag() bool }); ok && b.IsBoolFlag() {
 			cf.Value = false
 		}
-		if _, ok := f.Value.(*ctl.Output); ok {
-			cf.Values = []string{ctl.OutputTable, ctl.OutputJSON, ctl.OutputYAML}
+		if v, ok := f.Value.(interface{ Formats() []string }); ok {
+			cf.Values = v.Formats() // -o: ctl's output formats of the command
 		}
 		_, cf.Usage = flag.UnquoteUsage(f)
 		flags = append(flags, cf)

@@ -99,6 +99,9 @@ func TestCompletion_EveryCommandAndFlagIsInEveryScript(t *testing.T) {
 			continue
 		}
 		offers("baton "+c.name, c.subcommands...)
+		if c.flags {
+			offers("baton "+c.name, flagsOf(c)...)
+		}
 		for _, sub := range c.subcommands {
 			offers("baton "+c.name+" "+sub, flagsOf(c, sub)...)
 		}
@@ -116,6 +119,8 @@ func TestCompletion_EveryCommandAndFlagIsInEveryScript(t *testing.T) {
 	offers("baton signing-key retire", "--force", "--data-dir", "--database-url")
 	offers("baton signing-key list", "-o", "--data-dir", "--database-url")
 	offers("baton version", "-o")
+	offers("baton query", "audit", "--limit", "-o", "--url", "--api-key")
+	offers("baton query audit", "--before", "--limit", "-o")
 }
 
 // compReply runs the bash script's completion function on words, the last being the word under
@@ -173,6 +178,13 @@ func TestCompletion_BashScriptParsesAndCompletes(t *testing.T) {
 		{[]string{"baton", "completion", ""}, "bash fish zsh"},
 		{[]string{"baton", "version", "-"}, "--json -o --output"},
 		{[]string{"baton", "frobnicate", "-"}, ""},
+		{[]string{"baton", "q"}, "query"},
+		{[]string{"baton", "query", "a"}, "audit"},
+		{[]string{"baton", "query", "-o", ""}, "table json csv"},
+		{[]string{"baton", "query", "SELECT 1", "--li"}, "--limit"},
+		{[]string{"baton", "query", "--limit", "5", "SELECT 1", "--out"}, "--output"},
+		{[]string{"baton", "query", "audit", "--be"}, "--before"},
+		{[]string{"baton", "query", "audit", "-o", ""}, "table json yaml"},
 	} {
 		if got := strings.Join(compReply(t, script, tc.words...), " "); got != tc.want {
 			t.Errorf("%q: completes %q, want %q", tc.words, got, tc.want)
@@ -207,13 +219,15 @@ func TestCompletion_FishScriptParsesAndCompletes(t *testing.T) {
 		t.Fatalf("fish --no-execute: %v\n%s", err, out)
 	}
 	for line, want := range map[string]string{
-		"baton jo":              "job",
-		"baton job g":           "get",
-		"baton job get --out":   "--output",
-		"baton job get -o ":     "table json yaml",
-		"baton completion ":     "bash fish zsh",
-		"baton apikey create -": "--data-dir",
-		"baton signing-key r":   "retire rotate",
+		"baton jo":                    "job",
+		"baton job g":                 "get",
+		"baton job get --out":         "--output",
+		"baton job get -o ":           "table json yaml",
+		"baton completion ":           "bash fish zsh",
+		"baton apikey create -":       "--data-dir",
+		"baton signing-key r":         "retire rotate",
+		"baton query a":               "audit",
+		"baton query 'SELECT 1' --li": "--limit",
 	} {
 		out, err := exec.Command("fish", "--no-config", "-c", `source $argv[1]; complete -C $argv[2]`, script, line).CombinedOutput()
 		if err != nil {

@@ -20,6 +20,7 @@ import (
 	"github.com/baton-dev/baton/internal/dataset"
 	"github.com/baton-dev/baton/internal/dispatch"
 	"github.com/baton-dev/baton/internal/lifecycle"
+	"github.com/baton-dev/baton/internal/query"
 	"github.com/baton-dev/baton/internal/store"
 	"github.com/baton-dev/baton/internal/store/sqlite"
 )
@@ -37,6 +38,13 @@ type jobTestServer struct {
 
 func newJobTestServer(t *testing.T) *jobTestServer {
 	t.Helper()
+	return newJobTestServerWith(t, nil)
+}
+
+// newJobTestServerWith is newJobTestServer whose data plane queries with eng (nil: none, as a
+// build without cgo).
+func newJobTestServerWith(t *testing.T, eng query.Engine) *jobTestServer {
+	t.Helper()
 	dir := t.TempDir()
 	st, err := sqlite.Open(context.Background(), filepath.Join(dir, dbFile))
 	if err != nil {
@@ -53,7 +61,7 @@ func newJobTestServer(t *testing.T) *jobTestServer {
 	if err != nil {
 		t.Fatal(err)
 	}
-	dp := dataplane.New(d, dataplane.Config{Tables: dataplane.DatasetDB{DB: data}})
+	dp := dataplane.New(d, dataplane.Config{Tables: dataplane.DatasetDB{DB: data}, Query: eng})
 	s := api.New(api.Config{Dispatcher: d, DataPlane: dp, Auth: auth.NewAuthenticator(st, auth.Limits{}, nil), Logger: quiet, EventPoll: 20 * time.Millisecond})
 	srv := httptest.NewServer(s.ProducerHandler())
 	t.Cleanup(srv.Close)

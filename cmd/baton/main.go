@@ -14,7 +14,7 @@ import (
 )
 
 func main() {
-	ctl.Version = version // the User-Agent of baton job, pipeline and dataset
+	ctl.Version = version // the User-Agent of baton job, pipeline, dataset and query
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
 	stop()
@@ -40,6 +40,8 @@ Commands:
   job       submit, list, get, cancel, resume and watch jobs (BATON_URL, BATON_API_KEY)
   pipeline  deploy, list, get, list versions of and roll back pipelines (DAG documents)
   dataset   list and inspect datasets, read a buffered dataset's rows and dead letters; cut over
+  query     run read-only SQL over the tenant's datasets: query 'SELECT ...' (-o table|json|csv);
+            query audit lists the queries that ran
   bench     measure throughput and latency with no-op tasks (bench --tasks N --via sdk|stream-worker|internal|callback)
   config    print the effective configuration of dev, server, worker or sink (config print server --config FILE)
   version   print the version, VCS commit and Go version (-o json)
@@ -50,7 +52,8 @@ Run 'baton <command> -h' for a command's flags.
 
 Scripting:
   -o table|json|yaml  read commands print a table (default) or the API's object; a list is the
-                      API's envelope, e.g. {"pipelines": [...]}; --json is -o json
+                      API's envelope, e.g. {"pipelines": [...]}; --json is -o json;
+                      query prints its rows as -o table|json|csv
   ids on stdout       commands that create print only what they created on stdout: job submit
                       the job id, pipeline deploy the version, apikey create the secret,
                       signing-key rotate the kid; details
@@ -71,7 +74,10 @@ type command struct {
 	name        string
 	run         func(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	subcommands []string // the words that must follow name; nil when name itself takes the flags
-	hidden      bool     // not offered by completion
+	// flags: name takes flags (and words) of its own as well as its subcommands (baton query
+	// 'SELECT ...', baton query audit).
+	flags  bool
+	hidden bool // not offered by completion
 }
 
 // commandTable is a function, not a variable, because commands call run (bench runs itself).
@@ -90,6 +96,7 @@ func commandTable() []command {
 		{name: "job", run: ctl.RunJob, subcommands: ctl.JobCommands()},
 		{name: "pipeline", run: ctl.RunPipeline, subcommands: ctl.PipelineCommands()},
 		{name: "dataset", run: ctl.RunDataset, subcommands: ctl.DatasetCommands()},
+		{name: "query", run: ctl.RunQuery, subcommands: ctl.QueryCommands(), flags: true},
 		{name: "config", run: runConfig, subcommands: []string{"print"}},
 		{name: "bench", run: runBench},
 		{name: "version", run: runVersion},

@@ -4,11 +4,13 @@ package completion
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 )
 
-// Entry is what completion offers after the words of path: the subcommands of a group, or
-// the flags of a command.
+// Entry is what completion offers after the words of path: the subcommands of a group, the
+// flags of a command, or both (a command with subcommands of its own: baton query, baton query
+// audit).
 type Entry struct {
 	Path  string // "baton", "baton job", "baton job get"
 	Subs  []string
@@ -74,15 +76,27 @@ func writePrevCases(b *strings.Builder, flags []Flag, p prevFormats) []string {
 	return names
 }
 
-// groups is the commands whose next word is a subcommand.
-func groups(entries []Entry) []string {
-	var names []string
+// subPaths is each group's subcommands as "group sub": a shell adds the third word of a command
+// line to the path it completes only when the two form one of these, so that a command which
+// takes both subcommands and positional words (baton query audit, baton query 'SELECT ...')
+// completes its own flags after a word of its own.
+func subPaths(entries []Entry) []string {
+	var paths []string
 	for _, e := range entries[1:] {
-		if len(e.Subs) > 0 {
-			names = append(names, strings.TrimPrefix(e.Path, "baton "))
+		for _, sub := range e.Subs {
+			paths = append(paths, strings.TrimPrefix(e.Path, "baton ")+" "+sub)
 		}
 	}
-	return names
+	return paths
+}
+
+// quoted is each of words in single quotes, for a shell's case pattern or argument list.
+func quoted(words []string) []string {
+	out := make([]string, len(words))
+	for i, w := range words {
+		out[i] = "'" + w + "'"
+	}
+	return out
 }
 
 // Bash is the bash completion script of the command tree entries (entries[0] is the root).
@@ -94,18 +108,14 @@ _baton() {
     local path=baton words=""
     if ((COMP_CWORD > 1)); then path+=" ${COMP_WORDS[1]}"; fi
     if ((COMP_CWORD > 2)); then
-        case ${COMP_WORDS[1]} in
+        case "${COMP_WORDS[1]} ${COMP_WORDS[2]}" in
 `)
-	fmt.Fprintf(&b, "        %s) path+=\" ${COMP_WORDS[2]}\" ;;\n", strings.Join(groups(entries), "|"))
+	fmt.Fprintf(&b, "        %s) path+=\" ${COMP_WORDS[2]}\" ;;\n", strings.Join(quoted(subPaths(entries)), "|"))
 	b.WriteString("        esac\n    fi\n    case $path in\n")
 	for _, e := range entries {
 		fmt.Fprintf(&b, "    '%s')\n", e.Path)
-		if len(e.Subs) > 0 {
-			fmt.Fprintf(&b, "        words='%s' ;;\n", strings.Join(e.Subs, " "))
-			continue
-		}
 		names := writePrevCases(&b, e.Flags, bashPrev)
-		fmt.Fprintf(&b, "        words='%s' ;;\n", strings.Join(names, " "))
+		fmt.Fprintf(&b, "        words='%s' ;;\n", strings.Join(append(slices.Clip(e.Subs), names...), " "))
 	}
 	b.WriteString(`    esac
     COMPREPLY=($(compgen -W "$words" -- "$cur"))
@@ -125,18 +135,14 @@ _baton() {
     local -a opts
     (( CURRENT > 2 )) && cmdpath+=" ${words[2]}"
     if (( CURRENT > 3 )); then
-        case ${words[2]} in
+        case "${words[2]} ${words[3]}" in
 `)
-	fmt.Fprintf(&b, "        (%s) cmdpath+=\" ${words[3]}\" ;;\n", strings.Join(groups(entries), "|"))
+	fmt.Fprintf(&b, "        (%s) cmdpath+=\" ${words[3]}\" ;;\n", strings.Join(quoted(subPaths(entries)), "|"))
 	b.WriteString("        esac\n    fi\n    case $cmdpath in\n")
 	for _, e := range entries {
 		fmt.Fprintf(&b, "    ('%s')\n", e.Path)
-		if len(e.Subs) > 0 {
-			fmt.Fprintf(&b, "        opts=(%s) ;;\n", strings.Join(e.Subs, " "))
-			continue
-		}
 		names := writePrevCases(&b, e.Flags, zshPrev)
-		fmt.Fprintf(&b, "        opts=(%s) ;;\n", strings.Join(names, " "))
+		fmt.Fprintf(&b, "        opts=(%s) ;;\n", strings.Join(append(slices.Clip(e.Subs), names...), " "))
 	}
 	b.WriteString(`    esac
     compadd -a opts
@@ -161,7 +167,7 @@ function __baton_path
         set p "$p $w[2]"
     end
 `)
-	fmt.Fprintf(&b, "    if test (count $w) -ge 3; and contains -- $w[2] %s\n", strings.Join(groups(entries), " "))
+	fmt.Fprintf(&b, "    if test (count $w) -ge 3; and contains -- \"$w[2] $w[3]\" %s\n", strings.Join(quoted(subPaths(entries)), " "))
 	b.WriteString(`        set p "$p $w[3]"
     end
     echo $p
@@ -172,7 +178,6 @@ complete -c baton -f
 		cond := fmt.Sprintf("-n 'test (__baton_path) = %q'", e.Path)
 		if len(e.Subs) > 0 {
 			fmt.Fprintf(&b, "complete -c baton %s -a '%s'\n", cond, strings.Join(e.Subs, " "))
-			continue
 		}
 		for _, f := range e.Flags {
 			opt := "-l " + f.Name

@@ -1,5 +1,6 @@
-// Package ctl is Baton's command-line client of the producer API: the job, pipeline and dataset
-// commands of `baton`, which print the API's objects as tables, JSON or YAML.
+// Package ctl is Baton's command-line client of the producer API: the job, pipeline, dataset and
+// query commands of `baton`, which print the API's objects as tables, JSON or YAML (a query's
+// rows as a table, JSON or CSV).
 package ctl
 
 import (
@@ -16,7 +17,7 @@ const DefaultURL = "http://127.0.0.1:8080"
 // sets it to its own.
 var Version = "dev"
 
-// Stdin is what "submit -f -" and "deploy -f -" read; tests replace it.
+// Stdin is what "submit -f -", "deploy -f -" and "query -" read; tests replace it.
 var Stdin io.Reader = os.Stdin
 
 // JobCommands is the sorted subcommands of `baton job`.

@@ -51,7 +51,7 @@ func RunJob(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 // jobCmd holds what every job subcommand shares: its flags, the connection flags among them,
 // and its output.
 type jobCmd struct {
-	group, name    string // "job", "submit"
+	cmd            string // "baton job submit", "baton query": what messages begin with
 	fs             *flag.FlagSet
 	url, key       string
 	out            *Output // -o, when the command has it
@@ -60,8 +60,8 @@ type jobCmd struct {
 }
 
 func newJobCmd(ctx context.Context, group, name string, stdout, stderr io.Writer) *jobCmd {
-	c := &jobCmd{group: group, name: name, stdout: stdout, stderr: stderr, ctx: ctx}
-	c.fs = flag.NewFlagSet("baton "+group+" "+name, flag.ContinueOnError)
+	c := &jobCmd{cmd: strings.TrimSpace("baton " + group + " " + name), stdout: stdout, stderr: stderr, ctx: ctx}
+	c.fs = flag.NewFlagSet(c.cmd, flag.ContinueOnError)
 	c.fs.SetOutput(stderr)
 	c.fs.StringVar(&c.url, "url", "", "server URL (env BATON_URL, default "+DefaultURL+")")
 	// No default shown: the key comes from the environment and must not appear in help text.
@@ -94,8 +94,8 @@ func (e usageError) Error() string { return e.msg }
 
 // usageError prints a usage mistake and returns exit status 2.
 func (c *jobCmd) usageError(format string, args ...any) int {
-	fmt.Fprintf(c.stderr, "baton %s %s: %s\n", c.group, c.name, fmt.Sprintf(format, args...))
-	fmt.Fprintf(c.stderr, "Run 'baton %s %s -h' for usage.\n", c.group, c.name)
+	fmt.Fprintf(c.stderr, "%s: %s\n", c.cmd, fmt.Sprintf(format, args...))
+	fmt.Fprintf(c.stderr, "Run '%s -h' for usage.\n", c.cmd)
 	return 2
 }
 
@@ -104,7 +104,7 @@ func (c *jobCmd) usageError(format string, args ...any) int {
 func (c *jobCmd) client() (*client.Client, int, bool) {
 	key := cmp.Or(c.key, os.Getenv("BATON_API_KEY"))
 	if key == "" {
-		fmt.Fprintf(c.stderr, "baton %s %s: no API key: set BATON_API_KEY or pass --api-key\n", c.group, c.name)
+		fmt.Fprintf(c.stderr, "%s: no API key: set BATON_API_KEY or pass --api-key\n", c.cmd)
 		return nil, 2, false
 	}
 	url := cmp.Or(c.url, os.Getenv("BATON_URL"), DefaultURL)
@@ -120,11 +120,11 @@ func (c *jobCmd) fail(err error) int {
 		return c.usageError("%s", usage.msg)
 	}
 	if !errors.As(err, &e) {
-		fmt.Fprintf(c.stderr, "baton %s %s: %v\n", c.group, c.name, err)
+		fmt.Fprintf(c.stderr, "%s: %v\n", c.cmd, err)
 		return 1
 	}
 	if len(e.Errors) > 1 {
-		fmt.Fprintf(c.stderr, "baton %s %s: the server refused the request (HTTP %d):\n", c.group, c.name, e.Status)
+		fmt.Fprintf(c.stderr, "%s: the server refused the request (HTTP %d):\n", c.cmd, e.Status)
 		for _, m := range e.Errors {
 			fmt.Fprintf(c.stderr, "  - %s\n", m)
 		}
@@ -134,7 +134,11 @@ func (c *jobCmd) fail(err error) int {
 	if len(e.Errors) == 1 && e.Errors[0] != msg {
 		msg += ": " + e.Errors[0]
 	}
-	fmt.Fprintf(c.stderr, "baton %s %s: %s (HTTP %d)\n", c.group, c.name, msg, e.Status)
+	status := strconv.Itoa(e.Status)
+	if e.Code != "" {
+		status += " " + e.Code
+	}
+	fmt.Fprintf(c.stderr, "%s: %s (HTTP %s)\n", c.cmd, msg, status)
 	if e.Status == http.StatusUnauthorized {
 		fmt.Fprintf(c.stderr, "Check BATON_API_KEY or --api-key.\n")
 	}
@@ -151,7 +155,7 @@ func (c *jobCmd) readFile(path, what string) ([]byte, bool) {
 		body, err = os.ReadFile(path)
 	}
 	if err != nil {
-		fmt.Fprintf(c.stderr, "baton %s %s: read %s: %v\n", c.group, c.name, what, err)
+		fmt.Fprintf(c.stderr, "%s: read %s: %v\n", c.cmd, what, err)
 		return nil, false
 	}
 	return body, true
@@ -190,7 +194,7 @@ func (c *jobCmd) print(v any, text func() int) int {
 		return nil
 	})
 	if err != nil {
-		fmt.Fprintf(c.stderr, "baton %s %s: %v\n", c.group, c.name, err)
+		fmt.Fprintf(c.stderr, "%s: %v\n", c.cmd, err)
 		return 1
 	}
 	return code

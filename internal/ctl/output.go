@@ -7,6 +7,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -20,6 +21,8 @@ const (
 	OutputTable = "table"
 	OutputJSON  = "json"
 	OutputYAML  = "yaml"
+	// OutputCSV is baton query's: a header of the column names, then one record per row.
+	OutputCSV = "csv"
 )
 
 // Output is the value of -o / --output.
@@ -28,13 +31,35 @@ type Output string
 func (o *Output) String() string { return string(*o) }
 
 func (o *Output) Set(v string) error {
-	switch v {
-	case OutputTable, OutputJSON, OutputYAML:
-		*o = Output(v)
+	return (&formatValue{o, o.Formats()}).Set(v)
+}
+
+// Formats is the formats -o takes, for completion.
+func (o *Output) Formats() []string { return []string{OutputTable, OutputJSON, OutputYAML} }
+
+// formatValue is -o of a command whose formats are not Output's (baton query: table, json, csv).
+type formatValue struct {
+	o       *Output
+	formats []string
+}
+
+func (f *formatValue) String() string {
+	if f == nil || f.o == nil {
+		return ""
+	}
+	return string(*f.o)
+}
+
+func (f *formatValue) Set(v string) error {
+	if slices.Contains(f.formats, v) {
+		*f.o = Output(v)
 		return nil
 	}
-	return fmt.Errorf("want %s, %s or %s", OutputTable, OutputJSON, OutputYAML)
+	return fmt.Errorf("want %s or %s", strings.Join(f.formats[:len(f.formats)-1], ", "), f.formats[len(f.formats)-1])
 }
+
+// Formats is the formats -o takes, for completion.
+func (f *formatValue) Formats() []string { return f.formats }
 
 // jsonAlias is --json, the older spelling of -o json.
 type jsonAlias struct{ o *Output }
@@ -61,6 +86,16 @@ func RegisterOutput(fs *flag.FlagSet) *Output {
 	o := Output(OutputTable)
 	fs.Var(&o, "o", "output `FORMAT`: table, json or yaml")
 	fs.Var(&o, "output", "output `FORMAT`: table, json or yaml (as -o)")
+	fs.Var(jsonAlias{&o}, "json", "as -o json")
+	return &o
+}
+
+// registerFormats is RegisterOutput for a command with formats of its own, the first the default.
+func registerFormats(fs *flag.FlagSet, formats ...string) *Output {
+	o := Output(formats[0])
+	list := strings.Join(formats[:len(formats)-1], ", ") + " or " + formats[len(formats)-1]
+	fs.Var(&formatValue{&o, formats}, "o", "output `FORMAT`: "+list)
+	fs.Var(&formatValue{&o, formats}, "output", "output `FORMAT`: "+list+" (as -o)")
 	fs.Var(jsonAlias{&o}, "json", "as -o json")
 	return &o
 }

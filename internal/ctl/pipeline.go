@@ -340,7 +340,7 @@ func orDash(s *string) string {
 
 func flushTable(c *jobCmd, tw *tabwriter.Writer) int {
 	if err := tw.Flush(); err != nil {
-		fmt.Fprintf(c.stderr, "baton %s %s: %v\n", c.group, c.name, err)
+		fmt.Fprintf(c.stderr, "%s: %v\n", c.cmd, err)
 		return 1
 	}
 	return 0
