@@ -6,6 +6,7 @@ import (
 	"mime"
 	"net/http"
 	"strings"
+	"time"
 
 	"github.com/baton-dev/baton/internal/dataplane"
 	"github.com/baton-dev/baton/internal/pipeline"
@@ -33,7 +34,7 @@ func (s *Server) deployPipeline(w http.ResponseWriter, r *http.Request) (any, er
 		return nil, request.Errorf(http.StatusUnsupportedMediaType, "Content-Type must be application/yaml or application/json, got %q", ct)
 	}
 	tenant := tenantOf(r)
-	res, err := s.dp.Deploy(r.Context(), tenant, body, ct)
+	res, err := s.dp.DeployBy(r.Context(), dataplane.Deployer{Tenant: tenant, APIKey: keyOf(r)}, body, ct)
 	if err != nil {
 		return nil, err
 	}
@@ -102,12 +103,39 @@ func (s *Server) pipelineVersions(w http.ResponseWriter, r *http.Request) (any, 
 	if err != nil {
 		return nil, err
 	}
+	resets, err := s.dp.PipelineResets(r.Context(), tenant, name)
+	if err != nil {
+		return nil, err
+	}
 	out := make([]map[string]any, len(vs))
 	for i, v := range vs {
 		out[i] = map[string]any{"version": v.Version, "active": v.Version == p.ActiveVersion,
-			"content_type": v.ContentType, "created_at": snakeTime(v.CreatedAt)}
+			"content_type": v.ContentType, "created_at": snakeTime(v.CreatedAt), "resets": resetsOf(resets, v.Version)}
 	}
 	return map[string]any{"name": name, "active_version": p.ActiveVersion, "versions": out}, nil
+}
+
+// resetsOf renders the output resets of one pipeline version, newest first, one per deploy and
+// job that reset: {job, at, api_key, datasets: [{dataset_uuid, dataset_name, output_index,
+// previous_version, dataset_version, rows_removed, batches_discarded}]}.
+func resetsOf(rs []*store.OutputReset, version string) []map[string]any {
+	out := []map[string]any{}
+	var last map[string]any
+	var lastAt time.Time
+	for _, r := range rs {
+		if r.Version != version {
+			continue
+		}
+		if last == nil || last["job"] != r.Job || !lastAt.Equal(r.At) {
+			last = map[string]any{"job": r.Job, "at": snakeTime(r.At), "api_key": nullable(r.APIKey), "datasets": []map[string]any{}}
+			lastAt = r.At
+			out = append(out, last)
+		}
+		last["datasets"] = append(last["datasets"].([]map[string]any), map[string]any{"dataset_uuid": r.DatasetUUID,
+			"dataset_name": nullable(r.DatasetName), "output_index": r.OutputIndex, "previous_version": r.PreviousVersion,
+			"dataset_version": r.DatasetVersion, "rows_removed": r.RowsRemoved, "batches_discarded": r.BatchesDiscarded})
+	}
+	return out
 }
 
 // GET /pipelines/{name}/versions/{version}: the document as it was deployed.
@@ -207,7 +235,14 @@ func datasetView(v *dataplane.DatasetView) map[string]any {
 			"partition_key": nullable(e.PartitionKey), "start": e.Start, "end": e.End, "task_id": e.TaskID,
 			"attempt": e.Attempt, "created_at": snakeTime(e.CreatedAt)}
 	}
+	invalidations := make([]map[string]any, len(v.Invalidations))
+	for i, r := range v.Invalidations {
+		invalidations[i] = map[string]any{"id": r.ID, "kind": "reset", "previous_version": r.PreviousVersion,
+			"dataset_version": r.DatasetVersion, "rows_removed": r.RowsRemoved, "batches_discarded": r.BatchesDiscarded,
+			"pipeline": r.Pipeline, "pipeline_version": r.Version, "job": r.Job, "created_at": snakeTime(r.At)}
+	}
 	out["versions"], out["recent_events"], out["filter_fields"] = versions, events, v.Allowed
+	out["invalidations"] = invalidations
 	return out
 }
 

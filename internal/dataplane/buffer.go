@@ -49,8 +49,9 @@ type DatasetTables interface {
 	// none: tables that cannot serve their schemas are refused with an *IncompatibleTablesError
 	// that names each of them, and nothing changes. during runs while that transaction is open,
 	// holding the datasets' locks, and the transaction commits only when during returns nil;
-	// during's error is returned as it is.
-	EnsureTables(ctx context.Context, tables []DatasetTable, during func() error) error
+	// during's error is returned as it is. A table with ClearTenant has that tenant's rows
+	// removed in the same transaction, before during runs; cleared counts them by dataset uuid.
+	EnsureTables(ctx context.Context, tables []DatasetTable, during func(cleared map[string]int64) error) error
 	// Rows reads a page of the dataset's rows of one tenant, oldest first.
 	Rows(ctx context.Context, datasetUUID string, s *pipeline.Schema, q RowQuery) (RowPage, error)
 	// Scan hands every row of tenant in the dataset that where keeps to yield, from one

@@ -19,7 +19,10 @@ type DatasetView struct {
 	Dataset  *store.Dataset
 	Versions []*store.DatasetVersion
 	Events   []*store.DatasetEvent
-	Allowed  []string // the fields a where may use
+	// Invalidations are the resets of the dataset by its producer's bootstrap.reset_outputs, newest
+	// first: each says its rows up to then are gone and its consumers start over at a fresh version.
+	Invalidations []*store.OutputReset
+	Allowed       []string // the fields a where may use
 }
 
 // findDataset finds a tenant's dataset by name, or by uuid.
@@ -50,6 +53,11 @@ func (dp *Plane) GetDataset(ctx context.Context, tenant, ref string, limit int) 
 		return nil, err
 	}
 	if v.Events, err = dp.store.DatasetEventListRecent(ctx, store.DatasetEventListRecentParams{
+		Tenant: tenant, DatasetUUID: x.UUID, Limit: cmpOr(limit, 20),
+	}); err != nil {
+		return nil, err
+	}
+	if v.Invalidations, err = dp.store.OutputResetList(ctx, store.OutputResetListParams{
 		Tenant: tenant, DatasetUUID: x.UUID, Limit: cmpOr(limit, 20),
 	}); err != nil {
 		return nil, err

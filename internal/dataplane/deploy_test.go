@@ -30,12 +30,12 @@ type deployTables struct {
 	before func()
 }
 
-func (t *deployTables) EnsureTables(ctx context.Context, tables []dataplane.DatasetTable, during func() error) error {
-	return t.DatasetDB.EnsureTables(ctx, tables, func() error {
+func (t *deployTables) EnsureTables(ctx context.Context, tables []dataplane.DatasetTable, during func(map[string]int64) error) error {
+	return t.DatasetDB.EnsureTables(ctx, tables, func(cleared map[string]int64) error {
 		if t.before != nil {
 			t.before()
 		}
-		return during()
+		return during(cleared)
 	})
 }
 

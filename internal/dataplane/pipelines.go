@@ -47,6 +47,9 @@ func bufferedProducer(name string) string { return "buffered:" + name }
 type DatasetTable struct {
 	DatasetUUID string
 	Schema      *pipeline.Schema
+	// ClearTenant, when set, is the tenant whose rows the deploy removes: the dataset is an
+	// output of a source job whose bootstrap.reset_outputs runs.
+	ClearTenant string
 }
 
 // IncompatibleTablesError: tables that cannot serve the schemas a deploy gives their datasets.
@@ -81,6 +84,20 @@ const deployAttempts = 3
 // valid depends on the document and the tenant's stored pipelines only, never on the flags of
 // the replica that answers (a lambda job's operator need not have a push target yet).
 func (dp *Plane) Deploy(ctx context.Context, tenant string, body []byte, contentType string) (*DeployResult, error) {
+	return dp.DeployBy(ctx, Deployer{Tenant: tenant}, body, contentType)
+}
+
+// Deployer is who deploys: the tenant, and the id of the API key its request was authenticated
+// by ("" when none), which the history of output resets records.
+type Deployer struct {
+	Tenant string
+	APIKey string
+}
+
+// DeployBy is Deploy on behalf of who. When the deploy activates its version, the outputs of
+// every source job with bootstrap.reset_outputs are reset in the same transactions (see
+// resetOutputs).
+func (dp *Plane) DeployBy(ctx context.Context, who Deployer, body []byte, contentType string) (*DeployResult, error) {
 	if len(body) > MaxPipelineBytes {
 		return nil, &dispatch.InvalidError{Message: fmt.Sprintf("a pipeline document is at most %d bytes", MaxPipelineBytes)}
 	}
@@ -91,7 +108,7 @@ func (dp *Plane) Deploy(ctx context.Context, tenant string, body []byte, content
 	// A deploy that lost a race for one of its datasets (errDeployRaced) or for a dataset's name
 	// (store.ErrConflict) starts over: checked again, it sees what the other deploy stored.
 	for attempt := 1; ; attempt++ {
-		res, err := dp.deploy(ctx, tenant, body, contentType, doc)
+		res, err := dp.deploy(ctx, who, body, contentType, doc)
 		raced := errors.Is(err, errDeployRaced) || errors.Is(err, store.ErrConflict)
 		switch {
 		case !raced:
@@ -125,11 +142,18 @@ func (dp *Plane) Deploy(ctx context.Context, tenant string, body []byte, content
 // deploy made is then not the dataset's): the deploy rolls back and starts over, and then sees
 // the dataset as existing.
 //
+// A deploy that activates its version resets the outputs of its source jobs with
+// bootstrap.reset_outputs: step 2 removes the tenant's rows of their buffered datasets, and step
+// 3 records the reset (resetOutputs). Whether the deploy activates its version is read before
+// step 2 and checked again in step 3; a deploy that finds it changed meanwhile starts over.
+//
 // What remains is the commit of step 4 failing after the store's committed: the version is then
 // active while its tables lag behind. The changes were checked under the locks, so nothing in
 // the tables contradicts them; the sink ensures a dataset's table from the store's schema before
-// each load, and deploying the document again makes them too.
-func (dp *Plane) deploy(ctx context.Context, tenant string, body []byte, contentType string, doc *pipeline.Document) (*DeployResult, error) {
+// each load, and deploying the document again makes them too. A reset's rows are then still
+// there although its record says they were removed: the deploy's error says so.
+func (dp *Plane) deploy(ctx context.Context, who Deployer, body []byte, contentType string, doc *pipeline.Document) (*DeployResult, error) {
+	tenant := who.Tenant
 	existing, more, err := dp.checkAgainstTenant(ctx, tenant, doc)
 	if err != nil {
 		return nil, err
@@ -139,6 +163,18 @@ func (dp *Plane) deploy(ctx context.Context, tenant string, body []byte, content
 	}
 	if len(more) > 0 {
 		return nil, &dispatch.ValidationError{Errors: more.Strings()}
+	}
+	// The resets run when this deploy makes its version the active one.
+	resetJobs := doc.ResetJobs()
+	activates := true
+	if len(resetJobs) > 0 {
+		p, err := dp.store.PipelineGet(ctx, tenant, doc.Name)
+		switch {
+		case err == nil:
+			activates = p.ActiveVersion != doc.Version
+		case !errors.Is(err, store.ErrNotFound):
+			return nil, err
+		}
 	}
 	// The buffered datasets' tables, with the uuid of each: its own, or a new one.
 	var tables []DatasetTable
@@ -155,11 +191,15 @@ func (dp *Plane) deploy(ctx context.Context, tenant string, body []byte, content
 				id = x.UUID
 			}
 			planned[bufferedProducer(name)], names[id] = id, name
-			tables = append(tables, DatasetTable{DatasetUUID: id, Schema: p.Schema})
+			table := DatasetTable{DatasetUUID: id, Schema: p.Schema}
+			if activates && resetJobs[p.From.Job] {
+				table.ClearTenant = tenant
+			}
+			tables = append(tables, table)
 		}
 	}
 	var res *DeployResult
-	control := func() error {
+	control := func(cleared map[string]int64) error {
 		return dp.d.UpdateAlone(ctx, store.LockSet{}, func(tx store.Tx, c *dispatch.Work) error {
 			res = &DeployResult{Version: doc.Version}
 			spec, err := dp.storeDatasets(ctx, tx, c, tenant, doc, existing, planned)
@@ -184,9 +224,15 @@ func (dp *Plane) deploy(ctx context.Context, tenant string, body []byte, content
 				return err
 			}
 			res.Activated = p.ActiveVersion != doc.Version
+			if len(resetJobs) > 0 && res.Activated != activates {
+				return errDeployRaced // the rows to clear were chosen for another active version
+			}
 			p.ActiveVersion, p.UpdatedAt = doc.Version, c.Now()
 			if res.Activated {
 				if err := tx.PipelinePut(ctx, p); err != nil {
+					return err
+				}
+				if err := dp.resetOutputs(ctx, tx, c, who, doc, spec, cleared); err != nil {
 					return err
 				}
 			}
@@ -195,14 +241,14 @@ func (dp *Plane) deploy(ctx context.Context, tenant string, body []byte, content
 		})
 	}
 	if len(tables) == 0 {
-		if err := control(); err != nil {
+		if err := control(nil); err != nil {
 			return nil, err
 		}
 		return res, nil
 	}
 	stored := false
-	err = dp.cfg.Tables.EnsureTables(ctx, tables, func() error {
-		if err := control(); err != nil {
+	err = dp.cfg.Tables.EnsureTables(ctx, tables, func(cleared map[string]int64) error {
+		if err := control(cleared); err != nil {
 			return err
 		}
 		stored = true
@@ -221,7 +267,7 @@ func (dp *Plane) deploy(ctx context.Context, tenant string, body []byte, content
 		}
 		return nil, &dispatch.ValidationError{Errors: problems}
 	case err != nil && stored:
-		return nil, fmt.Errorf("pipeline %q version %s is active, but its datasets' tables were not committed: %w",
+		return nil, fmt.Errorf("pipeline %q version %s is active, but its datasets' tables (and the rows its resets remove) were not committed: %w",
 			doc.Name, doc.Version, err)
 	case err != nil:
 		return nil, err

@@ -15,14 +15,19 @@ type DatasetDB struct{ DB *dataset.DB }
 
 var _ DatasetTables = DatasetDB{}
 
-// EnsureTables changes the tables of a deploy's buffered datasets in one transaction of the data
-// database, or none (dataset.DB.EnsureAll), committed only if during succeeds.
-func (t DatasetDB) EnsureTables(ctx context.Context, tables []DatasetTable, during func() error) error {
+// EnsureTables changes the tables of a deploy's buffered datasets, and clears the ones it resets,
+// in one transaction of the data database, or none (dataset.DB.EnsureAll), committed only if
+// during succeeds.
+func (t DatasetDB) EnsureTables(ctx context.Context, tables []DatasetTable, during func(cleared map[string]int64) error) error {
 	want := make([]dataset.Table, len(tables))
 	for i, x := range tables {
-		want[i] = dataset.Table{DatasetUUID: x.DatasetUUID, Schema: x.Schema}
+		want[i] = dataset.Table{DatasetUUID: x.DatasetUUID, Schema: x.Schema, ClearTenant: x.ClearTenant}
 	}
-	err := t.DB.EnsureAll(ctx, want, during)
+	var run func(dataset.Cleared) error
+	if during != nil {
+		run = func(c dataset.Cleared) error { return during(c) }
+	}
+	err := t.DB.EnsureAll(ctx, want, run)
 	var inc *dataset.IncompatibleError
 	if errors.As(err, &inc) {
 		reasons := make(map[string]string, len(inc.Datasets))

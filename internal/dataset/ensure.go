@@ -17,7 +17,15 @@ import (
 type Table struct {
 	DatasetUUID string
 	Schema      *pipeline.Schema
+	// ClearTenant, when set, names a tenant whose rows EnsureAll removes from the table, in the
+	// transaction that ensures it. The dataset's batch cursor and its ledger stay: cursors keep
+	// increasing across the clear, so a cursor never names two loads, and a batch loaded before
+	// the clear is not loaded again.
+	ClearTenant string
 }
+
+// Cleared counts, by dataset uuid, the rows EnsureAll removed for the Tables with ClearTenant.
+type Cleared map[string]int64
 
 // IncompatibleError lists every table of an EnsureAll that cannot serve its new schema.
 type IncompatibleError struct {
@@ -66,9 +74,10 @@ func (db *DB) Ensure(ctx context.Context, datasetUUID string, s *pipeline.Schema
 
 // planned is one table of an ensure: its dataset, the schema it wants, and that schema's JSON.
 type planned struct {
-	d    dataset
-	s    *pipeline.Schema
-	want []byte
+	d     dataset
+	s     *pipeline.Schema
+	want  []byte
+	clear string // the tenant whose rows to remove, or ""
 }
 
 // EnsureAll is Ensure for several datasets at once, all or nothing: it plans every table's
@@ -76,8 +85,10 @@ type planned struct {
 // that when one table cannot serve its schema nothing changes, and the *IncompatibleError names
 // every such table. It then makes the changes and records the schemas in one transaction.
 //
-// during, when not nil, runs once the changes are made but not committed, and EnsureAll commits
-// only if it returns nil; its error is returned as it is. The transaction holds the datasets'
+// A Table with ClearTenant has that tenant's rows removed once its changes are made.
+//
+// during, when not nil, runs once the changes are made but not committed, with the rows each
+// clear removed, and EnsureAll commits only if it returns nil; its error is returned as it is. The transaction holds the datasets'
 // locks (on SQLite, the file's write lock) while during runs, so that a caller recording the
 // schemas elsewhere records them in the order the tables took them: no other Ensure or EnsureAll
 // of these datasets runs in between. Keep during short: on SQLite every other write to the data
@@ -85,9 +96,10 @@ type planned struct {
 //
 // A table whose schema is already recorded still costs the transaction and its locks when
 // during is given; without during, EnsureAll of tables that need nothing costs one read each.
-func (db *DB) EnsureAll(ctx context.Context, tables []Table, during func() error) error {
+func (db *DB) EnsureAll(ctx context.Context, tables []Table, during func(Cleared) error) error {
 	plan := make([]planned, 0, len(tables))
 	seen := make(map[string]bool, len(tables))
+	clears := false
 	for _, tb := range tables {
 		d, err := datasetOf(tb.DatasetUUID)
 		if err != nil {
@@ -100,12 +112,13 @@ func (db *DB) EnsureAll(ctx context.Context, tables []Table, during func() error
 		if err := checkSchema(tb.Schema); err != nil {
 			return fmt.Errorf("dataset %s: %w", d.uuid, err)
 		}
-		plan = append(plan, planned{d: d, s: tb.Schema, want: schemaJSON(tb.Schema)})
+		plan = append(plan, planned{d: d, s: tb.Schema, want: schemaJSON(tb.Schema), clear: tb.ClearTenant})
+		clears = clears || tb.ClearTenant != ""
 	}
 	if len(plan) == 0 && during == nil {
 		return nil
 	}
-	if during == nil {
+	if during == nil && !clears {
 		done := true
 		for _, p := range plan {
 			old, err := db.ensured(ctx, db.b.reader(), p.d)
@@ -157,8 +170,19 @@ func (db *DB) EnsureAll(ctx context.Context, tables []Table, during func() error
 			return fmt.Errorf("%s: %w", stmt.sql, err)
 		}
 	}
+	cleared := Cleared{}
+	for _, p := range plan {
+		if p.clear == "" {
+			continue
+		}
+		n, err := t.exec(ctx, "DELETE FROM "+quote(p.d.table)+" WHERE org_id = "+db.b.ph(1), p.clear)
+		if err != nil {
+			return fmt.Errorf("clear the rows of dataset %s: %w", p.d.uuid, err)
+		}
+		cleared[p.d.uuid] = n
+	}
 	if during != nil {
-		if err := during(); err != nil {
+		if err := during(cleared); err != nil {
 			return err
 		}
 	}

@@ -51,8 +51,8 @@ func TestEnsureAllChangesNothingWhenOneTableCannotServeItsSchema(t *testing.T) {
 		fresh := uuid.NewString()
 		// a gains a column, a new table is created, and b and c cannot serve theirs: nothing
 		// happens, and both are named.
-		err := db.EnsureAll(ctx, []Table{{a.uuid, grown()}, {b.uuid, retyped()}, {fresh, alerts()},
-			{c.uuid, edit(func(s *pipeline.Schema) { s.Unique = []string{"host"} })}}, nil)
+		err := db.EnsureAll(ctx, []Table{{DatasetUUID: a.uuid, Schema: grown()}, {DatasetUUID: b.uuid, Schema: retyped()}, {DatasetUUID: fresh, Schema: alerts()},
+			{DatasetUUID: c.uuid, Schema: edit(func(s *pipeline.Schema) { s.Unique = []string{"host"} })}}, nil)
 		var inc *IncompatibleError
 		if !errors.As(err, &inc) || !errors.Is(err, ErrIncompatible) {
 			t.Fatalf("ensure all: %v, want an IncompatibleError", err)
@@ -67,7 +67,7 @@ func TestEnsureAllChangesNothingWhenOneTableCannotServeItsSchema(t *testing.T) {
 			t.Fatalf("a refused EnsureAll changed the database:\n%s", datasettest.Diff(before, after))
 		}
 		// The same without b and c: every change is made.
-		if err := db.EnsureAll(ctx, []Table{{a.uuid, grown()}, {b.uuid, alerts()}, {fresh, alerts()}}, nil); err != nil {
+		if err := db.EnsureAll(ctx, []Table{{DatasetUUID: a.uuid, Schema: grown()}, {DatasetUUID: b.uuid, Schema: alerts()}, {DatasetUUID: fresh, Schema: alerts()}}, nil); err != nil {
 			t.Fatalf("ensure all: %v", err)
 		}
 		if got := tableColumns(t, db, a.uuid); !slices.Contains(got, "region") {
@@ -89,10 +89,10 @@ func TestEnsureAllCommitsOnlyWhenDuringSucceeds(t *testing.T) {
 		a := newFixture(t, db, alerts())
 		before := datasettest.Dump(t, url)
 		fresh := uuid.NewString()
-		tables := []Table{{a.uuid, grown()}, {fresh, alerts()}}
+		tables := []Table{{DatasetUUID: a.uuid, Schema: grown()}, {DatasetUUID: fresh, Schema: alerts()}}
 		refused := errors.New("the caller's own transaction failed")
 		calls := 0
-		err := db.EnsureAll(ctx, tables, func() error { calls++; return refused })
+		err := db.EnsureAll(ctx, tables, func(Cleared) error { calls++; return refused })
 		if err != refused || calls != 1 {
 			t.Fatalf("ensure all: %v after %d calls of during, want during's own error after 1", err, calls)
 		}
@@ -100,11 +100,11 @@ func TestEnsureAllCommitsOnlyWhenDuringSucceeds(t *testing.T) {
 			t.Fatalf("EnsureAll committed although during failed:\n%s", datasettest.Diff(before, after))
 		}
 		// during does not run when a table cannot serve its schema.
-		err = db.EnsureAll(ctx, []Table{{a.uuid, retyped()}}, func() error { calls++; return nil })
+		err = db.EnsureAll(ctx, []Table{{DatasetUUID: a.uuid, Schema: retyped()}}, func(Cleared) error { calls++; return nil })
 		if !errors.Is(err, ErrIncompatible) || calls != 1 {
 			t.Fatalf("ensure all of an incompatible schema: %v, during called %d times", err, calls)
 		}
-		if err := db.EnsureAll(ctx, tables, func() error { calls++; return nil }); err != nil || calls != 2 {
+		if err := db.EnsureAll(ctx, tables, func(Cleared) error { calls++; return nil }); err != nil || calls != 2 {
 			t.Fatalf("ensure all: %v, during called %d times", err, calls)
 		}
 		if got := tableColumns(t, db, a.uuid); !slices.Contains(got, "region") {
@@ -114,7 +114,7 @@ func TestEnsureAllCommitsOnlyWhenDuringSucceeds(t *testing.T) {
 			t.Errorf("the new table was not created")
 		}
 		// With during, tables that need nothing still run it.
-		if err := db.EnsureAll(ctx, tables, func() error { calls++; return nil }); err != nil || calls != 3 {
+		if err := db.EnsureAll(ctx, tables, func(Cleared) error { calls++; return nil }); err != nil || calls != 3 {
 			t.Fatalf("ensure all again: %v, during called %d times", err, calls)
 		}
 	})
@@ -140,9 +140,9 @@ func TestEnsureAllConcurrently(t *testing.T) {
 				if k == 1 {
 					s = grown()
 				}
-				tables = append(tables, Table{ids[(i+k)%len(ids)], s})
+				tables = append(tables, Table{DatasetUUID: ids[(i+k)%len(ids)], Schema: s})
 			}
-			wg.Go(func() { errs[i] = d.EnsureAll(context.Background(), tables, func() error { return nil }) })
+			wg.Go(func() { errs[i] = d.EnsureAll(context.Background(), tables, func(Cleared) error { return nil }) })
 		}
 		wg.Wait()
 		for i, err := range errs {
@@ -172,4 +172,57 @@ func TestIncompatibleErrorNamesEachDataset(t *testing.T) {
 	if got, want := err.Error(), "dataset a: x\ndataset b: incompatible dataset schema: y"; got != want {
 		t.Fatalf("%q, want %q", got, want)
 	}
+}
+
+// A clear removes one tenant's rows, only when the transaction commits, and keeps the dataset's
+// cursor and ledger: a batch loaded before is not loaded again, and the next load's cursor is
+// past every earlier one.
+func TestEnsureAllClearsOneTenantsRowsAndKeepsCursors(t *testing.T) {
+	t.Parallel()
+	forEachDumpedDriver(t, func(t *testing.T, db *DB, url string, _ func() *DB) {
+		ctx := context.Background()
+		a, other := newFixture(t, db, alerts()), newFixture(t, db, alerts())
+		a.load("acme", "b1", alert("k1", "high"), alert("k2", "low"))
+		a.load("zeta", "z1", alert("k1", "high"))
+		last := a.load("acme", "b2", alert("k3", "low"))
+		other.load("acme", "o1", alert("k1", "high"))
+		clear := []Table{{DatasetUUID: a.uuid, Schema: alerts(), ClearTenant: "acme"}}
+
+		before := datasettest.Dump(t, url)
+		refused := errors.New("the caller's own transaction failed")
+		var seen Cleared
+		err := db.EnsureAll(ctx, clear, func(c Cleared) error { seen = c; return refused })
+		if err != refused || seen[a.uuid] != 3 || len(seen) != 1 {
+			t.Fatalf("ensure all: %v, during saw %v; want its error, and 3 rows of %s", err, seen, a.uuid)
+		}
+		if after := datasettest.Dump(t, url); after != before {
+			t.Fatalf("a clear whose during failed changed the database:\n%s", datasettest.Diff(before, after))
+		}
+		if got := keys(a.rows(Query{Tenant: "acme", Limit: 10})); !slices.Equal(got, []string{"k1", "k2", "k3"}) {
+			t.Fatalf("acme's rows after a clear whose during failed: %v", got)
+		}
+
+		if err := db.EnsureAll(ctx, clear, nil); err != nil {
+			t.Fatalf("ensure all: %v", err)
+		}
+		if got := keys(a.rows(Query{Tenant: "acme", Limit: 10})); len(got) != 0 {
+			t.Errorf("acme's rows after the clear: %v", got)
+		}
+		if got := keys(a.rows(Query{Tenant: "zeta", Limit: 10})); !slices.Equal(got, []string{"k1"}) {
+			t.Errorf("zeta's rows after acme's clear: %v", got)
+		}
+		if got := keys(other.rows(Query{Tenant: "acme", Limit: 10})); !slices.Equal(got, []string{"k1"}) {
+			t.Errorf("another dataset's rows after the clear: %v", got)
+		}
+		if res := a.load("acme", "b1", alert("k1", "high"), alert("k2", "low")); !res.Repeat {
+			t.Errorf("a batch loaded before the clear was loaded again: %+v", res)
+		}
+		res := a.load("acme", "b3", alert("k1", "high"))
+		if res.Inserted != 1 || res.Cursor <= last.Cursor {
+			t.Errorf("the first load after the clear: %+v; want 1 row and a cursor past %d", res, last.Cursor)
+		}
+		if got := keys(a.rows(Query{Tenant: "acme", Limit: 10})); !slices.Equal(got, []string{"k1"}) {
+			t.Errorf("acme's rows after the next load: %v", got)
+		}
+	})
 }

@@ -15,6 +15,17 @@ func (d *Document) Job(name string) *Job {
 	return nil
 }
 
+// ResetJobs names the source jobs whose bootstrap.reset_outputs is true.
+func (d *Document) ResetJobs() map[string]bool {
+	out := map[string]bool{}
+	for _, j := range d.Jobs {
+		if j.Activation == ActivationSource && j.Bootstrap != nil && j.Bootstrap.ResetOutputs {
+			out[j.Name] = true
+		}
+	}
+	return out
+}
+
 // PublishedAs returns the direct publish entry of the job's output, or nil. A valid document
 // publishes an output directly under one name at most.
 func (d *Document) PublishedAs(job string, output int) *Publish {

@@ -66,7 +66,9 @@ func (w *walker) job(n *node, path string, i int, dc *docContext, def Defaults) 
 		j.Source = w.source(src, child(path, "source"), dc)
 	}
 
-	if v := n.lookup("bootstrap"); v != nil && w.object(v, child(path, "bootstrap"), "reset_outputs") {
+	if v := n.lookup("bootstrap"); v != nil && j.Activation == ActivationReactive {
+		w.node(v, child(path, "bootstrap"), "only allowed for source jobs: a reactive job's outputs are reset by resetting the source it reads")
+	} else if v != nil && w.object(v, child(path, "bootstrap"), "reset_outputs") {
 		j.Bootstrap = &Bootstrap{}
 		if r := v.lookup("reset_outputs"); r != nil {
 			j.Bootstrap.ResetOutputs, _ = w.boolean(r, child(path, "bootstrap", "reset_outputs"))

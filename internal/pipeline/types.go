@@ -111,6 +111,8 @@ type Source struct {
 	WebhookPath string `json:"webhook_path,omitempty"`
 }
 
+// Bootstrap is a source job's bootstrap: with ResetOutputs, the job's outputs are reset each time
+// a deploy activates a version of the pipeline that holds it (see docs/contracts/pipelines.md).
 type Bootstrap struct {
 	ResetOutputs bool `json:"reset_outputs"`
 }

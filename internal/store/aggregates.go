@@ -278,4 +278,8 @@ type BufferWriter interface {
 	// its ReceiveCount is p.Receipt, so that only the latest receive of a message extends its
 	// claim; ok is false, and nothing changes, otherwise (also when there is no such record).
 	BufferPublishExtend(ctx context.Context, p BufferPublishExtendParams) (ok bool, err error)
+	// BufferPublishDiscardQueued dead-letters every queued publish of p.Tenant into dataset
+	// p.DatasetUUID, with p.Reason as its LastError and p.Now as its FinishedAt, and returns how
+	// many it dead-lettered. Committed and dead publishes are left as they are.
+	BufferPublishDiscardQueued(ctx context.Context, p BufferPublishDiscardParams) (int, error)
 }

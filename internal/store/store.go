@@ -64,6 +64,7 @@ type Reader interface {
 	DatasetReader
 	BufferReader
 	QueryAuditReader
+	OutputResetReader
 }
 
 // QueueStats is a tenant's view of its queues (Reader.QueueStats).
@@ -206,6 +207,7 @@ type Tx interface {
 	DatasetWriter
 	BufferWriter
 	QueryAuditWriter
+	OutputResetWriter
 
 	// RowsLock locks the rows of s for the rest of the transaction, the idempotency keys of
 	// s.Keys first, then tasks by id and then the jobs of s.Jobs by id, waiting for other

@@ -97,6 +97,7 @@ func Run(t *testing.T, open func(t testing.TB) store.Store) {
 		{"ClaimableBufferPublishesSkipsHeldRows", testClaimableBufferPublishesSkipsHeldRows},
 		{"UpdateBufferPublishWritesQueueFields", testUpdateBufferPublishWritesQueueFields},
 		{"ListBufferDeadLettersPaging", testListBufferDeadLetters},
+		{"DiscardQueuedBufferPublishes", testDiscardQueuedBufferPublishes},
 
 		// Pipelines (pipelines.go): pipelines, versions, consumers and the jobs they start.
 		{"PutPipelineInsertsAndActivates", testPutPipelineInsertsAndActivates},
@@ -105,6 +106,7 @@ func Run(t *testing.T, open func(t testing.TB) store.Store) {
 		{"ConsumersFollowTheActiveVersion", testConsumersFollowTheActiveVersion},
 		{"InsertJobsIfAbsent", testInsertJobsIfAbsent},
 		{"PipelineJobQueries", testPipelineJobQueries},
+		{"OutputResetsRoundTripNewestFirst", testOutputResetsRoundTripNewestFirst},
 
 		// Datasets (datasets.go): datasets, their versions and events.
 		{"DatasetLookups", testDatasetLookups},
