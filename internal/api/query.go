@@ -21,14 +21,13 @@ import (
 func (s *Server) userQuery(w http.ResponseWriter, r *http.Request) (any, error) {
 	obj, err := request.ReadObject(r)
 	if err != nil {
-		return nil, err
+		return nil, coded(err)
 	}
-	f := &request.Fields{Obj: obj, Where: "body"}
-	text, limit, err := readQuery(f, "sql", "limit")
+	p, err := readQuery(&request.Fields{Obj: obj, Where: "body"}, true)
 	if err != nil {
 		return nil, err
 	}
-	res, err := s.dp.Query(r.Context(), tenantOf(r), keyOf(r), text, limit)
+	res, err := s.dp.Query(r.Context(), tenantOf(r), keyOf(r), p)
 	if err != nil {
 		return nil, queryError(err)
 	}
@@ -43,7 +42,7 @@ func (s *Server) fencedQuery(fence fenceFunc) handler {
 		if err != nil {
 			return nil, err
 		}
-		text, limit, err := readQuery(b.Fields, "sql", "limit", "task_id", "attempt", "lease_token")
+		p, err := readQuery(b.Fields, false)
 		if err != nil {
 			return nil, err
 		}
@@ -51,7 +50,7 @@ func (s *Server) fencedQuery(fence fenceFunc) handler {
 		if err != nil {
 			return nil, err
 		}
-		res, err := s.dp.TaskQuery(r.Context(), f, text, limit)
+		res, err := s.dp.TaskQuery(r.Context(), f, p)
 		if err != nil {
 			return nil, queryError(err)
 		}
@@ -59,28 +58,46 @@ func (s *Server) fencedQuery(fence fenceFunc) handler {
 	}
 }
 
-// readQuery reads a query body's sql and limit; known names the body's members, any other is
-// refused.
-func readQuery(f *request.Fields, known ...string) (string, int, error) {
-	for name := range f.Obj {
-		if !slices.Contains(known, name) {
-			return "", 0, queryRefusal(http.StatusBadRequest, "invalid_request", "body."+name+" is not a member of a query: send sql and, optionally, limit")
+// readQuery reads a query body's sql, limit and dataset_id. strict refuses any other member
+// (the producer API's rule); without it (the worker dialects' rule) others are ignored.
+func readQuery(f *request.Fields, strict bool) (dataplane.QueryParams, error) {
+	var p dataplane.QueryParams
+	if strict {
+		for name := range f.Obj {
+			if !slices.Contains([]string{"sql", "limit", "dataset_id"}, name) {
+				return p, queryRefusal(http.StatusBadRequest, "invalid_request", "body."+name+" is not a member of a query: send sql and, optionally, limit and dataset_id")
+			}
 		}
 	}
-	text := f.Str("sql")
+	p.SQL, p.DatasetID = f.Str("sql"), f.Str("dataset_id")
 	limit := f.Int("limit")
 	switch {
 	case f.Err != nil:
-		return "", 0, queryRefusal(http.StatusBadRequest, "invalid_request", errorText(f.Err))
-	case text == "":
-		return "", 0, queryRefusal(http.StatusBadRequest, "invalid_request", "body.sql is required: one SELECT statement")
+		return p, queryRefusal(http.StatusBadRequest, "invalid_request", errorText(f.Err))
+	case p.SQL == "":
+		return p, queryRefusal(http.StatusBadRequest, "invalid_request", "body.sql is required: one SELECT statement")
 	case limit != nil && (*limit < 1 || *limit > query.MaxRows):
-		return "", 0, queryRefusal(http.StatusBadRequest, "invalid_request", "body.limit must be an integer from 1 to "+strconv.Itoa(query.MaxRows))
+		return p, queryRefusal(http.StatusBadRequest, "invalid_request", "body.limit must be an integer from 1 to "+strconv.Itoa(query.MaxRows))
 	}
-	if limit == nil {
-		return text, query.DefaultRows, nil
+	p.Limit = query.DefaultRows
+	if limit != nil {
+		p.Limit = *limit
 	}
-	return text, *limit, nil
+	return p, nil
+}
+
+// coded is a request error in the Query Service's shape: its text as the message, with the code
+// invalid_request.
+func coded(err error) error {
+	var he *request.Error
+	if errors.As(err, &he) {
+		if _, ok := he.Body["message"]; !ok {
+			out := queryRefusal(he.Status, "invalid_request", errorText(err))
+			out.Header = he.Header
+			return out
+		}
+	}
+	return err
 }
 
 // errorText is the message of a request error.
@@ -143,12 +160,12 @@ func (s *Server) queryAudit(w http.ResponseWriter, r *http.Request) (any, error)
 	var err error
 	if v := qs.Get("before"); v != "" {
 		if p.BeforeID, err = strconv.ParseInt(v, 10, 64); err != nil || p.BeforeID < 1 {
-			return nil, request.Errorf(http.StatusBadRequest, "before must be a positive integer")
+			return nil, queryRefusal(http.StatusBadRequest, "invalid_request", "before must be a positive integer")
 		}
 	}
 	if v := qs.Get("limit"); v != "" {
 		if p.Limit, err = strconv.Atoi(v); err != nil || p.Limit < 1 || p.Limit > 1000 {
-			return nil, request.Errorf(http.StatusBadRequest, "limit must be an integer from 1 to 1000")
+			return nil, queryRefusal(http.StatusBadRequest, "invalid_request", "limit must be an integer from 1 to 1000")
 		}
 	}
 	recs, err := s.dp.QueryAudit(r.Context(), p)

@@ -32,37 +32,45 @@ func (e *QueryUnknownError) Error() string {
 	return fmt.Sprintf("relation %q is not a published dataset of this tenant: a query reads datasets by their names", e.Name)
 }
 
-// Query runs sql for a holder of API key keyID of tenant: every published dataset of the tenant
-// may be read under its name, each at its current version when the query starts (a buffered
-// dataset: its rows, one snapshot). limit is the rows answered (0: query.DefaultRows).
-func (dp *Plane) Query(ctx context.Context, tenant, keyID, sql string, limit int) (*query.Result, error) {
+// QueryParams is a query: its SQL, the rows to answer (0: query.DefaultRows), and optionally
+// DatasetID, a dataset the statement may also read under the relation name "dataset" (for
+// clients of the single-relation contract, which name one dataset in the body).
+type QueryParams struct {
+	SQL       string
+	Limit     int
+	DatasetID string
+}
+
+// datasetAlias is the relation name a query's DatasetID is read under.
+const datasetAlias = "dataset"
+
+// Query runs a query for a holder of API key keyID of tenant: every published dataset of the
+// tenant may be read under its name, each at its current version when the query starts (a
+// buffered dataset: its rows, one snapshot).
+func (dp *Plane) Query(ctx context.Context, tenant, keyID string, p QueryParams) (*query.Result, error) {
 	rec := &store.QueryAudit{Tenant: tenant, Caller: "key:" + keyID}
-	lim := query.Limits{Rows: limit, Timeout: query.UserTimeout}
-	return dp.runQuery(ctx, rec, sql, lim, func(ctx context.Context, st *query.Statement) ([]query.Relation, error) {
-		rels := make([]query.Relation, 0, len(st.Relations))
-		for _, name := range st.Relations {
-			ds, err := dp.findDataset(ctx, dp.store, tenant, name)
-			if errors.Is(err, ErrDatasetNotFound) || (err == nil && ds.Name == "") {
-				return nil, &QueryUnknownError{Name: name}
-			}
-			if err != nil {
-				return nil, err
-			}
-			r, err := dp.relation(ctx, tenant, name, ds, ds.CurrentVersion, nil, nil)
-			if err != nil {
-				return nil, err
-			}
-			rels = append(rels, r)
+	lim := query.Limits{Rows: p.Limit, Timeout: query.UserTimeout}
+	return dp.runQuery(ctx, rec, p.SQL, lim, func(ctx context.Context, name string) (query.Relation, error) {
+		ref := name
+		if name == datasetAlias && p.DatasetID != "" {
+			ref = p.DatasetID
 		}
-		return rels, nil
+		ds, err := dp.findDataset(ctx, dp.store, tenant, ref)
+		if errors.Is(err, ErrDatasetNotFound) || (err == nil && ds.Name == "") {
+			return query.Relation{}, &QueryUnknownError{Name: ref}
+		}
+		if err != nil {
+			return query.Relation{}, err
+		}
+		return dp.relation(ctx, tenant, name, ds, ds.CurrentVersion, nil, nil)
 	})
 }
 
-// TaskQuery runs sql for the current attempt f names (fenced like every task-scoped call): it
-// may read exactly the datasets its capability token lists, under their names (or uuids): its
-// inputs at their pinned versions, a buffered input's rows as its input's where keeps them, and
-// its job's outputs at their current versions.
-func (dp *Plane) TaskQuery(ctx context.Context, f dispatch.Fence, sql string, limit int) (*query.Result, error) {
+// TaskQuery runs a query for the current attempt f names (fenced like every task-scoped call):
+// it may read exactly the datasets its capability token lists, under their names (or uuids):
+// its inputs at their pinned versions, a buffered input's rows as its input's where keeps them,
+// and its job's outputs at their current versions.
+func (dp *Plane) TaskQuery(ctx context.Context, f dispatch.Fence, p QueryParams) (*query.Result, error) {
 	t, err := dp.d.RunningAttempt(ctx, f)
 	if err != nil {
 		return nil, err
@@ -72,44 +80,42 @@ func (dp *Plane) TaskQuery(ctx context.Context, f dispatch.Fence, sql string, li
 		return nil, err
 	}
 	rec := &store.QueryAudit{Tenant: job.Tenant, Caller: "task:" + t.ID + "/" + strconv.Itoa(f.Attempt)}
-	lim := query.Limits{Rows: limit, Timeout: query.TaskTimeout}
+	lim := query.Limits{Rows: p.Limit, Timeout: query.TaskTimeout}
 	route := dispatch.DecodeRoute(t)
-	return dp.runQuery(ctx, rec, sql, lim, func(ctx context.Context, st *query.Statement) ([]query.Relation, error) {
-		rels := make([]query.Relation, 0, len(st.Relations))
-		for _, name := range st.Relations {
-			uuid, in := "", (*wire.DatasetInput)(nil)
-			if route != nil {
-				uuid, in = routeDataset(route, name)
-			}
-			if uuid == "" {
-				return nil, &dispatch.ForbiddenError{Message: fmt.Sprintf(
-					"dataset %q is not one this task reads or writes: a task queries only its job's inputs and outputs", name)}
-			}
-			ds, err := dp.store.DatasetGetMany(ctx, []string{uuid})
-			if err != nil {
-				return nil, err
-			}
-			if len(ds) != 1 || ds[0].Tenant != job.Tenant {
-				return nil, &QueryNotReadableError{Message: fmt.Sprintf("dataset %q no longer exists", name)}
-			}
-			version, ref, where := ds[0].CurrentVersion, json.RawMessage(nil), json.RawMessage(nil)
-			if in != nil {
-				version, ref, where = in.DatasetVersion, in.StorageRef, in.Where
-			}
-			r, err := dp.relation(ctx, job.Tenant, name, ds[0], version, ref, where)
-			if err != nil {
-				return nil, err
-			}
-			rels = append(rels, r)
+	return dp.runQuery(ctx, rec, p.SQL, lim, func(ctx context.Context, name string) (query.Relation, error) {
+		ref := name
+		if name == datasetAlias && p.DatasetID != "" {
+			ref = p.DatasetID
 		}
-		return rels, nil
+		uuid, in := "", (*wire.DatasetInput)(nil)
+		if route != nil {
+			uuid, in = routeDataset(route, ref)
+		}
+		if uuid == "" {
+			return query.Relation{}, &dispatch.ForbiddenError{Message: fmt.Sprintf(
+				"dataset %q is not one this task reads or writes: a task queries only its job's inputs and outputs", ref)}
+		}
+		ds, err := dp.store.DatasetGetMany(ctx, []string{uuid})
+		if err != nil {
+			return query.Relation{}, err
+		}
+		if len(ds) != 1 || ds[0].Tenant != job.Tenant {
+			return query.Relation{}, &QueryNotReadableError{Message: fmt.Sprintf("dataset %q no longer exists", ref)}
+		}
+		version, sref, where := ds[0].CurrentVersion, json.RawMessage(nil), json.RawMessage(nil)
+		if in != nil {
+			version, sref, where = in.DatasetVersion, in.StorageRef, in.Where
+		}
+		return dp.relation(ctx, job.Tenant, name, ds[0], version, sref, where)
 	})
 }
 
-// runQuery gates sql, resolves its relations, runs it and writes its audit record, whatever
-// the outcome. A query whose record cannot be written answers that error and no rows.
+// runQuery gates sql, resolves its relations (resolve answers the relation of one name the
+// statement reads), runs it and writes its audit record, whatever the outcome. A name the
+// statement may mean as its own CTE is given a relation only where resolve finds one. A query
+// whose record cannot be written answers that error and no rows.
 func (dp *Plane) runQuery(ctx context.Context, rec *store.QueryAudit, sql string, lim query.Limits,
-	resolve func(context.Context, *query.Statement) ([]query.Relation, error)) (*query.Result, error) {
+	resolve func(ctx context.Context, name string) (query.Relation, error)) (*query.Result, error) {
 	eng := dp.cfg.Query
 	if eng == nil {
 		return nil, query.ErrUnavailable
@@ -119,7 +125,7 @@ func (dp *Plane) runQuery(ctx context.Context, rec *store.QueryAudit, sql string
 	st, err := eng.Check(ctx, sql)
 	var rels []query.Relation
 	if err == nil {
-		rels, err = resolve(ctx, st)
+		rels, err = resolveAll(ctx, st, resolve)
 	}
 	var res *query.Result
 	if err == nil {
@@ -148,6 +154,34 @@ func (dp *Plane) runQuery(ctx context.Context, rec *store.QueryAudit, sql string
 	dp.log.InfoContext(ctx, "query", "tenant", rec.Tenant, "caller", rec.Caller, "sql_sha256", rec.SQLHash,
 		"status", rec.Status, "rows", rec.RowCount, "duration_ms", rec.DurationMS)
 	return res, err
+}
+
+// resolveAll resolves the relations st reads: each of st.Relations, or the first refusal; and
+// each of st.Optional that resolves (the others are left to the statement's CTEs).
+func resolveAll(ctx context.Context, st *query.Statement, resolve func(context.Context, string) (query.Relation, error)) ([]query.Relation, error) {
+	rels := make([]query.Relation, 0, len(st.Relations)+len(st.Optional))
+	for _, name := range st.Relations {
+		r, err := resolve(ctx, name)
+		if err != nil {
+			return nil, err
+		}
+		rels = append(rels, r)
+	}
+	for _, name := range st.Optional {
+		r, err := resolve(ctx, name)
+		var (
+			unknown   *QueryUnknownError
+			forbidden *dispatch.ForbiddenError
+		)
+		switch {
+		case errors.As(err, &unknown), errors.As(err, &forbidden):
+			continue
+		case err != nil:
+			return nil, err
+		}
+		rels = append(rels, r)
+	}
+	return rels, nil
 }
 
 // queryStatus is an audit record's status for a query that ended with err.

@@ -31,6 +31,10 @@ type Statement struct {
 	// Relations are the names the statement reads as tables, other than its own CTEs: each
 	// must be attached as a Relation, or the statement cannot run.
 	Relations []string
+	// Optional are names it reads as tables that it also defines as CTEs somewhere: where a CTE
+	// of the name is in scope the name is the CTE, elsewhere it is a relation. An engine attaches
+	// each that names a relation the caller may read, and leaves the others to the CTEs.
+	Optional []string
 	// Names are the names its column references are made of, lower-cased (a.b.c gives a, b and
 	// c), and AllColumns says that it may read columns it does not name (a star, a whole row, a
 	// positional reference, a natural join, renamed columns): an engine may attach a relation

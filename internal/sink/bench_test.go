@@ -107,7 +107,7 @@ func BenchmarkQueryBuffered(b *testing.B) {
 			}
 			b.ResetTimer()
 			for b.Loop() {
-				res, err := f.dp.Query(f.ctx, tenant, "bench", "SELECT severity, count(*) AS n, avg(block) AS mean FROM alert_events GROUP BY severity", 0)
+				res, err := f.dp.Query(f.ctx, tenant, "bench", dataplane.QueryParams{SQL: "SELECT severity, count(*) AS n, avg(block) AS mean FROM alert_events GROUP BY severity"})
 				if err != nil {
 					b.Fatal(err)
 				}

@@ -106,7 +106,8 @@ func TestRunJoinsABufferedRelationWithParquetFiles(t *testing.T) {
 func TestRunEncodesEachTypeAsJSON(t *testing.T) {
 	e := newEngine(t, Config{})
 	res, err := run(t, e, `SELECT severity, block, score, ok, seen, payload, _cursor,
-		18446744073709551615::UBIGINT AS big, 1.50::DECIMAL(5,2) AS dec, DATE '2024-06-01' AS d,
+		18446744073709551615::UBIGINT AS big, 1.50::DECIMAL(5,2) AS dec, -0.05::DECIMAL(4,3) AS neg, DATE '2024-06-01' AS d,
+		TIMESTAMP '2024-06-01 10:00:00.5' AS naive, TIMETZ '10:00:00+02:00' AS tz,
 		'inf'::DOUBLE AS inf, [1, 2] AS l, {'k': 'v'} AS s, INTERVAL 3 DAY AS iv, NULL AS n
 		FROM alerts WHERE block = 4`, query.Limits{}, alerts(10))
 	if err != nil {
@@ -116,7 +117,7 @@ func TestRunEncodesEachTypeAsJSON(t *testing.T) {
 		t.Fatalf("rows %v", res.Rows)
 	}
 	want := []string{"low", "4", "2", "true", "2024-06-01T00:00:04Z", "map[i:4]", "1",
-		"18446744073709551615", "1.5", "2024-06-01", "<nil>", "[1 2]", "map[k:v]", "map[days:3 micros:0 months:0]", "<nil>"}
+		"18446744073709551615", "1.50", "-0.050", "2024-06-01", "2024-06-01T10:00:00.5", "10:00:00+02:00", "<nil>", "[1 2]", "map[k:v]", "map[days:3 micros:0 months:0]", "<nil>"}
 	for i, v := range res.Rows[0] {
 		if got := fmt.Sprint(v); got != want[i] {
 			t.Errorf("column %s (%s) = %s (%T), want %s", res.Columns[i].Name, res.Columns[i].Type, got, v, want[i])

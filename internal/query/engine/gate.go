@@ -104,11 +104,14 @@ func readTree(text string, tree []byte) (*query.Statement, error) {
 		}
 	}
 	for name := range w.tables {
-		if !w.ctes[name] {
+		if w.ctes[name] {
+			st.Optional = append(st.Optional, name)
+		} else {
 			st.Relations = append(st.Relations, name)
 		}
 	}
 	slices.Sort(st.Relations)
+	slices.Sort(st.Optional)
 	return st, nil
 }
 
@@ -281,7 +284,7 @@ func (w *walker) expression(class string, n map[string]any) error {
 
 func describeRef(typ string) string {
 	if typ == "SHOW_REF" {
-		return "DESCRIBE or SUMMARIZE"
+		return "DESCRIBE, SHOW or SUMMARIZE"
 	}
 	return "a " + strings.ToLower(typ) + " relation"
 }

@@ -166,6 +166,7 @@ func TestGateLetsReadsOfDatasetsThrough(t *testing.T) {
 		{`SELECT * FROM "6f1c1e9a-3b0e-4a8e-9b1a-2f4c5d6e7f80"`, []string{"6f1c1e9a-3b0e-4a8e-9b1a-2f4c5d6e7f80"}},
 		{"SELECT * FROM alerts UNION SELECT * FROM alerts_archive", []string{"alerts", "alerts_archive"}},
 		{"SELECT list_filter([1, 2, 3], x -> x > 1), filter([1], x -> true)", nil},
+		{"WITH alerts AS (SELECT 1) SELECT * FROM alerts", nil}, // the CTE, never the dataset
 		{"SELECT * FROM (VALUES (1, 'a'), (2, 'b')) v(n, s)", nil},
 		{"SELECT json_extract(payload, '$.a') FROM alerts", []string{"alerts"}},
 	} {
@@ -177,6 +178,23 @@ func TestGateLetsReadsOfDatasetsThrough(t *testing.T) {
 		if !slices.Equal(st.Relations, c.rels) {
 			t.Errorf("gate(%q) relations %q, want %q", c.sql, st.Relations, c.rels)
 		}
+	}
+}
+
+// A name a statement defines as a CTE in one place and reads as a table in another may be either:
+// the gate leaves it optional, for the caller to attach where it names a readable dataset.
+func TestGateLeavesNamesOfCTEsOptional(t *testing.T) {
+	g, err := newGate()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.close()
+	st, err := g.check(t.Context(), "SELECT * FROM alerts, (WITH alerts AS (SELECT 1 AS x) SELECT * FROM alerts) q JOIN blocks ON true")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(st.Relations, []string{"blocks"}) || !slices.Equal(st.Optional, []string{"alerts"}) {
+		t.Errorf("relations %q optional %q, want [blocks] and [alerts]", st.Relations, st.Optional)
 	}
 }
 

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"math/big"
+	"strings"
 	"time"
 
 	"github.com/duckdb/duckdb-go/v2"
@@ -16,9 +17,11 @@ import (
 //
 //   - booleans, integers up to 64 bits and finite floats are JSON numbers and booleans (a
 //     non-finite float is null);
-//   - UBIGINT, HUGEINT, UHUGEINT and DECIMAL are strings, so that no digit is lost;
-//   - TIMESTAMP and TIMESTAMPTZ are RFC 3339 strings in UTC, DATE is 2006-01-02, TIME is
-//     15:04:05.999999;
+//   - UBIGINT, HUGEINT, UHUGEINT and DECIMAL are strings, so that no digit is lost (a DECIMAL
+//     with all the digits of its scale);
+//   - TIMESTAMPTZ is an RFC 3339 string in UTC; TIMESTAMP, which has no zone, the same without
+//     one (2006-01-02T15:04:05.999999999); DATE is 2006-01-02, TIME 15:04:05.999999, TIMETZ the
+//     same with its offset;
 //   - INTERVAL is {"months", "days", "micros"}, BLOB a base64 string, UUID its text;
 //   - LIST and ARRAY are arrays, STRUCT and JSON objects are objects, MAP is an array of
 //     {"key", "value"} in its order, a UNION its value;
@@ -38,15 +41,19 @@ func jsonValue(typ string, v any) any {
 	case *big.Int:
 		return v.String()
 	case duckdb.Decimal:
-		return v.String()
+		return decimalText(v)
 	case []byte:
 		return v
 	case time.Time:
 		switch typ {
 		case "DATE":
 			return v.Format(time.DateOnly)
-		case "TIME", "TIMETZ", "TIME WITH TIME ZONE":
+		case "TIME":
 			return v.Format("15:04:05.999999")
+		case "TIMETZ", "TIME WITH TIME ZONE":
+			return v.Format("15:04:05.999999Z07:00")
+		case "TIMESTAMP", "TIMESTAMP_S", "TIMESTAMP_MS", "TIMESTAMP_NS":
+			return v.Format("2006-01-02T15:04:05.999999999") // no zone: the value has none
 		}
 		return v.UTC().Format(time.RFC3339Nano)
 	case duckdb.Interval:
@@ -87,4 +94,21 @@ func finite(f float64) any {
 		return nil
 	}
 	return f
+}
+
+// decimalText is a DECIMAL's exact digits with its scale: 1.50 as DECIMAL(5,2) is "1.50".
+func decimalText(d duckdb.Decimal) string {
+	digits := new(big.Int).Abs(d.Value).String()
+	sign := ""
+	if d.Value.Sign() < 0 {
+		sign = "-"
+	}
+	scale := int(d.Scale)
+	if scale == 0 {
+		return sign + digits
+	}
+	if len(digits) <= scale {
+		digits = strings.Repeat("0", scale-len(digits)+1) + digits
+	}
+	return sign + digits[:len(digits)-scale] + "." + digits[len(digits)-scale:]
 }
