@@ -18,6 +18,8 @@ import (
 	"time"
 
 	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/baton-dev/baton/internal/query/engine"
 )
 
 // TestPythonExamples runs each Python example of examples/python — written from the contract pages
@@ -224,12 +226,17 @@ func testTaskScopedRows(t *testing.T, bin, py string, script func(string) string
 			out, _ := json.Marshal(job["tasks"].([]any)[0].(map[string]any)["output"])
 			var got struct {
 				Outputs []struct {
-					Rows map[string][]string `json:"rows"`
+					Rows    map[string][]string `json:"rows"`
+					Queried map[string][]string `json:"queried"`
 				} `json:"outputs"`
 			}
 			if err := json.Unmarshal(out, &got); err != nil || len(got.Outputs) != 1 ||
 				!reflect.DeepEqual(got.Outputs[0].Rows, map[string][]string{"py_rows_alerts": {"r1", "r3"}}) {
 				t.Fatalf("the consumer's output %s (%v); want the rows r1 and r3 of py_rows_alerts", out, err)
+			}
+			// The same rows through the Query Service, which a build with cgo has.
+			if want := map[string][]string{"py_rows_alerts": {"r1", "r3"}}; engine.Available && !reflect.DeepEqual(got.Outputs[0].Queried, want) {
+				t.Fatalf("the consumer's queried rows %v; want %v", got.Outputs[0].Queried, want)
 			}
 			return
 		}

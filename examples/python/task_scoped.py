@@ -12,12 +12,16 @@ BATON_TASK_PAYLOAD. With only that token (no client certificate, no API key) the
   2. a pipeline task reads the rows of each of its input datasets that are buffered
                                   GET  $BATON_URL/v1/task/datasets/{dataset_uuid}/rows
      (the rows the event that started it brought, filtered by the input's where; page by page)
+     and counts them by SQL       POST $BATON_URL/v1/task/query
+     (the Query Service: read-only SQL over the datasets its token lists; 501 from a server
+     built without cgo, which the program notes and goes on)
   3. reports a dataset event      POST $BATON_URL/v1/task/events  (with PY_EVENT_DATASET)
   4. completes the attempt        POST $BATON_URL/v1/task/complete  (status Completed, outputs)
 
 each with the header X-Trace-Task-Capability (and the POSTs with {task_id, attempt, lease_token}
 in the body). A pipeline task's output has the dedupe_key (else the whole row) of each row it read,
-by dataset name, under "rows". The
+by dataset name, under "rows", and the same keys as the Query Service answered them under
+"queried" (null when the server has no Query Service). The
 wrapper reports the outcome again when the child exits; the server answers that as a duplicate of
 the completion already made, so the stored output is this program's. One run is one task (the
 wrapper starts a new child per task). 401/403/409/410/404 stop it (exit 3).
@@ -115,6 +119,26 @@ def read_rows(dataset_uuid):
         after = page["next_after"]
 
 
+def query_keys(dataset_uuid):
+    """The dedupe keys of a buffered input's rows through the Query Service: POST /v1/task/query
+    with the fence and the token. The server applies the input's where, as for the rows. None
+    when the server was built without the Query Service (501 query_unavailable)."""
+    sql = f'SELECT dedupe_key FROM "{dataset_uuid}" ORDER BY dedupe_key'
+    req = urllib.request.Request(f"{BASE}/v1/task/query", data=json.dumps({**FENCE, "sql": sql}).encode(),
+                                 method="POST", headers={"X-Trace-Task-Capability": TOKEN,
+                                                         "Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=60) as res:
+            return [row[0] for row in json.load(res)["rows"]]
+    except urllib.error.HTTPError as err:
+        raw = err.read().decode(errors="replace")
+        if err.code == 501:
+            log(f"no Query Service on this server: {raw}")
+            return None
+        log(f"/v1/task/query refused: {err.code} {raw}; stopping")
+        sys.exit(3)
+
+
 def handle(key, data, deps):
     """The work: add the input's `n` to the parents' totals. A parent completed through this
     dialect (or the internal one) has the output {"outputs": [...]}."""
@@ -135,13 +159,14 @@ def main():
     result = handle(payload["task_key"], payload.get("input"), payload.get("dependency_outputs") or {})
     if (payload.get("job") or {}).get("pipeline_version"):
         # A pipeline task: its inputs are the datasets it reads.
-        result["rows"] = {}
+        result["rows"], result["queried"] = {}, {}
         for inp in payload.get("inputs") or []:
             rows = read_rows(inp["dataset_uuid"])
             if rows is not None:
                 name = inp.get("dataset_name") or inp["dataset_uuid"]
                 result["rows"][name] = [r.get("dedupe_key", r) for r in rows]
                 log(f"read {len(rows)} rows of {name}")
+                result["queried"][name] = query_keys(inp["dataset_uuid"])
     dataset = os.environ.get("PY_EVENT_DATASET")
     if dataset:
         answer = call("events", events=[{"dataset_uuid": dataset, "dataset_version": "v1", "cursor": result["total"]}])
