@@ -62,13 +62,20 @@ type QueryColumn struct {
 type QueryOption func(*queryConfig)
 
 type queryConfig struct {
-	limit int
+	limit     int
+	datasetID string
 }
 
 // WithRowLimit answers at most n rows (1 to 10000; the server's default is 1000). A statement
 // with more rows answers the first n and Truncated.
 func WithRowLimit(n int) QueryOption {
 	return func(c *queryConfig) { c.limit = n }
+}
+
+// WithDatasetID makes a dataset (by name or uuid) readable also as the relation "dataset", for
+// statements written for a single relation of that name.
+func WithDatasetID(id string) QueryOption {
+	return func(c *queryConfig) { c.datasetID = id }
 }
 
 // Query runs one read-only SELECT over the tenant's published datasets, each read by its name
@@ -81,9 +88,10 @@ func (c *Client) Query(ctx context.Context, sql string, opts ...QueryOption) (*Q
 		o(&cfg)
 	}
 	req := struct {
-		SQL   string `json:"sql"`
-		Limit int    `json:"limit,omitempty"`
-	}{sql, cfg.limit}
+		SQL       string `json:"sql"`
+		Limit     int    `json:"limit,omitempty"`
+		DatasetID string `json:"dataset_id,omitempty"`
+	}{sql, cfg.limit, cfg.datasetID}
 	body, err := json.Marshal(req)
 	if err != nil {
 		return nil, fmt.Errorf("baton: encode query: %w", err)

@@ -102,6 +102,9 @@ func TestQuery_RefusalsCarryTheirCode(t *testing.T) {
 		{"SELECT no_such_column", nil, http.StatusBadRequest, client.CodeQueryFailed, "query failed: "},
 		{"SELECT 1", []client.QueryOption{client.WithRowLimit(10001)}, http.StatusBadRequest, client.CodeInvalidRequest, "body.limit must be an integer from 1 to 10000"},
 		{"", nil, http.StatusBadRequest, client.CodeInvalidRequest, "body.sql is required"},
+		// The relation "dataset" is the body's dataset_id.
+		{"SELECT * FROM dataset", []client.QueryOption{client.WithDatasetID("no_such_dataset")}, http.StatusBadRequest,
+			client.CodeUnknownDataset, `relation "no_such_dataset" is not a published dataset`},
 	} {
 		_, err := s.c.Query(context.Background(), tc.sql, tc.opts...)
 		e := apiError(t, err, tc.status)

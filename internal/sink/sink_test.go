@@ -1,10 +1,12 @@
 package sink_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -527,17 +529,39 @@ func testDatasetAPI(t *testing.T, f *fixture) {
 
 func httpCall(t *testing.T, method, url, key string) (int, map[string]any) {
 	t.Helper()
-	req, err := http.NewRequest(method, url, nil)
+	code, v, _ := httpDo(t, method, url, nil, "x-api-key", key)
+	return code, v
+}
+
+// httpDo sends one request, body (when not nil) encoded as JSON, with headers (name, value
+// pairs), and returns the answer's status, its JSON object and its raw bytes.
+func httpDo(t *testing.T, method, url string, body any, headers ...string) (int, map[string]any, []byte) {
+	t.Helper()
+	var rd io.Reader
+	if body != nil {
+		b, err := json.Marshal(body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rd = bytes.NewReader(b)
+	}
+	req, err := http.NewRequest(method, url, rd)
 	if err != nil {
 		t.Fatal(err)
 	}
-	req.Header.Set("x-api-key", key)
+	for i := 0; i+1 < len(headers); i += 2 {
+		req.Header.Set(headers[i], headers[i+1])
+	}
 	res, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer res.Body.Close()
+	raw, err := io.ReadAll(res.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
 	var v map[string]any
-	_ = json.NewDecoder(res.Body).Decode(&v)
-	return res.StatusCode, v
+	_ = json.Unmarshal(raw, &v)
+	return res.StatusCode, v, raw
 }

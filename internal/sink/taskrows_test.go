@@ -87,21 +87,12 @@ func testTaskRows(t *testing.T, f *fixture) {
 	}
 	read := func(base, path, token string) (int, map[string]any) {
 		t.Helper()
-		req, err := http.NewRequest("GET", base+path, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
+		var h []string
 		if token != "" {
-			req.Header.Set("X-Trace-Task-Capability", token)
+			h = []string{"X-Trace-Task-Capability", token}
 		}
-		res, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer res.Body.Close()
-		var v map[string]any
-		_ = json.NewDecoder(res.Body).Decode(&v)
-		return res.StatusCode, v
+		code, v, _ := httpDo(t, "GET", base+path, nil, h...)
+		return code, v
 	}
 	rowKeys := func(page map[string]any) []string {
 		var out []string
