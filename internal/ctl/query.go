@@ -117,7 +117,11 @@ func queryRun(ctx context.Context, c *jobCmd, args []string) int {
 	if code := flushTable(c, tw); code != 0 {
 		return code
 	}
-	fmt.Fprintf(c.stderr, "(%d rows, %s)\n", res.RowCount, res.Duration())
+	noun := "rows"
+	if res.RowCount == 1 {
+		noun = "row"
+	}
+	fmt.Fprintf(c.stderr, "(%d %s, %s)\n", res.RowCount, noun, res.Duration())
 	return 0
 }
 
