@@ -39,6 +39,11 @@ type jobSpec struct {
 	UpdateStrategy string          `json:"update_strategy,omitempty"`
 	UniqueKey      []string        `json:"unique_key,omitempty"`
 	MaxConcurrency int             `json:"max_concurrency,omitempty"`
+	// MaxQueueDepth and MaxQueueAgeSeconds are a reactive job's backpressure limits (zero:
+	// none); BackpressureMode is "pause" when either is set.
+	MaxQueueDepth      int     `json:"max_queue_depth,omitempty"`
+	MaxQueueAgeSeconds float64 `json:"max_queue_age_seconds,omitempty"`
+	BackpressureMode   string  `json:"backpressure_mode,omitempty"`
 	Config         json.RawMessage `json:"config"`
 	SourceKind     string          `json:"source_kind,omitempty"`
 	Schedule       string          `json:"schedule,omitempty"`
