@@ -1,6 +1,7 @@
 package dataplane
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -479,6 +480,10 @@ func buildSpec(tenant string, doc *pipeline.Document, byProducer map[string]*sto
 		if j.Scaling != nil {
 			js.MaxConcurrency = j.Scaling.MaxConcurrency
 		}
+		if j.Activation == pipeline.ActivationReactive && (j.MaxQueueDepth > 0 || j.MaxQueueAge > 0) {
+			js.MaxQueueDepth, js.MaxQueueAgeSeconds = j.MaxQueueDepth, time.Duration(j.MaxQueueAge).Seconds()
+			js.BackpressureMode = cmp.Or(j.BackpressureMode, pipeline.BackpressurePause)
+		}
 		if j.Source != nil {
 			js.SourceKind, js.Schedule, js.WebhookPath = j.Source.Kind, j.Source.Schedule, j.Source.WebhookPath
 		}
@@ -631,6 +636,26 @@ type PipelineView struct {
 	Active   *store.PipelineVersion
 	Spec     *pipelineSpec
 	Counts   []*store.PipelineTaskCount
+	// Backpressure is the state of each job that has backpressure limits or holds routings.
+	Backpressure map[string]*BackpressureView
+}
+
+// BackpressureView is the backpressure state of one pipeline job.
+type BackpressureView struct {
+	// State is "paused" while the job holds routings or its backlog is at its limits (the next
+	// event is held), else "open".
+	State              string  `json:"state"`
+	Mode               string  `json:"mode"`
+	MaxQueueDepth      int     `json:"max_queue_depth,omitempty"`
+	MaxQueueAgeSeconds float64 `json:"max_queue_age_seconds,omitempty"`
+	LowWater           int     `json:"low_water,omitempty"`
+	// Depth is the job's backlog: its pending tasks, ready or backing off.
+	Depth int `json:"depth"`
+	// OldestReadyAt is when its oldest ready task became ready.
+	OldestReadyAt *time.Time `json:"oldest_ready_at"`
+	Held          int        `json:"held"`
+	OldestHeldAt  *time.Time `json:"oldest_held_at"`
+	PausedSince   *time.Time `json:"paused_since"`
 }
 
 // PipelineJobView is one job of a pipeline view.
@@ -645,6 +670,9 @@ type PipelineJobView struct {
 	Outputs    []outputSpec   `json:"outputs"`
 	Inputs     []inputSpec    `json:"inputs"`
 	Counts     map[string]int `json:"counts"`
+	// Backpressure is set for a job with max_queue_depth or max_queue_age, or that holds
+	// routings.
+	Backpressure *BackpressureView `json:"backpressure,omitempty"`
 	// WaitingFor says why the job's tasks do not run, when the server knows: a lambda job whose
 	// operator has no push target. Set by the API, which knows the targets.
 	WaitingFor string `json:"waiting_for,omitempty"`
@@ -664,6 +692,7 @@ func (v *PipelineView) Jobs() []PipelineJobView {
 		if jv.Inputs == nil {
 			jv.Inputs = []inputSpec{}
 		}
+		jv.Backpressure = v.Backpressure[j.Name]
 		for _, c := range v.Counts {
 			if c.Job == j.Name {
 				jv.Counts[string(c.Status)] += c.Count
@@ -702,7 +731,53 @@ func (dp *Plane) GetPipeline(ctx context.Context, tenant, name string) (*Pipelin
 	if err != nil {
 		return nil, err
 	}
-	return &PipelineView{Pipeline: p, Active: v, Spec: spec, Counts: counts}, nil
+	bp, err := dp.backpressure(ctx, spec)
+	if err != nil {
+		return nil, err
+	}
+	return &PipelineView{Pipeline: p, Active: v, Spec: spec, Counts: counts, Backpressure: bp}, nil
+}
+
+// backpressure reads the backpressure state of spec's jobs that have limits or hold routings.
+func (dp *Plane) backpressure(ctx context.Context, spec *pipelineSpec) (map[string]*BackpressureView, error) {
+	held, err := dp.store.HeldRoutingSummary(ctx, store.HeldSummaryParams{Tenant: spec.Tenant, Pipeline: spec.Name})
+	if err != nil {
+		return nil, err
+	}
+	byJob := map[string]*store.HeldSummary{}
+	for _, h := range held {
+		byJob[h.Job] = h
+	}
+	now := dp.clock.Now()
+	out := map[string]*BackpressureView{}
+	for _, j := range spec.Jobs {
+		lim, h := j.limits(), byJob[j.Name]
+		if !lim.set() && h == nil {
+			continue
+		}
+		b, err := dp.store.PipelineJobBacklog(ctx, store.PipelineJobKey{Tenant: spec.Tenant, Pipeline: spec.Name, Job: j.Name}, now)
+		if err != nil {
+			return nil, err
+		}
+		v := &BackpressureView{State: "open", Mode: cmp.Or(j.BackpressureMode, pipeline.BackpressurePause),
+			MaxQueueDepth: lim.Depth, MaxQueueAgeSeconds: lim.Age.Seconds(), LowWater: lim.lowWater(),
+			Depth: b.Depth, OldestReadyAt: timePtr(b.OldestReadyAt)}
+		if h != nil {
+			v.Held, v.OldestHeldAt, v.PausedSince = h.Held, timePtr(h.OldestHeldAt), timePtr(h.PausedSince)
+		}
+		if h != nil || lim.full(b, now) {
+			v.State = "paused"
+		}
+		out[j.Name] = v
+	}
+	return out, nil
+}
+
+func timePtr(t time.Time) *time.Time {
+	if t.IsZero() {
+		return nil
+	}
+	return &t
 }
 
 // ListPipelines lists a tenant's pipelines.

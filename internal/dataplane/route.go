@@ -1,12 +1,15 @@
 package dataplane
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"regexp"
 	"slices"
 	"strconv"
@@ -236,14 +239,19 @@ func (r *Router) pass(ctx context.Context) bool {
 }
 
 // RunOnce routes one batch of events and returns how many events it claimed and how many tasks
-// it created.
+// it created. In the same transaction it releases the routings backpressure held for jobs whose
+// backlog has drained (see route).
 func (r *Router) RunOnce(ctx context.Context) (events, tasks int, err error) {
 	err = r.dp.d.UpdateAlone(ctx, store.LockSet{}, func(tx store.Tx, c *dispatch.Work) error {
 		events, tasks = 0, 0
 		msgs, err := tx.OutboxClaim(ctx, store.OutboxClaimParams{
 			Now: c.Now(), Limit: r.batch, Filter: store.OutboxFilter{Topic: store.TopicDatasetEvent},
 		})
-		if err != nil || len(msgs) == 0 {
+		if err != nil {
+			return err
+		}
+		held, err := tx.HeldRoutingSummary(ctx, store.HeldSummaryParams{})
+		if err != nil || len(msgs)+len(held) == 0 {
 			return err
 		}
 		events = len(msgs)
@@ -258,16 +266,40 @@ func (r *Router) RunOnce(ctx context.Context) (events, tasks int, err error) {
 			}
 			evs = append(evs, &e)
 		}
-		if tasks, err = r.route(ctx, tx, c, evs); err != nil {
+		if tasks, err = r.route(ctx, tx, c, evs, held); err != nil {
 			return err
+		}
+		if len(ids) == 0 {
+			return nil
 		}
 		return tx.OutboxMarkSent(ctx, ids, c.Now())
 	})
 	return events, tasks, err
 }
 
-// route creates the tasks of evs in tx.
-func (r *Router) route(ctx context.Context, tx store.Tx, c *dispatch.Work, evs []*routedEvent) (int, error) {
+// routing is the routing of one event to one consuming job, before backpressure decides.
+type routing struct {
+	spec  *pipelineSpec
+	js    *jobSpec
+	input int
+	e     *routedEvent
+	key   string
+}
+
+// gate is the backpressure state of one limited job during a routing transaction.
+type gate struct {
+	limits
+	backlog     store.Backlog
+	holding     bool      // routings of the job are held: new ones queue behind them
+	pausedSince time.Time // of the held routings
+}
+
+// route creates the tasks of evs in tx, and releases held routings. A job with backpressure
+// limits is gated: its lock is taken (so that two replicas decide for it one after the other),
+// its held routings are released, oldest first, as far as its backlog leaves room, and each new
+// routing then either creates a task (nothing held, backlog below the limits; the backlog counts
+// the tasks created so far) or is held behind the others.
+func (r *Router) route(ctx context.Context, tx store.Tx, c *dispatch.Work, evs []*routedEvent, held []*store.HeldSummary) (int, error) {
 	uuids := make([]string, 0, len(evs))
 	for _, e := range evs {
 		uuids = append(uuids, e.DatasetUUID)
@@ -284,12 +316,15 @@ func (r *Router) route(ctx context.Context, tx store.Tx, c *dispatch.Work, evs [
 			routable = append(routable, e)
 		}
 	}
-	if len(routable) == 0 {
+	if len(routable)+len(held) == 0 {
 		return 0, nil
 	}
-	consumers, err := tx.ConsumerList(ctx, uniq(uuids))
-	if err != nil {
-		return 0, err
+	var consumers []*store.Consumer
+	if len(routable) > 0 {
+		var err error
+		if consumers, err = tx.ConsumerList(ctx, uniq(uuids)); err != nil {
+			return 0, err
+		}
 	}
 	byDataset := map[string][]*store.Consumer{}
 	specs := map[*store.Consumer]*pipelineSpec{}
@@ -303,14 +338,8 @@ func (r *Router) route(ctx context.Context, tx store.Tx, c *dispatch.Work, evs [
 		specs[cs] = spec
 		more = append(more, spec.datasetUUIDs()...)
 	}
-	if err := known.load(ctx, tx, more); err != nil {
-		return 0, err
-	}
-	var (
-		jobs  []*store.Job
-		tasks = map[string]*store.Task{} // by job id
-		seen  = map[string]bool{}
-	)
+	var routings []routing
+	seen := map[string]bool{}
 	for _, e := range routable {
 		for _, cs := range byDataset[e.DatasetUUID] {
 			if cs.Tenant != e.Tenant {
@@ -329,13 +358,143 @@ func (r *Router) route(ctx context.Context, tx store.Tx, c *dispatch.Work, evs [
 				continue
 			}
 			seen[key] = true
-			job, task := r.dp.newPipelineTask(spec, js, c.Now(), key)
-			task.Route = js.route(spec, known, cs.InputIndex, e, nil)
-			jobs = append(jobs, job)
-			tasks[job.ID] = task
+			routings = append(routings, routing{spec: spec, js: js, input: cs.InputIndex, e: e, key: key})
+		}
+	}
+
+	// The gated jobs: those that hold routings, and the limited jobs of the new routings.
+	gates := map[store.PipelineJobKey]*gate{}
+	for _, h := range held {
+		k := store.PipelineJobKey{Tenant: h.Tenant, Pipeline: h.Pipeline, Job: h.Job}
+		lim, err := r.activeLimits(ctx, tx, k)
+		if err != nil {
+			return 0, err
+		}
+		gates[k] = &gate{limits: lim}
+	}
+	for _, rt := range routings {
+		if lim := rt.js.limits(); lim.set() {
+			gates[store.PipelineJobKey{Tenant: rt.spec.Tenant, Pipeline: rt.spec.Name, Job: rt.js.Name}] = &gate{limits: lim}
+		}
+	}
+	var (
+		jobs     []*store.Job
+		tasks    = map[string]*store.Task{} // by job id
+		released []int64
+		hold     []*store.HeldRouting
+	)
+	create := func(spec *pipelineSpec, js *jobSpec, input int, e *routedEvent, key string) {
+		job, task := r.dp.newPipelineTask(spec, js, c.Now(), key)
+		task.Route = js.route(spec, known, input, e, nil)
+		jobs = append(jobs, job)
+		tasks[job.ID] = task
+	}
+	if len(gates) > 0 {
+		keys := make([]string, 0, len(gates))
+		for k := range gates {
+			keys = append(keys, "backpressure:"+k.Tenant+":"+k.Pipeline+":"+k.Job)
+		}
+		if err := tx.RowsLock(ctx, store.LockSet{Keys: keys}); err != nil {
+			return 0, err
+		}
+		order := slices.SortedFunc(maps.Keys(gates), func(a, b store.PipelineJobKey) int {
+			return cmp.Or(cmp.Compare(a.Tenant, b.Tenant), cmp.Compare(a.Pipeline, b.Pipeline), cmp.Compare(a.Job, b.Job))
+		})
+		for _, k := range order {
+			g := gates[k]
+			var err error
+			if g.backlog, err = tx.PipelineJobBacklog(ctx, k, c.Now()); err != nil {
+				return 0, err
+			}
+			// What was held, read under the lock: another replica may have released some.
+			room := g.room(g.backlog, c.Now())
+			if room < 0 || room > r.batch {
+				room = r.batch
+			}
+			hs, err := tx.HeldRoutingList(ctx, k, room+1)
+			if err != nil {
+				return 0, err
+			}
+			if len(hs) > 0 {
+				g.holding, g.pausedSince = true, hs[0].PausedSince
+			}
+			if len(hs) > room {
+				hs = hs[:room]
+			} else {
+				g.holding = false // every held routing is released below
+			}
+			for _, h := range hs {
+				released = append(released, h.ID)
+				spec, err := r.dp.specs.get(ctx, tx, h.Tenant, h.Pipeline, h.Version)
+				if err != nil {
+					return 0, err
+				}
+				var e routedEvent
+				if err := json.Unmarshal(h.Event, &e); err != nil {
+					r.dp.log.ErrorContext(ctx, "unreadable held routing; dropped", "id", h.ID, "err", err)
+					continue
+				}
+				if err := known.load(ctx, tx, append(spec.datasetUUIDs(), e.DatasetUUID)); err != nil {
+					return 0, err
+				}
+				ds := known.datasets[e.DatasetUUID]
+				js := spec.job(h.Job)
+				if js == nil || ds == nil || ds.CurrentVersion != e.DatasetVersion {
+					continue // as when routed: an event of a replaced dataset version starts nothing
+				}
+				create(spec, js, h.InputIndex, &e, h.Key)
+				g.backlog.Depth++
+			}
+		}
+	}
+	if err := known.load(ctx, tx, more); err != nil {
+		return 0, err
+	}
+	for _, rt := range routings {
+		g := gates[store.PipelineJobKey{Tenant: rt.spec.Tenant, Pipeline: rt.spec.Name, Job: rt.js.Name}]
+		if g != nil && (g.holding || g.full(g.backlog, c.Now())) {
+			if !g.holding {
+				g.holding = true
+				if g.pausedSince.IsZero() { // else it released everything it held and is full again: the same pause
+					g.pausedSince = c.Now()
+				}
+			}
+			payload, _ := json.Marshal(rt.e)
+			hold = append(hold, &store.HeldRouting{Tenant: rt.spec.Tenant, Pipeline: rt.spec.Name, Version: rt.spec.Version,
+				Job: rt.js.Name, InputIndex: rt.input, Key: rt.key, Event: payload, HeldAt: c.Now(), PausedSince: g.pausedSince})
+			continue
+		}
+		create(rt.spec, rt.js, rt.input, rt.e, rt.key)
+		if g != nil {
+			g.backlog.Depth++
+		}
+	}
+	if _, err := tx.HeldRoutingDelete(ctx, released); err != nil {
+		return 0, err
+	}
+	if len(hold) > 0 {
+		if err := tx.HeldRoutingInsertMany(ctx, hold); err != nil {
+			return 0, err
 		}
 	}
 	return c.InsertJobsIfAbsent(ctx, tx, jobs, tasks)
+}
+
+// activeLimits are the backpressure limits of a pipeline job in its pipeline's active version:
+// none when the pipeline or the job is gone, so that what it held is released.
+func (r *Router) activeLimits(ctx context.Context, tx store.Tx, k store.PipelineJobKey) (limits, error) {
+	p, err := tx.PipelineGet(ctx, k.Tenant, k.Pipeline)
+	if errors.Is(err, store.ErrNotFound) {
+		return limits{}, nil
+	}
+	if err != nil {
+		return limits{}, err
+	}
+	spec, err := r.dp.specs.get(ctx, tx, k.Tenant, k.Pipeline, p.ActiveVersion)
+	if err != nil {
+		return limits{}, err
+	}
+	return spec.job(k.Job).limits(), nil
 }
 
 // newPipelineTask builds a pending task of pipeline job js and its one-task job, keyed for

@@ -36,13 +36,18 @@ type jobSpec struct {
 	// IdleTimeoutSeconds is the job's idle_timeout, nil for never; its tasks' claims carry it.
 	IdleTimeoutSeconds *float64 `json:"idle_timeout_seconds,omitempty"`
 	// UpdateStrategy and UniqueKey are the job's; its tasks' claims carry them.
-	UpdateStrategy string          `json:"update_strategy,omitempty"`
-	UniqueKey      []string        `json:"unique_key,omitempty"`
-	MaxConcurrency int             `json:"max_concurrency,omitempty"`
-	Config         json.RawMessage `json:"config"`
-	SourceKind     string          `json:"source_kind,omitempty"`
-	Schedule       string          `json:"schedule,omitempty"`
-	WebhookPath    string          `json:"webhook_path,omitempty"`
+	UpdateStrategy string   `json:"update_strategy,omitempty"`
+	UniqueKey      []string `json:"unique_key,omitempty"`
+	MaxConcurrency int      `json:"max_concurrency,omitempty"`
+	// MaxQueueDepth and MaxQueueAgeSeconds are a reactive job's backpressure limits (zero:
+	// none); BackpressureMode is "pause" when either is set.
+	MaxQueueDepth      int             `json:"max_queue_depth,omitempty"`
+	MaxQueueAgeSeconds float64         `json:"max_queue_age_seconds,omitempty"`
+	BackpressureMode   string          `json:"backpressure_mode,omitempty"`
+	Config             json.RawMessage `json:"config"`
+	SourceKind         string          `json:"source_kind,omitempty"`
+	Schedule           string          `json:"schedule,omitempty"`
+	WebhookPath        string          `json:"webhook_path,omitempty"`
 	// Secrets are the names of the secrets the job's tasks need; shown, not yet delivered.
 	Secrets []string     `json:"secrets,omitempty"`
 	Inputs  []inputSpec  `json:"inputs"`

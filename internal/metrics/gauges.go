@@ -8,13 +8,15 @@ import (
 	"github.com/baton-dev/baton/internal/store"
 )
 
-// DefaultRefreshEvery is how often RefreshLoop counts the tasks and the outbox.
+// DefaultRefreshEvery is how often RefreshLoop counts the tasks, the outbox and the routings
+// backpressure holds.
 const DefaultRefreshEvery = 15 * time.Second
 
 // Counts is what the periodic gauges are read from: a store.
 type Counts interface {
 	TaskCounts(ctx context.Context) ([]store.TaskCount, error)
 	OutboxBacklog(ctx context.Context) (store.OutboxBacklog, error)
+	HeldRoutingSummary(ctx context.Context, p store.HeldSummaryParams) ([]*store.HeldSummary, error)
 }
 
 // RefreshLoop sets the tasks and outbox gauges from st at once and then every every (default
@@ -58,7 +60,19 @@ func (m *Metrics) Refresh(ctx context.Context, st Counts) error {
 	if err != nil {
 		return err
 	}
+	held, err := st.HeldRoutingSummary(ctx, store.HeldSummaryParams{})
+	if err != nil {
+		return err
+	}
 	m.setTasks(counts)
+	total, longest := 0, 0.0
+	for _, h := range held {
+		total += h.Held
+		longest = max(longest, time.Since(h.PausedSince).Seconds())
+	}
+	m.heldRoutings.Set(float64(total))
+	m.pausedJobs.Set(float64(len(held)))
+	m.longestPause.Set(longest)
 	m.outboxUnsent.Set(float64(backlog.Unsent))
 	age := 0.0
 	if !backlog.OldestAvailableAt.IsZero() {

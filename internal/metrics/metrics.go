@@ -176,6 +176,9 @@ type Metrics struct {
 	tasks        *prometheus.GaugeVec
 	outboxUnsent prometheus.Gauge
 	outboxOldest prometheus.Gauge
+	heldRoutings prometheus.Gauge // backpressure
+	pausedJobs   prometheus.Gauge
+	longestPause prometheus.Gauge
 	tasksMu      sync.Mutex         // serialises setTasks
 	taskSeries   map[[2]string]bool // the (queue, state) series set so far (gauges.go)
 
@@ -231,6 +234,9 @@ func New() *Metrics {
 	m.tasks = f.gaugeVec("baton_tasks", "Tasks per queue that are waiting, pending or running, and dead-lettered ones (state dead_lettered), as of the last periodic count.", "queue", "state")
 	m.outboxUnsent = f.gauge("baton_outbox_unsent_messages", "Outbox messages not sent yet, as of the last periodic count.")
 	m.outboxOldest = f.gauge("baton_outbox_oldest_unsent_age_seconds", "How long the oldest unsent outbox message has been due (0 when none is), as of the last periodic count.")
+	m.heldRoutings = f.gauge("baton_backpressure_held_events", "Routings of dataset events to pipeline jobs that backpressure holds, as of the last periodic count.")
+	m.pausedJobs = f.gauge("baton_backpressure_paused_jobs", "Pipeline jobs that hold routings, as of the last periodic count.")
+	m.longestPause = f.gauge("baton_backpressure_longest_pause_seconds", "How long the longest current backpressure pause of a pipeline job has lasted (0 when none is paused), as of the last periodic count.")
 
 	m.httpRequests = f.counterVec("baton_http_requests_total", "HTTP requests answered, by listener, route pattern, method and status code; a long poll or an event stream counts when it ends.", "listener", "route", "method", "code")
 	m.httpSeconds = f.histogramVec("baton_http_request_duration_seconds", "How long HTTP requests took to answer, by listener, route pattern and method.", httpBuckets, "listener", "route", "method")

@@ -17,6 +17,7 @@ import (
 	"github.com/baton-dev/baton/internal/dispatch"
 	"github.com/baton-dev/baton/internal/lifecycle"
 	"github.com/baton-dev/baton/internal/metrics"
+	"github.com/baton-dev/baton/internal/store"
 	"github.com/baton-dev/baton/internal/store/storetest"
 )
 
@@ -303,5 +304,36 @@ func TestRejection(t *testing.T) {
 	}
 	if _, ok := metrics.Rejection(errors.New("database down"), false); ok {
 		t.Error("a database failure counted as a refused credential")
+	}
+}
+
+// TestRefreshCountsHeldRoutings sets the backpressure gauges from the routings the store holds.
+func TestRefreshCountsHeldRoutings(t *testing.T) {
+	ctx := context.Background()
+	st := storetest.OpenSQLite(t)
+	paused := time.Now().Add(-time.Minute)
+	err := st.InTx(ctx, func(tx store.Tx) error {
+		return tx.HeldRoutingInsertMany(ctx, []*store.HeldRouting{
+			{Tenant: "acme", Pipeline: "p", Version: "v", Job: "a", Key: "k1", Event: []byte(`{}`), HeldAt: paused, PausedSince: paused},
+			{Tenant: "acme", Pipeline: "p", Version: "v", Job: "a", Key: "k2", Event: []byte(`{}`), HeldAt: time.Now(), PausedSince: paused},
+			{Tenant: "acme", Pipeline: "p", Version: "v", Job: "b", Key: "k3", Event: []byte(`{}`), HeldAt: time.Now(), PausedSince: time.Now()},
+		})
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := metrics.New()
+	if err := m.Refresh(ctx, st); err != nil {
+		t.Fatal(err)
+	}
+	reg := m.Registry()
+	if got, _ := value(t, reg, "baton_backpressure_held_events", map[string]string{}); got != 3 {
+		t.Errorf("held events = %v, want 3", got)
+	}
+	if got, _ := value(t, reg, "baton_backpressure_paused_jobs", map[string]string{}); got != 2 {
+		t.Errorf("paused jobs = %v, want 2", got)
+	}
+	if got, _ := value(t, reg, "baton_backpressure_longest_pause_seconds", map[string]string{}); got < 59 || got > 120 {
+		t.Errorf("longest pause = %vs, want about 60", got)
 	}
 }

@@ -88,6 +88,15 @@ func (w *walker) job(n *node, path string, i int, dc *docContext, def Defaults) 
 		}
 	}
 	applyDefaults(&j, w.limits(n, path), def)
+	if j.Activation == ActivationSource {
+		for _, k := range []string{"max_queue_depth", "max_queue_age", "backpressure_mode"} {
+			if v := n.lookup(k); v != nil {
+				w.node(v, child(path, k), "only allowed for reactive jobs: backpressure holds the events routed to a job, and a source job is started by its source")
+			}
+		}
+		// From defaults, they apply to the reactive jobs only.
+		j.MaxQueueDepth, j.MaxQueueAge, j.BackpressureMode = 0, 0, ""
+	}
 	if v := n.lookup("idle_timeout"); v != nil {
 		if j.Runtime == RuntimeDispatcher {
 			w.node(v, child(path, "idle_timeout"), "not allowed on a dispatcher job: the server runs it, there are no workers to idle")

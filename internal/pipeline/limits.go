@@ -34,9 +34,13 @@ var limitKeys = []string{
 	"max_queue_depth", "max_queue_age", "backpressure_mode",
 }
 
-// BackpressurePause is the only backpressure mode: a job whose queue is full or too old stops
-// receiving new tasks until it drains.
-const BackpressurePause = "pause"
+// BackpressurePause is the only backpressure mode: the events routed to a job whose backlog is
+// full or too old are held, durably, and routed in order once it drains (docs/contracts/
+// pipelines.md, "Backpressure"). BackpressureCoalesce is refused: not supported yet.
+const (
+	BackpressurePause    = "pause"
+	BackpressureCoalesce = "coalesce"
+)
 
 // limits reads the fields of m that a job shares with defaults. Unset fields stay zero (Priority
 // nil).
@@ -66,7 +70,11 @@ func (w *walker) limits(m *node, path string) Defaults {
 		d.MaxQueueAge, _ = w.duration(n, child(path, "max_queue_age"))
 	}
 	if n := m.lookup("backpressure_mode"); n != nil {
-		d.BackpressureMode, _ = w.oneOf(n, child(path, "backpressure_mode"), BackpressurePause)
+		if n.kind == kindString && n.s == BackpressureCoalesce {
+			w.node(n, child(path, "backpressure_mode"), "coalesce is not supported yet: use pause (held events are routed one by one once the job drains)")
+		} else {
+			d.BackpressureMode, _ = w.oneOf(n, child(path, "backpressure_mode"), BackpressurePause)
+		}
 	}
 	return d
 }

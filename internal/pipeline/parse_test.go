@@ -44,10 +44,10 @@ func TestParseValidDocumentAppliesDefaults(t *testing.T) {
 		idle                  string // "never" for nil
 		backpressure, config  string
 	}{
-		{"block_follower", "eth.block_follower", "", 0, 5, 60, 10000, minutes(15), "10m0s", "pause", `{"chain_id":1,"confirmations":12}`},
+		{"block_follower", "eth.block_follower", "", 0, 5, 60, 0, 0, "10m0s", "", `{"chain_id":1,"confirmations":12}`},
 		{"block_decoder", "eth.decode_blocks", PerUpdate, 100, 5, 60, 10000, minutes(15), "never", "pause", `{}`},
 		{"block_range_aggregate", "aggregates", PerPartition, 0, 10, 60, 10000, minutes(15), "never", "pause", `{}`},
-		{"price_snapshot", "prices.snapshot", "", -100, 5, 60, 10000, minutes(15), "never", "pause", `{}`},
+		{"price_snapshot", "prices.snapshot", "", -100, 5, 60, 0, 0, "never", "", `{}`},
 		{"pager", "notify.pager", PerUpdate, 0, 5, 60, 10000, minutes(15), "never", "pause", `{}`},
 	}
 	for _, tt := range tests {

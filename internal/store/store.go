@@ -65,6 +65,7 @@ type Reader interface {
 	BufferReader
 	QueryAuditReader
 	OutputResetReader
+	BackpressureReader
 }
 
 // QueueStats is a tenant's view of its queues (Reader.QueueStats).
@@ -208,6 +209,7 @@ type Tx interface {
 	BufferWriter
 	QueryAuditWriter
 	OutputResetWriter
+	BackpressureWriter
 
 	// RowsLock locks the rows of s for the rest of the transaction, the idempotency keys of
 	// s.Keys first, then tasks by id and then the jobs of s.Jobs by id, waiting for other

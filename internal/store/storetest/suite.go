@@ -108,6 +108,10 @@ func Run(t *testing.T, open func(t testing.TB) store.Store) {
 		{"PipelineJobQueries", testPipelineJobQueries},
 		{"OutputResetsRoundTripNewestFirst", testOutputResetsRoundTripNewestFirst},
 
+		// Backpressure (backpressure.go): held routings and pipeline jobs' backlogs.
+		{"HeldRoutingsReleaseInOrder", testHeldRoutingsReleaseInOrder},
+		{"PipelineJobBacklog", testPipelineJobBacklog},
+
 		// Datasets (datasets.go): datasets, their versions and events.
 		{"DatasetLookups", testDatasetLookups},
 		{"InsertDatasetsSkipsExistingProducers", testInsertDatasetsSkipsExistingProducers},

@@ -1,0 +1,131 @@
+package sqldb
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/baton-dev/baton/internal/store"
+)
+
+// PipelineJobBacklog implements store.Reader.
+func (q q) PipelineJobBacklog(ctx context.Context, k store.PipelineJobKey, now time.Time) (store.Backlog, error) {
+	var (
+		b      store.Backlog
+		oldest sql.NullInt64
+	)
+	err := q.queryRow(ctx, `SELECT COUNT(*), MIN(CASE WHEN t.available_at <= $4 THEN t.available_at END)
+		FROM jobs j JOIN tasks t ON t.job_id = j.id
+		WHERE j.tenant = $1 AND j.pipeline = $2 AND j.pipeline_job = $3 AND t.status = 'pending'`,
+		k.Tenant, k.Pipeline, k.Job, now.UnixMilli()).Scan(&b.Depth, &oldest)
+	if err != nil {
+		return store.Backlog{}, fmt.Errorf("backlog of pipeline job %s.%s: %w", k.Pipeline, k.Job, err)
+	}
+	b.OldestReadyAt = fromMs(oldest)
+	return b, nil
+}
+
+// HeldRoutingSummary implements store.Reader.
+func (q q) HeldRoutingSummary(ctx context.Context, p store.HeldSummaryParams) ([]*store.HeldSummary, error) {
+	where, args := "", []any{}
+	if p.Tenant != "" {
+		where, args = "WHERE tenant = $1 AND pipeline = $2", []any{p.Tenant, p.Pipeline}
+	}
+	rows, err := q.query(ctx, `SELECT tenant, pipeline, job, COUNT(*), MIN(held_at), MIN(paused_since)
+		FROM held_routings `+where+` GROUP BY tenant, pipeline, job ORDER BY tenant, pipeline, job`, args...)
+	if err != nil {
+		return nil, fmt.Errorf("summarize held routings: %w", err)
+	}
+	return collect(rows, func(row interface{ Scan(...any) error }) (*store.HeldSummary, error) {
+		var (
+			s              store.HeldSummary
+			oldest, paused int64
+		)
+		if err := row.Scan(&s.Tenant, &s.Pipeline, &s.Job, &s.Held, &oldest, &paused); err != nil {
+			return nil, err
+		}
+		s.OldestHeldAt, s.PausedSince = fromMillis(oldest), fromMillis(paused)
+		return &s, nil
+	})
+}
+
+// HeldRoutingList implements store.Reader.
+func (q q) HeldRoutingList(ctx context.Context, k store.PipelineJobKey, limit int) ([]*store.HeldRouting, error) {
+	rows, err := q.query(ctx, `SELECT id, tenant, pipeline, version, job, input_index, key, event, held_at, paused_since
+		FROM held_routings WHERE tenant = $1 AND pipeline = $2 AND job = $3 ORDER BY id LIMIT $4`,
+		k.Tenant, k.Pipeline, k.Job, limit)
+	if err != nil {
+		return nil, fmt.Errorf("list held routings of %s.%s: %w", k.Pipeline, k.Job, err)
+	}
+	return collect(rows, func(row interface{ Scan(...any) error }) (*store.HeldRouting, error) {
+		var (
+			h            store.HeldRouting
+			event        string
+			held, paused int64
+		)
+		if err := row.Scan(&h.ID, &h.Tenant, &h.Pipeline, &h.Version, &h.Job, &h.InputIndex, &h.Key, &event,
+			&held, &paused); err != nil {
+			return nil, err
+		}
+		h.Event, h.HeldAt, h.PausedSince = []byte(event), fromMillis(held), fromMillis(paused)
+		return &h, nil
+	})
+}
+
+// HeldRoutingInsertMany implements store.Tx: one statement per routing, so that the IDs follow
+// the order given (a router holds at most a batch of them per transaction).
+func (t *tx) HeldRoutingInsertMany(ctx context.Context, hs []*store.HeldRouting) error {
+	for _, h := range hs {
+		err := t.queryRow(ctx, `INSERT INTO held_routings (tenant, pipeline, version, job, input_index, key, event,
+			held_at, paused_since) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) RETURNING id`,
+			h.Tenant, h.Pipeline, h.Version, h.Job, h.InputIndex, h.Key, string(h.Event), h.HeldAt.UnixMilli(),
+			h.PausedSince.UnixMilli()).Scan(&h.ID)
+		if err != nil {
+			return fmt.Errorf("hold routing of %s.%s: %w", h.Pipeline, h.Job, err)
+		}
+	}
+	return nil
+}
+
+// HeldRoutingDelete implements store.Tx.
+func (t *tx) HeldRoutingDelete(ctx context.Context, ids []int64) (int, error) {
+	if len(ids) == 0 {
+		return 0, nil
+	}
+	if t.d.Arrays {
+		res, err := t.exec(ctx, "DELETE FROM held_routings WHERE id = ANY($1)", ids)
+		if err != nil {
+			return 0, fmt.Errorf("delete held routings: %w", err)
+		}
+		n, err := res.RowsAffected()
+		return int(n), err
+	}
+	total := 0
+	for start := 0; start < len(ids); start += max(t.d.MaxParams, 1) {
+		chunk := ids[start:min(start+max(t.d.MaxParams, 1), len(ids))]
+		var b strings.Builder
+		b.WriteString("DELETE FROM held_routings WHERE id IN (")
+		args := make([]any, len(chunk))
+		for i, id := range chunk {
+			if i > 0 {
+				b.WriteString(", ")
+			}
+			fmt.Fprintf(&b, "$%d", i+1)
+			args[i] = id
+		}
+		b.WriteString(")")
+		// Not through the statement cache: the text varies with the batch size.
+		res, err := t.db.ExecContext(ctx, b.String(), args...)
+		if err != nil {
+			return total, fmt.Errorf("delete held routings: %w", err)
+		}
+		n, err := res.RowsAffected()
+		if err != nil {
+			return total, err
+		}
+		total += int(n)
+	}
+	return total, nil
+}
