@@ -74,8 +74,8 @@ func TestQuery_PrintsRowsAsATableJSONAndCSV(t *testing.T) {
 
 	// --limit truncates, and stderr says so; stdout keeps only the rows.
 	code, out, errOut = s.query("--limit", "1", "-o", "csv", alertsSQL)
-	if recs, err = csv.NewReader(strings.NewReader(out)).ReadAll(); code != 0 || len(recs) != 2 || !strings.Contains(errOut, "truncated") {
-		t.Errorf("--limit 1: exit %d\n%s%s", code, out, errOut)
+	if recs, err = csv.NewReader(strings.NewReader(out)).ReadAll(); code != 0 || err != nil || len(recs) != 2 || !strings.Contains(errOut, "truncated") {
+		t.Errorf("--limit 1: exit %d %v\n%s%s", code, err, out, errOut)
 	}
 }
 
