@@ -755,7 +755,7 @@ func (dp *Plane) backpressure(ctx context.Context, spec *pipelineSpec) (map[stri
 		if !lim.set() && h == nil {
 			continue
 		}
-		b, err := dp.store.PipelineJobBacklog(ctx, store.PipelineJobKey{Tenant: spec.Tenant, Pipeline: spec.Name, Job: j.Name}, now)
+		b, err := dp.store.PipelineJobBacklog(ctx, store.PipelineJobKey{Tenant: spec.Tenant, Pipeline: spec.Name, Job: j.Name}, j.taskQueue(), now)
 		if err != nil {
 			return nil, err
 		}

@@ -289,6 +289,7 @@ type routing struct {
 // gate is the backpressure state of one limited job during a routing transaction.
 type gate struct {
 	limits
+	queue       string // the queue the job's tasks are created on
 	backlog     store.Backlog
 	holding     bool      // routings of the job are held: new ones queue behind them
 	pausedSince time.Time // of the held routings
@@ -366,15 +367,15 @@ func (r *Router) route(ctx context.Context, tx store.Tx, c *dispatch.Work, evs [
 	gates := map[store.PipelineJobKey]*gate{}
 	for _, h := range held {
 		k := store.PipelineJobKey{Tenant: h.Tenant, Pipeline: h.Pipeline, Job: h.Job}
-		lim, err := r.activeLimits(ctx, tx, k)
+		lim, queue, err := r.activeLimits(ctx, tx, k)
 		if err != nil {
 			return 0, err
 		}
-		gates[k] = &gate{limits: lim}
+		gates[k] = &gate{limits: lim, queue: queue}
 	}
 	for _, rt := range routings {
 		if lim := rt.js.limits(); lim.set() {
-			gates[store.PipelineJobKey{Tenant: rt.spec.Tenant, Pipeline: rt.spec.Name, Job: rt.js.Name}] = &gate{limits: lim}
+			gates[store.PipelineJobKey{Tenant: rt.spec.Tenant, Pipeline: rt.spec.Name, Job: rt.js.Name}] = &gate{limits: lim, queue: rt.js.taskQueue()}
 		}
 	}
 	var (
@@ -403,7 +404,7 @@ func (r *Router) route(ctx context.Context, tx store.Tx, c *dispatch.Work, evs [
 		for _, k := range order {
 			g := gates[k]
 			var err error
-			if g.backlog, err = tx.PipelineJobBacklog(ctx, k, c.Now()); err != nil {
+			if g.backlog, err = tx.PipelineJobBacklog(ctx, k, g.queue, c.Now()); err != nil {
 				return 0, err
 			}
 			// What was held, read under the lock: another replica may have released some.
@@ -480,21 +481,26 @@ func (r *Router) route(ctx context.Context, tx store.Tx, c *dispatch.Work, evs [
 	return c.InsertJobsIfAbsent(ctx, tx, jobs, tasks)
 }
 
-// activeLimits are the backpressure limits of a pipeline job in its pipeline's active version:
-// none when the pipeline or the job is gone, so that what it held is released.
-func (r *Router) activeLimits(ctx context.Context, tx store.Tx, k store.PipelineJobKey) (limits, error) {
+// activeLimits are the backpressure limits of a pipeline job in its pipeline's active version,
+// and the queue its tasks are created on: none when the pipeline or the job is gone, so that
+// what it held is released.
+func (r *Router) activeLimits(ctx context.Context, tx store.Tx, k store.PipelineJobKey) (limits, string, error) {
 	p, err := tx.PipelineGet(ctx, k.Tenant, k.Pipeline)
 	if errors.Is(err, store.ErrNotFound) {
-		return limits{}, nil
+		return limits{}, "", nil
 	}
 	if err != nil {
-		return limits{}, err
+		return limits{}, "", err
 	}
 	spec, err := r.dp.specs.get(ctx, tx, k.Tenant, k.Pipeline, p.ActiveVersion)
 	if err != nil {
-		return limits{}, err
+		return limits{}, "", err
 	}
-	return spec.job(k.Job).limits(), nil
+	js := spec.job(k.Job)
+	if js == nil {
+		return limits{}, "", nil
+	}
+	return js.limits(), js.taskQueue(), nil
 }
 
 // newPipelineTask builds a pending task of pipeline job js and its one-task job, keyed for

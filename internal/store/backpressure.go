@@ -56,8 +56,10 @@ type Backlog struct {
 
 // BackpressureReader reads held routings and pipeline jobs' backlogs.
 type BackpressureReader interface {
-	// PipelineJobBacklog measures the backlog of one pipeline job at now.
-	PipelineJobBacklog(ctx context.Context, k PipelineJobKey, now time.Time) (Backlog, error)
+	// PipelineJobBacklog measures the backlog of one pipeline job at now: its pending tasks on
+	// queue, the queue its tasks are created on. It reads the queue's pending tasks only, never
+	// the job's history.
+	PipelineJobBacklog(ctx context.Context, k PipelineJobKey, queue string, now time.Time) (Backlog, error)
 	// HeldRoutingSummary describes the held routings of each pipeline job p selects that holds
 	// some, ordered by tenant, pipeline and job.
 	HeldRoutingSummary(ctx context.Context, p HeldSummaryParams) ([]*HeldSummary, error)

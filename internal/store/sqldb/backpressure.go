@@ -11,15 +11,18 @@ import (
 )
 
 // PipelineJobBacklog implements store.Reader.
-func (q q) PipelineJobBacklog(ctx context.Context, k store.PipelineJobKey, now time.Time) (store.Backlog, error) {
+func (q q) PipelineJobBacklog(ctx context.Context, k store.PipelineJobKey, queue string, now time.Time) (store.Backlog, error) {
 	var (
 		b      store.Backlog
 		oldest sql.NullInt64
 	)
-	err := q.queryRow(ctx, `SELECT COUNT(*), MIN(CASE WHEN t.available_at <= $4 THEN t.available_at END)
-		FROM jobs j JOIN tasks t ON t.job_id = j.id
-		WHERE j.tenant = $1 AND j.pipeline = $2 AND j.pipeline_job = $3 AND t.status = 'pending'`,
-		k.Tenant, k.Pipeline, k.Job, now.UnixMilli()).Scan(&b.Depth, &oldest)
+	// The queue's pending tasks first (the partial index tasks_ready), then their jobs: the
+	// pipeline job's whole history of jobs is never read. CROSS JOIN keeps that order on SQLite.
+	err := q.queryRow(ctx, `SELECT COUNT(*), MIN(CASE WHEN t.available_at <= $5 THEN t.available_at END)
+		FROM tasks t CROSS JOIN jobs j
+		WHERE t.queue = $4 AND t.status = 'pending' AND j.id = t.job_id
+		AND j.tenant = $1 AND j.pipeline = $2 AND j.pipeline_job = $3`,
+		k.Tenant, k.Pipeline, k.Job, queue, now.UnixMilli()).Scan(&b.Depth, &oldest)
 	if err != nil {
 		return store.Backlog{}, fmt.Errorf("backlog of pipeline job %s.%s: %w", k.Pipeline, k.Job, err)
 	}
