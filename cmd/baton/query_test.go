@@ -109,7 +109,7 @@ func TestQuery_ErrorsExitNonZeroWithTheServersReason(t *testing.T) {
 		{[]string{"SELECT 1", "--limit", "10001"}, 2, "--limit must be from 1 to 10000"},
 		{[]string{"SELECT 1", "-o", "yaml"}, 2, "want table, json or csv"},
 		{[]string{"audit", "extra"}, 2, "expected no arguments"},
-		{[]string{"audit", "--limit", "5000"}, 1, "limit must be an integer from 1 to 1000 (HTTP 400)"},
+		{[]string{"audit", "--limit", "5000"}, 1, "limit must be an integer from 1 to 1000 (HTTP 400 invalid_request)"},
 	} {
 		code, _, errOut := s.query(tc.args...)
 		if code != tc.code || !strings.Contains(errOut, tc.want) {
