@@ -16,12 +16,13 @@ func (q q) PipelineJobBacklog(ctx context.Context, k store.PipelineJobKey, queue
 		b      store.Backlog
 		oldest sql.NullInt64
 	)
-	// The queue's pending tasks first (the partial index tasks_ready), then their jobs: the
-	// pipeline job's whole history of jobs is never read. CROSS JOIN keeps that order on SQLite.
+	// The queue's pending tasks (the partial index tasks_ready), each with its own job looked up
+	// by id: the pipeline job's history of jobs is never read. The job's lookup names nothing but
+	// its id, so that no planner, even one without statistics of freshly grown tables, reaches
+	// for the index of the pipeline's jobs instead (a join did, and read every job per task).
 	err := q.queryRow(ctx, `SELECT COUNT(*), MIN(CASE WHEN t.available_at <= $5 THEN t.available_at END)
-		FROM tasks t CROSS JOIN jobs j
-		WHERE t.queue = $4 AND t.status = 'pending' AND j.id = t.job_id
-		AND j.tenant = $1 AND j.pipeline = $2 AND j.pipeline_job = $3`,
+		FROM tasks t WHERE t.queue = $4 AND t.status = 'pending'
+		AND (SELECT j.tenant = $1 AND j.pipeline = $2 AND j.pipeline_job = $3 FROM jobs j WHERE j.id = t.job_id)`,
 		k.Tenant, k.Pipeline, k.Job, queue, now.UnixMilli()).Scan(&b.Depth, &oldest)
 	if err != nil {
 		return store.Backlog{}, fmt.Errorf("backlog of pipeline job %s.%s: %w", k.Pipeline, k.Job, err)
