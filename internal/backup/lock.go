@@ -36,5 +36,8 @@ func LockDir(dir string, exclusive bool) (*DirLock, error) {
 	return &DirLock{f: f}, nil
 }
 
-// Release unlocks (closing the file drops the lock).
-func (l *DirLock) Release() { l.f.Close() }
+// Release unlocks, then closes the lock file.
+func (l *DirLock) Release() {
+	_ = unlock(l.f) // closing drops it anyway, but only once no child holds a copy of the descriptor
+	l.f.Close()
+}

@@ -29,3 +29,10 @@ func lockNoWait(f *os.File, exclusive bool) error {
 		return err
 	}
 }
+
+// unlock drops f's lock now. Closing f alone is not enough while a process this one is starting
+// holds a copy of the descriptor (between its fork and its exec, until close-on-exec closes it):
+// the lock belongs to the open file, which that copy keeps open.
+func unlock(f *os.File) error {
+	return unix.Flock(int(f.Fd()), unix.LOCK_UN)
+}

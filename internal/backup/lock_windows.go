@@ -22,3 +22,8 @@ func lockNoWait(f *os.File, exclusive bool) error {
 	}
 	return err
 }
+
+// unlock drops f's lock now.
+func unlock(f *os.File) error {
+	return windows.UnlockFileEx(windows.Handle(f.Fd()), 0, 1, 0, new(windows.Overlapped))
+}
