@@ -28,13 +28,16 @@ type PipelineJob struct {
 
 // DatasetInput is a dataset a task reads: input InputIndex of its job. The input whose event
 // started the task carries the event's version and cursor, or its partition; the others the
-// version current when the task was created. Where is the filter to apply when reading.
+// version current when the task was created. CursorEnd is set when backpressure coalesced the
+// events of several consecutive cursors into the task: it reads the batches of every cursor from
+// Cursor to CursorEnd. Where is the filter to apply when reading.
 type DatasetInput struct {
 	InputIndex     int             `json:"input_index"`
 	DatasetUUID    string          `json:"dataset_uuid"`
 	DatasetVersion string          `json:"dataset_version"`
 	DatasetName    string          `json:"dataset_name,omitempty"`
 	Cursor         *int64          `json:"cursor,omitempty"`
+	CursorEnd      *int64          `json:"cursor_end,omitempty"`
 	PartitionKey   string          `json:"partition_key,omitempty"`
 	Start          *int64          `json:"start,omitempty"`
 	End            *int64          `json:"end,omitempty"`

@@ -3,6 +3,7 @@ package dataplane
 import (
 	"time"
 
+	"github.com/baton-dev/baton/internal/pipeline"
 	"github.com/baton-dev/baton/internal/store"
 )
 
@@ -11,13 +12,16 @@ import (
 type limits struct {
 	Depth int
 	Age   time.Duration
+	// Coalesce is backpressure_mode coalesce: an event of the scope of a held routing joins it.
+	Coalesce bool
 }
 
 func (j *jobSpec) limits() limits {
 	if j == nil {
 		return limits{}
 	}
-	return limits{Depth: j.MaxQueueDepth, Age: time.Duration(j.MaxQueueAgeSeconds * float64(time.Second))}
+	return limits{Depth: j.MaxQueueDepth, Age: time.Duration(j.MaxQueueAgeSeconds * float64(time.Second)),
+		Coalesce: j.BackpressureMode == pipeline.BackpressureCoalesce}
 }
 
 // set reports whether the job has a limit at all.

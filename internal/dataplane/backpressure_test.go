@@ -3,6 +3,7 @@ package dataplane_test
 import (
 	"encoding/json"
 	"fmt"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -16,7 +17,10 @@ import (
 )
 
 // heldDoc is a source whose cursor events feed a job capped at depth (backpressure: pause).
-func heldDoc(depth int, age string) string {
+func heldDoc(depth int, age string) string { return heldDocMode(depth, age, "pause") }
+
+// heldDocMode is heldDoc with backpressure_mode mode.
+func heldDocMode(depth int, age, mode string) string {
 	extra := fmt.Sprintf("    max_queue_depth: %d\n", depth)
 	if age != "" {
 		extra += "    max_queue_age: " + age + "\n"
@@ -35,7 +39,7 @@ jobs:
     runtime: ecs_platform
     operator: sink
     outputs: 0
-    backpressure_mode: pause
+    backpressure_mode: ` + mode + `
 ` + extra + `    inputs:
       - from: {job: feed, output: 0}
 `
@@ -51,8 +55,13 @@ type cappedEnv struct {
 }
 
 func newCappedEnv(t testing.TB, st store.Store, depth int, age string) *cappedEnv {
+	return newCappedEnvDoc(t, st, heldDoc(depth, age))
+}
+
+// newCappedEnvDoc is newCappedEnv with the pipeline doc, one like heldDocMode's.
+func newCappedEnvDoc(t testing.TB, st store.Store, doc string) *cappedEnv {
 	e := &cappedEnv{env: newEnv(t.(*testing.T), st)}
-	if _, err := e.dp.Deploy(e.Ctx, tenant, []byte(heldDoc(depth, age)), "application/yaml"); err != nil {
+	if _, err := e.dp.Deploy(e.Ctx, tenant, []byte(doc), "application/yaml"); err != nil {
 		t.Fatalf("deploy: %v", err)
 	}
 	e.router = e.dp.NewRouter(dataplane.RouteConfig{Batch: 50})
@@ -108,17 +117,31 @@ func (e *cappedEnv) state() *dataplane.BackpressureView {
 // their inputs, in claim order.
 func (e *cappedEnv) drain() []int64 {
 	e.T.Helper()
+	var out []int64
+	for _, in := range e.drainInputs() {
+		if in.Cursor == nil {
+			e.T.Fatalf("input without a cursor: %+v", in)
+		}
+		out = append(out, *in.Cursor)
+	}
+	return out
+}
+
+// drainInputs claims and completes every ready task of the capped job and returns their
+// inputs, in claim order.
+func (e *cappedEnv) drainInputs() []wire.DatasetInput {
+	e.T.Helper()
 	claims, err := e.D.ClaimNext(e.Ctx, dispatch.ClaimNextParams{Queues: []string{"sink"}, WorkerID: "w", Limit: 1000})
 	if err != nil {
 		e.T.Fatal(err)
 	}
-	var out []int64
+	var out []wire.DatasetInput
 	for _, c := range claims {
 		var r wire.Route
-		if err := json.Unmarshal(c.Task.Route, &r); err != nil || r.Inputs[0].Cursor == nil {
+		if err := json.Unmarshal(c.Task.Route, &r); err != nil || len(r.Inputs) != 1 {
 			e.T.Fatalf("route of %s: %s, %v", c.Task.ID, c.Task.Route, err)
 		}
-		out = append(out, *r.Inputs[0].Cursor)
+		out = append(out, r.Inputs[0])
 		e.Succeed(c)
 	}
 	return out
@@ -158,6 +181,76 @@ func TestBackpressurePauseHoldsAndReleasesInOrder(t *testing.T) {
 		}
 		if s := e.state(); s.State != "open" || s.Held != 0 || s.PausedSince != nil {
 			t.Errorf("after draining: %+v; want open, nothing held", s)
+		}
+	})
+}
+
+// backpressure_mode coalesce: while the job is paused, the events of consecutive cursors of one
+// dataset version join one held routing, so that the job catches up with one task that reads
+// them all; nothing is lost and the counts say how many events the routing covers.
+func TestBackpressureCoalesceCollapsesConsecutiveCursors(t *testing.T) {
+	storetest.ForEachDriver(t, func(t *testing.T, st store.Store) {
+		e := newCappedEnvDoc(t, st, heldDocMode(10, "", "coalesce"))
+		e.flood(0, 60)
+		e.route()
+		e.flood(60, 100) // a later pass joins the stored routing
+		e.route()
+		s := e.state()
+		if s.State != "paused" || s.Mode != "coalesce" || s.Depth != 10 || s.Held != 1 || s.HeldEvents != 90 {
+			t.Fatalf("after the flood: %+v; want paused, depth 10, 1 routing holding 90 events", s)
+		}
+		first := e.drain()
+		e.route()
+		rest := e.drainInputs()
+		if len(first) != 10 || len(rest) != 1 {
+			t.Fatalf("%d then %d tasks, want 10 then 1", len(first), len(rest))
+		}
+		if in := rest[0]; in.Cursor == nil || *in.Cursor != 10 || in.CursorEnd == nil || *in.CursorEnd != 99 {
+			t.Fatalf("the coalesced task's input: %+v; want cursors 10 to 99", in)
+		}
+		if s := e.state(); s.State != "open" || s.Held != 0 || s.HeldEvents != 0 {
+			t.Errorf("after draining: %+v; want open, nothing held", s)
+		}
+		// The next pause starts a new routing: the events of a task already routed are never
+		// joined again.
+		e.flood(100, 115)
+		e.route()
+		if s := e.state(); s.Held != 1 || s.HeldEvents != 5 {
+			t.Fatalf("a second flood: %+v; want 1 routing of 5 events", s)
+		}
+	})
+}
+
+// coalesce keeps one routing per partition: a partition published again while the job is
+// paused joins the routing already held for it, whatever was held in between.
+func TestBackpressureCoalescePartitions(t *testing.T) {
+	storetest.ForEachDriver(t, func(t *testing.T, st store.Store) {
+		e := newCappedEnvDoc(t, st, heldDocMode(2, "", "coalesce"))
+		parts := []int64{0, 10, 20, 30, 20, 30, 20, 40}
+		for _, p := range parts {
+			// Each from its own task: a task that reports the same event twice reports it once.
+			emitter := e.Claim(e.Submit(lifecycle.TaskSpec{Key: "emit", Name: "emit"}), "emit")
+			if _, err := e.D.RecordEvents(e.Ctx, fence(emitter), []dispatch.DatasetEvent{partition(e.feed, e.version, p, p+9)}); err != nil {
+				t.Fatal(err)
+			}
+			e.route() // one event per pass: each is routed on its own
+		}
+		if s := e.state(); s.Depth != 2 || s.Held != 3 || s.HeldEvents != 6 {
+			t.Fatalf("after the events: %+v; want 2 queued, 3 routings (20-29, 30-39, 40-49) holding 6 events", s)
+		}
+		var got []string
+		for range 10 {
+			e.route()
+			ins := e.drainInputs()
+			if len(ins) == 0 {
+				break
+			}
+			for _, in := range ins {
+				got = append(got, in.PartitionKey)
+			}
+		}
+		if want := []string{"0-9", "10-19", "20-29", "30-39", "40-49"}; !slices.Equal(got, want) {
+			t.Fatalf("tasks of partitions %v, want %v", got, want)
 		}
 	})
 }
@@ -283,4 +376,71 @@ func TestBackpressureTwoReplicasOnePostgres(t *testing.T) {
 	if len(got) != 200 {
 		t.Fatalf("%d tasks, want 200", len(got))
 	}
+}
+
+// With coalesce, two replicas routing one job's events on one PostgreSQL join each event once:
+// the tasks' cursor ranges cover every cursor exactly once.
+func TestBackpressureCoalesceTwoReplicasOnePostgres(t *testing.T) {
+	db := storetest.NewPostgresDatabase(t)
+	a := newCappedEnvDoc(t, db.Open(t), heldDocMode(20, "", "coalesce"))
+	b := newEnv(t, db.Open(t))
+	routers := []*dataplane.Router{a.router, b.dp.NewRouter(dataplane.RouteConfig{Batch: 7})}
+	var covered []int64 // every cursor the tasks read, in claim order
+	tasks := 0
+	drain := func() int {
+		ins := a.drainInputs()
+		tasks += len(ins)
+		for _, in := range ins {
+			last := *in.Cursor
+			if in.CursorEnd != nil {
+				last = *in.CursorEnd
+			}
+			for c := *in.Cursor; c <= last; c++ {
+				covered = append(covered, c)
+			}
+		}
+		return len(ins)
+	}
+	for round := range int64(10) {
+		var wg sync.WaitGroup
+		wg.Go(func() {
+			for i := range int64(5) {
+				a.flood(round*100+i*20, round*100+i*20+20)
+			}
+		})
+		for _, r := range routers {
+			wg.Go(func() {
+				for range 20 {
+					if _, _, err := r.RunOnce(a.Ctx); err != nil {
+						t.Error(err)
+					}
+				}
+			})
+		}
+		wg.Wait()
+		if s := a.state(); s.Depth > 20 {
+			t.Fatalf("backlog %d above the cap 20", s.Depth)
+		}
+		drain()
+	}
+	for range 100 {
+		a.route()
+		if drain() == 0 {
+			break
+		}
+	}
+	seen := map[int64]bool{}
+	for _, c := range covered {
+		if seen[c] {
+			t.Fatalf("cursor %d read by two tasks", c)
+		}
+		seen[c] = true
+	}
+	if len(covered) != 1000 {
+		t.Fatalf("the tasks read %d cursors, want 1000", len(covered))
+	}
+	if tasks >= 1000 {
+		t.Errorf("%d tasks for 1000 cursors: nothing was coalesced", tasks)
+	}
+	t.Logf("%d tasks for 1000 cursors", tasks)
 }

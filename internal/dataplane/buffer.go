@@ -64,8 +64,11 @@ type RowQuery struct {
 	Tenant string
 	Where  map[string]any // column → value or list of values: AND of equality / IN
 	Cursor int64          // only the rows of the batch with this dataset cursor; 0: every batch
-	After  int64          // the page after the one whose Next this is
-	Limit  int
+	// CursorEnd, when above Cursor, widens Cursor to the batches of every cursor from Cursor to
+	// CursorEnd.
+	CursorEnd int64
+	After     int64 // the page after the one whose Next this is
+	Limit     int
 }
 
 // RowPage is a page of rows: each row's columns and its batch's "_cursor".

@@ -653,9 +653,12 @@ type BackpressureView struct {
 	Depth int `json:"depth"`
 	// OldestReadyAt is when its oldest ready task became ready.
 	OldestReadyAt *time.Time `json:"oldest_ready_at"`
-	Held          int        `json:"held"`
-	OldestHeldAt  *time.Time `json:"oldest_held_at"`
-	PausedSince   *time.Time `json:"paused_since"`
+	// Held counts the routings held, HeldEvents the events they cover: more than Held once
+	// coalesce joined events of one scope.
+	Held         int        `json:"held"`
+	HeldEvents   int        `json:"held_events"`
+	OldestHeldAt *time.Time `json:"oldest_held_at"`
+	PausedSince  *time.Time `json:"paused_since"`
 }
 
 // PipelineJobView is one job of a pipeline view.
@@ -763,7 +766,7 @@ func (dp *Plane) backpressure(ctx context.Context, spec *pipelineSpec) (map[stri
 			MaxQueueDepth: lim.Depth, MaxQueueAgeSeconds: lim.Age.Seconds(), LowWater: lim.lowWater(),
 			Depth: b.Depth, OldestReadyAt: timePtr(b.OldestReadyAt)}
 		if h != nil {
-			v.Held, v.OldestHeldAt, v.PausedSince = h.Held, timePtr(h.OldestHeldAt), timePtr(h.PausedSince)
+			v.Held, v.HeldEvents, v.OldestHeldAt, v.PausedSince = h.Held, h.Events, timePtr(h.OldestHeldAt), timePtr(h.PausedSince)
 		}
 		if h != nil || lim.full(b, now) {
 			v.State = "paused"

@@ -32,6 +32,9 @@ type routedEvent struct {
 	// Facets, for a buffered batch, holds per filter field the values among its new rows: a
 	// consumer whose where no row can match gets no task. A field left out may have any value.
 	Facets map[string][]any `json:"facets,omitempty"`
+	// CursorEnd is set on a held routing that coalesced the events of later cursors of the same
+	// dataset version: the routing covers the cursors from Cursor to CursorEnd.
+	CursorEnd *int64 `json:"cursor_end,omitempty"`
 	dispatch.DatasetEvent
 }
 
@@ -242,8 +245,9 @@ func (r *Router) pass(ctx context.Context) bool {
 // it created. In the same transaction it releases the routings backpressure held for jobs whose
 // backlog has drained (see route).
 func (r *Router) RunOnce(ctx context.Context) (events, tasks int, err error) {
+	var tally heldTally
 	err = r.dp.d.UpdateAlone(ctx, store.LockSet{}, func(tx store.Tx, c *dispatch.Work) error {
-		events, tasks = 0, 0
+		events, tasks, tally = 0, 0, heldTally{}
 		msgs, err := tx.OutboxClaim(ctx, store.OutboxClaimParams{
 			Now: c.Now(), Limit: r.batch, Filter: store.OutboxFilter{Topic: store.TopicDatasetEvent},
 		})
@@ -266,7 +270,7 @@ func (r *Router) RunOnce(ctx context.Context) (events, tasks int, err error) {
 			}
 			evs = append(evs, &e)
 		}
-		if tasks, err = r.route(ctx, tx, c, evs, held); err != nil {
+		if tasks, err = r.route(ctx, tx, c, evs, held, &tally); err != nil {
 			return err
 		}
 		if len(ids) == 0 {
@@ -274,7 +278,17 @@ func (r *Router) RunOnce(ctx context.Context) (events, tasks int, err error) {
 		}
 		return tx.OutboxMarkSent(ctx, ids, c.Now())
 	})
+	if err == nil {
+		r.dp.d.Metrics().Backpressure(tally.held, tally.coalesced, tally.released, tally.pauses)
+	}
 	return events, tasks, err
+}
+
+// heldTally is what a routing transaction did with held events, for the metrics once it
+// committed.
+type heldTally struct {
+	held, coalesced, released int
+	pauses                    []time.Duration // of the jobs whose pause ended
 }
 
 // routing is the routing of one event to one consuming job, before backpressure decides.
@@ -289,10 +303,25 @@ type routing struct {
 // gate is the backpressure state of one limited job during a routing transaction.
 type gate struct {
 	limits
+	key         store.PipelineJobKey
 	queue       string // the queue the job's tasks are created on
 	backlog     store.Backlog
 	holding     bool      // routings of the job are held: new ones queue behind them
 	pausedSince time.Time // of the held routings
+	wasPaused   bool      // the job held routings when the transaction began
+
+	// For coalesce: the newest routing held (nil: none, or not read yet: newestRead), and the
+	// routings held by this transaction or coalesced into, by key.
+	newest     *heldRouting
+	newestRead bool
+	byKey      map[string]*heldRouting
+}
+
+// heldRouting is a held routing with its event decoded, as coalesce changes it.
+type heldRouting struct {
+	h     *store.HeldRouting
+	e     *routedEvent
+	dirty bool // stored before this transaction and changed by it
 }
 
 // route creates the tasks of evs in tx, and releases held routings. A job with backpressure
@@ -300,7 +329,7 @@ type gate struct {
 // its held routings are released, oldest first, as far as its backlog leaves room, and each new
 // routing then either creates a task (nothing held, backlog below the limits; the backlog counts
 // the tasks created so far) or is held behind the others.
-func (r *Router) route(ctx context.Context, tx store.Tx, c *dispatch.Work, evs []*routedEvent, held []*store.HeldSummary) (int, error) {
+func (r *Router) route(ctx context.Context, tx store.Tx, c *dispatch.Work, evs []*routedEvent, held []*store.HeldSummary, tally *heldTally) (int, error) {
 	uuids := make([]string, 0, len(evs))
 	for _, e := range evs {
 		uuids = append(uuids, e.DatasetUUID)
@@ -381,8 +410,8 @@ func (r *Router) route(ctx context.Context, tx store.Tx, c *dispatch.Work, evs [
 	var (
 		jobs     []*store.Job
 		tasks    = map[string]*store.Task{} // by job id
-		released []int64
-		hold     []*store.HeldRouting
+		released = map[int64]bool{}
+		hold     []*heldRouting
 	)
 	create := func(spec *pipelineSpec, js *jobSpec, input int, e *routedEvent, key string) {
 		job, task := r.dp.newPipelineTask(spec, js, c.Now(), key)
@@ -403,6 +432,7 @@ func (r *Router) route(ctx context.Context, tx store.Tx, c *dispatch.Work, evs [
 		})
 		for _, k := range order {
 			g := gates[k]
+			g.key = k
 			var err error
 			if g.backlog, err = tx.PipelineJobBacklog(ctx, k, g.queue, c.Now()); err != nil {
 				return 0, err
@@ -417,15 +447,17 @@ func (r *Router) route(ctx context.Context, tx store.Tx, c *dispatch.Work, evs [
 				return 0, err
 			}
 			if len(hs) > 0 {
-				g.holding, g.pausedSince = true, hs[0].PausedSince
+				g.holding, g.wasPaused, g.pausedSince = true, true, hs[0].PausedSince
 			}
 			if len(hs) > room {
 				hs = hs[:room]
 			} else {
 				g.holding = false // every held routing is released below
+				g.newestRead = true
 			}
 			for _, h := range hs {
-				released = append(released, h.ID)
+				released[h.ID] = true
+				tally.released += max(h.Events, 1)
 				spec, err := r.dp.specs.get(ctx, tx, h.Tenant, h.Pipeline, h.Version)
 				if err != nil {
 					return 0, err
@@ -454,15 +486,27 @@ func (r *Router) route(ctx context.Context, tx store.Tx, c *dispatch.Work, evs [
 	for _, rt := range routings {
 		g := gates[store.PipelineJobKey{Tenant: rt.spec.Tenant, Pipeline: rt.spec.Name, Job: rt.js.Name}]
 		if g != nil && (g.holding || g.full(g.backlog, c.Now())) {
+			tally.held++
 			if !g.holding {
 				g.holding = true
 				if g.pausedSince.IsZero() { // else it released everything it held and is full again: the same pause
 					g.pausedSince = c.Now()
 				}
 			}
-			payload, _ := json.Marshal(rt.e)
-			hold = append(hold, &store.HeldRouting{Tenant: rt.spec.Tenant, Pipeline: rt.spec.Name, Version: rt.spec.Version,
-				Job: rt.js.Name, InputIndex: rt.input, Key: rt.key, Event: payload, HeldAt: c.Now(), PausedSince: g.pausedSince})
+			if g.Coalesce {
+				joined, err := g.coalesce(ctx, tx, rt, released)
+				if err != nil {
+					return 0, err
+				}
+				if joined {
+					tally.coalesced++
+					continue
+				}
+			}
+			hr := &heldRouting{e: rt.e, h: &store.HeldRouting{Tenant: rt.spec.Tenant, Pipeline: rt.spec.Name, Version: rt.spec.Version,
+				Job: rt.js.Name, InputIndex: rt.input, Key: rt.key, Events: 1, HeldAt: c.Now(), PausedSince: g.pausedSince}}
+			hold = append(hold, hr)
+			g.remember(hr)
 			continue
 		}
 		create(rt.spec, rt.js, rt.input, rt.e, rt.key)
@@ -470,15 +514,117 @@ func (r *Router) route(ctx context.Context, tx store.Tx, c *dispatch.Work, evs [
 			g.backlog.Depth++
 		}
 	}
-	if _, err := tx.HeldRoutingDelete(ctx, released); err != nil {
+	for _, g := range gates {
+		if g.wasPaused && !g.holding {
+			tally.pauses = append(tally.pauses, c.Now().Sub(g.pausedSince))
+		}
+		for _, hr := range g.byKey {
+			if hr.dirty {
+				hr.h.Event, _ = json.Marshal(hr.e)
+				if err := tx.HeldRoutingCoalesce(ctx, hr.h); err != nil {
+					return 0, err
+				}
+			}
+		}
+	}
+	if _, err := tx.HeldRoutingDelete(ctx, slices.Collect(maps.Keys(released))); err != nil {
 		return 0, err
 	}
 	if len(hold) > 0 {
-		if err := tx.HeldRoutingInsertMany(ctx, hold); err != nil {
+		hs := make([]*store.HeldRouting, len(hold))
+		for i, hr := range hold {
+			hr.h.Event, _ = json.Marshal(hr.e)
+			hs[i] = hr.h
+		}
+		if err := tx.HeldRoutingInsertMany(ctx, hs); err != nil {
 			return 0, err
 		}
 	}
 	return c.InsertJobsIfAbsent(ctx, tx, jobs, tasks)
+}
+
+// coalesce joins routing rt, which the job must hold, to a held routing of its scope, and
+// reports whether it did: a partition's event to the routing held for the same partition (the
+// same key), a cursor's to the newest routing held when that one's last cursor is the one just
+// before it, of the same dataset version, input and pipeline version (it then covers rt's cursor
+// too). Only the next cursor joins: events routed out of order (by two replicas, say) start a
+// new routing, so that no cursor is ever in two routings or in a routing and a task. A routing
+// released by this transaction is never joined.
+func (g *gate) coalesce(ctx context.Context, tx store.Tx, rt routing, released map[int64]bool) (bool, error) {
+	var into *heldRouting
+	if rt.e.PartitionKey != "" {
+		into = g.byKey[rt.key]
+		if into == nil {
+			h, err := tx.HeldRoutingByKey(ctx, g.key, rt.key)
+			if err != nil && !errors.Is(err, store.ErrNotFound) {
+				return false, err
+			}
+			if err == nil && !released[h.ID] {
+				if into, err = g.decode(h); err != nil {
+					return false, err
+				}
+			}
+		}
+		if into == nil {
+			return false, nil
+		}
+	} else {
+		if !g.newestRead {
+			g.newestRead = true
+			h, err := tx.HeldRoutingNewest(ctx, g.key)
+			if err != nil && !errors.Is(err, store.ErrNotFound) {
+				return false, err
+			}
+			if err == nil && !released[h.ID] {
+				if g.newest, err = g.decode(h); err != nil {
+					return false, err
+				}
+			}
+		}
+		into = g.newest
+		if into == nil {
+			return false, nil
+		}
+		last := into.e.Cursor
+		if into.e.CursorEnd != nil {
+			last = into.e.CursorEnd
+		}
+		if into.e.PartitionKey != "" || last == nil || into.e.DatasetUUID != rt.e.DatasetUUID ||
+			into.e.DatasetVersion != rt.e.DatasetVersion || into.h.InputIndex != rt.input ||
+			into.h.Version != rt.spec.Version || *rt.e.Cursor != *last+1 {
+			return false, nil
+		}
+		into.e.CursorEnd = rt.e.Cursor
+	}
+	into.h.Events++
+	into.dirty = into.h.ID != 0
+	return true, nil
+}
+
+// decode reads held routing h of the gate's job for coalesce, once per transaction.
+func (g *gate) decode(h *store.HeldRouting) (*heldRouting, error) {
+	if hr := g.byKey[h.Key]; hr != nil && hr.h.ID == h.ID {
+		return hr, nil
+	}
+	var e routedEvent
+	if err := json.Unmarshal(h.Event, &e); err != nil {
+		return nil, fmt.Errorf("held routing %d: decode its event: %w", h.ID, err)
+	}
+	hr := &heldRouting{h: h, e: &e}
+	g.remember(hr)
+	return hr, nil
+}
+
+// remember notes hr by its key and, when this transaction holds it (it has no ID yet), as the
+// newest routing of the gate's job.
+func (g *gate) remember(hr *heldRouting) {
+	if g.byKey == nil {
+		g.byKey = map[string]*heldRouting{}
+	}
+	if hr.h.ID == 0 {
+		g.newest, g.newestRead = hr, true
+	}
+	g.byKey[hr.h.Key] = hr
 }
 
 // activeLimits are the backpressure limits of a pipeline job in its pipeline's active version,

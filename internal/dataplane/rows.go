@@ -16,8 +16,9 @@ type TaskRowQuery struct {
 	// input's where, which the caller cannot widen.
 	Where map[string]any
 	// Cursor, when set, selects the rows of the batch with this dataset cursor (0: every batch).
-	// Unset, an input reads the rows of the batch whose event started the task, and an input
-	// that did not start it, or an output, reads every batch.
+	// Unset, an input reads the rows of the batch whose event started the task (of the batches
+	// whose events backpressure coalesced into it), and an input that did not start it, or an
+	// output, reads every batch.
 	Cursor *int64
 	After  int64 // the page after the one whose Next this is
 	Limit  int   // 1 to 1000; default 100
@@ -52,6 +53,9 @@ func (dp *Plane) TaskRows(ctx context.Context, f dispatch.Fence, dataset string,
 		rq.Cursor = *q.Cursor
 	} else if in != nil && in.Cursor != nil && in.PartitionKey == "" {
 		rq.Cursor = *in.Cursor
+		if in.CursorEnd != nil {
+			rq.CursorEnd = *in.CursorEnd // backpressure coalesced the events of these cursors
+		}
 	}
 	if in != nil && len(in.Where) > 0 {
 		var edge map[string]any

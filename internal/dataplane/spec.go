@@ -151,7 +151,7 @@ func (j *jobSpec) route(s *pipelineSpec, known *knownDatasets, fired int, e *rou
 			ri.DatasetVersion = ds.CurrentVersion
 		}
 		if i == fired && e != nil {
-			ri.DatasetVersion, ri.Cursor, ri.PartitionKey, ri.Start, ri.End = e.DatasetVersion, e.Cursor, e.PartitionKey, e.Start, e.End
+			ri.DatasetVersion, ri.Cursor, ri.CursorEnd, ri.PartitionKey, ri.Start, ri.End = e.DatasetVersion, e.Cursor, e.CursorEnd, e.PartitionKey, e.Start, e.End
 		}
 		ri.StorageRef = known.storageRef(ri.DatasetUUID, ri.DatasetVersion)
 		r.Inputs[i] = ri

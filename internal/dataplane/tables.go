@@ -43,7 +43,7 @@ func (t DatasetDB) EnsureTables(ctx context.Context, tables []DatasetTable, duri
 // pipeline.CheckWhere but that no column of its type can hold, such as an integer beyond 64 bits)
 // is the caller's mistake: a dispatch.InvalidError, not a failure of the database.
 func (t DatasetDB) Rows(ctx context.Context, datasetUUID string, s *pipeline.Schema, q RowQuery) (RowPage, error) {
-	page, err := t.DB.Rows(ctx, datasetUUID, s, dataset.Query{Tenant: q.Tenant, Where: q.Where, Cursor: q.Cursor,
+	page, err := t.DB.Rows(ctx, datasetUUID, s, dataset.Query{Tenant: q.Tenant, Where: q.Where, Cursor: q.Cursor, CursorEnd: q.CursorEnd,
 		After: q.After, Limit: q.Limit})
 	if errors.Is(err, dataset.ErrBadQuery) {
 		return RowPage{}, &dispatch.InvalidError{Message: err.Error()}

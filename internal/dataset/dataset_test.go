@@ -430,6 +430,18 @@ func TestRowsOfOneCursor(t *testing.T) {
 		if got := f.rows(Query{Tenant: "acme", Cursor: 99}); len(got.Rows) != 0 {
 			t.Fatalf("rows of a cursor never given: %v", got.Rows)
 		}
+		// A range of cursors, as backpressure's coalesce hands a task: every load from the first
+		// to the last, the other tenant's never.
+		c := f.load("acme", "c", alert("k5", "low"))
+		if got := keys(f.rows(Query{Tenant: "acme", Cursor: b.Cursor, CursorEnd: c.Cursor})); !slices.Equal(got, []string{"k3", "k4", "k5"}) {
+			t.Fatalf("rows of cursors %d to %d: %v", b.Cursor, c.Cursor, got)
+		}
+		if got := keys(f.rows(Query{Tenant: "acme", Cursor: a.Cursor, CursorEnd: c.Cursor, Where: map[string]any{"severity": "low"}})); !slices.Equal(got, []string{"k2", "k3", "k5"}) {
+			t.Fatalf("rows of cursors %d to %d where low: %v", a.Cursor, c.Cursor, got)
+		}
+		if got := keys(f.rows(Query{Tenant: "acme", Cursor: c.Cursor, CursorEnd: a.Cursor})); !slices.Equal(got, []string{"k5"}) {
+			t.Fatalf("a range that ends before it starts reads its first cursor: %v", got)
+		}
 	})
 }
 

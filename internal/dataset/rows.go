@@ -23,6 +23,9 @@ type Query struct {
 	// (a timestamp as an RFC 3339 string, a number as a json.Number or a Go number).
 	Where  map[string]any
 	Cursor int64 // only the rows of the load given this cursor; 0: all
+	// CursorEnd, when above Cursor, widens Cursor to the loads given every cursor from Cursor
+	// to CursorEnd.
+	CursorEnd int64
 	// After keeps the rows after this one: a Page's Next. Rows are numbered as they are inserted,
 	// but become visible as their loads commit: a page read while loads run may miss rows of a
 	// load that commits later with lower numbers. To follow a dataset as it grows, read each new
@@ -71,11 +74,11 @@ func (db *DB) Rows(ctx context.Context, datasetUUID string, s *pipeline.Schema, 
 	case limit < 0 || limit > MaxLimit:
 		return Page{}, fmt.Errorf("%w: limit %d is not between 1 and %d", ErrBadQuery, limit, MaxLimit)
 	}
-	if q.Cursor < 0 || q.After < 0 {
+	if q.Cursor < 0 || q.After < 0 || q.CursorEnd < 0 {
 		return Page{}, fmt.Errorf("%w: cursor and after must not be negative", ErrBadQuery)
 	}
 
-	st, err := db.selectRows(d, s, q.Tenant, q.Cursor, q.Where)
+	st, err := db.selectRows(d, s, q.Tenant, cursors{q.Cursor, max(q.Cursor, q.CursorEnd)}, q.Where)
 	if err != nil {
 		return Page{}, err
 	}
@@ -154,7 +157,7 @@ func (db *DB) Scan(ctx context.Context, datasetUUID string, s *pipeline.Schema, 
 			st.add(", t.", quote(c.Name))
 		}
 	}
-	if err := db.whereRows(st, d, s, tenant, 0, where, ledger); err != nil {
+	if err := db.whereRows(st, d, s, tenant, cursors{}, where, ledger); err != nil {
 		return err
 	}
 	rows, err := db.b.reader().query(ctx, st.sql.String(), st.args...)
@@ -206,7 +209,10 @@ func scanValue(typ string, v any) (any, error) {
 
 // selectRows is the head of a statement that selects the rows of tenant in dataset d, read with
 // schema s, as (_row, cursor, columns...): those whereRows keeps.
-func (db *DB) selectRows(d dataset, s *pipeline.Schema, tenant string, cursor int64, where map[string]any) (*sqlText, error) {
+// cursors are the loads a read keeps: those given a cursor from from to to; from 0: every load.
+type cursors struct{ from, to int64 }
+
+func (db *DB) selectRows(d dataset, s *pipeline.Schema, tenant string, cursor cursors, where map[string]any) (*sqlText, error) {
 	st := &sqlText{b: db.b}
 	st.add("SELECT t._row, l.cursor")
 	for _, c := range s.Columns {
@@ -220,18 +226,22 @@ func (db *DB) selectRows(d dataset, s *pipeline.Schema, tenant string, cursor in
 }
 
 // whereRows adds to a statement's select list the FROM and WHERE clauses that keep the rows of
-// tenant in dataset d (t, joined with its load's ledger entry l when ledger is set): those of the load given cursor (0:
-// every load) whose columns equal where's values. The SQL is built from s's names and this
+// tenant in dataset d (t, joined with its load's ledger entry l when ledger is set): those of the loads given cursor
+// whose columns equal where's values. The SQL is built from s's names and this
 // package's only; every value is an argument.
-func (db *DB) whereRows(st *sqlText, d dataset, s *pipeline.Schema, tenant string, cursor int64, where map[string]any, ledger bool) error {
+func (db *DB) whereRows(st *sqlText, d dataset, s *pipeline.Schema, tenant string, cursor cursors, where map[string]any, ledger bool) error {
 	st.add(" FROM ", quote(d.table), " t")
 	if ledger {
 		st.add(" JOIN baton_dataset_batches l ON l.seq = t._batch")
 	}
 	st.add(" WHERE t.org_id = ", st.p(tenant))
-	if cursor > 0 {
+	switch {
+	case cursor.from > 0 && cursor.to > cursor.from:
+		st.add(" AND t._batch IN (SELECT seq FROM baton_dataset_batches WHERE dataset_uuid = ", st.p(d.uuid),
+			" AND cursor BETWEEN ", st.p(cursor.from), " AND ", st.p(cursor.to), ")")
+	case cursor.from > 0:
 		st.add(" AND t._batch = (SELECT seq FROM baton_dataset_batches WHERE dataset_uuid = ", st.p(d.uuid),
-			" AND cursor = ", st.p(cursor), ")")
+			" AND cursor = ", st.p(cursor.from), ")")
 	}
 	keys := make([]string, 0, len(where))
 	values := 0

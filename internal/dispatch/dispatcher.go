@@ -148,6 +148,10 @@ func (d *Dispatcher) Queued() int {
 // Store returns the dispatcher's store, for read-only views.
 func (d *Dispatcher) Store() store.Store { return d.store }
 
+// Metrics returns the server's metrics (Config.Metrics), possibly nil: every method of
+// *metrics.Metrics accepts a nil receiver.
+func (d *Dispatcher) Metrics() *metrics.Metrics { return d.cfg.Metrics }
+
 // Defaults returns the effective server-wide defaults.
 func (d *Dispatcher) Defaults() Defaults { return d.cfg.Defaults }
 

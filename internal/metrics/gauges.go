@@ -67,7 +67,7 @@ func (m *Metrics) Refresh(ctx context.Context, st Counts) error {
 	m.setTasks(counts)
 	total, longest := 0, 0.0
 	for _, h := range held {
-		total += h.Held
+		total += h.Events
 		longest = max(longest, time.Since(h.PausedSince).Seconds())
 	}
 	m.heldRoutings.Set(float64(total))

@@ -153,6 +153,7 @@ var (
 	handOffBuckets  = []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 300}
 	batchBuckets    = []float64{1, 2, 4, 8, 16, 32, 64, 128, 256}
 	commitBuckets   = []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5}
+	pauseBuckets    = []float64{1, 5, 15, 30, 60, 120, 300, 600, 1800, 3600, 7200, 21600, 86400}
 	httpBuckets     = []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60}
 	claimWaitLabels = [2]string{"claimed", "empty"}
 )
@@ -179,6 +180,10 @@ type Metrics struct {
 	heldRoutings prometheus.Gauge // backpressure
 	pausedJobs   prometheus.Gauge
 	longestPause prometheus.Gauge
+	heldEvents   prometheus.Counter
+	coalesced    prometheus.Counter
+	released     prometheus.Counter
+	pauses       prometheus.Observer
 	tasksMu      sync.Mutex         // serialises setTasks
 	taskSeries   map[[2]string]bool // the (queue, state) series set so far (gauges.go)
 
@@ -234,9 +239,14 @@ func New() *Metrics {
 	m.tasks = f.gaugeVec("baton_tasks", "Tasks per queue that are waiting, pending or running, and dead-lettered ones (state dead_lettered), as of the last periodic count.", "queue", "state")
 	m.outboxUnsent = f.gauge("baton_outbox_unsent_messages", "Outbox messages not sent yet, as of the last periodic count.")
 	m.outboxOldest = f.gauge("baton_outbox_oldest_unsent_age_seconds", "How long the oldest unsent outbox message has been due (0 when none is), as of the last periodic count.")
-	m.heldRoutings = f.gauge("baton_backpressure_held_events", "Routings of dataset events to pipeline jobs that backpressure holds, as of the last periodic count.")
+	m.heldRoutings = f.gauge("baton_backpressure_held_events", "Dataset events whose routing to a pipeline job backpressure holds, as of the last periodic count.")
 	m.pausedJobs = f.gauge("baton_backpressure_paused_jobs", "Pipeline jobs that hold routings, as of the last periodic count.")
 	m.longestPause = f.gauge("baton_backpressure_longest_pause_seconds", "How long the longest current backpressure pause of a pipeline job has lasted (0 when none is paused), as of the last periodic count.")
+
+	m.heldEvents = f.counter("baton_backpressure_events_held_total", "Dataset events whose routing to a pipeline job backpressure held instead of creating a task (coalesced ones included).")
+	m.coalesced = f.counter("baton_backpressure_events_coalesced_total", "Held dataset events that joined a held routing of their scope (backpressure_mode coalesce) instead of adding one.")
+	m.released = f.counter("baton_backpressure_events_released_total", "Held dataset events released once their job's backlog drained (a released routing that coalesced several counts each).")
+	m.pauses = f.histogram("baton_backpressure_pause_duration_seconds", "How long the backpressure pauses of pipeline jobs that ended lasted: from the first held routing to the release of the last.", pauseBuckets)
 
 	m.httpRequests = f.counterVec("baton_http_requests_total", "HTTP requests answered, by listener, route pattern, method and status code; a long poll or an event stream counts when it ends.", "listener", "route", "method", "code")
 	m.httpSeconds = f.histogramVec("baton_http_request_duration_seconds", "How long HTTP requests took to answer, by listener, route pattern and method.", httpBuckets, "listener", "route", "method")
@@ -248,6 +258,12 @@ type factory struct{ reg *prometheus.Registry }
 
 func (f factory) counterVec(name, help string, labels ...string) *prometheus.CounterVec {
 	c := prometheus.NewCounterVec(prometheus.CounterOpts{Name: name, Help: help}, labels)
+	f.reg.MustRegister(c)
+	return c
+}
+
+func (f factory) counter(name, help string) prometheus.Counter {
+	c := prometheus.NewCounter(prometheus.CounterOpts{Name: name, Help: help})
 	f.reg.MustRegister(c)
 	return c
 }
@@ -458,6 +474,26 @@ func (m *Metrics) Record(t *Tally) {
 		if n > 0 {
 			m.expiries[i].Add(float64(n))
 		}
+	}
+}
+
+// Backpressure counts what one committed routing transaction did with held events: events
+// held (coalesced ones included), coalesced and released, and the pauses that ended.
+func (m *Metrics) Backpressure(held, coalesced, released int, pauses []time.Duration) {
+	if m == nil {
+		return
+	}
+	if held > 0 {
+		m.heldEvents.Add(float64(held))
+	}
+	if coalesced > 0 {
+		m.coalesced.Add(float64(coalesced))
+	}
+	if released > 0 {
+		m.released.Add(float64(released))
+	}
+	for _, p := range pauses {
+		m.pauses.Observe(p.Seconds())
 	}
 }
 

@@ -46,8 +46,8 @@ func TestDefaultsRules(t *testing.T) {
 			[]string{`defaults.max_queue_age: must be a duration such as "30s", "5m" or "1h"`}},
 		{"max_queue_age must be positive", withDefaults(`{max_queue_age: -5m}`),
 			[]string{`defaults.max_queue_age: must be greater than 0`}},
-		{"backpressure_mode is only pause", withDefaults(`{backpressure_mode: drop}`),
-			[]string{`defaults.backpressure_mode: must be pause, not "drop"`}},
+		{"backpressure_mode is pause or coalesce", withDefaults(`{backpressure_mode: drop}`),
+			[]string{`defaults.backpressure_mode: must be pause or coalesce, not "drop"`}},
 	})
 }
 
@@ -109,8 +109,8 @@ func TestJobRules(t *testing.T) {
 			[]string{`jobs[1].unique_key[0]: "Block" does not match ^[a-z_][a-z0-9_]{0,62}$`}},
 		{"bootstrap.reset_outputs is a boolean", doc(jobs(source("a", `, source: {kind: manual}, bootstrap: {reset_outputs: yes}`))),
 			[]string{`jobs[0].bootstrap.reset_outputs: must be true or false`}},
-		{"coalesce is refused", doc(jobs(srcJob, reader(`, max_queue_depth: 10, backpressure_mode: coalesce`))),
-			[]string{`jobs[1].backpressure_mode: coalesce is not supported yet: use pause (held events are routed one by one once the job drains)`}},
+		{"backpressure_mode values", doc(jobs(srcJob, reader(`, max_queue_depth: 10, backpressure_mode: drop_oldest`))),
+			[]string{`jobs[1].backpressure_mode: must be pause or coalesce, not "drop_oldest"`}},
 		{"max_queue_depth must be positive", doc(jobs(srcJob, reader(`, max_queue_depth: 0`))),
 			[]string{`jobs[1].max_queue_depth: must be greater than 0`}},
 		{"backpressure is for reactive jobs", doc(jobs(source("src", `, source: {kind: manual}, max_queue_depth: 10`), reader(``))),

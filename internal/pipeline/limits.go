@@ -34,9 +34,11 @@ var limitKeys = []string{
 	"max_queue_depth", "max_queue_age", "backpressure_mode",
 }
 
-// BackpressurePause is the only backpressure mode: the events routed to a job whose backlog is
-// full or too old are held, durably, and routed in order once it drains (docs/contracts/
-// pipelines.md, "Backpressure"). BackpressureCoalesce is refused: not supported yet.
+// The backpressure modes (docs/contracts/pipelines.md, "Backpressure"). BackpressurePause, the
+// default: the events routed to a job whose backlog is full or too old are held, durably, and
+// routed in order once it drains. BackpressureCoalesce holds them the same way, but an event of
+// the scope of the newest held routing (the same partition, or the next cursor of the same
+// dataset version) joins it, so that the job catches up with one task per scope.
 const (
 	BackpressurePause    = "pause"
 	BackpressureCoalesce = "coalesce"
@@ -70,11 +72,7 @@ func (w *walker) limits(m *node, path string) Defaults {
 		d.MaxQueueAge, _ = w.duration(n, child(path, "max_queue_age"))
 	}
 	if n := m.lookup("backpressure_mode"); n != nil {
-		if n.kind == kindString && n.s == BackpressureCoalesce {
-			w.node(n, child(path, "backpressure_mode"), "coalesce is not supported yet: use pause (held events are routed one by one once the job drains)")
-		} else {
-			d.BackpressureMode, _ = w.oneOf(n, child(path, "backpressure_mode"), BackpressurePause)
-		}
+		d.BackpressureMode, _ = w.oneOf(n, child(path, "backpressure_mode"), BackpressurePause, BackpressureCoalesce)
 	}
 	return d
 }

@@ -20,8 +20,12 @@ type HeldRouting struct {
 	InputIndex int    // the input the event fired
 	// Key is the idempotency key of the task the routing becomes.
 	Key string
-	// Event is the routed event as the router read it from the outbox.
-	Event  json.RawMessage
+	// Event is the routed event as the router read it from the outbox; for a routing that
+	// coalesced several, the event that covers them all.
+	Event json.RawMessage
+	// Events is how many events the routing covers: 1, or more once backpressure_mode coalesce
+	// collapsed later events of its scope into it (0 is stored as 1).
+	Events int
 	HeldAt time.Time
 	// PausedSince is when the job's current pause began: the PausedSince of the job's held
 	// routings when there are some, else HeldAt.
@@ -33,7 +37,8 @@ type HeldSummary struct {
 	Tenant       string
 	Pipeline     string
 	Job          string
-	Held         int
+	Held         int       // routings
+	Events       int       // the events they cover
 	OldestHeldAt time.Time // the oldest routing still held
 	PausedSince  time.Time // the earliest PausedSince among them
 }
@@ -66,6 +71,12 @@ type BackpressureReader interface {
 	// HeldRoutingList lists up to limit held routings of one pipeline job, oldest (lowest ID)
 	// first.
 	HeldRoutingList(ctx context.Context, k PipelineJobKey, limit int) ([]*HeldRouting, error)
+	// HeldRoutingNewest returns the newest (highest ID) held routing of one pipeline job, or
+	// ErrNotFound.
+	HeldRoutingNewest(ctx context.Context, k PipelineJobKey) (*HeldRouting, error)
+	// HeldRoutingByKey returns the newest held routing of one pipeline job with the given Key,
+	// or ErrNotFound.
+	HeldRoutingByKey(ctx context.Context, k PipelineJobKey, key string) (*HeldRouting, error)
 }
 
 // BackpressureWriter writes held routings, inside a Tx.
@@ -74,4 +85,7 @@ type BackpressureWriter interface {
 	HeldRoutingInsertMany(ctx context.Context, hs []*HeldRouting) error
 	// HeldRoutingDelete deletes the held routings of ids and returns how many it deleted.
 	HeldRoutingDelete(ctx context.Context, ids []int64) (int, error)
+	// HeldRoutingCoalesce sets the Event and Events of the held routing h.ID (the routing
+	// absorbed later events of its scope) and returns ErrNotFound when it is not held.
+	HeldRoutingCoalesce(ctx context.Context, h *HeldRouting) error
 }

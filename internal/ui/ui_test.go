@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/baton-dev/baton/internal/lifecycle"
+	"github.com/baton-dev/baton/internal/store"
 )
 
 // signIn signs c in with key through the sign-in form and returns the session's form token.
@@ -414,5 +415,66 @@ func TestJobsPagesAndFilter(t *testing.T) {
 	_, body = get(t, c, s.public.URL+"/ui/jobs?status=partial_failure")
 	if got := rows.FindAllStringSubmatch(body, -1); len(got) != 6 {
 		t.Errorf("partial_failure filter: %d rows, want 6", len(got))
+	}
+}
+
+// The pipeline page shows each limited job's backpressure: its state, mode, backlog and limits,
+// and the routings it holds with the events they cover.
+func TestPipelinePageShowsBackpressure(t *testing.T) {
+	s := newServer(t)
+	doc := `
+name: capped
+jobs:
+  - {name: feed, activation: source, runtime: ecs_platform, operator: feed, outputs: 1, source: {kind: manual}}
+  - name: sink
+    activation: reactive
+    runtime: ecs_platform
+    operator: sink
+    outputs: 0
+    max_queue_depth: 40
+    backpressure_mode: coalesce
+    inputs: [{from: {job: feed, output: 0}}]
+`
+	req, _ := http.NewRequest(http.MethodPost, s.public.URL+"/pipelines", strings.NewReader(doc))
+	req.Header.Set("x-api-key", s.keys["acme"])
+	req.Header.Set("Content-Type", "application/yaml")
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res.Body.Close()
+	if res.StatusCode != http.StatusCreated && res.StatusCode != http.StatusOK {
+		t.Fatalf("deploy: %d", res.StatusCode)
+	}
+	c := client(t)
+	signIn(t, s, c, s.keys["acme"])
+	_, body := get(t, c, s.public.URL+"/ui/pipelines/capped")
+	for _, want := range []string{`id="pipeline-backpressure"`, "<b>sink</b>", ">open<", "<td>coalesce</td>", `<td class="n">40</td>`, `<td class="n">20</td>`} {
+		if !strings.Contains(body, want) {
+			t.Errorf("the open job's page lacks %q", want)
+		}
+	}
+	if strings.Contains(body, "<b>feed</b></td><td><span class=\"badge") {
+		t.Error("the source job, which has no limits, has a backpressure row")
+	}
+
+	// A held routing that covers 7 events: the job is paused.
+	v, err := s.st.PipelineGet(t.Context(), "acme", "capped")
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now()
+	err = s.st.InTx(t.Context(), func(tx store.Tx) error {
+		return tx.HeldRoutingInsertMany(t.Context(), []*store.HeldRouting{{Tenant: "acme", Pipeline: "capped", Version: v.ActiveVersion,
+			Job: "sink", Key: "pipeline:capped:sink:cursor:x:v1:1", Event: json.RawMessage(`{}`), Events: 7, HeldAt: now, PausedSince: now}})
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, body = get(t, c, s.public.URL+"/ui/pipelines/capped")
+	for _, want := range []string{">paused<", `<td class="n">1</td><td class="n">7</td>`} {
+		if !strings.Contains(body, want) {
+			t.Errorf("the paused job's page lacks %q", want)
+		}
 	}
 }

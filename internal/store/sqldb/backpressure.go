@@ -3,6 +3,7 @@ package sqldb
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -37,7 +38,7 @@ func (q q) HeldRoutingSummary(ctx context.Context, p store.HeldSummaryParams) ([
 	if p.Tenant != "" {
 		where, args = "WHERE tenant = $1 AND pipeline = $2", []any{p.Tenant, p.Pipeline}
 	}
-	rows, err := q.query(ctx, `SELECT tenant, pipeline, job, COUNT(*), MIN(held_at), MIN(paused_since)
+	rows, err := q.query(ctx, `SELECT tenant, pipeline, job, COUNT(*), SUM(events), MIN(held_at), MIN(paused_since)
 		FROM held_routings `+where+` GROUP BY tenant, pipeline, job ORDER BY tenant, pipeline, job`, args...)
 	if err != nil {
 		return nil, fmt.Errorf("summarize held routings: %w", err)
@@ -47,7 +48,7 @@ func (q q) HeldRoutingSummary(ctx context.Context, p store.HeldSummaryParams) ([
 			s              store.HeldSummary
 			oldest, paused int64
 		)
-		if err := row.Scan(&s.Tenant, &s.Pipeline, &s.Job, &s.Held, &oldest, &paused); err != nil {
+		if err := row.Scan(&s.Tenant, &s.Pipeline, &s.Job, &s.Held, &s.Events, &oldest, &paused); err != nil {
 			return nil, err
 		}
 		s.OldestHeldAt, s.PausedSince = fromMillis(oldest), fromMillis(paused)
@@ -55,40 +56,89 @@ func (q q) HeldRoutingSummary(ctx context.Context, p store.HeldSummaryParams) ([
 	})
 }
 
+// heldColumns are the columns scanHeld reads.
+const heldColumns = `id, tenant, pipeline, version, job, input_index, key, event, events, held_at, paused_since`
+
+func scanHeld(row interface{ Scan(...any) error }) (*store.HeldRouting, error) {
+	var (
+		h            store.HeldRouting
+		event        string
+		held, paused int64
+	)
+	if err := row.Scan(&h.ID, &h.Tenant, &h.Pipeline, &h.Version, &h.Job, &h.InputIndex, &h.Key, &event,
+		&h.Events, &held, &paused); err != nil {
+		return nil, err
+	}
+	h.Event, h.HeldAt, h.PausedSince = []byte(event), fromMillis(held), fromMillis(paused)
+	return &h, nil
+}
+
 // HeldRoutingList implements store.Reader.
 func (q q) HeldRoutingList(ctx context.Context, k store.PipelineJobKey, limit int) ([]*store.HeldRouting, error) {
-	rows, err := q.query(ctx, `SELECT id, tenant, pipeline, version, job, input_index, key, event, held_at, paused_since
+	rows, err := q.query(ctx, `SELECT `+heldColumns+`
 		FROM held_routings WHERE tenant = $1 AND pipeline = $2 AND job = $3 ORDER BY id LIMIT $4`,
 		k.Tenant, k.Pipeline, k.Job, limit)
 	if err != nil {
 		return nil, fmt.Errorf("list held routings of %s.%s: %w", k.Pipeline, k.Job, err)
 	}
-	return collect(rows, func(row interface{ Scan(...any) error }) (*store.HeldRouting, error) {
-		var (
-			h            store.HeldRouting
-			event        string
-			held, paused int64
-		)
-		if err := row.Scan(&h.ID, &h.Tenant, &h.Pipeline, &h.Version, &h.Job, &h.InputIndex, &h.Key, &event,
-			&held, &paused); err != nil {
+	return collect(rows, scanHeld)
+}
+
+// HeldRoutingNewest implements store.Reader.
+func (q q) HeldRoutingNewest(ctx context.Context, k store.PipelineJobKey) (*store.HeldRouting, error) {
+	h, err := scanHeld(q.queryRow(ctx, `SELECT `+heldColumns+`
+		FROM held_routings WHERE tenant = $1 AND pipeline = $2 AND job = $3 ORDER BY id DESC LIMIT 1`,
+		k.Tenant, k.Pipeline, k.Job))
+	if err != nil {
+		if err = notFound(err); errors.Is(err, store.ErrNotFound) {
 			return nil, err
 		}
-		h.Event, h.HeldAt, h.PausedSince = []byte(event), fromMillis(held), fromMillis(paused)
-		return &h, nil
-	})
+		return nil, fmt.Errorf("newest held routing of %s.%s: %w", k.Pipeline, k.Job, err)
+	}
+	return h, nil
+}
+
+// HeldRoutingByKey implements store.Reader.
+func (q q) HeldRoutingByKey(ctx context.Context, k store.PipelineJobKey, key string) (*store.HeldRouting, error) {
+	h, err := scanHeld(q.queryRow(ctx, `SELECT `+heldColumns+`
+		FROM held_routings WHERE tenant = $1 AND pipeline = $2 AND job = $3 AND key = $4 ORDER BY id DESC LIMIT 1`,
+		k.Tenant, k.Pipeline, k.Job, key))
+	if err != nil {
+		if err = notFound(err); errors.Is(err, store.ErrNotFound) {
+			return nil, err
+		}
+		return nil, fmt.Errorf("held routing %s of %s.%s: %w", key, k.Pipeline, k.Job, err)
+	}
+	return h, nil
 }
 
 // HeldRoutingInsertMany implements store.Tx: one statement per routing, so that the IDs follow
 // the order given (a router holds at most a batch of them per transaction).
 func (t *tx) HeldRoutingInsertMany(ctx context.Context, hs []*store.HeldRouting) error {
 	for _, h := range hs {
+		h.Events = max(h.Events, 1)
 		err := t.queryRow(ctx, `INSERT INTO held_routings (tenant, pipeline, version, job, input_index, key, event,
-			held_at, paused_since) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) RETURNING id`,
-			h.Tenant, h.Pipeline, h.Version, h.Job, h.InputIndex, h.Key, string(h.Event), h.HeldAt.UnixMilli(),
+			events, held_at, paused_since) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) RETURNING id`,
+			h.Tenant, h.Pipeline, h.Version, h.Job, h.InputIndex, h.Key, string(h.Event), h.Events, h.HeldAt.UnixMilli(),
 			h.PausedSince.UnixMilli()).Scan(&h.ID)
 		if err != nil {
 			return fmt.Errorf("hold routing of %s.%s: %w", h.Pipeline, h.Job, err)
 		}
+	}
+	return nil
+}
+
+// HeldRoutingCoalesce implements store.Tx.
+func (t *tx) HeldRoutingCoalesce(ctx context.Context, h *store.HeldRouting) error {
+	h.Events = max(h.Events, 1)
+	res, err := t.exec(ctx, "UPDATE held_routings SET event = $1, events = $2 WHERE id = $3", string(h.Event), h.Events, h.ID)
+	if err != nil {
+		return fmt.Errorf("coalesce into held routing %d: %w", h.ID, err)
+	}
+	if n, err := res.RowsAffected(); err != nil {
+		return err
+	} else if n == 0 {
+		return fmt.Errorf("held routing %d: %w", h.ID, store.ErrNotFound)
 	}
 	return nil
 }

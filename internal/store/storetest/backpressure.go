@@ -4,6 +4,7 @@ package storetest
 
 import (
 	"encoding/json"
+	"errors"
 	"testing"
 	"time"
 
@@ -50,8 +51,8 @@ func testHeldRoutingsReleaseInOrder(t *testing.T, st store.Store) {
 		t.Fatal(err)
 	}
 	want := []*store.HeldSummary{
-		{Tenant: "acme", Pipeline: "etl", Job: "load", Held: 3, OldestHeldAt: at(time.Second), PausedSince: at(0)},
-		{Tenant: "acme", Pipeline: "etl", Job: "other", Held: 1, OldestHeldAt: at(2 * time.Second), PausedSince: at(2 * time.Second)},
+		{Tenant: "acme", Pipeline: "etl", Job: "load", Held: 3, Events: 3, OldestHeldAt: at(time.Second), PausedSince: at(0)},
+		{Tenant: "acme", Pipeline: "etl", Job: "other", Held: 1, Events: 1, OldestHeldAt: at(2 * time.Second), PausedSince: at(2 * time.Second)},
 	}
 	if len(sum) != len(want) {
 		t.Fatalf("summary of acme etl: %d jobs, want %d", len(sum), len(want))
@@ -61,6 +62,30 @@ func testHeldRoutingsReleaseInOrder(t *testing.T, st store.Store) {
 	}
 	if all, err := st.HeldRoutingSummary(ctx, store.HeldSummaryParams{}); err != nil || len(all) != 3 || all[2].Tenant != "zeta" {
 		t.Errorf("summary of every tenant: %d jobs, %v; want 3, zeta's last", len(all), err)
+	}
+
+	// The newest of a job, one found by its key, and coalescing into one.
+	if h, err := st.HeldRoutingNewest(ctx, load); err != nil || h.ID != a3.ID {
+		t.Fatalf("newest of acme etl.load: %v, %v; want a3 (%d)", h, err, a3.ID)
+	}
+	if h, err := st.HeldRoutingByKey(ctx, load, a2.Key); err != nil || h.ID != a2.ID {
+		t.Fatalf("by key %s: %v, %v; want a2 (%d)", a2.Key, h, err, a2.ID)
+	}
+	if _, err := st.HeldRoutingByKey(ctx, load, b1.Key); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("acme etl.load by another job's key: %v, want ErrNotFound", err)
+	}
+	if _, err := st.HeldRoutingNewest(ctx, store.PipelineJobKey{Tenant: "globex", Pipeline: "etl", Job: "load"}); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("newest of a job that holds nothing: %v, want ErrNotFound", err)
+	}
+	a2.Event, a2.Events = json.RawMessage(`{"event_id":3,"cursor_end":9}`), 4
+	inTx(t, st, func(tx store.Tx) error { return tx.HeldRoutingCoalesce(ctx, a2) })
+	if got := list(10); len(got) != 3 {
+		t.Fatalf("after coalescing, %d held, want 3", len(got))
+	} else {
+		checkSame(t, "the routing coalesced into", a2, got[1])
+	}
+	if sum, _ := st.HeldRoutingSummary(ctx, store.HeldSummaryParams{Tenant: "acme", Pipeline: "etl"}); len(sum) == 0 || sum[0].Held != 3 || sum[0].Events != 6 {
+		t.Errorf("summary after coalescing: %+v, want 3 routings covering 6 events", sum)
 	}
 
 	var n1, n2 int
@@ -74,6 +99,10 @@ func testHeldRoutingsReleaseInOrder(t *testing.T, st store.Store) {
 	}
 	if all, _ := st.HeldRoutingSummary(ctx, store.HeldSummaryParams{}); len(all) != 2 {
 		t.Errorf("summary after deletes: %d jobs, want 2", len(all))
+	}
+	err = st.InTx(ctx, func(tx store.Tx) error { return tx.HeldRoutingCoalesce(ctx, a2) })
+	if !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("coalescing into a released routing: %v, want ErrNotFound", err)
 	}
 }
 
