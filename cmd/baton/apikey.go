@@ -7,7 +7,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"os"
 	"path/filepath"
 	"text/tabwriter"
 	"time"
@@ -31,7 +30,7 @@ func (f *storeFlags) register(fs *flag.FlagSet) {
 
 func (f *storeFlags) open(ctx context.Context) (store.Store, error) {
 	// The environment is read here, not as the flag's default, so that -h never shows a password.
-	if url := cmp.Or(f.dbURL, os.Getenv("BATON_DATABASE_URL")); url != "" {
+	if url := cmp.Or(f.dbURL, getenv(ctx, "BATON_DATABASE_URL")); url != "" {
 		return postgres.Open(ctx, url, postgres.Options{MaxConns: 2})
 	}
 	return sqlite.Open(ctx, filepath.Join(f.dataDir, dbFile))

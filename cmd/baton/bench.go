@@ -78,7 +78,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	if code, ok := cmdline.ParseFlags(ctx, fs, args); !ok {
 		return code
 	}
-	*apiKey = cmp.Or(*apiKey, os.Getenv("BATON_API_KEY")) // not the default: -h would show it
+	*apiKey = cmp.Or(*apiKey, getenv(ctx, "BATON_API_KEY")) // not the default: -h would show it
 	usageErr := func(format string, a ...any) int {
 		fmt.Fprintf(stderr, "baton bench: "+format+"\n", a...)
 		return 2

@@ -44,6 +44,18 @@ func withConfigMode(ctx context.Context, m configMode) context.Context {
 	return context.WithValue(ctx, configModeKey{}, m)
 }
 
+// getenv reads the environment variable name through the context's configMode.lookupEnv when it
+// has one, else from the process: commands read their environment here, so that tests can give
+// each run its own (a process's environment is one for every test running in parallel).
+func getenv(ctx context.Context, name string) string {
+	lookup := os.LookupEnv
+	if mode, _ := ctx.Value(configModeKey{}).(configMode); mode.lookupEnv != nil {
+		lookup = mode.lookupEnv
+	}
+	v, _ := lookup(name)
+	return v
+}
+
 // configureFlags parses a serving command's arguments into fs (cmdline.ParseFlags) and completes
 // the flags the command line left alone from the environment and the --config file. Unless ok,
 // the command is to return code at once: help (0), a usage error (2), or a context that only

@@ -18,7 +18,7 @@ import (
 // as `worker` and, through the workers, as `demo-task`, and when `baton bench` re-executes itself
 // as its server (`dev`, `server`, or `bench profile-child` for a profiled one).
 func TestMain(m *testing.M) {
-	if len(os.Args) > 1 && slices.Contains([]string{"worker", "demo-task", "dev", "server", "bench", "sink"}, os.Args[1]) {
+	if len(os.Args) > 1 && slices.Contains([]string{"worker", "demo-task", "dev", "server", "migrate", "bench", "sink"}, os.Args[1]) {
 		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 		code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
 		stop()
@@ -27,10 +27,27 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
+// envContext returns a context whose runs of `run` read the environment as the process has it
+// but for the given name, value pairs: tests that run in parallel cannot set the process's
+// (t.Setenv), which every test would see.
+func envContext(ctx context.Context, kv ...string) context.Context {
+	over := map[string]string{}
+	for i := 0; i+1 < len(kv); i += 2 {
+		over[kv[i]] = kv[i+1]
+	}
+	return withConfigMode(ctx, configMode{lookupEnv: func(name string) (string, bool) {
+		if v, ok := over[name]; ok {
+			return v, true
+		}
+		return os.LookupEnv(name)
+	}})
+}
+
 // `baton dev --demo` runs the five-task example job end to end with real worker processes, whose
 // children call the task-scoped API with their token, well within a minute; then it stops
-// cleanly. Not parallel: it clears BATON_API_KEY.
+// cleanly.
 func TestDevDemo(t *testing.T) {
+	t.Parallel()
 	out := runDevDemo(t, "the workers keep running", "--demo")
 	for _, want := range []string{"mTLS", "completed in", "started 5 `baton worker` processes", "compile-result       completed",
 		`"taskScopedHeartbeat": 200`, `"usedOutputsOf": [`, `"color-tags",`} {
@@ -54,6 +71,7 @@ func TestDevDemo(t *testing.T) {
 // range_stats writes to the buffered dataset are loaded by the sink and routed to the two readers
 // whose where they match (every batch has a low alert, every other one a high one).
 func TestDevDemoPipeline(t *testing.T) {
+	t.Parallel()
 	out := runDevDemo(t, "went through every job", "--demo", "pipeline")
 	for _, want := range []string{"deployed pipeline blocks_demo", "started 5 `baton worker` processes",
 		"range_totals 10/10, mainnet_alerts 10/10, testnet_alerts 10/10, pager 5/5, digest 10/10"} {
@@ -74,9 +92,8 @@ func runDevDemo(t *testing.T, done string, demo ...string) string {
 // done, before stopping it.
 func runDevDemoInspect(t *testing.T, done string, inspect func(stdout string), demo ...string) string {
 	t.Helper()
-	t.Setenv("BATON_API_KEY", "")
 	var stdout, stderr syncBuffer
-	ctx, cancel := context.WithCancel(context.Background())
+	ctx, cancel := context.WithCancel(envContext(context.Background(), "BATON_API_KEY", ""))
 	defer cancel()
 	exited := make(chan int, 1)
 	go func() {

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"os"
 	"path/filepath"
 	"time"
 
@@ -104,7 +103,7 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	for _, w := range ls.warnings {
 		fmt.Fprintln(stderr, "baton dev: warning:", w)
 	}
-	keyLine, devSecret, err := devKey(ctx, st, os.Getenv("BATON_API_KEY"))
+	keyLine, devSecret, err := devKey(ctx, st, getenv(ctx, "BATON_API_KEY"))
 	if err != nil {
 		fmt.Fprintln(stderr, "baton dev:", err)
 		return 1

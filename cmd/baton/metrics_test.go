@@ -228,7 +228,13 @@ func waitForLine(t *testing.T, out *syncBuffer, re *regexp.Regexp, exited chan i
 // runUntilCleanup runs the command until the test ends, and checks it then shuts down cleanly.
 func runUntilCleanup(t *testing.T, args []string, stdout, stderr *syncBuffer) chan int {
 	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
+	return runUntilCleanupIn(context.Background(), t, args, stdout, stderr)
+}
+
+// runUntilCleanupIn is runUntilCleanup with a context, one that envContext made, say.
+func runUntilCleanupIn(ctx context.Context, t *testing.T, args []string, stdout, stderr *syncBuffer) chan int {
+	t.Helper()
+	ctx, cancel := context.WithCancel(ctx)
 	exited := make(chan int, 1)
 	go func() { exited <- run(ctx, args, stdout, stderr) }()
 	t.Cleanup(func() {
@@ -255,9 +261,8 @@ var (
 // short retry backoff.
 func startMetricsDev(t *testing.T) *metricsServer {
 	key := "bk_metrics_" + strconv.FormatInt(time.Now().UnixNano(), 36)
-	t.Setenv("BATON_API_KEY", key)
 	var stdout, stderr syncBuffer
-	exited := runUntilCleanup(t, []string{"dev", "--data-dir", t.TempDir(), "--listen", "127.0.0.1:0", "--internal-listen", "127.0.0.1:0",
+	exited := runUntilCleanupIn(envContext(context.Background(), "BATON_API_KEY", key), t, []string{"dev", "--data-dir", t.TempDir(), "--listen", "127.0.0.1:0", "--internal-listen", "127.0.0.1:0",
 		"--metrics-listen", "127.0.0.1:0", "--backoff-base", "20ms", "--backoff-max", "50ms", "--sink=false", "--log-format", "json"}, &stdout, &stderr)
 	waitForLine(t, &stdout, regexp.MustCompile("Press Ctrl-C"), exited, &stderr)
 	banner := stdout.String()

@@ -6,7 +6,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"os"
 
 	"github.com/baton-dev/baton/internal/cmdline"
 	"github.com/baton-dev/baton/internal/store/postgres"
@@ -21,7 +20,7 @@ func runMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	if code, ok := cmdline.ParseFlags(ctx, fs, args); !ok {
 		return code
 	}
-	*dbURL = cmp.Or(*dbURL, os.Getenv("BATON_DATABASE_URL")) // not the default: -h would show its password
+	*dbURL = cmp.Or(*dbURL, getenv(ctx, "BATON_DATABASE_URL")) // not the default: -h would show its password
 	if fs.NArg() > 0 {
 		fmt.Fprintf(stderr, "baton migrate: unexpected argument %q\n", fs.Arg(0))
 		return 2

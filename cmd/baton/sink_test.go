@@ -59,8 +59,10 @@ publish:
 // dataset event. On PostgreSQL the kill waits until the load's statement runs in the data
 // database; on SQLite it comes shortly after the claim.
 func TestSinkProcessKilledMidBatchAppliesTheBatchOnce(t *testing.T) {
+	t.Parallel()
 	for _, driver := range []string{"sqlite", "postgres"} {
 		t.Run(driver, func(t *testing.T) {
+			t.Parallel()
 			if driver == "postgres" && os.Getenv(storetest.PostgresURLEnv) == "" {
 				t.Skipf("%s is not set; skipping the PostgreSQL run", storetest.PostgresURLEnv)
 			}
@@ -74,11 +76,11 @@ func testSinkKill(t *testing.T, driver string) {
 	blobURL := "file://" + filepath.Join(dir, "blobs")
 	addr, internal := freeAddr(t), freeAddr(t)
 	key := "bt_test_sinkkill" + strings.ReplaceAll(filepath.Base(dir), "-", "")
-	var args []string
+	var args, env []string
 	var controlURL, dataURL string
 	switch driver {
 	case "sqlite":
-		t.Setenv("BATON_API_KEY", key)
+		env = []string{"BATON_API_KEY", key}
 		dataURL = filepath.Join(dir, "data", dataFile)
 		args = []string{"dev", "--data-dir", filepath.Join(dir, "data"), "--sink=false", "--metrics-listen="}
 	case "postgres":
@@ -96,7 +98,7 @@ func testSinkKill(t *testing.T, driver string) {
 		args = []string{"server", "--database-url", controlURL, "--data-database-url", dataURL, "--internal-insecure"}
 	}
 	args = append(args, "--listen", addr, "--internal-listen", internal, "--blob-url", blobURL, "--sink-visibility", "2s")
-	ctx, stop := context.WithCancel(context.Background())
+	ctx, stop := context.WithCancel(envContext(context.Background(), env...))
 	var srvErr syncBuffer
 	exited := make(chan int, 1)
 	go func() { exited <- run(ctx, args, &syncBuffer{}, &srvErr) }()

@@ -258,9 +258,8 @@ func startWorkerProcesses(t *testing.T, n int, internalURL, publicURL, runs stri
 // producer client and internal URL; the server stops when the test ends.
 func startDevServer(t *testing.T, extra ...string) (producer, string) {
 	key := "bt_test_" + strings.ReplaceAll(uuid.NewString(), "-", "")
-	t.Setenv("BATON_API_KEY", key)
 	addr, internal := freeAddr(t), freeAddr(t)
-	ctx, stop := context.WithCancel(context.Background())
+	ctx, stop := context.WithCancel(envContext(context.Background(), "BATON_API_KEY", key))
 	var out, errOut syncBuffer
 	exited := make(chan int, 1)
 	args := append([]string{"dev", "--data-dir", t.TempDir(), "--listen", addr, "--internal-listen", internal,
@@ -310,6 +309,7 @@ func checkRanOnce(t *testing.T, job map[string]any, runs string) {
 // once even with every wake-up delivered several times, and a job still completes after the
 // transport lost everything mid-run.
 func TestTransportEndToEnd(t *testing.T) {
+	t.Parallel()
 	for _, tc := range transportCases(t) {
 		t.Run(tc.kind, func(t *testing.T) {
 			ns := "bt" + strings.ReplaceAll(uuid.NewString(), "-", "")[:10]
