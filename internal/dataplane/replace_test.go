@@ -53,7 +53,13 @@ type replaceEnv struct {
 
 func newReplaceEnv(t *testing.T, st store.Store) *replaceEnv {
 	t.Helper()
-	bs, err := blob.Open(t.Context(), blobtest.File(t), blob.Options{})
+	return newReplaceEnvOn(t, st, blobtest.File(t), blob.Options{})
+}
+
+// newReplaceEnvOn is newReplaceEnv with the object storage at url.
+func newReplaceEnvOn(t *testing.T, st store.Store, url string, opts blob.Options) *replaceEnv {
+	t.Helper()
+	bs, err := blob.Open(t.Context(), url, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -201,6 +207,29 @@ func TestReplaceCommitsAStagedPartitionAndRoutesItsEvent(t *testing.T) {
 		}
 		if n := e.route(); n != 1 {
 			t.Errorf("routing the completion's event created %d tasks, want 1", n)
+		}
+	})
+}
+
+// The same commit on S3-compatible object storage: the marker is found and the bytes added up
+// through the bucket's listing.
+func TestReplaceCommitsAStagedPartitionOnS3(t *testing.T) {
+	storetest.ForEachDriver(t, func(t *testing.T, st store.Store) {
+		url, opts := blobtest.S3(t)
+		e := newReplaceEnvOn(t, st, url, opts)
+		c := e.runBuild()
+		e.stage(c, "0-9", map[string]string{"a/part-0": "0123456789", "part-1": "xy"}, nil)
+		_, err := e.record(c, e.day("0-9"))
+		inv := dispatchtest.WantErr[*dispatch.InvalidError](t, err)
+		if !strings.Contains(inv.Message, e.blob.URI(e.folder(c, "0-9")+dataplane.MarkerName)) || !strings.HasPrefix(e.blob.Root(), "s3://") {
+			t.Errorf("refusal %q does not name the marker in the bucket", inv.Message)
+		}
+		e.put(e.folder(c, "0-9")+dataplane.MarkerName, `{"row_count": 12}`)
+		if _, err := e.record(c, e.day("0-9")); err != nil {
+			t.Fatal(err)
+		}
+		if ps := e.partitions(); len(ps) != 1 || ps[0].Bytes != 12 || *ps[0].RowCount != 12 || ps[0].Location != e.blob.URI(e.folder(c, "0-9")) {
+			t.Errorf("partitions %+v", ps)
 		}
 	})
 }

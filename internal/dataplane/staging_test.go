@@ -130,3 +130,28 @@ func TestStagingCollectorDeletesOldUncommittedFoldersOnly(t *testing.T) {
 		}
 	})
 }
+
+// Rule: an attempt that timed out may still report late until its task's next attempt is
+// claimed, so its folder is kept until then, however old.
+func TestStagingCollectorWaitsForATimedOutAttemptsNextClaim(t *testing.T) {
+	storetest.ForEachDriver(t, func(t *testing.T, st store.Store) {
+		e := newReplaceEnv(t, st)
+		const retention = 24 * time.Hour
+		collector := e.dp.NewStagingCollector(dataplane.StagingConfig{Retention: retention})
+		first := e.runBuild()
+		e.stage(first, "0-9", map[string]string{"f": "a"}, str(""))
+		e.Expire()
+		e.setModTime(e.attemptDir(first), e.Clock.Now().Add(-2*retention))
+		if n, err := collector.RunOnce(e.Ctx); err != nil || n.Folders != 0 {
+			t.Fatalf("while the timed-out attempt may report late: %+v, %v; want nothing deleted", n, err)
+		}
+		e.Clock.Advance(time.Minute)
+		second, err := e.D.ClaimTask(e.Ctx, dispatch.ClaimTaskParams{TaskID: first.Task.ID, WorkerID: "w2"})
+		if err != nil || second.Task.Attempt != 2 {
+			t.Fatalf("claim attempt 2: %v", err)
+		}
+		if n, err := collector.RunOnce(e.Ctx); err != nil || n.Folders != 1 || e.exists(e.attemptDir(first)) {
+			t.Errorf("after the next claim: %+v, %v; want attempt 1's folder deleted", n, err)
+		}
+	})
+}
