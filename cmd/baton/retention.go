@@ -9,19 +9,24 @@ import (
 	"strings"
 	"time"
 
+	"github.com/baton-dev/baton/internal/dataplane"
 	"github.com/baton-dev/baton/internal/maintenance"
 )
 
-// retentionFlags are --retention, --retention-tenant and --dead-letter-retention.
+// retentionFlags are --retention, --retention-tenant, --dead-letter-retention and
+// --staging-retention.
 type retentionFlags struct {
 	retention, deadLetter time.Duration
 	tenants               tenantRetentionFlag
+	// staging is how old a replace output's uncommitted staging folder gets before it is deleted.
+	staging time.Duration
 }
 
 func (f *retentionFlags) register(fs *flag.FlagSet) {
 	fs.DurationVar(&f.retention, "retention", maintenance.DefaultRetention, "delete finished jobs (completed, partial_failure, canceled) with their tasks, attempts and events this long after they finished (0: keep them forever)")
 	fs.Var(&f.tenants, "retention-tenant", "`TENANT=DURATION`: --retention for the jobs of TENANT (0: keep them forever; repeatable)")
 	fs.DurationVar(&f.deadLetter, "dead-letter-retention", maintenance.DefaultDeadLetterRetention, "keep a finished job with a dead-lettered task this long after its dead letter, unless resumed (at least --retention; 0: until resumed)")
+	fs.DurationVar(&f.staging, "staging-retention", dataplane.DefaultStagingRetention, "with object storage: delete a replace job's staging folder that no partition commit names once all its objects are this old (0: keep them forever)")
 }
 
 // check reports a usage error in the flags.
@@ -31,6 +36,8 @@ func (f *retentionFlags) check() error {
 		return fmt.Errorf("--retention %s: want a duration of 0 (keep forever) or more", f.retention)
 	case f.deadLetter < 0:
 		return fmt.Errorf("--dead-letter-retention %s: want a duration of 0 (keep until resumed) or more", f.deadLetter)
+	case f.staging < 0:
+		return fmt.Errorf("--staging-retention %s: want a duration of 0 (keep forever) or more", f.staging)
 	case f.deadLetter > 0 && f.deadLetter < f.retention:
 		return fmt.Errorf("--dead-letter-retention %s is below --retention %s: a dead letter keeps its job longer than others, never shorter (0: until resumed)", f.deadLetter, f.retention)
 	}
@@ -40,6 +47,11 @@ func (f *retentionFlags) check() error {
 // config is the dispatcher's retention config of the flags.
 func (f *retentionFlags) config() maintenance.RetentionConfig {
 	return maintenance.RetentionConfig{Retention: f.retention, Tenants: f.tenants.m, DeadLetterRetention: f.deadLetter}
+}
+
+// stagingConfig is the staging collector's config of the flags.
+func (f *retentionFlags) stagingConfig() dataplane.StagingConfig {
+	return dataplane.StagingConfig{Retention: f.staging}
 }
 
 // tenantRetentionFlag is --retention-tenant TENANT=DURATION, checked as each is parsed.

@@ -33,6 +33,7 @@ func TestRetentionFlags(t *testing.T) {
 		{[]string{"--retention-tenant=acme=soon"}, maintenance.RetentionConfig{}, "is not a duration"},
 		{[]string{"--retention-tenant=acme=-2h"}, maintenance.RetentionConfig{}, "negative duration"},
 		{[]string{"--retention-tenant=acme=1h", "--retention-tenant=acme=2h"}, maintenance.RetentionConfig{}, `tenant "acme" given twice`},
+		{[]string{"--staging-retention=-1s"}, maintenance.RetentionConfig{}, "--staging-retention -1s"},
 	} {
 		fs := flag.NewFlagSet("test", flag.ContinueOnError)
 		fs.SetOutput(io.Discard)
@@ -65,7 +66,7 @@ func TestRetentionFlagsAreUsageErrors(t *testing.T) {
 	t.Parallel()
 	for _, cmd := range []string{"dev", "server"} {
 		for _, bad := range [][]string{{"--retention=-5m"}, {"--retention-tenant=acme"}, {"--retention-tenant=a=1h", "--retention-tenant=a=1h"},
-			{"--retention=2h", "--dead-letter-retention=1h"}} {
+			{"--retention=2h", "--dead-letter-retention=1h"}, {"--staging-retention=-1h"}} {
 			args := append([]string{cmd, "--data-dir", filepath.Join(t.TempDir(), "d"), "--metrics-listen="}, bad...)
 			if cmd == "server" {
 				args = append([]string{cmd, "--metrics-listen="}, bad...)
@@ -77,6 +78,33 @@ func TestRetentionFlagsAreUsageErrors(t *testing.T) {
 			if !strings.Contains(stderr.String(), "retention") {
 				t.Errorf("baton %s %q: stderr %q does not say what is wrong", cmd, bad, stderr.String())
 			}
+		}
+	}
+}
+
+// --staging-retention is 7 days unless set; 0 keeps every staging folder.
+func TestStagingRetentionFlag(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		args []string
+		want time.Duration
+	}{
+		{nil, 7 * 24 * time.Hour},
+		{[]string{"--staging-retention=0"}, 0},
+		{[]string{"--staging-retention=36h"}, 36 * time.Hour},
+	} {
+		fs := flag.NewFlagSet("test", flag.ContinueOnError)
+		fs.SetOutput(io.Discard)
+		var f retentionFlags
+		f.register(fs)
+		if err := fs.Parse(tc.args); err != nil {
+			t.Fatal(err)
+		}
+		if err := f.check(); err != nil {
+			t.Errorf("%q: %v", tc.args, err)
+		}
+		if got := f.stagingConfig().Retention; got != tc.want {
+			t.Errorf("%q: staging retention %s, want %s", tc.args, got, tc.want)
 		}
 	}
 }

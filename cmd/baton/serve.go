@@ -329,6 +329,7 @@ func serve(ctx context.Context, f *serverFlags, ls *listeners, st store.Store, l
 		Transport: ls.transport, TracerProvider: tracing.TracerProvider(),
 		Credentials: grant.MinterOptions{RoleARN: f.credentialsRole, Endpoint: f.stsEndpoint, MaxDuration: f.credentialsMaxTTL},
 		Retention:   f.retention.config(),
+		Staging:     f.retention.stagingConfig(),
 		Reconcile:   maintenance.ReconcilerConfig{Every: f.reconcileEvery, Grace: f.reconcileGrace},
 	}
 	eng, closeEngine, err := f.query.open(log)

@@ -241,8 +241,14 @@ func datasetView(v *dataplane.DatasetView) map[string]any {
 			"dataset_version": r.DatasetVersion, "rows_removed": r.RowsRemoved, "batches_discarded": r.BatchesDiscarded,
 			"pipeline": r.Pipeline, "pipeline_version": r.Version, "job": r.Job, "created_at": snakeTime(r.At)}
 	}
+	partitions := make([]map[string]any, len(v.Partitions))
+	for i, c := range v.Partitions {
+		partitions[i] = map[string]any{"partition_key": c.PartitionKey, "location": c.Location, "row_count": c.RowCount,
+			"bytes": c.Bytes, "task_id": c.TaskID, "attempt": c.Attempt, "committed_at": snakeTime(c.CommittedAt)}
+	}
 	out["versions"], out["recent_events"], out["filter_fields"] = versions, events, v.Allowed
 	out["invalidations"] = invalidations
+	out["partitions"], out["partitions_truncated"] = partitions, v.PartitionsTruncated
 	return out
 }
 

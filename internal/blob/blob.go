@@ -19,6 +19,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	cloudblob "gocloud.dev/blob"
@@ -177,12 +178,36 @@ func (s *Store) Delete(ctx context.Context, key string) error {
 // CheckKey accepts: whatever else lies under the root (the directory store's temporary files,
 // objects other tools named) could not be read through the store anyway.
 func (s *Store) List(ctx context.Context, prefix string) ([]string, error) {
+	objs, err := s.ListObjects(ctx, prefix)
+	if err != nil {
+		return nil, err
+	}
+	keys := make([]string, len(objs))
+	for i, o := range objs {
+		keys[i] = o.Key
+	}
+	return keys, nil
+}
+
+// Object is an object as a listing describes it.
+type Object struct {
+	Key string
+	// Size is the object's length in bytes.
+	Size int64
+	// ModTime is when the object was last written: the file's modification time in a file://
+	// store, the object's Last-Modified in an s3:// one (whole seconds).
+	ModTime time.Time
+}
+
+// ListObjects is List with each object's size and last modification time, sorted by key: what
+// a reader needs to add up the bytes under a prefix, or to judge how old its objects are.
+func (s *Store) ListObjects(ctx context.Context, prefix string) ([]Object, error) {
 	if prefix != "" {
 		if err := CheckPrefix(prefix); err != nil {
 			return nil, fmt.Errorf("list: prefix: %w", err)
 		}
 	}
-	var keys []string
+	var objs []Object
 	it := s.bucket.List(&cloudblob.ListOptions{Prefix: prefix})
 	for {
 		obj, err := it.Next(ctx)
@@ -193,11 +218,11 @@ func (s *Store) List(ctx context.Context, prefix string) ([]string, error) {
 			return nil, fmt.Errorf("list %s: %w", s.URI(prefix), err)
 		}
 		if !obj.IsDir && CheckKey(obj.Key) == nil {
-			keys = append(keys, obj.Key)
+			objs = append(objs, Object{Key: obj.Key, Size: obj.Size, ModTime: obj.ModTime.UTC()})
 		}
 	}
-	slices.Sort(keys)
-	return keys, nil
+	slices.SortFunc(objs, func(a, b Object) int { return strings.Compare(a.Key, b.Key) })
+	return objs, nil
 }
 
 // Path returns the file that holds the object under key in a file:// store, for a reader that

@@ -13,6 +13,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/baton-dev/baton/internal/blob"
 	"github.com/baton-dev/baton/internal/blob/blobtest"
@@ -178,6 +179,65 @@ func TestListReturnsTheKeysUnderAPrefixSorted(t *testing.T) {
 			}
 		}
 	})
+}
+
+// ListObjects describes each object under a prefix: its key, its exact size and when it was last
+// written, in key order, leaving out what List leaves out.
+func TestListObjectsGivesSizesAndModificationTimes(t *testing.T) {
+	t.Parallel()
+	forEachBackend(t, func(t *testing.T, s *blob.Store) {
+		before := time.Now().Add(-time.Minute)
+		objects := map[string][]byte{
+			"ds/t/1/0-9/part-0.parquet": bytes.Repeat([]byte("x"), 1234),
+			"ds/t/1/0-9/part-1.parquet": bytes.Repeat([]byte("y"), 5),
+			"ds/t/1/0-9/_SUCCESS":       {},
+			"ds/t/1/10-19/part-0":       []byte("other partition"),
+			"ds/t/10/0-9/part-0":        []byte("a sibling attempt"),
+		}
+		for key, data := range objects {
+			put(t, s, key, data)
+		}
+		after := time.Now().Add(time.Minute)
+		objs, err := s.ListObjects(t.Context(), "ds/t/1/0-9/")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var keys []string
+		for _, o := range objs {
+			keys = append(keys, o.Key)
+			if o.Size != int64(len(objects[o.Key])) {
+				t.Errorf("%s: size %d, want %d", o.Key, o.Size, len(objects[o.Key]))
+			}
+			if o.ModTime.Before(before) || o.ModTime.After(after) || o.ModTime.Location() != time.UTC {
+				t.Errorf("%s: modified at %v, want a UTC time within a minute of the write", o.Key, o.ModTime)
+			}
+		}
+		if want := []string{"ds/t/1/0-9/_SUCCESS", "ds/t/1/0-9/part-0.parquet", "ds/t/1/0-9/part-1.parquet"}; !slices.Equal(keys, want) {
+			t.Errorf("listed %q, want %q", keys, want)
+		}
+		if objs, err := s.ListObjects(t.Context(), "nothing/here/"); err != nil || len(objs) != 0 {
+			t.Errorf("an empty prefix lists %v, %v; want nothing", objs, err)
+		}
+		if _, err := s.ListObjects(t.Context(), "../"); !errors.Is(err, blob.ErrOutside) {
+			t.Errorf("list ../ = %v, want ErrOutside", err)
+		}
+	})
+}
+
+// A file store's modification time is the file's: what an operator, or a test, sets on it.
+func TestFileStoreListObjectsReadsTheFilesTime(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	s := open(t, "file://"+dir, blob.Options{})
+	put(t, s, "a/old", []byte("old"))
+	old := time.Date(2020, 1, 2, 3, 4, 5, 0, time.UTC)
+	if err := os.Chtimes(filepath.Join(dir, "a", "old"), old, old); err != nil {
+		t.Fatal(err)
+	}
+	objs, err := s.ListObjects(t.Context(), "a/")
+	if err != nil || len(objs) != 1 || !objs[0].ModTime.Equal(old) || objs[0].Size != 3 {
+		t.Errorf("list = %+v, %v; want a/old of 3 bytes modified at %v", objs, err, old)
+	}
 }
 
 func TestKeyInvertsURI(t *testing.T) {

@@ -40,6 +40,11 @@ type BlobRoot interface {
 	List(ctx context.Context, prefix string) ([]string, error)
 	Get(ctx context.Context, key string) (io.ReadCloser, error)
 	Path(key string) (string, error)
+	// ListObjects is List with each object's size and last modification time: a replace
+	// output's commit adds up its staging folder's bytes, and the staging collector judges the
+	// folders' age by it. Delete removes an object (a missing one is no error).
+	ListObjects(ctx context.Context, prefix string) ([]blob.Object, error)
+	Delete(ctx context.Context, key string) error
 }
 
 // DatasetTables holds buffered datasets' tables in the data database.

@@ -22,8 +22,16 @@ type DatasetView struct {
 	// Invalidations are the resets of the dataset by its producer's bootstrap.reset_outputs, newest
 	// first: each says its rows up to then are gone and its consumers start over at a fresh version.
 	Invalidations []*store.OutputReset
-	Allowed       []string // the fields a where may use
+	// Partitions are the committed partitions of the current version (replace outputs), each
+	// with its current commit, by start; at most MaxPartitionsListed, the lowest starts first.
+	// PartitionsTruncated says that the version has more.
+	Partitions          []*store.PartitionCommit
+	PartitionsTruncated bool
+	Allowed             []string // the fields a where may use
 }
+
+// MaxPartitionsListed caps the partitions a dataset view lists.
+const MaxPartitionsListed = 1000
 
 // findDataset finds a tenant's dataset by name, or by uuid.
 func (dp *Plane) findDataset(ctx context.Context, st store.Reader, tenant, ref string) (*store.Dataset, error) {
@@ -61,6 +69,14 @@ func (dp *Plane) GetDataset(ctx context.Context, tenant, ref string, limit int) 
 		Tenant: tenant, DatasetUUID: x.UUID, Limit: cmpOr(limit, 20),
 	}); err != nil {
 		return nil, err
+	}
+	if v.Partitions, err = dp.store.PartitionCommitListCurrent(ctx, store.PartitionCommitListParams{
+		Tenant: tenant, DatasetUUID: x.UUID, DatasetVersion: x.CurrentVersion, Limit: MaxPartitionsListed + 1,
+	}); err != nil {
+		return nil, err
+	}
+	if len(v.Partitions) > MaxPartitionsListed {
+		v.Partitions, v.PartitionsTruncated = v.Partitions[:MaxPartitionsListed], true
 	}
 	for f := range allowlistOf(x).Fields {
 		v.Allowed = append(v.Allowed, f)

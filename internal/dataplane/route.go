@@ -109,6 +109,11 @@ func (dp *Plane) AcceptEvents(ctx context.Context, tx store.Tx, c *dispatch.Work
 	if err := ownDatasets(ctx, tx, job.Tenant, events); err != nil {
 		return 0, err
 	}
+	// A replace output's partition is committed first: its event is stored and queued below,
+	// in the same transaction, so that the event exists exactly when the commit does.
+	if err := dp.commitPartitions(ctx, tx, c, t, job.Tenant, events); err != nil {
+		return 0, err
+	}
 	n, err := tx.DatasetEventInsertMany(ctx, rows)
 	if err != nil || n == 0 {
 		return n, err

@@ -197,6 +197,14 @@ func (d *Dispatcher) claimFor(ctx context.Context, tx store.Tx, c *changes, ids,
 // task's current attempt (0: the attempt the token belongs to) and carry that attempt's lease
 // token.
 func checkFence(t *store.Task, attempt int, token string) error {
+	return CheckFence(t, Fence{Attempt: attempt, LeaseToken: token})
+}
+
+// CheckFence reports whether f names t's current attempt and carries its lease token, as the
+// fenced calls require (docs/lifecycle.md#fencing). On a task read outside a transaction it is a
+// preview: the call's own transaction checks again.
+func CheckFence(t *store.Task, f Fence) error {
+	attempt, token := f.Attempt, f.LeaseToken
 	if attempt != 0 && attempt != t.Attempt {
 		return &AttemptMismatchError{Expected: t.Attempt, Received: attempt}
 	}
@@ -376,8 +384,13 @@ func (d *Dispatcher) Complete(ctx context.Context, p CompleteParams) (_ *Complet
 			return res, err
 		}
 	}
+	events, err := d.checkEvents(ctx, Fence{TaskID: p.TaskID, Attempt: p.Attempt, LeaseToken: p.LeaseToken}, p.Events)
+	if err != nil {
+		return nil, err
+	}
+	p.Events = events
 	var res *CompleteResult
-	err := d.update(ctx, store.LockSet{Tasks: []string{p.TaskID}}, func(tx store.Tx, c *changes) error {
+	err = d.update(ctx, store.LockSet{Tasks: []string{p.TaskID}}, func(tx store.Tx, c *changes) error {
 		res = nil
 		c.traceparent = p.Traceparent
 		t, err := d.lockTask(ctx, tx, p.TaskID)

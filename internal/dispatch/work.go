@@ -105,6 +105,25 @@ type Hook interface {
 	RegisterVersions(ctx context.Context, tx store.Tx, w *Work, t *store.Task, pub []PublishedVersion) error
 }
 
+// EventChecker is implemented by a hook whose AcceptEvents needs to know what lies outside the
+// store, in object storage, about some events: it must look before the report's transaction, never
+// while the transaction holds the task's row. RecordEvents and Complete call CheckEvents with the
+// report's fence before their transaction and hand AcceptEvents the events it returns; its error
+// refuses the report, which then changes nothing. CheckEvents must leave a report it cannot judge
+// (an unknown task, a stale fence) to the transaction, which answers it as it would any other.
+type EventChecker interface {
+	CheckEvents(ctx context.Context, f Fence, events []DatasetEvent) ([]DatasetEvent, error)
+}
+
+// checkEvents runs the hook's EventChecker, if it has one, on a report's events.
+func (d *Dispatcher) checkEvents(ctx context.Context, f Fence, events []DatasetEvent) ([]DatasetEvent, error) {
+	ck, ok := d.hook.(EventChecker)
+	if !ok || len(events) == 0 {
+		return events, nil
+	}
+	return ck.CheckEvents(ctx, f, events)
+}
+
 // SetHook makes h the dispatcher's hook. Call it before the dispatcher serves.
 func (d *Dispatcher) SetHook(h Hook) { d.hook = h }
 

@@ -178,6 +178,20 @@ type DatasetEvent struct {
 	PartitionKey   string `json:"partition_key,omitempty"`
 	Start          *int64 `json:"start,omitempty"`
 	End            *int64 `json:"end,omitempty"`
+	// Staged is what the hook's check (EventChecker) found in object storage for an event that
+	// commits a partition: it is set by the server before the report's transaction, never read
+	// from a report.
+	Staged *StagedPartition `json:"-"`
+}
+
+// StagedPartition is a partition's staging folder as the data plane found it before the
+// transaction of the report that commits it: which attempt wrote it, where it is, and what its
+// files and its _SUCCESS marker say.
+type StagedPartition struct {
+	Attempt  int
+	Location string // the folder's URI, ending in "/"
+	Bytes    int64  // the sizes of its files, the marker left out
+	RowCount *int64 // as the marker declared it; nil when it declared none
 }
 
 // PublishedVersion is one entry of a completion's datasets_published: a dataset version the task
@@ -197,8 +211,12 @@ const MaxPublishedVersions = 1000
 // RecordEvents stores upstream events reported mid-task by the current attempt. Events are
 // idempotent: a repeat is accepted and stored once. It returns how many were new.
 func (d *Dispatcher) RecordEvents(ctx context.Context, f Fence, events []DatasetEvent) (int, error) {
+	events, err := d.checkEvents(ctx, f, events)
+	if err != nil {
+		return 0, err
+	}
 	var n int
-	err := d.update(ctx, store.LockSet{Tasks: []string{f.TaskID}}, func(tx store.Tx, c *changes) error {
+	err = d.update(ctx, store.LockSet{Tasks: []string{f.TaskID}}, func(tx store.Tx, c *changes) error {
 		t, err := d.lockAttempt(ctx, tx, f)
 		if err != nil {
 			return err

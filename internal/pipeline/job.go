@@ -159,6 +159,9 @@ func (w *walker) strategies(n *node, path string, j *Job, dc *docContext) {
 	}
 	if v := n.lookup("update_strategy"); v != nil {
 		j.UpdateStrategy, _ = w.oneOf(v, child(path, "update_strategy"), UpdateAppend, UpdateReplace)
+		if j.UpdateStrategy == UpdateReplace {
+			w.replaceOutputs(v, child(path, "update_strategy"), j, dc)
+		}
 	}
 	switch v := n.lookup("unique_key"); {
 	case v != nil:
@@ -193,6 +196,19 @@ func (w *walker) uniqueKeyMatches(n *node, path string, j *Job, dc *docContext) 
 		if !missing && p.WriteMode == WriteBuffered && !sameColumns(j.UniqueKey, p.Schema.Unique) {
 			w.node(n, path, "%v is not the unique key %v of buffered dataset %q (publish.%s.schema.unique): its sink skips the rows whose unique key the dataset has",
 				j.UniqueKey, p.Schema.Unique, name, name)
+		}
+	}
+}
+
+// replaceOutputs checks that no output of the replace job j is published as a buffered dataset:
+// replace swaps whole partitions of files the job writes itself, while a buffered dataset's rows
+// are appended by its sink, which has no partition to swap.
+func (w *walker) replaceOutputs(n *node, path string, j *Job, dc *docContext) {
+	for _, name := range slices.Sorted(maps.Keys(dc.publish)) {
+		p := dc.publish[name]
+		if p.From.Job == j.Name && p.WriteMode == WriteBuffered {
+			w.node(n, path, "replace rewrites whole partitions of the job's outputs, but output %d is buffered dataset %q (publish.%s.write_mode), whose rows its sink appends: use update_strategy append, or publish the output with write_mode direct",
+				p.From.Output, name, name)
 		}
 	}
 }

@@ -267,3 +267,33 @@ func TestUniqueKeyMatchesThePublishedSchemas(t *testing.T) {
 		})
 	}
 }
+
+// A replace job rewrites whole partitions of files it writes itself: an output published as a
+// buffered dataset, whose rows its sink appends, is refused at its update_strategy, with the line.
+func TestReplaceRefusesABufferedOutput(t *testing.T) {
+	t.Parallel()
+	writer := `{name: w, activation: source, runtime: ecs_platform, operator: op, outputs: 2, source: {kind: manual}, update_strategy: replace}`
+	buffered := `alerts: {from: {job: w, output: 1}, write_mode: buffered, schema: {columns: [{name: k, type: string}], unique: [k]}}`
+	direct := `facts: {from: {job: w, output: 0}, write_mode: direct}`
+	tests := []struct {
+		name, publish string
+		want          []string
+	}{
+		{"direct and unpublished outputs", "{" + direct + "}", nil},
+		{"a buffered output", "{" + direct + ", " + buffered + "}",
+			[]string{`jobs[0].update_strategy: replace rewrites whole partitions of the job's outputs, but output 1 is buffered dataset "alerts" (publish.alerts.write_mode), whose rows its sink appends: use update_strategy append, or publish the output with write_mode direct`}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, ps := Parse([]byte(doc(jobs(writer), "publish: "+tt.publish)), "")
+			if got := messages(ps); !slices.Equal(got, tt.want) {
+				t.Errorf("problems\n%q\nwant\n%q", got, tt.want)
+			}
+			for _, p := range ps {
+				if p.Line == 0 {
+					t.Errorf("problem %q has no line", p.Message)
+				}
+			}
+		})
+	}
+}

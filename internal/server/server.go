@@ -71,6 +71,9 @@ type Config struct {
 	TracerProvider trace.TracerProvider // nil traces nothing
 
 	Retention maintenance.RetentionConfig
+	// Staging configures the collector of replace outputs' uncommitted staging folders; it runs
+	// only with Blob.
+	Staging   dataplane.StagingConfig
 	Reconcile maintenance.ReconcilerConfig // used with a Transport
 	Relay     maintenance.RelayConfig      // New sets its Publisher and Wake
 
@@ -184,7 +187,7 @@ func New(cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	s.services = append(s.services, ret, dp.NewController(cmp.Or(cfg.ControllerID, "baton-server")))
+	s.services = append(s.services, ret, dp.NewStagingCollector(cfg.Staging), dp.NewController(cmp.Or(cfg.ControllerID, "baton-server")))
 	pcfgPush := cfg.Push
 	pcfgPush.Token, pcfgPush.Logger = a.TaskToken, log
 	s.pusher = push.New(d, pcfgPush)

@@ -66,6 +66,7 @@ type Reader interface {
 	QueryAuditReader
 	OutputResetReader
 	BackpressureReader
+	PartitionCommitReader
 }
 
 // QueueStats is a tenant's view of its queues (Reader.QueueStats).
@@ -210,6 +211,7 @@ type Tx interface {
 	QueryAuditWriter
 	OutputResetWriter
 	BackpressureWriter
+	PartitionCommitWriter
 
 	// RowsLock locks the rows of s for the rest of the transaction, the idempotency keys of
 	// s.Keys first, then tasks by id and then the jobs of s.Jobs by id, waiting for other

@@ -120,6 +120,10 @@ func Run(t *testing.T, open func(t testing.TB) store.Store) {
 		{"ListDatasetsNamedFirst", testListDatasetsNamedFirst},
 		{"DatasetVersions", testDatasetVersions},
 		{"DatasetEvents", testDatasetEvents},
+
+		// Partition commits of replace outputs (partitions.go).
+		{"PartitionCommitsKeepHistoryAndListTheCurrentOnes", testPartitionCommitsKeepHistoryAndListTheCurrentOnes},
+		{"PartitionCommitAttemptsNameEveryCommittingAttempt", testPartitionCommitAttemptsNameEveryCommittingAttempt},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
