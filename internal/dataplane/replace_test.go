@@ -334,8 +334,8 @@ func TestReplaceStaleAttemptCommitsNothing(t *testing.T) {
 }
 
 // Rule: a later commit of a partition swaps its pointer within the same dataset version and
-// keeps the earlier commit in its history; the same attempt reporting again changes nothing.
-// The view lists each partition once, by start.
+// keeps the earlier commit in its history, and its consumers run again; the same attempt
+// reporting again changes nothing. The view lists each partition once, by start.
 func TestReplaceSwapsThePartitionAndKeepsItsHistory(t *testing.T) {
 	storetest.ForEachDriver(t, func(t *testing.T, st store.Store) {
 		e := newReplaceEnv(t, st)
@@ -374,10 +374,15 @@ func TestReplaceSwapsThePartitionAndKeepsItsHistory(t *testing.T) {
 		if len(h) != 2 || h[0].TaskID != b.Task.ID || h[1].TaskID != a.Task.ID || h[1].Location != e.blob.URI(e.folder(a, "0-9")) {
 			t.Errorf("history of 0-9: %+v, want b's commit, then a's", h)
 		}
-		// The new event is stored and queued; the consumer already had the partition of this
-		// version, so its routing starts no second task.
+		// The new commit is a new update of the partition: its consumer runs again, once.
+		if n := e.route(); n != 1 {
+			t.Errorf("the replaced partition's event created %d tasks, want 1 (its consumer runs again)", n)
+		}
+		if _, err := e.record(b, e.day("0-9")); err != nil {
+			t.Fatal(err)
+		}
 		if n := e.route(); n != 0 {
-			t.Errorf("the replaced partition's event created %d tasks, want 0 (routed once per partition and version)", n)
+			t.Errorf("b's report again created %d tasks, want none (the same commit)", n)
 		}
 	})
 }

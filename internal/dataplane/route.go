@@ -35,6 +35,9 @@ type routedEvent struct {
 	// CursorEnd is set on a held routing that coalesced the events of later cursors of the same
 	// dataset version: the routing covers the cursors from Cursor to CursorEnd.
 	CursorEnd *int64 `json:"cursor_end,omitempty"`
+	// Commit names the attempt ("task_id/attempt") whose report committed the event's partition
+	// of a replace output: each commit is a new update of the partition.
+	Commit string `json:"commit,omitempty"`
 	dispatch.DatasetEvent
 }
 
@@ -42,7 +45,11 @@ type routedEvent struct {
 // consuming job, however many times and by however many replicas it is delivered.
 func (e *routedEvent) dedupeKey() string {
 	if e.PartitionKey != "" {
-		return "partition:" + e.DatasetUUID + ":" + e.DatasetVersion + ":" + e.PartitionKey
+		key := "partition:" + e.DatasetUUID + ":" + e.DatasetVersion + ":" + e.PartitionKey
+		if e.Commit != "" { // a replace commit rewrote the partition: its consumers run again
+			key += ":commit:" + e.Commit
+		}
+		return key
 	}
 	return "cursor:" + e.DatasetUUID + ":" + e.DatasetVersion + ":" + strconv.FormatInt(*e.Cursor, 10)
 }
@@ -77,7 +84,13 @@ func validateEvents(t *store.Task, attempt int, events []dispatch.DatasetEvent, 
 		} else if e.Start != nil || e.End != nil {
 			return nil, bad("start and end belong to a partitioned event (with partition_key)")
 		}
-		key, _ := json.Marshal([]any{t.ID, e.DatasetUUID, e.DatasetVersion, e.Cursor, e.PartitionKey, e.Start, e.End})
+		parts := []any{t.ID, e.DatasetUUID, e.DatasetVersion, e.Cursor, e.PartitionKey, e.Start, e.End}
+		if e.Staged != nil {
+			// A replace commit: a later attempt's commit of the partition is a new event, its
+			// own attempt's report again the same one.
+			parts = append(parts, attempt)
+		}
+		key, _ := json.Marshal(parts)
 		sum := sha256.Sum256(key)
 		rows[i] = &store.DatasetEvent{DedupeKey: hex.EncodeToString(sum[:]), JobID: t.JobID, TaskID: t.ID, Attempt: attempt,
 			DatasetUUID: e.DatasetUUID, DatasetVersion: e.DatasetVersion, Cursor: e.Cursor, PartitionKey: e.PartitionKey,
@@ -118,13 +131,17 @@ func (dp *Plane) AcceptEvents(ctx context.Context, tx store.Tx, c *dispatch.Work
 	if err != nil || n == 0 {
 		return n, err
 	}
-	for _, e := range rows {
+	for i, e := range rows {
 		if e.ID == 0 {
 			continue // a repeat: routed when it was first stored
 		}
-		payload, _ := json.Marshal(routedEvent{Tenant: job.Tenant, EventID: e.ID, TaskID: t.ID, DatasetEvent: dispatch.DatasetEvent{
+		re := routedEvent{Tenant: job.Tenant, EventID: e.ID, TaskID: t.ID, DatasetEvent: dispatch.DatasetEvent{
 			DatasetUUID: e.DatasetUUID, DatasetVersion: e.DatasetVersion, Cursor: e.Cursor, PartitionKey: e.PartitionKey,
-			Start: e.Start, End: e.End}})
+			Start: e.Start, End: e.End}}
+		if events[i].Staged != nil {
+			re.Commit = t.ID + "/" + strconv.Itoa(t.Attempt)
+		}
+		payload, _ := json.Marshal(re)
 		c.Outbox(&store.OutboxMessage{Topic: store.TopicDatasetEvent, Key: e.DatasetUUID, Payload: payload,
 			AvailableAt: c.Now(), CreatedAt: c.Now()})
 	}
