@@ -33,7 +33,7 @@ jobs:
 func TestBackpressureEndToEnd(t *testing.T) {
 	for _, tc := range []struct {
 		name  string
-		start func(t *testing.T) *metricsServer
+		start func(t *testing.T, extra ...string) *metricsServer
 	}{
 		{"dev", startMetricsDev},
 		{"server", startMetricsServer},

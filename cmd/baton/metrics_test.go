@@ -71,7 +71,7 @@ func postJSONTo(t *testing.T, url string, body any, headers ...string) (int, map
 func TestMetricsEndToEnd(t *testing.T) {
 	for _, tc := range []struct {
 		name  string
-		start func(t *testing.T) *metricsServer
+		start func(t *testing.T, extra ...string) *metricsServer
 	}{
 		{"dev", startMetricsDev},
 		{"server", startMetricsServer},
@@ -258,12 +258,12 @@ var (
 )
 
 // startMetricsDev starts `baton dev` with a metrics listener on a free port, JSON logs and a
-// short retry backoff.
-func startMetricsDev(t *testing.T) *metricsServer {
+// short retry backoff; extra flags follow.
+func startMetricsDev(t *testing.T, extra ...string) *metricsServer {
 	key := "bk_metrics_" + strconv.FormatInt(time.Now().UnixNano(), 36)
 	var stdout, stderr syncBuffer
-	exited := runUntilCleanupIn(envContext(context.Background(), "BATON_API_KEY", key), t, []string{"dev", "--data-dir", t.TempDir(), "--listen", "127.0.0.1:0", "--internal-listen", "127.0.0.1:0",
-		"--metrics-listen", "127.0.0.1:0", "--backoff-base", "20ms", "--backoff-max", "50ms", "--sink=false", "--log-format", "json"}, &stdout, &stderr)
+	exited := runUntilCleanupIn(envContext(context.Background(), "BATON_API_KEY", key), t, append([]string{"dev", "--data-dir", t.TempDir(), "--listen", "127.0.0.1:0", "--internal-listen", "127.0.0.1:0",
+		"--metrics-listen", "127.0.0.1:0", "--backoff-base", "20ms", "--backoff-max", "50ms", "--sink=false", "--log-format", "json"}, extra...), &stdout, &stderr)
 	waitForLine(t, &stdout, regexp.MustCompile("Press Ctrl-C"), exited, &stderr)
 	banner := stdout.String()
 	s := &metricsServer{key: key, stdout: &stdout, stderr: &stderr}
@@ -280,7 +280,7 @@ func startMetricsDev(t *testing.T) *metricsServer {
 
 // startMetricsServer starts `baton server` on a fresh PostgreSQL schema with a metrics listener
 // and JSON logs; its started line names the metrics URL.
-func startMetricsServer(t *testing.T) *metricsServer {
+func startMetricsServer(t *testing.T, extra ...string) *metricsServer {
 	url := pgSchemaURL(t)
 	var out, errOut bytes.Buffer
 	if code := run(context.Background(), []string{"migrate", "--database-url", url}, &out, &errOut); code != 0 {
@@ -292,9 +292,9 @@ func startMetricsServer(t *testing.T) *metricsServer {
 	}
 	s := &metricsServer{key: strings.TrimSpace(out.String()), public: "http://" + freeAddr(t), internal: "http://" + freeAddr(t), metrics: freeAddr(t)}
 	var stdout, stderr syncBuffer
-	exited := runUntilCleanup(t, []string{"server", "--database-url", url, "--internal-insecure",
+	exited := runUntilCleanup(t, append([]string{"server", "--database-url", url, "--internal-insecure",
 		"--listen", strings.TrimPrefix(s.public, "http://"), "--internal-listen", strings.TrimPrefix(s.internal, "http://"),
-		"--metrics-listen", s.metrics, "--backoff-base", "20ms", "--backoff-max", "50ms", "--log-format", "json"}, &stdout, &stderr)
+		"--metrics-listen", s.metrics, "--backoff-base", "20ms", "--backoff-max", "50ms", "--log-format", "json"}, extra...), &stdout, &stderr)
 	started := waitForLine(t, &stderr, regexp.MustCompile(`\{[^\n]*"msg":"baton server started"[^\n]*\}`), exited, &stderr)
 	var line map[string]any
 	if err := json.Unmarshal([]byte(started[0]), &line); err != nil {
