@@ -114,8 +114,8 @@ var admin struct {
 	err  error
 }
 
-// OpenPostgres opens a store in a new schema of the test database, dropped when the test ends,
-// so tests can run in parallel on one database.
+// OpenPostgres opens a store in a schema of the test database that no other test uses while
+// this one runs, empty and migrated, so tests can run in parallel on one database.
 func OpenPostgres(t testing.TB) store.Store {
 	t.Helper()
 	return OpenPostgresReplicas(t, 1)[0]
@@ -139,21 +139,13 @@ func connectAdmin(t testing.TB) string {
 // uniqueName is a fresh name for a test's schema or database.
 func uniqueName() string { return "baton_test_" + strings.ReplaceAll(uuid.NewString(), "-", "")[:16] }
 
-// OpenPostgresReplicas opens n stores on one new schema, as n server replicas sharing a database
-// would.
+// OpenPostgresReplicas opens n stores on one schema of the test's own, empty and migrated (see
+// takeSchema), as n server replicas sharing a database would.
 func OpenPostgresReplicas(t testing.TB, n int) []store.Store {
 	t.Helper()
 	url := connectAdmin(t)
 	ctx := context.Background()
-	schema := uniqueName()
-	if _, err := admin.db.ExecContext(ctx, "CREATE SCHEMA "+schema); err != nil {
-		t.Fatalf("create schema: %v", err)
-	}
-	t.Cleanup(func() {
-		if _, err := admin.db.ExecContext(ctx, "DROP SCHEMA "+schema+" CASCADE"); err != nil {
-			t.Errorf("drop schema %s: %v", schema, err)
-		}
-	})
+	schema := takeSchema(t)
 	stores := make([]store.Store, n)
 	for i := range stores {
 		st, err := postgres.Open(ctx, withSearchPath(url, schema), postgres.Options{MaxConns: 10, Migrate: true})
