@@ -1,9 +1,6 @@
 package main
 
 import (
-	"encoding/json"
-	"net/http"
-	"strings"
 	"testing"
 )
 
@@ -23,79 +20,44 @@ jobs:
 // high-priority job's is claimed first, its claim carries the job's lease and timeout, and its
 // second failure dead-letters it (max_attempts 2); the other job's task carries the defaults.
 func TestJobLimitsEndToEnd(t *testing.T) {
-	for _, tc := range []struct {
-		name  string
-		start func(t *testing.T, extra ...string) *metricsServer
-	}{
-		{"dev", startMetricsDev},
-		{"server", startMetricsServer},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			s := tc.start(t)
-			api := func(method, path, body string) (int, map[string]any) {
-				t.Helper()
-				req, _ := http.NewRequest(method, s.public+path, strings.NewReader(body))
-				req.Header.Set("x-api-key", s.key)
-				req.Header.Set("Content-Type", "application/yaml")
-				res, err := http.DefaultClient.Do(req)
-				if err != nil {
-					t.Fatal(err)
-				}
-				defer res.Body.Close()
-				var v map[string]any
-				_ = json.NewDecoder(res.Body).Decode(&v)
-				return res.StatusCode, v
+	forEachRealServer(t, func(t *testing.T, s *metricsServer) {
+		s.mustAPI(t, "POST", "/pipelines", limitsPipeline, 201)
+		for _, job := range []string{"routine", "urgent"} { // the low one first: older
+			s.mustAPI(t, "POST", "/pipelines/limits/jobs/"+job+"/run", "", 201)
+		}
+		fail := func(c map[string]any) map[string]any {
+			t.Helper()
+			code, res := postJSONTo(t, s.internal+"/internal/worker/fail", map[string]any{"worker_id": "w", "job_id": c["job_id"],
+				"attempt_id": c["attempt_id"], "lease_token": c["lease_token"],
+				"error": map[string]any{"code": "INFRASTRUCTURE", "message": "flaky", "retryable": true}})
+			if code != 200 {
+				t.Fatalf("fail: %d %v", code, res)
 			}
-			if code, body := api("POST", "/pipelines", limitsPipeline); code != 201 {
-				t.Fatalf("deploy: %d %v", code, body)
+			return res
+		}
+		first := s.claim(t, "work")
+		job, _ := first["job"].(map[string]any)
+		if job["name"] != "urgent" || first["lease_ttl_seconds"] != 30.0 || first["timeout_seconds"] != 60.0 {
+			t.Fatalf("the first claim: job %v, lease %v s, timeout %v s; want urgent, 30, 60", job["name"], first["lease_ttl_seconds"], first["timeout_seconds"])
+		}
+		if res := fail(first); res["requeued"] != true {
+			t.Fatalf("the first failure: %v, want a retry", res)
+		}
+		// The retry backs off; meanwhile the routine task is claimed, with the defaults.
+		second := s.claim(t, "work")
+		if j, _ := second["job"].(map[string]any); j["name"] == "urgent" {
+			if res := fail(second); res["dlq"] != true || res["requeued"] != false {
+				t.Fatalf("urgent's second failure: %v, want it dead-lettered (max_attempts 2)", res)
 			}
-			for _, job := range []string{"routine", "urgent"} { // the low one first: older
-				if code, body := api("POST", "/pipelines/limits/jobs/"+job+"/run", ""); code != 201 {
-					t.Fatalf("run %s: %d %v", job, code, body)
-				}
+			second = s.claim(t, "work")
+		} else {
+			third := s.claim(t, "work")
+			if res := fail(third); res["dlq"] != true {
+				t.Fatalf("urgent's second failure: %v, want it dead-lettered (max_attempts 2)", res)
 			}
-			claim := func() map[string]any {
-				t.Helper()
-				code, c := postJSONTo(t, s.internal+"/internal/worker/claim", map[string]any{"worker_id": "w", "streams": []string{"work"}, "max_wait_ms": 5000})
-				if code != 200 || c["claimed"] != true {
-					t.Fatalf("claim: %d %v", code, c)
-				}
-				return c
-			}
-			fail := func(c map[string]any) map[string]any {
-				t.Helper()
-				code, res := postJSONTo(t, s.internal+"/internal/worker/fail", map[string]any{"worker_id": "w", "job_id": c["job_id"],
-					"attempt_id": c["attempt_id"], "lease_token": c["lease_token"],
-					"error": map[string]any{"code": "INFRASTRUCTURE", "message": "flaky", "retryable": true}})
-				if code != 200 {
-					t.Fatalf("fail: %d %v", code, res)
-				}
-				return res
-			}
-			first := claim()
-			job, _ := first["job"].(map[string]any)
-			if job["name"] != "urgent" || first["lease_ttl_seconds"] != 30.0 || first["timeout_seconds"] != 60.0 {
-				t.Fatalf("the first claim: job %v, lease %v s, timeout %v s; want urgent, 30, 60", job["name"], first["lease_ttl_seconds"], first["timeout_seconds"])
-			}
-			if res := fail(first); res["requeued"] != true {
-				t.Fatalf("the first failure: %v, want a retry", res)
-			}
-			// The retry backs off; meanwhile the routine task is claimed, with the defaults.
-			second := claim()
-			if j, _ := second["job"].(map[string]any); j["name"] == "urgent" {
-				if res := fail(second); res["dlq"] != true || res["requeued"] != false {
-					t.Fatalf("urgent's second failure: %v, want it dead-lettered (max_attempts 2)", res)
-				}
-				second = claim()
-			} else {
-				third := claim()
-				if res := fail(third); res["dlq"] != true {
-					t.Fatalf("urgent's second failure: %v, want it dead-lettered (max_attempts 2)", res)
-				}
-			}
-			if j, _ := second["job"].(map[string]any); j["name"] != "routine" || second["lease_ttl_seconds"] != 90.0 {
-				t.Fatalf("the routine claim: job %v, lease %v s; want routine with the default lease of 90 s", j["name"], second["lease_ttl_seconds"])
-			}
-		})
-	}
+		}
+		if j, _ := second["job"].(map[string]any); j["name"] != "routine" || second["lease_ttl_seconds"] != 90.0 {
+			t.Fatalf("the routine claim: job %v, lease %v s; want routine with the default lease of 90 s", j["name"], second["lease_ttl_seconds"])
+		}
+	})
 }

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -44,6 +45,71 @@ func scrape(t *testing.T, addr string) map[string]*dto.MetricFamily {
 type metricsServer struct {
 	public, internal, metrics, key string
 	stdout, stderr                 *syncBuffer
+}
+
+// realServers are the two ways a user runs Baton: `baton dev` on SQLite and `baton server` on
+// PostgreSQL, each started with the given extra flags.
+var realServers = []struct {
+	name  string
+	start func(t *testing.T, extra ...string) *metricsServer
+}{
+	{"dev", startMetricsDev},
+	{"server", startMetricsServer},
+}
+
+// forEachRealServer runs fn as a subtest on each of realServers, started with extra.
+func forEachRealServer(t *testing.T, fn func(t *testing.T, s *metricsServer), extra ...string) {
+	for _, rs := range realServers {
+		t.Run(rs.name, func(t *testing.T) { fn(t, rs.start(t, extra...)) })
+	}
+}
+
+// forEachRealServerWithBlobs is forEachRealServer with a directory of the subtest's own as each
+// server's object storage (--blob-url), handed to fn.
+func forEachRealServerWithBlobs(t *testing.T, fn func(t *testing.T, s *metricsServer, blobDir string), extra ...string) {
+	for _, rs := range realServers {
+		t.Run(rs.name, func(t *testing.T) {
+			dir := t.TempDir()
+			fn(t, rs.start(t, append([]string{"--blob-url", "file://" + dir}, extra...)...), dir)
+		})
+	}
+}
+
+// api calls the producer API with the server's key (a body is sent as YAML, which JSON is too)
+// and decodes the JSON answer into a map.
+func (s *metricsServer) api(t *testing.T, method, path, body string) (int, map[string]any) {
+	t.Helper()
+	req, _ := http.NewRequest(method, s.public+path, strings.NewReader(body))
+	req.Header.Set("x-api-key", s.key)
+	req.Header.Set("Content-Type", "application/yaml")
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	var v map[string]any
+	_ = json.NewDecoder(res.Body).Decode(&v)
+	return res.StatusCode, v
+}
+
+// mustAPI is api that fails the test unless the answer's status is one of want.
+func (s *metricsServer) mustAPI(t *testing.T, method, path, body string, want ...int) map[string]any {
+	t.Helper()
+	code, v := s.api(t, method, path, body)
+	if !slices.Contains(want, code) {
+		t.Fatalf("%s %s: %d %v", method, path, code, v)
+	}
+	return v
+}
+
+// claim claims a task of one of queues over the stream-worker dialect, waiting up to 5 s.
+func (s *metricsServer) claim(t *testing.T, queues ...string) map[string]any {
+	t.Helper()
+	code, c := postJSONTo(t, s.internal+"/internal/worker/claim", map[string]any{"worker_id": "w", "streams": queues, "max_wait_ms": 5000})
+	if code != 200 || c["claimed"] != true {
+		t.Fatalf("claim from %v: %d %v", queues, code, c)
+	}
+	return c
 }
 
 // postJSONTo posts body and decodes the JSON answer into a map.
