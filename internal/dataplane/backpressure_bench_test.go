@@ -9,7 +9,6 @@ import (
 
 	"github.com/baton-dev/baton/internal/dataplane"
 	"github.com/baton-dev/baton/internal/dispatch"
-	"github.com/baton-dev/baton/internal/lifecycle"
 	"github.com/baton-dev/baton/internal/store"
 	"github.com/baton-dev/baton/internal/store/storetest"
 	"github.com/baton-dev/baton/wire"
@@ -33,33 +32,7 @@ func BenchmarkBackpressureStorm(b *testing.B) {
 func benchmarkStorm(b *testing.B, drv storetest.Driver, mode string) {
 	const events, depth = 100_000, 1_000
 	ctx := context.Background()
-	st := drv.Open(b)
-	d, err := dispatch.New(st, dispatch.Config{})
-	if err != nil {
-		b.Fatal(err)
-	}
-	dp := dataplane.New(d, dataplane.Config{})
-	if _, err := dp.Deploy(ctx, "bench", []byte(heldDocMode(depth, "", mode)), "application/yaml"); err != nil {
-		b.Fatal(err)
-	}
-	v, err := dp.GetPipeline(ctx, "bench", "capped")
-	if err != nil {
-		b.Fatal(err)
-	}
-	ds, err := st.DatasetGetMany(ctx, []string{v.Jobs()[0].Outputs[0].DatasetUUID})
-	if err != nil || len(ds) != 1 {
-		b.Fatal(ds, err)
-	}
-	res, err := d.CreateJob(ctx, dispatch.CreateJobParams{Tenant: "bench", Tasks: []lifecycle.TaskSpec{{Key: "emit", Name: "emit", Queue: "emit"}}})
-	if err != nil {
-		b.Fatal(err)
-	}
-	tasks, _ := st.TaskListByJob(ctx, res.Job.ID)
-	c, err := d.ClaimTask(ctx, dispatch.ClaimTaskParams{TaskID: tasks[0].ID, WorkerID: "emitter"})
-	if err != nil {
-		b.Fatal(err)
-	}
-	fence := dispatch.Fence{TaskID: c.Task.ID, LeaseToken: c.Task.LeaseToken}
+	d, dp, fence, feed := benchDeploy(b, drv.Open(b), heldDocMode(depth, "", mode), "capped")
 	var peak uint64
 	sample := func() {
 		var m runtime.MemStats
@@ -78,7 +51,7 @@ func benchmarkStorm(b *testing.B, drv storetest.Driver, mode string) {
 	for start := 0; start < events; start += 1000 {
 		evs := make([]dispatch.DatasetEvent, 0, 1000)
 		for i := start; i < start+1000; i++ {
-			evs = append(evs, cursorEvent(ds[0].UUID, ds[0].CurrentVersion, int64(i)))
+			evs = append(evs, cursorEvent(feed.UUID, feed.CurrentVersion, int64(i)))
 		}
 		if _, err := d.RecordEvents(ctx, fence, evs); err != nil {
 			b.Fatal(err)

@@ -38,16 +38,24 @@ jobs:
 // (a running task) and the source output's dataset.
 func benchRouting(b *testing.B, st store.Store) (*dispatch.Dispatcher, *dataplane.Plane, dispatch.Fence, *store.Dataset) {
 	b.Helper()
+	return benchDeploy(b, st, benchPipeline, "bench")
+}
+
+// benchDeploy deploys doc, the pipeline name whose first job is a source, for tenant "bench" on a
+// real-clock dispatcher, and returns it with an emitter (a running task) and the dataset of the
+// source's output.
+func benchDeploy(b *testing.B, st store.Store, doc, name string) (*dispatch.Dispatcher, *dataplane.Plane, dispatch.Fence, *store.Dataset) {
+	b.Helper()
 	ctx := context.Background()
 	d, err := dispatch.New(st, dispatch.Config{})
 	if err != nil {
 		b.Fatal(err)
 	}
 	dp := dataplane.New(d, dataplane.Config{})
-	if _, err := dp.Deploy(ctx, "bench", []byte(benchPipeline), "application/yaml"); err != nil {
+	if _, err := dp.Deploy(ctx, "bench", []byte(doc), "application/yaml"); err != nil {
 		b.Fatal(err)
 	}
-	v, err := dp.GetPipeline(ctx, "bench", "bench")
+	v, err := dp.GetPipeline(ctx, "bench", name)
 	if err != nil {
 		b.Fatal(err)
 	}
