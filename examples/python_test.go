@@ -19,6 +19,7 @@ import (
 
 	goredis "github.com/redis/go-redis/v9"
 
+	"github.com/baton-dev/baton/internal/buildtest"
 	"github.com/baton-dev/baton/internal/query/engine"
 )
 
@@ -37,7 +38,10 @@ func TestPythonExamples(t *testing.T) {
 	if out, err := exec.Command(py, "-c", "import sys; sys.exit(sys.version_info < (3, 9))").CombinedOutput(); err != nil {
 		t.Fatalf("the Python examples need Python 3.9 or newer (%s): %v %s", py, err, out)
 	}
-	bin := buildBaton(t)
+	// The baton binary, built once for every subtest the way this test was built (its race
+	// detector included).
+	bin := filepath.Join(t.TempDir(), "baton")
+	buildtest.Build(t, "..", "./cmd/baton", bin)
 	dir, err := filepath.Abs("python")
 	if err != nil {
 		t.Fatal(err)
@@ -498,23 +502,6 @@ func checkOutputs(t *testing.T, job map[string]any, by string, wrapped bool) {
 			t.Errorf("task %v: output %v, want %v", task["taskId"], task["output"], w)
 		}
 	}
-}
-
-// buildBaton builds the baton binary once, for every subtest, into the test's temporary directory,
-// with the race detector when this test has it.
-func buildBaton(t *testing.T) string {
-	t.Helper()
-	bin := filepath.Join(t.TempDir(), "baton")
-	args := []string{"build", "-o", bin}
-	if raceEnabled {
-		args = append(args, "-race")
-	}
-	cmd := exec.Command("go", append(args, "./cmd/baton")...)
-	cmd.Dir = ".."
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("go build ./cmd/baton: %v\n%s", err, out)
-	}
-	return bin
 }
 
 const apiKey = "py-examples-key-0123456789"

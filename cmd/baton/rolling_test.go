@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/baton-dev/baton/client"
+	"github.com/baton-dev/baton/internal/buildtest"
 	"github.com/baton-dev/baton/worker"
 )
 
@@ -144,28 +145,6 @@ func writeFile(path string, r io.Reader, mode os.FileMode) error {
 	return f.Close()
 }
 
-// goBuild builds ./cmd/baton of the module in dir into out, with the race detector when this test
-// has it. The build and module caches are the user's, shared with this test's own build: only the
-// packages that differ are compiled.
-func goBuild(t *testing.T, dir, out string) time.Duration {
-	t.Helper()
-	goBin, err := exec.LookPath("go") // go test puts its own GOROOT/bin first on PATH
-	if err != nil {
-		t.Fatalf("no go command to build with: %v", err)
-	}
-	start := time.Now()
-	args := []string{"build", "-o", out}
-	if raceEnabled {
-		args = append(args, "-race")
-	}
-	cmd := exec.Command(goBin, append(args, "./cmd/baton")...)
-	cmd.Dir = dir
-	if b, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("go build in %s: %v\n%s", dir, err, b)
-	}
-	return time.Since(start)
-}
-
 // replica is a `baton server` process.
 type replica struct {
 	name               string
@@ -243,7 +222,7 @@ func TestRollingUpgradeOnPostgres(t *testing.T) {
 	oldTree := t.TempDir()
 	extractTree(t, root, commit, oldTree)
 	oldBin := filepath.Join(bins, "baton-previous")
-	oldBuild := goBuild(t, oldTree, oldBin)
+	oldBuild := buildtest.Build(t, oldTree, "./cmd/baton", oldBin)
 	if err := os.RemoveAll(oldTree); err != nil {
 		t.Fatal(err)
 	}

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/baton-dev/baton/internal/buildtest"
 	"github.com/baton-dev/baton/internal/chaos"
 )
 
@@ -48,7 +49,9 @@ func TestChaos(t *testing.T) {
 		seed = s
 	}
 	bin := t.TempDir()
-	baton, child := buildBaton(t, bin), copyChild(t, bin)
+	// The baton command, built the way this test was (its race detector included).
+	baton, child := filepath.Join(bin, "baton"), copyChild(t, bin)
+	buildtest.Build(t, ".", "github.com/baton-dev/baton/cmd/baton", baton)
 
 	rounds := []struct {
 		name string
@@ -103,30 +106,6 @@ func TestChaos(t *testing.T) {
 			}
 		})
 	}
-}
-
-// buildBaton builds the baton command into dir, with the race detector when this test has it.
-func buildBaton(t *testing.T, dir string) string {
-	t.Helper()
-	out := filepath.Join(dir, "baton")
-	args := []string{"build", "-o", out}
-	if raceEnabled {
-		args = append(args, "-race")
-	}
-	cmd := exec.Command(goTool(t), append(args, "github.com/baton-dev/baton/cmd/baton")...)
-	if b, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("go build baton: %v\n%s", err, b)
-	}
-	return out
-}
-
-func goTool(t *testing.T) string {
-	// go test puts its own go command first on the PATH of the tests it runs.
-	p, err := exec.LookPath("go")
-	if err != nil {
-		t.Fatalf("no go command on the PATH: %v", err)
-	}
-	return p
 }
 
 // copyChild copies this test binary, which is the task child when chaos.EnvChild is set, to
