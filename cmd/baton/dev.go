@@ -123,13 +123,25 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) int {
   %s
 Press Ctrl-C to stop.
 `, path, ls.producer.Addr(), ls.producer.Addr(), ls.producer.Addr(), workerLine, f.dataDatabaseURL, f.blobURL, map[bool]string{true: " (a sink runs in this process)", false: " (no sink here: --sink=false)"}[f.sink], metricsLine(ls.metrics), keyLine)
+	serveCtx := ctx
 	stopDemo := func() {}
 	if demoArg.kind != "" {
 		stopDemo = demo.Start(ctx, demo.Config{Pipeline: demoArg.kind == demoKindPipeline, Producer: ls.producer.Addr(),
 			Internal: ls.internal.Addr(), BlobURL: f.blobURL, Certs: demoCerts, Store: st, APIKey: devSecret, Stdout: stdout, Stderr: stderr})
+		// On Ctrl-C the demo's workers stop first, while the server still answers them: a worker
+		// with a task in flight reports it and exits at once. Stopped after the server, such a
+		// worker retried its heartbeats against a closed port until it was killed, 15 s later.
+		var stopServing context.CancelFunc
+		serveCtx, stopServing = context.WithCancel(context.WithoutCancel(ctx))
+		defer stopServing()
+		go func() {
+			<-ctx.Done()
+			stopDemo()
+			stopServing()
+		}()
 	}
 	defer stopDemo()
-	if err := serve(ctx, &f, ls, st, newLogger(stderr, f.logFormat)); err != nil {
+	if err := serve(serveCtx, &f, ls, st, newLogger(stderr, f.logFormat)); err != nil {
 		fmt.Fprintln(stderr, "baton dev:", err)
 		return 1
 	}

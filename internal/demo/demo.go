@@ -317,7 +317,11 @@ func (d *session) startWorker(ctx context.Context, self, taskBin, name string, q
 	args := []string{"worker", "--task", name, "--exec", shellQuote(taskBin) + " demo-task",
 		"--internal-url", d.internalURL, "--url", d.producerURL,
 		"--internal-tls-ca", d.certs.CA, "--internal-tls-cert", d.certs.ClientCert, "--internal-tls-key", d.certs.ClientKey,
-		"--worker-id", "demo-" + name, "--grace", "3s", "--log-level", "warn", "--blob-url", d.blobURL}
+		"--worker-id", "demo-" + name, "--grace", "3s", "--log-level", "warn", "--blob-url", d.blobURL,
+		// Told to stop, a worker gives its running tasks (the block follower never ends by
+		// itself) 2 s, then stops their process groups and hands the tasks back: well within
+		// workerStop, after which it would be killed and leave its task's children behind.
+		"--shutdown-timeout", "2s"}
 	for _, q := range queues {
 		args = append(args, "--queue", q)
 	}
