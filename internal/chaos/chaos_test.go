@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"sync"
 	"testing"
 	"time"
 
@@ -72,40 +73,46 @@ func TestChaos(t *testing.T) {
 			return chaos.Config{Store: chaos.StoreSQLite, Transport: chaos.TransportNATS, NATSServer: lookPath(t, "nats-server", "/usr/sbin/nats-server")}
 		}},
 	}
+	// The rounds share nothing (each has its own processes, data directory, schema and transport
+	// server), so they run at once, each from a goroutine of its own: the suite takes about one
+	// round's time. A round mostly waits (on its leases, backoffs and faults; the four together
+	// keep about 1.3 cores busy), so they do not wait for t.Parallel's slots (-parallel, by
+	// default one per core), which would run them two by two on a 2-core machine.
+	var wg sync.WaitGroup
 	for i, round := range rounds {
-		t.Run(round.name, func(t *testing.T) {
-			// The rounds share nothing (each has its own processes, data directory, schema and
-			// transport server), so they run at once: the suite takes about one round's time.
-			t.Parallel()
-			cfg := round.cfg(t)
-			cfg.Baton, cfg.Child, cfg.Dir = baton, child, runDir(t)
-			cfg.Seed = seed + uint64(i)
-			cfg.Duration = duration
-			cfg.Jobs = max(int(duration.Seconds()*0.6), 4)
-			// DAGs of 15 tasks: the faults all fall in Duration, and what runs after it is the
-			// backlog's recovery, whose time grows with the tasks left. With 30 per job, the four
-			// rounds at once spent two of their three minutes recovering on a 2-core machine.
-			cfg.TasksPerJob = 15
-			cfg.Log = testWriter{t}
-			t.Logf("seed %d (replay: BATON_CHAOS_SEED=%d go test ./internal/chaos -run 'TestChaos/%s$')", cfg.Seed, cfg.Seed-uint64(i), round.name)
-			ctx, cancel := context.WithTimeout(context.Background(), duration+10*time.Minute)
-			defer cancel()
-			rep, err := chaos.Run(ctx, cfg)
-			if err != nil {
-				t.Fatal(err)
-			}
-			fmt.Println(rep) // the round's figures, on one line, also without -v
-			for _, p := range rep.Problems {
-				t.Error(p)
-			}
-			if !rep.OK() {
-				t.Fatalf("invariants broken: %s", rep)
-			}
-			if rep.Recovery > chaos.RecoveryBound {
-				t.Logf("recovery %.1fs took longer than twice the lease TTL plus the backoff cap (%s)", rep.Recovery.Seconds(), chaos.RecoveryBound)
-			}
+		wg.Go(func() {
+			t.Run(round.name, func(t *testing.T) {
+				cfg := round.cfg(t)
+				cfg.Baton, cfg.Child, cfg.Dir = baton, child, runDir(t)
+				cfg.Seed = seed + uint64(i)
+				cfg.Duration = duration
+				cfg.Jobs = max(int(duration.Seconds()*0.6), 4)
+				// DAGs of 15 tasks: the faults all fall in Duration, and what runs after it is the
+				// backlog's recovery, whose time grows with the tasks left. With 30 per job, the four
+				// rounds at once spent two of their three minutes recovering on a 2-core machine.
+				cfg.TasksPerJob = 15
+				cfg.Log = testWriter{t}
+				t.Logf("seed %d (replay: BATON_CHAOS_SEED=%d go test ./internal/chaos -run 'TestChaos/%s$')", cfg.Seed, cfg.Seed-uint64(i), round.name)
+				ctx, cancel := context.WithTimeout(context.Background(), duration+10*time.Minute)
+				defer cancel()
+				rep, err := chaos.Run(ctx, cfg)
+				if err != nil {
+					t.Fatal(err)
+				}
+				fmt.Println(rep) // the round's figures, on one line, also without -v
+				for _, p := range rep.Problems {
+					t.Error(p)
+				}
+				if !rep.OK() {
+					t.Fatalf("invariants broken: %s", rep)
+				}
+				if rep.Recovery > chaos.RecoveryBound {
+					t.Logf("recovery %.1fs took longer than twice the lease TTL plus the backoff cap (%s)", rep.Recovery.Seconds(), chaos.RecoveryBound)
+				}
+			})
 		})
 	}
+	wg.Wait()
 }
 
 // copyChild copies this test binary, which is the task child when chaos.EnvChild is set, to
