@@ -4,8 +4,10 @@ package main
 
 import (
 	"context"
+	"database/sql"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
@@ -96,8 +98,9 @@ func runDevDemoInspect(t *testing.T, done string, inspect func(stdout string), d
 	ctx, cancel := context.WithCancel(envContext(context.Background(), "BATON_API_KEY", ""))
 	defer cancel()
 	exited := make(chan int, 1)
+	dataDir := t.TempDir()
 	go func() {
-		exited <- run(ctx, append([]string{"dev", "--data-dir", t.TempDir(), "--listen", "127.0.0.1:0",
+		exited <- run(ctx, append([]string{"dev", "--data-dir", dataDir, "--listen", "127.0.0.1:0",
 			"--internal-listen", "127.0.0.1:0", "--metrics-listen=", "--shutdown-timeout", "5s"}, demo...), &stdout, &stderr)
 	}()
 	start := time.Now()
@@ -128,7 +131,40 @@ func runDevDemoInspect(t *testing.T, done string, inspect func(stdout string), d
 	if strings.Contains(stderr.String(), "worker exited") {
 		t.Errorf("a worker exited before the demo stopped it:\n%s", stderr.String())
 	}
+	// The workers stop before the server does, so a task still running then (the pipeline's
+	// block follower never ends by itself) was handed back, not left leased to a worker that
+	// is gone.
+	if running := runningTasks(t, filepath.Join(dataDir, dbFile)); len(running) > 0 {
+		t.Errorf("tasks still running after baton dev stopped: %v\nstderr:\n%s", running, stderr.String())
+	}
 	return out
+}
+
+// runningTasks lists the names of the tasks in the SQLite database at path that are running.
+func runningTasks(t *testing.T, path string) []string {
+	t.Helper()
+	db, err := sql.Open("sqlite", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	rows, err := db.Query(`SELECT name FROM tasks WHERE status = 'running'`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	var keys []string
+	for rows.Next() {
+		var k string
+		if err := rows.Scan(&k); err != nil {
+			t.Fatal(err)
+		}
+		keys = append(keys, k)
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return keys
 }
 
 func TestDevDemoRefusesOwnTLSFlags(t *testing.T) {
