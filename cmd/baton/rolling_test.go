@@ -4,6 +4,7 @@ import (
 	"archive/tar"
 	"bytes"
 	"context"
+	"crypto/sha256"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -13,6 +14,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -84,6 +86,73 @@ func previousSchemaCommit(t *testing.T) (root, commit, why string) {
 		skipOrFail(t, "the parent of %s (which added %s) is not in this clone (shallow?); fetch the full history (git fetch --unshallow)", added, migration)
 	}
 	return root, parent, "the parent of " + added + ", which added " + migration
+}
+
+// previousBuild returns baton built from commit's tree with this test binary's build flags, and
+// how it came (built, and in how long, or kept from an earlier run). The tree and the binary are
+// kept under the user's cache directory, keyed by the commit, the Go version and those flags: the
+// same commit builds the same binary, and CI's next run starts it at once. Without the cache, the
+// tree extracted into a new temporary directory each run compiled every one of its packages
+// again, a minute of CI, since a package's directory is part of the build cache's keys.
+func previousBuild(t *testing.T, root, commit string) (bin, how string) {
+	t.Helper()
+	hash, err := gitOut(root, "rev-parse", "--verify", commit+"^{commit}")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cache, err := os.UserCacheDir()
+	if err != nil { // no home: build into the test's own directory
+		tree := t.TempDir()
+		extractTree(t, root, hash, tree)
+		bin = filepath.Join(t.TempDir(), "baton-previous")
+		return bin, "built in " + buildtest.Build(t, tree, "./cmd/baton", bin).Round(time.Millisecond).String()
+	}
+	key := sha256.Sum256([]byte(strings.Join(append([]string{hash, runtime.Version()}, buildtest.Flags()...), "\n")))
+	dir := filepath.Join(cache, "baton-test", "rolling")
+	bin = filepath.Join(dir, fmt.Sprintf("baton-%x", key[:8]))
+	if _, err := os.Stat(bin); err == nil {
+		return bin, "built by an earlier run: " + bin
+	}
+	tree := filepath.Join(dir, "tree-"+hash)
+	if _, err := os.Stat(tree); err != nil {
+		// Extracted beside its place and renamed into it, so a tree there is always whole.
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		tmp, err := os.MkdirTemp(dir, "extract-")
+		if err != nil {
+			t.Fatal(err)
+		}
+		extractTree(t, root, hash, tmp)
+		if err := os.Rename(tmp, tree); err != nil {
+			_ = os.RemoveAll(tmp) // another run renamed its copy first
+		}
+	}
+	pruneRolling(t, dir, filepath.Base(bin), filepath.Base(tree))
+	tmp := fmt.Sprintf("%s.%d.tmp", bin, os.Getpid())
+	took := buildtest.Build(t, tree, "./cmd/baton", tmp)
+	if err := os.Rename(tmp, bin); err != nil {
+		t.Fatal(err)
+	}
+	return bin, "built in " + took.Round(time.Millisecond).String()
+}
+
+// pruneRolling removes what earlier runs kept in dir for other commits or flags, once a day old
+// (a run beside this one may still use a newer one).
+func pruneRolling(t *testing.T, dir string, keep ...string) {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range entries {
+		info, err := e.Info()
+		if err != nil || slices.Contains(keep, e.Name()) || time.Since(info.ModTime()) < 24*time.Hour {
+			continue
+		}
+		if err := os.RemoveAll(filepath.Join(dir, e.Name())); err != nil {
+			t.Logf("pruning the rolling-upgrade cache: %v", err)
+		}
+	}
 }
 
 // extractTree writes the tree of commit into dir, with git archive: no worktree to clean up.
@@ -218,21 +287,14 @@ func TestRollingUpgradeOnPostgres(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 
-	bins := t.TempDir()
-	oldTree := t.TempDir()
-	extractTree(t, root, commit, oldTree)
-	oldBin := filepath.Join(bins, "baton-previous")
-	oldBuild := buildtest.Build(t, oldTree, "./cmd/baton", oldBin)
-	if err := os.RemoveAll(oldTree); err != nil {
-		t.Fatal(err)
-	}
+	oldBin, oldBuild := previousBuild(t, root, commit)
 	// This tree's baton is this test binary, which runs `baton migrate` and `baton server` as
 	// baton does (TestMain): building it again would cost a whole link, DuckDB included.
 	newBin, err := os.Executable()
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Logf("previous schema's code: %s (%s); built in %s", commit, why, oldBuild.Round(time.Millisecond))
+	t.Logf("previous schema's code: %s (%s); %s", commit, why, oldBuild)
 
 	baton := func(bin string, args ...string) string {
 		t.Helper()
