@@ -82,7 +82,15 @@ func FuzzPushAnswer(f *testing.F) {
 		if !ok {
 			t.Fatalf("message %q does not start with %q", msg, prefix)
 		}
+		// The deliverer reads at most 4 KiB of the answer and quotes it as one line of valid UTF-8:
+		// whole when it fits in pushSnippetBytes, else its start and "…". (An answer may itself end
+		// with "…", so the mark alone does not tell which.)
+		read := answer[:min(len(answer), 4<<10)]
+		collapsed := strings.Join(strings.FieldsFunc(strings.ToValidUTF8(string(read), ""), unicode.IsSpace), " ")
 		if quote == "" {
+			if collapsed != "" {
+				t.Fatalf("message %q does not quote the answer %q", msg, collapsed)
+			}
 			return
 		}
 		quote, ok = strings.CutPrefix(quote, ": ")
@@ -93,14 +101,16 @@ func FuzzPushAnswer(f *testing.F) {
 			strings.ContainsFunc(quote, func(r rune) bool { return r != ' ' && unicode.IsSpace(r) }) {
 			t.Fatalf("the quoted answer %q is not one line of valid UTF-8 with its white space collapsed", quote)
 		}
-		text, cut := strings.CutSuffix(quote, "…")
-		if len(text) > pushSnippetBytes {
-			t.Fatalf("the quoted answer has %d bytes, more than %d", len(text), pushSnippetBytes)
-		}
-		read := answer[:min(len(answer), 4<<10)]
-		collapsed := strings.Join(strings.FieldsFunc(strings.ToValidUTF8(string(read), ""), unicode.IsSpace), " ")
-		if !strings.HasPrefix(collapsed, text) || cut != (len(collapsed) > pushSnippetBytes) {
-			t.Fatalf("the quoted answer %q is not the start of the answer %q", quote, collapsed)
+		if len(collapsed) <= pushSnippetBytes {
+			if quote != collapsed {
+				t.Fatalf("the quoted answer %q is not the whole answer %q", quote, collapsed)
+			}
+		} else {
+			text, cut := strings.CutSuffix(quote, "…")
+			if !cut || len(text) > pushSnippetBytes || !strings.HasPrefix(collapsed, text) {
+				t.Fatalf("the quoted answer %q is not at most %d bytes of the start of the answer %q and a \"…\"",
+					quote, pushSnippetBytes, collapsed)
+			}
 		}
 		if strings.Contains(msg, "hunter2") && !bytes.Contains(answer, []byte("hunter2")) ||
 			strings.Contains(msg, "q-secret") && !bytes.Contains(answer, []byte("q-secret")) {
