@@ -93,6 +93,9 @@ func (w *walker) where(n *node, path string) (map[string]any, []whereItem) {
 		w.node(n, path, "where must be a map of field: value")
 		return nil, nil
 	}
+	if len(n.entries) == 0 {
+		return nil, nil // where: {} filters nothing, as no where does
+	}
 	out := make(map[string]any, len(n.entries))
 	var items []whereItem
 	for _, e := range n.entries {
