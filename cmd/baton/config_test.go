@@ -288,7 +288,7 @@ func sampleValue(t *testing.T, command, name string) string {
 		}
 	}
 	candidates = append(candidates, "json", "none", "127.0.0.1:9999", "http://127.0.0.1:4318", "pipeline",
-		"https://app.example.com", "acme=2h")
+		"https://app.example.com", "acme=2h", "3GiB")
 	for _, v := range candidates {
 		fresh := configure(t, nil, command).fs
 		if fresh.Set(name, v) == nil && fresh.Lookup(name).Value.String() != f.Value.String() {

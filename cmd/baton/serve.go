@@ -332,7 +332,7 @@ func serve(ctx context.Context, f *serverFlags, ls *listeners, st store.Store, l
 		Staging:     f.retention.stagingConfig(),
 		Reconcile:   maintenance.ReconcilerConfig{Every: f.reconcileEvery, Grace: f.reconcileGrace},
 	}
-	eng, closeEngine, err := f.query.open(log)
+	eng, closeEngine, err := f.query.open(log, f.blobURL)
 	if err != nil {
 		return err
 	}

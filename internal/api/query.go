@@ -27,6 +27,7 @@ func (s *Server) userQuery(w http.ResponseWriter, r *http.Request) (any, error) 
 	if err != nil {
 		return nil, err
 	}
+	holdOpen(w, s.dp.QueryTimeout(false))
 	res, err := s.dp.Query(r.Context(), tenantOf(r), keyOf(r), p)
 	if err != nil {
 		return nil, queryError(err)
@@ -50,12 +51,20 @@ func (s *Server) fencedQuery(fence fenceFunc) handler {
 		if err != nil {
 			return nil, err
 		}
+		holdOpen(w, s.dp.QueryTimeout(true))
 		res, err := s.dp.TaskQuery(r.Context(), f, p)
 		if err != nil {
 			return nil, queryError(err)
 		}
 		return queryAnswer(res), nil
 	}
+}
+
+// holdOpen lets a query's answer be written past the listener's write timeout, which bounds
+// ordinary requests: until its statement's timeout plus the longest wait for a slot have
+// passed, so that every query gets its answer (its rows, or its 504) on the wire.
+func holdOpen(w http.ResponseWriter, timeout time.Duration) {
+	request.HoldOpen(w, timeout+query.MaxSlotWait)
 }
 
 // readQuery reads a query body's sql, limit and dataset_id. strict refuses any other member
@@ -124,6 +133,7 @@ func queryError(err error) error {
 		tooLarge *query.TooLargeError
 		unknown  *dataplane.QueryUnknownError
 		notRead  *dataplane.QueryNotReadableError
+		engRead  *query.NotReadableError
 	)
 	switch {
 	case errors.Is(err, query.ErrUnavailable):
@@ -136,12 +146,18 @@ func queryError(err error) error {
 		return queryRefusal(http.StatusBadRequest, "query_failed", failed.Error())
 	case errors.As(err, &notRead):
 		return queryRefusal(http.StatusUnprocessableEntity, "dataset_not_readable", notRead.Error())
+	case errors.As(err, &engRead):
+		return queryRefusal(http.StatusUnprocessableEntity, "dataset_not_readable", engRead.Error())
 	case errors.As(err, &tooLarge):
 		return queryRefusal(http.StatusUnprocessableEntity, "query_too_large", tooLarge.Error())
 	case errors.Is(err, query.ErrTimeout):
 		return queryRefusal(http.StatusGatewayTimeout, "query_timeout", "the query ran past its time limit and was stopped")
 	case errors.Is(err, query.ErrBusy):
 		he := queryRefusal(http.StatusServiceUnavailable, "query_busy", err.Error())
+		he.Header = http.Header{"Retry-After": {"1"}}
+		return he
+	case errors.Is(err, query.ErrStopped):
+		he := queryRefusal(http.StatusServiceUnavailable, "query_stopped", err.Error())
 		he.Header = http.Header{"Retry-After": {"1"}}
 		return he
 	}

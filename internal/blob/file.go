@@ -2,6 +2,7 @@ package blob
 
 import (
 	"fmt"
+	"os"
 	"path/filepath"
 	"strings"
 	"unicode"
@@ -39,4 +40,22 @@ func openFile(dir string) (*Store, error) {
 		root += "/"
 	}
 	return &Store{bucket: b, scheme: "file", root: root}, nil
+}
+
+// LocalRoot is the directory that holds the objects of the store rawURL names, with every
+// symbolic link resolved, when it is a file:// store (made if missing, as Open makes it); "" for
+// any other store.
+func LocalRoot(rawURL string) (string, error) {
+	scheme, dir, ok := strings.Cut(rawURL, "://")
+	if !ok || !strings.EqualFold(scheme, "file") || dir == "" {
+		return "", nil
+	}
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		return "", fmt.Errorf("blob: %s: %w", rawURL, err)
+	}
+	if err := os.MkdirAll(abs, 0o755); err != nil {
+		return "", fmt.Errorf("blob: %s: %w", rawURL, err)
+	}
+	return filepath.EvalSymlinks(abs)
 }

@@ -29,6 +29,9 @@ type Config struct {
 	LambdaOnPull func(op string) bool
 	// Query is the Query Service's engine; nil answers every query query.ErrUnavailable.
 	Query query.Engine
+	// QueryTimeout and TaskQueryTimeout are how long a user's and a task's statement may run
+	// (default query.UserTimeout and query.TaskTimeout).
+	QueryTimeout, TaskQueryTimeout time.Duration
 }
 
 // Plane is the data plane of one server over its dispatcher.

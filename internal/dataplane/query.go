@@ -1,6 +1,7 @@
 package dataplane
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -49,7 +50,7 @@ const datasetAlias = "dataset"
 // buffered dataset: its rows, one snapshot).
 func (dp *Plane) Query(ctx context.Context, tenant, keyID string, p QueryParams) (*query.Result, error) {
 	rec := &store.QueryAudit{Tenant: tenant, Caller: "key:" + keyID}
-	lim := query.Limits{Rows: p.Limit, Timeout: query.UserTimeout}
+	lim := query.Limits{Tenant: tenant, Caller: rec.Caller, Rows: p.Limit, Timeout: dp.QueryTimeout(false)}
 	return dp.runQuery(ctx, rec, p.SQL, lim, func(ctx context.Context, name string) (query.Relation, error) {
 		ref := name
 		if name == datasetAlias && p.DatasetID != "" {
@@ -80,7 +81,7 @@ func (dp *Plane) TaskQuery(ctx context.Context, f dispatch.Fence, p QueryParams)
 		return nil, err
 	}
 	rec := &store.QueryAudit{Tenant: job.Tenant, Caller: "task:" + t.ID + "/" + strconv.Itoa(f.Attempt)}
-	lim := query.Limits{Rows: p.Limit, Timeout: query.TaskTimeout}
+	lim := query.Limits{Tenant: job.Tenant, Caller: rec.Caller, Rows: p.Limit, Timeout: dp.QueryTimeout(true)}
 	route := dispatch.DecodeRoute(t)
 	return dp.runQuery(ctx, rec, p.SQL, lim, func(ctx context.Context, name string) (query.Relation, error) {
 		ref := name
@@ -108,6 +109,14 @@ func (dp *Plane) TaskQuery(ctx context.Context, f dispatch.Fence, p QueryParams)
 		}
 		return dp.relation(ctx, job.Tenant, name, ds[0], version, sref, where)
 	})
+}
+
+// QueryTimeout is how long a statement may run: a task's, or a user's.
+func (dp *Plane) QueryTimeout(task bool) time.Duration {
+	if task {
+		return cmp.Or(dp.cfg.TaskQueryTimeout, query.TaskTimeout)
+	}
+	return cmp.Or(dp.cfg.QueryTimeout, query.UserTimeout)
 }
 
 // runQuery gates sql, resolves its relations (resolve answers the relation of one name the
@@ -193,6 +202,7 @@ func queryStatus(err error) string {
 		forbidden *dispatch.ForbiddenError
 		unknown   *QueryUnknownError
 		notRead   *QueryNotReadableError
+		engRead   *query.NotReadableError
 	)
 	switch {
 	case err == nil:
@@ -203,7 +213,7 @@ func queryStatus(err error) string {
 		return "forbidden"
 	case errors.As(err, &unknown):
 		return "not_found"
-	case errors.As(err, &notRead):
+	case errors.As(err, &notRead), errors.As(err, &engRead):
 		return "not_readable"
 	case errors.As(err, &tooLarge):
 		return "too_large"
@@ -211,6 +221,8 @@ func queryStatus(err error) string {
 		return "timeout"
 	case errors.Is(err, query.ErrBusy):
 		return "busy"
+	case errors.Is(err, query.ErrStopped):
+		return "stopped"
 	case errors.As(err, &failed):
 		return "failed"
 	}

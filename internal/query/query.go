@@ -23,6 +23,9 @@ type Engine interface {
 	Check(ctx context.Context, sql string) (*Statement, error)
 	// Run executes a checked statement with exactly rels attached, each under its Name.
 	Run(ctx context.Context, st *Statement, rels []Relation, lim Limits) (*Result, error)
+	// Stop ends every statement that runs (their Run answers ErrStopped) and refuses new ones:
+	// a server that shuts down calls it before its grace ends.
+	Stop()
 }
 
 // Statement is SQL that passed the gate.
@@ -88,6 +91,13 @@ type File struct {
 
 // Limits bound one query. Zero fields take DefaultLimits'.
 type Limits struct {
+	// Tenant is whose query it is: one tenant holds at most its fair share of an engine's
+	// slots at once, so that another tenant's query is served while it saturates its share.
+	Tenant string
+	// Caller is who asks within the tenant (an API key, a task's attempt): an engine that keeps
+	// state between queries keeps it for the same caller only.
+	Caller string
+
 	Rows    int           // rows answered; more make the answer truncated
 	Bytes   int           // JSON bytes of the rows answered; more make it truncated
 	Timeout time.Duration // the statement's run time; past it, ErrTimeout
@@ -106,6 +116,9 @@ const (
 	// a task's query.
 	UserTimeout = 60 * time.Second
 	TaskTimeout = 300 * time.Second
+	// MaxSlotWait bounds how long a query may wait for a slot of an engine before its statement
+	// starts.
+	MaxSlotWait = 10 * time.Second
 )
 
 // DefaultLimits are a user query's limits.
@@ -155,8 +168,10 @@ var (
 	ErrUnavailable = errors.New("the query service is not available in this build of Baton: it was built without cgo (CGO_ENABLED=0), which the DuckDB engine needs")
 	// ErrTimeout: the statement ran past its timeout and was stopped.
 	ErrTimeout = errors.New("query timed out")
-	// ErrBusy: every query slot stayed taken while the caller waited.
+	// ErrBusy: every query slot the caller's tenant may take stayed taken while it waited.
 	ErrBusy = errors.New("the query service is busy: every query slot is taken; retry shortly")
+	// ErrStopped: the server shut down while the statement ran, or before it could.
+	ErrStopped = errors.New("the server is shutting down: the query was stopped; retry it")
 )
 
 // RejectedError is SQL the gate refused, with the reason.
@@ -175,7 +190,14 @@ type FailedError struct{ Message string }
 
 func (e *FailedError) Error() string { return "query failed: " + e.Message }
 
-// TooLargeError is a query whose inputs exceed a limit before it runs.
+// TooLargeError is a query past a limit of what it may read or use: its inputs before it runs,
+// or its memory, temporary files or CPU time while it runs.
 type TooLargeError struct{ Message string }
 
 func (e *TooLargeError) Error() string { return e.Message }
+
+// NotReadableError is a dataset version the engine cannot read (its files are not Parquet).
+// Message names the dataset and the version.
+type NotReadableError struct{ Message string }
+
+func (e *NotReadableError) Error() string { return e.Message }

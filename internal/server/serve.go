@@ -90,6 +90,12 @@ func Serve(ctx context.Context, cfg ServeConfig) error {
 	srv.Drain()
 	shutdownCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cfg.ShutdownTimeout)
 	defer cancel()
+	// A query may run for minutes, on work no request of its own can stop: past four fifths of
+	// the grace its statement is stopped, so that its handler still audits it and answers.
+	if eng := sc.DataPlane.Query; eng != nil {
+		stopQueries := time.AfterFunc(cfg.ShutdownTimeout*4/5, eng.Stop)
+		defer stopQueries.Stop()
+	}
 	var shutdownErr error
 	for _, hs := range servers {
 		if err := hs.Shutdown(shutdownCtx); err != nil && !errors.Is(err, http.ErrServerClosed) {

@@ -3,43 +3,59 @@
 package engine
 
 import (
+	"bufio"
+	"bytes"
 	"context"
-	"database/sql"
-	"database/sql/driver"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
-	"net/url"
 	"os"
 	"path/filepath"
 	"runtime"
-	"strconv"
 	"strings"
+	"sync"
+	"syscall"
 	"time"
 
-	"github.com/duckdb/duckdb-go/v2"
-
 	"github.com/baton-dev/baton/internal/query"
+	"github.com/baton-dev/baton/internal/sandbox"
 )
 
 // Available says whether this build has the engine.
 const Available = true
 
-// Engine runs queries on DuckDB: a fresh in-memory database per query, given only the
-// relations the query may read and then locked (see Run). It is safe for concurrent use.
+// Engine runs queries on DuckDB, each in a worker process of its own that the engine starts,
+// contains (package sandbox) and kills: at the statement's deadline, when its caller goes
+// away, when the server stops. Nothing a statement does, wherever its time and memory go
+// (parsing, planning, executing, encoding), happens in the server's process. It is safe for
+// concurrent use.
 type Engine struct {
 	cfg      Config
 	gate     *gate
-	slots    chan struct{}
-	ownSpill bool // New made cfg.SpillDir, and Close removes it
+	slots    *slots
+	workers  *workers
+	memory   uint64 // bytes: the worker's cap, beyond what it mapped to start
+	ownSpill bool   // New made cfg.SpillDir, and Close removes it
+
+	mu      sync.Mutex
+	stopped bool
+	running map[*worker]bool
 }
 
-// New starts an engine: it makes cfg.SpillDir (without one, a directory of its own under the
-// system's temporary directory, removed by Close) and opens the gate's parser.
+// New starts an engine: it checks cfg, makes cfg.SpillDir (without one, a directory of its own
+// under the system's temporary directory, removed by Close) and opens the gate's parser.
+// Workers start on demand; one is kept ready once the first query ran (Config.Spares).
 func New(cfg Config) (*Engine, error) {
 	cfg = cfg.withDefaults()
+	limit, err := ParseSize(cfg.MemoryLimit)
+	if err != nil {
+		return nil, fmt.Errorf("query engine: memory limit %q: %w", cfg.MemoryLimit, err)
+	}
+	if cfg.TenantSlots > cfg.MaxConcurrent {
+		return nil, fmt.Errorf("query engine: a tenant's slots (%d) exceed the slots (%d)", cfg.TenantSlots, cfg.MaxConcurrent)
+	}
 	own := cfg.SpillDir == ""
 	if own {
 		dir, err := os.MkdirTemp("", "baton-query-")
@@ -50,12 +66,30 @@ func New(cfg Config) (*Engine, error) {
 	} else if err := os.MkdirAll(cfg.SpillDir, 0o700); err != nil {
 		return nil, fmt.Errorf("query engine: spill directory: %w", err)
 	}
+	if cfg.SpillDir, err = filepath.Abs(cfg.SpillDir); err != nil {
+		return nil, fmt.Errorf("query engine: spill directory: %w", err)
+	}
 	g, err := newGate()
 	if err != nil {
 		return nil, err
 	}
-	return &Engine{cfg: cfg, gate: g, slots: make(chan struct{}, cfg.MaxConcurrent), ownSpill: own}, nil
+	e := &Engine{cfg: cfg, gate: g, slots: newSlots(cfg.MaxConcurrent, cfg.TenantSlots), ownSpill: own,
+		memory: limit + workerHeadroom, running: map[*worker]bool{}}
+	e.workers = newWorkers(e)
+	return e, nil
 }
+
+// cpuBudget is a worker's CPU time for its whole life (RLIMIT_CPU, which may only be lowered):
+// the operating system's backstop behind the deadline, which kills a statement first. A worker
+// that has used half of it serves no more queries, so that each query has at least a task's
+// timeout on all its threads.
+func (e *Engine) cpuBudget() time.Duration {
+	return 2*query.TaskTimeout*time.Duration(e.cfg.Threads) + time.Minute
+}
+
+// workerHeadroom is what a worker may map beyond DuckDB's memory limit: the values DuckDB does
+// not count against it, the threads' stacks, the answer being encoded.
+const workerHeadroom = 512 << 20
 
 func (c Config) withDefaults() Config {
 	if c.Threads <= 0 {
@@ -67,21 +101,56 @@ func (c Config) withDefaults() Config {
 	if c.MaxConcurrent <= 0 {
 		c.MaxConcurrent = 4
 	}
-	if c.SlotWait <= 0 {
-		c.SlotWait = 10 * time.Second
+	if c.TenantSlots <= 0 {
+		c.TenantSlots = (c.MaxConcurrent + 1) / 2
+	}
+	if c.SlotWait <= 0 || c.SlotWait > query.MaxSlotWait {
+		c.SlotWait = query.MaxSlotWait
+	}
+	if c.SpillLimit <= 0 {
+		c.SpillLimit = DefaultSpillLimit
+	}
+	if c.Spares < 0 {
+		c.Spares = 0
+	} else if c.Spares == 0 {
+		c.Spares = 1
 	}
 	if c.Logger == nil {
-		c.Logger = slog.New(slog.DiscardHandler)
+		c.Logger = nopLogger
 	}
 	return c
 }
 
-// Close closes the gate's parser, and removes the spill directory New made.
+// Close stops the engine (see Stop), ends its spare workers and removes the spill directory
+// New made.
 func (e *Engine) Close() error {
+	e.Stop()
+	e.workers.close()
 	if e.ownSpill {
 		os.RemoveAll(e.cfg.SpillDir)
 	}
 	return e.gate.close()
+}
+
+// Stop kills the worker of every statement that runs (their Run answers query.ErrStopped, once
+// the worker is gone and its files removed) and refuses statements from now on.
+func (e *Engine) Stop() {
+	e.mu.Lock()
+	e.stopped = true
+	running := make([]*worker, 0, len(e.running))
+	for w := range e.running {
+		running = append(running, w)
+	}
+	e.mu.Unlock()
+	for _, w := range running {
+		w.proc.Kill()
+	}
+}
+
+func (e *Engine) isStopped() bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.stopped
 }
 
 // Check gates sql (see gate.check).
@@ -91,119 +160,164 @@ func (e *Engine) Check(ctx context.Context, sql string) (*query.Statement, error
 
 // Run runs st over rels:
 //
-//  1. It takes one of the engine's slots, waiting at most Config.SlotWait (query.ErrBusy).
-//  2. It makes the query's own spill directory (mode 0700) and fetches into it the Parquet
-//     objects that cannot be read in place, at most lim.SpillBytes in all.
-//  3. It opens a fresh in-memory DuckDB with extension auto-install and auto-load off, its
-//     threads, memory and temporary directory bounded, and attaches each relation: a buffered
-//     one as a table filled through the appender (at most lim.RelationRows rows), a Parquet
-//     one as a view over its fixed list of files.
-//  4. It locks the database: file access only to those files and the spill directory,
-//     external access off, the configuration locked, so no statement can widen any of it.
-//  5. It runs st under lim.Timeout and answers at most lim.Rows rows and lim.Bytes bytes.
+//  1. It takes one of the engine's slots within the tenant's share (Config.TenantSlots),
+//     waiting at most Config.SlotWait (query.ErrBusy).
+//  2. It takes a worker process (a spare one, ready, or a new one) and fetches into the
+//     worker's own directory the Parquet objects that cannot be read in place, at most
+//     lim.SpillBytes in all.
+//  3. It caps the worker's memory and CPU time, and sends it the job and the rows of its
+//     buffered relations (at most lim.RelationRows each). The worker confines itself to the
+//     job's files and runs the statement (see job.run).
+//  4. It reads the answer: at most lim.Rows rows and lim.Bytes bytes.
 //
-// Everything is removed when it returns.
+// The worker is killed at lim.Timeout (query.ErrTimeout), when ctx ends, or when the engine
+// stops; it is gone and its directory removed when Run returns.
 func (e *Engine) Run(ctx context.Context, st *query.Statement, rels []query.Relation, lim query.Limits) (*query.Result, error) {
 	lim = lim.WithDefaults()
 	start := time.Now()
-	if err := e.acquire(ctx); err != nil {
+	if e.isStopped() {
+		return nil, query.ErrStopped
+	}
+	release, err := e.slots.acquire(ctx, lim.Tenant, e.cfg.SlotWait)
+	if err != nil {
 		return nil, err
 	}
-	defer func() { <-e.slots }()
+	defer release()
 
-	ctx, cancel := context.WithTimeout(ctx, lim.Timeout)
+	ctx, cancel := context.WithTimeoutCause(ctx, lim.Timeout, query.ErrTimeout)
 	defer cancel()
 	res, err := e.run(ctx, st, rels, lim)
-	if err != nil {
-		if ctx.Err() == context.DeadlineExceeded {
-			return nil, query.ErrTimeout
-		}
-		return nil, err
+	switch {
+	case err == nil:
+		res.Duration = time.Since(start)
+		return res, nil
+	case e.isStopped():
+		return nil, query.ErrStopped
+	case errors.Is(context.Cause(ctx), query.ErrTimeout):
+		return nil, query.ErrTimeout
+	case ctx.Err() != nil:
+		return nil, ctx.Err()
 	}
-	res.Duration = time.Since(start)
-	return res, nil
-}
-
-func (e *Engine) acquire(ctx context.Context) error {
-	select {
-	case e.slots <- struct{}{}:
-		return nil
-	default:
-	}
-	t := time.NewTimer(e.cfg.SlotWait)
-	defer t.Stop()
-	select {
-	case e.slots <- struct{}{}:
-		return nil
-	case <-t.C:
-		return query.ErrBusy
-	case <-ctx.Done():
-		return ctx.Err()
-	}
+	return nil, err
 }
 
 func (e *Engine) run(ctx context.Context, st *query.Statement, rels []query.Relation, lim query.Limits) (*query.Result, error) {
-	dir, err := os.MkdirTemp(e.cfg.SpillDir, "q-")
-	if err != nil {
-		return nil, fmt.Errorf("query: spill directory: %w", err)
-	}
-	defer os.RemoveAll(dir)
-	tmp := filepath.Join(dir, "tmp")
-	if err := os.Mkdir(tmp, 0o700); err != nil {
-		return nil, fmt.Errorf("query: spill directory: %w", err)
-	}
-	files, err := fetch(ctx, dir, rels, lim.SpillBytes)
+	w, err := e.workers.take(ctx, lim.Tenant+"\x00"+lim.Caller, rels)
 	if err != nil {
 		return nil, err
 	}
+	e.mu.Lock()
+	if e.stopped {
+		e.mu.Unlock()
+		w.end()
+		return nil, query.ErrStopped
+	}
+	e.running[w] = true
+	e.mu.Unlock()
+	defer func() {
+		e.mu.Lock()
+		delete(e.running, w)
+		e.mu.Unlock()
+		e.workers.put(w)
+	}()
+	stop := context.AfterFunc(ctx, w.proc.Kill)
+	defer stop()
 
-	conn, closeDB, err := e.open(ctx, tmp)
+	files, err := fetch(ctx, w.dir, rels, lim.SpillBytes)
 	if err != nil {
 		return nil, err
 	}
-	defer closeDB()
-	var allowed []string
+	defer w.clean()
+	j := job{SQL: st.SQL, Threads: e.cfg.Threads, MemoryLimit: e.cfg.MemoryLimit, SpillLimit: e.cfg.SpillLimit,
+		Dir: w.dir, Rows: lim.Rows, Bytes: lim.Bytes, Relations: make([]jobRelation, len(rels))}
 	for i, r := range rels {
-		if err := attach(ctx, conn, r, project(st, r.Columns), files[i], lim.RelationRows); err != nil {
-			return nil, err
+		jr := jobRelation{Name: r.Name, Version: r.Version, Buffered: r.Rows != nil}
+		if jr.Buffered {
+			jr.Columns = project(st, r.Columns)
+		} else if len(files[i]) == 0 {
+			return nil, fmt.Errorf("query: relation %s has neither rows nor files", r.Name)
 		}
-		allowed = append(allowed, files[i]...)
+		for k, p := range files[i] {
+			jr.Files = append(jr.Files, jobFile{Path: p, Key: r.Files[k].Key})
+		}
+		j.Relations[i] = jr
 	}
-	if err := lock(ctx, conn, tmp, allowed); err != nil {
+	// The statement's caps: memory beyond what the worker had mapped when it got its first
+	// job, CPU time a little past what its threads can use before the deadline kills it.
+	u, err := w.proc.Usage()
+	if err != nil {
 		return nil, err
 	}
-	return collect(ctx, conn, st.SQL, lim)
+	if w.queries == 0 {
+		w.base = u.AddressSpace
+	}
+	w.queries++
+	if err := w.proc.SetLimits(sandbox.Limits{Memory: w.base + e.memory}); err != nil {
+		return nil, err
+	}
+	sendErr := w.send(ctx, &j, rels, lim.RelationRows)
+	var tooLarge *query.TooLargeError
+	if errors.As(sendErr, &tooLarge) {
+		return nil, sendErr
+	}
+	ans, err := w.answer(lim.Bytes)
+	if err != nil {
+		switch {
+		case ctx.Err() != nil:
+			return nil, context.Cause(ctx)
+		case w.proc.Killed(): // by Stop
+			return nil, query.ErrStopped
+		}
+		return nil, e.died(w, errors.Join(sendErr, err))
+	}
+	// Answered, with every row it was sent: it may serve its caller again.
+	w.reusable = sendErr == nil && (ans.Error == nil || ans.Error.Kind != errInternal)
+	if ans.Error != nil {
+		if ans.Error.Kind == errInternal {
+			return nil, fmt.Errorf("query: %s", ans.Error.Message)
+		}
+		return nil, ans.Error.err()
+	}
+	res := &query.Result{Columns: ans.Columns, Rows: make([][]any, len(ans.Rows)), Truncated: ans.Truncated, RowCount: len(ans.Rows)}
+	for i, raw := range ans.Rows {
+		dec := json.NewDecoder(bytes.NewReader(raw))
+		dec.UseNumber()
+		if err := dec.Decode(&res.Rows[i]); err != nil {
+			return nil, fmt.Errorf("query: read the answer: %w", err)
+		}
+	}
+	return res, nil
 }
 
-// open opens a fresh in-memory database with its settings fixed at start, and its one
-// connection; closeDB closes both.
-func (e *Engine) open(ctx context.Context, tmp string) (*sql.Conn, func(), error) {
-	settings := url.Values{
-		"autoinstall_known_extensions": {"false"},
-		"autoload_known_extensions":    {"false"},
-		"allow_community_extensions":   {"false"},
-		"allow_unsigned_extensions":    {"false"},
-		"threads":                      {strconv.Itoa(e.cfg.Threads)},
-		"memory_limit":                 {e.cfg.MemoryLimit},
-		"temp_directory":               {tmp},
+// died is the error of a worker that ended without answering, and not because it was killed:
+// past its memory, CPU time or file size, or a fault of the engine.
+func (e *Engine) died(w *worker, cause error) error {
+	state, _ := w.proc.Wait()
+	stderr := w.stderr.String()
+	ws, _ := state.Sys().(syscall.WaitStatus)
+	switch {
+	case strings.Contains(stderr, "out of memory") || strings.Contains(stderr, "bad_alloc") ||
+		strings.Contains(stderr, "cannot allocate memory") || strings.Contains(stderr, "address space"):
+		return &query.TooLargeError{Message: fmt.Sprintf(
+			"the query needed more than its memory limit of %s and was stopped", e.cfg.MemoryLimit)}
+	case ws.Signaled() && (ws.Signal() == syscall.SIGXCPU || ws.Signal() == syscall.SIGKILL):
+		return &query.TooLargeError{Message: "the query used more CPU time than its limit and was stopped"}
+	case ws.Signaled() && ws.Signal() == syscall.SIGXFSZ:
+		return &query.TooLargeError{Message: fmt.Sprintf(
+			"the query wrote more than its limit of %d bytes of temporary files", e.cfg.SpillLimit)}
 	}
-	connector, err := duckdb.NewConnector("?"+settings.Encode(), nil)
-	if err != nil {
-		return nil, nil, fmt.Errorf("query: open DuckDB: %w", err)
+	e.cfg.Logger.Warn("query worker ended without an answer", "state", state.String(), "error", cause.Error(),
+		"stderr", lastLines(stderr, 20))
+	return &query.FailedError{Message: fmt.Sprintf("the query engine stopped while it ran the statement (%s)", state)}
+}
+
+// lastLines is the last n lines of s.
+func lastLines(s string, n int) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
 	}
-	db := sql.OpenDB(connector)
-	db.SetMaxOpenConns(1)
-	conn, err := db.Conn(ctx)
-	if err != nil {
-		db.Close()
-		connector.Close()
-		return nil, nil, fmt.Errorf("query: open DuckDB: %w", err)
-	}
-	return conn, func() {
-		conn.Close()
-		db.Close()
-		connector.Close()
-	}, nil
+	return strings.Join(lines, "\n")
 }
 
 // fetch returns, per relation, the local paths of its files: each file's Path when it has one,
@@ -275,198 +389,96 @@ func project(st *query.Statement, cols []query.Column) []query.Column {
 	return out
 }
 
-// attach makes r a relation of conn under its name: a buffered relation with only cols.
-func attach(ctx context.Context, conn *sql.Conn, r query.Relation, cols []query.Column, files []string, maxRows int64) error {
-	name := ident(r.Name)
-	if r.Rows == nil {
-		if len(files) == 0 {
-			return fmt.Errorf("query: relation %s has neither rows nor files", r.Name)
-		}
-		list := make([]string, len(files))
-		for i, f := range files {
-			list[i] = literal(f)
-		}
-		_, err := conn.ExecContext(ctx, "CREATE VIEW "+name+" AS SELECT * FROM read_parquet(["+strings.Join(list, ", ")+"])")
-		if err != nil {
-			return fmt.Errorf("query: attach %s: %w", r.Name, err)
-		}
-		return nil
-	}
-	defs, names := make([]string, len(cols)), make([]string, len(cols))
-	for i, c := range cols {
-		t, ok := columnTypes[c.Type]
-		if !ok {
-			return fmt.Errorf("query: relation %s: column %s has unknown type %q", r.Name, c.Name, c.Type)
-		}
-		defs[i], names[i] = ident(c.Name)+" "+t, c.Name
-	}
-	if _, err := conn.ExecContext(ctx, "CREATE TABLE "+name+" ("+strings.Join(defs, ", ")+")"); err != nil {
-		return fmt.Errorf("query: attach %s: %w", r.Name, err)
-	}
-	return conn.Raw(func(dc any) error {
-		a, err := duckdb.NewAppenderFromConn(dc.(driver.Conn), "", r.Name)
-		if err != nil {
-			return fmt.Errorf("query: attach %s: %w", r.Name, err)
-		}
-		err = appendRows(ctx, a, r, cols, names, maxRows)
-		if cerr := a.Close(); err == nil && cerr != nil {
-			err = fmt.Errorf("query: attach %s: %w", r.Name, cerr)
-		}
-		return err
-	})
-}
-
-// chunkRows is how many rows the reader of a buffered relation hands the appender at once.
+// chunkRows is how many rows of a buffered relation go to a worker in one frame.
 const chunkRows = 2048
 
-// appendRows appends r's rows (of columns names) to a. The rows are read on a goroutine of their
-// own and appended as they come, a chunk at a time, so that reading from the data database and
-// appending overlap.
-func appendRows(ctx context.Context, a *duckdb.Appender, r query.Relation, cols []query.Column, names []string, maxRows int64) error {
+// send writes j, then the rows of each buffered relation of rels (at most maxRows each), to the
+// worker. The rows are read on a goroutine of their own and written as they come, so that
+// reading from the data database and appending in the worker overlap.
+func (w *worker) send(ctx context.Context, j *job, rels []query.Relation, maxRows int64) error {
+	b, err := json.Marshal(j)
+	if err != nil {
+		return fmt.Errorf("query: encode the job: %w", err)
+	}
+	out := bufio.NewWriterSize(w.stdin, 256<<10)
+	if err := writeFrame(out, frameJob, b); err != nil {
+		return err
+	}
+	for i, r := range rels {
+		if r.Rows == nil {
+			continue
+		}
+		if err := sendRows(ctx, out, r, j.Relations[i].Columns, maxRows); err != nil {
+			return err
+		}
+	}
+	return out.Flush()
+}
+
+func sendRows(ctx context.Context, out *bufio.Writer, r query.Relation, cols []query.Column, maxRows int64) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	chunks := make(chan [][]driver.Value, 4)
+	names := make([]string, len(cols))
+	for i, c := range cols {
+		names[i] = c.Name
+	}
+	chunks := make(chan []byte, 4)
 	read := make(chan error, 1)
 	go func() {
 		defer close(chunks)
-		var n int64
-		chunk := make([][]driver.Value, 0, chunkRows)
+		var n, inChunk int64
+		chunk := make([]byte, 0, 64<<10)
+		flush := func() error {
+			head := []byte{}
+			head = binary.AppendUvarint(head, uint64(inChunk))
+			select {
+			case chunks <- append(head, chunk...):
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+			chunk, inChunk = chunk[:0], 0
+			return nil
+		}
 		err := r.Rows(ctx, names, func(vals []any) error {
 			if n++; n > maxRows {
 				return &query.TooLargeError{Message: fmt.Sprintf(
 					"dataset %s holds more than %d rows, the most the query service reads of one buffered dataset", r.Name, maxRows)}
 			}
-			row := make([]driver.Value, len(vals))
-			for i, v := range vals {
-				if v != nil && cols[i].Type == "json" {
-					v = json.RawMessage(v.(string))
+			var err error
+			for _, v := range vals {
+				if chunk, err = appendValue(chunk, v); err != nil {
+					return fmt.Errorf("query: relation %s: %w", r.Name, err)
 				}
-				row[i] = v
 			}
-			if chunk = append(chunk, row); len(chunk) == chunkRows {
-				select {
-				case chunks <- chunk:
-				case <-ctx.Done():
-					return ctx.Err()
-				}
-				chunk = make([][]driver.Value, 0, chunkRows)
+			if inChunk++; inChunk == chunkRows {
+				return flush()
 			}
 			return nil
 		})
-		if err == nil && len(chunk) > 0 {
-			select {
-			case chunks <- chunk:
-			case <-ctx.Done():
-				err = ctx.Err()
-			}
+		if err == nil && inChunk > 0 {
+			err = flush()
 		}
 		read <- err
 	}()
+	var werr error
 	for chunk := range chunks {
-		for _, row := range chunk {
-			if err := a.AppendRow(row...); err != nil {
-				cancel()
-				for range chunks { // let the reader end
-				}
-				<-read
-				return fmt.Errorf("query: attach %s: %w", r.Name, err)
+		if werr == nil {
+			werr = writeFrame(out, frameRows, chunk)
+			if werr != nil {
+				cancel() // the worker is gone: let the reader end
 			}
 		}
 	}
-	return <-read
+	if err := <-read; err != nil && werr == nil {
+		return err
+	} else if err != nil {
+		var tooLarge *query.TooLargeError
+		if errors.As(err, &tooLarge) {
+			return err
+		}
+	}
+	if werr != nil {
+		return werr
+	}
+	return writeFrame(out, frameEnd, nil)
 }
-
-// columnTypes maps a buffered dataset's column types to DuckDB's.
-var columnTypes = map[string]string{
-	"string": "VARCHAR", "integer": "BIGINT", "number": "DOUBLE", "boolean": "BOOLEAN",
-	"timestamp": "TIMESTAMPTZ", "json": "JSON",
-}
-
-// lock confines conn: its files and tmp are all it may read or write, external access is off
-// for good, and the configuration is locked so that no statement can change any of it.
-func lock(ctx context.Context, conn *sql.Conn, tmp string, files []string) error {
-	paths := make([]string, len(files))
-	for i, f := range files {
-		paths[i] = literal(f)
-	}
-	for _, s := range []string{
-		"SET allowed_directories = [" + literal(tmp+string(filepath.Separator)) + "]",
-		"SET allowed_paths = [" + strings.Join(paths, ", ") + "]",
-		"SET enable_external_access = false",
-		"SET lock_configuration = true",
-	} {
-		if _, err := conn.ExecContext(ctx, s); err != nil {
-			return fmt.Errorf("query: lock the database: %w", err)
-		}
-	}
-	return nil
-}
-
-// collect runs sql and reads its answer.
-func collect(ctx context.Context, conn *sql.Conn, text string, lim query.Limits) (*query.Result, error) {
-	rows, err := conn.QueryContext(ctx, text)
-	if err != nil {
-		return nil, failed(ctx, err)
-	}
-	defer rows.Close()
-	types, err := rows.ColumnTypes()
-	if err != nil {
-		return nil, failed(ctx, err)
-	}
-	res := &query.Result{Columns: make([]query.ResultColumn, len(types)), Rows: [][]any{}}
-	for i, t := range types {
-		res.Columns[i] = query.ResultColumn{Name: t.Name(), Type: t.DatabaseTypeName()}
-	}
-	vals := make([]any, len(types))
-	dest := make([]any, len(types))
-	for i := range vals {
-		dest[i] = &vals[i]
-	}
-	size := 2 // the brackets of the rows array
-	for rows.Next() {
-		if len(res.Rows) == lim.Rows {
-			res.Truncated = true
-			break
-		}
-		if err := rows.Scan(dest...); err != nil {
-			return nil, failed(ctx, err)
-		}
-		row := make([]any, len(vals))
-		for i, v := range vals {
-			row[i] = jsonValue(res.Columns[i].Type, v)
-		}
-		b, err := json.Marshal(row)
-		if err != nil {
-			return nil, fmt.Errorf("query: encode a row: %w", err)
-		}
-		if size += len(b) + 1; size > lim.Bytes {
-			res.Truncated = true
-			break
-		}
-		res.Rows = append(res.Rows, row)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, failed(ctx, err)
-	}
-	res.RowCount = len(res.Rows)
-	return res, nil
-}
-
-// failed is the error of a statement that failed in DuckDB: the caller's (query.FailedError)
-// unless the context ended.
-func failed(ctx context.Context, err error) error {
-	if ctx.Err() != nil {
-		return ctx.Err()
-	}
-	var de *duckdb.Error
-	if errors.As(err, &de) {
-		return &query.FailedError{Message: de.Msg}
-	}
-	return &query.FailedError{Message: err.Error()}
-}
-
-// ident quotes a name as a DuckDB identifier.
-func ident(name string) string { return `"` + strings.ReplaceAll(name, `"`, `""`) + `"` }
-
-// literal quotes s as a DuckDB string literal.
-func literal(s string) string { return "'" + strings.ReplaceAll(s, "'", "''") + "'" }

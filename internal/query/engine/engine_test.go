@@ -97,9 +97,19 @@ func TestRunJoinsABufferedRelationWithParquetFiles(t *testing.T) {
 	if len(res.Columns) != 3 || res.Columns[1] != (query.ResultColumn{Name: "n", Type: "BIGINT"}) {
 		t.Errorf("columns %+v", res.Columns)
 	}
-	// Nothing of the query is left in the spill directory.
-	if left, _ := os.ReadDir(e.cfg.SpillDir); len(left) != 0 {
-		t.Errorf("the spill directory still holds %d entries", len(left))
+	// Nothing of the query is left in the spill directory: no file (the directories of the
+	// workers that wait for the caller's next query stay), and nothing once the engine closed.
+	filepath.WalkDir(e.cfg.SpillDir, func(path string, d os.DirEntry, err error) error {
+		if err == nil && !d.IsDir() {
+			t.Errorf("the spill directory still holds %s", path)
+		}
+		return nil
+	})
+	e.Close()
+	if _, err := os.Stat(e.cfg.SpillDir); err == nil {
+		if left, _ := os.ReadDir(e.cfg.SpillDir); len(left) != 0 {
+			t.Errorf("the spill directory of a closed engine still holds %d entries", len(left))
+		}
 	}
 }
 
@@ -180,11 +190,14 @@ func TestRunRefusesInputsPastTheirLimits(t *testing.T) {
 
 func TestRunWaitsForASlotThenIsBusy(t *testing.T) {
 	e := newEngine(t, Config{MaxConcurrent: 1, SlotWait: 50 * time.Millisecond})
-	e.slots <- struct{}{} // the only slot is taken
+	release, err := e.slots.acquire(t.Context(), "other", time.Second) // the only slot is taken
+	if err != nil {
+		t.Fatal(err)
+	}
 	if _, err := run(t, e, "SELECT 1", query.Limits{}); !errors.Is(err, query.ErrBusy) {
 		t.Errorf("with every slot taken: %v, want ErrBusy", err)
 	}
-	<-e.slots
+	release()
 	if _, err := run(t, e, "SELECT 1", query.Limits{}); err != nil {
 		t.Errorf("with a free slot: %v", err)
 	}

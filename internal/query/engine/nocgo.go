@@ -20,6 +20,9 @@ func New(Config) (*Engine, error) { return nil, query.ErrUnavailable }
 // Close does nothing.
 func (*Engine) Close() error { return nil }
 
+// Stop does nothing.
+func (*Engine) Stop() {}
+
 // Check answers query.ErrUnavailable.
 func (*Engine) Check(context.Context, string) (*query.Statement, error) {
 	return nil, query.ErrUnavailable

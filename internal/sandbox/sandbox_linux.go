@@ -1,0 +1,325 @@
+package sandbox
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"os"
+	"os/exec"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// Process is a contained program started by Start.
+type Process struct {
+	cmd  *exec.Cmd
+	done chan struct{}
+	err  error // cmd.Wait's, once done is closed
+
+	mu     sync.Mutex
+	killed bool
+}
+
+// trampolineEnv, in a process's environment, makes it the trampoline of a contained program:
+// before anything else of it runs, init confines the process, then replaces it with the program.
+const trampolineEnv = "BATON_SANDBOX_TRAMPOLINE"
+
+// trampolineSpec is what a trampoline is told: the program, and how to contain it.
+type trampolineSpec struct {
+	Path   string   `json:"path"`
+	Args   []string `json:"args"`
+	Env    []string `json:"env"`
+	Policy Policy   `json:"policy"`
+}
+
+func init() {
+	if spec, ok := os.LookupEnv(trampolineEnv); ok {
+		err := trampoline(spec)
+		fmt.Fprintf(os.Stderr, "sandbox: %v\n", err)
+		os.Exit(126)
+	}
+}
+
+// trampoline confines this process as spec says and replaces it with spec's program; it
+// returns only if it could not.
+func trampoline(raw string) error {
+	var spec trampolineSpec
+	if err := json.Unmarshal([]byte(raw), &spec); err != nil {
+		return fmt.Errorf("read the trampoline's spec: %w", err)
+	}
+	// The main thread carries the domain into the program: execve keeps the calling thread's
+	// credentials, Landlock's domain among them, and ends every other thread.
+	runtime.LockOSThread()
+	p := spec.Policy
+	if spec.Path == selfExe {
+		exe, err := ownFiles()
+		if err != nil {
+			return err
+		}
+		p.Exec = append(p.Exec, exe...)
+	}
+	if _, err := os.Stat(loaderCache); err == nil {
+		p.Read = append(p.Read, loaderCache)
+	}
+	l := p.Limits
+	for _, r := range []struct {
+		name     string
+		resource int
+		v        uint64
+	}{{"memory", unix.RLIMIT_AS, l.Memory}, {"file size", unix.RLIMIT_FSIZE, l.FileSize}, {"open files", unix.RLIMIT_NOFILE, l.Files}} {
+		if r.v > 0 {
+			if err := unix.Setrlimit(r.resource, &unix.Rlimit{Cur: r.v, Max: r.v}); err != nil {
+				return fmt.Errorf("%s limit: %w", r.name, err)
+			}
+		}
+	}
+	if l.CPU > 0 {
+		// The soft limit sends SIGXCPU, the hard one a second later SIGKILL.
+		s := uint64(math.Ceil(l.CPU.Seconds()))
+		if err := unix.Setrlimit(unix.RLIMIT_CPU, &unix.Rlimit{Cur: s, Max: s + 1}); err != nil {
+			return fmt.Errorf("CPU limit: %w", err)
+		}
+	}
+	if err := restrict(p, true); err != nil {
+		return err
+	}
+	return syscall.Exec(spec.Path, spec.Args, spec.Env)
+}
+
+// selfExe names the running program's own file, whatever has become of its path since.
+const selfExe = "/proc/self/exe"
+
+// Start starts cmd contained by p: its limits and its confinement are in place before the
+// first instruction of cmd's program runs.
+//
+// cmd's Stdin, Stdout and Stderr must be set (to pipes, files or writers): Start opens no file
+// for them. cmd.Env is all the environment the program gets. Start sets cmd.SysProcAttr and
+// changes cmd.Path, cmd.Args and cmd.Env: cmd first starts this very program as a trampoline (in
+// a process group of its own, in a network namespace of its own unless p.Network, killed if the
+// server dies), which sets the limits on itself, confines itself with Landlock, and replaces
+// itself with cmd's program (execve), which keeps both. p's paths beneath /proc/self are the
+// program's own. A program that is this one (cmd.Path "/proc/self/exe") may execute itself and
+// the libraries it loads.
+//
+// A goroutine locked to an OS thread starts the trampoline and waits for the program: the
+// kernel kills the program (Pdeathsig) when the thread that started it ends, so that thread
+// lives as long as the program does.
+func Start(cmd *exec.Cmd, p Policy) (*Process, error) {
+	if cmd.Stdin == nil || cmd.Stdout == nil || cmd.Stderr == nil {
+		return nil, errors.New("sandbox: Stdin, Stdout and Stderr must be set")
+	}
+	spec := trampolineSpec{Path: cmd.Path, Args: cmd.Args, Env: cmd.Env, Policy: p}
+	if spec.Env == nil {
+		spec.Env = []string{} // nothing of the server's environment
+	}
+	raw, err := json.Marshal(spec)
+	if err != nil {
+		return nil, fmt.Errorf("sandbox: %w", err)
+	}
+	cmd.Path = selfExe
+	cmd.Args = []string{"baton-sandbox"}
+	cmd.Env = []string{trampolineEnv + "=" + string(raw)}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	if !p.Network && netnsUsable() {
+		cmd.SysProcAttr.Cloneflags = syscall.CLONE_NEWNET
+	}
+	proc := &Process{cmd: cmd, done: make(chan struct{})}
+	started := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread() // never unlocked: see above
+		if err := cmd.Start(); err != nil {
+			started <- fmt.Errorf("sandbox: start %s: %w", spec.Path, err)
+			close(proc.done)
+			return
+		}
+		started <- nil
+		proc.err = cmd.Wait()
+		close(proc.done)
+	}()
+	if err := <-started; err != nil {
+		return nil, err
+	}
+	return proc, nil
+}
+
+// Pid is the program's process id.
+func (proc *Process) Pid() int { return proc.cmd.Process.Pid }
+
+// SetLimits sets the program's limits (prlimit), each of l's non-zero fields; Limits.Memory
+// caps its address space as a whole. A limit may be lowered at any time; raising one needs
+// privileges the server may not have.
+func (proc *Process) SetLimits(l Limits) error {
+	pid := proc.cmd.Process.Pid
+	set := func(name string, resource int, cur, max uint64) error {
+		lim := unix.Rlimit{Cur: cur, Max: max}
+		if err := unix.Prlimit(pid, resource, &lim, nil); err != nil {
+			return fmt.Errorf("sandbox: %s limit of process %d: %w", name, pid, err)
+		}
+		return nil
+	}
+	var errs []error
+	if l.Memory > 0 {
+		errs = append(errs, set("memory", unix.RLIMIT_AS, l.Memory, l.Memory))
+	}
+	if l.CPU > 0 {
+		s := uint64(math.Ceil(l.CPU.Seconds()))
+		errs = append(errs, set("CPU", unix.RLIMIT_CPU, s, s+1))
+	}
+	if l.FileSize > 0 {
+		errs = append(errs, set("file size", unix.RLIMIT_FSIZE, l.FileSize, l.FileSize))
+	}
+	if l.Files > 0 {
+		errs = append(errs, set("open files", unix.RLIMIT_NOFILE, l.Files, l.Files))
+	}
+	return errors.Join(errs...)
+}
+
+// CapGrowth caps how much more the program's address space may grow, in bytes: RLIMIT_AS is set
+// to its size now plus n. What a program mapped to start (the race detector's shadow memory,
+// terabytes of it) is then not counted against what its work may allocate.
+func (proc *Process) CapGrowth(n uint64) error {
+	u, err := proc.Usage()
+	if err != nil {
+		return err
+	}
+	return proc.SetLimits(Limits{Memory: u.AddressSpace + n})
+}
+
+// Usage is what a program has used so far.
+type Usage struct {
+	AddressSpace uint64        // bytes mapped now
+	CPU          time.Duration // CPU time, user and system
+}
+
+// userHZ is the unit of the CPU times of /proc/PID/stat: 1/100 s on every Linux.
+const userHZ = 100
+
+// Usage reads what the program has used so far (its /proc/PID/stat).
+func (proc *Process) Usage() (Usage, error) {
+	pid := proc.cmd.Process.Pid
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return Usage{}, fmt.Errorf("sandbox: usage of process %d: %w", pid, err)
+	}
+	// The fields after the command, which is in parentheses and may hold anything: utime and
+	// stime are the line's 14th and 15th fields, vsize its 23rd.
+	rest := b[bytes.LastIndexByte(b, ')')+1:]
+	f := strings.Fields(string(rest))
+	if len(f) < 21 {
+		return Usage{}, fmt.Errorf("sandbox: usage of process %d: a stat of %d fields", pid, len(f))
+	}
+	var u Usage
+	utime, err1 := strconv.ParseUint(f[11], 10, 64)
+	stime, err2 := strconv.ParseUint(f[12], 10, 64)
+	vsize, err3 := strconv.ParseUint(f[20], 10, 64)
+	if err := errors.Join(err1, err2, err3); err != nil {
+		return Usage{}, fmt.Errorf("sandbox: usage of process %d: %w", pid, err)
+	}
+	u.AddressSpace = vsize
+	u.CPU = time.Duration(utime+stime) * time.Second / userHZ
+	return u, nil
+}
+
+// Kill kills the program and everything in its process group (SIGKILL). It may be called at
+// any time, more than once.
+func (proc *Process) Kill() {
+	proc.mu.Lock()
+	proc.killed = true
+	proc.mu.Unlock()
+	select {
+	case <-proc.done:
+		return
+	default:
+	}
+	syscall.Kill(-proc.cmd.Process.Pid, syscall.SIGKILL)
+}
+
+// Killed says whether Kill was called.
+func (proc *Process) Killed() bool {
+	proc.mu.Lock()
+	defer proc.mu.Unlock()
+	return proc.killed
+}
+
+// Done is closed once the program has exited and been reaped.
+func (proc *Process) Done() <-chan struct{} { return proc.done }
+
+// Wait waits for the program to exit and answers its state (and cmd.Wait's error).
+func (proc *Process) Wait() (*os.ProcessState, error) {
+	<-proc.done
+	return proc.cmd.ProcessState, proc.err
+}
+
+// RestrictThread confines the calling OS thread, and every thread and process it starts from
+// now on, to p's file access and network (its Limits and Exec are not used): a domain nested in
+// any it already has, so it can only narrow. The caller must have locked its goroutine to the
+// thread (runtime.LockOSThread) and never unlock it. A program that runs untrusted work on one
+// thread, e.g. a C library whose own threads it starts from that thread, confines that work
+// further than its process is.
+func RestrictThread(p Policy) error {
+	return restrict(p, false)
+}
+
+// Supported says what this kernel enforces.
+func Supported() Support {
+	return Support{Limits: true, Landlock: landlockABI(), NetworkNamespace: netnsUsable()}
+}
+
+var netns struct {
+	once   sync.Once
+	usable bool
+}
+
+// netnsUsable says whether this process may give a child a network namespace of its own
+// (CAP_SYS_ADMIN): it tries once, on a thread of its own that then ends.
+func netnsUsable() bool {
+	netns.once.Do(func() {
+		done := make(chan bool)
+		go func() {
+			runtime.LockOSThread() // never unlocked: the thread ends in the namespace it made
+			done <- unix.Unshare(unix.CLONE_NEWNET) == nil
+		}()
+		netns.usable = <-done
+	})
+	return netns.usable
+}
+
+// loaderCache is the dynamic loader's cache, which it reads to find a program's libraries.
+const loaderCache = "/etc/ld.so.cache"
+
+// ownFiles are the files mapped into this process that it was started from: its program and
+// the shared libraries the dynamic loader mapped (their real paths, which Landlock checks).
+func ownFiles() ([]string, error) {
+	f, err := os.Open("/proc/self/maps")
+	if err != nil {
+		return nil, fmt.Errorf("sandbox: read this process's maps: %w", err)
+	}
+	defer f.Close()
+	seen := map[string]bool{}
+	var out []string
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		fields := strings.Fields(sc.Text())
+		if len(fields) != 6 || !strings.HasPrefix(fields[5], "/") || !strings.Contains(fields[1], "x") {
+			continue // not code: anonymous, [heap], [stack], "(deleted)", or a mapped data file
+		}
+		if p := fields[5]; !seen[p] {
+			seen[p] = true
+			out = append(out, p)
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return nil, fmt.Errorf("sandbox: read this process's maps: %w", err)
+	}
+	return out, nil
+}
