@@ -90,10 +90,11 @@ func Serve(ctx context.Context, cfg ServeConfig) error {
 	srv.Drain()
 	shutdownCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cfg.ShutdownTimeout)
 	defer cancel()
-	// A query may run for minutes, on work no request of its own can stop: past four fifths of
-	// the grace its statement is stopped, so that its handler still audits it and answers.
+	// A query may run for minutes, on work no request of its own can stop: 5 s before the grace
+	// ends (half of a shorter grace) its statement is stopped, so that its handler still audits
+	// it and answers, and the listener sees the connection idle, in time.
 	if eng := sc.DataPlane.Query; eng != nil {
-		stopQueries := time.AfterFunc(cfg.ShutdownTimeout*4/5, eng.Stop)
+		stopQueries := time.AfterFunc(max(cfg.ShutdownTimeout/2, cfg.ShutdownTimeout-5*time.Second), eng.Stop)
 		defer stopQueries.Stop()
 	}
 	var shutdownErr error

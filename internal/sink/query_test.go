@@ -106,25 +106,7 @@ func testQueries(t *testing.T, f *fixture) {
 	}
 	version := func(v string, lo, hi int) {
 		t.Helper()
-		run, err := f.dp.RunSource(f.ctx, dataplane.RunSourceParams{Tenant: tenant, Pipeline: "chain", Job: "ingest", Trigger: map[string]any{"key": v}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		c := f.claim(run.TaskID)
-		prefix := grant.DatasetsDir + blocks.UUID + "/" + c.Task.ID + "/" + fmt.Sprint(c.Task.Attempt) + "/"
-		if err := f.blob.Put(f.ctx, prefix+"part-0.parquet", parquetOf(t, fmt.Sprintf(
-			"SELECT range AS number, '%s-' || range AS hash FROM range(%d, %d)", v, lo, hi+1)), "application/vnd.apache.parquet"); err != nil {
-			t.Fatal(err)
-		}
-		cursor := int64(1)
-		if _, err := f.d.Complete(f.ctx, dispatch.CompleteParams{TaskID: c.Task.ID, LeaseToken: c.Task.LeaseToken, Outcome: store.OutcomeSucceeded,
-			Published: []dispatch.PublishedVersion{{DatasetUUID: blocks.UUID, DatasetVersion: v, StorageRef: json.RawMessage(fmt.Sprintf("%q", f.blob.URI(prefix)))}},
-			Events:    []dispatch.DatasetEvent{{DatasetUUID: blocks.UUID, DatasetVersion: v, Cursor: &cursor}}}); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := f.dp.SetCurrentVersion(f.ctx, tenant, "blocks", v); err != nil {
-			t.Fatal(err)
-		}
+		f.blocksVersion(t, blocks, v, parquetOf(t, fmt.Sprintf("SELECT range AS number, '%s-' || range AS hash FROM range(%d, %d)", v, lo, hi+1)))
 	}
 	version("v2", 0, 99)
 	if got := f.route(); got["enrich"] != 1 {
@@ -261,6 +243,30 @@ func testQueries(t *testing.T, f *fixture) {
 }
 
 // parquetOf is the Parquet file of a query's rows.
+// blocksVersion publishes v, a version of the chain pipeline's dataset blocks whose one file,
+// written by a run of ingest, holds data, and makes it the current version.
+func (f *fixture) blocksVersion(t *testing.T, blocks *store.Dataset, v string, data []byte) {
+	t.Helper()
+	run, err := f.dp.RunSource(f.ctx, dataplane.RunSourceParams{Tenant: tenant, Pipeline: "chain", Job: "ingest", Trigger: map[string]any{"key": v}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := f.claim(run.TaskID)
+	prefix := grant.DatasetsDir + blocks.UUID + "/" + c.Task.ID + "/" + fmt.Sprint(c.Task.Attempt) + "/"
+	if err := f.blob.Put(f.ctx, prefix+"part-0.parquet", data, "application/vnd.apache.parquet"); err != nil {
+		t.Fatal(err)
+	}
+	cursor := int64(1)
+	if _, err := f.d.Complete(f.ctx, dispatch.CompleteParams{TaskID: c.Task.ID, LeaseToken: c.Task.LeaseToken, Outcome: store.OutcomeSucceeded,
+		Published: []dispatch.PublishedVersion{{DatasetUUID: blocks.UUID, DatasetVersion: v, StorageRef: json.RawMessage(fmt.Sprintf("%q", f.blob.URI(prefix)))}},
+		Events:    []dispatch.DatasetEvent{{DatasetUUID: blocks.UUID, DatasetVersion: v, Cursor: &cursor}}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.dp.SetCurrentVersion(f.ctx, tenant, "blocks", v); err != nil {
+		t.Fatal(err)
+	}
+}
+
 func parquetOf(t *testing.T, selectSQL string) []byte {
 	t.Helper()
 	db, err := sql.Open("duckdb", "")
