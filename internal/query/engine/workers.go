@@ -9,6 +9,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -287,6 +289,13 @@ func (ws *workers) start(ctx context.Context, read []string) (*worker, error) {
 	if err := os.Mkdir(filepath.Join(dir, "tmp"), 0o700); err != nil {
 		return fail(fmt.Errorf("query worker: its directory: %w", err))
 	}
+	// This very program, whatever has become of its file since it started.
+	exe := "/proc/self/exe"
+	if runtime.GOOS != "linux" {
+		if exe, err = os.Executable(); err != nil {
+			return fail(fmt.Errorf("query worker: %w", err))
+		}
+	}
 	inR, inW, err := os.Pipe()
 	if err != nil {
 		return fail(fmt.Errorf("query worker: %w", err))
@@ -298,16 +307,17 @@ func (ws *workers) start(ctx context.Context, read []string) (*worker, error) {
 		return fail(fmt.Errorf("query worker: %w", err))
 	}
 	w.stdin, w.stdout = inW, outR
-	// This very program, whatever has become of its file since it started.
-	cmd := exec.Command("/proc/self/exe")
+	cmd := exec.Command(exe)
 	cmd.Args = []string{"baton-query-worker"}
+	// Nothing of the server's environment; HOME is the worker's own directory, where DuckDB
+	// would look for its files.
 	cmd.Env = []string{workerEnv + "=" + workerVersion, "GORACE=atexit_sleep_ms=0", "HOME=" + dir}
 	if tz, ok := os.LookupEnv("TZ"); ok {
 		cmd.Env = append(cmd.Env, "TZ="+tz)
 	}
 	cmd.Dir = dir
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = inR, outW, w.stderr
-	w.proc, err = sandbox.Start(cmd, sandbox.Policy{Read: append(read, engineReads...), ReadWrite: []string{dir},
+	w.proc, err = sandbox.Start(cmd, sandbox.Policy{Read: slices.Concat(read, engineReads), ReadWrite: []string{dir},
 		Limits: sandbox.Limits{CPU: ws.e.cpuBudget(), FileSize: uint64(cfg.SpillLimit), Files: 4096}})
 	inR.Close()
 	outW.Close()
