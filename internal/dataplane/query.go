@@ -120,9 +120,8 @@ func (dp *Plane) QueryTimeout(task bool) time.Duration {
 }
 
 // runQuery gates sql, resolves its relations (resolve answers the relation of one name the
-// statement reads), runs it and writes its audit record, whatever the outcome. A name the
-// statement may mean as its own CTE is given a relation only where resolve finds one. A query
-// whose record cannot be written answers that error and no rows.
+// statement reads), runs it and writes its audit record, whatever the outcome. A query whose
+// record cannot be written answers that error and no rows.
 func (dp *Plane) runQuery(ctx context.Context, rec *store.QueryAudit, sql string, lim query.Limits,
 	resolve func(ctx context.Context, name string) (query.Relation, error)) (*query.Result, error) {
 	eng := dp.cfg.Query
@@ -165,27 +164,14 @@ func (dp *Plane) runQuery(ctx context.Context, rec *store.QueryAudit, sql string
 	return res, err
 }
 
-// resolveAll resolves the relations st reads: each of st.Relations, or the first refusal; and
-// each of st.Optional that resolves (the others are left to the statement's CTEs).
+// resolveAll resolves the relations st reads, each of st.Relations, or answers the first refusal:
+// a name the statement reads as a table outside its CTEs' scope must be a dataset the caller may
+// read.
 func resolveAll(ctx context.Context, st *query.Statement, resolve func(context.Context, string) (query.Relation, error)) ([]query.Relation, error) {
-	rels := make([]query.Relation, 0, len(st.Relations)+len(st.Optional))
+	rels := make([]query.Relation, 0, len(st.Relations))
 	for _, name := range st.Relations {
 		r, err := resolve(ctx, name)
 		if err != nil {
-			return nil, err
-		}
-		rels = append(rels, r)
-	}
-	for _, name := range st.Optional {
-		r, err := resolve(ctx, name)
-		var (
-			unknown   *QueryUnknownError
-			forbidden *dispatch.ForbiddenError
-		)
-		switch {
-		case errors.As(err, &unknown), errors.As(err, &forbidden):
-			continue
-		case err != nil:
 			return nil, err
 		}
 		rels = append(rels, r)

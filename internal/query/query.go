@@ -31,13 +31,11 @@ type Engine interface {
 // Statement is SQL that passed the gate.
 type Statement struct {
 	SQL string
-	// Relations are the names the statement reads as tables, other than its own CTEs: each
-	// must be attached as a Relation, or the statement cannot run.
+	// Relations are the names the statement reads as tables where none of its own CTEs of the
+	// name is in scope (a name it defines as a CTE in one place may be a relation in another):
+	// each must be attached as a Relation before the statement runs, since a name attached to
+	// nothing would be bound by whatever the engine's own catalog holds under it.
 	Relations []string
-	// Optional are names it reads as tables that it also defines as CTEs somewhere: where a CTE
-	// of the name is in scope the name is the CTE, elsewhere it is a relation. An engine attaches
-	// each that names a relation the caller may read, and leaves the others to the CTEs.
-	Optional []string
 	// Names are the names its column references are made of, lower-cased (a.b.c gives a, b and
 	// c), and AllColumns says that it may read columns it does not name (a star, a whole row, a
 	// positional reference, a natural join, renamed columns): an engine may attach a relation

@@ -94,7 +94,7 @@ func readTree(text string, tree []byte) (*query.Statement, error) {
 		return nil, fmt.Errorf("query gate: read the parse tree: %w", err)
 	}
 	w := &walker{tables: map[string]bool{}, ctes: map[string]bool{}, aliases: map[string]bool{}, names: map[string]bool{}, single: map[string]bool{}}
-	if err := w.walk(root); err != nil {
+	if err := w.walk(root, nil); err != nil {
 		return nil, err
 	}
 	st := &query.Statement{SQL: text, Names: w.names, AllColumns: w.all}
@@ -104,31 +104,45 @@ func readTree(text string, tree []byte) (*query.Statement, error) {
 		}
 	}
 	for name := range w.tables {
-		if w.ctes[name] {
-			st.Optional = append(st.Optional, name)
-		} else {
-			st.Relations = append(st.Relations, name)
-		}
+		st.Relations = append(st.Relations, name)
 	}
 	slices.Sort(st.Relations)
-	slices.Sort(st.Optional)
 	return st, nil
 }
 
 // walker walks a parse tree: every object in it, at every depth.
 type walker struct {
-	tables  map[string]bool // names read as tables
-	ctes    map[string]bool // names the statement defines as CTEs
+	tables  map[string]bool // names read as tables where no CTE of the name is in scope
+	ctes    map[string]bool // names the statement defines as CTEs, wherever
 	aliases map[string]bool // aliases of relations
 	names   map[string]bool // the parts of every column reference
 	single  map[string]bool // column references of one part
 	all     bool            // the statement may read columns it does not name
 }
 
+// scope is the CTEs in scope at a place of the tree, innermost first.
+type scope struct {
+	name string
+	up   *scope
+}
+
+func (s *scope) with(name string) *scope { return &scope{name: name, up: s} }
+
+func (s *scope) has(name string) bool {
+	for ; s != nil; s = s.up {
+		if s.name == name {
+			return true
+		}
+	}
+	return false
+}
+
 // Kinds of parse tree nodes, as json_serialize_sql names them.
 var (
-	// queryNodes may appear; any other query node is refused.
-	queryNodes = map[string]bool{"SELECT_NODE": true, "SET_OPERATION_NODE": true, "RECURSIVE_CTE_NODE": true, "CTE_NODE": true}
+	// queryNodes may appear; any other query node is refused. The parser writes a statement's
+	// CTEs as the cte_map of the node they belong to, and a recursive CTE's body as a
+	// RECURSIVE_CTE_NODE; a CTE_NODE, which it does not write, is refused with the others.
+	queryNodes = map[string]bool{"SELECT_NODE": true, "SET_OPERATION_NODE": true, "RECURSIVE_CTE_NODE": true}
 	// tableRefs are the kinds of relation a FROM clause may hold; the kinds DuckDB has beyond
 	// them (SHOW_REF for DESCRIBE and SUMMARIZE, COLUMN_DATA, DELIM_GET, BOUND_REF...) are refused.
 	tableRefs = map[string]bool{"BASE_TABLE": true, "SUBQUERY": true, "JOIN": true, "TABLE_FUNCTION": true,
@@ -147,17 +161,48 @@ var (
 	relationName = regexp.MustCompile(`^([a-z][a-z0-9_]{0,127}|[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12})$`)
 )
 
-func (w *walker) walk(v any) error {
+// walk walks v, in scope the CTEs of in.
+//
+// Where a CTE is in scope is DuckDB's rule (TestGateScopesCTEsAsDuckDBDoes holds the gate to it
+// on a real database): a CTE of a query node's cte_map is in scope in the whole node (its select
+// list, FROM, WHERE, GROUP BY, HAVING, QUALIFY, ORDER BY and LIMIT, both sides of a set
+// operation) and everything nested in it, and in the CTEs of the same WITH defined after it,
+// never in those before it nor in its own body; except that the body of a recursive CTE (WITH
+// RECURSIVE and a UNION [ALL], a RECURSIVE_CTE_NODE) sees the CTE itself in the right side of
+// the UNION. A CTE defined inside a subquery is in scope in that subquery only. Every other
+// name read as a table is a relation the statement needs: bound by no CTE, it would be bound by
+// whatever the engine's catalog holds under the name.
+func (w *walker) walk(v any, in *scope) error {
 	switch v := v.(type) {
 	case []any:
 		for _, e := range v {
-			if err := w.walk(e); err != nil {
+			if err := w.walk(e, in); err != nil {
 				return err
 			}
 		}
 	case map[string]any:
-		if err := w.node(v); err != nil {
+		if err := w.node(v, in); err != nil {
 			return err
+		}
+		if m, ok := v["cte_map"].(map[string]any); ok {
+			entries, _ := m["map"].([]any)
+			for _, e := range entries {
+				e, _ := e.(map[string]any)
+				if err := w.walk(e["value"], in); err != nil {
+					return err
+				}
+				if k, ok := e["key"].(string); ok {
+					name := lowerASCII(k)
+					w.ctes[name] = true
+					in = in.with(name)
+				}
+			}
+		}
+		recursive := in
+		if typ, _ := v["type"].(string); typ == "RECURSIVE_CTE_NODE" {
+			if name, ok := v["cte_name"].(string); ok {
+				recursive = in.with(lowerASCII(name))
+			}
 		}
 		keys := make([]string, 0, len(v))
 		for k := range v {
@@ -165,7 +210,14 @@ func (w *walker) walk(v any) error {
 		}
 		slices.Sort(keys) // the same refusal for the same statement
 		for _, k := range keys {
-			if err := w.walk(v[k]); err != nil {
+			sc := in
+			switch k {
+			case "cte_map":
+				continue
+			case "right":
+				sc = recursive
+			}
+			if err := w.walk(v[k], sc); err != nil {
 				return err
 			}
 		}
@@ -173,18 +225,8 @@ func (w *walker) walk(v any) error {
 	return nil
 }
 
-// node checks one object of the tree.
-func (w *walker) node(n map[string]any) error {
-	if m, ok := n["cte_map"].(map[string]any); ok {
-		entries, _ := m["map"].([]any)
-		for _, e := range entries {
-			if e, ok := e.(map[string]any); ok {
-				if k, ok := e["key"].(string); ok {
-					w.ctes[strings.ToLower(k)] = true
-				}
-			}
-		}
-	}
+// node checks one object of the tree, in scope the CTEs of in.
+func (w *walker) node(n map[string]any, in *scope) error {
 	typ, _ := n["type"].(string)
 	if class, ok := n["class"].(string); ok {
 		w.columns(class, n)
@@ -201,7 +243,7 @@ func (w *walker) node(n map[string]any) error {
 		return nil // not a relation: a modifier, an order, a join condition's kind...
 	}
 	if alias, _ := n["alias"].(string); alias != "" {
-		w.aliases[strings.ToLower(alias)] = true
+		w.aliases[lowerASCII(alias)] = true
 	}
 	if renamed, _ := n["column_name_alias"].([]any); len(renamed) > 0 {
 		w.all = true // columns renamed by position
@@ -224,15 +266,17 @@ func (w *walker) node(n map[string]any) error {
 		if schema != "" || catalog != "" {
 			return query.Rejectf("relation %q is named with a schema or catalog: name a dataset alone", strings.Trim(catalog+"."+schema+"."+name, "."))
 		}
-		lower := strings.ToLower(name)
+		lower := lowerASCII(name)
 		if !relationName.MatchString(lower) {
 			return query.Rejectf("%q is not a dataset's name: a query reads only datasets, by their names (no files, no paths)", name)
 		}
-		w.tables[lower] = true
+		if !in.has(lower) {
+			w.tables[lower] = true
+		}
 	case "TABLE_FUNCTION":
 		f, _ := n["function"].(map[string]any)
 		name, _ := f["function_name"].(string)
-		if !tableFunctions[strings.ToLower(name)] {
+		if !tableFunctions[lowerASCII(name)] {
 			return query.Rejectf("table function %s is not allowed: a query reads only datasets, by their names", name)
 		}
 	}
@@ -265,12 +309,12 @@ func (w *walker) expression(class string, n map[string]any) error {
 	name, _ := n["function_name"].(string)
 	schema, _ := n["schema"].(string)
 	catalog, _ := n["catalog"].(string)
-	lower := strings.ToLower(name)
 	// DuckDB's parser itself names some functions it writes in main (a list literal is
 	// main.list_value); a name is judged alone, wherever it says it lives.
 	if (schema != "" && schema != "main") || catalog != "" {
 		return query.Rejectf("function %s is named with a schema or catalog", strings.Trim(catalog+"."+schema+"."+name, "."))
 	}
+	lower := strings.ToLower(name)
 	if deniedFunctions[lower] {
 		return query.Rejectf("function %s is not allowed: it reads files, settings or the environment", name)
 	}
@@ -280,6 +324,18 @@ func (w *walker) expression(class string, n map[string]any) error {
 		}
 	}
 	return nil
+}
+
+// lowerASCII lower-cases the ASCII letters of s, as DuckDB folds the case of a name: to DuckDB
+// a CTE named "Key" with a Kelvin sign (U+212A), which Unicode lower-cases to k, is not key.
+func lowerASCII(s string) string {
+	b := []byte(s)
+	for i, c := range b {
+		if 'A' <= c && c <= 'Z' {
+			b[i] = c + 'a' - 'A'
+		}
+	}
+	return string(b)
 }
 
 func describeRef(typ string) string {
