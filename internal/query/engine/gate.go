@@ -273,8 +273,34 @@ func (w *walker) node(n map[string]any, in *scope) error {
 		if !tableFunctions[lowerASCII(name)] {
 			return query.Rejectf("table function %s is not allowed: a query reads only datasets, by their names", name)
 		}
+	case "PIVOT":
+		if isPivot(n) {
+			return query.Rejectf("%s", pivotRefused)
+		}
 	}
 	return nil
+}
+
+// pivotRefused is the reason a PIVOT is refused.
+const pivotRefused = "PIVOT is not allowed in a query: write each of its columns as an aggregate with FILTER (WHERE …)"
+
+// isPivot says whether a PIVOT relation is a PIVOT; the parser writes an UNPIVOT as one too,
+// with the names of its value columns, and no aggregates nor pivoted expressions.
+func isPivot(n map[string]any) bool {
+	if names, _ := n["unpivot_names"].([]any); len(names) == 0 {
+		return true
+	}
+	if aggs, _ := n["aggregates"].([]any); len(aggs) > 0 {
+		return true
+	}
+	pivots, _ := n["pivots"].([]any)
+	for _, p := range pivots {
+		p, _ := p.(map[string]any)
+		if exprs, _ := p["pivot_expressions"].([]any); len(exprs) > 0 {
+			return true
+		}
+	}
+	return false
 }
 
 // columns notes the columns an expression node may read.

@@ -177,6 +177,19 @@ var hostile = []string{
 	"SELECT [current_setting('temp_directory')], {'a': getvariable('x')}",
 	"SELECT * FROM alerts UNPIVOT (v FOR k IN (severity)) WHERE v = current_setting('temp_directory')",
 	"SELECT * FROM alerts WHERE payload->>'$.a' = current_setting('temp_directory')",
+	// PIVOT in either form, at every depth (its UNPIVOT passes).
+	"PIVOT alerts ON severity USING count(*)",
+	"PIVOT alerts ON severity IN ('high', 'low') USING count(*)",
+	"PIVOT_WIDER alerts ON severity IN ('high', 'low') USING count(*)",
+	"SELECT * FROM (PIVOT alerts ON severity IN ('high', 'low') USING count(*))",
+	"FROM alerts PIVOT (count(*) FOR severity IN ('high', 'low'))",
+	"SELECT * FROM alerts PIVOT (sum(score) FOR severity IN ('high', 'low'))",
+	"WITH p AS (PIVOT alerts ON severity IN ('high') USING count(*)) SELECT * FROM p",
+	"SELECT (SELECT count(*) FROM (PIVOT alerts ON severity IN ('high') USING count(*)))",
+	"SELECT * FROM blocks WHERE EXISTS (FROM alerts PIVOT (count(*) FOR severity IN ('high')))",
+	"SELECT * FROM blocks JOIN (FROM alerts PIVOT (count(*) FOR severity IN ('high'))) p ON true",
+	"SELECT * FROM blocks UNION ALL BY NAME FROM alerts PIVOT (count(*) FOR severity IN ('high'))",
+	"FROM alerts PIVOT (count(*) FOR severity IN ('high')) UNPIVOT (n FOR k IN (high))",
 	// Malformed: syntax errors, unterminated input, not UTF-8, NUL, empty.
 	"",
 	"   ",
@@ -219,15 +232,20 @@ func TestGateSaysWhyItRefuses(t *testing.T) {
 	}
 	defer g.close()
 	const (
+		pivot    = "sql rejected: PIVOT is not allowed in a query: write each of its columns as an aggregate with FILTER (WHERE …)"
 		function = " is not allowed: a query may call only the functions of a read-only analysis (arithmetic, string, date and time, regular expression, list and struct, JSON value, aggregate and window functions)"
 	)
 	for text, want := range map[string]string{
 		"SELECT json_serialize_plan('SELECT current_setting(''secret_directory'')', optimize := true)": "sql rejected: function json_serialize_plan" + function,
 		"SELECT * FROM alerts WHERE severity = current_setting('temp_directory')":                      "sql rejected: function current_setting" + function,
-		"SELECT GETVARIABLE('x')":             "sql rejected: function getvariable" + function,
-		"SELECT pg_catalog.pg_get_viewdef(1)": "sql rejected: function pg_catalog.pg_get_viewdef is named with a schema or catalog",
-		"SELECT * FROM json_each('{}')":       "sql rejected: table function json_each is not allowed: a query reads only datasets, by their names",
-		"SELECT * FROM main.pg_settings":      `sql rejected: relation "main.pg_settings" is named with a schema or catalog: name a dataset alone`,
+		"SELECT GETVARIABLE('x')":                                                    "sql rejected: function getvariable" + function,
+		"SELECT pg_catalog.pg_get_viewdef(1)":                                        "sql rejected: function pg_catalog.pg_get_viewdef is named with a schema or catalog",
+		"SELECT * FROM (PIVOT alerts ON severity IN ('high', 'low') USING count(*))": pivot,
+		"FROM alerts PIVOT (count(*) FOR severity IN ('high', 'low'))":               pivot,
+		"WITH p AS (PIVOT alerts ON severity IN ('high') USING count(*)) SELECT 1":   pivot,
+		"PIVOT alerts ON severity USING count(*)":                                    "sql rejected: only a read-only SELECT (or WITH … SELECT) may run",
+		"SELECT * FROM json_each('{}')":                                              "sql rejected: table function json_each is not allowed: a query reads only datasets, by their names",
+		"SELECT * FROM main.pg_settings":                                             `sql rejected: relation "main.pg_settings" is named with a schema or catalog: name a dataset alone`,
 	} {
 		if _, err := g.check(t.Context(), text); err == nil || err.Error() != want {
 			t.Errorf("gate(%q) = %v, want %q", text, err, want)
@@ -335,6 +353,13 @@ var allowed = []struct {
 	{sql: "FROM alerts LIMIT 3 OFFSET 1", rels: []string{"alerts"}},
 	{sql: "VALUES (1, 'a'), (2, 'b')"},
 	{sql: `SELECT 'a' AS "quoted name", 1 AS "SELECT"`},
+	// UNPIVOT, in either form, at every depth (PIVOT is refused).
+	{sql: "UNPIVOT alerts ON severity, source INTO NAME k VALUE v", rels: []string{"alerts"}},
+	{sql: "FROM alerts UNPIVOT (v FOR k IN (severity, source))", rels: []string{"alerts"}},
+	{sql: "SELECT * FROM (UNPIVOT alerts ON COLUMNS('^s[eo]') INTO NAME k VALUE v)", rels: []string{"alerts"}},
+	{sql: "WITH u AS (UNPIVOT alerts ON severity, source INTO NAME k VALUE v) SELECT k, count(*) FROM u GROUP BY k", rels: []string{"alerts"}},
+	{sql: "SELECT (SELECT count(*) FROM alerts UNPIVOT (v FOR k IN (severity, source))), * FROM blocks", rels: []string{"alerts", "blocks"}},
+
 	// Names the statement defines as CTEs are relations where no CTE of the name is in scope:
 	// there they are bound by the catalog of the engine (settings, paths, the databases), so
 	// each must name a dataset. TestGateScopesCTEsAsDuckDBDoes holds these rules to DuckDB's.
