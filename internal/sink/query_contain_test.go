@@ -24,7 +24,8 @@ func nestedSQL(depth int) string {
 // The Query Service over HTTP, as a hostile tenant and a hostile task use it: a statement ends
 // by its deadline wherever its time goes, and its answer reaches the client though the
 // listener's write timeout is shorter; one tenant cannot hold every slot; a version whose file
-// is not Parquet is refused naming it; the audit records what each client got.
+// is not Parquet is refused naming it; no name reaches the engine's catalog and no function
+// takes SQL text; the audit records what each client got.
 func TestQueriesAreContained(t *testing.T) {
 	if !engine.Available {
 		t.Skip("the query engine needs cgo")
@@ -116,14 +117,28 @@ func TestQueriesAreContained(t *testing.T) {
 				t.Errorf("a version that is not Parquet: %d %v, want 422 dataset_not_readable naming blocks and v-csv, no local path", code, ans)
 			}
 
+			// The gate: a catalog name outside the scope of a CTE of that name is a relation, which
+			// no dataset of the tenant is; a function that takes SQL text is not on the allowlist;
+			// PIVOT is refused.
+			for _, c := range []struct{ sql, code string }{
+				{"SELECT * FROM (WITH pg_settings AS (SELECT 1 AS x) SELECT * FROM pg_settings) q, pg_settings", "unknown_dataset"},
+				{"SELECT * FROM (WITH duckdb_tables AS (SELECT 1 AS x) SELECT * FROM duckdb_tables) q, duckdb_tables", "unknown_dataset"},
+				{"SELECT json_serialize_plan('SELECT current_setting(''secret_directory'')', optimize := true)", "sql_rejected"},
+				{"SELECT * FROM (PIVOT alert_events ON severity IN ('high', 'low') USING count(*))", "sql_rejected"},
+			} {
+				if code, ans := query(key, c.sql); code != http.StatusBadRequest || ans["error"] != c.code {
+					t.Errorf("%s: %d %v, want 400 %s", c.sql, code, ans, c.code)
+				}
+			}
+
 			// The audit says what each client got.
 			_, audit, _ := httpDo(t, "GET", public.URL+"/v1/query/audit?limit=100", nil, "x-api-key", key)
 			statuses := map[string]int{}
 			for _, q := range audit["queries"].([]any) {
 				statuses[q.(map[string]any)["status"].(string)]++
 			}
-			if statuses["timeout"] != 3 || statuses["busy"] != 1 || statuses["not_readable"] != 1 {
-				t.Errorf("audit statuses %v, want 3 timeout, 1 busy, 1 not_readable", statuses)
+			if statuses["timeout"] != 3 || statuses["busy"] != 1 || statuses["not_readable"] != 1 || statuses["not_found"] != 2 || statuses["rejected"] != 2 {
+				t.Errorf("audit statuses %v, want 3 timeout, 1 busy, 1 not_readable, 2 not_found, 2 rejected", statuses)
 			}
 		})
 	}

@@ -260,8 +260,8 @@ func TestGateSaysWhyItRefuses(t *testing.T) {
 var allowed = []struct {
 	sql  string
 	rels []string
-	// bounded: the gate lets it through and the engine must bound it (its memory limit, its
-	// timeout); no test here runs it.
+	// bounded: the gate lets it through and the engine bounds it: its worker process is killed
+	// at the deadline and capped in memory (contain_test.go runs such statements).
 	bounded bool
 }{
 	{sql: "SELECT 1"},
@@ -385,8 +385,8 @@ var allowed = []struct {
 	{sql: "WITH RECURSIVE pg_settings AS (SELECT 1 AS v UNION ALL SELECT v + 1 FROM pg_settings WHERE v < 3) SELECT * FROM pg_settings"},
 	{sql: `WITH "PG_SETTINGS" AS (SELECT 1) SELECT * FROM pg_settings`},
 
-	// The gate lets these through: containing them (their depth, the memory they take, their
-	// time) is the engine's work, its memory limit and its statement timeout, not the gate's.
+	// The gate lets these through: containing them (the planner's time, the memory of a value)
+	// is the engine's work, its worker process's deadline and memory cap, not the gate's.
 	{sql: "SELECT " + strings.Repeat("(SELECT ", 30) + "1" + strings.Repeat(")", 30), bounded: true},
 	{sql: "SELECT length(range(100000000))", bounded: true},
 	{sql: "SELECT repeat('x', 1000000000)", bounded: true},
@@ -448,8 +448,8 @@ func plainDuckDB(t *testing.T) *sql.DB {
 	return db
 }
 
-// exec runs statements on db, failing the test on the first error.
-func exec(t *testing.T, db *sql.DB, stmts ...string) {
+// execAll runs statements on db, failing the test on the first error.
+func execAll(t *testing.T, db *sql.DB, stmts ...string) {
 	t.Helper()
 	for _, s := range stmts {
 		if _, err := db.ExecContext(t.Context(), s); err != nil {
@@ -496,19 +496,19 @@ func TestAllowedStatementsRun(t *testing.T) {
 			continue // TestGateLetsReadsOfDatasetsThrough says so
 		}
 		db := plainDuckDB(t)
-		exec(t, db, fixtures["alerts"]) // the model of the other relations
+		execAll(t, db, fixtures["alerts"]) // the model of the other relations
 		for _, r := range st.Relations {
 			switch f, ok := fixtures[r]; {
 			case ok && r != "alerts":
-				exec(t, db, f)
+				execAll(t, db, f)
 			case strings.HasPrefix(r, "alerts_") || strings.Count(r, "-") == 4: // an archive, a uuid
-				exec(t, db, "CREATE TABLE "+ident(r)+" AS FROM alerts")
+				execAll(t, db, "CREATE TABLE "+ident(r)+" AS FROM alerts")
 			case !ok:
-				exec(t, db, "CREATE TABLE "+ident(r)+" AS SELECT 1 AS x")
+				execAll(t, db, "CREATE TABLE "+ident(r)+" AS SELECT 1 AS x")
 			}
 		}
 		if !slices.Contains(st.Relations, "alerts") {
-			exec(t, db, "DROP TABLE alerts")
+			execAll(t, db, "DROP TABLE alerts")
 		}
 		if err := runAll(t.Context(), db, c.sql); err != nil {
 			t.Errorf("%q: %v", c.sql, err)
@@ -597,7 +597,7 @@ func TestGateScopesCTEsAsDuckDBDoes(t *testing.T) {
 			db := plainDuckDB(t)
 			for _, r := range st.Relations {
 				if r != without {
-					exec(t, db, "CREATE TABLE "+ident(r)+" AS SELECT 1 AS v")
+					execAll(t, db, "CREATE TABLE "+ident(r)+" AS SELECT 1 AS v")
 				}
 			}
 			err := runAll(t.Context(), db, c.sql)
