@@ -30,6 +30,9 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
+// spun keeps the spinning loop from being optimized away.
+var spun int
+
 // child runs one action and prints "ok" or "denied: <error>".
 func child(action, arg string) int {
 	var err error
@@ -60,7 +63,8 @@ func child(action, arg string) int {
 			b[i] = 1
 		}
 	case "spin":
-		for {
+		for n := 0; ; n++ { // until the CPU limit ends it
+			spun = n
 		}
 	case "sleep":
 		time.Sleep(time.Hour)
