@@ -10,7 +10,10 @@
 package sandbox
 
 import (
+	"os"
+	"os/exec"
 	"strconv"
+	"sync"
 	"time"
 )
 
@@ -36,7 +39,8 @@ type Policy struct {
 type Limits struct {
 	// Memory caps its address space in bytes (RLIMIT_AS): an allocation past it fails. A
 	// program built with the race detector maps terabytes to start and cannot start under any
-	// cap: cap its growth once it has started instead (Process.CapGrowth).
+	// cap: once it has started, cap it at what it has mapped (Process.Usage) plus what it may
+	// still allocate.
 	Memory uint64
 	// CPU caps its CPU time (RLIMIT_CPU, in whole seconds, rounded up): past it, the kernel
 	// kills it with SIGXCPU (and SIGKILL a second later).
@@ -75,4 +79,39 @@ func (s Support) String() string {
 		out += ", no network namespace"
 	}
 	return out
+}
+
+// Process is a program started by Start.
+type Process struct {
+	cmd  *exec.Cmd
+	done chan struct{}
+	err  error // cmd.Wait's, once done is closed
+
+	mu     sync.Mutex
+	killed bool
+}
+
+// Pid is the program's process id.
+func (proc *Process) Pid() int { return proc.cmd.Process.Pid }
+
+// Killed says whether Kill was called.
+func (proc *Process) Killed() bool {
+	proc.mu.Lock()
+	defer proc.mu.Unlock()
+	return proc.killed
+}
+
+// Done is closed once the program has exited and been reaped.
+func (proc *Process) Done() <-chan struct{} { return proc.done }
+
+// Wait waits for the program to exit and answers its state (and cmd.Wait's error).
+func (proc *Process) Wait() (*os.ProcessState, error) {
+	<-proc.done
+	return proc.cmd.ProcessState, proc.err
+}
+
+// Usage is what a program has used so far.
+type Usage struct {
+	AddressSpace uint64        // bytes mapped now
+	CPU          time.Duration // CPU time, user and system
 }

@@ -19,16 +19,6 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// Process is a contained program started by Start.
-type Process struct {
-	cmd  *exec.Cmd
-	done chan struct{}
-	err  error // cmd.Wait's, once done is closed
-
-	mu     sync.Mutex
-	killed bool
-}
-
 // trampolineEnv, in a process's environment, makes it the trampoline of a contained program:
 // before anything else of it runs, init confines the process, then replaces it with the program.
 const trampolineEnv = "BATON_SANDBOX_TRAMPOLINE"
@@ -70,24 +60,8 @@ func trampoline(raw string) error {
 	if _, err := os.Stat(loaderCache); err == nil {
 		p.Read = append(p.Read, loaderCache)
 	}
-	l := p.Limits
-	for _, r := range []struct {
-		name     string
-		resource int
-		v        uint64
-	}{{"memory", unix.RLIMIT_AS, l.Memory}, {"file size", unix.RLIMIT_FSIZE, l.FileSize}, {"open files", unix.RLIMIT_NOFILE, l.Files}} {
-		if r.v > 0 {
-			if err := unix.Setrlimit(r.resource, &unix.Rlimit{Cur: r.v, Max: r.v}); err != nil {
-				return fmt.Errorf("%s limit: %w", r.name, err)
-			}
-		}
-	}
-	if l.CPU > 0 {
-		// The soft limit sends SIGXCPU, the hard one a second later SIGKILL.
-		s := uint64(math.Ceil(l.CPU.Seconds()))
-		if err := unix.Setrlimit(unix.RLIMIT_CPU, &unix.Rlimit{Cur: s, Max: s + 1}); err != nil {
-			return fmt.Errorf("CPU limit: %w", err)
-		}
+	if err := setLimits(0, p.Limits); err != nil {
+		return err
 	}
 	if err := restrict(p, true); err != nil {
 		return err
@@ -151,17 +125,17 @@ func Start(cmd *exec.Cmd, p Policy) (*Process, error) {
 	return proc, nil
 }
 
-// Pid is the program's process id.
-func (proc *Process) Pid() int { return proc.cmd.Process.Pid }
-
 // SetLimits sets the program's limits (prlimit), each of l's non-zero fields; Limits.Memory
 // caps its address space as a whole. A limit may be lowered at any time; raising one needs
 // privileges the server may not have.
 func (proc *Process) SetLimits(l Limits) error {
-	pid := proc.cmd.Process.Pid
+	return setLimits(proc.cmd.Process.Pid, l)
+}
+
+// setLimits sets l's non-zero fields as the limits of process pid (0: this one).
+func setLimits(pid int, l Limits) error {
 	set := func(name string, resource int, cur, max uint64) error {
-		lim := unix.Rlimit{Cur: cur, Max: max}
-		if err := unix.Prlimit(pid, resource, &lim, nil); err != nil {
+		if err := unix.Prlimit(pid, resource, &unix.Rlimit{Cur: cur, Max: max}, nil); err != nil {
 			return fmt.Errorf("sandbox: %s limit of process %d: %w", name, pid, err)
 		}
 		return nil
@@ -171,6 +145,7 @@ func (proc *Process) SetLimits(l Limits) error {
 		errs = append(errs, set("memory", unix.RLIMIT_AS, l.Memory, l.Memory))
 	}
 	if l.CPU > 0 {
+		// The soft limit sends SIGXCPU, the hard one a second later SIGKILL.
 		s := uint64(math.Ceil(l.CPU.Seconds()))
 		errs = append(errs, set("CPU", unix.RLIMIT_CPU, s, s+1))
 	}
@@ -181,23 +156,6 @@ func (proc *Process) SetLimits(l Limits) error {
 		errs = append(errs, set("open files", unix.RLIMIT_NOFILE, l.Files, l.Files))
 	}
 	return errors.Join(errs...)
-}
-
-// CapGrowth caps how much more the program's address space may grow, in bytes: RLIMIT_AS is set
-// to its size now plus n. What a program mapped to start (the race detector's shadow memory,
-// terabytes of it) is then not counted against what its work may allocate.
-func (proc *Process) CapGrowth(n uint64) error {
-	u, err := proc.Usage()
-	if err != nil {
-		return err
-	}
-	return proc.SetLimits(Limits{Memory: u.AddressSpace + n})
-}
-
-// Usage is what a program has used so far.
-type Usage struct {
-	AddressSpace uint64        // bytes mapped now
-	CPU          time.Duration // CPU time, user and system
 }
 
 // userHZ is the unit of the CPU times of /proc/PID/stat: 1/100 s on every Linux.
@@ -241,22 +199,6 @@ func (proc *Process) Kill() {
 	default:
 	}
 	syscall.Kill(-proc.cmd.Process.Pid, syscall.SIGKILL)
-}
-
-// Killed says whether Kill was called.
-func (proc *Process) Killed() bool {
-	proc.mu.Lock()
-	defer proc.mu.Unlock()
-	return proc.killed
-}
-
-// Done is closed once the program has exited and been reaped.
-func (proc *Process) Done() <-chan struct{} { return proc.done }
-
-// Wait waits for the program to exit and answers its state (and cmd.Wait's error).
-func (proc *Process) Wait() (*os.ProcessState, error) {
-	<-proc.done
-	return proc.cmd.ProcessState, proc.err
 }
 
 // RestrictThread confines the calling OS thread, and every thread and process it starts from

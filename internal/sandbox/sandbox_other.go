@@ -4,21 +4,8 @@ package sandbox
 
 import (
 	"errors"
-	"os"
 	"os/exec"
-	"sync"
-	"time"
 )
-
-// Process is a program started by Start.
-type Process struct {
-	cmd  *exec.Cmd
-	done chan struct{}
-	err  error
-
-	mu     sync.Mutex
-	killed bool
-}
 
 // Start starts cmd. Outside Linux nothing of p is enforced (Supported says so): the program
 // runs with the server's rights.
@@ -40,20 +27,8 @@ func Start(cmd *exec.Cmd, p Policy) (*Process, error) {
 	return proc, nil
 }
 
-// Pid is the program's process id.
-func (proc *Process) Pid() int { return proc.cmd.Process.Pid }
-
 // SetLimits does nothing outside Linux.
 func (proc *Process) SetLimits(Limits) error { return nil }
-
-// CapGrowth does nothing outside Linux.
-func (proc *Process) CapGrowth(uint64) error { return nil }
-
-// Usage is what a program has used so far.
-type Usage struct {
-	AddressSpace uint64
-	CPU          time.Duration
-}
 
 // Usage knows nothing outside Linux.
 func (proc *Process) Usage() (Usage, error) { return Usage{}, nil }
@@ -68,22 +43,6 @@ func (proc *Process) Kill() {
 	default:
 		proc.cmd.Process.Kill()
 	}
-}
-
-// Killed says whether Kill was called.
-func (proc *Process) Killed() bool {
-	proc.mu.Lock()
-	defer proc.mu.Unlock()
-	return proc.killed
-}
-
-// Done is closed once the program has exited.
-func (proc *Process) Done() <-chan struct{} { return proc.done }
-
-// Wait waits for the program to exit.
-func (proc *Process) Wait() (*os.ProcessState, error) {
-	<-proc.done
-	return proc.cmd.ProcessState, proc.err
 }
 
 // RestrictThread does nothing outside Linux.

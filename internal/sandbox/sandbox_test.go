@@ -173,13 +173,19 @@ func TestStartCutsTheNetwork(t *testing.T) {
 	}
 }
 
-func TestCapGrowthCapsMemory(t *testing.T) {
+// A cap set once the program started counts from what it had mapped: what the race detector's
+// runtime maps to start (terabytes) is not counted against what its work may allocate.
+func TestSetLimitsCapsMemoryFromWhatTheProgramMapped(t *testing.T) {
 	for _, c := range []struct {
 		size int
 		ok   bool
 	}{{1 << 20, true}, {2 << 30, false}} {
 		proc, out, goOn := start(t, Policy{Network: true}, "ready-alloc", fmt.Sprint(c.size))
-		if err := proc.CapGrowth(1 << 30); err != nil {
+		u, err := proc.Usage()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := proc.SetLimits(Limits{Memory: u.AddressSpace + 1<<30}); err != nil {
 			t.Fatal(err)
 		}
 		goOn()

@@ -3,14 +3,11 @@
 package engine
 
 import (
-	"bufio"
 	"bytes"
 	"context"
-	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -242,19 +239,19 @@ func (e *Engine) run(ctx context.Context, st *query.Statement, rels []query.Rela
 		}
 		j.Relations[i] = jr
 	}
-	// The statement's caps: memory beyond what the worker had mapped when it got its first
-	// job, CPU time a little past what its threads can use before the deadline kills it.
-	u, err := w.proc.Usage()
-	if err != nil {
-		return nil, err
-	}
+	// The worker's memory cap counts from what it had mapped when it got its first job (the
+	// CPU time of its whole life was capped when it started).
 	if w.queries == 0 {
+		u, err := w.proc.Usage()
+		if err != nil {
+			return nil, err
+		}
 		w.base = u.AddressSpace
+		if err := w.proc.SetLimits(sandbox.Limits{Memory: w.base + e.memory}); err != nil {
+			return nil, err
+		}
 	}
 	w.queries++
-	if err := w.proc.SetLimits(sandbox.Limits{Memory: w.base + e.memory}); err != nil {
-		return nil, err
-	}
 	sendErr := w.send(ctx, &j, rels, lim.RelationRows)
 	var tooLarge *query.TooLargeError
 	if errors.As(sendErr, &tooLarge) {
@@ -273,9 +270,6 @@ func (e *Engine) run(ctx context.Context, st *query.Statement, rels []query.Rela
 	// Answered, with every row it was sent: it may serve its caller again.
 	w.reusable = sendErr == nil && (ans.Error == nil || ans.Error.Kind != errInternal)
 	if ans.Error != nil {
-		if ans.Error.Kind == errInternal {
-			return nil, fmt.Errorf("query: %s", ans.Error.Message)
-		}
 		return nil, ans.Error.err()
 	}
 	res := &query.Result{Columns: ans.Columns, Rows: make([][]any, len(ans.Rows)), Truncated: ans.Truncated, RowCount: len(ans.Rows)}
@@ -318,167 +312,4 @@ func lastLines(s string, n int) string {
 		lines = lines[len(lines)-n:]
 	}
 	return strings.Join(lines, "\n")
-}
-
-// fetch returns, per relation, the local paths of its files: each file's Path when it has one,
-// else a copy in dir fetched through Open. The copies together may hold at most maxBytes.
-func fetch(ctx context.Context, dir string, rels []query.Relation, maxBytes int64) ([][]string, error) {
-	out := make([][]string, len(rels))
-	var total int64
-	for i, r := range rels {
-		for j, f := range r.Files {
-			if f.Path != "" {
-				out[i] = append(out[i], f.Path)
-				continue
-			}
-			if f.Open == nil {
-				return nil, fmt.Errorf("query: relation %s: file %s can be neither read in place nor opened", r.Name, f.Key)
-			}
-			p := filepath.Join(dir, fmt.Sprintf("r%d-f%d.parquet", i, j))
-			n, err := copyFile(ctx, p, f, maxBytes-total)
-			if err != nil {
-				return nil, err
-			}
-			total += n
-			out[i] = append(out[i], p)
-		}
-	}
-	return out, nil
-}
-
-func copyFile(ctx context.Context, path string, f query.File, room int64) (int64, error) {
-	tooLarge := &query.TooLargeError{Message: fmt.Sprintf(
-		"the Parquet files this query reads exceed the query service's limit of fetched bytes (at %s)", f.Key)}
-	if f.Size > room {
-		return 0, tooLarge
-	}
-	rc, err := f.Open(ctx)
-	if err != nil {
-		return 0, fmt.Errorf("query: fetch %s: %w", f.Key, err)
-	}
-	defer rc.Close()
-	w, err := os.OpenFile(path, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
-	if err != nil {
-		return 0, fmt.Errorf("query: fetch %s: %w", f.Key, err)
-	}
-	n, err := io.Copy(w, io.LimitReader(rc, room+1))
-	if cerr := w.Close(); err == nil {
-		err = cerr
-	}
-	switch {
-	case err != nil:
-		return n, fmt.Errorf("query: fetch %s: %w", f.Key, err)
-	case n > room:
-		return n, tooLarge
-	}
-	return n, nil
-}
-
-// project is the columns of a buffered relation that st may read: those it names, all of them
-// when it may read columns it does not name, and at least one (a count of rows reads none).
-func project(st *query.Statement, cols []query.Column) []query.Column {
-	var out []query.Column
-	for _, c := range cols {
-		if st.Reads(c.Name) {
-			out = append(out, c)
-		}
-	}
-	if len(out) == 0 && len(cols) > 0 {
-		out = cols[len(cols)-1:]
-	}
-	return out
-}
-
-// chunkRows is how many rows of a buffered relation go to a worker in one frame.
-const chunkRows = 2048
-
-// send writes j, then the rows of each buffered relation of rels (at most maxRows each), to the
-// worker. The rows are read on a goroutine of their own and written as they come, so that
-// reading from the data database and appending in the worker overlap.
-func (w *worker) send(ctx context.Context, j *job, rels []query.Relation, maxRows int64) error {
-	b, err := json.Marshal(j)
-	if err != nil {
-		return fmt.Errorf("query: encode the job: %w", err)
-	}
-	out := bufio.NewWriterSize(w.stdin, 256<<10)
-	if err := writeFrame(out, frameJob, b); err != nil {
-		return err
-	}
-	for i, r := range rels {
-		if r.Rows == nil {
-			continue
-		}
-		if err := sendRows(ctx, out, r, j.Relations[i].Columns, maxRows); err != nil {
-			return err
-		}
-	}
-	return out.Flush()
-}
-
-func sendRows(ctx context.Context, out *bufio.Writer, r query.Relation, cols []query.Column, maxRows int64) error {
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	names := make([]string, len(cols))
-	for i, c := range cols {
-		names[i] = c.Name
-	}
-	chunks := make(chan []byte, 4)
-	read := make(chan error, 1)
-	go func() {
-		defer close(chunks)
-		var n, inChunk int64
-		chunk := make([]byte, 0, 64<<10)
-		flush := func() error {
-			head := []byte{}
-			head = binary.AppendUvarint(head, uint64(inChunk))
-			select {
-			case chunks <- append(head, chunk...):
-			case <-ctx.Done():
-				return ctx.Err()
-			}
-			chunk, inChunk = chunk[:0], 0
-			return nil
-		}
-		err := r.Rows(ctx, names, func(vals []any) error {
-			if n++; n > maxRows {
-				return &query.TooLargeError{Message: fmt.Sprintf(
-					"dataset %s holds more than %d rows, the most the query service reads of one buffered dataset", r.Name, maxRows)}
-			}
-			var err error
-			for _, v := range vals {
-				if chunk, err = appendValue(chunk, v); err != nil {
-					return fmt.Errorf("query: relation %s: %w", r.Name, err)
-				}
-			}
-			if inChunk++; inChunk == chunkRows {
-				return flush()
-			}
-			return nil
-		})
-		if err == nil && inChunk > 0 {
-			err = flush()
-		}
-		read <- err
-	}()
-	var werr error
-	for chunk := range chunks {
-		if werr == nil {
-			werr = writeFrame(out, frameRows, chunk)
-			if werr != nil {
-				cancel() // the worker is gone: let the reader end
-			}
-		}
-	}
-	if err := <-read; err != nil && werr == nil {
-		return err
-	} else if err != nil {
-		var tooLarge *query.TooLargeError
-		if errors.As(err, &tooLarge) {
-			return err
-		}
-	}
-	if werr != nil {
-		return werr
-	}
-	return writeFrame(out, frameEnd, nil)
 }

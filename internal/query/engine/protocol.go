@@ -128,7 +128,7 @@ func (e *answerError) err() error {
 	case errNotReadable:
 		return &query.NotReadableError{Message: e.Message}
 	}
-	return fmt.Errorf("query worker: %s", e.Message)
+	return fmt.Errorf("query: %s", e.Message) // internal: Baton's failure, not the caller's
 }
 
 // The values of a buffered relation's rows travel as a tag byte and its bytes: strings (and
