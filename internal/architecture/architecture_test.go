@@ -54,6 +54,7 @@ var rules = []struct {
 	{"internal/cors", server, "the CORS policy is plumbing below the adapters: it wraps a listener's handler, whatever it serves"},
 	{"internal/query", []string{"internal/", "wire"}, "the Query Service's contract depends on nothing of Baton's: the data plane speaks it, the engine implements it"},
 	{"internal/query/engine", server, "the query engine runs SQL over the relations it is handed, and links nothing of the server that resolves them"},
+	{"internal/query/gate", append(slices.Clone(server), "internal/query/engine"), "the gate judges SQL text alone: it links nothing of the server, nor the engine that runs what it lets through"},
 	// DuckDB is a large cgo library: only the program that serves queries links it.
 	{"internal/dataplane", []string{"internal/query/engine"}, "the data plane is handed a query engine (dataplane.Config.Query); it never links DuckDB itself"},
 	{"internal/api", []string{"internal/query/engine"}, "the adapters answer queries through the data plane; they never link DuckDB"},

@@ -1,5 +1,5 @@
-// Package engine is the Query Service's engine: DuckDB, embedded through cgo. It gates SQL with
-// DuckDB's own parser, then runs each query in a worker process of its own (this same program,
+// Package engine is the Query Service's engine: DuckDB, embedded through cgo. It gates SQL (package
+// gate), then runs each query in a worker process of its own (this same program,
 // started anew) that the operating system contains (package sandbox) and the engine kills at
 // the query's deadline: a fresh, locked-down in-memory database holding only the relations the
 // query may read. Built without cgo, New answers query.ErrUnavailable and Available is false.

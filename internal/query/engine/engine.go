@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/baton-dev/baton/internal/query"
+	"github.com/baton-dev/baton/internal/query/gate"
 	"github.com/baton-dev/baton/internal/sandbox"
 )
 
@@ -30,7 +31,7 @@ const Available = true
 // concurrent use.
 type Engine struct {
 	cfg      Config
-	gate     *gate
+	gate     *gate.Gate
 	slots    *slots
 	workers  *workers
 	memory   uint64 // bytes: the worker's cap, beyond what it mapped to start
@@ -66,7 +67,7 @@ func New(cfg Config) (*Engine, error) {
 	if cfg.SpillDir, err = filepath.Abs(cfg.SpillDir); err != nil {
 		return nil, fmt.Errorf("query engine: spill directory: %w", err)
 	}
-	g, err := newGate()
+	g, err := gate.Open()
 	if err != nil {
 		return nil, err
 	}
@@ -126,7 +127,7 @@ func (e *Engine) Close() error {
 	if e.ownSpill {
 		os.RemoveAll(e.cfg.SpillDir)
 	}
-	return e.gate.close()
+	return e.gate.Close()
 }
 
 // Stop kills the worker of every statement that runs (their Run answers query.ErrStopped, once
@@ -150,9 +151,9 @@ func (e *Engine) isStopped() bool {
 	return e.stopped
 }
 
-// Check gates sql (see gate.check).
+// Check gates sql (see gate.Gate.Check).
 func (e *Engine) Check(ctx context.Context, sql string) (*query.Statement, error) {
-	return e.gate.check(ctx, sql)
+	return e.gate.Check(ctx, sql)
 }
 
 // Run runs st over rels:

@@ -1,6 +1,6 @@
 //go:build cgo
 
-package engine
+package gate
 
 // allowedFunctions are the functions a statement may call, by their lower-case names: those of
 // a read-only analysis of the datasets it reads. Every other function is refused, whatever it

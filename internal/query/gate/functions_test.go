@@ -1,6 +1,6 @@
 //go:build cgo
 
-package engine
+package gate
 
 import (
 	"errors"
@@ -146,11 +146,11 @@ func TestAllowedFunctionsExist(t *testing.T) {
 
 // An allowed macro calls only allowed functions: the gate lets its definition through.
 func TestAllowedMacrosCallOnlyAllowedFunctions(t *testing.T) {
-	g, err := newGate()
+	g, err := Open()
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer g.close()
+	defer g.Close()
 	_, macros := engineFunctions(t)
 	n := 0
 	for name, defs := range macros {
@@ -159,7 +159,7 @@ func TestAllowedMacrosCallOnlyAllowedFunctions(t *testing.T) {
 		}
 		for _, def := range defs {
 			n++
-			if _, err := g.check(t.Context(), "SELECT "+def); err != nil {
+			if _, err := g.Check(t.Context(), "SELECT "+def); err != nil {
 				t.Errorf("allowed macro %s is %s: %v", name, def, err)
 			}
 		}
@@ -171,11 +171,11 @@ func TestAllowedMacrosCallOnlyAllowedFunctions(t *testing.T) {
 
 // Every refused function is refused by the gate, with the same reason, at the top as at any depth.
 func TestGateRefusesFunctionsOutsideTheAllowlist(t *testing.T) {
-	g, err := newGate()
+	g, err := Open()
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer g.close()
+	defer g.Close()
 	names, _ := engineFunctions(t)
 	for name := range names {
 		if allowedFunctions[name] {
@@ -186,7 +186,7 @@ func TestGateRefusesFunctionsOutsideTheAllowlist(t *testing.T) {
 			"SELECT list_transform([1], x -> " + ident(name) + "(x))",
 			"WITH t AS (SELECT 1 AS v) SELECT * FROM t WHERE v IN (SELECT " + ident(name) + "('x'))",
 		} {
-			_, err := g.check(t.Context(), text)
+			_, err := g.Check(t.Context(), text)
 			want := "sql rejected: function " + name + " is not allowed: a query may call only the functions of a read-only analysis " +
 				"(arithmetic, string, date and time, regular expression, list and struct, JSON value, aggregate and window functions)"
 			var rejected *query.RejectedError

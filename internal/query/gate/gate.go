@@ -1,6 +1,6 @@
 //go:build cgo
 
-package engine
+package gate
 
 import (
 	"bytes"
@@ -21,15 +21,16 @@ import (
 // MaxSQLBytes is the longest SQL the gate reads.
 const MaxSQLBytes = 64 << 10
 
-// gate decides, before anything runs, whether SQL may run: it reads the statement with
+// Gate decides, before anything runs, whether SQL may run: it reads the statement with
 // DuckDB's own parser (json_serialize_sql, which parses and never binds or executes) and walks
 // the whole tree, refusing anything it does not know to be a read of named relations. A lexer
 // would have to guess where a relation may appear; the parser knows, at every depth.
-type gate struct {
+type Gate struct {
 	db *sql.DB
 }
 
-func newGate() (*gate, error) {
+// Open opens a gate: a DuckDB of its own that holds nothing, for its parser.
+func Open() (*Gate, error) {
 	// The parser's own database holds nothing and can reach nothing.
 	c, err := duckdb.NewConnector("?autoinstall_known_extensions=false&autoload_known_extensions=false&enable_external_access=false&threads=1", nil)
 	if err != nil {
@@ -40,13 +41,14 @@ func newGate() (*gate, error) {
 		db.Close()
 		return nil, fmt.Errorf("query gate: lock DuckDB: %w", err)
 	}
-	return &gate{db: db}, nil
+	return &Gate{db: db}, nil
 }
 
-func (g *gate) close() error { return g.db.Close() }
+// Close closes the gate's parser.
+func (g *Gate) Close() error { return g.db.Close() }
 
-// check gates text. A refusal is a *query.RejectedError that says why.
-func (g *gate) check(ctx context.Context, text string) (*query.Statement, error) {
+// Check gates text. A refusal is a *query.RejectedError that says why.
+func (g *Gate) Check(ctx context.Context, text string) (*query.Statement, error) {
 	switch {
 	case strings.TrimSpace(text) == "":
 		return nil, query.Rejectf("the statement is empty")

@@ -1,6 +1,6 @@
 //go:build cgo
 
-package engine
+package gate
 
 import (
 	"context"
@@ -206,13 +206,13 @@ func TestGateRefusesHostileStatementsBeforeTheyRun(t *testing.T) {
 	if len(hostile) < 60 {
 		t.Fatalf("only %d hostile statements", len(hostile))
 	}
-	g, err := newGate()
+	g, err := Open()
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer g.close()
+	defer g.Close()
 	for _, sql := range hostile {
-		st, err := g.check(t.Context(), sql)
+		st, err := g.Check(t.Context(), sql)
 		var rejected *query.RejectedError
 		if !errors.As(err, &rejected) {
 			t.Errorf("gate(%q) = %+v, %v; want a refusal", sql, st, err)
@@ -226,11 +226,11 @@ func TestGateRefusesHostileStatementsBeforeTheyRun(t *testing.T) {
 
 // The reasons of refusals, exactly as the contract (docs/contracts/query.md) quotes them.
 func TestGateSaysWhyItRefuses(t *testing.T) {
-	g, err := newGate()
+	g, err := Open()
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer g.close()
+	defer g.Close()
 	const (
 		pivot    = "sql rejected: PIVOT is not allowed in a query: write each of its columns as an aggregate with FILTER (WHERE …)"
 		function = " is not allowed: a query may call only the functions of a read-only analysis (arithmetic, string, date and time, regular expression, list and struct, JSON value, aggregate and window functions)"
@@ -247,7 +247,7 @@ func TestGateSaysWhyItRefuses(t *testing.T) {
 		"SELECT * FROM json_each('{}')":                                              "sql rejected: table function json_each is not allowed: a query reads only datasets, by their names",
 		"SELECT * FROM main.pg_settings":                                             `sql rejected: relation "main.pg_settings" is named with a schema or catalog: name a dataset alone`,
 	} {
-		if _, err := g.check(t.Context(), text); err == nil || err.Error() != want {
+		if _, err := g.Check(t.Context(), text); err == nil || err.Error() != want {
 			t.Errorf("gate(%q) = %v, want %q", text, err, want)
 		}
 	}
@@ -393,13 +393,13 @@ var allowed = []struct {
 }
 
 func TestGateLetsReadsOfDatasetsThrough(t *testing.T) {
-	g, err := newGate()
+	g, err := Open()
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer g.close()
+	defer g.Close()
 	for _, c := range allowed {
-		st, err := g.check(t.Context(), c.sql)
+		st, err := g.Check(t.Context(), c.sql)
 		if err != nil {
 			t.Errorf("gate(%q): %v", c.sql, err)
 			continue
@@ -413,19 +413,19 @@ func TestGateLetsReadsOfDatasetsThrough(t *testing.T) {
 // A name a statement defines as a CTE in one place and reads as a table in another is a
 // relation wherever no CTE of the name is in scope, and the caller must be able to read it.
 func TestGateReadsNamesOutsideTheirCTEsScopeAsRelations(t *testing.T) {
-	g, err := newGate()
+	g, err := Open()
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer g.close()
-	st, err := g.check(t.Context(), "SELECT * FROM alerts, (WITH alerts AS (SELECT 1 AS x) SELECT * FROM alerts) q JOIN blocks ON true")
+	defer g.Close()
+	st, err := g.Check(t.Context(), "SELECT * FROM alerts, (WITH alerts AS (SELECT 1 AS x) SELECT * FROM alerts) q JOIN blocks ON true")
 	if err != nil {
 		t.Fatal(err)
 	}
 	if !slices.Equal(st.Relations, []string{"alerts", "blocks"}) {
 		t.Errorf("relations %q, want [alerts blocks]", st.Relations)
 	}
-	st, err = g.check(t.Context(), "WITH alerts AS (SELECT 1 AS x) SELECT * FROM alerts, (SELECT * FROM alerts) q JOIN blocks ON true")
+	st, err = g.Check(t.Context(), "WITH alerts AS (SELECT 1 AS x) SELECT * FROM alerts, (SELECT * FROM alerts) q JOIN blocks ON true")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -475,11 +475,11 @@ func runAll(ctx context.Context, db *sql.DB, text string) error {
 // The statements the gate lets through are ones DuckDB runs, given exactly the relations the
 // gate names: the allowlist holds every function they call, however the parser writes it.
 func TestAllowedStatementsRun(t *testing.T) {
-	g, err := newGate()
+	g, err := Open()
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer g.close()
+	defer g.Close()
 	fixtures := map[string]string{
 		"alerts": "CREATE TABLE alerts AS SELECT i AS id, ['high', 'low', 'mid'][i % 3 + 1] AS severity, " +
 			"'src-' || i AS source, i AS block, i / 10 AS score, TIMESTAMPTZ '2024-01-01 00:00:00+00' + to_hours(i) AS ts, " +
@@ -491,7 +491,7 @@ func TestAllowedStatementsRun(t *testing.T) {
 		if c.bounded {
 			continue
 		}
-		st, err := g.check(t.Context(), c.sql)
+		st, err := g.Check(t.Context(), c.sql)
 		if err != nil {
 			continue // TestGateLetsReadsOfDatasetsThrough says so
 		}
@@ -579,13 +579,13 @@ var scopes = []struct {
 // cannot run (the table does not exist, or is a CTE's reference to itself where the CTE is out of
 // scope), so that name is no CTE where it is read.
 func TestGateScopesCTEsAsDuckDBDoes(t *testing.T) {
-	g, err := newGate()
+	g, err := Open()
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer g.close()
+	defer g.Close()
 	for _, c := range scopes {
-		st, err := g.check(t.Context(), c.sql)
+		st, err := g.Check(t.Context(), c.sql)
 		if err != nil {
 			t.Errorf("gate(%q): %v", c.sql, err)
 			continue
@@ -618,11 +618,11 @@ func TestGateScopesCTEsAsDuckDBDoes(t *testing.T) {
 // statement, and the engine's own object under the name is never read. In a plain DuckDB each
 // view of main and pg_catalog is read.
 func TestGateReadsCatalogNamesOutsideTheirCTEsAsRelations(t *testing.T) {
-	g, err := newGate()
+	g, err := Open()
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer g.close()
+	defer g.Close()
 	db := plainDuckDB(t)
 	rows, err := db.QueryContext(t.Context(), `
 		SELECT view_name, schema_name IN ('main', 'pg_catalog') FROM duckdb_views()
@@ -651,7 +651,7 @@ func TestGateReadsCatalogNamesOutsideTheirCTEsAsRelations(t *testing.T) {
 	read := 0
 	for _, name := range slices.Sorted(maps.Keys(reachable)) {
 		text := fmt.Sprintf("SELECT * FROM (WITH %[1]s AS (SELECT 1) SELECT * FROM %[1]s) q, %[1]s", ident(name))
-		st, err := g.check(t.Context(), text)
+		st, err := g.Check(t.Context(), text)
 		switch {
 		case !relationName.MatchString(lowerASCII(name)):
 			if err == nil {
@@ -681,13 +681,13 @@ func FuzzGate(f *testing.F) {
 	}
 	f.Add("SELECT * FROM alerts WHERE a = 1")
 	f.Add("WITH t AS (SELECT 1) SELECT * FROM t")
-	g, err := newGate()
+	g, err := Open()
 	if err != nil {
 		f.Fatal(err)
 	}
-	f.Cleanup(func() { g.close() })
+	f.Cleanup(func() { g.Close() })
 	f.Fuzz(func(t *testing.T, sql string) {
-		st, err := g.check(t.Context(), sql)
+		st, err := g.Check(t.Context(), sql)
 		if err != nil {
 			var rejected *query.RejectedError
 			if !errors.As(err, &rejected) {
@@ -712,11 +712,11 @@ func FuzzGate(f *testing.F) {
 // The gate notes the columns a statement names, and when it may read others: an engine then
 // attaches a buffered relation with only the named columns, and the statement reads the same.
 func TestGateNamesTheColumnsAStatementReads(t *testing.T) {
-	g, err := newGate()
+	g, err := Open()
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer g.close()
+	defer g.Close()
 	for _, c := range []struct {
 		sql   string
 		reads []string // columns it must read; "*": all of them
@@ -735,7 +735,7 @@ func TestGateNamesTheColumnsAStatementReads(t *testing.T) {
 		{"SELECT x FROM alerts AS a(x, y)", []string{"*"}},
 		{"WITH t AS (SELECT block FROM alerts) SELECT t FROM t", []string{"*"}},
 	} {
-		st, err := g.check(t.Context(), c.sql)
+		st, err := g.Check(t.Context(), c.sql)
 		if err != nil {
 			t.Errorf("gate(%q): %v", c.sql, err)
 			continue
@@ -759,3 +759,6 @@ func TestGateNamesTheColumnsAStatementReads(t *testing.T) {
 		}
 	}
 }
+
+// ident quotes a name as a DuckDB identifier.
+func ident(name string) string { return `"` + strings.ReplaceAll(name, `"`, `""`) + `"` }
