@@ -66,6 +66,7 @@ func fencedError(err error) error {
 		he       *request.Error
 		bad      *dispatch.InvalidError
 		denied   *dispatch.ForbiddenError
+		conflict *dispatch.ConflictError
 		mismatch *dispatch.AttemptMismatchError
 		terminal *dispatch.TerminalError
 	)
@@ -80,6 +81,8 @@ func fencedError(err error) error {
 		return invalidRequest("%s", bad.Message)
 	case errors.As(err, &denied):
 		return codedError(http.StatusForbidden, "forbidden", denied.Message)
+	case errors.As(err, &conflict):
+		return codedError(http.StatusConflict, conflict.Code, conflict.Message)
 	case errors.As(err, &mismatch):
 		return &request.Error{Status: http.StatusConflict, Body: map[string]any{"error": "attempt_mismatch",
 			"expected_attempt": mismatch.Expected, "received_attempt": mismatch.Received, "message": mismatch.Error()}}

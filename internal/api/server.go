@@ -177,6 +177,7 @@ func (s *Server) toHTTP(err error) *request.Error {
 		he       *request.Error
 		invalid  *dispatch.ValidationError
 		bad      *dispatch.InvalidError
+		conflict *dispatch.ConflictError
 		limit    *auth.LimitError
 		tooLarge *http.MaxBytesError
 	)
@@ -187,6 +188,8 @@ func (s *Server) toHTTP(err error) *request.Error {
 		return &request.Error{Status: http.StatusBadRequest, Body: map[string]any{"error": invalid.Errors[0], "errors": invalid.Errors}}
 	case errors.As(err, &bad):
 		return request.Errorf(http.StatusBadRequest, "%s", bad.Message)
+	case errors.As(err, &conflict):
+		return request.Errorf(http.StatusConflict, "%s", conflict.Message)
 	case errors.As(err, &tooLarge):
 		return request.Errorf(http.StatusRequestEntityTooLarge, "request body too large: the limit is %d bytes", tooLarge.Limit)
 	case errors.Is(err, auth.ErrNoKey):

@@ -49,6 +49,13 @@ type ForbiddenError struct{ Message string }
 
 func (e *ForbiddenError) Error() string { return e.Message }
 
+// ConflictError: the report contradicts what is stored or current (a dataset version registered
+// with other values, a batch of a dataset version that is no longer current). Nothing of the
+// report is applied; answered 409 with Code as the internal dialects' error code.
+type ConflictError struct{ Code, Message string }
+
+func (e *ConflictError) Error() string { return e.Message }
+
 // AttemptMismatchError: the call names an attempt other than the task's current one
 // (docs/lifecycle.md#fencing).
 type AttemptMismatchError struct{ Expected, Received int }
