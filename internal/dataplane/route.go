@@ -13,6 +13,7 @@ import (
 	"regexp"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -38,12 +39,21 @@ type routedEvent struct {
 	// Commit names the attempt ("task_id/attempt") whose report committed the event's partition
 	// of a replace output: each commit is a new update of the partition.
 	Commit string `json:"commit,omitempty"`
+	// Pipeline, Job and Update are set on an event a rollback queued again (see Rollback): it
+	// is routed to that pipeline job only, as the update Update.
+	Pipeline string `json:"pipeline,omitempty"`
+	Job      string `json:"job,omitempty"`
+	Update   string `json:"update,omitempty"`
 	dispatch.DatasetEvent
 }
 
 // dedupeKey names the update an event reports: the same key routed twice makes one task per
-// consuming job, however many times and by however many replicas it is delivered.
+// consuming job and pipeline version, however many times and by however many replicas it is
+// delivered (see routingKey).
 func (e *routedEvent) dedupeKey() string {
+	if e.Update != "" {
+		return e.Update
+	}
 	if e.PartitionKey != "" {
 		key := "partition:" + e.DatasetUUID + ":" + e.DatasetVersion + ":" + e.PartitionKey
 		if e.Commit != "" { // a replace commit rewrote the partition: its consumers run again
@@ -52,6 +62,25 @@ func (e *routedEvent) dedupeKey() string {
 		return key
 	}
 	return "cursor:" + e.DatasetUUID + ":" + e.DatasetVersion + ":" + strconv.FormatInt(*e.Cursor, 10)
+}
+
+// routingKey is the identity of a routing: of the update (routedEvent.dedupeKey) to job of
+// pipeline version version. It is the idempotency key of the task the routing creates, so an
+// update makes one task per consuming job and pipeline version: an update routed again under
+// another version (by a rollback, or released from backpressure after a deploy) is a new routing,
+// the same update routed again under the same version is not.
+func routingKey(pipeline, version, job, update string) string {
+	return "pipeline:" + pipeline + ":" + version + ":" + job + ":" + update
+}
+
+// updateOf is the update a routing key of job of pipeline version version names; keys stored
+// before routing keys named the version ("pipeline:{pipeline}:{job}:{update}") are read too.
+func updateOf(key, pipeline, version, job string) string {
+	if rest, ok := strings.CutPrefix(key, "pipeline:"+pipeline+":"+version+":"+job+":"); ok {
+		return rest
+	}
+	rest, _ := strings.CutPrefix(key, "pipeline:"+pipeline+":"+job+":")
+	return rest
 }
 
 var partitionKey = regexp.MustCompile(`^(\d+)-(\d+)$`)
@@ -121,6 +150,17 @@ func (dp *Plane) AcceptEvents(ctx context.Context, tx store.Tx, c *dispatch.Work
 	}
 	if err := ownDatasets(ctx, tx, job.Tenant, events); err != nil {
 		return 0, err
+	}
+	// A task of a rolled-back pipeline version reports into the void: its events are stored, for
+	// the audit, and neither commit a partition nor are routed (see Rollback).
+	if r := dispatch.DecodeRoute(t); r != nil && r.Job.DAGName != "" {
+		state, err := tx.PipelineVersionState(ctx, store.PipelineVersionKey{Tenant: job.Tenant, Pipeline: r.Job.DAGName, Version: r.Job.Version})
+		if err != nil && !errors.Is(err, store.ErrNotFound) {
+			return 0, fmt.Errorf("the state of pipeline %s version %s: %w", r.Job.DAGName, r.Job.Version, err)
+		}
+		if state == store.VersionRolledBack {
+			return tx.DatasetEventInsertMany(ctx, rows)
+		}
 	}
 	// A replace output's partition is committed first: its event is stored and queued below,
 	// in the same transaction, so that the event exists exactly when the commit does.
@@ -325,6 +365,7 @@ type routing struct {
 // gate is the backpressure state of one limited job during a routing transaction.
 type gate struct {
 	limits
+	active      *pipelineSpec // the pipeline's active version, which held routings are released under; nil when gone
 	key         store.PipelineJobKey
 	queue       string // the queue the job's tasks are created on
 	backlog     store.Backlog
@@ -394,7 +435,7 @@ func (r *Router) route(ctx context.Context, tx store.Tx, c *dispatch.Work, evs [
 	seen := map[string]bool{}
 	for _, e := range routable {
 		for _, cs := range byDataset[e.DatasetUUID] {
-			if cs.Tenant != e.Tenant {
+			if cs.Tenant != e.Tenant || (e.Pipeline != "" && (cs.Pipeline != e.Pipeline || cs.Job != e.Job)) {
 				continue
 			}
 			spec := specs[cs]
@@ -405,7 +446,7 @@ func (r *Router) route(ctx context.Context, tx store.Tx, c *dispatch.Work, evs [
 			if e.Facets != nil && !js.inputMayMatch(cs.InputIndex, e.Facets) {
 				continue // no row of the batch is one this input reads
 			}
-			key := "pipeline:" + cs.Pipeline + ":" + cs.Job + ":" + e.dedupeKey()
+			key := routingKey(cs.Pipeline, cs.Version, cs.Job, e.dedupeKey())
 			if seen[key] {
 				continue
 			}
@@ -418,15 +459,20 @@ func (r *Router) route(ctx context.Context, tx store.Tx, c *dispatch.Work, evs [
 	gates := map[store.PipelineJobKey]*gate{}
 	for _, h := range held {
 		k := store.PipelineJobKey{Tenant: h.Tenant, Pipeline: h.Pipeline, Job: h.Job}
-		lim, queue, err := r.activeLimits(ctx, tx, k)
+		active, err := r.activeSpec(ctx, tx, k)
 		if err != nil {
 			return 0, err
 		}
-		gates[k] = &gate{limits: lim, queue: queue}
+		g := &gate{active: active}
+		if js := active.job(k.Job); js != nil {
+			g.limits, g.queue = js.limits(), js.taskQueue()
+		}
+		gates[k] = g
 	}
 	for _, rt := range routings {
-		if lim := rt.js.limits(); lim.set() {
-			gates[store.PipelineJobKey{Tenant: rt.spec.Tenant, Pipeline: rt.spec.Name, Job: rt.js.Name}] = &gate{limits: lim, queue: rt.js.taskQueue()}
+		k := store.PipelineJobKey{Tenant: rt.spec.Tenant, Pipeline: rt.spec.Name, Job: rt.js.Name}
+		if lim := rt.js.limits(); lim.set() && gates[k] == nil {
+			gates[k] = &gate{limits: lim, queue: rt.js.taskQueue(), active: rt.spec}
 		}
 	}
 	var (
@@ -480,13 +526,16 @@ func (r *Router) route(ctx context.Context, tx store.Tx, c *dispatch.Work, evs [
 			for _, h := range hs {
 				released[h.ID] = true
 				tally.released += max(h.Events, 1)
-				spec, err := r.dp.specs.get(ctx, tx, h.Tenant, h.Pipeline, h.Version)
-				if err != nil {
-					return 0, err
-				}
 				var e routedEvent
 				if err := json.Unmarshal(h.Event, &e); err != nil {
-					r.dp.log.ErrorContext(ctx, "unreadable held routing; dropped", "id", h.ID, "err", err)
+					r.dp.log.ErrorContext(ctx, "unreadable held routing; dropped", "id", h.ID, "pipeline", h.Pipeline, "job", h.Job, "err", err)
+					continue
+				}
+				// Released under the version active now, whichever it was held under: as when
+				// routed, an event of a replaced dataset version, or one the active version's job
+				// does not read, starts nothing.
+				spec := g.active
+				if spec == nil {
 					continue
 				}
 				if err := known.load(ctx, tx, append(spec.datasetUUIDs(), e.DatasetUUID)); err != nil {
@@ -494,10 +543,11 @@ func (r *Router) route(ctx context.Context, tx store.Tx, c *dispatch.Work, evs [
 				}
 				ds := known.datasets[e.DatasetUUID]
 				js := spec.job(h.Job)
-				if js == nil || ds == nil || ds.CurrentVersion != e.DatasetVersion {
-					continue // as when routed: an event of a replaced dataset version starts nothing
+				input := js.inputOf(e.DatasetUUID, h.InputIndex)
+				if input < 0 || ds == nil || ds.CurrentVersion != e.DatasetVersion || (js.Strategy == "PerPartition" && e.PartitionKey == "") {
+					continue
 				}
-				create(spec, js, h.InputIndex, &e, h.Key)
+				create(spec, js, input, &e, routingKey(spec.Name, spec.Version, js.Name, updateOf(h.Key, h.Pipeline, h.Version, h.Job)))
 				g.backlog.Depth++
 			}
 		}
@@ -649,26 +699,18 @@ func (g *gate) remember(hr *heldRouting) {
 	g.byKey[hr.h.Key] = hr
 }
 
-// activeLimits are the backpressure limits of a pipeline job in its pipeline's active version,
-// and the queue its tasks are created on: none when the pipeline or the job is gone, so that
-// what it held is released.
-func (r *Router) activeLimits(ctx context.Context, tx store.Tx, k store.PipelineJobKey) (limits, string, error) {
+// activeSpec is the active version of a pipeline job's pipeline, nil when the pipeline is gone.
+// Its limits on the job (none when the job is gone, so that what it held is released) gate the
+// job, and what it held is released under it.
+func (r *Router) activeSpec(ctx context.Context, tx store.Tx, k store.PipelineJobKey) (*pipelineSpec, error) {
 	p, err := tx.PipelineGet(ctx, k.Tenant, k.Pipeline)
 	if errors.Is(err, store.ErrNotFound) {
-		return limits{}, "", nil
+		return nil, nil
 	}
 	if err != nil {
-		return limits{}, "", err
+		return nil, fmt.Errorf("pipeline %s: %w", k.Pipeline, err)
 	}
-	spec, err := r.dp.specs.get(ctx, tx, k.Tenant, k.Pipeline, p.ActiveVersion)
-	if err != nil {
-		return limits{}, "", err
-	}
-	js := spec.job(k.Job)
-	if js == nil {
-		return limits{}, "", nil
-	}
-	return js.limits(), js.taskQueue(), nil
+	return r.dp.specs.get(ctx, tx, k.Tenant, k.Pipeline, p.ActiveVersion)
 }
 
 // newPipelineTask builds a pending task of pipeline job js and its one-task job, keyed for

@@ -334,49 +334,6 @@ func TestRoutedTaskCarriesItsDataPlane(t *testing.T) {
 	})
 }
 
-func TestRollbackCancelsTasksNotStarted(t *testing.T) {
-	storetest.ForEachDriver(t, func(t *testing.T, st store.Store) {
-		e := newPipelineEnv(t, st)
-		first := e.view.Pipeline.ActiveVersion
-		second := strings.Replace(chainDoc, "max_attempts: 2", "max_attempts: 3", 1)
-		res, err := e.dp.Deploy(e.Ctx, tenant, []byte(second), "application/yaml")
-		if err != nil || !res.Created || !res.Activated || res.Version == first {
-			t.Fatalf("deploy a new text: %+v %v", res, err)
-		}
-		again, err := e.dp.Deploy(e.Ctx, tenant, []byte(second), "application/yaml")
-		if err != nil || again.Created || again.Activated {
-			t.Fatalf("deploy the same text again: %+v %v", again, err)
-		}
-		blocks, v := e.output("follower", 0)
-		e.emit(partition(blocks, v, 0, 9), partition(blocks, v, 10, 19))
-		if got := e.route(); got != 6 {
-			t.Fatalf("routed %d, want 6", got)
-		}
-		// One task of the new version starts; the rollback cancels the five others.
-		claims, err := e.D.ClaimNext(e.Ctx, dispatch.ClaimNextParams{Queues: []string{"range_builder"}, WorkerID: "w"})
-		if err != nil || len(claims) != 1 {
-			t.Fatalf("claim: %v %v", claims, err)
-		}
-		rb, canceled, err := e.dp.Rollback(e.Ctx, tenant, "chain", "")
-		if err != nil || rb.Version != first || canceled != 5 {
-			t.Fatalf("rollback: %+v canceled %d, %v; want %s and 5", rb, canceled, err, first)
-		}
-		counts := map[lifecycle.TaskStatus]int{}
-		cs, _ := st.PipelineTaskCounts(e.Ctx, tenant, "chain")
-		for _, c := range cs {
-			counts[c.Status] += c.Count
-		}
-		if counts[lifecycle.Canceled] != 5 || counts[lifecycle.Running] != 1 {
-			t.Errorf("after rollback: %v", counts)
-		}
-		// The first version is active again: its jobs route.
-		e.emit(partition(blocks, v, 20, 29))
-		if got := e.route(); got != 3 {
-			t.Errorf("after rollback routed %d, want 3", got)
-		}
-	})
-}
-
 func TestDeployChecksOtherPipelinesDatasets(t *testing.T) {
 	storetest.ForEachDriver(t, func(t *testing.T, st store.Store) {
 		e := newPipelineEnv(t, st)

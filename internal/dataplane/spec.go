@@ -106,6 +106,23 @@ func (s *pipelineSpec) job(name string) *jobSpec {
 	return nil
 }
 
+// inputOf is the input of j that reads dataset uuid: prefer when it does, else the first that
+// does; -1 when none does, or j is nil.
+func (j *jobSpec) inputOf(uuid string, prefer int) int {
+	if j == nil {
+		return -1
+	}
+	if prefer >= 0 && prefer < len(j.Inputs) && j.Inputs[prefer].DatasetUUID == uuid {
+		return prefer
+	}
+	for i, in := range j.Inputs {
+		if in.DatasetUUID == uuid {
+			return i
+		}
+	}
+	return -1
+}
+
 // datasetUUIDs lists every dataset the version's jobs read or write.
 func (s *pipelineSpec) datasetUUIDs() []string {
 	var out []string

@@ -56,19 +56,24 @@ func (w *Work) InsertJobsIfAbsent(ctx context.Context, tx store.Tx, jobs []*stor
 	if len(jobs) == 0 {
 		return 0, nil
 	}
-	// In key order, so that concurrent callers wait on each other's keys without deadlock.
-	slices.SortFunc(jobs, func(a, b *store.Job) int { return strings.Compare(a.IdempotencyKey, b.IdempotencyKey) })
-	inserted, err := tx.JobInsertManyIfAbsent(ctx, jobs)
+	// The jobs in key order, so that concurrent callers wait on each other's keys without
+	// deadlock; their tasks in the caller's order, which is the order they are claimed in (of
+	// equal priority and readiness).
+	sorted := slices.SortedFunc(slices.Values(jobs), func(a, b *store.Job) int { return strings.Compare(a.IdempotencyKey, b.IdempotencyKey) })
+	inserted, err := tx.JobInsertManyIfAbsent(ctx, sorted)
 	if err != nil || len(inserted) == 0 {
 		return 0, err
 	}
-	byID := make(map[string]*store.Job, len(jobs))
-	for _, j := range jobs {
-		byID[j.ID] = j
+	fresh := make(map[string]bool, len(inserted))
+	for _, id := range inserted {
+		fresh[id] = true
 	}
 	created := make([]*store.Task, 0, len(inserted))
-	for _, id := range inserted {
-		t, job := tasks[id], byID[id]
+	for _, job := range jobs {
+		if !fresh[job.ID] {
+			continue
+		}
+		id, t := job.ID, tasks[job.ID]
 		created = append(created, t)
 		c.event(id, "", "", EventJobCreated, map[string]any{"jobId": id, "totalTasks": 1, "pipeline": job.Pipeline,
 			"pipelineVersion": job.PipelineVersion, "pipelineJob": job.PipelineJob, "routeKey": job.IdempotencyKey,

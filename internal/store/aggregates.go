@@ -193,6 +193,8 @@ type PipelineReader interface {
 	PipelineVersionGet(ctx context.Context, k PipelineVersionKey) (*PipelineVersion, error)
 	// PipelineVersionList lists a pipeline's versions, newest deploy first.
 	PipelineVersionList(ctx context.Context, tenant, name string) ([]*PipelineVersion, error)
+	// PipelineVersionState is a version's State; ErrNotFound when there is no such version.
+	PipelineVersionState(ctx context.Context, k PipelineVersionKey) (string, error)
 	// PipelineTaskCounts counts the tasks of a pipeline's jobs by pipeline job and status.
 	PipelineTaskCounts(ctx context.Context, tenant, name string) ([]*PipelineTaskCount, error)
 	// PipelineListActive lists every tenant's pipelines.
@@ -202,9 +204,9 @@ type PipelineReader interface {
 	PipelineJobTasks(ctx context.Context, k PipelineJobKey) (total, live int, err error)
 	// PipelineJobLatest is the job of a pipeline job inserted last; ErrNotFound if it has none.
 	PipelineJobLatest(ctx context.Context, k PipelineJobKey) (*Job, error)
-	// PipelineJobsNotStarted lists the ids of the jobs of one version of a pipeline that have a
-	// waiting or pending task no attempt has started yet.
-	PipelineJobsNotStarted(ctx context.Context, k PipelineVersionKey) ([]string, error)
+	// PipelineTasksUnfinished lists the tasks of one version of a pipeline that have not ended
+	// (waiting, pending or running), with their jobs, by job id and task.
+	PipelineTasksUnfinished(ctx context.Context, k PipelineVersionKey) ([]*PipelineTaskRef, error)
 	// ConsumerList lists the inputs of active pipeline versions that read the datasets of uuids.
 	ConsumerList(ctx context.Context, uuids []string) ([]*Consumer, error)
 }
@@ -216,6 +218,8 @@ type PipelineWriter interface {
 	// PipelineVersionInsert stores a version; ok is false, and nothing changes, when the
 	// pipeline already has that version.
 	PipelineVersionInsert(ctx context.Context, v *PipelineVersion) (ok bool, err error)
+	// PipelineVersionSetState sets a version's State.
+	PipelineVersionSetState(ctx context.Context, k PipelineVersionKey, state string) error
 	// ConsumerInsertMany stores a version's inputs; those already stored are skipped.
 	ConsumerInsertMany(ctx context.Context, cs []*Consumer) error
 }

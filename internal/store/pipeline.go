@@ -26,10 +26,19 @@ type PipelineVersion struct {
 	ContentType string
 	Spec        json.RawMessage // the document resolved: defaults applied, datasets by uuid
 	CreatedAt   time.Time
+	State       string // VersionDeployed or VersionRolledBack
 }
 
+// The states of a pipeline version besides being its pipeline's active one or not.
+const (
+	VersionDeployed = ""
+	// VersionRolledBack: a rollback replaced the version, and it has not been made active again
+	// since. What its tasks report afterwards is stored, never routed.
+	VersionRolledBack = "rolled_back"
+)
+
 // PipelineVersionKey identifies one version of a pipeline (Reader.PipelineVersionGet,
-// Reader.PipelineJobsNotStarted).
+// Reader.PipelineTasksUnfinished).
 type PipelineVersionKey struct {
 	Tenant   string
 	Pipeline string
@@ -42,6 +51,16 @@ type PipelineJobKey struct {
 	Tenant   string
 	Pipeline string
 	Job      string // the job's name in the pipeline
+}
+
+// PipelineTaskRef is a task of a pipeline job as a rollback reads it (Reader.PipelineTasksUnfinished).
+type PipelineTaskRef struct {
+	JobID    string
+	TaskID   string
+	RouteKey string // the job's idempotency key: the routing (or source run) that created it
+	Job      string // the pipeline job
+	Status   lifecycle.TaskStatus
+	Route    json.RawMessage
 }
 
 // PipelineTaskCount is how many tasks of a pipeline job are in one status.

@@ -71,7 +71,7 @@ func (t *tx) PipelinePut(ctx context.Context, p *store.Pipeline) error {
 	return nil
 }
 
-const versionCols = `seq, tenant, pipeline, version, document, content_type, spec, created_at`
+const versionCols = `seq, tenant, pipeline, version, document, content_type, spec, created_at, state`
 
 func scanVersion(row interface{ Scan(...any) error }) (*store.PipelineVersion, error) {
 	var (
@@ -79,7 +79,7 @@ func scanVersion(row interface{ Scan(...any) error }) (*store.PipelineVersion, e
 		doc, spec string
 		created   int64
 	)
-	if err := row.Scan(&v.Seq, &v.Tenant, &v.Pipeline, &v.Version, &doc, &v.ContentType, &spec, &created); err != nil {
+	if err := row.Scan(&v.Seq, &v.Tenant, &v.Pipeline, &v.Version, &doc, &v.ContentType, &spec, &created, &v.State); err != nil {
 		return nil, notFound(err)
 	}
 	v.Document, v.Spec, v.CreatedAt = []byte(doc), []byte(spec), fromMillis(created)
@@ -90,6 +90,27 @@ func scanVersion(row interface{ Scan(...any) error }) (*store.PipelineVersion, e
 func (q q) PipelineVersionGet(ctx context.Context, k store.PipelineVersionKey) (*store.PipelineVersion, error) {
 	return scanVersion(q.queryRow(ctx, `SELECT `+versionCols+` FROM pipeline_versions
 		WHERE tenant = $1 AND pipeline = $2 AND version = $3`, k.Tenant, k.Pipeline, k.Version))
+}
+
+// PipelineVersionState implements store.Reader.
+func (q q) PipelineVersionState(ctx context.Context, k store.PipelineVersionKey) (string, error) {
+	var state string
+	err := q.queryRow(ctx, `SELECT state FROM pipeline_versions WHERE tenant = $1 AND pipeline = $2 AND version = $3`,
+		k.Tenant, k.Pipeline, k.Version).Scan(&state)
+	if err != nil {
+		return "", notFound(err)
+	}
+	return state, nil
+}
+
+// PipelineVersionSetState implements store.Tx.
+func (t *tx) PipelineVersionSetState(ctx context.Context, k store.PipelineVersionKey, state string) error {
+	_, err := t.exec(ctx, `UPDATE pipeline_versions SET state = $4 WHERE tenant = $1 AND pipeline = $2 AND version = $3`,
+		k.Tenant, k.Pipeline, k.Version, state)
+	if err != nil {
+		return fmt.Errorf("set the state of pipeline %s version %s: %w", k.Pipeline, k.Version, err)
+	}
+	return nil
 }
 
 // PipelineVersionList implements store.Reader.
@@ -130,11 +151,26 @@ func (q q) PipelineTaskCounts(ctx context.Context, tenant, name string) ([]*stor
 	})
 }
 
-// PipelineJobsNotStarted implements store.Reader.
-func (q q) PipelineJobsNotStarted(ctx context.Context, k store.PipelineVersionKey) ([]string, error) {
-	return q.ids(ctx, `SELECT DISTINCT j.id FROM jobs j JOIN tasks t ON t.job_id = j.id
+// PipelineTasksUnfinished implements store.Reader.
+func (q q) PipelineTasksUnfinished(ctx context.Context, k store.PipelineVersionKey) ([]*store.PipelineTaskRef, error) {
+	rows, err := q.query(ctx, `SELECT j.id, t.id, COALESCE(j.idempotency_key, ''), j.pipeline_job, t.status, t.route
+		FROM tasks t JOIN jobs j ON j.id = t.job_id
 		WHERE j.tenant = $1 AND j.pipeline = $2 AND j.pipeline_version = $3
-		AND t.status IN ('waiting', 'pending') AND t.attempt = 0 ORDER BY j.id`, k.Tenant, k.Pipeline, k.Version)
+		AND t.status IN ('waiting', 'pending', 'running') ORDER BY j.id, t.seq`, k.Tenant, k.Pipeline, k.Version)
+	if err != nil {
+		return nil, fmt.Errorf("unfinished tasks of pipeline %s version %s: %w", k.Pipeline, k.Version, err)
+	}
+	return collect(rows, func(row interface{ Scan(...any) error }) (*store.PipelineTaskRef, error) {
+		var (
+			r     store.PipelineTaskRef
+			route sql.NullString
+		)
+		if err := row.Scan(&r.JobID, &r.TaskID, &r.RouteKey, &r.Job, &r.Status, &route); err != nil {
+			return nil, err
+		}
+		r.Route = fromJSON(route)
+		return &r, nil
+	})
 }
 
 const datasetCols = `uuid, tenant, producer, name, pipeline, job, output_index, current_version,

@@ -274,6 +274,38 @@ func testPipelineVersions(t *testing.T, st store.Store) {
 		if v, err := st.PipelineVersionGet(ctx, k); !errors.Is(err, store.ErrNotFound) {
 			t.Errorf("GetPipelineVersion(%s, %s, %s) = %v, %v; want ErrNotFound", k.Tenant, k.Pipeline, k.Version, v, err)
 		}
+		if state, err := st.PipelineVersionState(ctx, k); !errors.Is(err, store.ErrNotFound) {
+			t.Errorf("PipelineVersionState(%s, %s, %s) = %q, %v; want ErrNotFound", k.Tenant, k.Pipeline, k.Version, state, err)
+		}
+	}
+
+	// A version's state: deployed, until set; set on that version only.
+	state := func(k store.PipelineVersionKey) string {
+		t.Helper()
+		s, err := st.PipelineVersionState(ctx, k)
+		if err != nil {
+			t.Fatalf("PipelineVersionState(%+v): %v", k, err)
+		}
+		return s
+	}
+	cKey := store.PipelineVersionKey{Tenant: "acme", Pipeline: "etl", Version: "v-c"}
+	theirsKey := store.PipelineVersionKey{Tenant: "globex", Pipeline: "etl", Version: "v-a"}
+	if s := state(cKey); s != store.VersionDeployed {
+		t.Errorf("a new version's state is %q, want deployed (%q)", s, store.VersionDeployed)
+	}
+	inTx(t, st, func(tx store.Tx) error { return tx.PipelineVersionSetState(ctx, cKey, store.VersionRolledBack) })
+	if s := state(cKey); s != store.VersionRolledBack {
+		t.Errorf("state %q after setting it to %q", s, store.VersionRolledBack)
+	}
+	if got := get("acme", "etl", "v-c"); got.State != store.VersionRolledBack {
+		t.Errorf("PipelineVersionGet: State %q, want %q", got.State, store.VersionRolledBack)
+	}
+	if s := state(theirsKey); s != store.VersionDeployed {
+		t.Errorf("another tenant's version of the same name has state %q", s)
+	}
+	inTx(t, st, func(tx store.Tx) error { return tx.PipelineVersionSetState(ctx, cKey, store.VersionDeployed) })
+	if s := state(cKey); s != store.VersionDeployed {
+		t.Errorf("state %q after setting it back", s)
 	}
 }
 
@@ -414,7 +446,7 @@ func testInsertJobsIfAbsent(t *testing.T, st store.Store) {
 }
 
 // testPipelineJobQueries: the per-pipeline reads of jobs and tasks (PipelineTaskCounts,
-// PipelineJobTasks, PipelineJobLatest, PipelineJobsNotStarted) see exactly the jobs of their
+// PipelineJobTasks, PipelineJobLatest, PipelineTasksUnfinished) see exactly the jobs of their
 // tenant, pipeline, job and version.
 func testPipelineJobQueries(t *testing.T, st store.Store) {
 	ctx := t.Context()
@@ -454,11 +486,11 @@ func testPipelineJobQueries(t *testing.T, st store.Store) {
 		return j
 	}
 	notStarted := add("acme", "etl", "v1", "extract", lifecycle.Pending)
-	add("acme", "etl", "v1", "extract", lifecycle.Running)
+	running := add("acme", "etl", "v1", "extract", lifecycle.Running)
 	add("acme", "etl", "v1", "load", lifecycle.Completed)
-	// Started, but with tasks no attempt has started: listed once.
+	// Started, with tasks no attempt has started: each unfinished task listed.
 	partly := add("acme", "etl", "v1", "load", lifecycle.Running, lifecycle.Waiting, lifecycle.Waiting)
-	add("acme", "etl", "v1", "extract", retrying)
+	retried := add("acme", "etl", "v1", "extract", retrying)
 	newer := add("acme", "etl", "v2", "extract", lifecycle.Pending)
 	lastExtract := add("acme", "etl", "v1", "extract", lifecycle.Failed)
 	theirs := add("globex", "etl", "v1", "extract", lifecycle.Pending)
@@ -541,20 +573,28 @@ func testPipelineJobQueries(t *testing.T, st store.Store) {
 		}
 	}
 
-	// PipelineJobsNotStarted: the jobs of one version with a task no attempt has started.
+	// PipelineTasksUnfinished: the tasks of one version that have not ended, with their jobs.
 	for _, c := range []struct {
 		tenant, pipeline, version string
-		want                      []string
+		want                      []string // "job id/status", a task each
 	}{
-		{"acme", "etl", "v1", sortedStrings([]string{notStarted.ID, partly.ID})},
-		{"acme", "etl", "v2", []string{newer.ID}},
-		{"globex", "etl", "v1", []string{theirs.ID}},
+		{"acme", "etl", "v1", sortedStrings([]string{notStarted.ID + "/pending", running.ID + "/running", partly.ID + "/running",
+			partly.ID + "/waiting", partly.ID + "/waiting", retried.ID + "/pending"})},
+		{"acme", "etl", "v2", []string{newer.ID + "/pending"}},
+		{"globex", "etl", "v1", []string{theirs.ID + "/pending"}},
 		{"acme", "etl", "v9", nil},
 	} {
-		ids, err := st.PipelineJobsNotStarted(ctx, store.PipelineVersionKey{Tenant: c.tenant, Pipeline: c.pipeline, Version: c.version})
+		refs, err := st.PipelineTasksUnfinished(ctx, store.PipelineVersionKey{Tenant: c.tenant, Pipeline: c.pipeline, Version: c.version})
 		if err != nil {
-			t.Fatalf("PipelineJobsNotStarted(%s, %s, %s): %v", c.tenant, c.pipeline, c.version, err)
+			t.Fatalf("PipelineTasksUnfinished(%s, %s, %s): %v", c.tenant, c.pipeline, c.version, err)
 		}
-		checkIDs(t, "PipelineJobsNotStarted("+c.tenant+", "+c.pipeline+", "+c.version+")", sortedStrings(ids), c.want)
+		var got []string
+		for _, r := range refs {
+			got = append(got, r.JobID+"/"+string(r.Status))
+			if r.TaskID == "" || r.Job == "" || r.RouteKey == "" {
+				t.Errorf("PipelineTasksUnfinished: ref %+v lacks its task, pipeline job or key", r)
+			}
+		}
+		checkIDs(t, "PipelineTasksUnfinished("+c.tenant+", "+c.pipeline+", "+c.version+")", sortedStrings(got), c.want)
 	}
 }
