@@ -252,7 +252,8 @@ type DatasetWriter interface {
 	// DatasetUpdate writes a dataset's name, current version, storage, write mode, schema and
 	// filter fields. A name another dataset of the tenant holds is ErrConflict.
 	DatasetUpdate(ctx context.Context, d *Dataset) error
-	// DatasetVersionInsertMany registers versions; those already registered are skipped.
+	// DatasetVersionInsertMany registers versions; those already registered are skipped, whatever
+	// their values (a task's registration compares them first: dataplane.Plane.RegisterVersions).
 	DatasetVersionInsertMany(ctx context.Context, vs []*DatasetVersion) error
 }
 
