@@ -100,3 +100,67 @@ func TestCompletionStoresItsFinalEventsWithTheOutcome(t *testing.T) {
 		}
 	})
 }
+
+// Rule: a partition event's start and end are its partition_key's bounds, given or not. The same
+// partition reported by the same task with and without them is one event, stored with its
+// bounds and routed once; bounds that contradict the key are refused.
+func TestPartitionEventWithAndWithoutBoundsIsOneEvent(t *testing.T) {
+	storetest.ForEachDriver(t, func(t *testing.T, st store.Store) {
+		e := newPipelineEnv(t, st)
+		blocks, v := e.output("follower", 0)
+		bare := func(key string) dispatch.DatasetEvent {
+			return dispatch.DatasetEvent{DatasetUUID: blocks, DatasetVersion: v, PartitionKey: key}
+		}
+		record := func(events ...dispatch.DatasetEvent) int {
+			t.Helper()
+			n, err := e.D.RecordEvents(e.Ctx, fence(e.emitter), events)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return n
+		}
+		if n := record(partition(blocks, v, 100, 199)); n != 1 {
+			t.Fatalf("the partition with its bounds: %d new, want 1", n)
+		}
+		if n := record(bare("100-199")); n != 0 {
+			t.Errorf("the same partition without bounds: %d new, want 0", n)
+		}
+		// The other way round, and within one call.
+		if n := record(bare("200-299"), partition(blocks, v, 200, 299)); n != 1 {
+			t.Errorf("a partition without, then with its bounds: %d new, want 1", n)
+		}
+		onlyStart := bare("300-399")
+		onlyStart.Start = i64(300)
+		if n := record(onlyStart, bare("300-399"), partition(blocks, v, 300, 399)); n != 1 {
+			t.Errorf("a partition with one bound, none and both: %d new, want 1", n)
+		}
+		stored, err := st.DatasetEventListByTask(e.Ctx, e.emitter.Task.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(stored) != 3 {
+			t.Fatalf("stored %d events, want 3", len(stored))
+		}
+		for i, ev := range stored {
+			if start := int64(100 * (i + 1)); ev.Start == nil || ev.End == nil || *ev.Start != start || *ev.End != start+99 {
+				t.Errorf("event %s stored with start %v and end %v", ev.PartitionKey, ev.Start, ev.End)
+			}
+		}
+		if got := e.route(); got != 9 {
+			t.Errorf("routed %d tasks, want 9 (ranges, mainnet and testnets per partition)", got)
+		}
+		// Bounds that are not the key's are refused, and store nothing.
+		for _, bad := range []dispatch.DatasetEvent{partition(blocks, v, 100, 200), func() dispatch.DatasetEvent {
+			ev := bare("100-199")
+			ev.End = i64(198)
+			return ev
+		}()} {
+			bad.PartitionKey = "100-199"
+			_, err := e.D.RecordEvents(e.Ctx, fence(e.emitter), []dispatch.DatasetEvent{bad})
+			dispatchtest.WantErr[*dispatch.InvalidError](t, err)
+		}
+		if stored, _ := st.DatasetEventListByTask(e.Ctx, e.emitter.Task.ID); len(stored) != 3 {
+			t.Errorf("refused events were stored: %d events", len(stored))
+		}
+	})
+}

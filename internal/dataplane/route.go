@@ -110,6 +110,8 @@ func validateEvents(t *store.Task, attempt int, events []dispatch.DatasetEvent, 
 			if start > end || (e.Start != nil && *e.Start != start) || (e.End != nil && *e.End != end) {
 				return nil, bad("partition_key %q does not match start %v and end %v", e.PartitionKey, deref(e.Start), deref(e.End))
 			}
+			// The bounds are the key's, given or not: one partition is one event either way.
+			e.Start, e.End = &start, &end
 		} else if e.Start != nil || e.End != nil {
 			return nil, bad("start and end belong to a partitioned event (with partition_key)")
 		}
