@@ -22,6 +22,12 @@ type Table struct {
 	// increasing across the clear, so a cursor never names two loads, and a batch loaded before
 	// the clear is not loaded again.
 	ClearTenant string
+	// RetireVersion, when set, is a version of the dataset that EnsureAll retires, in the same
+	// transaction: from its commit on, Load refuses the batches of that version (ErrStaleVersion),
+	// such as those a sink claimed before a reset and loads after it. The transaction takes the
+	// dataset's cursor row before it deletes ClearTenant's rows, so that every load either commits
+	// before the delete, which then removes its rows, or after the commit, and is refused.
+	RetireVersion string
 }
 
 // Cleared counts, by dataset uuid, the rows EnsureAll removed for the Tables with ClearTenant.
@@ -74,10 +80,11 @@ func (db *DB) Ensure(ctx context.Context, datasetUUID string, s *pipeline.Schema
 
 // planned is one table of an ensure: its dataset, the schema it wants, and that schema's JSON.
 type planned struct {
-	d     dataset
-	s     *pipeline.Schema
-	want  []byte
-	clear string // the tenant whose rows to remove, or ""
+	d      dataset
+	s      *pipeline.Schema
+	want   []byte
+	clear  string // the tenant whose rows to remove, or ""
+	retire string // the version to retire, or ""
 }
 
 // EnsureAll is Ensure for several datasets at once, all or nothing: it plans every table's
@@ -85,7 +92,8 @@ type planned struct {
 // that when one table cannot serve its schema nothing changes, and the *IncompatibleError names
 // every such table. It then makes the changes and records the schemas in one transaction.
 //
-// A Table with ClearTenant has that tenant's rows removed once its changes are made.
+// A Table with ClearTenant has that tenant's rows removed once its changes are made, and one with
+// RetireVersion has that version retired.
 //
 // during, when not nil, runs once the changes are made but not committed, with the rows each
 // clear removed, and EnsureAll commits only if it returns nil; its error is returned as it is. The transaction holds the datasets'
@@ -112,8 +120,8 @@ func (db *DB) EnsureAll(ctx context.Context, tables []Table, during func(Cleared
 		if err := checkSchema(tb.Schema); err != nil {
 			return fmt.Errorf("dataset %s: %w", d.uuid, err)
 		}
-		plan = append(plan, planned{d: d, s: tb.Schema, want: schemaJSON(tb.Schema), clear: tb.ClearTenant})
-		clears = clears || tb.ClearTenant != ""
+		plan = append(plan, planned{d: d, s: tb.Schema, want: schemaJSON(tb.Schema), clear: tb.ClearTenant, retire: tb.RetireVersion})
+		clears = clears || tb.ClearTenant != "" || tb.RetireVersion != ""
 	}
 	if len(plan) == 0 && during == nil {
 		return nil
@@ -172,6 +180,23 @@ func (db *DB) EnsureAll(ctx context.Context, tables []Table, during func(Cleared
 	}
 	cleared := Cleared{}
 	for _, p := range plan {
+		if p.clear == "" && p.retire == "" {
+			continue
+		}
+		// The cursor row first, after the tables' changes (an ALTER TABLE waits for the loads
+		// that inserted rows, and those loads then wait for the cursor row): a load holding it
+		// commits before the delete below reads the rows, and a load that waits for it reads the
+		// retired version once this commits.
+		if _, err := t.exec(ctx, `INSERT INTO baton_dataset_cursors (dataset_uuid, cursor) VALUES (`+db.b.ph(1)+`, 0)
+			ON CONFLICT (dataset_uuid) DO UPDATE SET cursor = baton_dataset_cursors.cursor`, p.d.uuid); err != nil {
+			return fmt.Errorf("lock the cursor of dataset %s: %w", p.d.uuid, err)
+		}
+		if p.retire != "" {
+			if _, err := t.exec(ctx, `INSERT INTO baton_dataset_retired (dataset_uuid, version) VALUES (`+db.b.ph(1)+`, `+db.b.ph(2)+`)
+				ON CONFLICT (dataset_uuid, version) DO NOTHING`, p.d.uuid, p.retire); err != nil {
+				return fmt.Errorf("retire version %s of dataset %s: %w", p.retire, p.d.uuid, err)
+			}
+		}
 		if p.clear == "" {
 			continue
 		}

@@ -18,6 +18,9 @@ type Batch struct {
 	ID          string // the publish record's id: the load's idempotency key
 	Tenant      string // the org_id of every row
 	DatasetUUID string
+	// Version is the dataset version the batch is of: a batch of a version a reset retired
+	// (Table.RetireVersion) is refused with ErrStaleVersion. "" loads whatever the version.
+	Version string
 	// Schema is the dataset's schema, which its table was ensured with (or is compatible with).
 	Schema      *pipeline.Schema
 	Rows        []Row
@@ -46,6 +49,8 @@ var (
 	ErrBadBatch = errors.New("bad batch")
 	// ErrBatchConflict: a batch id already loaded into another dataset, or for another tenant.
 	ErrBatchConflict = errors.New("the batch id was loaded into another dataset or for another tenant")
+	// ErrStaleVersion: the batch is of a dataset version a reset retired; nothing was loaded.
+	ErrStaleVersion = errors.New("the batch's dataset version was retired by a reset of the dataset")
 )
 
 // Load inserts the batch's rows that are new to the dataset (by the tenant's unique key; the
@@ -56,6 +61,11 @@ var (
 //
 // The rows of a load are numbered (see Rows) in the batch's order on SQLite, in the order of
 // their unique key on PostgreSQL.
+//
+// A batch of a version a reset retired is refused with an error wrapping ErrStaleVersion, and
+// nothing changes: see the package's comment for how a load and a concurrent reset are ordered.
+// (A load that inserts no row takes no cursor, so it is not ordered with a reset: it may then
+// commit its ledger entry, which changes no table.) A repeat is not checked: it changes nothing.
 func (db *DB) Load(ctx context.Context, b Batch) (Loaded, error) {
 	d, err := datasetOf(b.DatasetUUID)
 	if err != nil {
@@ -93,12 +103,25 @@ func (db *DB) Load(ctx context.Context, b Batch) (Loaded, error) {
 			return fmt.Errorf("facets: %w", err)
 		}
 		// The cursor is taken last: its counter row stays locked until the commit, which orders
-		// the loads' commits as their cursors, and the shorter the wait the better.
+		// the loads' commits as their cursors, and the shorter the wait the better. A reset
+		// locks that row before it deletes; so the retired versions are read after it, in a
+		// statement of its own, which on PostgreSQL sees what a reset it waited for committed.
 		if inserted > 0 {
 			if _, err := queryRow(ctx, t, `INSERT INTO baton_dataset_cursors (dataset_uuid, cursor) VALUES (`+db.b.ph(1)+`, 1)
 				ON CONFLICT (dataset_uuid) DO UPDATE SET cursor = baton_dataset_cursors.cursor + 1 RETURNING cursor`,
 				[]any{d.uuid}, &res.Cursor); err != nil {
 				return fmt.Errorf("take a cursor: %w", err)
+			}
+		}
+		if b.Version != "" {
+			var one int
+			retired, err := queryRow(ctx, t, `SELECT 1 FROM baton_dataset_retired WHERE dataset_uuid = `+db.b.ph(1)+
+				` AND version = `+db.b.ph(2), []any{d.uuid, b.Version}, &one)
+			if err != nil {
+				return fmt.Errorf("read the retired versions: %w", err)
+			}
+			if retired {
+				return fmt.Errorf("%w: version %s", ErrStaleVersion, b.Version)
 			}
 		}
 		_, err = t.exec(ctx, `UPDATE baton_dataset_batches SET cursor = `+db.b.ph(1)+`, inserted = `+db.b.ph(2)+`, facets = `+db.b.ph(3)+

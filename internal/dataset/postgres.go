@@ -46,6 +46,12 @@ var postgresBookkeeping = []string{
 		dataset_uuid text PRIMARY KEY,
 		cursor bigint NOT NULL
 	)`,
+	`CREATE TABLE IF NOT EXISTS baton_dataset_retired (
+		dataset_uuid text NOT NULL,
+		version text NOT NULL,
+		retired_at timestamptz NOT NULL DEFAULT now(),
+		PRIMARY KEY (dataset_uuid, version)
+	)`,
 }
 
 func openPostgres(ctx context.Context, url string) (*postgres, error) {

@@ -48,6 +48,12 @@ var sqliteBookkeeping = []string{
 		dataset_uuid TEXT PRIMARY KEY,
 		cursor INTEGER NOT NULL
 	) STRICT`,
+	`CREATE TABLE IF NOT EXISTS baton_dataset_retired (
+		dataset_uuid TEXT NOT NULL,
+		version TEXT NOT NULL,
+		retired_at TEXT NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%fZ', 'now')),
+		PRIMARY KEY (dataset_uuid, version)
+	) STRICT`,
 }
 
 func openSQLite(ctx context.Context, path string) (*sqlite, error) {

@@ -35,9 +35,10 @@ func URL(t testing.TB, driver string) string {
 }
 
 // Dump lists what the data database at url holds besides rows: every table, column, index and
-// constraint, with its definition, and the rows of baton_dataset_tables (the schema each
-// dataset's table was ensured with, and when), one line each in a fixed order. Two dumps are
-// equal when the database's structure and its record of schemas are.
+// constraint, with its definition, the rows of baton_dataset_tables (the schema each dataset's
+// table was ensured with, and when) and those of baton_dataset_retired (the versions resets
+// retired), one line each in a fixed order. Two dumps are equal when the database's structure,
+// its record of schemas and its retired versions are.
 func Dump(t testing.TB, url string) string {
 	t.Helper()
 	var queries []string
@@ -61,7 +62,8 @@ func Dump(t testing.TB, url string) string {
 		}
 	}
 	queries = append(queries, `SELECT 'ensured ' || dataset_uuid || ' at ' || CAST(ensured_at AS TEXT) || ': ' || CAST(schema AS TEXT)
-		FROM baton_dataset_tables ORDER BY dataset_uuid`)
+		FROM baton_dataset_tables ORDER BY dataset_uuid`,
+		`SELECT 'retired ' || dataset_uuid || ' ' || version FROM baton_dataset_retired ORDER BY dataset_uuid, version`)
 	db, err := sql.Open(driver, dsn)
 	if err != nil {
 		t.Fatalf("open %s: %v", url, err)
