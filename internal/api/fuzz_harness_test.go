@@ -185,7 +185,7 @@ func newFuzzHarness(f *testing.F) *fuzzHarness {
 		FacetFields: []string{"severity", "chain"}}); err != nil {
 		f.Fatal(err)
 	}
-	h.fixed = []string{"$KEY", h.key, "$VERSION", dep.Version, "$DS_A", ds.UUID}
+	h.fixed = []string{"$KEY", h.key, "$VERSION", dep.Version, "$DS_A", ds.UUID, "$VER_BUF", ds.CurrentVersion}
 	for _, k := range []string{"$VER_A", "$DS_B", "$VER_B", "$DS_C", "$VER_C"} {
 		h.fixed = append(h.fixed, k, uuid.NewString())
 	}

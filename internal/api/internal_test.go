@@ -191,17 +191,18 @@ const (
   "attempt": $ATTEMPT,
   "lease_token": "$LEASE",
   "dataset_uuid": "$DS_A",
-  "dataset_version": "$VER_A",
+  "dataset_version": "$VER_BUF",
   "batch_uri": "s3://trace-scratch/buffers/$DS_A/$TASK/$ATTEMPT/batch.jsonl",
   "record_count": 1000
 }`
 )
 
 // exampleIDs are the dataset ids the examples use, all datasets of acme (events may name no
-// other): $DS_A, the dataset of the buffered publish, is the buffered dataset of w; $DS_B and
-// $DS_C are the two outputs of a job of another pipeline.
+// other): $DS_A, the dataset of the buffered publish, is the buffered dataset of w, and $VER_BUF
+// its current version, which the batches of its writers are of; $DS_B and $DS_C are the two
+// outputs of a job of another pipeline.
 func exampleIDs(w *workerAPI) []string {
-	pairs := []string{"$DS_A", w.buffered()}
+	pairs := []string{"$DS_A", w.buffered(), "$VER_BUF", w.bufferedVersion()}
 	ctx := context.Background()
 	if _, err := w.dp.Deploy(ctx, "acme", []byte(`name: examples
 jobs:
@@ -327,7 +328,7 @@ func TestInternalConformance(t *testing.T) {
 		if err != nil || len(pubs) != 1 {
 			t.Fatalf("publishes: %v %d", err, len(pubs))
 		}
-		if p := pubs[0]; p.DatasetUUID != ds["$DS_A"] || p.DatasetVersion != ds["$VER_A"] || *p.RecordCount != 1000 || p.Tenant != "acme" ||
+		if p := pubs[0]; p.DatasetUUID != ds["$DS_A"] || p.DatasetVersion != ds["$VER_BUF"] || *p.RecordCount != 1000 || p.Tenant != "acme" ||
 			p.BatchURI != "s3://trace-scratch/buffers/"+ds["$DS_A"]+"/"+wid+"/1/batch.jsonl" {
 			t.Errorf("publish stored as %+v", p)
 		}
@@ -537,7 +538,7 @@ var fencedCalls = []fencedCall{
 			"events": []any{map[string]any{"dataset_uuid": w.bufferedUUID(), "dataset_version": "v1", "cursor": 3}}}
 	}},
 	{"buffer-publish", "/internal/buffer-publish", "/v1/task/buffer-publish", func(w *workerAPI, id string, a int, l string) map[string]any {
-		return map[string]any{"task_id": id, "attempt": a, "lease_token": l, "dataset_version": "v1",
+		return map[string]any{"task_id": id, "attempt": a, "lease_token": l, "dataset_version": w.bufferedVersion(),
 			"batch_uri": "s3://trace-scratch/buffers/alert_events/" + id + "/" + strconv.Itoa(a) + "/batch.jsonl", "record_count": 10}
 	}},
 	{"complete", "/internal/task-complete", "/v1/task/complete", func(w *workerAPI, id string, a int, l string) map[string]any {

@@ -25,7 +25,7 @@ func TestInternalSinkExtendIsFencedByTheReceipt(t *testing.T) {
 		taskID := ids["scan"]
 		// A queued message, as a publish leaves it.
 		rec := &store.BufferPublish{TaskID: taskID, Attempt: 1, BatchURI: "s3://trace-scratch/buffers/alert_events/" + taskID + "/1/b.jsonl",
-			JobID: jobID, Tenant: "acme", DatasetUUID: dsUUID, CreatedAt: clock.Now()}
+			JobID: jobID, Tenant: "acme", DatasetUUID: dsUUID, DatasetVersion: w.bufferedVersion(), CreatedAt: clock.Now()}
 		if err := w.st.InTx(ctx, func(tx store.Tx) error { _, err := tx.BufferPublishInsert(ctx, rec); return err }); err != nil {
 			t.Fatal(err)
 		}

@@ -65,6 +65,17 @@ func (w *workerAPI) bufferedUUID() string {
 	return ds.UUID
 }
 
+// bufferedVersion is the current version of acme's alert_events, which w.buffered deployed: the
+// version of the batches its writers publish.
+func (w *workerAPI) bufferedVersion() string {
+	w.t.Helper()
+	ds, err := w.st.DatasetGetByName(context.Background(), "acme", "alert_events")
+	if err != nil {
+		w.t.Fatalf("acme's alert_events (deploy it with w.buffered first): %v", err)
+	}
+	return ds.CurrentVersion
+}
+
 // submitWriters starts, for each spec, a task of tenant acme's pipeline job of the spec's key
 // (a manual source, with the spec's name as its operator, and its heartbeat timeout, execution
 // timeout and attempts), whose output is the buffered dataset alert_events: a task that may make

@@ -147,6 +147,12 @@ const maxBatchURI = 2048
 // refused, so a task can never make the sink read another task's artifact or a file of the
 // server. A repeat of the same (task, attempt, batch URI) is accepted without a second record;
 // duplicate reports true then.
+//
+// The batch is of the dataset version the task's route pins for the dataset (the version current
+// when the task was created). A dataset_version other than that one, or a pinned version that is
+// no longer the dataset's current one (a reset_outputs deploy or a cutover since), is refused
+// with a *dispatch.ConflictError, and nothing is recorded: the rows of a version that is no
+// longer current are never loaded where readers of the current one look, nor routed.
 func (dp *Plane) BufferPublish(ctx context.Context, p BufferPublishParams) (duplicate bool, err error) {
 	if p.BatchURI == "" || len(p.BatchURI) > maxBatchURI {
 		return false, &dispatch.InvalidError{Message: fmt.Sprintf("batch_uri is required and at most %d characters", maxBatchURI)}
@@ -180,8 +186,20 @@ func (dp *Plane) BufferPublish(ctx context.Context, p BufferPublishParams) (dupl
 			return &dispatch.ForbiddenError{Message: fmt.Sprintf("dataset %q is not an output of this task's job: only tasks of the pipeline job "+
 				"that publishes a buffered dataset may publish batches into it", datasetLabel(ds))}
 		}
+		version := pinnedVersion(t, ds.UUID)
+		switch {
+		case p.DatasetVersion != "" && p.DatasetVersion != version:
+			return &dispatch.ConflictError{Code: "dataset_version_conflict", Message: fmt.Sprintf(
+				"dataset_version %q is not the version of dataset %q this task writes (%s, current when the task was created); nothing was recorded",
+				p.DatasetVersion, datasetLabel(ds), version)}
+		case version != ds.CurrentVersion:
+			return &dispatch.ConflictError{Code: "dataset_version_not_current", Message: fmt.Sprintf(
+				"this task writes version %s of dataset %q, which is no longer its current version (%s: its outputs were reset, "+
+					"or its current version was switched, since the task was created); nothing was recorded",
+				version, datasetLabel(ds), ds.CurrentVersion)}
+		}
 		rec := &store.BufferPublish{TaskID: t.ID, Attempt: t.Attempt, BatchURI: dp.cfg.Blob.URI(key), JobID: t.JobID,
-			Tenant: job.Tenant, DatasetUUID: ds.UUID, DatasetVersion: cmp.Or(p.DatasetVersion, ds.CurrentVersion),
+			Tenant: job.Tenant, DatasetUUID: ds.UUID, DatasetVersion: version,
 			RecordCount: p.RecordCount, ContentType: p.ContentType, BatchSizeBytes: p.BatchSizeBytes,
 			DedupeScope: p.DedupeScope, CreatedAt: c.Now(), State: store.BufferQueued, VisibleAt: c.Now()}
 		ok, err := tx.BufferPublishInsert(ctx, rec)
@@ -235,6 +253,19 @@ func (dp *Plane) batchDataset(ctx context.Context, tx store.Tx, tenant string, t
 		return nil, &dispatch.InvalidError{Message: fmt.Sprintf("dataset_uuid %q is not the dataset batch_uri names (%s)", p.DatasetUUID, ds.UUID)}
 	}
 	return ds, nil
+}
+
+// pinnedVersion is the version of dataset datasetUUID that t's route pins among its outputs: the
+// version its batches are of.
+func pinnedVersion(t *store.Task, datasetUUID string) string {
+	if r := dispatch.DecodeRoute(t); r != nil {
+		for _, o := range r.Outputs {
+			if o.DatasetUUID == datasetUUID {
+				return o.DatasetVersion
+			}
+		}
+	}
+	return ""
 }
 
 // datasetLabel names a dataset in a message: by its name, or its uuid when it has none.
@@ -302,7 +333,9 @@ type ClaimBatchesParams struct {
 
 // ClaimBatches claims Buffer Queue messages for a sink: each receive counts, and the message is
 // invisible to other sinks until VisibleUntil. A message that was already received MaxReceives
-// times without being committed (its sinks died, or failed it) is dead-lettered instead.
+// times without being committed (its sinks died, or failed it) is dead-lettered instead, and so is
+// one whose batch is of a dataset version that is no longer current (published just before a
+// reset_outputs deploy or a cutover committed): it is never handed out.
 func (dp *Plane) ClaimBatches(ctx context.Context, p ClaimBatchesParams) ([]*SinkMessage, error) {
 	cfg := dp.cfg.Buffer.withDefaults()
 	p.Max = min(cmp.Or(p.Max, 1), 100)
@@ -368,6 +401,9 @@ func (dp *Plane) claimBatches(ctx context.Context, p ClaimBatchesParams, cfg Buf
 			case sd.Schema == nil:
 				r.State, r.FinishedAt = store.BufferDead, c.Now()
 				r.LastError = "the dataset is no longer a buffered dataset with a schema"
+			case r.DatasetVersion != ds.CurrentVersion:
+				r.State, r.FinishedAt = store.BufferDead, c.Now()
+				r.LastError = staleBatch(r, ds)
 			default:
 				r.ReceiveCount++
 				r.VisibleAt = c.Now().Add(p.Visibility)
@@ -383,6 +419,13 @@ func (dp *Plane) claimBatches(ctx context.Context, p ClaimBatchesParams, cfg Buf
 	return out, err
 }
 
+// staleBatch is the last_error of a batch dead-lettered because its version is no longer the
+// dataset's current one.
+func staleBatch(r *store.BufferPublish, ds *store.Dataset) string {
+	return fmt.Sprintf("discarded, not loaded: the batch is of dataset version %s, which is no longer the dataset's current version (%s)",
+		r.DatasetVersion, ds.CurrentVersion)
+}
+
 // BatchLoaded is what a sink's load of a batch did.
 type BatchLoaded struct {
 	Cursor   int64            // the dataset's cursor of the rows it added; 0 when it added none
@@ -395,8 +438,8 @@ type BatchLoaded struct {
 var ErrBatchNotClaimed = errors.New("the buffer batch is not claimed by this receive")
 
 // CommitBatch records that a sink loaded message id and, when the load added rows, emits the
-// dataset event of its new cursor in the same transaction (for the dataset's current version),
-// which routing turns into consumer tasks. Any receive may commit, even a late one whose
+// dataset event of its new cursor in the same transaction, of the batch's dataset version, which
+// routing turns into consumer tasks while that version is current. Any receive may commit, even a late one whose
 // visibility ran out, or one of a message dead-lettered meanwhile: a load happens once (the data
 // database keeps a ledger of loaded batches), so a commit only ever reports what is true. A
 // message already committed is not an error.
@@ -428,7 +471,8 @@ func (dp *Plane) CommitBatch(ctx context.Context, id int64, res BatchLoaded) err
 	})
 }
 
-// emitBatchEvent stores the dataset event of a committed batch and queues it for routing.
+// emitBatchEvent stores the dataset event of a committed batch, of the batch's version, and queues
+// it for routing, which drops it unless that version is current.
 func (dp *Plane) emitBatchEvent(ctx context.Context, tx store.Tx, c *dispatch.Work, r *store.BufferPublish, res BatchLoaded) error {
 	ds, err := tx.DatasetGetMany(ctx, []string{r.DatasetUUID})
 	if err != nil || len(ds) == 0 {
@@ -436,7 +480,7 @@ func (dp *Plane) emitBatchEvent(ctx context.Context, tx store.Tx, c *dispatch.Wo
 	}
 	cursor := res.Cursor
 	e := &store.DatasetEvent{DedupeKey: "buffer:" + strconv.FormatInt(r.ID, 10), JobID: r.JobID, TaskID: r.TaskID,
-		Attempt: r.Attempt, DatasetUUID: r.DatasetUUID, DatasetVersion: ds[0].CurrentVersion, Cursor: &cursor, CreatedAt: c.Now()}
+		Attempt: r.Attempt, DatasetUUID: r.DatasetUUID, DatasetVersion: r.DatasetVersion, Cursor: &cursor, CreatedAt: c.Now()}
 	if _, err := tx.DatasetEventInsertMany(ctx, []*store.DatasetEvent{e}); err != nil || e.ID == 0 {
 		return err
 	}
@@ -450,7 +494,8 @@ func (dp *Plane) emitBatchEvent(ctx context.Context, tx store.Tx, c *dispatch.Wo
 
 // FailBatch records that a sink could not load message id, received as receipt, for reason: it
 // becomes visible again after a doubling delay, or is dead-lettered once it was received
-// MaxReceives times. dead reports the latter.
+// MaxReceives times, or at once when its batch is of a dataset version that is no longer current
+// (a retry could only dead-letter it at its claim). dead reports the latter two.
 func (dp *Plane) FailBatch(ctx context.Context, id int64, receipt int, reason string) (dead bool, err error) {
 	cfg := dp.cfg.Buffer.withDefaults()
 	if reason == "" {
@@ -466,7 +511,11 @@ func (dp *Plane) FailBatch(ctx context.Context, id int64, receipt int, reason st
 			return ErrBatchNotClaimed
 		}
 		r.LastError = truncate(reason, 4000)
-		if r.ReceiveCount >= cfg.MaxReceives {
+		ds, err := tx.DatasetGetMany(ctx, []string{r.DatasetUUID})
+		if err != nil {
+			return err
+		}
+		if r.ReceiveCount >= cfg.MaxReceives || (len(ds) == 1 && ds[0].CurrentVersion != r.DatasetVersion) {
 			r.State, r.FinishedAt, dead = store.BufferDead, c.Now(), true
 		} else {
 			delay := cfg.RetryBase << min(r.ReceiveCount-1, 30)
@@ -503,7 +552,9 @@ func (dp *Plane) BatchDeadLetters(ctx context.Context, tenant, dataset string, a
 }
 
 // RetryBatch puts a dead-lettered batch of a tenant's dataset back on the Buffer Queue with a fresh
-// receive budget.
+// receive budget. A batch of a version that is no longer the dataset's current one (such as those
+// a reset_outputs deploy discarded) is refused with a *dispatch.ConflictError: it can no longer
+// be loaded.
 func (dp *Plane) RetryBatch(ctx context.Context, tenant, dataset string, id int64) (*store.BufferPublish, error) {
 	ds, err := dp.findDataset(ctx, dp.store, tenant, dataset)
 	if err != nil {
@@ -519,6 +570,15 @@ func (dp *Plane) RetryBatch(ctx context.Context, tenant, dataset string, id int6
 		}
 		if r.State != store.BufferDead {
 			return &dispatch.InvalidError{Message: fmt.Sprintf("batch %d is %s, not dead-lettered", id, r.State)}
+		}
+		cur, err := tx.DatasetGetMany(ctx, []string{r.DatasetUUID})
+		if err != nil {
+			return err
+		}
+		if len(cur) == 1 && cur[0].CurrentVersion != r.DatasetVersion {
+			return &dispatch.ConflictError{Code: "dataset_version_not_current", Message: fmt.Sprintf(
+				"batch %d is of dataset version %s, which is no longer the dataset's current version (%s): it can no longer be loaded; "+
+					"publish its rows again from a task of the current version", id, r.DatasetVersion, cur[0].CurrentVersion)}
 		}
 		r.State, r.ReceiveCount, r.VisibleAt, r.FinishedAt = store.BufferQueued, 0, c.Now(), time.Time{}
 		c.Signal(&dp.sinks)

@@ -60,7 +60,7 @@ func (f *fixture) queued(c *dispatch.Claim, name string, rows ...string) *store.
 		f.t.Fatal(err)
 	}
 	rec := &store.BufferPublish{TaskID: c.Task.ID, Attempt: c.Task.Attempt, BatchURI: f.blob.URI(key), JobID: c.Task.JobID,
-		Tenant: tenant, DatasetUUID: f.dataset.UUID, CreatedAt: f.clock.Now()}
+		Tenant: tenant, DatasetUUID: f.dataset.UUID, DatasetVersion: f.dataset.CurrentVersion, CreatedAt: f.clock.Now()}
 	err := f.st.InTx(f.ctx, func(tx store.Tx) error {
 		_, err := tx.BufferPublishInsert(f.ctx, rec)
 		return err

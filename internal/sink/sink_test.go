@@ -359,7 +359,8 @@ func TestSinkRefusesAnArtifactOutsideTheBufferLocation(t *testing.T) {
 		// by the sink too.
 		err := f.st.InTx(f.ctx, func(tx store.Tx) error {
 			_, err := tx.BufferPublishInsert(f.ctx, &store.BufferPublish{TaskID: w.Task.ID, Attempt: 1, BatchURI: "file:///etc/passwd",
-				JobID: w.Task.JobID, Tenant: tenant, DatasetUUID: f.dataset.UUID, State: store.BufferQueued, CreatedAt: f.clock.Now()})
+				JobID: w.Task.JobID, Tenant: tenant, DatasetUUID: f.dataset.UUID, DatasetVersion: f.dataset.CurrentVersion, State: store.BufferQueued,
+				CreatedAt: f.clock.Now()})
 			return err
 		})
 		if err != nil {
