@@ -56,6 +56,9 @@ type DatasetTables interface {
 	// holding the datasets' locks, and the transaction commits only when during returns nil;
 	// during's error is returned as it is. A table with ClearTenant has that tenant's rows
 	// removed in the same transaction, before during runs; cleared counts them by dataset uuid.
+	// A table with RetireVersion has that version retired in it: from the commit on, no batch of
+	// it is loaded (a load already under way either commits first, and its rows are among those
+	// removed, or is refused).
 	EnsureTables(ctx context.Context, tables []DatasetTable, during func(cleared map[string]int64) error) error
 	// Rows reads a page of the dataset's rows of one tenant, oldest first.
 	Rows(ctx context.Context, datasetUUID string, s *pipeline.Schema, q RowQuery) (RowPage, error)

@@ -51,6 +51,9 @@ type DatasetTable struct {
 	// ClearTenant, when set, is the tenant whose rows the deploy removes: the dataset is an
 	// output of a source job whose bootstrap.reset_outputs runs.
 	ClearTenant string
+	// RetireVersion, when set, is the dataset version the reset replaces: from the data
+	// database's commit on, batches of it are no longer loaded (dataset.Table.RetireVersion).
+	RetireVersion string
 }
 
 // IncompatibleTablesError: tables that cannot serve the schemas a deploy gives their datasets.
@@ -144,9 +147,11 @@ func (dp *Plane) DeployBy(ctx context.Context, who Deployer, body []byte, conten
 // the dataset as existing.
 //
 // A deploy that activates its version resets the outputs of its source jobs with
-// bootstrap.reset_outputs: step 2 removes the tenant's rows of their buffered datasets, and step
-// 3 records the reset (resetOutputs). Whether the deploy activates its version is read before
-// step 2 and checked again in step 3; a deploy that finds it changed meanwhile starts over.
+// bootstrap.reset_outputs: step 2 removes the tenant's rows of their buffered datasets and
+// retires the versions those rows were of, so that no batch of them loads into the emptied
+// tables, and step 3 records the reset (resetOutputs). Whether the deploy activates its version,
+// and the buffered datasets' current versions, are read before step 2 and checked again in step
+// 3; a deploy that finds one changed meanwhile starts over.
 //
 // What remains is the commit of step 4 failing after the store's committed: the version is then
 // active while its tables lag behind. The changes were checked under the locks, so nothing in
@@ -179,8 +184,9 @@ func (dp *Plane) deploy(ctx context.Context, who Deployer, body []byte, contentT
 	}
 	// The buffered datasets' tables, with the uuid of each: its own, or a new one.
 	var tables []DatasetTable
-	planned := map[string]string{} // producer key → uuid
-	names := map[string]string{}   // uuid → dataset name
+	planned := map[string]string{}  // producer key → uuid
+	names := map[string]string{}    // uuid → dataset name
+	retiring := map[string]string{} // uuid → the version its reset retires
 	if dp.cfg.Tables != nil {
 		for _, name := range sortedKeys(doc.Publish) {
 			p := doc.Publish[name]
@@ -188,13 +194,19 @@ func (dp *Plane) deploy(ctx context.Context, who Deployer, body []byte, contentT
 				continue
 			}
 			id := uuid.NewString()
-			if x := existing[bufferedProducer(name)]; x != nil {
+			x := existing[bufferedProducer(name)]
+			if x != nil {
 				id = x.UUID
 			}
 			planned[bufferedProducer(name)], names[id] = id, name
 			table := DatasetTable{DatasetUUID: id, Schema: p.Schema}
 			if activates && resetJobs[p.From.Job] {
 				table.ClearTenant = tenant
+				if x != nil {
+					// resetOutputs checks that it is still the current version.
+					table.RetireVersion = x.CurrentVersion
+					retiring[id] = x.CurrentVersion
+				}
 			}
 			tables = append(tables, table)
 		}
@@ -238,7 +250,7 @@ func (dp *Plane) deploy(ctx context.Context, who Deployer, body []byte, contentT
 					store.VersionDeployed); err != nil {
 					return err
 				}
-				if err := dp.resetOutputs(ctx, tx, c, who, doc, spec, cleared); err != nil {
+				if err := dp.resetOutputs(ctx, tx, c, who, doc, spec, cleared, retiring); err != nil {
 					return err
 				}
 			}
@@ -416,10 +428,17 @@ func (dp *Plane) storeDatasets(ctx context.Context, tx store.Tx, c *dispatch.Wor
 	if err := tx.DatasetVersionInsertMany(ctx, versions); err != nil {
 		return nil, err
 	}
-	// Read back: a concurrent deploy may have created some of them first.
+	// Read back: a concurrent deploy may have created some of them first. The existing ones too,
+	// as they are now: the updates below must keep what other requests changed since the deploy
+	// read them (the current version a cutover set).
 	var producers []string
 	for _, x := range fresh {
 		producers = append(producers, x.Producer)
+	}
+	for k, x := range existing {
+		if x != nil && k == x.Producer {
+			producers = append(producers, k)
+		}
 	}
 	got, err := tx.DatasetListByProducer(ctx, tenant, producers)
 	if err != nil {

@@ -13,18 +13,23 @@ import (
 
 // resetOutputs resets the outputs of doc's source jobs with bootstrap.reset_outputs, in the
 // transaction of the deploy that activates doc's version; cleared holds the rows the deploy's
-// data database transaction removed, by dataset uuid. For each output dataset of such a job:
+// data database transaction removed, and retiring the version it retired, by dataset uuid. A
+// buffered dataset whose current version is no longer the one retired (another request changed
+// it since the deploy read it) makes the deploy start over (errDeployRaced). For each output
+// dataset of such a job:
 //
 //   - a fresh dataset version is registered and made current, so that consumers start over:
 //     routing keys are per dataset version, events of the versions before it (also those still
 //     waiting to be routed) are no longer routed, and tasks started from now on are handed the
 //     fresh version;
 //   - for a buffered dataset, the tenant's batches still queued for the sink are dead-lettered
-//     rather than loaded into the emptied table (a dead letter can still be retried by hand);
+//     rather than loaded into the emptied table; they are of a version no longer current, so they
+//     can no longer be retried, and the data database refuses a batch of the retired version that
+//     a sink holds already;
 //   - an OutputReset records it all, with who deployed and when: the pipeline's history, and the
 //     invalidation the dataset's consumers read.
 func (dp *Plane) resetOutputs(ctx context.Context, tx store.Tx, c *dispatch.Work, who Deployer, doc *pipeline.Document,
-	spec *pipelineSpec, cleared map[string]int64) error {
+	spec *pipelineSpec, cleared map[string]int64, retiring map[string]string) error {
 	jobs := doc.ResetJobs()
 	if len(jobs) == 0 {
 		return nil
@@ -62,6 +67,9 @@ func (dp *Plane) resetOutputs(ctx context.Context, tx store.Tx, c *dispatch.Work
 		x := byUUID[tg.out.DatasetUUID]
 		if x == nil || x.Tenant != who.Tenant {
 			return fmt.Errorf("reset outputs of job %q: dataset %s vanished during the deploy", tg.job, tg.out.DatasetUUID)
+		}
+		if v, ok := retiring[x.UUID]; ok && v != x.CurrentVersion {
+			return errDeployRaced // the data database retired another version than the one this replaces
 		}
 		r := &store.OutputReset{Tenant: who.Tenant, Pipeline: doc.Name, Version: doc.Version, Job: tg.job, APIKey: who.APIKey,
 			DatasetUUID: x.UUID, DatasetName: x.Name, OutputIndex: tg.out.OutputIndex, PreviousVersion: x.CurrentVersion,

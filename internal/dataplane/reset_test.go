@@ -7,8 +7,10 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"github.com/baton-dev/baton/internal/dataplane"
 	"github.com/baton-dev/baton/internal/dataset"
 	"github.com/baton-dev/baton/internal/dataset/datasettest"
+	"github.com/baton-dev/baton/internal/dispatch"
 	"github.com/baton-dev/baton/internal/pipeline"
 	"github.com/baton-dev/baton/internal/store"
 )
@@ -139,6 +141,122 @@ func TestResetLosesTheRaceToAnotherActivation(t *testing.T) {
 		}
 		if after := datasettest.Dump(t, e.url); after != before {
 			t.Errorf("the deploy that lost the race changed the data database:\n%s", datasettest.Diff(before, after))
+		}
+	})
+}
+
+// loadVersion loads a row of the tenant into the dataset alerts as batch id, of the dataset
+// version version.
+func (e *dataEnv) loadVersion(id, version string) error {
+	e.T.Helper()
+	ds, err := e.Store.DatasetGetByName(e.Ctx, tenant, "alerts")
+	if err != nil {
+		e.T.Fatal(err)
+	}
+	var s pipeline.Schema
+	if err := json.Unmarshal(ds.Schema, &s); err != nil {
+		e.T.Fatal(err)
+	}
+	_, err = e.data.Load(e.Ctx, dataset.Batch{ID: id, Tenant: tenant, DatasetUUID: ds.UUID, Version: version, Schema: &s,
+		Rows: []dataset.Row{{"key": id, "severity": "high"}}})
+	return err
+}
+
+// Rule: a reset retires, in the data database, the dataset version it replaces, so that a batch
+// of it a sink still holds never loads into the emptied table; batches of the fresh version load.
+// The version retired is the one the reset replaces even when the current version is switched
+// while the deploy runs: the deploy that finds it switched starts over.
+func TestResetRetiresTheVersionItReplaces(t *testing.T) {
+	t.Parallel()
+	forEachDataDriver(t, func(t *testing.T, e *dataEnv) {
+		e.deploy(tenant, resettingDoc(false))
+		v0 := e.currentVersion()
+		e.deploy(tenant, resettingDoc(true))
+		v1 := e.currentVersion()
+		if err := e.loadVersion("held-0", v0); !errors.Is(err, dataset.ErrStaleVersion) {
+			t.Fatalf("a batch of the version the reset replaced: %v, want ErrStaleVersion", err)
+		}
+		if err := e.loadVersion("fresh-1", v1); err != nil {
+			t.Fatalf("a batch of the fresh version: %v", err)
+		}
+
+		// A task registers another version; the current version is switched to it while the
+		// next resetting deploy runs, after the deploy read v1: the deploy starts over, and
+		// retires the version its reset replaces.
+		e.registerVersion("v-side")
+		e.deploy(tenant, resettingDoc(false))
+		var switched atomic.Bool
+		e.tables.before = func() {
+			if switched.CompareAndSwap(false, true) {
+				if _, err := e.dp.SetCurrentVersion(e.Ctx, tenant, "alerts", "v-side"); err != nil {
+					t.Errorf("switch: %v", err)
+				}
+			}
+		}
+		e.deploy(tenant, resettingDoc(true))
+		e.tables.before = nil
+		rs, err := e.Store.OutputResetList(e.Ctx, store.OutputResetListParams{Tenant: tenant, Pipeline: "alerts", Limit: 1})
+		if err != nil || len(rs) != 1 || rs[0].PreviousVersion != "v-side" {
+			t.Fatalf("the newest reset %v %+v, want it to replace v-side", err, rs)
+		}
+		if err := e.loadVersion("held-side", "v-side"); !errors.Is(err, dataset.ErrStaleVersion) {
+			t.Fatalf("a batch of the version the second reset replaced: %v, want ErrStaleVersion", err)
+		}
+		if err := e.loadVersion("fresh-2", e.currentVersion()); err != nil {
+			t.Fatalf("a batch of the version the second reset made current: %v", err)
+		}
+	})
+}
+
+// registerVersion has a task of the job src register version of the dataset alerts
+// (datasets_published).
+func (e *dataEnv) registerVersion(version string) {
+	e.T.Helper()
+	run, err := e.dp.RunSource(e.Ctx, dataplane.RunSourceParams{Tenant: tenant, Pipeline: "alerts", Job: "src"})
+	if err != nil {
+		e.T.Fatal(err)
+	}
+	c, err := e.D.ClaimTask(e.Ctx, dispatch.ClaimTaskParams{TaskID: run.TaskID, WorkerID: "w"})
+	if err != nil {
+		e.T.Fatal(err)
+	}
+	ds, err := e.Store.DatasetGetByName(e.Ctx, tenant, "alerts")
+	if err != nil {
+		e.T.Fatal(err)
+	}
+	if _, err := e.D.Complete(e.Ctx, dispatch.CompleteParams{TaskID: c.Task.ID, Attempt: c.Task.Attempt, LeaseToken: c.Task.LeaseToken,
+		Outcome: store.OutcomeSucceeded, Published: []dispatch.PublishedVersion{{DatasetUUID: ds.UUID, DatasetVersion: version}}}); err != nil {
+		e.T.Fatal(err)
+	}
+}
+
+func (e *dataEnv) currentVersion() string {
+	e.T.Helper()
+	ds, err := e.Store.DatasetGetByName(e.Ctx, tenant, "alerts")
+	if err != nil {
+		e.T.Fatal(err)
+	}
+	return ds.CurrentVersion
+}
+
+// Rule: a deploy keeps a cutover (POST /datasets/{name}/current) that another request committed
+// after the deploy read the datasets: it writes back their names and schemas, not the current
+// version it read.
+func TestDeployKeepsACutoverMadeWhileItRuns(t *testing.T) {
+	t.Parallel()
+	forEachDataDriver(t, func(t *testing.T, e *dataEnv) {
+		e.deploy(tenant, resettingDoc(false))
+		v0 := e.currentVersion()
+		e.registerVersion("v-side")
+		e.tables.before = func() {
+			if _, err := e.dp.SetCurrentVersion(e.Ctx, tenant, "alerts", "v-side"); err != nil {
+				t.Errorf("switch: %v", err)
+			}
+		}
+		e.deploy(tenant, bufferedDoc("alerts", map[string]string{"alerts": alertSchemaGrown}))
+		e.tables.before = nil
+		if v := e.currentVersion(); v != "v-side" {
+			t.Fatalf("current version %s after the deploy (was %s), want v-side, which the cutover made current", v, v0)
 		}
 	})
 }

@@ -15,13 +15,13 @@ type DatasetDB struct{ DB *dataset.DB }
 
 var _ DatasetTables = DatasetDB{}
 
-// EnsureTables changes the tables of a deploy's buffered datasets, and clears the ones it resets,
-// in one transaction of the data database, or none (dataset.DB.EnsureAll), committed only if
-// during succeeds.
+// EnsureTables changes the tables of a deploy's buffered datasets, and clears the ones it resets
+// and retires their versions, in one transaction of the data database, or none
+// (dataset.DB.EnsureAll), committed only if during succeeds.
 func (t DatasetDB) EnsureTables(ctx context.Context, tables []DatasetTable, during func(cleared map[string]int64) error) error {
 	want := make([]dataset.Table, len(tables))
 	for i, x := range tables {
-		want[i] = dataset.Table{DatasetUUID: x.DatasetUUID, Schema: x.Schema, ClearTenant: x.ClearTenant}
+		want[i] = dataset.Table{DatasetUUID: x.DatasetUUID, Schema: x.Schema, ClearTenant: x.ClearTenant, RetireVersion: x.RetireVersion}
 	}
 	var run func(dataset.Cleared) error
 	if during != nil {
