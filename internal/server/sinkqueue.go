@@ -29,6 +29,11 @@ func (q SinkQueue) Claim(ctx context.Context, p wire.SinkClaimRequest) ([]wire.S
 
 func (q SinkQueue) Extend(ctx context.Context, p wire.SinkExtend) error {
 	_, err := q.P.ExtendBatch(ctx, p.ID, p.ReceiveCount, time.Duration(p.VisibilitySeconds)*time.Second)
+	return refusal(err)
+}
+
+// refusal is the sink's error for the dispatcher's refusal of an extend or a fail.
+func refusal(err error) error {
 	switch {
 	case errors.Is(err, dataplane.ErrBatchNotClaimed):
 		return fmt.Errorf("%w: %w", sink.ErrNotClaimed, err)
@@ -43,5 +48,6 @@ func (q SinkQueue) Commit(ctx context.Context, p wire.SinkCommit) error {
 }
 
 func (q SinkQueue) Fail(ctx context.Context, p wire.SinkFail) (bool, error) {
-	return q.P.FailBatch(ctx, p.ID, p.ReceiveCount, p.Error)
+	dead, err := q.P.FailBatch(ctx, p.ID, p.ReceiveCount, p.Error)
+	return dead, refusal(err)
 }

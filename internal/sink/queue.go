@@ -27,11 +27,12 @@ type Queue interface {
 	// Commit reports that a message was loaded, and what the load added.
 	Commit(ctx context.Context, p wire.SinkCommit) error
 	// Fail reports that a received message could not be loaded; dead reports that it was
-	// dead-lettered.
+	// dead-lettered. A message no longer this receive's (another receive holds it, or it is
+	// settled) is refused with an error wrapping ErrNotClaimed (ErrNotFound for one that is gone).
 	Fail(ctx context.Context, p wire.SinkFail) (dead bool, err error)
 }
 
-// The queue's refusals of an extension.
+// The queue's refusals of an extension or a fail.
 var (
 	ErrNotClaimed = errors.New("the buffer batch is not claimed by this receive")
 	ErrNotFound   = errors.New("buffer batch not found")
@@ -53,7 +54,12 @@ func (r Remote) Claim(ctx context.Context, p wire.SinkClaimRequest) ([]wire.Sink
 
 // Extend turns the server's 409 and 404 into ErrNotClaimed and ErrNotFound.
 func (r Remote) Extend(ctx context.Context, p wire.SinkExtend) error {
-	err := r.post(ctx, "/internal/sink/extend", p, nil)
+	return refusal(r.post(ctx, "/internal/sink/extend", p, nil))
+}
+
+// refusal turns the server's 409 and 404 answers to an extend or a fail into ErrNotClaimed and
+// ErrNotFound.
+func refusal(err error) error {
 	var se *StatusError
 	if errors.As(err, &se) {
 		switch se.Status {
@@ -70,10 +76,11 @@ func (r Remote) Commit(ctx context.Context, p wire.SinkCommit) error {
 	return r.post(ctx, "/internal/sink/commit", p, nil)
 }
 
+// Fail turns the server's 409 and 404 into ErrNotClaimed and ErrNotFound.
 func (r Remote) Fail(ctx context.Context, p wire.SinkFail) (bool, error) {
 	var out wire.SinkFailed
 	err := r.post(ctx, "/internal/sink/fail", p, &out)
-	return out.Dead, err
+	return out.Dead, refusal(err)
 }
 
 // post sends body as JSON and decodes a 200's answer into out (when not nil).

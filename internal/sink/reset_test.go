@@ -3,6 +3,7 @@ package sink_test
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -14,8 +15,10 @@ import (
 	"github.com/baton-dev/baton/internal/dataplane"
 	"github.com/baton-dev/baton/internal/dispatch"
 	"github.com/baton-dev/baton/internal/pipeline/pipelinetest"
+	"github.com/baton-dev/baton/internal/sink"
 	"github.com/baton-dev/baton/internal/store"
 	"github.com/baton-dev/baton/internal/store/storetest"
+	"github.com/baton-dev/baton/wire"
 )
 
 // resetDoc is pipelinetest.AlertsDoc whose source job scan resets its outputs; config tells
@@ -249,5 +252,56 @@ func testResetOutputs(t *testing.T, f *fixture) {
 		if got := len(v["resets"].([]any)); got != want {
 			t.Errorf("version %v lists %d resets, want %d", v["version"], got, want)
 		}
+	}
+}
+
+// Rule: a batch a sink claimed before a reset_outputs deploy and loads after it loads nothing
+// into the emptied table (the data database refuses the version the reset retired), stays
+// dead-lettered as the reset left it, and makes no event: nothing is routed. The sink reports
+// that the batch is no longer its own (ErrClaimLost). Rows published after the reset load.
+func TestSinkLoadsNothingOfABatchHeldAcrossAReset(t *testing.T) {
+	for _, drv := range storetest.Drivers() {
+		t.Run(drv.Name, func(t *testing.T) {
+			t.Parallel()
+			for _, way := range []string{"local", "remote"} {
+				t.Run(way, func(t *testing.T) {
+					f := newFixture(t, drv, "file", way)
+					w := f.writer("before")
+					f.publish(w, "held.jsonl", `{"dedupe_key":"k1","severity":"high"}`, `{"dedupe_key":"k2","severity":"low"}`)
+					held, err := f.queue.Claim(f.ctx, wire.SinkClaimRequest{Max: 1})
+					if err != nil || len(held) != 1 {
+						t.Fatalf("claim: %v %v", held, err)
+					}
+					if res, err := f.dp.Deploy(f.ctx, tenant, []byte(resetDoc("one")), "application/yaml"); err != nil || !res.Activated {
+						t.Fatalf("deploy the reset: %+v %v", res, err)
+					}
+					if err := f.sink.Process(f.ctx, held[0]); !errors.Is(err, sink.ErrClaimLost) {
+						t.Fatalf("process the held batch: %v, want ErrClaimLost", err)
+					}
+					if rows := f.rows(tenant); len(rows) != 0 {
+						t.Fatalf("rows of the batch held across the reset: %v", rows)
+					}
+					rec := f.publishRecord(w.Task.ID)
+					if rec.State != store.BufferDead || !strings.Contains(rec.LastError, "reset its outputs") {
+						t.Fatalf("the held batch %+v, want dead-lettered by the reset", rec)
+					}
+					if events, err := f.st.DatasetEventListByTask(f.ctx, w.Task.ID); err != nil || len(events) != 0 {
+						t.Fatalf("events of the held batch: %v %+v", err, events)
+					}
+					if got := f.route(); got["pager"] != 0 || got["digest"] != 0 {
+						t.Fatalf("routed: %v, want no consumer task", got)
+					}
+
+					after := f.writer("after")
+					f.publish(after, "b.jsonl", `{"dedupe_key":"k1","severity":"high"}`)
+					if n := f.process(); n != 1 || len(f.rows(tenant)) != 1 {
+						t.Fatalf("after the reset: loaded %d batches, rows %v", n, f.rows(tenant))
+					}
+					if got := f.route(); got["pager"] != 1 || got["digest"] != 0 {
+						t.Fatalf("routed after the reset: %v, want one pager task", got)
+					}
+				})
+			}
+		})
 	}
 }

@@ -147,7 +147,7 @@ func (s *Sink) Run(ctx context.Context) {
 				switch {
 				case err == nil || ctx.Err() != nil:
 				case errors.Is(err, ErrClaimLost):
-					s.log.WarnContext(ctx, "sink: lost the claim of a batch while loading it; the receive that holds it now loads it",
+					s.log.WarnContext(ctx, "sink: lost the claim of a batch while loading it: another receive holds it now, or it was settled",
 						"id", m.ID, "receive", m.ReceiveCount, "err", err)
 				default:
 					s.log.WarnContext(ctx, "sink: batch not settled; it is delivered again once its visibility ends",
@@ -209,10 +209,12 @@ var ErrClaimLost = errors.New("the claim of the batch was lost while loading it"
 
 // Process loads one claimed message and reports the outcome: Commit after a load (or a repeat of
 // one), Fail when the batch cannot be loaded (an artifact outside the buffer location or missing,
-// a bad row, a schema the table cannot serve). While it works it extends the message's claim
+// a bad row, a schema the table cannot serve, a dataset version a reset retired after the claim:
+// the queue dead-letters that one at once). While it works it extends the message's claim
 // (holdClaim); when the claim is lost the load is canceled, nothing is reported and the error
-// wraps ErrClaimLost. Any other error means it could report neither; the message is delivered
-// again once its visibility ends.
+// wraps ErrClaimLost, as it does when the queue refuses the Fail because the message is no longer
+// this receive's. Any other error means it could report neither; the message is delivered again
+// once its visibility ends.
 //
 // A batch is applied once whatever the timing: the data database's ledger makes a second load of
 // it a repeat with the first one's result, so a load that committed just before its claim was
@@ -232,6 +234,11 @@ func (s *Sink) Process(ctx context.Context, m wire.SinkMessage) error {
 	}
 	if reason != "" {
 		dead, err := s.cfg.Queue.Fail(ctx, wire.SinkFail{ID: m.ID, ReceiveCount: m.ReceiveCount, Error: reason})
+		if errors.Is(err, ErrNotClaimed) {
+			// Another receive holds it, or it is settled (a reset dead-letters the batches it
+			// discards, those a sink holds included).
+			return fmt.Errorf("batch %d, receive %d: %w: %w", m.ID, m.ReceiveCount, ErrClaimLost, err)
+		}
 		if err != nil {
 			return fmt.Errorf("fail batch %d: %w", m.ID, err)
 		}
@@ -338,12 +345,27 @@ func (s *Sink) load(ctx context.Context, m wire.SinkMessage) (loaded dataset.Loa
 	if s.loadHook != nil {
 		s.loadHook(ctx, m)
 	}
+	version := batchVersion(m)
 	loaded, err = s.cfg.Data.Load(ctx, dataset.Batch{ID: m.Dataset.UUID + ":" + strconv.FormatInt(m.ID, 10), Tenant: m.OrgID,
-		DatasetUUID: m.Dataset.UUID, Schema: schema, Rows: rows, FacetFields: m.Dataset.FilterFields})
+		DatasetUUID: m.Dataset.UUID, Version: version, Schema: schema, Rows: rows, FacetFields: m.Dataset.FilterFields})
+	if errors.Is(err, dataset.ErrStaleVersion) {
+		return loaded, key, fmt.Sprintf("discarded, not loaded: the batch is of dataset version %s, which a reset of the dataset's outputs "+
+			"retired while the batch was on its way to the sink", version), nil
+	}
 	if err != nil {
 		return loaded, key, "", fmt.Errorf("load batch %d: %w", m.ID, err)
 	}
 	return loaded, key, "", nil
+}
+
+// batchVersion is the dataset version m's batch is of: the message's dataset_version ("" when it
+// has none).
+func batchVersion(m wire.SinkMessage) string {
+	var msg struct {
+		DatasetVersion string `json:"dataset_version"`
+	}
+	_ = json.Unmarshal(m.Message, &msg)
+	return msg.DatasetVersion
 }
 
 // ensure makes sure the dataset's table serves the schema, once per schema.
