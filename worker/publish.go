@@ -43,6 +43,11 @@ var ErrNoBlob = errors.New("baton worker: no object storage for batches: use Wit
 // JSON objects (maps or structs); a row's org_id, if any, is ignored: the rows belong to the
 // task's tenant. The sink loads the batch later and idempotently, so a retried attempt may
 // publish the same rows again: the dataset's unique key keeps each row once.
+//
+// The batch is of the dataset version the task was created for. Once that version is no longer
+// the dataset's current one (a bootstrap.reset_outputs deploy, or a cutover, since), the server
+// refuses the batch and records nothing, and PublishBatch returns a permanent error (409
+// dataset_version_not_current): no attempt of the task can publish any more.
 func (t *Task) PublishBatch(ctx context.Context, dataset string, rows any) (*PublishedBatch, error) {
 	v := reflect.ValueOf(rows)
 	if v.Kind() != reflect.Slice && v.Kind() != reflect.Array {
@@ -133,6 +138,11 @@ func (p *publisher) publish(ctx context.Context, dataset string, jsonl []byte) (
 		Duplicate bool `json:"duplicate"`
 	}
 	if err := p.w.post(ctx, 30*time.Second, "/internal/buffer-publish", body, &ans); err != nil {
+		var e *apiError
+		if errors.As(err, &e) && e.Code == "dataset_version_not_current" {
+			// The task's version of the dataset is over: no attempt of it can publish.
+			return nil, Permanent(err)
+		}
 		return nil, err
 	}
 	return &PublishedBatch{URI: uri, Rows: int(body["record_count"].(int)), Duplicate: ans.Duplicate}, nil

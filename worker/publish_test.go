@@ -163,3 +163,40 @@ func newAlertsServer(t *testing.T, tenant string) (s *server, bs *blob.Store, bl
 	}
 	return s, bs, blobURL
 }
+
+// Rule: a task created before a bootstrap.reset_outputs deploy cannot publish batches after it:
+// the server refuses them (409 dataset_version_not_current) and records nothing, and the refusal
+// is permanent, so the attempt's failure is not retried.
+func TestPublishBatchAfterAResetIsRefusedForGood(t *testing.T) {
+	t.Parallel()
+	s, _, blobURL := newAlertsServer(t, "default")
+	ctx := context.Background()
+	run, err := s.dp.RunSource(ctx, dataplane.RunSourceParams{Tenant: "default", Pipeline: "alerts", Job: "scan"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	reset := strings.Replace(pipelinetest.AlertsDoc, "    source: {kind: manual}\n", "    source: {kind: manual}\n    bootstrap: {reset_outputs: true}\n", 1)
+	got := make(chan error, 1)
+	start(t, s.url(), map[string]worker.Handler{
+		"scan": func(ctx context.Context, tk *worker.Task) (any, error) {
+			if _, err := s.dp.Deploy(ctx, "default", []byte(reset), "application/yaml"); err != nil {
+				return nil, err
+			}
+			_, err := tk.PublishBatch(ctx, "alert_events", []map[string]any{{"dedupe_key": "k1", "severity": "high"}})
+			got <- err
+			return nil, err
+		},
+	}, worker.WithBlob(blobURL))
+	task := s.waitTask(run.TaskID, "failed", status(lifecycle.Failed))
+	err = <-got
+	var we *worker.Error
+	if !errors.As(err, &we) || we.Retryable == nil || *we.Retryable || !strings.Contains(err.Error(), "409 dataset_version_not_current") {
+		t.Fatalf("err %v, want a permanent 409 dataset_version_not_current", err)
+	}
+	if task.Attempt != 1 {
+		t.Errorf("the task ran %d attempts, want 1", task.Attempt)
+	}
+	if recs, err := s.st.BufferPublishListByTask(ctx, run.TaskID); err != nil || len(recs) != 0 {
+		t.Fatalf("publish records %+v %v; want none", recs, err)
+	}
+}
