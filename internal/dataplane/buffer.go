@@ -337,8 +337,8 @@ type ClaimBatchesParams struct {
 // ClaimBatches claims Buffer Queue messages for a sink: each receive counts, and the message is
 // invisible to other sinks until VisibleUntil. A message that was already received MaxReceives
 // times without being committed (its sinks died, or failed it) is dead-lettered instead, and so is
-// one whose batch is of a dataset version that is no longer current (published just before a
-// reset_outputs deploy or a cutover committed): it is never handed out.
+// one whose batch is of a dataset version that is no longer current (queued before a cutover, or
+// published while a reset_outputs deploy committed): it is never handed out.
 func (dp *Plane) ClaimBatches(ctx context.Context, p ClaimBatchesParams) ([]*SinkMessage, error) {
 	cfg := dp.cfg.Buffer.withDefaults()
 	p.Max = min(cmp.Or(p.Max, 1), 100)
@@ -442,10 +442,10 @@ var ErrBatchNotClaimed = errors.New("the buffer batch is not claimed by this rec
 
 // CommitBatch records that a sink loaded message id and, when the load added rows, emits the
 // dataset event of its new cursor in the same transaction, of the batch's dataset version, which
-// routing turns into consumer tasks while that version is current. Any receive may commit, even a late one whose
-// visibility ran out, or one of a message dead-lettered meanwhile: a load happens once (the data
-// database keeps a ledger of loaded batches), so a commit only ever reports what is true. A
-// message already committed is not an error.
+// routing turns into consumer tasks while that version is current. Any receive may commit, even
+// a late one whose visibility ran out, or one of a message dead-lettered meanwhile: a load
+// happens once (the data database keeps a ledger of loaded batches), so a commit only ever
+// reports what is true. A message already committed is not an error.
 func (dp *Plane) CommitBatch(ctx context.Context, id int64, res BatchLoaded) error {
 	if res.Cursor < 0 || res.Inserted < 0 || (res.Cursor == 0) != (res.Inserted == 0) {
 		return &dispatch.InvalidError{Message: "cursor and inserted must both be positive, or both 0 for a batch that added no rows"}

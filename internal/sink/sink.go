@@ -209,12 +209,12 @@ var ErrClaimLost = errors.New("the claim of the batch was lost while loading it"
 
 // Process loads one claimed message and reports the outcome: Commit after a load (or a repeat of
 // one), Fail when the batch cannot be loaded (an artifact outside the buffer location or missing,
-// a bad row, a schema the table cannot serve, a dataset version a reset retired after the claim:
-// the queue dead-letters that one at once). While it works it extends the message's claim
-// (holdClaim); when the claim is lost the load is canceled, nothing is reported and the error
-// wraps ErrClaimLost, as it does when the queue refuses the Fail because the message is no longer
-// this receive's. Any other error means it could report neither; the message is delivered again
-// once its visibility ends.
+// a bad row, a schema the table cannot serve, a dataset version a reset retired after the claim,
+// which the queue dead-letters at once if the reset has not). While it works it extends the
+// message's claim (holdClaim); when the claim is lost the load is canceled, nothing is reported
+// and the error wraps ErrClaimLost, as it does when the queue refuses the Fail because the
+// message is no longer this receive's. Any other error means it could report neither; the
+// message is delivered again once its visibility ends.
 //
 // A batch is applied once whatever the timing: the data database's ledger makes a second load of
 // it a repeat with the first one's result, so a load that committed just before its claim was
