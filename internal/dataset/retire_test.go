@@ -116,12 +116,13 @@ func TestALoadWaitingForAResetIsRefusedWhenTheResetCommits(t *testing.T) {
 					if c[a.uuid] != 1 {
 						t.Errorf("cleared %v, want 1 row", c)
 					}
+					waiting := waits(t, db)
 					go func() {
 						res, err := a.loadVersion(tc.name+" in flight", old, tc.rows...)
 						done <- result{res, err}
 					}()
 					// Commit only once the load waits for this transaction.
-					for !waiting(t, db) {
+					for !waiting() {
 						select {
 						case r := <-done:
 							t.Errorf("the load ended while the reset was open: %+v %v", r.res, r.err)
@@ -147,21 +148,25 @@ func TestALoadWaitingForAResetIsRefusedWhenTheResetCommits(t *testing.T) {
 	})
 }
 
-// waiting reports whether a transaction of db waits: on PostgreSQL for a lock another holds, on
-// SQLite for the writing connection.
-func waiting(t *testing.T, db *DB) bool {
+// waits returns a function that reports whether a transaction of db waits, from now on: on
+// PostgreSQL for a lock another holds, on SQLite for the writing connection.
+func waits(t *testing.T, db *DB) func() bool {
 	t.Helper()
 	switch b := db.b.(type) {
 	case *sqlite:
-		return b.write.Stats().WaitCount > 0
+		before := b.write.Stats().WaitCount
+		return func() bool { return b.write.Stats().WaitCount > before }
 	case *postgres:
-		var n int
-		if _, err := queryRow(t.Context(), b.reader(), `SELECT count(*) FROM pg_stat_activity
-			WHERE datname = current_database() AND wait_event_type = 'Lock'`, nil, &n); err != nil {
-			t.Fatal(err)
+		return func() bool {
+			var n int
+			if _, err := queryRow(t.Context(), b.reader(), `SELECT count(*) FROM pg_stat_activity
+				WHERE datname = current_database() AND wait_event_type = 'Lock'`, nil, &n); err != nil {
+				t.Error(err)
+				return true
+			}
+			return n > 0
 		}
-		return n > 0
 	}
 	t.Fatalf("unknown backend %T", db.b)
-	return false
+	return nil
 }
