@@ -189,6 +189,12 @@ func (dp *Plane) BufferPublish(ctx context.Context, p BufferPublishParams) (dupl
 			return &dispatch.ForbiddenError{Message: fmt.Sprintf("dataset %q is not an output of this task's job: only tasks of the pipeline job "+
 				"that publishes a buffered dataset may publish batches into it", datasetLabel(ds))}
 		}
+		if gone, err := rolledBack(ctx, tx, job.Tenant, t); err != nil {
+			return err
+		} else if gone != nil {
+			return &dispatch.ConflictError{Code: "pipeline_version_rolled_back", Message: fmt.Sprintf(
+				"version %s of pipeline %q was rolled back: what its tasks write is not loaded; nothing was recorded", gone.Version, gone.Pipeline)}
+		}
 		version := pinnedVersion(t, ds.UUID)
 		switch {
 		case p.DatasetVersion != "" && p.DatasetVersion != version:

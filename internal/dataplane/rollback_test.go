@@ -11,6 +11,7 @@ import (
 	"github.com/baton-dev/baton/internal/dispatch"
 	"github.com/baton-dev/baton/internal/dispatch/dispatchtest"
 	"github.com/baton-dev/baton/internal/lifecycle"
+	"github.com/baton-dev/baton/internal/pipeline/pipelinetest"
 	"github.com/baton-dev/baton/internal/store"
 	"github.com/baton-dev/baton/internal/store/storetest"
 )
@@ -18,8 +19,8 @@ import (
 // ran is one task of a pipeline job, as the rollback tests follow them.
 type ran struct {
 	job, version, update string // the pipeline job, its version, and the partition its input fired
-	status                   lifecycle.TaskStatus
-	maxAttempts              int
+	status               lifecycle.TaskStatus
+	maxAttempts          int
 }
 
 // ranTasks lists the tasks of the tenant's pipeline jobs of pipeline p.
@@ -321,7 +322,7 @@ func TestRollbackEveryEventOnceUnderTheRightVersion(t *testing.T) {
 			t.Fatalf("testnets backpressure %+v, want 2 held", bp)
 		}
 		e.Succeed(claimOne("range_builder")) // v2 finishes ranges p1
-		mainnet1 := claimOne("alerts")      // v2's mainnet p1 runs across the rollback
+		mainnet1 := claimOne("alerts")       // v2's mainnet p1 runs across the rollback
 		if mainnet1.Route.Job.Version != v2 {
 			t.Fatalf("mainnet p1 runs under %s, want v2", mainnet1.Route.Job.Version)
 		}
@@ -395,6 +396,29 @@ func TestBackpressureReleasesInTheOrderHeld(t *testing.T) {
 		}
 		if want := []int64{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12}; !slices.Equal(got, want) {
 			t.Errorf("claimed cursors %v, want %v", got, want)
+		}
+	})
+}
+
+// Issue 50 row 4, buffered: a task of a rolled-back version publishes nothing into a buffered
+// dataset (409), while a task of the restored version does.
+func TestRolledBackVersionsTaskPublishesNoBatch(t *testing.T) {
+	storetest.ForEachDriver(t, func(t *testing.T, st store.Store) {
+		e := newBufferEnv(t, st)
+		e.deployDoc(strings.Replace(pipelinetest.AlertsDoc, "    operator: digest\n", "    operator: digest\n    max_attempts: 4\n", 1))
+		old := e.runScan()
+		if _, _, err := e.dp.Rollback(e.Ctx, tenant, "alerts", ""); err != nil {
+			t.Fatal(err)
+		}
+		_, err := e.dp.BufferPublish(e.Ctx, dataplane.BufferPublishParams{Fence: fence(old), BatchURI: e.uri(old, e.dataset.UUID, "b.jsonl")})
+		if c := dispatchtest.WantErr[*dispatch.ConflictError](t, err); c != nil && c.Code != "pipeline_version_rolled_back" {
+			t.Errorf("publish of a rolled-back version's task: %+v", c)
+		}
+		// e.writer is of the restored version (the first deploy): its publish is recorded.
+		e.publish(e.writer, e.uri(e.writer, e.dataset.UUID, "a.jsonl"))
+		msgs := e.claimBatches(dataplane.ClaimBatchesParams{Max: 10})
+		if len(msgs) != 1 || !strings.HasSuffix(msgs[0].BatchURI, "a.jsonl") {
+			t.Fatalf("queued batches %+v, want the restored version's one", msgs)
 		}
 	})
 }

@@ -155,14 +155,10 @@ func (dp *Plane) AcceptEvents(ctx context.Context, tx store.Tx, c *dispatch.Work
 	}
 	// A task of a rolled-back pipeline version reports into the void: its events are stored, for
 	// the audit, and neither commit a partition nor are routed (see Rollback).
-	if r := dispatch.DecodeRoute(t); r != nil && r.Job.DAGName != "" {
-		state, err := tx.PipelineVersionState(ctx, store.PipelineVersionKey{Tenant: job.Tenant, Pipeline: r.Job.DAGName, Version: r.Job.Version})
-		if err != nil && !errors.Is(err, store.ErrNotFound) {
-			return 0, fmt.Errorf("the state of pipeline %s version %s: %w", r.Job.DAGName, r.Job.Version, err)
-		}
-		if state == store.VersionRolledBack {
-			return tx.DatasetEventInsertMany(ctx, rows)
-		}
+	if gone, err := rolledBack(ctx, tx, job.Tenant, t); err != nil {
+		return 0, err
+	} else if gone != nil {
+		return tx.DatasetEventInsertMany(ctx, rows)
 	}
 	// A replace output's partition is committed first: its event is stored and queued below,
 	// in the same transaction, so that the event exists exactly when the commit does.
@@ -189,6 +185,25 @@ func (dp *Plane) AcceptEvents(ctx context.Context, tx store.Tx, c *dispatch.Work
 	}
 	c.Signal(&dp.routing) // wakes the router once committed
 	return n, nil
+}
+
+// rolledBack returns the pipeline version of pipeline task t when a rollback replaced it (and it
+// has not been made active again): nothing its tasks produce from then on gets through. Nil for
+// any other task.
+func rolledBack(ctx context.Context, tx store.Tx, tenant string, t *store.Task) (*store.PipelineVersionKey, error) {
+	r := dispatch.DecodeRoute(t)
+	if r == nil || r.Job.DAGName == "" {
+		return nil, nil
+	}
+	k := store.PipelineVersionKey{Tenant: tenant, Pipeline: r.Job.DAGName, Version: r.Job.Version}
+	state, err := tx.PipelineVersionState(ctx, k)
+	if err != nil && !errors.Is(err, store.ErrNotFound) {
+		return nil, fmt.Errorf("the state of pipeline %s version %s: %w", k.Pipeline, k.Version, err)
+	}
+	if state != store.VersionRolledBack {
+		return nil, nil
+	}
+	return &k, nil
 }
 
 // ownDatasets checks that every event names a dataset of tenant. Another tenant's dataset and a
