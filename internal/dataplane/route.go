@@ -187,25 +187,6 @@ func (dp *Plane) AcceptEvents(ctx context.Context, tx store.Tx, c *dispatch.Work
 	return n, nil
 }
 
-// rolledBack returns the pipeline version of pipeline task t when a rollback replaced it (and it
-// has not been made active again): nothing its tasks produce from then on gets through. Nil for
-// any other task.
-func rolledBack(ctx context.Context, tx store.Tx, tenant string, t *store.Task) (*store.PipelineVersionKey, error) {
-	r := dispatch.DecodeRoute(t)
-	if r == nil || r.Job.DAGName == "" {
-		return nil, nil
-	}
-	k := store.PipelineVersionKey{Tenant: tenant, Pipeline: r.Job.DAGName, Version: r.Job.Version}
-	state, err := tx.PipelineVersionState(ctx, k)
-	if err != nil && !errors.Is(err, store.ErrNotFound) {
-		return nil, fmt.Errorf("the state of pipeline %s version %s: %w", k.Pipeline, k.Version, err)
-	}
-	if state != store.VersionRolledBack {
-		return nil, nil
-	}
-	return &k, nil
-}
-
 // ownDatasets checks that every event names a dataset of tenant. Another tenant's dataset and a
 // dataset that does not exist get the same answer, so that the refusal says nothing about other
 // tenants.

@@ -1,0 +1,179 @@
+package dataplane
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	"github.com/baton-dev/baton/internal/dispatch"
+	"github.com/baton-dev/baton/internal/store"
+)
+
+// Rollback makes an earlier version of a pipeline active again (version "": the one deployed
+// before the active one). Nothing of the version it replaces gets through, and nothing it had not
+// finished is lost:
+//
+//   - in the transaction that moves the pointer, the replaced version is marked rolled back (what
+//     its tasks report from then on is stored, never routed), and the update that started each of
+//     its tasks that had not ended (waiting, pending or running) is queued again for routing, to
+//     the same job of the restored version: it runs there once (routingKey), unless the restored
+//     version's job already ran it;
+//   - then every task of a version other than the active one that has not ended is canceled: at
+//     once if it has not started, cooperatively if it runs (its heartbeats answer should_cancel
+//     and a claim of it Canceled). These cancels run again on every rollback of the pipeline, so
+//     a rollback whose cancels were interrupted is finished by posting it again.
+//
+// Held routings are released under the version active when they are released (route), so what
+// backpressure held under the replaced version runs under the restored one. A source's run that
+// had not ended is canceled, not repeated: the restored version's sources run on their own
+// (a cron job at its next tick, an always_on job as soon as the replaced one's run has ended).
+// It returns how many jobs it canceled.
+func (dp *Plane) Rollback(ctx context.Context, tenant, name, version string) (*DeployResult, int, error) {
+	p, err := dp.store.PipelineGet(ctx, tenant, name)
+	if errors.Is(err, store.ErrNotFound) {
+		return nil, 0, ErrPipelineNotFound
+	}
+	if err != nil {
+		return nil, 0, err
+	}
+	if version == "" {
+		versions, err := dp.store.PipelineVersionList(ctx, tenant, name)
+		if err != nil {
+			return nil, 0, err
+		}
+		for i, v := range versions {
+			if v.Version == p.ActiveVersion && i+1 < len(versions) {
+				version = versions[i+1].Version
+				break
+			}
+		}
+		if version == "" {
+			return nil, 0, &dispatch.InvalidError{Message: fmt.Sprintf("pipeline %q has no version deployed before %s to roll back to", name, p.ActiveVersion)}
+		}
+	} else if _, err := dp.store.PipelineVersionGet(ctx, store.PipelineVersionKey{Tenant: tenant, Pipeline: name, Version: version}); errors.Is(err, store.ErrNotFound) {
+		return nil, 0, &dispatch.InvalidError{Message: fmt.Sprintf("pipeline %q has no version %q", name, version)}
+	} else if err != nil {
+		return nil, 0, err
+	}
+	res := &DeployResult{Version: version}
+	err = dp.d.UpdateAlone(ctx, store.LockSet{}, func(tx store.Tx, c *dispatch.Work) error {
+		p, err := tx.PipelineGet(ctx, tenant, name)
+		if err != nil {
+			return err
+		}
+		old := p.ActiveVersion
+		res.Activated = old != version
+		p.ActiveVersion, p.UpdatedAt = version, c.Now()
+		res.Pipeline = p
+		if !res.Activated {
+			return nil
+		}
+		if err := tx.PipelinePut(ctx, p); err != nil {
+			return err
+		}
+		oldKey := store.PipelineVersionKey{Tenant: tenant, Pipeline: name, Version: old}
+		if err := tx.PipelineVersionSetState(ctx, oldKey, store.VersionRolledBack); err != nil {
+			return err
+		}
+		if err := tx.PipelineVersionSetState(ctx, store.PipelineVersionKey{Tenant: tenant, Pipeline: name, Version: version}, store.VersionDeployed); err != nil {
+			return err
+		}
+		return dp.routeAgain(ctx, tx, c, oldKey)
+	})
+	if err != nil {
+		return nil, 0, fmt.Errorf("roll pipeline %s back to version %s: %w", name, version, err)
+	}
+	n, err := dp.cancelInactive(ctx, tenant, name, version)
+	if err != nil {
+		return res, n, fmt.Errorf("pipeline %s is rolled back to version %s, but canceling the tasks of its other versions failed "+
+			"(post the rollback again to finish it): %w", name, version, err)
+	}
+	return res, n, nil
+}
+
+// routeAgain queues again, in tx, the update that started each task of pipeline version k that
+// has not ended, to be routed to the same job of the pipeline's active version (see Rollback).
+func (dp *Plane) routeAgain(ctx context.Context, tx store.Tx, c *dispatch.Work, k store.PipelineVersionKey) error {
+	refs, err := tx.PipelineTasksUnfinished(ctx, k)
+	if err != nil {
+		return err
+	}
+	queued := false
+	for _, ref := range refs {
+		r := dispatch.DecodeRoute(&store.Task{Route: ref.Route})
+		if r == nil {
+			continue
+		}
+		for _, in := range r.Inputs {
+			if in.Cursor == nil && in.PartitionKey == "" {
+				continue // not the input whose event started the task
+			}
+			e := routedEvent{Tenant: k.Tenant, Pipeline: k.Pipeline, Job: ref.Job, Update: updateOf(ref.RouteKey, k.Pipeline, k.Version, ref.Job),
+				CursorEnd: in.CursorEnd, DatasetEvent: dispatch.DatasetEvent{DatasetUUID: in.DatasetUUID, DatasetVersion: in.DatasetVersion,
+					Cursor: in.Cursor, PartitionKey: in.PartitionKey, Start: in.Start, End: in.End}}
+			payload, _ := json.Marshal(e)
+			c.Outbox(&store.OutboxMessage{Topic: store.TopicDatasetEvent, Key: in.DatasetUUID, Payload: payload,
+				AvailableAt: c.Now(), CreatedAt: c.Now()})
+			queued = true
+		}
+	}
+	if queued {
+		c.Signal(&dp.routing)
+	}
+	return nil
+}
+
+// cancelInactive cancels every task of a pipeline that has not ended and is of a version other
+// than active, and returns how many jobs it canceled.
+func (dp *Plane) cancelInactive(ctx context.Context, tenant, name, active string) (int, error) {
+	versions, err := dp.store.PipelineVersionList(ctx, tenant, name)
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	for _, v := range versions {
+		if v.Version == active {
+			continue
+		}
+		refs, err := dp.store.PipelineTasksUnfinished(ctx, store.PipelineVersionKey{Tenant: tenant, Pipeline: name, Version: v.Version})
+		if err != nil {
+			return n, err
+		}
+		for i, ref := range refs {
+			if i > 0 && refs[i-1].JobID == ref.JobID {
+				continue // listed by job
+			}
+			job, err := dp.d.CancelJob(ctx, tenant, ref.JobID, "pipeline_rolled_back")
+			switch {
+			case errors.Is(err, dispatch.ErrJobNotFound), errors.Is(err, dispatch.ErrJobFinished):
+				continue
+			case err != nil:
+				return n, err
+			}
+			if job != nil {
+				n++
+			}
+		}
+	}
+	return n, nil
+}
+
+// rolledBack returns the pipeline version of pipeline task t when a rollback replaced it (and it
+// has not been made active again): nothing its tasks produce from then on gets through. Nil for
+// any other task.
+func rolledBack(ctx context.Context, tx store.Tx, tenant string, t *store.Task) (*store.PipelineVersionKey, error) {
+	r := dispatch.DecodeRoute(t)
+	if r == nil || r.Job.DAGName == "" {
+		return nil, nil
+	}
+	k := store.PipelineVersionKey{Tenant: tenant, Pipeline: r.Job.DAGName, Version: r.Job.Version}
+	state, err := tx.PipelineVersionState(ctx, k)
+	if err != nil && !errors.Is(err, store.ErrNotFound) {
+		return nil, fmt.Errorf("the state of pipeline %s version %s: %w", k.Pipeline, k.Version, err)
+	}
+	if state != store.VersionRolledBack {
+		return nil, nil
+	}
+	return &k, nil
+}
