@@ -127,33 +127,24 @@ func (dp *Plane) routeAgain(ctx context.Context, tx store.Tx, c *dispatch.Work, 
 // cancelInactive cancels every task of a pipeline that has not ended and is of a version other
 // than active, and returns how many jobs it canceled.
 func (dp *Plane) cancelInactive(ctx context.Context, tenant, name, active string) (int, error) {
-	versions, err := dp.store.PipelineVersionList(ctx, tenant, name)
+	refs, err := dp.store.PipelineTasksUnfinished(ctx, store.PipelineVersionKey{Tenant: tenant, Pipeline: name})
 	if err != nil {
 		return 0, err
 	}
 	n := 0
-	for _, v := range versions {
-		if v.Version == active {
-			continue
+	for i, ref := range refs {
+		if ref.Version == active || (i > 0 && refs[i-1].JobID == ref.JobID) {
+			continue // of the active version, or its job listed already
 		}
-		refs, err := dp.store.PipelineTasksUnfinished(ctx, store.PipelineVersionKey{Tenant: tenant, Pipeline: name, Version: v.Version})
-		if err != nil {
+		job, err := dp.d.CancelJob(ctx, tenant, ref.JobID, "pipeline_rolled_back")
+		switch {
+		case errors.Is(err, dispatch.ErrJobNotFound), errors.Is(err, dispatch.ErrJobFinished):
+			continue
+		case err != nil:
 			return n, err
 		}
-		for i, ref := range refs {
-			if i > 0 && refs[i-1].JobID == ref.JobID {
-				continue // listed by job
-			}
-			job, err := dp.d.CancelJob(ctx, tenant, ref.JobID, "pipeline_rolled_back")
-			switch {
-			case errors.Is(err, dispatch.ErrJobNotFound), errors.Is(err, dispatch.ErrJobFinished):
-				continue
-			case err != nil:
-				return n, err
-			}
-			if job != nil {
-				n++
-			}
+		if job != nil {
+			n++
 		}
 	}
 	return n, nil

@@ -204,8 +204,9 @@ type PipelineReader interface {
 	PipelineJobTasks(ctx context.Context, k PipelineJobKey) (total, live int, err error)
 	// PipelineJobLatest is the job of a pipeline job inserted last; ErrNotFound if it has none.
 	PipelineJobLatest(ctx context.Context, k PipelineJobKey) (*Job, error)
-	// PipelineTasksUnfinished lists the tasks of one version of a pipeline that have not ended
-	// (waiting, pending or running), with their jobs, by job id and task.
+	// PipelineTasksUnfinished lists the tasks of a pipeline that have not ended (waiting, pending
+	// or running), with their jobs, by job id and task: of version k.Version, or of every version
+	// when k.Version is "".
 	PipelineTasksUnfinished(ctx context.Context, k PipelineVersionKey) ([]*PipelineTaskRef, error)
 	// ConsumerList lists the inputs of active pipeline versions that read the datasets of uuids.
 	ConsumerList(ctx context.Context, uuids []string) ([]*Consumer, error)

@@ -59,6 +59,7 @@ type PipelineTaskRef struct {
 	TaskID   string
 	RouteKey string // the job's idempotency key: the routing (or source run) that created it
 	Job      string // the pipeline job
+	Version  string // the pipeline version
 	Status   lifecycle.TaskStatus
 	Route    json.RawMessage
 }

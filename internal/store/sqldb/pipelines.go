@@ -153,9 +153,9 @@ func (q q) PipelineTaskCounts(ctx context.Context, tenant, name string) ([]*stor
 
 // PipelineTasksUnfinished implements store.Reader.
 func (q q) PipelineTasksUnfinished(ctx context.Context, k store.PipelineVersionKey) ([]*store.PipelineTaskRef, error) {
-	rows, err := q.query(ctx, `SELECT j.id, t.id, COALESCE(j.idempotency_key, ''), j.pipeline_job, t.status, t.route
-		FROM tasks t JOIN jobs j ON j.id = t.job_id
-		WHERE j.tenant = $1 AND j.pipeline = $2 AND j.pipeline_version = $3
+	rows, err := q.query(ctx, `SELECT j.id, t.id, COALESCE(j.idempotency_key, ''), j.pipeline_job, j.pipeline_version,
+		t.status, t.route FROM tasks t JOIN jobs j ON j.id = t.job_id
+		WHERE j.tenant = $1 AND j.pipeline = $2 AND ($3 = '' OR j.pipeline_version = $3)
 		AND t.status IN ('waiting', 'pending', 'running') ORDER BY j.id, t.seq`, k.Tenant, k.Pipeline, k.Version)
 	if err != nil {
 		return nil, fmt.Errorf("unfinished tasks of pipeline %s version %s: %w", k.Pipeline, k.Version, err)
@@ -165,7 +165,7 @@ func (q q) PipelineTasksUnfinished(ctx context.Context, k store.PipelineVersionK
 			r     store.PipelineTaskRef
 			route sql.NullString
 		)
-		if err := row.Scan(&r.JobID, &r.TaskID, &r.RouteKey, &r.Job, &r.Status, &route); err != nil {
+		if err := row.Scan(&r.JobID, &r.TaskID, &r.RouteKey, &r.Job, &r.Version, &r.Status, &route); err != nil {
 			return nil, err
 		}
 		r.Route = fromJSON(route)

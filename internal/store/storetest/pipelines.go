@@ -581,6 +581,9 @@ func testPipelineJobQueries(t *testing.T, st store.Store) {
 		{"acme", "etl", "v1", sortedStrings([]string{notStarted.ID + "/pending", running.ID + "/running", partly.ID + "/running",
 			partly.ID + "/waiting", partly.ID + "/waiting", retried.ID + "/pending"})},
 		{"acme", "etl", "v2", []string{newer.ID + "/pending"}},
+		// Every version: v1's and v2's.
+		{"acme", "etl", "", sortedStrings([]string{notStarted.ID + "/pending", running.ID + "/running", partly.ID + "/running",
+			partly.ID + "/waiting", partly.ID + "/waiting", retried.ID + "/pending", newer.ID + "/pending"})},
 		{"globex", "etl", "v1", []string{theirs.ID + "/pending"}},
 		{"acme", "etl", "v9", nil},
 	} {
@@ -593,6 +596,9 @@ func testPipelineJobQueries(t *testing.T, st store.Store) {
 			got = append(got, r.JobID+"/"+string(r.Status))
 			if r.TaskID == "" || r.Job == "" || r.RouteKey == "" {
 				t.Errorf("PipelineTasksUnfinished: ref %+v lacks its task, pipeline job or key", r)
+			}
+			if want := map[bool]string{true: "v2", false: "v1"}[r.JobID == newer.ID]; r.Version != want {
+				t.Errorf("PipelineTasksUnfinished: job %s listed with version %q, want %q", r.JobID, r.Version, want)
 			}
 		}
 		checkIDs(t, "PipelineTasksUnfinished("+c.tenant+", "+c.pipeline+", "+c.version+")", sortedStrings(got), c.want)
