@@ -67,6 +67,8 @@ var producerRoutes = []fuzzRoute{
 	{"GET", "/pipelines/{name}/versions", []string{"blocks_demo"}},
 	{"GET", "/pipelines/{name}/versions/{version}", []string{"blocks_demo", "$VERSION"}},
 	{"POST", "/pipelines/{name}/rollback", []string{"blocks_demo"}},
+	{"POST", "/pipelines/{name}/versions/{version}/activate", []string{"blocks_demo", "$VERSION"}},
+	{"DELETE", "/pipelines/{name}/versions/{version}", []string{"blocks_demo", "$VERSION"}},
 	{"POST", "/pipelines/{name}/jobs/{job}/run", []string{"hooks", "backfill"}},
 	{"POST", "/webhooks/{path...}", []string{"github/push"}},
 	{"GET", "/datasets", nil},
@@ -135,6 +137,8 @@ func FuzzProducerAPI(f *testing.F) {
 	add("GET", "/pipelines/{name}/versions", "", "", "", nil)
 	add("GET", "/pipelines/{name}/versions/{version}", "", "", "", nil)
 	add("POST", "/pipelines/{name}/rollback", "", "", "", []byte(`{"version":"$VERSION"}`))
+	add("POST", "/pipelines/{name}/versions/{version}/activate", "", "", "", []byte(`{"force":true}`))
+	add("DELETE", "/pipelines/{name}/versions/{version}", "", "", "", nil)
 	add("POST", "/pipelines/{name}/jobs/{job}/run", "", "", "Idempotency-Key: run-1", []byte(`{"from":1,"to":10}`))
 	add("POST", "/webhooks/{path...}", "", "", "Content-Type: text/plain", []byte("ref=refs/heads/main"))
 	add("POST", "/webhooks/{path...}", "github/push", "", "", []byte(`{"ref":"refs/heads/main","commits":[]}`))

@@ -34,7 +34,7 @@ func (s *Server) deployPipeline(w http.ResponseWriter, r *http.Request) (any, er
 		return nil, request.Errorf(http.StatusUnsupportedMediaType, "Content-Type must be application/yaml or application/json, got %q", ct)
 	}
 	tenant := tenantOf(r)
-	res, err := s.dp.DeployBy(r.Context(), dataplane.Deployer{Tenant: tenant, APIKey: keyOf(r)}, body, ct)
+	res, err := s.dp.DeployBy(r.Context(), dataplane.Deployer{Tenant: tenant, APIKey: keyOf(r), Activate: r.URL.Query().Get("activate")}, body, ct)
 	if err != nil {
 		return nil, err
 	}
@@ -44,6 +44,13 @@ func (s *Server) deployPipeline(w http.ResponseWriter, r *http.Request) (any, er
 	}
 	out := s.pipelineView(v)
 	out["version"], out["created"], out["activated"] = res.Version, res.Created, res.Activated
+	out["state"] = "active"
+	if res.Building {
+		out["state"] = v.Build.State
+	}
+	if res.Abandoned != "" {
+		out["abandoned"] = map[string]any{"version": res.Abandoned, "canceled_jobs": res.Canceled}
+	}
 	if ws := s.pushWarnings(out["jobs"].([]dataplane.PipelineJobView)); len(ws) > 0 {
 		out["warnings"] = ws
 	}
@@ -54,8 +61,8 @@ func (s *Server) deployPipeline(w http.ResponseWriter, r *http.Request) (any, er
 }
 
 func pipelineSummary(p *store.Pipeline) map[string]any {
-	return map[string]any{"name": p.Name, "active_version": p.ActiveVersion, "created_at": snakeTime(p.CreatedAt),
-		"updated_at": snakeTime(p.UpdatedAt)}
+	return map[string]any{"name": p.Name, "active_version": p.ActiveVersion, "building_version": nullable(p.BuildingVersion),
+		"created_at": snakeTime(p.CreatedAt), "updated_at": snakeTime(p.UpdatedAt)}
 }
 
 func (s *Server) pipelineView(v *dataplane.PipelineView) map[string]any {
@@ -67,6 +74,7 @@ func (s *Server) pipelineView(v *dataplane.PipelineView) map[string]any {
 		}
 	}
 	out["jobs"] = jobs
+	out["build"] = v.Build // null when no version is being built
 	return out
 }
 
@@ -109,7 +117,14 @@ func (s *Server) pipelineVersions(w http.ResponseWriter, r *http.Request) (any, 
 	}
 	out := make([]map[string]any, len(vs))
 	for i, v := range vs {
-		out[i] = map[string]any{"version": v.Version, "active": v.Version == p.ActiveVersion,
+		state := v.State
+		switch {
+		case v.Version == p.ActiveVersion:
+			state = "active"
+		case state == store.VersionDeployed:
+			state = "inactive"
+		}
+		out[i] = map[string]any{"version": v.Version, "active": v.Version == p.ActiveVersion, "state": state,
 			"content_type": v.ContentType, "created_at": snakeTime(v.CreatedAt), "resets": resetsOf(resets, v.Version)}
 	}
 	return map[string]any{"name": name, "active_version": p.ActiveVersion, "versions": out}, nil
@@ -183,6 +198,48 @@ func (s *Server) rollbackPipeline(w http.ResponseWriter, r *http.Request) (any, 
 	}
 	return map[string]any{"name": name, "active_version": res.Version, "activated": res.Activated,
 		"canceled_jobs": canceled}, nil
+}
+
+// POST /pipelines/{name}/versions/{version}/activate {"force": false}: cuts over to the version a
+// changed deploy built, once its build is ready (force: even before).
+func (s *Server) activatePipelineVersion(w http.ResponseWriter, r *http.Request) (any, error) {
+	body, err := request.ReadBody(r)
+	if err != nil {
+		return nil, err
+	}
+	force := false
+	if len(strings.TrimSpace(string(body))) > 0 && strings.TrimSpace(string(body)) != "null" {
+		obj, err := request.DecodeObject(body)
+		if err != nil {
+			return nil, err
+		}
+		f := request.Fields{Obj: obj}
+		if b := f.Bool("force"); b != nil {
+			force = *b
+		}
+		if f.Err != nil {
+			return nil, f.Err
+		}
+		if err := checkFields(obj, "", "force"); err != nil {
+			return nil, err
+		}
+	}
+	name := r.PathValue("name")
+	res, canceled, err := s.dp.Activate(r.Context(), tenantOf(r), name, r.PathValue("version"), force)
+	if err != nil {
+		return nil, err
+	}
+	return map[string]any{"name": name, "active_version": res.Version, "activated": res.Activated, "canceled_jobs": canceled}, nil
+}
+
+// DELETE /pipelines/{name}/versions/{version}: abandons the build of a version.
+func (s *Server) abandonPipelineVersion(w http.ResponseWriter, r *http.Request) (any, error) {
+	name, version := r.PathValue("name"), r.PathValue("version")
+	canceled, err := s.dp.Abandon(r.Context(), tenantOf(r), name, version)
+	if err != nil {
+		return nil, err
+	}
+	return map[string]any{"name": name, "version": version, "state": store.VersionAbandoned, "canceled_jobs": canceled}, nil
 }
 
 // GET /datasets

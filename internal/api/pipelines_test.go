@@ -326,7 +326,7 @@ func TestLambdaJobsArePushed(t *testing.T) {
 	target := newTestTarget(t, func(d delivery, w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusAccepted) })
 	forEachPushDriver(t, map[string]string{"on_push": target.url}, func(t *testing.T, a *pushAPI) {
 		yaml := []string{"x-api-key", a.key, "Content-Type", "application/yaml"}
-		wantStatus(t, a.request("POST", a.public.URL+"/pipelines", sourcesPipeline, yaml...), http.StatusCreated)
+		wantStatus(t, a.request("POST", a.public.URL+"/pipelines?activate=immediate", sourcesPipeline, yaml...), http.StatusCreated)
 		a.startPusher(push.Config{Targets: map[string]string{"on_push": target.url}})
 		hook := a.request("POST", a.public.URL+"/webhooks/github/push", `{"ref": "main"}`, "x-api-key", a.key)
 		wantStatus(t, hook, http.StatusCreated)
@@ -380,7 +380,7 @@ func TestLambdaJobsWithoutATargetWaitForOne(t *testing.T) {
 		wantStatus(t, waiting, http.StatusCreated)
 		// The next version's on_push job has a target: its task, created later, is delivered
 		// while the first waits.
-		wantStatus(t, a.request("POST", a.public.URL+"/pipelines", sourcesPipeline, yaml...), http.StatusCreated)
+		wantStatus(t, a.request("POST", a.public.URL+"/pipelines?activate=immediate", sourcesPipeline, yaml...), http.StatusCreated)
 		pushed := a.request("POST", a.public.URL+"/webhooks/github/push", `{"n": 2}`, "x-api-key", a.key)
 		wantStatus(t, pushed, http.StatusCreated)
 		delivered := func(id any) func() bool {

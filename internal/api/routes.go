@@ -94,6 +94,8 @@ func (s *Server) Routes() []Route {
 		producer("GET", "/pipelines/{name}", s.getPipeline),
 		producer("GET", "/pipelines/{name}/versions", s.pipelineVersions),
 		producer("GET", "/pipelines/{name}/versions/{version}", s.pipelineVersion),
+		producer("POST", "/pipelines/{name}/versions/{version}/activate", s.activatePipelineVersion),
+		producer("DELETE", "/pipelines/{name}/versions/{version}", s.abandonPipelineVersion),
 		producer("POST", "/pipelines/{name}/rollback", s.rollbackPipeline),
 		producer("POST", "/pipelines/{name}/jobs/{job}/run", s.runPipelineJob),
 		producer("POST", "/webhooks/{path...}", s.webhook),

@@ -33,8 +33,14 @@ type DeployResult struct {
 	Pipeline *store.Pipeline
 	Version  string
 	Created  bool // a new version was stored (false: the same text was deployed before)
-	// Activated: the version became the active one (false: it already was).
+	// Activated: the version became the active one (false: it already was, or it is building).
 	Activated bool
+	// Building: the version is being built beside the active one (see planBuild); Abandoned
+	// names the build it replaced, if any.
+	Building  bool
+	Abandoned string
+	// Canceled counts the jobs of an abandoned build that the deploy canceled.
+	Canceled int
 }
 
 // outputProducer is the producer key of output i of job j of pipeline p.
@@ -92,16 +98,25 @@ func (dp *Plane) Deploy(ctx context.Context, tenant string, body []byte, content
 }
 
 // Deployer is who deploys: the tenant, and the id of the API key its request was authenticated
-// by ("" when none), which the history of output resets records.
+// by ("" when none), which the history of output resets records; and how the version takes over
+// when its change needs a build: Activate is ActivateManual (""), ActivateWhenReady or
+// ActivateImmediate.
 type Deployer struct {
-	Tenant string
-	APIKey string
+	Tenant   string
+	APIKey   string
+	Activate string
 }
 
 // DeployBy is Deploy on behalf of who. When the deploy activates its version, the outputs of
 // every source job with bootstrap.reset_outputs are reset in the same transactions (see
 // resetOutputs).
 func (dp *Plane) DeployBy(ctx context.Context, who Deployer, body []byte, contentType string) (*DeployResult, error) {
+	switch who.Activate {
+	case "", ActivateManual, ActivateWhenReady, ActivateImmediate:
+	default:
+		return nil, &dispatch.InvalidError{Message: fmt.Sprintf("activate must be %s, %s or %s, got %q",
+			ActivateManual, ActivateWhenReady, ActivateImmediate, who.Activate)}
+	}
 	if len(body) > MaxPipelineBytes {
 		return nil, &dispatch.InvalidError{Message: fmt.Sprintf("a pipeline document is at most %d bytes", MaxPipelineBytes)}
 	}
@@ -115,6 +130,14 @@ func (dp *Plane) DeployBy(ctx context.Context, who Deployer, body []byte, conten
 		res, err := dp.deploy(ctx, who, body, contentType, doc)
 		raced := errors.Is(err, errDeployRaced) || errors.Is(err, store.ErrConflict)
 		switch {
+		case !raced && err == nil && res.Abandoned != "":
+			// The build the deploy replaced stops: its tasks that have not ended are canceled.
+			n, err := dp.cancelVersion(ctx, who.Tenant, doc.Name, res.Abandoned, nil, "pipeline_build_abandoned")
+			res.Canceled = n
+			if err != nil {
+				return res, fmt.Errorf("pipeline %s version %s is deployed, but canceling the build it replaced failed: %w", doc.Name, doc.Version, err)
+			}
+			return res, nil
 		case !raced:
 			return res, err
 		case attempt == deployAttempts:
@@ -219,6 +242,40 @@ func (dp *Plane) deploy(ctx context.Context, who Deployer, body []byte, contentT
 			if err != nil {
 				return err
 			}
+			p, err := tx.PipelineGet(ctx, tenant, doc.Name)
+			switch {
+			case errors.Is(err, store.ErrNotFound):
+				p = &store.Pipeline{Tenant: tenant, Name: doc.Name, CreatedAt: c.Now()}
+			case err != nil:
+				return err
+			}
+			stored, err := tx.PipelineVersionGet(ctx, store.PipelineVersionKey{Tenant: tenant, Pipeline: doc.Name, Version: doc.Version})
+			switch {
+			case errors.Is(err, store.ErrNotFound):
+				stored = nil
+			case err != nil:
+				return err
+			case stored.Version == p.BuildingVersion:
+				// Deployed again while it builds: it goes on building.
+				res.Building, res.Pipeline = true, p
+				return nil
+			case stored.State == store.VersionAbandoned && who.Activate != ActivateImmediate:
+				return &dispatch.ConflictError{Code: "pipeline_version_abandoned", Message: fmt.Sprintf(
+					"pipeline %q version %s was abandoned while it was built; deploy a changed document to build it again, or deploy it with activate=immediate",
+					doc.Name, doc.Version)}
+			}
+			// A new version whose change materializes differently is built beside the active one,
+			// unless the deployer asks for it at once or the document resets outputs (the reset
+			// is its rebuild, when it activates).
+			if stored == nil && p.ActiveVersion != "" && who.Activate != ActivateImmediate && len(resetJobs) == 0 {
+				base, err := dp.specs.get(ctx, tx, tenant, doc.Name, p.ActiveVersion)
+				if err != nil {
+					return err
+				}
+				if spec.Build = planBuild(base, spec, bufferedOutputs(doc, spec)); spec.Build != nil {
+					spec.Build.Activate = cmp.Or(who.Activate, ActivateManual)
+				}
+			}
 			specJSON, _ := json.Marshal(spec)
 			if res.Created, err = tx.PipelineVersionInsert(ctx, &store.PipelineVersion{Tenant: tenant, Pipeline: doc.Name,
 				Version: doc.Version, Document: body, ContentType: contentType, Spec: specJSON, CreatedAt: c.Now()}); err != nil {
@@ -229,16 +286,30 @@ func (dp *Plane) deploy(ctx context.Context, who Deployer, body []byte, contentT
 					return err
 				}
 			}
-			p, err := tx.PipelineGet(ctx, tenant, doc.Name)
-			switch {
-			case errors.Is(err, store.ErrNotFound):
-				p = &store.Pipeline{Tenant: tenant, Name: doc.Name, CreatedAt: c.Now()}
-			case err != nil:
-				return err
+			if res.Created && spec.Build != nil {
+				return dp.startBuild(ctx, tx, c, p, spec, res)
 			}
 			res.Activated = p.ActiveVersion != doc.Version
 			if len(resetJobs) > 0 && res.Activated != activates {
 				return errDeployRaced // the rows to clear were chosen for another active version
+			}
+			if res.Activated {
+				// A build under way is abandoned: the version deployed replaces it. The datasets
+				// the pipeline writes get the versions they had when the version was last
+				// replaced, if it was (a version rolled back and deployed again).
+				res.Abandoned = p.BuildingVersion
+				if err := dp.abandonBuild(ctx, tx, c, p); err != nil {
+					return err
+				}
+				var pins map[string]string
+				if stored != nil {
+					if pins, err = pointersOf(ctx, tx, store.PipelineVersionKey{Tenant: tenant, Pipeline: doc.Name, Version: doc.Version}); err != nil {
+						return err
+					}
+				}
+				if err := dp.switchPointers(ctx, tx, c, p, pins); err != nil {
+					return err
+				}
 			}
 			p.ActiveVersion, p.UpdatedAt = doc.Version, c.Now()
 			if res.Activated {
@@ -591,6 +662,9 @@ type PipelineView struct {
 	Counts   []*store.PipelineTaskCount
 	// Backpressure is the state of each job that has backpressure limits or holds routings.
 	Backpressure map[string]*BackpressureView
+	// Build is the build of the version a changed deploy is building beside the active one; nil
+	// when none is.
+	Build *BuildView
 }
 
 // BackpressureView is the backpressure state of one pipeline job.
@@ -691,7 +765,21 @@ func (dp *Plane) GetPipeline(ctx context.Context, tenant, name string) (*Pipelin
 	if err != nil {
 		return nil, err
 	}
-	return &PipelineView{Pipeline: p, Active: v, Spec: spec, Counts: counts, Backpressure: bp}, nil
+	view := &PipelineView{Pipeline: p, Active: v, Spec: spec, Counts: counts, Backpressure: bp}
+	if p.BuildingVersion != "" {
+		bv, err := dp.store.PipelineVersionGet(ctx, store.PipelineVersionKey{Tenant: tenant, Pipeline: name, Version: p.BuildingVersion})
+		if err != nil {
+			return nil, err
+		}
+		bs, err := decodeSpec(bv)
+		if err != nil {
+			return nil, err
+		}
+		if view.Build, err = dp.buildView(ctx, dp.store, bv, bs); err != nil {
+			return nil, err
+		}
+	}
+	return view, nil
 }
 
 // backpressure reads the backpressure state of spec's jobs that have limits or hold routings.

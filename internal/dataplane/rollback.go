@@ -42,19 +42,31 @@ func (dp *Plane) Rollback(ctx context.Context, tenant, name, version string) (*D
 		if err != nil {
 			return nil, 0, err
 		}
+		// The newest version older than the active one that ever ran: not one whose build was
+		// abandoned.
 		for i, v := range versions {
-			if v.Version == p.ActiveVersion && i+1 < len(versions) {
-				version = versions[i+1].Version
-				break
+			if v.Version != p.ActiveVersion {
+				continue
 			}
+			for _, older := range versions[i+1:] {
+				if older.State != store.VersionAbandoned && older.State != store.VersionBuilding {
+					version = older.Version
+					break
+				}
+			}
+			break
 		}
 		if version == "" {
 			return nil, 0, &dispatch.InvalidError{Message: fmt.Sprintf("pipeline %q has no version deployed before %s to roll back to", name, p.ActiveVersion)}
 		}
-	} else if _, err := dp.store.PipelineVersionGet(ctx, store.PipelineVersionKey{Tenant: tenant, Pipeline: name, Version: version}); errors.Is(err, store.ErrNotFound) {
+	} else if v, err := dp.store.PipelineVersionGet(ctx, store.PipelineVersionKey{Tenant: tenant, Pipeline: name, Version: version}); errors.Is(err, store.ErrNotFound) {
 		return nil, 0, &dispatch.InvalidError{Message: fmt.Sprintf("pipeline %q has no version %q", name, version)}
 	} else if err != nil {
 		return nil, 0, err
+	} else if v.State == store.VersionBuilding || v.State == store.VersionAbandoned {
+		return nil, 0, &dispatch.ConflictError{Code: "pipeline_version_never_active", Message: fmt.Sprintf(
+			"pipeline %q version %s was never active (its build is %s): activate it when its build is ready instead", name, version,
+			map[string]string{store.VersionBuilding: "under way", store.VersionAbandoned: "abandoned"}[v.State])}
 	}
 	res := &DeployResult{Version: version}
 	err = dp.d.UpdateAlone(ctx, store.LockSet{}, func(tx store.Tx, c *dispatch.Work) error {
@@ -64,11 +76,24 @@ func (dp *Plane) Rollback(ctx context.Context, tenant, name, version string) (*D
 		}
 		old := p.ActiveVersion
 		res.Activated = old != version
-		p.ActiveVersion, p.UpdatedAt = version, c.Now()
 		res.Pipeline = p
 		if !res.Activated {
 			return nil
 		}
+		// A build under way was built on the version replaced: it is abandoned. The datasets
+		// the pipeline writes get back the versions they had under the restored version.
+		res.Abandoned = p.BuildingVersion
+		if err := dp.abandonBuild(ctx, tx, c, p); err != nil {
+			return err
+		}
+		pins, err := pointersOf(ctx, tx, store.PipelineVersionKey{Tenant: tenant, Pipeline: name, Version: version})
+		if err != nil {
+			return err
+		}
+		if err := dp.switchPointers(ctx, tx, c, p, pins); err != nil {
+			return err
+		}
+		p.ActiveVersion, p.UpdatedAt = version, c.Now()
 		if err := tx.PipelinePut(ctx, p); err != nil {
 			return err
 		}
@@ -79,7 +104,7 @@ func (dp *Plane) Rollback(ctx context.Context, tenant, name, version string) (*D
 		if err := tx.PipelineVersionSetState(ctx, store.PipelineVersionKey{Tenant: tenant, Pipeline: name, Version: version}, store.VersionDeployed); err != nil {
 			return err
 		}
-		return dp.routeAgain(ctx, tx, c, oldKey)
+		return dp.routeAgain(ctx, tx, c, oldKey, version)
 	})
 	if err != nil {
 		return nil, 0, fmt.Errorf("roll pipeline %s back to version %s: %w", name, version, err)
@@ -93,8 +118,8 @@ func (dp *Plane) Rollback(ctx context.Context, tenant, name, version string) (*D
 }
 
 // routeAgain queues again, in tx, the update that started each task of pipeline version k that
-// has not ended, to be routed to the same job of the pipeline's active version (see Rollback).
-func (dp *Plane) routeAgain(ctx context.Context, tx store.Tx, c *dispatch.Work, k store.PipelineVersionKey) error {
+// has not ended, to be routed to the same job of pipeline version to (see Rollback).
+func (dp *Plane) routeAgain(ctx context.Context, tx store.Tx, c *dispatch.Work, k store.PipelineVersionKey, to string) error {
 	refs, err := tx.PipelineTasksUnfinished(ctx, k)
 	if err != nil {
 		return err
@@ -109,7 +134,7 @@ func (dp *Plane) routeAgain(ctx context.Context, tx store.Tx, c *dispatch.Work, 
 			if in.Cursor == nil && in.PartitionKey == "" {
 				continue // not the input whose event started the task
 			}
-			e := routedEvent{Tenant: k.Tenant, Pipeline: k.Pipeline, Job: ref.Job, Update: updateOf(ref.RouteKey, k.Pipeline, k.Version, ref.Job),
+			e := routedEvent{Tenant: k.Tenant, Pipeline: k.Pipeline, Job: ref.Job, Version: to, Update: updateOf(ref.RouteKey, k.Pipeline, k.Version, ref.Job),
 				CursorEnd: in.CursorEnd, DatasetEvent: dispatch.DatasetEvent{DatasetUUID: in.DatasetUUID, DatasetVersion: in.DatasetVersion,
 					Cursor: in.Cursor, PartitionKey: in.PartitionKey, Start: in.Start, End: in.End}}
 			payload, _ := json.Marshal(e)
@@ -151,8 +176,8 @@ func (dp *Plane) cancelInactive(ctx context.Context, tenant, name, active string
 }
 
 // rolledBack returns the pipeline version of pipeline task t when a rollback replaced it (and it
-// has not been made active again): nothing its tasks produce from then on gets through. Nil for
-// any other task.
+// has not been made active again), or its build was abandoned: nothing its tasks produce from
+// then on gets through. Nil for any other task.
 func rolledBack(ctx context.Context, tx store.Tx, tenant string, t *store.Task) (*store.PipelineVersionKey, error) {
 	r := dispatch.DecodeRoute(t)
 	if r == nil || r.Job.DAGName == "" {
@@ -163,7 +188,7 @@ func rolledBack(ctx context.Context, tx store.Tx, tenant string, t *store.Task) 
 	if err != nil && !errors.Is(err, store.ErrNotFound) {
 		return nil, fmt.Errorf("the state of pipeline %s version %s: %w", k.Pipeline, k.Version, err)
 	}
-	if state != store.VersionRolledBack {
+	if state != store.VersionRolledBack && state != store.VersionAbandoned {
 		return nil, nil
 	}
 	return &k, nil

@@ -39,10 +39,12 @@ type routedEvent struct {
 	// Commit names the attempt ("task_id/attempt") whose report committed the event's partition
 	// of a replace output: each commit is a new update of the partition.
 	Commit string `json:"commit,omitempty"`
-	// Pipeline, Job and Update are set on an event a rollback queued again (see Rollback): it
-	// is routed to that pipeline job only, as the update Update.
+	// Pipeline, Job and Update are set on an event a rollback queued again (see Rollback) or a
+	// build routes again (see Builds): it is routed to that pipeline job only, of pipeline
+	// version Version when set, as the update Update.
 	Pipeline string `json:"pipeline,omitempty"`
 	Job      string `json:"job,omitempty"`
+	Version  string `json:"version,omitempty"`
 	Update   string `json:"update,omitempty"`
 	dispatch.DatasetEvent
 }
@@ -358,6 +360,9 @@ type routing struct {
 	input int
 	e     *routedEvent
 	key   string
+	// building: the routing is to a job a build rebuilds, which backpressure does not gate (the
+	// build paces itself: see Builds) and whose task reads and writes the build's versions.
+	building bool
 }
 
 // gate is the backpressure state of one limited job during a routing transaction.
@@ -400,10 +405,11 @@ func (r *Router) route(ctx context.Context, tx store.Tx, c *dispatch.Work, evs [
 		return 0, err
 	}
 	datasets := known.datasets
+	// Which version of a dataset a consumer reads is decided per consumer (routes): the current
+	// one for the active version, the build's own for a building version.
 	var routable []*routedEvent
 	for _, e := range evs {
-		ds := datasets[e.DatasetUUID]
-		if ds != nil && ds.Tenant == e.Tenant && ds.CurrentVersion == e.DatasetVersion {
+		if ds := datasets[e.DatasetUUID]; ds != nil && ds.Tenant == e.Tenant {
 			routable = append(routable, e)
 		}
 	}
@@ -433,10 +439,14 @@ func (r *Router) route(ctx context.Context, tx store.Tx, c *dispatch.Work, evs [
 	seen := map[string]bool{}
 	for _, e := range routable {
 		for _, cs := range byDataset[e.DatasetUUID] {
-			if cs.Tenant != e.Tenant || (e.Pipeline != "" && (cs.Pipeline != e.Pipeline || cs.Job != e.Job)) {
+			if cs.Tenant != e.Tenant || (e.Pipeline != "" && (cs.Pipeline != e.Pipeline || cs.Job != e.Job)) ||
+				(e.Version != "" && cs.Version != e.Version) {
 				continue
 			}
 			spec := specs[cs]
+			if !spec.routes(cs, e, datasets[e.DatasetUUID]) {
+				continue
+			}
 			js := spec.job(cs.Job)
 			if js == nil || (js.Strategy == "PerPartition" && e.PartitionKey == "") {
 				continue // a partitioned job is not started by a cursor
@@ -449,7 +459,7 @@ func (r *Router) route(ctx context.Context, tx store.Tx, c *dispatch.Work, evs [
 				continue
 			}
 			seen[key] = true
-			routings = append(routings, routing{spec: spec, js: js, input: cs.InputIndex, e: e, key: key})
+			routings = append(routings, routing{spec: spec, js: js, input: cs.InputIndex, e: e, key: key, building: cs.Building})
 		}
 	}
 
@@ -469,7 +479,7 @@ func (r *Router) route(ctx context.Context, tx store.Tx, c *dispatch.Work, evs [
 	}
 	for _, rt := range routings {
 		k := store.PipelineJobKey{Tenant: rt.spec.Tenant, Pipeline: rt.spec.Name, Job: rt.js.Name}
-		if lim := rt.js.limits(); lim.set() && gates[k] == nil {
+		if lim := rt.js.limits(); lim.set() && gates[k] == nil && !rt.building {
 			gates[k] = &gate{limits: lim, queue: rt.js.taskQueue(), active: rt.spec}
 		}
 	}
@@ -479,9 +489,13 @@ func (r *Router) route(ctx context.Context, tx store.Tx, c *dispatch.Work, evs [
 		released = map[int64]bool{}
 		hold     []*heldRouting
 	)
-	create := func(spec *pipelineSpec, js *jobSpec, input int, e *routedEvent, key string) {
+	create := func(spec *pipelineSpec, js *jobSpec, input int, e *routedEvent, key string, building bool) {
 		job, task := r.dp.newPipelineTask(spec, js, c.Now(), key)
-		task.Route = js.route(spec, known, input, e, nil)
+		var pins map[string]string
+		if building {
+			pins = spec.Build.Pointers
+		}
+		task.Route = js.route(spec, known, input, e, nil, pins)
 		jobs = append(jobs, job)
 		tasks[job.ID] = task
 	}
@@ -545,7 +559,7 @@ func (r *Router) route(ctx context.Context, tx store.Tx, c *dispatch.Work, evs [
 				if input < 0 || ds == nil || ds.CurrentVersion != e.DatasetVersion || (js.Strategy == "PerPartition" && e.PartitionKey == "") {
 					continue
 				}
-				create(spec, js, input, &e, routingKey(spec.Name, spec.Version, js.Name, updateOf(h.Key, h.Pipeline, h.Version, h.Job)))
+				create(spec, js, input, &e, routingKey(spec.Name, spec.Version, js.Name, updateOf(h.Key, h.Pipeline, h.Version, h.Job)), false)
 				g.backlog.Depth++
 			}
 		}
@@ -554,7 +568,10 @@ func (r *Router) route(ctx context.Context, tx store.Tx, c *dispatch.Work, evs [
 		return 0, err
 	}
 	for _, rt := range routings {
-		g := gates[store.PipelineJobKey{Tenant: rt.spec.Tenant, Pipeline: rt.spec.Name, Job: rt.js.Name}]
+		var g *gate
+		if !rt.building {
+			g = gates[store.PipelineJobKey{Tenant: rt.spec.Tenant, Pipeline: rt.spec.Name, Job: rt.js.Name}]
+		}
 		if g != nil && (g.holding || g.full(g.backlog, c.Now())) {
 			tally.held++
 			if !g.holding {
@@ -579,7 +596,7 @@ func (r *Router) route(ctx context.Context, tx store.Tx, c *dispatch.Work, evs [
 			g.remember(hr)
 			continue
 		}
-		create(rt.spec, rt.js, rt.input, rt.e, rt.key)
+		create(rt.spec, rt.js, rt.input, rt.e, rt.key, rt.building)
 		if g != nil {
 			g.backlog.Depth++
 		}

@@ -122,7 +122,7 @@ func (s *Sources) cron(ctx context.Context, spec *pipelineSpec, js *jobSpec, now
 		tick = n // the latest tick that is due
 	}
 	trigger, _ := json.Marshal(map[string]any{"kind": pipeline.SourceCron, "schedule": js.Schedule, "scheduled_at": tick.UTC().Format(time.RFC3339)})
-	n, err := s.dp.startSource(ctx, spec, js, "cron:"+strconv.FormatInt(tick.Unix(), 10), trigger)
+	n, err := s.dp.startSource(ctx, spec, js, "cron:"+strconv.FormatInt(tick.Unix(), 10), trigger, nil)
 	if err != nil {
 		return 0, err
 	}
@@ -155,7 +155,7 @@ func (s *Sources) alwaysOn(ctx context.Context, spec *pipelineSpec, js *jobSpec)
 		return 0, err
 	}
 	trigger, _ := json.Marshal(map[string]any{"kind": pipeline.SourceAlwaysOn, "run": run + 1})
-	return s.dp.startSource(ctx, spec, js, alwaysOnKey+strconv.Itoa(run), trigger)
+	return s.dp.startSource(ctx, spec, js, alwaysOnKey+strconv.Itoa(run), trigger, nil)
 }
 
 // alwaysOnKey starts the key of an always_on job's run.
@@ -167,8 +167,9 @@ func sourceKey(spec *pipelineSpec, js *jobSpec, key string) string {
 }
 
 // startSource creates a task of source job js, keyed by key (once per key), and returns how many
-// it created (0 or 1).
-func (dp *Plane) startSource(ctx context.Context, spec *pipelineSpec, js *jobSpec, key string, trigger json.RawMessage) (int, error) {
+// it created (0 or 1). pins, when set, are the dataset versions its route names instead of the
+// current ones (a build's run: see jobSpec.route).
+func (dp *Plane) startSource(ctx context.Context, spec *pipelineSpec, js *jobSpec, key string, trigger json.RawMessage, pins map[string]string) (int, error) {
 	var n int
 	err := dp.d.UpdateAlone(ctx, store.LockSet{}, func(tx store.Tx, c *dispatch.Work) error {
 		known := newKnownDatasets()
@@ -176,7 +177,7 @@ func (dp *Plane) startSource(ctx context.Context, spec *pipelineSpec, js *jobSpe
 			return err
 		}
 		job, task := dp.newPipelineTask(spec, js, c.Now(), sourceKey(spec, js, key))
-		task.Route = js.route(spec, known, -1, nil, trigger)
+		task.Route = js.route(spec, known, -1, nil, trigger, pins)
 		var err error
 		n, err = c.InsertJobsIfAbsent(ctx, tx, []*store.Job{job}, map[string]*store.Task{job.ID: task})
 		return err
@@ -223,7 +224,7 @@ func (dp *Plane) RunSource(ctx context.Context, p RunSourceParams) (*RunSourceRe
 	}
 	key := cmp.Or(p.Key, uuid.NewString())
 	idem := "pipeline:" + spec.Name + ":" + js.Name + ":" + kind + ":" + key
-	n, err := dp.startSource(ctx, spec, js, kind+":"+key, raw)
+	n, err := dp.startSource(ctx, spec, js, kind+":"+key, raw, nil)
 	if err != nil {
 		return nil, err
 	}

@@ -19,6 +19,9 @@ type pipelineSpec struct {
 	Name    string     `json:"name"`
 	Version string     `json:"version"`
 	Jobs    []*jobSpec `json:"jobs"`
+	// Build is set on a version a changed deploy created to be built beside the active version:
+	// what it rebuilds, and the dataset versions it rebuilds them at.
+	Build *buildPlan `json:"build,omitempty"`
 }
 
 // jobSpec is one job of a pipelineSpec.
@@ -106,6 +109,26 @@ func (s *pipelineSpec) job(name string) *jobSpec {
 	return nil
 }
 
+// routes reports whether an event of ds reaches consumer cs of this version: for the active
+// version, an event of the dataset's current version; for a building version, one of the version
+// its build makes of the dataset, or of the current version of a dataset it does not rebuild, and
+// only for the jobs it rebuilds.
+func (s *pipelineSpec) routes(cs *store.Consumer, e *routedEvent, ds *store.Dataset) bool {
+	if ds == nil {
+		return false
+	}
+	if !cs.Building {
+		return e.DatasetVersion == ds.CurrentVersion
+	}
+	if s.Build == nil || s.Build.Jobs[cs.Job] == "" {
+		return false
+	}
+	if pin, ok := s.Build.Pointers[e.DatasetUUID]; ok {
+		return e.DatasetVersion == pin
+	}
+	return e.DatasetVersion == ds.CurrentVersion
+}
+
 // inputOf is the input of j that reads dataset uuid: prefer when it does, else the first that
 // does; -1 when none does, or j is nil.
 func (j *jobSpec) inputOf(uuid string, prefer int) int {
@@ -156,8 +179,10 @@ func (j *jobSpec) taskQueue() string {
 }
 
 // route builds the route of a task of j: started by event e on input fired (e nil, fired -1: a
-// source task, with trigger describing what started it).
-func (j *jobSpec) route(s *pipelineSpec, known *knownDatasets, fired int, e *routedEvent, trigger json.RawMessage) json.RawMessage {
+// source task, with trigger describing what started it). Its datasets are at their current
+// versions, but those pins names, by dataset uuid: a build's task reads and writes the versions
+// its build makes.
+func (j *jobSpec) route(s *pipelineSpec, known *knownDatasets, fired int, e *routedEvent, trigger json.RawMessage, pins map[string]string) json.RawMessage {
 	r := wire.Route{Job: wire.PipelineJob{DAGName: s.Name, Name: j.Name, Version: s.Version, IdleTimeoutSeconds: j.IdleTimeoutSeconds,
 		UpdateStrategy: j.UpdateStrategy, UniqueKey: j.UniqueKey},
 		Trigger: trigger,
@@ -166,6 +191,9 @@ func (j *jobSpec) route(s *pipelineSpec, known *knownDatasets, fired int, e *rou
 		ri := wire.DatasetInput{InputIndex: i, DatasetUUID: in.DatasetUUID, DatasetName: in.DatasetName, Where: in.Where}
 		if ds := known.datasets[in.DatasetUUID]; ds != nil {
 			ri.DatasetVersion = ds.CurrentVersion
+		}
+		if v, ok := pins[in.DatasetUUID]; ok {
+			ri.DatasetVersion = v
 		}
 		if i == fired && e != nil {
 			ri.DatasetVersion, ri.Cursor, ri.CursorEnd, ri.PartitionKey, ri.Start, ri.End = e.DatasetVersion, e.Cursor, e.CursorEnd, e.PartitionKey, e.Start, e.End
@@ -177,6 +205,9 @@ func (j *jobSpec) route(s *pipelineSpec, known *knownDatasets, fired int, e *rou
 		ro := wire.DatasetOutput{OutputIndex: o.OutputIndex, DatasetUUID: o.DatasetUUID, DatasetName: o.DatasetName}
 		if ds := known.datasets[o.DatasetUUID]; ds != nil {
 			ro.DatasetVersion, ro.WriteMode = ds.CurrentVersion, ds.WriteMode
+		}
+		if v, ok := pins[o.DatasetUUID]; ok {
+			ro.DatasetVersion = v
 		}
 		r.Outputs[i] = ro
 	}

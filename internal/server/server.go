@@ -180,7 +180,7 @@ func New(cfg Config) (*Server, error) {
 		relay.Publisher = maintenance.TransportPublisher{Transport: cfg.Transport}
 		s.services = append(s.services, maintenance.NewReconciler(maint, cfg.Transport, cfg.Reconcile))
 	}
-	s.services = append(s.services, maintenance.NewRelay(maint, relay), dp.NewRouter(dataplane.RouteConfig{}), dp.NewSources())
+	s.services = append(s.services, maintenance.NewRelay(maint, relay), dp.NewRouter(dataplane.RouteConfig{}), dp.NewSources(), dp.NewBuilds(dataplane.BuildConfig{}))
 	retention := cfg.Retention
 	retention.Metrics = cfg.Metrics
 	ret, err := maintenance.NewRetention(maint, retention)

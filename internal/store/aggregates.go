@@ -208,8 +208,11 @@ type PipelineReader interface {
 	// or running), with their jobs, by job id and task: of version k.Version, or of every version
 	// when k.Version is "".
 	PipelineTasksUnfinished(ctx context.Context, k PipelineVersionKey) ([]*PipelineTaskRef, error)
-	// ConsumerList lists the inputs of active pipeline versions that read the datasets of uuids.
+	// ConsumerList lists the inputs of active and building pipeline versions that read the
+	// datasets of uuids.
 	ConsumerList(ctx context.Context, uuids []string) ([]*Consumer, error)
+	// PipelineVersionTaskCounts counts the tasks of one pipeline version's jobs by job and status.
+	PipelineVersionTaskCounts(ctx context.Context, k PipelineVersionKey) ([]*PipelineTaskCount, error)
 }
 
 // PipelineWriter writes pipelines and their versions, inside a Tx.
@@ -221,6 +224,10 @@ type PipelineWriter interface {
 	PipelineVersionInsert(ctx context.Context, v *PipelineVersion) (ok bool, err error)
 	// PipelineVersionSetState sets a version's State.
 	PipelineVersionSetState(ctx context.Context, k PipelineVersionKey, state string) error
+	// PipelineVersionSetBuild sets a version's Build.
+	PipelineVersionSetBuild(ctx context.Context, k PipelineVersionKey, build json.RawMessage) error
+	// PipelineVersionSetPointers sets a version's Pointers.
+	PipelineVersionSetPointers(ctx context.Context, k PipelineVersionKey, pointers json.RawMessage) error
 	// ConsumerInsertMany stores a version's inputs; those already stored are skipped.
 	ConsumerInsertMany(ctx context.Context, cs []*Consumer) error
 }
@@ -240,6 +247,13 @@ type DatasetReader interface {
 	// DatasetEventListRecent lists the latest p.Limit events reported on dataset p.DatasetUUID by
 	// tasks of p.Tenant's jobs, newest first.
 	DatasetEventListRecent(ctx context.Context, p DatasetEventListRecentParams) ([]*DatasetEvent, error)
+	// DatasetEventListAfter lists up to p.Limit events of version p.DatasetVersion of dataset
+	// p.DatasetUUID with an id in (p.AfterID, p.ThroughID], by id.
+	DatasetEventListAfter(ctx context.Context, p DatasetEventListParams) ([]*DatasetEvent, error)
+	// DatasetEventMaxID is the greatest id of a stored dataset event, 0 when there is none.
+	DatasetEventMaxID(ctx context.Context) (int64, error)
+	// OutboxUnsentByKey counts the unsent outbox messages of topic whose key is one of keys.
+	OutboxUnsentByKey(ctx context.Context, topic string, keys []string) (int, error)
 }
 
 // DatasetWriter writes datasets, their versions and events, inside a Tx.

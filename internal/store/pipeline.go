@@ -12,8 +12,11 @@ type Pipeline struct {
 	Tenant        string
 	Name          string
 	ActiveVersion string
-	CreatedAt     time.Time
-	UpdatedAt     time.Time
+	// BuildingVersion is the version a changed deploy is building beside the active one (see
+	// VersionBuilding), "" when none.
+	BuildingVersion string
+	CreatedAt       time.Time
+	UpdatedAt       time.Time
 }
 
 // PipelineVersion is one immutable deployed text of a pipeline.
@@ -26,7 +29,13 @@ type PipelineVersion struct {
 	ContentType string
 	Spec        json.RawMessage // the document resolved: defaults applied, datasets by uuid
 	CreatedAt   time.Time
-	State       string // VersionDeployed or VersionRolledBack
+	State       string // VersionDeployed, VersionRolledBack, VersionBuilding or VersionAbandoned
+	// Build is how far the build of a version a changed deploy created has come (the data
+	// plane's record; empty for a version that was not built).
+	Build json.RawMessage
+	// Pointers are the dataset versions the pipeline's outputs had when the version was last
+	// replaced as the active one, by dataset uuid (JSON); a rollback to the version restores them.
+	Pointers json.RawMessage
 }
 
 // The states of a pipeline version besides being its pipeline's active one or not.
@@ -35,6 +44,12 @@ const (
 	// VersionRolledBack: a rollback replaced the version, and it has not been made active again
 	// since. What its tasks report afterwards is stored, never routed.
 	VersionRolledBack = "rolled_back"
+	// VersionBuilding: a changed deploy created the version and its affected jobs are being
+	// rebuilt beside the active version; it is activated when its build is done.
+	VersionBuilding = "building"
+	// VersionAbandoned: the version's build was abandoned (deleted, or replaced by a newer deploy
+	// or a rollback) before it was activated. What its tasks report is stored, never routed.
+	VersionAbandoned = "abandoned"
 )
 
 // PipelineVersionKey identifies one version of a pipeline (Reader.PipelineVersionGet,
@@ -108,4 +123,15 @@ type Consumer struct {
 	Version     string
 	Job         string
 	InputIndex  int
+	// Building: the input is of the pipeline's building version, not its active one.
+	Building bool
+}
+
+// DatasetEventListParams is the input of Reader.DatasetEventListAfter.
+type DatasetEventListParams struct {
+	DatasetUUID    string
+	DatasetVersion string
+	AfterID        int64 // events with a greater id
+	ThroughID      int64 // and at most this one
+	Limit          int
 }

@@ -3,6 +3,7 @@ package sqldb
 import (
 	"context"
 	"database/sql"
+	"encoding/json"
 	"fmt"
 
 	"github.com/baton-dev/baton/internal/store"
@@ -10,14 +11,14 @@ import (
 
 // The data plane's tables: pipelines, their versions and inputs, datasets and their versions.
 
-const pipelineCols = `tenant, name, active_version, created_at, updated_at`
+const pipelineCols = `tenant, name, active_version, building_version, created_at, updated_at`
 
 func scanPipeline(row interface{ Scan(...any) error }) (*store.Pipeline, error) {
 	var (
 		p                store.Pipeline
 		created, updated int64
 	)
-	if err := row.Scan(&p.Tenant, &p.Name, &p.ActiveVersion, &created, &updated); err != nil {
+	if err := row.Scan(&p.Tenant, &p.Name, &p.ActiveVersion, &p.BuildingVersion, &created, &updated); err != nil {
 		return nil, notFound(err)
 	}
 	p.CreatedAt, p.UpdatedAt = fromMillis(created), fromMillis(updated)
@@ -61,28 +62,35 @@ func (q q) PipelineJobTasks(ctx context.Context, k store.PipelineJobKey) (total,
 
 // PipelinePut implements store.Tx.
 func (t *tx) PipelinePut(ctx context.Context, p *store.Pipeline) error {
-	_, err := t.exec(ctx, `INSERT INTO pipelines (`+pipelineCols+`) VALUES ($1, $2, $3, $4, $5)
+	_, err := t.exec(ctx, `INSERT INTO pipelines (`+pipelineCols+`) VALUES ($1, $2, $3, $4, $5, $6)
 		ON CONFLICT (tenant, name) DO UPDATE SET active_version = excluded.active_version,
-		updated_at = excluded.updated_at`,
-		p.Tenant, p.Name, p.ActiveVersion, ms(p.CreatedAt), ms(p.UpdatedAt))
+		building_version = excluded.building_version, updated_at = excluded.updated_at`,
+		p.Tenant, p.Name, p.ActiveVersion, p.BuildingVersion, ms(p.CreatedAt), ms(p.UpdatedAt))
 	if err != nil {
 		return fmt.Errorf("put pipeline: %w", err)
 	}
 	return nil
 }
 
-const versionCols = `seq, tenant, pipeline, version, document, content_type, spec, created_at, state`
+const versionCols = `seq, tenant, pipeline, version, document, content_type, spec, created_at, state, build, pointers`
 
 func scanVersion(row interface{ Scan(...any) error }) (*store.PipelineVersion, error) {
 	var (
-		v         store.PipelineVersion
-		doc, spec string
-		created   int64
+		v               store.PipelineVersion
+		doc, spec       string
+		build, pointers string
+		created         int64
 	)
-	if err := row.Scan(&v.Seq, &v.Tenant, &v.Pipeline, &v.Version, &doc, &v.ContentType, &spec, &created, &v.State); err != nil {
+	if err := row.Scan(&v.Seq, &v.Tenant, &v.Pipeline, &v.Version, &doc, &v.ContentType, &spec, &created, &v.State, &build, &pointers); err != nil {
 		return nil, notFound(err)
 	}
 	v.Document, v.Spec, v.CreatedAt = []byte(doc), []byte(spec), fromMillis(created)
+	if build != "" {
+		v.Build = []byte(build)
+	}
+	if pointers != "" {
+		v.Pointers = []byte(pointers)
+	}
 	return &v, nil
 }
 
@@ -111,6 +119,41 @@ func (t *tx) PipelineVersionSetState(ctx context.Context, k store.PipelineVersio
 		return fmt.Errorf("set the state of pipeline %s version %s: %w", k.Pipeline, k.Version, err)
 	}
 	return nil
+}
+
+// PipelineVersionSetBuild implements store.Tx.
+func (t *tx) PipelineVersionSetBuild(ctx context.Context, k store.PipelineVersionKey, build json.RawMessage) error {
+	_, err := t.exec(ctx, `UPDATE pipeline_versions SET build = $4 WHERE tenant = $1 AND pipeline = $2 AND version = $3`,
+		k.Tenant, k.Pipeline, k.Version, string(build))
+	if err != nil {
+		return fmt.Errorf("record the build of pipeline %s version %s: %w", k.Pipeline, k.Version, err)
+	}
+	return nil
+}
+
+// PipelineVersionSetPointers implements store.Tx.
+func (t *tx) PipelineVersionSetPointers(ctx context.Context, k store.PipelineVersionKey, pointers json.RawMessage) error {
+	_, err := t.exec(ctx, `UPDATE pipeline_versions SET pointers = $4 WHERE tenant = $1 AND pipeline = $2 AND version = $3`,
+		k.Tenant, k.Pipeline, k.Version, string(pointers))
+	if err != nil {
+		return fmt.Errorf("record the dataset pointers of pipeline %s version %s: %w", k.Pipeline, k.Version, err)
+	}
+	return nil
+}
+
+// PipelineVersionTaskCounts implements store.Reader.
+func (q q) PipelineVersionTaskCounts(ctx context.Context, k store.PipelineVersionKey) ([]*store.PipelineTaskCount, error) {
+	rows, err := q.query(ctx, `SELECT j.pipeline_job, t.status, COUNT(*) FROM jobs j
+		JOIN tasks t ON t.job_id = j.id WHERE j.tenant = $1 AND j.pipeline = $2 AND j.pipeline_version = $3
+		GROUP BY j.pipeline_job, t.status ORDER BY j.pipeline_job, t.status`, k.Tenant, k.Pipeline, k.Version)
+	if err != nil {
+		return nil, fmt.Errorf("task counts of pipeline %s version %s: %w", k.Pipeline, k.Version, err)
+	}
+	return collect(rows, func(row interface{ Scan(...any) error }) (*store.PipelineTaskCount, error) {
+		var c store.PipelineTaskCount
+		err := row.Scan(&c.Job, &c.Status, &c.Count)
+		return &c, err
+	})
 }
 
 // PipelineVersionList implements store.Reader.
@@ -319,22 +362,62 @@ func (q q) DatasetEventListRecent(ctx context.Context, p store.DatasetEventListR
 	return collect(rows, scanDatasetEvent)
 }
 
+// DatasetEventListAfter implements store.Reader.
+func (q q) DatasetEventListAfter(ctx context.Context, p store.DatasetEventListParams) ([]*store.DatasetEvent, error) {
+	rows, err := q.query(ctx, `SELECT `+datasetEventCols+` FROM dataset_events
+		WHERE dataset_uuid = $1 AND dataset_version = $2 AND id > $3 AND id <= $4 ORDER BY id LIMIT $5`,
+		p.DatasetUUID, p.DatasetVersion, p.AfterID, p.ThroughID, p.Limit)
+	if err != nil {
+		return nil, fmt.Errorf("events of dataset %s version %s: %w", p.DatasetUUID, p.DatasetVersion, err)
+	}
+	return collect(rows, scanDatasetEvent)
+}
+
+// DatasetEventMaxID implements store.Reader.
+func (q q) DatasetEventMaxID(ctx context.Context) (int64, error) {
+	var id sql.NullInt64
+	if err := q.queryRow(ctx, `SELECT MAX(id) FROM dataset_events`).Scan(&id); err != nil {
+		return 0, fmt.Errorf("the newest dataset event: %w", err)
+	}
+	return id.Int64, nil
+}
+
+// OutboxUnsentByKey implements store.Reader.
+func (q q) OutboxUnsentByKey(ctx context.Context, topic string, keys []string) (int, error) {
+	if len(keys) == 0 {
+		return 0, nil
+	}
+	args := append([]any{topic}, stringArgs(keys)...)
+	var n int
+	if err := q.queryRow(ctx, `SELECT COUNT(*) FROM outbox WHERE sent_at IS NULL AND topic = $1
+		AND msg_key IN (`+placeholders(2, len(args)-1)+`)`, args...).Scan(&n); err != nil {
+		return 0, fmt.Errorf("unsent %s messages: %w", topic, err)
+	}
+	return n, nil
+}
+
 // ConsumerList implements store.Reader.
 func (q q) ConsumerList(ctx context.Context, uuids []string) ([]*store.Consumer, error) {
 	if len(uuids) == 0 {
 		return nil, nil
 	}
 	args := stringArgs(uuids)
-	rows, err := q.query(ctx, `SELECT i.dataset_uuid, i.tenant, i.pipeline, i.version, i.job, i.input_index
+	rows, err := q.query(ctx, `SELECT i.dataset_uuid, i.tenant, i.pipeline, i.version, i.job, i.input_index,
+		CASE WHEN p.active_version = i.version THEN 0 ELSE 1 END
 		FROM pipeline_inputs i JOIN pipelines p ON p.tenant = i.tenant AND p.name = i.pipeline
-		AND p.active_version = i.version WHERE i.dataset_uuid IN (`+placeholders(1, len(args))+`)
+		AND (p.active_version = i.version OR p.building_version = i.version)
+		WHERE i.dataset_uuid IN (`+placeholders(1, len(args))+`)
 		ORDER BY i.dataset_uuid, i.tenant, i.pipeline, i.job, i.input_index`, args...)
 	if err != nil {
 		return nil, fmt.Errorf("consumers: %w", err)
 	}
 	return collect(rows, func(row interface{ Scan(...any) error }) (*store.Consumer, error) {
-		var c store.Consumer
-		err := row.Scan(&c.DatasetUUID, &c.Tenant, &c.Pipeline, &c.Version, &c.Job, &c.InputIndex)
+		var (
+			c        store.Consumer
+			building int
+		)
+		err := row.Scan(&c.DatasetUUID, &c.Tenant, &c.Pipeline, &c.Version, &c.Job, &c.InputIndex, &building)
+		c.Building = building == 1
 		return &c, err
 	})
 }
