@@ -13,6 +13,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/baton-dev/baton/internal/dispatch"
+	"github.com/baton-dev/baton/internal/lifecycle"
 	"github.com/baton-dev/baton/internal/pipeline"
 	"github.com/baton-dev/baton/internal/service"
 	"github.com/baton-dev/baton/internal/store"
@@ -368,32 +369,28 @@ func (dp *Plane) building(ctx context.Context, tx store.Tx, tenant, name, versio
 	return p, v, spec, nil
 }
 
+// replacedRecord is what is recorded with a version when it stops being the active one (its
+// Pointers): the current versions of the datasets its jobs write, which a rollback to it
+// restores, and when.
+type replacedRecord struct {
+	Datasets map[string]string `json:"datasets"`
+	At       time.Time         `json:"replaced_at"`
+}
+
 // switchPointers records, in tx, the current versions of the datasets pipeline p's jobs write
-// with p's active version (a rollback to it restores them), then makes pins, by dataset uuid,
-// their current versions. Buffered datasets are live and are left out.
+// with p's active version (see replacedRecord), then makes pins, by dataset uuid, their current
+// versions. Buffered datasets are live and are left out.
 func (dp *Plane) switchPointers(ctx context.Context, tx store.Tx, c *dispatch.Work, p *store.Pipeline, pins map[string]string) error {
 	if p.ActiveVersion != "" {
 		spec, err := dp.specs.get(ctx, tx, p.Tenant, p.Name, p.ActiveVersion)
 		if err != nil {
 			return err
 		}
-		var ids []string
-		for _, j := range spec.Jobs {
-			for _, o := range j.Outputs {
-				ids = append(ids, o.DatasetUUID)
-			}
-		}
-		ds, err := tx.DatasetGetMany(ctx, uniq(ids))
+		current, err := writtenVersions(ctx, tx, spec)
 		if err != nil {
 			return err
 		}
-		current := map[string]string{}
-		for _, x := range ds {
-			if x.WriteMode != pipeline.WriteBuffered {
-				current[x.UUID] = x.CurrentVersion
-			}
-		}
-		raw, _ := json.Marshal(current)
+		raw, _ := json.Marshal(replacedRecord{Datasets: current, At: c.Now()})
 		if err := tx.PipelineVersionSetPointers(ctx, store.PipelineVersionKey{Tenant: p.Tenant, Pipeline: p.Name, Version: p.ActiveVersion}, raw); err != nil {
 			return err
 		}
@@ -416,21 +413,81 @@ func (dp *Plane) switchPointers(ctx context.Context, tx store.Tx, c *dispatch.Wo
 	return nil
 }
 
-// pointersOf is the dataset versions recorded with version k when it was last replaced (nil
-// when none were).
-func pointersOf(ctx context.Context, tx store.Tx, k store.PipelineVersionKey) (map[string]string, error) {
-	v, err := tx.PipelineVersionGet(ctx, k)
+// writtenVersions is the current version of each dataset spec's jobs write, by uuid; buffered
+// datasets are left out.
+func writtenVersions(ctx context.Context, tx store.Tx, spec *pipelineSpec) (map[string]string, error) {
+	var ids []string
+	for _, j := range spec.Jobs {
+		for _, o := range j.Outputs {
+			ids = append(ids, o.DatasetUUID)
+		}
+	}
+	ds, err := tx.DatasetGetMany(ctx, uniq(ids))
 	if err != nil {
 		return nil, err
 	}
-	if len(v.Pointers) == 0 {
-		return nil, nil
-	}
-	var out map[string]string
-	if err := json.Unmarshal(v.Pointers, &out); err != nil {
-		return nil, fmt.Errorf("pipeline %s version %s: decode its dataset pointers: %w", k.Pipeline, k.Version, err)
+	out := map[string]string{}
+	for _, x := range ds {
+		if x.WriteMode != pipeline.WriteBuffered {
+			out[x.UUID] = x.CurrentVersion
+		}
 	}
 	return out, nil
+}
+
+// restore makes version to, which was active before, p's active version's successor in tx: the
+// datasets its jobs write get back the versions they had when it was replaced, and the updates
+// the replaced version ran since then on a job of to that writes one of those datasets are
+// routed again to that job (once: routingKey), so that the versions it gets back miss nothing
+// that happened meanwhile. The caller then moves p's active version.
+func (dp *Plane) restore(ctx context.Context, tx store.Tx, c *dispatch.Work, p *store.Pipeline, to string) error {
+	k := store.PipelineVersionKey{Tenant: p.Tenant, Pipeline: p.Name, Version: to}
+	v, err := tx.PipelineVersionGet(ctx, k)
+	if err != nil {
+		return err
+	}
+	var rec replacedRecord
+	if len(v.Pointers) > 0 {
+		if err := json.Unmarshal(v.Pointers, &rec); err != nil {
+			return fmt.Errorf("pipeline %s version %s: decode its dataset pointers: %w", p.Name, to, err)
+		}
+	}
+	spec, err := dp.specs.get(ctx, tx, p.Tenant, p.Name, to)
+	if err != nil {
+		return err
+	}
+	current, err := writtenVersions(ctx, tx, spec)
+	if err != nil {
+		return err
+	}
+	// The jobs of to whose datasets move back: what the replaced version wrote in their place
+	// meanwhile is not in the versions they get back.
+	moved := map[string]string{}
+	for _, j := range spec.Jobs {
+		for _, o := range j.Outputs {
+			if was, ok := rec.Datasets[o.DatasetUUID]; ok && current[o.DatasetUUID] != "" && was != current[o.DatasetUUID] {
+				moved[j.Name] = "its datasets move back"
+			}
+		}
+	}
+	if err := dp.switchPointers(ctx, tx, c, p, rec.Datasets); err != nil {
+		return err
+	}
+	if len(moved) == 0 || p.ActiveVersion == "" {
+		return nil
+	}
+	refs, err := tx.PipelineTasksSince(ctx, store.PipelineVersionKey{Tenant: p.Tenant, Pipeline: p.Name, Version: p.ActiveVersion}, rec.At)
+	if err != nil {
+		return err
+	}
+	var again []*store.PipelineTaskRef
+	for _, ref := range refs {
+		if moved[ref.Job] != "" {
+			again = append(again, ref)
+		}
+	}
+	dp.queueAgain(c, p.Tenant, p.Name, p.ActiveVersion, to, again)
+	return nil
 }
 
 // cancelVersion cancels the tasks of pipeline version version's jobs (all of them when jobs is
@@ -585,7 +642,14 @@ func (b *Builds) advance(ctx context.Context, p *store.Pipeline) (bool, error) {
 		if err != nil {
 			return false, err
 		}
-		if unsent == 0 {
+		// A task of the build that failed for good left a hole in what it rebuilt: the build
+		// is not ready (activate it with force, or deploy a fix).
+		counts, err := b.dp.store.PipelineVersionTaskCounts(ctx, k)
+		if err != nil {
+			return false, err
+		}
+		failed := slices.ContainsFunc(counts, func(c *store.PipelineTaskCount) bool { return c.Status == lifecycle.Failed && c.Count > 0 })
+		if unsent == 0 && !failed {
 			now := b.dp.clock.Now()
 			prog.ReadyAt = &now
 		}

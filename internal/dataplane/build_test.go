@@ -183,13 +183,31 @@ func TestChangedDeployBuildsBesideTheLiveVersionUntilOneCutover(t *testing.T) {
 		if cur := e.current(ranges); cur != r1 {
 			t.Errorf("after the rollback ranges' dataset is at %s, want v1's %s again", cur, r1)
 		}
-		// And forward again: the build's versions come back, with no rebuild.
+		// v1's ranges catches up on what v2 ran in its place (partition 4), and totals after it;
+		// mainnet and testnets, whose datasets did not move, do not run it again.
+		e.work()
+		want["ranges "+v1+" 4-4"], want["totals "+v1+" 4-4"] = 1, 1
+		e.emit(partition(blocks, bv, 5, 5))
+		e.work()
+		for _, j := range []string{"ranges", "totals", "mainnet", "testnets"} {
+			want[j+" "+v1+" 5-5"] = 1
+		}
+		if !mapsEqual(e.ran, want) {
+			t.Errorf("after the rollback ran %v\nwant %v", e.ran, want)
+		}
+		// And forward again: the build's versions come back, with no rebuild; v2 catches up on
+		// partition 5 only.
 		fwd, err := e.dp.Deploy(e.Ctx, tenant, []byte(rangesChanged), "application/yaml")
 		if err != nil || !fwd.Activated || fwd.Building {
 			t.Fatalf("deploy v2 again: %+v %v", fwd, err)
 		}
 		if cur := e.current(ranges); cur != r2 {
 			t.Errorf("v2 deployed again: ranges' dataset is at %s, want %s", cur, r2)
+		}
+		e.work()
+		want["ranges "+v2+" 5-5"], want["totals "+v2+" 5-5"] = 1, 1
+		if !mapsEqual(e.ran, want) {
+			t.Errorf("after v2 again ran %v\nwant %v", e.ran, want)
 		}
 	})
 }

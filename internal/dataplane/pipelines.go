@@ -301,13 +301,12 @@ func (dp *Plane) deploy(ctx context.Context, who Deployer, body []byte, contentT
 				if err := dp.abandonBuild(ctx, tx, c, p); err != nil {
 					return err
 				}
-				var pins map[string]string
 				if stored != nil {
-					if pins, err = pointersOf(ctx, tx, store.PipelineVersionKey{Tenant: tenant, Pipeline: doc.Name, Version: doc.Version}); err != nil {
-						return err
-					}
+					err = dp.restore(ctx, tx, c, p, doc.Version)
+				} else {
+					err = dp.switchPointers(ctx, tx, c, p, nil)
 				}
-				if err := dp.switchPointers(ctx, tx, c, p, pins); err != nil {
+				if err != nil {
 					return err
 				}
 			}

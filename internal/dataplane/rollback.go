@@ -86,11 +86,7 @@ func (dp *Plane) Rollback(ctx context.Context, tenant, name, version string) (*D
 		if err := dp.abandonBuild(ctx, tx, c, p); err != nil {
 			return err
 		}
-		pins, err := pointersOf(ctx, tx, store.PipelineVersionKey{Tenant: tenant, Pipeline: name, Version: version})
-		if err != nil {
-			return err
-		}
-		if err := dp.switchPointers(ctx, tx, c, p, pins); err != nil {
+		if err := dp.restore(ctx, tx, c, p, version); err != nil {
 			return err
 		}
 		p.ActiveVersion, p.UpdatedAt = version, c.Now()
@@ -124,6 +120,14 @@ func (dp *Plane) routeAgain(ctx context.Context, tx store.Tx, c *dispatch.Work, 
 	if err != nil {
 		return err
 	}
+	dp.queueAgain(c, k.Tenant, k.Pipeline, k.Version, to, refs)
+	return nil
+}
+
+// queueAgain queues again, through c's outbox, the update that started each of refs, tasks of
+// pipeline version from, to be routed to the same job of pipeline version to.
+func (dp *Plane) queueAgain(c *dispatch.Work, tenant, pipeline, from, to string, refs []*store.PipelineTaskRef) {
+	k := store.PipelineVersionKey{Tenant: tenant, Pipeline: pipeline, Version: from}
 	queued := false
 	for _, ref := range refs {
 		r := dispatch.DecodeRoute(&store.Task{Route: ref.Route})
@@ -146,7 +150,6 @@ func (dp *Plane) routeAgain(ctx context.Context, tx store.Tx, c *dispatch.Work, 
 	if queued {
 		c.Signal(&dp.routing)
 	}
-	return nil
 }
 
 // cancelInactive cancels every task of a pipeline that has not ended and is of a version other

@@ -208,6 +208,9 @@ type PipelineReader interface {
 	// or running), with their jobs, by job id and task: of version k.Version, or of every version
 	// when k.Version is "".
 	PipelineTasksUnfinished(ctx context.Context, k PipelineVersionKey) ([]*PipelineTaskRef, error)
+	// PipelineTasksSince lists the tasks of pipeline version k (k.Version must be set) whose jobs
+	// were created at or after since, whatever their status, by job id and task.
+	PipelineTasksSince(ctx context.Context, k PipelineVersionKey, since time.Time) ([]*PipelineTaskRef, error)
 	// ConsumerList lists the inputs of active and building pipeline versions that read the
 	// datasets of uuids.
 	ConsumerList(ctx context.Context, uuids []string) ([]*Consumer, error)

@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"encoding/json"
 	"fmt"
+	"time"
 
 	"github.com/baton-dev/baton/internal/store"
 )
@@ -203,17 +204,31 @@ func (q q) PipelineTasksUnfinished(ctx context.Context, k store.PipelineVersionK
 	if err != nil {
 		return nil, fmt.Errorf("unfinished tasks of pipeline %s version %s: %w", k.Pipeline, k.Version, err)
 	}
-	return collect(rows, func(row interface{ Scan(...any) error }) (*store.PipelineTaskRef, error) {
-		var (
-			r     store.PipelineTaskRef
-			route sql.NullString
-		)
-		if err := row.Scan(&r.JobID, &r.TaskID, &r.RouteKey, &r.Job, &r.Version, &r.Status, &route); err != nil {
-			return nil, err
-		}
-		r.Route = fromJSON(route)
-		return &r, nil
-	})
+	return collect(rows, scanPipelineTaskRef)
+}
+
+// PipelineTasksSince implements store.Reader.
+func (q q) PipelineTasksSince(ctx context.Context, k store.PipelineVersionKey, since time.Time) ([]*store.PipelineTaskRef, error) {
+	rows, err := q.query(ctx, `SELECT j.id, t.id, COALESCE(j.idempotency_key, ''), j.pipeline_job, j.pipeline_version,
+		t.status, t.route FROM tasks t JOIN jobs j ON j.id = t.job_id
+		WHERE j.tenant = $1 AND j.pipeline = $2 AND j.pipeline_version = $3 AND j.created_at >= $4
+		ORDER BY j.id, t.seq`, k.Tenant, k.Pipeline, k.Version, ms(since))
+	if err != nil {
+		return nil, fmt.Errorf("tasks of pipeline %s version %s since %s: %w", k.Pipeline, k.Version, since, err)
+	}
+	return collect(rows, scanPipelineTaskRef)
+}
+
+func scanPipelineTaskRef(row interface{ Scan(...any) error }) (*store.PipelineTaskRef, error) {
+	var (
+		r     store.PipelineTaskRef
+		route sql.NullString
+	)
+	if err := row.Scan(&r.JobID, &r.TaskID, &r.RouteKey, &r.Job, &r.Version, &r.Status, &route); err != nil {
+		return nil, err
+	}
+	r.Route = fromJSON(route)
+	return &r, nil
 }
 
 const datasetCols = `uuid, tenant, producer, name, pipeline, job, output_index, current_version,
