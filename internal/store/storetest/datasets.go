@@ -528,3 +528,61 @@ func testDatasetEvents(t *testing.T, st store.Store) {
 	check("RecentDatasetEvents(globex, ds)", recent("globex", ds, 10), e6)
 	check("RecentDatasetEvents(initech, ds)", recent("initech", ds, 10))
 }
+
+// testDatasetEventsByVersionAfter: DatasetEventListAfter pages through one version of one
+// dataset's events by id within (after, through]; DatasetEventMaxID is the newest event's id; and
+// OutboxUnsentByKey counts the unsent messages of a topic by key.
+func testDatasetEventsByVersionAfter(t *testing.T, st store.Store) {
+	ctx := t.Context()
+	ds, other := uuid.NewString(), uuid.NewString()
+	job := newJob("acme")
+	a := newTask(job.ID, "a")
+	seed(t, st, job, a)
+	var es []*store.DatasetEvent
+	for i, c := range []struct {
+		ds, version string
+	}{{ds, "v1"}, {ds, "v2"}, {other, "v1"}, {ds, "v1"}, {ds, "v1"}, {ds, "v1"}} {
+		es = append(es, &store.DatasetEvent{DedupeKey: fmt.Sprintf("k%d-%s", i, ds), JobID: job.ID, TaskID: a.ID, Attempt: 1,
+			DatasetUUID: c.ds, DatasetVersion: c.version, Cursor: int64p(int64(i)), CreatedAt: t0})
+	}
+	insertDatasetEvents(t, st, es...)
+	maxID, err := st.DatasetEventMaxID(ctx)
+	if err != nil || maxID < es[5].ID {
+		t.Errorf("DatasetEventMaxID = %d, %v; want at least %d", maxID, err, es[5].ID)
+	}
+	list := func(after, through int64, limit int) []int64 {
+		t.Helper()
+		got, err := st.DatasetEventListAfter(ctx, store.DatasetEventListParams{DatasetUUID: ds, DatasetVersion: "v1", AfterID: after, ThroughID: through, Limit: limit})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return eventIDs(got)
+	}
+	if got := list(0, maxID, 2); !slices.Equal(got, []int64{es[0].ID, es[3].ID}) {
+		t.Errorf("first page = %v, want %v", got, []int64{es[0].ID, es[3].ID})
+	}
+	if got := list(es[3].ID, es[4].ID, 10); !slices.Equal(got, []int64{es[4].ID}) {
+		t.Errorf("page through %d = %v, want %v", es[4].ID, got, []int64{es[4].ID})
+	}
+	if got := list(es[5].ID, maxID, 10); len(got) != 0 {
+		t.Errorf("past the last = %v", got)
+	}
+
+	key, otherKey := uuid.NewString(), uuid.NewString()
+	inTx(t, st, func(tx store.Tx) error {
+		return tx.OutboxInsertMany(ctx, []*store.OutboxMessage{
+			{Topic: store.TopicDatasetEvent, Key: key, Payload: json.RawMessage(`{}`), AvailableAt: t0, CreatedAt: t0},
+			{Topic: store.TopicDatasetEvent, Key: key, Payload: json.RawMessage(`{}`), AvailableAt: t0, CreatedAt: t0},
+			{Topic: store.TopicDatasetEvent, Key: otherKey, Payload: json.RawMessage(`{}`), AvailableAt: t0, CreatedAt: t0},
+			{Topic: "x", Key: key, Payload: json.RawMessage(`{}`), AvailableAt: t0, CreatedAt: t0},
+		})
+	})
+	for _, c := range []struct {
+		keys []string
+		want int
+	}{{[]string{key}, 2}, {[]string{key, otherKey}, 3}, {[]string{uuid.NewString()}, 0}, {nil, 0}} {
+		if n, err := st.OutboxUnsentByKey(ctx, store.TopicDatasetEvent, c.keys); err != nil || n != c.want {
+			t.Errorf("OutboxUnsentByKey(%v) = %d, %v; want %d", c.keys, n, err, c.want)
+		}
+	}
+}

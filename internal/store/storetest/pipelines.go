@@ -604,3 +604,98 @@ func testPipelineJobQueries(t *testing.T, st store.Store) {
 		checkIDs(t, "PipelineTasksUnfinished("+c.tenant+", "+c.pipeline+", "+c.version+")", sortedStrings(got), c.want)
 	}
 }
+
+// ---------------------------------------------------------------------------------------------
+// Builds
+
+// testBuildRecords: a pipeline's building version round-trips through PipelinePut; ConsumerList
+// lists the building version's inputs beside the active one's, marked Building, and no longer
+// once the build is cleared; a version's Build and Pointers round-trip; the tasks of a version
+// are counted by job and status (PipelineVersionTaskCounts) and listed from a creation time on
+// (PipelineTasksSince).
+func testBuildRecords(t *testing.T, st store.Store) {
+	ctx := t.Context()
+	orders := uuid.NewString()
+	live := &store.Consumer{DatasetUUID: orders, Tenant: "acme", Pipeline: "etl", Version: "v1", Job: "load"}
+	built := &store.Consumer{DatasetUUID: orders, Tenant: "acme", Pipeline: "etl", Version: "v2", Job: "load"}
+	stale := &store.Consumer{DatasetUUID: orders, Tenant: "acme", Pipeline: "etl", Version: "v0", Job: "load"}
+	inTx(t, st, func(tx store.Tx) error { return tx.ConsumerInsertMany(ctx, []*store.Consumer{live, built, stale}) })
+	for _, v := range []string{"v0", "v1", "v2"} {
+		insertVersion(t, st, deployedVersion("acme", "etl", v, t0))
+	}
+
+	p := &store.Pipeline{Tenant: "acme", Name: "etl", ActiveVersion: "v1", BuildingVersion: "v2", CreatedAt: t0, UpdatedAt: t0}
+	putPipelines(t, st, p)
+	checkSame(t, "pipeline with a building version", p, getPipeline(t, st, "acme", "etl"))
+	cs, err := st.ConsumerList(ctx, []string{orders})
+	if err != nil {
+		t.Fatal(err)
+	}
+	building := map[string]bool{}
+	for _, c := range cs {
+		building[c.Version] = c.Building
+	}
+	if len(cs) != 2 || building["v1"] || !building["v2"] {
+		t.Errorf("ConsumerList while v2 builds = %v; want v1's (not building) and v2's (building)", consumerKeys(cs))
+	}
+	p.BuildingVersion, p.UpdatedAt = "", at(time.Minute)
+	putPipelines(t, st, p)
+	checkSame(t, "pipeline whose build was cleared", p, getPipeline(t, st, "acme", "etl"))
+	if cs, err := st.ConsumerList(ctx, []string{orders}); err != nil || len(cs) != 1 || cs[0].Version != "v1" || cs[0].Building {
+		t.Errorf("ConsumerList after the build = %v, %v; want v1's only", consumerKeys(cs), err)
+	}
+
+	k := store.PipelineVersionKey{Tenant: "acme", Pipeline: "etl", Version: "v2"}
+	inTx(t, st, func(tx store.Tx) error {
+		if err := tx.PipelineVersionSetBuild(ctx, k, json.RawMessage(`{"through":7}`)); err != nil {
+			return err
+		}
+		return tx.PipelineVersionSetPointers(ctx, k, json.RawMessage(`{"datasets":{"a":"b"}}`))
+	})
+	v, err := st.PipelineVersionGet(ctx, k)
+	if err != nil || string(v.Build) != `{"through":7}` || string(v.Pointers) != `{"datasets":{"a":"b"}}` {
+		t.Errorf("version after SetBuild and SetPointers: %+v, %v", v, err)
+	}
+	if v, err := st.PipelineVersionGet(ctx, store.PipelineVersionKey{Tenant: "acme", Pipeline: "etl", Version: "v1"}); err != nil || v.Build != nil || v.Pointers != nil {
+		t.Errorf("a version with neither: %+v, %v; want nil Build and Pointers", v, err)
+	}
+
+	add := func(version, job string, created time.Time, done bool) *store.Job {
+		j := pipelineJob("acme", "etl", version, job)
+		j.CreatedAt = created
+		tk := newTask(j.ID, "a")
+		seed(t, st, j, tk)
+		if done {
+			mustClaim(t, st, tk.ID, at(4*time.Hour))
+			setStatus(t, st, tk.ID, lifecycle.Completed, at(4*time.Hour))
+		}
+		return j
+	}
+	add("v2", "load", at(-time.Hour), true)
+	late := add("v2", "load", at(time.Hour), false)
+	lateDone := add("v2", "sum", at(2*time.Hour), true)
+	add("v1", "load", at(3*time.Hour), false)
+	counts, err := st.PipelineVersionTaskCounts(ctx, k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]int{}
+	for _, c := range counts {
+		got[c.Job+"/"+string(c.Status)] += c.Count
+	}
+	if want := map[string]int{"load/completed": 1, "load/pending": 1, "sum/completed": 1}; !maps.Equal(got, want) {
+		t.Errorf("PipelineVersionTaskCounts(v2) = %v, want %v", got, want)
+	}
+	refs, err := st.PipelineTasksSince(ctx, k, t0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ids []string
+	for _, r := range refs {
+		ids = append(ids, r.JobID)
+		if r.Version != "v2" || r.TaskID == "" || r.RouteKey == "" {
+			t.Errorf("PipelineTasksSince: ref %+v", r)
+		}
+	}
+	checkIDs(t, "PipelineTasksSince(v2, t0)", ids, sortedStrings([]string{late.ID, lateDone.ID}))
+}

@@ -106,6 +106,7 @@ func Run(t *testing.T, open func(t testing.TB) store.Store) {
 		{"ConsumersFollowTheActiveVersion", testConsumersFollowTheActiveVersion},
 		{"InsertJobsIfAbsent", testInsertJobsIfAbsent},
 		{"PipelineJobQueries", testPipelineJobQueries},
+		{"BuildRecords", testBuildRecords},
 		{"OutputResetsRoundTripNewestFirst", testOutputResetsRoundTripNewestFirst},
 
 		// Backpressure (backpressure.go): held routings and pipeline jobs' backlogs.
@@ -120,6 +121,7 @@ func Run(t *testing.T, open func(t testing.TB) store.Store) {
 		{"ListDatasetsNamedFirst", testListDatasetsNamedFirst},
 		{"DatasetVersions", testDatasetVersions},
 		{"DatasetEvents", testDatasetEvents},
+		{"DatasetEventsByVersionAfter", testDatasetEventsByVersionAfter},
 
 		// Partition commits of replace outputs (partitions.go).
 		{"PartitionCommitsKeepHistoryAndListTheCurrentOnes", testPartitionCommitsKeepHistoryAndListTheCurrentOnes},
