@@ -332,3 +332,44 @@ func isConflict(err error, code string) bool {
 }
 
 var _ = lifecycle.Completed
+
+// A rebuilt always_on source runs once under the build, beside the active version's runs, which
+// go on: the build's run does not count as the active version's.
+func TestBuildRunsARebuiltSourceBesideTheLiveOne(t *testing.T) {
+	storetest.ForEachDriver(t, func(t *testing.T, st store.Store) {
+		e := newBuildEnv(t, st)
+		sources := e.dp.NewSources()
+		if n, err := sources.RunOnce(e.Ctx); err != nil || n != 1 {
+			t.Fatalf("sources: %d %v; want v1's follower run", n, err)
+		}
+		res, err := e.dp.Deploy(e.Ctx, tenant, []byte(strings.Replace(chainDoc, "    operator: block_follower\n", "    operator: block_follower\n    config: {start_block: 7}\n", 1)), "application/yaml")
+		if err != nil || !res.Building {
+			t.Fatalf("deploy: %+v %v", res, err)
+		}
+		if _, err := e.builds.RunOnce(e.Ctx); err != nil {
+			t.Fatal(err)
+		}
+		claims, err := e.D.ClaimNext(e.Ctx, dispatch.ClaimNextParams{Queues: []string{"block_follower"}, WorkerID: "w", Limit: 10})
+		if err != nil || len(claims) != 2 {
+			t.Fatalf("claims: %v %v; want v1's run and the build's", claims, err)
+		}
+		var live *dispatch.Claim
+		for _, c := range claims {
+			if c.Route.Job.Version != res.Version {
+				live = c
+			} else if string(c.Route.Trigger) != `{"kind":"build","version":"`+res.Version+`"}` {
+				t.Errorf("the build's run has trigger %s", c.Route.Trigger)
+			}
+		}
+		e.Succeed(live)
+		if n, err := sources.RunOnce(e.Ctx); err != nil || n != 1 {
+			t.Errorf("sources after v1's run ended, while the build's runs: %d %v; want v1's next run", n, err)
+		}
+		if _, err := e.builds.RunOnce(e.Ctx); err != nil {
+			t.Fatal(err)
+		}
+		if got := e.pipeline("chain").Build.Jobs[0].Counts["routed"]; got != 1 {
+			t.Errorf("the build started %d runs of the follower, want 1", got)
+		}
+	})
+}

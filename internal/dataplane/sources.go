@@ -83,7 +83,7 @@ func (s *Sources) RunOnce(ctx context.Context) (int, error) {
 			case pipeline.SourceCron:
 				n, err = s.cron(ctx, spec, js, now)
 			case pipeline.SourceAlwaysOn:
-				n, err = s.alwaysOn(ctx, spec, js)
+				n, err = s.alwaysOn(ctx, spec, js, p.BuildingVersion)
 			}
 			created += n
 			if err != nil {
@@ -137,11 +137,29 @@ func (s *Sources) cron(ctx context.Context, spec *pipelineSpec, js *jobSpec, now
 // the job's tasks so far, or one more than the latest run's if that is more: retention deletes
 // old runs, which lowers the count, but keeps the latest job of a pipeline job, so a number
 // never comes back while its run is kept.
-func (s *Sources) alwaysOn(ctx context.Context, spec *pipelineSpec, js *jobSpec) (int, error) {
+func (s *Sources) alwaysOn(ctx context.Context, spec *pipelineSpec, js *jobSpec, building string) (int, error) {
 	job := store.PipelineJobKey{Tenant: spec.Tenant, Pipeline: spec.Name, Job: js.Name}
 	total, live, err := s.dp.store.PipelineJobTasks(ctx, job)
-	if err != nil || live > 0 {
+	if err != nil {
 		return 0, err
+	}
+	if building != "" && live > 0 {
+		// The run a build started of the job (Builds) runs beside the active version's runs.
+		counts, err := s.dp.store.PipelineVersionTaskCounts(ctx, store.PipelineVersionKey{Tenant: spec.Tenant, Pipeline: spec.Name, Version: building})
+		if err != nil {
+			return 0, err
+		}
+		for _, c := range counts {
+			if c.Job == js.Name {
+				total -= c.Count
+				if !c.Status.Terminal() {
+					live -= c.Count
+				}
+			}
+		}
+	}
+	if live > 0 {
+		return 0, nil
 	}
 	run := total
 	latest, err := s.dp.store.PipelineJobLatest(ctx, job)
