@@ -4,15 +4,18 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"io"
 	"log/slog"
 	"net/http"
 	"net/http/cookiejar"
 	"net/http/httptest"
 	"os"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/baton-dev/baton/internal/auth"
+	"github.com/baton-dev/baton/internal/dataplane"
 	"github.com/baton-dev/baton/internal/dispatch"
 	"github.com/baton-dev/baton/internal/metrics"
 	batonserver "github.com/baton-dev/baton/internal/server"
@@ -27,6 +30,7 @@ import (
 type server struct {
 	st       store.Store
 	d        *dispatch.Dispatcher
+	dp       *dataplane.Plane
 	public   *httptest.Server
 	internal *httptest.Server
 	keys     map[string]string // tenant → API key
@@ -45,7 +49,7 @@ func newServer(t testing.TB) *server {
 	if err := b.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	s := &server{st: st, d: b.Dispatcher, public: httptest.NewServer(b.ProducerHandler()), internal: httptest.NewServer(b.InternalHandler()),
+	s := &server{st: st, d: b.Dispatcher, dp: b.DataPlane, public: httptest.NewServer(b.ProducerHandler()), internal: httptest.NewServer(b.InternalHandler()),
 		keys: map[string]string{}, metrics: m}
 	t.Cleanup(func() {
 		b.Drain()
@@ -95,6 +99,37 @@ func (s *server) submit(t testing.TB, tenant string, body []byte) string {
 		t.Fatalf("POST /jobs: %d, %v", res.StatusCode, err)
 	}
 	return created.JobID
+}
+
+// deploy deploys a pipeline document (YAML) for tenant with POST /pipelines and returns the
+// answer: its version, whether it was created or activated, and its state (active, or building
+// or ready when it builds beside the active version).
+func (s *server) deploy(t testing.TB, tenant, doc string) (res struct {
+	Version   string `json:"version"`
+	Created   bool   `json:"created"`
+	Activated bool   `json:"activated"`
+	State     string `json:"state"`
+}) {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodPost, s.public.URL+"/pipelines", strings.NewReader(doc))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("x-api-key", s.keys[tenant])
+	req.Header.Set("Content-Type", "application/yaml")
+	r, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Body.Close()
+	b, _ := io.ReadAll(r.Body)
+	if r.StatusCode != http.StatusCreated && r.StatusCode != http.StatusOK {
+		t.Fatalf("deploy: %d %s", r.StatusCode, b)
+	}
+	if err := json.Unmarshal(b, &res); err != nil {
+		t.Fatalf("deploy: %v: %s", err, b)
+	}
+	return res
 }
 
 // runWorker runs an SDK worker whose handlers wait for gate before completing each task (a nil

@@ -435,17 +435,7 @@ jobs:
     backpressure_mode: coalesce
     inputs: [{from: {job: feed, output: 0}}]
 `
-	req, _ := http.NewRequest(http.MethodPost, s.public.URL+"/pipelines", strings.NewReader(doc))
-	req.Header.Set("x-api-key", s.keys["acme"])
-	req.Header.Set("Content-Type", "application/yaml")
-	res, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	res.Body.Close()
-	if res.StatusCode != http.StatusCreated && res.StatusCode != http.StatusOK {
-		t.Fatalf("deploy: %d", res.StatusCode)
-	}
+	s.deploy(t, "acme", doc)
 	c := client(t)
 	signIn(t, s, c, s.keys["acme"])
 	_, body := get(t, c, s.public.URL+"/ui/pipelines/capped")
