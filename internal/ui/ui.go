@@ -131,6 +131,8 @@ func (u *UI) routes() *http.ServeMux {
 	mux.HandleFunc("GET /ui/dead-letters", u.page(u.deadLetters))
 	mux.HandleFunc("GET /ui/pipelines", u.page(u.pipelines))
 	mux.HandleFunc("GET /ui/pipelines/{name}", u.page(u.pipeline))
+	mux.HandleFunc("POST /ui/pipelines/{name}/versions/{version}/activate", u.action(u.activate))
+	mux.HandleFunc("POST /ui/pipelines/{name}/versions/{version}/abandon", u.action(u.abandon))
 	mux.HandleFunc("GET /ui/datasets", u.page(u.datasets))
 	mux.HandleFunc("GET /ui/datasets/{name}", u.page(u.dataset))
 	mux.HandleFunc("/ui/", u.page(func(*http.Request, *session) (*view, error) { return nil, errNotFound }))
@@ -359,6 +361,14 @@ var flashes = map[string]struct{ text, kind string }{
 	"not-finished": {"The job is still processing: only a finished job can be resumed.", "error"},
 	"nothing":      {"Every task of the job completed: there is nothing to resume.", "error"},
 	"signed-out":   {"Signed out.", "ok"},
+	"activated": {"Version activated: the rebuilt datasets and the pipeline moved to it together; " +
+		"the replaced version's unfinished tasks of the rebuilt jobs are canceled.", "ok"},
+	"activated-cancel-failed": {"Version activated, but canceling the replaced version's unfinished tasks of the rebuilt jobs failed " +
+		"(it is logged): some may still run.", "error"},
+	"abandoned": {"Build abandoned: its unfinished tasks are canceled; the active version and its datasets are as they were.", "ok"},
+	"not-ready": {"The build is not ready yet: it can be activated once every rebuilt job has caught up.", "error"},
+	"not-building": {"That version is not being built any more (it was activated, abandoned or replaced by a newer deploy): " +
+		"the page shows the pipeline as it is now.", "error"},
 }
 
 func newToken() string {
