@@ -1,6 +1,7 @@
 package ui_test
 
 import (
+	"context"
 	"fmt"
 	"net/http"
 	"net/url"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/baton-dev/baton/internal/dataplane"
 	"github.com/baton-dev/baton/internal/dispatch"
+	"github.com/baton-dev/baton/worker"
 )
 
 // chainDoc is a pipeline of a manual source (follower, whose output is published as blocks), a
@@ -252,6 +254,33 @@ func TestPipelinePageShowsTheBuild(t *testing.T) {
 	}
 	if res := postForm(t, c, actionURL(v3, "abandon"), url.Values{"csrf": {token}}); res.Header.Get("Location") != "/ui/pipelines/chain?flash=not-building" {
 		t.Errorf("abandon again: to %q, want the not-building message", res.Header.Get("Location"))
+	}
+}
+
+// A build with a task that failed for good stays building, and the panel says what to do.
+func TestPipelinePageShowsABlockedBuild(t *testing.T) {
+	s := newServer(t)
+	_, v2 := startBuild(t, s)
+	no := false
+	s.runHandlers(t, "failing-worker", map[string]worker.Handler{
+		"range_builder": func(ctx context.Context, task *worker.Task) (any, error) {
+			return nil, &worker.Error{Category: worker.DataQuality, Message: "width 2 is not supported", Retryable: &no}
+		},
+	})
+	waitPipeline(t, s, "the build's ranges task fails", func(v *dataplane.PipelineView) bool {
+		return v.Build != nil && v.Build.Jobs[0].Counts["failed"] == 1
+	})
+	c := client(t)
+	signIn(t, s, c, s.keys["acme"])
+	_, body := get(t, c, s.public.URL+"/ui/pipelines/chain")
+	for _, want := range []string{`id="pipeline-build" data-state="building"`, `<p class="flash error" id="build-blocked">1 task of the build failed for good`,
+		`<td class="n bad">1</td>`, `action="/ui/pipelines/chain/versions/` + v2 + `/abandon"`} {
+		if !strings.Contains(body, want) {
+			t.Errorf("the blocked build's page lacks %q", want)
+		}
+	}
+	if strings.Contains(body, `id="activate-form"`) {
+		t.Error("the blocked build's page offers Activate")
 	}
 }
 

@@ -347,6 +347,9 @@ type pipelineData struct {
 	Document string
 	// Build is the version a changed deploy is building beside the active one; nil when none is.
 	Build *dataplane.BuildView
+	// BuildFailed counts the build's tasks that failed for good: while there are any, the build
+	// does not get ready.
+	BuildFailed int
 }
 
 // versionRow is one version of a pipeline's version list, with its state as the list shows it.
@@ -385,8 +388,13 @@ func (u *UI) pipeline(r *http.Request, s *session) (*view, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &view{page: "pipeline", title: "Pipeline " + name, nav: "pipelines", live: true,
-		data: &pipelineData{View: v, Jobs: v.Jobs(), Versions: versionRows(v, versions), Document: string(v.Active.Document), Build: v.Build}}, nil
+	d := &pipelineData{View: v, Jobs: v.Jobs(), Versions: versionRows(v, versions), Document: string(v.Active.Document), Build: v.Build}
+	if v.Build != nil {
+		for _, j := range v.Build.Jobs {
+			d.BuildFailed += j.Counts["failed"]
+		}
+	}
+	return &view{page: "pipeline", title: "Pipeline " + name, nav: "pipelines", live: true, data: d}, nil
 }
 
 // POST /ui/pipelines/{name}/versions/{version}/activate: cuts over to the version a changed deploy
