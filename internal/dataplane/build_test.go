@@ -5,11 +5,11 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/baton-dev/baton/internal/dataplane"
 	"github.com/baton-dev/baton/internal/dispatch"
-	"github.com/baton-dev/baton/internal/lifecycle"
 	"github.com/baton-dev/baton/internal/store"
 	"github.com/baton-dev/baton/internal/store/storetest"
 )
@@ -304,8 +304,6 @@ func TestBuildActivatesWhenReady(t *testing.T) {
 		if v.Pipeline.ActiveVersion != res.Version || v.Build != nil {
 			t.Fatalf("after ready: %+v %+v; want %s active", v.Pipeline, v.Build, res.Version)
 		}
-		view := e.view
-		_ = view
 		if cur := e.current(ranges); cur == "" {
 			t.Error("no current version")
 		}
@@ -330,8 +328,6 @@ func isConflict(err error, code string) bool {
 	var ce *dispatch.ConflictError
 	return errors.As(err, &ce) && ce.Code == code
 }
-
-var _ = lifecycle.Completed
 
 // A rebuilt always_on source runs once under the build, beside the active version's runs, which
 // go on: the build's run does not count as the active version's.
@@ -370,6 +366,42 @@ func TestBuildRunsARebuiltSourceBesideTheLiveOne(t *testing.T) {
 		}
 		if got := e.pipeline("chain").Build.Jobs[0].Counts["routed"]; got != 1 {
 			t.Errorf("the build started %d runs of the follower, want 1", got)
+		}
+	})
+}
+
+// The same changed document deployed at the same moment by many requests makes one build, and
+// none of them activates it.
+func TestConcurrentDeploysOfAChangeMakeOneBuild(t *testing.T) {
+	storetest.ForEachDriver(t, func(t *testing.T, st store.Store) {
+		e := newBuildEnv(t, st)
+		v1 := e.view.Pipeline.ActiveVersion
+		var wg sync.WaitGroup
+		results := make(chan *dataplane.DeployResult, 8)
+		for range 8 {
+			wg.Go(func() {
+				res, err := e.dp.Deploy(e.Ctx, tenant, []byte(rangesChanged), "application/yaml")
+				if err != nil {
+					t.Errorf("deploy: %v", err)
+					return
+				}
+				results <- res
+			})
+		}
+		wg.Wait()
+		close(results)
+		created := 0
+		for res := range results {
+			if res.Created {
+				created++
+			}
+			if !res.Building || res.Activated {
+				t.Errorf("a concurrent deploy answered %+v; want building, not activated", res)
+			}
+		}
+		v := e.pipeline("chain")
+		if created != 1 || v.Pipeline.ActiveVersion != v1 || v.Build == nil || v.Build.State != dataplane.BuildBuilding {
+			t.Errorf("%d created; pipeline %+v build %+v", created, v.Pipeline, v.Build)
 		}
 	})
 }

@@ -286,8 +286,11 @@ func (dp *Plane) deploy(ctx context.Context, who Deployer, body []byte, contentT
 					return err
 				}
 			}
-			if res.Created && spec.Build != nil {
+			switch {
+			case res.Created && spec.Build != nil:
 				return dp.startBuild(ctx, tx, c, p, spec, res)
+			case spec.Build != nil:
+				return errDeployRaced // a concurrent deploy stored the version first: see what it did
 			}
 			res.Activated = p.ActiveVersion != doc.Version
 			if len(resetJobs) > 0 && res.Activated != activates {
