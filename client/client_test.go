@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net/http"
 	"net/http/httptest"
 	"slices"
@@ -728,3 +729,111 @@ func TestOptions_SetTheHTTPClientAndUserAgent(t *testing.T) {
 type roundTripper func(*http.Request) (*http.Response, error)
 
 func (f roundTripper) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
+
+// buildDoc is a pipeline whose ranges job writes a dataset that totals reads: a change of
+// ranges' config rebuilds both beside the active version.
+const buildDoc = `
+name: chain
+jobs:
+  - name: follower
+    activation: source
+    runtime: ecs_platform
+    operator: block_follower
+    outputs: 1
+    source: {kind: always_on}
+  - name: ranges
+    activation: reactive
+    runtime: ecs_platform
+    operator: range_builder
+    outputs: 1
+    inputs:
+      - from: {job: follower, output: 0}
+  - name: totals
+    activation: reactive
+    runtime: ecs_platform
+    operator: totals
+    outputs: 0
+    inputs:
+      - from: {dataset: ranges}
+publish:
+  ranges:
+    from: {job: ranges, output: 0}
+`
+
+// withWidth is buildDoc with ranges' config changed.
+func withWidth(n int) []byte {
+	return []byte(strings.Replace(buildDoc, "    operator: range_builder\n", fmt.Sprintf("    operator: range_builder\n    config: {width: %d}\n", n), 1))
+}
+
+func TestPipelineBuilds_DeployActivateAndAbandon(t *testing.T) {
+	t.Parallel()
+	s := newServer(t, auth.Limits{})
+	ctx := context.Background()
+	const yaml = "application/yaml"
+	v1, err := s.c.DeployPipeline(ctx, []byte(buildDoc), yaml)
+	if err != nil || v1.State != client.DeployActive || v1.BuildingVersion != nil || v1.Build != nil {
+		t.Fatalf("first deploy: %+v %v", v1, err)
+	}
+	if _, err := s.c.DeployPipeline(ctx, withWidth(2), yaml, client.WithActivate("later")); apiError(t, err, http.StatusBadRequest).Message !=
+		`activate must be manual, when_ready or immediate, got "later"` {
+		t.Errorf("an unknown activate mode: %v", err)
+	}
+
+	// A changed config: built beside v1, by the default (manual) mode.
+	v2, err := s.c.DeployPipeline(ctx, withWidth(2), yaml)
+	if err != nil || v2.State != client.BuildBuilding || v2.Activated || v2.ActiveVersion != v1.Version || v2.Build == nil {
+		t.Fatalf("changed deploy: %+v %v", v2, err)
+	}
+	b := v2.Build
+	if b.Version != v2.Version || b.BaseVersion != v1.Version || b.Activate != client.ActivateManual || b.Ready() ||
+		len(b.Jobs) != 2 || b.Jobs[0].Name != "ranges" || b.Jobs[0].Reason != "config changed" || b.Jobs[1].Counts["routed"] != 0 ||
+		len(b.Datasets) != 1 || b.Datasets[0].DatasetName != "ranges" || b.Datasets[0].CandidateVersion == b.Datasets[0].CurrentVersion {
+		t.Fatalf("build: %+v", b)
+	}
+	p, err := s.c.GetPipeline(ctx, "chain")
+	if err != nil || p.BuildingVersion == nil || *p.BuildingVersion != v2.Version || p.Build == nil || p.Build.State != client.BuildBuilding {
+		t.Fatalf("get: %+v %v", p, err)
+	}
+	vs, err := s.c.PipelineVersions(ctx, "chain")
+	if err != nil || len(vs) != 2 || vs[0].State != client.VersionBuilding || vs[1].State != client.VersionActive {
+		t.Fatalf("versions: %+v %v", vs, err)
+	}
+	if _, err := s.c.ActivatePipelineVersion(ctx, "chain", v2.Version, false); !strings.Contains(apiError(t, err, http.StatusConflict).Message, "still building") {
+		t.Errorf("activate a build that is not ready: %v", err)
+	}
+	if _, err := s.c.ActivatePipelineVersion(ctx, "chain", "nope", false); !client.IsNotFound(err) {
+		t.Errorf("activate an unknown version: %v", err)
+	}
+
+	// A newer change replaces the build, which is abandoned.
+	v3, err := s.c.DeployPipeline(ctx, withWidth(3), yaml, client.WithActivate(client.ActivateWhenReady))
+	if err != nil || v3.State != client.BuildBuilding || v3.Abandoned == nil || v3.Abandoned.Version != v2.Version || v3.Build.Activate != client.ActivateWhenReady {
+		t.Fatalf("deploy over a build: %+v %v", v3, err)
+	}
+	ab, err := s.c.AbandonPipelineVersion(ctx, "chain", v3.Version)
+	if err != nil || ab.State != client.VersionAbandoned || ab.Version != v3.Version {
+		t.Fatalf("abandon: %+v %v", ab, err)
+	}
+	if _, err := s.c.AbandonPipelineVersion(ctx, "chain", v3.Version); !strings.Contains(apiError(t, err, http.StatusConflict).Message, "was abandoned") {
+		t.Errorf("abandon twice: %v", err)
+	}
+
+	// Forced, a build is activated before it is ready.
+	v4, err := s.c.DeployPipeline(ctx, withWidth(4), yaml)
+	if err != nil || v4.State != client.BuildBuilding {
+		t.Fatalf("deploy: %+v %v", v4, err)
+	}
+	act, err := s.c.ActivatePipelineVersion(ctx, "chain", v4.Version, true)
+	if err != nil || !act.Activated || act.ActiveVersion != v4.Version {
+		t.Fatalf("activate with force: %+v %v", act, err)
+	}
+	vs, err = s.c.PipelineVersions(ctx, "chain")
+	states := map[string]string{}
+	for _, v := range vs {
+		states[v.Version] = v.State
+	}
+	want := map[string]string{v1.Version: client.VersionInactive, v2.Version: client.VersionAbandoned, v3.Version: client.VersionAbandoned, v4.Version: client.VersionActive}
+	if err != nil || !maps.Equal(states, want) {
+		t.Errorf("versions: %v %v, want %v", states, err, want)
+	}
+}

@@ -10,18 +10,110 @@ import (
 	"time"
 )
 
-// Pipeline is a deployed DAG document: its active version and its jobs.
+// Pipeline is a deployed DAG document: its active version and its jobs, and the version a
+// changed deploy is building beside it, if any.
 type Pipeline struct {
-	Name          string        `json:"name"`
-	ActiveVersion string        `json:"active_version"`
-	CreatedAt     time.Time     `json:"created_at"`
-	UpdatedAt     time.Time     `json:"updated_at"`
-	Jobs          []PipelineJob `json:"jobs,omitempty"`
+	Name          string `json:"name"`
+	ActiveVersion string `json:"active_version"`
+	// BuildingVersion is the version being built beside the active one; nil when none is.
+	BuildingVersion *string       `json:"building_version"`
+	CreatedAt       time.Time     `json:"created_at"`
+	UpdatedAt       time.Time     `json:"updated_at"`
+	Jobs            []PipelineJob `json:"jobs,omitempty"`
+	// Build is the build of BuildingVersion (set by GetPipeline and DeployPipeline; ListPipelines
+	// leaves it nil).
+	Build *PipelineBuild `json:"build,omitempty"`
 	// Set by DeployPipeline: the deployed version, whether it is new, and whether the deploy made
 	// it the active one.
 	Version   string `json:"version,omitempty"`
 	Created   bool   `json:"created,omitempty"`
 	Activated bool   `json:"activated,omitempty"`
+	// State is set by DeployPipeline: DeployActive when the deployed version is the active one,
+	// else BuildBuilding or BuildReady: it is built beside the active one.
+	State string `json:"state,omitempty"`
+	// Abandoned is set by DeployPipeline when the deploy replaced a build under way.
+	Abandoned *AbandonedBuild `json:"abandoned,omitempty"`
+}
+
+// DeployActive is the State of a deploy whose version is the active one.
+const DeployActive = "active"
+
+// The states of a build (PipelineBuild.State, Pipeline.State after a deploy).
+const (
+	BuildBuilding = "building" // its rebuilt jobs are catching up
+	BuildReady    = "ready"    // caught up: ActivatePipelineVersion cuts over
+)
+
+// The activate modes of a deploy (WithActivate): what happens to a version whose change needs a
+// build: a change of what a job writes (its config, operator, inputs, outputs, ...).
+const (
+	// ActivateManual builds it beside the active version; ActivatePipelineVersion cuts over. The
+	// server's default.
+	ActivateManual = "manual"
+	// ActivateWhenReady builds it, then activates it as soon as the build is ready.
+	ActivateWhenReady = "when_ready"
+	// ActivateImmediate activates it at once, without a build.
+	ActivateImmediate = "immediate"
+)
+
+// The states of a pipeline version (PipelineVersion.State).
+const (
+	VersionActive     = "active"      // the pipeline's active version
+	VersionInactive   = "inactive"    // not active: a later deploy or activation replaced it
+	VersionBuilding   = "building"    // being built beside the active version
+	VersionRolledBack = "rolled_back" // replaced by a rollback
+	VersionAbandoned  = "abandoned"   // its build was abandoned before it was activated
+)
+
+// PipelineBuild is the build of a version beside the active one: the jobs it rebuilds, with why
+// and their tasks by status, and the versions of the datasets it rebuilds.
+type PipelineBuild struct {
+	Version     string             `json:"version"`
+	State       string             `json:"state"`        // BuildBuilding or BuildReady
+	BaseVersion string             `json:"base_version"` // the version active when it was deployed
+	Activate    string             `json:"activate"`     // ActivateManual or ActivateWhenReady
+	Jobs        []PipelineBuildJob `json:"jobs"`
+	// Switched are the jobs the change affects that are not rebuilt (they write a buffered
+	// dataset, which keeps no versions) but change at activation, each with why.
+	Switched map[string]string      `json:"switched"`
+	Datasets []PipelineBuildDataset `json:"datasets"`
+	Backfill PipelineBuildBackfill  `json:"backfill"`
+	// ReadyAt is when the build was found ready; nil while it builds.
+	ReadyAt *time.Time `json:"ready_at"`
+}
+
+// Ready reports whether the build has caught up, so that it can be activated without force.
+func (b *PipelineBuild) Ready() bool { return b != nil && b.State == BuildReady }
+
+// PipelineBuildJob is a job a build rebuilds: why, and its tasks under the build by status (the
+// keys of PipelineJob.Counts).
+type PipelineBuildJob struct {
+	Name   string         `json:"name"`
+	Reason string         `json:"reason"`
+	Counts map[string]int `json:"counts"`
+}
+
+// PipelineBuildDataset is a dataset a build rebuilds: the version readers see now, and the one
+// the build writes, current from its activation on.
+type PipelineBuildDataset struct {
+	DatasetUUID      string `json:"dataset_uuid"`
+	DatasetName      string `json:"dataset_name,omitempty"`
+	CurrentVersion   string `json:"current_version"`
+	CandidateVersion string `json:"candidate_version"`
+}
+
+// PipelineBuildBackfill is how far a build has routed again the events of the datasets its
+// rebuilt jobs read but it does not rebuild: through event ThroughEvent (0: not begun), all of
+// them once Scanned.
+type PipelineBuildBackfill struct {
+	ThroughEvent int64 `json:"through_event"`
+	Scanned      bool  `json:"scanned"`
+}
+
+// AbandonedBuild is the build a deploy replaced.
+type AbandonedBuild struct {
+	Version      string `json:"version"`
+	CanceledJobs int    `json:"canceled_jobs"`
 }
 
 // PipelineJob is a job of a pipeline's active version with its task counts (routed: every task
@@ -49,8 +141,11 @@ type PipelineDataset struct {
 
 // PipelineVersion is one deployed text of a pipeline.
 type PipelineVersion struct {
-	Version     string    `json:"version"`
-	Active      bool      `json:"active"`
+	Version string `json:"version"`
+	Active  bool   `json:"active"`
+	// State is VersionActive, VersionInactive, VersionBuilding, VersionRolledBack or
+	// VersionAbandoned.
+	State       string    `json:"state"`
 	ContentType string    `json:"content_type"`
 	CreatedAt   time.Time `json:"created_at"`
 }
@@ -63,11 +158,52 @@ type RollbackResponse struct {
 	CanceledJobs  int    `json:"canceled_jobs"`
 }
 
+// ActivateResponse says what an activation did.
+type ActivateResponse struct {
+	Name          string `json:"name"`
+	ActiveVersion string `json:"active_version"`
+	Activated     bool   `json:"activated"`
+	// CanceledJobs counts the jobs of the replaced version's rebuilt jobs that had not ended and
+	// were canceled.
+	CanceledJobs int `json:"canceled_jobs"`
+}
+
+// AbandonResponse says what abandoning a build did.
+type AbandonResponse struct {
+	Name         string `json:"name"`
+	Version      string `json:"version"`
+	State        string `json:"state"` // VersionAbandoned
+	CanceledJobs int    `json:"canceled_jobs"`
+}
+
+// DeployOption configures a deploy.
+type DeployOption func(*deployConfig)
+
+type deployConfig struct {
+	activate string
+}
+
+// WithActivate sets what happens to a version whose change needs a build (?activate=):
+// ActivateManual (the server's default), ActivateWhenReady or ActivateImmediate.
+func WithActivate(mode string) DeployOption {
+	return func(c *deployConfig) { c.activate = mode }
+}
+
 // DeployPipeline deploys a DAG document (POST /pipelines), YAML or JSON as contentType says
 // ("application/yaml" or "application/json"). The same content deployed again creates no version.
-func (c *Client) DeployPipeline(ctx context.Context, document []byte, contentType string) (*Pipeline, error) {
+// A new version whose change affects what a job writes is built beside the active one (State
+// BuildBuilding) unless WithActivate says otherwise; other new versions are active at once.
+func (c *Client) DeployPipeline(ctx context.Context, document []byte, contentType string, opts ...DeployOption) (*Pipeline, error) {
+	var cfg deployConfig
+	for _, o := range opts {
+		o(&cfg)
+	}
+	path := "/pipelines"
+	if cfg.activate != "" {
+		path += "?" + url.Values{"activate": {cfg.activate}}.Encode()
+	}
 	var out Pipeline
-	_, err := c.do(ctx, request{method: http.MethodPost, path: "/pipelines", body: document,
+	_, err := c.do(ctx, request{method: http.MethodPost, path: path, body: document,
 		header: http.Header{"Content-Type": {contentType}}, retry: true}, &out)
 	if err != nil {
 		return nil, err
@@ -117,6 +253,39 @@ func (c *Client) RollbackPipeline(ctx context.Context, name, version string) (*R
 		return nil, err
 	}
 	return &out, nil
+}
+
+// ActivatePipelineVersion makes version, which a changed deploy is building, the active one: in
+// one step every dataset the build rebuilt moves to the build's version and the pipeline to
+// version (POST /pipelines/{name}/versions/{version}/activate). A build that is not ready is
+// refused (409) unless force is set; a version that is not being built is refused (409) too.
+func (c *Client) ActivatePipelineVersion(ctx context.Context, name, version string, force bool) (*ActivateResponse, error) {
+	body := []byte("{}")
+	if force {
+		body = []byte(`{"force":true}`)
+	}
+	var out ActivateResponse
+	_, err := c.do(ctx, request{method: http.MethodPost, path: versionPath(name, version) + "/activate", body: body}, &out)
+	if err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
+// AbandonPipelineVersion stops the build of version (DELETE /pipelines/{name}/versions/{version}):
+// the pipeline keeps its active version and its datasets their current versions, and the build's
+// tasks that have not ended are canceled. A version that is not being built is refused (409).
+func (c *Client) AbandonPipelineVersion(ctx context.Context, name, version string) (*AbandonResponse, error) {
+	var out AbandonResponse
+	_, err := c.do(ctx, request{method: http.MethodDelete, path: versionPath(name, version)}, &out)
+	if err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
+func versionPath(name, version string) string {
+	return "/pipelines/" + url.PathEscape(name) + "/versions/" + url.PathEscape(version)
 }
 
 // Dataset is a job output of a pipeline (named when published), or a named buffered dataset.
