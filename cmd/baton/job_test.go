@@ -30,6 +30,7 @@ import (
 type jobTestServer struct {
 	t    *testing.T
 	d    *dispatch.Dispatcher
+	dp   *dataplane.Plane
 	url  string
 	key  string
 	dir  string
@@ -69,7 +70,7 @@ func newJobTestServerWith(t *testing.T, eng query.Engine) *jobTestServer {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &jobTestServer{t: t, d: d, url: srv.URL, key: key, dir: dir, data: data}
+	return &jobTestServer{t: t, d: d, dp: dp, url: srv.URL, key: key, dir: dir, data: data}
 }
 
 // job runs "baton job CMD --url ... --api-key ... ARGS..." and returns its exit status and output.
