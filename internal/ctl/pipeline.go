@@ -274,6 +274,18 @@ func printBuild(c *jobCmd, w io.Writer, b *client.PipelineBuild) int {
 	for _, job := range slices.Sorted(maps.Keys(b.Switched)) {
 		fmt.Fprintf(w, "changes at activation, not rebuilt: %s: %s\n", job, b.Switched[job])
 	}
+	failed := 0
+	for _, j := range b.Jobs {
+		failed += j.Counts["failed"]
+	}
+	if failed > 0 && !b.Ready() {
+		tasks := fmt.Sprintf("%d tasks of the build", failed)
+		if failed == 1 {
+			tasks = "a task of the build"
+		}
+		fmt.Fprintf(w, "%s failed for good: it stays building; deploy a fix, abandon it "+
+			"(baton pipeline abandon), or activate it as it is with --force\n", tasks)
+	}
 	return 0
 }
 
