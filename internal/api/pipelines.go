@@ -196,8 +196,11 @@ func (s *Server) rollbackPipeline(w http.ResponseWriter, r *http.Request) (any, 
 	if err != nil {
 		return nil, err
 	}
-	return map[string]any{"name": name, "active_version": res.Version, "activated": res.Activated,
-		"canceled_jobs": canceled}, nil
+	out := map[string]any{"name": name, "active_version": res.Version, "activated": res.Activated, "canceled_jobs": canceled}
+	if res.Abandoned != "" {
+		out["abandoned"] = map[string]any{"version": res.Abandoned} // its tasks are among canceled_jobs
+	}
+	return out, nil
 }
 
 // POST /pipelines/{name}/versions/{version}/activate {"force": false}: cuts over to the version a

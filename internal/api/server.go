@@ -206,6 +206,8 @@ func (s *Server) toHTTP(err error) *request.Error {
 		return he
 	case errors.Is(err, dispatch.ErrJobNotFound):
 		return request.Errorf(http.StatusNotFound, "Job not found")
+	case errors.Is(err, dataplane.ErrPipelineVersionNotFound):
+		return request.Errorf(http.StatusNotFound, "Pipeline version not found")
 	case errors.Is(err, dataplane.ErrPipelineNotFound):
 		return request.Errorf(http.StatusNotFound, "Pipeline not found")
 	case errors.Is(err, dataplane.ErrPipelineJobNotFound):

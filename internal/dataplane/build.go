@@ -199,18 +199,20 @@ func (dp *Plane) buildView(ctx context.Context, st store.Reader, v *store.Pipeli
 		}
 	}
 	b := &BuildView{Version: v.Version, State: BuildBuilding, Base: spec.Build.Base, Activate: spec.Build.Activate,
-		Switched: spec.Build.Switched, ReadyAt: prog.ReadyAt}
+		Switched: spec.Build.Switched}
 	if b.Switched == nil {
 		b.Switched = map[string]string{}
 	}
 	if prog.ReadyAt != nil {
-		b.State = BuildReady
+		at := prog.ReadyAt.UTC().Truncate(time.Second) // as the API's other times
+		b.State, b.ReadyAt = BuildReady, &at
 	}
 	b.Backfill.Through, b.Backfill.Scanned = prog.Through, prog.Scanned
 	counts, err := st.PipelineVersionTaskCounts(ctx, store.PipelineVersionKey{Tenant: v.Tenant, Pipeline: v.Pipeline, Version: v.Version})
 	if err != nil {
 		return nil, err
 	}
+	b.Jobs, b.Datasets = []BuildJobView{}, []BuildDatasetView{}
 	for _, name := range sortedKeys(spec.Build.Jobs) {
 		jv := BuildJobView{Name: name, Reason: spec.Build.Jobs[name], Counts: map[string]int{"routed": 0, "waiting": 0, "pending": 0,
 			"running": 0, "completed": 0, "failed": 0, "canceled": 0}}
@@ -343,7 +345,7 @@ func (dp *Plane) building(ctx context.Context, tx store.Tx, tenant, name, versio
 	k := store.PipelineVersionKey{Tenant: tenant, Pipeline: name, Version: version}
 	v, err := tx.PipelineVersionGet(ctx, k)
 	if errors.Is(err, store.ErrNotFound) {
-		return nil, nil, nil, ErrPipelineNotFound
+		return nil, nil, nil, ErrPipelineVersionNotFound
 	}
 	if err != nil {
 		return nil, nil, nil, err

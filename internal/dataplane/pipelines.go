@@ -25,6 +25,9 @@ const MaxPipelineBytes = 1 << 20
 // ErrPipelineNotFound: the tenant has no pipeline (or version) of that name.
 var ErrPipelineNotFound = errors.New("pipeline not found")
 
+// ErrPipelineVersionNotFound: the tenant's pipeline has no version of that name.
+var ErrPipelineVersionNotFound = errors.New("pipeline version not found")
+
 // ErrDatasetNotFound: the tenant has no dataset of that name or uuid.
 var ErrDatasetNotFound = errors.New("dataset not found")
 
