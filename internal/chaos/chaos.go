@@ -1,6 +1,8 @@
 // Package chaos runs Baton's real processes — servers, `baton worker` wrappers and their task
 // children, the wake-up transport's server — under random faults, and checks through the public
-// API that every job the API accepted finished with each task committed exactly once.
+// API that every job the API accepted finished with each task committed exactly once; with
+// Config.Pipeline, also that a pipeline rebuilt beside its live version (a build), activated and
+// rolled back under the faults ran every event exactly once per version (pipeline.go).
 package chaos
 
 import (
@@ -71,6 +73,9 @@ type Config struct {
 	Workers     int // `baton worker` processes
 	Concurrency int // tasks each worker runs at once
 	MaxSleep    time.Duration
+	// Pipeline adds the pipeline round (pipeline.go) to the run: the faults and the load go on
+	// until it has fed its last events, and its invariants are checked with the jobs'.
+	Pipeline bool
 
 	Log io.Writer // progress, one line per fault
 }
@@ -125,12 +130,14 @@ type Report struct {
 	// the backlog being worked off, not the faults' aftermath.
 	Recovery, Resumed time.Duration
 	Backlog           int
-	Problems          []string // the first few violations, described
+	Pipeline          *PipelineReport // with Config.Pipeline
+	Problems          []string        // the first few violations, described
 }
 
 // OK reports whether every invariant held.
 func (r *Report) OK() bool {
-	return r.DuplicateCompletions == 0 && r.Lost == 0 && r.Stuck == 0 && r.Wrong == 0 && r.Tasks > 0
+	return r.DuplicateCompletions == 0 && r.Lost == 0 && r.Stuck == 0 && r.Wrong == 0 && r.Tasks > 0 &&
+		(r.Pipeline == nil || r.Pipeline.ok())
 }
 
 // String is the report as one line.
@@ -142,10 +149,14 @@ func (r *Report) String() string {
 		total += n
 	}
 	slices.Sort(kinds)
-	return fmt.Sprintf("chaos: store=%s transport=%s seed=%d jobs=%d tasks=%d faults=%d(%s) executions=%d duplicate-executions=%d "+
+	s := fmt.Sprintf("chaos: store=%s transport=%s seed=%d jobs=%d tasks=%d faults=%d(%s) executions=%d duplicate-executions=%d "+
 		"duplicate-completions=%d lost=%d stuck=%d wrong=%d recovery=%.1fs backlog=%d resumed=%.1fs",
 		r.Store, r.Transport, r.Seed, r.Jobs, r.Tasks, total, strings.Join(kinds, ","), r.Executions, r.DuplicateExecutions,
 		r.DuplicateCompletions, r.Lost, r.Stuck, r.Wrong, r.Recovery.Seconds(), r.Backlog, r.Resumed.Seconds())
+	if r.Pipeline != nil {
+		s += " " + r.Pipeline.String()
+	}
+	return s
 }
 
 func (r *Report) problem(format string, args ...any) {
@@ -167,6 +178,23 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	fmt.Fprintf(cfg.Log, "chaos: %s/%s seed %d: %d servers, %d workers, %d jobs of %d tasks, faults for %s\n",
 		cfg.Store, cfg.Transport, cfg.Seed, len(r.servers), len(r.workers), cfg.Jobs, cfg.TasksPerJob, cfg.Duration)
 
+	// The pipeline round, when there is one, runs beside the load: until it has fed its last
+	// events the faults and the load go on, so that the crash-all comes with its last tasks in
+	// flight too.
+	r.end = time.Now().Add(cfg.Duration)
+	r.pipelineFed, r.pipelineDone = make(chan struct{}), make(chan struct{})
+	if cfg.Pipeline {
+		r.pipeline = newPipelineRound(r)
+		pctx, stop := context.WithCancel(ctx)
+		defer func() { stop(); <-r.pipelineDone }() // on a failed run, before the teardown
+		go func() {
+			defer close(r.pipelineDone)
+			r.pipeline.run(pctx)
+		}()
+	} else {
+		close(r.pipelineFed)
+		close(r.pipelineDone)
+	}
 	r.load = newLoad(r, rand.New(rand.NewPCG(r.rng.Uint64(), r.rng.Uint64())))
 	loadDone := make(chan error, 1)
 	go func() { loadDone <- r.load.submit(ctx, cfg.Duration) }()
@@ -203,6 +231,12 @@ type run struct {
 	transportURL string
 	pg           *pgCluster // with StorePostgres
 	load         *load
+	// end is when the run's Duration ends.
+	end time.Time
+	// pipeline is the pipeline round (with Config.Pipeline); pipelineFed is closed once it has
+	// fed its last events (or stopped), pipelineDone once it is done; both at once without it.
+	pipeline                  *pipelineRound
+	pipelineFed, pipelineDone chan struct{}
 
 	mu      sync.Mutex
 	faults  map[string]int
@@ -221,6 +255,22 @@ type server struct {
 type worker struct {
 	*proc
 	busy bool // a fault holds it (a zombie); guarded by run.mu
+}
+
+// pipelineFaultsFor bounds how long past the run's Duration the faults and the load go on while
+// the pipeline round has not fed its last events: its own waits give up sooner when it makes no
+// progress.
+const pipelineFaultsFor = 5 * time.Minute
+
+// pipelineGoing reports whether the pipeline round has yet to feed its last events, and it is
+// not pipelineFaultsFor past the run's Duration: the faults and the load go on until then.
+func (r *run) pipelineGoing() bool {
+	select {
+	case <-r.pipelineFed:
+		return false
+	default:
+		return time.Now().Before(r.end.Add(pipelineFaultsFor))
+	}
 }
 
 func (r *run) count(kind string) {
@@ -315,13 +365,23 @@ func (r *run) startDev(ctx context.Context) error {
 
 // startWorkers starts the `baton worker` processes, spread over the servers.
 func (r *run) startWorkers(ctx context.Context) error {
+	tasks := []string{"--task", taskName}
+	if r.cfg.Pipeline {
+		// The pipeline round's tasks too, from queues of their operators' names. A worker claims
+		// from its queues in order (the first with a ready task wins; without --queue, the task
+		// names sorted): these come first, or the load's backlog would hold back the round's few
+		// tasks for as long as it lasts.
+		tasks = []string{"--task", taskName, "--task", feedOperator, "--task", stepOperator,
+			"--queue", feedOperator, "--queue", stepOperator, "--queue", taskName}
+	}
 	for i := range r.cfg.Workers {
 		s := r.servers[i%len(r.servers)]
 		name := fmt.Sprintf("worker-%d", i)
-		args := []string{"worker", "--task", taskName, "--exec", r.cfg.Child,
+		args := append([]string{"worker"}, tasks...)
+		args = append(args, "--exec", r.cfg.Child,
 			"--internal-url", s.internalURL, "--url", s.producerURL, "--worker-id", name,
 			"--concurrency", fmt.Sprint(r.cfg.Concurrency), "--poll-wait", "2s", "--shutdown-timeout", "2s",
-			"--child-env", EnvChild + "=1", "--child-env", EnvLog + "=" + r.execLog}
+			"--child-env", EnvChild+"=1", "--child-env", EnvLog+"="+r.execLog)
 		args = append(args, r.transportArgs()...)
 		w := &worker{proc: &proc{name: name, path: r.cfg.Baton, args: args, out: filepath.Join(r.cfg.Dir, name+".log")}}
 		if err := w.start(ctx); err != nil {

@@ -64,7 +64,9 @@ func TestChaos(t *testing.T) {
 			if url == "" {
 				t.Skip("BATON_TEST_POSTGRES_URL is not set: skipping the chaos round on PostgreSQL")
 			}
-			return chaos.Config{Store: chaos.StorePostgres, PostgresURL: url}
+			// Two replicas on PostgreSQL, with the most kinds of faults: the round that also
+			// builds, activates and rolls back a pipeline under them.
+			return chaos.Config{Store: chaos.StorePostgres, PostgresURL: url, Pipeline: true}
 		}},
 		{"redis", func(t *testing.T) chaos.Config {
 			return chaos.Config{Store: chaos.StoreSQLite, Transport: chaos.TransportRedis, RedisServer: lookPath(t, "redis-server")}

@@ -55,12 +55,12 @@ func (r *run) faultsOf() []fault {
 	return fs
 }
 
-// injectFaults injects random faults, one after the other, for the run's Duration. It returns
-// when the last one has healed, except for zombies still stopped: r.zombies waits for those.
+// injectFaults injects random faults, one after the other, for the run's Duration, and then
+// while the pipeline round has yet to feed its last events (pipelineGoing). It returns when the
+// last one has healed, except for zombies still stopped: r.zombies waits for those.
 func (r *run) injectFaults(ctx context.Context) error {
 	faults := r.faultsOf()
-	end := time.Now().Add(r.cfg.Duration)
-	for time.Now().Before(end) {
+	for time.Now().Before(r.end) || r.pipelineGoing() {
 		r.pause(ctx, 300*time.Millisecond, 1500*time.Millisecond)
 		if err := ctx.Err(); err != nil {
 			return err

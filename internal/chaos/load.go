@@ -70,11 +70,12 @@ func (l *load) dag() (client.SubmitJobRequest, map[string][]string) {
 	return req, deps
 }
 
-// submit submits the run's jobs evenly over span, the last one at its end.
+// submit submits the run's jobs evenly over span, the last one at its end, and then more at the
+// same pace while the pipeline round has yet to feed its last events (run.pipelineGoing).
 func (l *load) submit(ctx context.Context, span time.Duration) error {
 	n := l.r.cfg.Jobs
 	start := time.Now()
-	for i := range n {
+	for i := 0; i < n || l.r.pipelineGoing(); i++ {
 		at := start.Add(span * time.Duration(i) / time.Duration(max(n-1, 1)))
 		select {
 		case <-ctx.Done():

@@ -110,6 +110,19 @@ func (r *run) verify(ctx context.Context, lastHeal time.Time, rep *Report) error
 			}
 		}
 	}
+	if r.pipeline != nil {
+		select { // its last tasks may have been in flight at the crash-all
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-r.pipelineDone:
+		}
+		if execs, err = readLog(r.execLog); err != nil { // with what ran since
+			return err
+		}
+		if err := r.verifyPipeline(ctx, c, r.pipeline, execs, rep); err != nil {
+			return err
+		}
+	}
 	if finishedAt > 0 {
 		rep.Recovery = max(time.UnixMilli(finishedAt).Sub(lastHeal), 0)
 	}
