@@ -292,7 +292,7 @@ func (dp *Plane) Activate(ctx context.Context, tenant, name, version string, for
 	if err != nil {
 		return nil, 0, err
 	}
-	n, err := dp.cancelVersion(ctx, tenant, name, base, plan.Jobs, "pipeline_version_replaced")
+	n, err := dp.cancelVersion(ctx, tenant, name, base, plan.Jobs, store.CancelVersionReplaced)
 	if err != nil {
 		return res, n, fmt.Errorf("pipeline %s version %s is active, but canceling the replaced version's rebuilt jobs failed: %w", name, version, err)
 	}
@@ -518,6 +518,33 @@ func (dp *Plane) cancelVersion(ctx context.Context, tenant, name, version string
 	return n, nil
 }
 
+// ResumeReplaced resumes the jobs, of pipeline versions active again, that the activation of a
+// build canceled when it replaced them (store.CancelVersionReplaced): the build ran their updates
+// into its own datasets, and a rollback (or a deploy of the version again) gave the version back
+// its datasets, which lack them. A task asked to cancel that had not ended at the rollback is
+// resumed once it has. It returns how many jobs it resumed.
+func (dp *Plane) ResumeReplaced(ctx context.Context) (int, error) {
+	refs, err := dp.store.PipelineTasksReplacedActive(ctx, 500)
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	for i, ref := range refs {
+		if i > 0 && refs[i-1].JobID == ref.JobID {
+			continue
+		}
+		_, err := dp.d.ResumeJob(ctx, ref.Tenant, ref.JobID)
+		switch {
+		case errors.Is(err, dispatch.ErrJobNotFinished), errors.Is(err, dispatch.ErrNothingToResume), errors.Is(err, dispatch.ErrJobNotFound):
+			continue // another replica's pass resumed it, or its cancel has not ended yet
+		case err != nil:
+			return n, fmt.Errorf("resume job %s of pipeline %s version %s: %w", ref.JobID, ref.Job, ref.Version, err)
+		}
+		n++
+	}
+	return n, nil
+}
+
 // BuildConfig configures Builds. Zero fields take their defaults.
 type BuildConfig struct {
 	// Batch is how many events a pass routes again per backfilled input; default 500.
@@ -568,13 +595,17 @@ func (b *Builds) run(ctx context.Context) {
 	}
 }
 
-// RunOnce moves every build forward once and returns how many were activated.
+// RunOnce moves every build forward once, and resumes what activations canceled of versions
+// active again (ResumeReplaced); it returns how many builds it activated.
 func (b *Builds) RunOnce(ctx context.Context) (int, error) {
 	ps, err := b.dp.store.PipelineListActive(ctx)
 	if err != nil {
 		return 0, err
 	}
 	var errs []error
+	if _, err := b.dp.ResumeReplaced(ctx); err != nil {
+		errs = append(errs, err)
+	}
 	activated := 0
 	for _, p := range ps {
 		if p.BuildingVersion == "" {

@@ -141,6 +141,13 @@ func (dp *Plane) DeployBy(ctx context.Context, who Deployer, body []byte, conten
 				return res, fmt.Errorf("pipeline %s version %s is deployed, but canceling the build it replaced failed: %w", doc.Name, doc.Version, err)
 			}
 			return res, nil
+		case !raced && err == nil && res.Activated && !res.Created:
+			// An earlier version deployed again gets its datasets back: what an activation
+			// canceled of it runs again (see ResumeReplaced; the builds pass retries it).
+			if _, err := dp.ResumeReplaced(ctx); err != nil {
+				dp.log.WarnContext(ctx, "resuming what an activation canceled failed; the next builds pass retries", "pipeline", doc.Name, "err", err)
+			}
+			return res, nil
 		case !raced:
 			return res, err
 		case attempt == deployAttempts:

@@ -110,6 +110,11 @@ func (dp *Plane) Rollback(ctx context.Context, tenant, name, version string) (*D
 		return res, n, fmt.Errorf("pipeline %s is rolled back to version %s, but canceling the tasks of its other versions failed "+
 			"(post the rollback again to finish it): %w", name, version, err)
 	}
+	// What an activation canceled of the restored version runs again now (and, for a task whose
+	// cancel has not ended, once it has: Builds runs this on every pass).
+	if _, err := dp.ResumeReplaced(ctx); err != nil {
+		dp.log.WarnContext(ctx, "resuming what an activation canceled failed; the next builds pass retries", "pipeline", name, "err", err)
+	}
 	return res, n, nil
 }
 

@@ -211,6 +211,9 @@ type PipelineReader interface {
 	// PipelineTasksSince lists the tasks of pipeline version k (k.Version must be set) whose jobs
 	// were created at or after since, whatever their status, by job id and task.
 	PipelineTasksSince(ctx context.Context, k PipelineVersionKey, since time.Time) ([]*PipelineTaskRef, error)
+	// PipelineTasksReplacedActive lists up to limit tasks, of every tenant, canceled with reason
+	// CancelVersionReplaced that are of the active version of their pipeline.
+	PipelineTasksReplacedActive(ctx context.Context, limit int) ([]*PipelineTaskRef, error)
 	// ConsumerList lists the inputs of active and building pipeline versions that read the
 	// datasets of uuids.
 	ConsumerList(ctx context.Context, uuids []string) ([]*Consumer, error)

@@ -52,6 +52,10 @@ const (
 	VersionAbandoned = "abandoned"
 )
 
+// CancelVersionReplaced is the cancel reason of the tasks of a pipeline version's rebuilt jobs
+// that the activation of a build canceled: the build ran their updates in its own datasets.
+const CancelVersionReplaced = "pipeline_version_replaced"
+
 // PipelineVersionKey identifies one version of a pipeline (Reader.PipelineVersionGet,
 // Reader.PipelineTasksUnfinished).
 type PipelineVersionKey struct {
@@ -70,6 +74,7 @@ type PipelineJobKey struct {
 
 // PipelineTaskRef is a task of a pipeline job as a rollback reads it (Reader.PipelineTasksUnfinished).
 type PipelineTaskRef struct {
+	Tenant   string
 	JobID    string
 	TaskID   string
 	RouteKey string // the job's idempotency key: the routing (or source run) that created it

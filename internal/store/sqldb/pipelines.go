@@ -197,7 +197,7 @@ func (q q) PipelineTaskCounts(ctx context.Context, tenant, name string) ([]*stor
 
 // PipelineTasksUnfinished implements store.Reader.
 func (q q) PipelineTasksUnfinished(ctx context.Context, k store.PipelineVersionKey) ([]*store.PipelineTaskRef, error) {
-	rows, err := q.query(ctx, `SELECT j.id, t.id, COALESCE(j.idempotency_key, ''), j.pipeline_job, j.pipeline_version,
+	rows, err := q.query(ctx, `SELECT j.tenant, j.id, t.id, COALESCE(j.idempotency_key, ''), j.pipeline_job, j.pipeline_version,
 		t.status, t.route FROM tasks t JOIN jobs j ON j.id = t.job_id
 		WHERE j.tenant = $1 AND j.pipeline = $2 AND ($3 = '' OR j.pipeline_version = $3)
 		AND t.status IN ('waiting', 'pending', 'running') ORDER BY j.id, t.seq`, k.Tenant, k.Pipeline, k.Version)
@@ -209,7 +209,7 @@ func (q q) PipelineTasksUnfinished(ctx context.Context, k store.PipelineVersionK
 
 // PipelineTasksSince implements store.Reader.
 func (q q) PipelineTasksSince(ctx context.Context, k store.PipelineVersionKey, since time.Time) ([]*store.PipelineTaskRef, error) {
-	rows, err := q.query(ctx, `SELECT j.id, t.id, COALESCE(j.idempotency_key, ''), j.pipeline_job, j.pipeline_version,
+	rows, err := q.query(ctx, `SELECT j.tenant, j.id, t.id, COALESCE(j.idempotency_key, ''), j.pipeline_job, j.pipeline_version,
 		t.status, t.route FROM tasks t JOIN jobs j ON j.id = t.job_id
 		WHERE j.tenant = $1 AND j.pipeline = $2 AND j.pipeline_version = $3 AND j.created_at >= $4
 		ORDER BY j.id, t.seq`, k.Tenant, k.Pipeline, k.Version, ms(since))
@@ -219,12 +219,25 @@ func (q q) PipelineTasksSince(ctx context.Context, k store.PipelineVersionKey, s
 	return collect(rows, scanPipelineTaskRef)
 }
 
+// PipelineTasksReplacedActive implements store.Reader. Its condition is the partial index
+// tasks_replaced's, with the reason written out so that SQLite uses the index.
+func (q q) PipelineTasksReplacedActive(ctx context.Context, limit int) ([]*store.PipelineTaskRef, error) {
+	rows, err := q.query(ctx, `SELECT j.tenant, j.id, t.id, COALESCE(j.idempotency_key, ''), j.pipeline_job, j.pipeline_version,
+		t.status, t.route FROM tasks t JOIN jobs j ON j.id = t.job_id
+		JOIN pipelines p ON p.tenant = j.tenant AND p.name = j.pipeline AND p.active_version = j.pipeline_version
+		WHERE t.status = 'canceled' AND t.cancel_reason = '`+store.CancelVersionReplaced+`' ORDER BY j.id, t.seq LIMIT $1`, limit)
+	if err != nil {
+		return nil, fmt.Errorf("tasks of active pipeline versions an activation canceled: %w", err)
+	}
+	return collect(rows, scanPipelineTaskRef)
+}
+
 func scanPipelineTaskRef(row interface{ Scan(...any) error }) (*store.PipelineTaskRef, error) {
 	var (
 		r     store.PipelineTaskRef
 		route sql.NullString
 	)
-	if err := row.Scan(&r.JobID, &r.TaskID, &r.RouteKey, &r.Job, &r.Version, &r.Status, &route); err != nil {
+	if err := row.Scan(&r.Tenant, &r.JobID, &r.TaskID, &r.RouteKey, &r.Job, &r.Version, &r.Status, &route); err != nil {
 		return nil, err
 	}
 	r.Route = fromJSON(route)

@@ -698,4 +698,23 @@ func testBuildRecords(t *testing.T, st store.Store) {
 		}
 	}
 	checkIDs(t, "PipelineTasksSince(v2, t0)", ids, sortedStrings([]string{late.ID, lateDone.ID}))
+
+	// PipelineTasksReplacedActive: the tasks an activation canceled, of versions active now.
+	replaced := func(version, reason string) *store.Job {
+		j := pipelineJob("acme", "etl", version, "load")
+		tk := newTask(j.ID, "a")
+		seed(t, st, j, tk)
+		mustClaim(t, st, tk.ID, at(4*time.Hour))
+		mutate(t, st, tk.ID, func(tk *store.Task) {
+			tk.Status, tk.FinishedAt, tk.CancelReason = lifecycle.Canceled, at(4*time.Hour), reason
+		})
+		return j
+	}
+	activeReplaced := replaced("v1", store.CancelVersionReplaced)
+	replaced("v2", store.CancelVersionReplaced) // not active
+	replaced("v1", "pipeline_rolled_back")      // canceled for another reason
+	refs, err = st.PipelineTasksReplacedActive(ctx, 10)
+	if err != nil || len(refs) != 1 || refs[0].JobID != activeReplaced.ID || refs[0].Tenant != "acme" || refs[0].Version != "v1" {
+		t.Errorf("PipelineTasksReplacedActive = %v, %v; want the one of v1, the active version", refs, err)
+	}
 }

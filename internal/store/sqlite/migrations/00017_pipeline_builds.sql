@@ -6,8 +6,12 @@
 ALTER TABLE pipelines ADD COLUMN building_version TEXT NOT NULL DEFAULT '';
 ALTER TABLE pipeline_versions ADD COLUMN build TEXT NOT NULL DEFAULT '';
 ALTER TABLE pipeline_versions ADD COLUMN pointers TEXT NOT NULL DEFAULT '';
+-- The tasks an activation canceled because the build ran their updates: resumed if their
+-- version is made active again.
+CREATE INDEX tasks_replaced ON tasks (job_id) WHERE status = 'canceled' AND cancel_reason = 'pipeline_version_replaced';
 
 -- +goose Down
+DROP INDEX tasks_replaced;
 ALTER TABLE pipeline_versions DROP COLUMN pointers;
 ALTER TABLE pipeline_versions DROP COLUMN build;
 ALTER TABLE pipelines DROP COLUMN building_version;
