@@ -9,49 +9,6 @@ import (
 	"github.com/baton-dev/baton/internal/store/storetest"
 )
 
-// workHolding is buildEnv.work, except that the claims hold picks are left running.
-func (e *buildEnv) workHolding(hold func(*dispatch.Claim) bool) []*dispatch.Claim {
-	e.T.Helper()
-	var held []*dispatch.Claim
-	for range 100 {
-		e.route()
-		claims, err := e.D.ClaimNext(e.Ctx, dispatch.ClaimNextParams{Queues: chainQueues, WorkerID: "w", Limit: 1000})
-		if err != nil {
-			e.T.Fatal(err)
-		}
-		if len(claims) == 0 {
-			return held
-		}
-		for _, c := range claims {
-			if hold(c) {
-				held = append(held, c)
-				continue
-			}
-			var fired string
-			for _, in := range c.Route.Inputs {
-				if in.PartitionKey != "" {
-					fired = in.PartitionKey
-				}
-			}
-			var events []dispatch.DatasetEvent
-			for _, o := range c.Route.Outputs {
-				var start, end int64
-				fmt.Sscanf(fired, "%d-%d", &start, &end)
-				events = append(events, partition(o.DatasetUUID, o.DatasetVersion, start, end))
-			}
-			if len(events) > 0 {
-				if _, err := e.D.RecordEvents(e.Ctx, fence(c), events); err != nil {
-					e.T.Fatalf("record events of %s: %v", c.Route.Job.Name, err)
-				}
-			}
-			e.Succeed(c)
-			e.ran[c.Route.Job.Name+" "+c.Route.Job.Version+" "+fired]++
-		}
-	}
-	e.T.Fatal("tasks kept coming")
-	return nil
-}
-
 // A partition routed during a build to both versions, whose v1 task of a rebuilt job had not
 // ended when the build was activated (activation cancels it: "the build ran their updates"),
 // must reach v1's job again when v1 is rolled back to and its datasets move back: otherwise the

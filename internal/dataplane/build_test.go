@@ -39,6 +39,14 @@ var chainQueues = []string{"range_builder", "totals", "alerts", "alerts_test"}
 // work routes and runs tasks until none is ready.
 func (e *buildEnv) work() {
 	e.T.Helper()
+	e.workHolding(nil)
+}
+
+// workHolding is work, except that the claims hold picks (none when hold is nil) are left
+// running, and returned.
+func (e *buildEnv) workHolding(hold func(*dispatch.Claim) bool) []*dispatch.Claim {
+	e.T.Helper()
+	var held []*dispatch.Claim
 	for range 100 {
 		e.route()
 		claims, err := e.D.ClaimNext(e.Ctx, dispatch.ClaimNextParams{Queues: chainQueues, WorkerID: "w", Limit: 1000})
@@ -46,9 +54,13 @@ func (e *buildEnv) work() {
 			e.T.Fatal(err)
 		}
 		if len(claims) == 0 {
-			return
+			return held
 		}
 		for _, c := range claims {
+			if hold != nil && hold(c) {
+				held = append(held, c)
+				continue
+			}
 			var fired string
 			for _, in := range c.Route.Inputs {
 				if in.PartitionKey != "" {
@@ -71,6 +83,7 @@ func (e *buildEnv) work() {
 		}
 	}
 	e.T.Fatal("tasks kept coming")
+	return nil
 }
 
 // build runs the builds service, routing and the worker until the build is ready or activated.

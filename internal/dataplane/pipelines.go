@@ -135,7 +135,7 @@ func (dp *Plane) DeployBy(ctx context.Context, who Deployer, body []byte, conten
 		switch {
 		case !raced && err == nil && res.Abandoned != "":
 			// The build the deploy replaced stops: its tasks that have not ended are canceled.
-			n, err := dp.cancelVersion(ctx, who.Tenant, doc.Name, res.Abandoned, nil, "pipeline_build_abandoned")
+			n, err := dp.cancelTasks(ctx, who.Tenant, doc.Name, res.Abandoned, "pipeline_build_abandoned", every)
 			res.Canceled = n
 			if err != nil {
 				return res, fmt.Errorf("pipeline %s version %s is deployed, but canceling the build it replaced failed: %w", doc.Name, doc.Version, err)

@@ -1,10 +1,11 @@
 // Package dataplane moves data between tasks on top of the lifecycle core (package dispatch):
-// pipeline deploys and rollbacks, the routing of dataset events to consumer tasks, sources (cron,
+// pipeline deploys, builds of changed versions beside the active one, cutovers and rollbacks, the routing of dataset events to consumer tasks, sources (cron,
 // always_on, manual, webhook), the dataset registry and its cutover, and the Buffer Queue that
 // hands buffered batches to sinks.
 package dataplane
 
 import (
+	"context"
 	"log/slog"
 	"time"
 
@@ -70,4 +71,31 @@ func cmpOr[T int | time.Duration](v, def T) T {
 		return v
 	}
 	return def
+}
+
+// eachSecond runs pass, a service's pass named what, until ctx ends: at once, then a second after
+// each pass ends, logging a failure (a warning while the store is unavailable).
+func (dp *Plane) eachSecond(ctx context.Context, what string, pass func(context.Context) (int, error)) {
+	for {
+		_, err := pass(ctx)
+		dp.logPass(ctx, what, err)
+		select {
+		case <-ctx.Done():
+			return
+		case <-dp.clock.After(time.Second):
+		}
+	}
+}
+
+// logPass logs a failed pass of a service named what: an error, or a warning while the store is
+// unavailable. Nothing when err is nil or ctx has ended.
+func (dp *Plane) logPass(ctx context.Context, what string, err error) {
+	if err == nil || ctx.Err() != nil {
+		return
+	}
+	level := slog.LevelError
+	if dp.d.Unavailable(err) {
+		level = slog.LevelWarn
+	}
+	dp.log.Log(ctx, level, what+" pass failed", "err", err)
 }

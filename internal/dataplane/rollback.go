@@ -105,7 +105,7 @@ func (dp *Plane) Rollback(ctx context.Context, tenant, name, version string) (*D
 	if err != nil {
 		return nil, 0, fmt.Errorf("roll pipeline %s back to version %s: %w", name, version, err)
 	}
-	n, err := dp.cancelInactive(ctx, tenant, name, version)
+	n, err := dp.cancelTasks(ctx, tenant, name, "", "pipeline_rolled_back", func(ref *store.PipelineTaskRef) bool { return ref.Version != version })
 	if err != nil {
 		return res, n, fmt.Errorf("pipeline %s is rolled back to version %s, but canceling the tasks of its other versions failed "+
 			"(post the rollback again to finish it): %w", name, version, err)
@@ -155,32 +155,6 @@ func (dp *Plane) queueAgain(c *dispatch.Work, tenant, pipeline, from, to string,
 	if queued {
 		c.Signal(&dp.routing)
 	}
-}
-
-// cancelInactive cancels every task of a pipeline that has not ended and is of a version other
-// than active, and returns how many jobs it canceled.
-func (dp *Plane) cancelInactive(ctx context.Context, tenant, name, active string) (int, error) {
-	refs, err := dp.store.PipelineTasksUnfinished(ctx, store.PipelineVersionKey{Tenant: tenant, Pipeline: name})
-	if err != nil {
-		return 0, err
-	}
-	n := 0
-	for i, ref := range refs {
-		if ref.Version == active || (i > 0 && refs[i-1].JobID == ref.JobID) {
-			continue // of the active version, or its job listed already
-		}
-		job, err := dp.d.CancelJob(ctx, tenant, ref.JobID, "pipeline_rolled_back")
-		switch {
-		case errors.Is(err, dispatch.ErrJobNotFound), errors.Is(err, dispatch.ErrJobFinished):
-			continue
-		case err != nil:
-			return n, err
-		}
-		if job != nil {
-			n++
-		}
-	}
-	return n, nil
 }
 
 // rolledBack returns the pipeline version of pipeline task t when a rollback replaced it (and it

@@ -8,7 +8,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"log/slog"
 	"maps"
 	"regexp"
 	"slices"
@@ -293,13 +292,7 @@ func (r *Router) help(ctx context.Context) {
 // pass runs one routing pass, logging a failure, and reports whether it took a full batch.
 func (r *Router) pass(ctx context.Context) bool {
 	claimed, _, err := r.RunOnce(ctx)
-	if err != nil && ctx.Err() == nil {
-		level := slog.LevelError
-		if r.dp.d.Unavailable(err) {
-			level = slog.LevelWarn
-		}
-		r.dp.log.Log(ctx, level, "routing pass failed", "err", err)
-	}
+	r.dp.logPass(ctx, "routing", err)
 	return err == nil && claimed >= r.batch
 }
 

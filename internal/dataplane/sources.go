@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"log/slog"
 	"strconv"
 	"strings"
 	"sync"
@@ -43,23 +42,8 @@ func (dp *Plane) NewSources() *Sources {
 }
 
 // Start runs the sources until Stop or until ctx ends, a pass each second.
-func (s *Sources) Start(ctx context.Context) error { return s.Run(ctx, s.run) }
-
-func (s *Sources) run(ctx context.Context) {
-	for {
-		if _, err := s.RunOnce(ctx); err != nil && ctx.Err() == nil {
-			level := slog.LevelError
-			if s.dp.d.Unavailable(err) {
-				level = slog.LevelWarn
-			}
-			s.dp.log.Log(ctx, level, "pipeline sources pass failed", "err", err)
-		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-s.dp.clock.After(time.Second):
-		}
-	}
+func (s *Sources) Start(ctx context.Context) error {
+	return s.Run(ctx, func(ctx context.Context) { s.dp.eachSecond(ctx, "pipeline sources", s.RunOnce) })
 }
 
 // RunOnce starts what is due now and returns how many tasks it created.
