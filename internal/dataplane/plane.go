@@ -1,7 +1,7 @@
 // Package dataplane moves data between tasks on top of the lifecycle core (package dispatch):
-// pipeline deploys, builds of changed versions beside the active one, cutovers and rollbacks, the routing of dataset events to consumer tasks, sources (cron,
-// always_on, manual, webhook), the dataset registry and its cutover, and the Buffer Queue that
-// hands buffered batches to sinks.
+// pipeline deploys, builds of changed versions beside the active one, cutovers and rollbacks, the
+// routing of dataset events to consumer tasks, sources (cron, always_on, manual, webhook), the
+// dataset registry and its cutover, and the Buffer Queue that hands buffered batches to sinks.
 package dataplane
 
 import (
