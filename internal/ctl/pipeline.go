@@ -354,7 +354,7 @@ func pipelineRollback(ctx context.Context, c *jobCmd, args []string) int {
 			fmt.Fprintf(c.stdout, "%s version %s is already active; nothing changed\n", res.Name, res.ActiveVersion)
 			return 0
 		}
-		fmt.Fprintf(c.stdout, "%s: version %s is active; %d jobs that had not started were canceled\n", res.Name, res.ActiveVersion, res.CanceledJobs)
+		fmt.Fprintf(c.stdout, "%s: version %s is active; %d jobs of other versions were canceled or asked to stop\n", res.Name, res.ActiveVersion, res.CanceledJobs)
 		return 0
 	})
 }
