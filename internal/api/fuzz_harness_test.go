@@ -42,6 +42,7 @@ import (
 	"github.com/baton-dev/baton/internal/grant"
 	"github.com/baton-dev/baton/internal/lifecycle"
 	"github.com/baton-dev/baton/internal/pipeline"
+	"github.com/baton-dev/baton/internal/report"
 	"github.com/baton-dev/baton/internal/store"
 	"github.com/baton-dev/baton/internal/store/storetest"
 )
@@ -197,7 +198,7 @@ func newFuzzHarness(f *testing.F) *fuzzHarness {
 	if err != nil {
 		f.Fatal(err)
 	}
-	if _, err := h.d.RecordEvents(ctx, dispatch.Fence{TaskID: fx.task, Attempt: 1, LeaseToken: fx.lease}, []dispatch.DatasetEvent{
+	if _, err := h.d.RecordEvents(ctx, dispatch.Fence{TaskID: fx.task, Attempt: 1, LeaseToken: fx.lease}, []report.Event{
 		{DatasetUUID: blocks.UUID, DatasetVersion: blocks.CurrentVersion, Cursor: &[]int64{1}[0]}}); err != nil {
 		f.Fatal(err)
 	}

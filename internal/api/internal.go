@@ -26,6 +26,7 @@ import (
 	"github.com/baton-dev/baton/internal/dataplane"
 	"github.com/baton-dev/baton/internal/dispatch"
 	"github.com/baton-dev/baton/internal/lifecycle"
+	"github.com/baton-dev/baton/internal/report"
 	"github.com/baton-dev/baton/internal/request"
 	"github.com/baton-dev/baton/internal/store"
 	"github.com/baton-dev/baton/wire"
@@ -470,12 +471,12 @@ func objectArray(raw json.RawMessage, name string) (json.RawMessage, error) {
 
 // decodeUpstreamEvents reads the internal dialect's events (single, partitioned or batch shapes);
 // what they mean is checked by the core.
-func decodeUpstreamEvents(raw json.RawMessage) ([]dispatch.DatasetEvent, error) {
+func decodeUpstreamEvents(raw json.RawMessage) ([]report.Event, error) {
 	var items []json.RawMessage
 	if json.Unmarshal(raw, &items) != nil {
 		return nil, invalidRequest("events must be an array of event objects")
 	}
-	events := make([]dispatch.DatasetEvent, len(items))
+	events := make([]report.Event, len(items))
 	for i, item := range items {
 		where := fmt.Sprintf("events[%d]", i)
 		obj, err := request.DecodeObject(item)
@@ -483,7 +484,7 @@ func decodeUpstreamEvents(raw json.RawMessage) ([]dispatch.DatasetEvent, error) 
 			return nil, invalidRequest("%s must be an object", where)
 		}
 		f := request.Fields{Obj: obj, Where: where}
-		events[i] = dispatch.DatasetEvent{DatasetUUID: f.Str("dataset_uuid"), DatasetVersion: f.Str("dataset_version"),
+		events[i] = report.Event{DatasetUUID: f.Str("dataset_uuid"), DatasetVersion: f.Str("dataset_version"),
 			Cursor: f.Int64("cursor"), PartitionKey: f.Str("partition_key"), Start: f.Int64("start"), End: f.Int64("end")}
 		if f.Err != nil {
 			return nil, f.Err
@@ -498,16 +499,16 @@ const maxVersionText = 255
 
 // decodePublished reads a completion's datasets_published: the dataset versions the task wrote,
 // which the core registers when the completion commits (the output keeps them too).
-func decodePublished(raw json.RawMessage) ([]dispatch.PublishedVersion, error) {
+func decodePublished(raw json.RawMessage) ([]report.Published, error) {
 	var items []map[string]json.RawMessage
 	if err := json.Unmarshal(raw, &items); err != nil {
 		return nil, invalidRequest("datasets_published must be an array of objects")
 	}
-	out := make([]dispatch.PublishedVersion, len(items))
+	out := make([]report.Published, len(items))
 	for i, obj := range items {
 		where := fmt.Sprintf("datasets_published[%d]", i)
 		f := request.Fields{Obj: obj, Where: where}
-		out[i] = dispatch.PublishedVersion{DatasetUUID: f.Str("dataset_uuid"), DatasetVersion: f.Str("dataset_version"),
+		out[i] = report.Published{DatasetUUID: f.Str("dataset_uuid"), DatasetVersion: f.Str("dataset_version"),
 			StorageRef: request.Compact(obj["storage_ref"]), ConfigHash: f.Str("config_hash"), RangeStart: f.Int64("range_start"), RangeEnd: f.Int64("range_end")}
 		if f.Err != nil {
 			return nil, f.Err

@@ -10,6 +10,7 @@ import (
 	"github.com/baton-dev/baton/internal/dataplane"
 	"github.com/baton-dev/baton/internal/dispatch"
 	"github.com/baton-dev/baton/internal/lifecycle"
+	"github.com/baton-dev/baton/internal/report"
 	"github.com/baton-dev/baton/internal/store"
 )
 
@@ -84,7 +85,7 @@ func TestAVersionOutsideItsDatasetsPrefixIsNeverGranted(t *testing.T) {
 			}
 			cursor := int64(i + 1)
 			if _, err := w.d.RecordEvents(ctx, dispatch.Fence{TaskID: emitter.Task.ID, Attempt: 1, LeaseToken: emitter.Task.LeaseToken},
-				[]dispatch.DatasetEvent{{DatasetUUID: ds, DatasetVersion: version, Cursor: &cursor}}); err != nil {
+				[]report.Event{{DatasetUUID: ds, DatasetVersion: version, Cursor: &cursor}}); err != nil {
 				t.Fatal(err)
 			}
 			if _, _, err := router.RunOnce(ctx); err != nil {

@@ -32,6 +32,7 @@ var rules = []struct {
 	{"internal/sink", without(server, "internal/dataset", "internal/sink"), "the sink is its own process (baton sink): it speaks the Buffer Queue's wire shapes to a server and loads the data database, and links nothing of the server"},
 	{"wire", []string{"internal/"}, "the wire shapes are public and shared by the server, the SDK, the client and the sink"},
 	{"internal/lifecycle", []string{"internal/store", "internal/dispatch"}, "the lifecycle rules are pure functions"},
+	{"internal/report", []string{"internal/"}, "what a worker reports of its data is a plain record, shared by the lifecycle core that receives it and the data plane that stores it"},
 	{"internal/store", []string{"internal/dispatch", "internal/api", "internal/maintenance"}, "the store is the seam below the core, not above it"},
 	{"internal/service", []string{"internal/"}, "the service contract depends on nothing of Baton's"},
 	{"internal/backup", []string{"internal/dispatch", "internal/dataplane", "internal/api", "internal/server"},

@@ -9,6 +9,7 @@ import (
 
 	"github.com/baton-dev/baton/internal/dataplane"
 	"github.com/baton-dev/baton/internal/dispatch"
+	"github.com/baton-dev/baton/internal/report"
 	"github.com/baton-dev/baton/internal/store"
 	"github.com/baton-dev/baton/internal/store/storetest"
 	"github.com/baton-dev/baton/wire"
@@ -49,7 +50,7 @@ func benchmarkStorm(b *testing.B, drv storetest.Driver, mode string) {
 	router := dp.NewRouter(dataplane.RouteConfig{})
 	b.ResetTimer()
 	for start := 0; start < events; start += 1000 {
-		evs := make([]dispatch.DatasetEvent, 0, 1000)
+		evs := make([]report.Event, 0, 1000)
 		for i := start; i < start+1000; i++ {
 			evs = append(evs, cursorEvent(feed.UUID, feed.CurrentVersion, int64(i)))
 		}

@@ -11,6 +11,7 @@ import (
 	"github.com/baton-dev/baton/internal/dataplane"
 	"github.com/baton-dev/baton/internal/dispatch"
 	"github.com/baton-dev/baton/internal/lifecycle"
+	"github.com/baton-dev/baton/internal/report"
 	"github.com/baton-dev/baton/internal/store"
 	"github.com/baton-dev/baton/internal/store/storetest"
 	"github.com/baton-dev/baton/wire"
@@ -81,7 +82,7 @@ func newCappedEnvDoc(t testing.TB, st store.Store, doc string) *cappedEnv {
 // flood records cursor events from..to-1 of the feed.
 func (e *cappedEnv) flood(from, to int64) {
 	e.T.Helper()
-	var evs []dispatch.DatasetEvent
+	var evs []report.Event
 	for c := from; c < to; c++ {
 		evs = append(evs, cursorEvent(e.feed, e.version, c))
 	}
@@ -230,7 +231,7 @@ func TestBackpressureCoalescePartitions(t *testing.T) {
 		for _, p := range parts {
 			// Each from its own task: a task that reports the same event twice reports it once.
 			emitter := e.Claim(e.Submit(lifecycle.TaskSpec{Key: "emit", Name: "emit"}), "emit")
-			if _, err := e.D.RecordEvents(e.Ctx, fence(emitter), []dispatch.DatasetEvent{partition(e.feed, e.version, p, p+9)}); err != nil {
+			if _, err := e.D.RecordEvents(e.Ctx, fence(emitter), []report.Event{partition(e.feed, e.version, p, p+9)}); err != nil {
 				t.Fatal(err)
 			}
 			e.route() // one event per pass: each is routed on its own

@@ -15,6 +15,7 @@ import (
 	"github.com/baton-dev/baton/internal/blob"
 	"github.com/baton-dev/baton/internal/dispatch"
 	"github.com/baton-dev/baton/internal/pipeline"
+	"github.com/baton-dev/baton/internal/report"
 	"github.com/baton-dev/baton/internal/store"
 	"github.com/baton-dev/baton/wire"
 )
@@ -494,7 +495,7 @@ func (dp *Plane) emitBatchEvent(ctx context.Context, tx store.Tx, c *dispatch.Wo
 		return err
 	}
 	payload, _ := json.Marshal(routedEvent{Tenant: r.Tenant, EventID: e.ID, TaskID: r.TaskID, Facets: res.Facets,
-		DatasetEvent: dispatch.DatasetEvent{DatasetUUID: e.DatasetUUID, DatasetVersion: e.DatasetVersion, Cursor: e.Cursor}})
+		Event: report.Event{DatasetUUID: e.DatasetUUID, DatasetVersion: e.DatasetVersion, Cursor: e.Cursor}})
 	c.Outbox(&store.OutboxMessage{Topic: store.TopicDatasetEvent, Key: e.DatasetUUID, Payload: payload,
 		AvailableAt: c.Now(), CreatedAt: c.Now()})
 	c.Signal(&dp.routing)

@@ -10,6 +10,7 @@ import (
 
 	"github.com/baton-dev/baton/internal/dataplane"
 	"github.com/baton-dev/baton/internal/dispatch"
+	"github.com/baton-dev/baton/internal/report"
 	"github.com/baton-dev/baton/internal/store"
 	"github.com/baton-dev/baton/internal/store/storetest"
 )
@@ -67,7 +68,7 @@ func (e *buildEnv) workHolding(hold func(*dispatch.Claim) bool) []*dispatch.Clai
 					fired = in.PartitionKey
 				}
 			}
-			var events []dispatch.DatasetEvent
+			var events []report.Event
 			for _, o := range c.Route.Outputs {
 				var start, end int64
 				fmt.Sscanf(fired, "%d-%d", &start, &end)
@@ -257,7 +258,7 @@ func TestAbandonedBuildLeavesTheLiveVersionAsItWas(t *testing.T) {
 		}
 		// What it reports afterwards is stored, not routed.
 		out := claims[0].Route.Outputs[0]
-		if _, err := e.D.RecordEvents(e.Ctx, fence(claims[0]), []dispatch.DatasetEvent{partition(out.DatasetUUID, out.DatasetVersion, 1, 1)}); err != nil {
+		if _, err := e.D.RecordEvents(e.Ctx, fence(claims[0]), []report.Event{partition(out.DatasetUUID, out.DatasetVersion, 1, 1)}); err != nil {
 			t.Fatal(err)
 		}
 		if n := e.route(); n != 0 {

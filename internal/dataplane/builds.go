@@ -9,6 +9,7 @@ import (
 
 	"github.com/baton-dev/baton/internal/dispatch"
 	"github.com/baton-dev/baton/internal/lifecycle"
+	"github.com/baton-dev/baton/internal/report"
 	"github.com/baton-dev/baton/internal/service"
 	"github.com/baton-dev/baton/internal/store"
 )
@@ -200,7 +201,7 @@ func (b *Builds) backfillInput(ctx context.Context, spec *pipelineSpec, js *jobS
 	routed := make([]*routedEvent, len(evs))
 	for i, e := range evs {
 		routed[i] = &routedEvent{Tenant: spec.Tenant, EventID: e.ID, TaskID: e.TaskID, Pipeline: spec.Name, Job: js.Name,
-			Version: spec.Version, DatasetEvent: dispatch.DatasetEvent{DatasetUUID: e.DatasetUUID, DatasetVersion: e.DatasetVersion,
+			Version: spec.Version, Event: report.Event{DatasetUUID: e.DatasetUUID, DatasetVersion: e.DatasetVersion,
 				Cursor: e.Cursor, PartitionKey: e.PartitionKey, Start: e.Start, End: e.End}}
 	}
 	err = b.dp.d.UpdateAlone(ctx, store.LockSet{}, func(tx store.Tx, c *dispatch.Work) error {

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/baton-dev/baton/internal/dispatch"
+	"github.com/baton-dev/baton/internal/report"
 	"github.com/baton-dev/baton/internal/service"
 	"github.com/baton-dev/baton/internal/store"
 )
@@ -68,7 +69,7 @@ func (c *Controller) runClaims(ctx context.Context, claims []*dispatch.Claim) er
 }
 
 // controlEvents is what a control task emits: a cursor event on each output of its job.
-func controlEvents(t *store.Task, now time.Time) []dispatch.DatasetEvent {
+func controlEvents(t *store.Task, now time.Time) []report.Event {
 	r := dispatch.DecodeRoute(t)
 	if r == nil {
 		return nil
@@ -81,9 +82,9 @@ func controlEvents(t *store.Task, now time.Time) []dispatch.DatasetEvent {
 		at = trigger.ScheduledAt
 	}
 	cursor := at.Unix()
-	events := make([]dispatch.DatasetEvent, 0, len(r.Outputs))
+	events := make([]report.Event, 0, len(r.Outputs))
 	for _, o := range r.Outputs {
-		events = append(events, dispatch.DatasetEvent{DatasetUUID: o.DatasetUUID, DatasetVersion: o.DatasetVersion, Cursor: &cursor})
+		events = append(events, report.Event{DatasetUUID: o.DatasetUUID, DatasetVersion: o.DatasetVersion, Cursor: &cursor})
 	}
 	return events
 }

@@ -8,6 +8,7 @@ import (
 	"github.com/baton-dev/baton/internal/dispatch"
 	"github.com/baton-dev/baton/internal/dispatch/dispatchtest"
 	"github.com/baton-dev/baton/internal/lifecycle"
+	"github.com/baton-dev/baton/internal/report"
 	"github.com/baton-dev/baton/internal/store"
 	"github.com/baton-dev/baton/internal/store/storetest"
 )
@@ -18,7 +19,7 @@ func TestRecordEventsIsFencedIdempotentAndValidated(t *testing.T) {
 		ds := e.ownDataset()
 		job := e.Submit(spec("a"))
 		c := e.Claim(job, "a")
-		events := []dispatch.DatasetEvent{
+		events := []report.Event{
 			{DatasetUUID: ds, DatasetVersion: "v1", Cursor: i64(12345)},
 			{DatasetUUID: ds, DatasetVersion: "v1", PartitionKey: "1000000-1010000", Start: i64(1000000), End: i64(1010000)},
 		}
@@ -33,7 +34,7 @@ func TestRecordEventsIsFencedIdempotentAndValidated(t *testing.T) {
 		if len(stored) != 2 || *stored[0].Cursor != 12345 || stored[1].PartitionKey != "1000000-1010000" || stored[0].Attempt != 1 {
 			t.Errorf("stored events %+v", stored)
 		}
-		for _, bad := range [][]dispatch.DatasetEvent{
+		for _, bad := range [][]report.Event{
 			{{DatasetVersion: "v1", Cursor: i64(1)}},
 			{{DatasetUUID: ds, Cursor: i64(1)}},
 			{{DatasetUUID: ds, DatasetVersion: "v1"}},
@@ -50,7 +51,7 @@ func TestRecordEventsIsFencedIdempotentAndValidated(t *testing.T) {
 			t.Errorf("stale token: %v", err)
 		}
 		e.Succeed(c)
-		if _, err := e.D.RecordEvents(e.Ctx, fence(c), []dispatch.DatasetEvent{{DatasetUUID: ds, DatasetVersion: "v", Cursor: i64(1)}}); err == nil {
+		if _, err := e.D.RecordEvents(e.Ctx, fence(c), []report.Event{{DatasetUUID: ds, DatasetVersion: "v", Cursor: i64(1)}}); err == nil {
 			t.Error("events accepted after the attempt completed")
 		}
 		if stored, _ := st.DatasetEventListByTask(e.Ctx, c.Task.ID); len(stored) != 2 {
@@ -66,7 +67,7 @@ func TestEventsOfATimedOutAttemptAreAcceptedUntilTheNextClaim(t *testing.T) {
 		job := e.Submit(spec("a"))
 		c := e.Claim(job, "a")
 		e.Expire()
-		ev := []dispatch.DatasetEvent{{DatasetUUID: ds, DatasetVersion: "v", Cursor: i64(1)}}
+		ev := []report.Event{{DatasetUUID: ds, DatasetVersion: "v", Cursor: i64(1)}}
 		if _, err := e.D.RecordEvents(e.Ctx, fence(c), ev); err != nil {
 			t.Fatalf("late events before the next claim: %v", err)
 		}
@@ -84,14 +85,14 @@ func TestCompletionStoresItsFinalEventsWithTheOutcome(t *testing.T) {
 		job := e.Submit(spec("a"))
 		c := e.Claim(job, "a")
 		bad := dispatch.CompleteParams{TaskID: c.Task.ID, Attempt: 1, LeaseToken: c.Task.LeaseToken, Outcome: store.OutcomeSucceeded,
-			Events: []dispatch.DatasetEvent{{DatasetUUID: ds}}}
+			Events: []report.Event{{DatasetUUID: ds}}}
 		_, err := e.D.Complete(e.Ctx, bad)
 		dispatchtest.WantErr[*dispatch.InvalidError](t, err)
 		if s := e.Status(job, "a"); s != lifecycle.Running {
 			t.Fatalf("an invalid completion changed the task to %s", s)
 		}
 		good := bad
-		good.Events = []dispatch.DatasetEvent{{DatasetUUID: ds, DatasetVersion: "v", Cursor: i64(7)}}
+		good.Events = []report.Event{{DatasetUUID: ds, DatasetVersion: "v", Cursor: i64(7)}}
 		if _, err := e.D.Complete(e.Ctx, good); err != nil {
 			t.Fatal(err)
 		}
@@ -108,10 +109,10 @@ func TestPartitionEventWithAndWithoutBoundsIsOneEvent(t *testing.T) {
 	storetest.ForEachDriver(t, func(t *testing.T, st store.Store) {
 		e := newPipelineEnv(t, st)
 		blocks, v := e.output("follower", 0)
-		bare := func(key string) dispatch.DatasetEvent {
-			return dispatch.DatasetEvent{DatasetUUID: blocks, DatasetVersion: v, PartitionKey: key}
+		bare := func(key string) report.Event {
+			return report.Event{DatasetUUID: blocks, DatasetVersion: v, PartitionKey: key}
 		}
-		record := func(events ...dispatch.DatasetEvent) int {
+		record := func(events ...report.Event) int {
 			t.Helper()
 			n, err := e.D.RecordEvents(e.Ctx, fence(e.emitter), events)
 			if err != nil {
@@ -150,13 +151,13 @@ func TestPartitionEventWithAndWithoutBoundsIsOneEvent(t *testing.T) {
 			t.Errorf("routed %d tasks, want 9 (ranges, mainnet and testnets per partition)", got)
 		}
 		// Bounds that are not the key's are refused, and store nothing.
-		for _, bad := range []dispatch.DatasetEvent{partition(blocks, v, 100, 200), func() dispatch.DatasetEvent {
+		for _, bad := range []report.Event{partition(blocks, v, 100, 200), func() report.Event {
 			ev := bare("100-199")
 			ev.End = i64(198)
 			return ev
 		}()} {
 			bad.PartitionKey = "100-199"
-			_, err := e.D.RecordEvents(e.Ctx, fence(e.emitter), []dispatch.DatasetEvent{bad})
+			_, err := e.D.RecordEvents(e.Ctx, fence(e.emitter), []report.Event{bad})
 			dispatchtest.WantErr[*dispatch.InvalidError](t, err)
 		}
 		if stored, _ := st.DatasetEventListByTask(e.Ctx, e.emitter.Task.ID); len(stored) != 3 {

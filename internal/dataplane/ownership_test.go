@@ -13,6 +13,7 @@ import (
 	"github.com/baton-dev/baton/internal/dispatch/dispatchtest"
 	"github.com/baton-dev/baton/internal/lifecycle"
 	"github.com/baton-dev/baton/internal/pipeline/pipelinetest"
+	"github.com/baton-dev/baton/internal/report"
 	"github.com/baton-dev/baton/internal/store"
 	"github.com/baton-dev/baton/internal/store/storetest"
 )
@@ -60,16 +61,16 @@ func TestEventsNameOnlyTheTenantsOwnDatasets(t *testing.T) {
 		const unknown = "0b2f5c8e-1d3a-4b6c-9e7f-8a9b0c1d2e3f"
 		job := e.Submit(spec("a"))
 		c := e.Claim(job, "a")
-		ev := func(ds string) dispatch.DatasetEvent {
-			return dispatch.DatasetEvent{DatasetUUID: ds, DatasetVersion: "v1", Cursor: i64(1)}
+		ev := func(ds string) report.Event {
+			return report.Event{DatasetUUID: ds, DatasetVersion: "v1", Cursor: i64(1)}
 		}
 		for _, tc := range []struct {
-			events []dispatch.DatasetEvent
+			events []report.Event
 			want   string
 		}{
-			{[]dispatch.DatasetEvent{ev(foreign)}, fmt.Sprintf(`events[0]: dataset_uuid %q: this tenant has no such dataset`, foreign)},
-			{[]dispatch.DatasetEvent{ev(unknown)}, fmt.Sprintf(`events[0]: dataset_uuid %q: this tenant has no such dataset`, unknown)},
-			{[]dispatch.DatasetEvent{ev(own), ev(foreign)}, fmt.Sprintf(`events[1]: dataset_uuid %q: this tenant has no such dataset`, foreign)},
+			{[]report.Event{ev(foreign)}, fmt.Sprintf(`events[0]: dataset_uuid %q: this tenant has no such dataset`, foreign)},
+			{[]report.Event{ev(unknown)}, fmt.Sprintf(`events[0]: dataset_uuid %q: this tenant has no such dataset`, unknown)},
+			{[]report.Event{ev(own), ev(foreign)}, fmt.Sprintf(`events[1]: dataset_uuid %q: this tenant has no such dataset`, foreign)},
 		} {
 			_, err := e.D.RecordEvents(e.Ctx, fence(c), tc.events)
 			if bad := dispatchtest.WantErr[*dispatch.InvalidError](t, err); bad.Message != tc.want {
@@ -96,11 +97,11 @@ func TestEventsNameOnlyTheTenantsOwnDatasets(t *testing.T) {
 			t.Fatalf("the victim's dataset: %v, recent events %+v", err, v.Events)
 		}
 		// The attempt still reports its own dataset's events, and completes.
-		if n, err := e.D.RecordEvents(e.Ctx, fence(c), []dispatch.DatasetEvent{ev(own)}); err != nil || n != 1 {
+		if n, err := e.D.RecordEvents(e.Ctx, fence(c), []report.Event{ev(own)}); err != nil || n != 1 {
 			t.Fatalf("own event: %d %v", n, err)
 		}
 		if _, err := e.D.Complete(e.Ctx, dispatch.CompleteParams{TaskID: c.Task.ID, Attempt: 1, LeaseToken: c.Task.LeaseToken,
-			Outcome: store.OutcomeSucceeded, Events: []dispatch.DatasetEvent{{DatasetUUID: own, DatasetVersion: "v1", Cursor: i64(2)}}}); err != nil {
+			Outcome: store.OutcomeSucceeded, Events: []report.Event{{DatasetUUID: own, DatasetVersion: "v1", Cursor: i64(2)}}}); err != nil {
 			t.Fatal(err)
 		}
 		if evs, _ := st.DatasetEventListByTask(e.Ctx, c.Task.ID); len(evs) != 2 {
@@ -125,7 +126,7 @@ func TestRecentEventsAreTheTenantsOwn(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := e.D.RecordEvents(e.Ctx, fence(vc), []dispatch.DatasetEvent{{DatasetUUID: victims, DatasetVersion: "v1", Cursor: i64(1)}}); err != nil {
+		if _, err := e.D.RecordEvents(e.Ctx, fence(vc), []report.Event{{DatasetUUID: victims, DatasetVersion: "v1", Cursor: i64(1)}}); err != nil {
 			t.Fatal(err)
 		}
 		// An intruder's event on it, stored directly, as it could be before the check.
@@ -175,7 +176,7 @@ func TestPublishedVersionLiesUnderItsDatasetsPrefix(t *testing.T) {
 		c := e.Claim(job, "a")
 		complete := func(ref string) error {
 			_, err := e.D.Complete(e.Ctx, dispatch.CompleteParams{TaskID: c.Task.ID, Attempt: 1, LeaseToken: c.Task.LeaseToken,
-				Outcome: store.OutcomeSucceeded, Published: []dispatch.PublishedVersion{
+				Outcome: store.OutcomeSucceeded, Published: []report.Published{
 					{DatasetUUID: blocks.UUID, DatasetVersion: "v0", StorageRef: json.RawMessage(`{"table":"blocks_v0"}`)},
 					{DatasetUUID: blocks.UUID, DatasetVersion: "v2", StorageRef: json.RawMessage(ref)}}})
 			return err
@@ -197,9 +198,9 @@ func TestPublishedVersionLiesUnderItsDatasetsPrefix(t *testing.T) {
 			}
 		}
 		// Too many entries at once.
-		many := make([]dispatch.PublishedVersion, dispatch.MaxPublishedVersions+1)
+		many := make([]report.Published, report.MaxPublished+1)
 		for i := range many {
-			many[i] = dispatch.PublishedVersion{DatasetUUID: blocks.UUID, DatasetVersion: fmt.Sprintf("m%d", i)}
+			many[i] = report.Published{DatasetUUID: blocks.UUID, DatasetVersion: fmt.Sprintf("m%d", i)}
 		}
 		_, err = e.D.Complete(e.Ctx, dispatch.CompleteParams{TaskID: c.Task.ID, Attempt: 1, LeaseToken: c.Task.LeaseToken,
 			Outcome: store.OutcomeSucceeded, Published: many})
@@ -232,7 +233,7 @@ func TestPublishedVersionWithoutObjectStorageIsKeptAsGiven(t *testing.T) {
 		job := e.Submit(spec("a"))
 		c := e.Claim(job, "a")
 		if _, err := e.D.Complete(e.Ctx, dispatch.CompleteParams{TaskID: c.Task.ID, Attempt: 1, LeaseToken: c.Task.LeaseToken,
-			Outcome: store.OutcomeSucceeded, Published: []dispatch.PublishedVersion{
+			Outcome: store.OutcomeSucceeded, Published: []report.Published{
 				{DatasetUUID: ds, DatasetVersion: "v2", StorageRef: json.RawMessage(`{"scheme":"s3","bucket":"b","prefix":"blocks/v2/"}`)}}}); err != nil {
 			t.Fatal(err)
 		}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/baton-dev/baton/internal/dispatch"
 	"github.com/baton-dev/baton/internal/grant"
+	"github.com/baton-dev/baton/internal/report"
 	"github.com/baton-dev/baton/internal/store"
 )
 
@@ -29,9 +30,9 @@ import (
 // has none of them). Two entries of the same completion that contradict each other are refused
 // the same way. The check runs under a lock of each dataset, in the completion's transaction, so
 // that of two completions racing on two replicas the later one sees the earlier one's versions.
-func (dp *Plane) RegisterVersions(ctx context.Context, tx store.Tx, c *dispatch.Work, t *store.Task, pub []dispatch.PublishedVersion) error {
-	if len(pub) > dispatch.MaxPublishedVersions {
-		return &dispatch.InvalidError{Message: fmt.Sprintf("datasets_published holds %d entries; at most %d per completion", len(pub), dispatch.MaxPublishedVersions)}
+func (dp *Plane) RegisterVersions(ctx context.Context, tx store.Tx, c *dispatch.Work, t *store.Task, pub []report.Published) error {
+	if len(pub) > report.MaxPublished {
+		return &dispatch.InvalidError{Message: fmt.Sprintf("datasets_published holds %d entries; at most %d per completion", len(pub), report.MaxPublished)}
 	}
 	var uuids []string
 	for i, p := range pub {
@@ -254,7 +255,7 @@ func describe(v *store.DatasetVersion) string {
 // storage, a storage_ref that names a prefix must name one under p's dataset's own prefix. Without
 // object storage no grant is ever derived, so the reference is kept as the task gave it; a server
 // started later with object storage checks it again before granting anything from it.
-func (dp *Plane) checkLocation(i int, p dispatch.PublishedVersion) error {
+func (dp *Plane) checkLocation(i int, p report.Published) error {
 	raw := grant.RefPrefix(p.StorageRef)
 	if raw == "" || dp.cfg.Blob == nil {
 		return nil

@@ -14,6 +14,7 @@ import (
 	"github.com/baton-dev/baton/internal/dispatch"
 	"github.com/baton-dev/baton/internal/grant"
 	"github.com/baton-dev/baton/internal/pipeline"
+	"github.com/baton-dev/baton/internal/report"
 	"github.com/baton-dev/baton/internal/store"
 	"github.com/baton-dev/baton/wire"
 )
@@ -22,7 +23,7 @@ import (
 // output datasets. It writes a partition's files under its attempt's staging folder of the
 // partition, StagingDir, and last a marker object there (MarkerName); its partition event is the
 // commit. Before the report's transaction, CheckEvents finds the marker and adds up the folder's
-// bytes (object storage is never called inside a transaction); in the transaction, AcceptEvents
+// bytes (object storage is never called inside a transaction); in the transaction, RecordEvents
 // stores the commit, which points the partition of the dataset version at the folder, and then
 // the event, queued for routing: the event exists exactly when the commit does. A staging folder
 // no commit names is deleted once old (StagingCollector).
@@ -76,9 +77,9 @@ func outputName(o *wire.DatasetOutput) string {
 // one, refuses the report with an *InvalidError that names the partition and the marker's key:
 // nothing is stored, and the attempt can still report. Reports it cannot judge (an unknown task,
 // a stale fence, an attempt that ended) are left to the report's transaction, and so are
-// malformed events, which AcceptEvents refuses with the same messages as ever.
-func (dp *Plane) CheckEvents(ctx context.Context, f dispatch.Fence, events []dispatch.DatasetEvent) ([]dispatch.DatasetEvent, error) {
-	if !slices.ContainsFunc(events, func(e dispatch.DatasetEvent) bool { return e.PartitionKey != "" }) {
+// malformed events, which RecordEvents refuses with the same messages as ever.
+func (dp *Plane) CheckEvents(ctx context.Context, f dispatch.Fence, events []report.Event) ([]report.Event, error) {
+	if !slices.ContainsFunc(events, func(e report.Event) bool { return e.PartitionKey != "" }) {
 		return events, nil // only a partition is ever committed: cursor events need no look
 	}
 	t, err := dp.store.TaskGet(ctx, f.TaskID)
@@ -110,7 +111,7 @@ func (dp *Plane) CheckEvents(ctx context.Context, f dispatch.Fence, events []dis
 }
 
 // checkStaged looks at the staging folder of event i's partition, written by t's current attempt.
-func (dp *Plane) checkStaged(ctx context.Context, i int, t *store.Task, e *dispatch.DatasetEvent, o *wire.DatasetOutput) (*dispatch.StagedPartition, error) {
+func (dp *Plane) checkStaged(ctx context.Context, i int, t *store.Task, e *report.Event, o *wire.DatasetOutput) (*report.Staged, error) {
 	bad := func(format string, args ...any) error {
 		return &dispatch.InvalidError{Message: fmt.Sprintf("events[%d]: partition %q of dataset %s: ", i, e.PartitionKey, outputName(o)) +
 			fmt.Sprintf(format, args...)}
@@ -124,7 +125,7 @@ func (dp *Plane) checkStaged(ctx context.Context, i int, t *store.Task, e *dispa
 	if err != nil {
 		return nil, fmt.Errorf("events[%d]: check the staging folder of partition %s: %w", i, e.PartitionKey, err)
 	}
-	staged := &dispatch.StagedPartition{Attempt: t.Attempt, Location: dp.cfg.Blob.URI(folder)}
+	staged := &report.Staged{Attempt: t.Attempt, Location: dp.cfg.Blob.URI(folder)}
 	found := false
 	for _, obj := range objs {
 		if obj.Key == marker {
@@ -202,7 +203,7 @@ func parseMarker(data []byte) (*int64, error) {
 // version at the staging folder CheckEvents found. It runs before the events are stored and queued, in the same
 // transaction, so that a partition's event exists exactly when its commit does. The same
 // attempt's partition again commits nothing new; the dataset version stays the same.
-func (dp *Plane) commitPartitions(ctx context.Context, tx store.Tx, c *dispatch.Work, t *store.Task, tenant string, events []dispatch.DatasetEvent) error {
+func (dp *Plane) commitPartitions(ctx context.Context, tx store.Tx, c *dispatch.Work, t *store.Task, tenant string, events []report.Event) error {
 	outputs := replaceOutputs(t)
 	if len(outputs) == 0 {
 		return nil

@@ -13,6 +13,7 @@ import (
 	"github.com/baton-dev/baton/internal/dispatch"
 	"github.com/baton-dev/baton/internal/dispatch/dispatchtest"
 	"github.com/baton-dev/baton/internal/lifecycle"
+	"github.com/baton-dev/baton/internal/report"
 	"github.com/baton-dev/baton/internal/store"
 	"github.com/baton-dev/baton/internal/store/storetest"
 )
@@ -116,11 +117,11 @@ func (e *replaceEnv) put(key, data string) {
 }
 
 // day is the partition event of key on days' current version.
-func (e *replaceEnv) day(key string) dispatch.DatasetEvent {
-	return dispatch.DatasetEvent{DatasetUUID: e.days.UUID, DatasetVersion: e.days.CurrentVersion, PartitionKey: key}
+func (e *replaceEnv) day(key string) report.Event {
+	return report.Event{DatasetUUID: e.days.UUID, DatasetVersion: e.days.CurrentVersion, PartitionKey: key}
 }
 
-func (e *replaceEnv) record(c *dispatch.Claim, events ...dispatch.DatasetEvent) (int, error) {
+func (e *replaceEnv) record(c *dispatch.Claim, events ...report.Event) (int, error) {
 	return e.D.RecordEvents(e.Ctx, fence(c), events)
 }
 
@@ -198,7 +199,7 @@ func TestReplaceCommitsAStagedPartitionAndRoutesItsEvent(t *testing.T) {
 		// row count.
 		e.stage(c, "20261102-20261102", map[string]string{"part-0.parquet": "xyz"}, str(""))
 		if _, err := e.D.Complete(e.Ctx, dispatch.CompleteParams{TaskID: c.Task.ID, Attempt: 1, LeaseToken: c.Task.LeaseToken,
-			Outcome: store.OutcomeSucceeded, Events: []dispatch.DatasetEvent{e.day("20261102-20261102")}}); err != nil {
+			Outcome: store.OutcomeSucceeded, Events: []report.Event{e.day("20261102-20261102")}}); err != nil {
 			t.Fatal(err)
 		}
 		ps = e.partitions()
@@ -251,7 +252,7 @@ func TestReplaceRefusesAPartitionWithoutItsMarker(t *testing.T) {
 			t.Errorf("refusal %q does not name the partition and the marker %s", inv.Message, marker)
 		}
 		_, err = e.D.Complete(e.Ctx, dispatch.CompleteParams{TaskID: c.Task.ID, Attempt: 1, LeaseToken: c.Task.LeaseToken,
-			Outcome: store.OutcomeSucceeded, Events: []dispatch.DatasetEvent{e.day("0-9")}})
+			Outcome: store.OutcomeSucceeded, Events: []report.Event{e.day("0-9")}})
 		dispatchtest.WantErr[*dispatch.InvalidError](t, err)
 
 		for _, bad := range []string{`garbage`, `{"row_count": -1}`, `{"row_count": 1.5}`, `{"row_count": "3"}`, `{"rows": 1}`,
@@ -277,14 +278,14 @@ func TestReplaceRefusesAPartitionWithoutItsMarker(t *testing.T) {
 		}
 
 		// Not checked: a cursor event on the replace output.
-		if n, err := e.record(c, dispatch.DatasetEvent{DatasetUUID: e.days.UUID, DatasetVersion: e.days.CurrentVersion, Cursor: i64(7)}); err != nil || n != 1 {
+		if n, err := e.record(c, report.Event{DatasetUUID: e.days.UUID, DatasetVersion: e.days.CurrentVersion, Cursor: i64(7)}); err != nil || n != 1 {
 			t.Errorf("a cursor event: %d, %v", n, err)
 		}
 
 		// With the marker, the attempt completes with the same event.
 		e.put(e.folder(c, "0-9")+dataplane.MarkerName, `{"row_count":3}`+"\n")
 		res, err := e.D.Complete(e.Ctx, dispatch.CompleteParams{TaskID: c.Task.ID, Attempt: 1, LeaseToken: c.Task.LeaseToken,
-			Outcome: store.OutcomeSucceeded, Events: []dispatch.DatasetEvent{e.day("0-9")}})
+			Outcome: store.OutcomeSucceeded, Events: []report.Event{e.day("0-9")}})
 		if err != nil || res.Status != lifecycle.Completed {
 			t.Fatalf("complete with the marker: %+v, %v", res, err)
 		}
@@ -311,7 +312,7 @@ func TestReplaceStaleAttemptCommitsNothing(t *testing.T) {
 		_, err = e.record(first, e.day("0-9"))
 		dispatchtest.WantErr[*dispatch.AttemptMismatchError](t, err)
 		_, err = e.D.Complete(e.Ctx, dispatch.CompleteParams{TaskID: first.Task.ID, Attempt: 1, LeaseToken: first.Task.LeaseToken,
-			Outcome: store.OutcomeSucceeded, Events: []dispatch.DatasetEvent{e.day("0-9")}})
+			Outcome: store.OutcomeSucceeded, Events: []report.Event{e.day("0-9")}})
 		dispatchtest.WantErr[*dispatch.AttemptMismatchError](t, err)
 		if ps := e.partitions(); len(ps) != 0 {
 			t.Fatalf("a stale attempt committed %+v", ps)

@@ -12,6 +12,7 @@ import (
 	"github.com/baton-dev/baton/internal/dataset/datasettest"
 	"github.com/baton-dev/baton/internal/dispatch"
 	"github.com/baton-dev/baton/internal/pipeline"
+	"github.com/baton-dev/baton/internal/report"
 	"github.com/baton-dev/baton/internal/store"
 )
 
@@ -225,7 +226,7 @@ func (e *dataEnv) registerVersion(version string) {
 		e.T.Fatal(err)
 	}
 	if _, err := e.D.Complete(e.Ctx, dispatch.CompleteParams{TaskID: c.Task.ID, Attempt: c.Task.Attempt, LeaseToken: c.Task.LeaseToken,
-		Outcome: store.OutcomeSucceeded, Published: []dispatch.PublishedVersion{{DatasetUUID: ds.UUID, DatasetVersion: version}}}); err != nil {
+		Outcome: store.OutcomeSucceeded, Published: []report.Published{{DatasetUUID: ds.UUID, DatasetVersion: version}}}); err != nil {
 		e.T.Fatal(err)
 	}
 }

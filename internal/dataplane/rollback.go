@@ -7,6 +7,7 @@ import (
 	"fmt"
 
 	"github.com/baton-dev/baton/internal/dispatch"
+	"github.com/baton-dev/baton/internal/report"
 	"github.com/baton-dev/baton/internal/store"
 )
 
@@ -144,7 +145,7 @@ func (dp *Plane) queueAgain(c *dispatch.Work, tenant, pipeline, from, to string,
 				continue // not the input whose event started the task
 			}
 			e := routedEvent{Tenant: k.Tenant, Pipeline: k.Pipeline, Job: ref.Job, Version: to, Update: updateOf(ref.RouteKey, k.Pipeline, k.Version, ref.Job),
-				CursorEnd: in.CursorEnd, DatasetEvent: dispatch.DatasetEvent{DatasetUUID: in.DatasetUUID, DatasetVersion: in.DatasetVersion,
+				CursorEnd: in.CursorEnd, Event: report.Event{DatasetUUID: in.DatasetUUID, DatasetVersion: in.DatasetVersion,
 					Cursor: in.Cursor, PartitionKey: in.PartitionKey, Start: in.Start, End: in.End}}
 			payload, _ := json.Marshal(e)
 			c.Outbox(&store.OutboxMessage{Topic: store.TopicDatasetEvent, Key: in.DatasetUUID, Payload: payload,

@@ -12,6 +12,7 @@ import (
 	"github.com/baton-dev/baton/internal/dispatch/dispatchtest"
 	"github.com/baton-dev/baton/internal/lifecycle"
 	"github.com/baton-dev/baton/internal/pipeline/pipelinetest"
+	"github.com/baton-dev/baton/internal/report"
 	"github.com/baton-dev/baton/internal/store"
 	"github.com/baton-dev/baton/internal/store/storetest"
 )
@@ -250,7 +251,7 @@ func TestRollbackCancelsRunningTasksAndRoutesNothingTheyReport(t *testing.T) {
 		ranges, rv := e.output("ranges", 0)
 		c := running[0].Task
 		if _, err := e.D.Complete(e.Ctx, dispatch.CompleteParams{TaskID: c.ID, Attempt: c.Attempt, LeaseToken: c.LeaseToken,
-			Outcome: store.OutcomeSucceeded, Events: []dispatch.DatasetEvent{partition(ranges, rv, 0, 9)}}); err != nil {
+			Outcome: store.OutcomeSucceeded, Events: []report.Event{partition(ranges, rv, 0, 9)}}); err != nil {
 			t.Fatal(err)
 		}
 		if evs, err := st.DatasetEventListByTask(e.Ctx, c.ID); err != nil || len(evs) != 1 {
@@ -266,7 +267,7 @@ func TestRollbackCancelsRunningTasksAndRoutesNothingTheyReport(t *testing.T) {
 		}
 		c = claims[0].Task
 		if _, err := e.D.Complete(e.Ctx, dispatch.CompleteParams{TaskID: c.ID, Attempt: c.Attempt, LeaseToken: c.LeaseToken,
-			Outcome: store.OutcomeSucceeded, Events: []dispatch.DatasetEvent{partition(ranges, rv, 0, 9)}}); err != nil {
+			Outcome: store.OutcomeSucceeded, Events: []report.Event{partition(ranges, rv, 0, 9)}}); err != nil {
 			t.Fatal(err)
 		}
 		if got := e.route(); got != 1 {

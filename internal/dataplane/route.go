@@ -20,6 +20,7 @@ import (
 
 	"github.com/baton-dev/baton/internal/dispatch"
 	"github.com/baton-dev/baton/internal/lifecycle"
+	"github.com/baton-dev/baton/internal/report"
 	"github.com/baton-dev/baton/internal/service"
 	"github.com/baton-dev/baton/internal/store"
 )
@@ -45,7 +46,7 @@ type routedEvent struct {
 	Job      string `json:"job,omitempty"`
 	Version  string `json:"version,omitempty"`
 	Update   string `json:"update,omitempty"`
-	dispatch.DatasetEvent
+	report.Event
 }
 
 // dedupeKey names the update an event reports: the same key routed twice makes one task per
@@ -87,7 +88,7 @@ func updateOf(key, pipeline, version, job string) string {
 var partitionKey = regexp.MustCompile(`^(\d+)-(\d+)$`)
 
 // validateEvents checks events and turns them into rows of task t's attempt.
-func validateEvents(t *store.Task, attempt int, events []dispatch.DatasetEvent, now time.Time) ([]*store.DatasetEvent, error) {
+func validateEvents(t *store.Task, attempt int, events []report.Event, now time.Time) ([]*store.DatasetEvent, error) {
 	rows := make([]*store.DatasetEvent, len(events))
 	for i, e := range events {
 		bad := func(format string, args ...any) error {
@@ -138,10 +139,10 @@ func deref(p *int64) any {
 	return *p
 }
 
-// AcceptEvents stores the events of t's current attempt and queues each new one for routing, in
+// RecordEvents stores the events of t's current attempt and queues each new one for routing, in
 // the caller's transaction: an event is routed exactly when it is stored. Every event must name a
 // dataset of the task's tenant; otherwise none is stored. It returns how many events were new.
-func (dp *Plane) AcceptEvents(ctx context.Context, tx store.Tx, c *dispatch.Work, t *store.Task, events []dispatch.DatasetEvent) (int, error) {
+func (dp *Plane) RecordEvents(ctx context.Context, tx store.Tx, c *dispatch.Work, t *store.Task, events []report.Event) (int, error) {
 	rows, err := validateEvents(t, t.Attempt, events, c.Now())
 	if err != nil {
 		return 0, err
@@ -174,7 +175,7 @@ func (dp *Plane) AcceptEvents(ctx context.Context, tx store.Tx, c *dispatch.Work
 		if e.ID == 0 {
 			continue // a repeat: routed when it was first stored
 		}
-		re := routedEvent{Tenant: job.Tenant, EventID: e.ID, TaskID: t.ID, DatasetEvent: dispatch.DatasetEvent{
+		re := routedEvent{Tenant: job.Tenant, EventID: e.ID, TaskID: t.ID, Event: report.Event{
 			DatasetUUID: e.DatasetUUID, DatasetVersion: e.DatasetVersion, Cursor: e.Cursor, PartitionKey: e.PartitionKey,
 			Start: e.Start, End: e.End}}
 		if events[i].Staged != nil {
@@ -191,7 +192,7 @@ func (dp *Plane) AcceptEvents(ctx context.Context, tx store.Tx, c *dispatch.Work
 // ownDatasets checks that every event names a dataset of tenant. Another tenant's dataset and a
 // dataset that does not exist get the same answer, so that the refusal says nothing about other
 // tenants.
-func ownDatasets(ctx context.Context, st store.Reader, tenant string, events []dispatch.DatasetEvent) error {
+func ownDatasets(ctx context.Context, st store.Reader, tenant string, events []report.Event) error {
 	uuids := make([]string, 0, len(events))
 	for _, e := range events {
 		uuids = append(uuids, e.DatasetUUID)

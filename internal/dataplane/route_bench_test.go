@@ -11,6 +11,7 @@ import (
 	"github.com/baton-dev/baton/internal/dataplane"
 	"github.com/baton-dev/baton/internal/dispatch"
 	"github.com/baton-dev/baton/internal/lifecycle"
+	"github.com/baton-dev/baton/internal/report"
 	"github.com/baton-dev/baton/internal/store"
 	"github.com/baton-dev/baton/internal/store/storetest"
 )
@@ -83,7 +84,7 @@ func BenchmarkRouteEvents(b *testing.B) {
 			ctx := context.Background()
 			d, dp, fence, ds := benchRouting(b, drv.Open(b))
 			for start := 0; start < b.N; start += 1000 {
-				events := make([]dispatch.DatasetEvent, 0, 1000)
+				events := make([]report.Event, 0, 1000)
 				for i := start; i < min(start+1000, b.N); i++ {
 					events = append(events, cursorEvent(ds.UUID, ds.CurrentVersion, int64(i)))
 				}
@@ -138,7 +139,7 @@ func BenchmarkEventToClaimable(b *testing.B) {
 			b.ResetTimer()
 			for i := range b.N {
 				start := time.Now()
-				if _, err := d.RecordEvents(ctx, fence, []dispatch.DatasetEvent{cursorEvent(ds.UUID, ds.CurrentVersion, int64(i))}); err != nil {
+				if _, err := d.RecordEvents(ctx, fence, []report.Event{cursorEvent(ds.UUID, ds.CurrentVersion, int64(i))}); err != nil {
 					b.Fatal(err)
 				}
 				claims, err := d.ClaimWait(ctx, dispatch.ClaimNextParams{Queues: []string{"consume"}, WorkerID: "w"}, 10*time.Second)

@@ -14,6 +14,7 @@ import (
 	"github.com/baton-dev/baton/internal/dispatch"
 	"github.com/baton-dev/baton/internal/dispatch/dispatchtest"
 	"github.com/baton-dev/baton/internal/lifecycle"
+	"github.com/baton-dev/baton/internal/report"
 	"github.com/baton-dev/baton/internal/store"
 	"github.com/baton-dev/baton/internal/store/storetest"
 	"github.com/baton-dev/baton/wire"
@@ -119,7 +120,7 @@ func (e *pipelineEnv) output(job string, i int) (uuid, version string) {
 	return "", ""
 }
 
-func (e *pipelineEnv) emit(events ...dispatch.DatasetEvent) {
+func (e *pipelineEnv) emit(events ...report.Event) {
 	e.T.Helper()
 	c := e.emitter.Task
 	if _, err := e.D.RecordEvents(e.Ctx, dispatch.Fence{TaskID: c.ID, Attempt: c.Attempt, LeaseToken: c.LeaseToken}, events); err != nil {
@@ -153,12 +154,12 @@ func (e *pipelineEnv) counts() map[string]int {
 	return out
 }
 
-func partition(uuid, version string, start, end int64) dispatch.DatasetEvent {
-	return dispatch.DatasetEvent{DatasetUUID: uuid, DatasetVersion: version, PartitionKey: fmt.Sprintf("%d-%d", start, end), Start: &start, End: &end}
+func partition(uuid, version string, start, end int64) report.Event {
+	return report.Event{DatasetUUID: uuid, DatasetVersion: version, PartitionKey: fmt.Sprintf("%d-%d", start, end), Start: &start, End: &end}
 }
 
-func cursorEvent(uuid, version string, cursor int64) dispatch.DatasetEvent {
-	return dispatch.DatasetEvent{DatasetUUID: uuid, DatasetVersion: version, Cursor: &cursor}
+func cursorEvent(uuid, version string, cursor int64) report.Event {
+	return report.Event{DatasetUUID: uuid, DatasetVersion: version, Cursor: &cursor}
 }
 
 func TestRoutingOneTaskPerConsumerAndDedupeKey(t *testing.T) {
@@ -179,7 +180,7 @@ func TestRoutingOneTaskPerConsumerAndDedupeKey(t *testing.T) {
 		// A second task reporting the same partition: the dedupe key is the same.
 		other := e.Claim(e.Submit(lifecycle.TaskSpec{Key: "emit2", Name: "emit"}), "emit2")
 		if _, err := e.D.RecordEvents(e.Ctx, dispatch.Fence{TaskID: other.Task.ID, LeaseToken: other.Task.LeaseToken},
-			[]dispatch.DatasetEvent{ev}); err != nil {
+			[]report.Event{ev}); err != nil {
 			t.Fatal(err)
 		}
 		if got := e.route(); got != 0 {
@@ -238,7 +239,7 @@ func TestRoutingIgnoresVersionsThatAreNotCurrentAndOtherTenants(t *testing.T) {
 		}
 		_, v := e.output("follower", 0)
 		_, err = e.D.RecordEvents(e.Ctx, dispatch.Fence{TaskID: c.Task.ID, LeaseToken: c.Task.LeaseToken},
-			[]dispatch.DatasetEvent{partition(blocks, v, 0, 9)})
+			[]report.Event{partition(blocks, v, 0, 9)})
 		dispatchtest.WantErr[*dispatch.InvalidError](t, err)
 		if got := e.route(); got != 0 {
 			t.Errorf("another tenant's event routed %d tasks", got)
@@ -252,7 +253,7 @@ func TestRoutingStaleAttemptRoutesNothing(t *testing.T) {
 		blocks, v := e.output("follower", 0)
 		c := e.emitter.Task
 		_, err := e.D.Complete(e.Ctx, dispatch.CompleteParams{TaskID: c.ID, Attempt: c.Attempt, LeaseToken: "stale-lease",
-			Outcome: store.OutcomeSucceeded, Events: []dispatch.DatasetEvent{partition(blocks, v, 0, 9)}})
+			Outcome: store.OutcomeSucceeded, Events: []report.Event{partition(blocks, v, 0, 9)}})
 		if !errors.Is(err, dispatch.ErrLeaseMismatch) {
 			t.Fatalf("completion with a stale lease: %v, want a fencing error", err)
 		}
@@ -261,7 +262,7 @@ func TestRoutingStaleAttemptRoutesNothing(t *testing.T) {
 		}
 		// The current attempt's final events are routed.
 		if _, err := e.D.Complete(e.Ctx, dispatch.CompleteParams{TaskID: c.ID, Attempt: c.Attempt, LeaseToken: c.LeaseToken,
-			Outcome: store.OutcomeSucceeded, Events: []dispatch.DatasetEvent{partition(blocks, v, 0, 9)}}); err != nil {
+			Outcome: store.OutcomeSucceeded, Events: []report.Event{partition(blocks, v, 0, 9)}}); err != nil {
 			t.Fatal(err)
 		}
 		if got := e.route(); got != 3 {
@@ -321,7 +322,7 @@ func TestRoutedTaskCarriesItsDataPlane(t *testing.T) {
 		}
 		// The routed task is an ordinary task: it completes, with its own events routed on.
 		if _, err := e.D.Complete(e.Ctx, dispatch.CompleteParams{TaskID: claims[0].Task.ID, LeaseToken: claims[0].Task.LeaseToken,
-			Outcome: store.OutcomeSucceeded, Events: []dispatch.DatasetEvent{partition(ranges, rv, 1000, 1999)}}); err != nil {
+			Outcome: store.OutcomeSucceeded, Events: []report.Event{partition(ranges, rv, 1000, 1999)}}); err != nil {
 			t.Fatal(err)
 		}
 		if got := e.route(); got != 1 {
@@ -403,7 +404,7 @@ func TestCutoverSwitchesTheRoutedVersion(t *testing.T) {
 		// A completion registers v2 through datasets_published.
 		c := e.emitter.Task
 		if _, err := e.D.Complete(e.Ctx, dispatch.CompleteParams{TaskID: c.ID, LeaseToken: c.LeaseToken, Outcome: store.OutcomeSucceeded,
-			Published: []dispatch.PublishedVersion{{DatasetUUID: blocks, DatasetVersion: "v2", StorageRef: json.RawMessage(`{"scheme":"s3"}`)}}}); err != nil {
+			Published: []report.Published{{DatasetUUID: blocks, DatasetVersion: "v2", StorageRef: json.RawMessage(`{"scheme":"s3"}`)}}}); err != nil {
 			t.Fatal(err)
 		}
 		x, err := e.dp.SetCurrentVersion(e.Ctx, tenant, "blocks", "v2")
@@ -467,7 +468,7 @@ func TestRoutingTwoReplicasOnePostgres(t *testing.T) {
 		wg.Go(func() {
 			for p := range int64(10) {
 				if _, err := d.RecordEvents(a.Ctx, dispatch.Fence{TaskID: c.Task.ID, LeaseToken: c.Task.LeaseToken},
-					[]dispatch.DatasetEvent{partition(blocks, v, p*10, p*10+9)}); err != nil {
+					[]report.Event{partition(blocks, v, p*10, p*10+9)}); err != nil {
 					t.Error(err)
 				}
 			}

@@ -11,6 +11,7 @@ import (
 	"github.com/baton-dev/baton/internal/dataplane"
 	"github.com/baton-dev/baton/internal/dispatch"
 	"github.com/baton-dev/baton/internal/lifecycle"
+	"github.com/baton-dev/baton/internal/report"
 	"github.com/baton-dev/baton/internal/store"
 	"github.com/baton-dev/baton/internal/store/storetest"
 )
@@ -233,7 +234,7 @@ func TestMaxConcurrencyHoldsUnderLoad(t *testing.T) {
 		ds, _ := st.DatasetGetMany(e.Ctx, []string{v.Jobs()[0].Outputs[0].DatasetUUID})
 		emitter := e.Claim(e.Submit(lifecycle.TaskSpec{Key: "emit", Name: "emit"}), "emit")
 		const tasks = 24
-		var events []dispatch.DatasetEvent
+		var events []report.Event
 		for i := range int64(tasks) {
 			events = append(events, cursorEvent(ds[0].UUID, ds[0].CurrentVersion, i))
 		}

@@ -9,6 +9,7 @@ import (
 	"github.com/baton-dev/baton/internal/dataplane"
 	"github.com/baton-dev/baton/internal/dispatch"
 	"github.com/baton-dev/baton/internal/lifecycle"
+	"github.com/baton-dev/baton/internal/report"
 	"github.com/baton-dev/baton/internal/store"
 	"github.com/baton-dev/baton/internal/store/storetest"
 )
@@ -78,7 +79,7 @@ func TestStagingCollectorDeletesOldUncommittedFoldersOnly(t *testing.T) {
 		published := e.runBuild() // registers its attempt's folder as a dataset version
 		e.stage(published, "40-49", map[string]string{"f": "f"}, nil)
 		if _, err := e.D.Complete(e.Ctx, dispatch.CompleteParams{TaskID: published.Task.ID, Attempt: 1, LeaseToken: published.Task.LeaseToken,
-			Outcome: store.OutcomeSucceeded, Published: []dispatch.PublishedVersion{{DatasetUUID: e.days.UUID, DatasetVersion: "v-files",
+			Outcome: store.OutcomeSucceeded, Published: []report.Published{{DatasetUUID: e.days.UUID, DatasetVersion: "v-files",
 				StorageRef: []byte(`"` + e.blob.URI(e.attemptDir(published)) + `"`)}}}); err != nil {
 			t.Fatal(err)
 		}

@@ -12,13 +12,14 @@ import (
 	"github.com/baton-dev/baton/internal/dispatch"
 	"github.com/baton-dev/baton/internal/dispatch/dispatchtest"
 	"github.com/baton-dev/baton/internal/lifecycle"
+	"github.com/baton-dev/baton/internal/report"
 	"github.com/baton-dev/baton/internal/store"
 	"github.com/baton-dev/baton/internal/store/storetest"
 )
 
 // published is a datasets_published entry.
-func published(ds, version, hash string, start, end *int64, ref string) dispatch.PublishedVersion {
-	p := dispatch.PublishedVersion{DatasetUUID: ds, DatasetVersion: version, ConfigHash: hash, RangeStart: start, RangeEnd: end}
+func published(ds, version, hash string, start, end *int64, ref string) report.Published {
+	p := report.Published{DatasetUUID: ds, DatasetVersion: version, ConfigHash: hash, RangeStart: start, RangeEnd: end}
 	if ref != "" {
 		p.StorageRef = json.RawMessage(ref)
 	}
@@ -26,10 +27,10 @@ func published(ds, version, hash string, start, end *int64, ref string) dispatch
 }
 
 // completeWith completes the attempt of c with pub, a final event and an output.
-func (e *env) completeWith(c *dispatch.Claim, ds string, cursor int64, pub ...dispatch.PublishedVersion) error {
+func (e *env) completeWith(c *dispatch.Claim, ds string, cursor int64, pub ...report.Published) error {
 	_, err := e.D.Complete(e.Ctx, dispatch.CompleteParams{TaskID: c.Task.ID, Attempt: c.Task.Attempt, LeaseToken: c.Task.LeaseToken,
 		Outcome: store.OutcomeSucceeded, Output: json.RawMessage(`{"done":true}`), Published: pub,
-		Events: []dispatch.DatasetEvent{{DatasetUUID: ds, DatasetVersion: "v1", Cursor: &cursor}}})
+		Events: []report.Event{{DatasetUUID: ds, DatasetVersion: "v1", Cursor: &cursor}}})
 	return err
 }
 
@@ -73,39 +74,39 @@ func TestRegisteringAConflictingDatasetVersionRefusesTheCompletion(t *testing.T)
 		by := "by task " + first.Task.ID
 		for _, tc := range []struct {
 			name string
-			pub  []dispatch.PublishedVersion
+			pub  []report.Published
 			want string
 		}{
 			{"the same config_hash and range under another version",
-				[]dispatch.PublishedVersion{published(ds, "v2", "h1", i64(0), i64(99), `{"prefix":"b/"}`)},
+				[]report.Published{published(ds, "v2", "h1", i64(0), i64(99), `{"prefix":"b/"}`)},
 				`datasets_published[0] registers version "v2" of dataset ` + ds + ` for (config_hash "h1", range_start 0, range_end 99), ` +
 					`which is registered as version "v1" ` + by},
 			{"the same version with another config_hash",
-				[]dispatch.PublishedVersion{published(ds, "m1", "", nil, nil, ""), published(ds, "v1", "h2", i64(0), i64(99), `{"prefix":"a/","glob":"*.parquet"}`)},
+				[]report.Published{published(ds, "m1", "", nil, nil, ""), published(ds, "v1", "h2", i64(0), i64(99), `{"prefix":"a/","glob":"*.parquet"}`)},
 				`datasets_published[1] registers version "v1" of dataset ` + ds + ` with (config_hash "h2", range_start 0, range_end 99, ` +
 					`storage_ref {"prefix":"a/","glob":"*.parquet"}), but it is registered with (config_hash "h1", range_start 0, range_end 99, ` +
 					`storage_ref {"prefix":"a/","glob":"*.parquet"}) ` + by},
 			{"the same version with another range",
-				[]dispatch.PublishedVersion{published(ds, "v1", "h1", i64(0), nil, `{"prefix":"a/","glob":"*.parquet"}`)},
+				[]report.Published{published(ds, "v1", "h1", i64(0), nil, `{"prefix":"a/","glob":"*.parquet"}`)},
 				`datasets_published[0] registers version "v1" of dataset ` + ds + ` with (config_hash "h1", range_start 0, range_end null, ` +
 					`storage_ref {"prefix":"a/","glob":"*.parquet"}), but it is registered with (config_hash "h1", range_start 0, range_end 99, ` +
 					`storage_ref {"prefix":"a/","glob":"*.parquet"}) ` + by},
 			{"the same version with another storage_ref",
-				[]dispatch.PublishedVersion{published(ds, "v1", "h1", i64(0), i64(99), `{"prefix":"b/","glob":"*.parquet"}`)},
+				[]report.Published{published(ds, "v1", "h1", i64(0), i64(99), `{"prefix":"b/","glob":"*.parquet"}`)},
 				`datasets_published[0] registers version "v1" of dataset ` + ds + ` with (config_hash "h1", range_start 0, range_end 99, ` +
 					`storage_ref {"prefix":"b/","glob":"*.parquet"}), but it is registered with (config_hash "h1", range_start 0, range_end 99, ` +
 					`storage_ref {"prefix":"a/","glob":"*.parquet"}) ` + by},
 			{"the deployed version with values",
-				[]dispatch.PublishedVersion{published(ds, deployed, "h9", nil, nil, "")},
+				[]report.Published{published(ds, deployed, "h9", nil, nil, "")},
 				fmt.Sprintf(`datasets_published[0] registers version %q of dataset %s with (config_hash "h9", range_start null, range_end null, `+
 					`storage_ref null), but it is registered with (config_hash "", range_start null, range_end null, storage_ref null) `+
 					`by a deploy or reset`, deployed, ds)},
 			{"two entries with the same config_hash and range",
-				[]dispatch.PublishedVersion{published(ds, "v3", "h3", i64(100), i64(199), ""), published(ds, "v4", "h3", i64(100), i64(199), "")},
+				[]report.Published{published(ds, "v3", "h3", i64(100), i64(199), ""), published(ds, "v4", "h3", i64(100), i64(199), "")},
 				`datasets_published[1] registers version "v4" of dataset ` + ds + ` for (config_hash "h3", range_start 100, range_end 199), ` +
 					`which datasets_published[0] registers as version "v3"`},
 			{"two entries of one version with other values",
-				[]dispatch.PublishedVersion{published(ds, "v3", "h3", i64(100), i64(199), ""), published(ds, "v3", "h4", i64(100), i64(199), "")},
+				[]report.Published{published(ds, "v3", "h3", i64(100), i64(199), ""), published(ds, "v3", "h4", i64(100), i64(199), "")},
 				`datasets_published[1] registers version "v3" of dataset ` + ds + ` with (config_hash "h4", range_start 100, range_end 199, ` +
 					`storage_ref null), but datasets_published[0] registers it with (config_hash "h3", range_start 100, range_end 199, storage_ref null)`},
 		} {
@@ -160,7 +161,7 @@ type heldHook struct {
 	registered, release chan struct{}
 }
 
-func (h *heldHook) RegisterVersions(ctx context.Context, tx store.Tx, w *dispatch.Work, t *store.Task, pub []dispatch.PublishedVersion) error {
+func (h *heldHook) RegisterVersions(ctx context.Context, tx store.Tx, w *dispatch.Work, t *store.Task, pub []report.Published) error {
 	err := h.Plane.RegisterVersions(ctx, tx, w, t, pub)
 	close(h.registered)
 	<-h.release

@@ -12,6 +12,7 @@ import (
 
 	"github.com/baton-dev/baton/internal/lifecycle"
 	"github.com/baton-dev/baton/internal/metrics"
+	"github.com/baton-dev/baton/internal/report"
 	"github.com/baton-dev/baton/internal/store"
 	"github.com/baton-dev/baton/wire"
 )
@@ -348,9 +349,9 @@ type CompleteParams struct {
 	Output     json.RawMessage
 	Error      *store.TaskError // for failed: category (default USER_CODE), message, retryable
 	Metrics    json.RawMessage
-	Events     []DatasetEvent // final upstream events, stored with the completion
+	Events     []report.Event // final upstream events, stored with the completion
 	// Published are the dataset versions a successful attempt wrote, registered with it.
-	Published []PublishedVersion
+	Published []report.Published
 	// Traceparent is the worker's W3C trace context: kept on the attempt and its audit events.
 	Traceparent string
 }
@@ -420,7 +421,7 @@ func (d *Dispatcher) Complete(ctx context.Context, p CompleteParams) (_ *Complet
 		}
 		now := c.now
 		if len(p.Events) > 0 {
-			if _, err := d.acceptEvents(ctx, tx, c, t, p.Events); err != nil {
+			if _, err := d.recordEvents(ctx, tx, c, t, p.Events); err != nil {
 				return err
 			}
 		}

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/baton-dev/baton/internal/report"
 	"github.com/baton-dev/baton/internal/store"
 	"github.com/jonboulle/clockwork"
 )
@@ -104,24 +105,24 @@ func (s *Signal) Notify() { s.n.notify() }
 // so that they are stored exactly when the report is. A dispatcher without a hook refuses such
 // reports.
 type Hook interface {
-	// AcceptEvents stores the events of t's current attempt and returns how many were new.
-	AcceptEvents(ctx context.Context, tx store.Tx, w *Work, t *store.Task, events []DatasetEvent) (int, error)
+	// RecordEvents stores the events of t's current attempt and returns how many were new.
+	RecordEvents(ctx context.Context, tx store.Tx, w *Work, t *store.Task, events []report.Event) (int, error)
 	// RegisterVersions registers the dataset versions the successful attempt of t wrote.
-	RegisterVersions(ctx context.Context, tx store.Tx, w *Work, t *store.Task, pub []PublishedVersion) error
+	RegisterVersions(ctx context.Context, tx store.Tx, w *Work, t *store.Task, pub []report.Published) error
 }
 
-// EventChecker is implemented by a hook whose AcceptEvents needs to know what lies outside the
+// EventChecker is implemented by a hook whose RecordEvents needs to know what lies outside the
 // store, in object storage, about some events: it must look before the report's transaction, never
 // while the transaction holds the task's row. RecordEvents and Complete call CheckEvents with the
-// report's fence before their transaction and hand AcceptEvents the events it returns; its error
+// report's fence before their transaction and hand RecordEvents the events it returns; its error
 // refuses the report, which then changes nothing. CheckEvents must leave a report it cannot judge
 // (an unknown task, a stale fence) to the transaction, which answers it as it would any other.
 type EventChecker interface {
-	CheckEvents(ctx context.Context, f Fence, events []DatasetEvent) ([]DatasetEvent, error)
+	CheckEvents(ctx context.Context, f Fence, events []report.Event) ([]report.Event, error)
 }
 
 // checkEvents runs the hook's EventChecker, if it has one, on a report's events.
-func (d *Dispatcher) checkEvents(ctx context.Context, f Fence, events []DatasetEvent) ([]DatasetEvent, error) {
+func (d *Dispatcher) checkEvents(ctx context.Context, f Fence, events []report.Event) ([]report.Event, error) {
 	ck, ok := d.hook.(EventChecker)
 	if !ok || len(events) == 0 {
 		return events, nil
@@ -135,14 +136,14 @@ func (d *Dispatcher) SetHook(h Hook) { d.hook = h }
 // errNoDataPlane refuses dataset events and versions on a dispatcher without a hook.
 var errNoDataPlane = &InvalidError{Message: "this server runs no data plane: dataset events and published versions are refused"}
 
-func (d *Dispatcher) acceptEvents(ctx context.Context, tx store.Tx, c *changes, t *store.Task, events []DatasetEvent) (int, error) {
+func (d *Dispatcher) recordEvents(ctx context.Context, tx store.Tx, c *changes, t *store.Task, events []report.Event) (int, error) {
 	if d.hook == nil {
 		return 0, errNoDataPlane
 	}
-	return d.hook.AcceptEvents(ctx, tx, &Work{c: c}, t, events)
+	return d.hook.RecordEvents(ctx, tx, &Work{c: c}, t, events)
 }
 
-func (d *Dispatcher) registerVersions(ctx context.Context, tx store.Tx, c *changes, t *store.Task, pub []PublishedVersion) error {
+func (d *Dispatcher) registerVersions(ctx context.Context, tx store.Tx, c *changes, t *store.Task, pub []report.Published) error {
 	if len(pub) == 0 {
 		return nil
 	}

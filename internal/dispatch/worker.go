@@ -2,11 +2,11 @@ package dispatch
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"time"
 
 	"github.com/baton-dev/baton/internal/lifecycle"
+	"github.com/baton-dev/baton/internal/report"
 	"github.com/baton-dev/baton/internal/store"
 )
 
@@ -169,48 +169,9 @@ func (d *Dispatcher) RecordTraceparent(ctx context.Context, f Fence, traceparent
 	})
 }
 
-// DatasetEvent is an upstream event as a worker reports it (internal and task-scoped dialects): a
-// dataset version reached a cursor, or a partition "start-end" of it was written.
-type DatasetEvent struct {
-	DatasetUUID    string `json:"dataset_uuid"`
-	DatasetVersion string `json:"dataset_version"`
-	Cursor         *int64 `json:"cursor,omitempty"`
-	PartitionKey   string `json:"partition_key,omitempty"`
-	Start          *int64 `json:"start,omitempty"`
-	End            *int64 `json:"end,omitempty"`
-	// Staged is what the hook's check (EventChecker) found in object storage for an event that
-	// commits a partition: it is set by the server before the report's transaction, never read
-	// from a report.
-	Staged *StagedPartition `json:"-"`
-}
-
-// StagedPartition is a partition's staging folder as the data plane found it before the
-// transaction of the report that commits it: which attempt wrote it, where it is, and what its
-// files and its _SUCCESS marker say.
-type StagedPartition struct {
-	Attempt  int
-	Location string // the folder's URI, ending in "/"
-	Bytes    int64  // the sizes of its files, the marker left out
-	RowCount *int64 // as the marker declared it; nil when it declared none
-}
-
-// PublishedVersion is one entry of a completion's datasets_published: a dataset version the task
-// wrote, to register.
-type PublishedVersion struct {
-	DatasetUUID    string          `json:"dataset_uuid"`
-	DatasetVersion string          `json:"dataset_version"`
-	StorageRef     json.RawMessage `json:"storage_ref,omitempty"`
-	ConfigHash     string          `json:"config_hash,omitempty"`
-	RangeStart     *int64          `json:"range_start,omitempty"`
-	RangeEnd       *int64          `json:"range_end,omitempty"`
-}
-
-// MaxPublishedVersions caps the datasets_published entries of one completion.
-const MaxPublishedVersions = 1000
-
 // RecordEvents stores upstream events reported mid-task by the current attempt. Events are
 // idempotent: a repeat is accepted and stored once. It returns how many were new.
-func (d *Dispatcher) RecordEvents(ctx context.Context, f Fence, events []DatasetEvent) (int, error) {
+func (d *Dispatcher) RecordEvents(ctx context.Context, f Fence, events []report.Event) (int, error) {
 	events, err := d.checkEvents(ctx, f, events)
 	if err != nil {
 		return 0, err
@@ -221,7 +182,7 @@ func (d *Dispatcher) RecordEvents(ctx context.Context, f Fence, events []Dataset
 		if err != nil {
 			return err
 		}
-		n, err = d.acceptEvents(ctx, tx, c, t, events)
+		n, err = d.recordEvents(ctx, tx, c, t, events)
 		return err
 	})
 	return n, err

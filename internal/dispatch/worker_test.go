@@ -10,6 +10,7 @@ import (
 	"github.com/baton-dev/baton/internal/dispatch"
 	"github.com/baton-dev/baton/internal/dispatch/dispatchtest"
 	"github.com/baton-dev/baton/internal/lifecycle"
+	"github.com/baton-dev/baton/internal/report"
 	"github.com/baton-dev/baton/internal/store"
 	"github.com/baton-dev/baton/internal/store/storetest"
 )
@@ -221,13 +222,13 @@ func TestReportsWithDatasetEventsNeedADataPlane(t *testing.T) {
 		e := newEnv(t, st)
 		job := e.Submit(spec("a"))
 		c := e.Claim(job, "a")
-		ev := []dispatch.DatasetEvent{{DatasetUUID: "d", DatasetVersion: "v", Cursor: i64(1)}}
+		ev := []report.Event{{DatasetUUID: "d", DatasetVersion: "v", Cursor: i64(1)}}
 		if _, err := e.D.RecordEvents(e.Ctx, fence(c), ev); err == nil {
 			t.Error("events recorded without a data plane")
 		}
 		for _, p := range []dispatch.CompleteParams{
 			{Events: ev},
-			{Published: []dispatch.PublishedVersion{{DatasetUUID: "d", DatasetVersion: "v"}}},
+			{Published: []report.Published{{DatasetUUID: "d", DatasetVersion: "v"}}},
 		} {
 			p.TaskID, p.Attempt, p.LeaseToken, p.Outcome = c.Task.ID, c.Task.Attempt, c.Task.LeaseToken, store.OutcomeSucceeded
 			_, err := e.D.Complete(e.Ctx, p)

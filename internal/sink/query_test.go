@@ -21,6 +21,7 @@ import (
 	"github.com/baton-dev/baton/internal/dispatch"
 	"github.com/baton-dev/baton/internal/grant"
 	"github.com/baton-dev/baton/internal/query/engine"
+	"github.com/baton-dev/baton/internal/report"
 	"github.com/baton-dev/baton/internal/store"
 	"github.com/baton-dev/baton/internal/store/storetest"
 )
@@ -258,8 +259,8 @@ func (f *fixture) blocksVersion(t *testing.T, blocks *store.Dataset, v string, d
 	}
 	cursor := int64(1)
 	if _, err := f.d.Complete(f.ctx, dispatch.CompleteParams{TaskID: c.Task.ID, LeaseToken: c.Task.LeaseToken, Outcome: store.OutcomeSucceeded,
-		Published: []dispatch.PublishedVersion{{DatasetUUID: blocks.UUID, DatasetVersion: v, StorageRef: json.RawMessage(fmt.Sprintf("%q", f.blob.URI(prefix)))}},
-		Events:    []dispatch.DatasetEvent{{DatasetUUID: blocks.UUID, DatasetVersion: v, Cursor: &cursor}}}); err != nil {
+		Published: []report.Published{{DatasetUUID: blocks.UUID, DatasetVersion: v, StorageRef: json.RawMessage(fmt.Sprintf("%q", f.blob.URI(prefix)))}},
+		Events:    []report.Event{{DatasetUUID: blocks.UUID, DatasetVersion: v, Cursor: &cursor}}}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := f.dp.SetCurrentVersion(f.ctx, tenant, "blocks", v); err != nil {

@@ -15,6 +15,7 @@ import (
 
 	"github.com/baton-dev/baton/internal/dataplane"
 	"github.com/baton-dev/baton/internal/dispatch"
+	"github.com/baton-dev/baton/internal/report"
 	"github.com/baton-dev/baton/worker"
 )
 
@@ -94,8 +95,8 @@ func startBuild(t *testing.T, s *server) (active, building string) {
 	}
 	c := claims[0].Task
 	one := int64(1)
-	ev := dispatch.DatasetEvent{DatasetUUID: blocks.Dataset.UUID, DatasetVersion: blocks.Dataset.CurrentVersion, PartitionKey: "1-1", Start: &one, End: &one}
-	if _, err := s.d.RecordEvents(t.Context(), dispatch.Fence{TaskID: c.ID, Attempt: c.Attempt, LeaseToken: c.LeaseToken}, []dispatch.DatasetEvent{ev}); err != nil {
+	ev := report.Event{DatasetUUID: blocks.Dataset.UUID, DatasetVersion: blocks.Dataset.CurrentVersion, PartitionKey: "1-1", Start: &one, End: &one}
+	if _, err := s.d.RecordEvents(t.Context(), dispatch.Fence{TaskID: c.ID, Attempt: c.Attempt, LeaseToken: c.LeaseToken}, []report.Event{ev}); err != nil {
 		t.Fatalf("record an event of blocks: %v", err)
 	}
 	res := s.deploy(t, "acme", chainWidth(2))
