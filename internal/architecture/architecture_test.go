@@ -43,6 +43,8 @@ var rules = []struct {
 	{"internal/dispatch", []string{"internal/dataplane", "internal/pipeline", "internal/dataset", "internal/api", "internal/ui", "internal/sink", "internal/maintenance", "internal/server"},
 		"the lifecycle core is below the data plane, its adapters and the services beside it: the data plane takes part in its transitions through dispatch.Hook"},
 	{"internal/dataplane", []string{"internal/api", "internal/ui", "internal/sink", "internal/maintenance", "internal/server"}, "the data plane is below the adapters that serve it"},
+	{"internal/dataplane/intake", []string{"=internal/dataplane", "internal/api", "internal/ui", "internal/server"},
+		"intake is the lifecycle core's hook for what workers report of their data: below the data plane's deploys, routing and sources, which read what it stored"},
 	{"internal/api", []string{"internal/maintenance", "internal/server", "internal/push"},
 		"api holds the HTTP adapters only: it answers requests and runs no loop of its own (push delivery is internal/push; loops are composed by internal/server)"},
 	{"internal/assignment", []string{"internal/api", "internal/ui", "internal/server", "internal/dataplane"}, "a claim is rendered from what the core hands out, by every dialect alike"},
@@ -131,9 +133,13 @@ func goList(t *testing.T) map[string][]string {
 }
 
 // importPath returns a chain of imports from pkg to a package that is forbidden or lies under
-// it (forbidden ending in "/" names every package under that folder), or nil if there is none.
+// it (forbidden ending in "/" names every package under that folder; starting with "=", that
+// package alone, not those under it), or nil if there is none.
 func importPath(imports map[string][]string, pkg, forbidden string) []string {
 	matches := func(p string) bool {
+		if exact, ok := strings.CutPrefix(forbidden, "="); ok {
+			return p == exact
+		}
 		if strings.HasSuffix(forbidden, "/") {
 			return strings.HasPrefix(p, forbidden)
 		}

@@ -6,13 +6,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"strconv"
 	"strings"
 	"time"
 	"unicode/utf8"
 
 	"github.com/baton-dev/baton/internal/blob"
+	"github.com/baton-dev/baton/internal/dataplane/intake"
 	"github.com/baton-dev/baton/internal/dispatch"
 	"github.com/baton-dev/baton/internal/pipeline"
 	"github.com/baton-dev/baton/internal/report"
@@ -25,28 +25,6 @@ import (
 // Buffer Queue: a trusted sink claims it (ClaimBatches), loads the batch into the dataset's table
 // in the data database, and reports the outcome (CommitBatch, which emits the dataset event that
 // routing delivers, or FailBatch). A message that fails MaxReceives receives is dead-lettered.
-
-// BlobRoot is the object storage where buffer-publish accepts batch artifacts and the sink reads
-// them.
-type BlobRoot interface {
-	// Root is the canonical URI of the root ("s3://bucket/prefix/", "file:///dir/").
-	Root() string
-	// URI is the canonical URI of key.
-	URI(key string) string
-	// Key returns the key of a URI under the root, or an error saying why it is not one.
-	Key(uri string) (string, error)
-	// List returns the keys under a key prefix, sorted; Get opens an object; Path is the file
-	// that holds an object on this machine's disk ("" when the storage is remote), for a reader
-	// that reads it in place. The Query Service reads Parquet files through them.
-	List(ctx context.Context, prefix string) ([]string, error)
-	Get(ctx context.Context, key string) (io.ReadCloser, error)
-	Path(key string) (string, error)
-	// ListObjects is List with each object's size and last modification time: a replace
-	// output's commit adds up its staging folder's bytes, and the staging collector judges the
-	// folders' age by it. Delete removes an object (a missing one is no error).
-	ListObjects(ctx context.Context, prefix string) ([]blob.Object, error)
-	Delete(ctx context.Context, key string) error
-}
 
 // DatasetTables holds buffered datasets' tables in the data database.
 type DatasetTables interface {
@@ -190,7 +168,7 @@ func (dp *Plane) BufferPublish(ctx context.Context, p BufferPublishParams) (dupl
 			return &dispatch.ForbiddenError{Message: fmt.Sprintf("dataset %q is not an output of this task's job: only tasks of the pipeline job "+
 				"that publishes a buffered dataset may publish batches into it", datasetLabel(ds))}
 		}
-		if gone, err := rolledBack(ctx, tx, job.Tenant, t); err != nil {
+		if gone, err := intake.RolledBack(ctx, tx, job.Tenant, t); err != nil {
 			return err
 		} else if gone != nil {
 			return &dispatch.ConflictError{Code: "pipeline_version_rolled_back", Message: fmt.Sprintf(
@@ -494,10 +472,8 @@ func (dp *Plane) emitBatchEvent(ctx context.Context, tx store.Tx, c *dispatch.Wo
 	if _, err := tx.DatasetEventInsertMany(ctx, []*store.DatasetEvent{e}); err != nil || e.ID == 0 {
 		return err
 	}
-	payload, _ := json.Marshal(routedEvent{Tenant: r.Tenant, EventID: e.ID, TaskID: r.TaskID, Facets: res.Facets,
+	intake.Queue(c, &intake.Routed{Tenant: r.Tenant, EventID: e.ID, TaskID: r.TaskID, Facets: res.Facets,
 		Event: report.Event{DatasetUUID: e.DatasetUUID, DatasetVersion: e.DatasetVersion, Cursor: e.Cursor}})
-	c.Outbox(&store.OutboxMessage{Topic: store.TopicDatasetEvent, Key: e.DatasetUUID, Payload: payload,
-		AvailableAt: c.Now(), CreatedAt: c.Now()})
 	c.Signal(&dp.routing)
 	return nil
 }

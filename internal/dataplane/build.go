@@ -93,7 +93,7 @@ func materializes(b, a *jobSpec) string {
 		return fmt.Sprintf("runtime changed from %s to %s", b.Runtime, a.Runtime)
 	case b.Operator != a.Operator:
 		return fmt.Sprintf("operator changed from %s to %s", b.Operator, a.Operator)
-	case !sameJSON(b.Config, a.Config):
+	case !pipeline.SameJSON(b.Config, a.Config):
 		return "config changed"
 	case len(b.Inputs) != len(a.Inputs):
 		return "inputs changed"
@@ -105,7 +105,7 @@ func materializes(b, a *jobSpec) string {
 		return "outputs changed"
 	}
 	for i := range a.Inputs {
-		if b.Inputs[i].DatasetUUID != a.Inputs[i].DatasetUUID || !sameJSON(b.Inputs[i].Where, a.Inputs[i].Where) {
+		if b.Inputs[i].DatasetUUID != a.Inputs[i].DatasetUUID || !pipeline.SameJSON(b.Inputs[i].Where, a.Inputs[i].Where) {
 			return fmt.Sprintf("input %d changed", i)
 		}
 	}

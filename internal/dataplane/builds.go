@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"slices"
 
+	"github.com/baton-dev/baton/internal/dataplane/intake"
 	"github.com/baton-dev/baton/internal/dispatch"
 	"github.com/baton-dev/baton/internal/lifecycle"
 	"github.com/baton-dev/baton/internal/report"
@@ -198,9 +199,9 @@ func (b *Builds) backfillInput(ctx context.Context, spec *pipelineSpec, js *jobS
 		prog.After[key] = prog.Through
 		return true, nil
 	}
-	routed := make([]*routedEvent, len(evs))
+	routed := make([]*intake.Routed, len(evs))
 	for i, e := range evs {
-		routed[i] = &routedEvent{Tenant: spec.Tenant, EventID: e.ID, TaskID: e.TaskID, Pipeline: spec.Name, Job: js.Name,
+		routed[i] = &intake.Routed{Tenant: spec.Tenant, EventID: e.ID, TaskID: e.TaskID, Pipeline: spec.Name, Job: js.Name,
 			Version: spec.Version, Event: report.Event{DatasetUUID: e.DatasetUUID, DatasetVersion: e.DatasetVersion,
 				Cursor: e.Cursor, PartitionKey: e.PartitionKey, Start: e.Start, End: e.End}}
 	}

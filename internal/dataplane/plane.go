@@ -11,6 +11,8 @@ import (
 
 	"github.com/jonboulle/clockwork"
 
+	"github.com/baton-dev/baton/internal/blob"
+	"github.com/baton-dev/baton/internal/dataplane/intake"
 	"github.com/baton-dev/baton/internal/dispatch"
 	"github.com/baton-dev/baton/internal/query"
 	"github.com/baton-dev/baton/internal/store"
@@ -19,7 +21,7 @@ import (
 // Config configures a Plane. Zero fields take their defaults.
 type Config struct {
 	// Blob is the object storage of buffered datasets' batches; nil refuses buffered publishes.
-	Blob BlobRoot
+	Blob *blob.Store
 	// Tables creates buffered datasets' tables when a pipeline is deployed; nil creates none.
 	Tables DatasetTables
 	Buffer BufferConfig
@@ -43,6 +45,8 @@ type Plane struct {
 	log   *slog.Logger
 	cfg   Config
 	specs specCache // the pipeline versions' specs read so far
+	// intake takes in the dataset events and versions workers report (the dispatcher's hook).
+	intake *intake.Intake
 	// routing is signalled by a transaction that queued dataset events for the router; sinks by
 	// one that queued a buffered batch for the sinks.
 	routing, sinks dispatch.Signal
@@ -55,9 +59,13 @@ type Plane struct {
 // versions workers report reach it. Call it before d serves.
 func New(d *dispatch.Dispatcher, cfg Config) *Plane {
 	dp := &Plane{d: d, store: d.Store(), clock: d.Clock(), log: d.Logger(), cfg: cfg}
-	d.SetHook(dp)
+	dp.intake = intake.New(d, cfg.Blob, &dp.routing)
+	d.SetHook(dp.intake)
 	return dp
 }
+
+// Intake returns the plane's part in workers' reports: the dispatcher's hook.
+func (dp *Plane) Intake() *intake.Intake { return dp.intake }
 
 // Dispatcher returns the lifecycle core the plane runs on.
 func (dp *Plane) Dispatcher() *dispatch.Dispatcher { return dp.d }

@@ -10,6 +10,7 @@ import (
 	"github.com/baton-dev/baton/internal/blob"
 	"github.com/baton-dev/baton/internal/blob/blobtest"
 	"github.com/baton-dev/baton/internal/dataplane"
+	"github.com/baton-dev/baton/internal/dataplane/intake"
 	"github.com/baton-dev/baton/internal/dispatch"
 	"github.com/baton-dev/baton/internal/dispatch/dispatchtest"
 	"github.com/baton-dev/baton/internal/lifecycle"
@@ -94,7 +95,7 @@ func (e *replaceEnv) runBuild() *dispatch.Claim {
 
 // folder is the staging folder of c's attempt for partition key of days.
 func (e *replaceEnv) folder(c *dispatch.Claim, key string) string {
-	return dataplane.StagingDir(e.days.UUID, c.Task.ID, c.Task.Attempt, key)
+	return intake.StagingDir(e.days.UUID, c.Task.ID, c.Task.Attempt, key)
 }
 
 // stage writes files into c's staging folder of partition key, and then the marker with the
@@ -105,7 +106,7 @@ func (e *replaceEnv) stage(c *dispatch.Claim, key string, files map[string]strin
 		e.put(e.folder(c, key)+name, data)
 	}
 	if marker != nil {
-		e.put(e.folder(c, key)+dataplane.MarkerName, *marker)
+		e.put(e.folder(c, key)+intake.MarkerName, *marker)
 	}
 }
 
@@ -222,10 +223,10 @@ func TestReplaceCommitsAStagedPartitionOnS3(t *testing.T) {
 		e.stage(c, "0-9", map[string]string{"a/part-0": "0123456789", "part-1": "xy"}, nil)
 		_, err := e.record(c, e.day("0-9"))
 		inv := dispatchtest.WantErr[*dispatch.InvalidError](t, err)
-		if !strings.Contains(inv.Message, e.blob.URI(e.folder(c, "0-9")+dataplane.MarkerName)) || !strings.HasPrefix(e.blob.Root(), "s3://") {
+		if !strings.Contains(inv.Message, e.blob.URI(e.folder(c, "0-9")+intake.MarkerName)) || !strings.HasPrefix(e.blob.Root(), "s3://") {
 			t.Errorf("refusal %q does not name the marker in the bucket", inv.Message)
 		}
-		e.put(e.folder(c, "0-9")+dataplane.MarkerName, `{"row_count": 12}`)
+		e.put(e.folder(c, "0-9")+intake.MarkerName, `{"row_count": 12}`)
 		if _, err := e.record(c, e.day("0-9")); err != nil {
 			t.Fatal(err)
 		}
@@ -244,7 +245,7 @@ func TestReplaceRefusesAPartitionWithoutItsMarker(t *testing.T) {
 		e := newReplaceEnv(t, st)
 		c := e.runBuild()
 		e.stage(c, "0-9", map[string]string{"part-0": "data"}, nil)
-		marker := e.blob.URI(e.folder(c, "0-9") + dataplane.MarkerName)
+		marker := e.blob.URI(e.folder(c, "0-9") + intake.MarkerName)
 		_, err := e.record(c, e.day("0-9"))
 		inv := dispatchtest.WantErr[*dispatch.InvalidError](t, err)
 		if !strings.Contains(inv.Message, `partition "0-9" of dataset "days"`) || !strings.Contains(inv.Message, marker) ||
@@ -257,7 +258,7 @@ func TestReplaceRefusesAPartitionWithoutItsMarker(t *testing.T) {
 
 		for _, bad := range []string{`garbage`, `{"row_count": -1}`, `{"row_count": 1.5}`, `{"row_count": "3"}`, `{"rows": 1}`,
 			`{}`, `[1]`, `null`, `{"row_count": 1} {}`, `{"row_count": 1, "extra": true}`, strings.Repeat(" ", 5000)} {
-			e.put(e.folder(c, "0-9")+dataplane.MarkerName, bad)
+			e.put(e.folder(c, "0-9")+intake.MarkerName, bad)
 			_, err := e.record(c, e.day("0-9"))
 			inv := dispatchtest.WantErr[*dispatch.InvalidError](t, err)
 			if !strings.Contains(inv.Message, "must be empty or hold {\"row_count\": N}") || !strings.Contains(inv.Message, marker) {
@@ -283,7 +284,7 @@ func TestReplaceRefusesAPartitionWithoutItsMarker(t *testing.T) {
 		}
 
 		// With the marker, the attempt completes with the same event.
-		e.put(e.folder(c, "0-9")+dataplane.MarkerName, `{"row_count":3}`+"\n")
+		e.put(e.folder(c, "0-9")+intake.MarkerName, `{"row_count":3}`+"\n")
 		res, err := e.D.Complete(e.Ctx, dispatch.CompleteParams{TaskID: c.Task.ID, Attempt: 1, LeaseToken: c.Task.LeaseToken,
 			Outcome: store.OutcomeSucceeded, Events: []report.Event{e.day("0-9")}})
 		if err != nil || res.Status != lifecycle.Completed {
@@ -321,7 +322,7 @@ func TestReplaceStaleAttemptCommitsNothing(t *testing.T) {
 		// Attempt 2 has not staged the partition: attempt 1's folder is not its own.
 		_, err = e.record(second, e.day("0-9"))
 		inv := dispatchtest.WantErr[*dispatch.InvalidError](t, err)
-		if !strings.Contains(inv.Message, e.folder(second, "0-9")+dataplane.MarkerName) {
+		if !strings.Contains(inv.Message, e.folder(second, "0-9")+intake.MarkerName) {
 			t.Errorf("refusal %q does not name attempt 2's marker", inv.Message)
 		}
 		e.stage(second, "0-9", map[string]string{"part-0": "second!"}, str(""))

@@ -2,10 +2,10 @@ package dataplane
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 
+	"github.com/baton-dev/baton/internal/dataplane/intake"
 	"github.com/baton-dev/baton/internal/dispatch"
 	"github.com/baton-dev/baton/internal/report"
 	"github.com/baton-dev/baton/internal/store"
@@ -144,35 +144,14 @@ func (dp *Plane) queueAgain(c *dispatch.Work, tenant, pipeline, from, to string,
 			if in.Cursor == nil && in.PartitionKey == "" {
 				continue // not the input whose event started the task
 			}
-			e := routedEvent{Tenant: k.Tenant, Pipeline: k.Pipeline, Job: ref.Job, Version: to, Update: updateOf(ref.RouteKey, k.Pipeline, k.Version, ref.Job),
+			e := intake.Routed{Tenant: k.Tenant, Pipeline: k.Pipeline, Job: ref.Job, Version: to, Update: updateOf(ref.RouteKey, k.Pipeline, k.Version, ref.Job),
 				CursorEnd: in.CursorEnd, Event: report.Event{DatasetUUID: in.DatasetUUID, DatasetVersion: in.DatasetVersion,
 					Cursor: in.Cursor, PartitionKey: in.PartitionKey, Start: in.Start, End: in.End}}
-			payload, _ := json.Marshal(e)
-			c.Outbox(&store.OutboxMessage{Topic: store.TopicDatasetEvent, Key: in.DatasetUUID, Payload: payload,
-				AvailableAt: c.Now(), CreatedAt: c.Now()})
+			intake.Queue(c, &e)
 			queued = true
 		}
 	}
 	if queued {
 		c.Signal(&dp.routing)
 	}
-}
-
-// rolledBack returns the pipeline version of pipeline task t when a rollback replaced it (and it
-// has not been made active again), or its build was abandoned: nothing its tasks produce from
-// then on gets through. Nil for any other task.
-func rolledBack(ctx context.Context, tx store.Tx, tenant string, t *store.Task) (*store.PipelineVersionKey, error) {
-	r := dispatch.DecodeRoute(t)
-	if r == nil || r.Job.DAGName == "" {
-		return nil, nil
-	}
-	k := store.PipelineVersionKey{Tenant: tenant, Pipeline: r.Job.DAGName, Version: r.Job.Version}
-	state, err := tx.PipelineVersionState(ctx, k)
-	if err != nil && !errors.Is(err, store.ErrNotFound) {
-		return nil, fmt.Errorf("the state of pipeline %s version %s: %w", k.Pipeline, k.Version, err)
-	}
-	if state != store.VersionRolledBack && state != store.VersionAbandoned {
-		return nil, nil
-	}
-	return &k, nil
 }

@@ -3,70 +3,25 @@ package dataplane
 import (
 	"cmp"
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"maps"
-	"regexp"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/google/uuid"
 
+	"github.com/baton-dev/baton/internal/dataplane/intake"
 	"github.com/baton-dev/baton/internal/dispatch"
 	"github.com/baton-dev/baton/internal/lifecycle"
-	"github.com/baton-dev/baton/internal/report"
 	"github.com/baton-dev/baton/internal/service"
 	"github.com/baton-dev/baton/internal/store"
 )
 
-// routedEvent is a dataset event as the router reads it from the outbox.
-type routedEvent struct {
-	Tenant  string `json:"tenant"`
-	EventID int64  `json:"event_id"`
-	TaskID  string `json:"task_id"`
-	// Facets, for a buffered batch, holds per filter field the values among its new rows: a
-	// consumer whose where no row can match gets no task. A field left out may have any value.
-	Facets map[string][]any `json:"facets,omitempty"`
-	// CursorEnd is set on a held routing that coalesced the events of later cursors of the same
-	// dataset version: the routing covers the cursors from Cursor to CursorEnd.
-	CursorEnd *int64 `json:"cursor_end,omitempty"`
-	// Commit names the attempt ("task_id/attempt") whose report committed the event's partition
-	// of a replace output: each commit is a new update of the partition.
-	Commit string `json:"commit,omitempty"`
-	// Pipeline, Job and Update are set on an event a rollback queued again (see Rollback) or a
-	// build routes again (see Builds): it is routed to that pipeline job only, of pipeline
-	// version Version when set, as the update Update.
-	Pipeline string `json:"pipeline,omitempty"`
-	Job      string `json:"job,omitempty"`
-	Version  string `json:"version,omitempty"`
-	Update   string `json:"update,omitempty"`
-	report.Event
-}
-
-// dedupeKey names the update an event reports: the same key routed twice makes one task per
-// consuming job and pipeline version, however many times and by however many replicas it is
-// delivered (see routingKey).
-func (e *routedEvent) dedupeKey() string {
-	if e.Update != "" {
-		return e.Update
-	}
-	if e.PartitionKey != "" {
-		key := "partition:" + e.DatasetUUID + ":" + e.DatasetVersion + ":" + e.PartitionKey
-		if e.Commit != "" { // a replace commit rewrote the partition: its consumers run again
-			key += ":commit:" + e.Commit
-		}
-		return key
-	}
-	return "cursor:" + e.DatasetUUID + ":" + e.DatasetVersion + ":" + strconv.FormatInt(*e.Cursor, 10)
-}
-
-// routingKey is the identity of a routing: of the update (routedEvent.dedupeKey) to job of
+// routingKey is the identity of a routing: of the update (intake.Routed.dedupeKey) to job of
 // pipeline version version. It is the idempotency key of the task the routing creates, so an
 // update makes one task per consuming job and pipeline version: an update routed again under
 // another version (by a rollback, or released from backpressure after a deploy) is a new routing,
@@ -83,138 +38,6 @@ func updateOf(key, pipeline, version, job string) string {
 	}
 	rest, _ := strings.CutPrefix(key, "pipeline:"+pipeline+":"+job+":")
 	return rest
-}
-
-var partitionKey = regexp.MustCompile(`^(\d+)-(\d+)$`)
-
-// validateEvents checks events and turns them into rows of task t's attempt.
-func validateEvents(t *store.Task, attempt int, events []report.Event, now time.Time) ([]*store.DatasetEvent, error) {
-	rows := make([]*store.DatasetEvent, len(events))
-	for i, e := range events {
-		bad := func(format string, args ...any) error {
-			return &dispatch.InvalidError{Message: fmt.Sprintf("events[%d]: ", i) + fmt.Sprintf(format, args...)}
-		}
-		switch {
-		case e.DatasetUUID == "":
-			return nil, bad("dataset_uuid is required")
-		case e.DatasetVersion == "":
-			return nil, bad("dataset_version is required")
-		case e.Cursor == nil && e.PartitionKey == "":
-			return nil, bad("an event needs a cursor or a partition_key")
-		}
-		if e.PartitionKey != "" {
-			m := partitionKey.FindStringSubmatch(e.PartitionKey)
-			if m == nil {
-				return nil, bad("partition_key must be \"start-end\", got %q", e.PartitionKey)
-			}
-			start, _ := strconv.ParseInt(m[1], 10, 64)
-			end, _ := strconv.ParseInt(m[2], 10, 64)
-			if start > end || (e.Start != nil && *e.Start != start) || (e.End != nil && *e.End != end) {
-				return nil, bad("partition_key %q does not match start %v and end %v", e.PartitionKey, deref(e.Start), deref(e.End))
-			}
-			// The bounds are the key's, given or not: one partition is one event either way.
-			e.Start, e.End = &start, &end
-		} else if e.Start != nil || e.End != nil {
-			return nil, bad("start and end belong to a partitioned event (with partition_key)")
-		}
-		parts := []any{t.ID, e.DatasetUUID, e.DatasetVersion, e.Cursor, e.PartitionKey, e.Start, e.End}
-		if e.Staged != nil {
-			// A replace commit: a later attempt's commit of the partition is a new event, its
-			// own attempt's report again the same one.
-			parts = append(parts, attempt)
-		}
-		key, _ := json.Marshal(parts)
-		sum := sha256.Sum256(key)
-		rows[i] = &store.DatasetEvent{DedupeKey: hex.EncodeToString(sum[:]), JobID: t.JobID, TaskID: t.ID, Attempt: attempt,
-			DatasetUUID: e.DatasetUUID, DatasetVersion: e.DatasetVersion, Cursor: e.Cursor, PartitionKey: e.PartitionKey,
-			Start: e.Start, End: e.End, CreatedAt: now}
-	}
-	return rows, nil
-}
-
-func deref(p *int64) any {
-	if p == nil {
-		return nil
-	}
-	return *p
-}
-
-// RecordEvents stores the events of t's current attempt and queues each new one for routing, in
-// the caller's transaction: an event is routed exactly when it is stored. Every event must name a
-// dataset of the task's tenant; otherwise none is stored. It returns how many events were new.
-func (dp *Plane) RecordEvents(ctx context.Context, tx store.Tx, c *dispatch.Work, t *store.Task, events []report.Event) (int, error) {
-	rows, err := validateEvents(t, t.Attempt, events, c.Now())
-	if err != nil {
-		return 0, err
-	}
-	// Read for its tenant, which never changes: outside the transaction, so as not to lock it.
-	job, err := dp.d.JobRef(ctx, t.JobID)
-	if err != nil {
-		return 0, err
-	}
-	if err := ownDatasets(ctx, tx, job.Tenant, events); err != nil {
-		return 0, err
-	}
-	// A task of a rolled-back pipeline version reports into the void: its events are stored, for
-	// the audit, and neither commit a partition nor are routed (see Rollback).
-	if gone, err := rolledBack(ctx, tx, job.Tenant, t); err != nil {
-		return 0, err
-	} else if gone != nil {
-		return tx.DatasetEventInsertMany(ctx, rows)
-	}
-	// A replace output's partition is committed first: its event is stored and queued below,
-	// in the same transaction, so that the event exists exactly when the commit does.
-	if err := dp.commitPartitions(ctx, tx, c, t, job.Tenant, events); err != nil {
-		return 0, err
-	}
-	n, err := tx.DatasetEventInsertMany(ctx, rows)
-	if err != nil || n == 0 {
-		return n, err
-	}
-	for i, e := range rows {
-		if e.ID == 0 {
-			continue // a repeat: routed when it was first stored
-		}
-		re := routedEvent{Tenant: job.Tenant, EventID: e.ID, TaskID: t.ID, Event: report.Event{
-			DatasetUUID: e.DatasetUUID, DatasetVersion: e.DatasetVersion, Cursor: e.Cursor, PartitionKey: e.PartitionKey,
-			Start: e.Start, End: e.End}}
-		if events[i].Staged != nil {
-			re.Commit = t.ID + "/" + strconv.Itoa(t.Attempt)
-		}
-		payload, _ := json.Marshal(re)
-		c.Outbox(&store.OutboxMessage{Topic: store.TopicDatasetEvent, Key: e.DatasetUUID, Payload: payload,
-			AvailableAt: c.Now(), CreatedAt: c.Now()})
-	}
-	c.Signal(&dp.routing) // wakes the router once committed
-	return n, nil
-}
-
-// ownDatasets checks that every event names a dataset of tenant. Another tenant's dataset and a
-// dataset that does not exist get the same answer, so that the refusal says nothing about other
-// tenants.
-func ownDatasets(ctx context.Context, st store.Reader, tenant string, events []report.Event) error {
-	uuids := make([]string, 0, len(events))
-	for _, e := range events {
-		uuids = append(uuids, e.DatasetUUID)
-	}
-	slices.Sort(uuids)
-	uuids = slices.Compact(uuids)
-	mine := make(map[string]bool, len(uuids))
-	for chunk := range slices.Chunk(uuids, 500) {
-		ds, err := st.DatasetGetMany(ctx, chunk)
-		if err != nil {
-			return err
-		}
-		for _, x := range ds {
-			mine[x.UUID] = x.Tenant == tenant
-		}
-	}
-	for i, e := range events {
-		if !mine[e.DatasetUUID] {
-			return &dispatch.InvalidError{Message: fmt.Sprintf("events[%d]: dataset_uuid %q: this tenant has no such dataset", i, e.DatasetUUID)}
-		}
-	}
-	return nil
 }
 
 // RouteConfig configures a Router. Zero fields take their defaults.
@@ -316,10 +139,10 @@ func (r *Router) RunOnce(ctx context.Context) (events, tasks int, err error) {
 		}
 		events = len(msgs)
 		ids := make([]int64, len(msgs))
-		evs := make([]*routedEvent, 0, len(msgs))
+		evs := make([]*intake.Routed, 0, len(msgs))
 		for i, m := range msgs {
 			ids[i] = m.ID
-			var e routedEvent
+			var e intake.Routed
 			if err := json.Unmarshal(m.Payload, &e); err != nil || (e.Cursor == nil && e.PartitionKey == "") {
 				r.dp.log.ErrorContext(ctx, "unreadable dataset event in the outbox; not routed", "id", m.ID, "err", err)
 				continue
@@ -352,7 +175,7 @@ type routing struct {
 	spec  *pipelineSpec
 	js    *jobSpec
 	input int
-	e     *routedEvent
+	e     *intake.Routed
 	key   string
 	// building: the routing is to a job a build rebuilds, which backpressure does not gate (the
 	// build paces itself: see Builds) and whose task reads and writes the build's versions.
@@ -380,7 +203,7 @@ type gate struct {
 // heldRouting is a held routing with its event decoded, as coalesce changes it.
 type heldRouting struct {
 	h     *store.HeldRouting
-	e     *routedEvent
+	e     *intake.Routed
 	dirty bool // stored before this transaction and changed by it
 }
 
@@ -389,7 +212,7 @@ type heldRouting struct {
 // its held routings are released, oldest first, as far as its backlog leaves room, and each new
 // routing then either creates a task (nothing held, backlog below the limits; the backlog counts
 // the tasks created so far) or is held behind the others.
-func (r *Router) route(ctx context.Context, tx store.Tx, c *dispatch.Work, evs []*routedEvent, held []*store.HeldSummary, tally *heldTally) (int, error) {
+func (r *Router) route(ctx context.Context, tx store.Tx, c *dispatch.Work, evs []*intake.Routed, held []*store.HeldSummary, tally *heldTally) (int, error) {
 	uuids := make([]string, 0, len(evs))
 	for _, e := range evs {
 		uuids = append(uuids, e.DatasetUUID)
@@ -401,7 +224,7 @@ func (r *Router) route(ctx context.Context, tx store.Tx, c *dispatch.Work, evs [
 	datasets := known.datasets
 	// Which version of a dataset a consumer reads is decided per consumer (routes): the current
 	// one for the active version, the build's own for a building version.
-	var routable []*routedEvent
+	var routable []*intake.Routed
 	for _, e := range evs {
 		if ds := datasets[e.DatasetUUID]; ds != nil && ds.Tenant == e.Tenant {
 			routable = append(routable, e)
@@ -448,7 +271,7 @@ func (r *Router) route(ctx context.Context, tx store.Tx, c *dispatch.Work, evs [
 			if e.Facets != nil && !js.inputMayMatch(cs.InputIndex, e.Facets) {
 				continue // no row of the batch is one this input reads
 			}
-			key := routingKey(cs.Pipeline, cs.Version, cs.Job, e.dedupeKey())
+			key := routingKey(cs.Pipeline, cs.Version, cs.Job, e.DedupeKey())
 			if seen[key] {
 				continue
 			}
@@ -483,7 +306,7 @@ func (r *Router) route(ctx context.Context, tx store.Tx, c *dispatch.Work, evs [
 		released = map[int64]bool{}
 		hold     []*heldRouting
 	)
-	create := func(spec *pipelineSpec, js *jobSpec, input int, e *routedEvent, key string, building bool) {
+	create := func(spec *pipelineSpec, js *jobSpec, input int, e *intake.Routed, key string, building bool) {
 		job, task := r.dp.newPipelineTask(spec, js, c.Now(), key)
 		var pins map[string]string
 		if building {
@@ -532,7 +355,7 @@ func (r *Router) route(ctx context.Context, tx store.Tx, c *dispatch.Work, evs [
 			for _, h := range hs {
 				released[h.ID] = true
 				tally.released += max(h.Events, 1)
-				var e routedEvent
+				var e intake.Routed
 				if err := json.Unmarshal(h.Event, &e); err != nil {
 					r.dp.log.ErrorContext(ctx, "unreadable held routing; dropped", "id", h.ID, "pipeline", h.Pipeline, "job", h.Job, "err", err)
 					continue
@@ -687,7 +510,7 @@ func (g *gate) decode(h *store.HeldRouting) (*heldRouting, error) {
 	if hr := g.byKey[h.Key]; hr != nil && hr.h.ID == h.ID {
 		return hr, nil
 	}
-	var e routedEvent
+	var e intake.Routed
 	if err := json.Unmarshal(h.Event, &e); err != nil {
 		return nil, fmt.Errorf("held routing %d: decode its event: %w", h.ID, err)
 	}

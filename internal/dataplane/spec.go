@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"sync"
 
+	"github.com/baton-dev/baton/internal/dataplane/intake"
 	"github.com/baton-dev/baton/internal/pipeline"
 	"github.com/baton-dev/baton/internal/store"
 	"github.com/baton-dev/baton/wire"
@@ -113,7 +114,7 @@ func (s *pipelineSpec) job(name string) *jobSpec {
 // version, an event of the dataset's current version; for a building version, one of the version
 // its build makes of the dataset, or of the current version of a dataset it does not rebuild, and
 // only for the jobs it rebuilds.
-func (s *pipelineSpec) routes(cs *store.Consumer, e *routedEvent, ds *store.Dataset) bool {
+func (s *pipelineSpec) routes(cs *store.Consumer, e *intake.Routed, ds *store.Dataset) bool {
 	if ds == nil {
 		return false
 	}
@@ -182,7 +183,7 @@ func (j *jobSpec) taskQueue() string {
 // source task, with trigger describing what started it). Its datasets are at their current
 // versions, but those pins names, by dataset uuid: a build's task reads and writes the versions
 // its build makes.
-func (j *jobSpec) route(s *pipelineSpec, known *knownDatasets, fired int, e *routedEvent, trigger json.RawMessage, pins map[string]string) json.RawMessage {
+func (j *jobSpec) route(s *pipelineSpec, known *knownDatasets, fired int, e *intake.Routed, trigger json.RawMessage, pins map[string]string) json.RawMessage {
 	r := wire.Route{Job: wire.PipelineJob{DAGName: s.Name, Name: j.Name, Version: s.Version, IdleTimeoutSeconds: j.IdleTimeoutSeconds,
 		UpdateStrategy: j.UpdateStrategy, UniqueKey: j.UniqueKey},
 		Trigger: trigger,

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/baton-dev/baton/internal/dataplane"
+	"github.com/baton-dev/baton/internal/dataplane/intake"
 	"github.com/baton-dev/baton/internal/dispatch"
 	"github.com/baton-dev/baton/internal/dispatch/dispatchtest"
 	"github.com/baton-dev/baton/internal/lifecycle"
@@ -157,12 +157,12 @@ func TestRegisteringAConflictingDatasetVersionRefusesTheCompletion(t *testing.T)
 // heldHook is the data plane, except that a completion's registration, once done, waits for
 // release before its transaction goes on.
 type heldHook struct {
-	*dataplane.Plane
+	*intake.Intake
 	registered, release chan struct{}
 }
 
 func (h *heldHook) RegisterVersions(ctx context.Context, tx store.Tx, w *dispatch.Work, t *store.Task, pub []report.Published) error {
-	err := h.Plane.RegisterVersions(ctx, tx, w, t, pub)
+	err := h.Intake.RegisterVersions(ctx, tx, w, t, pub)
 	close(h.registered)
 	<-h.release
 	return err
@@ -175,7 +175,7 @@ func TestConflictingRegistrationsOnTwoReplicasOnePostgres(t *testing.T) {
 	db := storetest.NewPostgresDatabase(t)
 	a, b := newEnv(t, db.Open(t)), newEnv(t, db.Open(t))
 	ds := a.ownDataset()
-	held := &heldHook{Plane: a.dp, registered: make(chan struct{}), release: make(chan struct{})}
+	held := &heldHook{Intake: a.dp.Intake(), registered: make(chan struct{}), release: make(chan struct{})}
 	a.D.SetHook(held)
 	ca := a.Claim(a.Submit(spec("a")), "a")
 	cb := b.Claim(b.Submit(spec("b")), "b")

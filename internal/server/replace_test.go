@@ -16,6 +16,7 @@ import (
 	"github.com/baton-dev/baton/internal/blob"
 	"github.com/baton-dev/baton/internal/blob/blobtest"
 	"github.com/baton-dev/baton/internal/dataplane"
+	"github.com/baton-dev/baton/internal/dataplane/intake"
 	"github.com/baton-dev/baton/internal/server"
 	"github.com/baton-dev/baton/internal/store"
 	"github.com/baton-dev/baton/internal/store/storetest"
@@ -115,7 +116,7 @@ func TestReplaceOverHTTP(t *testing.T) {
 		token, lease := claim["capability_token"].(string), claim["lease_token"].(string)
 
 		// The token lets the attempt write its staging folder.
-		folder := dataplane.StagingDir(ds, taskID, 1, "20261101-20261101")
+		folder := intake.StagingDir(ds, taskID, 1, "20261101-20261101")
 		var claims struct {
 			S3 struct {
 				WritePrefixes []string `json:"write_prefixes"`

@@ -1,17 +1,17 @@
-package dataplane
+package intake
 
 import (
 	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
-	"reflect"
 	"slices"
 	"strconv"
 	"strings"
 
 	"github.com/baton-dev/baton/internal/dispatch"
 	"github.com/baton-dev/baton/internal/grant"
+	"github.com/baton-dev/baton/internal/pipeline"
 	"github.com/baton-dev/baton/internal/report"
 	"github.com/baton-dev/baton/internal/store"
 )
@@ -30,7 +30,7 @@ import (
 // has none of them). Two entries of the same completion that contradict each other are refused
 // the same way. The check runs under a lock of each dataset, in the completion's transaction, so
 // that of two completions racing on two replicas the later one sees the earlier one's versions.
-func (dp *Plane) RegisterVersions(ctx context.Context, tx store.Tx, c *dispatch.Work, t *store.Task, pub []report.Published) error {
+func (in *Intake) RegisterVersions(ctx context.Context, tx store.Tx, c *dispatch.Work, t *store.Task, pub []report.Published) error {
 	if len(pub) > report.MaxPublished {
 		return &dispatch.InvalidError{Message: fmt.Sprintf("datasets_published holds %d entries; at most %d per completion", len(pub), report.MaxPublished)}
 	}
@@ -39,7 +39,7 @@ func (dp *Plane) RegisterVersions(ctx context.Context, tx store.Tx, c *dispatch.
 		if p.DatasetUUID == "" || p.DatasetVersion == "" {
 			return &dispatch.InvalidError{Message: fmt.Sprintf("datasets_published[%d]: dataset_uuid and dataset_version are required", i)}
 		}
-		if err := dp.checkLocation(i, p); err != nil {
+		if err := in.checkLocation(i, p); err != nil {
 			return err
 		}
 		uuids = append(uuids, p.DatasetUUID)
@@ -50,7 +50,7 @@ func (dp *Plane) RegisterVersions(ctx context.Context, tx store.Tx, c *dispatch.
 	if err != nil || len(ds) == 0 {
 		return err
 	}
-	job, err := dp.d.JobRef(ctx, t.JobID)
+	job, err := in.d.JobRef(ctx, t.JobID)
 	if err != nil {
 		return err
 	}
@@ -195,35 +195,11 @@ func identified(v *store.DatasetVersion) (versionIdentity, bool) {
 // config_hash, range and storage_ref (equal as JSON values; an absent one is null).
 func sameValues(a, b *store.DatasetVersion) bool {
 	return a.ConfigHash == b.ConfigHash && equalBound(a.Start, b.Start) && equalBound(a.End, b.End) &&
-		sameJSON(a.StorageRef, b.StorageRef)
+		pipeline.SameJSON(a.StorageRef, b.StorageRef)
 }
 
 func equalBound(a, b *int64) bool {
 	return (a == nil) == (b == nil) && (a == nil || *a == *b)
-}
-
-// sameJSON reports whether a and b are the same JSON value, however formatted; an absent value is
-// null.
-func sameJSON(a, b json.RawMessage) bool {
-	va, errA := decodeJSON(a)
-	vb, errB := decodeJSON(b)
-	if errA != nil || errB != nil {
-		return bytes.Equal(a, b)
-	}
-	return reflect.DeepEqual(va, vb)
-}
-
-func decodeJSON(raw json.RawMessage) (any, error) {
-	if len(bytes.TrimSpace(raw)) == 0 {
-		return nil, nil
-	}
-	dec := json.NewDecoder(bytes.NewReader(raw))
-	dec.UseNumber()
-	var v any
-	if err := dec.Decode(&v); err != nil {
-		return nil, err
-	}
-	return v, nil
 }
 
 // describeIdentity names the identity of v in a conflict's message.
@@ -255,12 +231,12 @@ func describe(v *store.DatasetVersion) string {
 // storage, a storage_ref that names a prefix must name one under p's dataset's own prefix. Without
 // object storage no grant is ever derived, so the reference is kept as the task gave it; a server
 // started later with object storage checks it again before granting anything from it.
-func (dp *Plane) checkLocation(i int, p report.Published) error {
+func (in *Intake) checkLocation(i int, p report.Published) error {
 	raw := grant.RefPrefix(p.StorageRef)
-	if raw == "" || dp.cfg.Blob == nil {
+	if raw == "" || in.blob == nil {
 		return nil
 	}
-	if _, err := grant.DatasetLocation(raw, dp.cfg.Blob.Root(), p.DatasetUUID); err != nil {
+	if _, err := grant.DatasetLocation(raw, in.blob.Root(), p.DatasetUUID); err != nil {
 		return &dispatch.InvalidError{Message: fmt.Sprintf("datasets_published[%d].storage_ref: %s", i,
 			strings.TrimPrefix(err.Error(), grant.ErrPrefix.Error()+": "))}
 	}

@@ -1,4 +1,4 @@
-package dataplane
+package intake
 
 import (
 	"bytes"
@@ -78,11 +78,11 @@ func outputName(o *wire.DatasetOutput) string {
 // nothing is stored, and the attempt can still report. Reports it cannot judge (an unknown task,
 // a stale fence, an attempt that ended) are left to the report's transaction, and so are
 // malformed events, which RecordEvents refuses with the same messages as ever.
-func (dp *Plane) CheckEvents(ctx context.Context, f dispatch.Fence, events []report.Event) ([]report.Event, error) {
+func (in *Intake) CheckEvents(ctx context.Context, f dispatch.Fence, events []report.Event) ([]report.Event, error) {
 	if !slices.ContainsFunc(events, func(e report.Event) bool { return e.PartitionKey != "" }) {
 		return events, nil // only a partition is ever committed: cursor events need no look
 	}
-	t, err := dp.store.TaskGet(ctx, f.TaskID)
+	t, err := in.st.TaskGet(ctx, f.TaskID)
 	if errors.Is(err, store.ErrNotFound) {
 		return events, nil
 	}
@@ -103,7 +103,7 @@ func (dp *Plane) CheckEvents(ctx context.Context, f dispatch.Fence, events []rep
 		if o == nil || !partitionKey.MatchString(e.PartitionKey) {
 			continue
 		}
-		if e.Staged, err = dp.checkStaged(ctx, i, t, e, o); err != nil {
+		if e.Staged, err = in.checkStaged(ctx, i, t, e, o); err != nil {
 			return nil, err
 		}
 	}
@@ -111,21 +111,21 @@ func (dp *Plane) CheckEvents(ctx context.Context, f dispatch.Fence, events []rep
 }
 
 // checkStaged looks at the staging folder of event i's partition, written by t's current attempt.
-func (dp *Plane) checkStaged(ctx context.Context, i int, t *store.Task, e *report.Event, o *wire.DatasetOutput) (*report.Staged, error) {
+func (in *Intake) checkStaged(ctx context.Context, i int, t *store.Task, e *report.Event, o *wire.DatasetOutput) (*report.Staged, error) {
 	bad := func(format string, args ...any) error {
 		return &dispatch.InvalidError{Message: fmt.Sprintf("events[%d]: partition %q of dataset %s: ", i, e.PartitionKey, outputName(o)) +
 			fmt.Sprintf(format, args...)}
 	}
-	if dp.cfg.Blob == nil {
+	if in.blob == nil {
 		return nil, bad("its job writes with update_strategy replace, which commits a partition's files in object storage, and this server has none (--blob-url)")
 	}
 	folder := StagingDir(e.DatasetUUID, t.ID, t.Attempt, e.PartitionKey)
 	marker := folder + MarkerName
-	objs, err := dp.cfg.Blob.ListObjects(ctx, folder)
+	objs, err := in.blob.ListObjects(ctx, folder)
 	if err != nil {
 		return nil, fmt.Errorf("events[%d]: check the staging folder of partition %s: %w", i, e.PartitionKey, err)
 	}
-	staged := &report.Staged{Attempt: t.Attempt, Location: dp.cfg.Blob.URI(folder)}
+	staged := &report.Staged{Attempt: t.Attempt, Location: in.blob.URI(folder)}
 	found := false
 	for _, obj := range objs {
 		if obj.Key == marker {
@@ -136,23 +136,23 @@ func (dp *Plane) checkStaged(ctx context.Context, i int, t *store.Task, e *repor
 	}
 	if !found {
 		return nil, bad("no %s marker at %s: a replace job commits a partition by writing its files under %s, then the marker, last, and then reporting the partition's event",
-			MarkerName, dp.cfg.Blob.URI(marker), staged.Location)
+			MarkerName, in.blob.URI(marker), staged.Location)
 	}
-	data, err := readMarker(ctx, dp.cfg.Blob, marker)
+	data, err := readMarker(ctx, in.blob, marker)
 	if errors.Is(err, blob.ErrNotFound) {
-		return nil, bad("its %s marker at %s was deleted while it was being checked", MarkerName, dp.cfg.Blob.URI(marker))
+		return nil, bad("its %s marker at %s was deleted while it was being checked", MarkerName, in.blob.URI(marker))
 	}
 	if err != nil {
 		return nil, fmt.Errorf("events[%d]: read the marker of partition %s: %w", i, e.PartitionKey, err)
 	}
 	if staged.RowCount, err = parseMarker(data); err != nil {
-		return nil, bad("the marker %s must be empty or hold {\"row_count\": N}, N a whole number of at least 0: %v", dp.cfg.Blob.URI(marker), err)
+		return nil, bad("the marker %s must be empty or hold {\"row_count\": N}, N a whole number of at least 0: %v", in.blob.URI(marker), err)
 	}
 	return staged, nil
 }
 
 // readMarker reads the marker under key, at most one byte more than a marker may hold.
-func readMarker(ctx context.Context, b BlobRoot, key string) ([]byte, error) {
+func readMarker(ctx context.Context, b *blob.Store, key string) ([]byte, error) {
 	r, err := b.Get(ctx, key)
 	if err != nil {
 		return nil, err
@@ -203,7 +203,7 @@ func parseMarker(data []byte) (*int64, error) {
 // version at the staging folder CheckEvents found. It runs before the events are stored and queued, in the same
 // transaction, so that a partition's event exists exactly when its commit does. The same
 // attempt's partition again commits nothing new; the dataset version stays the same.
-func (dp *Plane) commitPartitions(ctx context.Context, tx store.Tx, c *dispatch.Work, t *store.Task, tenant string, events []report.Event) error {
+func (in *Intake) commitPartitions(ctx context.Context, tx store.Tx, c *dispatch.Work, t *store.Task, tenant string, events []report.Event) error {
 	outputs := replaceOutputs(t)
 	if len(outputs) == 0 {
 		return nil
