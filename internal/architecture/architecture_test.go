@@ -43,7 +43,7 @@ var rules = []struct {
 	{"internal/dispatch", []string{"internal/dataplane", "internal/pipeline", "internal/dataset", "internal/api", "internal/ui", "internal/sink", "internal/maintenance", "internal/server"},
 		"the lifecycle core is below the data plane, its adapters and the services beside it: the data plane takes part in its transitions through dispatch.Hook"},
 	{"internal/dataplane", []string{"internal/api", "internal/ui", "internal/sink", "internal/maintenance", "internal/server"}, "the data plane is below the adapters that serve it"},
-	{"internal/dataplane/intake", []string{"=internal/dataplane", "internal/api", "internal/ui", "internal/server"},
+	{"internal/dataplane/intake", []string{"=internal/dataplane", "internal/api", "internal/ui", "internal/server", "internal/sink", "internal/maintenance"},
 		"intake is the lifecycle core's hook for what workers report of their data: below the data plane's deploys, routing and sources, which read what it stored"},
 	{"internal/api", []string{"internal/maintenance", "internal/server", "internal/push"},
 		"api holds the HTTP adapters only: it answers requests and runs no loop of its own (push delivery is internal/push; loops are composed by internal/server)"},
