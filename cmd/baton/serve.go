@@ -17,6 +17,7 @@ import (
 	"github.com/baton-dev/baton/internal/api"
 	"github.com/baton-dev/baton/internal/auth"
 	"github.com/baton-dev/baton/internal/dataplane"
+	"github.com/baton-dev/baton/internal/dataplane/bufferqueue"
 	"github.com/baton-dev/baton/internal/dispatch"
 	"github.com/baton-dev/baton/internal/grant"
 	"github.com/baton-dev/baton/internal/maintenance"
@@ -322,7 +323,7 @@ func serve(ctx context.Context, f *serverFlags, ls *listeners, st store.Store, l
 	cfg := server.Config{Store: st, Logger: log,
 		Dispatch: dispatch.Config{MaxTasksPerJob: f.maxTasksPerJob, Defaults: f.defaults,
 			GroupCommit: dispatch.GroupCommit{Off: !f.groupCommit, Committers: f.committers}},
-		DataPlane: dataplane.Config{Buffer: dataplane.BufferConfig{Visibility: f.sinkFlags.visibility}},
+		DataPlane: dataplane.Config{Buffer: bufferqueue.Config{Visibility: f.sinkFlags.visibility}},
 		API:       api.Config{MaxBodyBytes: f.maxBodyBytes, PushTargets: ls.pushTargets, CORSOrigins: f.corsOrigins.origins},
 		Limits:    f.limits,
 		Push:      push.Config{Targets: ls.pushTargets, Secrets: ls.pushSecrets, Timeout: f.pushTimeout, CallbackBaseURL: f.publicURL},

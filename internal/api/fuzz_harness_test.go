@@ -37,6 +37,7 @@ import (
 	"github.com/baton-dev/baton/internal/blob"
 	"github.com/baton-dev/baton/internal/blob/blobtest"
 	"github.com/baton-dev/baton/internal/dataplane"
+	"github.com/baton-dev/baton/internal/dataplane/bufferqueue"
 	"github.com/baton-dev/baton/internal/dataset"
 	"github.com/baton-dev/baton/internal/dispatch"
 	"github.com/baton-dev/baton/internal/grant"
@@ -225,7 +226,7 @@ func newFuzzHarness(f *testing.F) *fuzzHarness {
 		f.Fatal("the event on blocks started no task of range_stats")
 	}
 	n := int64(3)
-	if _, err := h.dp.BufferPublish(ctx, dataplane.BufferPublishParams{
+	if _, err := h.dp.Buffers().Publish(ctx, bufferqueue.PublishParams{
 		Fence:       dispatch.Fence{TaskID: writer.Task.ID, Attempt: 1, LeaseToken: writer.Task.LeaseToken},
 		BatchURI:    "s3://trace-scratch/" + blob.BatchPrefix(ds.UUID, writer.Task.ID, 1) + "batch.jsonl",
 		DatasetUUID: ds.UUID, RecordCount: &n}); err != nil {

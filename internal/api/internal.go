@@ -23,7 +23,7 @@ import (
 	"github.com/baton-dev/baton/internal/assignment"
 	"github.com/baton-dev/baton/internal/auth"
 	"github.com/baton-dev/baton/internal/capability"
-	"github.com/baton-dev/baton/internal/dataplane"
+	"github.com/baton-dev/baton/internal/dataplane/bufferqueue"
 	"github.com/baton-dev/baton/internal/dispatch"
 	"github.com/baton-dev/baton/internal/lifecycle"
 	"github.com/baton-dev/baton/internal/report"
@@ -565,13 +565,13 @@ func (s *Server) fencedBufferPublish(fence fenceFunc) handler {
 		if err != nil {
 			return nil, err
 		}
-		p := dataplane.BufferPublishParams{BatchURI: b.Str("batch_uri"), DatasetUUID: b.Str("dataset_uuid"),
+		p := bufferqueue.PublishParams{BatchURI: b.Str("batch_uri"), DatasetUUID: b.Str("dataset_uuid"),
 			DatasetVersion: b.Str("dataset_version"), RecordCount: b.Int64("record_count"), ContentType: b.Str("content_type"),
 			BatchSizeBytes: b.Int64("batch_size_bytes"), DedupeScope: b.Str("dedupe_scope")}
 		if p.Fence, err = b.resolve(r, fence); err != nil {
 			return nil, err
 		}
-		dup, err := s.dp.BufferPublish(r.Context(), p)
+		dup, err := s.dp.Buffers().Publish(r.Context(), p)
 		if err != nil {
 			return nil, err
 		}

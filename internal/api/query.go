@@ -7,7 +7,7 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/baton-dev/baton/internal/dataplane"
+	"github.com/baton-dev/baton/internal/dataplane/reads"
 	"github.com/baton-dev/baton/internal/query"
 	"github.com/baton-dev/baton/internal/request"
 	"github.com/baton-dev/baton/internal/store"
@@ -27,8 +27,8 @@ func (s *Server) userQuery(w http.ResponseWriter, r *http.Request) (any, error) 
 	if err != nil {
 		return nil, err
 	}
-	holdOpen(w, s.dp.QueryTimeout(false))
-	res, err := s.dp.Query(r.Context(), tenantOf(r), keyOf(r), p)
+	holdOpen(w, s.dp.Reads().QueryTimeout(false))
+	res, err := s.dp.Reads().Query(r.Context(), tenantOf(r), keyOf(r), p)
 	if err != nil {
 		return nil, queryError(err)
 	}
@@ -51,8 +51,8 @@ func (s *Server) fencedQuery(fence fenceFunc) handler {
 		if err != nil {
 			return nil, err
 		}
-		holdOpen(w, s.dp.QueryTimeout(true))
-		res, err := s.dp.TaskQuery(r.Context(), f, p)
+		holdOpen(w, s.dp.Reads().QueryTimeout(true))
+		res, err := s.dp.Reads().TaskQuery(r.Context(), f, p)
 		if err != nil {
 			return nil, queryError(err)
 		}
@@ -69,8 +69,8 @@ func holdOpen(w http.ResponseWriter, timeout time.Duration) {
 
 // readQuery reads a query body's sql, limit and dataset_id. strict refuses any other member
 // (the producer API's rule); without it (the worker dialects' rule) others are ignored.
-func readQuery(f *request.Fields, strict bool) (dataplane.QueryParams, error) {
-	var p dataplane.QueryParams
+func readQuery(f *request.Fields, strict bool) (reads.QueryParams, error) {
+	var p reads.QueryParams
 	if strict {
 		for name := range f.Obj {
 			if !slices.Contains([]string{"sql", "limit", "dataset_id"}, name) {
@@ -131,8 +131,8 @@ func queryError(err error) error {
 		rejected *query.RejectedError
 		failed   *query.FailedError
 		tooLarge *query.TooLargeError
-		unknown  *dataplane.QueryUnknownError
-		notRead  *dataplane.QueryNotReadableError
+		unknown  *reads.QueryUnknownError
+		notRead  *reads.QueryNotReadableError
 		engRead  *query.NotReadableError
 	)
 	switch {
@@ -184,7 +184,7 @@ func (s *Server) queryAudit(w http.ResponseWriter, r *http.Request) (any, error)
 			return nil, queryRefusal(http.StatusBadRequest, "invalid_request", "limit must be an integer from 1 to 1000")
 		}
 	}
-	recs, err := s.dp.QueryAudit(r.Context(), p)
+	recs, err := s.dp.Reads().QueryAudit(r.Context(), p)
 	if err != nil {
 		return nil, err
 	}

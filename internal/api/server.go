@@ -16,6 +16,8 @@ import (
 	"github.com/baton-dev/baton/internal/capability"
 	"github.com/baton-dev/baton/internal/cors"
 	"github.com/baton-dev/baton/internal/dataplane"
+	"github.com/baton-dev/baton/internal/dataplane/bufferqueue"
+	"github.com/baton-dev/baton/internal/dataplane/reads"
 	"github.com/baton-dev/baton/internal/dispatch"
 	"github.com/baton-dev/baton/internal/grant"
 	"github.com/baton-dev/baton/internal/metrics"
@@ -214,13 +216,13 @@ func (s *Server) toHTTP(err error) *request.Error {
 		return request.Errorf(http.StatusNotFound, "Pipeline job not found")
 	case errors.Is(err, dataplane.ErrWebhookNotFound):
 		return request.Errorf(http.StatusNotFound, "No webhook source at this path")
-	case errors.Is(err, dataplane.ErrDatasetNotFound):
+	case errors.Is(err, reads.ErrDatasetNotFound):
 		return request.Errorf(http.StatusNotFound, "Dataset not found")
 	case errors.Is(err, dispatch.ErrTaskNotFound):
 		return request.Errorf(http.StatusNotFound, "Task not found")
-	case errors.Is(err, dataplane.ErrBatchNotFound):
+	case errors.Is(err, bufferqueue.ErrNotFound):
 		return request.Errorf(http.StatusNotFound, "Buffer batch not found")
-	case errors.Is(err, dataplane.ErrBatchNotClaimed):
+	case errors.Is(err, bufferqueue.ErrNotClaimed):
 		return request.Errorf(http.StatusConflict, "The buffer batch is not claimed by this receive (another receive took it over, or it is settled)")
 	case errors.Is(err, dispatch.ErrJobFinished):
 		return request.Errorf(http.StatusConflict, "Job already finished")

@@ -9,7 +9,8 @@ import (
 	"time"
 
 	"github.com/baton-dev/baton/internal/capability"
-	"github.com/baton-dev/baton/internal/dataplane"
+	"github.com/baton-dev/baton/internal/dataplane/bufferqueue"
+	"github.com/baton-dev/baton/internal/dataplane/reads"
 	"github.com/baton-dev/baton/internal/dataset"
 	"github.com/baton-dev/baton/internal/dispatch"
 	"github.com/baton-dev/baton/internal/request"
@@ -29,7 +30,7 @@ func (s *Server) sinkClaim(w http.ResponseWriter, r *http.Request) (any, error) 
 	if err != nil {
 		return nil, err
 	}
-	p := dataplane.ClaimBatchesParams{Max: deref(f.Int("max")), ID: deref(f.Int64("id")),
+	p := bufferqueue.ClaimParams{Max: deref(f.Int("max")), ID: deref(f.Int64("id")),
 		Visibility: time.Duration(deref(f.Int("visibility_seconds"))) * time.Second,
 		Wait:       time.Duration(min(deref(f.Int("wait_seconds")), 30)) * time.Second}
 	if f.Err != nil {
@@ -41,11 +42,11 @@ func (s *Server) sinkClaim(w http.ResponseWriter, r *http.Request) (any, error) 
 	defer cancel()
 	stop := context.AfterFunc(s.drainCtx, cancel)
 	defer stop()
-	msgs, err := s.dp.ClaimBatches(ctx, p)
+	msgs, err := s.dp.Buffers().Claim(ctx, p)
 	if err != nil && !(r.Context().Err() == nil && s.drainCtx.Err() != nil) {
 		return nil, err
 	}
-	return wire.SinkClaim{Messages: dataplane.WireSinkMessages(msgs)}, nil
+	return wire.SinkClaim{Messages: bufferqueue.WireMessages(msgs)}, nil
 }
 
 func (s *Server) sinkCommit(w http.ResponseWriter, r *http.Request) (any, error) {
@@ -60,7 +61,7 @@ func (s *Server) sinkCommit(w http.ResponseWriter, r *http.Request) (any, error)
 	if c.ID <= 0 {
 		return nil, invalidRequest("id is required")
 	}
-	if err := s.dp.CommitBatch(r.Context(), c.ID, dataplane.BatchLoaded{Cursor: c.Cursor, Inserted: c.Inserted, Facets: c.Facets}); err != nil {
+	if err := s.dp.Buffers().Commit(r.Context(), c.ID, bufferqueue.Loaded{Cursor: c.Cursor, Inserted: c.Inserted, Facets: c.Facets}); err != nil {
 		return nil, err
 	}
 	return map[string]any{"ok": true}, nil
@@ -78,7 +79,7 @@ func (s *Server) sinkFail(w http.ResponseWriter, r *http.Request) (any, error) {
 	if f.ID <= 0 || f.ReceiveCount <= 0 {
 		return nil, invalidRequest("id and receive_count are required")
 	}
-	dead, err := s.dp.FailBatch(r.Context(), f.ID, f.ReceiveCount, f.Error)
+	dead, err := s.dp.Buffers().Fail(r.Context(), f.ID, f.ReceiveCount, f.Error)
 	if err != nil {
 		return nil, err
 	}
@@ -100,7 +101,7 @@ func (s *Server) sinkExtend(w http.ResponseWriter, r *http.Request) (any, error)
 	if e.VisibilitySeconds < 1 || e.VisibilitySeconds > 3600 {
 		return nil, invalidRequest("visibility_seconds must be an integer from 1 to 3600")
 	}
-	until, err := s.dp.ExtendBatch(r.Context(), e.ID, e.ReceiveCount, time.Duration(e.VisibilitySeconds)*time.Second)
+	until, err := s.dp.Buffers().Extend(r.Context(), e.ID, e.ReceiveCount, time.Duration(e.VisibilitySeconds)*time.Second)
 	if err != nil {
 		return nil, err
 	}
@@ -125,7 +126,7 @@ func (s *Server) datasetRows(w http.ResponseWriter, r *http.Request) (any, error
 	if err != nil {
 		return nil, err
 	}
-	page, err := s.dp.DatasetRows(r.Context(), tenantOf(r), r.PathValue("name"), q)
+	page, err := s.dp.Reads().DatasetRows(r.Context(), tenantOf(r), r.PathValue("name"), q)
 	if err != nil {
 		return nil, err
 	}
@@ -141,12 +142,12 @@ func (s *Server) taskRows(w http.ResponseWriter, r *http.Request) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	tq := dataplane.TaskRowQuery{Where: q.Where, After: q.After, Limit: q.Limit}
+	tq := reads.TaskRowQuery{Where: q.Where, After: q.After, Limit: q.Limit}
 	if cursorSet {
 		tq.Cursor = &q.Cursor
 	}
 	f := dispatch.Fence{TaskID: c.TaskID, Attempt: c.Attempt, LeaseToken: c.LeaseToken}
-	page, err := s.dp.TaskRows(r.Context(), f, r.PathValue("dataset"), tq)
+	page, err := s.dp.Reads().TaskRows(r.Context(), f, r.PathValue("dataset"), tq)
 	if err != nil {
 		return nil, err
 	}
@@ -154,7 +155,7 @@ func (s *Server) taskRows(w http.ResponseWriter, r *http.Request) (any, error) {
 }
 
 // readRowQuery reads ?limit=&after=&cursor=&where=; cursorSet says whether cursor was given.
-func readRowQuery(r *http.Request) (q dataplane.RowQuery, cursorSet bool, err error) {
+func readRowQuery(r *http.Request) (q reads.RowQuery, cursorSet bool, err error) {
 	qs := r.URL.Query()
 	for name, dst := range map[string]*int64{"after": &q.After, "cursor": &q.Cursor} {
 		if v := qs.Get(name); v != "" {
@@ -177,7 +178,7 @@ func readRowQuery(r *http.Request) (q dataplane.RowQuery, cursorSet bool, err er
 }
 
 // rowPage is the answer of both rows endpoints.
-func rowPage(page dataplane.RowPage) map[string]any {
+func rowPage(page reads.RowPage) map[string]any {
 	out := map[string]any{"rows": orEmpty(page.Rows), "next_after": nil}
 	if page.Next > 0 {
 		out["next_after"] = page.Next
@@ -201,7 +202,7 @@ func (s *Server) batchDeadLetters(w http.ResponseWriter, r *http.Request) (any, 
 			return nil, request.Errorf(http.StatusBadRequest, "limit must be an integer from 1 to 1000")
 		}
 	}
-	recs, err := s.dp.BatchDeadLetters(r.Context(), tenantOf(r), r.PathValue("name"), after, limit)
+	recs, err := s.dp.Buffers().DeadLetters(r.Context(), tenantOf(r), r.PathValue("name"), after, limit)
 	if err != nil {
 		return nil, err
 	}
@@ -221,7 +222,7 @@ func (s *Server) retryBatch(w http.ResponseWriter, r *http.Request) (any, error)
 	if err != nil || id <= 0 {
 		return nil, request.Errorf(http.StatusNotFound, "Buffer batch not found")
 	}
-	b, err := s.dp.RetryBatch(r.Context(), tenantOf(r), r.PathValue("name"), id)
+	b, err := s.dp.Buffers().Retry(r.Context(), tenantOf(r), r.PathValue("name"), id)
 	if err != nil {
 		return nil, err
 	}

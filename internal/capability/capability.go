@@ -11,10 +11,10 @@ import (
 	"time"
 
 	"github.com/baton-dev/baton/internal/auth"
-	"github.com/baton-dev/baton/internal/dataplane"
 	"github.com/baton-dev/baton/internal/dispatch"
 	"github.com/baton-dev/baton/internal/grant"
 	"github.com/baton-dev/baton/internal/request"
+	"github.com/baton-dev/baton/internal/scope"
 	"github.com/baton-dev/baton/internal/store"
 	"github.com/baton-dev/baton/wire"
 	"github.com/golang-jwt/jwt/v5"
@@ -67,7 +67,7 @@ func (i *Issuer) Mint(ctx context.Context, t *store.Task, job dispatch.JobRef, r
 	}
 	if i.storageRoot != "" {
 		// The same derivation decides which buffered datasets the attempt may publish into.
-		g, skipped := grant.Derive(i.storageRoot, dataplane.GrantAttempt(t))
+		g, skipped := grant.Derive(i.storageRoot, scope.Grant(t))
 		for _, why := range skipped {
 			i.log.DebugContext(ctx, "an input's storage is not granted", "task_id", t.ID, "attempt", t.Attempt, "reason", why)
 		}

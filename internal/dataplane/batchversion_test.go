@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/baton-dev/baton/internal/dataplane"
+	"github.com/baton-dev/baton/internal/dataplane/bufferqueue"
 	"github.com/baton-dev/baton/internal/dispatch"
 	"github.com/baton-dev/baton/internal/dispatch/dispatchtest"
 	"github.com/baton-dev/baton/internal/pipeline/pipelinetest"
@@ -54,7 +55,7 @@ func TestBufferPublishOfAVersionNoLongerCurrentIsRefused(t *testing.T) {
 		queued := e.outboxTopic(store.TopicBufferBatch)
 
 		publish := func(c *dispatch.Claim, version string) error {
-			_, err := e.dp.BufferPublish(e.Ctx, dataplane.BufferPublishParams{Fence: fence(c),
+			_, err := e.dp.Buffers().Publish(e.Ctx, bufferqueue.PublishParams{Fence: fence(c),
 				BatchURI: e.uri(c, e.dataset.UUID, "b-"+version+".jsonl"), DatasetVersion: version})
 			return err
 		}
@@ -108,12 +109,12 @@ func TestACommittedBatchsEventIsOfTheBatchsVersion(t *testing.T) {
 		e := newBufferEnv(t, st)
 		old := e.dataset.CurrentVersion
 		e.publish(e.writer, e.uri(e.writer, e.dataset.UUID, "held.jsonl"))
-		msgs := e.claimBatches(dataplane.ClaimBatchesParams{})
+		msgs := e.claimBatches(bufferqueue.ClaimParams{})
 		if len(msgs) != 1 {
 			t.Fatalf("claimed %d batches, want 1", len(msgs))
 		}
 		e.resetAlerts()
-		if err := e.dp.CommitBatch(e.Ctx, msgs[0].ID, dataplane.BatchLoaded{Cursor: 1, Inserted: 2,
+		if err := e.dp.Buffers().Commit(e.Ctx, msgs[0].ID, bufferqueue.Loaded{Cursor: 1, Inserted: 2,
 			Facets: map[string][]any{"severity": {"high", "low"}}}); err != nil {
 			t.Fatal(err)
 		}
@@ -143,17 +144,17 @@ func TestABatchOfAVersionNoLongerCurrentIsNeverHandedOut(t *testing.T) {
 		w := e.runScan() // pinned to old
 		e.publish(w, e.uri(w, e.dataset.UUID, "a.jsonl"))
 		e.publish(w, e.uri(w, e.dataset.UUID, "b.jsonl"))
-		held := e.claimBatches(dataplane.ClaimBatchesParams{})
+		held := e.claimBatches(bufferqueue.ClaimParams{})
 		if len(held) != 1 {
 			t.Fatalf("claimed %d batches, want 1", len(held))
 		}
 		if _, err := e.dp.SetCurrentVersion(e.Ctx, tenant, "alert_events", fresh); err != nil {
 			t.Fatal(err)
 		}
-		if msgs := e.claimBatches(dataplane.ClaimBatchesParams{Max: 10}); len(msgs) != 0 {
+		if msgs := e.claimBatches(bufferqueue.ClaimParams{Max: 10}); len(msgs) != 0 {
 			t.Fatalf("handed out %d batches of a version no longer current", len(msgs))
 		}
-		if dead, err := e.dp.FailBatch(e.Ctx, held[0].ID, 1, "the artifact could not be read"); err != nil || !dead {
+		if dead, err := e.dp.Buffers().Fail(e.Ctx, held[0].ID, 1, "the artifact could not be read"); err != nil || !dead {
 			t.Fatalf("the held batch's first failure: dead=%v %v, want it dead-lettered at once", dead, err)
 		}
 		recs, _ := st.BufferPublishListByTask(e.Ctx, w.Task.ID)
@@ -169,7 +170,7 @@ func TestABatchOfAVersionNoLongerCurrentIsNeverHandedOut(t *testing.T) {
 			if r.State != store.BufferDead || r.LastError != want {
 				t.Errorf("batch %d: %s %q, want dead with %q", r.ID, r.State, r.LastError, want)
 			}
-			_, err := e.dp.RetryBatch(e.Ctx, tenant, "alert_events", r.ID)
+			_, err := e.dp.Buffers().Retry(e.Ctx, tenant, "alert_events", r.ID)
 			c := dispatchtest.WantErr[*dispatch.ConflictError](t, err)
 			wantRetry := fmt.Sprintf("batch %d is of dataset version %s, which is no longer the dataset's current version (%s): it can no longer be loaded; "+
 				"publish its rows again from a task of the current version", r.ID, old, fresh)

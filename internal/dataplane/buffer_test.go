@@ -12,6 +12,8 @@ import (
 	"github.com/baton-dev/baton/internal/blob"
 	"github.com/baton-dev/baton/internal/blob/blobtest"
 	"github.com/baton-dev/baton/internal/dataplane"
+	"github.com/baton-dev/baton/internal/dataplane/bufferqueue"
+	"github.com/baton-dev/baton/internal/dataplane/reads"
 	"github.com/baton-dev/baton/internal/dispatch"
 	"github.com/baton-dev/baton/internal/dispatch/dispatchtest"
 	"github.com/baton-dev/baton/internal/pipeline/pipelinetest"
@@ -73,14 +75,14 @@ func (e *bufferEnv) uri(c *dispatch.Claim, segment, name string) string {
 
 func (e *bufferEnv) publish(c *dispatch.Claim, uri string) {
 	e.T.Helper()
-	if _, err := e.dp.BufferPublish(e.Ctx, dataplane.BufferPublishParams{Fence: fence(c), BatchURI: uri}); err != nil {
+	if _, err := e.dp.Buffers().Publish(e.Ctx, bufferqueue.PublishParams{Fence: fence(c), BatchURI: uri}); err != nil {
 		e.T.Fatalf("publish %s: %v", uri, err)
 	}
 }
 
-func (e *bufferEnv) claimBatches(p dataplane.ClaimBatchesParams) []*dataplane.SinkMessage {
+func (e *bufferEnv) claimBatches(p bufferqueue.ClaimParams) []*bufferqueue.Message {
 	e.T.Helper()
-	msgs, err := e.dp.ClaimBatches(e.Ctx, p)
+	msgs, err := e.dp.Buffers().Claim(e.Ctx, p)
 	if err != nil {
 		e.T.Fatalf("claim batches: %v", err)
 	}
@@ -91,13 +93,13 @@ func TestBufferPublishRecordsOnceAndQueuesTheSinkMessage(t *testing.T) {
 	storetest.ForEachDriver(t, func(t *testing.T, st store.Store) {
 		e := newBufferEnv(t, st)
 		c := e.writer
-		p := dataplane.BufferPublishParams{Fence: fence(c), BatchURI: e.uri(c, e.dataset.UUID, "batch.jsonl"),
+		p := bufferqueue.PublishParams{Fence: fence(c), BatchURI: e.uri(c, e.dataset.UUID, "batch.jsonl"),
 			DatasetUUID: e.dataset.UUID, RecordCount: i64(1000)}
-		dup, err := e.dp.BufferPublish(e.Ctx, p)
+		dup, err := e.dp.Buffers().Publish(e.Ctx, p)
 		if err != nil || dup {
 			t.Fatalf("publish: dup=%v %v", dup, err)
 		}
-		if dup, err := e.dp.BufferPublish(e.Ctx, p); err != nil || !dup {
+		if dup, err := e.dp.Buffers().Publish(e.Ctx, p); err != nil || !dup {
 			t.Fatalf("repeat: dup=%v %v", dup, err)
 		}
 		recs, _ := st.BufferPublishListByTask(e.Ctx, c.Task.ID)
@@ -139,24 +141,24 @@ func TestBufferPublishRefusesURIsOutsideTheAttemptsPrefix(t *testing.T) {
 		}
 		tests := []struct {
 			name string
-			p    dataplane.BufferPublishParams
+			p    bufferqueue.PublishParams
 			want string
 		}{
-			{"a file of the server", dataplane.BufferPublishParams{BatchURI: "file:///etc/passwd"}, "batch_uri"},
-			{"another store", dataplane.BufferPublishParams{BatchURI: "s3://elsewhere/buffers/" + ds + "/" + id + "/1/b.jsonl"}, "batch_uri"},
-			{"outside the buffer location", dataplane.BufferPublishParams{BatchURI: e.blob.URI("data/" + ds + "/" + id + "/1/b.jsonl")}, "own prefix"},
-			{"another task's prefix", dataplane.BufferPublishParams{BatchURI: e.uri(other, ds, "b.jsonl")}, "own prefix"},
-			{"another attempt's prefix", dataplane.BufferPublishParams{BatchURI: e.blob.URI("buffers/" + ds + "/" + id + "/2/b.jsonl")}, "own prefix"},
-			{"a climb out", dataplane.BufferPublishParams{BatchURI: e.blob.URI("buffers/" + ds + "/" + id + "/1/../../x/1/b.jsonl")}, "batch_uri"},
-			{"the prefix itself", dataplane.BufferPublishParams{BatchURI: e.uri(c, ds, "")}, "batch_uri"},
-			{"an unknown dataset", dataplane.BufferPublishParams{BatchURI: e.uri(c, "nope", "b.jsonl")}, "no such dataset"},
-			{"a direct dataset", dataplane.BufferPublishParams{BatchURI: e.uri(c, "blocks", "b.jsonl")}, "not a buffered dataset"},
-			{"a dataset_uuid that is not the path's", dataplane.BufferPublishParams{BatchURI: e.uri(c, ds, "b.jsonl"), DatasetUUID: "x"}, "not the dataset"},
-			{"no dataset at all", dataplane.BufferPublishParams{BatchURI: e.blob.URI("buffers/" + id + "/1/b.jsonl")}, "dataset_uuid is required"},
+			{"a file of the server", bufferqueue.PublishParams{BatchURI: "file:///etc/passwd"}, "batch_uri"},
+			{"another store", bufferqueue.PublishParams{BatchURI: "s3://elsewhere/buffers/" + ds + "/" + id + "/1/b.jsonl"}, "batch_uri"},
+			{"outside the buffer location", bufferqueue.PublishParams{BatchURI: e.blob.URI("data/" + ds + "/" + id + "/1/b.jsonl")}, "own prefix"},
+			{"another task's prefix", bufferqueue.PublishParams{BatchURI: e.uri(other, ds, "b.jsonl")}, "own prefix"},
+			{"another attempt's prefix", bufferqueue.PublishParams{BatchURI: e.blob.URI("buffers/" + ds + "/" + id + "/2/b.jsonl")}, "own prefix"},
+			{"a climb out", bufferqueue.PublishParams{BatchURI: e.blob.URI("buffers/" + ds + "/" + id + "/1/../../x/1/b.jsonl")}, "batch_uri"},
+			{"the prefix itself", bufferqueue.PublishParams{BatchURI: e.uri(c, ds, "")}, "batch_uri"},
+			{"an unknown dataset", bufferqueue.PublishParams{BatchURI: e.uri(c, "nope", "b.jsonl")}, "no such dataset"},
+			{"a direct dataset", bufferqueue.PublishParams{BatchURI: e.uri(c, "blocks", "b.jsonl")}, "not a buffered dataset"},
+			{"a dataset_uuid that is not the path's", bufferqueue.PublishParams{BatchURI: e.uri(c, ds, "b.jsonl"), DatasetUUID: "x"}, "not the dataset"},
+			{"no dataset at all", bufferqueue.PublishParams{BatchURI: e.blob.URI("buffers/" + id + "/1/b.jsonl")}, "dataset_uuid is required"},
 		}
 		for _, tt := range tests {
 			tt.p.Fence = fence(c)
-			_, err := e.dp.BufferPublish(e.Ctx, tt.p)
+			_, err := e.dp.Buffers().Publish(e.Ctx, tt.p)
 			bad := dispatchtest.WantErr[*dispatch.InvalidError](t, err)
 			if !strings.Contains(bad.Message, tt.want) {
 				t.Errorf("%s: %q, want it to mention %q", tt.name, bad.Message, tt.want)
@@ -169,7 +171,7 @@ func TestBufferPublishRefusesURIsOutsideTheAttemptsPrefix(t *testing.T) {
 		// body.
 		e.publish(c, e.uri(c, ds, "a.jsonl"))
 		e.publish(c, e.uri(c, "alert_events", "b.jsonl"))
-		if _, err := e.dp.BufferPublish(e.Ctx, dataplane.BufferPublishParams{Fence: fence(c), DedupeScope: "alert_events",
+		if _, err := e.dp.Buffers().Publish(e.Ctx, bufferqueue.PublishParams{Fence: fence(c), DedupeScope: "alert_events",
 			BatchURI: e.blob.URI("buffers/" + id + "/1/c.jsonl")}); err != nil {
 			t.Fatal(err)
 		}
@@ -189,11 +191,11 @@ func TestBufferPublishOnlyIntoTheJobsOwnBufferedOutputs(t *testing.T) {
 		plain := e.Claim(e.Submit(spec("plain")), "plain")
 		// pager reads alert_events: a task of it, made by a committed batch's event.
 		e.publish(e.writer, e.uri(e.writer, ds, "seed.jsonl"))
-		msgs := e.claimBatches(dataplane.ClaimBatchesParams{Max: 1})
+		msgs := e.claimBatches(bufferqueue.ClaimParams{Max: 1})
 		if len(msgs) != 1 {
 			t.Fatalf("claimed %d batches", len(msgs))
 		}
-		if err := e.dp.CommitBatch(e.Ctx, msgs[0].ID, dataplane.BatchLoaded{Cursor: 1, Inserted: 1,
+		if err := e.dp.Buffers().Commit(e.Ctx, msgs[0].ID, bufferqueue.Loaded{Cursor: 1, Inserted: 1,
 			Facets: map[string][]any{"severity": {"high"}}}); err != nil {
 			t.Fatal(err)
 		}
@@ -203,7 +205,7 @@ func TestBufferPublishOnlyIntoTheJobsOwnBufferedOutputs(t *testing.T) {
 		pager := e.pipelineTask(t, "pager")
 		for _, c := range []*dispatch.Claim{plain, pager} {
 			for _, uri := range []string{e.uri(c, ds, "b.jsonl"), e.uri(c, "alert_events", "b.jsonl")} {
-				_, err := e.dp.BufferPublish(e.Ctx, dataplane.BufferPublishParams{Fence: fence(c), BatchURI: uri})
+				_, err := e.dp.Buffers().Publish(e.Ctx, bufferqueue.PublishParams{Fence: fence(c), BatchURI: uri})
 				denied := dispatchtest.WantErr[*dispatch.ForbiddenError](t, err)
 				if want := `dataset "alert_events" is not an output of this task's job: only tasks of the pipeline job that publishes a buffered dataset may publish batches into it`; denied.Message != want {
 					t.Errorf("refusal %q, want %q", denied.Message, want)
@@ -213,7 +215,7 @@ func TestBufferPublishOnlyIntoTheJobsOwnBufferedOutputs(t *testing.T) {
 				t.Fatalf("a refused publish was recorded: %+v", recs)
 			}
 		}
-		if msgs := e.claimBatches(dataplane.ClaimBatchesParams{Max: 10}); len(msgs) != 0 {
+		if msgs := e.claimBatches(bufferqueue.ClaimParams{Max: 10}); len(msgs) != 0 {
 			t.Fatalf("a refused publish reached the queue: %+v", msgs)
 		}
 	})
@@ -249,9 +251,9 @@ func TestStaleAttemptsBufferPublishIsRefused(t *testing.T) {
 		e.Expire()
 		e.Clock.Advance(10 * time.Second)
 		e.claimID(c.Task.ID)
-		_, err := e.dp.BufferPublish(e.Ctx, dataplane.BufferPublishParams{Fence: fence(c), BatchURI: e.uri(c, e.dataset.UUID, "b.jsonl")})
+		_, err := e.dp.Buffers().Publish(e.Ctx, bufferqueue.PublishParams{Fence: fence(c), BatchURI: e.uri(c, e.dataset.UUID, "b.jsonl")})
 		dispatchtest.WantErr[*dispatch.AttemptMismatchError](t, err)
-		if msgs := e.claimBatches(dataplane.ClaimBatchesParams{Max: 10}); len(msgs) != 0 {
+		if msgs := e.claimBatches(bufferqueue.ClaimParams{Max: 10}); len(msgs) != 0 {
 			t.Fatalf("a stale publish reached the queue: %+v", msgs)
 		}
 	})
@@ -264,69 +266,69 @@ func TestBufferQueueReceivesFailuresAndDeadLetters(t *testing.T) {
 	storetest.ForEachDriver(t, func(t *testing.T, st store.Store) {
 		e := newBufferEnv(t, st)
 		e.publish(e.writer, e.uri(e.writer, e.dataset.UUID, "b.jsonl"))
-		msgs := e.claimBatches(dataplane.ClaimBatchesParams{Max: 5, Visibility: 30 * time.Second})
+		msgs := e.claimBatches(bufferqueue.ClaimParams{Max: 5, Visibility: 30 * time.Second})
 		if len(msgs) != 1 || msgs[0].ReceiveCount != 1 || msgs[0].Tenant != tenant || msgs[0].Dataset.Name != "alert_events" ||
 			msgs[0].Dataset.Schema == nil || !slices.Equal(msgs[0].Dataset.FilterFields, []string{"severity"}) {
 			t.Fatalf("first claim %+v", msgs)
 		}
 		m := msgs[0]
-		if again := e.claimBatches(dataplane.ClaimBatchesParams{Max: 5}); len(again) != 0 {
+		if again := e.claimBatches(bufferqueue.ClaimParams{Max: 5}); len(again) != 0 {
 			t.Fatalf("a claimed message was delivered again within its visibility: %+v", again)
 		}
 		e.Clock.Advance(31 * time.Second)
-		second := e.claimBatches(dataplane.ClaimBatchesParams{})
+		second := e.claimBatches(bufferqueue.ClaimParams{})
 		if len(second) != 1 || second[0].ReceiveCount != 2 {
 			t.Fatalf("after the visibility: %+v", second)
 		}
 		// The first receive's failure is stale: the message is the second receive's now.
-		if _, err := e.dp.FailBatch(e.Ctx, m.ID, 1, "row 3: bad"); !errors.Is(err, dataplane.ErrBatchNotClaimed) {
+		if _, err := e.dp.Buffers().Fail(e.Ctx, m.ID, 1, "row 3: bad"); !errors.Is(err, bufferqueue.ErrNotClaimed) {
 			t.Fatalf("stale fail: %v", err)
 		}
 		receipt := 2
 		for receipt < 10 {
-			dead, err := e.dp.FailBatch(e.Ctx, m.ID, receipt, "row 3: severity: must be a string")
+			dead, err := e.dp.Buffers().Fail(e.Ctx, m.ID, receipt, "row 3: severity: must be a string")
 			if err != nil || dead {
 				t.Fatalf("fail receive %d: dead=%v %v", receipt, dead, err)
 			}
 			// Visible again after 1 s · 2^(receive-1), capped at a minute.
 			delay := min(time.Second<<(receipt-1), time.Minute)
 			e.Clock.Advance(delay - time.Millisecond)
-			if got := e.claimBatches(dataplane.ClaimBatchesParams{}); len(got) != 0 {
+			if got := e.claimBatches(bufferqueue.ClaimParams{}); len(got) != 0 {
 				t.Fatalf("visible %v early after receive %d", time.Millisecond, receipt)
 			}
 			e.Clock.Advance(time.Millisecond)
-			got := e.claimBatches(dataplane.ClaimBatchesParams{})
+			got := e.claimBatches(bufferqueue.ClaimParams{})
 			if len(got) != 1 || got[0].ReceiveCount != receipt+1 {
 				t.Fatalf("after receive %d's failure: %+v", receipt, got)
 			}
 			receipt++
 		}
-		dead, err := e.dp.FailBatch(e.Ctx, m.ID, 10, "row 3: severity: must be a string")
+		dead, err := e.dp.Buffers().Fail(e.Ctx, m.ID, 10, "row 3: severity: must be a string")
 		if err != nil || !dead {
 			t.Fatalf("the tenth failure: dead=%v %v", dead, err)
 		}
 		e.Clock.Advance(time.Hour)
-		if got := e.claimBatches(dataplane.ClaimBatchesParams{}); len(got) != 0 {
+		if got := e.claimBatches(bufferqueue.ClaimParams{}); len(got) != 0 {
 			t.Fatalf("a dead letter was delivered: %+v", got)
 		}
-		dl, err := e.dp.BatchDeadLetters(e.Ctx, tenant, "alert_events", 0, 10)
+		dl, err := e.dp.Buffers().DeadLetters(e.Ctx, tenant, "alert_events", 0, 10)
 		if err != nil || len(dl) != 1 || dl[0].ReceiveCount != 10 || dl[0].LastError != "row 3: severity: must be a string" {
 			t.Fatalf("dead letters %+v %v", dl, err)
 		}
-		if _, err := e.dp.BatchDeadLetters(e.Ctx, "other-tenant", "alert_events", 0, 10); !errors.Is(err, dataplane.ErrDatasetNotFound) {
+		if _, err := e.dp.Buffers().DeadLetters(e.Ctx, "other-tenant", "alert_events", 0, 10); !errors.Is(err, reads.ErrDatasetNotFound) {
 			t.Errorf("another tenant's dead letters: %v", err)
 		}
-		if _, err := e.dp.RetryBatch(e.Ctx, "other-tenant", "alert_events", m.ID); !errors.Is(err, dataplane.ErrDatasetNotFound) {
+		if _, err := e.dp.Buffers().Retry(e.Ctx, "other-tenant", "alert_events", m.ID); !errors.Is(err, reads.ErrDatasetNotFound) {
 			t.Errorf("another tenant's retry: %v", err)
 		}
-		if _, err := e.dp.RetryBatch(e.Ctx, tenant, "alert_events", m.ID); err != nil {
+		if _, err := e.dp.Buffers().Retry(e.Ctx, tenant, "alert_events", m.ID); err != nil {
 			t.Fatal(err)
 		}
-		got := e.claimBatches(dataplane.ClaimBatchesParams{})
+		got := e.claimBatches(bufferqueue.ClaimParams{})
 		if len(got) != 1 || got[0].ReceiveCount != 1 {
 			t.Fatalf("after the retry: %+v", got)
 		}
-		if _, err := e.dp.RetryBatch(e.Ctx, tenant, "alert_events", m.ID); err == nil {
+		if _, err := e.dp.Buffers().Retry(e.Ctx, tenant, "alert_events", m.ID); err == nil {
 			t.Error("retried a batch that is not dead")
 		}
 	})
@@ -338,15 +340,15 @@ func TestBufferQueueDeadLettersAMessageNoSinkSettles(t *testing.T) {
 		e := newBufferEnv(t, st)
 		e.publish(e.writer, e.uri(e.writer, e.dataset.UUID, "b.jsonl"))
 		for i := 1; i <= 10; i++ {
-			if got := e.claimBatches(dataplane.ClaimBatchesParams{Visibility: time.Second}); len(got) != 1 || got[0].ReceiveCount != i {
+			if got := e.claimBatches(bufferqueue.ClaimParams{Visibility: time.Second}); len(got) != 1 || got[0].ReceiveCount != i {
 				t.Fatalf("claim %d: %+v", i, got)
 			}
 			e.Clock.Advance(time.Second)
 		}
-		if got := e.claimBatches(dataplane.ClaimBatchesParams{}); len(got) != 0 {
+		if got := e.claimBatches(bufferqueue.ClaimParams{}); len(got) != 0 {
 			t.Fatalf("an eleventh receive: %+v", got)
 		}
-		dl, _ := e.dp.BatchDeadLetters(e.Ctx, tenant, "alert_events", 0, 10)
+		dl, _ := e.dp.Buffers().DeadLetters(e.Ctx, tenant, "alert_events", 0, 10)
 		if len(dl) != 1 || !strings.Contains(dl[0].LastError, "after 10 receives") {
 			t.Fatalf("dead letters %+v", dl)
 		}
@@ -375,10 +377,10 @@ func TestCommittedBatchRoutesToConsumersWhoseWhereMatches(t *testing.T) {
 		for i, facets := range []map[string][]any{{"severity": {"high"}}, {"severity": {"low", "high"}}, {"severity": {"info"}}} {
 			name := []string{"a", "b", "c"}[i]
 			e.publish(e.writer, e.uri(e.writer, e.dataset.UUID, name+".jsonl"))
-			m := e.claimBatches(dataplane.ClaimBatchesParams{})[0]
-			res := dataplane.BatchLoaded{Cursor: int64(i + 1), Inserted: 3, Facets: facets}
+			m := e.claimBatches(bufferqueue.ClaimParams{})[0]
+			res := bufferqueue.Loaded{Cursor: int64(i + 1), Inserted: 3, Facets: facets}
 			for range 2 {
-				if err := e.dp.CommitBatch(e.Ctx, m.ID, res); err != nil {
+				if err := e.dp.Buffers().Commit(e.Ctx, m.ID, res); err != nil {
 					t.Fatal(err)
 				}
 			}
@@ -418,23 +420,23 @@ func TestCommittedBatchRoutesToConsumersWhoseWhereMatches(t *testing.T) {
 		// Committed messages are done: nothing is delivered again, and a commit of no rows emits
 		// nothing.
 		e.publish(e.writer, e.uri(e.writer, e.dataset.UUID, "d.jsonl"))
-		m := e.claimBatches(dataplane.ClaimBatchesParams{})[0]
-		if err := e.dp.CommitBatch(e.Ctx, m.ID, dataplane.BatchLoaded{}); err != nil {
+		m := e.claimBatches(bufferqueue.ClaimParams{})[0]
+		if err := e.dp.Buffers().Commit(e.Ctx, m.ID, bufferqueue.Loaded{}); err != nil {
 			t.Fatal(err)
 		}
 		e.Clock.Advance(time.Hour)
-		if got := e.claimBatches(dataplane.ClaimBatchesParams{Max: 10}); len(got) != 0 {
+		if got := e.claimBatches(bufferqueue.ClaimParams{Max: 10}); len(got) != 0 {
 			t.Fatalf("committed messages delivered again: %+v", got)
 		}
 		if n := route(); n != 0 {
 			t.Errorf("a batch of no new rows routed %d tasks", n)
 		}
-		for _, bad := range []dataplane.BatchLoaded{{Cursor: 1}, {Inserted: 1}, {Cursor: -1, Inserted: 1}} {
-			if err := e.dp.CommitBatch(e.Ctx, m.ID, bad); err == nil {
+		for _, bad := range []bufferqueue.Loaded{{Cursor: 1}, {Inserted: 1}, {Cursor: -1, Inserted: 1}} {
+			if err := e.dp.Buffers().Commit(e.Ctx, m.ID, bad); err == nil {
 				t.Errorf("commit %+v accepted", bad)
 			}
 		}
-		if err := e.dp.CommitBatch(e.Ctx, 999999, dataplane.BatchLoaded{}); !errors.Is(err, dataplane.ErrBatchNotFound) {
+		if err := e.dp.Buffers().Commit(e.Ctx, 999999, bufferqueue.Loaded{}); !errors.Is(err, bufferqueue.ErrNotFound) {
 			t.Errorf("commit of an unknown message: %v", err)
 		}
 	})
@@ -446,9 +448,9 @@ func TestBufferFailureKeepsLongErrorsValid(t *testing.T) {
 	storetest.ForEachDriver(t, func(t *testing.T, st store.Store) {
 		e := newBufferEnv(t, st)
 		e.publish(e.writer, e.uri(e.writer, e.dataset.UUID, "b.jsonl"))
-		m := e.claimBatches(dataplane.ClaimBatchesParams{})[0]
+		m := e.claimBatches(bufferqueue.ClaimParams{})[0]
 		reason := "x" + strings.Repeat("é", 3000) // 6,001 bytes; byte 4,000 is inside a character
-		if _, err := e.dp.FailBatch(e.Ctx, m.ID, m.ReceiveCount, reason); err != nil {
+		if _, err := e.dp.Buffers().Fail(e.Ctx, m.ID, m.ReceiveCount, reason); err != nil {
 			t.Fatalf("fail with a long error: %v", err)
 		}
 		recs, _ := st.BufferPublishListByTask(e.Ctx, e.writer.Task.ID)

@@ -2,12 +2,10 @@ package dataplane
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"slices"
 
-	"github.com/google/uuid"
-
+	"github.com/baton-dev/baton/internal/dataplane/reads"
 	"github.com/baton-dev/baton/internal/dispatch"
 	"github.com/baton-dev/baton/internal/store"
 )
@@ -31,26 +29,10 @@ type DatasetView struct {
 // MaxPartitionsListed caps the partitions a dataset view lists.
 const MaxPartitionsListed = 1000
 
-// findDataset finds a tenant's dataset by name, or by uuid.
-func (dp *Plane) findDataset(ctx context.Context, st store.Reader, tenant, ref string) (*store.Dataset, error) {
-	x, err := st.DatasetGetByName(ctx, tenant, ref)
-	if errors.Is(err, store.ErrNotFound) && uuid.Validate(ref) == nil {
-		var ds []*store.Dataset
-		if ds, err = st.DatasetGetMany(ctx, []string{ref}); err == nil && len(ds) == 1 && ds[0].Tenant == tenant {
-			return ds[0], nil
-		}
-		err = store.ErrNotFound
-	}
-	if errors.Is(err, store.ErrNotFound) {
-		return nil, ErrDatasetNotFound
-	}
-	return x, err
-}
-
 // GetDataset returns a tenant's dataset, named or by uuid, with its versions and its latest
 // events (up to limit).
 func (dp *Plane) GetDataset(ctx context.Context, tenant, ref string, limit int) (*DatasetView, error) {
-	x, err := dp.findDataset(ctx, dp.store, tenant, ref)
+	x, err := reads.Find(ctx, dp.store, tenant, ref)
 	if err != nil {
 		return nil, err
 	}
@@ -76,7 +58,7 @@ func (dp *Plane) GetDataset(ctx context.Context, tenant, ref string, limit int) 
 	if len(v.Partitions) > MaxPartitionsListed {
 		v.Partitions, v.PartitionsTruncated = v.Partitions[:MaxPartitionsListed], true
 	}
-	for f := range allowlistOf(x).Fields {
+	for f := range reads.Allowlist(x).Fields {
 		v.Allowed = append(v.Allowed, f)
 	}
 	slices.Sort(v.Allowed)
@@ -96,7 +78,7 @@ func (dp *Plane) SetCurrentVersion(ctx context.Context, tenant, ref, version str
 	}
 	var out *store.Dataset
 	err := dp.d.UpdateAlone(ctx, store.LockSet{}, func(tx store.Tx, c *dispatch.Work) error {
-		x, err := dp.findDataset(ctx, tx, tenant, ref)
+		x, err := reads.Find(ctx, tx, tenant, ref)
 		if err != nil {
 			return err
 		}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/baton-dev/baton/internal/dataplane/reads"
 	"github.com/baton-dev/baton/internal/dispatch"
 	"github.com/baton-dev/baton/internal/pipeline"
 	"github.com/baton-dev/baton/internal/store"
@@ -27,9 +28,6 @@ var ErrPipelineNotFound = errors.New("pipeline not found")
 
 // ErrPipelineVersionNotFound: the tenant's pipeline has no version of that name.
 var ErrPipelineVersionNotFound = errors.New("pipeline version not found")
-
-// ErrDatasetNotFound: the tenant has no dataset of that name or uuid.
-var ErrDatasetNotFound = errors.New("dataset not found")
 
 // DeployResult says what a deploy did.
 type DeployResult struct {
@@ -444,23 +442,12 @@ func (dp *Plane) checkAgainstTenant(ctx context.Context, tenant string, doc *pip
 		if x == nil {
 			return pipeline.Allowlist{}, false
 		}
-		return allowlistOf(x), true
+		return reads.Allowlist(x), true
 	})...)
 	if lookupErr != nil {
 		return nil, nil, lookupErr
 	}
 	return existing, problems, nil
-}
-
-// allowlistOf is the fields a stored dataset may be filtered on.
-func allowlistOf(x *store.Dataset) pipeline.Allowlist {
-	p := &pipeline.Publish{Dataset: x.Name}
-	if len(x.Schema) > 0 {
-		p.Schema = &pipeline.Schema{}
-		_ = json.Unmarshal(x.Schema, p.Schema)
-	}
-	_ = json.Unmarshal(x.FilterFields, &p.FilterFields)
-	return p.Allowlist()
 }
 
 func describeProducer(x *store.Dataset) string {

@@ -12,7 +12,9 @@ import (
 	"github.com/jonboulle/clockwork"
 
 	"github.com/baton-dev/baton/internal/blob"
+	"github.com/baton-dev/baton/internal/dataplane/bufferqueue"
 	"github.com/baton-dev/baton/internal/dataplane/intake"
+	"github.com/baton-dev/baton/internal/dataplane/reads"
 	"github.com/baton-dev/baton/internal/dispatch"
 	"github.com/baton-dev/baton/internal/query"
 	"github.com/baton-dev/baton/internal/store"
@@ -24,7 +26,7 @@ type Config struct {
 	Blob *blob.Store
 	// Tables creates buffered datasets' tables when a pipeline is deployed; nil creates none.
 	Tables DatasetTables
-	Buffer BufferConfig
+	Buffer bufferqueue.Config
 	// LambdaOnPull, when set, says whether the tasks of a lambda job whose operator is op are
 	// handed to pull workers of the job's queue instead of being pushed. baton dev sets it to
 	// "op has no push target", so that a fresh dev server runs every lambda job; a server leaves
@@ -47,9 +49,12 @@ type Plane struct {
 	specs specCache // the pipeline versions' specs read so far
 	// intake takes in the dataset events and versions workers report (the dispatcher's hook).
 	intake *intake.Intake
-	// routing is signalled by a transaction that queued dataset events for the router; sinks by
-	// one that queued a buffered batch for the sinks.
-	routing, sinks dispatch.Signal
+	// reads answers reads of datasets: rows and queries.
+	reads *reads.Reader
+	// buffers is the Buffer Queue of buffered datasets' batches.
+	buffers *bufferqueue.Queue
+	// routing is signalled by a transaction that queued dataset events for the router.
+	routing dispatch.Signal
 	// afterDeployCheck, when set, runs once a deploy's document has been checked against the
 	// tenant's pipelines, before anything is written: tests race another deploy there.
 	afterDeployCheck func()
@@ -61,11 +66,24 @@ func New(d *dispatch.Dispatcher, cfg Config) *Plane {
 	dp := &Plane{d: d, store: d.Store(), clock: d.Clock(), log: d.Logger(), cfg: cfg}
 	dp.intake = intake.New(d, cfg.Blob, &dp.routing)
 	d.SetHook(dp.intake)
+	var tables reads.Tables
+	if cfg.Tables != nil {
+		tables = cfg.Tables
+	}
+	dp.buffers = bufferqueue.New(d, cfg.Blob, cfg.Buffer, &dp.routing)
+	dp.reads = reads.New(d, reads.Config{Tables: tables, Blob: cfg.Blob, Query: cfg.Query,
+		QueryTimeout: cfg.QueryTimeout, TaskQueryTimeout: cfg.TaskQueryTimeout})
 	return dp
 }
 
 // Intake returns the plane's part in workers' reports: the dispatcher's hook.
 func (dp *Plane) Intake() *intake.Intake { return dp.intake }
+
+// Buffers returns the plane's Buffer Queue.
+func (dp *Plane) Buffers() *bufferqueue.Queue { return dp.buffers }
+
+// Reads returns the plane's reads of datasets: rows and queries.
+func (dp *Plane) Reads() *reads.Reader { return dp.reads }
 
 // Dispatcher returns the lifecycle core the plane runs on.
 func (dp *Plane) Dispatcher() *dispatch.Dispatcher { return dp.d }

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/baton-dev/baton/internal/dataplane"
+	"github.com/baton-dev/baton/internal/dataplane/bufferqueue"
 	"github.com/baton-dev/baton/internal/dispatch"
 	"github.com/baton-dev/baton/internal/dispatch/dispatchtest"
 	"github.com/baton-dev/baton/internal/lifecycle"
@@ -411,13 +412,13 @@ func TestRolledBackVersionsTaskPublishesNoBatch(t *testing.T) {
 		if _, _, err := e.dp.Rollback(e.Ctx, tenant, "alerts", ""); err != nil {
 			t.Fatal(err)
 		}
-		_, err := e.dp.BufferPublish(e.Ctx, dataplane.BufferPublishParams{Fence: fence(old), BatchURI: e.uri(old, e.dataset.UUID, "b.jsonl")})
+		_, err := e.dp.Buffers().Publish(e.Ctx, bufferqueue.PublishParams{Fence: fence(old), BatchURI: e.uri(old, e.dataset.UUID, "b.jsonl")})
 		if c := dispatchtest.WantErr[*dispatch.ConflictError](t, err); c != nil && c.Code != "pipeline_version_rolled_back" {
 			t.Errorf("publish of a rolled-back version's task: %+v", c)
 		}
 		// e.writer is of the restored version (the first deploy): its publish is recorded.
 		e.publish(e.writer, e.uri(e.writer, e.dataset.UUID, "a.jsonl"))
-		msgs := e.claimBatches(dataplane.ClaimBatchesParams{Max: 10})
+		msgs := e.claimBatches(bufferqueue.ClaimParams{Max: 10})
 		if len(msgs) != 1 || !strings.HasSuffix(msgs[0].BatchURI, "a.jsonl") {
 			t.Fatalf("queued batches %+v, want the restored version's one", msgs)
 		}

@@ -4,13 +4,33 @@ import (
 	"context"
 	"errors"
 
+	"github.com/baton-dev/baton/internal/dataplane/reads"
 	"github.com/baton-dev/baton/internal/dataset"
 	"github.com/baton-dev/baton/internal/dispatch"
 	"github.com/baton-dev/baton/internal/pipeline"
 )
 
+// DatasetTables holds buffered datasets' tables in the data database.
+type DatasetTables interface {
+	// EnsureTables plans the change of every table of a deploy (a new table, added columns, new
+	// indexes), checks all of them, and makes them in one transaction of the data database, or
+	// none: tables that cannot serve their schemas are refused with an *IncompatibleTablesError
+	// that names each of them, and nothing changes. during runs while that transaction is open,
+	// holding the datasets' locks, and the transaction commits only when during returns nil;
+	// during's error is returned as it is. A table with ClearTenant has that tenant's rows
+	// removed in the same transaction, before during runs; cleared counts them by dataset uuid.
+	// A table with RetireVersion has that version retired in it: from the commit on, no batch of
+	// it is loaded (a load already under way either commits first, and its rows are among those
+	// removed, or is refused).
+	EnsureTables(ctx context.Context, tables []DatasetTable, during func(cleared map[string]int64) error) error
+	// Rows and Scan read the tables' rows (reads.Tables).
+	reads.Tables
+}
+
 // DatasetDB is the data database as the dispatcher sees it (DatasetTables): the tables a deploy
 // creates, and the rows a tenant reads back.
+
+// DatasetDB is the DatasetTables of a data database.
 type DatasetDB struct{ DB *dataset.DB }
 
 var _ DatasetTables = DatasetDB{}
@@ -42,13 +62,13 @@ func (t DatasetDB) EnsureTables(ctx context.Context, tables []DatasetTable, duri
 // Rows reads a page of rows. A query the data database refuses (a where value that passed
 // pipeline.CheckWhere but that no column of its type can hold, such as an integer beyond 64 bits)
 // is the caller's mistake: a dispatch.InvalidError, not a failure of the database.
-func (t DatasetDB) Rows(ctx context.Context, datasetUUID string, s *pipeline.Schema, q RowQuery) (RowPage, error) {
+func (t DatasetDB) Rows(ctx context.Context, datasetUUID string, s *pipeline.Schema, q reads.RowQuery) (reads.RowPage, error) {
 	page, err := t.DB.Rows(ctx, datasetUUID, s, dataset.Query{Tenant: q.Tenant, Where: q.Where, Cursor: q.Cursor, CursorEnd: q.CursorEnd,
 		After: q.After, Limit: q.Limit})
 	if errors.Is(err, dataset.ErrBadQuery) {
-		return RowPage{}, &dispatch.InvalidError{Message: err.Error()}
+		return reads.RowPage{}, &dispatch.InvalidError{Message: err.Error()}
 	}
-	return RowPage{Rows: page.Rows, Next: page.Next}, err
+	return reads.RowPage{Rows: page.Rows, Next: page.Next}, err
 }
 
 // Scan reads columns of every row of tenant that where keeps, from one snapshot (dataset.DB.Scan).
@@ -59,3 +79,6 @@ func (t DatasetDB) Scan(ctx context.Context, datasetUUID string, s *pipeline.Sch
 	}
 	return err
 }
+
+// ErrIncompatibleSchema: a buffered dataset's new schema cannot serve its existing table.
+var ErrIncompatibleSchema = errors.New("incompatible schema")

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/baton-dev/baton/internal/dataplane"
+	"github.com/baton-dev/baton/internal/dataplane/reads"
 	"github.com/baton-dev/baton/internal/dataset"
 	"github.com/baton-dev/baton/internal/dispatch"
 	"github.com/baton-dev/baton/internal/query/engine"
@@ -107,7 +108,7 @@ func BenchmarkQueryBuffered(b *testing.B) {
 			}
 			b.ResetTimer()
 			for b.Loop() {
-				res, err := f.dp.Query(f.ctx, tenant, "bench", dataplane.QueryParams{SQL: "SELECT severity, count(*) AS n, avg(block) AS mean FROM alert_events GROUP BY severity"})
+				res, err := f.dp.Reads().Query(f.ctx, tenant, "bench", reads.QueryParams{SQL: "SELECT severity, count(*) AS n, avg(block) AS mean FROM alert_events GROUP BY severity"})
 				if err != nil {
 					b.Fatal(err)
 				}

@@ -25,6 +25,8 @@ import (
 	"github.com/baton-dev/baton/internal/blob"
 	"github.com/baton-dev/baton/internal/blob/blobtest"
 	"github.com/baton-dev/baton/internal/dataplane"
+	"github.com/baton-dev/baton/internal/dataplane/bufferqueue"
+	"github.com/baton-dev/baton/internal/dataplane/reads"
 	"github.com/baton-dev/baton/internal/dataset"
 	"github.com/baton-dev/baton/internal/dispatch"
 	"github.com/baton-dev/baton/internal/maintenance"
@@ -159,7 +161,7 @@ func (f *fixture) publish(c *dispatch.Claim, name string, rows ...string) string
 	if err := f.blob.Put(f.ctx, key, []byte(strings.Join(rows, "\n")+"\n"), "application/jsonl"); err != nil {
 		f.t.Fatal(err)
 	}
-	if _, err := f.dp.BufferPublish(f.ctx, dataplane.BufferPublishParams{
+	if _, err := f.dp.Buffers().Publish(f.ctx, bufferqueue.PublishParams{
 		Fence: dispatch.Fence{TaskID: c.Task.ID, Attempt: c.Task.Attempt, LeaseToken: c.Task.LeaseToken}, BatchURI: f.blob.URI(key)}); err != nil {
 		f.t.Fatalf("publish: %v", err)
 	}
@@ -187,7 +189,7 @@ func (f *fixture) process() int {
 
 func (f *fixture) rows(tenant string) []map[string]any {
 	f.t.Helper()
-	page, err := dataplane.DatasetDB{DB: f.data}.Rows(f.ctx, f.dataset.UUID, schemaOf(f.t, f.dataset), dataplane.RowQuery{Tenant: tenant, Limit: 1000})
+	page, err := dataplane.DatasetDB{DB: f.data}.Rows(f.ctx, f.dataset.UUID, schemaOf(f.t, f.dataset), reads.RowQuery{Tenant: tenant, Limit: 1000})
 	if err != nil {
 		f.t.Fatal(err)
 	}
@@ -325,7 +327,7 @@ func TestSinkRejectsAMalformedBatchWholeAndDeadLettersIt(t *testing.T) {
 		if rows := f.rows(tenant); len(rows) != 0 {
 			t.Fatalf("rows of a rejected batch reached the table: %v", rows)
 		}
-		dl, err := f.dp.BatchDeadLetters(f.ctx, tenant, "alert_events", 0, 10)
+		dl, err := f.dp.Buffers().DeadLetters(f.ctx, tenant, "alert_events", 0, 10)
 		if err != nil || len(dl) != 1 || dl[0].ReceiveCount != 10 || !strings.Contains(dl[0].LastError, "row 2") ||
 			!strings.Contains(dl[0].LastError, "severity") {
 			t.Fatalf("dead letters %+v %v", dl, err)
@@ -339,7 +341,7 @@ func TestSinkRejectsAMalformedBatchWholeAndDeadLettersIt(t *testing.T) {
 		if err := f.blob.Put(f.ctx, key, []byte(`{"dedupe_key":"ok1","severity":"high"}`+"\n"), ""); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := f.dp.RetryBatch(f.ctx, tenant, "alert_events", dl[0].ID); err != nil {
+		if _, err := f.dp.Buffers().Retry(f.ctx, tenant, "alert_events", dl[0].ID); err != nil {
 			t.Fatal(err)
 		}
 		if n := f.process(); n != 1 {

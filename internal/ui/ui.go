@@ -24,6 +24,7 @@ import (
 
 	"github.com/baton-dev/baton/internal/auth"
 	"github.com/baton-dev/baton/internal/dataplane"
+	"github.com/baton-dev/baton/internal/dataplane/reads"
 	"github.com/baton-dev/baton/internal/dispatch"
 	"github.com/baton-dev/baton/internal/metrics"
 	"github.com/baton-dev/baton/internal/store"
@@ -304,7 +305,7 @@ func (u *UI) fail(w http.ResponseWriter, r *http.Request, s *session, err error)
 		status, msg = http.StatusNotFound, "Task not found in this job."
 	case errors.Is(err, dataplane.ErrPipelineNotFound):
 		status, msg = http.StatusNotFound, "Pipeline not found."
-	case errors.Is(err, dataplane.ErrDatasetNotFound):
+	case errors.Is(err, reads.ErrDatasetNotFound):
 		status, msg = http.StatusNotFound, "Dataset not found."
 	case errors.Is(err, dispatch.ErrInvalidCursor):
 		status, msg = http.StatusBadRequest, "That page link is not valid: start again from the first page."

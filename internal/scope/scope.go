@@ -1,4 +1,6 @@
-package dataplane
+// Package scope decides what an attempt may touch, from the route its task was created with: the
+// storage it is granted and the buffered datasets it may publish batches into.
+package scope
 
 import (
 	"slices"
@@ -9,12 +11,12 @@ import (
 	"github.com/baton-dev/baton/internal/store"
 )
 
-// GrantAttempt is what the storage grant of t's current attempt is derived from (grant.Derive):
+// Grant is what the storage grant of t's current attempt is derived from (grant.Derive):
 // its pinned input versions and its output datasets, as its route records them; a task that is
-// not a pipeline task reads nothing and writes only its scratch space. BufferPublish decides
+// not a pipeline task reads nothing and writes only its scratch space. The Buffer Queue decides
 // from the same outputs, so that a task may publish batches into exactly the buffered datasets
 // its capability token lets it write batches for.
-func GrantAttempt(t *store.Task) grant.Attempt {
+func Grant(t *store.Task) grant.Attempt {
 	a := grant.Attempt{TaskID: t.ID, Attempt: t.Attempt}
 	r := dispatch.DecodeRoute(t)
 	if r == nil {
@@ -29,8 +31,8 @@ func GrantAttempt(t *store.Task) grant.Attempt {
 	return a
 }
 
-// writesBuffered reports whether t's job declares the buffered dataset datasetUUID among its
+// WritesBuffered reports whether t's job declares the buffered dataset datasetUUID among its
 // outputs: whether t may publish batches into it.
-func writesBuffered(t *store.Task, datasetUUID string) bool {
-	return slices.Contains(GrantAttempt(t).Outputs, grant.Output{DatasetUUID: datasetUUID, Buffered: true})
+func WritesBuffered(t *store.Task, datasetUUID string) bool {
+	return slices.Contains(Grant(t).Outputs, grant.Output{DatasetUUID: datasetUUID, Buffered: true})
 }

@@ -1,4 +1,4 @@
-package dataplane
+package reads
 
 import (
 	"encoding/json"

@@ -1,4 +1,4 @@
-package dataplane
+package reads
 
 import (
 	"bytes"
@@ -30,12 +30,12 @@ type TaskRowQuery struct {
 // filtered by the input's where, and by q.Where on top of it. Any other dataset is refused with
 // a *dispatch.ForbiddenError that names it: this is how an untrusted task reads data, with
 // nothing but its capability token.
-func (dp *Plane) TaskRows(ctx context.Context, f dispatch.Fence, dataset string, q TaskRowQuery) (RowPage, error) {
-	t, err := dp.d.RunningAttempt(ctx, f)
+func (rd *Reader) TaskRows(ctx context.Context, f dispatch.Fence, dataset string, q TaskRowQuery) (RowPage, error) {
+	t, err := rd.d.RunningAttempt(ctx, f)
 	if err != nil {
 		return RowPage{}, err
 	}
-	job, err := dp.d.JobRef(ctx, t.JobID)
+	job, err := rd.d.JobRef(ctx, t.JobID)
 	if err != nil {
 		return RowPage{}, err
 	}
@@ -67,7 +67,7 @@ func (dp *Plane) TaskRows(ctx context.Context, f dispatch.Fence, dataset string,
 			return RowPage{}, nil // the two filters exclude each other: no row can match
 		}
 	}
-	return dp.DatasetRows(ctx, job.Tenant, uuid, rq)
+	return rd.DatasetRows(ctx, job.Tenant, uuid, rq)
 }
 
 // decodeWhere decodes an input's where as a caller's where is read: numbers keep every digit.

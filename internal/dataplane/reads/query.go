@@ -1,4 +1,4 @@
-package dataplane
+package reads
 
 import (
 	"cmp"
@@ -48,22 +48,22 @@ const datasetAlias = "dataset"
 // Query runs a query for a holder of API key keyID of tenant: every published dataset of the
 // tenant may be read under its name, each at its current version when the query starts (a
 // buffered dataset: its rows, one snapshot).
-func (dp *Plane) Query(ctx context.Context, tenant, keyID string, p QueryParams) (*query.Result, error) {
+func (rd *Reader) Query(ctx context.Context, tenant, keyID string, p QueryParams) (*query.Result, error) {
 	rec := &store.QueryAudit{Tenant: tenant, Caller: "key:" + keyID}
-	lim := query.Limits{Tenant: tenant, Caller: rec.Caller, Rows: p.Limit, Timeout: dp.QueryTimeout(false)}
-	return dp.runQuery(ctx, rec, p.SQL, lim, func(ctx context.Context, name string) (query.Relation, error) {
+	lim := query.Limits{Tenant: tenant, Caller: rec.Caller, Rows: p.Limit, Timeout: rd.QueryTimeout(false)}
+	return rd.runQuery(ctx, rec, p.SQL, lim, func(ctx context.Context, name string) (query.Relation, error) {
 		ref := name
 		if name == datasetAlias && p.DatasetID != "" {
 			ref = p.DatasetID
 		}
-		ds, err := dp.findDataset(ctx, dp.store, tenant, ref)
+		ds, err := Find(ctx, rd.st, tenant, ref)
 		if errors.Is(err, ErrDatasetNotFound) || (err == nil && ds.Name == "") {
 			return query.Relation{}, &QueryUnknownError{Name: ref}
 		}
 		if err != nil {
 			return query.Relation{}, err
 		}
-		return dp.relation(ctx, tenant, name, ds, ds.CurrentVersion, nil, nil)
+		return rd.relation(ctx, tenant, name, ds, ds.CurrentVersion, nil, nil)
 	})
 }
 
@@ -71,19 +71,19 @@ func (dp *Plane) Query(ctx context.Context, tenant, keyID string, p QueryParams)
 // it may read exactly the datasets its capability token lists, under their names (or uuids):
 // its inputs at their pinned versions, a buffered input's rows as its input's where keeps them,
 // and its job's outputs at their current versions.
-func (dp *Plane) TaskQuery(ctx context.Context, f dispatch.Fence, p QueryParams) (*query.Result, error) {
-	t, err := dp.d.RunningAttempt(ctx, f)
+func (rd *Reader) TaskQuery(ctx context.Context, f dispatch.Fence, p QueryParams) (*query.Result, error) {
+	t, err := rd.d.RunningAttempt(ctx, f)
 	if err != nil {
 		return nil, err
 	}
-	job, err := dp.d.JobRef(ctx, t.JobID)
+	job, err := rd.d.JobRef(ctx, t.JobID)
 	if err != nil {
 		return nil, err
 	}
 	rec := &store.QueryAudit{Tenant: job.Tenant, Caller: "task:" + t.ID + "/" + strconv.Itoa(f.Attempt)}
-	lim := query.Limits{Tenant: job.Tenant, Caller: rec.Caller, Rows: p.Limit, Timeout: dp.QueryTimeout(true)}
+	lim := query.Limits{Tenant: job.Tenant, Caller: rec.Caller, Rows: p.Limit, Timeout: rd.QueryTimeout(true)}
 	route := dispatch.DecodeRoute(t)
-	return dp.runQuery(ctx, rec, p.SQL, lim, func(ctx context.Context, name string) (query.Relation, error) {
+	return rd.runQuery(ctx, rec, p.SQL, lim, func(ctx context.Context, name string) (query.Relation, error) {
 		ref := name
 		if name == datasetAlias && p.DatasetID != "" {
 			ref = p.DatasetID
@@ -96,7 +96,7 @@ func (dp *Plane) TaskQuery(ctx context.Context, f dispatch.Fence, p QueryParams)
 			return query.Relation{}, &dispatch.ForbiddenError{Message: fmt.Sprintf(
 				"dataset %q is not one this task reads or writes: a task queries only its job's inputs and outputs", ref)}
 		}
-		ds, err := dp.store.DatasetGetMany(ctx, []string{uuid})
+		ds, err := rd.st.DatasetGetMany(ctx, []string{uuid})
 		if err != nil {
 			return query.Relation{}, err
 		}
@@ -107,29 +107,29 @@ func (dp *Plane) TaskQuery(ctx context.Context, f dispatch.Fence, p QueryParams)
 		if in != nil {
 			version, sref, where = in.DatasetVersion, in.StorageRef, in.Where
 		}
-		return dp.relation(ctx, job.Tenant, name, ds[0], version, sref, where)
+		return rd.relation(ctx, job.Tenant, name, ds[0], version, sref, where)
 	})
 }
 
 // QueryTimeout is how long a statement may run: a task's, or a user's.
-func (dp *Plane) QueryTimeout(task bool) time.Duration {
+func (rd *Reader) QueryTimeout(task bool) time.Duration {
 	if task {
-		return cmp.Or(dp.cfg.TaskQueryTimeout, query.TaskTimeout)
+		return cmp.Or(rd.cfg.TaskQueryTimeout, query.TaskTimeout)
 	}
-	return cmp.Or(dp.cfg.QueryTimeout, query.UserTimeout)
+	return cmp.Or(rd.cfg.QueryTimeout, query.UserTimeout)
 }
 
 // runQuery gates sql, resolves its relations (resolve answers the relation of one name the
 // statement reads), runs it and writes its audit record, whatever the outcome. A query whose
 // record cannot be written answers that error and no rows.
-func (dp *Plane) runQuery(ctx context.Context, rec *store.QueryAudit, sql string, lim query.Limits,
+func (rd *Reader) runQuery(ctx context.Context, rec *store.QueryAudit, sql string, lim query.Limits,
 	resolve func(ctx context.Context, name string) (query.Relation, error)) (*query.Result, error) {
-	eng := dp.cfg.Query
+	eng := rd.cfg.Query
 	if eng == nil {
 		return nil, query.ErrUnavailable
 	}
 	start := time.Now()
-	rec.At, rec.SQLHash, rec.Datasets = dp.now(), query.Hash(sql), json.RawMessage("[]")
+	rec.At, rec.SQLHash, rec.Datasets = rd.d.Now(), query.Hash(sql), json.RawMessage("[]")
 	st, err := eng.Check(ctx, sql)
 	var rels []query.Relation
 	if err == nil {
@@ -156,10 +156,10 @@ func (dp *Plane) runQuery(ctx context.Context, rec *store.QueryAudit, sql string
 	// The record is written even when the caller has gone: it is the trail of what ran.
 	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
-	if aerr := dp.store.InTx(actx, func(tx store.Tx) error { return tx.QueryAuditInsert(actx, rec) }); aerr != nil {
+	if aerr := rd.st.InTx(actx, func(tx store.Tx) error { return tx.QueryAuditInsert(actx, rec) }); aerr != nil {
 		return nil, fmt.Errorf("query audit: %w", aerr)
 	}
-	dp.log.InfoContext(ctx, "query", "tenant", rec.Tenant, "caller", rec.Caller, "sql_sha256", rec.SQLHash,
+	rd.log.InfoContext(ctx, "query", "tenant", rec.Tenant, "caller", rec.Caller, "sql_sha256", rec.SQLHash,
 		"status", rec.Status, "rows", rec.RowCount, "duration_ms", rec.DurationMS)
 	return res, err
 }
@@ -218,16 +218,16 @@ func queryStatus(err error) string {
 // relation is dataset ds of tenant as the relation name: a buffered dataset's rows (as where,
 // a JSON object or nil, keeps them), else the Parquet files of its version: under ref when
 // given (a task's pinned input), else under that version's registered location.
-func (dp *Plane) relation(ctx context.Context, tenant, name string, ds *store.Dataset, version string, ref, where json.RawMessage) (query.Relation, error) {
+func (rd *Reader) relation(ctx context.Context, tenant, name string, ds *store.Dataset, version string, ref, where json.RawMessage) (query.Relation, error) {
 	r := query.Relation{Name: strings.ToLower(name), Dataset: ds.UUID, Version: version}
 	if ds.WriteMode == pipeline.WriteBuffered {
-		return dp.bufferedRelation(r, tenant, ds, where)
+		return rd.bufferedRelation(r, tenant, ds, where)
 	}
-	if dp.cfg.Blob == nil {
+	if rd.cfg.Blob == nil {
 		return r, &QueryNotReadableError{Message: fmt.Sprintf("dataset %q: this server has no object storage to read its files from", name)}
 	}
 	if len(ref) == 0 && version != "" {
-		vs, err := dp.store.DatasetVersionList(ctx, ds.UUID)
+		vs, err := rd.st.DatasetVersionList(ctx, ds.UUID)
 		if err != nil {
 			return r, err
 		}
@@ -243,13 +243,13 @@ func (dp *Plane) relation(ctx context.Context, tenant, name string, ds *store.Da
 			"dataset %q has no version with files to read: its version %q registered no storage_ref", name, version)}
 	}
 	// The same rule as a grant's: a location outside the dataset's own prefix is never read.
-	prefix, err := grant.DatasetLocation(raw, dp.cfg.Blob.Root(), ds.UUID)
+	prefix, err := grant.DatasetLocation(raw, rd.cfg.Blob.Root(), ds.UUID)
 	if err != nil {
 		return r, &QueryNotReadableError{Message: fmt.Sprintf("dataset %q: %s", name,
 			strings.TrimPrefix(err.Error(), grant.ErrPrefix.Error()+": "))}
 	}
-	keyPrefix := strings.TrimPrefix(prefix, dp.cfg.Blob.Root())
-	keys, err := dp.cfg.Blob.List(ctx, keyPrefix)
+	keyPrefix := strings.TrimPrefix(prefix, rd.cfg.Blob.Root())
+	keys, err := rd.cfg.Blob.List(ctx, keyPrefix)
 	if err != nil {
 		return r, err
 	}
@@ -259,12 +259,12 @@ func (dp *Plane) relation(ctx context.Context, tenant, name string, ds *store.Da
 			continue
 		}
 		f := query.File{Key: k}
-		if f.Path, err = dp.cfg.Blob.Path(k); err != nil {
+		if f.Path, err = rd.cfg.Blob.Path(k); err != nil {
 			return r, &QueryNotReadableError{Message: fmt.Sprintf("dataset %q: %v", name, err)}
 		}
 		if f.Path == "" {
 			key := k
-			f.Open = func(ctx context.Context) (io.ReadCloser, error) { return dp.cfg.Blob.Get(ctx, key) }
+			f.Open = func(ctx context.Context) (io.ReadCloser, error) { return rd.cfg.Blob.Get(ctx, key) }
 		}
 		r.Files = append(r.Files, f)
 	}
@@ -289,8 +289,8 @@ func refGlob(ref json.RawMessage) string {
 
 // bufferedRelation is buffered dataset ds's rows of tenant, as where keeps them, with each
 // row's load cursor as the column _cursor.
-func (dp *Plane) bufferedRelation(r query.Relation, tenant string, ds *store.Dataset, where json.RawMessage) (query.Relation, error) {
-	if dp.cfg.Tables == nil || len(ds.Schema) == 0 {
+func (rd *Reader) bufferedRelation(r query.Relation, tenant string, ds *store.Dataset, where json.RawMessage) (query.Relation, error) {
+	if rd.cfg.Tables == nil || len(ds.Schema) == 0 {
 		return r, &QueryNotReadableError{Message: fmt.Sprintf("dataset %q: this server keeps no rows of buffered datasets", r.Name)}
 	}
 	var s pipeline.Schema
@@ -308,12 +308,12 @@ func (dp *Plane) bufferedRelation(r query.Relation, tenant string, ds *store.Dat
 	}
 	r.Columns = append(r.Columns, query.Column{Name: "_cursor", Type: pipeline.TypeInteger})
 	r.Rows = func(ctx context.Context, columns []string, yield func([]any) error) error {
-		return dp.cfg.Tables.Scan(ctx, ds.UUID, &s, tenant, filter, columns, yield)
+		return rd.cfg.Tables.Scan(ctx, ds.UUID, &s, tenant, filter, columns, yield)
 	}
 	return r, nil
 }
 
 // QueryAudit lists a tenant's query audit records, newest first.
-func (dp *Plane) QueryAudit(ctx context.Context, p store.QueryAuditListParams) ([]*store.QueryAudit, error) {
-	return dp.store.QueryAuditList(ctx, p)
+func (rd *Reader) QueryAudit(ctx context.Context, p store.QueryAuditListParams) ([]*store.QueryAudit, error) {
+	return rd.st.QueryAuditList(ctx, p)
 }

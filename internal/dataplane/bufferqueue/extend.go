@@ -1,4 +1,4 @@
-package dataplane
+package bufferqueue
 
 import (
 	"context"
@@ -15,14 +15,14 @@ import (
 //
 // Only the latest receive of a queued message may extend it: a receipt that a later claim
 // superseded (the visibility ran out and another sink claimed the message), or a message already
-// committed or dead-lettered, is refused with ErrBatchNotClaimed, and an unknown id with
-// ErrBatchNotFound; either way nothing changes. The receipt still holds after its visibility ran
+// committed or dead-lettered, is refused with ErrNotClaimed, and an unknown id with
+// ErrNotFound; either way nothing changes. The receipt still holds after its visibility ran
 // out for as long as no other claim took the message.
-func (dp *Plane) ExtendBatch(ctx context.Context, id int64, receipt int, visibility time.Duration) (visibleUntil time.Time, err error) {
+func (q *Queue) Extend(ctx context.Context, id int64, receipt int, visibility time.Duration) (visibleUntil time.Time, err error) {
 	if visibility < time.Second || visibility > time.Hour {
 		return time.Time{}, &dispatch.InvalidError{Message: "visibility_seconds must be an integer from 1 to 3600"}
 	}
-	err = dp.d.UpdateAlone(ctx, store.LockSet{}, func(tx store.Tx, c *dispatch.Work) error {
+	err = q.d.UpdateAlone(ctx, store.LockSet{}, func(tx store.Tx, c *dispatch.Work) error {
 		visibleUntil = c.Now().Add(visibility)
 		ok, err := tx.BufferPublishExtend(ctx, store.BufferPublishExtendParams{ID: id, Receipt: receipt, VisibleAt: visibleUntil})
 		if err != nil || ok {
@@ -31,7 +31,7 @@ func (dp *Plane) ExtendBatch(ctx context.Context, id int64, receipt int, visibil
 		if _, err := tx.BufferPublishGet(ctx, id); err != nil {
 			return batchNotFound(err)
 		}
-		return ErrBatchNotClaimed
+		return ErrNotClaimed
 	})
 	if err != nil {
 		return time.Time{}, err
