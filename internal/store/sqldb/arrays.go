@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"math/bits"
 	"strconv"
 	"strings"
 )
@@ -24,6 +25,40 @@ func (q q) in(col string, from int, ids []string) (string, []any) {
 	}
 	args := stringArgs(ids)
 	return col + " IN (" + placeholders(from, len(args)) + ")", args
+}
+
+// placeholders returns "$from, $from+1, ..." for n parameters.
+func placeholders(from, n int) string {
+	var b strings.Builder
+	for i := range n {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		b.WriteString("$" + strconv.Itoa(from+i))
+	}
+	return b.String()
+}
+
+// padded is the size class of a list of n items: the next power of two. Lists are padded to it
+// with items that match nothing, so that each statement has a few texts, prepared once and
+// cached (by the SQLite store's statement cache and by pgx), instead of one per length.
+func padded(n int) int {
+	if n <= 1 {
+		return 1
+	}
+	return 1 << bits.Len(uint(n-1))
+}
+
+// stringArgs returns ss as arguments, padded with "" (no task has the empty id).
+func stringArgs(ss []string) []any {
+	args := make([]any, padded(len(ss)))
+	for i := range args {
+		args[i] = ""
+		if i < len(ss) {
+			args[i] = ss[i]
+		}
+	}
+	return args
 }
 
 // columns turns rows into one array per column for unnest: the SQL type of each (empty for a

@@ -1,3 +1,5 @@
+// Backpressure: pipeline jobs' backlogs and the routings held back while they are paused.
+
 package sqldb
 
 import (

@@ -1,3 +1,6 @@
+// Jobs (store.JobReader, store.JobWriter); their deletion on expiry is retention.go, their counts
+// stats.go.
+
 package sqldb
 
 import (
@@ -87,6 +90,22 @@ func jobRow(j *store.Job) []any {
 	return []any{j.ID, j.Tenant, j.Name, string(j.Status), strArg(j.IdempotencyKey), j.RequestHash,
 		j.TotalTasks, j.UnfinishedTasks, ms(j.CreatedAt), ms(j.FinishedAt), strArg(j.Pipeline),
 		strArg(j.PipelineVersion), strArg(j.PipelineJob), j.Traceparent}
+}
+
+// JobInsertManyIfAbsent implements store.Tx.
+func (t *tx) JobInsertManyIfAbsent(ctx context.Context, jobs []*store.Job) ([]string, error) {
+	rows := make([][]any, len(jobs))
+	for i, j := range jobs {
+		rows[i] = jobRow(j)
+	}
+	var inserted []string
+	err := t.insertReturning(ctx, "jobs", jobInsertCols, rows, " ON CONFLICT DO NOTHING RETURNING id", func(rs *sql.Rows) error {
+		var id string
+		err := rs.Scan(&id)
+		inserted = append(inserted, id)
+		return err
+	})
+	return inserted, err
 }
 
 // JobUpdate implements store.Tx.

@@ -1,3 +1,5 @@
+// Credentials (store.Keys): producer API keys with their use, and token signing keys.
+
 package sqldb
 
 import (
@@ -96,4 +98,68 @@ func (db *DB) APIKeyCountRequest(ctx context.Context, keyID, day string) (int64,
 		return 0, fmt.Errorf("count request: %w", err)
 	}
 	return n, nil
+}
+
+// SigningKeyInsert implements store.Keys.
+func (db *DB) SigningKeyInsert(ctx context.Context, k *store.SigningKey) error {
+	err := db.writeTx(ctx, func(t *tx) error {
+		_, err := t.exec(ctx, `INSERT INTO signing_keys (kid, secret, created_at, retired_at)
+			VALUES ($1, $2, $3, $4)`, k.KID, string(k.Secret), ms(k.CreatedAt), ms(k.RetiredAt))
+		return err
+	})
+	if err != nil {
+		if db.dialect.IsUnique(err) {
+			return store.ErrConflict
+		}
+		return fmt.Errorf("insert signing key: %w", err)
+	}
+	return nil
+}
+
+// SigningKeyList implements store.Keys.
+func (db *DB) SigningKeyList(ctx context.Context) ([]*store.SigningKey, error) {
+	rows, err := db.q.query(ctx, `SELECT kid, secret, created_at, retired_at FROM signing_keys
+		ORDER BY created_at DESC, kid DESC`)
+	if err != nil {
+		return nil, fmt.Errorf("list signing keys: %w", err)
+	}
+	defer rows.Close()
+	var out []*store.SigningKey
+	for rows.Next() {
+		var (
+			k       store.SigningKey
+			secret  string
+			created int64
+			retired sql.NullInt64
+		)
+		if err := rows.Scan(&k.KID, &secret, &created, &retired); err != nil {
+			return nil, err
+		}
+		k.Secret = []byte(secret)
+		k.CreatedAt = time.UnixMilli(created).UTC()
+		k.RetiredAt = fromMs(retired)
+		out = append(out, &k)
+	}
+	return out, rows.Err()
+}
+
+// SigningKeyRetire implements store.Keys.
+func (db *DB) SigningKeyRetire(ctx context.Context, kid string, at time.Time) error {
+	return db.writeTx(ctx, func(t *tx) error {
+		res, err := t.exec(ctx, `UPDATE signing_keys SET retired_at = $2 WHERE kid = $1 AND retired_at IS NULL`, kid, at.UnixMilli())
+		if err != nil {
+			return fmt.Errorf("retire signing key: %w", err)
+		}
+		if n, _ := res.RowsAffected(); n > 0 {
+			return nil
+		}
+		var exists int
+		if err := t.queryRow(ctx, `SELECT count(*) FROM signing_keys WHERE kid = $1`, kid).Scan(&exists); err != nil {
+			return err
+		}
+		if exists == 0 {
+			return store.ErrNotFound
+		}
+		return nil
+	})
 }

@@ -1,3 +1,5 @@
+// The commits of partitions of datasets.
+
 package sqldb
 
 import (

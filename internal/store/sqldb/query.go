@@ -1,3 +1,5 @@
+// The Query Service's audit records.
+
 package sqldb
 
 import (

@@ -1,3 +1,5 @@
+// The records of output resets.
+
 package sqldb
 
 import (
@@ -53,18 +55,4 @@ func (q q) OutputResetList(ctx context.Context, p store.OutputResetListParams) (
 		r.At = fromMs(sql.NullInt64{Int64: at, Valid: true})
 		return &r, nil
 	})
-}
-
-// BufferPublishDiscardQueued implements store.Tx.
-func (t *tx) BufferPublishDiscardQueued(ctx context.Context, p store.BufferPublishDiscardParams) (int, error) {
-	res, err := t.exec(ctx, `UPDATE buffer_publishes SET state = 'dead', last_error = $3, finished_at = $4
-		WHERE dataset_uuid = $1 AND tenant = $2 AND state = 'queued'`, p.DatasetUUID, p.Tenant, p.Reason, p.Now.UnixMilli())
-	if err != nil {
-		return 0, fmt.Errorf("discard the queued buffer publishes of dataset %s: %w", p.DatasetUUID, err)
-	}
-	n, err := res.RowsAffected()
-	if err != nil {
-		return 0, fmt.Errorf("discard the queued buffer publishes of dataset %s: %w", p.DatasetUUID, err)
-	}
-	return int(n), nil
 }

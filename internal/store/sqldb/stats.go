@@ -1,3 +1,5 @@
+// The counts of the metrics and the dashboard: jobs by status, queue stats and task counts.
+
 package sqldb
 
 import (
@@ -140,4 +142,30 @@ func (q q) each(ctx context.Context, query string, args []any, fn func(*sql.Rows
 		}
 	}
 	return rows.Err()
+}
+
+// TaskCounts implements store.Reader. Pending and running tasks are counted through their
+// partial indexes (tasks_ready, tasks_reap), dead-lettered ones through tasks_dead; waiting tasks
+// have no index of their own, so they are found among the tasks of processing jobs (by job id,
+// the unique index on job_id and task_key), as only an unfinished job has waiting tasks. The
+// cost follows the live work and the dead letters, not the table's history.
+func (q q) TaskCounts(ctx context.Context) ([]store.TaskCount, error) {
+	rows, err := q.query(ctx, `SELECT queue, 'pending', count(*) FROM tasks WHERE status = 'pending' GROUP BY queue
+		UNION ALL SELECT queue, 'running', count(*) FROM tasks WHERE status = 'running' GROUP BY queue
+		UNION ALL SELECT t.queue, 'waiting', count(*) FROM jobs j JOIN tasks t ON t.job_id = j.id
+			WHERE j.status = 'processing' AND t.status = 'waiting' GROUP BY t.queue
+		UNION ALL SELECT t.queue, '`+store.DeadLettered+`', count(*) FROM tasks t WHERE `+deadLettered+` GROUP BY t.queue`)
+	if err != nil {
+		return nil, fmt.Errorf("task counts: %w", err)
+	}
+	defer rows.Close()
+	var counts []store.TaskCount
+	for rows.Next() {
+		var c store.TaskCount
+		if err := rows.Scan(&c.Queue, &c.State, &c.N); err != nil {
+			return nil, fmt.Errorf("task counts: %w", err)
+		}
+		counts = append(counts, c)
+	}
+	return counts, rows.Err()
 }

@@ -1,11 +1,15 @@
+// The dispatcher's path through a task: what is ready, claims, completions, the release of
+// children and the reaper's due tasks. The batches are set-based statements, one for many rows,
+// so that a batch costs a handful of round trips instead of several per task.
+
 package sqldb
 
 import (
 	"cmp"
 	"context"
+	"database/sql"
 	"fmt"
 	"maps"
-	"math/bits"
 	"slices"
 	"strconv"
 	"strings"
@@ -15,149 +19,124 @@ import (
 	"github.com/baton-dev/baton/internal/store"
 )
 
-// Set-based statements for batches of tasks: one statement for many rows, so that a batch costs
-// a handful of round trips instead of several per task.
+// notAtCap leaves out the tasks whose concurrency key has as many tasks running as its limit:
+// they are not claimable until one of those ends (see claimLimited).
+const notAtCap = ` AND (concurrency_key IS NULL OR concurrency_limit > (SELECT COUNT(*) FROM tasks r
+		WHERE r.concurrency_key = tasks.concurrency_key AND r.status = 'running'))`
 
-// placeholders returns "$from, $from+1, ..." for n parameters.
-func placeholders(from, n int) string {
+// TaskListReadyIDs implements store.Tx.
+func (t *tx) TaskListReadyIDs(ctx context.Context, p store.TaskListReadyIDsParams) ([]string, error) {
+	ids, err := t.ids(ctx, `SELECT id FROM tasks WHERE status = 'pending' AND queue = $1
+		AND available_at <= $2 AND runtime = 'pull'`+notAtCap+` ORDER BY priority DESC, available_at, seq LIMIT $3`+t.d.LockSkip,
+		p.Queue, p.Now.UnixMilli(), p.Limit)
+	if err != nil {
+		return nil, fmt.Errorf("ready tasks of %s: %w", p.Queue, err)
+	}
+	return ids, nil
+}
+
+// TaskListReadyPushIDs implements store.Tx.
+func (t *tx) TaskListReadyPushIDs(ctx context.Context, p store.TaskListReadyPushIDsParams) ([]string, error) {
+	deliverable, args := pushDeliverable(p.Targets, 3)
+	ids, err := t.ids(ctx, `SELECT id FROM tasks WHERE status = 'pending' AND runtime = 'push'
+		AND available_at <= $1`+deliverable+notAtCap+` ORDER BY priority DESC, available_at, seq LIMIT $2`+t.d.LockSkip,
+		append([]any{p.Now.UnixMilli(), p.Limit}, args...)...)
+	if err != nil {
+		return nil, fmt.Errorf("ready push tasks: %w", err)
+	}
+	return ids, nil
+}
+
+// pushDeliverable is the condition that keeps the push tasks a deliverer with targets may
+// deliver (store.TaskListReadyPushIDsParams), with its arguments, numbered from first.
+func pushDeliverable(targets []string, first int) (string, []any) {
+	if len(targets) == 0 {
+		return ` AND route IS NULL`, nil
+	}
+	marks := make([]string, len(targets))
+	args := make([]any, len(targets))
+	for i, name := range targets {
+		marks[i] = "$" + strconv.Itoa(first+i)
+		args[i] = name
+	}
+	return ` AND (route IS NULL OR name IN (` + strings.Join(marks, ", ") + `))`, args
+}
+
+// TaskNextAvailableAt implements store.Reader.
+func (q q) TaskNextAvailableAt(ctx context.Context, queues []string) (time.Time, bool, error) {
+	if len(queues) == 0 {
+		return time.Time{}, false, nil
+	}
 	var b strings.Builder
-	for i := range n {
+	args := make([]any, len(queues))
+	for i, qu := range queues {
 		if i > 0 {
 			b.WriteString(", ")
 		}
-		b.WriteString("$" + strconv.Itoa(from+i))
+		fmt.Fprintf(&b, "$%d", i+1)
+		args[i] = qu
 	}
-	return b.String()
-}
-
-// padded is the size class of a list of n items: the next power of two. Lists are padded to it
-// with items that match nothing, so that each statement has a few texts, prepared once and
-// cached (by the SQLite store's statement cache and by pgx), instead of one per length.
-func padded(n int) int {
-	if n <= 1 {
-		return 1
-	}
-	return 1 << bits.Len(uint(n-1))
-}
-
-// stringArgs returns ss as arguments, padded with "" (no task has the empty id).
-func stringArgs(ss []string) []any {
-	args := make([]any, padded(len(ss)))
-	for i := range args {
-		args[i] = ""
-		if i < len(ss) {
-			args[i] = ss[i]
-		}
-	}
-	return args
-}
-
-// TaskLockMany implements store.Tx.
-func (t *tx) TaskLockMany(ctx context.Context, ids []string) ([]*store.Task, error) {
-	if len(ids) == 0 {
-		return nil, nil
-	}
-	cond, args := t.in("id", 1, ids)
-	rows, err := t.query(ctx, `SELECT `+taskCols+` FROM tasks WHERE `+cond+` ORDER BY id`+t.d.LockRow, args...)
+	var at sql.NullInt64
+	err := q.queryRow(ctx, `SELECT min(available_at) FROM tasks WHERE status = 'pending'
+		AND runtime = 'pull' AND queue IN (`+b.String()+`)`+notAtCap, args...).Scan(&at)
 	if err != nil {
-		return nil, fmt.Errorf("lock tasks: %w", err)
+		return time.Time{}, false, fmt.Errorf("next available: %w", err)
 	}
-	return collectTasks(rows)
+	return fromMs(at), at.Valid, nil
 }
 
-// TaskCompleteMany implements store.Tx.
-func (t *tx) TaskCompleteMany(ctx context.Context, done []store.CompletedTask, now time.Time) error {
-	if len(done) == 0 {
-		return nil
-	}
-	if t.d.Arrays {
-		return t.completeTasksArrays(ctx, done, now)
-	}
-	rows := make([][]any, len(done))
-	for i, d := range done {
-		rows[i] = []any{d.ID, jsonArg(d.Output), d.Attempt}
-	}
-	from, arg, err := jsonRows(2, "c", []string{"c_id", "c_output", "c_attempt"}, rows)
+// TaskNextPushAvailableAt implements store.Reader.
+func (q q) TaskNextPushAvailableAt(ctx context.Context, targets []string) (time.Time, bool, error) {
+	var at sql.NullInt64
+	deliverable, args := pushDeliverable(targets, 1)
+	err := q.queryRow(ctx, `SELECT min(available_at) FROM tasks WHERE status = 'pending' AND runtime = 'push'`+deliverable+notAtCap, args...).Scan(&at)
 	if err != nil {
-		return fmt.Errorf("complete tasks: %w", err)
+		return time.Time{}, false, fmt.Errorf("next push available: %w", err)
 	}
-	res, err := t.exec(ctx, `UPDATE tasks SET status = 'completed', output = c.c_output,
-		error = NULL, lease_expires_at = NULL, deadline_at = NULL, reap_at = NULL, finished_at = $1,
-		last_event_type = 'Task Completed', last_event_at = $1
-		FROM `+from+`
-		WHERE tasks.id = c.c_id AND status = 'running' AND attempt = c.c_attempt`, now.UnixMilli(), arg)
-	if err != nil {
-		return fmt.Errorf("complete tasks: %w", err)
-	}
-	if n, _ := res.RowsAffected(); int(n) != len(done) {
-		return store.ErrLeaseLost
-	}
-	return nil
+	return fromMs(at), at.Valid, nil
 }
 
-// TaskReleaseChildrenMany implements store.Tx. It counts, per child, how many of the parents it
-// has, then updates the children in one statement per distinct count (usually one): a correlated
-// count per updated row was quadratic in the children of a wide fan-out.
-func (t *tx) TaskReleaseChildrenMany(ctx context.Context, parentIDs []string, now time.Time) ([]*store.TaskRef, error) {
-	if len(parentIDs) == 0 {
-		return nil, nil
-	}
-	cond, args := t.in("parent_id", 1, parentIDs)
-	rows, err := t.query(ctx, `SELECT child_id, count(*) FROM task_deps WHERE `+cond+`
-		GROUP BY child_id ORDER BY child_id`, args...)
+// TaskReadyCounts implements store.Reader.
+func (q q) TaskReadyCounts(ctx context.Context, before time.Time) (map[string]int, error) {
+	rows, err := q.query(ctx, `SELECT queue, count(*) FROM tasks WHERE status = 'pending'
+		AND runtime = 'pull' AND available_at <= $1 GROUP BY queue`, before.UnixMilli())
 	if err != nil {
-		return nil, fmt.Errorf("release children: %w", err)
+		return nil, fmt.Errorf("ready counts: %w", err)
 	}
-	var children []string
-	byCount := map[int][]string{}
+	defer rows.Close()
+	counts := map[string]int{}
 	for rows.Next() {
 		var (
-			child string
+			queue string
 			n     int
 		)
-		if err := rows.Scan(&child, &n); err != nil {
-			rows.Close()
-			return nil, fmt.Errorf("release children: %w", err)
+		if err := rows.Scan(&queue, &n); err != nil {
+			return nil, fmt.Errorf("ready counts: %w", err)
 		}
-		children = append(children, child)
-		byCount[n] = append(byCount[n], child)
+		counts[queue] = n
 	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("release children: %w", err)
+	return counts, rows.Err()
+}
+
+// TaskListOldestReady implements store.Reader.
+func (q q) TaskListOldestReady(ctx context.Context, p store.TaskListOldestReadyParams) ([]string, error) {
+	ids, err := q.ids(ctx, `SELECT id FROM tasks WHERE status = 'pending' AND queue = $1
+		AND runtime = 'pull' AND available_at <= $2 ORDER BY available_at, seq LIMIT $3`,
+		p.Queue, p.Before.UnixMilli(), p.Limit)
+	if err != nil {
+		return nil, fmt.Errorf("oldest ready of %s: %w", p.Queue, err)
 	}
-	if len(children) == 0 {
-		return nil, nil
+	return ids, nil
+}
+
+// TaskClaim implements store.Tx. The WHERE clause is the fence: of two claims racing for one
+// task, the second finds it no longer pending.
+func (t *tx) TaskClaim(ctx context.Context, p store.ClaimTaskParams) (*store.Task, bool, error) {
+	tasks, err := t.TaskClaimMany(ctx, []store.ClaimTaskParams{p})
+	if err != nil || len(tasks) == 0 {
+		return nil, false, err
 	}
-	if t.d.LockRow != "" {
-		// Lock the children in id order, as TaskReleaseChildren does, before updating them.
-		cond, args := t.in("id", 1, children)
-		if _, err := t.ids(ctx, `SELECT id FROM tasks WHERE `+cond+` ORDER BY id`+t.d.LockRow, args...); err != nil {
-			return nil, fmt.Errorf("lock children: %w", err)
-		}
-	}
-	counts := make([]int, 0, len(byCount))
-	for n := range byCount {
-		counts = append(counts, n)
-	}
-	slices.Sort(counts)
-	var refs []*store.TaskRef
-	for _, n := range counts {
-		cond, ids := t.in("id", 3, byCount[n])
-		args := append([]any{now.UnixMilli(), n}, ids...)
-		got, err := t.refs(ctx, `UPDATE tasks SET unfinished_parents = unfinished_parents - CAST($2 AS INTEGER),
-			status = CASE WHEN unfinished_parents = CAST($2 AS INTEGER) AND status = 'waiting' THEN 'pending' ELSE status END,
-			available_at = CASE WHEN unfinished_parents = CAST($2 AS INTEGER) AND status = 'waiting' THEN $1 ELSE available_at END,
-			last_event_type = CASE WHEN unfinished_parents = CAST($2 AS INTEGER) AND status = 'waiting' THEN 'Task Pending' ELSE last_event_type END,
-			last_event_at = CASE WHEN unfinished_parents = CAST($2 AS INTEGER) AND status = 'waiting' THEN $1 ELSE last_event_at END
-			WHERE `+cond+` AND unfinished_parents > 0
-			RETURNING `+refCols, args...)
-		if err != nil {
-			return nil, fmt.Errorf("release children: %w", err)
-		}
-		refs = append(refs, got...)
-	}
-	return refs, nil
+	return tasks[0], true, nil
 }
 
 // TaskClaimMany implements store.Tx.
@@ -305,64 +284,6 @@ func (t *tx) claimLimited(ctx context.Context, ps []store.ClaimTaskParams) ([]*s
 	return t.claimUpdate(ctx, allowed, true)
 }
 
-// RowsLock implements store.Tx: one statement locks the tasks in id order, a second the jobs of
-// s.Jobs in id order (see store.LockSet for why that order). Each kind of row set is a part of a
-// UNION ALL under "id IN", which the planner turns into index lookups; an OR of the kinds would
-// have it scan the table.
-func (t *tx) RowsLock(ctx context.Context, s store.LockSet) error {
-	if t.d.LockRow == "" || s.Empty() {
-		return nil
-	}
-	if len(s.Keys) > 0 && t.d.LockKeys != "" {
-		// The keys in one order: the locks are taken after the sort.
-		if _, err := t.exec(ctx, t.d.LockKeys, s.Keys); err != nil {
-			return fmt.Errorf("lock idempotency keys: %w", err)
-		}
-	}
-	if len(s.Tasks)+len(s.Releasing)+len(s.Ending)+len(s.Jobs) == 0 {
-		return nil
-	}
-	var (
-		args  []any
-		with  string
-		parts []string
-	)
-	in := func(col string, ids []string) string {
-		cond, a := t.in(col, len(args)+1, ids)
-		args = append(args, a...)
-		return cond
-	}
-	if len(s.Tasks) > 0 {
-		parts = append(parts, `SELECT id FROM tasks WHERE `+in("id", s.Tasks))
-	}
-	if len(s.Releasing) > 0 {
-		parts = append(parts, `SELECT child_id FROM task_deps WHERE `+in("parent_id", s.Releasing))
-	}
-	if len(s.Ending) > 0 {
-		with = `WITH RECURSIVE below(id) AS (
-			SELECT child_id FROM task_deps WHERE ` + in("parent_id", s.Ending) + `
-			UNION
-			SELECT d.child_id FROM task_deps d JOIN below b ON d.parent_id = b.id
-		) `
-		parts = append(parts, `SELECT id FROM below`)
-	}
-	if len(s.Jobs) > 0 {
-		parts = append(parts, `SELECT id FROM tasks WHERE `+in("job_id", s.Jobs))
-	}
-	if _, err := t.ids(ctx, with+`SELECT id FROM tasks WHERE id IN (`+strings.Join(parts, " UNION ALL ")+`)
-		ORDER BY id`+t.d.LockRow, args...); err != nil {
-		return fmt.Errorf("lock tasks: %w", err)
-	}
-	if len(s.Jobs) == 0 {
-		return nil
-	}
-	cond, jobs := t.in("id", 1, s.Jobs)
-	if _, err := t.ids(ctx, `SELECT id FROM jobs WHERE `+cond+` ORDER BY id`+t.d.LockRow, jobs...); err != nil {
-		return fmt.Errorf("lock jobs: %w", err)
-	}
-	return nil
-}
-
 // claimSet is what a claim sets besides the attempt, lease token and worker; $1 is the time.
 const claimSet = `started_at = $1, heartbeat_at = $1,
 		lease_expires_at = $1 + heartbeat_timeout_ms,
@@ -414,6 +335,36 @@ func (t *tx) claimUpdateArrays(ctx context.Context, ps []store.ClaimTaskParams, 
 	return collectTasks(rows)
 }
 
+// TaskCompleteMany implements store.Tx.
+func (t *tx) TaskCompleteMany(ctx context.Context, done []store.CompletedTask, now time.Time) error {
+	if len(done) == 0 {
+		return nil
+	}
+	if t.d.Arrays {
+		return t.completeTasksArrays(ctx, done, now)
+	}
+	rows := make([][]any, len(done))
+	for i, d := range done {
+		rows[i] = []any{d.ID, jsonArg(d.Output), d.Attempt}
+	}
+	from, arg, err := jsonRows(2, "c", []string{"c_id", "c_output", "c_attempt"}, rows)
+	if err != nil {
+		return fmt.Errorf("complete tasks: %w", err)
+	}
+	res, err := t.exec(ctx, `UPDATE tasks SET status = 'completed', output = c.c_output,
+		error = NULL, lease_expires_at = NULL, deadline_at = NULL, reap_at = NULL, finished_at = $1,
+		last_event_type = 'Task Completed', last_event_at = $1
+		FROM `+from+`
+		WHERE tasks.id = c.c_id AND status = 'running' AND attempt = c.c_attempt`, now.UnixMilli(), arg)
+	if err != nil {
+		return fmt.Errorf("complete tasks: %w", err)
+	}
+	if n, _ := res.RowsAffected(); int(n) != len(done) {
+		return store.ErrLeaseLost
+	}
+	return nil
+}
+
 // completeTasksArrays is TaskCompleteMany with one array per column. The fence (status and
 // attempt) is a column of the rows, not a filter on the tasks: a filter whose selectivity the
 // planner cannot know (no statistics yet) makes it expect one task and compare every task with
@@ -440,4 +391,89 @@ func (t *tx) completeTasksArrays(ctx context.Context, done []store.CompletedTask
 		return store.ErrLeaseLost
 	}
 	return nil
+}
+
+// TaskReleaseChildren implements store.Tx.
+func (t *tx) TaskReleaseChildren(ctx context.Context, parentID string, now time.Time) ([]*store.TaskRef, error) {
+	return t.TaskReleaseChildrenMany(ctx, []string{parentID}, now)
+}
+
+// TaskReleaseChildrenMany implements store.Tx. It counts, per child, how many of the parents it
+// has, then updates the children in one statement per distinct count (usually one): a correlated
+// count per updated row was quadratic in the children of a wide fan-out.
+func (t *tx) TaskReleaseChildrenMany(ctx context.Context, parentIDs []string, now time.Time) ([]*store.TaskRef, error) {
+	if len(parentIDs) == 0 {
+		return nil, nil
+	}
+	cond, args := t.in("parent_id", 1, parentIDs)
+	rows, err := t.query(ctx, `SELECT child_id, count(*) FROM task_deps WHERE `+cond+`
+		GROUP BY child_id ORDER BY child_id`, args...)
+	if err != nil {
+		return nil, fmt.Errorf("release children: %w", err)
+	}
+	var children []string
+	byCount := map[int][]string{}
+	for rows.Next() {
+		var (
+			child string
+			n     int
+		)
+		if err := rows.Scan(&child, &n); err != nil {
+			rows.Close()
+			return nil, fmt.Errorf("release children: %w", err)
+		}
+		children = append(children, child)
+		byCount[n] = append(byCount[n], child)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("release children: %w", err)
+	}
+	if len(children) == 0 {
+		return nil, nil
+	}
+	if t.d.LockRow != "" {
+		// Lock the children in id order, as TaskReleaseChildren does, before updating them.
+		cond, args := t.in("id", 1, children)
+		if _, err := t.ids(ctx, `SELECT id FROM tasks WHERE `+cond+` ORDER BY id`+t.d.LockRow, args...); err != nil {
+			return nil, fmt.Errorf("lock children: %w", err)
+		}
+	}
+	counts := make([]int, 0, len(byCount))
+	for n := range byCount {
+		counts = append(counts, n)
+	}
+	slices.Sort(counts)
+	var refs []*store.TaskRef
+	for _, n := range counts {
+		cond, ids := t.in("id", 3, byCount[n])
+		args := append([]any{now.UnixMilli(), n}, ids...)
+		got, err := t.refs(ctx, `UPDATE tasks SET unfinished_parents = unfinished_parents - CAST($2 AS INTEGER),
+			status = CASE WHEN unfinished_parents = CAST($2 AS INTEGER) AND status = 'waiting' THEN 'pending' ELSE status END,
+			available_at = CASE WHEN unfinished_parents = CAST($2 AS INTEGER) AND status = 'waiting' THEN $1 ELSE available_at END,
+			last_event_type = CASE WHEN unfinished_parents = CAST($2 AS INTEGER) AND status = 'waiting' THEN 'Task Pending' ELSE last_event_type END,
+			last_event_at = CASE WHEN unfinished_parents = CAST($2 AS INTEGER) AND status = 'waiting' THEN $1 ELSE last_event_at END
+			WHERE `+cond+` AND unfinished_parents > 0
+			RETURNING `+refCols, args...)
+		if err != nil {
+			return nil, fmt.Errorf("release children: %w", err)
+		}
+		refs = append(refs, got...)
+	}
+	return refs, nil
+}
+
+// TaskNextReapAt implements store.Reader.
+func (q q) TaskNextReapAt(ctx context.Context) (time.Time, bool, error) {
+	var at sql.NullInt64
+	if err := q.queryRow(ctx, `SELECT min(reap_at) FROM tasks WHERE status = 'running'`).Scan(&at); err != nil {
+		return time.Time{}, false, fmt.Errorf("next reap: %w", err)
+	}
+	return fromMs(at), at.Valid, nil
+}
+
+// TaskListDue implements store.Reader.
+func (q q) TaskListDue(ctx context.Context, now time.Time, limit int) ([]string, error) {
+	return q.ids(ctx, `SELECT id FROM tasks WHERE status = 'running' AND reap_at <= $1
+		ORDER BY reap_at LIMIT $2`, now.UnixMilli(), limit)
 }

@@ -1,89 +1,14 @@
+// The Buffer Queue of buffered publishes.
+
 package sqldb
 
 import (
 	"context"
 	"database/sql"
 	"fmt"
-	"time"
 
 	"github.com/baton-dev/baton/internal/store"
 )
-
-func nullInt(p *int64) any {
-	if p == nil {
-		return nil
-	}
-	return *p
-}
-
-func fromNullInt(n sql.NullInt64) *int64 {
-	if !n.Valid {
-		return nil
-	}
-	v := n.Int64
-	return &v
-}
-
-// DatasetEventInsertMany implements store.Tx, in multi-row statements: each new event gets the ID
-// the database returned for it; a repeat (already stored, or earlier in events) keeps ID 0.
-func (t *tx) DatasetEventInsertMany(ctx context.Context, events []*store.DatasetEvent) (int, error) {
-	cols := []string{"dedupe_key", "job_id", "task_id", "attempt", "dataset_uuid", "dataset_version", "cursor",
-		"partition_key", "range_start", "range_end", "created_at"}
-	rows := make([][]any, len(events))
-	first := make(map[string]*store.DatasetEvent, len(events))
-	for i, e := range events {
-		e.ID = 0
-		if first[e.DedupeKey] == nil {
-			first[e.DedupeKey] = e
-		}
-		rows[i] = []any{e.DedupeKey, e.JobID, e.TaskID, e.Attempt, e.DatasetUUID, e.DatasetVersion,
-			nullInt(e.Cursor), strArg(e.PartitionKey), nullInt(e.Start), nullInt(e.End), ms(e.CreatedAt)}
-	}
-	n := 0
-	err := t.insertReturning(ctx, "dataset_events", cols, rows, " ON CONFLICT (dedupe_key) DO NOTHING RETURNING id, dedupe_key",
-		func(rs *sql.Rows) error {
-			var (
-				id  int64
-				key string
-			)
-			if err := rs.Scan(&id, &key); err != nil {
-				return err
-			}
-			first[key].ID = id
-			n++
-			return nil
-		})
-	return n, err
-}
-
-const datasetEventCols = `id, dedupe_key, job_id, task_id, attempt, dataset_uuid, dataset_version,
-	cursor, partition_key, range_start, range_end, created_at`
-
-func scanDatasetEvent(row interface{ Scan(...any) error }) (*store.DatasetEvent, error) {
-	var (
-		e                  store.DatasetEvent
-		cursor, start, end sql.NullInt64
-		partition          sql.NullString
-		created            int64
-	)
-	if err := row.Scan(&e.ID, &e.DedupeKey, &e.JobID, &e.TaskID, &e.Attempt, &e.DatasetUUID,
-		&e.DatasetVersion, &cursor, &partition, &start, &end, &created); err != nil {
-		return nil, err
-	}
-	e.Cursor, e.Start, e.End = fromNullInt(cursor), fromNullInt(start), fromNullInt(end)
-	e.PartitionKey = partition.String
-	e.CreatedAt = fromMillis(created)
-	return &e, nil
-}
-
-// DatasetEventListByTask implements store.Reader.
-func (q q) DatasetEventListByTask(ctx context.Context, taskID string) ([]*store.DatasetEvent, error) {
-	rows, err := q.query(ctx, `SELECT `+datasetEventCols+` FROM dataset_events WHERE task_id = $1 ORDER BY id`, taskID)
-	if err != nil {
-		return nil, fmt.Errorf("list dataset events: %w", err)
-	}
-	return collect(rows, scanDatasetEvent)
-}
 
 // BufferPublishInsert implements store.Tx.
 func (t *tx) BufferPublishInsert(ctx context.Context, p *store.BufferPublish) (bool, error) {
@@ -199,66 +124,16 @@ func (t *tx) BufferPublishExtend(ctx context.Context, p store.BufferPublishExten
 	return n == 1, nil
 }
 
-// SigningKeyInsert implements store.Keys.
-func (db *DB) SigningKeyInsert(ctx context.Context, k *store.SigningKey) error {
-	err := db.writeTx(ctx, func(t *tx) error {
-		_, err := t.exec(ctx, `INSERT INTO signing_keys (kid, secret, created_at, retired_at)
-			VALUES ($1, $2, $3, $4)`, k.KID, string(k.Secret), ms(k.CreatedAt), ms(k.RetiredAt))
-		return err
-	})
+// BufferPublishDiscardQueued implements store.Tx.
+func (t *tx) BufferPublishDiscardQueued(ctx context.Context, p store.BufferPublishDiscardParams) (int, error) {
+	res, err := t.exec(ctx, `UPDATE buffer_publishes SET state = 'dead', last_error = $3, finished_at = $4
+		WHERE dataset_uuid = $1 AND tenant = $2 AND state = 'queued'`, p.DatasetUUID, p.Tenant, p.Reason, p.Now.UnixMilli())
 	if err != nil {
-		if db.dialect.IsUnique(err) {
-			return store.ErrConflict
-		}
-		return fmt.Errorf("insert signing key: %w", err)
+		return 0, fmt.Errorf("discard the queued buffer publishes of dataset %s: %w", p.DatasetUUID, err)
 	}
-	return nil
-}
-
-// SigningKeyList implements store.Keys.
-func (db *DB) SigningKeyList(ctx context.Context) ([]*store.SigningKey, error) {
-	rows, err := db.q.query(ctx, `SELECT kid, secret, created_at, retired_at FROM signing_keys
-		ORDER BY created_at DESC, kid DESC`)
+	n, err := res.RowsAffected()
 	if err != nil {
-		return nil, fmt.Errorf("list signing keys: %w", err)
+		return 0, fmt.Errorf("discard the queued buffer publishes of dataset %s: %w", p.DatasetUUID, err)
 	}
-	defer rows.Close()
-	var out []*store.SigningKey
-	for rows.Next() {
-		var (
-			k       store.SigningKey
-			secret  string
-			created int64
-			retired sql.NullInt64
-		)
-		if err := rows.Scan(&k.KID, &secret, &created, &retired); err != nil {
-			return nil, err
-		}
-		k.Secret = []byte(secret)
-		k.CreatedAt = time.UnixMilli(created).UTC()
-		k.RetiredAt = fromMs(retired)
-		out = append(out, &k)
-	}
-	return out, rows.Err()
-}
-
-// SigningKeyRetire implements store.Keys.
-func (db *DB) SigningKeyRetire(ctx context.Context, kid string, at time.Time) error {
-	return db.writeTx(ctx, func(t *tx) error {
-		res, err := t.exec(ctx, `UPDATE signing_keys SET retired_at = $2 WHERE kid = $1 AND retired_at IS NULL`, kid, at.UnixMilli())
-		if err != nil {
-			return fmt.Errorf("retire signing key: %w", err)
-		}
-		if n, _ := res.RowsAffected(); n > 0 {
-			return nil
-		}
-		var exists int
-		if err := t.queryRow(ctx, `SELECT count(*) FROM signing_keys WHERE kid = $1`, kid).Scan(&exists); err != nil {
-			return err
-		}
-		if exists == 0 {
-			return store.ErrNotFound
-		}
-		return nil
-	})
+	return int(n), nil
 }
