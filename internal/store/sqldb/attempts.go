@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/baton-dev/baton/internal/store"
+	"github.com/baton-dev/baton/internal/store/sqldb/sqltext"
 )
 
 const attemptCols = `task_id, attempt, worker_id, lease_token, started_at, finished_at, outcome,
@@ -26,9 +27,9 @@ func scanAttempt(row interface{ Scan(...any) error }) (*store.Attempt, error) {
 		&a.Outcome, &a.Result, &errJSON, &metrics, &a.Traceparent); err != nil {
 		return nil, notFound(err)
 	}
-	a.StartedAt = fromMs(sql.NullInt64{Int64: started, Valid: true})
-	a.FinishedAt = fromMs(finished)
-	a.Metrics = fromJSON(metrics)
+	a.StartedAt = sqltext.Time(sql.NullInt64{Int64: started, Valid: true})
+	a.FinishedAt = sqltext.Time(finished)
+	a.Metrics = sqltext.FromJSON(metrics)
 	var err error
 	a.Error, err = fromErr(errJSON)
 	return &a, err
@@ -67,8 +68,8 @@ func (t *tx) AttemptInsert(ctx context.Context, a *store.Attempt) error {
 	}
 	_, err = t.exec(ctx, `INSERT INTO attempts (`+attemptCols+`)
 		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)`,
-		a.TaskID, a.Attempt, a.WorkerID, a.LeaseToken, ms(a.StartedAt), ms(a.FinishedAt),
-		string(a.Outcome), string(a.Result), errJSON, jsonArg(a.Metrics), a.Traceparent)
+		a.TaskID, a.Attempt, a.WorkerID, a.LeaseToken, sqltext.Millis(a.StartedAt), sqltext.Millis(a.FinishedAt),
+		string(a.Outcome), string(a.Result), errJSON, sqltext.JSON(a.Metrics), a.Traceparent)
 	if err != nil {
 		return fmt.Errorf("insert attempt %s/%d: %w", a.TaskID, a.Attempt, err)
 	}
@@ -86,8 +87,8 @@ func (t *tx) AttemptPutMany(ctx context.Context, as []*store.Attempt) error {
 		if err != nil {
 			return err
 		}
-		rows[i] = []any{a.TaskID, a.Attempt, a.WorkerID, a.LeaseToken, ms(a.StartedAt), ms(a.FinishedAt),
-			string(a.Outcome), string(a.Result), errJSON, jsonArg(a.Metrics), a.Traceparent}
+		rows[i] = []any{a.TaskID, a.Attempt, a.WorkerID, a.LeaseToken, sqltext.Millis(a.StartedAt), sqltext.Millis(a.FinishedAt),
+			string(a.Outcome), string(a.Result), errJSON, sqltext.JSON(a.Metrics), a.Traceparent}
 	}
 	return t.insertRows(ctx, "attempts", attemptColumns, rows, ` ON CONFLICT (task_id, attempt) DO UPDATE SET
 		worker_id = excluded.worker_id, lease_token = excluded.lease_token, started_at = excluded.started_at,

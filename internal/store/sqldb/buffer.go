@@ -8,6 +8,7 @@ import (
 	"fmt"
 
 	"github.com/baton-dev/baton/internal/store"
+	"github.com/baton-dev/baton/internal/store/sqldb/sqltext"
 )
 
 // BufferPublishInsert implements store.Tx.
@@ -17,8 +18,8 @@ func (t *tx) BufferPublishInsert(ctx context.Context, p *store.BufferPublish) (b
 		dedupe_scope, created_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)
 		ON CONFLICT (task_id, attempt, batch_uri) DO NOTHING RETURNING id`,
 		p.TaskID, p.Attempt, p.BatchURI, p.JobID, p.Tenant, p.DatasetUUID, p.DatasetVersion,
-		nullInt(p.RecordCount), p.ContentType, nullInt(p.BatchSizeBytes), p.DedupeScope,
-		ms(p.CreatedAt)).Scan(&p.ID)
+		sqltext.NullInt(p.RecordCount), p.ContentType, sqltext.NullInt(p.BatchSizeBytes), p.DedupeScope,
+		sqltext.Millis(p.CreatedAt)).Scan(&p.ID)
 	if err == sql.ErrNoRows {
 		return false, nil
 	}
@@ -43,9 +44,9 @@ func scanBufferPublish(row interface{ Scan(...any) error }) (*store.BufferPublis
 		&receives, &visible, &p.LastError, &cursor, &inserted, &done); err != nil {
 		return nil, err
 	}
-	p.RecordCount, p.BatchSizeBytes = fromNullInt(count), fromNullInt(bytes)
-	p.Cursor, p.RowsInserted = fromNullInt(cursor), fromNullInt(inserted)
-	p.CreatedAt, p.VisibleAt, p.FinishedAt = fromMillis(created), fromMillis(visible), fromMs(done)
+	p.RecordCount, p.BatchSizeBytes = sqltext.FromNullInt(count), sqltext.FromNullInt(bytes)
+	p.Cursor, p.RowsInserted = sqltext.FromNullInt(cursor), sqltext.FromNullInt(inserted)
+	p.CreatedAt, p.VisibleAt, p.FinishedAt = sqltext.UnixMilli(created), sqltext.UnixMilli(visible), sqltext.Time(done)
 	p.ReceiveCount = int(receives)
 	return &p, nil
 }
@@ -98,8 +99,8 @@ func (t *tx) BufferPublishListClaimable(ctx context.Context, p store.BufferPubli
 func (t *tx) BufferPublishUpdate(ctx context.Context, p *store.BufferPublish) error {
 	res, err := t.exec(ctx, `UPDATE buffer_publishes SET state = $2, receive_count = $3, visible_at = $4,
 		last_error = $5, batch_cursor = $6, rows_inserted = $7, finished_at = $8 WHERE id = $1`,
-		p.ID, p.State, p.ReceiveCount, p.VisibleAt.UnixMilli(), p.LastError, nullInt(p.Cursor),
-		nullInt(p.RowsInserted), ms(p.FinishedAt))
+		p.ID, p.State, p.ReceiveCount, p.VisibleAt.UnixMilli(), p.LastError, sqltext.NullInt(p.Cursor),
+		sqltext.NullInt(p.RowsInserted), sqltext.Millis(p.FinishedAt))
 	if err != nil {
 		return fmt.Errorf("update buffer publish %d: %w", p.ID, err)
 	}

@@ -17,6 +17,7 @@ import (
 
 	"github.com/baton-dev/baton/internal/lifecycle"
 	"github.com/baton-dev/baton/internal/store"
+	"github.com/baton-dev/baton/internal/store/sqldb/sqltext"
 )
 
 // notAtCap leaves out the tasks whose concurrency key has as many tasks running as its limit:
@@ -82,7 +83,7 @@ func (q q) TaskNextAvailableAt(ctx context.Context, queues []string) (time.Time,
 	if err != nil {
 		return time.Time{}, false, fmt.Errorf("next available: %w", err)
 	}
-	return fromMs(at), at.Valid, nil
+	return sqltext.Time(at), at.Valid, nil
 }
 
 // TaskNextPushAvailableAt implements store.Reader.
@@ -93,7 +94,7 @@ func (q q) TaskNextPushAvailableAt(ctx context.Context, targets []string) (time.
 	if err != nil {
 		return time.Time{}, false, fmt.Errorf("next push available: %w", err)
 	}
-	return fromMs(at), at.Valid, nil
+	return sqltext.Time(at), at.Valid, nil
 }
 
 // TaskReadyCounts implements store.Reader.
@@ -198,7 +199,7 @@ func (t *tx) claimUpdate(ctx context.Context, ps []store.ClaimTaskParams, limite
 			rows = append(rows, []any{p.ID, p.LeaseToken, p.WorkerID})
 		}
 	}
-	from, arg, err := jsonRows(2, "c", []string{"c_id", "c_token", "c_worker"}, rows)
+	from, arg, err := sqltext.JSONRows(2, "c", []string{"c_id", "c_token", "c_worker"}, rows)
 	if err != nil {
 		return nil, fmt.Errorf("claim tasks: %w", err)
 	}
@@ -345,9 +346,9 @@ func (t *tx) TaskCompleteMany(ctx context.Context, done []store.CompletedTask, n
 	}
 	rows := make([][]any, len(done))
 	for i, d := range done {
-		rows[i] = []any{d.ID, jsonArg(d.Output), d.Attempt}
+		rows[i] = []any{d.ID, sqltext.JSON(d.Output), d.Attempt}
 	}
-	from, arg, err := jsonRows(2, "c", []string{"c_id", "c_output", "c_attempt"}, rows)
+	from, arg, err := sqltext.JSONRows(2, "c", []string{"c_id", "c_output", "c_attempt"}, rows)
 	if err != nil {
 		return fmt.Errorf("complete tasks: %w", err)
 	}
@@ -469,7 +470,7 @@ func (q q) TaskNextReapAt(ctx context.Context) (time.Time, bool, error) {
 	if err := q.queryRow(ctx, `SELECT min(reap_at) FROM tasks WHERE status = 'running'`).Scan(&at); err != nil {
 		return time.Time{}, false, fmt.Errorf("next reap: %w", err)
 	}
-	return fromMs(at), at.Valid, nil
+	return sqltext.Time(at), at.Valid, nil
 }
 
 // TaskListDue implements store.Reader.

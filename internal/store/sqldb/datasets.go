@@ -8,6 +8,7 @@ import (
 	"fmt"
 
 	"github.com/baton-dev/baton/internal/store"
+	"github.com/baton-dev/baton/internal/store/sqldb/sqltext"
 )
 
 const datasetCols = `uuid, tenant, producer, name, pipeline, job, output_index, current_version,
@@ -23,8 +24,8 @@ func scanDataset(row interface{ Scan(...any) error }) (*store.Dataset, error) {
 		&d.CurrentVersion, &d.Storage, &d.WriteMode, &schema, &filters, &created, &updated); err != nil {
 		return nil, notFound(err)
 	}
-	d.Name, d.Schema, d.FilterFields = name.String, fromJSON(schema), fromJSON(filters)
-	d.CreatedAt, d.UpdatedAt = fromMillis(created), fromMillis(updated)
+	d.Name, d.Schema, d.FilterFields = name.String, sqltext.FromJSON(schema), sqltext.FromJSON(filters)
+	d.CreatedAt, d.UpdatedAt = sqltext.UnixMilli(created), sqltext.UnixMilli(updated)
 	return &d, nil
 }
 
@@ -33,8 +34,8 @@ func (q q) DatasetGetMany(ctx context.Context, uuids []string) ([]*store.Dataset
 	if len(uuids) == 0 {
 		return nil, nil
 	}
-	args := stringArgs(uuids)
-	rows, err := q.query(ctx, `SELECT `+datasetCols+` FROM datasets WHERE uuid IN (`+placeholders(1, len(args))+`)`, args...)
+	args := sqltext.StringArgs(uuids)
+	rows, err := q.query(ctx, `SELECT `+datasetCols+` FROM datasets WHERE uuid IN (`+sqltext.Placeholders(1, len(args))+`)`, args...)
 	if err != nil {
 		return nil, fmt.Errorf("get datasets: %w", err)
 	}
@@ -52,9 +53,9 @@ func (q q) DatasetListByProducer(ctx context.Context, tenant string, producers [
 	if len(producers) == 0 {
 		return nil, nil
 	}
-	args := append([]any{tenant}, stringArgs(producers)...)
+	args := append([]any{tenant}, sqltext.StringArgs(producers)...)
 	rows, err := q.query(ctx, `SELECT `+datasetCols+` FROM datasets WHERE tenant = $1
-		AND producer IN (`+placeholders(2, len(args)-1)+`)`, args...)
+		AND producer IN (`+sqltext.Placeholders(2, len(args)-1)+`)`, args...)
 	if err != nil {
 		return nil, fmt.Errorf("datasets by producer: %w", err)
 	}
@@ -77,9 +78,9 @@ func (t *tx) DatasetInsertMany(ctx context.Context, ds []*store.Dataset) error {
 		"current_version", "storage", "write_mode", "schema", "filter_fields", "created_at", "updated_at"}
 	rows := make([][]any, len(ds))
 	for i, d := range ds {
-		rows[i] = []any{d.UUID, d.Tenant, d.Producer, strArg(d.Name), d.Pipeline, d.Job, d.OutputIndex,
-			d.CurrentVersion, d.Storage, d.WriteMode, jsonArg(d.Schema), jsonArg(d.FilterFields),
-			ms(d.CreatedAt), ms(d.UpdatedAt)}
+		rows[i] = []any{d.UUID, d.Tenant, d.Producer, sqltext.NullIfEmpty(d.Name), d.Pipeline, d.Job, d.OutputIndex,
+			d.CurrentVersion, d.Storage, d.WriteMode, sqltext.JSON(d.Schema), sqltext.JSON(d.FilterFields),
+			sqltext.Millis(d.CreatedAt), sqltext.Millis(d.UpdatedAt)}
 	}
 	err := t.insertRows(ctx, "datasets", cols, rows, " ON CONFLICT (tenant, producer) DO NOTHING")
 	if err != nil && t.d.IsUnique(err) {
@@ -92,8 +93,8 @@ func (t *tx) DatasetInsertMany(ctx context.Context, ds []*store.Dataset) error {
 func (t *tx) DatasetUpdate(ctx context.Context, d *store.Dataset) error {
 	res, err := t.exec(ctx, `UPDATE datasets SET name = $2, current_version = $3, storage = $4,
 		write_mode = $5, schema = $6, filter_fields = $7, updated_at = $8 WHERE uuid = $1`,
-		d.UUID, strArg(d.Name), d.CurrentVersion, d.Storage, d.WriteMode, jsonArg(d.Schema),
-		jsonArg(d.FilterFields), ms(d.UpdatedAt))
+		d.UUID, sqltext.NullIfEmpty(d.Name), d.CurrentVersion, d.Storage, d.WriteMode, sqltext.JSON(d.Schema),
+		sqltext.JSON(d.FilterFields), sqltext.Millis(d.UpdatedAt))
 	if err != nil {
 		if t.d.IsUnique(err) {
 			return store.ErrConflict
@@ -111,9 +112,9 @@ func (q q) DatasetVersionList(ctx context.Context, uuids ...string) ([]*store.Da
 	if len(uuids) == 0 {
 		return nil, nil
 	}
-	args := stringArgs(uuids)
+	args := sqltext.StringArgs(uuids)
 	rows, err := q.query(ctx, `SELECT dataset_uuid, version, storage_ref, config_hash, range_start,
-		range_end, task_id, created_at FROM dataset_versions WHERE dataset_uuid IN (`+placeholders(1, len(args))+`)
+		range_end, task_id, created_at FROM dataset_versions WHERE dataset_uuid IN (`+sqltext.Placeholders(1, len(args))+`)
 		ORDER BY created_at, version`, args...)
 	if err != nil {
 		return nil, fmt.Errorf("list dataset versions: %w", err)
@@ -128,7 +129,7 @@ func (q q) DatasetVersionList(ctx context.Context, uuids ...string) ([]*store.Da
 		if err := row.Scan(&v.DatasetUUID, &v.Version, &ref, &v.ConfigHash, &start, &end, &v.TaskID, &created); err != nil {
 			return nil, err
 		}
-		v.StorageRef, v.Start, v.End, v.CreatedAt = fromJSON(ref), fromNullInt(start), fromNullInt(end), fromMillis(created)
+		v.StorageRef, v.Start, v.End, v.CreatedAt = sqltext.FromJSON(ref), sqltext.FromNullInt(start), sqltext.FromNullInt(end), sqltext.UnixMilli(created)
 		return &v, nil
 	})
 }
@@ -139,8 +140,8 @@ func (t *tx) DatasetVersionInsertMany(ctx context.Context, vs []*store.DatasetVe
 		"task_id", "created_at"}
 	rows := make([][]any, len(vs))
 	for i, v := range vs {
-		rows[i] = []any{v.DatasetUUID, v.Version, jsonArg(v.StorageRef), v.ConfigHash, nullInt(v.Start),
-			nullInt(v.End), v.TaskID, ms(v.CreatedAt)}
+		rows[i] = []any{v.DatasetUUID, v.Version, sqltext.JSON(v.StorageRef), v.ConfigHash, sqltext.NullInt(v.Start),
+			sqltext.NullInt(v.End), v.TaskID, sqltext.Millis(v.CreatedAt)}
 	}
 	return t.insertRows(ctx, "dataset_versions", cols, rows, " ON CONFLICT (dataset_uuid, version) DO NOTHING")
 }
@@ -159,9 +160,9 @@ func scanDatasetEvent(row interface{ Scan(...any) error }) (*store.DatasetEvent,
 		&e.DatasetVersion, &cursor, &partition, &start, &end, &created); err != nil {
 		return nil, err
 	}
-	e.Cursor, e.Start, e.End = fromNullInt(cursor), fromNullInt(start), fromNullInt(end)
+	e.Cursor, e.Start, e.End = sqltext.FromNullInt(cursor), sqltext.FromNullInt(start), sqltext.FromNullInt(end)
 	e.PartitionKey = partition.String
-	e.CreatedAt = fromMillis(created)
+	e.CreatedAt = sqltext.UnixMilli(created)
 	return &e, nil
 }
 
@@ -178,7 +179,7 @@ func (t *tx) DatasetEventInsertMany(ctx context.Context, events []*store.Dataset
 			first[e.DedupeKey] = e
 		}
 		rows[i] = []any{e.DedupeKey, e.JobID, e.TaskID, e.Attempt, e.DatasetUUID, e.DatasetVersion,
-			nullInt(e.Cursor), strArg(e.PartitionKey), nullInt(e.Start), nullInt(e.End), ms(e.CreatedAt)}
+			sqltext.NullInt(e.Cursor), sqltext.NullIfEmpty(e.PartitionKey), sqltext.NullInt(e.Start), sqltext.NullInt(e.End), sqltext.Millis(e.CreatedAt)}
 	}
 	n := 0
 	err := t.insertReturning(ctx, "dataset_events", cols, rows, " ON CONFLICT (dedupe_key) DO NOTHING RETURNING id, dedupe_key",
@@ -208,7 +209,7 @@ func (q q) DatasetEventListByTask(ctx context.Context, taskID string) ([]*store.
 
 // DatasetEventListRecent implements store.Reader.
 func (q q) DatasetEventListRecent(ctx context.Context, p store.DatasetEventListRecentParams) ([]*store.DatasetEvent, error) {
-	rows, err := q.query(ctx, `SELECT `+prefixed("e.", datasetEventCols)+` FROM dataset_events e
+	rows, err := q.query(ctx, `SELECT `+sqltext.Prefixed("e.", datasetEventCols)+` FROM dataset_events e
 		JOIN jobs j ON j.id = e.job_id WHERE e.dataset_uuid = $1 AND j.tenant = $2
 		ORDER BY e.id DESC LIMIT $3`, p.DatasetUUID, p.Tenant, p.Limit)
 	if err != nil {
@@ -242,10 +243,10 @@ func (q q) OutboxUnsentByKey(ctx context.Context, topic string, keys []string) (
 	if len(keys) == 0 {
 		return 0, nil
 	}
-	args := append([]any{topic}, stringArgs(keys)...)
+	args := append([]any{topic}, sqltext.StringArgs(keys)...)
 	var n int
 	if err := q.queryRow(ctx, `SELECT COUNT(*) FROM outbox WHERE sent_at IS NULL AND topic = $1
-		AND msg_key IN (`+placeholders(2, len(args)-1)+`)`, args...).Scan(&n); err != nil {
+		AND msg_key IN (`+sqltext.Placeholders(2, len(args)-1)+`)`, args...).Scan(&n); err != nil {
 		return 0, fmt.Errorf("unsent %s messages: %w", topic, err)
 	}
 	return n, nil

@@ -8,6 +8,7 @@ import (
 	"fmt"
 
 	"github.com/baton-dev/baton/internal/store"
+	"github.com/baton-dev/baton/internal/store/sqldb/sqltext"
 )
 
 // EventList implements store.Reader.
@@ -46,7 +47,7 @@ func collectEvents(rows *sql.Rows) ([]*store.Event, error) {
 		if err := rows.Scan(&e.ID, &e.JobID, &e.TaskID, &e.TaskKey, &e.Type, &at, &data); err != nil {
 			return nil, err
 		}
-		e.At = fromMs(sql.NullInt64{Int64: at, Valid: true})
+		e.At = sqltext.Time(sql.NullInt64{Int64: at, Valid: true})
 		e.Data = []byte(data)
 		out = append(out, &e)
 	}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/baton-dev/baton/internal/store"
+	"github.com/baton-dev/baton/internal/store/sqldb/sqltext"
 )
 
 const keyCols = `id, tenant, name, secret_hash, prefix, created_at, revoked_at`
@@ -22,8 +23,8 @@ func scanKey(row interface{ Scan(...any) error }) (*store.APIKey, error) {
 	if err := row.Scan(&k.ID, &k.Tenant, &k.Name, &k.SecretHash, &k.Prefix, &created, &revoked); err != nil {
 		return nil, notFound(err)
 	}
-	k.CreatedAt = fromMs(sql.NullInt64{Int64: created, Valid: true})
-	k.RevokedAt = fromMs(revoked)
+	k.CreatedAt = sqltext.Time(sql.NullInt64{Int64: created, Valid: true})
+	k.RevokedAt = sqltext.Time(revoked)
 	return &k, nil
 }
 
@@ -31,7 +32,7 @@ func scanKey(row interface{ Scan(...any) error }) (*store.APIKey, error) {
 func (db *DB) APIKeyInsert(ctx context.Context, k *store.APIKey) error {
 	err := db.writeTx(ctx, func(t *tx) error {
 		_, err := t.exec(ctx, `INSERT INTO api_keys (`+keyCols+`) VALUES ($1, $2, $3, $4, $5, $6, $7)`,
-			k.ID, k.Tenant, k.Name, k.SecretHash, k.Prefix, ms(k.CreatedAt), ms(k.RevokedAt))
+			k.ID, k.Tenant, k.Name, k.SecretHash, k.Prefix, sqltext.Millis(k.CreatedAt), sqltext.Millis(k.RevokedAt))
 		return err
 	})
 	if err != nil {
@@ -104,7 +105,7 @@ func (db *DB) APIKeyCountRequest(ctx context.Context, keyID, day string) (int64,
 func (db *DB) SigningKeyInsert(ctx context.Context, k *store.SigningKey) error {
 	err := db.writeTx(ctx, func(t *tx) error {
 		_, err := t.exec(ctx, `INSERT INTO signing_keys (kid, secret, created_at, retired_at)
-			VALUES ($1, $2, $3, $4)`, k.KID, string(k.Secret), ms(k.CreatedAt), ms(k.RetiredAt))
+			VALUES ($1, $2, $3, $4)`, k.KID, string(k.Secret), sqltext.Millis(k.CreatedAt), sqltext.Millis(k.RetiredAt))
 		return err
 	})
 	if err != nil {
@@ -137,7 +138,7 @@ func (db *DB) SigningKeyList(ctx context.Context) ([]*store.SigningKey, error) {
 		}
 		k.Secret = []byte(secret)
 		k.CreatedAt = time.UnixMilli(created).UTC()
-		k.RetiredAt = fromMs(retired)
+		k.RetiredAt = sqltext.Time(retired)
 		out = append(out, &k)
 	}
 	return out, rows.Err()

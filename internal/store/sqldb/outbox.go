@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/baton-dev/baton/internal/store"
+	"github.com/baton-dev/baton/internal/store/sqldb/sqltext"
 )
 
 // OutboxListAfter implements store.Reader.
@@ -33,8 +34,8 @@ func (q q) OutboxListAfter(ctx context.Context, afterID int64, limit int) ([]*st
 			return nil, err
 		}
 		m.Payload = []byte(payload)
-		m.AvailableAt = fromMs(sql.NullInt64{Int64: available, Valid: true})
-		m.CreatedAt = fromMs(sql.NullInt64{Int64: created, Valid: true})
+		m.AvailableAt = sqltext.Time(sql.NullInt64{Int64: available, Valid: true})
+		m.CreatedAt = sqltext.Time(sql.NullInt64{Int64: created, Valid: true})
 		out = append(out, &m)
 	}
 	return out, rows.Err()
@@ -51,7 +52,7 @@ func (q q) OutboxBacklog(ctx context.Context) (store.OutboxBacklog, error) {
 		return store.OutboxBacklog{}, fmt.Errorf("outbox backlog: %w", err)
 	}
 	if oldest.Valid {
-		b.OldestAvailableAt = fromMs(oldest)
+		b.OldestAvailableAt = sqltext.Time(oldest)
 	}
 	return b, nil
 }
@@ -100,8 +101,8 @@ func (t *tx) OutboxClaim(ctx context.Context, p store.OutboxClaimParams) ([]*sto
 			return nil, err
 		}
 		m.Payload = []byte(payload)
-		m.AvailableAt = fromMs(sql.NullInt64{Int64: available, Valid: true})
-		m.CreatedAt = fromMs(sql.NullInt64{Int64: created, Valid: true})
+		m.AvailableAt = sqltext.Time(sql.NullInt64{Int64: available, Valid: true})
+		m.CreatedAt = sqltext.Time(sql.NullInt64{Int64: created, Valid: true})
 		m.Attempts = int(attempts)
 		out = append(out, &m)
 	}

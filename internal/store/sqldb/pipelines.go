@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/baton-dev/baton/internal/store"
+	"github.com/baton-dev/baton/internal/store/sqldb/sqltext"
 )
 
 const pipelineCols = `tenant, name, active_version, building_version, created_at, updated_at`
@@ -22,7 +23,7 @@ func scanPipeline(row interface{ Scan(...any) error }) (*store.Pipeline, error) 
 	if err := row.Scan(&p.Tenant, &p.Name, &p.ActiveVersion, &p.BuildingVersion, &created, &updated); err != nil {
 		return nil, notFound(err)
 	}
-	p.CreatedAt, p.UpdatedAt = fromMillis(created), fromMillis(updated)
+	p.CreatedAt, p.UpdatedAt = sqltext.UnixMilli(created), sqltext.UnixMilli(updated)
 	return &p, nil
 }
 
@@ -72,7 +73,7 @@ func (t *tx) PipelinePut(ctx context.Context, p *store.Pipeline) error {
 	_, err := t.exec(ctx, `INSERT INTO pipelines (`+pipelineCols+`) VALUES ($1, $2, $3, $4, $5, $6)
 		ON CONFLICT (tenant, name) DO UPDATE SET active_version = excluded.active_version,
 		building_version = excluded.building_version, updated_at = excluded.updated_at`,
-		p.Tenant, p.Name, p.ActiveVersion, p.BuildingVersion, ms(p.CreatedAt), ms(p.UpdatedAt))
+		p.Tenant, p.Name, p.ActiveVersion, p.BuildingVersion, sqltext.Millis(p.CreatedAt), sqltext.Millis(p.UpdatedAt))
 	if err != nil {
 		return fmt.Errorf("put pipeline: %w", err)
 	}
@@ -91,7 +92,7 @@ func scanVersion(row interface{ Scan(...any) error }) (*store.PipelineVersion, e
 	if err := row.Scan(&v.Seq, &v.Tenant, &v.Pipeline, &v.Version, &doc, &v.ContentType, &spec, &created, &v.State, &build, &pointers); err != nil {
 		return nil, notFound(err)
 	}
-	v.Document, v.Spec, v.CreatedAt = []byte(doc), []byte(spec), fromMillis(created)
+	v.Document, v.Spec, v.CreatedAt = []byte(doc), []byte(spec), sqltext.UnixMilli(created)
 	if build != "" {
 		v.Build = []byte(build)
 	}
@@ -178,7 +179,7 @@ func (t *tx) PipelineVersionInsert(ctx context.Context, v *store.PipelineVersion
 	res, err := t.exec(ctx, `INSERT INTO pipeline_versions (tenant, pipeline, version, document,
 		content_type, spec, created_at) VALUES ($1, $2, $3, $4, $5, $6, $7)
 		ON CONFLICT (tenant, pipeline, version) DO NOTHING`,
-		v.Tenant, v.Pipeline, v.Version, string(v.Document), v.ContentType, string(v.Spec), ms(v.CreatedAt))
+		v.Tenant, v.Pipeline, v.Version, string(v.Document), v.ContentType, string(v.Spec), sqltext.Millis(v.CreatedAt))
 	if err != nil {
 		return false, fmt.Errorf("insert pipeline version: %w", err)
 	}
@@ -218,7 +219,7 @@ func (q q) PipelineTasksSince(ctx context.Context, k store.PipelineVersionKey, s
 	rows, err := q.query(ctx, `SELECT j.tenant, j.id, t.id, COALESCE(j.idempotency_key, ''), j.pipeline_job, j.pipeline_version,
 		t.status, t.route FROM tasks t JOIN jobs j ON j.id = t.job_id
 		WHERE j.tenant = $1 AND j.pipeline = $2 AND j.pipeline_version = $3 AND j.created_at >= $4
-		ORDER BY j.id, t.seq`, k.Tenant, k.Pipeline, k.Version, ms(since))
+		ORDER BY j.id, t.seq`, k.Tenant, k.Pipeline, k.Version, sqltext.Millis(since))
 	if err != nil {
 		return nil, fmt.Errorf("tasks of pipeline %s version %s since %s: %w", k.Pipeline, k.Version, since, err)
 	}
@@ -246,7 +247,7 @@ func scanPipelineTaskRef(row interface{ Scan(...any) error }) (*store.PipelineTa
 	if err := row.Scan(&r.Tenant, &r.JobID, &r.TaskID, &r.RouteKey, &r.Job, &r.Version, &r.Status, &route); err != nil {
 		return nil, err
 	}
-	r.Route = fromJSON(route)
+	r.Route = sqltext.FromJSON(route)
 	return &r, nil
 }
 
@@ -255,12 +256,12 @@ func (q q) ConsumerList(ctx context.Context, uuids []string) ([]*store.Consumer,
 	if len(uuids) == 0 {
 		return nil, nil
 	}
-	args := stringArgs(uuids)
+	args := sqltext.StringArgs(uuids)
 	rows, err := q.query(ctx, `SELECT i.dataset_uuid, i.tenant, i.pipeline, i.version, i.job, i.input_index,
 		CASE WHEN p.active_version = i.version THEN 0 ELSE 1 END
 		FROM pipeline_inputs i JOIN pipelines p ON p.tenant = i.tenant AND p.name = i.pipeline
 		AND (p.active_version = i.version OR p.building_version = i.version)
-		WHERE i.dataset_uuid IN (`+placeholders(1, len(args))+`)
+		WHERE i.dataset_uuid IN (`+sqltext.Placeholders(1, len(args))+`)
 		ORDER BY i.dataset_uuid, i.tenant, i.pipeline, i.job, i.input_index`, args...)
 	if err != nil {
 		return nil, fmt.Errorf("consumers: %w", err)

@@ -8,6 +8,7 @@ import (
 	"fmt"
 
 	"github.com/baton-dev/baton/internal/store"
+	"github.com/baton-dev/baton/internal/store/sqldb/sqltext"
 )
 
 const outputResetCols = `id, tenant, pipeline, version, job, api_key, dataset_uuid, dataset_name, output_index,
@@ -52,7 +53,7 @@ func (q q) OutputResetList(ctx context.Context, p store.OutputResetListParams) (
 			&r.OutputIndex, &r.PreviousVersion, &r.DatasetVersion, &r.RowsRemoved, &r.BatchesDiscarded, &at); err != nil {
 			return nil, err
 		}
-		r.At = fromMs(sql.NullInt64{Int64: at, Valid: true})
+		r.At = sqltext.Time(sql.NullInt64{Int64: at, Valid: true})
 		return &r, nil
 	})
 }

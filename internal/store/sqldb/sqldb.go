@@ -3,8 +3,9 @@
 //
 // Its files follow the store's aggregates (internal/store/aggregates.go) and the contract suite
 // (internal/store/storetest): jobs.go, tasks.go, attempts.go... Beside them, this file holds the
-// DB and its transactions, statements.go how a statement runs, values.go the conversions of
-// values to and from columns, and insert.go and arrays.go the statements over many rows.
+// DB and its transactions, statements.go how a statement runs, and batches.go the statements over
+// many rows. The text of statements, their placeholders and the conversions of values are
+// sqltext's.
 package sqldb
 
 import (
@@ -44,9 +45,9 @@ type Dialect struct {
 	CacheStatements bool
 	// Arrays: the driver passes a Go slice as one array parameter and the database has unnest
 	// and "= ANY" (PostgreSQL): statements over many rows then carry one parameter per column
-	// (arrays.go).
+	// (batches.go).
 	Arrays bool
-	// Positional makes statements use "?" placeholders (positional.go). SQLite resolves "$N" by
+	// Positional makes statements use "?" placeholders (sqltext.Positional). SQLite resolves "$N" by
 	// a linear scan of the statement's parameter names, on every run: a 20,000-parameter insert
 	// was quadratic, and the batch statements' binding 16% of the server's CPU.
 	Positional bool

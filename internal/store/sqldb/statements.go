@@ -1,16 +1,19 @@
 // How a statement runs: prepared statements cached, placeholders made positional where the
 // dialect wants them, reads outside a transaction sent again after a transient failure; and the
-// helpers that read the rows back.
+// helpers that read the rows back and convert a task's error.
 
 package sqldb
 
 import (
 	"context"
 	"database/sql"
+	"encoding/json"
 	"errors"
+	"fmt"
 	"sync"
 
 	"github.com/baton-dev/baton/internal/store"
+	"github.com/baton-dev/baton/internal/store/sqldb/sqltext"
 )
 
 // querier is what *sql.DB and *sql.Tx share.
@@ -68,7 +71,7 @@ func (q q) stmt(ctx context.Context, query string) (*sql.Stmt, error) {
 
 func (q q) exec(ctx context.Context, query string, args ...any) (sql.Result, error) {
 	if q.d.Positional {
-		query, args = toPositional(query, args)
+		query, args = sqltext.Positional(query, args)
 	}
 	st, err := q.stmt(ctx, query)
 	if err != nil {
@@ -106,7 +109,7 @@ func (q q) query(ctx context.Context, query string, args ...any) (*sql.Rows, err
 
 func (q q) queryOnce(ctx context.Context, query string, args ...any) (*sql.Rows, error) {
 	if q.d.Positional {
-		query, args = toPositional(query, args)
+		query, args = sqltext.Positional(query, args)
 	}
 	st, err := q.stmt(ctx, query)
 	if err != nil {
@@ -136,7 +139,7 @@ func (q q) queryRow(ctx context.Context, query string, args ...any) rowScanner {
 
 func (q q) queryRowOnce(ctx context.Context, query string, args ...any) rowScanner {
 	if q.d.Positional {
-		query, args = toPositional(query, args)
+		query, args = sqltext.Positional(query, args)
 	}
 	st, err := q.stmt(ctx, query)
 	if err != nil {
@@ -195,19 +198,26 @@ func notFound(err error) error {
 	return err
 }
 
-func prefixed(prefix, cols string) string {
-	out := []byte{}
-	start := true
-	for i := 0; i < len(cols); i++ {
-		c := cols[i]
-		if start && c != ' ' && c != '\n' && c != '\t' {
-			out = append(out, prefix...)
-			start = false
-		}
-		if c == ',' {
-			start = true
-		}
-		out = append(out, c)
+// errArg is a task's error as an argument: its JSON, NULL for nil.
+func errArg(e *store.TaskError) (any, error) {
+	if e == nil {
+		return nil, nil
 	}
-	return string(out)
+	b, err := json.Marshal(e)
+	if err != nil {
+		return nil, err
+	}
+	return string(b), nil
+}
+
+// fromErr reads a task's error that may be NULL (nil).
+func fromErr(s sql.NullString) (*store.TaskError, error) {
+	if !s.Valid {
+		return nil, nil
+	}
+	var e store.TaskError
+	if err := json.Unmarshal([]byte(s.String), &e); err != nil {
+		return nil, fmt.Errorf("decode task error: %w", err)
+	}
+	return &e, nil
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/baton-dev/baton/internal/lifecycle"
 	"github.com/baton-dev/baton/internal/store"
+	"github.com/baton-dev/baton/internal/store/sqldb/sqltext"
 )
 
 // JobCounts implements store.Reader. It reads only the (tenant, status, seq) index.
@@ -79,7 +80,7 @@ func (q q) QueueStats(ctx context.Context, p store.QueueStatsParams) (*store.Que
 			return err
 		}
 		s := stat(queue)
-		s.Ready, s.Delayed, s.OldestReady = ready, delayed, fromMs(oldest)
+		s.Ready, s.Delayed, s.OldestReady = ready, delayed, sqltext.Time(oldest)
 		return nil
 	}); err != nil {
 		return nil, err
@@ -113,7 +114,7 @@ func (q q) QueueStats(ctx context.Context, p store.QueueStatsParams) (*store.Que
 		if err := rows.Scan(&w.WorkerID, &w.Queue, &last, &w.Running); err != nil {
 			return err
 		}
-		w.LastClaim = fromMs(last)
+		w.LastClaim = sqltext.Time(last)
 		res.Workers = append(res.Workers, &w)
 		return nil
 	}); err != nil {

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/baton-dev/baton/internal/store"
+	"github.com/baton-dev/baton/internal/store/sqldb/sqltext"
 )
 
 const taskCols = `seq, id, job_id, task_key, name, queue, priority, runtime, input, depends_on,
@@ -45,13 +46,13 @@ func scanTask(row interface{ Scan(...any) error }) (*store.Task, error) {
 		return nil, fmt.Errorf("decode depends_on of task %s: %w", t.ID, err)
 	}
 	t.AvailableAt = time.UnixMilli(available).UTC()
-	t.LeaseExpiresAt = fromMs(leaseExp)
-	t.StartedAt = fromMs(started)
-	t.HeartbeatAt = fromMs(hb)
-	t.DeadlineAt = fromMs(deadline)
-	t.ReapAt = fromMs(reap)
-	t.CancelRequestedAt = fromMs(cancelReq)
-	t.Output = fromJSON(output)
+	t.LeaseExpiresAt = sqltext.Time(leaseExp)
+	t.StartedAt = sqltext.Time(started)
+	t.HeartbeatAt = sqltext.Time(hb)
+	t.DeadlineAt = sqltext.Time(deadline)
+	t.ReapAt = sqltext.Time(reap)
+	t.CancelRequestedAt = sqltext.Time(cancelReq)
+	t.Output = sqltext.FromJSON(output)
 	if t.Error, err = fromErr(errJSON); err != nil {
 		return nil, err
 	}
@@ -61,11 +62,11 @@ func scanTask(row interface{ Scan(...any) error }) (*store.Task, error) {
 	t.HeartbeatTimeout = time.Duration(hbTimeout) * time.Millisecond
 	t.CancelGrace = time.Duration(grace) * time.Millisecond
 	t.CreatedAt = time.UnixMilli(created).UTC()
-	t.FinishedAt = fromMs(finished)
-	t.DeadLetteredAt = fromMs(dead)
+	t.FinishedAt = sqltext.Time(finished)
+	t.DeadLetteredAt = sqltext.Time(dead)
 	t.LastEventType = lastEvent.String
-	t.LastEventAt = fromMs(lastAt)
-	t.Route = fromJSON(route)
+	t.LastEventAt = sqltext.Time(lastAt)
+	t.Route = sqltext.FromJSON(route)
 	t.ConcurrencyKey = concurrency.String
 	return &t, nil
 }
@@ -127,8 +128,8 @@ func (q q) jobTasks(ctx context.Context, jobID string, withResults bool) ([]*sto
 			return nil, fmt.Errorf("decode depends_on of task %s: %w", s.ID, err)
 		}
 		s.LastEventType = lastEvent.String
-		s.LastEventAt = fromMs(lastAt)
-		s.Output = fromJSON(output)
+		s.LastEventAt = sqltext.Time(lastAt)
+		s.Output = sqltext.FromJSON(output)
 		if s.Error, err = fromErr(errJ); err != nil {
 			return nil, fmt.Errorf("task %s: %w", s.ID, err)
 		}
@@ -179,7 +180,7 @@ func (q q) TaskParentOutputsMany(ctx context.Context, taskIDs []string) (map[str
 		if out[child] == nil {
 			out[child] = map[string]json.RawMessage{}
 		}
-		out[child][key.String] = fromJSON(output)
+		out[child][key.String] = sqltext.FromJSON(output)
 		if out[child][key.String] == nil {
 			out[child][key.String] = json.RawMessage("null")
 		}
@@ -193,7 +194,7 @@ const deadLettered = "t.status = 'failed' AND t.dead_lettered_at IS NOT NULL"
 
 // TaskListDeadLetters implements store.Reader.
 func (q q) TaskListDeadLetters(ctx context.Context, p store.TaskListDeadLettersParams) ([]*store.Task, error) {
-	rows, err := q.query(ctx, `SELECT `+prefixed("t.", taskCols)+` FROM tasks t
+	rows, err := q.query(ctx, `SELECT `+sqltext.Prefixed("t.", taskCols)+` FROM tasks t
 		JOIN jobs j ON j.id = t.job_id
 		WHERE j.tenant = $1 AND `+deadLettered+`
 		AND (CAST($2 AS BIGINT) = 0 OR t.seq < $2) ORDER BY t.seq DESC LIMIT $3`, p.Tenant, p.BeforeSeq, p.Limit)
@@ -223,8 +224,8 @@ func (t *tx) TaskInsertMany(ctx context.Context, tasks []*store.Task) error {
 			string(tk.Input), string(deps), tk.UnfinishedParents, string(tk.Status), tk.MaxAttempts,
 			tk.AvailableAt.UnixMilli(), tk.BackoffBase.Milliseconds(), tk.BackoffMax.Milliseconds(),
 			tk.Timeout.Milliseconds(), tk.HeartbeatTimeout.Milliseconds(), tk.CancelGrace.Milliseconds(),
-			tk.CreatedAt.UnixMilli(), ms(tk.FinishedAt), strArg(tk.LastEventType), ms(tk.LastEventAt),
-			jsonArg(tk.Route), strArg(tk.ConcurrencyKey), tk.ConcurrencyLimit, tk.Traceparent}
+			tk.CreatedAt.UnixMilli(), sqltext.Millis(tk.FinishedAt), sqltext.NullIfEmpty(tk.LastEventType), sqltext.Millis(tk.LastEventAt),
+			sqltext.JSON(tk.Route), sqltext.NullIfEmpty(tk.ConcurrencyKey), tk.ConcurrencyLimit, tk.Traceparent}
 	}
 	return t.insertRows(ctx, "tasks", cols, rows, "")
 }
@@ -265,10 +266,10 @@ func (t *tx) TaskUpdate(ctx context.Context, tk *store.Task, fence store.Fence) 
 		WHERE id = $1 AND status = $2 AND attempt = $3`,
 		tk.ID, string(fence.Status), fence.Attempt,
 		string(tk.Status), tk.Attempt, tk.RetryBase, tk.MaxAttempts, tk.AvailableAt.UnixMilli(),
-		tk.LeaseToken, ms(tk.LeaseExpiresAt), tk.WorkerID, ms(tk.StartedAt), ms(tk.HeartbeatAt),
-		ms(tk.DeadlineAt), ms(tk.ReapAt), ms(tk.CancelRequestedAt), tk.CancelReason,
-		jsonArg(tk.Output), errJSON, ms(tk.FinishedAt), ms(tk.DeadLetteredAt),
-		strArg(tk.LastEventType), ms(tk.LastEventAt), tk.UnfinishedParents)
+		tk.LeaseToken, sqltext.Millis(tk.LeaseExpiresAt), tk.WorkerID, sqltext.Millis(tk.StartedAt), sqltext.Millis(tk.HeartbeatAt),
+		sqltext.Millis(tk.DeadlineAt), sqltext.Millis(tk.ReapAt), sqltext.Millis(tk.CancelRequestedAt), tk.CancelReason,
+		sqltext.JSON(tk.Output), errJSON, sqltext.Millis(tk.FinishedAt), sqltext.Millis(tk.DeadLetteredAt),
+		sqltext.NullIfEmpty(tk.LastEventType), sqltext.Millis(tk.LastEventAt), tk.UnfinishedParents)
 	if err != nil {
 		return fmt.Errorf("update task %s: %w", tk.ID, err)
 	}
