@@ -34,6 +34,7 @@ var rules = []struct {
 	{"internal/lifecycle", []string{"internal/store", "internal/dispatch"}, "the lifecycle rules are pure functions"},
 	{"internal/report", []string{"internal/"}, "what a worker reports of its data is a plain record, shared by the lifecycle core that receives it and the data plane that stores it"},
 	{"internal/store", []string{"internal/dispatch", "internal/api", "internal/maintenance"}, "the store is the seam below the core, not above it"},
+	{"internal/store/sqldb/sqltext", []string{"internal/", "wire"}, "sqltext builds SQL text and arguments alone: what knows the store's records stays in sqldb"},
 	{"internal/service", []string{"internal/"}, "the service contract depends on nothing of Baton's"},
 	{"internal/backup", []string{"internal/dispatch", "internal/dataplane", "internal/api", "internal/server"},
 		"backup copies and installs a data directory's database files: it works on files through the SQLite driver, never through the server above the store"},

@@ -1,3 +1,5 @@
+// Backpressure: pipeline jobs' backlogs and the routings held back while they are paused.
+
 package sqldb
 
 import (
@@ -9,6 +11,7 @@ import (
 	"time"
 
 	"github.com/baton-dev/baton/internal/store"
+	"github.com/baton-dev/baton/internal/store/sqldb/sqltext"
 )
 
 // PipelineJobBacklog implements store.Reader.
@@ -28,7 +31,7 @@ func (q q) PipelineJobBacklog(ctx context.Context, k store.PipelineJobKey, queue
 	if err != nil {
 		return store.Backlog{}, fmt.Errorf("backlog of pipeline job %s.%s: %w", k.Pipeline, k.Job, err)
 	}
-	b.OldestReadyAt = fromMs(oldest)
+	b.OldestReadyAt = sqltext.Time(oldest)
 	return b, nil
 }
 
@@ -51,7 +54,7 @@ func (q q) HeldRoutingSummary(ctx context.Context, p store.HeldSummaryParams) ([
 		if err := row.Scan(&s.Tenant, &s.Pipeline, &s.Job, &s.Held, &s.Events, &oldest, &paused); err != nil {
 			return nil, err
 		}
-		s.OldestHeldAt, s.PausedSince = fromMillis(oldest), fromMillis(paused)
+		s.OldestHeldAt, s.PausedSince = sqltext.UnixMilli(oldest), sqltext.UnixMilli(paused)
 		return &s, nil
 	})
 }
@@ -69,7 +72,7 @@ func scanHeld(row interface{ Scan(...any) error }) (*store.HeldRouting, error) {
 		&h.Events, &held, &paused); err != nil {
 		return nil, err
 	}
-	h.Event, h.HeldAt, h.PausedSince = []byte(event), fromMillis(held), fromMillis(paused)
+	h.Event, h.HeldAt, h.PausedSince = []byte(event), sqltext.UnixMilli(held), sqltext.UnixMilli(paused)
 	return &h, nil
 }
 

@@ -1,3 +1,6 @@
+// Jobs (store.JobReader, store.JobWriter); their deletion on expiry is retention.go, their counts
+// stats.go.
+
 package sqldb
 
 import (
@@ -7,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/baton-dev/baton/internal/store"
+	"github.com/baton-dev/baton/internal/store/sqldb/sqltext"
 )
 
 const jobCols = `seq, id, tenant, name, status, idempotency_key, request_hash, total_tasks,
@@ -28,10 +32,10 @@ func scanJob(row interface{ Scan(...any) error }) (*store.Job, error) {
 	}
 	j.IdempotencyKey = idem.String
 	j.Pipeline, j.PipelineVersion, j.PipelineJob = pipeline.String, version.String, pipelineJob.String
-	j.CreatedAt = fromMs(sql.NullInt64{Int64: created, Valid: true})
-	j.FinishedAt = fromMs(finished)
-	j.CancelRequestedAt = fromMs(cancelReq)
-	j.FailureDetectedAt = fromMs(failureDetected)
+	j.CreatedAt = sqltext.Time(sql.NullInt64{Int64: created, Valid: true})
+	j.FinishedAt = sqltext.Time(finished)
+	j.CancelRequestedAt = sqltext.Time(cancelReq)
+	j.FailureDetectedAt = sqltext.Time(failureDetected)
 	return &j, nil
 }
 
@@ -84,9 +88,25 @@ var jobInsertCols = []string{"id", "tenant", "name", "status", "idempotency_key"
 
 // jobRow is the values of jobInsertCols.
 func jobRow(j *store.Job) []any {
-	return []any{j.ID, j.Tenant, j.Name, string(j.Status), strArg(j.IdempotencyKey), j.RequestHash,
-		j.TotalTasks, j.UnfinishedTasks, ms(j.CreatedAt), ms(j.FinishedAt), strArg(j.Pipeline),
-		strArg(j.PipelineVersion), strArg(j.PipelineJob), j.Traceparent}
+	return []any{j.ID, j.Tenant, j.Name, string(j.Status), sqltext.NullIfEmpty(j.IdempotencyKey), j.RequestHash,
+		j.TotalTasks, j.UnfinishedTasks, sqltext.Millis(j.CreatedAt), sqltext.Millis(j.FinishedAt), sqltext.NullIfEmpty(j.Pipeline),
+		sqltext.NullIfEmpty(j.PipelineVersion), sqltext.NullIfEmpty(j.PipelineJob), j.Traceparent}
+}
+
+// JobInsertManyIfAbsent implements store.Tx.
+func (t *tx) JobInsertManyIfAbsent(ctx context.Context, jobs []*store.Job) ([]string, error) {
+	rows := make([][]any, len(jobs))
+	for i, j := range jobs {
+		rows[i] = jobRow(j)
+	}
+	var inserted []string
+	err := t.insertReturning(ctx, "jobs", jobInsertCols, rows, " ON CONFLICT DO NOTHING RETURNING id", func(rs *sql.Rows) error {
+		var id string
+		err := rs.Scan(&id)
+		inserted = append(inserted, id)
+		return err
+	})
+	return inserted, err
 }
 
 // JobUpdate implements store.Tx.
@@ -94,8 +114,8 @@ func (t *tx) JobUpdate(ctx context.Context, j *store.Job) error {
 	res, err := t.exec(ctx, `UPDATE jobs SET status = $2, total_tasks = $3,
 		unfinished_tasks = $4, finished_at = $5, cancel_requested_at = $6, failure_detected_at = $7
 		WHERE id = $1`,
-		j.ID, string(j.Status), j.TotalTasks, j.UnfinishedTasks, ms(j.FinishedAt),
-		ms(j.CancelRequestedAt), ms(j.FailureDetectedAt))
+		j.ID, string(j.Status), j.TotalTasks, j.UnfinishedTasks, sqltext.Millis(j.FinishedAt),
+		sqltext.Millis(j.CancelRequestedAt), sqltext.Millis(j.FailureDetectedAt))
 	if err != nil {
 		return fmt.Errorf("update job: %w", err)
 	}

@@ -1,3 +1,5 @@
+// Credentials (store.Keys): producer API keys with their use, and token signing keys.
+
 package sqldb
 
 import (
@@ -7,6 +9,7 @@ import (
 	"time"
 
 	"github.com/baton-dev/baton/internal/store"
+	"github.com/baton-dev/baton/internal/store/sqldb/sqltext"
 )
 
 const keyCols = `id, tenant, name, secret_hash, prefix, created_at, revoked_at`
@@ -20,8 +23,8 @@ func scanKey(row interface{ Scan(...any) error }) (*store.APIKey, error) {
 	if err := row.Scan(&k.ID, &k.Tenant, &k.Name, &k.SecretHash, &k.Prefix, &created, &revoked); err != nil {
 		return nil, notFound(err)
 	}
-	k.CreatedAt = fromMs(sql.NullInt64{Int64: created, Valid: true})
-	k.RevokedAt = fromMs(revoked)
+	k.CreatedAt = sqltext.Time(sql.NullInt64{Int64: created, Valid: true})
+	k.RevokedAt = sqltext.Time(revoked)
 	return &k, nil
 }
 
@@ -29,7 +32,7 @@ func scanKey(row interface{ Scan(...any) error }) (*store.APIKey, error) {
 func (db *DB) APIKeyInsert(ctx context.Context, k *store.APIKey) error {
 	err := db.writeTx(ctx, func(t *tx) error {
 		_, err := t.exec(ctx, `INSERT INTO api_keys (`+keyCols+`) VALUES ($1, $2, $3, $4, $5, $6, $7)`,
-			k.ID, k.Tenant, k.Name, k.SecretHash, k.Prefix, ms(k.CreatedAt), ms(k.RevokedAt))
+			k.ID, k.Tenant, k.Name, k.SecretHash, k.Prefix, sqltext.Millis(k.CreatedAt), sqltext.Millis(k.RevokedAt))
 		return err
 	})
 	if err != nil {
@@ -96,4 +99,68 @@ func (db *DB) APIKeyCountRequest(ctx context.Context, keyID, day string) (int64,
 		return 0, fmt.Errorf("count request: %w", err)
 	}
 	return n, nil
+}
+
+// SigningKeyInsert implements store.Keys.
+func (db *DB) SigningKeyInsert(ctx context.Context, k *store.SigningKey) error {
+	err := db.writeTx(ctx, func(t *tx) error {
+		_, err := t.exec(ctx, `INSERT INTO signing_keys (kid, secret, created_at, retired_at)
+			VALUES ($1, $2, $3, $4)`, k.KID, string(k.Secret), sqltext.Millis(k.CreatedAt), sqltext.Millis(k.RetiredAt))
+		return err
+	})
+	if err != nil {
+		if db.dialect.IsUnique(err) {
+			return store.ErrConflict
+		}
+		return fmt.Errorf("insert signing key: %w", err)
+	}
+	return nil
+}
+
+// SigningKeyList implements store.Keys.
+func (db *DB) SigningKeyList(ctx context.Context) ([]*store.SigningKey, error) {
+	rows, err := db.q.query(ctx, `SELECT kid, secret, created_at, retired_at FROM signing_keys
+		ORDER BY created_at DESC, kid DESC`)
+	if err != nil {
+		return nil, fmt.Errorf("list signing keys: %w", err)
+	}
+	defer rows.Close()
+	var out []*store.SigningKey
+	for rows.Next() {
+		var (
+			k       store.SigningKey
+			secret  string
+			created int64
+			retired sql.NullInt64
+		)
+		if err := rows.Scan(&k.KID, &secret, &created, &retired); err != nil {
+			return nil, err
+		}
+		k.Secret = []byte(secret)
+		k.CreatedAt = time.UnixMilli(created).UTC()
+		k.RetiredAt = sqltext.Time(retired)
+		out = append(out, &k)
+	}
+	return out, rows.Err()
+}
+
+// SigningKeyRetire implements store.Keys.
+func (db *DB) SigningKeyRetire(ctx context.Context, kid string, at time.Time) error {
+	return db.writeTx(ctx, func(t *tx) error {
+		res, err := t.exec(ctx, `UPDATE signing_keys SET retired_at = $2 WHERE kid = $1 AND retired_at IS NULL`, kid, at.UnixMilli())
+		if err != nil {
+			return fmt.Errorf("retire signing key: %w", err)
+		}
+		if n, _ := res.RowsAffected(); n > 0 {
+			return nil
+		}
+		var exists int
+		if err := t.queryRow(ctx, `SELECT count(*) FROM signing_keys WHERE kid = $1`, kid).Scan(&exists); err != nil {
+			return err
+		}
+		if exists == 0 {
+			return store.ErrNotFound
+		}
+		return nil
+	})
 }

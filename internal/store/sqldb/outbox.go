@@ -1,3 +1,6 @@
+// The outbox: messages written in the transactions that cause them, and the relay's queries:
+// claim due messages, then mark them sent or schedule a retry, and prune what was sent long ago.
+
 package sqldb
 
 import (
@@ -9,10 +12,59 @@ import (
 	"time"
 
 	"github.com/baton-dev/baton/internal/store"
+	"github.com/baton-dev/baton/internal/store/sqldb/sqltext"
 )
 
-// The outbox relay's queries: claim due messages, then mark them sent or schedule a retry, and
-// prune what was sent long ago.
+// OutboxListAfter implements store.Reader.
+func (q q) OutboxListAfter(ctx context.Context, afterID int64, limit int) ([]*store.OutboxMessage, error) {
+	rows, err := q.query(ctx, `SELECT id, topic, msg_key, payload, available_at, created_at
+		FROM outbox WHERE id > $1 ORDER BY id LIMIT $2`, afterID, limit)
+	if err != nil {
+		return nil, fmt.Errorf("list outbox: %w", err)
+	}
+	defer rows.Close()
+	var out []*store.OutboxMessage
+	for rows.Next() {
+		var (
+			m                  store.OutboxMessage
+			payload            string
+			available, created int64
+		)
+		if err := rows.Scan(&m.ID, &m.Topic, &m.Key, &payload, &available, &created); err != nil {
+			return nil, err
+		}
+		m.Payload = []byte(payload)
+		m.AvailableAt = sqltext.Time(sql.NullInt64{Int64: available, Valid: true})
+		m.CreatedAt = sqltext.Time(sql.NullInt64{Int64: created, Valid: true})
+		out = append(out, &m)
+	}
+	return out, rows.Err()
+}
+
+// OutboxBacklog implements store.Reader: one pass over the partial index of unsent messages
+// (outbox_unsent, on available_at).
+func (q q) OutboxBacklog(ctx context.Context) (store.OutboxBacklog, error) {
+	var (
+		b      store.OutboxBacklog
+		oldest sql.NullInt64
+	)
+	if err := q.queryRow(ctx, "SELECT count(*), min(available_at) FROM outbox WHERE sent_at IS NULL").Scan(&b.Unsent, &oldest); err != nil {
+		return store.OutboxBacklog{}, fmt.Errorf("outbox backlog: %w", err)
+	}
+	if oldest.Valid {
+		b.OldestAvailableAt = sqltext.Time(oldest)
+	}
+	return b, nil
+}
+
+// OutboxInsertMany implements store.Tx.
+func (t *tx) OutboxInsertMany(ctx context.Context, msgs []*store.OutboxMessage) error {
+	rows := make([][]any, len(msgs))
+	for i, m := range msgs {
+		rows[i] = []any{m.Topic, m.Key, string(m.Payload), m.AvailableAt.UnixMilli(), m.CreatedAt.UnixMilli()}
+	}
+	return t.insertRows(ctx, "outbox", []string{"topic", "msg_key", "payload", "available_at", "created_at"}, rows, "")
+}
 
 // OutboxClaim implements store.Tx. The rows stay locked until the transaction ends; on
 // PostgreSQL SKIP LOCKED makes a concurrent relay pass over them, on SQLite the single writer
@@ -49,8 +101,8 @@ func (t *tx) OutboxClaim(ctx context.Context, p store.OutboxClaimParams) ([]*sto
 			return nil, err
 		}
 		m.Payload = []byte(payload)
-		m.AvailableAt = fromMs(sql.NullInt64{Int64: available, Valid: true})
-		m.CreatedAt = fromMs(sql.NullInt64{Int64: created, Valid: true})
+		m.AvailableAt = sqltext.Time(sql.NullInt64{Int64: available, Valid: true})
+		m.CreatedAt = sqltext.Time(sql.NullInt64{Int64: created, Valid: true})
 		m.Attempts = int(attempts)
 		out = append(out, &m)
 	}
@@ -115,20 +167,4 @@ func (t *tx) OutboxDeleteSent(ctx context.Context, before time.Time, limit int) 
 	}
 	n, err := res.RowsAffected()
 	return int(n), err
-}
-
-// OutboxBacklog implements store.Reader: one pass over the partial index of unsent messages
-// (outbox_unsent, on available_at).
-func (q q) OutboxBacklog(ctx context.Context) (store.OutboxBacklog, error) {
-	var (
-		b      store.OutboxBacklog
-		oldest sql.NullInt64
-	)
-	if err := q.queryRow(ctx, "SELECT count(*), min(available_at) FROM outbox WHERE sent_at IS NULL").Scan(&b.Unsent, &oldest); err != nil {
-		return store.OutboxBacklog{}, fmt.Errorf("outbox backlog: %w", err)
-	}
-	if oldest.Valid {
-		b.OldestAvailableAt = fromMs(oldest)
-	}
-	return b, nil
 }

@@ -1,3 +1,5 @@
+// The commits of partitions of datasets.
+
 package sqldb
 
 import (
@@ -7,6 +9,7 @@ import (
 	"fmt"
 
 	"github.com/baton-dev/baton/internal/store"
+	"github.com/baton-dev/baton/internal/store/sqldb/sqltext"
 )
 
 const partitionCommitCols = `id, tenant, dataset_uuid, dataset_version, partition_key, partition_start, partition_end,
@@ -19,8 +22,8 @@ func (t *tx) PartitionCommitInsert(ctx context.Context, c *store.PartitionCommit
 		partition_start, partition_end, location, row_count, bytes, task_id, attempt, committed_at)
 		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)
 		ON CONFLICT (tenant, dataset_uuid, dataset_version, partition_key, location) DO NOTHING RETURNING id`,
-		c.Tenant, c.DatasetUUID, c.DatasetVersion, c.PartitionKey, c.Start, c.End, c.Location, nullInt(c.RowCount),
-		c.Bytes, c.TaskID, c.Attempt, ms(c.CommittedAt)).Scan(&c.ID)
+		c.Tenant, c.DatasetUUID, c.DatasetVersion, c.PartitionKey, c.Start, c.End, c.Location, sqltext.NullInt(c.RowCount),
+		c.Bytes, c.TaskID, c.Attempt, sqltext.Millis(c.CommittedAt)).Scan(&c.ID)
 	if errors.Is(err, sql.ErrNoRows) {
 		return false, nil
 	}
@@ -34,7 +37,7 @@ func (t *tx) PartitionCommitInsert(ctx context.Context, c *store.PartitionCommit
 // order of the partitions (the index partition_commits_order) and keeps each one that no newer
 // commit of its partition follows, so that a page costs its length, not the version's history.
 func (q q) PartitionCommitListCurrent(ctx context.Context, p store.PartitionCommitListParams) ([]*store.PartitionCommit, error) {
-	rows, err := q.query(ctx, `SELECT `+prefixed("c.", partitionCommitCols)+` FROM partition_commits c
+	rows, err := q.query(ctx, `SELECT `+sqltext.Prefixed("c.", partitionCommitCols)+` FROM partition_commits c
 		WHERE c.tenant = $1 AND c.dataset_uuid = $2 AND c.dataset_version = $3
 		AND NOT EXISTS (SELECT 1 FROM partition_commits n WHERE n.tenant = c.tenant AND n.dataset_uuid = c.dataset_uuid
 			AND n.dataset_version = c.dataset_version AND n.partition_start = c.partition_start
@@ -81,6 +84,6 @@ func scanPartitionCommit(row interface{ Scan(...any) error }) (*store.PartitionC
 		&c.Location, &rowCount, &c.Bytes, &c.TaskID, &c.Attempt, &committed); err != nil {
 		return nil, err
 	}
-	c.RowCount, c.CommittedAt = fromNullInt(rowCount), fromMillis(committed)
+	c.RowCount, c.CommittedAt = sqltext.FromNullInt(rowCount), sqltext.UnixMilli(committed)
 	return &c, nil
 }

@@ -1,3 +1,5 @@
+// Pipelines, their versions and inputs (consumers), and the jobs and tasks they run.
+
 package sqldb
 
 import (
@@ -8,9 +10,8 @@ import (
 	"time"
 
 	"github.com/baton-dev/baton/internal/store"
+	"github.com/baton-dev/baton/internal/store/sqldb/sqltext"
 )
-
-// The data plane's tables: pipelines, their versions and inputs, datasets and their versions.
 
 const pipelineCols = `tenant, name, active_version, building_version, created_at, updated_at`
 
@@ -22,7 +23,7 @@ func scanPipeline(row interface{ Scan(...any) error }) (*store.Pipeline, error) 
 	if err := row.Scan(&p.Tenant, &p.Name, &p.ActiveVersion, &p.BuildingVersion, &created, &updated); err != nil {
 		return nil, notFound(err)
 	}
-	p.CreatedAt, p.UpdatedAt = fromMillis(created), fromMillis(updated)
+	p.CreatedAt, p.UpdatedAt = sqltext.UnixMilli(created), sqltext.UnixMilli(updated)
 	return &p, nil
 }
 
@@ -61,12 +62,18 @@ func (q q) PipelineJobTasks(ctx context.Context, k store.PipelineJobKey) (total,
 	return total, live, nil
 }
 
+// PipelineJobLatest implements store.Reader.
+func (q q) PipelineJobLatest(ctx context.Context, k store.PipelineJobKey) (*store.Job, error) {
+	return scanJob(q.queryRow(ctx, `SELECT `+jobCols+` FROM jobs WHERE tenant = $1 AND pipeline = $2
+		AND pipeline_job = $3 ORDER BY seq DESC LIMIT 1`, k.Tenant, k.Pipeline, k.Job))
+}
+
 // PipelinePut implements store.Tx.
 func (t *tx) PipelinePut(ctx context.Context, p *store.Pipeline) error {
 	_, err := t.exec(ctx, `INSERT INTO pipelines (`+pipelineCols+`) VALUES ($1, $2, $3, $4, $5, $6)
 		ON CONFLICT (tenant, name) DO UPDATE SET active_version = excluded.active_version,
 		building_version = excluded.building_version, updated_at = excluded.updated_at`,
-		p.Tenant, p.Name, p.ActiveVersion, p.BuildingVersion, ms(p.CreatedAt), ms(p.UpdatedAt))
+		p.Tenant, p.Name, p.ActiveVersion, p.BuildingVersion, sqltext.Millis(p.CreatedAt), sqltext.Millis(p.UpdatedAt))
 	if err != nil {
 		return fmt.Errorf("put pipeline: %w", err)
 	}
@@ -85,7 +92,7 @@ func scanVersion(row interface{ Scan(...any) error }) (*store.PipelineVersion, e
 	if err := row.Scan(&v.Seq, &v.Tenant, &v.Pipeline, &v.Version, &doc, &v.ContentType, &spec, &created, &v.State, &build, &pointers); err != nil {
 		return nil, notFound(err)
 	}
-	v.Document, v.Spec, v.CreatedAt = []byte(doc), []byte(spec), fromMillis(created)
+	v.Document, v.Spec, v.CreatedAt = []byte(doc), []byte(spec), sqltext.UnixMilli(created)
 	if build != "" {
 		v.Build = []byte(build)
 	}
@@ -172,7 +179,7 @@ func (t *tx) PipelineVersionInsert(ctx context.Context, v *store.PipelineVersion
 	res, err := t.exec(ctx, `INSERT INTO pipeline_versions (tenant, pipeline, version, document,
 		content_type, spec, created_at) VALUES ($1, $2, $3, $4, $5, $6, $7)
 		ON CONFLICT (tenant, pipeline, version) DO NOTHING`,
-		v.Tenant, v.Pipeline, v.Version, string(v.Document), v.ContentType, string(v.Spec), ms(v.CreatedAt))
+		v.Tenant, v.Pipeline, v.Version, string(v.Document), v.ContentType, string(v.Spec), sqltext.Millis(v.CreatedAt))
 	if err != nil {
 		return false, fmt.Errorf("insert pipeline version: %w", err)
 	}
@@ -212,7 +219,7 @@ func (q q) PipelineTasksSince(ctx context.Context, k store.PipelineVersionKey, s
 	rows, err := q.query(ctx, `SELECT j.tenant, j.id, t.id, COALESCE(j.idempotency_key, ''), j.pipeline_job, j.pipeline_version,
 		t.status, t.route FROM tasks t JOIN jobs j ON j.id = t.job_id
 		WHERE j.tenant = $1 AND j.pipeline = $2 AND j.pipeline_version = $3 AND j.created_at >= $4
-		ORDER BY j.id, t.seq`, k.Tenant, k.Pipeline, k.Version, ms(since))
+		ORDER BY j.id, t.seq`, k.Tenant, k.Pipeline, k.Version, sqltext.Millis(since))
 	if err != nil {
 		return nil, fmt.Errorf("tasks of pipeline %s version %s since %s: %w", k.Pipeline, k.Version, since, err)
 	}
@@ -240,188 +247,8 @@ func scanPipelineTaskRef(row interface{ Scan(...any) error }) (*store.PipelineTa
 	if err := row.Scan(&r.Tenant, &r.JobID, &r.TaskID, &r.RouteKey, &r.Job, &r.Version, &r.Status, &route); err != nil {
 		return nil, err
 	}
-	r.Route = fromJSON(route)
+	r.Route = sqltext.FromJSON(route)
 	return &r, nil
-}
-
-const datasetCols = `uuid, tenant, producer, name, pipeline, job, output_index, current_version,
-	storage, write_mode, schema, filter_fields, created_at, updated_at`
-
-func scanDataset(row interface{ Scan(...any) error }) (*store.Dataset, error) {
-	var (
-		d                     store.Dataset
-		name, schema, filters sql.NullString
-		created, updated      int64
-	)
-	if err := row.Scan(&d.UUID, &d.Tenant, &d.Producer, &name, &d.Pipeline, &d.Job, &d.OutputIndex,
-		&d.CurrentVersion, &d.Storage, &d.WriteMode, &schema, &filters, &created, &updated); err != nil {
-		return nil, notFound(err)
-	}
-	d.Name, d.Schema, d.FilterFields = name.String, fromJSON(schema), fromJSON(filters)
-	d.CreatedAt, d.UpdatedAt = fromMillis(created), fromMillis(updated)
-	return &d, nil
-}
-
-// DatasetGetMany implements store.Reader.
-func (q q) DatasetGetMany(ctx context.Context, uuids []string) ([]*store.Dataset, error) {
-	if len(uuids) == 0 {
-		return nil, nil
-	}
-	args := stringArgs(uuids)
-	rows, err := q.query(ctx, `SELECT `+datasetCols+` FROM datasets WHERE uuid IN (`+placeholders(1, len(args))+`)`, args...)
-	if err != nil {
-		return nil, fmt.Errorf("get datasets: %w", err)
-	}
-	return collect(rows, scanDataset)
-}
-
-// DatasetGetByName implements store.Reader.
-func (q q) DatasetGetByName(ctx context.Context, tenant, name string) (*store.Dataset, error) {
-	return scanDataset(q.queryRow(ctx, `SELECT `+datasetCols+` FROM datasets
-		WHERE tenant = $1 AND name = $2`, tenant, name))
-}
-
-// DatasetListByProducer implements store.Reader.
-func (q q) DatasetListByProducer(ctx context.Context, tenant string, producers []string) ([]*store.Dataset, error) {
-	if len(producers) == 0 {
-		return nil, nil
-	}
-	args := append([]any{tenant}, stringArgs(producers)...)
-	rows, err := q.query(ctx, `SELECT `+datasetCols+` FROM datasets WHERE tenant = $1
-		AND producer IN (`+placeholders(2, len(args)-1)+`)`, args...)
-	if err != nil {
-		return nil, fmt.Errorf("datasets by producer: %w", err)
-	}
-	return collect(rows, scanDataset)
-}
-
-// DatasetList implements store.Reader.
-func (q q) DatasetList(ctx context.Context, tenant string) ([]*store.Dataset, error) {
-	rows, err := q.query(ctx, `SELECT `+datasetCols+` FROM datasets WHERE tenant = $1
-		ORDER BY CASE WHEN name IS NULL THEN 1 ELSE 0 END, name, producer`, tenant)
-	if err != nil {
-		return nil, fmt.Errorf("list datasets: %w", err)
-	}
-	return collect(rows, scanDataset)
-}
-
-// DatasetInsertMany implements store.Tx.
-func (t *tx) DatasetInsertMany(ctx context.Context, ds []*store.Dataset) error {
-	cols := []string{"uuid", "tenant", "producer", "name", "pipeline", "job", "output_index",
-		"current_version", "storage", "write_mode", "schema", "filter_fields", "created_at", "updated_at"}
-	rows := make([][]any, len(ds))
-	for i, d := range ds {
-		rows[i] = []any{d.UUID, d.Tenant, d.Producer, strArg(d.Name), d.Pipeline, d.Job, d.OutputIndex,
-			d.CurrentVersion, d.Storage, d.WriteMode, jsonArg(d.Schema), jsonArg(d.FilterFields),
-			ms(d.CreatedAt), ms(d.UpdatedAt)}
-	}
-	err := t.insertRows(ctx, "datasets", cols, rows, " ON CONFLICT (tenant, producer) DO NOTHING")
-	if err != nil && t.d.IsUnique(err) {
-		return store.ErrConflict
-	}
-	return err
-}
-
-// DatasetUpdate implements store.Tx.
-func (t *tx) DatasetUpdate(ctx context.Context, d *store.Dataset) error {
-	res, err := t.exec(ctx, `UPDATE datasets SET name = $2, current_version = $3, storage = $4,
-		write_mode = $5, schema = $6, filter_fields = $7, updated_at = $8 WHERE uuid = $1`,
-		d.UUID, strArg(d.Name), d.CurrentVersion, d.Storage, d.WriteMode, jsonArg(d.Schema),
-		jsonArg(d.FilterFields), ms(d.UpdatedAt))
-	if err != nil {
-		if t.d.IsUnique(err) {
-			return store.ErrConflict
-		}
-		return fmt.Errorf("update dataset: %w", err)
-	}
-	if n, _ := res.RowsAffected(); n == 0 {
-		return store.ErrNotFound
-	}
-	return nil
-}
-
-// DatasetVersionList implements store.Reader.
-func (q q) DatasetVersionList(ctx context.Context, uuids ...string) ([]*store.DatasetVersion, error) {
-	if len(uuids) == 0 {
-		return nil, nil
-	}
-	args := stringArgs(uuids)
-	rows, err := q.query(ctx, `SELECT dataset_uuid, version, storage_ref, config_hash, range_start,
-		range_end, task_id, created_at FROM dataset_versions WHERE dataset_uuid IN (`+placeholders(1, len(args))+`)
-		ORDER BY created_at, version`, args...)
-	if err != nil {
-		return nil, fmt.Errorf("list dataset versions: %w", err)
-	}
-	return collect(rows, func(row interface{ Scan(...any) error }) (*store.DatasetVersion, error) {
-		var (
-			v          store.DatasetVersion
-			ref        sql.NullString
-			start, end sql.NullInt64
-			created    int64
-		)
-		if err := row.Scan(&v.DatasetUUID, &v.Version, &ref, &v.ConfigHash, &start, &end, &v.TaskID, &created); err != nil {
-			return nil, err
-		}
-		v.StorageRef, v.Start, v.End, v.CreatedAt = fromJSON(ref), fromNullInt(start), fromNullInt(end), fromMillis(created)
-		return &v, nil
-	})
-}
-
-// DatasetVersionInsertMany implements store.Tx.
-func (t *tx) DatasetVersionInsertMany(ctx context.Context, vs []*store.DatasetVersion) error {
-	cols := []string{"dataset_uuid", "version", "storage_ref", "config_hash", "range_start", "range_end",
-		"task_id", "created_at"}
-	rows := make([][]any, len(vs))
-	for i, v := range vs {
-		rows[i] = []any{v.DatasetUUID, v.Version, jsonArg(v.StorageRef), v.ConfigHash, nullInt(v.Start),
-			nullInt(v.End), v.TaskID, ms(v.CreatedAt)}
-	}
-	return t.insertRows(ctx, "dataset_versions", cols, rows, " ON CONFLICT (dataset_uuid, version) DO NOTHING")
-}
-
-// DatasetEventListRecent implements store.Reader.
-func (q q) DatasetEventListRecent(ctx context.Context, p store.DatasetEventListRecentParams) ([]*store.DatasetEvent, error) {
-	rows, err := q.query(ctx, `SELECT `+prefixed("e.", datasetEventCols)+` FROM dataset_events e
-		JOIN jobs j ON j.id = e.job_id WHERE e.dataset_uuid = $1 AND j.tenant = $2
-		ORDER BY e.id DESC LIMIT $3`, p.DatasetUUID, p.Tenant, p.Limit)
-	if err != nil {
-		return nil, fmt.Errorf("recent dataset events: %w", err)
-	}
-	return collect(rows, scanDatasetEvent)
-}
-
-// DatasetEventListAfter implements store.Reader.
-func (q q) DatasetEventListAfter(ctx context.Context, p store.DatasetEventListParams) ([]*store.DatasetEvent, error) {
-	rows, err := q.query(ctx, `SELECT `+datasetEventCols+` FROM dataset_events
-		WHERE dataset_uuid = $1 AND dataset_version = $2 AND id > $3 AND id <= $4 ORDER BY id LIMIT $5`,
-		p.DatasetUUID, p.DatasetVersion, p.AfterID, p.ThroughID, p.Limit)
-	if err != nil {
-		return nil, fmt.Errorf("events of dataset %s version %s: %w", p.DatasetUUID, p.DatasetVersion, err)
-	}
-	return collect(rows, scanDatasetEvent)
-}
-
-// DatasetEventMaxID implements store.Reader.
-func (q q) DatasetEventMaxID(ctx context.Context) (int64, error) {
-	var id sql.NullInt64
-	if err := q.queryRow(ctx, `SELECT MAX(id) FROM dataset_events`).Scan(&id); err != nil {
-		return 0, fmt.Errorf("the newest dataset event: %w", err)
-	}
-	return id.Int64, nil
-}
-
-// OutboxUnsentByKey implements store.Reader.
-func (q q) OutboxUnsentByKey(ctx context.Context, topic string, keys []string) (int, error) {
-	if len(keys) == 0 {
-		return 0, nil
-	}
-	args := append([]any{topic}, stringArgs(keys)...)
-	var n int
-	if err := q.queryRow(ctx, `SELECT COUNT(*) FROM outbox WHERE sent_at IS NULL AND topic = $1
-		AND msg_key IN (`+placeholders(2, len(args)-1)+`)`, args...).Scan(&n); err != nil {
-		return 0, fmt.Errorf("unsent %s messages: %w", topic, err)
-	}
-	return n, nil
 }
 
 // ConsumerList implements store.Reader.
@@ -429,12 +256,12 @@ func (q q) ConsumerList(ctx context.Context, uuids []string) ([]*store.Consumer,
 	if len(uuids) == 0 {
 		return nil, nil
 	}
-	args := stringArgs(uuids)
+	args := sqltext.StringArgs(uuids)
 	rows, err := q.query(ctx, `SELECT i.dataset_uuid, i.tenant, i.pipeline, i.version, i.job, i.input_index,
 		CASE WHEN p.active_version = i.version THEN 0 ELSE 1 END
 		FROM pipeline_inputs i JOIN pipelines p ON p.tenant = i.tenant AND p.name = i.pipeline
 		AND (p.active_version = i.version OR p.building_version = i.version)
-		WHERE i.dataset_uuid IN (`+placeholders(1, len(args))+`)
+		WHERE i.dataset_uuid IN (`+sqltext.Placeholders(1, len(args))+`)
 		ORDER BY i.dataset_uuid, i.tenant, i.pipeline, i.job, i.input_index`, args...)
 	if err != nil {
 		return nil, fmt.Errorf("consumers: %w", err)
@@ -458,34 +285,4 @@ func (t *tx) ConsumerInsertMany(ctx context.Context, cs []*store.Consumer) error
 		rows[i] = []any{c.DatasetUUID, c.Tenant, c.Pipeline, c.Version, c.Job, c.InputIndex}
 	}
 	return t.insertRows(ctx, "pipeline_inputs", cols, rows, " ON CONFLICT DO NOTHING")
-}
-
-// JobInsertManyIfAbsent implements store.Tx.
-func (t *tx) JobInsertManyIfAbsent(ctx context.Context, jobs []*store.Job) ([]string, error) {
-	rows := make([][]any, len(jobs))
-	for i, j := range jobs {
-		rows[i] = jobRow(j)
-	}
-	var inserted []string
-	err := t.insertReturning(ctx, "jobs", jobInsertCols, rows, " ON CONFLICT DO NOTHING RETURNING id", func(rs *sql.Rows) error {
-		var id string
-		err := rs.Scan(&id)
-		inserted = append(inserted, id)
-		return err
-	})
-	return inserted, err
-}
-
-// collect scans every row with scan.
-func collect[T any](rows *sql.Rows, scan func(interface{ Scan(...any) error }) (T, error)) ([]T, error) {
-	defer rows.Close()
-	var out []T
-	for rows.Next() {
-		v, err := scan(rows)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, v)
-	}
-	return out, rows.Err()
 }

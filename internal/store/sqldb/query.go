@@ -1,3 +1,5 @@
+// The Query Service's audit records.
+
 package sqldb
 
 import (
@@ -6,6 +8,7 @@ import (
 	"fmt"
 
 	"github.com/baton-dev/baton/internal/store"
+	"github.com/baton-dev/baton/internal/store/sqldb/sqltext"
 )
 
 // QueryAuditInsert implements store.Tx.
@@ -39,7 +42,7 @@ func (q q) QueryAuditList(ctx context.Context, p store.QueryAuditListParams) ([]
 		if err := row.Scan(&a.ID, &a.Tenant, &at, &a.Caller, &a.SQLHash, &datasets, &a.Status, &a.RowCount, &a.DurationMS); err != nil {
 			return nil, err
 		}
-		a.At, a.Datasets = fromMs(sql.NullInt64{Int64: at, Valid: true}), []byte(datasets)
+		a.At, a.Datasets = sqltext.Time(sql.NullInt64{Int64: at, Valid: true}), []byte(datasets)
 		return &a, nil
 	})
 }

@@ -1,3 +1,5 @@
+// The records of output resets.
+
 package sqldb
 
 import (
@@ -6,6 +8,7 @@ import (
 	"fmt"
 
 	"github.com/baton-dev/baton/internal/store"
+	"github.com/baton-dev/baton/internal/store/sqldb/sqltext"
 )
 
 const outputResetCols = `id, tenant, pipeline, version, job, api_key, dataset_uuid, dataset_name, output_index,
@@ -50,21 +53,7 @@ func (q q) OutputResetList(ctx context.Context, p store.OutputResetListParams) (
 			&r.OutputIndex, &r.PreviousVersion, &r.DatasetVersion, &r.RowsRemoved, &r.BatchesDiscarded, &at); err != nil {
 			return nil, err
 		}
-		r.At = fromMs(sql.NullInt64{Int64: at, Valid: true})
+		r.At = sqltext.Time(sql.NullInt64{Int64: at, Valid: true})
 		return &r, nil
 	})
-}
-
-// BufferPublishDiscardQueued implements store.Tx.
-func (t *tx) BufferPublishDiscardQueued(ctx context.Context, p store.BufferPublishDiscardParams) (int, error) {
-	res, err := t.exec(ctx, `UPDATE buffer_publishes SET state = 'dead', last_error = $3, finished_at = $4
-		WHERE dataset_uuid = $1 AND tenant = $2 AND state = 'queued'`, p.DatasetUUID, p.Tenant, p.Reason, p.Now.UnixMilli())
-	if err != nil {
-		return 0, fmt.Errorf("discard the queued buffer publishes of dataset %s: %w", p.DatasetUUID, err)
-	}
-	n, err := res.RowsAffected()
-	if err != nil {
-		return 0, fmt.Errorf("discard the queued buffer publishes of dataset %s: %w", p.DatasetUUID, err)
-	}
-	return int(n), nil
 }

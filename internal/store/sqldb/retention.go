@@ -222,12 +222,6 @@ func (t *tx) deleteIn(ctx context.Context, table, col string, ids []string) (int
 	return total, nil
 }
 
-// PipelineJobLatest implements store.Reader.
-func (q q) PipelineJobLatest(ctx context.Context, k store.PipelineJobKey) (*store.Job, error) {
-	return scanJob(q.queryRow(ctx, `SELECT `+jobCols+` FROM jobs WHERE tenant = $1 AND pipeline = $2
-		AND pipeline_job = $3 ORDER BY seq DESC LIMIT 1`, k.Tenant, k.Pipeline, k.Job))
-}
-
 // queryAuditDeleteExpired deletes up to p.Limit query audit records older than their tenant's
 // retention, oldest first.
 func (t *tx) queryAuditDeleteExpired(ctx context.Context, p store.RetentionPolicy) (int, error) {

@@ -1,14 +1,18 @@
 // Package sqldb implements store.Store over database/sql with SQL that SQLite and PostgreSQL
 // both accept; the driver packages supply the connections, the schema and a Dialect.
+//
+// Its files follow the store's aggregates (internal/store/aggregates.go) and the contract suite
+// (internal/store/storetest): jobs.go, tasks.go, attempts.go... Beside them, this file holds the
+// DB and its transactions, statements.go how a statement runs, and batches.go the statements over
+// many rows. The text of statements, their placeholders and the conversions of values are
+// sqltext's.
 package sqldb
 
 import (
 	"context"
 	"database/sql"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"math/bits"
 	"math/rand/v2"
 	"strconv"
 	"strings"
@@ -41,9 +45,9 @@ type Dialect struct {
 	CacheStatements bool
 	// Arrays: the driver passes a Go slice as one array parameter and the database has unnest
 	// and "= ANY" (PostgreSQL): statements over many rows then carry one parameter per column
-	// (arrays.go).
+	// (batches.go).
 	Arrays bool
-	// Positional makes statements use "?" placeholders (positional.go). SQLite resolves "$N" by
+	// Positional makes statements use "?" placeholders (sqltext.Positional). SQLite resolves "$N" by
 	// a linear scan of the statement's parameter names, on every run: a 20,000-parameter insert
 	// was quadratic, and the batch statements' binding 16% of the server's CPU.
 	Positional bool
@@ -178,312 +182,95 @@ func (db *DB) runTx(ctx context.Context, fn func(*tx) error) (err error) {
 	return nil
 }
 
-// querier is what *sql.DB and *sql.Tx share.
-type querier interface {
-	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
-	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
-	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
+// tx is a store.Tx.
+type tx struct {
+	q
+	savepoints int   // savepoints taken so far, for unique names
+	doomed     error // a nested part failed with a transient error: the transaction fails with it
 }
 
-// q holds the queries, used by DB outside transactions and by tx inside them.
-type q struct {
-	db    querier
-	d     *Dialect
-	inTx  bool
-	tx    *sql.Tx    // the transaction, when inTx
-	stmts *stmtCache // prepared statements of db's pool, or nil
-}
+var _ store.Tx = (*tx)(nil)
 
-// stmtCache holds one prepared statement per query text for a pool; database/sql prepares it on
-// each connection once and reuses it there.
-type stmtCache struct {
-	db *sql.DB
-	mu sync.Mutex
-	m  map[string]*sql.Stmt
-}
-
-func newStmtCache(db *sql.DB) *stmtCache { return &stmtCache{db: db, m: map[string]*sql.Stmt{}} }
-
-func (c *stmtCache) get(ctx context.Context, query string) (*sql.Stmt, error) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if st, ok := c.m[query]; ok {
-		return st, nil
+// Nested implements store.Tx.
+func (t *tx) Nested(ctx context.Context, fn func(store.Tx) error) error {
+	t.savepoints++
+	name := "sp" + strconv.Itoa(t.savepoints)
+	if _, err := t.exec(ctx, "SAVEPOINT "+name); err != nil {
+		return fmt.Errorf("savepoint: %w", err)
 	}
-	st, err := c.db.PrepareContext(ctx, query)
-	if err != nil {
-		return nil, err
-	}
-	c.m[query] = st
-	return st, nil
-}
-
-// stmt returns the cached statement for query, bound to the transaction if there is one, or nil
-// when statements are not cached.
-func (q q) stmt(ctx context.Context, query string) (*sql.Stmt, error) {
-	if q.stmts == nil {
-		return nil, nil
-	}
-	st, err := q.stmts.get(ctx, query)
-	if err != nil || q.tx == nil {
-		return st, err
-	}
-	return q.tx.StmtContext(ctx, st), nil
-}
-
-func (q q) exec(ctx context.Context, query string, args ...any) (sql.Result, error) {
-	if q.d.Positional {
-		query, args = toPositional(query, args)
-	}
-	st, err := q.stmt(ctx, query)
-	if err != nil {
-		return nil, err
-	}
-	if st != nil {
-		return st.ExecContext(ctx, args...)
-	}
-	return q.db.ExecContext(ctx, query, args...)
-}
-
-// maxReadTries bounds how often a query outside a transaction is sent again after a transient
-// failure. A connection the database ended (a backend terminated, a failover) fails the first
-// query sent on it, and every pooled connection may have been ended at once.
-const maxReadTries = 20
-
-// readAgain reports whether a query outside a transaction that failed with err, on its tries-th
-// try, is to be sent again (reading has no effect to repeat), after pausing for it.
-func (q q) readAgain(ctx context.Context, err error, tries int) bool {
-	if q.inTx || err == nil || !q.d.Transient(err) || tries >= maxReadTries || ctx.Err() != nil || q.d.unreachable() {
-		return false
-	}
-	pauseBeforeTry(tries + 1)
-	return true
-}
-
-func (q q) query(ctx context.Context, query string, args ...any) (*sql.Rows, error) {
-	for tries := 1; ; tries++ {
-		rows, err := q.queryOnce(ctx, query, args...)
-		if !q.readAgain(ctx, err, tries) {
-			return rows, err
+	ferr := fn(t)
+	if ferr == nil {
+		if _, err := t.exec(ctx, "RELEASE SAVEPOINT "+name); err != nil {
+			return fmt.Errorf("release savepoint: %w", err)
 		}
-	}
-}
-
-func (q q) queryOnce(ctx context.Context, query string, args ...any) (*sql.Rows, error) {
-	if q.d.Positional {
-		query, args = toPositional(query, args)
-	}
-	st, err := q.stmt(ctx, query)
-	if err != nil {
-		return nil, err
-	}
-	if st != nil {
-		return st.QueryContext(ctx, args...)
-	}
-	return q.db.QueryContext(ctx, query, args...)
-}
-
-// rowScanner is what QueryRow returns, with a preparation error folded in.
-type rowScanner interface{ Scan(...any) error }
-
-type errRow struct{ err error }
-
-func (r errRow) Scan(...any) error { return r.err }
-
-func (q q) queryRow(ctx context.Context, query string, args ...any) rowScanner {
-	for tries := 1; ; tries++ {
-		row := q.queryRowOnce(ctx, query, args...)
-		if r, ok := row.(*sql.Row); !ok || !q.readAgain(ctx, r.Err(), tries) {
-			return row
-		}
-	}
-}
-
-func (q q) queryRowOnce(ctx context.Context, query string, args ...any) rowScanner {
-	if q.d.Positional {
-		query, args = toPositional(query, args)
-	}
-	st, err := q.stmt(ctx, query)
-	if err != nil {
-		return errRow{err}
-	}
-	if st != nil {
-		return st.QueryRowContext(ctx, args...)
-	}
-	return q.db.QueryRowContext(ctx, query, args...)
-}
-
-// lockRow is the row-lock suffix inside a transaction, nothing outside one.
-func (q q) lockRow() string {
-	if q.inTx {
-		return q.d.LockRow
-	}
-	return ""
-}
-
-// Times are stored as Unix milliseconds; NULL is the zero time.
-
-func ms(t time.Time) any {
-	if t.IsZero() {
 		return nil
 	}
-	return t.UnixMilli()
-}
-
-func fromMs(n sql.NullInt64) time.Time {
-	if !n.Valid {
-		return time.Time{}
+	if t.d.Transient(ferr) && t.doomed == nil {
+		t.doomed = ferr
 	}
-	return time.UnixMilli(n.Int64).UTC()
+	if _, err := t.exec(ctx, "ROLLBACK TO SAVEPOINT "+name); err != nil {
+		return errors.Join(ferr, fmt.Errorf("roll back to savepoint: %w", err))
+	}
+	if _, err := t.exec(ctx, "RELEASE SAVEPOINT "+name); err != nil {
+		return errors.Join(ferr, fmt.Errorf("release savepoint: %w", err))
+	}
+	return ferr
 }
 
-// fromMillis is a NOT NULL time.
-func fromMillis(n int64) time.Time { return time.UnixMilli(n).UTC() }
-
-// JSON is stored verbatim as text; NULL is a nil RawMessage.
-
-func jsonArg(b json.RawMessage) any {
-	if b == nil {
+// RowsLock implements store.Tx: one statement locks the tasks in id order, a second the jobs of
+// s.Jobs in id order (see store.LockSet for why that order). Each kind of row set is a part of a
+// UNION ALL under "id IN", which the planner turns into index lookups; an OR of the kinds would
+// have it scan the table.
+func (t *tx) RowsLock(ctx context.Context, s store.LockSet) error {
+	if t.d.LockRow == "" || s.Empty() {
 		return nil
 	}
-	return string(b)
-}
-
-func fromJSON(s sql.NullString) json.RawMessage {
-	if !s.Valid {
+	if len(s.Keys) > 0 && t.d.LockKeys != "" {
+		// The keys in one order: the locks are taken after the sort.
+		if _, err := t.exec(ctx, t.d.LockKeys, s.Keys); err != nil {
+			return fmt.Errorf("lock idempotency keys: %w", err)
+		}
+	}
+	if len(s.Tasks)+len(s.Releasing)+len(s.Ending)+len(s.Jobs) == 0 {
 		return nil
 	}
-	return json.RawMessage(s.String)
-}
-
-func errArg(e *store.TaskError) (any, error) {
-	if e == nil {
-		return nil, nil
+	var (
+		args  []any
+		with  string
+		parts []string
+	)
+	in := func(col string, ids []string) string {
+		cond, a := t.in(col, len(args)+1, ids)
+		args = append(args, a...)
+		return cond
 	}
-	b, err := json.Marshal(e)
-	if err != nil {
-		return nil, err
+	if len(s.Tasks) > 0 {
+		parts = append(parts, `SELECT id FROM tasks WHERE `+in("id", s.Tasks))
 	}
-	return string(b), nil
-}
-
-func fromErr(s sql.NullString) (*store.TaskError, error) {
-	if !s.Valid {
-		return nil, nil
+	if len(s.Releasing) > 0 {
+		parts = append(parts, `SELECT child_id FROM task_deps WHERE `+in("parent_id", s.Releasing))
 	}
-	var e store.TaskError
-	if err := json.Unmarshal([]byte(s.String), &e); err != nil {
-		return nil, fmt.Errorf("decode task error: %w", err)
+	if len(s.Ending) > 0 {
+		with = `WITH RECURSIVE below(id) AS (
+			SELECT child_id FROM task_deps WHERE ` + in("parent_id", s.Ending) + `
+			UNION
+			SELECT d.child_id FROM task_deps d JOIN below b ON d.parent_id = b.id
+		) `
+		parts = append(parts, `SELECT id FROM below`)
 	}
-	return &e, nil
-}
-
-func strArg(s string) any {
-	if s == "" {
+	if len(s.Jobs) > 0 {
+		parts = append(parts, `SELECT id FROM tasks WHERE `+in("job_id", s.Jobs))
+	}
+	if _, err := t.ids(ctx, with+`SELECT id FROM tasks WHERE id IN (`+strings.Join(parts, " UNION ALL ")+`)
+		ORDER BY id`+t.d.LockRow, args...); err != nil {
+		return fmt.Errorf("lock tasks: %w", err)
+	}
+	if len(s.Jobs) == 0 {
 		return nil
 	}
-	return s
-}
-
-// insertRows runs a multi-row INSERT of rows, each len(cols) values, in as few statements as the
-// dialect's parameter limit allows. suffix follows the VALUES list (e.g. an ON CONFLICT clause).
-func (q q) insertRows(ctx context.Context, table string, cols []string, rows [][]any, suffix string) error {
-	if done, err := q.insertArrays(ctx, table, cols, rows, suffix, nil); done {
-		return err
-	}
-	return q.insertChunks(table, cols, rows, suffix, func(stmt string, args []any, cached bool) error {
-		exec := q.db.ExecContext
-		if cached {
-			exec = q.exec
-		}
-		_, err := exec(ctx, stmt, args...)
-		return err
-	})
-}
-
-// insertReturning is insertRows with a RETURNING clause at the end of suffix: scan reads each row
-// the statements return.
-func (q q) insertReturning(ctx context.Context, table string, cols []string, rows [][]any, suffix string,
-	scan func(*sql.Rows) error) error {
-	if done, err := q.insertArrays(ctx, table, cols, rows, suffix, scan); done {
-		return err
-	}
-	return q.insertChunks(table, cols, rows, suffix, func(stmt string, args []any, cached bool) error {
-		query := q.db.QueryContext
-		if cached {
-			query = q.query
-		}
-		rs, err := query(ctx, stmt, args...)
-		if err != nil {
-			return err
-		}
-		defer rs.Close()
-		for rs.Next() {
-			if err := scan(rs); err != nil {
-				return err
-			}
-		}
-		return rs.Err()
-	})
-}
-
-// insertChunks builds the statements of a multi-row INSERT and runs each with do, cached telling
-// whether to keep it prepared: where statements are cached, every text is one of a few (a full
-// chunk, or a power of two of rows), and parsing a full chunk of 1,000 tasks again was a third
-// of the time of creating a job of them on SQLite.
-func (q q) insertChunks(table string, cols []string, rows [][]any, suffix string,
-	do func(stmt string, args []any, cached bool) error) error {
-	if len(rows) == 0 {
-		return nil
-	}
-	perStmt := q.d.MaxParams / len(cols)
-	if perStmt > 1000 {
-		perStmt = 1000
-	}
-	head := "INSERT INTO " + table + " (" + strings.Join(cols, ", ") + ") VALUES "
-	for start := 0; start < len(rows); {
-		n := min(perStmt, len(rows)-start)
-		if q.stmts != nil && n < perStmt {
-			// A cached statement for each power of two: a batch of n rows is at most log2(n)
-			// statements, none of which the database has to parse again.
-			n = 1 << (bits.Len(uint(n)) - 1)
-		}
-		chunk := rows[start : start+n]
-		start += n
-		var b strings.Builder
-		b.WriteString(head)
-		args := make([]any, 0, len(chunk)*len(cols))
-		for i, row := range chunk {
-			if i > 0 {
-				b.WriteString(", ")
-			}
-			b.WriteByte('(')
-			for j := range row {
-				if j > 0 {
-					b.WriteString(", ")
-				}
-				if q.d.Positional {
-					b.WriteByte('?')
-				} else {
-					b.WriteByte('$')
-					b.WriteString(strconv.Itoa(len(args) + 1))
-				}
-				args = append(args, row[j])
-			}
-			b.WriteByte(')')
-		}
-		b.WriteString(suffix)
-		if err := do(b.String(), args, q.stmts != nil); err != nil {
-			return fmt.Errorf("insert %s: %w", table, err)
-		}
+	cond, jobs := t.in("id", 1, s.Jobs)
+	if _, err := t.ids(ctx, `SELECT id FROM jobs WHERE `+cond+` ORDER BY id`+t.d.LockRow, jobs...); err != nil {
+		return fmt.Errorf("lock jobs: %w", err)
 	}
 	return nil
-}
-
-// notFound turns sql.ErrNoRows into store.ErrNotFound.
-func notFound(err error) error {
-	if errors.Is(err, sql.ErrNoRows) {
-		return store.ErrNotFound
-	}
-	return err
 }

@@ -1,3 +1,5 @@
+// The counts of the metrics and the dashboard: jobs by status, queue stats and task counts.
+
 package sqldb
 
 import (
@@ -9,6 +11,7 @@ import (
 
 	"github.com/baton-dev/baton/internal/lifecycle"
 	"github.com/baton-dev/baton/internal/store"
+	"github.com/baton-dev/baton/internal/store/sqldb/sqltext"
 )
 
 // JobCounts implements store.Reader. It reads only the (tenant, status, seq) index.
@@ -77,7 +80,7 @@ func (q q) QueueStats(ctx context.Context, p store.QueueStatsParams) (*store.Que
 			return err
 		}
 		s := stat(queue)
-		s.Ready, s.Delayed, s.OldestReady = ready, delayed, fromMs(oldest)
+		s.Ready, s.Delayed, s.OldestReady = ready, delayed, sqltext.Time(oldest)
 		return nil
 	}); err != nil {
 		return nil, err
@@ -111,7 +114,7 @@ func (q q) QueueStats(ctx context.Context, p store.QueueStatsParams) (*store.Que
 		if err := rows.Scan(&w.WorkerID, &w.Queue, &last, &w.Running); err != nil {
 			return err
 		}
-		w.LastClaim = fromMs(last)
+		w.LastClaim = sqltext.Time(last)
 		res.Workers = append(res.Workers, &w)
 		return nil
 	}); err != nil {
@@ -140,4 +143,30 @@ func (q q) each(ctx context.Context, query string, args []any, fn func(*sql.Rows
 		}
 	}
 	return rows.Err()
+}
+
+// TaskCounts implements store.Reader. Pending and running tasks are counted through their
+// partial indexes (tasks_ready, tasks_reap), dead-lettered ones through tasks_dead; waiting tasks
+// have no index of their own, so they are found among the tasks of processing jobs (by job id,
+// the unique index on job_id and task_key), as only an unfinished job has waiting tasks. The
+// cost follows the live work and the dead letters, not the table's history.
+func (q q) TaskCounts(ctx context.Context) ([]store.TaskCount, error) {
+	rows, err := q.query(ctx, `SELECT queue, 'pending', count(*) FROM tasks WHERE status = 'pending' GROUP BY queue
+		UNION ALL SELECT queue, 'running', count(*) FROM tasks WHERE status = 'running' GROUP BY queue
+		UNION ALL SELECT t.queue, 'waiting', count(*) FROM jobs j JOIN tasks t ON t.job_id = j.id
+			WHERE j.status = 'processing' AND t.status = 'waiting' GROUP BY t.queue
+		UNION ALL SELECT t.queue, '`+store.DeadLettered+`', count(*) FROM tasks t WHERE `+deadLettered+` GROUP BY t.queue`)
+	if err != nil {
+		return nil, fmt.Errorf("task counts: %w", err)
+	}
+	defer rows.Close()
+	var counts []store.TaskCount
+	for rows.Next() {
+		var c store.TaskCount
+		if err := rows.Scan(&c.Queue, &c.State, &c.N); err != nil {
+			return nil, fmt.Errorf("task counts: %w", err)
+		}
+		counts = append(counts, c)
+	}
+	return counts, rows.Err()
 }

@@ -1,52 +1,19 @@
+// Tasks and their dependencies (store.TaskReader, store.TaskWriter): reads, inserts, updates,
+// cancellation, skips and resumes. What is ready, claims, completions and the release of
+// children are claims.go; the counts stats.go.
+
 package sqldb
 
 import (
 	"context"
 	"database/sql"
 	"encoding/json"
-	"errors"
 	"fmt"
-	"strconv"
-	"strings"
 	"time"
 
 	"github.com/baton-dev/baton/internal/store"
+	"github.com/baton-dev/baton/internal/store/sqldb/sqltext"
 )
-
-// tx is a store.Tx.
-type tx struct {
-	q
-	savepoints int   // savepoints taken so far, for unique names
-	doomed     error // a nested part failed with a transient error: the transaction fails with it
-}
-
-// Nested implements store.Tx.
-func (t *tx) Nested(ctx context.Context, fn func(store.Tx) error) error {
-	t.savepoints++
-	name := "sp" + strconv.Itoa(t.savepoints)
-	if _, err := t.exec(ctx, "SAVEPOINT "+name); err != nil {
-		return fmt.Errorf("savepoint: %w", err)
-	}
-	ferr := fn(t)
-	if ferr == nil {
-		if _, err := t.exec(ctx, "RELEASE SAVEPOINT "+name); err != nil {
-			return fmt.Errorf("release savepoint: %w", err)
-		}
-		return nil
-	}
-	if t.d.Transient(ferr) && t.doomed == nil {
-		t.doomed = ferr
-	}
-	if _, err := t.exec(ctx, "ROLLBACK TO SAVEPOINT "+name); err != nil {
-		return errors.Join(ferr, fmt.Errorf("roll back to savepoint: %w", err))
-	}
-	if _, err := t.exec(ctx, "RELEASE SAVEPOINT "+name); err != nil {
-		return errors.Join(ferr, fmt.Errorf("release savepoint: %w", err))
-	}
-	return ferr
-}
-
-var _ store.Tx = (*tx)(nil)
 
 const taskCols = `seq, id, job_id, task_key, name, queue, priority, runtime, input, depends_on,
 	unfinished_parents, status, attempt, retry_base, max_attempts, available_at, lease_token,
@@ -79,13 +46,13 @@ func scanTask(row interface{ Scan(...any) error }) (*store.Task, error) {
 		return nil, fmt.Errorf("decode depends_on of task %s: %w", t.ID, err)
 	}
 	t.AvailableAt = time.UnixMilli(available).UTC()
-	t.LeaseExpiresAt = fromMs(leaseExp)
-	t.StartedAt = fromMs(started)
-	t.HeartbeatAt = fromMs(hb)
-	t.DeadlineAt = fromMs(deadline)
-	t.ReapAt = fromMs(reap)
-	t.CancelRequestedAt = fromMs(cancelReq)
-	t.Output = fromJSON(output)
+	t.LeaseExpiresAt = sqltext.Time(leaseExp)
+	t.StartedAt = sqltext.Time(started)
+	t.HeartbeatAt = sqltext.Time(hb)
+	t.DeadlineAt = sqltext.Time(deadline)
+	t.ReapAt = sqltext.Time(reap)
+	t.CancelRequestedAt = sqltext.Time(cancelReq)
+	t.Output = sqltext.FromJSON(output)
 	if t.Error, err = fromErr(errJSON); err != nil {
 		return nil, err
 	}
@@ -95,13 +62,26 @@ func scanTask(row interface{ Scan(...any) error }) (*store.Task, error) {
 	t.HeartbeatTimeout = time.Duration(hbTimeout) * time.Millisecond
 	t.CancelGrace = time.Duration(grace) * time.Millisecond
 	t.CreatedAt = time.UnixMilli(created).UTC()
-	t.FinishedAt = fromMs(finished)
-	t.DeadLetteredAt = fromMs(dead)
+	t.FinishedAt = sqltext.Time(finished)
+	t.DeadLetteredAt = sqltext.Time(dead)
 	t.LastEventType = lastEvent.String
-	t.LastEventAt = fromMs(lastAt)
-	t.Route = fromJSON(route)
+	t.LastEventAt = sqltext.Time(lastAt)
+	t.Route = sqltext.FromJSON(route)
 	t.ConcurrencyKey = concurrency.String
 	return &t, nil
+}
+
+func collectTasks(rows *sql.Rows) ([]*store.Task, error) {
+	defer rows.Close()
+	var out []*store.Task
+	for rows.Next() {
+		t, err := scanTask(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, t)
+	}
+	return out, rows.Err()
 }
 
 // TaskGet implements store.Reader.
@@ -148,8 +128,8 @@ func (q q) jobTasks(ctx context.Context, jobID string, withResults bool) ([]*sto
 			return nil, fmt.Errorf("decode depends_on of task %s: %w", s.ID, err)
 		}
 		s.LastEventType = lastEvent.String
-		s.LastEventAt = fromMs(lastAt)
-		s.Output = fromJSON(output)
+		s.LastEventAt = sqltext.Time(lastAt)
+		s.Output = sqltext.FromJSON(output)
 		if s.Error, err = fromErr(errJ); err != nil {
 			return nil, fmt.Errorf("task %s: %w", s.ID, err)
 		}
@@ -200,7 +180,7 @@ func (q q) TaskParentOutputsMany(ctx context.Context, taskIDs []string) (map[str
 		if out[child] == nil {
 			out[child] = map[string]json.RawMessage{}
 		}
-		out[child][key.String] = fromJSON(output)
+		out[child][key.String] = sqltext.FromJSON(output)
 		if out[child][key.String] == nil {
 			out[child][key.String] = json.RawMessage("null")
 		}
@@ -214,7 +194,7 @@ const deadLettered = "t.status = 'failed' AND t.dead_lettered_at IS NOT NULL"
 
 // TaskListDeadLetters implements store.Reader.
 func (q q) TaskListDeadLetters(ctx context.Context, p store.TaskListDeadLettersParams) ([]*store.Task, error) {
-	rows, err := q.query(ctx, `SELECT `+prefixed("t.", taskCols)+` FROM tasks t
+	rows, err := q.query(ctx, `SELECT `+sqltext.Prefixed("t.", taskCols)+` FROM tasks t
 		JOIN jobs j ON j.id = t.job_id
 		WHERE j.tenant = $1 AND `+deadLettered+`
 		AND (CAST($2 AS BIGINT) = 0 OR t.seq < $2) ORDER BY t.seq DESC LIMIT $3`, p.Tenant, p.BeforeSeq, p.Limit)
@@ -222,153 +202,6 @@ func (q q) TaskListDeadLetters(ctx context.Context, p store.TaskListDeadLettersP
 		return nil, fmt.Errorf("list dead letters: %w", err)
 	}
 	return collectTasks(rows)
-}
-
-// TaskNextReapAt implements store.Reader.
-func (q q) TaskNextReapAt(ctx context.Context) (time.Time, bool, error) {
-	var at sql.NullInt64
-	if err := q.queryRow(ctx, `SELECT min(reap_at) FROM tasks WHERE status = 'running'`).Scan(&at); err != nil {
-		return time.Time{}, false, fmt.Errorf("next reap: %w", err)
-	}
-	return fromMs(at), at.Valid, nil
-}
-
-// TaskListDue implements store.Reader.
-func (q q) TaskListDue(ctx context.Context, now time.Time, limit int) ([]string, error) {
-	return q.ids(ctx, `SELECT id FROM tasks WHERE status = 'running' AND reap_at <= $1
-		ORDER BY reap_at LIMIT $2`, now.UnixMilli(), limit)
-}
-
-// TaskNextAvailableAt implements store.Reader.
-func (q q) TaskNextAvailableAt(ctx context.Context, queues []string) (time.Time, bool, error) {
-	if len(queues) == 0 {
-		return time.Time{}, false, nil
-	}
-	var b strings.Builder
-	args := make([]any, len(queues))
-	for i, qu := range queues {
-		if i > 0 {
-			b.WriteString(", ")
-		}
-		fmt.Fprintf(&b, "$%d", i+1)
-		args[i] = qu
-	}
-	var at sql.NullInt64
-	err := q.queryRow(ctx, `SELECT min(available_at) FROM tasks WHERE status = 'pending'
-		AND runtime = 'pull' AND queue IN (`+b.String()+`)`+notAtCap, args...).Scan(&at)
-	if err != nil {
-		return time.Time{}, false, fmt.Errorf("next available: %w", err)
-	}
-	return fromMs(at), at.Valid, nil
-}
-
-// TaskNextPushAvailableAt implements store.Reader.
-func (q q) TaskNextPushAvailableAt(ctx context.Context, targets []string) (time.Time, bool, error) {
-	var at sql.NullInt64
-	deliverable, args := pushDeliverable(targets, 1)
-	err := q.queryRow(ctx, `SELECT min(available_at) FROM tasks WHERE status = 'pending' AND runtime = 'push'`+deliverable+notAtCap, args...).Scan(&at)
-	if err != nil {
-		return time.Time{}, false, fmt.Errorf("next push available: %w", err)
-	}
-	return fromMs(at), at.Valid, nil
-}
-
-// TaskReadyCounts implements store.Reader.
-func (q q) TaskReadyCounts(ctx context.Context, before time.Time) (map[string]int, error) {
-	rows, err := q.query(ctx, `SELECT queue, count(*) FROM tasks WHERE status = 'pending'
-		AND runtime = 'pull' AND available_at <= $1 GROUP BY queue`, before.UnixMilli())
-	if err != nil {
-		return nil, fmt.Errorf("ready counts: %w", err)
-	}
-	defer rows.Close()
-	counts := map[string]int{}
-	for rows.Next() {
-		var (
-			queue string
-			n     int
-		)
-		if err := rows.Scan(&queue, &n); err != nil {
-			return nil, fmt.Errorf("ready counts: %w", err)
-		}
-		counts[queue] = n
-	}
-	return counts, rows.Err()
-}
-
-// TaskCounts implements store.Reader. Pending and running tasks are counted through their
-// partial indexes (tasks_ready, tasks_reap), dead-lettered ones through tasks_dead; waiting tasks
-// have no index of their own, so they are found among the tasks of processing jobs (by job id,
-// the unique index on job_id and task_key), as only an unfinished job has waiting tasks. The
-// cost follows the live work and the dead letters, not the table's history.
-func (q q) TaskCounts(ctx context.Context) ([]store.TaskCount, error) {
-	rows, err := q.query(ctx, `SELECT queue, 'pending', count(*) FROM tasks WHERE status = 'pending' GROUP BY queue
-		UNION ALL SELECT queue, 'running', count(*) FROM tasks WHERE status = 'running' GROUP BY queue
-		UNION ALL SELECT t.queue, 'waiting', count(*) FROM jobs j JOIN tasks t ON t.job_id = j.id
-			WHERE j.status = 'processing' AND t.status = 'waiting' GROUP BY t.queue
-		UNION ALL SELECT t.queue, '`+store.DeadLettered+`', count(*) FROM tasks t WHERE `+deadLettered+` GROUP BY t.queue`)
-	if err != nil {
-		return nil, fmt.Errorf("task counts: %w", err)
-	}
-	defer rows.Close()
-	var counts []store.TaskCount
-	for rows.Next() {
-		var c store.TaskCount
-		if err := rows.Scan(&c.Queue, &c.State, &c.N); err != nil {
-			return nil, fmt.Errorf("task counts: %w", err)
-		}
-		counts = append(counts, c)
-	}
-	return counts, rows.Err()
-}
-
-// TaskListOldestReady implements store.Reader.
-func (q q) TaskListOldestReady(ctx context.Context, p store.TaskListOldestReadyParams) ([]string, error) {
-	ids, err := q.ids(ctx, `SELECT id FROM tasks WHERE status = 'pending' AND queue = $1
-		AND runtime = 'pull' AND available_at <= $2 ORDER BY available_at, seq LIMIT $3`,
-		p.Queue, p.Before.UnixMilli(), p.Limit)
-	if err != nil {
-		return nil, fmt.Errorf("oldest ready of %s: %w", p.Queue, err)
-	}
-	return ids, nil
-}
-
-// TaskReadyNotify implements store.Tx.
-func (t *tx) TaskReadyNotify(ctx context.Context) error {
-	if t.d.Notify == "" {
-		return nil
-	}
-	_, err := t.exec(ctx, t.d.Notify)
-	return err
-}
-
-func (q q) ids(ctx context.Context, query string, args ...any) ([]string, error) {
-	rows, err := q.query(ctx, query, args...)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var ids []string
-	for rows.Next() {
-		var id string
-		if err := rows.Scan(&id); err != nil {
-			return nil, err
-		}
-		ids = append(ids, id)
-	}
-	return ids, rows.Err()
-}
-
-func collectTasks(rows *sql.Rows) ([]*store.Task, error) {
-	defer rows.Close()
-	var out []*store.Task
-	for rows.Next() {
-		t, err := scanTask(rows)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, t)
-	}
-	return out, rows.Err()
 }
 
 // TaskInsertMany implements store.Tx.
@@ -391,8 +224,8 @@ func (t *tx) TaskInsertMany(ctx context.Context, tasks []*store.Task) error {
 			string(tk.Input), string(deps), tk.UnfinishedParents, string(tk.Status), tk.MaxAttempts,
 			tk.AvailableAt.UnixMilli(), tk.BackoffBase.Milliseconds(), tk.BackoffMax.Milliseconds(),
 			tk.Timeout.Milliseconds(), tk.HeartbeatTimeout.Milliseconds(), tk.CancelGrace.Milliseconds(),
-			tk.CreatedAt.UnixMilli(), ms(tk.FinishedAt), strArg(tk.LastEventType), ms(tk.LastEventAt),
-			jsonArg(tk.Route), strArg(tk.ConcurrencyKey), tk.ConcurrencyLimit, tk.Traceparent}
+			tk.CreatedAt.UnixMilli(), sqltext.Millis(tk.FinishedAt), sqltext.NullIfEmpty(tk.LastEventType), sqltext.Millis(tk.LastEventAt),
+			sqltext.JSON(tk.Route), sqltext.NullIfEmpty(tk.ConcurrencyKey), tk.ConcurrencyLimit, tk.Traceparent}
 	}
 	return t.insertRows(ctx, "tasks", cols, rows, "")
 }
@@ -406,57 +239,17 @@ func (t *tx) DepInsertMany(ctx context.Context, deps []store.Dep) error {
 	return t.insertRows(ctx, "task_deps", []string{"child_id", "parent_id", "job_id"}, rows, "")
 }
 
-// notAtCap leaves out the tasks whose concurrency key has as many tasks running as its limit:
-// they are not claimable until one of those ends (see claimLimited).
-const notAtCap = ` AND (concurrency_key IS NULL OR concurrency_limit > (SELECT COUNT(*) FROM tasks r
-		WHERE r.concurrency_key = tasks.concurrency_key AND r.status = 'running'))`
-
-// TaskListReadyIDs implements store.Tx.
-func (t *tx) TaskListReadyIDs(ctx context.Context, p store.TaskListReadyIDsParams) ([]string, error) {
-	ids, err := t.ids(ctx, `SELECT id FROM tasks WHERE status = 'pending' AND queue = $1
-		AND available_at <= $2 AND runtime = 'pull'`+notAtCap+` ORDER BY priority DESC, available_at, seq LIMIT $3`+t.d.LockSkip,
-		p.Queue, p.Now.UnixMilli(), p.Limit)
+// TaskLockMany implements store.Tx.
+func (t *tx) TaskLockMany(ctx context.Context, ids []string) ([]*store.Task, error) {
+	if len(ids) == 0 {
+		return nil, nil
+	}
+	cond, args := t.in("id", 1, ids)
+	rows, err := t.query(ctx, `SELECT `+taskCols+` FROM tasks WHERE `+cond+` ORDER BY id`+t.d.LockRow, args...)
 	if err != nil {
-		return nil, fmt.Errorf("ready tasks of %s: %w", p.Queue, err)
+		return nil, fmt.Errorf("lock tasks: %w", err)
 	}
-	return ids, nil
-}
-
-// TaskListReadyPushIDs implements store.Tx.
-func (t *tx) TaskListReadyPushIDs(ctx context.Context, p store.TaskListReadyPushIDsParams) ([]string, error) {
-	deliverable, args := pushDeliverable(p.Targets, 3)
-	ids, err := t.ids(ctx, `SELECT id FROM tasks WHERE status = 'pending' AND runtime = 'push'
-		AND available_at <= $1`+deliverable+notAtCap+` ORDER BY priority DESC, available_at, seq LIMIT $2`+t.d.LockSkip,
-		append([]any{p.Now.UnixMilli(), p.Limit}, args...)...)
-	if err != nil {
-		return nil, fmt.Errorf("ready push tasks: %w", err)
-	}
-	return ids, nil
-}
-
-// pushDeliverable is the condition that keeps the push tasks a deliverer with targets may
-// deliver (store.TaskListReadyPushIDsParams), with its arguments, numbered from first.
-func pushDeliverable(targets []string, first int) (string, []any) {
-	if len(targets) == 0 {
-		return ` AND route IS NULL`, nil
-	}
-	marks := make([]string, len(targets))
-	args := make([]any, len(targets))
-	for i, name := range targets {
-		marks[i] = "$" + strconv.Itoa(first+i)
-		args[i] = name
-	}
-	return ` AND (route IS NULL OR name IN (` + strings.Join(marks, ", ") + `))`, args
-}
-
-// TaskClaim implements store.Tx. The WHERE clause is the fence: of two claims racing for one
-// task, the second finds it no longer pending.
-func (t *tx) TaskClaim(ctx context.Context, p store.ClaimTaskParams) (*store.Task, bool, error) {
-	tasks, err := t.TaskClaimMany(ctx, []store.ClaimTaskParams{p})
-	if err != nil || len(tasks) == 0 {
-		return nil, false, err
-	}
-	return tasks[0], true, nil
+	return collectTasks(rows)
 }
 
 // TaskUpdate implements store.Tx.
@@ -473,10 +266,10 @@ func (t *tx) TaskUpdate(ctx context.Context, tk *store.Task, fence store.Fence) 
 		WHERE id = $1 AND status = $2 AND attempt = $3`,
 		tk.ID, string(fence.Status), fence.Attempt,
 		string(tk.Status), tk.Attempt, tk.RetryBase, tk.MaxAttempts, tk.AvailableAt.UnixMilli(),
-		tk.LeaseToken, ms(tk.LeaseExpiresAt), tk.WorkerID, ms(tk.StartedAt), ms(tk.HeartbeatAt),
-		ms(tk.DeadlineAt), ms(tk.ReapAt), ms(tk.CancelRequestedAt), tk.CancelReason,
-		jsonArg(tk.Output), errJSON, ms(tk.FinishedAt), ms(tk.DeadLetteredAt),
-		strArg(tk.LastEventType), ms(tk.LastEventAt), tk.UnfinishedParents)
+		tk.LeaseToken, sqltext.Millis(tk.LeaseExpiresAt), tk.WorkerID, sqltext.Millis(tk.StartedAt), sqltext.Millis(tk.HeartbeatAt),
+		sqltext.Millis(tk.DeadlineAt), sqltext.Millis(tk.ReapAt), sqltext.Millis(tk.CancelRequestedAt), tk.CancelReason,
+		sqltext.JSON(tk.Output), errJSON, sqltext.Millis(tk.FinishedAt), sqltext.Millis(tk.DeadLetteredAt),
+		sqltext.NullIfEmpty(tk.LastEventType), sqltext.Millis(tk.LastEventAt), tk.UnfinishedParents)
 	if err != nil {
 		return fmt.Errorf("update task %s: %w", tk.ID, err)
 	}
@@ -507,11 +300,6 @@ func (t *tx) refs(ctx context.Context, query string, args ...any) ([]*store.Task
 		out = append(out, &r)
 	}
 	return out, rows.Err()
-}
-
-// TaskReleaseChildren implements store.Tx.
-func (t *tx) TaskReleaseChildren(ctx context.Context, parentID string, now time.Time) ([]*store.TaskRef, error) {
-	return t.TaskReleaseChildrenMany(ctx, []string{parentID}, now)
 }
 
 // TaskSkipDescendants implements store.Tx.
@@ -579,19 +367,11 @@ func (t *tx) TaskResume(ctx context.Context, jobID string, now time.Time) ([]*st
 	return refs, nil
 }
 
-func prefixed(prefix, cols string) string {
-	out := []byte{}
-	start := true
-	for i := 0; i < len(cols); i++ {
-		c := cols[i]
-		if start && c != ' ' && c != '\n' && c != '\t' {
-			out = append(out, prefix...)
-			start = false
-		}
-		if c == ',' {
-			start = true
-		}
-		out = append(out, c)
+// TaskReadyNotify implements store.Tx.
+func (t *tx) TaskReadyNotify(ctx context.Context) error {
+	if t.d.Notify == "" {
+		return nil
 	}
-	return string(out)
+	_, err := t.exec(ctx, t.d.Notify)
+	return err
 }

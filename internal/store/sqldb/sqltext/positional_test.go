@@ -1,4 +1,4 @@
-package sqldb
+package sqltext
 
 import (
 	"slices"
@@ -24,9 +24,9 @@ func TestToPositional(t *testing.T) {
 		{"too few arguments", "SELECT $1, $3", []any{1, 2}, "SELECT $1, $3", []any{1, 2}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			got, args := toPositional(tc.query, tc.args)
+			got, args := Positional(tc.query, tc.args)
 			if got != tc.want || !slices.Equal(args, tc.wantArgs) {
-				t.Fatalf("toPositional(%q, %v) = %q, %v; want %q, %v", tc.query, tc.args, got, args, tc.want, tc.wantArgs)
+				t.Fatalf("Positional(%q, %v) = %q, %v; want %q, %v", tc.query, tc.args, got, args, tc.want, tc.wantArgs)
 			}
 		})
 	}

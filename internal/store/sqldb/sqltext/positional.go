@@ -1,4 +1,4 @@
-package sqldb
+package sqltext
 
 import (
 	"strconv"
@@ -8,8 +8,9 @@ import (
 // Statements are written with numbered placeholders ("$1"), which a statement may repeat and use
 // in any order. SQLite treats "$1" as a named parameter and resolves each name, on every run,
 // by a linear scan of the statement's names: for the batch statements this was 16% of the
-// server's CPU. Where Dialect.Positional is set, each statement is rewritten once into plain "?"
-// placeholders, which SQLite binds by position, and each run's arguments are laid out to match.
+// server's CPU. Where the store asks for it (sqldb.Dialect.Positional), Positional rewrites each
+// statement once into plain "?" placeholders, which SQLite binds by position, and lays out each
+// run's arguments to match.
 
 // positional is a statement rewritten to "?" placeholders: its i-th "?" takes the argument
 // that "$(order[i]+1)" named. order is nil when the statement needs no rewriting.
@@ -22,8 +23,8 @@ type positional struct {
 // statements are constants, or built over lists padded to size classes).
 var positionals sync.Map // string → *positional
 
-// toPositional returns query with "?" placeholders and args laid out for them.
-func toPositional(query string, args []any) (string, []any) {
+// Positional returns query with "?" placeholders and args laid out for them.
+func Positional(query string, args []any) (string, []any) {
 	v, ok := positionals.Load(query)
 	if !ok {
 		v, _ = positionals.LoadOrStore(query, rewritePositional(query))

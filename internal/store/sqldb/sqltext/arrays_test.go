@@ -1,4 +1,4 @@
-package sqldb
+package sqltext
 
 import (
 	"reflect"
@@ -27,7 +27,7 @@ func TestUnnestInsertTypesColumnsAndNulls(t *testing.T) {
 		{name: "nothing but NULLs", rows: [][]any{{nil, nil, nil, nil, nil}}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			stmt, args, ok := unnestInsert("t", []string{"s", "n", "m", "b", "z"}, tc.rows, " ON CONFLICT DO NOTHING")
+			stmt, args, ok := UnnestInsert("t", []string{"s", "n", "m", "b", "z"}, tc.rows, " ON CONFLICT DO NOTHING")
 			if ok != tc.ok {
 				t.Fatalf("ok = %v, want %v", ok, tc.ok)
 			}
