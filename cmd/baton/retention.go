@@ -9,7 +9,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/baton-dev/baton/internal/dataplane"
+	"github.com/baton-dev/baton/internal/dataplane/staging"
 	"github.com/baton-dev/baton/internal/maintenance"
 )
 
@@ -26,7 +26,7 @@ func (f *retentionFlags) register(fs *flag.FlagSet) {
 	fs.DurationVar(&f.retention, "retention", maintenance.DefaultRetention, "delete finished jobs (completed, partial_failure, canceled) with their tasks, attempts and events this long after they finished (0: keep them forever)")
 	fs.Var(&f.tenants, "retention-tenant", "`TENANT=DURATION`: --retention for the jobs of TENANT (0: keep them forever; repeatable)")
 	fs.DurationVar(&f.deadLetter, "dead-letter-retention", maintenance.DefaultDeadLetterRetention, "keep a finished job with a dead-lettered task this long after its dead letter, unless resumed (at least --retention; 0: until resumed)")
-	fs.DurationVar(&f.staging, "staging-retention", dataplane.DefaultStagingRetention, "with object storage: delete a replace job's staging folder that no partition commit names once all its objects are this old (0: keep them forever)")
+	fs.DurationVar(&f.staging, "staging-retention", staging.DefaultRetention, "with object storage: delete a replace job's staging folder that no partition commit names once all its objects are this old (0: keep them forever)")
 }
 
 // check reports a usage error in the flags.
@@ -50,8 +50,8 @@ func (f *retentionFlags) config() maintenance.RetentionConfig {
 }
 
 // stagingConfig is the staging collector's config of the flags.
-func (f *retentionFlags) stagingConfig() dataplane.StagingConfig {
-	return dataplane.StagingConfig{Retention: f.staging}
+func (f *retentionFlags) stagingConfig() staging.Config {
+	return staging.Config{Retention: f.staging}
 }
 
 // tenantRetentionFlag is --retention-tenant TENANT=DURATION, checked as each is parsed.

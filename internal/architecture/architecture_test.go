@@ -52,6 +52,8 @@ var rules = []struct {
 		"what an attempt may touch is decided below everything that enforces it or mints tokens of it"},
 	{"internal/dataplane/intake", []string{"=internal/dataplane", "internal/api", "internal/ui", "internal/server", "internal/sink", "internal/maintenance"},
 		"intake is the lifecycle core's hook for what workers report of their data: below the data plane's deploys, routing and sources, which read what it stored"},
+	{"internal/dataplane/staging", []string{"=internal/dataplane", "internal/dispatch", "internal/api", "internal/ui", "internal/server"},
+		"the staging collector works over the store, the object storage and a service.Env, and the data plane hands it the replace outputs: it links neither the data plane nor what lies above the store"},
 	{"internal/api", []string{"internal/maintenance", "internal/server", "internal/push"},
 		"api holds the HTTP adapters only: it answers requests and runs no loop of its own (push delivery is internal/push; loops are composed by internal/server)"},
 	{"internal/assignment", []string{"internal/api", "internal/ui", "internal/server", "internal/dataplane"}, "a claim is rendered from what the core hands out, by every dialect alike"},

@@ -15,8 +15,8 @@ import (
 	"github.com/baton-dev/baton/internal/auth"
 	"github.com/baton-dev/baton/internal/blob"
 	"github.com/baton-dev/baton/internal/blob/blobtest"
-	"github.com/baton-dev/baton/internal/dataplane"
 	"github.com/baton-dev/baton/internal/dataplane/intake"
+	"github.com/baton-dev/baton/internal/dataplane/staging"
 	"github.com/baton-dev/baton/internal/server"
 	"github.com/baton-dev/baton/internal/store"
 	"github.com/baton-dev/baton/internal/store/storetest"
@@ -73,7 +73,7 @@ func TestReplaceOverHTTP(t *testing.T) {
 		}
 		t.Cleanup(func() { bs.Close() })
 		s, err := server.New(server.Config{Store: st, Logger: quiet, Blob: bs,
-			Staging: dataplane.StagingConfig{Retention: dataplane.DefaultStagingRetention}})
+			Staging: staging.Config{Retention: staging.DefaultRetention}})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -21,6 +21,7 @@ import (
 	"github.com/baton-dev/baton/internal/auth"
 	"github.com/baton-dev/baton/internal/blob"
 	"github.com/baton-dev/baton/internal/dataplane"
+	"github.com/baton-dev/baton/internal/dataplane/staging"
 	"github.com/baton-dev/baton/internal/dataset"
 	"github.com/baton-dev/baton/internal/dispatch"
 	"github.com/baton-dev/baton/internal/grant"
@@ -73,7 +74,7 @@ type Config struct {
 	Retention maintenance.RetentionConfig
 	// Staging configures the collector of replace outputs' uncommitted staging folders; it runs
 	// only with Blob.
-	Staging   dataplane.StagingConfig
+	Staging   staging.Config
 	Reconcile maintenance.ReconcilerConfig // used with a Transport
 	Relay     maintenance.RelayConfig      // New sets its Publisher and Wake
 
@@ -187,7 +188,10 @@ func New(cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	s.services = append(s.services, ret, dp.NewStagingCollector(cfg.Staging), dp.NewController(cmp.Or(cfg.ControllerID, "baton-server")))
+	// The collector deletes from the data plane's object storage; with none it runs nothing.
+	collector := staging.New(cfg.Staging, staging.Deps{Store: st, Blob: pcfg.Blob,
+		Env: service.Env{Clock: d.Clock(), Logger: d.Logger(), Transient: d.Unavailable}, ReplaceOutputs: dp.ReplaceOutputDatasets})
+	s.services = append(s.services, ret, collector, dp.NewController(cmp.Or(cfg.ControllerID, "baton-server")))
 	pcfgPush := cfg.Push
 	pcfgPush.Token, pcfgPush.Logger = a.TaskToken, log
 	s.pusher = push.New(d, pcfgPush)

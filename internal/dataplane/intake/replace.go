@@ -26,7 +26,7 @@ import (
 // bytes (object storage is never called inside a transaction); in the transaction, RecordEvents
 // stores the commit, which points the partition of the dataset version at the folder, and then
 // the event, queued for routing: the event exists exactly when the commit does. A staging folder
-// no commit names is deleted once old (StagingCollector).
+// no commit names is deleted once old (package staging).
 
 // MarkerName is the object a task writes last in a partition's staging folder: the partition's
 // files are complete. It is empty, or holds {"row_count": N}.

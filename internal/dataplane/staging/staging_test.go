@@ -1,4 +1,4 @@
-package dataplane_test
+package staging_test
 
 import (
 	"os"
@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/baton-dev/baton/internal/dataplane"
+	"github.com/baton-dev/baton/internal/dataplane/staging"
 	"github.com/baton-dev/baton/internal/dispatch"
 	"github.com/baton-dev/baton/internal/lifecycle"
 	"github.com/baton-dev/baton/internal/report"
@@ -54,7 +54,7 @@ func TestStagingCollectorDeletesOldUncommittedFoldersOnly(t *testing.T) {
 	storetest.ForEachDriver(t, func(t *testing.T, st store.Store) {
 		e := newReplaceEnv(t, st)
 		const retention = 7 * 24 * time.Hour
-		collector := e.dp.NewStagingCollector(dataplane.StagingConfig{Retention: retention})
+		collector := e.collector(staging.Config{Retention: retention})
 		marker := str("")
 
 		superseded := e.runBuild() // commits 0-9, later replaced
@@ -125,7 +125,7 @@ func TestStagingCollectorDeletesOldUncommittedFoldersOnly(t *testing.T) {
 		}
 
 		// Retention 0 deletes nothing.
-		off := e.dp.NewStagingCollector(dataplane.StagingConfig{})
+		off := e.collector(staging.Config{})
 		if n, err := off.RunOnce(e.Ctx); err != nil || n.Folders != 0 {
 			t.Errorf("retention 0: %+v, %v", n, err)
 		}
@@ -138,7 +138,7 @@ func TestStagingCollectorWaitsForATimedOutAttemptsNextClaim(t *testing.T) {
 	storetest.ForEachDriver(t, func(t *testing.T, st store.Store) {
 		e := newReplaceEnv(t, st)
 		const retention = 24 * time.Hour
-		collector := e.dp.NewStagingCollector(dataplane.StagingConfig{Retention: retention})
+		collector := e.collector(staging.Config{Retention: retention})
 		first := e.runBuild()
 		e.stage(first, "0-9", map[string]string{"f": "a"}, str(""))
 		e.Expire()
