@@ -50,6 +50,8 @@ var rules = []struct {
 		"the Buffer Queue is below the data plane's deploys and routing, and below the sink and the adapters that serve it"},
 	{"internal/scope", []string{"internal/dataplane", "internal/api", "internal/ui", "internal/server", "internal/capability"},
 		"what an attempt may touch is decided below everything that enforces it or mints tokens of it"},
+	{"internal/dataplane/specs", []string{"=internal/dataplane", "internal/api", "internal/ui", "internal/server", "internal/sink", "internal/maintenance"},
+		"a deployed version's spec is read by routing, sources and builds: it lies below them"},
 	{"internal/dataplane/intake", []string{"=internal/dataplane", "internal/api", "internal/ui", "internal/server", "internal/sink", "internal/maintenance"},
 		"intake is the lifecycle core's hook for what workers report of their data: below the data plane's deploys, routing and sources, which read what it stored"},
 	{"internal/dataplane/staging", []string{"=internal/dataplane", "internal/dispatch", "internal/api", "internal/ui", "internal/server"},

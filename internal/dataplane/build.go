@@ -10,6 +10,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/baton-dev/baton/internal/dataplane/specs"
 	"github.com/baton-dev/baton/internal/dispatch"
 	"github.com/baton-dev/baton/internal/pipeline"
 	"github.com/baton-dev/baton/internal/store"
@@ -38,23 +39,6 @@ const (
 	BuildBuilding = "building"
 	BuildReady    = "ready"
 )
-
-// buildPlan is what a version built beside the active one rebuilds. It is part of the version's
-// spec, decided when it is deployed.
-type buildPlan struct {
-	// Base is the version that was active when it was deployed.
-	Base string `json:"base"`
-	// Jobs are the jobs it rebuilds, each with why.
-	Jobs map[string]string `json:"jobs"`
-	// Switched are the jobs its change affects that it does not rebuild, each with why: jobs that
-	// write a buffered dataset, which is live and keeps no versions. They change at activation.
-	Switched map[string]string `json:"switched,omitempty"`
-	// Pointers are the dataset versions it rebuilds, by dataset uuid: new versions of the outputs
-	// of the rebuilt jobs, current from its activation on.
-	Pointers map[string]string `json:"pointers"`
-	// Activate is ActivateManual or ActivateWhenReady.
-	Activate string `json:"activate"`
-}
 
 // buildProgress is how far a build has come: the version's Build record.
 type buildProgress struct {
@@ -87,7 +71,7 @@ func progressOf(v *store.PipelineVersion) (buildProgress, error) {
 // they do not. A change of runtime, operator, config, inputs (their datasets or filters),
 // execution strategy, update strategy, unique key or outputs does; retries, timeouts, priority,
 // queue, scaling, backpressure and schedule do not.
-func materializes(b, a *jobSpec) string {
+func materializes(b, a *specs.Job) string {
 	switch {
 	case b.Runtime != a.Runtime:
 		return fmt.Sprintf("runtime changed from %s to %s", b.Runtime, a.Runtime)
@@ -117,9 +101,9 @@ func materializes(b, a *jobSpec) string {
 // rebuilds. A job that writes a buffered dataset is not rebuilt (the dataset is live: it keeps no
 // versions to build beside) but switched at activation, and what it writes is not rebuilt either.
 // A job new in next is rebuilt only when it reads a rebuilt dataset. Nil when nothing is rebuilt.
-func planBuild(base, next *pipelineSpec, buffered map[string]bool) *buildPlan {
-	plan := &buildPlan{Base: base.Version, Jobs: map[string]string{}, Switched: map[string]string{}, Pointers: map[string]string{}}
-	affect := func(j *jobSpec, why string) bool {
+func planBuild(base, next *specs.Pipeline, buffered map[string]bool) *specs.BuildPlan {
+	plan := &specs.BuildPlan{Base: base.Version, Jobs: map[string]string{}, Switched: map[string]string{}, Pointers: map[string]string{}}
+	affect := func(j *specs.Job, why string) bool {
 		if plan.Jobs[j.Name] != "" || plan.Switched[j.Name] != "" {
 			return false
 		}
@@ -136,7 +120,7 @@ func planBuild(base, next *pipelineSpec, buffered map[string]bool) *buildPlan {
 		return true
 	}
 	for _, j := range next.Jobs {
-		if b := base.job(j.Name); b != nil {
+		if b := base.Job(j.Name); b != nil {
 			if why := materializes(b, j); why != "" {
 				affect(j, why)
 			}
@@ -196,7 +180,7 @@ type BuildDatasetView struct {
 }
 
 // buildView reads the build of version v of a pipeline; nil when v has no build.
-func (dp *Plane) buildView(ctx context.Context, st store.Reader, v *store.PipelineVersion, spec *pipelineSpec) (*BuildView, error) {
+func (dp *Plane) buildView(ctx context.Context, st store.Reader, v *store.PipelineVersion, spec *specs.Pipeline) (*BuildView, error) {
 	if spec.Build == nil {
 		return nil, nil
 	}
@@ -251,7 +235,7 @@ func (dp *Plane) buildView(ctx context.Context, st store.Reader, v *store.Pipeli
 
 // startBuild makes version spec, just stored, p's building version, in tx: the build it replaces,
 // if any, is abandoned, and the versions the build makes of its datasets are registered.
-func (dp *Plane) startBuild(ctx context.Context, tx store.Tx, c *dispatch.Work, p *store.Pipeline, spec *pipelineSpec, res *DeployResult) error {
+func (dp *Plane) startBuild(ctx context.Context, tx store.Tx, c *dispatch.Work, p *store.Pipeline, spec *specs.Pipeline, res *DeployResult) error {
 	res.Building, res.Abandoned = true, p.BuildingVersion
 	if err := dp.abandonBuild(ctx, tx, c, p); err != nil {
 		return err
@@ -273,7 +257,7 @@ func (dp *Plane) startBuild(ctx context.Context, tx store.Tx, c *dispatch.Work, 
 }
 
 // bufferedOutputs is the buffered datasets the jobs of doc write, by uuid.
-func bufferedOutputs(doc *pipeline.Document, spec *pipelineSpec) map[string]bool {
+func bufferedOutputs(doc *pipeline.Document, spec *specs.Pipeline) map[string]bool {
 	out := map[string]bool{}
 	for _, j := range spec.Jobs {
 		for _, o := range j.Outputs {

@@ -5,6 +5,8 @@ import (
 	"maps"
 	"slices"
 	"testing"
+
+	"github.com/baton-dev/baton/internal/dataplane/specs"
 )
 
 // The rule of what a changed deploy rebuilds: the jobs whose change materializes differently and
@@ -13,43 +15,43 @@ import (
 func TestPlanBuildRule(t *testing.T) {
 	t.Parallel()
 	// src → a (writes A) → b (reads A, writes B) → c (reads B); a → buf (buffered) → d (reads buf).
-	base := func() *pipelineSpec {
-		return &pipelineSpec{Version: "v1", Jobs: []*jobSpec{
-			{Name: "src", Runtime: "ecs_platform", Operator: "follow", Outputs: []outputSpec{{DatasetUUID: "S"}}},
+	base := func() *specs.Pipeline {
+		return &specs.Pipeline{Version: "v1", Jobs: []*specs.Job{
+			{Name: "src", Runtime: "ecs_platform", Operator: "follow", Outputs: []specs.Output{{DatasetUUID: "S"}}},
 			{Name: "a", Runtime: "ecs_platform", Operator: "op", Config: json.RawMessage(`{"x":1,"y":2}`),
-				Inputs: []inputSpec{{DatasetUUID: "S"}}, Outputs: []outputSpec{{DatasetUUID: "A"}}},
-			{Name: "b", Runtime: "ecs_platform", Operator: "op", Inputs: []inputSpec{{DatasetUUID: "A"}}, Outputs: []outputSpec{{DatasetUUID: "B"}}},
-			{Name: "c", Runtime: "ecs_platform", Operator: "op", Inputs: []inputSpec{{DatasetUUID: "B", Where: json.RawMessage(`{"k":"v"}`)}}},
-			{Name: "w", Runtime: "ecs_platform", Operator: "writer", Inputs: []inputSpec{{DatasetUUID: "S"}}, Outputs: []outputSpec{{DatasetUUID: "BUF"}}},
-			{Name: "d", Runtime: "ecs_platform", Operator: "op", Inputs: []inputSpec{{DatasetUUID: "BUF"}}},
+				Inputs: []specs.Input{{DatasetUUID: "S"}}, Outputs: []specs.Output{{DatasetUUID: "A"}}},
+			{Name: "b", Runtime: "ecs_platform", Operator: "op", Inputs: []specs.Input{{DatasetUUID: "A"}}, Outputs: []specs.Output{{DatasetUUID: "B"}}},
+			{Name: "c", Runtime: "ecs_platform", Operator: "op", Inputs: []specs.Input{{DatasetUUID: "B", Where: json.RawMessage(`{"k":"v"}`)}}},
+			{Name: "w", Runtime: "ecs_platform", Operator: "writer", Inputs: []specs.Input{{DatasetUUID: "S"}}, Outputs: []specs.Output{{DatasetUUID: "BUF"}}},
+			{Name: "d", Runtime: "ecs_platform", Operator: "op", Inputs: []specs.Input{{DatasetUUID: "BUF"}}},
 		}}
 	}
 	buffered := map[string]bool{"BUF": true}
 	for _, c := range []struct {
 		name     string
-		change   func(s *pipelineSpec)
+		change   func(s *specs.Pipeline)
 		rebuilt  []string
 		switched []string
 		datasets []string
 	}{
-		{"nothing changes", func(s *pipelineSpec) {}, nil, nil, nil},
-		{"retries, timeouts, priority and queue do not materialize", func(s *pipelineSpec) {
-			j := s.job("a")
+		{"nothing changes", func(s *specs.Pipeline) {}, nil, nil, nil},
+		{"retries, timeouts, priority and queue do not materialize", func(s *specs.Pipeline) {
+			j := s.Job("a")
 			j.MaxAttempts, j.TimeoutSeconds, j.Priority, j.Queue, j.MaxConcurrency = 9, 60, 5, "other", 3
 		}, nil, nil, nil},
-		{"config keys reordered are the same config", func(s *pipelineSpec) { s.job("a").Config = json.RawMessage(`{ "y": 2, "x": 1 }`) }, nil, nil, nil},
-		{"a middle job's config: it and everything downstream", func(s *pipelineSpec) { s.job("a").Config = json.RawMessage(`{"x":2,"y":2}`) },
+		{"config keys reordered are the same config", func(s *specs.Pipeline) { s.Job("a").Config = json.RawMessage(`{ "y": 2, "x": 1 }`) }, nil, nil, nil},
+		{"a middle job's config: it and everything downstream", func(s *specs.Pipeline) { s.Job("a").Config = json.RawMessage(`{"x":2,"y":2}`) },
 			[]string{"a", "b", "c"}, nil, []string{"A", "B"}},
-		{"an operator at the end", func(s *pipelineSpec) { s.job("c").Operator = "op2" }, []string{"c"}, nil, nil},
-		{"a filter", func(s *pipelineSpec) { s.job("c").Inputs[0].Where = json.RawMessage(`{"k":"w"}`) }, []string{"c"}, nil, nil},
-		{"the source's runtime", func(s *pipelineSpec) { s.job("src").Runtime = "lambda" },
+		{"an operator at the end", func(s *specs.Pipeline) { s.Job("c").Operator = "op2" }, []string{"c"}, nil, nil},
+		{"a filter", func(s *specs.Pipeline) { s.Job("c").Inputs[0].Where = json.RawMessage(`{"k":"w"}`) }, []string{"c"}, nil, nil},
+		{"the source's runtime", func(s *specs.Pipeline) { s.Job("src").Runtime = "lambda" },
 			[]string{"a", "b", "c", "src"}, []string{"w"}, []string{"A", "B", "S"}},
-		{"a writer of a buffered dataset switches, and its readers stay", func(s *pipelineSpec) { s.job("w").Config = json.RawMessage(`{"v":2}`) },
+		{"a writer of a buffered dataset switches, and its readers stay", func(s *specs.Pipeline) { s.Job("w").Config = json.RawMessage(`{"v":2}`) },
 			nil, []string{"w"}, nil},
-		{"a new job reading a rebuilt dataset is rebuilt, one reading a kept dataset is not", func(s *pipelineSpec) {
-			s.job("b").Strategy = "PerPartition"
-			s.Jobs = append(s.Jobs, &jobSpec{Name: "n1", Inputs: []inputSpec{{DatasetUUID: "B"}}},
-				&jobSpec{Name: "n2", Inputs: []inputSpec{{DatasetUUID: "S"}}})
+		{"a new job reading a rebuilt dataset is rebuilt, one reading a kept dataset is not", func(s *specs.Pipeline) {
+			s.Job("b").Strategy = "PerPartition"
+			s.Jobs = append(s.Jobs, &specs.Job{Name: "n1", Inputs: []specs.Input{{DatasetUUID: "B"}}},
+				&specs.Job{Name: "n2", Inputs: []specs.Input{{DatasetUUID: "S"}}})
 		}, []string{"b", "c", "n1"}, nil, []string{"B"}},
 	} {
 		t.Run(c.name, func(t *testing.T) {

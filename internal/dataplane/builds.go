@@ -8,6 +8,7 @@ import (
 	"slices"
 
 	"github.com/baton-dev/baton/internal/dataplane/intake"
+	"github.com/baton-dev/baton/internal/dataplane/specs"
 	"github.com/baton-dev/baton/internal/dispatch"
 	"github.com/baton-dev/baton/internal/lifecycle"
 	"github.com/baton-dev/baton/internal/report"
@@ -82,7 +83,7 @@ func (b *Builds) advance(ctx context.Context, p *store.Pipeline) (bool, error) {
 	if err != nil {
 		return false, err
 	}
-	spec, err := b.dp.specs.get(ctx, b.dp.store, k.Tenant, k.Pipeline, k.Version)
+	spec, err := b.dp.specs.Get(ctx, b.dp.store, k.Tenant, k.Pipeline, k.Version)
 	if err != nil || spec.Build == nil {
 		return false, err
 	}
@@ -103,7 +104,7 @@ func (b *Builds) advance(ctx context.Context, p *store.Pipeline) (bool, error) {
 	}
 	// The rebuilt source jobs run once under the build.
 	for _, name := range sortedKeys(spec.Build.Jobs) {
-		js := spec.job(name)
+		js := spec.Job(name)
 		if js == nil || len(js.Inputs) > 0 || slices.Contains(prog.Sources, name) {
 			continue
 		}
@@ -147,7 +148,7 @@ func (b *Builds) advance(ctx context.Context, p *store.Pipeline) (bool, error) {
 
 // backfill routes again, to the rebuilt jobs that read them, up to a batch of the events of each
 // dataset they read and the build does not rebuild: of its current version, up to prog.Through.
-func (b *Builds) backfill(ctx context.Context, spec *pipelineSpec, prog *buildProgress) error {
+func (b *Builds) backfill(ctx context.Context, spec *specs.Pipeline, prog *buildProgress) error {
 	if prog.Through == 0 {
 		through, err := b.dp.store.DatasetEventMaxID(ctx)
 		if err != nil {
@@ -160,7 +161,7 @@ func (b *Builds) backfill(ctx context.Context, spec *pipelineSpec, prog *buildPr
 	}
 	scanned := true
 	for _, name := range sortedKeys(spec.Build.Jobs) {
-		js := spec.job(name)
+		js := spec.Job(name)
 		if js == nil {
 			continue
 		}
@@ -182,7 +183,7 @@ func (b *Builds) backfill(ctx context.Context, spec *pipelineSpec, prog *buildPr
 
 // backfillInput routes again one batch of the events of dataset uuid for input key of rebuilt
 // job js, and reports whether none is left.
-func (b *Builds) backfillInput(ctx context.Context, spec *pipelineSpec, js *jobSpec, uuid, key string, prog *buildProgress) (bool, error) {
+func (b *Builds) backfillInput(ctx context.Context, spec *specs.Pipeline, js *specs.Job, uuid, key string, prog *buildProgress) (bool, error) {
 	if prog.After[key] >= prog.Through {
 		return true, nil
 	}

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/baton-dev/baton/internal/dataplane/specs"
 	"github.com/baton-dev/baton/internal/dispatch"
 	"github.com/baton-dev/baton/internal/report"
 	"github.com/baton-dev/baton/internal/service"
@@ -34,7 +35,7 @@ func (c *Controller) Start(ctx context.Context) error { return c.Run(ctx, c.run)
 
 func (c *Controller) run(ctx context.Context) {
 	for ctx.Err() == nil {
-		claims, err := c.dp.d.ClaimWait(ctx, dispatch.ClaimNextParams{Queues: []string{ControlQueue}, WorkerID: c.workerID, Limit: 16}, 30*time.Second)
+		claims, err := c.dp.d.ClaimWait(ctx, dispatch.ClaimNextParams{Queues: []string{specs.ControlQueue}, WorkerID: c.workerID, Limit: 16}, 30*time.Second)
 		if err == nil {
 			err = c.runClaims(ctx, claims)
 		}
@@ -50,7 +51,7 @@ func (c *Controller) run(ctx context.Context) {
 
 // RunOnce runs the control tasks that are ready now and returns how many it completed.
 func (c *Controller) RunOnce(ctx context.Context) (int, error) {
-	claims, err := c.dp.d.ClaimNext(ctx, dispatch.ClaimNextParams{Queues: []string{ControlQueue}, WorkerID: c.workerID, Limit: 64})
+	claims, err := c.dp.d.ClaimNext(ctx, dispatch.ClaimNextParams{Queues: []string{specs.ControlQueue}, WorkerID: c.workerID, Limit: 64})
 	if err != nil {
 		return 0, err
 	}

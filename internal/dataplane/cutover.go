@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/baton-dev/baton/internal/dataplane/specs"
 	"github.com/baton-dev/baton/internal/dispatch"
 	"github.com/baton-dev/baton/internal/pipeline"
 	"github.com/baton-dev/baton/internal/store"
@@ -29,7 +30,7 @@ func (dp *Plane) Activate(ctx context.Context, tenant, name, version string, for
 	var (
 		res  *DeployResult
 		base string
-		plan *buildPlan
+		plan *specs.BuildPlan
 	)
 	err := dp.d.UpdateAlone(ctx, store.LockSet{}, func(tx store.Tx, c *dispatch.Work) error {
 		p, v, spec, err := dp.building(ctx, tx, tenant, name, version)
@@ -104,7 +105,7 @@ func (dp *Plane) abandonBuild(ctx context.Context, tx store.Tx, c *dispatch.Work
 }
 
 // building reads, in tx, pipeline name and its building version, which must be version.
-func (dp *Plane) building(ctx context.Context, tx store.Tx, tenant, name, version string) (*store.Pipeline, *store.PipelineVersion, *pipelineSpec, error) {
+func (dp *Plane) building(ctx context.Context, tx store.Tx, tenant, name, version string) (*store.Pipeline, *store.PipelineVersion, *specs.Pipeline, error) {
 	p, err := tx.PipelineGet(ctx, tenant, name)
 	if errors.Is(err, store.ErrNotFound) {
 		return nil, nil, nil, ErrPipelineNotFound
@@ -131,7 +132,7 @@ func (dp *Plane) building(ctx context.Context, tx store.Tx, tenant, name, versio
 		return nil, nil, nil, &dispatch.ConflictError{Code: "pipeline_version_not_building",
 			Message: fmt.Sprintf("pipeline %q version %s %s", name, version, what)}
 	}
-	spec, err := decodeSpec(v)
+	spec, err := specs.Decode(v)
 	if err != nil {
 		return nil, nil, nil, err
 	}
@@ -154,7 +155,7 @@ type replacedRecord struct {
 // versions. Buffered datasets are live and are left out.
 func (dp *Plane) switchPointers(ctx context.Context, tx store.Tx, c *dispatch.Work, p *store.Pipeline, pins map[string]string) error {
 	if p.ActiveVersion != "" {
-		spec, err := dp.specs.get(ctx, tx, p.Tenant, p.Name, p.ActiveVersion)
+		spec, err := dp.specs.Get(ctx, tx, p.Tenant, p.Name, p.ActiveVersion)
 		if err != nil {
 			return err
 		}
@@ -187,7 +188,7 @@ func (dp *Plane) switchPointers(ctx context.Context, tx store.Tx, c *dispatch.Wo
 
 // writtenVersions is the current version of each dataset spec's jobs write, by uuid; buffered
 // datasets are left out.
-func writtenVersions(ctx context.Context, tx store.Tx, spec *pipelineSpec) (map[string]string, error) {
+func writtenVersions(ctx context.Context, tx store.Tx, spec *specs.Pipeline) (map[string]string, error) {
 	var ids []string
 	for _, j := range spec.Jobs {
 		for _, o := range j.Outputs {
@@ -224,7 +225,7 @@ func (dp *Plane) restore(ctx context.Context, tx store.Tx, c *dispatch.Work, p *
 			return fmt.Errorf("pipeline %s version %s: decode its dataset pointers: %w", p.Name, to, err)
 		}
 	}
-	spec, err := dp.specs.get(ctx, tx, p.Tenant, p.Name, to)
+	spec, err := dp.specs.Get(ctx, tx, p.Tenant, p.Name, to)
 	if err != nil {
 		return err
 	}

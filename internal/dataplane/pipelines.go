@@ -15,6 +15,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/baton-dev/baton/internal/dataplane/reads"
+	"github.com/baton-dev/baton/internal/dataplane/specs"
 	"github.com/baton-dev/baton/internal/dispatch"
 	"github.com/baton-dev/baton/internal/pipeline"
 	"github.com/baton-dev/baton/internal/store"
@@ -276,7 +277,7 @@ func (dp *Plane) deploy(ctx context.Context, who Deployer, body []byte, contentT
 			// unless the deployer asks for it at once or the document resets outputs (the reset
 			// is its rebuild, when it activates).
 			if stored == nil && p.ActiveVersion != "" && who.Activate != ActivateImmediate && len(resetJobs) == 0 {
-				base, err := dp.specs.get(ctx, tx, tenant, doc.Name, p.ActiveVersion)
+				base, err := dp.specs.Get(ctx, tx, tenant, doc.Name, p.ActiveVersion)
 				if err != nil {
 					return err
 				}
@@ -290,7 +291,7 @@ func (dp *Plane) deploy(ctx context.Context, who Deployer, body []byte, contentT
 				return err
 			}
 			if res.Created {
-				if err := tx.ConsumerInsertMany(ctx, spec.consumers()); err != nil {
+				if err := tx.ConsumerInsertMany(ctx, spec.Consumers()); err != nil {
 					return err
 				}
 			}
@@ -463,7 +464,7 @@ func describeProducer(x *store.Dataset) string {
 // created with that uuid, and must have it: errDeployRaced when a concurrent deploy created it
 // first.
 func (dp *Plane) storeDatasets(ctx context.Context, tx store.Tx, c *dispatch.Work, tenant string, doc *pipeline.Document,
-	existing map[string]*store.Dataset, planned map[string]string) (*pipelineSpec, error) {
+	existing map[string]*store.Dataset, planned map[string]string) (*specs.Pipeline, error) {
 	var fresh []*store.Dataset
 	var versions []*store.DatasetVersion
 	add := func(producer, name, job string, index int) {
@@ -554,8 +555,8 @@ func (dp *Plane) storeDatasets(ctx context.Context, tx store.Tx, c *dispatch.Wor
 
 // buildSpec resolves doc's datasets to uuids: byProducer holds every dataset it produces, by
 // producer key, and the other pipelines' datasets it reads, by "name:" and their name.
-func buildSpec(tenant string, doc *pipeline.Document, byProducer map[string]*store.Dataset) (*pipelineSpec, error) {
-	s := &pipelineSpec{Tenant: tenant, Name: doc.Name, Version: doc.Version}
+func buildSpec(tenant string, doc *pipeline.Document, byProducer map[string]*store.Dataset) (*specs.Pipeline, error) {
+	s := &specs.Pipeline{Tenant: tenant, Name: doc.Name, Version: doc.Version}
 	outputUUID := func(job string, i int) string {
 		if x := byProducer[outputProducer(doc.Name, job, i)]; x != nil {
 			return x.UUID
@@ -563,7 +564,7 @@ func buildSpec(tenant string, doc *pipeline.Document, byProducer map[string]*sto
 		return ""
 	}
 	for _, j := range doc.Jobs {
-		js := &jobSpec{Name: j.Name, Activation: j.Activation, Runtime: j.Runtime, Operator: j.Operator, Queue: j.Queue,
+		js := &specs.Job{Name: j.Name, Activation: j.Activation, Runtime: j.Runtime, Operator: j.Operator, Queue: j.Queue,
 			Strategy: j.ExecutionStrategy, Priority: j.Priority, MaxAttempts: j.MaxAttempts, TimeoutSeconds: j.TimeoutSeconds,
 			HeartbeatTimeoutSeconds: j.HeartbeatTimeoutSeconds, Config: j.Config, Secrets: j.Secrets,
 			UpdateStrategy: j.UpdateStrategy, UniqueKey: j.UniqueKey}
@@ -582,7 +583,7 @@ func buildSpec(tenant string, doc *pipeline.Document, byProducer map[string]*sto
 			js.SourceKind, js.Schedule, js.WebhookPath = j.Source.Kind, j.Source.Schedule, j.Source.WebhookPath
 		}
 		for i := range j.Outputs {
-			o := outputSpec{OutputIndex: i, DatasetUUID: outputUUID(j.Name, i)}
+			o := specs.Output{OutputIndex: i, DatasetUUID: outputUUID(j.Name, i)}
 			if p := publishedAs(doc, j.Name, i); p != nil {
 				o.DatasetName = p.Dataset
 				if p.WriteMode == pipeline.WriteBuffered {
@@ -592,7 +593,7 @@ func buildSpec(tenant string, doc *pipeline.Document, byProducer map[string]*sto
 			js.Outputs = append(js.Outputs, o)
 		}
 		for _, in := range j.Inputs {
-			is := inputSpec{}
+			is := specs.Input{}
 			if len(in.Where) > 0 {
 				is.Where, _ = json.Marshal(in.Where)
 			}
@@ -641,23 +642,11 @@ func publishedAs(doc *pipeline.Document, job string, i int) *pipeline.Publish {
 	return nil
 }
 
-// consumers is the routing rows of the spec's reactive jobs.
-func (s *pipelineSpec) consumers() []*store.Consumer {
-	var out []*store.Consumer
-	for _, j := range s.Jobs {
-		for i, in := range j.Inputs {
-			out = append(out, &store.Consumer{DatasetUUID: in.DatasetUUID, Tenant: s.Tenant, Pipeline: s.Name,
-				Version: s.Version, Job: j.Name, InputIndex: i})
-		}
-	}
-	return out
-}
-
 // PipelineView is a pipeline with its active version's spec and its jobs' task counts.
 type PipelineView struct {
 	Pipeline *store.Pipeline
 	Active   *store.PipelineVersion
-	Spec     *pipelineSpec
+	Spec     *specs.Pipeline
 	Counts   []*store.PipelineTaskCount
 	// Backpressure is the state of each job that has backpressure limits or holds routings.
 	Backpressure map[string]*BackpressureView
@@ -696,8 +685,8 @@ type PipelineJobView struct {
 	Queue      string         `json:"queue"`
 	Source     string         `json:"source,omitempty"`
 	Secrets    []string       `json:"secrets"`
-	Outputs    []outputSpec   `json:"outputs"`
-	Inputs     []inputSpec    `json:"inputs"`
+	Outputs    []specs.Output `json:"outputs"`
+	Inputs     []specs.Input  `json:"inputs"`
 	Counts     map[string]int `json:"counts"`
 	// Backpressure is set for a job with max_queue_depth or max_queue_age, or that holds
 	// routings.
@@ -716,10 +705,10 @@ func (v *PipelineView) Jobs() []PipelineJobView {
 			Queue: j.Queue, Source: j.SourceKind, Secrets: append([]string{}, j.Secrets...), Outputs: j.Outputs, Inputs: j.Inputs,
 			Counts: map[string]int{"routed": 0, "waiting": 0, "pending": 0, "running": 0, "completed": 0, "failed": 0, "canceled": 0}}
 		if jv.Outputs == nil {
-			jv.Outputs = []outputSpec{}
+			jv.Outputs = []specs.Output{}
 		}
 		if jv.Inputs == nil {
-			jv.Inputs = []inputSpec{}
+			jv.Inputs = []specs.Input{}
 		}
 		jv.Backpressure = v.Backpressure[j.Name]
 		for _, c := range v.Counts {
@@ -752,7 +741,7 @@ func (dp *Plane) GetPipeline(ctx context.Context, tenant, name string) (*Pipelin
 	if err != nil {
 		return nil, err
 	}
-	spec, err := decodeSpec(v)
+	spec, err := specs.Decode(v)
 	if err != nil {
 		return nil, err
 	}
@@ -770,7 +759,7 @@ func (dp *Plane) GetPipeline(ctx context.Context, tenant, name string) (*Pipelin
 		if err != nil {
 			return nil, err
 		}
-		bs, err := decodeSpec(bv)
+		bs, err := specs.Decode(bv)
 		if err != nil {
 			return nil, err
 		}
@@ -782,7 +771,7 @@ func (dp *Plane) GetPipeline(ctx context.Context, tenant, name string) (*Pipelin
 }
 
 // backpressure reads the backpressure state of spec's jobs that have limits or hold routings.
-func (dp *Plane) backpressure(ctx context.Context, spec *pipelineSpec) (map[string]*BackpressureView, error) {
+func (dp *Plane) backpressure(ctx context.Context, spec *specs.Pipeline) (map[string]*BackpressureView, error) {
 	held, err := dp.store.HeldRoutingSummary(ctx, store.HeldSummaryParams{Tenant: spec.Tenant, Pipeline: spec.Name})
 	if err != nil {
 		return nil, err
@@ -794,21 +783,21 @@ func (dp *Plane) backpressure(ctx context.Context, spec *pipelineSpec) (map[stri
 	now := dp.clock.Now()
 	out := map[string]*BackpressureView{}
 	for _, j := range spec.Jobs {
-		lim, h := j.limits(), byJob[j.Name]
-		if !lim.set() && h == nil {
+		lim, h := j.Limits(), byJob[j.Name]
+		if !lim.Set() && h == nil {
 			continue
 		}
-		b, err := dp.store.PipelineJobBacklog(ctx, store.PipelineJobKey{Tenant: spec.Tenant, Pipeline: spec.Name, Job: j.Name}, j.taskQueue(), now)
+		b, err := dp.store.PipelineJobBacklog(ctx, store.PipelineJobKey{Tenant: spec.Tenant, Pipeline: spec.Name, Job: j.Name}, j.TaskQueue(), now)
 		if err != nil {
 			return nil, err
 		}
 		v := &BackpressureView{State: "open", Mode: cmp.Or(j.BackpressureMode, pipeline.BackpressurePause),
-			MaxQueueDepth: lim.Depth, MaxQueueAgeSeconds: lim.Age.Seconds(), LowWater: lim.lowWater(),
+			MaxQueueDepth: lim.Depth, MaxQueueAgeSeconds: lim.Age.Seconds(), LowWater: lim.LowWater(),
 			Depth: b.Depth, OldestReadyAt: timePtr(b.OldestReadyAt)}
 		if h != nil {
 			v.Held, v.HeldEvents, v.OldestHeldAt, v.PausedSince = h.Held, h.Events, timePtr(h.OldestHeldAt), timePtr(h.PausedSince)
 		}
-		if h != nil || lim.full(b, now) {
+		if h != nil || lim.Full(b, now) {
 			v.State = "paused"
 		}
 		out[j.Name] = v

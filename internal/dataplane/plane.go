@@ -15,6 +15,7 @@ import (
 	"github.com/baton-dev/baton/internal/dataplane/bufferqueue"
 	"github.com/baton-dev/baton/internal/dataplane/intake"
 	"github.com/baton-dev/baton/internal/dataplane/reads"
+	"github.com/baton-dev/baton/internal/dataplane/specs"
 	"github.com/baton-dev/baton/internal/dispatch"
 	"github.com/baton-dev/baton/internal/query"
 	"github.com/baton-dev/baton/internal/store"
@@ -46,7 +47,7 @@ type Plane struct {
 	clock clockwork.Clock
 	log   *slog.Logger
 	cfg   Config
-	specs specCache // the pipeline versions' specs read so far
+	specs specs.Cache // the pipeline versions' specs read so far
 	// intake takes in the dataset events and versions workers report (the dispatcher's hook).
 	intake *intake.Intake
 	// reads answers reads of datasets: rows and queries.

@@ -6,6 +6,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/baton-dev/baton/internal/dataplane/specs"
 	"github.com/baton-dev/baton/internal/dispatch"
 	"github.com/baton-dev/baton/internal/pipeline"
 	"github.com/baton-dev/baton/internal/store"
@@ -29,14 +30,14 @@ import (
 //   - an OutputReset records it all, with who deployed and when: the pipeline's history, and the
 //     invalidation the dataset's consumers read.
 func (dp *Plane) resetOutputs(ctx context.Context, tx store.Tx, c *dispatch.Work, who Deployer, doc *pipeline.Document,
-	spec *pipelineSpec, cleared map[string]int64, retiring map[string]string) error {
+	spec *specs.Pipeline, cleared map[string]int64, retiring map[string]string) error {
 	jobs := doc.ResetJobs()
 	if len(jobs) == 0 {
 		return nil
 	}
 	type target struct {
 		job string
-		out outputSpec
+		out specs.Output
 	}
 	var targets []target
 	var uuids []string

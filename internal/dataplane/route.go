@@ -15,6 +15,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/baton-dev/baton/internal/dataplane/intake"
+	"github.com/baton-dev/baton/internal/dataplane/specs"
 	"github.com/baton-dev/baton/internal/dispatch"
 	"github.com/baton-dev/baton/internal/lifecycle"
 	"github.com/baton-dev/baton/internal/service"
@@ -172,8 +173,8 @@ type heldTally struct {
 
 // routing is the routing of one event to one consuming job, before backpressure decides.
 type routing struct {
-	spec  *pipelineSpec
-	js    *jobSpec
+	spec  *specs.Pipeline
+	js    *specs.Job
 	input int
 	e     *intake.Routed
 	key   string
@@ -184,8 +185,8 @@ type routing struct {
 
 // gate is the backpressure state of one limited job during a routing transaction.
 type gate struct {
-	limits
-	active      *pipelineSpec // the pipeline's active version, which held routings are released under; nil when gone
+	specs.Limits
+	active      *specs.Pipeline // the pipeline's active version, which held routings are released under; nil when gone
 	key         store.PipelineJobKey
 	queue       string // the queue the job's tasks are created on
 	backlog     store.Backlog
@@ -217,11 +218,11 @@ func (r *Router) route(ctx context.Context, tx store.Tx, c *dispatch.Work, evs [
 	for _, e := range evs {
 		uuids = append(uuids, e.DatasetUUID)
 	}
-	known := newKnownDatasets()
-	if err := known.load(ctx, tx, uuids); err != nil {
+	known := specs.NewKnown()
+	if err := known.Load(ctx, tx, uuids); err != nil {
 		return 0, err
 	}
-	datasets := known.datasets
+	datasets := known.Datasets
 	// Which version of a dataset a consumer reads is decided per consumer (routes): the current
 	// one for the active version, the build's own for a building version.
 	var routable []*intake.Routed
@@ -241,16 +242,16 @@ func (r *Router) route(ctx context.Context, tx store.Tx, c *dispatch.Work, evs [
 		}
 	}
 	byDataset := map[string][]*store.Consumer{}
-	specs := map[*store.Consumer]*pipelineSpec{}
+	specOf := map[*store.Consumer]*specs.Pipeline{}
 	var more []string // the datasets the new tasks read and write, for their versions
 	for _, cs := range consumers {
 		byDataset[cs.DatasetUUID] = append(byDataset[cs.DatasetUUID], cs)
-		spec, err := r.dp.specs.get(ctx, tx, cs.Tenant, cs.Pipeline, cs.Version)
+		spec, err := r.dp.specs.Get(ctx, tx, cs.Tenant, cs.Pipeline, cs.Version)
 		if err != nil {
 			return 0, err
 		}
-		specs[cs] = spec
-		more = append(more, spec.datasetUUIDs()...)
+		specOf[cs] = spec
+		more = append(more, spec.DatasetUUIDs()...)
 	}
 	var routings []routing
 	seen := map[string]bool{}
@@ -260,15 +261,15 @@ func (r *Router) route(ctx context.Context, tx store.Tx, c *dispatch.Work, evs [
 				(e.Version != "" && cs.Version != e.Version) {
 				continue
 			}
-			spec := specs[cs]
-			if !spec.routes(cs, e, datasets[e.DatasetUUID]) {
+			spec := specOf[cs]
+			if !spec.Routes(cs, e, datasets[e.DatasetUUID]) {
 				continue
 			}
-			js := spec.job(cs.Job)
+			js := spec.Job(cs.Job)
 			if js == nil || (js.Strategy == "PerPartition" && e.PartitionKey == "") {
 				continue // a partitioned job is not started by a cursor
 			}
-			if e.Facets != nil && !js.inputMayMatch(cs.InputIndex, e.Facets) {
+			if e.Facets != nil && !js.InputMayMatch(cs.InputIndex, e.Facets) {
 				continue // no row of the batch is one this input reads
 			}
 			key := routingKey(cs.Pipeline, cs.Version, cs.Job, e.DedupeKey())
@@ -289,15 +290,15 @@ func (r *Router) route(ctx context.Context, tx store.Tx, c *dispatch.Work, evs [
 			return 0, err
 		}
 		g := &gate{active: active}
-		if js := active.job(k.Job); js != nil {
-			g.limits, g.queue = js.limits(), js.taskQueue()
+		if js := active.Job(k.Job); js != nil {
+			g.Limits, g.queue = js.Limits(), js.TaskQueue()
 		}
 		gates[k] = g
 	}
 	for _, rt := range routings {
 		k := store.PipelineJobKey{Tenant: rt.spec.Tenant, Pipeline: rt.spec.Name, Job: rt.js.Name}
-		if lim := rt.js.limits(); lim.set() && gates[k] == nil && !rt.building {
-			gates[k] = &gate{limits: lim, queue: rt.js.taskQueue(), active: rt.spec}
+		if lim := rt.js.Limits(); lim.Set() && gates[k] == nil && !rt.building {
+			gates[k] = &gate{Limits: lim, queue: rt.js.TaskQueue(), active: rt.spec}
 		}
 	}
 	var (
@@ -306,13 +307,13 @@ func (r *Router) route(ctx context.Context, tx store.Tx, c *dispatch.Work, evs [
 		released = map[int64]bool{}
 		hold     []*heldRouting
 	)
-	create := func(spec *pipelineSpec, js *jobSpec, input int, e *intake.Routed, key string, building bool) {
+	create := func(spec *specs.Pipeline, js *specs.Job, input int, e *intake.Routed, key string, building bool) {
 		job, task := r.dp.newPipelineTask(spec, js, c.Now(), key)
 		var pins map[string]string
 		if building {
 			pins = spec.Build.Pointers
 		}
-		task.Route = js.route(spec, known, input, e, nil, pins)
+		task.Route = js.Route(spec, known, input, e, nil, pins)
 		jobs = append(jobs, job)
 		tasks[job.ID] = task
 	}
@@ -335,7 +336,7 @@ func (r *Router) route(ctx context.Context, tx store.Tx, c *dispatch.Work, evs [
 				return 0, err
 			}
 			// What was held, read under the lock: another replica may have released some.
-			room := g.room(g.backlog, c.Now())
+			room := g.Room(g.backlog, c.Now())
 			if room < 0 || room > r.batch {
 				room = r.batch
 			}
@@ -367,12 +368,12 @@ func (r *Router) route(ctx context.Context, tx store.Tx, c *dispatch.Work, evs [
 				if spec == nil {
 					continue
 				}
-				if err := known.load(ctx, tx, append(spec.datasetUUIDs(), e.DatasetUUID)); err != nil {
+				if err := known.Load(ctx, tx, append(spec.DatasetUUIDs(), e.DatasetUUID)); err != nil {
 					return 0, err
 				}
-				ds := known.datasets[e.DatasetUUID]
-				js := spec.job(h.Job)
-				input := js.inputOf(e.DatasetUUID, h.InputIndex)
+				ds := known.Datasets[e.DatasetUUID]
+				js := spec.Job(h.Job)
+				input := js.InputOf(e.DatasetUUID, h.InputIndex)
 				if input < 0 || ds == nil || ds.CurrentVersion != e.DatasetVersion || (js.Strategy == "PerPartition" && e.PartitionKey == "") {
 					continue
 				}
@@ -381,7 +382,7 @@ func (r *Router) route(ctx context.Context, tx store.Tx, c *dispatch.Work, evs [
 			}
 		}
 	}
-	if err := known.load(ctx, tx, more); err != nil {
+	if err := known.Load(ctx, tx, more); err != nil {
 		return 0, err
 	}
 	for _, rt := range routings {
@@ -389,7 +390,7 @@ func (r *Router) route(ctx context.Context, tx store.Tx, c *dispatch.Work, evs [
 		if !rt.building {
 			g = gates[store.PipelineJobKey{Tenant: rt.spec.Tenant, Pipeline: rt.spec.Name, Job: rt.js.Name}]
 		}
-		if g != nil && (g.holding || g.full(g.backlog, c.Now())) {
+		if g != nil && (g.holding || g.Full(g.backlog, c.Now())) {
 			tally.held++
 			if !g.holding {
 				g.holding = true
@@ -534,7 +535,7 @@ func (g *gate) remember(hr *heldRouting) {
 // activeSpec is the active version of a pipeline job's pipeline, nil when the pipeline is gone.
 // Its limits on the job (none when the job is gone, so that what it held is released) gate the
 // job, and what it held is released under it.
-func (r *Router) activeSpec(ctx context.Context, tx store.Tx, k store.PipelineJobKey) (*pipelineSpec, error) {
+func (r *Router) activeSpec(ctx context.Context, tx store.Tx, k store.PipelineJobKey) (*specs.Pipeline, error) {
 	p, err := tx.PipelineGet(ctx, k.Tenant, k.Pipeline)
 	if errors.Is(err, store.ErrNotFound) {
 		return nil, nil
@@ -542,12 +543,12 @@ func (r *Router) activeSpec(ctx context.Context, tx store.Tx, k store.PipelineJo
 	if err != nil {
 		return nil, fmt.Errorf("pipeline %s: %w", k.Pipeline, err)
 	}
-	return r.dp.specs.get(ctx, tx, k.Tenant, k.Pipeline, p.ActiveVersion)
+	return r.dp.specs.Get(ctx, tx, k.Tenant, k.Pipeline, p.ActiveVersion)
 }
 
 // newPipelineTask builds a pending task of pipeline job js and its one-task job, keyed for
 // idempotency by key.
-func (dp *Plane) newPipelineTask(spec *pipelineSpec, js *jobSpec, now time.Time, key string) (*store.Job, *store.Task) {
+func (dp *Plane) newPipelineTask(spec *specs.Pipeline, js *specs.Job, now time.Time, key string) (*store.Job, *store.Task) {
 	def := dp.d.Defaults()
 	job := &store.Job{
 		ID:              "job-" + uuid.NewString(),
@@ -567,9 +568,9 @@ func (dp *Plane) newPipelineTask(spec *pipelineSpec, js *jobSpec, now time.Time,
 		JobID:            job.ID,
 		Key:              js.Name,
 		Name:             js.Operator,
-		Queue:            js.taskQueue(),
+		Queue:            js.TaskQueue(),
 		Priority:         js.Priority,
-		Runtime:          js.taskRuntime(dp.cfg.LambdaOnPull),
+		Runtime:          js.TaskRuntime(dp.cfg.LambdaOnPull),
 		Input:            js.Config,
 		DependsOn:        []string{},
 		Status:           lifecycle.Pending,
@@ -591,53 +592,6 @@ func (dp *Plane) newPipelineTask(spec *pipelineSpec, js *jobSpec, now time.Time,
 		t.ConcurrencyKey, t.ConcurrencyLimit = spec.Tenant+"/"+spec.Name+"/"+js.Name, js.MaxConcurrency
 	}
 	return job, t
-}
-
-// knownDatasets holds the datasets a transaction has read, with the storage references of their
-// registered versions.
-type knownDatasets struct {
-	datasets map[string]*store.Dataset
-	refs     map[string]json.RawMessage // "uuid\x00version" → storage_ref
-}
-
-func newKnownDatasets() *knownDatasets {
-	return &knownDatasets{datasets: map[string]*store.Dataset{}, refs: map[string]json.RawMessage{}}
-}
-
-// load reads the datasets of uuids that k does not hold yet, and their versions.
-func (k *knownDatasets) load(ctx context.Context, tx store.Tx, uuids []string) error {
-	var missing []string
-	for _, u := range uniq(uuids) {
-		if _, ok := k.datasets[u]; !ok {
-			missing = append(missing, u)
-		}
-	}
-	ds, err := tx.DatasetGetMany(ctx, missing)
-	if err != nil {
-		return err
-	}
-	for _, d := range ds {
-		k.datasets[d.UUID] = d
-	}
-	vs, err := tx.DatasetVersionList(ctx, missing...)
-	if err != nil {
-		return err
-	}
-	for _, v := range vs {
-		if len(v.StorageRef) > 0 {
-			k.refs[v.DatasetUUID+"\x00"+v.Version] = v.StorageRef
-		}
-	}
-	return nil
-}
-
-// storageRef is where a dataset version's data is, as datasets_published registered it; null
-// when it was not.
-func (k *knownDatasets) storageRef(uuid, version string) json.RawMessage {
-	if ref, ok := k.refs[uuid+"\x00"+version]; ok {
-		return ref
-	}
-	return json.RawMessage("null")
 }
 
 // uniq returns the distinct strings of ss, sorted.

@@ -13,15 +13,12 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/baton-dev/baton/internal/dataplane/specs"
 	"github.com/baton-dev/baton/internal/dispatch"
 	"github.com/baton-dev/baton/internal/pipeline"
 	"github.com/baton-dev/baton/internal/service"
 	"github.com/baton-dev/baton/internal/store"
 )
-
-// ControlQueue is the queue of the tasks of dispatcher-runtime jobs, which the server runs itself
-// (see Controller). Workers do not claim from it.
-const ControlQueue = "baton.dispatcher"
 
 // Sources starts the tasks of the source jobs of active pipeline versions that start by
 // themselves: a cron job gets one task per tick of its schedule, an always_on job one task at a
@@ -56,7 +53,7 @@ func (s *Sources) RunOnce(ctx context.Context) (int, error) {
 	created := 0
 	var errs []error
 	for _, p := range ps {
-		spec, err := s.dp.specs.get(ctx, s.dp.store, p.Tenant, p.Name, p.ActiveVersion)
+		spec, err := s.dp.specs.Get(ctx, s.dp.store, p.Tenant, p.Name, p.ActiveVersion)
 		if err != nil {
 			errs = append(errs, err)
 			continue
@@ -80,7 +77,7 @@ func (s *Sources) RunOnce(ctx context.Context) (int, error) {
 
 // cron starts the task of the latest tick at or before now that this process has not started
 // yet. A tick that passed while no replica ran is not made up for.
-func (s *Sources) cron(ctx context.Context, spec *pipelineSpec, js *jobSpec, now time.Time) (int, error) {
+func (s *Sources) cron(ctx context.Context, spec *specs.Pipeline, js *specs.Job, now time.Time) (int, error) {
 	key := spec.Tenant + "\x00" + spec.Name + "\x00" + spec.Version + "\x00" + js.Name
 	s.mu.Lock()
 	sched, ok := s.scheds[key]
@@ -121,7 +118,7 @@ func (s *Sources) cron(ctx context.Context, spec *pipelineSpec, js *jobSpec, now
 // the job's tasks so far, or one more than the latest run's if that is more: retention deletes
 // old runs, which lowers the count, but keeps the latest job of a pipeline job, so a number
 // never comes back while its run is kept.
-func (s *Sources) alwaysOn(ctx context.Context, spec *pipelineSpec, js *jobSpec, building string) (int, error) {
+func (s *Sources) alwaysOn(ctx context.Context, spec *specs.Pipeline, js *specs.Job, building string) (int, error) {
 	job := store.PipelineJobKey{Tenant: spec.Tenant, Pipeline: spec.Name, Job: js.Name}
 	total, live, err := s.dp.store.PipelineJobTasks(ctx, job)
 	if err != nil {
@@ -164,22 +161,22 @@ func (s *Sources) alwaysOn(ctx context.Context, spec *pipelineSpec, js *jobSpec,
 const alwaysOnKey = "always_on:"
 
 // sourceKey is the idempotency key of the run of source job js keyed by key.
-func sourceKey(spec *pipelineSpec, js *jobSpec, key string) string {
+func sourceKey(spec *specs.Pipeline, js *specs.Job, key string) string {
 	return "pipeline:" + spec.Name + ":" + js.Name + ":" + key
 }
 
 // startSource creates a task of source job js, keyed by key (once per key), and returns how many
 // it created (0 or 1). pins, when set, are the dataset versions its route names instead of the
-// current ones (a build's run: see jobSpec.route).
-func (dp *Plane) startSource(ctx context.Context, spec *pipelineSpec, js *jobSpec, key string, trigger json.RawMessage, pins map[string]string) (int, error) {
+// current ones (a build's run: see specs.Job.route).
+func (dp *Plane) startSource(ctx context.Context, spec *specs.Pipeline, js *specs.Job, key string, trigger json.RawMessage, pins map[string]string) (int, error) {
 	var n int
 	err := dp.d.UpdateAlone(ctx, store.LockSet{}, func(tx store.Tx, c *dispatch.Work) error {
-		known := newKnownDatasets()
-		if err := known.load(ctx, tx, spec.datasetUUIDs()); err != nil {
+		known := specs.NewKnown()
+		if err := known.Load(ctx, tx, spec.DatasetUUIDs()); err != nil {
 			return err
 		}
 		job, task := dp.newPipelineTask(spec, js, c.Now(), sourceKey(spec, js, key))
-		task.Route = js.route(spec, known, -1, nil, trigger, pins)
+		task.Route = js.Route(spec, known, -1, nil, trigger, pins)
 		var err error
 		n, err = c.InsertJobsIfAbsent(ctx, tx, []*store.Job{job}, map[string]*store.Task{job.ID: task})
 		return err
@@ -242,7 +239,7 @@ func (dp *Plane) RunSource(ctx context.Context, p RunSourceParams) (*RunSourceRe
 }
 
 // findSource finds the job a RunSource names.
-func (dp *Plane) findSource(ctx context.Context, p RunSourceParams) (*pipelineSpec, *jobSpec, error) {
+func (dp *Plane) findSource(ctx context.Context, p RunSourceParams) (*specs.Pipeline, *specs.Job, error) {
 	var ps []*store.Pipeline
 	if p.WebhookPath == "" {
 		one, err := dp.store.PipelineGet(ctx, p.Tenant, p.Pipeline)
@@ -260,7 +257,7 @@ func (dp *Plane) findSource(ctx context.Context, p RunSourceParams) (*pipelineSp
 		}
 	}
 	for _, pl := range ps {
-		spec, err := dp.specs.get(ctx, dp.store, p.Tenant, pl.Name, pl.ActiveVersion)
+		spec, err := dp.specs.Get(ctx, dp.store, p.Tenant, pl.Name, pl.ActiveVersion)
 		if err != nil {
 			return nil, nil, err
 		}

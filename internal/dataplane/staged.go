@@ -19,7 +19,7 @@ func (dp *Plane) ReplaceOutputDatasets(ctx context.Context) ([]string, error) {
 	}
 	set := map[string]bool{}
 	for _, p := range ps {
-		spec, err := dp.specs.get(ctx, dp.store, p.Tenant, p.Name, p.ActiveVersion)
+		spec, err := dp.specs.Get(ctx, dp.store, p.Tenant, p.Name, p.ActiveVersion)
 		if err != nil {
 			return nil, err // names the pipeline and its version
 		}
