@@ -13,6 +13,7 @@ import (
 
 	"github.com/baton-dev/baton/internal/api"
 	"github.com/baton-dev/baton/internal/auth"
+	"github.com/baton-dev/baton/internal/dataplane"
 	"github.com/baton-dev/baton/internal/dispatch"
 	"github.com/baton-dev/baton/internal/lifecycle"
 	"github.com/baton-dev/baton/internal/store"
@@ -43,7 +44,7 @@ func TestTerminatedBackendsGive503NeverLoss(t *testing.T) {
 	ctx, stop := context.WithCancel(context.Background())
 	defer stop()
 	d.NewReaper().Start(ctx)
-	s := api.New(api.Config{Dispatcher: d, Auth: auth.NewAuthenticator(st, auth.Limits{}, nil), Tokens: auth.NewTokens(st, nil), Logger: quiet})
+	s := api.New(api.Config{Dispatcher: d, DataPlane: dataplane.New(d, dataplane.Config{}), Auth: auth.NewAuthenticator(st, auth.Limits{}, nil), Tokens: auth.NewTokens(st, nil), Logger: quiet})
 	public, internal := httptest.NewServer(s.ProducerHandler()), httptest.NewServer(s.InternalHandler())
 	defer public.Close()
 	defer internal.Close()
@@ -238,7 +239,7 @@ func TestUnavailableDatabaseIs503(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := api.New(api.Config{Dispatcher: d, Auth: auth.NewAuthenticator(st, auth.Limits{}, nil), Logger: quiet})
+	s := api.New(api.Config{Dispatcher: d, DataPlane: dataplane.New(d, dataplane.Config{}), Auth: auth.NewAuthenticator(st, auth.Limits{}, nil), Logger: quiet})
 	srv := httptest.NewServer(s.ProducerHandler())
 	defer srv.Close()
 	_, key, err := auth.CreateKey(context.Background(), st, "test", "acme", "", time.Now())

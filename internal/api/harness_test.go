@@ -17,6 +17,7 @@ import (
 
 	"github.com/baton-dev/baton/internal/api"
 	"github.com/baton-dev/baton/internal/auth"
+	"github.com/baton-dev/baton/internal/dataplane"
 	"github.com/baton-dev/baton/internal/dispatch"
 	"github.com/baton-dev/baton/internal/store"
 	"github.com/baton-dev/baton/internal/store/storetest"
@@ -49,7 +50,7 @@ func newAPI(t *testing.T, st store.Store, opts apiOptions) *testAPI {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := api.New(api.Config{Dispatcher: d, Auth: auth.NewAuthenticator(st, opts.limits, nil), Logger: quiet,
+	s := api.New(api.Config{Dispatcher: d, DataPlane: dataplane.New(d, dataplane.Config{}), Auth: auth.NewAuthenticator(st, opts.limits, nil), Logger: quiet,
 		MaxBodyBytes: opts.maxBodyBytes, EventPoll: 20 * time.Millisecond, CORSOrigins: opts.corsOrigins})
 	srv := httptest.NewServer(s.ProducerHandler())
 	t.Cleanup(srv.Close)
@@ -266,7 +267,7 @@ func newAPIWithClock(t *testing.T, st store.Store, opts apiOptions, clock clockw
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := api.New(api.Config{Dispatcher: d, Auth: auth.NewAuthenticator(st, opts.limits, nil), Logger: quiet,
+	s := api.New(api.Config{Dispatcher: d, DataPlane: dataplane.New(d, dataplane.Config{}), Auth: auth.NewAuthenticator(st, opts.limits, nil), Logger: quiet,
 		MaxBodyBytes: opts.maxBodyBytes, EventPoll: 20 * time.Millisecond, CORSOrigins: opts.corsOrigins})
 	srv := httptest.NewServer(s.ProducerHandler())
 	t.Cleanup(srv.Close)

@@ -15,6 +15,7 @@ import (
 
 	"github.com/baton-dev/baton/internal/api"
 	"github.com/baton-dev/baton/internal/auth"
+	"github.com/baton-dev/baton/internal/dataplane"
 	"github.com/baton-dev/baton/internal/dispatch"
 	"github.com/baton-dev/baton/internal/pushsig"
 	"github.com/baton-dev/baton/internal/store/storetest"
@@ -267,7 +268,7 @@ func TestOpenAPIDocumentsEveryRoute(t *testing.T) {
 		t.Fatal(err)
 	}
 	dashboard := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusTeapot) })
-	full := api.New(api.Config{Dispatcher: d, Auth: auth.NewAuthenticator(st, auth.Limits{}, nil), Logger: quiet, Dashboard: dashboard})
+	full := api.New(api.Config{Dispatcher: d, DataPlane: dataplane.New(d, dataplane.Config{}), Auth: auth.NewAuthenticator(st, auth.Limits{}, nil), Logger: quiet, Dashboard: dashboard})
 	handlers := map[api.Listener]http.Handler{api.PublicListener: full.ProducerHandler(), api.InternalListener: full.InternalHandler()}
 	for key, op := range documented {
 		if registered[key] == nil {

@@ -18,6 +18,7 @@ import (
 
 	"github.com/baton-dev/baton/internal/api"
 	"github.com/baton-dev/baton/internal/auth"
+	"github.com/baton-dev/baton/internal/dataplane"
 	"github.com/baton-dev/baton/internal/dispatch"
 	"github.com/baton-dev/baton/internal/lifecycle"
 	"github.com/baton-dev/baton/internal/push"
@@ -49,7 +50,7 @@ func forEachPushDriver(t *testing.T, pushTargets map[string]string, fn func(t *t
 			t.Fatal(err)
 		}
 		tokens := auth.NewTokens(st, nil)
-		s := api.New(api.Config{Dispatcher: d, Auth: auth.NewAuthenticator(st, auth.Limits{}, nil), Tokens: tokens,
+		s := api.New(api.Config{Dispatcher: d, DataPlane: dataplane.New(d, dataplane.Config{}), Auth: auth.NewAuthenticator(st, auth.Limits{}, nil), Tokens: tokens,
 			Logger: quiet, PushTargets: pushTargets})
 		w := &workerAPI{t: t, st: st, d: d, tokens: tokens,
 			public: httptest.NewServer(s.ProducerHandler()), internal: httptest.NewServer(s.InternalHandler())}

@@ -31,8 +31,8 @@ const DefaultMaxBodyBytes = 4 << 20
 // Config configures a Server.
 type Config struct {
 	Dispatcher *dispatch.Dispatcher
-	// DataPlane is the data plane over Dispatcher; nil: New builds one without object storage
-	// or a data database.
+	// DataPlane is the data plane over Dispatcher, which the server's composition built (and made
+	// the dispatcher's hook); nil serves no data-plane route.
 	DataPlane    *dataplane.Plane
 	Auth         *auth.Authenticator
 	Tokens       *auth.Tokens // capability tokens of the worker dialects
@@ -114,9 +114,6 @@ func New(cfg Config) *Server {
 		metrics: cfg.Metrics}
 	if s.log == nil {
 		s.log = slog.Default()
-	}
-	if s.dp == nil && s.d != nil {
-		s.dp = dataplane.New(s.d, dataplane.Config{})
 	}
 	if s.maxBody <= 0 {
 		s.maxBody = DefaultMaxBodyBytes

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"time"
 
 	"github.com/baton-dev/baton/internal/dataplane/intake"
 	"github.com/baton-dev/baton/internal/dataplane/specs"
@@ -35,18 +36,18 @@ type Builds struct {
 	dp     *Plane
 	router *Router
 	cfg    BuildConfig
-	service.Loop
+	*service.Periodic
 }
 
 // NewBuilds returns stopped Builds over dp.
 func (dp *Plane) NewBuilds(cfg BuildConfig) *Builds {
 	cfg.Batch, cfg.MaxBacklog = cmpOr(cfg.Batch, 500), cmpOr(cfg.MaxBacklog, 5000)
-	return &Builds{dp: dp, router: dp.NewRouter(RouteConfig{Batch: cfg.Batch}), cfg: cfg}
-}
-
-// Start runs the builds until Stop or until ctx ends.
-func (b *Builds) Start(ctx context.Context) error {
-	return b.Run(ctx, func(ctx context.Context) { b.dp.eachSecond(ctx, "pipeline builds", b.RunOnce) })
+	b := &Builds{dp: dp, router: dp.NewRouter(RouteConfig{Batch: cfg.Batch}), cfg: cfg}
+	b.Periodic = dp.every("pipeline builds", time.Second, func(ctx context.Context) error {
+		_, err := b.RunOnce(ctx)
+		return err
+	})
+	return b
 }
 
 // RunOnce moves every build forward once, and resumes what activations canceled of versions

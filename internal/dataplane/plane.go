@@ -18,6 +18,7 @@ import (
 	"github.com/baton-dev/baton/internal/dataplane/specs"
 	"github.com/baton-dev/baton/internal/dispatch"
 	"github.com/baton-dev/baton/internal/query"
+	"github.com/baton-dev/baton/internal/service"
 	"github.com/baton-dev/baton/internal/store"
 )
 
@@ -100,29 +101,14 @@ func cmpOr[T int | time.Duration](v, def T) T {
 	return def
 }
 
-// eachSecond runs pass, a service's pass named what, until ctx ends: at once, then a second after
-// each pass ends, logging a failure (a warning while the store is unavailable).
-func (dp *Plane) eachSecond(ctx context.Context, what string, pass func(context.Context) (int, error)) {
-	for {
-		_, err := pass(ctx)
-		dp.logPass(ctx, what, err)
-		select {
-		case <-ctx.Done():
-			return
-		case <-dp.clock.After(time.Second):
-		}
-	}
+// every returns a stopped service named name that runs pass each interval, counted from the end
+// of the previous pass, on the plane's clock and logger; a pass that failed while the store was
+// unavailable is logged as a warning.
+func (dp *Plane) every(name string, interval time.Duration, pass func(context.Context) error) *service.Periodic {
+	return service.Every(name, interval, dp.serviceEnv(), pass)
 }
 
-// logPass logs a failed pass of a service named what: an error, or a warning while the store is
-// unavailable. Nothing when err is nil or ctx has ended.
-func (dp *Plane) logPass(ctx context.Context, what string, err error) {
-	if err == nil || ctx.Err() != nil {
-		return
-	}
-	level := slog.LevelError
-	if dp.d.Unavailable(err) {
-		level = slog.LevelWarn
-	}
-	dp.log.Log(ctx, level, what+" pass failed", "err", err)
+// serviceEnv is what the plane's services run on.
+func (dp *Plane) serviceEnv() service.Env {
+	return service.Env{Clock: dp.clock, Logger: dp.log, Transient: dp.d.Unavailable}
 }

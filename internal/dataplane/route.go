@@ -1,24 +1,17 @@
 package dataplane
 
 import (
-	"cmp"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"maps"
 	"slices"
 	"strings"
-	"sync"
 	"time"
-
-	"github.com/google/uuid"
 
 	"github.com/baton-dev/baton/internal/dataplane/intake"
 	"github.com/baton-dev/baton/internal/dataplane/specs"
 	"github.com/baton-dev/baton/internal/dispatch"
-	"github.com/baton-dev/baton/internal/lifecycle"
-	"github.com/baton-dev/baton/internal/service"
 	"github.com/baton-dev/baton/internal/store"
 )
 
@@ -41,129 +34,6 @@ func updateOf(key, pipeline, version, job string) string {
 	return rest
 }
 
-// RouteConfig configures a Router. Zero fields take their defaults.
-type RouteConfig struct {
-	Batch int // events routed per transaction; default 2000
-	// Passes is how many routing transactions run at once while events are waiting (one always
-	// waits for new events; the others help with a backlog); default 2.
-	Passes int
-}
-
-// Router turns accepted dataset events into tasks: each pass claims a batch of the outbox's
-// dataset events (skipping rows other replicas' routers hold), and in the same transaction
-// creates, for every reactive job of an active pipeline version that reads the event's dataset,
-// one task per dedupe key, then marks the events routed. Events of a dataset version that is not
-// the dataset's current one, and events on datasets of another tenant, route nothing; they stay
-// stored for audit.
-type Router struct {
-	dp      *Plane
-	batch   int
-	passes  int
-	backlog chan struct{} // the first loop found a full batch: the helpers join in
-	service.Loop
-}
-
-// NewRouter returns a stopped router of the plane's dataset events.
-func (dp *Plane) NewRouter(cfg RouteConfig) *Router {
-	return &Router{dp: dp, batch: cmpOr(cfg.Batch, 2000), passes: cmpOr(cfg.Passes, 2), backlog: make(chan struct{})}
-}
-
-// Start runs the router until Stop or until ctx ends.
-func (r *Router) Start(ctx context.Context) error {
-	return r.Run(ctx, func(ctx context.Context) {
-		var wg sync.WaitGroup
-		for range r.passes - 1 {
-			wg.Go(func() { r.help(ctx) })
-		}
-		r.run(ctx)
-		wg.Wait()
-	})
-}
-
-// run routes what is committed: after each commit that queued events, and each second (events
-// another replica accepted and did not route, because it stopped).
-func (r *Router) run(ctx context.Context) {
-	for {
-		woken := r.dp.routing.Wait() // before the pass, so an event committed during it is not missed
-		if full := r.pass(ctx); full {
-			select {
-			case r.backlog <- struct{}{}: // wake a helper, if one is idle
-			default:
-			}
-			continue // more are waiting
-		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-woken:
-		case <-r.dp.clock.After(time.Second):
-		}
-	}
-}
-
-// help runs passes alongside run while a backlog lasts.
-func (r *Router) help(ctx context.Context) {
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-r.backlog:
-		}
-		for r.pass(ctx) {
-		}
-	}
-}
-
-// pass runs one routing pass, logging a failure, and reports whether it took a full batch.
-func (r *Router) pass(ctx context.Context) bool {
-	claimed, _, err := r.RunOnce(ctx)
-	r.dp.logPass(ctx, "routing", err)
-	return err == nil && claimed >= r.batch
-}
-
-// RunOnce routes one batch of events and returns how many events it claimed and how many tasks
-// it created. In the same transaction it releases the routings backpressure held for jobs whose
-// backlog has drained (see route).
-func (r *Router) RunOnce(ctx context.Context) (events, tasks int, err error) {
-	var tally heldTally
-	err = r.dp.d.UpdateAlone(ctx, store.LockSet{}, func(tx store.Tx, c *dispatch.Work) error {
-		events, tasks, tally = 0, 0, heldTally{}
-		msgs, err := tx.OutboxClaim(ctx, store.OutboxClaimParams{
-			Now: c.Now(), Limit: r.batch, Filter: store.OutboxFilter{Topic: store.TopicDatasetEvent},
-		})
-		if err != nil {
-			return err
-		}
-		held, err := tx.HeldRoutingSummary(ctx, store.HeldSummaryParams{})
-		if err != nil || len(msgs)+len(held) == 0 {
-			return err
-		}
-		events = len(msgs)
-		ids := make([]int64, len(msgs))
-		evs := make([]*intake.Routed, 0, len(msgs))
-		for i, m := range msgs {
-			ids[i] = m.ID
-			var e intake.Routed
-			if err := json.Unmarshal(m.Payload, &e); err != nil || (e.Cursor == nil && e.PartitionKey == "") {
-				r.dp.log.ErrorContext(ctx, "unreadable dataset event in the outbox; not routed", "id", m.ID, "err", err)
-				continue
-			}
-			evs = append(evs, &e)
-		}
-		if tasks, err = r.route(ctx, tx, c, evs, held, &tally); err != nil {
-			return err
-		}
-		if len(ids) == 0 {
-			return nil
-		}
-		return tx.OutboxMarkSent(ctx, ids, c.Now())
-	})
-	if err == nil {
-		r.dp.d.Metrics().Backpressure(tally.held, tally.coalesced, tally.released, tally.pauses)
-	}
-	return events, tasks, err
-}
-
 // heldTally is what a routing transaction did with held events, for the metrics once it
 // committed.
 type heldTally struct {
@@ -183,415 +53,165 @@ type routing struct {
 	building bool
 }
 
-// gate is the backpressure state of one limited job during a routing transaction.
-type gate struct {
-	specs.Limits
-	active      *specs.Pipeline // the pipeline's active version, which held routings are released under; nil when gone
-	key         store.PipelineJobKey
-	queue       string // the queue the job's tasks are created on
-	backlog     store.Backlog
-	holding     bool      // routings of the job are held: new ones queue behind them
-	pausedSince time.Time // of the held routings
-	wasPaused   bool      // the job held routings when the transaction began
-
-	// For coalesce: the newest routing held (nil: none, or not read yet: newestRead), and the
-	// routings held by this transaction or coalesced into, by key.
-	newest     *heldRouting
-	newestRead bool
-	byKey      map[string]*heldRouting
-}
-
-// heldRouting is a held routing with its event decoded, as coalesce changes it.
-type heldRouting struct {
-	h     *store.HeldRouting
-	e     *intake.Routed
-	dirty bool // stored before this transaction and changed by it
-}
-
-// route creates the tasks of evs in tx, and releases held routings. A job with backpressure
-// limits is gated: its lock is taken (so that two replicas decide for it one after the other),
-// its held routings are released, oldest first, as far as its backlog leaves room, and each new
-// routing then either creates a task (nothing held, backlog below the limits; the backlog counts
-// the tasks created so far) or is held behind the others.
+// route creates the tasks of evs in tx, and releases held routings, in three steps: match each
+// event to the consuming jobs it starts (match); gate the jobs with backpressure limits, releasing
+// what they held as far as their backlogs leave room (openGates); then admit each new routing,
+// which creates its task or is held behind the others (admit). The tasks and held routings are
+// written last (write).
 func (r *Router) route(ctx context.Context, tx store.Tx, c *dispatch.Work, evs []*intake.Routed, held []*store.HeldSummary, tally *heldTally) (int, error) {
+	p := &routingPass{r: r, tx: tx, c: c, tally: tally, known: specs.NewKnown(), gates: map[store.PipelineJobKey]*gate{},
+		tasks: map[string]*store.Task{}, released: map[int64]bool{}}
+	routings, err := p.match(ctx, evs)
+	if err != nil || len(routings)+len(held) == 0 {
+		return 0, err
+	}
+	if err := p.openGates(ctx, held, routings); err != nil {
+		return 0, err
+	}
+	if err := p.known.Load(ctx, tx, p.more); err != nil {
+		return 0, err
+	}
+	for _, rt := range routings {
+		if err := p.admit(ctx, rt); err != nil {
+			return 0, err
+		}
+	}
+	return p.write(ctx)
+}
+
+// routingPass is one routing transaction: the datasets it has read, the gates of the limited
+// jobs it routes to, and the tasks and held routings it makes.
+type routingPass struct {
+	r     *Router
+	tx    store.Tx
+	c     *dispatch.Work
+	tally *heldTally
+	known *specs.Known
+	more  []string // the datasets the new tasks read and write, for their versions
+
+	gates    map[store.PipelineJobKey]*gate
+	jobs     []*store.Job
+	tasks    map[string]*store.Task // by job id
+	released map[int64]bool         // held routings released, by id
+	hold     []*heldRouting         // routings this pass holds
+}
+
+// match returns the routings of evs: one per event and consuming job of a pipeline version that
+// reads the event's dataset at the event's version (the current one for the active version, the
+// build's own for a building version: see specs.Pipeline.Routes), once per routing key. Events of
+// unknown datasets, or of another tenant's, route nothing.
+func (p *routingPass) match(ctx context.Context, evs []*intake.Routed) ([]routing, error) {
 	uuids := make([]string, 0, len(evs))
 	for _, e := range evs {
 		uuids = append(uuids, e.DatasetUUID)
 	}
-	known := specs.NewKnown()
-	if err := known.Load(ctx, tx, uuids); err != nil {
-		return 0, err
+	if err := p.known.Load(ctx, p.tx, uuids); err != nil {
+		return nil, fmt.Errorf("load the events' datasets: %w", err)
 	}
-	datasets := known.Datasets
-	// Which version of a dataset a consumer reads is decided per consumer (routes): the current
-	// one for the active version, the build's own for a building version.
+	datasets := p.known.Datasets
 	var routable []*intake.Routed
 	for _, e := range evs {
 		if ds := datasets[e.DatasetUUID]; ds != nil && ds.Tenant == e.Tenant {
 			routable = append(routable, e)
 		}
 	}
-	if len(routable)+len(held) == 0 {
-		return 0, nil
+	if len(routable) == 0 {
+		return nil, nil
 	}
-	var consumers []*store.Consumer
-	if len(routable) > 0 {
-		var err error
-		if consumers, err = tx.ConsumerList(ctx, uniq(uuids)); err != nil {
-			return 0, err
-		}
+	consumers, err := p.tx.ConsumerList(ctx, uniq(uuids))
+	if err != nil {
+		return nil, fmt.Errorf("list the consumers of the events' datasets: %w", err)
 	}
 	byDataset := map[string][]*store.Consumer{}
 	specOf := map[*store.Consumer]*specs.Pipeline{}
-	var more []string // the datasets the new tasks read and write, for their versions
 	for _, cs := range consumers {
 		byDataset[cs.DatasetUUID] = append(byDataset[cs.DatasetUUID], cs)
-		spec, err := r.dp.specs.Get(ctx, tx, cs.Tenant, cs.Pipeline, cs.Version)
+		spec, err := p.r.dp.specs.Get(ctx, p.tx, cs.Tenant, cs.Pipeline, cs.Version)
 		if err != nil {
-			return 0, err
+			return nil, err
 		}
 		specOf[cs] = spec
-		more = append(more, spec.DatasetUUIDs()...)
+		p.more = append(p.more, spec.DatasetUUIDs()...)
 	}
 	var routings []routing
 	seen := map[string]bool{}
 	for _, e := range routable {
 		for _, cs := range byDataset[e.DatasetUUID] {
-			if cs.Tenant != e.Tenant || (e.Pipeline != "" && (cs.Pipeline != e.Pipeline || cs.Job != e.Job)) ||
-				(e.Version != "" && cs.Version != e.Version) {
+			rt, ok := matchConsumer(cs, specOf[cs], e, datasets[e.DatasetUUID])
+			if !ok || seen[rt.key] {
 				continue
 			}
-			spec := specOf[cs]
-			if !spec.Routes(cs, e, datasets[e.DatasetUUID]) {
-				continue
-			}
-			js := spec.Job(cs.Job)
-			if js == nil || (js.Strategy == "PerPartition" && e.PartitionKey == "") {
-				continue // a partitioned job is not started by a cursor
-			}
-			if e.Facets != nil && !js.InputMayMatch(cs.InputIndex, e.Facets) {
-				continue // no row of the batch is one this input reads
-			}
-			key := routingKey(cs.Pipeline, cs.Version, cs.Job, e.DedupeKey())
-			if seen[key] {
-				continue
-			}
-			seen[key] = true
-			routings = append(routings, routing{spec: spec, js: js, input: cs.InputIndex, e: e, key: key, building: cs.Building})
+			seen[rt.key] = true
+			routings = append(routings, rt)
 		}
 	}
+	return routings, nil
+}
 
-	// The gated jobs: those that hold routings, and the limited jobs of the new routings.
-	gates := map[store.PipelineJobKey]*gate{}
-	for _, h := range held {
-		k := store.PipelineJobKey{Tenant: h.Tenant, Pipeline: h.Pipeline, Job: h.Job}
-		active, err := r.activeSpec(ctx, tx, k)
-		if err != nil {
-			return 0, err
-		}
-		g := &gate{active: active}
-		if js := active.Job(k.Job); js != nil {
-			g.Limits, g.queue = js.Limits(), js.TaskQueue()
-		}
-		gates[k] = g
+// matchConsumer returns the routing of event e of dataset ds to consumer cs of pipeline version
+// spec, and whether there is one: the consumer is of e's tenant (and of the pipeline job and
+// version e is addressed to, when it is), reads e's dataset version, and its job is started by
+// such an event with rows its input may read.
+func matchConsumer(cs *store.Consumer, spec *specs.Pipeline, e *intake.Routed, ds *store.Dataset) (routing, bool) {
+	if cs.Tenant != e.Tenant || (e.Pipeline != "" && (cs.Pipeline != e.Pipeline || cs.Job != e.Job)) ||
+		(e.Version != "" && cs.Version != e.Version) {
+		return routing{}, false
 	}
-	for _, rt := range routings {
-		k := store.PipelineJobKey{Tenant: rt.spec.Tenant, Pipeline: rt.spec.Name, Job: rt.js.Name}
-		if lim := rt.js.Limits(); lim.Set() && gates[k] == nil && !rt.building {
-			gates[k] = &gate{Limits: lim, queue: rt.js.TaskQueue(), active: rt.spec}
-		}
+	if !spec.Routes(cs, e, ds) {
+		return routing{}, false
 	}
-	var (
-		jobs     []*store.Job
-		tasks    = map[string]*store.Task{} // by job id
-		released = map[int64]bool{}
-		hold     []*heldRouting
-	)
-	create := func(spec *specs.Pipeline, js *specs.Job, input int, e *intake.Routed, key string, building bool) {
-		job, task := r.dp.newPipelineTask(spec, js, c.Now(), key)
-		var pins map[string]string
-		if building {
-			pins = spec.Build.Pointers
-		}
-		task.Route = js.Route(spec, known, input, e, nil, pins)
-		jobs = append(jobs, job)
-		tasks[job.ID] = task
+	js := spec.Job(cs.Job)
+	if js == nil || (js.Strategy == "PerPartition" && e.PartitionKey == "") {
+		return routing{}, false // a partitioned job is not started by a cursor
 	}
-	if len(gates) > 0 {
-		keys := make([]string, 0, len(gates))
-		for k := range gates {
-			keys = append(keys, "backpressure:"+k.Tenant+":"+k.Pipeline+":"+k.Job)
-		}
-		if err := tx.RowsLock(ctx, store.LockSet{Keys: keys}); err != nil {
-			return 0, err
-		}
-		order := slices.SortedFunc(maps.Keys(gates), func(a, b store.PipelineJobKey) int {
-			return cmp.Or(cmp.Compare(a.Tenant, b.Tenant), cmp.Compare(a.Pipeline, b.Pipeline), cmp.Compare(a.Job, b.Job))
-		})
-		for _, k := range order {
-			g := gates[k]
-			g.key = k
-			var err error
-			if g.backlog, err = tx.PipelineJobBacklog(ctx, k, g.queue, c.Now()); err != nil {
-				return 0, err
-			}
-			// What was held, read under the lock: another replica may have released some.
-			room := g.Room(g.backlog, c.Now())
-			if room < 0 || room > r.batch {
-				room = r.batch
-			}
-			hs, err := tx.HeldRoutingList(ctx, k, room+1)
-			if err != nil {
-				return 0, err
-			}
-			if len(hs) > 0 {
-				g.holding, g.wasPaused, g.pausedSince = true, true, hs[0].PausedSince
-			}
-			if len(hs) > room {
-				hs = hs[:room]
-			} else {
-				g.holding = false // every held routing is released below
-				g.newestRead = true
-			}
-			for _, h := range hs {
-				released[h.ID] = true
-				tally.released += max(h.Events, 1)
-				var e intake.Routed
-				if err := json.Unmarshal(h.Event, &e); err != nil {
-					r.dp.log.ErrorContext(ctx, "unreadable held routing; dropped", "id", h.ID, "pipeline", h.Pipeline, "job", h.Job, "err", err)
-					continue
-				}
-				// Released under the version active now, whichever it was held under: as when
-				// routed, an event of a replaced dataset version, or one the active version's job
-				// does not read, starts nothing.
-				spec := g.active
-				if spec == nil {
-					continue
-				}
-				if err := known.Load(ctx, tx, append(spec.DatasetUUIDs(), e.DatasetUUID)); err != nil {
-					return 0, err
-				}
-				ds := known.Datasets[e.DatasetUUID]
-				js := spec.Job(h.Job)
-				input := js.InputOf(e.DatasetUUID, h.InputIndex)
-				if input < 0 || ds == nil || ds.CurrentVersion != e.DatasetVersion || (js.Strategy == "PerPartition" && e.PartitionKey == "") {
-					continue
-				}
-				create(spec, js, input, &e, routingKey(spec.Name, spec.Version, js.Name, updateOf(h.Key, h.Pipeline, h.Version, h.Job)), false)
-				g.backlog.Depth++
-			}
-		}
+	if e.Facets != nil && !js.InputMayMatch(cs.InputIndex, e.Facets) {
+		return routing{}, false // no row of the batch is one this input reads
 	}
-	if err := known.Load(ctx, tx, more); err != nil {
-		return 0, err
+	key := routingKey(cs.Pipeline, cs.Version, cs.Job, e.DedupeKey())
+	return routing{spec: spec, js: js, input: cs.InputIndex, e: e, key: key, building: cs.Building}, true
+}
+
+// create makes the task of a routing of event e to input input of job js of version spec.
+func (p *routingPass) create(spec *specs.Pipeline, js *specs.Job, input int, e *intake.Routed, key string, building bool) {
+	var pins map[string]string
+	if building {
+		pins = spec.Build.Pointers
 	}
-	for _, rt := range routings {
-		var g *gate
-		if !rt.building {
-			g = gates[store.PipelineJobKey{Tenant: rt.spec.Tenant, Pipeline: rt.spec.Name, Job: rt.js.Name}]
-		}
-		if g != nil && (g.holding || g.Full(g.backlog, c.Now())) {
-			tally.held++
-			if !g.holding {
-				g.holding = true
-				if g.pausedSince.IsZero() { // else it released everything it held and is full again: the same pause
-					g.pausedSince = c.Now()
-				}
-			}
-			if g.Coalesce {
-				joined, err := g.coalesce(ctx, tx, rt, released)
-				if err != nil {
-					return 0, err
-				}
-				if joined {
-					tally.coalesced++
-					continue
-				}
-			}
-			hr := &heldRouting{e: rt.e, h: &store.HeldRouting{Tenant: rt.spec.Tenant, Pipeline: rt.spec.Name, Version: rt.spec.Version,
-				Job: rt.js.Name, InputIndex: rt.input, Key: rt.key, Events: 1, HeldAt: c.Now(), PausedSince: g.pausedSince}}
-			hold = append(hold, hr)
-			g.remember(hr)
-			continue
-		}
-		create(rt.spec, rt.js, rt.input, rt.e, rt.key, rt.building)
-		if g != nil {
-			g.backlog.Depth++
-		}
-	}
-	for _, g := range gates {
+	job, task := p.r.dp.pipelineTask(spec, js, p.known, input, e, nil, pins, p.c.Now(), key)
+	p.jobs = append(p.jobs, job)
+	p.tasks[job.ID] = task
+}
+
+// write stores what the pass decided: the held routings it coalesced into, released and held, and
+// the tasks it created (once per routing key).
+func (p *routingPass) write(ctx context.Context) (int, error) {
+	for _, g := range p.gates {
 		if g.wasPaused && !g.holding {
-			tally.pauses = append(tally.pauses, c.Now().Sub(g.pausedSince))
+			p.tally.pauses = append(p.tally.pauses, p.c.Now().Sub(g.pausedSince))
 		}
 		for _, hr := range g.byKey {
 			if hr.dirty {
 				hr.h.Event, _ = json.Marshal(hr.e)
-				if err := tx.HeldRoutingCoalesce(ctx, hr.h); err != nil {
-					return 0, err
+				if err := p.tx.HeldRoutingCoalesce(ctx, hr.h); err != nil {
+					return 0, fmt.Errorf("pipeline %s job %s: coalesce held routing %d: %w", hr.h.Pipeline, hr.h.Job, hr.h.ID, err)
 				}
 			}
 		}
 	}
-	if _, err := tx.HeldRoutingDelete(ctx, slices.Collect(maps.Keys(released))); err != nil {
-		return 0, err
+	if _, err := p.tx.HeldRoutingDelete(ctx, slices.Collect(maps.Keys(p.released))); err != nil {
+		return 0, fmt.Errorf("delete released routings: %w", err)
 	}
-	if len(hold) > 0 {
-		hs := make([]*store.HeldRouting, len(hold))
-		for i, hr := range hold {
+	if len(p.hold) > 0 {
+		hs := make([]*store.HeldRouting, len(p.hold))
+		for i, hr := range p.hold {
 			hr.h.Event, _ = json.Marshal(hr.e)
 			hs[i] = hr.h
 		}
-		if err := tx.HeldRoutingInsertMany(ctx, hs); err != nil {
-			return 0, err
+		if err := p.tx.HeldRoutingInsertMany(ctx, hs); err != nil {
+			return 0, fmt.Errorf("hold routings: %w", err)
 		}
 	}
-	return c.InsertJobsIfAbsent(ctx, tx, jobs, tasks)
-}
-
-// coalesce joins routing rt, which the job must hold, to a held routing of its scope, and
-// reports whether it did: a partition's event to the routing held for the same partition (the
-// same key), a cursor's to the newest routing held when that one's last cursor is the one just
-// before it, of the same dataset version, input and pipeline version (it then covers rt's cursor
-// too). Only the next cursor joins: events routed out of order (by two replicas, say) start a
-// new routing, so that no cursor is ever in two routings or in a routing and a task. A routing
-// released by this transaction is never joined.
-func (g *gate) coalesce(ctx context.Context, tx store.Tx, rt routing, released map[int64]bool) (bool, error) {
-	var into *heldRouting
-	if rt.e.PartitionKey != "" {
-		into = g.byKey[rt.key]
-		if into == nil {
-			h, err := tx.HeldRoutingByKey(ctx, g.key, rt.key)
-			if err != nil && !errors.Is(err, store.ErrNotFound) {
-				return false, err
-			}
-			if err == nil && !released[h.ID] {
-				if into, err = g.decode(h); err != nil {
-					return false, err
-				}
-			}
-		}
-		if into == nil {
-			return false, nil
-		}
-	} else {
-		if !g.newestRead {
-			g.newestRead = true
-			h, err := tx.HeldRoutingNewest(ctx, g.key)
-			if err != nil && !errors.Is(err, store.ErrNotFound) {
-				return false, err
-			}
-			if err == nil && !released[h.ID] {
-				if g.newest, err = g.decode(h); err != nil {
-					return false, err
-				}
-			}
-		}
-		into = g.newest
-		if into == nil {
-			return false, nil
-		}
-		last := into.e.Cursor
-		if into.e.CursorEnd != nil {
-			last = into.e.CursorEnd
-		}
-		if into.e.PartitionKey != "" || last == nil || into.e.DatasetUUID != rt.e.DatasetUUID ||
-			into.e.DatasetVersion != rt.e.DatasetVersion || into.h.InputIndex != rt.input ||
-			into.h.Version != rt.spec.Version || *rt.e.Cursor != *last+1 {
-			return false, nil
-		}
-		into.e.CursorEnd = rt.e.Cursor
-	}
-	into.h.Events++
-	into.dirty = into.h.ID != 0
-	return true, nil
-}
-
-// decode reads held routing h of the gate's job for coalesce, once per transaction.
-func (g *gate) decode(h *store.HeldRouting) (*heldRouting, error) {
-	if hr := g.byKey[h.Key]; hr != nil && hr.h.ID == h.ID {
-		return hr, nil
-	}
-	var e intake.Routed
-	if err := json.Unmarshal(h.Event, &e); err != nil {
-		return nil, fmt.Errorf("held routing %d: decode its event: %w", h.ID, err)
-	}
-	hr := &heldRouting{h: h, e: &e}
-	g.remember(hr)
-	return hr, nil
-}
-
-// remember notes hr by its key and, when this transaction holds it (it has no ID yet), as the
-// newest routing of the gate's job.
-func (g *gate) remember(hr *heldRouting) {
-	if g.byKey == nil {
-		g.byKey = map[string]*heldRouting{}
-	}
-	if hr.h.ID == 0 {
-		g.newest, g.newestRead = hr, true
-	}
-	g.byKey[hr.h.Key] = hr
-}
-
-// activeSpec is the active version of a pipeline job's pipeline, nil when the pipeline is gone.
-// Its limits on the job (none when the job is gone, so that what it held is released) gate the
-// job, and what it held is released under it.
-func (r *Router) activeSpec(ctx context.Context, tx store.Tx, k store.PipelineJobKey) (*specs.Pipeline, error) {
-	p, err := tx.PipelineGet(ctx, k.Tenant, k.Pipeline)
-	if errors.Is(err, store.ErrNotFound) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, fmt.Errorf("pipeline %s: %w", k.Pipeline, err)
-	}
-	return r.dp.specs.Get(ctx, tx, k.Tenant, k.Pipeline, p.ActiveVersion)
-}
-
-// newPipelineTask builds a pending task of pipeline job js and its one-task job, keyed for
-// idempotency by key.
-func (dp *Plane) newPipelineTask(spec *specs.Pipeline, js *specs.Job, now time.Time, key string) (*store.Job, *store.Task) {
-	def := dp.d.Defaults()
-	job := &store.Job{
-		ID:              "job-" + uuid.NewString(),
-		Tenant:          spec.Tenant,
-		Name:            spec.Name + "." + js.Name,
-		Status:          lifecycle.JobProcessing,
-		IdempotencyKey:  key,
-		TotalTasks:      1,
-		UnfinishedTasks: 1,
-		CreatedAt:       now,
-		Pipeline:        spec.Name,
-		PipelineVersion: spec.Version,
-		PipelineJob:     js.Name,
-	}
-	t := &store.Task{
-		ID:               uuid.Must(uuid.NewV7()).String(),
-		JobID:            job.ID,
-		Key:              js.Name,
-		Name:             js.Operator,
-		Queue:            js.TaskQueue(),
-		Priority:         js.Priority,
-		Runtime:          js.TaskRuntime(dp.cfg.LambdaOnPull),
-		Input:            js.Config,
-		DependsOn:        []string{},
-		Status:           lifecycle.Pending,
-		MaxAttempts:      cmpOr(js.MaxAttempts, def.MaxAttempts),
-		AvailableAt:      now,
-		BackoffBase:      def.BackoffBase,
-		BackoffMax:       def.BackoffMax,
-		Timeout:          time.Duration(js.TimeoutSeconds) * time.Second,
-		HeartbeatTimeout: cmpOr(time.Duration(js.HeartbeatTimeoutSeconds)*time.Second, def.HeartbeatTimeout),
-		CancelGrace:      def.CancelGrace,
-		CreatedAt:        now,
-		LastEventType:    dispatch.EventTaskPending,
-		LastEventAt:      now,
-	}
-	if len(t.Input) == 0 {
-		t.Input = json.RawMessage("{}")
-	}
-	if js.MaxConcurrency > 0 {
-		t.ConcurrencyKey, t.ConcurrencyLimit = spec.Tenant+"/"+spec.Name+"/"+js.Name, js.MaxConcurrency
-	}
-	return job, t
+	return p.c.InsertJobsIfAbsent(ctx, p.tx, p.jobs, p.tasks)
 }
 
 // uniq returns the distinct strings of ss, sorted.

@@ -30,17 +30,17 @@ type Sources struct {
 	mu     sync.Mutex
 	next   map[string]time.Time // cron job → its next tick
 	scheds map[string]pipeline.Schedule
-	service.Loop
+	*service.Periodic
 }
 
 // NewSources returns a stopped Sources over dp.
 func (dp *Plane) NewSources() *Sources {
-	return &Sources{dp: dp, next: map[string]time.Time{}, scheds: map[string]pipeline.Schedule{}}
-}
-
-// Start runs the sources until Stop or until ctx ends, a pass each second.
-func (s *Sources) Start(ctx context.Context) error {
-	return s.Run(ctx, func(ctx context.Context) { s.dp.eachSecond(ctx, "pipeline sources", s.RunOnce) })
+	s := &Sources{dp: dp, next: map[string]time.Time{}, scheds: map[string]pipeline.Schedule{}}
+	s.Periodic = dp.every("pipeline sources", time.Second, func(ctx context.Context) error {
+		_, err := s.RunOnce(ctx)
+		return err
+	})
+	return s
 }
 
 // RunOnce starts what is due now and returns how many tasks it created.
@@ -175,8 +175,7 @@ func (dp *Plane) startSource(ctx context.Context, spec *specs.Pipeline, js *spec
 		if err := known.Load(ctx, tx, spec.DatasetUUIDs()); err != nil {
 			return err
 		}
-		job, task := dp.newPipelineTask(spec, js, c.Now(), sourceKey(spec, js, key))
-		task.Route = js.Route(spec, known, -1, nil, trigger, pins)
+		job, task := dp.pipelineTask(spec, js, known, -1, nil, trigger, pins, c.Now(), sourceKey(spec, js, key))
 		var err error
 		n, err = c.InsertJobsIfAbsent(ctx, tx, []*store.Job{job}, map[string]*store.Task{job.ID: task})
 		return err

@@ -3,6 +3,7 @@ package dataplane
 import (
 	"context"
 	"errors"
+	"strings"
 
 	"github.com/baton-dev/baton/internal/dataplane/reads"
 	"github.com/baton-dev/baton/internal/dataset"
@@ -82,3 +83,33 @@ func (t DatasetDB) Scan(ctx context.Context, datasetUUID string, s *pipeline.Sch
 
 // ErrIncompatibleSchema: a buffered dataset's new schema cannot serve its existing table.
 var ErrIncompatibleSchema = errors.New("incompatible schema")
+
+// DatasetTable is a buffered dataset's table as a deploy wants it.
+type DatasetTable struct {
+	DatasetUUID string
+	Schema      *pipeline.Schema
+	// ClearTenant, when set, is the tenant whose rows the deploy removes: the dataset is an
+	// output of a source job whose bootstrap.reset_outputs runs.
+	ClearTenant string
+	// RetireVersion, when set, is the dataset version the reset replaces: from the data
+	// database's commit on, batches of it are no longer loaded (dataset.Table.RetireVersion).
+	RetireVersion string
+}
+
+// IncompatibleTablesError: tables that cannot serve the schemas a deploy gives their datasets.
+type IncompatibleTablesError struct {
+	Reasons map[string]string // by dataset uuid: every reason, in the data database's words
+}
+
+func (e *IncompatibleTablesError) Error() string {
+	var b strings.Builder
+	for i, id := range sortedKeys(e.Reasons) {
+		if i > 0 {
+			b.WriteString("; ")
+		}
+		b.WriteString("dataset " + id + ": " + e.Reasons[id])
+	}
+	return b.String()
+}
+
+func (e *IncompatibleTablesError) Unwrap() error { return ErrIncompatibleSchema }

@@ -5,12 +5,12 @@ package maintenance
 
 import (
 	"context"
-	"errors"
 	"log/slog"
 	"time"
 
 	"github.com/jonboulle/clockwork"
 
+	"github.com/baton-dev/baton/internal/service"
 	"github.com/baton-dev/baton/internal/store"
 )
 
@@ -36,11 +36,8 @@ func (e Env) now() time.Time {
 	return time.UnixMilli(e.Clock.Now().UnixMilli()).UTC()
 }
 
-// passLevel is the level at which a failed pass is logged: a warning when the database failed for
-// a moment (the next pass tries again), else an error.
-func (e Env) passLevel(err error) slog.Level {
-	if !errors.Is(err, context.Canceled) && e.Store.Transient(err) {
-		return slog.LevelWarn
-	}
-	return slog.LevelError
+// every returns a stopped service named name that runs pass each interval on the env's clock and
+// logger; a pass that failed while the store was unavailable is logged as a warning.
+func (e Env) every(name string, interval time.Duration, pass func(context.Context) error) *service.Periodic {
+	return service.Every(name, interval, service.Env{Clock: e.Clock, Logger: e.Logger, Transient: e.Store.Transient}, pass)
 }

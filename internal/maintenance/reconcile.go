@@ -87,7 +87,7 @@ type Reconciler struct {
 	cfg   ReconcilerConfig
 	clock clockwork.Clock
 	log   *slog.Logger
-	service.Loop
+	*service.Periodic
 }
 
 // NewReconciler returns a stopped reconciler of tr against env's store.
@@ -98,11 +98,13 @@ func NewReconciler(env Env, tr transport.Transport, cfg ReconcilerConfig) *Recon
 	cfg.Grace = cmp.Or(max(cfg.Grace, 0), def.Grace)
 	cfg.MinIdle = cmp.Or(max(cfg.MinIdle, 0), def.MinIdle)
 	cfg.Batch = cmp.Or(max(cfg.Batch, 0), def.Batch)
-	return &Reconciler{env: env, tr: tr, cfg: cfg, clock: env.Clock, log: env.Logger}
+	r := &Reconciler{env: env, tr: tr, cfg: cfg, clock: env.Clock, log: env.Logger}
+	r.Periodic = env.every("wake-up reconciler ("+tr.Name()+")", cfg.Every, func(ctx context.Context) error {
+		_, _, err := r.RunOnce(ctx)
+		return err
+	})
+	return r
 }
-
-// Start runs the reconciler until Stop or until ctx ends.
-func (r *Reconciler) Start(ctx context.Context) error { return r.Run(ctx, r.run) }
 
 // RunOnce runs one pass and returns how many wake-ups it reclaimed and re-published.
 func (r *Reconciler) RunOnce(ctx context.Context) (reclaimed, republished int, err error) {
@@ -148,20 +150,4 @@ func (r *Reconciler) RunOnce(ctx context.Context) (reclaimed, republished int, e
 			"ready", ready, "outstanding", out)
 	}
 	return reclaimed, republished, nil
-}
-
-func (r *Reconciler) run(ctx context.Context) {
-	for {
-		if _, _, err := r.RunOnce(ctx); err != nil {
-			if ctx.Err() != nil {
-				return
-			}
-			r.log.ErrorContext(ctx, "wake-up reconciler pass failed", "transport", r.tr.Name(), "err", err)
-		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-r.clock.After(r.cfg.Every):
-		}
-	}
 }

@@ -80,7 +80,8 @@ type Relay struct {
 	mu        sync.Mutex // guards nextRetry and lastPrune
 	nextRetry time.Time  // earliest retry this relay scheduled and has not yet seen due
 	lastPrune time.Time
-	service.Loop
+	claimed   int // by the loop's last pass (read and written by the loop only)
+	*service.Periodic
 }
 
 // NewRelay returns a stopped relay over env's store.
@@ -101,11 +102,13 @@ func NewRelay(env Env, cfg RelayConfig) *Relay {
 	cfg.BackoffBase = cmp.Or(cfg.BackoffBase, def.BackoffBase)
 	cfg.BackoffMax = max(cmp.Or(cfg.BackoffMax, def.BackoffMax), cfg.BackoffBase)
 	cfg.Retention = cmp.Or(cfg.Retention, def.Retention)
-	return &Relay{env: env, cfg: cfg, clock: env.Clock, log: env.Logger}
+	r := &Relay{env: env, cfg: cfg, clock: env.Clock, log: env.Logger}
+	r.Periodic = env.every("outbox relay", relayIdleSleep, r.loopPass).WaitBy(r.wait)
+	if cfg.Wake != nil {
+		r.Periodic.WakeOn(cfg.Wake)
+	}
+	return r
 }
-
-// Start runs the relay until Stop or until ctx ends.
-func (r *Relay) Start(ctx context.Context) error { return r.Run(ctx, r.run) }
 
 // RunOnce runs one pass: it claims up to Batch due messages, publishes them and records the
 // outcome, all in one transaction. It returns how many messages were published.
@@ -228,44 +231,30 @@ func (r *Relay) sleep(claimed int) time.Duration {
 	return min(r.nextRetry.Sub(now), relayIdleSleep)
 }
 
-func (r *Relay) run(ctx context.Context) {
-	for {
-		// Take the wake-up channel before the pass, so a commit during it is not missed.
-		var woken <-chan struct{}
-		if r.cfg.Wake != nil {
-			woken = r.cfg.Wake()
-		}
-		_, claimed, err := r.pass(ctx)
-		if err != nil {
-			if ctx.Err() != nil {
-				return
-			}
-			r.log.Log(ctx, r.env.passLevel(err), "outbox relay pass failed", "err", err)
-		}
-		r.mu.Lock()
-		prune := r.clock.Since(r.lastPrune) >= relayPruneEach
-		if prune {
-			r.lastPrune = r.clock.Now()
-		}
-		r.mu.Unlock()
-		if prune {
-			if n, err := r.Prune(ctx); err != nil {
-				if ctx.Err() != nil {
-					return
-				}
-				r.log.ErrorContext(ctx, "outbox prune failed", "err", err)
-			} else if n > 0 {
-				r.log.InfoContext(ctx, "pruned sent outbox messages", "count", n)
-			}
-		}
-		if claimed > 0 {
-			woken = nil // batch up for relayBusySleep rather than run a pass per commit
-		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-woken:
-		case <-r.clock.After(r.sleep(claimed)):
+// loopPass is one pass of the relay's loop: RunOnce, and a prune of sent messages every
+// relayPruneEach.
+func (r *Relay) loopPass(ctx context.Context) error {
+	_, claimed, err := r.pass(ctx)
+	r.claimed = claimed
+	r.mu.Lock()
+	prune := r.clock.Since(r.lastPrune) >= relayPruneEach
+	if prune {
+		r.lastPrune = r.clock.Now()
+	}
+	r.mu.Unlock()
+	if prune {
+		if n, perr := r.Prune(ctx); perr != nil {
+			service.LogFailure(ctx, service.Env{Logger: r.log}, "outbox relay", fmt.Errorf("prune sent messages: %w", perr))
+		} else if n > 0 {
+			r.log.InfoContext(ctx, "pruned sent outbox messages", "count", n)
 		}
 	}
+	return err
+}
+
+// wait is how long the loop waits after a pass (sleep), and whether a commit may wake it early:
+// not after a pass that claimed messages, so that the relay batches up for relayBusySleep rather
+// than running a pass per commit.
+func (r *Relay) wait() (time.Duration, bool) {
+	return r.sleep(r.claimed), r.claimed == 0
 }

@@ -76,7 +76,7 @@ func (c RetentionConfig) Off() bool {
 type Retention struct {
 	env Env
 	cfg RetentionConfig
-	service.Loop
+	svc *service.Periodic
 }
 
 // NewRetention returns a stopped Retention over env's store.
@@ -88,7 +88,9 @@ func NewRetention(env Env, cfg RetentionConfig) (*Retention, error) {
 	cfg.Every = cmp.Or(cfg.Every, time.Minute)
 	cfg.Batch = cmp.Or(cfg.Batch, 100)
 	cfg.Pause = cmp.Or(cfg.Pause, 100*time.Millisecond)
-	return &Retention{env: env.withDefaults(), cfg: cfg}, nil
+	r := &Retention{env: env.withDefaults(), cfg: cfg}
+	r.svc = r.env.every("retention", cfg.Every, r.pass)
+	return r, nil
 }
 
 // Start runs a pass at once and then every Every, until Stop or until ctx ends. It does nothing
@@ -97,28 +99,23 @@ func (r *Retention) Start(ctx context.Context) error {
 	if r.cfg.Off() {
 		return nil
 	}
-	return r.Run(ctx, r.run)
+	return r.svc.Start(ctx)
 }
 
-func (r *Retention) run(ctx context.Context) {
-	for {
-		total, err := r.RunOnce(ctx)
-		if err != nil && ctx.Err() == nil {
-			r.env.Logger.Log(ctx, r.env.passLevel(err), "retention pass failed", "err", err)
+// Stop stops the passes and waits for the one under way.
+func (r *Retention) Stop() { r.svc.Stop() }
+
+// pass runs RunOnce and logs what it deleted.
+func (r *Retention) pass(ctx context.Context) error {
+	total, err := r.RunOnce(ctx)
+	if total.Jobs > 0 {
+		attrs := []any{}
+		for _, tc := range total.Tables() {
+			attrs = append(attrs, tc.Table, tc.N)
 		}
-		if total.Jobs > 0 {
-			attrs := []any{}
-			for _, tc := range total.Tables() {
-				attrs = append(attrs, tc.Table, tc.N)
-			}
-			r.env.Logger.InfoContext(ctx, "retention deleted expired jobs", attrs...)
-		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-r.env.Clock.After(r.cfg.Every):
-		}
+		r.env.Logger.InfoContext(ctx, "retention deleted expired jobs", attrs...)
 	}
+	return err
 }
 
 // RunOnce deletes batches of expired jobs (and query audit records) until one comes back short, pausing Pause between them,

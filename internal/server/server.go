@@ -12,7 +12,6 @@ import (
 	"errors"
 	"log/slog"
 	"net/http"
-	"slices"
 	"sync"
 
 	"go.opentelemetry.io/otel/trace"
@@ -99,7 +98,7 @@ type Server struct {
 	log       *slog.Logger
 	pusher    *push.Deliverer
 	dashDone  chan struct{}
-	services  []service.Service // in start order; stopped in reverse
+	services  service.Group // in start order; stopped in reverse
 	consumers []transport.Consumer
 
 	mu        sync.Mutex
@@ -163,14 +162,14 @@ func New(cfg Config) (*Server, error) {
 
 	s := &Server{Dispatcher: d, DataPlane: dp, API: a, Metrics: cfg.Metrics, store: st, log: log, dashDone: dashDone}
 	// Wake long-polling claimers when another replica makes a task ready (PostgreSQL).
-	s.services = append(s.services, service.Func(d.ListenForWakeups))
+	s.services.Add("wake-up listener", service.Func(d.ListenForWakeups))
 	if cfg.Metrics != nil {
 		// The tasks and outbox gauges are counted in the background, never per scrape.
-		s.services = append(s.services, service.Func(func(ctx context.Context) {
+		s.services.Add("metrics refresh", service.Func(func(ctx context.Context) {
 			cfg.Metrics.RefreshLoop(ctx, st, metrics.DefaultRefreshEvery, log)
 		}))
 	}
-	s.services = append(s.services, d.NewReaper())
+	s.services.Add("reaper", d.NewReaper())
 	// With the store transport workers find work in the store, so the relay only marks wake-ups
 	// sent and prunes them; with redis or nats it publishes them, and the reconciler heals what
 	// the transport loses.
@@ -179,9 +178,12 @@ func New(cfg Config) (*Server, error) {
 	relay.Publisher, relay.Wake = maintenance.StorePublisher{}, d.TaskReady
 	if cfg.Transport != nil {
 		relay.Publisher = maintenance.TransportPublisher{Transport: cfg.Transport}
-		s.services = append(s.services, maintenance.NewReconciler(maint, cfg.Transport, cfg.Reconcile))
+		s.services.Add("wake-up reconciler", maintenance.NewReconciler(maint, cfg.Transport, cfg.Reconcile))
 	}
-	s.services = append(s.services, maintenance.NewRelay(maint, relay), dp.NewRouter(dataplane.RouteConfig{}), dp.NewSources(), dp.NewBuilds(dataplane.BuildConfig{}))
+	s.services.Add("outbox relay", maintenance.NewRelay(maint, relay))
+	s.services.Add("router", dp.NewRouter(dataplane.RouteConfig{}))
+	s.services.Add("pipeline sources", dp.NewSources())
+	s.services.Add("pipeline builds", dp.NewBuilds(dataplane.BuildConfig{}))
 	retention := cfg.Retention
 	retention.Metrics = cfg.Metrics
 	ret, err := maintenance.NewRetention(maint, retention)
@@ -191,11 +193,13 @@ func New(cfg Config) (*Server, error) {
 	// The collector deletes from the data plane's object storage; with none it runs nothing.
 	collector := staging.New(cfg.Staging, staging.Deps{Store: st, Blob: pcfg.Blob,
 		Env: service.Env{Clock: d.Clock(), Logger: d.Logger(), Transient: d.Unavailable}, ReplaceOutputs: dp.ReplaceOutputDatasets})
-	s.services = append(s.services, ret, collector, dp.NewController(cmp.Or(cfg.ControllerID, "baton-server")))
+	s.services.Add("retention", ret)
+	s.services.Add("staging collector", collector)
+	s.services.Add("controller", dp.NewController(cmp.Or(cfg.ControllerID, "baton-server")))
 	pcfgPush := cfg.Push
 	pcfgPush.Token, pcfgPush.Logger = a.TaskToken, log
 	s.pusher = push.New(d, pcfgPush)
-	s.services = append(s.services, s.pusher)
+	s.services.Add("push deliverer", s.pusher)
 	if cfg.Sink != nil {
 		if cfg.Blob == nil || cfg.Data == nil {
 			return nil, errors.New("server: a sink needs object storage and a data database")
@@ -211,7 +215,7 @@ func New(cfg Config) (*Server, error) {
 			s.closeConsumers()
 			return nil, err
 		}
-		s.services = append(s.services, service.Func(sk.Run))
+		s.services.Add("sink", service.Func(sk.Run))
 	}
 	return s, nil
 }
@@ -224,15 +228,7 @@ func (s *Server) Start(ctx context.Context) error {
 		return service.ErrStarted
 	}
 	s.started = true
-	for i, svc := range s.services {
-		if err := svc.Start(ctx); err != nil {
-			for _, started := range slices.Backward(s.services[:i]) {
-				started.Stop()
-			}
-			return err
-		}
-	}
-	return nil
+	return s.services.Start(ctx)
 }
 
 // ProducerHandler serves the producer API, the dashboard and the API reference.
@@ -259,9 +255,7 @@ func (s *Server) Stop() {
 		s.mu.Lock()
 		s.started = true // a server stopped before it started never starts
 		s.mu.Unlock()
-		for _, svc := range slices.Backward(s.services) {
-			svc.Stop()
-		}
+		s.services.Stop()
 		s.closeConsumers()
 	})
 }

@@ -27,7 +27,7 @@ type Periodic struct {
 	pass     func(context.Context) error
 	env      Env
 	wake     func() <-chan struct{}
-	next     func() time.Duration
+	next     func() (time.Duration, bool)
 }
 
 // Every returns a stopped periodic service named name that runs pass every interval, counted
@@ -50,9 +50,10 @@ func (p *Periodic) WakeOn(wake func() <-chan struct{}) *Periodic {
 	return p
 }
 
-// WaitBy makes next say how long to wait after each pass instead of the interval: 0 runs the next
-// pass at once. It returns p; call it before Start.
-func (p *Periodic) WaitBy(next func() time.Duration) *Periodic {
+// WaitBy makes next say how long to wait after each pass instead of the interval (0 runs the next
+// pass at once), and whether a wake-up (WakeOn) may end that wait early. It returns p; call it
+// before Start.
+func (p *Periodic) WaitBy(next func() (wait time.Duration, wakeable bool)) *Periodic {
 	p.next = next
 	return p
 }
@@ -61,9 +62,11 @@ func (p *Periodic) WaitBy(next func() time.Duration) *Periodic {
 func (p *Periodic) Name() string { return p.name }
 
 // Start runs the service until Stop or until ctx ends.
-func (p *Periodic) Start(ctx context.Context) error { return p.Run(ctx, p.run) }
+func (p *Periodic) Start(ctx context.Context) error { return p.Run(ctx, p.Serve) }
 
-func (p *Periodic) run(ctx context.Context) {
+// Serve runs the passes in the calling goroutine until ctx ends: for a service that runs them
+// beside other goroutines of its own (call it instead of Start).
+func (p *Periodic) Serve(ctx context.Context) {
 	for {
 		var woken <-chan struct{}
 		if p.wake != nil {
@@ -72,7 +75,10 @@ func (p *Periodic) run(ctx context.Context) {
 		p.RunPass(ctx)
 		wait := p.interval
 		if p.next != nil {
-			wait = p.next()
+			var wakeable bool
+			if wait, wakeable = p.next(); !wakeable {
+				woken = nil
+			}
 		}
 		if wait <= 0 {
 			if ctx.Err() != nil {
