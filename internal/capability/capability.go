@@ -56,7 +56,7 @@ func New(cfg Config) *Issuer {
 // (internal/grant).
 func (i *Issuer) Mint(ctx context.Context, t *store.Task, job dispatch.JobRef, route *wire.Route) (string, time.Time, error) {
 	if i.tokens == nil {
-		return "", time.Time{}, errors.New("api: no capability token issuer configured (Config.Tokens)")
+		return "", time.Time{}, errors.New("capability: no token store configured (Config.Tokens): no capability token can be minted")
 	}
 	claims := auth.TaskClaims{Tenant: job.Tenant, JobID: t.JobID, TaskID: t.ID, Attempt: t.Attempt, LeaseToken: t.LeaseToken}
 	if route != nil {

@@ -58,7 +58,11 @@ func (dp *Plane) GetDataset(ctx context.Context, tenant, ref string, limit int) 
 	if len(v.Partitions) > MaxPartitionsListed {
 		v.Partitions, v.PartitionsTruncated = v.Partitions[:MaxPartitionsListed], true
 	}
-	for f := range reads.Allowlist(x).Fields {
+	allow, err := reads.Allowlist(x)
+	if err != nil {
+		return nil, err
+	}
+	for f := range allow.Fields {
 		v.Allowed = append(v.Allowed, f)
 	}
 	slices.Sort(v.Allowed)

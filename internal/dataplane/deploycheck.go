@@ -86,7 +86,11 @@ func (dp *Plane) checkAgainstTenant(ctx context.Context, tenant string, doc *pip
 		if x == nil {
 			return pipeline.Allowlist{}, false
 		}
-		return reads.Allowlist(x), true
+		allow, err := reads.Allowlist(x)
+		if err != nil {
+			lookupErr = err
+		}
+		return allow, true
 	})...)
 	if lookupErr != nil {
 		return nil, nil, lookupErr

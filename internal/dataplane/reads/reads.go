@@ -82,15 +82,22 @@ func Label(ds *store.Dataset) string {
 	return ds.UUID
 }
 
-// Allowlist is the fields a stored dataset may be filtered on.
-func Allowlist(x *store.Dataset) pipeline.Allowlist {
+// Allowlist is the fields a stored dataset may be filtered on. A stored schema or filter fields
+// that cannot be read are an error that names the dataset.
+func Allowlist(x *store.Dataset) (pipeline.Allowlist, error) {
 	p := &pipeline.Publish{Dataset: x.Name}
 	if len(x.Schema) > 0 {
 		p.Schema = &pipeline.Schema{}
-		_ = json.Unmarshal(x.Schema, p.Schema)
+		if err := json.Unmarshal(x.Schema, p.Schema); err != nil {
+			return pipeline.Allowlist{}, fmt.Errorf("dataset %s: decode its stored schema: %w", x.UUID, err)
+		}
 	}
-	_ = json.Unmarshal(x.FilterFields, &p.FilterFields)
-	return p.Allowlist()
+	if len(x.FilterFields) > 0 {
+		if err := json.Unmarshal(x.FilterFields, &p.FilterFields); err != nil {
+			return pipeline.Allowlist{}, fmt.Errorf("dataset %s: decode its stored filter fields: %w", x.UUID, err)
+		}
+	}
+	return p.Allowlist(), nil
 }
 
 // RowQuery selects rows of a buffered dataset.
@@ -121,7 +128,11 @@ func (rd *Reader) DatasetRows(ctx context.Context, tenant, dataset string, q Row
 	if ds.WriteMode != pipeline.WriteBuffered || len(ds.Schema) == 0 || rd.cfg.Tables == nil {
 		return RowPage{}, &dispatch.InvalidError{Message: fmt.Sprintf("dataset %q is not a buffered dataset: Baton keeps no rows of it", dataset)}
 	}
-	if ps := pipeline.CheckWhere("where", q.Where, Allowlist(ds)); len(ps) > 0 {
+	allow, err := Allowlist(ds)
+	if err != nil {
+		return RowPage{}, err
+	}
+	if ps := pipeline.CheckWhere("where", q.Where, allow); len(ps) > 0 {
 		return RowPage{}, &dispatch.ValidationError{Errors: ps.Strings()}
 	}
 	if q.Limit < 0 || q.Limit > 1000 || q.Cursor < 0 || q.After < 0 {
