@@ -24,6 +24,12 @@ type PipelineJob struct {
 	// and UniqueKey its unique_key: the columns an append job's rows are deduplicated on.
 	UpdateStrategy string   `json:"update_strategy,omitempty"`
 	UniqueKey      []string `json:"unique_key,omitempty"`
+	// Runtime is the job's runtime (lambda, ecs_platform, dispatcher); Bundle the id of the user
+	// code bundle it runs (its udf), "" none; Secrets the names of the secrets it declares (never
+	// their values).
+	Runtime string   `json:"runtime,omitempty"`
+	Bundle  string   `json:"bundle_id,omitempty"`
+	Secrets []string `json:"secrets,omitempty"`
 }
 
 // DatasetInput is a dataset a task reads: input InputIndex of its job. The input whose event

@@ -35,7 +35,9 @@ type TaskClaims struct {
 	TaskID     string `json:"task_id"`
 	Attempt    int    `json:"attempt"`
 	LeaseToken string `json:"lease_token"`
-	// Datasets are the dataset versions a pipeline task may read: its inputs, pinned.
+	// Datasets are the datasets of a pipeline task's job, as its attempt's scope allows them
+	// (internal/scope): its inputs, read at their pinned versions, then its outputs, written (and
+	// read back) at theirs; a buffered output may take the attempt's batches.
 	Datasets []DatasetGrant `json:"datasets,omitempty"`
 	// S3 is the object storage the attempt may read and write, derived by the server (never
 	// taken from a request); POST /v1/task/credentials mints credentials for exactly this.
@@ -43,11 +45,15 @@ type TaskClaims struct {
 	jwt.RegisteredClaims
 }
 
-// DatasetGrant is one dataset version a token lets its task read.
+// DatasetGrant is one dataset version a token lets its task read or write.
 type DatasetGrant struct {
 	DatasetUUID    string `json:"dataset_uuid"`
 	DatasetVersion string `json:"dataset_version"`
 	DatasetName    string `json:"dataset_name,omitempty"`
+	// Access is "read" for an input of the task's job and "write" for an output.
+	Access string `json:"access"`
+	// Buffered: a buffered output, which the attempt may publish batches into.
+	Buffered bool `json:"buffered,omitempty"`
 }
 
 // TokenTTL is a token's lifetime for a task with the given execution timeout (0: none):

@@ -49,31 +49,36 @@ func New(cfg Config) *Issuer {
 	return i
 }
 
-// Mint mints the capability token of a claimed attempt (docs/security.md): it binds the tenant,
-// job, task and attempt, and carries the lease token so that dialects whose bodies do not (the
-// callback dialect) are fenced all the same; a pipeline task's carries its pinned input datasets
-// (route), and with object storage every token carries the attempt's storage grant
-// (internal/grant).
+// Mint mints the capability token of a claimed attempt (docs/security.md) from its scope
+// (internal/scope): it binds the tenant, job, task and attempt, and carries the lease token so
+// that dialects whose bodies do not (the callback dialect) are fenced all the same; a pipeline
+// task's lists the datasets its scope lets it read and write, and with object storage every token
+// carries the attempt's storage grant (internal/grant). route is t's, decoded.
 func (i *Issuer) Mint(ctx context.Context, t *store.Task, job dispatch.JobRef, route *wire.Route) (string, time.Time, error) {
 	if i.tokens == nil {
 		return "", time.Time{}, errors.New("capability: no token store configured (Config.Tokens): no capability token can be minted")
 	}
-	claims := auth.TaskClaims{Tenant: job.Tenant, JobID: t.JobID, TaskID: t.ID, Attempt: t.Attempt, LeaseToken: t.LeaseToken}
-	if route != nil {
-		for _, in := range route.Inputs {
-			claims.Datasets = append(claims.Datasets, auth.DatasetGrant{DatasetUUID: in.DatasetUUID,
-				DatasetVersion: in.DatasetVersion, DatasetName: in.DatasetName})
-		}
-	}
+	sc := scope.FromRoute(t, job.Tenant, route)
+	claims := ScopeClaims(sc, t.JobID, t.LeaseToken)
 	if i.storageRoot != "" {
-		// The same derivation decides which buffered datasets the attempt may publish into.
-		g, skipped := grant.Derive(i.storageRoot, scope.Grant(t))
+		g, skipped := grant.Derive(i.storageRoot, sc.Storage())
 		for _, why := range skipped {
 			i.log.DebugContext(ctx, "an input's storage is not granted", "task_id", t.ID, "attempt", t.Attempt, "reason", why)
 		}
 		claims.S3 = g
 	}
 	return i.tokens.Issue(ctx, claims, auth.TokenTTL(t.Timeout))
+}
+
+// ScopeClaims are the claims of a token of the attempt sc is the scope of, a task of job jobID holding
+// lease leaseToken, its storage grant left out: what the token carries is what the scope allows.
+func ScopeClaims(sc *scope.Scope, jobID, leaseToken string) auth.TaskClaims {
+	c := auth.TaskClaims{Tenant: sc.Tenant, JobID: jobID, TaskID: sc.TaskID, Attempt: sc.Attempt, LeaseToken: leaseToken}
+	for _, d := range sc.Datasets {
+		c.Datasets = append(c.Datasets, auth.DatasetGrant{DatasetUUID: d.UUID, DatasetVersion: d.Version, DatasetName: d.Name,
+			Access: string(d.Access), Buffered: d.Buffered})
+	}
+	return c
 }
 
 // Remint mints a token for an attempt outside its claim (a refresh): the job and the route are

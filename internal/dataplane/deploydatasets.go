@@ -132,6 +132,9 @@ func buildSpec(tenant string, doc *pipeline.Document, byProducer map[string]*sto
 		if j.Scaling != nil {
 			js.MaxConcurrency = j.Scaling.MaxConcurrency
 		}
+		if j.UDF != nil {
+			js.Bundle = j.UDF.BundleID
+		}
 		if j.Activation == pipeline.ActivationReactive && (j.MaxQueueDepth > 0 || j.MaxQueueAge > 0) {
 			js.MaxQueueDepth, js.MaxQueueAgeSeconds = j.MaxQueueDepth, time.Duration(j.MaxQueueAge).Seconds()
 			js.BackpressureMode = cmp.Or(j.BackpressureMode, pipeline.BackpressurePause)

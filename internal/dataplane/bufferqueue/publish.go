@@ -74,7 +74,8 @@ func (q *Queue) Publish(ctx context.Context, p PublishParams) (duplicate bool, e
 		if err != nil {
 			return err
 		}
-		if !scope.WritesBuffered(t, ds.UUID) {
+		out, writes := scope.Of(t, job.Tenant).Publishable(ds.UUID)
+		if !writes {
 			return &dispatch.ForbiddenError{Message: fmt.Sprintf("dataset %q is not an output of this task's job: only tasks of the pipeline job "+
 				"that publishes a buffered dataset may publish batches into it", reads.Label(ds))}
 		}
@@ -84,7 +85,7 @@ func (q *Queue) Publish(ctx context.Context, p PublishParams) (duplicate bool, e
 			return &dispatch.ConflictError{Code: "pipeline_version_rolled_back", Message: fmt.Sprintf(
 				"version %s of pipeline %q was rolled back: what its tasks write is not loaded; nothing was recorded", gone.Version, gone.Pipeline)}
 		}
-		version := pinnedVersion(t, ds.UUID)
+		version := out.Version
 		switch {
 		case p.DatasetVersion != "" && p.DatasetVersion != version:
 			return &dispatch.ConflictError{Code: "dataset_version_conflict", Message: fmt.Sprintf(
@@ -151,19 +152,6 @@ func (q *Queue) batchDataset(ctx context.Context, tx store.Tx, tenant string, t 
 		return nil, &dispatch.InvalidError{Message: fmt.Sprintf("dataset_uuid %q is not the dataset batch_uri names (%s)", p.DatasetUUID, ds.UUID)}
 	}
 	return ds, nil
-}
-
-// pinnedVersion is the version of dataset datasetUUID that t's route pins among its outputs: the
-// version its batches are of.
-func pinnedVersion(t *store.Task, datasetUUID string) string {
-	if r := dispatch.DecodeRoute(t); r != nil {
-		for _, o := range r.Outputs {
-			if o.DatasetUUID == datasetUUID {
-				return o.DatasetVersion
-			}
-		}
-	}
-	return ""
 }
 
 // bufferBatchMessage is the Buffer Queue message of a publish: small, never the rows. The sink

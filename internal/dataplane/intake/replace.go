@@ -13,8 +13,8 @@ import (
 	"github.com/baton-dev/baton/internal/blob"
 	"github.com/baton-dev/baton/internal/dispatch"
 	"github.com/baton-dev/baton/internal/grant"
-	"github.com/baton-dev/baton/internal/pipeline"
 	"github.com/baton-dev/baton/internal/report"
+	"github.com/baton-dev/baton/internal/scope"
 	"github.com/baton-dev/baton/internal/store"
 	"github.com/baton-dev/baton/wire"
 )
@@ -41,25 +41,6 @@ const maxMarkerBytes = 4096
 // write.
 func StagingDir(datasetUUID, taskID string, attempt int, partitionKey string) string {
 	return grant.DatasetsDir + datasetUUID + "/" + taskID + "/" + strconv.Itoa(attempt) + "/" + partitionKey + "/"
-}
-
-// replaceOutputs returns the outputs of t's job that t commits partitions of, by dataset uuid:
-// those of a job with update_strategy replace that are not buffered (a buffered dataset's rows
-// are appended by its sink; a deploy refuses a replace job with one, and one deployed before
-// that rule is left as it was). A task that is not a pipeline task has none. The route is the
-// one built when the task was created, so the answer never changes for a task.
-func replaceOutputs(t *store.Task) map[string]*wire.DatasetOutput {
-	r := dispatch.DecodeRoute(t)
-	if r == nil || r.Job.UpdateStrategy != pipeline.UpdateReplace {
-		return nil
-	}
-	out := map[string]*wire.DatasetOutput{}
-	for i, o := range r.Outputs {
-		if o.WriteMode != pipeline.WriteBuffered {
-			out[o.DatasetUUID] = &r.Outputs[i]
-		}
-	}
-	return out
 }
 
 // outputName names an output in messages: its published name, else its uuid.
@@ -92,7 +73,13 @@ func (in *Intake) CheckEvents(ctx context.Context, f dispatch.Fence, events []re
 	if dispatch.CheckFence(t, f) != nil || t.Status.Terminal() {
 		return events, nil
 	}
-	outputs := replaceOutputs(t)
+	job, err := in.d.JobRef(ctx, t.JobID)
+	if err != nil {
+		return nil, err
+	}
+	// The outputs whose partitions the attempt commits (scope.Scope.Commits): a route never
+	// changes, so neither does the answer for a task.
+	outputs := scope.Of(t, job.Tenant).Commits()
 	if len(outputs) == 0 {
 		return events, nil
 	}
@@ -204,7 +191,7 @@ func parseMarker(data []byte) (*int64, error) {
 // transaction, so that a partition's event exists exactly when its commit does. The same
 // attempt's partition again commits nothing new; the dataset version stays the same.
 func (in *Intake) commitPartitions(ctx context.Context, tx store.Tx, c *dispatch.Work, t *store.Task, tenant string, events []report.Event) error {
-	outputs := replaceOutputs(t)
+	outputs := scope.Of(t, tenant).Commits()
 	if len(outputs) == 0 {
 		return nil
 	}

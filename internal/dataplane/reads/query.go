@@ -16,8 +16,8 @@ import (
 	"github.com/baton-dev/baton/internal/grant"
 	"github.com/baton-dev/baton/internal/pipeline"
 	"github.com/baton-dev/baton/internal/query"
+	"github.com/baton-dev/baton/internal/scope"
 	"github.com/baton-dev/baton/internal/store"
-	"github.com/baton-dev/baton/wire"
 )
 
 // QueryNotReadableError: a dataset the query names has nothing the Query Service can read (no
@@ -82,20 +82,18 @@ func (rd *Reader) TaskQuery(ctx context.Context, f dispatch.Fence, p QueryParams
 	}
 	rec := &store.QueryAudit{Tenant: job.Tenant, Caller: "task:" + t.ID + "/" + strconv.Itoa(f.Attempt)}
 	lim := query.Limits{Tenant: job.Tenant, Caller: rec.Caller, Rows: p.Limit, Timeout: rd.QueryTimeout(true)}
-	route := dispatch.DecodeRoute(t)
+	sc := scope.Of(t, job.Tenant)
 	return rd.runQuery(ctx, rec, p.SQL, lim, func(ctx context.Context, name string) (query.Relation, error) {
 		ref := name
 		if name == datasetAlias && p.DatasetID != "" {
 			ref = p.DatasetID
 		}
-		uuid, in := "", (*wire.DatasetInput)(nil)
-		if route != nil {
-			uuid, in = routeDataset(route, ref)
-		}
-		if uuid == "" {
+		d, ok := sc.Readable(ref)
+		if !ok {
 			return query.Relation{}, &dispatch.ForbiddenError{Message: fmt.Sprintf(
 				"dataset %q is not one this task reads or writes: a task queries only its job's inputs and outputs", ref)}
 		}
+		uuid, in := d.UUID, d.Input
 		ds, err := rd.st.DatasetGetMany(ctx, []string{uuid})
 		if err != nil {
 			return query.Relation{}, err

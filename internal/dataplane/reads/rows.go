@@ -7,7 +7,7 @@ import (
 	"fmt"
 
 	"github.com/baton-dev/baton/internal/dispatch"
-	"github.com/baton-dev/baton/wire"
+	"github.com/baton-dev/baton/internal/scope"
 )
 
 // TaskRowQuery is what a task asks of the rows of one of its buffered datasets.
@@ -39,15 +39,12 @@ func (rd *Reader) TaskRows(ctx context.Context, f dispatch.Fence, dataset string
 	if err != nil {
 		return RowPage{}, err
 	}
-	r := dispatch.DecodeRoute(t)
-	uuid, in := "", (*wire.DatasetInput)(nil)
-	if r != nil {
-		uuid, in = routeDataset(r, dataset)
-	}
-	if uuid == "" {
+	d, ok := scope.Of(t, job.Tenant).Readable(dataset)
+	if !ok {
 		return RowPage{}, &dispatch.ForbiddenError{Message: fmt.Sprintf(
 			"dataset %q is not one this task reads or writes: a task reads only its job's inputs and outputs", dataset)}
 	}
+	uuid, in := d.UUID, d.Input
 	rq := RowQuery{Where: q.Where, After: q.After, Limit: q.Limit}
 	if q.Cursor != nil {
 		rq.Cursor = *q.Cursor
@@ -75,31 +72,6 @@ func decodeWhere(raw json.RawMessage, where *map[string]any) error {
 	dec := json.NewDecoder(bytes.NewReader(raw))
 	dec.UseNumber()
 	return dec.Decode(where)
-}
-
-// routeDataset returns the uuid of the dataset of route r named dataset (by uuid or name), and
-// the input that reads it: the first input that started the task, else the first that reads it;
-// nil when only an output names it. The uuid is "" when neither does.
-func routeDataset(r *wire.Route, dataset string) (string, *wire.DatasetInput) {
-	var found *wire.DatasetInput
-	for i := range r.Inputs {
-		in := &r.Inputs[i]
-		if in.DatasetUUID != dataset && (in.DatasetName == "" || in.DatasetName != dataset) {
-			continue
-		}
-		if found == nil || (found.Cursor == nil && found.PartitionKey == "" && (in.Cursor != nil || in.PartitionKey != "")) {
-			found = in
-		}
-	}
-	if found != nil {
-		return found.DatasetUUID, found
-	}
-	for _, o := range r.Outputs {
-		if o.DatasetUUID == dataset || (o.DatasetName != "" && o.DatasetName == dataset) {
-			return o.DatasetUUID, nil
-		}
-	}
-	return "", nil
 }
 
 // andWhere is the where clause that holds where both edge and caller hold: a column either names

@@ -59,6 +59,8 @@ type Job struct {
 	WebhookPath        string          `json:"webhook_path,omitempty"`
 	// Secrets are the names of the secrets the job's tasks need; shown, not yet delivered.
 	Secrets []string `json:"secrets,omitempty"`
+	// Bundle is the user code bundle the job runs (its udf's bundle_id); "" none.
+	Bundle string `json:"bundle,omitempty"`
 	Inputs  []Input  `json:"inputs"`
 	Outputs []Output `json:"outputs"`
 }
@@ -202,7 +204,7 @@ func (s *Pipeline) Consumers() []*store.Consumer {
 // its build makes.
 func (j *Job) Route(s *Pipeline, known *Known, fired int, e *intake.Routed, trigger json.RawMessage, pins map[string]string) json.RawMessage {
 	r := wire.Route{Job: wire.PipelineJob{DAGName: s.Name, Name: j.Name, Version: s.Version, IdleTimeoutSeconds: j.IdleTimeoutSeconds,
-		UpdateStrategy: j.UpdateStrategy, UniqueKey: j.UniqueKey},
+		UpdateStrategy: j.UpdateStrategy, UniqueKey: j.UniqueKey, Runtime: j.Runtime, Bundle: j.Bundle, Secrets: j.Secrets},
 		Trigger: trigger,
 		Inputs:  make([]wire.DatasetInput, len(j.Inputs)), Outputs: make([]wire.DatasetOutput, len(j.Outputs))}
 	for i, in := range j.Inputs {
