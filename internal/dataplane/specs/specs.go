@@ -60,7 +60,7 @@ type Job struct {
 	// Secrets are the names of the secrets the job's tasks need; shown, not yet delivered.
 	Secrets []string `json:"secrets,omitempty"`
 	// Bundle is the user code bundle the job runs (its udf's bundle_id); "" none.
-	Bundle string `json:"bundle,omitempty"`
+	Bundle  string   `json:"bundle,omitempty"`
 	Inputs  []Input  `json:"inputs"`
 	Outputs []Output `json:"outputs"`
 }
