@@ -18,10 +18,10 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/baton-dev/baton/internal/api/codec"
 	"github.com/baton-dev/baton/internal/auth"
 	"github.com/baton-dev/baton/internal/capability"
 	"github.com/baton-dev/baton/internal/dispatch"
-	"github.com/baton-dev/baton/internal/lifecycle"
 	"github.com/baton-dev/baton/internal/request"
 	"github.com/baton-dev/baton/internal/store"
 	"github.com/baton-dev/baton/internal/telemetry"
@@ -40,7 +40,7 @@ func (s *Server) callbackStarted(w http.ResponseWriter, r *http.Request) (any, e
 	if err != nil {
 		return nil, err
 	}
-	if err := callbackTimeField(obj, "startedAt"); err != nil {
+	if err := codec.CallbackTimeField(obj, "startedAt"); err != nil {
 		return nil, err
 	}
 	if _, err := s.d.StartAttempt(r.Context(), fence.Fence); err != nil {
@@ -64,7 +64,7 @@ func (s *Server) callbackHeartbeat(w http.ResponseWriter, r *http.Request) (any,
 	if err != nil {
 		return nil, err
 	}
-	if err := callbackTimeField(obj, "heartbeatAt"); err != nil {
+	if err := codec.CallbackTimeField(obj, "heartbeatAt"); err != nil {
 		return nil, err
 	}
 	if raw, ok := obj["progressPct"]; ok && !request.IsNull(raw) {
@@ -126,7 +126,7 @@ func (s *Server) callbackCompleted(w http.ResponseWriter, r *http.Request) (any,
 	if !ok {
 		return nil, request.Errorf(http.StatusBadRequest, "body.outcome is required: one of SUCCEEDED, FAILED, CANCELLED")
 	}
-	if err := callbackTimeField(obj, "completedAt"); err != nil {
+	if err := codec.CallbackTimeField(obj, "completedAt"); err != nil {
 		return nil, err
 	}
 	present := func(name string) bool { raw, ok := obj[name]; return ok && !request.IsNull(raw) }
@@ -149,7 +149,7 @@ func (s *Server) callbackCompleted(w http.ResponseWriter, r *http.Request) (any,
 		p.Output = request.Compact(obj["output"])
 	}
 	if present("error") {
-		if p.Error, err = callbackTaskError(obj["error"]); err != nil {
+		if p.Error, err = codec.CallbackTaskError(obj["error"]); err != nil {
 			return nil, err
 		}
 	}
@@ -179,29 +179,8 @@ func (s *Server) callbackCompleted(w http.ResponseWriter, r *http.Request) (any,
 	if err != nil {
 		return nil, err
 	}
-	return map[string]any{"acknowledged": true, "finalState": callbackState(res.Status), "willRetry": res.Requeued,
+	return map[string]any{"acknowledged": true, "finalState": codec.CallbackState(res.Status), "willRetry": res.Requeued,
 		"serverTime": callbackNow()}, nil
-}
-
-// callbackTaskError reads {category, message, stackTrace, retryable}; an absent category is the
-// core's default (USER_CODE), an unknown one a 400.
-func callbackTaskError(raw json.RawMessage) (*store.TaskError, error) {
-	obj, err := request.DecodeObject(raw)
-	if err != nil {
-		return nil, request.Errorf(http.StatusBadRequest, "body.error must be a JSON object {category, message, stackTrace, retryable}")
-	}
-	f := request.Fields{Obj: obj, Where: "body.error"}
-	e := &store.TaskError{Category: lifecycle.Category(f.Str("category")), Message: f.Str("message"), StackTrace: f.Str("stackTrace")}
-	if f.Err != nil {
-		return nil, f.Err
-	}
-	if e.Category != "" && !e.Category.Valid() {
-		return nil, request.Errorf(http.StatusBadRequest, "body.error.category must be one of USER_CODE, DATA_QUALITY, INFRASTRUCTURE, CONFIGURATION, TIMEOUT, CANCELLED; got %q", e.Category)
-	}
-	if e.Retryable = f.Bool("retryable"); f.Err != nil {
-		return nil, f.Err
-	}
-	return e, nil
 }
 
 // callbackRequest reads a callback body and binds it to the request's token: the path's task must
@@ -247,33 +226,6 @@ type callbackFence struct {
 	traceparent string
 }
 
-// callbackTimeField checks an optional RFC 3339 timestamp member.
-func callbackTimeField(obj map[string]json.RawMessage, name string) error {
-	raw, ok := obj[name]
-	if !ok || request.IsNull(raw) {
-		return nil
-	}
-	var s string
-	if json.Unmarshal(raw, &s) == nil {
-		if _, err := time.Parse(time.RFC3339Nano, s); err == nil {
-			return nil
-		}
-	}
-	return request.Errorf(http.StatusBadRequest, "body.%s must be an RFC 3339 timestamp such as \"2025-01-15T10:00:00Z\"", name)
-}
-
-// callbackState is a task status in the callback dialect's words. A failed attempt whose retry is
-// scheduled (the task is pending again) ended FAILED; willRetry says the rest.
-func callbackState(st lifecycle.TaskStatus) string {
-	switch st {
-	case lifecycle.Completed:
-		return "SUCCEEDED"
-	case lifecycle.Canceled, lifecycle.Skipped:
-		return "CANCELLED"
-	}
-	return "FAILED"
-}
-
 func callbackNow() string { return time.Now().UTC().Format(time.RFC3339) }
 
 // callbackRefusals answers the dialect's refusals as {"error": code, "message": text, ...}.
@@ -315,7 +267,7 @@ func (s *Server) callbackRefusal(r *http.Request, endpoint string, err error) er
 		return refuse(http.StatusConflict, map[string]any{"error": "task_already_terminal", "state": "CANCELLED",
 			"message": "Task was cancelled before worker started"})
 	case errors.As(err, &terminal):
-		state := callbackState(terminal.State)
+		state := codec.CallbackState(terminal.State)
 		return refuse(http.StatusConflict, map[string]any{"error": "task_already_terminal", "state": state,
 			"message": "Task already " + state})
 	case errors.Is(err, dispatch.ErrOutcomeConflict):
@@ -336,5 +288,5 @@ func (s *Server) callbackRefusal(r *http.Request, endpoint string, err error) er
 	he := s.toHTTP(err)
 	msg, _ := he.Body["error"].(string)
 	return &streamShapedError{he: &request.Error{Status: he.Status, Header: he.Header,
-		Body: map[string]any{"error": streamStatusName(he.Status), "message": msg}}, cause: err}
+		Body: map[string]any{"error": codec.StreamStatusName(he.Status), "message": msg}}, cause: err}
 }

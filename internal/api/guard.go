@@ -4,6 +4,7 @@ import (
 	"net/http"
 	"strings"
 
+	"github.com/baton-dev/baton/internal/api/codec"
 	"github.com/baton-dev/baton/internal/request"
 )
 
@@ -31,7 +32,7 @@ func guardError(r *http.Request, msg string) *request.Error {
 	if isProducerPath(r.URL.Path) {
 		return request.Errorf(http.StatusBadRequest, "%s", msg)
 	}
-	return invalidRequest("%s", msg)
+	return codec.InvalidRequest("%s", msg)
 }
 
 // isProducerPath reports whether p is outside the worker dialects' paths.

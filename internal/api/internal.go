@@ -14,19 +14,16 @@ package api
 import (
 	"encoding/json"
 	"errors"
-	"fmt"
 	"net/http"
 	"time"
 
-	"github.com/google/uuid"
-
+	"github.com/baton-dev/baton/internal/api/codec"
 	"github.com/baton-dev/baton/internal/assignment"
 	"github.com/baton-dev/baton/internal/auth"
 	"github.com/baton-dev/baton/internal/capability"
 	"github.com/baton-dev/baton/internal/dataplane/bufferqueue"
 	"github.com/baton-dev/baton/internal/dispatch"
 	"github.com/baton-dev/baton/internal/lifecycle"
-	"github.com/baton-dev/baton/internal/report"
 	"github.com/baton-dev/baton/internal/request"
 	"github.com/baton-dev/baton/internal/store"
 	"github.com/baton-dev/baton/wire"
@@ -39,11 +36,6 @@ type fenceFunc func(r *http.Request, taskID string, attempt int, leaseToken stri
 // bodyFence is the internal dialect's fence: the body's own ids, checked by the core alone.
 func bodyFence(_ *http.Request, taskID string, attempt int, leaseToken string) (dispatch.Fence, error) {
 	return dispatch.Fence{TaskID: taskID, Attempt: attempt, LeaseToken: leaseToken}, nil
-}
-
-// invalidRequest is the dialects' 400: a code and a message that names the field.
-func invalidRequest(format string, args ...any) *request.Error {
-	return &request.Error{Status: http.StatusBadRequest, Body: map[string]any{"error": "invalid_request", "message": fmt.Sprintf(format, args...)}}
 }
 
 func codedError(status int, code, message string) *request.Error {
@@ -75,11 +67,11 @@ func fencedError(err error) error {
 	case errors.As(err, &he):
 		// The shared JSON helpers answer {"error": message}; these dialects answer a code.
 		if _, ok := he.Body["message"]; he.Status == http.StatusBadRequest && !ok {
-			return invalidRequest("%v", he.Body["error"])
+			return codec.InvalidRequest("%v", he.Body["error"])
 		}
 		return he
 	case errors.As(err, &bad):
-		return invalidRequest("%s", bad.Message)
+		return codec.InvalidRequest("%s", bad.Message)
 	case errors.As(err, &denied):
 		return codedError(http.StatusForbidden, "forbidden", denied.Message)
 	case errors.As(err, &conflict):
@@ -93,7 +85,7 @@ func fencedError(err error) error {
 		return codedError(http.StatusGone, "task_expired", "the attempt timed out or was given up on: stop running it")
 	case errors.As(err, &terminal):
 		return &request.Error{Status: http.StatusConflict, Body: map[string]any{"error": "task_already_terminal",
-			"state": internalStatus(terminal.State), "message": terminal.Error()}}
+			"state": codec.InternalStatus(terminal.State), "message": terminal.Error()}}
 	case errors.Is(err, dispatch.ErrOutcomeConflict):
 		return codedError(http.StatusConflict, "outcome_conflict", "the attempt already reported a different outcome")
 	case errors.Is(err, dispatch.ErrTaskNotFound):
@@ -106,44 +98,12 @@ func fencedError(err error) error {
 	return err
 }
 
-// internalStatus is a task status in the internal dialect's words.
-func internalStatus(st lifecycle.TaskStatus) string {
-	switch st {
-	case lifecycle.Waiting:
-		return "Waiting"
-	case lifecycle.Pending:
-		return "Pending"
-	case lifecycle.Running:
-		return "Running"
-	case lifecycle.Completed:
-		return "Completed"
-	case lifecycle.Failed:
-		return "Failed"
-	case lifecycle.Canceled:
-		return "Canceled"
-	case lifecycle.Skipped:
-		return "Skipped"
-	}
-	return string(st)
-}
-
 // snakeTime is an RFC 3339 UTC time, or null for the zero time.
 func snakeTime(t time.Time) any {
 	if t.IsZero() {
 		return nil
 	}
 	return t.UTC().Format(time.RFC3339)
-}
-
-// checkTaskID checks the shape of a task id: the dispatcher's ids are UUIDs.
-func checkTaskID(id string) error {
-	if id == "" {
-		return invalidRequest("task_id is required")
-	}
-	if len(id) != 36 || uuid.Validate(id) != nil {
-		return invalidRequest("task_id must be a task UUID, got %q", id)
-	}
-	return nil
 }
 
 // readWorker reads the JSON object body of a worker endpoint. Every worker endpoint reads its
@@ -179,18 +139,18 @@ func readFenced(r *http.Request) (*fencedBody, error) {
 	if f.Err != nil {
 		return nil, f.Err
 	}
-	if err := checkTaskID(b.taskID); err != nil {
+	if err := codec.CheckTaskID(b.taskID); err != nil {
 		return nil, err
 	}
 	if attempt == nil {
-		return nil, invalidRequest("attempt is required")
+		return nil, codec.InvalidRequest("attempt is required")
 	}
 	if *attempt < 1 {
-		return nil, invalidRequest("attempt must be a positive integer, got %d", *attempt)
+		return nil, codec.InvalidRequest("attempt must be a positive integer, got %d", *attempt)
 	}
 	b.attempt = *attempt
 	if b.leaseToken == "" {
-		return nil, invalidRequest("lease_token is required")
+		return nil, codec.InvalidRequest("lease_token is required")
 	}
 	return b, nil
 }
@@ -264,14 +224,14 @@ func (s *Server) internalClaim(w http.ResponseWriter, r *http.Request) (any, err
 	if f.Err != nil {
 		return nil, f.Err
 	}
-	if err := checkTaskID(taskID); err != nil {
+	if err := codec.CheckTaskID(taskID); err != nil {
 		return nil, err
 	}
 	if workerID == "" {
 		workerID = peerName(r)
 	}
 	if len(workerID) > maxWorkerID {
-		return nil, invalidRequest("worker_id must be at most %d characters", maxWorkerID)
+		return nil, codec.InvalidRequest("worker_id must be at most %d characters", maxWorkerID)
 	}
 	if s.tokens == nil {
 		// Refuse before taking a lease that could not be handed out with its token.
@@ -298,11 +258,11 @@ func (s *Server) internalFetch(w http.ResponseWriter, r *http.Request) (any, err
 	ids := r.URL.Query()["task_id"]
 	switch {
 	case len(ids) == 0 || ids[0] == "":
-		return nil, invalidRequest("task_id is required: GET /internal/task-fetch?task_id=<uuid>")
+		return nil, codec.InvalidRequest("task_id is required: GET /internal/task-fetch?task_id=<uuid>")
 	case len(ids) > 1:
-		return nil, invalidRequest("task_id must be given once")
+		return nil, codec.InvalidRequest("task_id must be given once")
 	}
-	if err := checkTaskID(ids[0]); err != nil {
+	if err := codec.CheckTaskID(ids[0]); err != nil {
 		return nil, err
 	}
 	ctx := r.Context()
@@ -316,7 +276,7 @@ func (s *Server) internalFetch(w http.ResponseWriter, r *http.Request) (any, err
 		return nil, err
 	}
 	out := &wire.FetchedTask{Task: *assignment.Task(t, job, dispatch.DecodeRoute(t), d.DependencyOutputs),
-		Status: internalStatus(t.Status), CancelRequested: !t.CancelRequestedAt.IsZero()}
+		Status: codec.InternalStatus(t.Status), CancelRequested: !t.CancelRequestedAt.IsZero()}
 	if t.Status == lifecycle.Running {
 		out.LeaseExpiresAt.Time = t.LeaseExpiresAt
 		if out.CancelRequested {
@@ -369,33 +329,33 @@ func (s *Server) fencedComplete(fence fenceFunc) handler {
 			p.Outcome = store.OutcomeCanceled
 		case "":
 			if b.Err == nil {
-				return nil, invalidRequest("status is required: Completed, Failed or Canceled")
+				return nil, codec.InvalidRequest("status is required: Completed, Failed or Canceled")
 			}
 		default:
-			return nil, invalidRequest("status must be Completed, Failed or Canceled, got %q", st)
+			return nil, codec.InvalidRequest("status must be Completed, Failed or Canceled, got %q", st)
 		}
 		if raw, ok := b.present("events"); ok {
-			if p.Events, err = decodeUpstreamEvents(raw); err != nil {
+			if p.Events, err = codec.Events(raw); err != nil {
 				return nil, err
 			}
 		}
 		output := map[string]json.RawMessage{}
 		for _, name := range []string{"outputs", "datasets_published"} {
 			if raw, ok := b.present(name); ok {
-				if output[name], err = objectArray(raw, name); err != nil {
+				if output[name], err = codec.ObjectArray(raw, name); err != nil {
 					return nil, err
 				}
 			}
 		}
 		if raw, ok := output["datasets_published"]; ok {
-			if p.Published, err = decodePublished(raw); err != nil {
+			if p.Published, err = codec.Published(raw); err != nil {
 				return nil, err
 			}
 		}
 		message := b.Str("error_message")
 		var taskErr *store.TaskError
 		if raw, ok := b.present("error"); ok {
-			if taskErr, err = decodeTaskError(raw); err != nil {
+			if taskErr, err = codec.InternalTaskError(raw); err != nil {
 				return nil, err
 			}
 		}
@@ -430,100 +390,7 @@ func completeStatus(st lifecycle.TaskStatus) string {
 	if st == lifecycle.Pending {
 		return "RetryScheduled"
 	}
-	return internalStatus(st)
-}
-
-// decodeTaskError reads the optional error object of a failed completion.
-func decodeTaskError(raw json.RawMessage) (*store.TaskError, error) {
-	obj, err := request.DecodeObject(raw)
-	if err != nil {
-		return nil, invalidRequest("error must be an object {category, message, stack_trace, retryable}")
-	}
-	f := request.Fields{Obj: obj, Where: "error"}
-	e := &store.TaskError{Category: lifecycle.Category(f.Str("category")), Message: f.Str("message"), StackTrace: f.Str("stack_trace")}
-	if f.Err != nil {
-		return nil, f.Err
-	}
-	if raw, ok := obj["retryable"]; ok && !request.IsNull(raw) {
-		var v bool
-		if json.Unmarshal(raw, &v) != nil {
-			return nil, invalidRequest("error.retryable must be true or false")
-		}
-		e.Retryable = &v
-	}
-	return e, nil
-}
-
-// objectArray checks that raw is an array of JSON objects and returns it compacted.
-func objectArray(raw json.RawMessage, name string) (json.RawMessage, error) {
-	var items []json.RawMessage
-	if json.Unmarshal(raw, &items) != nil {
-		return nil, invalidRequest("%s must be an array of objects", name)
-	}
-	for i, it := range items {
-		var obj map[string]json.RawMessage
-		if json.Unmarshal(it, &obj) != nil || obj == nil {
-			return nil, invalidRequest("%s[%d] must be an object", name, i)
-		}
-	}
-	return request.Compact(raw), nil
-}
-
-// decodeUpstreamEvents reads the internal dialect's events (single, partitioned or batch shapes);
-// what they mean is checked by the core.
-func decodeUpstreamEvents(raw json.RawMessage) ([]report.Event, error) {
-	var items []json.RawMessage
-	if json.Unmarshal(raw, &items) != nil {
-		return nil, invalidRequest("events must be an array of event objects")
-	}
-	events := make([]report.Event, len(items))
-	for i, item := range items {
-		where := fmt.Sprintf("events[%d]", i)
-		obj, err := request.DecodeObject(item)
-		if err != nil {
-			return nil, invalidRequest("%s must be an object", where)
-		}
-		f := request.Fields{Obj: obj, Where: where}
-		events[i] = report.Event{DatasetUUID: f.Str("dataset_uuid"), DatasetVersion: f.Str("dataset_version"),
-			Cursor: f.Int64("cursor"), PartitionKey: f.Str("partition_key"), Start: f.Int64("start"), End: f.Int64("end")}
-		if f.Err != nil {
-			return nil, f.Err
-		}
-	}
-	return events, nil
-}
-
-// maxVersionText bounds the ids and hashes of a published dataset version, which the store
-// indexes.
-const maxVersionText = 255
-
-// decodePublished reads a completion's datasets_published: the dataset versions the task wrote,
-// which the core registers when the completion commits (the output keeps them too).
-func decodePublished(raw json.RawMessage) ([]report.Published, error) {
-	var items []map[string]json.RawMessage
-	if err := json.Unmarshal(raw, &items); err != nil {
-		return nil, invalidRequest("datasets_published must be an array of objects")
-	}
-	out := make([]report.Published, len(items))
-	for i, obj := range items {
-		where := fmt.Sprintf("datasets_published[%d]", i)
-		f := request.Fields{Obj: obj, Where: where}
-		out[i] = report.Published{DatasetUUID: f.Str("dataset_uuid"), DatasetVersion: f.Str("dataset_version"),
-			StorageRef: request.Compact(obj["storage_ref"]), ConfigHash: f.Str("config_hash"), RangeStart: f.Int64("range_start"), RangeEnd: f.Int64("range_end")}
-		if f.Err != nil {
-			return nil, f.Err
-		}
-		v := out[i]
-		if v.DatasetUUID == "" || v.DatasetVersion == "" {
-			return nil, invalidRequest("%s: dataset_uuid and dataset_version are required", where)
-		}
-		for name, text := range map[string]string{"dataset_uuid": v.DatasetUUID, "dataset_version": v.DatasetVersion, "config_hash": v.ConfigHash} {
-			if len(text) > maxVersionText {
-				return nil, invalidRequest("%s.%s must be at most %d bytes", where, name, maxVersionText)
-			}
-		}
-	}
-	return out, nil
+	return codec.InternalStatus(st)
 }
 
 // fencedEvents: POST /internal/events, POST /v1/task/events.
@@ -535,14 +402,14 @@ func (s *Server) fencedEvents(fence fenceFunc) handler {
 		}
 		raw, ok := b.present("events")
 		if !ok {
-			return nil, invalidRequest("events is required: an array of one or more events")
+			return nil, codec.InvalidRequest("events is required: an array of one or more events")
 		}
-		events, err := decodeUpstreamEvents(raw)
+		events, err := codec.Events(raw)
 		if err != nil {
 			return nil, err
 		}
 		if len(events) == 0 {
-			return nil, invalidRequest("events must hold at least one event")
+			return nil, codec.InvalidRequest("events must hold at least one event")
 		}
 		f, err := b.resolve(r, fence)
 		if err != nil {

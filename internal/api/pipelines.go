@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/baton-dev/baton/internal/api/codec"
 	"github.com/baton-dev/baton/internal/dataplane"
 	"github.com/baton-dev/baton/internal/pipeline"
 	"github.com/baton-dev/baton/internal/request"
@@ -187,7 +188,7 @@ func (s *Server) rollbackPipeline(w http.ResponseWriter, r *http.Request) (any, 
 		if f.Err != nil {
 			return nil, f.Err
 		}
-		if err := checkFields(obj, "", "version"); err != nil {
+		if err := codec.CheckFields(obj, "", "version"); err != nil {
 			return nil, err
 		}
 	}
@@ -223,7 +224,7 @@ func (s *Server) activatePipelineVersion(w http.ResponseWriter, r *http.Request)
 		if f.Err != nil {
 			return nil, f.Err
 		}
-		if err := checkFields(obj, "", "force"); err != nil {
+		if err := codec.CheckFields(obj, "", "force"); err != nil {
 			return nil, err
 		}
 	}
@@ -327,7 +328,7 @@ func (s *Server) setCurrentVersion(w http.ResponseWriter, r *http.Request) (any,
 	if f.Err != nil {
 		return nil, f.Err
 	}
-	if err := checkFields(obj, "", "dataset_version"); err != nil {
+	if err := codec.CheckFields(obj, "", "dataset_version"); err != nil {
 		return nil, err
 	}
 	tenant := tenantOf(r)

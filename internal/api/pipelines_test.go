@@ -128,7 +128,12 @@ func TestPipelineEndpoints(t *testing.T) {
 			t.Errorf("outputs %v", claim["outputs"])
 		}
 		tok, err := w.tokens.Verify(context.Background(), claim["capability_token"].(string))
-		if err != nil || len(tok.Datasets) != 1 || tok.Datasets[0].DatasetUUID != blocks["dataset_uuid"] || tok.Datasets[0].DatasetVersion != in["dataset_version"] {
+		// The token lists what the attempt's scope allows: its input, read at the pinned version,
+		// then its output, written.
+		out := claim["outputs"].([]any)[0].(map[string]any)
+		if err != nil || len(tok.Datasets) != 2 || tok.Datasets[0].DatasetUUID != blocks["dataset_uuid"] || tok.Datasets[0].DatasetVersion != in["dataset_version"] ||
+			tok.Datasets[0].Access != "read" || tok.Datasets[1].DatasetUUID != out["dataset_uuid"] || tok.Datasets[1].DatasetVersion != out["dataset_version"] ||
+			tok.Datasets[1].Access != "write" || tok.Datasets[1].Buffered {
 			t.Errorf("the capability token's datasets: %+v, %v", tok, err)
 		}
 		fetched := fetchInternal(w, claim["task_id"].(string))

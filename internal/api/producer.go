@@ -5,7 +5,6 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
-	"fmt"
 	"net/http"
 	"net/url"
 	"slices"
@@ -15,6 +14,7 @@ import (
 
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/baton-dev/baton/internal/api/codec"
 	"github.com/baton-dev/baton/internal/dispatch"
 	"github.com/baton-dev/baton/internal/lifecycle"
 	"github.com/baton-dev/baton/internal/request"
@@ -88,11 +88,11 @@ func (s *Server) createJob(w http.ResponseWriter, r *http.Request) (any, error) 
 	if err != nil {
 		return nil, err
 	}
-	if err := checkFields(obj, "", "tasks", "name"); err != nil {
+	if err := codec.CheckFields(obj, "", "tasks", "name"); err != nil {
 		return nil, err
 	}
 	raw, present := obj["tasks"]
-	tasks, err := decodeTasks(raw, present)
+	tasks, err := codec.Tasks(raw, present)
 	if err != nil {
 		return nil, err
 	}
@@ -165,11 +165,11 @@ func (s *Server) addTasks(w http.ResponseWriter, r *http.Request) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := checkFields(obj, "", "tasks"); err != nil {
+	if err := codec.CheckFields(obj, "", "tasks"); err != nil {
 		return nil, err
 	}
 	raw, present := obj["tasks"]
-	tasks, err := decodeTasks(raw, present)
+	tasks, err := codec.Tasks(raw, present)
 	if err != nil {
 		return nil, err
 	}
@@ -386,13 +386,13 @@ func eventView(e *store.Event) map[string]any {
 // accepts text/event-stream, as a live Server-Sent Events stream that ends when the job does.
 func (s *Server) jobEvents(w http.ResponseWriter, r *http.Request) (any, error) {
 	q := r.URL.Query()
-	after, err := intParam(q.Get("after"), 0)
+	after, err := codec.IntParam(q.Get("after"), 0)
 	if err != nil {
 		return nil, request.Errorf(http.StatusBadRequest, "after must be an event id (an integer)")
 	}
 	if strings.Contains(r.Header.Get("Accept"), "text/event-stream") {
 		if id := r.Header.Get("Last-Event-ID"); id != "" {
-			if after, err = intParam(id, 0); err != nil {
+			if after, err = codec.IntParam(id, 0); err != nil {
 				return nil, request.Errorf(http.StatusBadRequest, "Last-Event-ID must be an event id")
 			}
 		}
@@ -414,7 +414,7 @@ func (s *Server) jobEvents(w http.ResponseWriter, r *http.Request) (any, error) 
 // There is no live stream of one task: follow the job's stream and pick the task's events.
 func (s *Server) taskEvents(w http.ResponseWriter, r *http.Request) (any, error) {
 	q := r.URL.Query()
-	after, err := intParam(q.Get("after"), 0)
+	after, err := codec.IntParam(q.Get("after"), 0)
 	if err != nil {
 		return nil, request.Errorf(http.StatusBadRequest, "after must be an event id (an integer)")
 	}
@@ -430,7 +430,7 @@ func (s *Server) taskEvents(w http.ResponseWriter, r *http.Request) (any, error)
 }
 
 func eventLimit(q url.Values) (int, error) {
-	limit, err := intParam(q.Get("limit"), 1000)
+	limit, err := codec.IntParam(q.Get("limit"), 1000)
 	if err != nil || limit < 1 || limit > 1000 {
 		return 0, request.Errorf(http.StatusBadRequest, "limit must be an integer from 1 to 1000")
 	}
@@ -446,15 +446,4 @@ func eventPage(events []*store.Event, after int64) map[string]any {
 		next = e.ID
 	}
 	return map[string]any{"events": out, "nextAfter": next}
-}
-
-func intParam(v string, def int64) (int64, error) {
-	if v == "" {
-		return def, nil
-	}
-	n, err := strconv.ParseInt(v, 10, 64)
-	if err != nil || n < 0 {
-		return 0, fmt.Errorf("not a non-negative integer: %q", v)
-	}
-	return n, nil
 }

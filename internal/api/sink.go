@@ -1,17 +1,15 @@
 package api
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"net/http"
 	"strconv"
 	"time"
 
+	"github.com/baton-dev/baton/internal/api/codec"
 	"github.com/baton-dev/baton/internal/capability"
 	"github.com/baton-dev/baton/internal/dataplane/bufferqueue"
 	"github.com/baton-dev/baton/internal/dataplane/reads"
-	"github.com/baton-dev/baton/internal/dataset"
 	"github.com/baton-dev/baton/internal/dispatch"
 	"github.com/baton-dev/baton/internal/request"
 	"github.com/baton-dev/baton/internal/store"
@@ -55,11 +53,11 @@ func (s *Server) sinkCommit(w http.ResponseWriter, r *http.Request) (any, error)
 		return nil, err
 	}
 	var c wire.SinkCommit
-	if err := decodeInto(body, &c); err != nil {
+	if err := codec.DecodeInto(body, &c); err != nil {
 		return nil, err
 	}
 	if c.ID <= 0 {
-		return nil, invalidRequest("id is required")
+		return nil, codec.InvalidRequest("id is required")
 	}
 	if err := s.dp.Buffers().Commit(r.Context(), c.ID, bufferqueue.Loaded{Cursor: c.Cursor, Inserted: c.Inserted, Facets: c.Facets}); err != nil {
 		return nil, err
@@ -73,11 +71,11 @@ func (s *Server) sinkFail(w http.ResponseWriter, r *http.Request) (any, error) {
 		return nil, err
 	}
 	var f wire.SinkFail
-	if err := decodeInto(body, &f); err != nil {
+	if err := codec.DecodeInto(body, &f); err != nil {
 		return nil, err
 	}
 	if f.ID <= 0 || f.ReceiveCount <= 0 {
-		return nil, invalidRequest("id and receive_count are required")
+		return nil, codec.InvalidRequest("id and receive_count are required")
 	}
 	dead, err := s.dp.Buffers().Fail(r.Context(), f.ID, f.ReceiveCount, f.Error)
 	if err != nil {
@@ -92,14 +90,14 @@ func (s *Server) sinkExtend(w http.ResponseWriter, r *http.Request) (any, error)
 		return nil, err
 	}
 	var e wire.SinkExtend
-	if err := decodeInto(body, &e); err != nil {
+	if err := codec.DecodeInto(body, &e); err != nil {
 		return nil, err
 	}
 	if e.ID <= 0 || e.ReceiveCount <= 0 {
-		return nil, invalidRequest("id and receive_count are required")
+		return nil, codec.InvalidRequest("id and receive_count are required")
 	}
 	if e.VisibilitySeconds < 1 || e.VisibilitySeconds > 3600 {
-		return nil, invalidRequest("visibility_seconds must be an integer from 1 to 3600")
+		return nil, codec.InvalidRequest("visibility_seconds must be an integer from 1 to 3600")
 	}
 	until, err := s.dp.Buffers().Extend(r.Context(), e.ID, e.ReceiveCount, time.Duration(e.VisibilitySeconds)*time.Second)
 	if err != nil {
@@ -108,21 +106,10 @@ func (s *Server) sinkExtend(w http.ResponseWriter, r *http.Request) (any, error)
 	return map[string]any{"ok": true, "visible_until": until.UTC()}, nil
 }
 
-// decodeInto decodes a JSON object into v, ignoring members it does not know (a worker dialect).
-func decodeInto(body []byte, v any) error {
-	if _, err := request.DecodeObject(body); err != nil {
-		return err
-	}
-	if err := json.NewDecoder(bytes.NewReader(body)).Decode(v); err != nil {
-		return invalidRequest("%v", err)
-	}
-	return nil
-}
-
 // GET /datasets/{name}/rows?limit=&after=&cursor=&where=: a page of a buffered dataset's rows,
 // where being a JSON object with the rules of an input's where.
 func (s *Server) datasetRows(w http.ResponseWriter, r *http.Request) (any, error) {
-	q, _, err := readRowQuery(r)
+	q, _, err := codec.RowQuery(r)
 	if err != nil {
 		return nil, err
 	}
@@ -138,7 +125,7 @@ func (s *Server) datasetRows(w http.ResponseWriter, r *http.Request) (any, error
 // (dataplane.TaskRows), in the shape of GET /datasets/{name}/rows.
 func (s *Server) taskRows(w http.ResponseWriter, r *http.Request) (any, error) {
 	c := capability.Claims(r)
-	q, cursorSet, err := readRowQuery(r)
+	q, cursorSet, err := codec.RowQuery(r)
 	if err != nil {
 		return nil, err
 	}
@@ -152,29 +139,6 @@ func (s *Server) taskRows(w http.ResponseWriter, r *http.Request) (any, error) {
 		return nil, err
 	}
 	return rowPage(page), nil
-}
-
-// readRowQuery reads ?limit=&after=&cursor=&where=; cursorSet says whether cursor was given.
-func readRowQuery(r *http.Request) (q reads.RowQuery, cursorSet bool, err error) {
-	qs := r.URL.Query()
-	for name, dst := range map[string]*int64{"after": &q.After, "cursor": &q.Cursor} {
-		if v := qs.Get(name); v != "" {
-			if *dst, err = strconv.ParseInt(v, 10, 64); err != nil {
-				return q, false, request.Errorf(http.StatusBadRequest, "%s must be an integer", name)
-			}
-		}
-	}
-	if v := qs.Get("limit"); v != "" {
-		if q.Limit, err = strconv.Atoi(v); err != nil || q.Limit < 1 {
-			return q, false, request.Errorf(http.StatusBadRequest, "limit must be an integer from 1 to 1000")
-		}
-	}
-	if v := qs.Get("where"); v != "" {
-		if q.Where, err = request.ParseWhere(v, dataset.MaxWhereValues); err != nil {
-			return q, false, err
-		}
-	}
-	return q, qs.Get("cursor") != "", nil
 }
 
 // rowPage is the answer of both rows endpoints.

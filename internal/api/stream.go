@@ -24,10 +24,10 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/baton-dev/baton/internal/api/codec"
 	"github.com/baton-dev/baton/internal/assignment"
 	"github.com/baton-dev/baton/internal/auth"
 	"github.com/baton-dev/baton/internal/dispatch"
-	"github.com/baton-dev/baton/internal/lifecycle"
 	"github.com/baton-dev/baton/internal/request"
 	"github.com/baton-dev/baton/internal/store"
 	"github.com/baton-dev/baton/internal/transport"
@@ -37,8 +37,6 @@ import (
 const (
 	// streamMaxWaitMs caps max_wait_ms: one minute of long poll.
 	streamMaxWaitMs = 60000
-	// streamMaxStreams bounds the queues one claim looks at.
-	streamMaxStreams = 100
 	// streamMaxWorkerID bounds the worker id a claim records.
 	streamMaxWorkerID = 256
 )
@@ -77,7 +75,7 @@ func (s *Server) streamClaimWait(w http.ResponseWriter, r *http.Request, obj map
 	if workerID == "" || len(workerID) > streamMaxWorkerID {
 		return nil, request.Errorf(http.StatusBadRequest, "body.worker_id is required: a non-empty string of at most %d bytes", streamMaxWorkerID)
 	}
-	streams, err := streamNames(obj["streams"])
+	streams, err := codec.StreamNames(obj["streams"])
 	if err != nil {
 		return nil, err
 	}
@@ -318,7 +316,7 @@ func (s *Server) streamFailObj(ctx context.Context, obj map[string]json.RawMessa
 	if err != nil {
 		return nil, err
 	}
-	e, err := streamTaskError(obj["error"])
+	e, err := codec.StreamTaskError(obj["error"])
 	if err != nil {
 		return nil, err
 	}
@@ -346,34 +344,6 @@ func streamReport(obj map[string]json.RawMessage) (dispatch.CompleteParams, erro
 	return p, f.Err
 }
 
-// streamTaskError turns the dialect's {code, message, stack, retryable} into a task error. A code
-// that is one of the six categories is the category; any other code is kept as Code under the
-// default category USER_CODE. retryable, when given, is the explicit flag of the retry rule.
-func streamTaskError(raw json.RawMessage) (*store.TaskError, error) {
-	if raw == nil || request.IsNull(raw) {
-		return nil, request.Errorf(http.StatusBadRequest, "body.error is required: {code, message, stack, retryable}")
-	}
-	obj, err := request.DecodeObject(raw)
-	if err != nil {
-		return nil, request.Errorf(http.StatusBadRequest, "body.error must be a JSON object {code, message, stack, retryable}")
-	}
-	f := request.Fields{Obj: obj, Where: "body.error"}
-	code := f.Str("code")
-	e := &store.TaskError{Message: f.Str("message"), StackTrace: f.Str("stack")}
-	if f.Err != nil {
-		return nil, f.Err
-	}
-	if e.Retryable = f.Bool("retryable"); f.Err != nil {
-		return nil, f.Err
-	}
-	if c := lifecycle.Category(code); c.Valid() {
-		e.Category = c
-	} else {
-		e.Category, e.Code = lifecycle.UserCode, code
-	}
-	return e, nil
-}
-
 // streamAttempt reads the required attempt_id, a positive integer.
 func streamAttempt(f *request.Fields) int {
 	n := f.Int("attempt_id")
@@ -385,29 +355,6 @@ func streamAttempt(f *request.Fields) int {
 		return 0
 	}
 	return *n
-}
-
-// streamNames reads "streams": a non-empty array of queue names, deduplicated in order.
-func streamNames(raw json.RawMessage) ([]string, error) {
-	var names []string
-	if raw == nil || request.IsNull(raw) || json.Unmarshal(raw, &names) != nil || len(names) == 0 {
-		return nil, request.Errorf(http.StatusBadRequest, "body.streams is required: a non-empty array of stream (queue) names in priority order")
-	}
-	if len(names) > streamMaxStreams {
-		return nil, request.Errorf(http.StatusBadRequest, "body.streams lists %d streams; at most %d are allowed", len(names), streamMaxStreams)
-	}
-	seen := make(map[string]bool, len(names))
-	out := names[:0]
-	for i, n := range names {
-		if n == "" {
-			return nil, request.Errorf(http.StatusBadRequest, "body.streams[%d] must be a non-empty string", i)
-		}
-		if !seen[n] {
-			seen[n] = true
-			out = append(out, n)
-		}
-	}
-	return out, nil
 }
 
 // streamTime is a time as RFC 3339 UTC with milliseconds, or null for none.
@@ -476,37 +423,7 @@ func (s *Server) streamRefusal(err error) error {
 	he := s.toHTTP(err)
 	msg, _ := he.Body["error"].(string)
 	return &streamShapedError{he: &request.Error{Status: he.Status, Header: he.Header,
-		Body: map[string]any{"ok": false, "ack": false, "error": streamStatusName(he.Status), "message": msg}}, cause: err}
-}
-
-// streamStatusName names an HTTP status for the "error" member of dialects that use codes.
-func streamStatusName(status int) string {
-	switch status {
-	case http.StatusBadRequest:
-		return "invalid_request"
-	case http.StatusUnauthorized:
-		return "unauthorized"
-	case http.StatusForbidden:
-		return "forbidden"
-	case http.StatusNotFound:
-		return "not_found"
-	case http.StatusConflict:
-		return "conflict"
-	case http.StatusRequestEntityTooLarge:
-		return "payload_too_large"
-	case http.StatusRequestTimeout:
-		return "request_timeout"
-	case http.StatusTooManyRequests:
-		return "rate_limited"
-	case 499:
-		return "request_canceled"
-	case http.StatusServiceUnavailable:
-		return "unavailable"
-	}
-	if status >= 500 {
-		return "internal_error"
-	}
-	return "error"
+		Body: map[string]any{"ok": false, "ack": false, "error": codec.StreamStatusName(he.Status), "message": msg}}, cause: err}
 }
 
 // streamShapedError is a dialect-shaped error answer that keeps the error it answers for the log.

@@ -58,6 +58,8 @@ var rules = []struct {
 		"the staging collector works over the store, the object storage and a service.Env, and the data plane hands it the replace outputs: it links neither the data plane nor what lies above the store"},
 	{"internal/api", []string{"internal/maintenance", "internal/server", "internal/push"},
 		"api holds the HTTP adapters only: it answers requests and runs no loop of its own (push delivery is internal/push; loops are composed by internal/server)"},
+	{"internal/api/codec", []string{"=internal/api", "=internal/dataplane", "internal/server", "internal/ui", "internal/push", "internal/maintenance"},
+		"the dialects' wire shapes are read and named below their handlers, without the handlers or what they call"},
 	{"internal/assignment", []string{"internal/api", "internal/ui", "internal/server", "internal/dataplane"}, "a claim is rendered from what the core hands out, by every dialect alike"},
 	{"internal/ui", []string{"internal/api", "internal/server"}, "the dashboard is one of the handlers a server composes"},
 	{"internal/server", []string{"internal/demo", "internal/wrapper"}, "a server is composed of its own packages: the demo (baton dev --demo) and the exec wrapper (baton worker --exec) are programs beside it, which cmd/baton starts"},

@@ -289,7 +289,7 @@ func TestRoutedTaskCarriesItsDataPlane(t *testing.T) {
 		if r == nil {
 			t.Fatal("the routed task has no route")
 		}
-		if !reflect.DeepEqual(r.Job, wire.PipelineJob{DAGName: "chain", Name: "testnets", Version: e.view.Pipeline.ActiveVersion}) {
+		if !reflect.DeepEqual(r.Job, wire.PipelineJob{DAGName: "chain", Name: "testnets", Version: e.view.Pipeline.ActiveVersion, Runtime: "ecs_platform"}) {
 			t.Errorf("route job %+v, want version %s", r.Job, e.view.Pipeline.ActiveVersion)
 		}
 		if len(r.Inputs) != 1 {
