@@ -9,6 +9,7 @@ import (
 
 	"github.com/baton-dev/baton/internal/api"
 	"github.com/baton-dev/baton/internal/auth"
+	"github.com/baton-dev/baton/internal/capability"
 	"github.com/baton-dev/baton/internal/dataplane"
 	"github.com/baton-dev/baton/internal/dispatch"
 	"github.com/baton-dev/baton/internal/faultnet"
@@ -94,7 +95,7 @@ func TestCompletionDuringADatabasePartitionIsDeliveredOnce(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	a := api.New(api.Config{Dispatcher: d, DataPlane: dataplane.New(d, dataplane.Config{}), Auth: auth.NewAuthenticator(pp.Store, auth.Limits{}, nil), Tokens: auth.NewTokens(pp.Store, nil), Logger: quiet()})
+	a := api.New(api.Config{Dispatcher: d, DataPlane: dataplane.New(d, dataplane.Config{}), Auth: auth.NewAuthenticator(pp.Store, auth.Limits{}, nil), Capabilities: capability.New(capability.Config{Tokens: auth.NewTokens(pp.Store, nil), Dispatcher: d}), Logger: quiet()})
 	s := &server{t: t, st: pp.Store, d: d, api: a, internal: httptest.NewServer(a.InternalHandler())}
 	t.Cleanup(func() { a.Drain(); s.internal.Close() })
 

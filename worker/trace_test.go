@@ -16,6 +16,7 @@ import (
 
 	"github.com/baton-dev/baton/internal/api"
 	"github.com/baton-dev/baton/internal/auth"
+	"github.com/baton-dev/baton/internal/capability"
 	"github.com/baton-dev/baton/internal/dataplane"
 	"github.com/baton-dev/baton/internal/dispatch"
 	"github.com/baton-dev/baton/internal/lifecycle"
@@ -49,7 +50,7 @@ func newTracedServer(t *testing.T) *tracedServer {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := api.New(api.Config{Dispatcher: d, DataPlane: dataplane.New(d, dataplane.Config{}), Auth: auth.NewAuthenticator(st, auth.Limits{}, nil), Tokens: auth.NewTokens(st, nil),
+	s := api.New(api.Config{Dispatcher: d, DataPlane: dataplane.New(d, dataplane.Config{}), Auth: auth.NewAuthenticator(st, auth.Limits{}, nil), Capabilities: capability.New(capability.Config{Tokens: auth.NewTokens(st, nil), Dispatcher: d}),
 		Logger: quiet(), TracerProvider: tp})
 	srv := &tracedServer{t: t, d: d, exp: exp, public: httptest.NewServer(s.ProducerHandler()), internal: httptest.NewServer(s.InternalHandler())}
 	t.Cleanup(func() { s.Drain(); srv.public.Close(); srv.internal.Close() })

@@ -13,6 +13,7 @@ import (
 
 	"github.com/baton-dev/baton/internal/api"
 	"github.com/baton-dev/baton/internal/auth"
+	"github.com/baton-dev/baton/internal/capability"
 	"github.com/baton-dev/baton/internal/dataplane"
 	"github.com/baton-dev/baton/internal/dispatch"
 	"github.com/baton-dev/baton/internal/lifecycle"
@@ -44,7 +45,7 @@ func TestTerminatedBackendsGive503NeverLoss(t *testing.T) {
 	ctx, stop := context.WithCancel(context.Background())
 	defer stop()
 	d.NewReaper().Start(ctx)
-	s := api.New(api.Config{Dispatcher: d, DataPlane: dataplane.New(d, dataplane.Config{}), Auth: auth.NewAuthenticator(st, auth.Limits{}, nil), Tokens: auth.NewTokens(st, nil), Logger: quiet})
+	s := api.New(api.Config{Dispatcher: d, DataPlane: dataplane.New(d, dataplane.Config{}), Auth: auth.NewAuthenticator(st, auth.Limits{}, nil), Capabilities: capability.New(capability.Config{Tokens: auth.NewTokens(st, nil), Dispatcher: d}), Logger: quiet})
 	public, internal := httptest.NewServer(s.ProducerHandler()), httptest.NewServer(s.InternalHandler())
 	defer public.Close()
 	defer internal.Close()

@@ -11,6 +11,7 @@ import (
 
 	"github.com/baton-dev/baton/internal/api"
 	"github.com/baton-dev/baton/internal/auth"
+	"github.com/baton-dev/baton/internal/capability"
 	"github.com/baton-dev/baton/internal/dataplane"
 	"github.com/baton-dev/baton/internal/dispatch"
 	"github.com/baton-dev/baton/internal/lifecycle"
@@ -107,8 +108,8 @@ func TestTaskCredentials(t *testing.T) {
 func TestTaskCredentialsWithoutS3(t *testing.T) {
 	forEachWorkerDriver(t, func(t *testing.T, w *workerAPI) {
 		// The same store and tokens, served without a minter: object storage that is not S3.
-		s := api.New(api.Config{Dispatcher: w.d, DataPlane: dataplane.New(w.d, dataplane.Config{}), Auth: auth.NewAuthenticator(w.st, auth.Limits{}, nil), Tokens: w.tokens,
-			Logger: slog.New(slog.DiscardHandler), StorageRoot: "file:///var/lib/baton/blobs/"})
+		s := api.New(api.Config{Dispatcher: w.d, DataPlane: dataplane.New(w.d, dataplane.Config{}), Auth: auth.NewAuthenticator(w.st, auth.Limits{}, nil), Capabilities: capability.New(capability.Config{Tokens: w.tokens, Dispatcher: w.d, StorageRoot: "file:///var/lib/baton/blobs/"}),
+			Logger: slog.New(slog.DiscardHandler)})
 		public := httptest.NewServer(s.ProducerHandler())
 		defer public.Close()
 		_, ids := w.submit(lifecycle.TaskSpec{Key: "t", Name: "op"})

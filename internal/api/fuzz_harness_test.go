@@ -36,6 +36,7 @@ import (
 	"github.com/baton-dev/baton/internal/auth"
 	"github.com/baton-dev/baton/internal/blob"
 	"github.com/baton-dev/baton/internal/blob/blobtest"
+	"github.com/baton-dev/baton/internal/capability"
 	"github.com/baton-dev/baton/internal/dataplane"
 	"github.com/baton-dev/baton/internal/dataplane/bufferqueue"
 	"github.com/baton-dev/baton/internal/dataset"
@@ -150,9 +151,8 @@ func newFuzzHarness(f *testing.F) *fuzzHarness {
 	}
 	h.dp = dataplane.New(h.d, dataplane.Config{Blob: bs, Tables: dataplane.DatasetDB{DB: data}, Query: queryEngine(f)})
 	h.tokens = auth.NewTokens(h.st, nil)
-	cfg := api.Config{Dispatcher: h.d, DataPlane: h.dp, Auth: auth.NewAuthenticator(h.st, auth.Limits{}, nil), Tokens: h.tokens, Logger: logger,
-		MaxBodyBytes: 64 << 10, EventPoll: 20 * time.Millisecond, CORSOrigins: []string{"https://app.example.com"},
-		StorageRoot: bs.Root(), Minter: h.minter}
+	cfg := api.Config{Dispatcher: h.d, DataPlane: h.dp, Auth: auth.NewAuthenticator(h.st, auth.Limits{}, nil), Capabilities: capability.New(capability.Config{Tokens: h.tokens, Dispatcher: h.d, StorageRoot: bs.Root()}), Logger: logger,
+		MaxBodyBytes: 64 << 10, EventPoll: 20 * time.Millisecond, CORSOrigins: []string{"https://app.example.com"}, Minter: h.minter}
 	// The public listener's server is drained, as when it shuts down, so that an event stream of a
 	// job that is still running ends after what is there instead of following the job forever.
 	public := api.New(cfg)

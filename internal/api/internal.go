@@ -233,7 +233,7 @@ func (s *Server) internalClaim(w http.ResponseWriter, r *http.Request) (any, err
 	if len(workerID) > maxWorkerID {
 		return nil, codec.InvalidRequest("worker_id must be at most %d characters", maxWorkerID)
 	}
-	if s.tokens == nil {
+	if !s.caps.Enabled() {
 		// Refuse before taking a lease that could not be handed out with its token.
 		return nil, errors.New("api: no capability token issuer configured (Config.Tokens)")
 	}
@@ -246,7 +246,7 @@ func (s *Server) internalClaim(w http.ResponseWriter, r *http.Request) (any, err
 	if err != nil {
 		return nil, err
 	}
-	token, tokenExp, err := s.TaskToken(ctx, c.Task, c.Job, c.Route)
+	token, tokenExp, err := s.caps.Mint(ctx, c.Task, c.Job, c.Route)
 	if err != nil {
 		return nil, err
 	}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/baton-dev/baton/internal/api"
 	"github.com/baton-dev/baton/internal/auth"
+	"github.com/baton-dev/baton/internal/capability"
 	"github.com/baton-dev/baton/internal/dataplane"
 	"github.com/baton-dev/baton/internal/dispatch"
 	"github.com/baton-dev/baton/internal/metrics"
@@ -34,7 +35,7 @@ func newMetricsAPI(t *testing.T, st store.Store, limits auth.Limits) *metricsAPI
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := api.New(api.Config{Dispatcher: d, DataPlane: dataplane.New(d, dataplane.Config{}), Auth: auth.NewAuthenticator(st, limits, nil), Tokens: auth.NewTokens(st, nil),
+	s := api.New(api.Config{Dispatcher: d, DataPlane: dataplane.New(d, dataplane.Config{}), Auth: auth.NewAuthenticator(st, limits, nil), Capabilities: capability.New(capability.Config{Tokens: auth.NewTokens(st, nil), Dispatcher: d}),
 		Logger: quiet, Metrics: m})
 	a := &metricsAPI{m: m, public: httptest.NewServer(s.ProducerHandler()), internal: httptest.NewServer(s.InternalHandler())}
 	t.Cleanup(a.public.Close)

@@ -18,6 +18,7 @@ import (
 
 	"github.com/baton-dev/baton/internal/api"
 	"github.com/baton-dev/baton/internal/auth"
+	"github.com/baton-dev/baton/internal/capability"
 	"github.com/baton-dev/baton/internal/dataplane"
 	"github.com/baton-dev/baton/internal/dispatch"
 	"github.com/baton-dev/baton/internal/lifecycle"
@@ -34,6 +35,7 @@ var pushStart = time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)
 type pushAPI struct {
 	*workerAPI
 	srv   *api.Server
+	caps  *capability.Issuer
 	clock *clockwork.FakeClock
 	key   string // x-api-key of tenant acme
 }
@@ -50,7 +52,8 @@ func forEachPushDriver(t *testing.T, pushTargets map[string]string, fn func(t *t
 			t.Fatal(err)
 		}
 		tokens := auth.NewTokens(st, nil)
-		s := api.New(api.Config{Dispatcher: d, DataPlane: dataplane.New(d, dataplane.Config{}), Auth: auth.NewAuthenticator(st, auth.Limits{}, nil), Tokens: tokens,
+		caps := capability.New(capability.Config{Tokens: tokens, Dispatcher: d})
+		s := api.New(api.Config{Dispatcher: d, DataPlane: dataplane.New(d, dataplane.Config{}), Auth: auth.NewAuthenticator(st, auth.Limits{}, nil), Capabilities: caps,
 			Logger: quiet, PushTargets: pushTargets})
 		w := &workerAPI{t: t, st: st, d: d, tokens: tokens,
 			public: httptest.NewServer(s.ProducerHandler()), internal: httptest.NewServer(s.InternalHandler())}
@@ -60,7 +63,7 @@ func forEachPushDriver(t *testing.T, pushTargets map[string]string, fn func(t *t
 		if err != nil {
 			t.Fatal(err)
 		}
-		fn(t, &pushAPI{workerAPI: w, srv: s, clock: clock, key: key})
+		fn(t, &pushAPI{workerAPI: w, srv: s, caps: caps, clock: clock, key: key})
 	})
 }
 
@@ -70,7 +73,7 @@ func (a *pushAPI) startPusher(cfg push.Config) *push.Deliverer {
 	if cfg.CallbackBaseURL == "" {
 		cfg.CallbackBaseURL = a.public.URL
 	}
-	cfg.Token = a.srv.TaskToken
+	cfg.Token = a.caps.Mint
 	cfg.Logger = slog.New(slog.DiscardHandler)
 	p := push.New(a.d, cfg)
 	p.Start(context.Background())

@@ -33,9 +33,11 @@ type Config struct {
 	Dispatcher *dispatch.Dispatcher
 	// DataPlane is the data plane over Dispatcher, which the server's composition built (and made
 	// the dispatcher's hook); nil serves no data-plane route.
-	DataPlane    *dataplane.Plane
-	Auth         *auth.Authenticator
-	Tokens       *auth.Tokens // capability tokens of the worker dialects
+	DataPlane *dataplane.Plane
+	Auth      *auth.Authenticator
+	// Capabilities mints and checks the capability tokens of the worker dialects, built where the
+	// server is composed (it is handed to push delivery too); nil: no token is minted or accepted.
+	Capabilities *capability.Issuer
 	Logger       *slog.Logger
 	MaxBodyBytes int64 // default DefaultMaxBodyBytes
 	// EventPoll is how often an event stream looks for new events; default 250 ms.
@@ -54,9 +56,6 @@ type Config struct {
 	// MaxPollsPerWorker caps the claim long polls one worker id may have waiting at once (more
 	// are answered 429 with Retry-After); 0: DefaultMaxPollsPerWorker, negative: no cap.
 	MaxPollsPerWorker int
-	// StorageRoot is the object storage root ("s3://bucket/prefix/" or "file:///dir/") under which
-	// a capability token grants its attempt's prefixes (internal/grant); "" grants none.
-	StorageRoot string
 	// Minter mints the credentials of POST /v1/task/credentials and /internal/task-credentials;
 	// nil (object storage that is not S3) answers 501.
 	Minter *grant.Minter
@@ -81,7 +80,6 @@ type Server struct {
 	d       *dispatch.Dispatcher
 	dp      *dataplane.Plane
 	auth    *auth.Authenticator
-	tokens  *auth.Tokens
 	caps    *capability.Issuer
 	log     *slog.Logger
 	maxBody int64
@@ -108,7 +106,7 @@ func (s *Server) Drain() { s.drain() }
 
 // New returns a Server.
 func New(cfg Config) *Server {
-	s := &Server{d: cfg.Dispatcher, dp: cfg.DataPlane, auth: cfg.Auth, tokens: cfg.Tokens, log: cfg.Logger, maxBody: cfg.MaxBodyBytes, poll: cfg.EventPoll,
+	s := &Server{d: cfg.Dispatcher, dp: cfg.DataPlane, auth: cfg.Auth, caps: cfg.Capabilities, log: cfg.Logger, maxBody: cfg.MaxBodyBytes, poll: cfg.EventPoll,
 		pushTargets: cfg.PushTargets, wakeups: cfg.Wakeups, corsPolicy: cors.NewPolicy(cfg.CORSOrigins),
 		polls: newPollCounter(cfg.MaxPollsPerWorker), minter: cfg.Minter, dashboard: cfg.Dashboard,
 		metrics: cfg.Metrics}
@@ -121,7 +119,9 @@ func New(cfg Config) *Server {
 	if s.poll <= 0 {
 		s.poll = 250 * time.Millisecond
 	}
-	s.caps = capability.New(capability.Config{Tokens: s.tokens, StorageRoot: cfg.StorageRoot, Logger: s.log, Dispatcher: s.d})
+	if s.caps == nil {
+		s.caps = capability.Disabled
+	}
 	s.drainCtx, s.drain = context.WithCancel(context.Background())
 	s.tracing = cfg.TracerProvider
 	return s

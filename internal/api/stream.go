@@ -86,7 +86,7 @@ func (s *Server) streamClaimWait(w http.ResponseWriter, r *http.Request, obj map
 		}
 		maxWait = time.Duration(*wait) * time.Millisecond
 	}
-	if s.tokens == nil {
+	if !s.caps.Enabled() {
 		// Refuse before taking a lease that could not be handed out with its token.
 		return nil, errors.New("api: no capability token issuer configured (Config.Tokens)")
 	}
@@ -112,7 +112,7 @@ func (s *Server) streamClaimAnswer(ctx context.Context, c *dispatch.Claim, msgID
 	t := c.Task
 	// If minting fails the worker gets a 500 and never runs the attempt; its lease then expires
 	// and the reaper retries the task, as for any worker that vanishes after a claim.
-	tok, exp, err := s.TaskToken(ctx, t, c.Job, c.Route)
+	tok, exp, err := s.caps.Mint(ctx, t, c.Job, c.Route)
 	if err != nil {
 		return nil, fmt.Errorf("issue capability token for task %s attempt %d: %w", t.ID, t.Attempt, err)
 	}
@@ -245,7 +245,7 @@ func (s *Server) streamHeartbeat(w http.ResponseWriter, r *http.Request) (any, e
 	// heartbeat answer carries a freshly minted one, so a worker that heartbeats on schedule always
 	// holds a token with at least half a lifetime, minus one heartbeat interval, left.
 	t := res.Task
-	if ttl := auth.TokenTTL(t.Timeout); s.tokens != nil && t.HeartbeatAt.Sub(t.StartedAt) >= ttl/2 {
+	if ttl := auth.TokenTTL(t.Timeout); s.caps.Enabled() && t.HeartbeatAt.Sub(t.StartedAt) >= ttl/2 {
 		tok, exp, err := s.caps.Remint(r.Context(), t)
 		if err != nil {
 			// The lease was extended and committed; the next heartbeat tries again.

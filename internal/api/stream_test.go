@@ -20,6 +20,7 @@ import (
 
 	"github.com/baton-dev/baton/internal/api"
 	"github.com/baton-dev/baton/internal/auth"
+	"github.com/baton-dev/baton/internal/capability"
 	"github.com/baton-dev/baton/internal/dataplane"
 	"github.com/baton-dev/baton/internal/dispatch"
 	"github.com/baton-dev/baton/internal/lifecycle"
@@ -663,7 +664,7 @@ func BenchmarkLongPollWakeup(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			s := api.New(api.Config{Dispatcher: d, DataPlane: dataplane.New(d, dataplane.Config{}), Auth: auth.NewAuthenticator(st, auth.Limits{}, nil), Tokens: auth.NewTokens(st, nil), Logger: quiet})
+			s := api.New(api.Config{Dispatcher: d, DataPlane: dataplane.New(d, dataplane.Config{}), Auth: auth.NewAuthenticator(st, auth.Limits{}, nil), Capabilities: capability.New(capability.Config{Tokens: auth.NewTokens(st, nil), Dispatcher: d}), Logger: quiet})
 			srv := httptest.NewServer(s.InternalHandler())
 			b.Cleanup(srv.Close)
 			ctx := context.Background()
@@ -750,7 +751,7 @@ func TestStreamLongPollEndsWhenTheServerDrains(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := api.New(api.Config{Dispatcher: d, DataPlane: dataplane.New(d, dataplane.Config{}), Auth: auth.NewAuthenticator(st, auth.Limits{}, nil), Tokens: auth.NewTokens(st, nil), Logger: quiet})
+	s := api.New(api.Config{Dispatcher: d, DataPlane: dataplane.New(d, dataplane.Config{}), Auth: auth.NewAuthenticator(st, auth.Limits{}, nil), Capabilities: capability.New(capability.Config{Tokens: auth.NewTokens(st, nil), Dispatcher: d}), Logger: quiet})
 	srv := httptest.NewServer(s.InternalHandler())
 	defer srv.Close()
 	done := make(chan response, 1)

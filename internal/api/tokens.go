@@ -1,22 +1,13 @@
 package api
 
 import (
-	"context"
 	"errors"
 	"net/http"
-	"time"
 
 	"github.com/baton-dev/baton/internal/auth"
 	"github.com/baton-dev/baton/internal/capability"
 	"github.com/baton-dev/baton/internal/dispatch"
-	"github.com/baton-dev/baton/internal/store"
-	"github.com/baton-dev/baton/wire"
 )
-
-// TaskToken mints the capability token of a claimed attempt (capability.Issuer.Mint).
-func (s *Server) TaskToken(ctx context.Context, t *store.Task, job dispatch.JobRef, route *wire.Route) (string, time.Time, error) {
-	return s.caps.Mint(ctx, t, job, route)
-}
 
 // withTaskToken authenticates a task-scoped request by its capability token, read from the
 // header the dialect uses ("X-Trace-Task-Capability", or "Authorization: Bearer"), and puts the

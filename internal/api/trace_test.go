@@ -14,6 +14,7 @@ import (
 
 	"github.com/baton-dev/baton/internal/api"
 	"github.com/baton-dev/baton/internal/auth"
+	"github.com/baton-dev/baton/internal/capability"
 	"github.com/baton-dev/baton/internal/dataplane"
 	"github.com/baton-dev/baton/internal/dispatch"
 	"github.com/baton-dev/baton/internal/metrics"
@@ -55,7 +56,7 @@ func newTracedAPI(t *testing.T, st store.Store, traced bool) *tracedAPI {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := api.New(api.Config{Dispatcher: d, DataPlane: dataplane.New(d, dataplane.Config{}), Auth: auth.NewAuthenticator(st, auth.Limits{}, nil), Tokens: auth.NewTokens(st, nil),
+	s := api.New(api.Config{Dispatcher: d, DataPlane: dataplane.New(d, dataplane.Config{}), Auth: auth.NewAuthenticator(st, auth.Limits{}, nil), Capabilities: capability.New(capability.Config{Tokens: auth.NewTokens(st, nil), Dispatcher: d}),
 		Logger: quiet, TracerProvider: tp, Metrics: a.m})
 	a.public, a.internal = httptest.NewServer(s.ProducerHandler()), httptest.NewServer(s.InternalHandler())
 	t.Cleanup(a.public.Close)

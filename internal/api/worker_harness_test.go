@@ -14,6 +14,7 @@ import (
 	"github.com/baton-dev/baton/internal/auth"
 	"github.com/baton-dev/baton/internal/blob"
 	"github.com/baton-dev/baton/internal/blob/blobtest"
+	"github.com/baton-dev/baton/internal/capability"
 	"github.com/baton-dev/baton/internal/dataplane"
 	"github.com/baton-dev/baton/internal/dispatch"
 	"github.com/baton-dev/baton/internal/grant"
@@ -152,8 +153,7 @@ func newClockedWorkerAPI(t *testing.T, st store.Store, clock clockwork.Clock) *w
 	}
 	dp := dataplane.New(d, dataplane.Config{Blob: bs, Query: queryEngine(t)})
 	tokens := auth.NewTokens(st, nil)
-	s := api.New(api.Config{Dispatcher: d, DataPlane: dp, Auth: auth.NewAuthenticator(st, auth.Limits{}, nil), Tokens: tokens, Logger: quiet,
-		StorageRoot: bs.Root(), Minter: minter})
+	s := api.New(api.Config{Dispatcher: d, DataPlane: dp, Auth: auth.NewAuthenticator(st, auth.Limits{}, nil), Capabilities: capability.New(capability.Config{Tokens: tokens, Dispatcher: d, StorageRoot: bs.Root()}), Logger: quiet, Minter: minter})
 	w := &workerAPI{t: t, st: st, d: d, dp: dp, tokens: tokens, server: s, minting: minting,
 		public: httptest.NewServer(s.ProducerHandler()), internal: httptest.NewServer(s.InternalHandler())}
 	t.Cleanup(w.public.Close)

@@ -10,6 +10,7 @@ import (
 
 	"github.com/baton-dev/baton/internal/api"
 	"github.com/baton-dev/baton/internal/auth"
+	"github.com/baton-dev/baton/internal/capability"
 	"github.com/baton-dev/baton/internal/dataplane"
 	"github.com/baton-dev/baton/internal/dispatch"
 	"github.com/baton-dev/baton/internal/store"
@@ -48,7 +49,7 @@ func serveInProcess(tb testing.TB, st store.Store) (producerURL, internalURL, ke
 		tb.Fatal(err)
 	}
 	s := api.New(api.Config{Dispatcher: d, DataPlane: dataplane.New(d, dataplane.Config{}), Auth: auth.NewAuthenticator(st, auth.Limits{}, nil),
-		Tokens: auth.NewTokens(st, nil), Logger: log})
+		Capabilities: capability.New(capability.Config{Tokens: auth.NewTokens(st, nil), Dispatcher: d}), Logger: log})
 	producer := httptest.NewServer(s.ProducerHandler())
 	tb.Cleanup(producer.Close)
 	internal := httptest.NewServer(s.InternalHandler())

@@ -49,6 +49,13 @@ func New(cfg Config) *Issuer {
 	return i
 }
 
+// Disabled is the Issuer of a server without task tokens: it mints none, and refuses every
+// request that presents one.
+var Disabled = New(Config{})
+
+// Enabled reports whether the issuer mints and checks tokens (it has a token store).
+func (i *Issuer) Enabled() bool { return i.tokens != nil }
+
 // Mint mints the capability token of a claimed attempt (docs/security.md) from its scope
 // (internal/scope): it binds the tenant, job, task and attempt, and carries the lease token so
 // that dialects whose bodies do not (the callback dialect) are fenced all the same; a pipeline

@@ -19,6 +19,7 @@ import (
 	"github.com/baton-dev/baton/internal/api"
 	"github.com/baton-dev/baton/internal/auth"
 	"github.com/baton-dev/baton/internal/blob"
+	"github.com/baton-dev/baton/internal/capability"
 	"github.com/baton-dev/baton/internal/dataplane"
 	"github.com/baton-dev/baton/internal/dataplane/staging"
 	"github.com/baton-dev/baton/internal/dataset"
@@ -46,7 +47,7 @@ type Config struct {
 	// the fields below.
 	DataPlane dataplane.Config
 	// API configures the HTTP adapters. New sets its Dispatcher, DataPlane, Auth, Tokens, Logger,
-	// Wakeups, StorageRoot, Minter, Dashboard, Metrics and TracerProvider.
+	// Wakeups, Capabilities, Minter, Dashboard, Metrics and TracerProvider.
 	API api.Config
 	// UI configures the dashboard. New sets its Dispatcher, DataPlane, Auth, Logger, Done and
 	// Metrics.
@@ -153,10 +154,13 @@ func New(cfg Config) (*Server, error) {
 		return nil, err
 	}
 	acfg := cfg.API
-	acfg.Dispatcher, acfg.DataPlane, acfg.Auth, acfg.Tokens, acfg.Logger = d, dp, authn, auth.NewTokens(st, nil), log
+	// The capability tokens of task attempts: minted at claims (every dialect) and at push
+	// deliveries, checked by the task-scoped and callback dialects.
+	caps := capability.New(capability.Config{Tokens: auth.NewTokens(st, nil), StorageRoot: storageRoot, Logger: log, Dispatcher: d})
+	acfg.Dispatcher, acfg.DataPlane, acfg.Auth, acfg.Capabilities, acfg.Logger = d, dp, authn, caps, log
 	// A transport whose wake-ups are stream entries lets stream-worker claims hand out their ids.
 	acfg.Wakeups, _ = cfg.Transport.(transport.MessageIDs)
-	acfg.StorageRoot, acfg.Minter, acfg.Dashboard = storageRoot, minter, dash
+	acfg.Minter, acfg.Dashboard = minter, dash
 	acfg.Metrics, acfg.TracerProvider = cfg.Metrics, cfg.TracerProvider
 	a := api.New(acfg)
 
@@ -197,7 +201,7 @@ func New(cfg Config) (*Server, error) {
 	s.services.Add("staging collector", collector)
 	s.services.Add("controller", dp.NewController(cmp.Or(cfg.ControllerID, "baton-server")))
 	pcfgPush := cfg.Push
-	pcfgPush.Token, pcfgPush.Logger = a.TaskToken, log
+	pcfgPush.Token, pcfgPush.Logger = caps.Mint, log
 	s.pusher = push.New(d, pcfgPush)
 	s.services.Add("push deliverer", s.pusher)
 	if cfg.Sink != nil {

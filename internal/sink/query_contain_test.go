@@ -10,6 +10,7 @@ import (
 
 	"github.com/baton-dev/baton/internal/api"
 	"github.com/baton-dev/baton/internal/auth"
+	"github.com/baton-dev/baton/internal/capability"
 	"github.com/baton-dev/baton/internal/dataplane"
 	"github.com/baton-dev/baton/internal/query/engine"
 	"github.com/baton-dev/baton/internal/store/storetest"
@@ -41,7 +42,7 @@ func TestQueriesAreContained(t *testing.T) {
 			const timeout = 1500 * time.Millisecond
 			f := newFixtureWith(t, drv, "file", "local", dataplane.Config{Query: eng, QueryTimeout: timeout, TaskQueryTimeout: timeout})
 			s := api.New(api.Config{Dispatcher: f.d, DataPlane: f.dp, Auth: auth.NewAuthenticator(f.st, auth.Limits{}, nil),
-				Tokens: auth.NewTokens(f.st, nil), Logger: quiet})
+				Capabilities: capability.New(capability.Config{Tokens: auth.NewTokens(f.st, nil), Dispatcher: f.d}), Logger: quiet})
 			// The listener's write timeout is shorter than a statement may run.
 			public := httptest.NewUnstartedServer(s.ProducerHandler())
 			public.Config.WriteTimeout = 500 * time.Millisecond

@@ -12,6 +12,7 @@ import (
 
 	"github.com/baton-dev/baton/internal/api"
 	"github.com/baton-dev/baton/internal/auth"
+	"github.com/baton-dev/baton/internal/capability"
 	"github.com/baton-dev/baton/internal/dataplane"
 	"github.com/baton-dev/baton/internal/dispatch"
 	"github.com/baton-dev/baton/internal/pipeline/pipelinetest"
@@ -44,7 +45,7 @@ func (f *fixture) server(t *testing.T, key string) *resetServer {
 	}
 	dp := dataplane.New(d, dataplane.Config{Blob: f.blob, Tables: dataplane.DatasetDB{DB: f.data}})
 	s := api.New(api.Config{Dispatcher: d, DataPlane: dp, Auth: auth.NewAuthenticator(f.st, auth.Limits{}, nil),
-		Tokens: auth.NewTokens(f.st, nil), Logger: quiet})
+		Capabilities: capability.New(capability.Config{Tokens: auth.NewTokens(f.st, nil), Dispatcher: d}), Logger: quiet})
 	srv := httptest.NewServer(s.ProducerHandler())
 	t.Cleanup(srv.Close)
 	return &resetServer{t: t, url: srv.URL, key: key}

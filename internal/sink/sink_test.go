@@ -24,6 +24,7 @@ import (
 	"github.com/baton-dev/baton/internal/auth"
 	"github.com/baton-dev/baton/internal/blob"
 	"github.com/baton-dev/baton/internal/blob/blobtest"
+	"github.com/baton-dev/baton/internal/capability"
 	"github.com/baton-dev/baton/internal/dataplane"
 	"github.com/baton-dev/baton/internal/dataplane/bufferqueue"
 	"github.com/baton-dev/baton/internal/dataplane/reads"
@@ -115,7 +116,7 @@ func newFixtureWith(t testing.TB, drv storetest.Driver, storage, way string, cfg
 	f.dp = dataplane.New(f.d, cfg)
 	f.queue = server.SinkQueue{P: f.dp}
 	if way == "remote" {
-		s := api.New(api.Config{Dispatcher: f.d, DataPlane: f.dp, Auth: auth.NewAuthenticator(f.st, auth.Limits{}, nil), Tokens: auth.NewTokens(f.st, nil), Logger: quiet})
+		s := api.New(api.Config{Dispatcher: f.d, DataPlane: f.dp, Auth: auth.NewAuthenticator(f.st, auth.Limits{}, nil), Capabilities: capability.New(capability.Config{Tokens: auth.NewTokens(f.st, nil), Dispatcher: f.d}), Logger: quiet})
 		srv := httptest.NewServer(s.InternalHandler())
 		t.Cleanup(srv.Close)
 		f.queue = sink.Remote{URL: srv.URL}
@@ -455,7 +456,7 @@ func testDatasetAPI(t *testing.T, f *fixture) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := api.New(api.Config{Dispatcher: f.d, DataPlane: f.dp, Auth: auth.NewAuthenticator(f.st, auth.Limits{}, nil), Tokens: auth.NewTokens(f.st, nil), Logger: quiet})
+	s := api.New(api.Config{Dispatcher: f.d, DataPlane: f.dp, Auth: auth.NewAuthenticator(f.st, auth.Limits{}, nil), Capabilities: capability.New(capability.Config{Tokens: auth.NewTokens(f.st, nil), Dispatcher: f.d}), Logger: quiet})
 	srv := httptest.NewServer(s.ProducerHandler())
 	t.Cleanup(srv.Close)
 	get := func(key, path string) (int, map[string]any) {

@@ -12,6 +12,7 @@ import (
 
 	"github.com/baton-dev/baton/internal/api"
 	"github.com/baton-dev/baton/internal/auth"
+	"github.com/baton-dev/baton/internal/capability"
 	"github.com/baton-dev/baton/internal/dataplane"
 	"github.com/baton-dev/baton/internal/dispatch"
 	"github.com/baton-dev/baton/internal/lifecycle"
@@ -35,7 +36,7 @@ func TestConsumersReadTheRowsTheirEventBrought(t *testing.T) {
 
 func testTaskRows(t *testing.T, f *fixture) {
 	s := api.New(api.Config{Dispatcher: f.d, DataPlane: f.dp, Auth: auth.NewAuthenticator(f.st, auth.Limits{}, nil),
-		Tokens: auth.NewTokens(f.st, nil), Logger: quiet})
+		Capabilities: capability.New(capability.Config{Tokens: auth.NewTokens(f.st, nil), Dispatcher: f.d}), Logger: quiet})
 	public, internal := httptest.NewServer(s.ProducerHandler()), httptest.NewServer(s.InternalHandler())
 	t.Cleanup(public.Close)
 	t.Cleanup(internal.Close)
