@@ -16,7 +16,7 @@ const attemptCols = `task_id, attempt, worker_id, lease_token, started_at, finis
 // attemptColumns is attemptCols as a list.
 var attemptColumns = strings.FieldsFunc(attemptCols, func(r rune) bool { return r == ',' || r == ' ' || r == '\n' || r == '\t' })
 
-func scanAttempt(row interface{ Scan(...any) error }) (*store.Attempt, error) {
+func scanAttempt(row rowScanner) (*store.Attempt, error) {
 	var (
 		a                store.Attempt
 		started          int64
@@ -48,16 +48,7 @@ func (q q) AttemptList(ctx context.Context, taskID string) ([]*store.Attempt, er
 	if err != nil {
 		return nil, fmt.Errorf("list attempts: %w", err)
 	}
-	defer rows.Close()
-	var out []*store.Attempt
-	for rows.Next() {
-		a, err := scanAttempt(rows)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, a)
-	}
-	return out, rows.Err()
+	return collect(rows, scanAttempt)
 }
 
 // AttemptInsert implements store.Tx.

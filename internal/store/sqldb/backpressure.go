@@ -7,7 +7,6 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/baton-dev/baton/internal/store"
@@ -46,7 +45,7 @@ func (q q) HeldRoutingSummary(ctx context.Context, p store.HeldSummaryParams) ([
 	if err != nil {
 		return nil, fmt.Errorf("summarize held routings: %w", err)
 	}
-	return collect(rows, func(row interface{ Scan(...any) error }) (*store.HeldSummary, error) {
+	return collect(rows, func(row rowScanner) (*store.HeldSummary, error) {
 		var (
 			s              store.HeldSummary
 			oldest, paused int64
@@ -62,7 +61,7 @@ func (q q) HeldRoutingSummary(ctx context.Context, p store.HeldSummaryParams) ([
 // heldColumns are the columns scanHeld reads.
 const heldColumns = `id, tenant, pipeline, version, job, input_index, key, event, events, held_at, paused_since`
 
-func scanHeld(row interface{ Scan(...any) error }) (*store.HeldRouting, error) {
+func scanHeld(row rowScanner) (*store.HeldRouting, error) {
 	var (
 		h            store.HeldRouting
 		event        string
@@ -70,7 +69,7 @@ func scanHeld(row interface{ Scan(...any) error }) (*store.HeldRouting, error) {
 	)
 	if err := row.Scan(&h.ID, &h.Tenant, &h.Pipeline, &h.Version, &h.Job, &h.InputIndex, &h.Key, &event,
 		&h.Events, &held, &paused); err != nil {
-		return nil, err
+		return nil, notFound(err)
 	}
 	h.Event, h.HeldAt, h.PausedSince = []byte(event), sqltext.UnixMilli(held), sqltext.UnixMilli(paused)
 	return &h, nil
@@ -92,13 +91,10 @@ func (q q) HeldRoutingNewest(ctx context.Context, k store.PipelineJobKey) (*stor
 	h, err := scanHeld(q.queryRow(ctx, `SELECT `+heldColumns+`
 		FROM held_routings WHERE tenant = $1 AND pipeline = $2 AND job = $3 ORDER BY id DESC LIMIT 1`,
 		k.Tenant, k.Pipeline, k.Job))
-	if err != nil {
-		if err = notFound(err); errors.Is(err, store.ErrNotFound) {
-			return nil, err
-		}
+	if err != nil && !errors.Is(err, store.ErrNotFound) {
 		return nil, fmt.Errorf("newest held routing of %s.%s: %w", k.Pipeline, k.Job, err)
 	}
-	return h, nil
+	return h, err
 }
 
 // HeldRoutingByKey implements store.Reader.
@@ -106,13 +102,10 @@ func (q q) HeldRoutingByKey(ctx context.Context, k store.PipelineJobKey, key str
 	h, err := scanHeld(q.queryRow(ctx, `SELECT `+heldColumns+`
 		FROM held_routings WHERE tenant = $1 AND pipeline = $2 AND job = $3 AND key = $4 ORDER BY id DESC LIMIT 1`,
 		k.Tenant, k.Pipeline, k.Job, key))
-	if err != nil {
-		if err = notFound(err); errors.Is(err, store.ErrNotFound) {
-			return nil, err
-		}
+	if err != nil && !errors.Is(err, store.ErrNotFound) {
 		return nil, fmt.Errorf("held routing %s of %s.%s: %w", key, k.Pipeline, k.Job, err)
 	}
-	return h, nil
+	return h, err
 }
 
 // HeldRoutingInsertMany implements store.Tx: one statement per routing, so that the IDs follow
@@ -151,38 +144,9 @@ func (t *tx) HeldRoutingDelete(ctx context.Context, ids []int64) (int, error) {
 	if len(ids) == 0 {
 		return 0, nil
 	}
-	if t.d.Arrays {
-		res, err := t.exec(ctx, "DELETE FROM held_routings WHERE id = ANY($1)", ids)
-		if err != nil {
-			return 0, fmt.Errorf("delete held routings: %w", err)
-		}
-		n, err := res.RowsAffected()
-		return int(n), err
+	n, err := t.execIDs(ctx, "DELETE FROM held_routings WHERE id = ANY($1)", "DELETE FROM held_routings WHERE id IN (", ids)
+	if err != nil {
+		return int(n), fmt.Errorf("delete held routings: %w", err)
 	}
-	total := 0
-	for start := 0; start < len(ids); start += max(t.d.MaxParams, 1) {
-		chunk := ids[start:min(start+max(t.d.MaxParams, 1), len(ids))]
-		var b strings.Builder
-		b.WriteString("DELETE FROM held_routings WHERE id IN (")
-		args := make([]any, len(chunk))
-		for i, id := range chunk {
-			if i > 0 {
-				b.WriteString(", ")
-			}
-			fmt.Fprintf(&b, "$%d", i+1)
-			args[i] = id
-		}
-		b.WriteString(")")
-		// Not through the statement cache: the text varies with the batch size.
-		res, err := t.db.ExecContext(ctx, b.String(), args...)
-		if err != nil {
-			return total, fmt.Errorf("delete held routings: %w", err)
-		}
-		n, err := res.RowsAffected()
-		if err != nil {
-			return total, err
-		}
-		total += int(n)
-	}
-	return total, nil
+	return int(n), nil
 }

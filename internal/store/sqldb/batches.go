@@ -31,6 +31,41 @@ func (q q) in(col string, from int, ids []string) (string, []any) {
 	return col + " IN (" + sqltext.Placeholders(from, len(args)) + ")", args
 }
 
+// execIDs runs a statement over ids with lead as its first arguments: arrayStmt, which takes the
+// ids as one array after lead, where the dialect takes arrays; else inHead followed by the ids'
+// placeholders and ")", in as many statements as the parameter limit needs. The lists are not
+// padded to size classes, so those statements go around the statement cache. It returns how
+// many rows the statements affected.
+func (t *tx) execIDs(ctx context.Context, arrayStmt, inHead string, ids []int64, lead ...any) (int64, error) {
+	if t.d.Arrays {
+		args := append(append(make([]any, 0, len(lead)+1), lead...), ids)
+		res, err := t.exec(ctx, arrayStmt, args...)
+		if err != nil {
+			return 0, err
+		}
+		return res.RowsAffected()
+	}
+	var total int64
+	perStmt := max(t.d.MaxParams-len(lead), 1)
+	for start := 0; start < len(ids); start += perStmt {
+		chunk := ids[start:min(start+perStmt, len(ids))]
+		args := append(make([]any, 0, len(lead)+len(chunk)), lead...)
+		for _, id := range chunk {
+			args = append(args, id)
+		}
+		res, err := t.db.ExecContext(ctx, inHead+sqltext.Placeholders(len(lead)+1, len(chunk))+")", args...)
+		if err != nil {
+			return total, err
+		}
+		n, err := res.RowsAffected()
+		if err != nil {
+			return total, err
+		}
+		total += n
+	}
+	return total, nil
+}
+
 // insertRows runs a multi-row INSERT of rows, each len(cols) values, in as few statements as the
 // dialect's parameter limit allows. suffix follows the VALUES list (e.g. an ON CONFLICT clause).
 func (q q) insertRows(ctx context.Context, table string, cols []string, rows [][]any, suffix string) error {
@@ -63,13 +98,7 @@ func (q q) insertReturning(ctx context.Context, table string, cols []string, row
 		if err != nil {
 			return err
 		}
-		defer rs.Close()
-		for rs.Next() {
-			if err := scan(rs); err != nil {
-				return err
-			}
-		}
-		return rs.Err()
+		return eachRow(rs, scan)
 	})
 }
 
@@ -119,11 +148,5 @@ func (q q) insertArrays(ctx context.Context, table string, cols []string, rows [
 	if err != nil {
 		return true, fmt.Errorf("insert %s: %w", table, err)
 	}
-	defer rs.Close()
-	for rs.Next() {
-		if err := scan(rs); err != nil {
-			return true, err
-		}
-	}
-	return true, rs.Err()
+	return true, eachRow(rs, scan)
 }

@@ -33,7 +33,7 @@ const bufferPublishCols = `id, task_id, attempt, batch_uri, job_id, tenant, data
 	dataset_version, record_count, content_type, batch_size_bytes, dedupe_scope, created_at, state,
 	receive_count, visible_at, last_error, batch_cursor, rows_inserted, finished_at`
 
-func scanBufferPublish(row interface{ Scan(...any) error }) (*store.BufferPublish, error) {
+func scanBufferPublish(row rowScanner) (*store.BufferPublish, error) {
 	var (
 		p                                    store.BufferPublish
 		count, bytes, cursor, inserted, done sql.NullInt64

@@ -11,8 +11,6 @@ import (
 	"fmt"
 	"maps"
 	"slices"
-	"strconv"
-	"strings"
 	"time"
 
 	"github.com/baton-dev/baton/internal/lifecycle"
@@ -54,13 +52,7 @@ func pushDeliverable(targets []string, first int) (string, []any) {
 	if len(targets) == 0 {
 		return ` AND route IS NULL`, nil
 	}
-	marks := make([]string, len(targets))
-	args := make([]any, len(targets))
-	for i, name := range targets {
-		marks[i] = "$" + strconv.Itoa(first+i)
-		args[i] = name
-	}
-	return ` AND (route IS NULL OR name IN (` + strings.Join(marks, ", ") + `))`, args
+	return ` AND (route IS NULL OR name IN (` + sqltext.Placeholders(first, len(targets)) + `))`, sqltext.Args(targets)
 }
 
 // TaskNextAvailableAt implements store.Reader.
@@ -68,18 +60,9 @@ func (q q) TaskNextAvailableAt(ctx context.Context, queues []string) (time.Time,
 	if len(queues) == 0 {
 		return time.Time{}, false, nil
 	}
-	var b strings.Builder
-	args := make([]any, len(queues))
-	for i, qu := range queues {
-		if i > 0 {
-			b.WriteString(", ")
-		}
-		fmt.Fprintf(&b, "$%d", i+1)
-		args[i] = qu
-	}
 	var at sql.NullInt64
 	err := q.queryRow(ctx, `SELECT min(available_at) FROM tasks WHERE status = 'pending'
-		AND runtime = 'pull' AND queue IN (`+b.String()+`)`+notAtCap, args...).Scan(&at)
+		AND runtime = 'pull' AND queue IN (`+sqltext.Placeholders(1, len(queues))+`)`+notAtCap, sqltext.Args(queues)...).Scan(&at)
 	if err != nil {
 		return time.Time{}, false, fmt.Errorf("next available: %w", err)
 	}
@@ -99,24 +82,23 @@ func (q q) TaskNextPushAvailableAt(ctx context.Context, targets []string) (time.
 
 // TaskReadyCounts implements store.Reader.
 func (q q) TaskReadyCounts(ctx context.Context, before time.Time) (map[string]int, error) {
-	rows, err := q.query(ctx, `SELECT queue, count(*) FROM tasks WHERE status = 'pending'
-		AND runtime = 'pull' AND available_at <= $1 GROUP BY queue`, before.UnixMilli())
-	if err != nil {
-		return nil, fmt.Errorf("ready counts: %w", err)
-	}
-	defer rows.Close()
 	counts := map[string]int{}
-	for rows.Next() {
+	err := q.each(ctx, "ready counts", `SELECT queue, count(*) FROM tasks WHERE status = 'pending'
+		AND runtime = 'pull' AND available_at <= $1 GROUP BY queue`, []any{before.UnixMilli()}, func(rows *sql.Rows) error {
 		var (
 			queue string
 			n     int
 		)
 		if err := rows.Scan(&queue, &n); err != nil {
-			return nil, fmt.Errorf("ready counts: %w", err)
+			return fmt.Errorf("ready counts: %w", err)
 		}
 		counts[queue] = n
+		return nil
+	})
+	if err != nil {
+		return nil, err
 	}
-	return counts, rows.Err()
+	return counts, nil
 }
 
 // TaskListOldestReady implements store.Reader.
@@ -211,7 +193,7 @@ func (t *tx) claimUpdate(ctx context.Context, ps []store.ClaimTaskParams, limite
 	if err != nil {
 		return nil, fmt.Errorf("claim tasks: %w", err)
 	}
-	return collectTasks(res)
+	return collect(res, scanTask)
 }
 
 // claimLimited claims the claimable tasks of ps that have a concurrency key, as many of each key
@@ -239,22 +221,20 @@ func (t *tx) claimLimited(ctx context.Context, ps []store.ClaimTaskParams) ([]*s
 		ids   map[string]bool
 	}
 	groups := map[string]*group{}
-	for rows.Next() {
+	if err := eachRow(rows, func(rows *sql.Rows) error {
 		var (
 			id, key string
 			limit   int
 		)
 		if err := rows.Scan(&id, &key, &limit); err != nil {
-			rows.Close()
-			return nil, err
+			return err
 		}
 		if groups[key] == nil {
 			groups[key] = &group{limit: limit, ids: map[string]bool{}}
 		}
 		groups[key].ids[id] = true
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
+		return nil
+	}); err != nil {
 		return nil, err
 	}
 	var allowed []store.ClaimTaskParams
@@ -333,7 +313,7 @@ func (t *tx) claimUpdateArrays(ctx context.Context, ps []store.ClaimTaskParams, 
 	if err != nil {
 		return nil, fmt.Errorf("claim tasks: %w", err)
 	}
-	return collectTasks(rows)
+	return collect(rows, scanTask)
 }
 
 // TaskCompleteMany implements store.Tx.
@@ -414,20 +394,18 @@ func (t *tx) TaskReleaseChildrenMany(ctx context.Context, parentIDs []string, no
 	}
 	var children []string
 	byCount := map[int][]string{}
-	for rows.Next() {
+	if err := eachRow(rows, func(rows *sql.Rows) error {
 		var (
 			child string
 			n     int
 		)
 		if err := rows.Scan(&child, &n); err != nil {
-			rows.Close()
-			return nil, fmt.Errorf("release children: %w", err)
+			return err
 		}
 		children = append(children, child)
 		byCount[n] = append(byCount[n], child)
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
+		return nil
+	}); err != nil {
 		return nil, fmt.Errorf("release children: %w", err)
 	}
 	if len(children) == 0 {

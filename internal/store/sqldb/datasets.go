@@ -14,7 +14,7 @@ import (
 const datasetCols = `uuid, tenant, producer, name, pipeline, job, output_index, current_version,
 	storage, write_mode, schema, filter_fields, created_at, updated_at`
 
-func scanDataset(row interface{ Scan(...any) error }) (*store.Dataset, error) {
+func scanDataset(row rowScanner) (*store.Dataset, error) {
 	var (
 		d                     store.Dataset
 		name, schema, filters sql.NullString
@@ -119,7 +119,7 @@ func (q q) DatasetVersionList(ctx context.Context, uuids ...string) ([]*store.Da
 	if err != nil {
 		return nil, fmt.Errorf("list dataset versions: %w", err)
 	}
-	return collect(rows, func(row interface{ Scan(...any) error }) (*store.DatasetVersion, error) {
+	return collect(rows, func(row rowScanner) (*store.DatasetVersion, error) {
 		var (
 			v          store.DatasetVersion
 			ref        sql.NullString
@@ -149,7 +149,7 @@ func (t *tx) DatasetVersionInsertMany(ctx context.Context, vs []*store.DatasetVe
 const datasetEventCols = `id, dedupe_key, job_id, task_id, attempt, dataset_uuid, dataset_version,
 	cursor, partition_key, range_start, range_end, created_at`
 
-func scanDatasetEvent(row interface{ Scan(...any) error }) (*store.DatasetEvent, error) {
+func scanDatasetEvent(row rowScanner) (*store.DatasetEvent, error) {
 	var (
 		e                  store.DatasetEvent
 		cursor, start, end sql.NullInt64

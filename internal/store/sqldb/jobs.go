@@ -17,7 +17,7 @@ const jobCols = `seq, id, tenant, name, status, idempotency_key, request_hash, t
 	unfinished_tasks, created_at, finished_at, cancel_requested_at, failure_detected_at, pipeline,
 	pipeline_version, pipeline_job, traceparent`
 
-func scanJob(row interface{ Scan(...any) error }) (*store.Job, error) {
+func scanJob(row rowScanner) (*store.Job, error) {
 	var (
 		j                                    store.Job
 		idem, pipeline, version, pipelineJob sql.NullString
@@ -58,16 +58,7 @@ func (q q) JobList(ctx context.Context, p store.ListJobsParams) ([]*store.Job, e
 	if err != nil {
 		return nil, fmt.Errorf("list jobs: %w", err)
 	}
-	defer rows.Close()
-	var jobs []*store.Job
-	for rows.Next() {
-		j, err := scanJob(rows)
-		if err != nil {
-			return nil, err
-		}
-		jobs = append(jobs, j)
-	}
-	return jobs, rows.Err()
+	return collect(rows, scanJob)
 }
 
 // JobInsert implements store.Tx.

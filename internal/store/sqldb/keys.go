@@ -14,7 +14,7 @@ import (
 
 const keyCols = `id, tenant, name, secret_hash, prefix, created_at, revoked_at`
 
-func scanKey(row interface{ Scan(...any) error }) (*store.APIKey, error) {
+func scanKey(row rowScanner) (*store.APIKey, error) {
 	var (
 		k       store.APIKey
 		created int64
@@ -30,16 +30,22 @@ func scanKey(row interface{ Scan(...any) error }) (*store.APIKey, error) {
 
 // APIKeyInsert implements store.Keys.
 func (db *DB) APIKeyInsert(ctx context.Context, k *store.APIKey) error {
+	return db.insertKey(ctx, "insert api key", `INSERT INTO api_keys (`+keyCols+`) VALUES ($1, $2, $3, $4, $5, $6, $7)`,
+		k.ID, k.Tenant, k.Name, k.SecretHash, k.Prefix, sqltext.Millis(k.CreatedAt), sqltext.Millis(k.RevokedAt))
+}
+
+// insertKey runs insert in a write transaction: a key already there is store.ErrConflict; label
+// names the insert in other errors.
+func (db *DB) insertKey(ctx context.Context, label, insert string, args ...any) error {
 	err := db.writeTx(ctx, func(t *tx) error {
-		_, err := t.exec(ctx, `INSERT INTO api_keys (`+keyCols+`) VALUES ($1, $2, $3, $4, $5, $6, $7)`,
-			k.ID, k.Tenant, k.Name, k.SecretHash, k.Prefix, sqltext.Millis(k.CreatedAt), sqltext.Millis(k.RevokedAt))
+		_, err := t.exec(ctx, insert, args...)
 		return err
 	})
 	if err != nil {
 		if db.dialect.IsUnique(err) {
 			return store.ErrConflict
 		}
-		return fmt.Errorf("insert api key: %w", err)
+		return fmt.Errorf("%s: %w", label, err)
 	}
 	return nil
 }
@@ -55,30 +61,29 @@ func (db *DB) APIKeyList(ctx context.Context) ([]*store.APIKey, error) {
 	if err != nil {
 		return nil, fmt.Errorf("list api keys: %w", err)
 	}
-	defer rows.Close()
-	var out []*store.APIKey
-	for rows.Next() {
-		k, err := scanKey(rows)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, k)
-	}
-	return out, rows.Err()
+	return collect(rows, scanKey)
 }
 
 // APIKeyRevoke implements store.Keys.
 func (db *DB) APIKeyRevoke(ctx context.Context, id string, at time.Time) error {
+	return db.endKey(ctx, "revoke api key", `UPDATE api_keys SET revoked_at = $2 WHERE id = $1 AND revoked_at IS NULL`,
+		`SELECT count(*) FROM api_keys WHERE id = $1`, id, at)
+}
+
+// endKey runs update ($1 the key, $2 at) in a write transaction; when it changes no row, a key
+// that count ($1 the key) does not find is store.ErrNotFound, and one that it finds had ended
+// already. label names the update in its error.
+func (db *DB) endKey(ctx context.Context, label, update, count, id string, at time.Time) error {
 	return db.writeTx(ctx, func(t *tx) error {
-		res, err := t.exec(ctx, `UPDATE api_keys SET revoked_at = $2 WHERE id = $1 AND revoked_at IS NULL`, id, at.UnixMilli())
+		res, err := t.exec(ctx, update, id, at.UnixMilli())
 		if err != nil {
-			return fmt.Errorf("revoke api key: %w", err)
+			return fmt.Errorf("%s: %w", label, err)
 		}
 		if n, _ := res.RowsAffected(); n > 0 {
 			return nil
 		}
 		var exists int
-		if err := t.queryRow(ctx, `SELECT count(*) FROM api_keys WHERE id = $1`, id).Scan(&exists); err != nil {
+		if err := t.queryRow(ctx, count, id).Scan(&exists); err != nil {
 			return err
 		}
 		if exists == 0 {
@@ -103,18 +108,8 @@ func (db *DB) APIKeyCountRequest(ctx context.Context, keyID, day string) (int64,
 
 // SigningKeyInsert implements store.Keys.
 func (db *DB) SigningKeyInsert(ctx context.Context, k *store.SigningKey) error {
-	err := db.writeTx(ctx, func(t *tx) error {
-		_, err := t.exec(ctx, `INSERT INTO signing_keys (kid, secret, created_at, retired_at)
-			VALUES ($1, $2, $3, $4)`, k.KID, string(k.Secret), sqltext.Millis(k.CreatedAt), sqltext.Millis(k.RetiredAt))
-		return err
-	})
-	if err != nil {
-		if db.dialect.IsUnique(err) {
-			return store.ErrConflict
-		}
-		return fmt.Errorf("insert signing key: %w", err)
-	}
-	return nil
+	return db.insertKey(ctx, "insert signing key", `INSERT INTO signing_keys (kid, secret, created_at, retired_at)
+		VALUES ($1, $2, $3, $4)`, k.KID, string(k.Secret), sqltext.Millis(k.CreatedAt), sqltext.Millis(k.RetiredAt))
 }
 
 // SigningKeyList implements store.Keys.
@@ -124,43 +119,25 @@ func (db *DB) SigningKeyList(ctx context.Context) ([]*store.SigningKey, error) {
 	if err != nil {
 		return nil, fmt.Errorf("list signing keys: %w", err)
 	}
-	defer rows.Close()
-	var out []*store.SigningKey
-	for rows.Next() {
+	return collect(rows, func(row rowScanner) (*store.SigningKey, error) {
 		var (
 			k       store.SigningKey
 			secret  string
 			created int64
 			retired sql.NullInt64
 		)
-		if err := rows.Scan(&k.KID, &secret, &created, &retired); err != nil {
+		if err := row.Scan(&k.KID, &secret, &created, &retired); err != nil {
 			return nil, err
 		}
 		k.Secret = []byte(secret)
 		k.CreatedAt = time.UnixMilli(created).UTC()
 		k.RetiredAt = sqltext.Time(retired)
-		out = append(out, &k)
-	}
-	return out, rows.Err()
+		return &k, nil
+	})
 }
 
 // SigningKeyRetire implements store.Keys.
 func (db *DB) SigningKeyRetire(ctx context.Context, kid string, at time.Time) error {
-	return db.writeTx(ctx, func(t *tx) error {
-		res, err := t.exec(ctx, `UPDATE signing_keys SET retired_at = $2 WHERE kid = $1 AND retired_at IS NULL`, kid, at.UnixMilli())
-		if err != nil {
-			return fmt.Errorf("retire signing key: %w", err)
-		}
-		if n, _ := res.RowsAffected(); n > 0 {
-			return nil
-		}
-		var exists int
-		if err := t.queryRow(ctx, `SELECT count(*) FROM signing_keys WHERE kid = $1`, kid).Scan(&exists); err != nil {
-			return err
-		}
-		if exists == 0 {
-			return store.ErrNotFound
-		}
-		return nil
-	})
+	return db.endKey(ctx, "retire signing key", `UPDATE signing_keys SET retired_at = $2 WHERE kid = $1 AND retired_at IS NULL`,
+		`SELECT count(*) FROM signing_keys WHERE kid = $1`, kid, at)
 }

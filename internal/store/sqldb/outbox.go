@@ -7,38 +7,49 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
-	"strconv"
-	"strings"
 	"time"
 
 	"github.com/baton-dev/baton/internal/store"
 	"github.com/baton-dev/baton/internal/store/sqldb/sqltext"
 )
 
-// OutboxListAfter implements store.Reader.
-func (q q) OutboxListAfter(ctx context.Context, afterID int64, limit int) ([]*store.OutboxMessage, error) {
-	rows, err := q.query(ctx, `SELECT id, topic, msg_key, payload, available_at, created_at
-		FROM outbox WHERE id > $1 ORDER BY id LIMIT $2`, afterID, limit)
-	if err != nil {
-		return nil, fmt.Errorf("list outbox: %w", err)
-	}
+const outboxCols = `id, topic, msg_key, payload, available_at, created_at`
+
+// outboxMessages reads rows of outboxCols and then, withAttempts, the attempts column. It scans
+// *sql.Rows itself, not through collect's interface, which would cost the relay's claims an
+// allocation a message; the columns that are converted are read into variables of the call.
+func outboxMessages(rows *sql.Rows, withAttempts bool) ([]*store.OutboxMessage, error) {
 	defer rows.Close()
-	var out []*store.OutboxMessage
+	var (
+		out                          []*store.OutboxMessage
+		payload                      string
+		available, created, attempts int64
+	)
 	for rows.Next() {
-		var (
-			m                  store.OutboxMessage
-			payload            string
-			available, created int64
-		)
-		if err := rows.Scan(&m.ID, &m.Topic, &m.Key, &payload, &available, &created); err != nil {
+		var m store.OutboxMessage
+		dest := []any{&m.ID, &m.Topic, &m.Key, &payload, &available, &created, &attempts}
+		if !withAttempts {
+			dest = dest[:len(dest)-1]
+		}
+		if err := rows.Scan(dest...); err != nil {
 			return nil, err
 		}
 		m.Payload = []byte(payload)
 		m.AvailableAt = sqltext.Time(sql.NullInt64{Int64: available, Valid: true})
 		m.CreatedAt = sqltext.Time(sql.NullInt64{Int64: created, Valid: true})
+		m.Attempts = int(attempts)
 		out = append(out, &m)
 	}
 	return out, rows.Err()
+}
+
+// OutboxListAfter implements store.Reader.
+func (q q) OutboxListAfter(ctx context.Context, afterID int64, limit int) ([]*store.OutboxMessage, error) {
+	rows, err := q.query(ctx, `SELECT `+outboxCols+` FROM outbox WHERE id > $1 ORDER BY id LIMIT $2`, afterID, limit)
+	if err != nil {
+		return nil, fmt.Errorf("list outbox: %w", err)
+	}
+	return outboxMessages(rows, false)
 }
 
 // OutboxBacklog implements store.Reader: one pass over the partial index of unsent messages
@@ -82,61 +93,21 @@ func (t *tx) OutboxClaim(ctx context.Context, p store.OutboxClaimParams) ([]*sto
 	if topic != "" {
 		args = append(args, f.Topic)
 	}
-	rows, err := t.query(ctx, `SELECT id, topic, msg_key, payload, available_at, created_at, attempts
+	rows, err := t.query(ctx, `SELECT `+outboxCols+`, attempts
 		FROM outbox WHERE sent_at IS NULL AND available_at <= $1`+topic+` ORDER BY id LIMIT $2`+t.d.LockSkip,
 		args...)
 	if err != nil {
 		return nil, fmt.Errorf("claim outbox: %w", err)
 	}
-	defer rows.Close()
-	var out []*store.OutboxMessage
-	for rows.Next() {
-		var (
-			m                  store.OutboxMessage
-			payload            string
-			available, created int64
-			attempts           int64
-		)
-		if err := rows.Scan(&m.ID, &m.Topic, &m.Key, &payload, &available, &created, &attempts); err != nil {
-			return nil, err
-		}
-		m.Payload = []byte(payload)
-		m.AvailableAt = sqltext.Time(sql.NullInt64{Int64: available, Valid: true})
-		m.CreatedAt = sqltext.Time(sql.NullInt64{Int64: created, Valid: true})
-		m.Attempts = int(attempts)
-		out = append(out, &m)
-	}
-	return out, rows.Err()
+	return outboxMessages(rows, true)
 }
 
 // OutboxMarkSent implements store.Tx.
 func (t *tx) OutboxMarkSent(ctx context.Context, ids []int64, at time.Time) error {
-	if t.d.Arrays {
-		if _, err := t.exec(ctx, "UPDATE outbox SET sent_at = $1 WHERE id = ANY($2)", at.UnixMilli(), ids); err != nil {
-			return fmt.Errorf("mark outbox sent: %w", err)
-		}
-		return nil
-	}
-	perStmt := max(t.d.MaxParams-1, 1)
-	for start := 0; start < len(ids); start += perStmt {
-		chunk := ids[start:min(start+perStmt, len(ids))]
-		var b strings.Builder
-		b.WriteString("UPDATE outbox SET sent_at = $1 WHERE id IN (")
-		args := make([]any, 0, len(chunk)+1)
-		args = append(args, at.UnixMilli())
-		for i, id := range chunk {
-			if i > 0 {
-				b.WriteString(", ")
-			}
-			b.WriteByte('$')
-			b.WriteString(strconv.Itoa(i + 2))
-			args = append(args, id)
-		}
-		b.WriteByte(')')
-		// Not through the statement cache: the text varies with the batch size.
-		if _, err := t.db.ExecContext(ctx, b.String(), args...); err != nil {
-			return fmt.Errorf("mark outbox sent: %w", err)
-		}
+	_, err := t.execIDs(ctx, "UPDATE outbox SET sent_at = $1 WHERE id = ANY($2)", "UPDATE outbox SET sent_at = $1 WHERE id IN (",
+		ids, at.UnixMilli())
+	if err != nil {
+		return fmt.Errorf("mark outbox sent: %w", err)
 	}
 	return nil
 }

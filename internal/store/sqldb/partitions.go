@@ -67,14 +67,14 @@ func (q q) PartitionCommitAttempts(ctx context.Context, datasetUUID string) ([]s
 	if err != nil {
 		return nil, fmt.Errorf("list the attempts that committed partitions of dataset %s: %w", datasetUUID, err)
 	}
-	return collect(rows, func(row interface{ Scan(...any) error }) (store.PartitionAttempt, error) {
+	return collect(rows, func(row rowScanner) (store.PartitionAttempt, error) {
 		var a store.PartitionAttempt
 		err := row.Scan(&a.TaskID, &a.Attempt)
 		return a, err
 	})
 }
 
-func scanPartitionCommit(row interface{ Scan(...any) error }) (*store.PartitionCommit, error) {
+func scanPartitionCommit(row rowScanner) (*store.PartitionCommit, error) {
 	var (
 		c         store.PartitionCommit
 		rowCount  sql.NullInt64

@@ -15,7 +15,7 @@ import (
 
 const pipelineCols = `tenant, name, active_version, building_version, created_at, updated_at`
 
-func scanPipeline(row interface{ Scan(...any) error }) (*store.Pipeline, error) {
+func scanPipeline(row rowScanner) (*store.Pipeline, error) {
 	var (
 		p                store.Pipeline
 		created, updated int64
@@ -82,7 +82,7 @@ func (t *tx) PipelinePut(ctx context.Context, p *store.Pipeline) error {
 
 const versionCols = `seq, tenant, pipeline, version, document, content_type, spec, created_at, state, build, pointers`
 
-func scanVersion(row interface{ Scan(...any) error }) (*store.PipelineVersion, error) {
+func scanVersion(row rowScanner) (*store.PipelineVersion, error) {
 	var (
 		v               store.PipelineVersion
 		doc, spec       string
@@ -121,30 +121,26 @@ func (q q) PipelineVersionState(ctx context.Context, k store.PipelineVersionKey)
 
 // PipelineVersionSetState implements store.Tx.
 func (t *tx) PipelineVersionSetState(ctx context.Context, k store.PipelineVersionKey, state string) error {
-	_, err := t.exec(ctx, `UPDATE pipeline_versions SET state = $4 WHERE tenant = $1 AND pipeline = $2 AND version = $3`,
-		k.Tenant, k.Pipeline, k.Version, state)
-	if err != nil {
-		return fmt.Errorf("set the state of pipeline %s version %s: %w", k.Pipeline, k.Version, err)
-	}
-	return nil
+	return t.versionSet(ctx, k, "state", state, "set the state")
 }
 
 // PipelineVersionSetBuild implements store.Tx.
 func (t *tx) PipelineVersionSetBuild(ctx context.Context, k store.PipelineVersionKey, build json.RawMessage) error {
-	_, err := t.exec(ctx, `UPDATE pipeline_versions SET build = $4 WHERE tenant = $1 AND pipeline = $2 AND version = $3`,
-		k.Tenant, k.Pipeline, k.Version, string(build))
-	if err != nil {
-		return fmt.Errorf("record the build of pipeline %s version %s: %w", k.Pipeline, k.Version, err)
-	}
-	return nil
+	return t.versionSet(ctx, k, "build", string(build), "record the build")
 }
 
 // PipelineVersionSetPointers implements store.Tx.
 func (t *tx) PipelineVersionSetPointers(ctx context.Context, k store.PipelineVersionKey, pointers json.RawMessage) error {
-	_, err := t.exec(ctx, `UPDATE pipeline_versions SET pointers = $4 WHERE tenant = $1 AND pipeline = $2 AND version = $3`,
-		k.Tenant, k.Pipeline, k.Version, string(pointers))
+	return t.versionSet(ctx, k, "pointers", string(pointers), "record the dataset pointers")
+}
+
+// versionSet sets column col of the pipeline version k to v; what says what that does, in the
+// error.
+func (t *tx) versionSet(ctx context.Context, k store.PipelineVersionKey, col string, v any, what string) error {
+	_, err := t.exec(ctx, `UPDATE pipeline_versions SET `+col+` = $4 WHERE tenant = $1 AND pipeline = $2 AND version = $3`,
+		k.Tenant, k.Pipeline, k.Version, v)
 	if err != nil {
-		return fmt.Errorf("record the dataset pointers of pipeline %s version %s: %w", k.Pipeline, k.Version, err)
+		return fmt.Errorf("%s of pipeline %s version %s: %w", what, k.Pipeline, k.Version, err)
 	}
 	return nil
 }
@@ -157,11 +153,14 @@ func (q q) PipelineVersionTaskCounts(ctx context.Context, k store.PipelineVersio
 	if err != nil {
 		return nil, fmt.Errorf("task counts of pipeline %s version %s: %w", k.Pipeline, k.Version, err)
 	}
-	return collect(rows, func(row interface{ Scan(...any) error }) (*store.PipelineTaskCount, error) {
-		var c store.PipelineTaskCount
-		err := row.Scan(&c.Job, &c.Status, &c.Count)
-		return &c, err
-	})
+	return collect(rows, scanPipelineTaskCount)
+}
+
+// scanPipelineTaskCount reads a pipeline job, a task status and a count.
+func scanPipelineTaskCount(row rowScanner) (*store.PipelineTaskCount, error) {
+	var c store.PipelineTaskCount
+	err := row.Scan(&c.Job, &c.Status, &c.Count)
+	return &c, err
 }
 
 // PipelineVersionList implements store.Reader.
@@ -195,17 +194,12 @@ func (q q) PipelineTaskCounts(ctx context.Context, tenant, name string) ([]*stor
 	if err != nil {
 		return nil, fmt.Errorf("pipeline task counts: %w", err)
 	}
-	return collect(rows, func(row interface{ Scan(...any) error }) (*store.PipelineTaskCount, error) {
-		var c store.PipelineTaskCount
-		err := row.Scan(&c.Job, &c.Status, &c.Count)
-		return &c, err
-	})
+	return collect(rows, scanPipelineTaskCount)
 }
 
 // PipelineTasksUnfinished implements store.Reader.
 func (q q) PipelineTasksUnfinished(ctx context.Context, k store.PipelineVersionKey) ([]*store.PipelineTaskRef, error) {
-	rows, err := q.query(ctx, `SELECT j.tenant, j.id, t.id, COALESCE(j.idempotency_key, ''), j.pipeline_job, j.pipeline_version,
-		t.status, t.route FROM tasks t JOIN jobs j ON j.id = t.job_id
+	rows, err := q.query(ctx, pipelineTaskRefs+`
 		WHERE j.tenant = $1 AND j.pipeline = $2 AND ($3 = '' OR j.pipeline_version = $3)
 		AND t.status IN ('waiting', 'pending', 'running') ORDER BY j.id, t.seq`, k.Tenant, k.Pipeline, k.Version)
 	if err != nil {
@@ -216,8 +210,7 @@ func (q q) PipelineTasksUnfinished(ctx context.Context, k store.PipelineVersionK
 
 // PipelineTasksSince implements store.Reader.
 func (q q) PipelineTasksSince(ctx context.Context, k store.PipelineVersionKey, since time.Time) ([]*store.PipelineTaskRef, error) {
-	rows, err := q.query(ctx, `SELECT j.tenant, j.id, t.id, COALESCE(j.idempotency_key, ''), j.pipeline_job, j.pipeline_version,
-		t.status, t.route FROM tasks t JOIN jobs j ON j.id = t.job_id
+	rows, err := q.query(ctx, pipelineTaskRefs+`
 		WHERE j.tenant = $1 AND j.pipeline = $2 AND j.pipeline_version = $3 AND j.created_at >= $4
 		ORDER BY j.id, t.seq`, k.Tenant, k.Pipeline, k.Version, sqltext.Millis(since))
 	if err != nil {
@@ -229,8 +222,7 @@ func (q q) PipelineTasksSince(ctx context.Context, k store.PipelineVersionKey, s
 // PipelineTasksReplacedActive implements store.Reader. Its condition is the partial index
 // tasks_replaced's, with the reason written out so that SQLite uses the index.
 func (q q) PipelineTasksReplacedActive(ctx context.Context, limit int) ([]*store.PipelineTaskRef, error) {
-	rows, err := q.query(ctx, `SELECT j.tenant, j.id, t.id, COALESCE(j.idempotency_key, ''), j.pipeline_job, j.pipeline_version,
-		t.status, t.route FROM tasks t JOIN jobs j ON j.id = t.job_id
+	rows, err := q.query(ctx, pipelineTaskRefs+`
 		JOIN pipelines p ON p.tenant = j.tenant AND p.name = j.pipeline AND p.active_version = j.pipeline_version
 		WHERE t.status = 'canceled' AND t.cancel_reason = '`+store.CancelVersionReplaced+`' ORDER BY j.id, t.seq LIMIT $1`, limit)
 	if err != nil {
@@ -239,7 +231,11 @@ func (q q) PipelineTasksReplacedActive(ctx context.Context, limit int) ([]*store
 	return collect(rows, scanPipelineTaskRef)
 }
 
-func scanPipelineTaskRef(row interface{ Scan(...any) error }) (*store.PipelineTaskRef, error) {
+// pipelineTaskRefs selects what scanPipelineTaskRef reads, from tasks t and their jobs j.
+const pipelineTaskRefs = `SELECT j.tenant, j.id, t.id, COALESCE(j.idempotency_key, ''), j.pipeline_job, j.pipeline_version,
+	t.status, t.route FROM tasks t JOIN jobs j ON j.id = t.job_id`
+
+func scanPipelineTaskRef(row rowScanner) (*store.PipelineTaskRef, error) {
 	var (
 		r     store.PipelineTaskRef
 		route sql.NullString
@@ -266,7 +262,7 @@ func (q q) ConsumerList(ctx context.Context, uuids []string) ([]*store.Consumer,
 	if err != nil {
 		return nil, fmt.Errorf("consumers: %w", err)
 	}
-	return collect(rows, func(row interface{ Scan(...any) error }) (*store.Consumer, error) {
+	return collect(rows, func(row rowScanner) (*store.Consumer, error) {
 		var (
 			c        store.Consumer
 			building int

@@ -33,7 +33,7 @@ func (q q) QueryAuditList(ctx context.Context, p store.QueryAuditListParams) ([]
 	if err != nil {
 		return nil, fmt.Errorf("list query audit: %w", err)
 	}
-	return collect(rows, func(row interface{ Scan(...any) error }) (*store.QueryAudit, error) {
+	return collect(rows, func(row rowScanner) (*store.QueryAudit, error) {
 		var (
 			a        store.QueryAudit
 			at       int64

@@ -44,7 +44,7 @@ func (q q) OutputResetList(ctx context.Context, p store.OutputResetListParams) (
 	if err != nil {
 		return nil, fmt.Errorf("list output resets: %w", err)
 	}
-	return collect(rows, func(row interface{ Scan(...any) error }) (*store.OutputReset, error) {
+	return collect(rows, func(row rowScanner) (*store.OutputReset, error) {
 		var (
 			r  store.OutputReset
 			at int64

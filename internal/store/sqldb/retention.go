@@ -2,6 +2,7 @@ package sqldb
 
 import (
 	"context"
+	"database/sql"
 	"fmt"
 	"slices"
 	"strconv"
@@ -173,20 +174,16 @@ func (t *tx) jobTaskIDs(ctx context.Context, jobs []string, lock string) (map[st
 	out := map[string][]string{}
 	for chunk := range slices.Chunk(jobs, inChunk) {
 		cond, args := t.in("job_id", 1, chunk)
-		rows, err := t.query(ctx, `SELECT id, job_id FROM tasks WHERE `+cond+` ORDER BY id`+lock, args...)
+		err := t.each(ctx, "tasks of expired jobs", `SELECT id, job_id FROM tasks WHERE `+cond+` ORDER BY id`+lock, args,
+			func(rows *sql.Rows) error {
+				var id, job string
+				if err := rows.Scan(&id, &job); err != nil {
+					return err
+				}
+				out[job] = append(out[job], id)
+				return nil
+			})
 		if err != nil {
-			return nil, fmt.Errorf("tasks of expired jobs: %w", err)
-		}
-		for rows.Next() {
-			var id, job string
-			if err := rows.Scan(&id, &job); err != nil {
-				rows.Close()
-				return nil, err
-			}
-			out[job] = append(out[job], id)
-		}
-		rows.Close()
-		if err := rows.Err(); err != nil {
 			return nil, err
 		}
 	}

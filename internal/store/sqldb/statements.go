@@ -69,11 +69,18 @@ func (q q) stmt(ctx context.Context, query string) (*sql.Stmt, error) {
 	return q.tx.StmtContext(ctx, st), nil
 }
 
-func (q q) exec(ctx context.Context, query string, args ...any) (sql.Result, error) {
+// prepared lays out query and args for the dialect and returns the cached statement for them,
+// nil when statements are not cached.
+func (q q) prepared(ctx context.Context, query string, args []any) (string, []any, *sql.Stmt, error) {
 	if q.d.Positional {
 		query, args = sqltext.Positional(query, args)
 	}
 	st, err := q.stmt(ctx, query)
+	return query, args, st, err
+}
+
+func (q q) exec(ctx context.Context, query string, args ...any) (sql.Result, error) {
+	query, args, st, err := q.prepared(ctx, query, args)
 	if err != nil {
 		return nil, err
 	}
@@ -108,10 +115,7 @@ func (q q) query(ctx context.Context, query string, args ...any) (*sql.Rows, err
 }
 
 func (q q) queryOnce(ctx context.Context, query string, args ...any) (*sql.Rows, error) {
-	if q.d.Positional {
-		query, args = sqltext.Positional(query, args)
-	}
-	st, err := q.stmt(ctx, query)
+	query, args, st, err := q.prepared(ctx, query, args)
 	if err != nil {
 		return nil, err
 	}
@@ -121,7 +125,8 @@ func (q q) queryOnce(ctx context.Context, query string, args ...any) (*sql.Rows,
 	return q.db.QueryContext(ctx, query, args...)
 }
 
-// rowScanner is what QueryRow returns, with a preparation error folded in.
+// rowScanner is a row to scan: what QueryRow returns, with a preparation error folded in, or
+// one of the rows of a query.
 type rowScanner interface{ Scan(...any) error }
 
 type errRow struct{ err error }
@@ -138,10 +143,7 @@ func (q q) queryRow(ctx context.Context, query string, args ...any) rowScanner {
 }
 
 func (q q) queryRowOnce(ctx context.Context, query string, args ...any) rowScanner {
-	if q.d.Positional {
-		query, args = sqltext.Positional(query, args)
-	}
-	st, err := q.stmt(ctx, query)
+	query, args, st, err := q.prepared(ctx, query, args)
 	if err != nil {
 		return errRow{err}
 	}
@@ -159,6 +161,7 @@ func (q q) lockRow() string {
 	return ""
 }
 
+// ids runs a query of one string column and returns its values.
 func (q q) ids(ctx context.Context, query string, args ...any) ([]string, error) {
 	rows, err := q.query(ctx, query, args...)
 	if err != nil {
@@ -177,7 +180,7 @@ func (q q) ids(ctx context.Context, query string, args ...any) ([]string, error)
 }
 
 // collect scans every row with scan.
-func collect[T any](rows *sql.Rows, scan func(interface{ Scan(...any) error }) (T, error)) ([]T, error) {
+func collect[T any](rows *sql.Rows, scan func(rowScanner) (T, error)) ([]T, error) {
 	defer rows.Close()
 	var out []T
 	for rows.Next() {
@@ -188,6 +191,26 @@ func collect[T any](rows *sql.Rows, scan func(interface{ Scan(...any) error }) (
 		out = append(out, v)
 	}
 	return out, rows.Err()
+}
+
+// each runs a query and calls fn for each row; label names the query in its error.
+func (q q) each(ctx context.Context, label, query string, args []any, fn func(*sql.Rows) error) error {
+	rows, err := q.query(ctx, query, args...)
+	if err != nil {
+		return fmt.Errorf("%s: %w", label, err)
+	}
+	return eachRow(rows, fn)
+}
+
+// eachRow calls fn for each of rows, then closes them.
+func eachRow(rows *sql.Rows, fn func(*sql.Rows) error) error {
+	defer rows.Close()
+	for rows.Next() {
+		if err := fn(rows); err != nil {
+			return err
+		}
+	}
+	return rows.Err()
 }
 
 // notFound turns sql.ErrNoRows into store.ErrNotFound.

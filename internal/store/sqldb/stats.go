@@ -16,21 +16,21 @@ import (
 
 // JobCounts implements store.Reader. It reads only the (tenant, status, seq) index.
 func (q q) JobCounts(ctx context.Context, tenant string) (map[lifecycle.JobStatus]int, error) {
-	rows, err := q.query(ctx, `SELECT status, count(*) FROM jobs WHERE tenant = $1 GROUP BY status`, tenant)
-	if err != nil {
-		return nil, fmt.Errorf("count jobs: %w", err)
-	}
-	defer rows.Close()
 	counts := map[lifecycle.JobStatus]int{}
-	for rows.Next() {
-		var status string
-		var n int
-		if err := rows.Scan(&status, &n); err != nil {
-			return nil, err
-		}
-		counts[lifecycle.JobStatus(status)] = n
+	err := q.each(ctx, "count jobs", `SELECT status, count(*) FROM jobs WHERE tenant = $1 GROUP BY status`, []any{tenant},
+		func(rows *sql.Rows) error {
+			var status string
+			var n int
+			if err := rows.Scan(&status, &n); err != nil {
+				return err
+			}
+			counts[lifecycle.JobStatus(status)] = n
+			return nil
+		})
+	if err != nil {
+		return nil, err
 	}
-	return counts, rows.Err()
+	return counts, nil
 }
 
 // The queries of QueueStats. Each reads tasks through a partial index of its status (pending,
@@ -72,7 +72,7 @@ func (q q) QueueStats(ctx context.Context, p store.QueueStatsParams) (*store.Que
 		return s
 	}
 	since := p.Now.Add(-p.Window).UnixMilli()
-	if err := q.each(ctx, statsPending, []any{p.Tenant, p.Now.UnixMilli()}, func(rows *sql.Rows) error {
+	if err := q.each(ctx, "queue stats", statsPending, []any{p.Tenant, p.Now.UnixMilli()}, func(rows *sql.Rows) error {
 		var queue string
 		var ready, delayed int
 		var oldest sql.NullInt64
@@ -95,7 +95,7 @@ func (q q) QueueStats(ctx context.Context, p store.QueueStatsParams) (*store.Que
 		{statsCompleted, []any{p.Tenant, since}, func(s *store.QueueStat) *int { return &s.Completed }},
 	}
 	for _, c := range counts {
-		if err := q.each(ctx, c.query, c.args, func(rows *sql.Rows) error {
+		if err := q.each(ctx, "queue stats", c.query, c.args, func(rows *sql.Rows) error {
 			var queue string
 			var n int
 			if err := rows.Scan(&queue, &n); err != nil {
@@ -108,7 +108,7 @@ func (q q) QueueStats(ctx context.Context, p store.QueueStatsParams) (*store.Que
 		}
 	}
 	res := &store.QueueStats{}
-	if err := q.each(ctx, statsWorkers, []any{p.Tenant, since}, func(rows *sql.Rows) error {
+	if err := q.each(ctx, "queue stats", statsWorkers, []any{p.Tenant, since}, func(rows *sql.Rows) error {
 		var w store.WorkerSeen
 		var last sql.NullInt64
 		if err := rows.Scan(&w.WorkerID, &w.Queue, &last, &w.Running); err != nil {
@@ -130,21 +130,6 @@ func (q q) QueueStats(ctx context.Context, p store.QueueStatsParams) (*store.Que
 	return res, nil
 }
 
-// each runs a query and calls fn for each row.
-func (q q) each(ctx context.Context, query string, args []any, fn func(*sql.Rows) error) error {
-	rows, err := q.query(ctx, query, args...)
-	if err != nil {
-		return fmt.Errorf("queue stats: %w", err)
-	}
-	defer rows.Close()
-	for rows.Next() {
-		if err := fn(rows); err != nil {
-			return err
-		}
-	}
-	return rows.Err()
-}
-
 // TaskCounts implements store.Reader. Pending and running tasks are counted through their
 // partial indexes (tasks_ready, tasks_reap), dead-lettered ones through tasks_dead; waiting tasks
 // have no index of their own, so they are found among the tasks of processing jobs (by job id,
@@ -159,14 +144,10 @@ func (q q) TaskCounts(ctx context.Context) ([]store.TaskCount, error) {
 	if err != nil {
 		return nil, fmt.Errorf("task counts: %w", err)
 	}
-	defer rows.Close()
-	var counts []store.TaskCount
-	for rows.Next() {
-		var c store.TaskCount
-		if err := rows.Scan(&c.Queue, &c.State, &c.N); err != nil {
-			return nil, fmt.Errorf("task counts: %w", err)
+	return collect(rows, func(row rowScanner) (c store.TaskCount, err error) {
+		if err = row.Scan(&c.Queue, &c.State, &c.N); err != nil {
+			err = fmt.Errorf("task counts: %w", err)
 		}
-		counts = append(counts, c)
-	}
-	return counts, rows.Err()
+		return c, err
+	})
 }

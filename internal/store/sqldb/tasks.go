@@ -22,7 +22,7 @@ const taskCols = `seq, id, job_id, task_key, name, queue, priority, runtime, inp
 	heartbeat_timeout_ms, cancel_grace_ms, created_at, finished_at, dead_lettered_at,
 	last_event_type, last_event_at, route, concurrency_key, concurrency_limit, traceparent`
 
-func scanTask(row interface{ Scan(...any) error }) (*store.Task, error) {
+func scanTask(row rowScanner) (*store.Task, error) {
 	var (
 		t                                                  store.Task
 		input, deps                                        string
@@ -69,19 +69,6 @@ func scanTask(row interface{ Scan(...any) error }) (*store.Task, error) {
 	t.Route = sqltext.FromJSON(route)
 	t.ConcurrencyKey = concurrency.String
 	return &t, nil
-}
-
-func collectTasks(rows *sql.Rows) ([]*store.Task, error) {
-	defer rows.Close()
-	var out []*store.Task
-	for rows.Next() {
-		t, err := scanTask(rows)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, t)
-	}
-	return out, rows.Err()
 }
 
 // TaskGet implements store.Reader.
@@ -160,22 +147,17 @@ func (q q) TaskParentOutputsMany(ctx context.Context, taskIDs []string) (map[str
 	// A parent is looked up by id for each dependency (correlated subqueries): as a join, the
 	// planner overestimated the dependencies of a batch and hashed the whole tasks table for it
 	// (26 ms instead of 1.7 ms for the children of a 256-task claim on PostgreSQL).
-	rows, err := q.query(ctx, `SELECT d.child_id, (SELECT p.task_key FROM tasks p WHERE p.id = d.parent_id),
-		(SELECT p.output FROM tasks p WHERE p.id = d.parent_id) FROM task_deps d WHERE `+cond, args...)
-	if err != nil {
-		return nil, fmt.Errorf("parent outputs: %w", err)
-	}
-	defer rows.Close()
-	for rows.Next() {
+	err := q.each(ctx, "parent outputs", `SELECT d.child_id, (SELECT p.task_key FROM tasks p WHERE p.id = d.parent_id),
+		(SELECT p.output FROM tasks p WHERE p.id = d.parent_id) FROM task_deps d WHERE `+cond, args, func(rows *sql.Rows) error {
 		var (
 			child       string
 			key, output sql.NullString
 		)
 		if err := rows.Scan(&child, &key, &output); err != nil {
-			return nil, err
+			return err
 		}
 		if !key.Valid {
-			continue // no such parent (as the join had it)
+			return nil // no such parent (as the join had it)
 		}
 		if out[child] == nil {
 			out[child] = map[string]json.RawMessage{}
@@ -184,8 +166,12 @@ func (q q) TaskParentOutputsMany(ctx context.Context, taskIDs []string) (map[str
 		if out[child][key.String] == nil {
 			out[child][key.String] = json.RawMessage("null")
 		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
 	}
-	return out, rows.Err()
+	return out, nil
 }
 
 // deadLettered is the condition of a dead letter, on tasks aliased t: failed for good (a resume
@@ -201,7 +187,7 @@ func (q q) TaskListDeadLetters(ctx context.Context, p store.TaskListDeadLettersP
 	if err != nil {
 		return nil, fmt.Errorf("list dead letters: %w", err)
 	}
-	return collectTasks(rows)
+	return collect(rows, scanTask)
 }
 
 // TaskInsertMany implements store.Tx.
@@ -249,7 +235,7 @@ func (t *tx) TaskLockMany(ctx context.Context, ids []string) ([]*store.Task, err
 	if err != nil {
 		return nil, fmt.Errorf("lock tasks: %w", err)
 	}
-	return collectTasks(rows)
+	return collect(rows, scanTask)
 }
 
 // TaskUpdate implements store.Tx.

@@ -10,14 +10,21 @@ import (
 	"strings"
 )
 
-// Placeholders returns "$from, $from+1, ..." for n parameters.
+// Placeholders returns "$from, $from+1, ..." for n parameters. It allocates the text once: the
+// lists of the batch statements are hundreds of placeholders long.
 func Placeholders(from, n int) string {
-	var b strings.Builder
+	var (
+		b   strings.Builder
+		num [20]byte
+	)
+	digits := len(strconv.AppendInt(num[:0], int64(from+n), 10)) // at most, in any of the numbers
+	b.Grow(n * (len(", $") + digits))
 	for i := range n {
 		if i > 0 {
 			b.WriteString(", ")
 		}
-		b.WriteString("$" + strconv.Itoa(from+i))
+		b.WriteByte('$')
+		b.Write(strconv.AppendInt(num[:0], int64(from+i), 10))
 	}
 	return b.String()
 }
@@ -41,6 +48,15 @@ func StringArgs(ss []string) []any {
 		if i < len(ss) {
 			args[i] = ss[i]
 		}
+	}
+	return args
+}
+
+// Args returns vs as arguments, one each, in order.
+func Args[T any](vs []T) []any {
+	args := make([]any, len(vs))
+	for i, v := range vs {
+		args[i] = v
 	}
 	return args
 }

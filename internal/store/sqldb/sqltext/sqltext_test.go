@@ -46,7 +46,29 @@ func TestListsPaddedToSizeClasses(t *testing.T) {
 	if got := Placeholders(2, len(args)); got != "$2, $3, $4, $5" {
 		t.Errorf("Placeholders = %q", got)
 	}
+	if got := Args([]string{"a", "b"}); !slices.Equal(got, []any{"a", "b"}) {
+		t.Errorf("Args = %v", got)
+	}
 	if got := Prefixed("t.", "a, b,\n\tc"); got != "t.a, t.b,\n\tt.c" {
 		t.Errorf("Prefixed = %q", got)
+	}
+}
+
+func TestPlaceholdersAcrossWidthsInOneAllocation(t *testing.T) {
+	for _, tc := range []struct {
+		from, n int
+		want    string
+	}{
+		{1, 0, ""},
+		{1, 1, "$1"},
+		{8, 4, "$8, $9, $10, $11"},
+		{98, 3, "$98, $99, $100"},
+	} {
+		if got := Placeholders(tc.from, tc.n); got != tc.want {
+			t.Errorf("Placeholders(%d, %d) = %q, want %q", tc.from, tc.n, got, tc.want)
+		}
+	}
+	if n := testing.AllocsPerRun(10, func() { _ = Placeholders(2, 1000) }); n != 1 {
+		t.Errorf("Placeholders of 1,000 allocates %v times, want once", n)
 	}
 }
