@@ -165,6 +165,8 @@ type OutboxReader interface {
 	OutboxListAfter(ctx context.Context, afterID int64, limit int) ([]*OutboxMessage, error)
 	// OutboxBacklog counts the outbox messages not sent yet, for the metrics.
 	OutboxBacklog(ctx context.Context) (OutboxBacklog, error)
+	// OutboxUnsentByKey counts the unsent outbox messages of topic whose key is one of keys.
+	OutboxUnsentByKey(ctx context.Context, topic string, keys []string) (int, error)
 }
 
 // OutboxWriter writes the outbox, inside a Tx.
@@ -258,8 +260,6 @@ type DatasetReader interface {
 	DatasetEventListAfter(ctx context.Context, p DatasetEventListParams) ([]*DatasetEvent, error)
 	// DatasetEventMaxID is the greatest id of a stored dataset event, 0 when there is none.
 	DatasetEventMaxID(ctx context.Context) (int64, error)
-	// OutboxUnsentByKey counts the unsent outbox messages of topic whose key is one of keys.
-	OutboxUnsentByKey(ctx context.Context, topic string, keys []string) (int, error)
 }
 
 // DatasetWriter writes datasets, their versions and events, inside a Tx.

@@ -237,17 +237,3 @@ func (q q) DatasetEventMaxID(ctx context.Context) (int64, error) {
 	}
 	return id.Int64, nil
 }
-
-// OutboxUnsentByKey implements store.Reader.
-func (q q) OutboxUnsentByKey(ctx context.Context, topic string, keys []string) (int, error) {
-	if len(keys) == 0 {
-		return 0, nil
-	}
-	args := append([]any{topic}, sqltext.StringArgs(keys)...)
-	var n int
-	if err := q.queryRow(ctx, `SELECT COUNT(*) FROM outbox WHERE sent_at IS NULL AND topic = $1
-		AND msg_key IN (`+sqltext.Placeholders(2, len(args)-1)+`)`, args...).Scan(&n); err != nil {
-		return 0, fmt.Errorf("unsent %s messages: %w", topic, err)
-	}
-	return n, nil
-}

@@ -530,8 +530,7 @@ func testDatasetEvents(t *testing.T, st store.Store) {
 }
 
 // testDatasetEventsByVersionAfter: DatasetEventListAfter pages through one version of one
-// dataset's events by id within (after, through]; DatasetEventMaxID is the newest event's id; and
-// OutboxUnsentByKey counts the unsent messages of a topic by key.
+// dataset's events by id within (after, through]; DatasetEventMaxID is the newest event's id.
 func testDatasetEventsByVersionAfter(t *testing.T, st store.Store) {
 	ctx := t.Context()
 	ds, other := uuid.NewString(), uuid.NewString()
@@ -568,21 +567,4 @@ func testDatasetEventsByVersionAfter(t *testing.T, st store.Store) {
 		t.Errorf("past the last = %v", got)
 	}
 
-	key, otherKey := uuid.NewString(), uuid.NewString()
-	inTx(t, st, func(tx store.Tx) error {
-		return tx.OutboxInsertMany(ctx, []*store.OutboxMessage{
-			{Topic: store.TopicDatasetEvent, Key: key, Payload: json.RawMessage(`{}`), AvailableAt: t0, CreatedAt: t0},
-			{Topic: store.TopicDatasetEvent, Key: key, Payload: json.RawMessage(`{}`), AvailableAt: t0, CreatedAt: t0},
-			{Topic: store.TopicDatasetEvent, Key: otherKey, Payload: json.RawMessage(`{}`), AvailableAt: t0, CreatedAt: t0},
-			{Topic: "x", Key: key, Payload: json.RawMessage(`{}`), AvailableAt: t0, CreatedAt: t0},
-		})
-	})
-	for _, c := range []struct {
-		keys []string
-		want int
-	}{{[]string{key}, 2}, {[]string{key, otherKey}, 3}, {[]string{uuid.NewString()}, 0}, {nil, 0}} {
-		if n, err := st.OutboxUnsentByKey(ctx, store.TopicDatasetEvent, c.keys); err != nil || n != c.want {
-			t.Errorf("OutboxUnsentByKey(%v) = %d, %v; want %d", c.keys, n, err, c.want)
-		}
-	}
 }

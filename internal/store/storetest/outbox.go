@@ -1,4 +1,5 @@
-// Contract of the outbox: insertion, listing, the relay's queries and the backlog.
+// Contract of the outbox: insertion, listing, the relay's queries, unsent messages by key and the
+// backlog.
 
 package storetest
 
@@ -9,6 +10,8 @@ import (
 	"slices"
 	"testing"
 	"time"
+
+	"github.com/google/uuid"
 
 	"github.com/baton-dev/baton/internal/store"
 )
@@ -162,6 +165,31 @@ func testOutboxRelayQueries(t *testing.T, st store.Store) {
 	}
 	if left := outboxIDs(outboxAfter(t, st, 0, 10)); !slices.Equal(left, []int64{b, c}) {
 		t.Errorf("after pruning: %v, want [%d %d] (unsent b, recently sent c)", left, b, c)
+	}
+}
+
+// ---------------------------------------------------------------------------------------------
+// Unsent messages by key
+
+// testOutboxUnsentByKey: OutboxUnsentByKey counts the unsent messages of a topic by key.
+func testOutboxUnsentByKey(t *testing.T, st store.Store) {
+	ctx := t.Context()
+	key, otherKey := uuid.NewString(), uuid.NewString()
+	inTx(t, st, func(tx store.Tx) error {
+		return tx.OutboxInsertMany(ctx, []*store.OutboxMessage{
+			{Topic: store.TopicDatasetEvent, Key: key, Payload: json.RawMessage(`{}`), AvailableAt: t0, CreatedAt: t0},
+			{Topic: store.TopicDatasetEvent, Key: key, Payload: json.RawMessage(`{}`), AvailableAt: t0, CreatedAt: t0},
+			{Topic: store.TopicDatasetEvent, Key: otherKey, Payload: json.RawMessage(`{}`), AvailableAt: t0, CreatedAt: t0},
+			{Topic: "x", Key: key, Payload: json.RawMessage(`{}`), AvailableAt: t0, CreatedAt: t0},
+		})
+	})
+	for _, c := range []struct {
+		keys []string
+		want int
+	}{{[]string{key}, 2}, {[]string{key, otherKey}, 3}, {[]string{uuid.NewString()}, 0}, {nil, 0}} {
+		if n, err := st.OutboxUnsentByKey(ctx, store.TopicDatasetEvent, c.keys); err != nil || n != c.want {
+			t.Errorf("OutboxUnsentByKey(%v) = %d, %v; want %d", c.keys, n, err, c.want)
+		}
 	}
 }
 

@@ -70,9 +70,10 @@ func Run(t *testing.T, open func(t testing.TB) store.Store) {
 		{"EventsBulkInsertAndList", testEventsBulkInsertAndList},
 		{"ListTaskEvents", testListTaskEvents},
 
-		// Outbox (outbox.go): messages, the relay's queries, the backlog.
+		// Outbox (outbox.go): messages, the relay's queries, unsent messages by key, the backlog.
 		{"Outbox", testOutbox},
 		{"OutboxRelayQueries", testOutboxRelayQueries},
+		{"OutboxUnsentByKey", testOutboxUnsentByKey},
 		{"OutboxBacklog", testOutboxBacklog},
 
 		// Transactions (transactions.go).
