@@ -98,7 +98,7 @@ func (p *routingPass) release(ctx context.Context, k store.PipelineJobKey, g *ga
 	g.key = k
 	now := p.c.Now()
 	var err error
-	if g.backlog, err = p.tx.PipelineJobBacklog(ctx, k, g.queue, now); err != nil {
+	if g.backlog, err = p.tx.PipelineJobBacklog(ctx, store.PipelineJobBacklogParams{Job: k, Queue: g.queue, Now: now}); err != nil {
 		return fmt.Errorf("read the backlog: %w", err)
 	}
 	room := g.Room(g.backlog, now)

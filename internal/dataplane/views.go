@@ -158,7 +158,8 @@ func (dp *Plane) backpressure(ctx context.Context, spec *specs.Pipeline) (map[st
 		if !lim.Set() && h == nil {
 			continue
 		}
-		b, err := dp.store.PipelineJobBacklog(ctx, store.PipelineJobKey{Tenant: spec.Tenant, Pipeline: spec.Name, Job: j.Name}, j.TaskQueue(), now)
+		b, err := dp.store.PipelineJobBacklog(ctx, store.PipelineJobBacklogParams{
+			Job: store.PipelineJobKey{Tenant: spec.Tenant, Pipeline: spec.Name, Job: j.Name}, Queue: j.TaskQueue(), Now: now})
 		if err != nil {
 			return nil, err
 		}

@@ -59,12 +59,23 @@ type Backlog struct {
 	OldestReadyAt time.Time
 }
 
+// PipelineJobBacklogParams is the input of BackpressureReader.PipelineJobBacklog.
+type PipelineJobBacklogParams struct {
+	// Job is the pipeline job whose backlog is measured.
+	Job PipelineJobKey
+	// Queue is the queue the job's tasks are created on: only its pending tasks are read.
+	Queue string
+	// Now is the time the backlog is measured at: a pending task available at or before it is
+	// ready.
+	Now time.Time
+}
+
 // BackpressureReader reads held routings and pipeline jobs' backlogs.
 type BackpressureReader interface {
-	// PipelineJobBacklog measures the backlog of one pipeline job at now: its pending tasks on
-	// queue, the queue its tasks are created on. It reads the queue's pending tasks only, never
-	// the job's history.
-	PipelineJobBacklog(ctx context.Context, k PipelineJobKey, queue string, now time.Time) (Backlog, error)
+	// PipelineJobBacklog measures the backlog of pipeline job p.Job at p.Now: its pending tasks
+	// on p.Queue, the queue its tasks are created on. It reads the queue's pending tasks only,
+	// never the job's history.
+	PipelineJobBacklog(ctx context.Context, p PipelineJobBacklogParams) (Backlog, error)
 	// HeldRoutingSummary describes the held routings of each pipeline job p selects that holds
 	// some, ordered by tenant, pipeline and job.
 	HeldRoutingSummary(ctx context.Context, p HeldSummaryParams) ([]*HeldSummary, error)

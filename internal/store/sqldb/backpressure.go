@@ -7,14 +7,13 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"time"
 
 	"github.com/baton-dev/baton/internal/store"
 	"github.com/baton-dev/baton/internal/store/sqldb/sqltext"
 )
 
 // PipelineJobBacklog implements store.Reader.
-func (q q) PipelineJobBacklog(ctx context.Context, k store.PipelineJobKey, queue string, now time.Time) (store.Backlog, error) {
+func (q q) PipelineJobBacklog(ctx context.Context, p store.PipelineJobBacklogParams) (store.Backlog, error) {
 	var (
 		b      store.Backlog
 		oldest sql.NullInt64
@@ -26,9 +25,9 @@ func (q q) PipelineJobBacklog(ctx context.Context, k store.PipelineJobKey, queue
 	err := q.queryRow(ctx, `SELECT COUNT(*), MIN(CASE WHEN t.available_at <= $5 THEN t.available_at END)
 		FROM tasks t WHERE t.queue = $4 AND t.status = 'pending'
 		AND (SELECT j.tenant = $1 AND j.pipeline = $2 AND j.pipeline_job = $3 FROM jobs j WHERE j.id = t.job_id)`,
-		k.Tenant, k.Pipeline, k.Job, queue, now.UnixMilli()).Scan(&b.Depth, &oldest)
+		p.Job.Tenant, p.Job.Pipeline, p.Job.Job, p.Queue, p.Now.UnixMilli()).Scan(&b.Depth, &oldest)
 	if err != nil {
-		return store.Backlog{}, fmt.Errorf("backlog of pipeline job %s.%s: %w", k.Pipeline, k.Job, err)
+		return store.Backlog{}, fmt.Errorf("backlog of pipeline job %s.%s: %w", p.Job.Pipeline, p.Job.Job, err)
 	}
 	b.OldestReadyAt = sqltext.Time(oldest)
 	return b, nil

@@ -129,14 +129,16 @@ func testPipelineJobBacklog(t *testing.T, st store.Store) {
 	other := pipelineJob("globex", "etl", "v1", "load")
 	seed(t, st, other, newTask(other.ID, "a"))
 
-	b, err := st.PipelineJobBacklog(ctx, store.PipelineJobKey{Tenant: "acme", Pipeline: "etl", Job: "load"}, "default", now)
+	b, err := st.PipelineJobBacklog(ctx, store.PipelineJobBacklogParams{
+		Job: store.PipelineJobKey{Tenant: "acme", Pipeline: "etl", Job: "load"}, Queue: "default", Now: now})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if b.Depth != 3 || !b.OldestReadyAt.Equal(at(5*time.Second)) {
 		t.Errorf("backlog = %d, oldest ready %v; want 3, %v", b.Depth, b.OldestReadyAt, at(5*time.Second))
 	}
-	b, err = st.PipelineJobBacklog(ctx, store.PipelineJobKey{Tenant: "acme", Pipeline: "etl", Job: "none"}, "default", now)
+	b, err = st.PipelineJobBacklog(ctx, store.PipelineJobBacklogParams{
+		Job: store.PipelineJobKey{Tenant: "acme", Pipeline: "etl", Job: "none"}, Queue: "default", Now: now})
 	if err != nil || b.Depth != 0 || !b.OldestReadyAt.IsZero() {
 		t.Errorf("backlog of a job without tasks = %+v, %v; want zero", b, err)
 	}
