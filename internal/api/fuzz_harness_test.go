@@ -199,7 +199,7 @@ func newFuzzHarness(f *testing.F) *fuzzHarness {
 	if err != nil {
 		f.Fatal(err)
 	}
-	if _, err := h.d.RecordEvents(ctx, dispatch.Fence{TaskID: fx.task, Attempt: 1, LeaseToken: fx.lease}, []report.Event{
+	if _, err := h.dp.Intake().Record(ctx, dispatch.Fence{TaskID: fx.task, Attempt: 1, LeaseToken: fx.lease}, []report.Event{
 		{DatasetUUID: blocks.UUID, DatasetVersion: blocks.CurrentVersion, Cursor: &[]int64{1}[0]}}); err != nil {
 		f.Fatal(err)
 	}

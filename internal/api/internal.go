@@ -415,7 +415,7 @@ func (s *Server) fencedEvents(fence fenceFunc) handler {
 		if err != nil {
 			return nil, err
 		}
-		stored, err := s.d.RecordEvents(r.Context(), f, events)
+		stored, err := s.dp.Intake().Record(r.Context(), f, events)
 		if err != nil {
 			return nil, err
 		}

@@ -84,7 +84,7 @@ func TestAVersionOutsideItsDatasetsPrefixIsNeverGranted(t *testing.T) {
 				t.Fatal(err)
 			}
 			cursor := int64(i + 1)
-			if _, err := w.d.RecordEvents(ctx, dispatch.Fence{TaskID: emitter.Task.ID, Attempt: 1, LeaseToken: emitter.Task.LeaseToken},
+			if _, err := w.dp.Intake().Record(ctx, dispatch.Fence{TaskID: emitter.Task.ID, Attempt: 1, LeaseToken: emitter.Task.LeaseToken},
 				[]report.Event{{DatasetUUID: ds, DatasetVersion: version, Cursor: &cursor}}); err != nil {
 				t.Fatal(err)
 			}

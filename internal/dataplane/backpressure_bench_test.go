@@ -54,7 +54,7 @@ func benchmarkStorm(b *testing.B, drv storetest.Driver, mode string) {
 		for i := start; i < start+1000; i++ {
 			evs = append(evs, cursorEvent(feed.UUID, feed.CurrentVersion, int64(i)))
 		}
-		if _, err := d.RecordEvents(ctx, fence, evs); err != nil {
+		if _, err := dp.Intake().Record(ctx, fence, evs); err != nil {
 			b.Fatal(err)
 		}
 	}

@@ -86,7 +86,7 @@ func (e *cappedEnv) flood(from, to int64) {
 	for c := from; c < to; c++ {
 		evs = append(evs, cursorEvent(e.feed, e.version, c))
 	}
-	if _, err := e.D.RecordEvents(e.Ctx, fence(e.emitter), evs); err != nil {
+	if _, err := e.dp.Intake().Record(e.Ctx, fence(e.emitter), evs); err != nil {
 		e.T.Fatalf("record events: %v", err)
 	}
 }
@@ -231,7 +231,7 @@ func TestBackpressureCoalescePartitions(t *testing.T) {
 		for _, p := range parts {
 			// Each from its own task: a task that reports the same event twice reports it once.
 			emitter := e.Claim(e.Submit(lifecycle.TaskSpec{Key: "emit", Name: "emit"}), "emit")
-			if _, err := e.D.RecordEvents(e.Ctx, fence(emitter), []report.Event{partition(e.feed, e.version, p, p+9)}); err != nil {
+			if _, err := e.dp.Intake().Record(e.Ctx, fence(emitter), []report.Event{partition(e.feed, e.version, p, p+9)}); err != nil {
 				t.Fatal(err)
 			}
 			e.route() // one event per pass: each is routed on its own

@@ -75,7 +75,7 @@ func (e *buildEnv) workHolding(hold func(*dispatch.Claim) bool) []*dispatch.Clai
 				events = append(events, partition(o.DatasetUUID, o.DatasetVersion, start, end))
 			}
 			if len(events) > 0 {
-				if _, err := e.D.RecordEvents(e.Ctx, fence(c), events); err != nil {
+				if _, err := e.dp.Intake().Record(e.Ctx, fence(c), events); err != nil {
 					e.T.Fatalf("record events of %s: %v", c.Route.Job.Name, err)
 				}
 			}
@@ -258,7 +258,7 @@ func TestAbandonedBuildLeavesTheLiveVersionAsItWas(t *testing.T) {
 		}
 		// What it reports afterwards is stored, not routed.
 		out := claims[0].Route.Outputs[0]
-		if _, err := e.D.RecordEvents(e.Ctx, fence(claims[0]), []report.Event{partition(out.DatasetUUID, out.DatasetVersion, 1, 1)}); err != nil {
+		if _, err := e.dp.Intake().Record(e.Ctx, fence(claims[0]), []report.Event{partition(out.DatasetUUID, out.DatasetVersion, 1, 1)}); err != nil {
 			t.Fatal(err)
 		}
 		if n := e.route(); n != 0 {

@@ -23,11 +23,11 @@ func TestRecordEventsIsFencedIdempotentAndValidated(t *testing.T) {
 			{DatasetUUID: ds, DatasetVersion: "v1", Cursor: i64(12345)},
 			{DatasetUUID: ds, DatasetVersion: "v1", PartitionKey: "1000000-1010000", Start: i64(1000000), End: i64(1010000)},
 		}
-		n, err := e.D.RecordEvents(e.Ctx, fence(c), events)
+		n, err := e.dp.Intake().Record(e.Ctx, fence(c), events)
 		if err != nil || n != 2 {
 			t.Fatalf("record: %d, %v", n, err)
 		}
-		if n, err := e.D.RecordEvents(e.Ctx, fence(c), events); err != nil || n != 0 {
+		if n, err := e.dp.Intake().Record(e.Ctx, fence(c), events); err != nil || n != 0 {
 			t.Fatalf("repeat: %d new, %v; want 0 new and no error", n, err)
 		}
 		stored, _ := st.DatasetEventListByTask(e.Ctx, c.Task.ID)
@@ -42,16 +42,16 @@ func TestRecordEventsIsFencedIdempotentAndValidated(t *testing.T) {
 			{{DatasetUUID: ds, DatasetVersion: "v1", PartitionKey: "1-5", Start: i64(2), End: i64(5)}},
 			{{DatasetUUID: "ds", DatasetVersion: "v1", Cursor: i64(1)}}, // no dataset of the tenant
 		} {
-			_, err := e.D.RecordEvents(e.Ctx, fence(c), bad)
+			_, err := e.dp.Intake().Record(e.Ctx, fence(c), bad)
 			dispatchtest.WantErr[*dispatch.InvalidError](t, err)
 		}
 		stale := fence(c)
 		stale.LeaseToken = "not-it"
-		if _, err := e.D.RecordEvents(e.Ctx, stale, events[:1]); !errors.Is(err, dispatch.ErrLeaseMismatch) {
+		if _, err := e.dp.Intake().Record(e.Ctx, stale, events[:1]); !errors.Is(err, dispatch.ErrLeaseMismatch) {
 			t.Errorf("stale token: %v", err)
 		}
 		e.Succeed(c)
-		if _, err := e.D.RecordEvents(e.Ctx, fence(c), []report.Event{{DatasetUUID: ds, DatasetVersion: "v", Cursor: i64(1)}}); err == nil {
+		if _, err := e.dp.Intake().Record(e.Ctx, fence(c), []report.Event{{DatasetUUID: ds, DatasetVersion: "v", Cursor: i64(1)}}); err == nil {
 			t.Error("events accepted after the attempt completed")
 		}
 		if stored, _ := st.DatasetEventListByTask(e.Ctx, c.Task.ID); len(stored) != 2 {
@@ -68,12 +68,12 @@ func TestEventsOfATimedOutAttemptAreAcceptedUntilTheNextClaim(t *testing.T) {
 		c := e.Claim(job, "a")
 		e.Expire()
 		ev := []report.Event{{DatasetUUID: ds, DatasetVersion: "v", Cursor: i64(1)}}
-		if _, err := e.D.RecordEvents(e.Ctx, fence(c), ev); err != nil {
+		if _, err := e.dp.Intake().Record(e.Ctx, fence(c), ev); err != nil {
 			t.Fatalf("late events before the next claim: %v", err)
 		}
 		e.Clock.Advance(10 * time.Second)
 		e.Claim(job, "a")
-		_, err := e.D.RecordEvents(e.Ctx, fence(c), ev)
+		_, err := e.dp.Intake().Record(e.Ctx, fence(c), ev)
 		dispatchtest.WantErr[*dispatch.AttemptMismatchError](t, err)
 	})
 }
@@ -114,7 +114,7 @@ func TestPartitionEventWithAndWithoutBoundsIsOneEvent(t *testing.T) {
 		}
 		record := func(events ...report.Event) int {
 			t.Helper()
-			n, err := e.D.RecordEvents(e.Ctx, fence(e.emitter), events)
+			n, err := e.dp.Intake().Record(e.Ctx, fence(e.emitter), events)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -157,7 +157,7 @@ func TestPartitionEventWithAndWithoutBoundsIsOneEvent(t *testing.T) {
 			return ev
 		}()} {
 			bad.PartitionKey = "100-199"
-			_, err := e.D.RecordEvents(e.Ctx, fence(e.emitter), []report.Event{bad})
+			_, err := e.dp.Intake().Record(e.Ctx, fence(e.emitter), []report.Event{bad})
 			dispatchtest.WantErr[*dispatch.InvalidError](t, err)
 		}
 		if stored, _ := st.DatasetEventListByTask(e.Ctx, e.emitter.Task.ID); len(stored) != 3 {

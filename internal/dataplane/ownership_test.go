@@ -72,7 +72,7 @@ func TestEventsNameOnlyTheTenantsOwnDatasets(t *testing.T) {
 			{[]report.Event{ev(unknown)}, fmt.Sprintf(`events[0]: dataset_uuid %q: this tenant has no such dataset`, unknown)},
 			{[]report.Event{ev(own), ev(foreign)}, fmt.Sprintf(`events[1]: dataset_uuid %q: this tenant has no such dataset`, foreign)},
 		} {
-			_, err := e.D.RecordEvents(e.Ctx, fence(c), tc.events)
+			_, err := e.dp.Intake().Record(e.Ctx, fence(c), tc.events)
 			if bad := dispatchtest.WantErr[*dispatch.InvalidError](t, err); bad.Message != tc.want {
 				t.Errorf("refusal %q, want %q", bad.Message, tc.want)
 			}
@@ -97,7 +97,7 @@ func TestEventsNameOnlyTheTenantsOwnDatasets(t *testing.T) {
 			t.Fatalf("the victim's dataset: %v, recent events %+v", err, v.Events)
 		}
 		// The attempt still reports its own dataset's events, and completes.
-		if n, err := e.D.RecordEvents(e.Ctx, fence(c), []report.Event{ev(own)}); err != nil || n != 1 {
+		if n, err := e.dp.Intake().Record(e.Ctx, fence(c), []report.Event{ev(own)}); err != nil || n != 1 {
 			t.Fatalf("own event: %d %v", n, err)
 		}
 		if _, err := e.D.Complete(e.Ctx, dispatch.CompleteParams{TaskID: c.Task.ID, Attempt: 1, LeaseToken: c.Task.LeaseToken,
@@ -126,7 +126,7 @@ func TestRecentEventsAreTheTenantsOwn(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := e.D.RecordEvents(e.Ctx, fence(vc), []report.Event{{DatasetUUID: victims, DatasetVersion: "v1", Cursor: i64(1)}}); err != nil {
+		if _, err := e.dp.Intake().Record(e.Ctx, fence(vc), []report.Event{{DatasetUUID: victims, DatasetVersion: "v1", Cursor: i64(1)}}); err != nil {
 			t.Fatal(err)
 		}
 		// An intruder's event on it, stored directly, as it could be before the check.

@@ -123,7 +123,7 @@ func (e *replaceEnv) day(key string) report.Event {
 }
 
 func (e *replaceEnv) record(c *dispatch.Claim, events ...report.Event) (int, error) {
-	return e.D.RecordEvents(e.Ctx, fence(c), events)
+	return e.dp.Intake().Record(e.Ctx, fence(c), events)
 }
 
 // partitions is the dataset view's partitions of days.

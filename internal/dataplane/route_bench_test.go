@@ -82,13 +82,13 @@ func BenchmarkRouteEvents(b *testing.B) {
 	for _, drv := range storetest.Drivers() {
 		b.Run(drv.Name, func(b *testing.B) {
 			ctx := context.Background()
-			d, dp, fence, ds := benchRouting(b, drv.Open(b))
+			_, dp, fence, ds := benchRouting(b, drv.Open(b))
 			for start := 0; start < b.N; start += 1000 {
 				events := make([]report.Event, 0, 1000)
 				for i := start; i < min(start+1000, b.N); i++ {
 					events = append(events, cursorEvent(ds.UUID, ds.CurrentVersion, int64(i)))
 				}
-				if _, err := d.RecordEvents(ctx, fence, events); err != nil {
+				if _, err := dp.Intake().Record(ctx, fence, events); err != nil {
 					b.Fatal(err)
 				}
 			}
@@ -139,7 +139,7 @@ func BenchmarkEventToClaimable(b *testing.B) {
 			b.ResetTimer()
 			for i := range b.N {
 				start := time.Now()
-				if _, err := d.RecordEvents(ctx, fence, []report.Event{cursorEvent(ds.UUID, ds.CurrentVersion, int64(i))}); err != nil {
+				if _, err := dp.Intake().Record(ctx, fence, []report.Event{cursorEvent(ds.UUID, ds.CurrentVersion, int64(i))}); err != nil {
 					b.Fatal(err)
 				}
 				claims, err := d.ClaimWait(ctx, dispatch.ClaimNextParams{Queues: []string{"consume"}, WorkerID: "w"}, 10*time.Second)

@@ -123,7 +123,7 @@ func (e *pipelineEnv) output(job string, i int) (uuid, version string) {
 func (e *pipelineEnv) emit(events ...report.Event) {
 	e.T.Helper()
 	c := e.emitter.Task
-	if _, err := e.D.RecordEvents(e.Ctx, dispatch.Fence{TaskID: c.ID, Attempt: c.Attempt, LeaseToken: c.LeaseToken}, events); err != nil {
+	if _, err := e.dp.Intake().Record(e.Ctx, dispatch.Fence{TaskID: c.ID, Attempt: c.Attempt, LeaseToken: c.LeaseToken}, events); err != nil {
 		e.T.Fatalf("record events: %v", err)
 	}
 }
@@ -179,7 +179,7 @@ func TestRoutingOneTaskPerConsumerAndDedupeKey(t *testing.T) {
 		}
 		// A second task reporting the same partition: the dedupe key is the same.
 		other := e.Claim(e.Submit(lifecycle.TaskSpec{Key: "emit2", Name: "emit"}), "emit2")
-		if _, err := e.D.RecordEvents(e.Ctx, dispatch.Fence{TaskID: other.Task.ID, LeaseToken: other.Task.LeaseToken},
+		if _, err := e.dp.Intake().Record(e.Ctx, dispatch.Fence{TaskID: other.Task.ID, LeaseToken: other.Task.LeaseToken},
 			[]report.Event{ev}); err != nil {
 			t.Fatal(err)
 		}
@@ -238,7 +238,7 @@ func TestRoutingIgnoresVersionsThatAreNotCurrentAndOtherTenants(t *testing.T) {
 			t.Fatal(err)
 		}
 		_, v := e.output("follower", 0)
-		_, err = e.D.RecordEvents(e.Ctx, dispatch.Fence{TaskID: c.Task.ID, LeaseToken: c.Task.LeaseToken},
+		_, err = e.dp.Intake().Record(e.Ctx, dispatch.Fence{TaskID: c.Task.ID, LeaseToken: c.Task.LeaseToken},
 			[]report.Event{partition(blocks, v, 0, 9)})
 		dispatchtest.WantErr[*dispatch.InvalidError](t, err)
 		if got := e.route(); got != 0 {
@@ -461,13 +461,13 @@ func TestRoutingTwoReplicasOnePostgres(t *testing.T) {
 	}
 	var wg sync.WaitGroup
 	for i, c := range emitters {
-		d := a.D
+		in := a.dp.Intake()
 		if i%2 == 1 {
-			d = b.D
+			in = b.dp.Intake()
 		}
 		wg.Go(func() {
 			for p := range int64(10) {
-				if _, err := d.RecordEvents(a.Ctx, dispatch.Fence{TaskID: c.Task.ID, LeaseToken: c.Task.LeaseToken},
+				if _, err := in.Record(a.Ctx, dispatch.Fence{TaskID: c.Task.ID, LeaseToken: c.Task.LeaseToken},
 					[]report.Event{partition(blocks, v, p*10, p*10+9)}); err != nil {
 					t.Error(err)
 				}

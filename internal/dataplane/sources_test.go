@@ -238,7 +238,7 @@ func TestMaxConcurrencyHoldsUnderLoad(t *testing.T) {
 		for i := range int64(tasks) {
 			events = append(events, cursorEvent(ds[0].UUID, ds[0].CurrentVersion, i))
 		}
-		if _, err := e.D.RecordEvents(e.Ctx, dispatch.Fence{TaskID: emitter.Task.ID, LeaseToken: emitter.Task.LeaseToken}, events); err != nil {
+		if _, err := e.dp.Intake().Record(e.Ctx, dispatch.Fence{TaskID: emitter.Task.ID, LeaseToken: emitter.Task.LeaseToken}, events); err != nil {
 			t.Fatal(err)
 		}
 		if _, n, err := e.dp.NewRouter(dataplane.RouteConfig{}).RunOnce(e.Ctx); err != nil || n != tasks {

@@ -113,8 +113,8 @@ type Hook interface {
 
 // EventChecker is implemented by a hook whose RecordEvents needs to know what lies outside the
 // store, in object storage, about some events: it must look before the report's transaction, never
-// while the transaction holds the task's row. RecordEvents and Complete call CheckEvents with the
-// report's fence before their transaction and hand RecordEvents the events it returns; its error
+// while the transaction holds the task's row. Complete calls CheckEvents with the report's fence
+// before its transaction and hands RecordEvents the events it returns; its error
 // refuses the report, which then changes nothing. CheckEvents must leave a report it cannot judge
 // (an unknown task, a stale fence) to the transaction, which answers it as it would any other.
 type EventChecker interface {

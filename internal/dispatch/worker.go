@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/baton-dev/baton/internal/lifecycle"
-	"github.com/baton-dev/baton/internal/report"
 	"github.com/baton-dev/baton/internal/store"
 )
 
@@ -167,23 +166,4 @@ func (d *Dispatcher) RecordTraceparent(ctx context.Context, f Fence, traceparent
 		a.Traceparent = traceparent
 		return tx.AttemptPutMany(ctx, []*store.Attempt{a})
 	})
-}
-
-// RecordEvents stores upstream events reported mid-task by the current attempt. Events are
-// idempotent: a repeat is accepted and stored once. It returns how many were new.
-func (d *Dispatcher) RecordEvents(ctx context.Context, f Fence, events []report.Event) (int, error) {
-	events, err := d.checkEvents(ctx, f, events)
-	if err != nil {
-		return 0, err
-	}
-	var n int
-	err = d.update(ctx, store.LockSet{Tasks: []string{f.TaskID}}, func(tx store.Tx, c *changes) error {
-		t, err := d.lockAttempt(ctx, tx, f)
-		if err != nil {
-			return err
-		}
-		n, err = d.recordEvents(ctx, tx, c, t, events)
-		return err
-	})
-	return n, err
 }

@@ -96,7 +96,7 @@ func startBuild(t *testing.T, s *server) (active, building string) {
 	c := claims[0].Task
 	one := int64(1)
 	ev := report.Event{DatasetUUID: blocks.Dataset.UUID, DatasetVersion: blocks.Dataset.CurrentVersion, PartitionKey: "1-1", Start: &one, End: &one}
-	if _, err := s.d.RecordEvents(t.Context(), dispatch.Fence{TaskID: c.ID, Attempt: c.Attempt, LeaseToken: c.LeaseToken}, []report.Event{ev}); err != nil {
+	if _, err := s.dp.Intake().Record(t.Context(), dispatch.Fence{TaskID: c.ID, Attempt: c.Attempt, LeaseToken: c.LeaseToken}, []report.Event{ev}); err != nil {
 		t.Fatalf("record an event of blocks: %v", err)
 	}
 	res := s.deploy(t, "acme", chainWidth(2))

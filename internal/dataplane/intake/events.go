@@ -71,6 +71,27 @@ func deref(p *int64) any {
 	return *p
 }
 
+// Record stores upstream events reported mid-task by the current attempt f names (the internal
+// and task-scoped dialects' events): they are checked (CheckEvents, before the transaction), then
+// stored under the attempt's lock, each new one queued for routing (RecordEvents). Events are
+// idempotent: a repeat is accepted and stored once. It returns how many were new.
+func (in *Intake) Record(ctx context.Context, f dispatch.Fence, events []report.Event) (int, error) {
+	events, err := in.CheckEvents(ctx, f, events)
+	if err != nil {
+		return 0, err
+	}
+	var n int
+	err = in.d.Update(ctx, store.LockSet{Tasks: []string{f.TaskID}}, func(tx store.Tx, w *dispatch.Work) error {
+		t, err := in.d.LockAttempt(ctx, tx, f)
+		if err != nil {
+			return err
+		}
+		n, err = in.RecordEvents(ctx, tx, w, t, events)
+		return err
+	})
+	return n, err
+}
+
 // RecordEvents stores the events of t's current attempt and queues each new one for routing, in
 // the caller's transaction: an event is routed exactly when it is stored. Every event must name a
 // dataset of the task's tenant; otherwise none is stored. It returns how many events were new.

@@ -123,7 +123,7 @@ func (e *replaceEnv) day(key string) report.Event {
 }
 
 func (e *replaceEnv) record(c *dispatch.Claim, events ...report.Event) (int, error) {
-	return e.D.RecordEvents(e.Ctx, dispatch.Fence{TaskID: c.Task.ID, Attempt: c.Task.Attempt, LeaseToken: c.Task.LeaseToken}, events)
+	return e.dp.Intake().Record(e.Ctx, dispatch.Fence{TaskID: c.Task.ID, Attempt: c.Task.Attempt, LeaseToken: c.Task.LeaseToken}, events)
 }
 
 func str(s string) *string { return &s }
