@@ -1,14 +1,10 @@
 package dataplane
 
 import (
-	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
-	"slices"
 	"time"
-
-	"github.com/google/uuid"
 
 	"github.com/baton-dev/baton/internal/dataplane/specs"
 	"github.com/baton-dev/baton/internal/dispatch"
@@ -21,7 +17,7 @@ import (
 // new versions of their datasets, while the active version keeps serving and routing its own.
 // When the build has caught up it is ready, and one transaction (Activate) moves every rebuilt
 // dataset's current version and the pipeline's active version together; a rollback moves them all
-// back. This file holds the plan (planBuild), its start (startBuild) and its view; builds.go the
+// back. The plan is specs.PlanBuild; this file holds its start (startBuild) and its view; builds.go the
 // service that moves builds forward, cutover.go the moves of a pipeline's datasets between versions.
 
 // The activate modes of a deploy (Deployer.Activate).
@@ -65,84 +61,6 @@ func progressOf(v *store.PipelineVersion) (buildProgress, error) {
 		}
 	}
 	return prog, nil
-}
-
-// materializes reports why job b (deployed before) and job a differ in what they write: "" when
-// they do not. A change of runtime, operator, config, inputs (their datasets or filters),
-// execution strategy, update strategy, unique key or outputs does; retries, timeouts, priority,
-// queue, scaling, backpressure and schedule do not.
-func materializes(b, a *specs.Job) string {
-	switch {
-	case b.Runtime != a.Runtime:
-		return fmt.Sprintf("runtime changed from %s to %s", b.Runtime, a.Runtime)
-	case b.Operator != a.Operator:
-		return fmt.Sprintf("operator changed from %s to %s", b.Operator, a.Operator)
-	case !pipeline.SameJSON(b.Config, a.Config):
-		return "config changed"
-	case len(b.Inputs) != len(a.Inputs):
-		return "inputs changed"
-	case b.Strategy != a.Strategy:
-		return "execution_strategy changed"
-	case b.UpdateStrategy != a.UpdateStrategy || !slices.Equal(b.UniqueKey, a.UniqueKey):
-		return "update_strategy or unique_key changed"
-	case len(b.Outputs) != len(a.Outputs):
-		return "outputs changed"
-	}
-	for i := range a.Inputs {
-		if b.Inputs[i].DatasetUUID != a.Inputs[i].DatasetUUID || !pipeline.SameJSON(b.Inputs[i].Where, a.Inputs[i].Where) {
-			return fmt.Sprintf("input %d changed", i)
-		}
-	}
-	return ""
-}
-
-// planBuild decides what next rebuilds beside base, the active version: the jobs whose change
-// materializes differently, and every job downstream of a rebuilt one through a dataset it
-// rebuilds. A job that writes a buffered dataset is not rebuilt (the dataset is live: it keeps no
-// versions to build beside) but switched at activation, and what it writes is not rebuilt either.
-// A job new in next is rebuilt only when it reads a rebuilt dataset. Nil when nothing is rebuilt.
-func planBuild(base, next *specs.Pipeline, buffered map[string]bool) *specs.BuildPlan {
-	plan := &specs.BuildPlan{Base: base.Version, Jobs: map[string]string{}, Switched: map[string]string{}, Pointers: map[string]string{}}
-	affect := func(j *specs.Job, why string) bool {
-		if plan.Jobs[j.Name] != "" || plan.Switched[j.Name] != "" {
-			return false
-		}
-		for _, o := range j.Outputs {
-			if buffered[o.DatasetUUID] {
-				plan.Switched[j.Name] = why + "; it writes a buffered dataset, which keeps no versions: it changes at activation"
-				return false
-			}
-		}
-		plan.Jobs[j.Name] = why
-		for _, o := range j.Outputs {
-			plan.Pointers[o.DatasetUUID] = uuid.NewString()
-		}
-		return true
-	}
-	for _, j := range next.Jobs {
-		if b := base.Job(j.Name); b != nil {
-			if why := materializes(b, j); why != "" {
-				affect(j, why)
-			}
-		}
-	}
-	for changed := true; changed; {
-		changed = false
-		for _, j := range next.Jobs {
-			for _, in := range j.Inputs {
-				if _, ok := plan.Pointers[in.DatasetUUID]; ok {
-					if affect(j, fmt.Sprintf("reads %s, which is rebuilt", cmp.Or(in.DatasetName, in.DatasetUUID))) {
-						changed = true
-					}
-					break
-				}
-			}
-		}
-	}
-	if len(plan.Jobs) == 0 {
-		return nil
-	}
-	return plan
 }
 
 // BuildView is the build of a pipeline version beside the active one.

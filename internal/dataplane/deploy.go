@@ -31,7 +31,7 @@ type DeployResult struct {
 	Created  bool // a new version was stored (false: the same text was deployed before)
 	// Activated: the version became the active one (false: it already was, or it is building).
 	Activated bool
-	// Building: the version is being built beside the active one (see planBuild); Abandoned
+	// Building: the version is being built beside the active one (see specs.PlanBuild); Abandoned
 	// names the build it replaced, if any.
 	Building  bool
 	Abandoned string
@@ -321,7 +321,7 @@ func (d *deployment) store(ctx context.Context, cleared map[string]int64) error 
 }
 
 // planBuild decides whether a new version is built beside the active one: when its change
-// materializes differently (planBuild), unless the deployer asks for it at once or the document
+// materializes differently (specs.PlanBuild), unless the deployer asks for it at once or the document
 // resets outputs (the reset is its rebuild, when it activates).
 func (d *deployment) planBuild(ctx context.Context, tx store.Tx, p *store.Pipeline, spec *specs.Pipeline) error {
 	if p.ActiveVersion == "" || d.who.Activate == ActivateImmediate || len(d.resetJobs) > 0 {
@@ -331,7 +331,7 @@ func (d *deployment) planBuild(ctx context.Context, tx store.Tx, p *store.Pipeli
 	if err != nil {
 		return err
 	}
-	if spec.Build = planBuild(base, spec, bufferedOutputs(d.doc, spec)); spec.Build != nil {
+	if spec.Build = specs.PlanBuild(base, spec, bufferedOutputs(d.doc, spec)); spec.Build != nil {
 		spec.Build.Activate = cmp.Or(d.who.Activate, ActivateManual)
 	}
 	return nil
