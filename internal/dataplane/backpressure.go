@@ -54,7 +54,7 @@ func (p *routingPass) openGates(ctx context.Context, held []*store.HeldSummary, 
 		k := store.PipelineJobKey{Tenant: h.Tenant, Pipeline: h.Pipeline, Job: h.Job}
 		active, err := p.r.activeSpec(ctx, p.tx, k)
 		if err != nil {
-			return err
+			return fmt.Errorf("the held routings of job %s: %w", k.Job, err)
 		}
 		g := &gate{active: active}
 		if js := active.Job(k.Job); js != nil {
@@ -131,7 +131,7 @@ func (p *routingPass) release(ctx context.Context, k store.PipelineJobKey, g *ga
 			continue
 		}
 		if err := p.known.Load(ctx, p.tx, append(spec.DatasetUUIDs(), e.DatasetUUID)); err != nil {
-			return err
+			return fmt.Errorf("held routing %d: load its datasets: %w", h.ID, err)
 		}
 		ds := p.known.Datasets[e.DatasetUUID]
 		js := spec.Job(h.Job)

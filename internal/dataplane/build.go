@@ -135,7 +135,7 @@ func (dp *Plane) buildView(ctx context.Context, st store.Reader, v *store.Pipeli
 	ids := sortedKeys(spec.Build.Pointers)
 	ds, err := st.DatasetGetMany(ctx, ids)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("pipeline %s version %s: the datasets its build rebuilds: %w", v.Pipeline, v.Version, err)
 	}
 	byID := map[string]*store.Dataset{}
 	for _, x := range ds {
@@ -160,7 +160,7 @@ func (dp *Plane) startBuild(ctx context.Context, tx store.Tx, c *dispatch.Work, 
 	}
 	p.BuildingVersion, p.UpdatedAt = spec.Version, c.Now()
 	if err := tx.PipelinePut(ctx, p); err != nil {
-		return err
+		return fmt.Errorf("pipeline %s: start the build of version %s: %w", p.Name, spec.Version, err)
 	}
 	if err := tx.PipelineVersionSetState(ctx, store.PipelineVersionKey{Tenant: p.Tenant, Pipeline: p.Name, Version: spec.Version},
 		store.VersionBuilding); err != nil {
@@ -171,7 +171,10 @@ func (dp *Plane) startBuild(ctx context.Context, tx store.Tx, c *dispatch.Work, 
 		versions = append(versions, &store.DatasetVersion{DatasetUUID: id, Version: spec.Build.Pointers[id], CreatedAt: c.Now()})
 	}
 	res.Pipeline = p
-	return tx.DatasetVersionInsertMany(ctx, versions)
+	if err := tx.DatasetVersionInsertMany(ctx, versions); err != nil {
+		return fmt.Errorf("pipeline %s version %s: register the versions its build makes: %w", p.Name, spec.Version, err)
+	}
+	return nil
 }
 
 // bufferedOutputs is the buffered datasets the jobs of doc write, by uuid.

@@ -82,7 +82,7 @@ func (b *Builds) advance(ctx context.Context, p *store.Pipeline) (bool, error) {
 	k := store.PipelineVersionKey{Tenant: p.Tenant, Pipeline: p.Name, Version: p.BuildingVersion}
 	v, err := b.dp.store.PipelineVersionGet(ctx, k)
 	if err != nil {
-		return false, err
+		return false, fmt.Errorf("read the version: %w", err)
 	}
 	spec, err := b.dp.specs.Get(ctx, b.dp.store, k.Tenant, k.Pipeline, k.Version)
 	if err != nil || spec.Build == nil {
@@ -111,7 +111,7 @@ func (b *Builds) advance(ctx context.Context, p *store.Pipeline) (bool, error) {
 		}
 		trigger, _ := json.Marshal(map[string]any{"kind": "build", "version": k.Version})
 		if _, err := b.dp.startSource(ctx, spec, js, "build:"+k.Version, trigger, spec.Build.Pointers); err != nil {
-			return false, err
+			return false, fmt.Errorf("job %s: %w", name, err)
 		}
 		prog.Sources = append(prog.Sources, name)
 	}
@@ -137,7 +137,7 @@ func (b *Builds) advance(ctx context.Context, p *store.Pipeline) (bool, error) {
 	case prog.Scanned && unfinished == 0 && !failed:
 		unsent, err := b.dp.store.OutboxUnsentByKey(ctx, store.TopicDatasetEvent, sortedKeys(spec.Build.Pointers))
 		if err != nil {
-			return false, err
+			return false, fmt.Errorf("the unrouted events of the datasets it rebuilds: %w", err)
 		}
 		if unsent == 0 {
 			now := b.dp.clock.Now()
@@ -153,7 +153,7 @@ func (b *Builds) backfill(ctx context.Context, spec *specs.Pipeline, prog *build
 	if prog.Through == 0 {
 		through, err := b.dp.store.DatasetEventMaxID(ctx)
 		if err != nil {
-			return err
+			return fmt.Errorf("begin the backfill: %w", err)
 		}
 		prog.Through = max(through, 1) // 0 means not begun
 	}
@@ -173,7 +173,7 @@ func (b *Builds) backfill(ctx context.Context, spec *specs.Pipeline, prog *build
 			key := fmt.Sprintf("%s/%d", name, i)
 			done, err := b.backfillInput(ctx, spec, js, in.DatasetUUID, key, prog)
 			if err != nil {
-				return err
+				return fmt.Errorf("backfill input %s: %w", key, err)
 			}
 			scanned = scanned && done
 		}
@@ -213,7 +213,7 @@ func (b *Builds) backfillInput(ctx context.Context, spec *specs.Pipeline, js *sp
 		return err
 	})
 	if err != nil {
-		return false, err
+		return false, fmt.Errorf("route %d events of dataset %s again: %w", len(routed), uuid, err)
 	}
 	prog.After[key] = evs[len(evs)-1].ID
 	return len(evs) < b.cfg.Batch && prog.After[key] <= prog.Through, nil
@@ -224,8 +224,11 @@ func (b *Builds) record(ctx context.Context, k store.PipelineVersionKey, prog *b
 	raw, _ := json.Marshal(prog)
 	return b.dp.d.UpdateAlone(ctx, store.LockSet{}, func(tx store.Tx, c *dispatch.Work) error {
 		p, err := tx.PipelineGet(ctx, k.Tenant, k.Pipeline)
-		if err != nil || p.BuildingVersion != k.Version {
-			return err
+		if err != nil {
+			return fmt.Errorf("record the build's progress: %w", err)
+		}
+		if p.BuildingVersion != k.Version {
+			return nil
 		}
 		return tx.PipelineVersionSetBuild(ctx, k, raw)
 	})

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"log/slog"
 	"time"
 
@@ -53,7 +54,7 @@ func (c *Controller) run(ctx context.Context) {
 func (c *Controller) RunOnce(ctx context.Context) (int, error) {
 	claims, err := c.dp.d.ClaimNext(ctx, dispatch.ClaimNextParams{Queues: []string{specs.ControlQueue}, WorkerID: c.workerID, Limit: 64})
 	if err != nil {
-		return 0, err
+		return 0, fmt.Errorf("claim control tasks: %w", err)
 	}
 	return len(claims), c.runClaims(ctx, claims)
 }
@@ -79,6 +80,8 @@ func controlEvents(t *store.Task, now time.Time) []report.Event {
 	var trigger struct {
 		ScheduledAt time.Time `json:"scheduled_at"`
 	}
+	// Lenient on purpose: a manual or webhook source's trigger holds the caller's own members (its
+	// scheduled_at may be anything), so only a readable time counts; otherwise the task's is used.
 	if json.Unmarshal(r.Trigger, &trigger) == nil && !trigger.ScheduledAt.IsZero() {
 		at = trigger.ScheduledAt
 	}

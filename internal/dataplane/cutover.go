@@ -49,11 +49,11 @@ func (dp *Plane) Activate(ctx context.Context, tenant, name, version string, for
 		}
 		base, plan = p.ActiveVersion, spec.Build
 		if err := dp.switchPointers(ctx, tx, c, p, spec.Build.Pointers); err != nil {
-			return err
+			return fmt.Errorf("activate version %s: %w", version, err)
 		}
 		p.ActiveVersion, p.BuildingVersion, p.UpdatedAt = version, "", c.Now()
 		if err := tx.PipelinePut(ctx, p); err != nil {
-			return err
+			return fmt.Errorf("pipeline %s: activate version %s: %w", name, version, err)
 		}
 		if err := tx.PipelineVersionSetState(ctx, store.PipelineVersionKey{Tenant: tenant, Pipeline: name, Version: version}, store.VersionDeployed); err != nil {
 			return err
@@ -101,7 +101,10 @@ func (dp *Plane) abandonBuild(ctx context.Context, tx store.Tx, c *dispatch.Work
 		return err
 	}
 	p.BuildingVersion, p.UpdatedAt = "", c.Now()
-	return tx.PipelinePut(ctx, p)
+	if err := tx.PipelinePut(ctx, p); err != nil {
+		return fmt.Errorf("pipeline %s: abandon the build of version %s: %w", p.Name, k.Version, err)
+	}
+	return nil
 }
 
 // building reads, in tx, pipeline name and its building version, which must be version.
@@ -111,7 +114,7 @@ func (dp *Plane) building(ctx context.Context, tx store.Tx, tenant, name, versio
 		return nil, nil, nil, ErrPipelineNotFound
 	}
 	if err != nil {
-		return nil, nil, nil, err
+		return nil, nil, nil, fmt.Errorf("pipeline %s: %w", name, err)
 	}
 	k := store.PipelineVersionKey{Tenant: tenant, Pipeline: name, Version: version}
 	v, err := tx.PipelineVersionGet(ctx, k)
@@ -119,7 +122,7 @@ func (dp *Plane) building(ctx context.Context, tx store.Tx, tenant, name, versio
 		return nil, nil, nil, ErrPipelineVersionNotFound
 	}
 	if err != nil {
-		return nil, nil, nil, err
+		return nil, nil, nil, fmt.Errorf("pipeline %s version %s: %w", name, version, err)
 	}
 	if p.BuildingVersion != version {
 		what := "is not being built"
@@ -173,13 +176,13 @@ func (dp *Plane) switchPointers(ctx context.Context, tx store.Tx, c *dispatch.Wo
 	}
 	ds, err := tx.DatasetGetMany(ctx, sortedKeys(pins))
 	if err != nil {
-		return err
+		return fmt.Errorf("pipeline %s: the datasets to switch: %w", p.Name, err)
 	}
 	for _, x := range ds {
 		if v := pins[x.UUID]; x.Tenant == p.Tenant && x.WriteMode != pipeline.WriteBuffered && x.CurrentVersion != v {
 			x.CurrentVersion, x.UpdatedAt = v, c.Now()
 			if err := tx.DatasetUpdate(ctx, x); err != nil {
-				return err
+				return fmt.Errorf("pipeline %s: dataset %s: make version %s current: %w", p.Name, x.UUID, v, err)
 			}
 		}
 	}
@@ -197,7 +200,7 @@ func writtenVersions(ctx context.Context, tx store.Tx, spec *specs.Pipeline) (ma
 	}
 	ds, err := tx.DatasetGetMany(ctx, uniq(ids))
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("pipeline %s version %s: the datasets its jobs write: %w", spec.Name, spec.Version, err)
 	}
 	out := map[string]string{}
 	for _, x := range ds {
@@ -217,7 +220,7 @@ func (dp *Plane) restore(ctx context.Context, tx store.Tx, c *dispatch.Work, p *
 	k := store.PipelineVersionKey{Tenant: p.Tenant, Pipeline: p.Name, Version: to}
 	v, err := tx.PipelineVersionGet(ctx, k)
 	if err != nil {
-		return err
+		return fmt.Errorf("pipeline %s version %s: %w", p.Name, to, err)
 	}
 	var rec replacedRecord
 	if len(v.Pointers) > 0 {
@@ -281,7 +284,7 @@ func (dp *Plane) cancelTasks(ctx context.Context, tenant, name, version, reason 
 		case errors.Is(err, dispatch.ErrJobNotFound), errors.Is(err, dispatch.ErrJobFinished):
 			continue
 		case err != nil:
-			return n, err
+			return n, fmt.Errorf("pipeline %s job %s: %w", name, ref.Job, err)
 		}
 		if job != nil {
 			n++

@@ -38,17 +38,17 @@ func (dp *Plane) GetDataset(ctx context.Context, tenant, ref string, limit int) 
 	}
 	v := &DatasetView{Dataset: x, Allowed: []string{}}
 	if v.Versions, err = dp.store.DatasetVersionList(ctx, x.UUID); err != nil {
-		return nil, err
+		return nil, fmt.Errorf("dataset %s: %w", x.UUID, err)
 	}
 	if v.Events, err = dp.store.DatasetEventListRecent(ctx, store.DatasetEventListRecentParams{
 		Tenant: tenant, DatasetUUID: x.UUID, Limit: cmpOr(limit, 20),
 	}); err != nil {
-		return nil, err
+		return nil, fmt.Errorf("dataset %s: %w", x.UUID, err)
 	}
 	if v.Invalidations, err = dp.store.OutputResetList(ctx, store.OutputResetListParams{
 		Tenant: tenant, DatasetUUID: x.UUID, Limit: cmpOr(limit, 20),
 	}); err != nil {
-		return nil, err
+		return nil, fmt.Errorf("dataset %s: %w", x.UUID, err)
 	}
 	if v.Partitions, err = dp.store.PartitionCommitListCurrent(ctx, store.PartitionCommitListParams{
 		Tenant: tenant, DatasetUUID: x.UUID, DatasetVersion: x.CurrentVersion, Limit: MaxPartitionsListed + 1,
@@ -88,14 +88,17 @@ func (dp *Plane) SetCurrentVersion(ctx context.Context, tenant, ref, version str
 		}
 		versions, err := tx.DatasetVersionList(ctx, x.UUID)
 		if err != nil {
-			return err
+			return fmt.Errorf("dataset %s: %w", x.UUID, err)
 		}
 		if !slices.ContainsFunc(versions, func(v *store.DatasetVersion) bool { return v.Version == version }) {
 			return &dispatch.InvalidError{Message: fmt.Sprintf("dataset %s has no registered version %q (versions are registered by datasets_published on task completion)", ref, version)}
 		}
 		x.CurrentVersion, x.UpdatedAt = version, c.Now()
 		out = x
-		return tx.DatasetUpdate(ctx, x)
+		if err := tx.DatasetUpdate(ctx, x); err != nil {
+			return fmt.Errorf("dataset %s: make version %s current: %w", x.UUID, version, err)
+		}
+		return nil
 	})
 	return out, err
 }

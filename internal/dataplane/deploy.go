@@ -329,7 +329,7 @@ func (d *deployment) planBuild(ctx context.Context, tx store.Tx, p *store.Pipeli
 	}
 	base, err := d.dp.specs.Get(ctx, tx, p.Tenant, p.Name, p.ActiveVersion)
 	if err != nil {
-		return err
+		return fmt.Errorf("pipeline %s version %s: plan its build: %w", p.Name, spec.Version, err)
 	}
 	if spec.Build = specs.PlanBuild(base, spec, bufferedOutputs(d.doc, spec)); spec.Build != nil {
 		spec.Build.Activate = cmp.Or(d.who.Activate, ActivateManual)
@@ -383,7 +383,7 @@ func (d *deployment) activate(ctx context.Context, tx store.Tx, c *dispatch.Work
 		err = d.dp.switchPointers(ctx, tx, c, p, nil)
 	}
 	if err != nil {
-		return err
+		return fmt.Errorf("activate version %s: %w", doc.Version, err)
 	}
 	p.ActiveVersion, p.UpdatedAt = doc.Version, c.Now()
 	if err := tx.PipelinePut(ctx, p); err != nil {

@@ -38,7 +38,7 @@ func (dp *Plane) checkAgainstTenant(ctx context.Context, tenant string, doc *pip
 	}
 	ds, err := st.DatasetListByProducer(ctx, tenant, producers)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, fmt.Errorf("pipeline %s: the datasets it produces: %w", doc.Name, err)
 	}
 	for _, x := range ds {
 		existing[x.Producer] = x
@@ -63,7 +63,7 @@ func (dp *Plane) checkAgainstTenant(ctx context.Context, tenant string, doc *pip
 		path := "publish." + name
 		held, err := byName(name)
 		if err != nil {
-			return nil, nil, err
+			return nil, nil, fmt.Errorf("dataset %s: %w", name, err)
 		}
 		want := outputProducer(doc.Name, p.From.Job, p.From.Output)
 		if p.WriteMode == pipeline.WriteBuffered {

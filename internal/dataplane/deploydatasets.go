@@ -51,10 +51,10 @@ func (dp *Plane) storeDatasets(ctx context.Context, tx store.Tx, c *dispatch.Wor
 		}
 	}
 	if err := tx.DatasetInsertMany(ctx, fresh); err != nil {
-		return nil, err
+		return nil, fmt.Errorf("pipeline %s version %s: create %d datasets: %w", doc.Name, doc.Version, len(fresh), err)
 	}
 	if err := tx.DatasetVersionInsertMany(ctx, versions); err != nil {
-		return nil, err
+		return nil, fmt.Errorf("pipeline %s version %s: register the new datasets' versions: %w", doc.Name, doc.Version, err)
 	}
 	// Read back: a concurrent deploy may have created some of them first. The existing ones too,
 	// as they are now: the updates below must keep what other requests changed since the deploy
@@ -70,7 +70,7 @@ func (dp *Plane) storeDatasets(ctx context.Context, tx store.Tx, c *dispatch.Wor
 	}
 	got, err := tx.DatasetListByProducer(ctx, tenant, producers)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("pipeline %s version %s: read its datasets back: %w", doc.Name, doc.Version, err)
 	}
 	byProducer := map[string]*store.Dataset{}
 	for k, x := range existing {
@@ -104,7 +104,7 @@ func (dp *Plane) storeDatasets(ctx context.Context, tx store.Tx, c *dispatch.Wor
 			x.FilterFields, _ = json.Marshal(p.FilterFields)
 		}
 		if err := tx.DatasetUpdate(ctx, x); err != nil {
-			return nil, err
+			return nil, fmt.Errorf("dataset %s: publish it as %s: %w", x.UUID, name, err)
 		}
 	}
 	return buildSpec(tenant, doc, byProducer)

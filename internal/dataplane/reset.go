@@ -56,7 +56,7 @@ func (dp *Plane) resetOutputs(ctx context.Context, tx store.Tx, c *dispatch.Work
 	}
 	ds, err := tx.DatasetGetMany(ctx, uuids)
 	if err != nil {
-		return err
+		return fmt.Errorf("pipeline %s version %s: reset outputs: %w", doc.Name, doc.Version, err)
 	}
 	byUUID := make(map[string]*store.Dataset, len(ds))
 	for _, x := range ds {
@@ -80,19 +80,19 @@ func (dp *Plane) resetOutputs(ctx context.Context, tx store.Tx, c *dispatch.Work
 				Reason: fmt.Sprintf("discarded, not loaded: job %q of pipeline %q reset its outputs (bootstrap.reset_outputs) when version %s was deployed",
 					tg.job, doc.Name, doc.Version), Now: c.Now()})
 			if err != nil {
-				return err
+				return fmt.Errorf("reset outputs of job %q: %w", tg.job, err)
 			}
 			r.BatchesDiscarded = int64(n)
 		}
 		versions = append(versions, &store.DatasetVersion{DatasetUUID: x.UUID, Version: r.DatasetVersion, CreatedAt: c.Now()})
 		x.CurrentVersion, x.UpdatedAt = r.DatasetVersion, c.Now()
 		if err := tx.DatasetUpdate(ctx, x); err != nil {
-			return err
+			return fmt.Errorf("reset outputs of job %q: dataset %s: %w", tg.job, x.UUID, err)
 		}
 		records = append(records, r)
 	}
 	if err := tx.DatasetVersionInsertMany(ctx, versions); err != nil {
-		return err
+		return fmt.Errorf("pipeline %s version %s: reset outputs: %w", doc.Name, doc.Version, err)
 	}
 	return tx.OutputResetInsertMany(ctx, records)
 }

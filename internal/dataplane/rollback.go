@@ -36,12 +36,12 @@ func (dp *Plane) Rollback(ctx context.Context, tenant, name, version string) (*D
 		return nil, 0, ErrPipelineNotFound
 	}
 	if err != nil {
-		return nil, 0, err
+		return nil, 0, fmt.Errorf("pipeline %s: %w", name, err)
 	}
 	if version == "" {
 		versions, err := dp.store.PipelineVersionList(ctx, tenant, name)
 		if err != nil {
-			return nil, 0, err
+			return nil, 0, fmt.Errorf("pipeline %s: %w", name, err)
 		}
 		// The newest version older than the active one that ever ran: not one whose build was
 		// abandoned.
@@ -63,7 +63,7 @@ func (dp *Plane) Rollback(ctx context.Context, tenant, name, version string) (*D
 	} else if v, err := dp.store.PipelineVersionGet(ctx, store.PipelineVersionKey{Tenant: tenant, Pipeline: name, Version: version}); errors.Is(err, store.ErrNotFound) {
 		return nil, 0, &dispatch.InvalidError{Message: fmt.Sprintf("pipeline %q has no version %q", name, version)}
 	} else if err != nil {
-		return nil, 0, err
+		return nil, 0, fmt.Errorf("pipeline %s version %s: %w", name, version, err)
 	} else if v.State == store.VersionBuilding || v.State == store.VersionAbandoned {
 		return nil, 0, &dispatch.ConflictError{Code: "pipeline_version_never_active", Message: fmt.Sprintf(
 			"pipeline %q version %s was never active (its build is %s): activate it when its build is ready instead", name, version,

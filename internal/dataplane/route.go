@@ -69,7 +69,7 @@ func (r *Router) route(ctx context.Context, tx store.Tx, c *dispatch.Work, evs [
 		return 0, err
 	}
 	if err := p.known.Load(ctx, tx, p.more); err != nil {
-		return 0, err
+		return 0, fmt.Errorf("load the datasets of the routed versions: %w", err)
 	}
 	for _, rt := range routings {
 		if err := p.admit(ctx, rt); err != nil {
@@ -128,7 +128,7 @@ func (p *routingPass) match(ctx context.Context, evs []*intake.Routed) ([]routin
 		byDataset[cs.DatasetUUID] = append(byDataset[cs.DatasetUUID], cs)
 		spec, err := p.r.dp.specs.Get(ctx, p.tx, cs.Tenant, cs.Pipeline, cs.Version)
 		if err != nil {
-			return nil, err
+			return nil, fmt.Errorf("dataset %s: its consumer job %s: %w", cs.DatasetUUID, cs.Job, err)
 		}
 		specOf[cs] = spec
 		p.more = append(p.more, spec.DatasetUUIDs()...)

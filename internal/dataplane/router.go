@@ -3,6 +3,7 @@ package dataplane
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"sync"
 	"time"
 
@@ -108,7 +109,7 @@ func (r *Router) RunOnce(ctx context.Context) (events, tasks int, err error) {
 			Now: c.Now(), Limit: r.batch, Filter: store.OutboxFilter{Topic: store.TopicDatasetEvent},
 		})
 		if err != nil {
-			return err
+			return fmt.Errorf("claim dataset events: %w", err)
 		}
 		held, err := tx.HeldRoutingSummary(ctx, store.HeldSummaryParams{})
 		if err != nil || len(msgs)+len(held) == 0 {
@@ -127,7 +128,7 @@ func (r *Router) RunOnce(ctx context.Context) (events, tasks int, err error) {
 			evs = append(evs, &e)
 		}
 		if tasks, err = r.route(ctx, tx, c, evs, held, &tally); err != nil {
-			return err
+			return fmt.Errorf("route %d dataset events and %d jobs' held routings: %w", len(evs), len(held), err)
 		}
 		if len(ids) == 0 {
 			return nil

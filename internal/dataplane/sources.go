@@ -122,13 +122,13 @@ func (s *Sources) alwaysOn(ctx context.Context, spec *specs.Pipeline, js *specs.
 	job := store.PipelineJobKey{Tenant: spec.Tenant, Pipeline: spec.Name, Job: js.Name}
 	total, live, err := s.dp.store.PipelineJobTasks(ctx, job)
 	if err != nil {
-		return 0, err
+		return 0, fmt.Errorf("count its runs: %w", err)
 	}
 	if building != "" && live > 0 {
 		// The run a build started of the job (Builds) runs beside the active version's runs.
 		counts, err := s.dp.store.PipelineVersionTaskCounts(ctx, store.PipelineVersionKey{Tenant: spec.Tenant, Pipeline: spec.Name, Version: building})
 		if err != nil {
-			return 0, err
+			return 0, fmt.Errorf("count its build's runs: %w", err)
 		}
 		for _, c := range counts {
 			if c.Job == js.Name {
@@ -151,7 +151,7 @@ func (s *Sources) alwaysOn(ctx context.Context, spec *specs.Pipeline, js *specs.
 			run = max(run, n+1)
 		}
 	case !errors.Is(err, store.ErrNotFound):
-		return 0, err
+		return 0, fmt.Errorf("its latest run: %w", err)
 	}
 	trigger, _ := json.Marshal(map[string]any{"kind": pipeline.SourceAlwaysOn, "run": run + 1})
 	return s.dp.startSource(ctx, spec, js, alwaysOnKey+strconv.Itoa(run), trigger, nil)
@@ -173,12 +173,14 @@ func (dp *Plane) startSource(ctx context.Context, spec *specs.Pipeline, js *spec
 	err := dp.d.UpdateAlone(ctx, store.LockSet{}, func(tx store.Tx, c *dispatch.Work) error {
 		known := specs.NewKnown()
 		if err := known.Load(ctx, tx, spec.DatasetUUIDs()); err != nil {
-			return err
+			return fmt.Errorf("run %s: load the datasets of version %s: %w", key, spec.Version, err)
 		}
 		job, task := dp.pipelineTask(spec, js, known, -1, nil, trigger, pins, c.Now(), sourceKey(spec, js, key))
 		var err error
-		n, err = c.InsertJobsIfAbsent(ctx, tx, []*store.Job{job}, map[string]*store.Task{job.ID: task})
-		return err
+		if n, err = c.InsertJobsIfAbsent(ctx, tx, []*store.Job{job}, map[string]*store.Task{job.ID: task}); err != nil {
+			return fmt.Errorf("run %s: %w", key, err)
+		}
+		return nil
 	})
 	return n, err
 }
@@ -224,15 +226,18 @@ func (dp *Plane) RunSource(ctx context.Context, p RunSourceParams) (*RunSourceRe
 	idem := "pipeline:" + spec.Name + ":" + js.Name + ":" + kind + ":" + key
 	n, err := dp.startSource(ctx, spec, js, kind+":"+key, raw, nil)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("pipeline %s job %s: %w", spec.Name, js.Name, err)
 	}
 	job, err := dp.store.JobGetByIdempotencyKey(ctx, p.Tenant, idem)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("pipeline %s job %s: the job of run %s:%s: %w", spec.Name, js.Name, kind, key, err)
 	}
 	tasks, err := dp.store.TaskListByJob(ctx, job.ID)
-	if err != nil || len(tasks) == 0 {
-		return nil, fmt.Errorf("the task of job %s: %v", job.ID, err)
+	if err != nil {
+		return nil, fmt.Errorf("the task of job %s: %w", job.ID, err)
+	}
+	if len(tasks) == 0 {
+		return nil, fmt.Errorf("job %s has no task", job.ID)
 	}
 	return &RunSourceResult{JobID: job.ID, TaskID: tasks[0].ID, Pipeline: spec.Name, Job: js.Name, Created: n == 1}, nil
 }
@@ -246,7 +251,7 @@ func (dp *Plane) findSource(ctx context.Context, p RunSourceParams) (*specs.Pipe
 			return nil, nil, ErrPipelineNotFound
 		}
 		if err != nil {
-			return nil, nil, err
+			return nil, nil, fmt.Errorf("pipeline %s: %w", p.Pipeline, err)
 		}
 		ps = []*store.Pipeline{one}
 	} else {

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"errors"
+	"fmt"
 	"maps"
 	"slices"
 	"time"
@@ -106,11 +107,11 @@ func (dp *Plane) GetPipeline(ctx context.Context, tenant, name string) (*Pipelin
 		return nil, ErrPipelineNotFound
 	}
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("pipeline %s: %w", name, err)
 	}
 	v, err := dp.store.PipelineVersionGet(ctx, store.PipelineVersionKey{Tenant: tenant, Pipeline: name, Version: p.ActiveVersion})
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("pipeline %s version %s: %w", name, p.ActiveVersion, err)
 	}
 	spec, err := specs.Decode(v)
 	if err != nil {
@@ -118,7 +119,7 @@ func (dp *Plane) GetPipeline(ctx context.Context, tenant, name string) (*Pipelin
 	}
 	counts, err := dp.store.PipelineTaskCounts(ctx, tenant, name)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("pipeline %s: %w", name, err)
 	}
 	bp, err := dp.backpressure(ctx, spec)
 	if err != nil {
@@ -128,7 +129,7 @@ func (dp *Plane) GetPipeline(ctx context.Context, tenant, name string) (*Pipelin
 	if p.BuildingVersion != "" {
 		bv, err := dp.store.PipelineVersionGet(ctx, store.PipelineVersionKey{Tenant: tenant, Pipeline: name, Version: p.BuildingVersion})
 		if err != nil {
-			return nil, err
+			return nil, fmt.Errorf("pipeline %s version %s: %w", name, p.BuildingVersion, err)
 		}
 		bs, err := specs.Decode(bv)
 		if err != nil {
@@ -145,7 +146,7 @@ func (dp *Plane) GetPipeline(ctx context.Context, tenant, name string) (*Pipelin
 func (dp *Plane) backpressure(ctx context.Context, spec *specs.Pipeline) (map[string]*BackpressureView, error) {
 	held, err := dp.store.HeldRoutingSummary(ctx, store.HeldSummaryParams{Tenant: spec.Tenant, Pipeline: spec.Name})
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("pipeline %s: %w", spec.Name, err)
 	}
 	byJob := map[string]*store.HeldSummary{}
 	for _, h := range held {
@@ -194,7 +195,7 @@ func (dp *Plane) PipelineVersions(ctx context.Context, tenant, name string) ([]*
 	if _, err := dp.store.PipelineGet(ctx, tenant, name); errors.Is(err, store.ErrNotFound) {
 		return nil, ErrPipelineNotFound
 	} else if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("pipeline %s: %w", name, err)
 	}
 	return dp.store.PipelineVersionList(ctx, tenant, name)
 }

@@ -3,6 +3,7 @@ package dispatch
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"strings"
 	"sync"
 
@@ -88,7 +89,7 @@ func (d *Dispatcher) completeBatch(ctx context.Context, tx store.Tx, c *changes,
 	{
 		tasks, err := tx.TaskLockMany(ctx, ids)
 		if err != nil {
-			return nil, err
+			return nil, fmt.Errorf("batch of %d completions: %w", len(ids), err)
 		}
 		byID := make(map[string]*store.Task, len(tasks))
 		for _, t := range tasks {
@@ -137,10 +138,10 @@ func (d *Dispatcher) completeBatch(ctx context.Context, tx store.Tx, c *changes,
 		}
 		now := c.now
 		if err := tx.TaskCompleteMany(ctx, done, now); err != nil {
-			return nil, err
+			return nil, fmt.Errorf("batch of %d completions: %w", len(ids), err)
 		}
 		if err := tx.AttemptPutMany(ctx, ended); err != nil {
-			return nil, err
+			return nil, fmt.Errorf("batch of %d completions: %w", len(ids), err)
 		}
 		parents := make([]string, len(done))
 		finished := map[string]int{} // per job
@@ -190,7 +191,7 @@ func (d *Dispatcher) claimMany(ctx context.Context, tx store.Tx, c *changes, ps 
 			}
 			got, err := tx.TaskListReadyIDs(ctx, store.TaskListReadyIDsParams{Queue: q, Now: c.now, Limit: total - len(ids)})
 			if err != nil {
-				return err
+				return fmt.Errorf("batch of %d claims: %w", len(group), err)
 			}
 			ids = append(ids, got...)
 		}

@@ -3,6 +3,7 @@ package dispatch
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"sync"
 	"time"
@@ -322,7 +323,7 @@ func (g *groupTx) run(guard bool) error {
 		l := g.locks
 		if len(g.others) > 0 || len(l.Releasing)+len(l.Ending)+len(l.Jobs)+len(l.Keys) > 0 {
 			if err := tx.RowsLock(ctx, l); err != nil {
-				return err
+				return fmt.Errorf("group commit of %d transitions: %w", len(g.others)+len(g.completes)+len(g.claims), err)
 			}
 		}
 		// What every part that stood left for the end of the transaction (Dispatcher.settle):
@@ -384,14 +385,16 @@ func (g *groupTx) run(guard bool) error {
 			}
 		}
 		if err := d.settle(ctx, tx, group); err != nil {
-			return err
+			return fmt.Errorf("group commit of %d transitions: %w", len(g.others)+len(g.completes)+len(g.claims), err)
 		}
 		if err := group.write(ctx, tx); err != nil {
-			return err
+			return fmt.Errorf("group commit of %d transitions: %w", len(g.others)+len(g.completes)+len(g.claims), err)
 		}
 		g.tally = group.tally
 		if g.ready = g.ready || group.ready; g.ready {
-			return tx.TaskReadyNotify(ctx)
+			if err := tx.TaskReadyNotify(ctx); err != nil {
+				return fmt.Errorf("group commit: wake claimers: %w", err)
+			}
 		}
 		return nil
 	})

@@ -8,6 +8,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"log/slog"
 	"math/rand/v2"
 	"time"
@@ -339,12 +340,12 @@ func (c *changes) freed(t *store.Task) {
 func (c *changes) write(ctx context.Context, tx store.Tx) error {
 	if len(c.events) > 0 {
 		if err := tx.EventInsertMany(ctx, c.events); err != nil {
-			return err
+			return fmt.Errorf("write %d audit events: %w", len(c.events), err)
 		}
 	}
 	if len(c.outbox) > 0 {
 		if err := tx.OutboxInsertMany(ctx, c.outbox); err != nil {
-			return err
+			return fmt.Errorf("write %d outbox messages: %w", len(c.outbox), err)
 		}
 	}
 	return nil

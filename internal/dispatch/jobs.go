@@ -101,12 +101,15 @@ func (d *Dispatcher) CreateJob(ctx context.Context, p CreateJobParams) (_ *Creat
 			}
 		}
 		if err := tx.JobInsert(ctx, job); err != nil {
-			return err
+			return fmt.Errorf("job %s: %w", job.ID, err)
 		}
 		if err := tx.TaskInsertMany(ctx, tasks); err != nil {
-			return err
+			return fmt.Errorf("job %s: insert %d tasks: %w", job.ID, len(tasks), err)
 		}
-		return tx.DepInsertMany(ctx, deps)
+		if err := tx.DepInsertMany(ctx, deps); err != nil {
+			return fmt.Errorf("job %s: insert the tasks' dependencies: %w", job.ID, err)
+		}
+		return nil
 	})
 	if errors.Is(err, store.ErrConflict) {
 		if created, gerr := d.store.JobGet(ctx, jobID); gerr == nil {
@@ -257,14 +260,14 @@ func (d *Dispatcher) AddTasks(ctx context.Context, p AddTasksParams) (_ *AddTask
 	err := d.updateAlone(ctx, store.LockSet{Jobs: []string{p.JobID}}, func(tx store.Tx, c *changes) error {
 		job, err := d.lockJob(ctx, tx, p.Tenant, p.JobID)
 		if err != nil {
-			return err
+			return fmt.Errorf("job %s: add tasks: %w", p.JobID, err)
 		}
 		if job.Status != lifecycle.JobProcessing || !job.CancelRequestedAt.IsZero() {
 			return ErrJobFinished
 		}
 		existing, err := tx.TaskListByJob(ctx, job.ID)
 		if err != nil {
-			return err
+			return fmt.Errorf("job %s: add tasks: %w", job.ID, err)
 		}
 		keys := make([]string, len(existing))
 		state := make(map[string]lifecycle.TaskStatus, len(existing)+len(p.Tasks))
@@ -333,15 +336,15 @@ func (d *Dispatcher) AddTasks(ctx context.Context, p AddTasksParams) (_ *AddTask
 			}
 		}
 		if err := tx.TaskInsertMany(ctx, tasks); err != nil {
-			return err
+			return fmt.Errorf("job %s: insert %d added tasks: %w", job.ID, len(tasks), err)
 		}
 		if err := tx.DepInsertMany(ctx, edges(job.ID, p.Tasks, ids)); err != nil {
-			return err
+			return fmt.Errorf("job %s: insert the added tasks' dependencies: %w", job.ID, err)
 		}
 		job.TotalTasks += len(tasks)
 		job.UnfinishedTasks += len(tasks) - skipped
 		if err := tx.JobUpdate(ctx, job); err != nil {
-			return err
+			return fmt.Errorf("job %s: count the added tasks: %w", job.ID, err)
 		}
 		res.TotalTasksNow = job.TotalTasks
 		return nil
@@ -377,7 +380,7 @@ func (d *Dispatcher) CancelJob(ctx context.Context, tenant, id, reason string) (
 		var err error
 		job, err = d.lockJob(ctx, tx, tenant, id)
 		if err != nil {
-			return err
+			return fmt.Errorf("job %s: cancel: %w", id, err)
 		}
 		if job.Status != lifecycle.JobProcessing {
 			return ErrJobFinished
@@ -433,13 +436,13 @@ func (d *Dispatcher) settle(ctx context.Context, tx store.Tx, c *changes) error 
 			locks.Ending = append(locks.Ending, e.id)
 		}
 		if err := tx.RowsLock(ctx, locks); err != nil {
-			return err
+			return fmt.Errorf("the dependents of %d completed and %d ended tasks: %w", len(c.released), len(c.ended), err)
 		}
 	}
 	for _, tp := range slices.Sorted(maps.Keys(byTrace)) {
 		refs, err := tx.TaskReleaseChildrenMany(ctx, byTrace[tp], c.now)
 		if err != nil {
-			return err
+			return fmt.Errorf("%d completed tasks: %w", len(byTrace[tp]), err)
 		}
 		c.withTraceparent(tp, func() {
 			for _, r := range refs {
@@ -453,7 +456,7 @@ func (d *Dispatcher) settle(ctx context.Context, tx store.Tx, c *changes) error 
 	for _, e := range c.ended {
 		skipped, err := tx.TaskSkipDescendants(ctx, e.id, c.now)
 		if err != nil {
-			return err
+			return fmt.Errorf("job %s: %w", e.jobID, err)
 		}
 		c.withTraceparent(e.traceparent, func() {
 			for _, r := range skipped {
@@ -501,7 +504,7 @@ func (d *Dispatcher) settleJob(ctx context.Context, tx store.Tx, c *changes, job
 	if job.UnfinishedTasks == 0 && job.Status == lifecycle.JobProcessing {
 		tasks, err := tx.TaskListByJob(ctx, job.ID)
 		if err != nil {
-			return nil, err
+			return nil, fmt.Errorf("settle job %s: %w", job.ID, err)
 		}
 		allCompleted := true
 		for _, t := range tasks {
@@ -520,7 +523,10 @@ func (d *Dispatcher) settleJob(ctx context.Context, tx store.Tx, c *changes, job
 	if !dirty {
 		return job, nil
 	}
-	return job, tx.JobUpdate(ctx, job)
+	if err := tx.JobUpdate(ctx, job); err != nil {
+		return job, fmt.Errorf("settle job %s: %w", job.ID, err)
+	}
+	return job, nil
 }
 
 // ResumeResult lists what a resume put back to work.
@@ -540,7 +546,7 @@ func (d *Dispatcher) ResumeJob(ctx context.Context, tenant, id string) (_ *Resum
 	err := d.updateAlone(ctx, store.LockSet{Jobs: []string{id}}, func(tx store.Tx, c *changes) error {
 		job, err := d.lockJob(ctx, tx, tenant, id)
 		if err != nil {
-			return err
+			return fmt.Errorf("job %s: resume: %w", id, err)
 		}
 		if job.Status == lifecycle.JobProcessing {
 			return ErrJobNotFinished
@@ -568,7 +574,7 @@ func (d *Dispatcher) ResumeJob(ctx context.Context, tenant, id string) (_ *Resum
 		job.UnfinishedTasks += len(refs)
 		job.FinishedAt, job.CancelRequestedAt, job.FailureDetectedAt = time.Time{}, time.Time{}, time.Time{}
 		if err := tx.JobUpdate(ctx, job); err != nil {
-			return err
+			return fmt.Errorf("job %s: resume: %w", id, err)
 		}
 		return nil
 	})

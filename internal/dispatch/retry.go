@@ -98,7 +98,7 @@ func (d *Dispatcher) runOnce(ctx context.Context, locks store.LockSet, fn func(t
 		}
 		if c.ready {
 			if err := tx.TaskReadyNotify(ctx); err != nil {
-				return err
+				return fmt.Errorf("wake claimers: %w", err)
 			}
 		}
 		return c.write(ctx, tx)

@@ -47,7 +47,7 @@ func (d *Dispatcher) ClaimTask(ctx context.Context, p ClaimTaskParams) (*Claim, 
 			return &NotClaimedError{Reason: NotClaimedNotFound}
 		}
 		if err != nil {
-			return err
+			return fmt.Errorf("task %s: read why it was not claimed: %w", p.TaskID, err)
 		}
 		if t.Runtime == "push" && t.Status == lifecycle.Pending {
 			// The server dispatches push tasks itself; no worker may claim one.
@@ -92,7 +92,7 @@ func (d *Dispatcher) ClaimNext(ctx context.Context, p ClaimNextParams) (got []*C
 			}
 			ids, err := tx.TaskListReadyIDs(ctx, store.TaskListReadyIDsParams{Queue: q, Now: c.now, Limit: limit - len(claims)})
 			if err != nil {
-				return err
+				return fmt.Errorf("worker %s: claim next: %w", p.WorkerID, err)
 			}
 			got, err := d.claim(ctx, tx, c, ids, p.WorkerID, "pull")
 			if err != nil {
@@ -123,7 +123,7 @@ func (d *Dispatcher) ClaimPush(ctx context.Context, p ClaimPushParams) ([]*Claim
 	err := d.update(ctx, store.LockSet{}, func(tx store.Tx, c *changes) error {
 		ids, err := tx.TaskListReadyPushIDs(ctx, store.TaskListReadyPushIDsParams{Now: c.now, Limit: cmpOr(p.Limit, 1), Targets: p.Targets})
 		if err != nil {
-			return err
+			return fmt.Errorf("worker %s: claim push tasks: %w", p.WorkerID, err)
 		}
 		claims, err = d.claim(ctx, tx, c, ids, p.WorkerID, "push")
 		return err
@@ -160,7 +160,7 @@ func (d *Dispatcher) claimFor(ctx context.Context, tx store.Tx, c *changes, ids,
 	}
 	tasks, err := tx.TaskClaimMany(ctx, ps)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("%d %s tasks: %w", len(ids), runtime, err)
 	}
 	slices.SortFunc(tasks, func(a, b *store.Task) int { return order[a.ID] - order[b.ID] })
 	if len(tasks) == 0 {
@@ -175,7 +175,7 @@ func (d *Dispatcher) claimFor(ctx context.Context, tx store.Tx, c *changes, ids,
 	}
 	parentOutputs, err := tx.TaskParentOutputsMany(ctx, withParents)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("%d claimed tasks: %w", len(withParents), err)
 	}
 	claims := make([]*Claim, 0, len(tasks))
 	for _, t := range tasks {
@@ -185,7 +185,7 @@ func (d *Dispatcher) claimFor(ctx context.Context, tx store.Tx, c *changes, ids,
 		}
 		job, err := d.JobRef(ctx, t.JobID)
 		if err != nil {
-			return nil, err
+			return nil, fmt.Errorf("claimed task %s: job %s: %w", t.ID, t.JobID, err)
 		}
 		c.event(t.JobID, t.ID, t.Key, EventTaskStarted, map[string]any{"attempt": t.Attempt, "workerId": t.WorkerID})
 		claims = append(claims, &Claim{Task: t, Job: job, Route: DecodeRoute(t), DependencyOutputs: outputs,
@@ -245,7 +245,7 @@ func (d *Dispatcher) Heartbeat(ctx context.Context, p HeartbeatParams) (*Heartbe
 		c.traceparent = p.Traceparent
 		t, err := d.lockTask(ctx, tx, p.TaskID)
 		if err != nil {
-			return err
+			return fmt.Errorf("task %s: heartbeat: %w", p.TaskID, err)
 		}
 		if err := checkFence(t, p.Attempt, p.LeaseToken); err != nil {
 			return err
@@ -267,7 +267,7 @@ func (d *Dispatcher) Heartbeat(ctx context.Context, p HeartbeatParams) (*Heartbe
 			c.event(t.JobID, t.ID, t.Key, EventTaskHeartbeat, map[string]any{"attempt": t.Attempt, "workerId": t.WorkerID})
 		}
 		if err := tx.TaskUpdate(ctx, t, fence); err != nil {
-			return err
+			return fmt.Errorf("task %s attempt %d: extend the lease: %w", t.ID, t.Attempt, err)
 		}
 		res = &HeartbeatResult{Task: t, LeaseExpiresAt: t.LeaseExpiresAt, ShouldCancel: !t.CancelRequestedAt.IsZero(), CancelReason: t.CancelReason}
 		return nil
@@ -387,7 +387,7 @@ func (d *Dispatcher) Complete(ctx context.Context, p CompleteParams) (_ *Complet
 	}
 	events, err := d.checkEvents(ctx, Fence{TaskID: p.TaskID, Attempt: p.Attempt, LeaseToken: p.LeaseToken}, p.Events)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("task %s: check events: %w", p.TaskID, err)
 	}
 	p.Events = events
 	var res *CompleteResult
@@ -396,7 +396,7 @@ func (d *Dispatcher) Complete(ctx context.Context, p CompleteParams) (_ *Complet
 		c.traceparent = p.Traceparent
 		t, err := d.lockTask(ctx, tx, p.TaskID)
 		if err != nil {
-			return err
+			return fmt.Errorf("task %s: complete: %w", p.TaskID, err)
 		}
 		if err := checkFence(t, p.Attempt, p.LeaseToken); err != nil {
 			return err
@@ -422,7 +422,7 @@ func (d *Dispatcher) Complete(ctx context.Context, p CompleteParams) (_ *Complet
 		now := c.now
 		if len(p.Events) > 0 {
 			if _, err := d.recordEvents(ctx, tx, c, t, p.Events); err != nil {
-				return err
+				return fmt.Errorf("task %s attempt %d: record events: %w", t.ID, t.Attempt, err)
 			}
 		}
 		fence := store.Fence{Status: t.Status, Attempt: t.Attempt}
@@ -434,7 +434,7 @@ func (d *Dispatcher) Complete(ctx context.Context, p CompleteParams) (_ *Complet
 		switch p.Outcome {
 		case store.OutcomeSucceeded:
 			if err := d.registerVersions(ctx, tx, c, t, p.Published); err != nil {
-				return err
+				return fmt.Errorf("task %s attempt %d: register versions: %w", t.ID, t.Attempt, err)
 			}
 			err = d.succeed(ctx, tx, c, t, fence, p.Output)
 		case store.OutcomeCanceled:
@@ -472,7 +472,7 @@ func (d *Dispatcher) succeed(ctx context.Context, tx store.Tx, c *changes, t *st
 	endAttempt(t, c.now)
 	t.LastEventType, t.LastEventAt = EventTaskCompleted, c.now
 	if err := tx.TaskUpdate(ctx, t, fence); err != nil {
-		return err
+		return fmt.Errorf("task %s attempt %d: mark completed: %w", t.ID, t.Attempt, err)
 	}
 	c.event(t.JobID, t.ID, t.Key, EventTaskCompleted, map[string]any{"attempt": t.Attempt, "workerId": t.WorkerID})
 	c.release(t.ID)
@@ -501,7 +501,7 @@ func (d *Dispatcher) fail(ctx context.Context, tx store.Tx, c *changes, t *store
 	t.AvailableAt = c.now.Add(lifecycle.Backoff(t.AttemptsUsed(), t.BackoffBase, t.BackoffMax, d.jitter()))
 	t.LastEventType, t.LastEventAt = EventTaskRetrying, c.now
 	if err := tx.TaskUpdate(ctx, t, fence); err != nil {
-		return false, err
+		return false, fmt.Errorf("task %s attempt %d: schedule a retry: %w", t.ID, t.Attempt, err)
 	}
 	c.event(t.JobID, t.ID, t.Key, EventTaskRetrying, map[string]any{"attempt": t.Attempt, "error": e, "retryAt": t.AvailableAt.UnixMilli()})
 	c.wake(t.ID, t.Queue, t.Runtime, t.AvailableAt)
@@ -524,7 +524,7 @@ func (d *Dispatcher) endUnsuccessfully(ctx context.Context, tx store.Tx, c *chan
 	}
 	t.LastEventType, t.LastEventAt = typ, c.now
 	if err := tx.TaskUpdate(ctx, t, fence); err != nil {
-		return err
+		return fmt.Errorf("task %s attempt %d: mark %s: %w", t.ID, t.Attempt, status, err)
 	}
 	c.event(t.JobID, t.ID, t.Key, typ, data)
 	c.skip(t, status)
@@ -557,7 +557,7 @@ func (d *Dispatcher) CancelTask(ctx context.Context, taskID, reason string) (_ *
 	err := d.update(ctx, store.LockSet{Tasks: []string{taskID}}, func(tx store.Tx, c *changes) error {
 		var err error
 		if t, err = d.lockTask(ctx, tx, taskID); err != nil {
-			return err
+			return fmt.Errorf("task %s: cancel: %w", taskID, err)
 		}
 		now := c.now
 		scope := store.CancelParams{JobID: t.JobID, TaskID: t.ID, Now: now, Reason: reason}
@@ -568,18 +568,20 @@ func (d *Dispatcher) CancelTask(ctx context.Context, taskID, reason string) (_ *
 			return &TerminalError{State: t.Status}
 		case t.Status == lifecycle.Running:
 			if _, err := tx.TaskRequestCancel(ctx, scope); err != nil {
-				return err
+				return fmt.Errorf("task %s: %w", t.ID, err)
 			}
 		default:
 			if _, err := tx.TaskCancelIdle(ctx, scope); err != nil {
-				return err
+				return fmt.Errorf("task %s: %w", t.ID, err)
 			}
 			c.event(t.JobID, t.ID, t.Key, EventTaskCanceled, map[string]any{"reason": reason})
 			c.skip(t, lifecycle.Canceled)
 			c.finish(t.JobID, 1, "")
 		}
-		t, err = tx.TaskGet(ctx, t.ID)
-		return err
+		if t, err = tx.TaskGet(ctx, t.ID); err != nil {
+			return fmt.Errorf("task %s: read it back after the cancel: %w", taskID, err)
+		}
+		return nil
 	})
 	return t, err
 }
@@ -599,12 +601,12 @@ func (d *Dispatcher) GetTask(ctx context.Context, tenant, taskID string) (*TaskD
 		return nil, ErrTaskNotFound
 	}
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("task %s: %w", taskID, err)
 	}
 	if tenant != "" {
 		job, err := d.store.JobGet(ctx, t.JobID)
 		if err != nil {
-			return nil, err
+			return nil, fmt.Errorf("task %s: job %s: %w", t.ID, t.JobID, err)
 		}
 		if job.Tenant != tenant {
 			return nil, ErrTaskNotFound
@@ -612,11 +614,11 @@ func (d *Dispatcher) GetTask(ctx context.Context, tenant, taskID string) (*TaskD
 	}
 	outputs, err := d.store.TaskParentOutputs(ctx, t.ID)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("task %s: %w", t.ID, err)
 	}
 	attempts, err := d.store.AttemptList(ctx, t.ID)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("task %s: %w", t.ID, err)
 	}
 	if t.Status == lifecycle.Running && (len(attempts) == 0 || attempts[len(attempts)-1].Attempt < t.Attempt) {
 		attempts = append(attempts, runningAttempt(t))

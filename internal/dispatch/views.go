@@ -5,6 +5,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"strconv"
 	"time"
 
@@ -33,7 +34,7 @@ func (d *Dispatcher) getJob(ctx context.Context, tenant, id string,
 	}
 	tasks, err := list(ctx, id)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, fmt.Errorf("job %s: %w", id, err)
 	}
 	return job, tasks, nil
 }
@@ -49,7 +50,10 @@ func (d *Dispatcher) tenantJob(ctx context.Context, tenant, id string) (*store.J
 	if errors.Is(err, store.ErrNotFound) || (err == nil && tenant != "" && job.Tenant != tenant) {
 		return nil, ErrJobNotFound
 	}
-	return job, err
+	if err != nil {
+		return nil, fmt.Errorf("job %s: %w", id, err)
+	}
+	return job, nil
 }
 
 // TaskInJob returns the global id of the task that ref names in the job: its taskId there, or

@@ -2,6 +2,7 @@ package dispatch
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"slices"
 	"strings"
@@ -62,8 +63,11 @@ func (w *Work) InsertJobsIfAbsent(ctx context.Context, tx store.Tx, jobs []*stor
 	// equal priority and readiness).
 	sorted := slices.SortedFunc(slices.Values(jobs), func(a, b *store.Job) int { return strings.Compare(a.IdempotencyKey, b.IdempotencyKey) })
 	inserted, err := tx.JobInsertManyIfAbsent(ctx, sorted)
-	if err != nil || len(inserted) == 0 {
-		return 0, err
+	if err != nil {
+		return 0, fmt.Errorf("insert %d one-task jobs: %w", len(jobs), err)
+	}
+	if len(inserted) == 0 {
+		return 0, nil
 	}
 	fresh := make(map[string]bool, len(inserted))
 	for _, id := range inserted {
@@ -83,7 +87,7 @@ func (w *Work) InsertJobsIfAbsent(ctx context.Context, tx store.Tx, jobs []*stor
 		c.wake(t.ID, t.Queue, t.Runtime, t.AvailableAt)
 	}
 	if err := tx.TaskInsertMany(ctx, created); err != nil {
-		return 0, err
+		return 0, fmt.Errorf("insert the tasks of %d new one-task jobs: %w", len(created), err)
 	}
 	return len(created), nil
 }

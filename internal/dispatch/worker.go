@@ -3,6 +3,7 @@ package dispatch
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/baton-dev/baton/internal/lifecycle"
@@ -97,7 +98,7 @@ func (d *Dispatcher) lockAttempt(ctx context.Context, tx store.Tx, f Fence) (*st
 	if t.Status == lifecycle.Pending {
 		a, err := tx.AttemptGet(ctx, t.ID, t.Attempt)
 		if err != nil {
-			return nil, err
+			return nil, fmt.Errorf("attempt %d of task %s: %w", t.Attempt, t.ID, err)
 		}
 		if a.Outcome == store.OutcomeTimedOut {
 			return t, nil
@@ -116,7 +117,7 @@ func (d *Dispatcher) StartAttempt(ctx context.Context, f Fence) (*store.Task, er
 		return nil, ErrTaskNotFound
 	}
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("task %s: %w", f.TaskID, err)
 	}
 	if err := checkFence(t, f.Attempt, f.LeaseToken); err != nil {
 		return nil, err
@@ -151,7 +152,7 @@ func (d *Dispatcher) RecordTraceparent(ctx context.Context, f Fence, traceparent
 	return d.update(ctx, store.LockSet{Tasks: []string{f.TaskID}}, func(tx store.Tx, c *changes) error {
 		t, err := d.lockTask(ctx, tx, f.TaskID)
 		if err != nil {
-			return err
+			return fmt.Errorf("task %s: record traceparent: %w", f.TaskID, err)
 		}
 		if err := checkFence(t, f.Attempt, f.LeaseToken); err != nil {
 			return err

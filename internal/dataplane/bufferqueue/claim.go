@@ -104,7 +104,7 @@ func (q *Queue) claim(ctx context.Context, p ClaimParams, cfg Config) ([]*Messag
 		}
 		datasets, err := tx.DatasetGetMany(ctx, sortedUnique(uuids))
 		if err != nil {
-			return err
+			return fmt.Errorf("the datasets of %d claimable buffer batches: %w", len(recs), err)
 		}
 		byUUID := make(map[string]*store.Dataset, len(datasets))
 		for _, x := range datasets {

@@ -49,7 +49,7 @@ func (q *Queue) Retry(ctx context.Context, tenant, dataset string, id int64) (*s
 		}
 		cur, err := tx.DatasetGetMany(ctx, []string{r.DatasetUUID})
 		if err != nil {
-			return err
+			return fmt.Errorf("buffer batch %d: dataset %s: %w", id, r.DatasetUUID, err)
 		}
 		if len(cur) == 1 && cur[0].CurrentVersion != r.DatasetVersion {
 			return &dispatch.ConflictError{Code: "dataset_version_not_current", Message: fmt.Sprintf(

@@ -63,12 +63,12 @@ func (q *Queue) Publish(ctx context.Context, p PublishParams) (duplicate bool, e
 		duplicate = false
 		t, err := q.d.LockAttempt(ctx, tx, p.Fence)
 		if err != nil {
-			return err
+			return fmt.Errorf("task %s: lock attempt %d: %w", p.TaskID, p.Attempt, err)
 		}
 		// Read for its tenant, which never changes: outside the transaction, so as not to lock it.
 		job, err := q.d.JobRef(ctx, t.JobID)
 		if err != nil {
-			return err
+			return fmt.Errorf("task %s: job %s: %w", t.ID, t.JobID, err)
 		}
 		ds, err := q.batchDataset(ctx, tx, job.Tenant, t, key, p)
 		if err != nil {
@@ -80,7 +80,7 @@ func (q *Queue) Publish(ctx context.Context, p PublishParams) (duplicate bool, e
 				"that publishes a buffered dataset may publish batches into it", reads.Label(ds))}
 		}
 		if gone, err := intake.RolledBack(ctx, tx, job.Tenant, t); err != nil {
-			return err
+			return fmt.Errorf("task %s: %w", t.ID, err)
 		} else if gone != nil {
 			return &dispatch.ConflictError{Code: "pipeline_version_rolled_back", Message: fmt.Sprintf(
 				"version %s of pipeline %q was rolled back: what its tasks write is not loaded; nothing was recorded", gone.Version, gone.Pipeline)}
@@ -102,9 +102,13 @@ func (q *Queue) Publish(ctx context.Context, p PublishParams) (duplicate bool, e
 			RecordCount: p.RecordCount, ContentType: p.ContentType, BatchSizeBytes: p.BatchSizeBytes,
 			DedupeScope: p.DedupeScope, CreatedAt: c.Now(), State: store.BufferQueued, VisibleAt: c.Now()}
 		ok, err := tx.BufferPublishInsert(ctx, rec)
-		if err != nil || !ok {
+		if err != nil {
 			duplicate = !ok
-			return err
+			return fmt.Errorf("task %s attempt %d: record its batch of dataset %s: %w", t.ID, t.Attempt, ds.UUID, err)
+		}
+		if !ok {
+			duplicate = true
+			return nil
 		}
 		c.Outbox(&store.OutboxMessage{Topic: store.TopicBufferBatch, Key: ds.UUID, Payload: bufferBatchMessage(rec),
 			AvailableAt: c.Now(), CreatedAt: c.Now()})

@@ -3,6 +3,7 @@ package bufferqueue
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strconv"
 
 	"github.com/baton-dev/baton/internal/dataplane/intake"
@@ -60,14 +61,20 @@ func (q *Queue) Commit(ctx context.Context, id int64, res Loaded) error {
 // it for routing, which drops it unless that version is current.
 func (q *Queue) emitBatchEvent(ctx context.Context, tx store.Tx, c *dispatch.Work, r *store.BufferPublish, res Loaded) error {
 	ds, err := tx.DatasetGetMany(ctx, []string{r.DatasetUUID})
-	if err != nil || len(ds) == 0 {
-		return err
+	if err != nil {
+		return fmt.Errorf("buffer batch %d: dataset %s: %w", r.ID, r.DatasetUUID, err)
+	}
+	if len(ds) == 0 {
+		return nil
 	}
 	cursor := res.Cursor
 	e := &store.DatasetEvent{DedupeKey: "buffer:" + strconv.FormatInt(r.ID, 10), JobID: r.JobID, TaskID: r.TaskID,
 		Attempt: r.Attempt, DatasetUUID: r.DatasetUUID, DatasetVersion: r.DatasetVersion, Cursor: &cursor, CreatedAt: c.Now()}
-	if _, err := tx.DatasetEventInsertMany(ctx, []*store.DatasetEvent{e}); err != nil || e.ID == 0 {
-		return err
+	if _, err := tx.DatasetEventInsertMany(ctx, []*store.DatasetEvent{e}); err != nil {
+		return fmt.Errorf("buffer batch %d: store its dataset event: %w", r.ID, err)
+	}
+	if e.ID == 0 {
+		return nil
 	}
 	intake.Queue(c, &intake.Routed{Tenant: r.Tenant, EventID: e.ID, TaskID: r.TaskID, Facets: res.Facets,
 		Event: report.Event{DatasetUUID: e.DatasetUUID, DatasetVersion: e.DatasetVersion, Cursor: e.Cursor}})
@@ -96,7 +103,7 @@ func (q *Queue) Fail(ctx context.Context, id int64, receipt int, reason string) 
 		r.LastError = truncate(reason, 4000)
 		ds, err := tx.DatasetGetMany(ctx, []string{r.DatasetUUID})
 		if err != nil {
-			return err
+			return fmt.Errorf("buffer batch %d: dataset %s: %w", id, r.DatasetUUID, err)
 		}
 		if r.ReceiveCount >= cfg.MaxReceives || (len(ds) == 1 && ds[0].CurrentVersion != r.DatasetVersion) {
 			r.State, r.FinishedAt, dead = store.BufferDead, c.Now(), true

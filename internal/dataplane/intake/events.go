@@ -78,16 +78,18 @@ func deref(p *int64) any {
 func (in *Intake) Record(ctx context.Context, f dispatch.Fence, events []report.Event) (int, error) {
 	events, err := in.CheckEvents(ctx, f, events)
 	if err != nil {
-		return 0, err
+		return 0, fmt.Errorf("task %s: check events: %w", f.TaskID, err)
 	}
 	var n int
 	err = in.d.Update(ctx, store.LockSet{Tasks: []string{f.TaskID}}, func(tx store.Tx, w *dispatch.Work) error {
 		t, err := in.d.LockAttempt(ctx, tx, f)
 		if err != nil {
-			return err
+			return fmt.Errorf("task %s: lock attempt %d: %w", f.TaskID, f.Attempt, err)
 		}
-		n, err = in.RecordEvents(ctx, tx, w, t, events)
-		return err
+		if n, err = in.RecordEvents(ctx, tx, w, t, events); err != nil {
+			return fmt.Errorf("task %s attempt %d: record events: %w", t.ID, t.Attempt, err)
+		}
+		return nil
 	})
 	return n, err
 }
@@ -103,7 +105,7 @@ func (in *Intake) RecordEvents(ctx context.Context, tx store.Tx, c *dispatch.Wor
 	// Read for its tenant, which never changes: outside the transaction, so as not to lock it.
 	job, err := in.d.JobRef(ctx, t.JobID)
 	if err != nil {
-		return 0, err
+		return 0, fmt.Errorf("job %s: %w", t.JobID, err)
 	}
 	if err := ownDatasets(ctx, tx, job.Tenant, events); err != nil {
 		return 0, err
@@ -121,8 +123,11 @@ func (in *Intake) RecordEvents(ctx context.Context, tx store.Tx, c *dispatch.Wor
 		return 0, err
 	}
 	n, err := tx.DatasetEventInsertMany(ctx, rows)
-	if err != nil || n == 0 {
-		return n, err
+	if err != nil {
+		return n, fmt.Errorf("store %d dataset events: %w", len(rows), err)
+	}
+	if n == 0 {
+		return 0, nil
 	}
 	for i, e := range rows {
 		if e.ID == 0 {
@@ -154,7 +159,7 @@ func ownDatasets(ctx context.Context, st store.Reader, tenant string, events []r
 	for chunk := range slices.Chunk(uuids, 500) {
 		ds, err := st.DatasetGetMany(ctx, chunk)
 		if err != nil {
-			return err
+			return fmt.Errorf("the events' datasets: %w", err)
 		}
 		for _, x := range ds {
 			mine[x.UUID] = x.Tenant == tenant

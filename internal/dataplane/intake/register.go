@@ -47,12 +47,15 @@ func (in *Intake) RegisterVersions(ctx context.Context, tx store.Tx, c *dispatch
 	slices.Sort(uuids)
 	uuids = slices.Compact(uuids)
 	ds, err := tx.DatasetGetMany(ctx, uuids)
-	if err != nil || len(ds) == 0 {
-		return err
+	if err != nil {
+		return fmt.Errorf("the published versions' datasets: %w", err)
+	}
+	if len(ds) == 0 {
+		return nil
 	}
 	job, err := in.d.JobRef(ctx, t.JobID)
 	if err != nil {
-		return err
+		return fmt.Errorf("job %s: %w", t.JobID, err)
 	}
 	var own []string
 	for _, x := range ds {
@@ -69,11 +72,11 @@ func (in *Intake) RegisterVersions(ctx context.Context, tx store.Tx, c *dispatch
 		keys[i] = "dataset-versions:" + u
 	}
 	if err := tx.RowsLock(ctx, store.LockSet{Keys: keys}); err != nil {
-		return err
+		return fmt.Errorf("lock the versions of %d datasets: %w", len(own), err)
 	}
 	stored, err := tx.DatasetVersionList(ctx, own...)
 	if err != nil {
-		return err
+		return fmt.Errorf("the versions of %d datasets: %w", len(own), err)
 	}
 	reg := newRegistry(stored)
 	var vs []*store.DatasetVersion

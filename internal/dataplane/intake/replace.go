@@ -68,14 +68,14 @@ func (in *Intake) CheckEvents(ctx context.Context, f dispatch.Fence, events []re
 		return events, nil
 	}
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("read the task: %w", err)
 	}
 	if dispatch.CheckFence(t, f) != nil || t.Status.Terminal() {
 		return events, nil
 	}
 	job, err := in.d.JobRef(ctx, t.JobID)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("job %s: %w", t.JobID, err)
 	}
 	// The outputs whose partitions the attempt commits (scope.Scope.Commits): a route never
 	// changes, so neither does the answer for a task.
@@ -216,7 +216,7 @@ func (in *Intake) commitPartitions(ctx context.Context, tx store.Tx, c *dispatch
 			DatasetVersion: e.DatasetVersion, PartitionKey: e.PartitionKey, Start: start, End: end, Location: s.Location,
 			RowCount: s.RowCount, Bytes: s.Bytes, TaskID: t.ID, Attempt: t.Attempt, CommittedAt: c.Now()})
 		if err != nil {
-			return err
+			return fmt.Errorf("events[%d]: %w", i, err)
 		}
 	}
 	return nil

@@ -78,7 +78,7 @@ func (rd *Reader) TaskQuery(ctx context.Context, f dispatch.Fence, p QueryParams
 	}
 	job, err := rd.d.JobRef(ctx, t.JobID)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("task %s: job %s: %w", t.ID, t.JobID, err)
 	}
 	rec := &store.QueryAudit{Tenant: job.Tenant, Caller: "task:" + t.ID + "/" + strconv.Itoa(f.Attempt)}
 	lim := query.Limits{Tenant: job.Tenant, Caller: rec.Caller, Rows: p.Limit, Timeout: rd.QueryTimeout(true)}
@@ -96,7 +96,7 @@ func (rd *Reader) TaskQuery(ctx context.Context, f dispatch.Fence, p QueryParams
 		uuid, in := d.UUID, d.Input
 		ds, err := rd.st.DatasetGetMany(ctx, []string{uuid})
 		if err != nil {
-			return query.Relation{}, err
+			return query.Relation{}, fmt.Errorf("dataset %s: %w", uuid, err)
 		}
 		if len(ds) != 1 || ds[0].Tenant != job.Tenant {
 			return query.Relation{}, &QueryNotReadableError{Message: fmt.Sprintf("dataset %q no longer exists", ref)}
@@ -227,7 +227,7 @@ func (rd *Reader) relation(ctx context.Context, tenant, name string, ds *store.D
 	if len(ref) == 0 && version != "" {
 		vs, err := rd.st.DatasetVersionList(ctx, ds.UUID)
 		if err != nil {
-			return r, err
+			return r, fmt.Errorf("dataset %s: %w", ds.UUID, err)
 		}
 		for _, v := range vs {
 			if v.Version == version {
@@ -249,7 +249,7 @@ func (rd *Reader) relation(ctx context.Context, tenant, name string, ds *store.D
 	keyPrefix := strings.TrimPrefix(prefix, rd.cfg.Blob.Root())
 	keys, err := rd.cfg.Blob.List(ctx, keyPrefix)
 	if err != nil {
-		return r, err
+		return r, fmt.Errorf("dataset %s version %s: list its files: %w", ds.UUID, version, err)
 	}
 	glob := refGlob(ref)
 	for _, k := range keys {

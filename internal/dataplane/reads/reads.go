@@ -71,7 +71,10 @@ func Find(ctx context.Context, st store.Reader, tenant, ref string) (*store.Data
 	if errors.Is(err, store.ErrNotFound) {
 		return nil, ErrDatasetNotFound
 	}
-	return x, err
+	if err != nil {
+		return nil, fmt.Errorf("dataset %s: %w", ref, err)
+	}
+	return x, nil
 }
 
 // Label names a dataset in a message: by its name, or its uuid when it has none.

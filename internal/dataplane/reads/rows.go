@@ -37,7 +37,7 @@ func (rd *Reader) TaskRows(ctx context.Context, f dispatch.Fence, dataset string
 	}
 	job, err := rd.d.JobRef(ctx, t.JobID)
 	if err != nil {
-		return RowPage{}, err
+		return RowPage{}, fmt.Errorf("task %s: job %s: %w", t.ID, t.JobID, err)
 	}
 	d, ok := scope.Of(t, job.Tenant).Readable(dataset)
 	if !ok {

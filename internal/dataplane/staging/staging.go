@@ -281,7 +281,7 @@ func (c *Collector) mayCommit(ctx context.Context, f *folder) (bool, error) {
 	case errors.Is(err, store.ErrNotFound):
 		return false, nil
 	case err != nil:
-		return false, err
+		return false, fmt.Errorf("read its task: %w", err)
 	case t.Attempt != f.attempt || t.Status.Terminal():
 		return false, nil
 	case t.Status != lifecycle.Pending:
@@ -292,7 +292,7 @@ func (c *Collector) mayCommit(ctx context.Context, f *folder) (bool, error) {
 		return false, nil
 	}
 	if err != nil {
-		return false, err
+		return false, fmt.Errorf("read its attempt: %w", err)
 	}
 	return a.Outcome == store.OutcomeTimedOut, nil
 }
