@@ -11,10 +11,12 @@ import (
 	"github.com/baton-dev/baton/internal/blob/blobtest"
 	"github.com/baton-dev/baton/internal/dataplane"
 	"github.com/baton-dev/baton/internal/dataplane/intake"
+	"github.com/baton-dev/baton/internal/dataplane/staging"
 	"github.com/baton-dev/baton/internal/dispatch"
 	"github.com/baton-dev/baton/internal/dispatch/dispatchtest"
 	"github.com/baton-dev/baton/internal/lifecycle"
 	"github.com/baton-dev/baton/internal/report"
+	"github.com/baton-dev/baton/internal/service"
 	"github.com/baton-dev/baton/internal/store"
 	"github.com/baton-dev/baton/internal/store/storetest"
 )
@@ -77,6 +79,17 @@ func newReplaceEnvOn(t *testing.T, st store.Store, url string, opts blob.Options
 	}
 	e.router = e.dp.NewRouter(dataplane.RouteConfig{})
 	return e
+}
+
+// collector returns a stopped staging collector of the env's staging folders, as a server builds
+// it.
+func (e *replaceEnv) collector(cfg staging.Config) *staging.Collector {
+	return staging.New(cfg, staging.Deps{
+		Store:          e.Store,
+		Blob:           e.blob,
+		Env:            service.Env{Clock: e.Clock, Logger: dispatchtest.Quiet, Transient: e.D.Unavailable},
+		ReplaceOutputs: e.dp.ReplaceOutputDatasets,
+	})
 }
 
 // runBuild starts a task of build and claims it.

@@ -1,4 +1,4 @@
-package staging_test
+package dataplane_test
 
 import (
 	"os"
