@@ -16,7 +16,6 @@ import (
 	"github.com/baton-dev/baton/internal/grant"
 	"github.com/baton-dev/baton/internal/pipeline"
 	"github.com/baton-dev/baton/internal/query"
-	"github.com/baton-dev/baton/internal/scope"
 	"github.com/baton-dev/baton/internal/store"
 )
 
@@ -72,17 +71,12 @@ func (rd *Reader) Query(ctx context.Context, tenant, keyID string, p QueryParams
 // its inputs at their pinned versions, a buffered input's rows as its input's where keeps them,
 // and its job's outputs at their current versions.
 func (rd *Reader) TaskQuery(ctx context.Context, f dispatch.Fence, p QueryParams) (*query.Result, error) {
-	t, err := rd.d.RunningAttempt(ctx, f)
+	sc, err := rd.attempt(ctx, f)
 	if err != nil {
 		return nil, err
 	}
-	job, err := rd.d.JobRef(ctx, t.JobID)
-	if err != nil {
-		return nil, fmt.Errorf("task %s: job %s: %w", t.ID, t.JobID, err)
-	}
-	rec := &store.QueryAudit{Tenant: job.Tenant, Caller: "task:" + t.ID + "/" + strconv.Itoa(f.Attempt)}
-	lim := query.Limits{Tenant: job.Tenant, Caller: rec.Caller, Rows: p.Limit, Timeout: rd.QueryTimeout(true)}
-	sc := scope.Of(t, job.Tenant)
+	rec := &store.QueryAudit{Tenant: sc.Tenant, Caller: "task:" + sc.TaskID + "/" + strconv.Itoa(f.Attempt)}
+	lim := query.Limits{Tenant: sc.Tenant, Caller: rec.Caller, Rows: p.Limit, Timeout: rd.QueryTimeout(true)}
 	return rd.runQuery(ctx, rec, p.SQL, lim, func(ctx context.Context, name string) (query.Relation, error) {
 		ref := name
 		if name == datasetAlias && p.DatasetID != "" {
@@ -98,14 +92,14 @@ func (rd *Reader) TaskQuery(ctx context.Context, f dispatch.Fence, p QueryParams
 		if err != nil {
 			return query.Relation{}, fmt.Errorf("dataset %s: %w", uuid, err)
 		}
-		if len(ds) != 1 || ds[0].Tenant != job.Tenant {
+		if len(ds) != 1 || ds[0].Tenant != sc.Tenant {
 			return query.Relation{}, &QueryNotReadableError{Message: fmt.Sprintf("dataset %q no longer exists", ref)}
 		}
 		version, sref, where := ds[0].CurrentVersion, json.RawMessage(nil), json.RawMessage(nil)
 		if in != nil {
 			version, sref, where = in.DatasetVersion, in.StorageRef, in.Where
 		}
-		return rd.relation(ctx, job.Tenant, name, ds[0], version, sref, where)
+		return rd.relation(ctx, sc.Tenant, name, ds[0], version, sref, where)
 	})
 }
 

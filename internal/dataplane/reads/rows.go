@@ -24,6 +24,20 @@ type TaskRowQuery struct {
 	Limit  int   // 1 to 1000; default 100
 }
 
+// attempt returns the scope of the attempt f names, which must be the current one, running under
+// a live lease (a requested cancellation still reads: dispatch.Dispatcher.RunningAttempt).
+func (rd *Reader) attempt(ctx context.Context, f dispatch.Fence) (*scope.Scope, error) {
+	t, err := rd.d.RunningAttempt(ctx, f)
+	if err != nil {
+		return nil, err
+	}
+	job, err := rd.d.JobRef(ctx, t.JobID)
+	if err != nil {
+		return nil, fmt.Errorf("task %s: job %s: %w", t.ID, t.JobID, err)
+	}
+	return scope.Of(t, job.Tenant), nil
+}
+
 // TaskRows reads a page of the rows of a buffered dataset that the attempt f reads (an input of
 // its job, at the cursor its route pinned) or writes (an output of its job), named by its name or
 // uuid; the attempt must be the current one, running under a live lease. An input's rows are
@@ -31,15 +45,11 @@ type TaskRowQuery struct {
 // a *dispatch.ForbiddenError that names it: this is how an untrusted task reads data, with
 // nothing but its capability token.
 func (rd *Reader) TaskRows(ctx context.Context, f dispatch.Fence, dataset string, q TaskRowQuery) (RowPage, error) {
-	t, err := rd.d.RunningAttempt(ctx, f)
+	sc, err := rd.attempt(ctx, f)
 	if err != nil {
 		return RowPage{}, err
 	}
-	job, err := rd.d.JobRef(ctx, t.JobID)
-	if err != nil {
-		return RowPage{}, fmt.Errorf("task %s: job %s: %w", t.ID, t.JobID, err)
-	}
-	d, ok := scope.Of(t, job.Tenant).Readable(dataset)
+	d, ok := sc.Readable(dataset)
 	if !ok {
 		return RowPage{}, &dispatch.ForbiddenError{Message: fmt.Sprintf(
 			"dataset %q is not one this task reads or writes: a task reads only its job's inputs and outputs", dataset)}
@@ -57,14 +67,14 @@ func (rd *Reader) TaskRows(ctx context.Context, f dispatch.Fence, dataset string
 	if in != nil && len(in.Where) > 0 {
 		var edge map[string]any
 		if err := decodeWhere(in.Where, &edge); err != nil {
-			return RowPage{}, fmt.Errorf("task %s: decode input %d's where: %w", t.ID, in.InputIndex, err)
+			return RowPage{}, fmt.Errorf("task %s: decode input %d's where: %w", sc.TaskID, in.InputIndex, err)
 		}
 		var empty bool
 		if rq.Where, empty = andWhere(edge, q.Where); empty {
 			return RowPage{}, nil // the two filters exclude each other: no row can match
 		}
 	}
-	return rd.DatasetRows(ctx, job.Tenant, uuid, rq)
+	return rd.DatasetRows(ctx, sc.Tenant, uuid, rq)
 }
 
 // decodeWhere decodes an input's where as a caller's where is read: numbers keep every digit.
