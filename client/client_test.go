@@ -21,6 +21,7 @@ import (
 	"github.com/baton-dev/baton/internal/auth"
 	"github.com/baton-dev/baton/internal/dataplane"
 	"github.com/baton-dev/baton/internal/dispatch"
+	"github.com/baton-dev/baton/internal/pipeline/pipelinetest"
 	"github.com/baton-dev/baton/internal/store"
 	"github.com/baton-dev/baton/internal/store/storetest"
 )
@@ -730,47 +731,15 @@ type roundTripper func(*http.Request) (*http.Response, error)
 
 func (f roundTripper) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
 
-// buildDoc is a pipeline whose ranges job writes a dataset that totals reads: a change of
-// ranges' config rebuilds both beside the active version.
-const buildDoc = `
-name: chain
-jobs:
-  - name: follower
-    activation: source
-    runtime: ecs_platform
-    operator: block_follower
-    outputs: 1
-    source: {kind: always_on}
-  - name: ranges
-    activation: reactive
-    runtime: ecs_platform
-    operator: range_builder
-    outputs: 1
-    inputs:
-      - from: {job: follower, output: 0}
-  - name: totals
-    activation: reactive
-    runtime: ecs_platform
-    operator: totals
-    outputs: 0
-    inputs:
-      - from: {dataset: ranges}
-publish:
-  ranges:
-    from: {job: ranges, output: 0}
-`
-
-// withWidth is buildDoc with ranges' config changed.
-func withWidth(n int) []byte {
-	return []byte(strings.Replace(buildDoc, "    operator: range_builder\n", fmt.Sprintf("    operator: range_builder\n    config: {width: %d}\n", n), 1))
-}
+// withWidth is pipelinetest.BuildDoc with ranges' config changed.
+func withWidth(n int) []byte { return []byte(pipelinetest.BuildDocWidth(n)) }
 
 func TestPipelineBuilds_DeployActivateAndAbandon(t *testing.T) {
 	t.Parallel()
 	s := newServer(t, auth.Limits{})
 	ctx := context.Background()
 	const yaml = "application/yaml"
-	v1, err := s.c.DeployPipeline(ctx, []byte(buildDoc), yaml)
+	v1, err := s.c.DeployPipeline(ctx, []byte(pipelinetest.BuildDoc), yaml)
 	if err != nil || v1.State != client.DeployActive || v1.BuildingVersion != nil || v1.Build != nil {
 		t.Fatalf("first deploy: %+v %v", v1, err)
 	}

@@ -3,12 +3,12 @@ package main
 import (
 	"bytes"
 	"context"
-	"fmt"
 	"strings"
 	"testing"
 
 	"github.com/baton-dev/baton/internal/dataplane"
 	"github.com/baton-dev/baton/internal/demo"
+	"github.com/baton-dev/baton/internal/pipeline/pipelinetest"
 )
 
 // cli runs "baton GROUP CMD --url ... --api-key ... ARGS..." and returns its exit status and output.
@@ -72,39 +72,9 @@ func TestPipelineAndDatasetCommands(t *testing.T) {
 	}
 }
 
-// cliBuildPipeline is a pipeline whose ranges job writes a published dataset that totals reads: a
-// change of ranges' config rebuilds ranges and totals beside the active version.
-const cliBuildPipeline = `name: chain
-jobs:
-  - name: follower
-    activation: source
-    runtime: ecs_platform
-    operator: block_follower
-    outputs: 1
-    source: {kind: always_on}
-  - name: ranges
-    activation: reactive
-    runtime: ecs_platform
-    operator: range_builder
-    outputs: 1
-    inputs:
-      - from: {job: follower, output: 0}
-  - name: totals
-    activation: reactive
-    runtime: ecs_platform
-    operator: totals
-    outputs: 0
-    inputs:
-      - from: {dataset: ranges}
-publish:
-  ranges:
-    from: {job: ranges, output: 0}
-`
-
-// cliBuildPipelineWidth is cliBuildPipeline with ranges' config set to {width: n}.
+// cliBuildPipelineWidth is pipelinetest.BuildDoc with ranges' config set to {width: n}, in a file.
 func cliBuildPipelineWidth(t *testing.T, n int) string {
-	return jobWriteFile(t, strings.Replace(cliBuildPipeline, "    operator: range_builder\n",
-		fmt.Sprintf("    operator: range_builder\n    config: {width: %d}\n", n), 1))
+	return jobWriteFile(t, pipelinetest.BuildDocWidth(n))
 }
 
 // runBuilds runs the builds service until the build of pipeline chain is ready.
@@ -150,7 +120,7 @@ func TestPipelineBuildCommands(t *testing.T) {
 		stderr []string
 		save   string // save stdout, trimmed, as this variable
 	}{
-		{name: "first deploy", args: []string{"deploy", "-f", jobWriteFile(t, cliBuildPipeline)}, stderr: []string{"(new, active)"}, save: "V1"},
+		{name: "first deploy", args: []string{"deploy", "-f", jobWriteFile(t, pipelinetest.BuildDoc)}, stderr: []string{"(new, active)"}, save: "V1"},
 		{name: "unknown activate mode", args: []string{"deploy", "-f", width(2), "--activate", "later"}, code: 2,
 			stderr: []string{`invalid value "later" for flag -activate: want manual, when_ready or immediate`}},
 		{name: "changed deploy builds", args: []string{"deploy", "-f", width(2), "--activate", "manual"}, save: "V2", stderr: []string{

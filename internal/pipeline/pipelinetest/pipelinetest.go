@@ -62,6 +62,42 @@ publish:
     filter_fields: [severity]
 `
 
+// BuildDoc is a pipeline, chain, whose ranges job writes the published dataset ranges that totals
+// reads: a change of ranges' config (BuildDocWidth) rebuilds ranges and totals beside the active
+// version.
+const BuildDoc = `
+name: chain
+jobs:
+  - name: follower
+    activation: source
+    runtime: ecs_platform
+    operator: block_follower
+    outputs: 1
+    source: {kind: always_on}
+  - name: ranges
+    activation: reactive
+    runtime: ecs_platform
+    operator: range_builder
+    outputs: 1
+    inputs:
+      - from: {job: follower, output: 0}
+  - name: totals
+    activation: reactive
+    runtime: ecs_platform
+    operator: totals
+    outputs: 0
+    inputs:
+      - from: {dataset: ranges}
+publish:
+  ranges:
+    from: {job: ranges, output: 0}
+`
+
+// BuildDocWidth is BuildDoc with ranges' config set to {width: n}.
+func BuildDocWidth(n int) string {
+	return strings.Replace(BuildDoc, "    operator: range_builder\n", fmt.Sprintf("    operator: range_builder\n    config: {width: %d}\n", n), 1)
+}
+
 // Size is how large SizedDoc makes a document.
 type Size struct {
 	Buffered   int // buffered datasets, all of output 0 of the first job
