@@ -109,11 +109,7 @@ func (dp *Plane) GetPipeline(ctx context.Context, tenant, name string) (*Pipelin
 	if err != nil {
 		return nil, fmt.Errorf("pipeline %s: %w", name, err)
 	}
-	v, err := dp.store.PipelineVersionGet(ctx, store.PipelineVersionKey{Tenant: tenant, Pipeline: name, Version: p.ActiveVersion})
-	if err != nil {
-		return nil, fmt.Errorf("pipeline %s version %s: %w", name, p.ActiveVersion, err)
-	}
-	spec, err := specs.Decode(v)
+	v, spec, err := dp.version(ctx, tenant, name, p.ActiveVersion)
 	if err != nil {
 		return nil, err
 	}
@@ -127,11 +123,7 @@ func (dp *Plane) GetPipeline(ctx context.Context, tenant, name string) (*Pipelin
 	}
 	view := &PipelineView{Pipeline: p, Active: v, Spec: spec, Counts: counts, Backpressure: bp}
 	if p.BuildingVersion != "" {
-		bv, err := dp.store.PipelineVersionGet(ctx, store.PipelineVersionKey{Tenant: tenant, Pipeline: name, Version: p.BuildingVersion})
-		if err != nil {
-			return nil, fmt.Errorf("pipeline %s version %s: %w", name, p.BuildingVersion, err)
-		}
-		bs, err := specs.Decode(bv)
+		bv, bs, err := dp.version(ctx, tenant, name, p.BuildingVersion)
 		if err != nil {
 			return nil, err
 		}
@@ -140,6 +132,16 @@ func (dp *Plane) GetPipeline(ctx context.Context, tenant, name string) (*Pipelin
 		}
 	}
 	return view, nil
+}
+
+// version reads a pipeline version and decodes its spec.
+func (dp *Plane) version(ctx context.Context, tenant, name, version string) (*store.PipelineVersion, *specs.Pipeline, error) {
+	v, err := dp.store.PipelineVersionGet(ctx, store.PipelineVersionKey{Tenant: tenant, Pipeline: name, Version: version})
+	if err != nil {
+		return nil, nil, fmt.Errorf("pipeline %s version %s: %w", name, version, err)
+	}
+	spec, err := specs.Decode(v)
+	return v, spec, err
 }
 
 // backpressure reads the backpressure state of spec's jobs that have limits or hold routings.
