@@ -2,6 +2,7 @@ package ctl
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -10,7 +11,9 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"text/tabwriter"
 
+	"github.com/baton-dev/baton/client"
 	"go.yaml.in/yaml/v3"
 )
 
@@ -193,4 +196,38 @@ func yamlValue(dec *json.Decoder) (*yaml.Node, error) {
 		return scalar("!!null", "null"), nil
 	}
 	return nil, fmt.Errorf("unexpected JSON token %v", tok)
+}
+
+// show runs a read command: its positional arguments (names), -o, one call of the API, and
+// the answer as -o asks (text prints the table).
+func show[T any](ctx context.Context, c *jobCmd, args, names []string, call func(*client.Client, []string) (T, error), text func(T) int) int {
+	c.outputFlag()
+	pos, code, ok := c.parse(args, names...)
+	if !ok {
+		return code
+	}
+	cl, code, ok := c.client()
+	if !ok {
+		return code
+	}
+	v, err := call(cl, pos)
+	if err != nil {
+		return c.fail(err)
+	}
+	return c.print(v, func() int { return text(v) })
+}
+
+func orDash(s *string) string {
+	if s == nil || *s == "" {
+		return "-"
+	}
+	return *s
+}
+
+func flushTable(c *jobCmd, tw *tabwriter.Writer) int {
+	if err := tw.Flush(); err != nil {
+		fmt.Fprintf(c.stderr, "%s: %v\n", c.cmd, err)
+		return 1
+	}
+	return 0
 }
