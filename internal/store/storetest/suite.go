@@ -28,6 +28,12 @@ func Run(t *testing.T, open func(t testing.TB) store.Store) {
 		{"UpdateJobWritesMutableFields", testUpdateJobWritesMutableFields},
 		{"UpdateJobUnknownIsNotFound", testUpdateJobUnknownIsNotFound},
 
+		// Bundles (bundles.go): user code bundles' records.
+		{"BundleRoundTripAndTenants", testBundleRoundTripAndTenants},
+		{"BundleListNewestFirstWithPaging", testBundleListNewestFirstWithPaging},
+		{"BundleFinalizeOnce", testBundleFinalizeOnce},
+		{"BundleDisableKeepsTheFirst", testBundleDisableKeepsTheFirst},
+
 		// Tasks (tasks.go): task rows, dependencies and results, updates, release and skip.
 		{"TaskRoundTrip", testTaskRoundTrip},
 		{"JobTasksInInsertionOrder", testJobTasksInInsertionOrder},
