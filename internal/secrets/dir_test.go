@@ -10,8 +10,8 @@ import (
 )
 
 // canary is a secret's value that the tests look for where it must not be: its characters make
-// each encoded form differ from the others.
-const canary = "c4n4ry\"<k&y>\\ /+?=\t\u00e9-0xS3CR3T"
+// each encoded form differ from the others, and its length (32 bytes) gives base64 padding.
+const canary = "c4n4ry\"<k&y>\\ /+?=\t\x01\u00e9-0xS3CR3T!"
 
 func writeFile(t *testing.T, path, content string) {
 	t.Helper()
