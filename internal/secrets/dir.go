@@ -25,7 +25,8 @@ const MaxFileSize = 64 << 10
 // rotation); a link that leads out of dir, or an absolute one, is refused. Names are checked with
 // CheckName before any file is touched.
 //
-// Dir fails if dir is not a directory.
+// Dir fails if dir is not a directory. A Lookup after dir has gone (an unmounted volume) fails
+// with an error that is not ErrNotFound, so that a Chain reports it instead of reading on.
 func Dir(dir string) (Provider, error) {
 	dir = filepath.Clean(dir)
 	fi, err := os.Stat(dir)
@@ -51,11 +52,16 @@ func (d dirProvider) Lookup(ctx context.Context, name string) (string, error) {
 	if err := ctx.Err(); err != nil {
 		return "", fmt.Errorf("secret %s: %w", name, err)
 	}
-	v, err := d.read(name)
+	root, err := os.OpenRoot(d.dir)
+	if err != nil { // the directory itself is gone or unreadable: not a missing secret
+		return "", fmt.Errorf("secret %s in %s: %w", name, d.Name(), err)
+	}
+	defer root.Close()
+	v, err := read(root, name)
 	if errors.Is(err, fs.ErrNotExist) {
 		// A Kubernetes rotation removes the old version's directory right after it swaps ..data:
 		// a read that resolved the old link may find its file gone. The second read sees the new.
-		v, err = d.read(name)
+		v, err = read(root, name)
 	}
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
@@ -68,15 +74,10 @@ func (d dirProvider) Lookup(ctx context.Context, name string) (string, error) {
 	return v, nil
 }
 
-// read reads the secret's file through an os.Root, which follows symbolic links only while they
-// stay inside the directory, at every step of the walk: no link swapped in between a check and
-// the open can lead out of it. The errors it returns carry the file's name, never its content.
-func (d dirProvider) read(name string) (string, error) {
-	root, err := os.OpenRoot(d.dir)
-	if err != nil {
-		return "", err
-	}
-	defer root.Close()
+// read reads a secret's file through root, which follows symbolic links only while they stay
+// inside its directory, at every step of the walk: no link swapped in between a check and the
+// open can lead out of it. The errors it returns carry the file's name, never its content.
+func read(root *os.Root, name string) (string, error) {
 	// Stat before Open so that a FIFO or a device is never opened (opening a FIFO blocks).
 	fi, err := root.Stat(name)
 	if err != nil {

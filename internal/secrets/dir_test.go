@@ -207,6 +207,23 @@ func TestDirNeedsADirectory(t *testing.T) {
 	}
 }
 
+// A directory that has gone (an unmounted volume) is an error, not a missing secret: a chain does
+// not fall back to a later provider for it.
+func TestDirThatHasGoneIsAnError(t *testing.T) {
+	t.Parallel()
+	dir := filepath.Join(t.TempDir(), "secrets")
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	p := mustDir(t, dir)
+	if err := os.Remove(dir); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.Lookup(context.Background(), "key"); err == nil || errors.Is(err, ErrNotFound) {
+		t.Errorf("Lookup = %v, want an error other than ErrNotFound", err)
+	}
+}
+
 func TestDirAnswersACancelledContext(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
