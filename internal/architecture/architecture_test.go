@@ -30,6 +30,7 @@ var rules = []struct {
 	{"internal/runner", []string{"internal/", "worker", "client", "wire"}, "the runner only runs a process (for the exec wrapper, bench and chaos): it depends on nothing of Baton's"},
 	{"internal/sandbox", []string{"internal/", "worker", "client", "wire"}, "the sandbox only contains a process (the query engine's workers, untrusted programs): it depends on nothing of Baton's"},
 	{"internal/secrets", []string{"internal/", "worker", "client", "wire"}, "secrets reads secrets' values from their providers and redacts them from logs, for the server and for processes beside it alike: it depends on nothing of Baton's"},
+	{"internal/bundle", []string{"internal/", "worker", "client", "wire"}, "the bundle format is checked where bundles are uploaded and run where they are cached, by the server and by workers alike: it depends on nothing of Baton's"},
 	{"internal/sink", without(server, "internal/dataset", "internal/sink"), "the sink is its own process (baton sink): it speaks the Buffer Queue's wire shapes to a server and loads the data database, and links nothing of the server"},
 	{"wire", []string{"internal/"}, "the wire shapes are public and shared by the server, the SDK, the client and the sink"},
 	{"internal/lifecycle", []string{"internal/store", "internal/dispatch"}, "the lifecycle rules are pure functions"},
