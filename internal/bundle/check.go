@@ -93,6 +93,12 @@ func open(r io.ReaderAt, size int64, l Limits) (*archive, error) {
 			folders[d] = true
 		}
 	}
+	// Every entry beyond one per file and folder is a problem: past a screenful of them, the
+	// archive is refused without walking its entries.
+	if n, allowed := len(zr.File), 1+len(m.Files)+len(folders); n > allowed+maxProblems {
+		return nil, &Error{Reason: fmt.Sprintf("the archive holds %d entries, far more than the %d files and folders %s accounts for",
+			n, allowed-1, ManifestName)}
+	}
 	var ps problems
 	a := &archive{m: m}
 	seen := make(map[string]bool, len(zr.File))

@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"encoding/json"
+	"fmt"
 	"hash/crc32"
 	"io"
 	"io/fs"
@@ -254,20 +255,36 @@ func TestCheckListsEveryStructuralProblem(t *testing.T) {
 	}
 }
 
-// TestCheckBoundsTheAnswer: a million bad entries get a short answer.
+// TestCheckBoundsTheAnswer: thirty bad files get twenty refusals and a count of the rest.
 func TestCheckBoundsTheAnswer(t *testing.T) {
+	t.Parallel()
+	m := manifestOf(Binary, "f0")
+	var entries []entry
+	for i := range 30 {
+		name := fmt.Sprintf("f%d", i)
+		m.Files = append(m.Files, fileOf(name, []byte("x")))
+		entries = append(entries, entry{name: name, data: []byte("xx")})
+	}
+	zb := bundleOf(t, m, entries...)
+	_, _, err := Check(bytes.NewReader(zb), int64(len(zb)), Limits{})
+	got := refusals(t, err)
+	if len(got) != maxProblems+1 || got[maxProblems].Reason != "and 10 more problems" {
+		t.Errorf("%d refusals, the last %v", len(got), got[len(got)-1])
+	}
+}
+
+// TestCheckRefusesFarMoreEntriesThanFiles: an archive of many more entries than the manifest's
+// files and folders is refused before they are walked.
+func TestCheckRefusesFarMoreEntriesThanFiles(t *testing.T) {
 	t.Parallel()
 	main := []byte("x")
 	entries := []entry{{name: "main.py", data: main}}
-	for i := range 100 {
-		entries = append(entries, entry{name: "extra" + strings.Repeat("x", i)})
+	for i := range 1000 {
+		entries = append(entries, entry{name: fmt.Sprintf("extra%d", i)})
 	}
 	zb := bundleOf(t, manifestOf(Python, "main.py", fileOf("main.py", main)), entries...)
 	_, _, err := Check(bytes.NewReader(zb), int64(len(zb)), Limits{})
-	got := refusals(t, err)
-	if len(got) != maxProblems+1 || got[maxProblems].Reason != "and 80 more problems" {
-		t.Errorf("%d refusals, the last %v", len(got), got[len(got)-1])
-	}
+	wantRefusal(t, err, "", "the archive holds 1002 entries, far more than the 1 files and folders bundle_manifest.json accounts for")
 }
 
 // TestCheckReadsTheUnixModeFromTheExternalAttributes: an entry the central directory marks as a

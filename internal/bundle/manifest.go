@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"reflect"
 	"slices"
 	"strconv"
 	"strings"
@@ -82,13 +83,26 @@ func jsonReason(err error) string {
 	case errors.As(err, &syntax):
 		return fmt.Sprintf("is not valid JSON (at byte %d: %s)", syntax.Offset, strings.TrimPrefix(syntax.Error(), "json: "))
 	case errors.As(err, &typ) && typ.Field != "":
-		return fmt.Sprintf("member %s must be a JSON %s, not %s", typ.Field, typ.Type.Kind(), typ.Value)
+		return fmt.Sprintf("member %s must be %s, not %s", typ.Field, jsonKind(typ.Type), typ.Value)
 	case errors.As(err, &typ):
 		return fmt.Sprintf("must be a JSON object, not %s", typ.Value)
 	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF):
 		return "is empty or cut short; it must be one JSON object"
 	}
 	return "is not a bundle manifest: " + strings.TrimPrefix(err.Error(), "json: ")
+}
+
+// jsonKind names the JSON value a Go type is read from.
+func jsonKind(t reflect.Type) string {
+	switch t.Kind() {
+	case reflect.String:
+		return "a string"
+	case reflect.Int, reflect.Int64:
+		return "an integer"
+	case reflect.Slice:
+		return "an array"
+	}
+	return "an object"
 }
 
 // normRuntime is runtime as a manifest keeps it, and whether it is one at all.

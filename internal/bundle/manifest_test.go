@@ -57,7 +57,7 @@ func TestDecodeManifest(t *testing.T) {
 		{"trailing garbage", doc(`"runtime":"python","entrypoint":"main.py","files":[`+file("main.py")+`]`) + `x`, ManifestName, "more after its JSON object"},
 		{"not JSON", `{"schema_version":`, ManifestName, "cut short"},
 		{"not an object", `[1]`, ManifestName, "must be a JSON object"},
-		{"wrong type", doc(`"runtime":"python","entrypoint":"main.py","files":[{"path":"main.py","sha256":"` + h + `","bytes":"1"}]`), ManifestName, "files.bytes must be a JSON int64"},
+		{"wrong type", doc(`"runtime":"python","entrypoint":"main.py","files":[{"path":"main.py","sha256":"` + h + `","bytes":"1"}]`), ManifestName, "member files.bytes must be an integer, not string"},
 		{"schema version 2", `{"schema_version":2,"runtime":"python","entrypoint":"main.py","files":[` + file("main.py") + `]}`, "schema_version", "schema version 1 only"},
 		{"no schema version", `{"runtime":"python","entrypoint":"main.py","files":[` + file("main.py") + `]}`, "schema_version", "is missing"},
 		{"runtime java", doc(`"runtime":"java","entrypoint":"main.py","files":[` + file("main.py") + `]`), "runtime", `"java" is not a runtime`},
