@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
@@ -87,7 +88,7 @@ func OpenCache(dir string, max int64) (*Cache, error) {
 			}
 		case isHash(strings.TrimSuffix(name, ".json")) && strings.HasSuffix(name, ".json"):
 			if fi, err := os.Stat(filepath.Join(dir, strings.TrimSuffix(name, ".json"))); err != nil || !fi.IsDir() {
-				if err := os.Remove(filepath.Join(dir, name)); err != nil {
+				if err := os.Remove(filepath.Join(dir, name)); err != nil && !errors.Is(err, fs.ErrNotExist) {
 					return nil, fmt.Errorf("bundle: cache: %w", err)
 				}
 			}
@@ -114,7 +115,10 @@ func (c *Cache) load(sum string) (*Manifest, int64, error) {
 		m, err = DecodeManifest(b)
 	}
 	if err != nil {
-		if err := errors.Join(os.Remove(side), Remove(filepath.Join(c.dir, sum))); err != nil && !errors.Is(err, os.ErrNotExist) {
+		if err := os.Remove(side); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return nil, 0, fmt.Errorf("bundle: cache: remove the unfinished %s: %w", sum, err)
+		}
+		if err := Remove(filepath.Join(c.dir, sum)); err != nil {
 			return nil, 0, fmt.Errorf("bundle: cache: remove the unfinished %s: %w", sum, err)
 		}
 		return nil, 0, nil

@@ -215,7 +215,8 @@ func TestCacheSurvivesARestart(t *testing.T) {
 	}
 
 	// What a crash leaves behind: a tree being extracted, a download, a tree whose manifest was
-	// not written yet, a manifest whose tree was removed; and a file the cache does not own.
+	// not written yet, a manifest whose tree was removed, a manifest cut short; and a file the
+	// cache does not own.
 	half := filepath.Join(root, tmpPrefix+"XYZ")
 	if err := os.MkdirAll(filepath.Join(half, "sub"), 0o755); err != nil {
 		t.Fatal(err)
@@ -224,13 +225,16 @@ func TestCacheSurvivesARestart(t *testing.T) {
 	os.Chmod(half, 0o555)
 	orphanTree := strings.Repeat("c", 64)
 	orphanManifest := strings.Repeat("d", 64) + ".json"
-	for _, p := range []string{tmpPrefix + "1.zip", orphanManifest, "README"} {
-		if err := os.WriteFile(filepath.Join(root, p), []byte("{}"), 0o644); err != nil {
+	cutShort := strings.Repeat("e", 64)
+	for _, p := range []string{tmpPrefix + "1.zip", orphanManifest, cutShort + ".json", "README"} {
+		if err := os.WriteFile(filepath.Join(root, p), []byte("{"), 0o644); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if err := os.Mkdir(filepath.Join(root, orphanTree), 0o555); err != nil {
-		t.Fatal(err)
+	for _, p := range []string{orphanTree, cutShort} {
+		if err := os.Mkdir(filepath.Join(root, p), 0o555); err != nil {
+			t.Fatal(err)
+		}
 	}
 
 	c = openCache(t, root, 0)
