@@ -64,8 +64,9 @@ func isFuncName(s, runtime string) bool {
 
 // Command is the argument vector that starts the bundle extracted in dir with entrypoint (as
 // EntryFile resolves it): python3 FILE, node FILE, or DIR/FILE for binary; for a handler,
-// python3 -c <shim> / node -e <shim> (the shims in shim.go). The command's working
-// directory is not dir (it is the task's own work directory); paths in the vector are absolute.
+// python3 -c <shim> / node -e <shim>, a shim that calls it as AWS Lambda would. The command's
+// working directory is not dir (it is the task's own work directory); paths in the vector are
+// absolute.
 func Command(dir string, m *Manifest, entrypoint string) ([]string, error) {
 	file, handler, err := m.EntryFile(entrypoint)
 	if err != nil {
