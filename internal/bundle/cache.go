@@ -54,7 +54,7 @@ type cached struct {
 // used in the order they were added) and removes what a crash left half written.
 func OpenCache(dir string, max int64) (*Cache, error) {
 	if max < 0 {
-		return nil, fmt.Errorf("bundle: cache: a maximum of %d bytes", max)
+		return nil, fmt.Errorf("bundle: cache: a maximum of %d bytes; it must be 0 (1 GiB) or more", max)
 	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("bundle: cache: %w", err)
@@ -102,7 +102,10 @@ func OpenCache(dir string, max int64) (*Cache, error) {
 	c.mu.Lock()
 	victims := c.evictLocked(0)
 	c.mu.Unlock()
-	return c, c.removeAll(victims)
+	if err := c.removeAll(victims); err != nil {
+		return nil, err
+	}
+	return c, nil
 }
 
 // load reads the manifest of the tree sum found at open, with the time it was written. A tree
