@@ -30,7 +30,25 @@ type PipelineJob struct {
 	Runtime string   `json:"runtime,omitempty"`
 	Bundle  string   `json:"bundle_id,omitempty"`
 	Secrets []string `json:"secrets,omitempty"`
+	// UDF is the bundle the job runs as its deploy pinned it; nil when it runs none.
+	UDF *Bundle `json:"udf,omitempty"`
 }
+
+// Bundle is a user code bundle as a job's deploy pinned it: what a runner downloads (from
+// Download, resolved against the server's public URL: GET /v1/task/bundle with the attempt's
+// capability token), checks (SHA256, before it unpacks anything) and starts (Entrypoint, in
+// Language's runtime).
+type Bundle struct {
+	ID         string `json:"bundle_id"`
+	SHA256     string `json:"sha256"`
+	Size       int64  `json:"size"`
+	Language   string `json:"language"`
+	Entrypoint string `json:"entrypoint"`
+	Download   string `json:"download"`
+}
+
+// BundleDownload is the task-scoped route a runner downloads its attempt's bundle from.
+const BundleDownload = "/v1/task/bundle"
 
 // DatasetInput is a dataset a task reads: input InputIndex of its job. The input whose event
 // started the task carries the event's version and cursor, or its partition; the others the

@@ -141,6 +141,10 @@ Press Ctrl-C to stop.
 		}()
 	}
 	defer stopDemo()
+	bundlesCtx, stopBundles := context.WithCancel(serveCtx)
+	bundlesDone := make(chan struct{})
+	go func() { defer close(bundlesDone); runDevBundles(bundlesCtx, &f, ls, st, *dataDir, demoCerts, stderr) }()
+	defer func() { stopBundles(); <-bundlesDone }()
 	if err := serve(serveCtx, &f, ls, st, newLogger(stderr, f.logFormat)); err != nil {
 		fmt.Fprintln(stderr, "baton dev:", err)
 		return 1

@@ -35,13 +35,14 @@ Commands:
   signing-key
             list, rotate and retire the capability-token signing keys
   certs     make a development CA and mTLS certificates for /internal/* (certs dev --out DIR)
-  worker    run untrusted programs as tasks: baton worker --task NAME --exec 'COMMAND'
+  worker    run untrusted programs and bundles as tasks: baton worker --task NAME --exec 'COMMAND'
   sink      load buffered datasets' batches into their tables (a trusted process, like worker)
   job       submit, list, get, cancel, resume and watch jobs (BATON_URL, BATON_API_KEY)
   pipeline  deploy, list, get, list versions of and roll back pipelines (DAG documents)
   dataset   list and inspect datasets, read a buffered dataset's rows and dead letters; cut over
   query     run read-only SQL over the tenant's datasets: query 'SELECT ...' (-o table|json|csv);
             query audit lists the queries that ran
+  udf       build a user code bundle from a folder, upload, list, get and disable bundles
   bench     measure throughput and latency with no-op tasks (bench --tasks N --via sdk|stream-worker|internal|callback)
   config    print the effective configuration of dev, server, worker or sink (config print server --config FILE)
   version   print the version, VCS commit and Go version (-o json)
@@ -96,6 +97,7 @@ func commandTable() []command {
 		{name: "job", run: ctl.RunJob, subcommands: ctl.JobCommands()},
 		{name: "pipeline", run: ctl.RunPipeline, subcommands: ctl.PipelineCommands()},
 		{name: "dataset", run: ctl.RunDataset, subcommands: ctl.DatasetCommands()},
+		{name: "udf", run: ctl.RunUDF, subcommands: ctl.UDFCommands()},
 		{name: "query", run: ctl.RunQuery, subcommands: ctl.QueryCommands(), flags: true},
 		{name: "config", run: runConfig, subcommands: []string{"print"}},
 		{name: "bench", run: runBench},

@@ -16,6 +16,7 @@ import (
 
 	"github.com/baton-dev/baton/internal/api"
 	"github.com/baton-dev/baton/internal/auth"
+	"github.com/baton-dev/baton/internal/bundle"
 	"github.com/baton-dev/baton/internal/dataplane"
 	"github.com/baton-dev/baton/internal/dataplane/bufferqueue"
 	"github.com/baton-dev/baton/internal/dispatch"
@@ -34,6 +35,7 @@ type serverFlags struct {
 	listen, internalListen string
 	maxTasksPerJob         int
 	maxBodyBytes           int64
+	bundleMaxBytes         int64
 	limits                 auth.Limits
 	defaults               dispatch.Defaults
 	shutdownTimeout        time.Duration
@@ -115,6 +117,7 @@ func (f *serverFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.internalListen, "internal-listen", "127.0.0.1:8081", "address of the worker-facing /internal/* API")
 	fs.IntVar(&f.maxTasksPerJob, "max-tasks-per-job", 50, "most tasks one job may have (0: no cap)")
 	fs.Int64Var(&f.maxBodyBytes, "max-body-bytes", api.DefaultMaxBodyBytes, "largest request body accepted")
+	fs.Int64Var(&f.bundleMaxBytes, "bundle-max-bytes", bundle.DefaultLimits.Archive, "largest user code bundle (zip) an upload may send")
 	fs.Float64Var(&f.limits.RatePerSecond, "rate-limit", auth.DefaultLimits.RatePerSecond, "requests per second per API key (0: unlimited)")
 	fs.IntVar(&f.limits.Burst, "rate-burst", auth.DefaultLimits.Burst, "burst of requests per API key")
 	fs.Int64Var(&f.limits.DailyQuota, "daily-quota", auth.DefaultLimits.DailyQuota, "requests per API key per UTC day (0: unlimited)")
@@ -323,11 +326,12 @@ func serve(ctx context.Context, f *serverFlags, ls *listeners, st store.Store, l
 	cfg := server.Config{Store: st, Logger: log,
 		Dispatch: dispatch.Config{MaxTasksPerJob: f.maxTasksPerJob, Defaults: f.defaults,
 			GroupCommit: dispatch.GroupCommit{Off: !f.groupCommit, Committers: f.committers}},
-		DataPlane: dataplane.Config{Buffer: bufferqueue.Config{Visibility: f.sinkFlags.visibility}},
-		API:       api.Config{MaxBodyBytes: f.maxBodyBytes, PushTargets: ls.pushTargets, CORSOrigins: f.corsOrigins.origins},
-		Limits:    f.limits,
-		Push:      push.Config{Targets: ls.pushTargets, Secrets: ls.pushSecrets, Timeout: f.pushTimeout, CallbackBaseURL: f.publicURL},
-		Transport: ls.transport, TracerProvider: tracing.TracerProvider(),
+		DataPlane:    dataplane.Config{Buffer: bufferqueue.Config{Visibility: f.sinkFlags.visibility}},
+		API:          api.Config{MaxBodyBytes: f.maxBodyBytes, PushTargets: ls.pushTargets, CORSOrigins: f.corsOrigins.origins},
+		BundleLimits: bundle.Limits{Archive: f.bundleMaxBytes},
+		Limits:       f.limits,
+		Push:         push.Config{Targets: ls.pushTargets, Secrets: ls.pushSecrets, Timeout: f.pushTimeout, CallbackBaseURL: f.publicURL},
+		Transport:    ls.transport, TracerProvider: tracing.TracerProvider(),
 		Credentials: grant.MinterOptions{RoleARN: f.credentialsRole, Endpoint: f.stsEndpoint, MaxDuration: f.credentialsMaxTTL},
 		Retention:   f.retention.config(),
 		Staging:     f.retention.stagingConfig(),

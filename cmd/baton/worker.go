@@ -13,21 +13,27 @@ import (
 	"net/url"
 	"os"
 	"os/user"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
 	"time"
 
+	"github.com/baton-dev/baton/internal/bundle"
 	"github.com/baton-dev/baton/internal/ctl"
 	"github.com/baton-dev/baton/internal/runner"
 	"github.com/baton-dev/baton/internal/wrapper"
 	"github.com/baton-dev/baton/worker"
 )
 
-const workerUsage = `Usage: baton worker --task NAME [--task NAME ...] --exec 'COMMAND ARGS' [flags]
+const workerUsage = `Usage: baton worker --task NAME [--task NAME ...] [--exec 'COMMAND ARGS'] [flags]
 
 Claims tasks of the given names and runs COMMAND once per task, with /bin/sh -c, as a child
-process. The child gets the task payload as JSON on stdin and in the file named by
+process; a task whose pipeline job runs a bundle (its udf) runs the bundle instead, never
+COMMAND: the worker downloads it with the task's token, checks its SHA-256 against the one its
+deploy pinned, unpacks it into a cache (--bundle-cache) and starts its entrypoint (python3 FILE,
+node FILE, ./FILE, or a Lambda-style handler module.function) as the child. Without --exec it
+runs bundles only. The child gets the task payload as JSON on stdin and in the file named by
 BATON_TASK_PAYLOAD, its capability token in TRACE_TASK_CAPABILITY_TOKEN (for /v1/task/* on
 BATON_URL) and nothing else privileged: its environment is built from an allowlist, and when the
 wrapper runs as root the child runs as --child-user. The last JSON value the child writes to stdout
@@ -67,7 +73,9 @@ func runWorker(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	fs.Usage = func() { fmt.Fprint(stderr, workerUsage); fs.PrintDefaults() }
 	var tasks, queues, childEnv listFlag
 	fs.Var(&tasks, "task", "task `NAME` to run (repeatable; at least one)")
-	execCmd := fs.String("exec", "", "`COMMAND` run with /bin/sh -c once per task, as the child process")
+	execCmd := fs.String("exec", "", "`COMMAND` run with /bin/sh -c once per task, as the child process (none: bundle tasks only)")
+	bundleCache := fs.String("bundle-cache", "", "`DIR` where downloaded bundles are kept unpacked, by hash (default: baton-bundles-UID in the system's temporary directory); the child user must be able to traverse it")
+	bundleCacheSize := fs.Int64("bundle-cache-size", bundle.DefaultCacheMax, "`BYTES` of unpacked bundles the cache keeps at most")
 	internalURL := fs.String("internal-url", "http://127.0.0.1:8081", "URL of the server's /internal/* listener (env BATON_INTERNAL_URL); never given to the child")
 	publicURL := fs.String("url", ctl.DefaultURL, "public URL of the server, handed to the child as BATON_URL (env BATON_URL)")
 	concurrency := fs.Int("concurrency", 1, "tasks run at once")
@@ -104,8 +112,8 @@ func runWorker(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		return usageErr("unexpected argument %q (quote the whole --exec command)", fs.Arg(0))
 	case len(tasks) == 0:
 		return usageErr("--task NAME is required")
-	case strings.TrimSpace(*execCmd) == "":
-		return usageErr("--exec COMMAND is required")
+	case *bundleCacheSize < 1:
+		return usageErr("--bundle-cache-size must be positive")
 	case *concurrency < 1:
 		return usageErr("--concurrency must be at least 1")
 	case *grace <= 0:
@@ -140,8 +148,19 @@ func runWorker(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	explicitUser := false
 	fs.Visit(func(f *flag.Flag) { explicitUser = explicitUser || f.Name == "child-user" })
 
-	wc := wrapper.Config{Command: []string{"/bin/sh", "-c", *execCmd}, PublicURL: *publicURL, WorkRoot: *workRoot,
-		Grace: *grace, Log: log, Env: map[string]string{}}
+	wc := wrapper.Config{PublicURL: *publicURL, WorkRoot: *workRoot, Grace: *grace, Log: log, Env: map[string]string{}}
+	if strings.TrimSpace(*execCmd) != "" {
+		wc.Command = []string{"/bin/sh", "-c", *execCmd}
+	}
+	if *bundleCache == "" {
+		*bundleCache = filepath.Join(os.TempDir(), "baton-bundles-"+strconv.Itoa(os.Geteuid()))
+	}
+	cache, err := bundle.OpenCache(*bundleCache, *bundleCacheSize)
+	if err != nil {
+		fmt.Fprintln(stderr, "baton worker:", err)
+		return 1
+	}
+	wc.Bundles = cache
 	for _, kv := range childEnv {
 		k, v, ok := strings.Cut(kv, "=")
 		if !ok || k == "" || strings.ContainsAny(k, "\x00") {
@@ -241,7 +260,7 @@ func runWorker(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	for _, name := range tasks {
 		wk.Handle(name, w.Handle)
 	}
-	log.Info("running tasks as child processes", "tasks", []string(tasks), "exec", *execCmd, "child_env", w.ChildEnvNames())
+	log.Info("running tasks as child processes", "tasks", []string(tasks), "exec", *execCmd, "bundle_cache", *bundleCache, "child_env", w.ChildEnvNames())
 	if err := wk.Run(ctx); err != nil {
 		fmt.Fprintln(stderr, "baton worker:", err)
 		return 1

@@ -103,6 +103,8 @@ type authzFixture struct {
 	expired                   string // target's attempt 2, expired an hour ago
 	writer, writerLease       string // writer's attempt 1
 	writerTok                 string
+	bundle, spare             string // acme's bundles: one a job runs, one the last checks disable
+	bundleTok                 string // the token of an attempt of the job that runs bundle
 	intruders                 int
 }
 
@@ -143,6 +145,14 @@ func newAuthzFixture(t *testing.T, w *workerAPI) *authzFixture {
 		t.Fatalf("the batch of the fixture: %v %d", err, len(pubs))
 	}
 	f.batchID = pubs[0].ID
+	f.bundle, f.spare = w.uploadBundle("acme", pyBundle(t)), w.uploadBundle("acme", pyBundle(t))
+	res = w.request("POST", w.public.URL+"/pipelines", udfPipeline(f.bundle, ""), "x-api-key", f.key, "Content-Type", "application/yaml")
+	wantStatus(t, res, http.StatusCreated)
+	run, err = w.dp.RunSource(ctx, dataplane.RunSourceParams{Tenant: "acme", Pipeline: "userland", Job: "evaluate"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, f.bundleTok = w.claim(run.TaskID)
 	return f
 }
 
@@ -181,6 +191,8 @@ func (f *authzFixture) request(t *testing.T, rt api.Route) (target string, body 
 			return f.target
 		case "{dataset}":
 			return f.dataset
+		case "{bundle_id}":
+			return f.bundle
 		}
 		t.Fatalf("%s %s: the matrix does not know the path parameter %s: say which of acme's resources it names", rt.Method, rt.Pattern, p)
 		return ""
@@ -202,6 +214,8 @@ func (f *authzFixture) request(t *testing.T, rt api.Route) (target string, body 
 		return target, fencedCalls[0].body(f.w, f.target, 2, f.lease2), nil
 	case "POST /v1/query":
 		return target, map[string]any{"sql": `SELECT count(*) FROM "` + f.dataset + `"`}, nil
+	case "POST /v1/udf/bundles":
+		return target, pyBundle(t), []string{"Content-Type", "application/zip"}
 	case "POST /v1/task/query":
 		return target, fmt.Sprintf(`{"task_id": %q, "attempt": 2, "lease_token": %q, "sql": "SELECT 1"}`, f.target, f.lease2), nil
 	}
@@ -323,6 +337,16 @@ func (f *authzFixture) otherTenant() map[string]authzAnswer {
 			}
 			return ""
 		}},
+		"POST /v1/udf/bundles": {status: http.StatusCreated, check: func(res response) string {
+			if id, _ := res.Body["bundle_id"].(string); id == "" || id == f.bundle || id == f.spare {
+				return "answered one of acme's bundles: " + string(res.Raw)
+			}
+			return ""
+		}},
+		"GET /v1/udf/bundles":                       empty("bundles"),
+		"GET /v1/udf/bundles/{bundle_id}":           notFound("Bundle not found"),
+		"POST /v1/udf/bundles/{bundle_id}/finalize": notFound("Bundle not found"),
+		"POST /v1/udf/bundles/{bundle_id}/disable":  notFound("Bundle not found"),
 		"GET /v1/query/audit": {status: http.StatusOK, check: func(res response) string {
 			if strings.Contains(string(res.Raw), f.dataset) || strings.Contains(string(res.Raw), `"task:`) {
 				return "lists acme's queries: " + string(res.Raw)
@@ -371,6 +395,9 @@ func (f *authzFixture) expect(t *testing.T, rt api.Route, target, c string, publ
 		case caseExpiredToken:
 			return refused(http.StatusUnauthorized, "unauthorized", "task capability token expired")
 		case caseOtherTaskToken:
+			if rt.Pattern == "/v1/task/bundle" {
+				return refused(http.StatusForbidden, "forbidden", "this task's job runs no bundle")
+			}
 			if read {
 				return refused(http.StatusForbidden, "forbidden", fmt.Sprintf("dataset %q is not one this task reads or writes: "+
 					"a task reads only its job's inputs and outputs", f.dataset))
@@ -458,6 +485,11 @@ func authzState(t *testing.T, st store.Store) string {
 		}
 		parts = append(parts, d, versions)
 	}
+	bundles, err := st.BundleList(ctx, store.BundleListParams{Tenant: "acme", Limit: 1000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	parts = append(parts, bundles)
 	b, err := json.Marshal(parts)
 	if err != nil {
 		t.Fatal(err)
@@ -549,6 +581,12 @@ func TestAuthorizationMatrix(t *testing.T) {
 			case "/v1/task/datasets/{dataset}/rows":
 				// Only a task of a job that reads or writes the dataset may read its rows.
 				cred = []string{"X-Trace-Task-Capability", f.writerTok}
+			case "/v1/task/bundle":
+				// Only a task of a job that runs a bundle downloads one.
+				cred = []string{"X-Trace-Task-Capability", f.bundleTok}
+			case "/v1/udf/bundles/{bundle_id}/disable":
+				// The bundle the job runs stays enabled for its download.
+				target = strings.Replace(target, f.bundle, f.spare, 1)
 			}
 			res, err := roundTrip(rt.Method, w.public.URL+target, body, append(headers, cred...)...)
 			if err != nil {

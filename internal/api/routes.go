@@ -105,6 +105,12 @@ func (s *Server) Routes() []Route {
 		producer("GET", "/datasets/{name}/rows", s.datasetRows),
 		producer("GET", "/datasets/{name}/dead-letters", s.batchDeadLetters),
 		producer("POST", "/datasets/{name}/dead-letters/{id}/retry", s.retryBatch),
+		// User code bundles (udf.go); an upload's body is capped by the bundle limits, not the API's.
+		{"POST", "/v1/udf/bundles", PublicListener, AuthAPIKey, s.serveUpload(s.authenticated(s.uploadBundle))},
+		producer("GET", "/v1/udf/bundles", s.listBundles),
+		producer("GET", "/v1/udf/bundles/{bundle_id}", s.getBundle),
+		producer("POST", "/v1/udf/bundles/{bundle_id}/finalize", s.finalizeBundle),
+		producer("POST", "/v1/udf/bundles/{bundle_id}/disable", s.disableBundle),
 		// The Query Service (query.go).
 		producer("POST", "/v1/query", s.userQuery),
 		producer("GET", "/v1/query/audit", s.queryAudit),
@@ -125,6 +131,8 @@ func (s *Server) Routes() []Route {
 		scoped("/v1/task/query", s.fencedQuery),
 		{"GET", "/v1/task/datasets/{dataset}/rows", PublicListener, AuthCapabilityToken,
 			s.serve(s.fencedErrors(s.withTaskToken(capabilityHeader, s.taskRows)))},
+		{"GET", "/v1/task/bundle", PublicListener, AuthCapabilityToken,
+			s.serve(s.fencedErrors(s.withTaskToken(capabilityHeader, s.taskBundle)))},
 
 		callback("/v1/tasks/{task_id}/started", s.callbackStarted),
 		callback("/v1/tasks/{task_id}/heartbeat", s.callbackHeartbeat),

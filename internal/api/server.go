@@ -23,6 +23,7 @@ import (
 	"github.com/baton-dev/baton/internal/metrics"
 	"github.com/baton-dev/baton/internal/request"
 	"github.com/baton-dev/baton/internal/transport"
+	"github.com/baton-dev/baton/internal/udf"
 )
 
 // DefaultMaxBodyBytes caps request bodies (4 MiB).
@@ -64,6 +65,9 @@ type Config struct {
 	Dashboard http.Handler
 	// Metrics, when not nil, counts the requests of both listeners and the refused credentials.
 	Metrics *metrics.Metrics
+	// Bundles keeps the tenants' user code bundles; nil: bundles cannot be uploaded (501) and
+	// none exists.
+	Bundles *udf.Registry
 	// TracerProvider, when not nil, gives every request of both listeners a server span
 	// (telemetry.Handler); nil traces nothing.
 	TracerProvider trace.TracerProvider
@@ -98,6 +102,7 @@ type Server struct {
 	drain    context.CancelFunc
 
 	tracing trace.TracerProvider // nil: off
+	bundles *udf.Registry        // nil: no bundles
 }
 
 // Drain ends waiting long polls and event streams: call it when shutdown begins, before
@@ -124,6 +129,7 @@ func New(cfg Config) *Server {
 	}
 	s.drainCtx, s.drain = context.WithCancel(context.Background())
 	s.tracing = cfg.TracerProvider
+	s.bundles = cfg.Bundles
 	return s
 }
 
@@ -134,9 +140,22 @@ type created struct{ body any }
 type handler func(w http.ResponseWriter, r *http.Request) (any, error)
 
 // serve wraps an endpoint: it caps the body, writes the JSON answer, and maps errors.
-func (s *Server) serve(h handler) http.HandlerFunc {
+func (s *Server) serve(h handler) http.HandlerFunc { return s.serveCapped(s.maxBody, h) }
+
+// serveUpload is serve for the upload of a bundle, whose body may be as large as an archive may
+// be, streamed to a file rather than held.
+func (s *Server) serveUpload(h handler) http.HandlerFunc {
+	limit := s.maxBody
+	if s.bundles != nil {
+		limit = max(limit, s.bundles.Limits().Archive+1) // one more: the registry says what is too large
+	}
+	return s.serveCapped(limit, h)
+}
+
+// serveCapped is serve with the body capped at limit bytes.
+func (s *Server) serveCapped(limit int64, h handler) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		r.Body = http.MaxBytesReader(w, r.Body, s.maxBody)
+		r.Body = http.MaxBytesReader(w, r.Body, limit)
 		res, err := h(w, r)
 		if err != nil {
 			s.writeError(w, r, err)

@@ -14,6 +14,7 @@ import (
 	"github.com/baton-dev/baton/internal/auth"
 	"github.com/baton-dev/baton/internal/blob"
 	"github.com/baton-dev/baton/internal/blob/blobtest"
+	"github.com/baton-dev/baton/internal/bundle"
 	"github.com/baton-dev/baton/internal/capability"
 	"github.com/baton-dev/baton/internal/dataplane"
 	"github.com/baton-dev/baton/internal/dispatch"
@@ -24,6 +25,7 @@ import (
 	"github.com/baton-dev/baton/internal/query/engine"
 	"github.com/baton-dev/baton/internal/store"
 	"github.com/baton-dev/baton/internal/store/storetest"
+	"github.com/baton-dev/baton/internal/udf"
 )
 
 // workerAPI is a full server over a real store: the producer listener (which also serves the
@@ -38,7 +40,12 @@ type workerAPI struct {
 	public   *httptest.Server
 	internal *httptest.Server
 	minting  bool // task credentials can be minted (BATON_TEST_S3_URL is set)
+	bundles  *udf.Registry
 }
+
+// testBundleLimits are the harness's bundle limits: small archives, so that a test of the cap
+// sends little.
+var testBundleLimits = bundle.Limits{Archive: 256 << 10}
 
 // buffered deploys tenant acme's buffered dataset alert_events, whose batches belong under
 // s3://trace-scratch/buffers/ (the object storage the contracts' examples use), and returns its
@@ -151,10 +158,17 @@ func newClockedWorkerAPI(t *testing.T, st store.Store, clock clockwork.Clock) *w
 	if err != nil {
 		t.Fatal(err)
 	}
-	dp := dataplane.New(d, dataplane.Config{Blob: bs, Query: queryEngine(t)})
+	// Bundles are kept in a directory of their own: the contracts' bucket may be no real one.
+	bundleBlob, err := blob.Open(context.Background(), blobtest.File(t), blob.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	bundles := udf.New(udf.Config{Store: st, Blob: bundleBlob, Limits: testBundleLimits, TempDir: t.TempDir()})
+	dp := dataplane.New(d, dataplane.Config{Blob: bs, Query: queryEngine(t), Bundles: bundles})
 	tokens := auth.NewTokens(st, nil)
-	s := api.New(api.Config{Dispatcher: d, DataPlane: dp, Auth: auth.NewAuthenticator(st, auth.Limits{}, nil), Capabilities: capability.New(capability.Config{Tokens: tokens, Dispatcher: d, StorageRoot: bs.Root()}), Logger: quiet, Minter: minter})
-	w := &workerAPI{t: t, st: st, d: d, dp: dp, tokens: tokens, server: s, minting: minting,
+	s := api.New(api.Config{Dispatcher: d, DataPlane: dp, Auth: auth.NewAuthenticator(st, auth.Limits{}, nil), Capabilities: capability.New(capability.Config{Tokens: tokens, Dispatcher: d, StorageRoot: bs.Root()}), Logger: quiet, Minter: minter,
+		Bundles: bundles})
+	w := &workerAPI{t: t, st: st, d: d, dp: dp, tokens: tokens, server: s, minting: minting, bundles: bundles,
 		public: httptest.NewServer(s.ProducerHandler()), internal: httptest.NewServer(s.InternalHandler())}
 	t.Cleanup(w.public.Close)
 	t.Cleanup(w.internal.Close)

@@ -138,6 +138,54 @@ func (s *Store) Put(ctx context.Context, key string, data []byte, contentType st
 	return nil
 }
 
+// PutFrom stores what r holds under key, as Put does, streaming it rather than holding it in
+// memory. An error reading r leaves no object behind (nor changes one that was there).
+func (s *Store) PutFrom(ctx context.Context, key string, r io.Reader, contentType string) error {
+	if err := CheckKey(key); err != nil {
+		return err
+	}
+	ctx, cancel := context.WithCancel(ctx) // canceling a writer's context discards what it wrote
+	defer cancel()
+	w, err := s.bucket.NewWriter(ctx, key, &cloudblob.WriterOptions{ContentType: contentType})
+	if err != nil {
+		return fmt.Errorf("put %s: %w", s.URI(key), err)
+	}
+	if _, err := io.Copy(w, r); err != nil {
+		cancel()
+		_ = w.Close()
+		return fmt.Errorf("put %s: %w", s.URI(key), err)
+	}
+	if err := w.Close(); err != nil {
+		return fmt.Errorf("put %s: %w", s.URI(key), err)
+	}
+	return nil
+}
+
+// ErrNoSignedURLs is wrapped by SignedURL's error on a store that cannot sign URLs: a file://
+// store, which nothing outside this process can reach.
+var ErrNoSignedURLs = errors.New("blob: this object storage cannot sign URLs (it is not S3)")
+
+// SignedURL returns a URL that lets its holder, until expiry, GET the object under key, or PUT
+// one there (method "PUT", with contentType the Content-Type the upload must send): an S3
+// pre-signed URL.
+func (s *Store) SignedURL(ctx context.Context, key, method, contentType string, expiry time.Duration) (string, error) {
+	if err := CheckKey(key); err != nil {
+		return "", err
+	}
+	if s.scheme != "s3" {
+		return "", ErrNoSignedURLs
+	}
+	opts := &cloudblob.SignedURLOptions{Method: method, Expiry: expiry}
+	if method == "PUT" {
+		opts.ContentType, opts.EnforceAbsentContentType = contentType, contentType == ""
+	}
+	u, err := s.bucket.SignedURL(ctx, key, opts)
+	if err != nil {
+		return "", fmt.Errorf("sign a URL for %s: %w", s.URI(key), err)
+	}
+	return u, nil
+}
+
 // Get opens the object under key for reading; the caller closes it. A missing object is an
 // error that wraps ErrNotFound.
 func (s *Store) Get(ctx context.Context, key string) (io.ReadCloser, error) {

@@ -59,6 +59,9 @@ func OpenCache(dir string, max int64) (*Cache, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("bundle: cache: %w", err)
 	}
+	if err := checkOwnDir(dir); err != nil {
+		return nil, err
+	}
 	c := &Cache{dir: dir, max: cmp.Or(max, DefaultCacheMax), entries: map[string]*cached{}, adding: map[string]chan struct{}{}}
 	list, err := os.ReadDir(dir)
 	if err != nil {
@@ -186,7 +189,7 @@ func (c *Cache) Add(want string, r io.Reader, l Limits) (dir string, m *Manifest
 
 // add is Add once no other Add of want is under way.
 func (c *Cache) add(want string, r io.Reader, l Limits) (string, *Manifest, func(), error) {
-	l = l.withDefaults()
+	l = l.OrDefaults()
 	f, err := os.CreateTemp(c.dir, tmpPrefix+"*.zip")
 	if err != nil {
 		return "", nil, nil, fmt.Errorf("bundle: cache: %w", err)

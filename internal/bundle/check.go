@@ -30,7 +30,8 @@ var DefaultLimits = Limits{Files: 1000, FileBytes: 32 << 20, Unpacked: 256 << 20
 // of zeros compresses well and harms nobody.
 const ratioFloor = 1 << 20
 
-func (l Limits) withDefaults() Limits {
+// OrDefaults is l with DefaultLimits in its zero fields.
+func (l Limits) OrDefaults() Limits {
 	d := DefaultLimits
 	return Limits{Files: cmp.Or(l.Files, d.Files), FileBytes: cmp.Or(l.FileBytes, d.FileBytes), Unpacked: cmp.Or(l.Unpacked, d.Unpacked),
 		Ratio: cmp.Or(l.Ratio, d.Ratio), Archive: cmp.Or(l.Archive, d.Archive)}
@@ -72,7 +73,7 @@ type member struct {
 // open reads the archive's directory and manifest and checks every entry against the manifest
 // and l: names, modes, sizes, compression; it inflates nothing but the manifest.
 func open(r io.ReaderAt, size int64, l Limits) (*archive, error) {
-	l = l.withDefaults()
+	l = l.OrDefaults()
 	if size > l.Archive {
 		return nil, &Error{Reason: fmt.Sprintf("the archive is %d bytes; at most %d are allowed", size, l.Archive)}
 	}

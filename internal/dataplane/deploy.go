@@ -13,6 +13,7 @@ import (
 	"github.com/baton-dev/baton/internal/dispatch"
 	"github.com/baton-dev/baton/internal/pipeline"
 	"github.com/baton-dev/baton/internal/store"
+	"github.com/baton-dev/baton/wire"
 )
 
 // MaxPipelineBytes is the largest pipeline document a deploy accepts.
@@ -190,6 +191,7 @@ type deployment struct {
 	doc         *pipeline.Document
 
 	existing  map[string]*store.Dataset // the tenant's datasets the document names or produces (checkAgainstTenant)
+	bundles   map[string]*wire.Bundle   // the bundle each job that runs one runs, pinned (pinBundles)
 	resetJobs map[string]bool           // the source jobs with bootstrap.reset_outputs
 	activates bool                      // the deploy makes its version the active one (read before the tables)
 
@@ -207,13 +209,18 @@ func (d *deployment) check(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	pins, bad, err := d.pinBundles(ctx)
+	if err != nil {
+		return err
+	}
+	more = append(more, bad...)
 	if d.dp.afterDeployCheck != nil {
 		d.dp.afterDeployCheck()
 	}
 	if len(more) > 0 {
 		return &dispatch.ValidationError{Errors: more.Strings()}
 	}
-	d.existing, d.resetJobs, d.activates = existing, d.doc.ResetJobs(), true
+	d.existing, d.bundles, d.resetJobs, d.activates = existing, pins, d.doc.ResetJobs(), true
 	if len(d.resetJobs) > 0 {
 		p, err := d.dp.store.PipelineGet(ctx, d.who.Tenant, d.doc.Name)
 		switch {
@@ -279,6 +286,9 @@ func (d *deployment) store(ctx context.Context, cleared map[string]int64) error 
 		spec, err := d.dp.storeDatasets(ctx, tx, c, tenant, doc, d.existing, d.planned)
 		if err != nil {
 			return err
+		}
+		for _, j := range spec.Jobs {
+			j.UDF = d.bundles[j.Name]
 		}
 		p, err := tx.PipelineGet(ctx, tenant, doc.Name)
 		switch {

@@ -34,6 +34,8 @@ type Config struct {
 	// "op has no push target", so that a fresh dev server runs every lambda job; a server leaves
 	// it nil, and such tasks wait, pending, for a push target.
 	LambdaOnPull func(op string) bool
+	// Bundles pins the bundles jobs run when they are deployed; nil refuses every job with a udf.
+	Bundles Bundles
 	// Query is the Query Service's engine; nil answers every query query.ErrUnavailable.
 	Query query.Engine
 	// QueryTimeout and TaskQueryTimeout are how long a user's and a task's statement may run

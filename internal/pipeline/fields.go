@@ -13,7 +13,7 @@ import (
 var (
 	nameRE        = regexp.MustCompile(`^[a-z][a-z0-9_]{0,127}$`) // DAG, job and dataset names
 	operatorRE    = regexp.MustCompile(`^[A-Za-z][A-Za-z0-9_.:-]{0,127}$`)
-	secretRE      = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_./-]{0,255}$`)
+	secretRE      = regexp.MustCompile(`^[a-z][a-z0-9_]{0,127}$`) // a file name and, upper-cased, an environment variable's
 	columnRE      = regexp.MustCompile(`^[a-z_][a-z0-9_]{0,62}$`)
 	webhookPathRE = regexp.MustCompile(`^/[A-Za-z0-9_./-]{1,255}$`)
 )

@@ -13,9 +13,8 @@ var jobKeys = append([]string{
 	"scaling", "timeout_seconds", "idle_timeout", "config", "udf",
 }, limitKeys...)
 
-// runtimeECSUDF is the source system's runtime for user code in containers; Baton keeps the name
-// so that a document using it gets a clear answer.
-const runtimeECSUDF = "ecs_udf"
+// OperatorUDF is the operator of a job that is nothing but its bundle's code.
+const OperatorUDF = "udf"
 
 // job reads jobs[i], the node n at path.
 func (w *walker) job(n *node, path string, i int, dc *docContext, def Defaults) Job {
@@ -36,11 +35,7 @@ func (w *walker) job(n *node, path string, i int, dc *docContext, def Defaults) 
 		j.Activation, _ = w.oneOf(v, child(path, "activation"), ActivationSource, ActivationReactive)
 	}
 	if v := w.required(n, path, "runtime"); v != nil {
-		if v.kind == kindString && v.s == runtimeECSUDF {
-			w.node(v, child(path, "runtime"), "ecs_udf is reserved and not supported; use lambda, ecs_platform or dispatcher")
-		} else {
-			j.Runtime, _ = w.oneOf(v, child(path, "runtime"), RuntimeLambda, RuntimeECSPlatform, RuntimeDispatcher)
-		}
+		j.Runtime, _ = w.oneOf(v, child(path, "runtime"), RuntimeLambda, RuntimeECSPlatform, RuntimeDispatcher, RuntimeECSUDF)
 	}
 	if v := w.required(n, path, "operator"); v != nil {
 		j.Operator, _ = w.name(v, child(path, "operator"), operatorRE)
@@ -75,9 +70,12 @@ func (w *walker) job(n *node, path string, i int, dc *docContext, def Defaults) 
 		}
 	}
 	if v := n.lookup("secrets"); v != nil {
-		if n.lookup("udf") != nil {
-			w.node(v, child(path, "secrets"), "not allowed on a UDF job")
-		} else {
+		switch {
+		case n.lookup("udf") != nil:
+			w.node(v, child(path, "secrets"), "not allowed on a UDF job: user code never receives secrets")
+		case j.Runtime == RuntimeECSUDF:
+			w.node(v, child(path, "secrets"), "not allowed with runtime ecs_udf: it runs untrusted code, which never receives secrets")
+		default:
 			j.Secrets, _ = w.names(v, child(path, "secrets"), secretRE, "secret")
 		}
 	}
@@ -113,12 +111,31 @@ func (w *walker) job(n *node, path string, i int, dc *docContext, def Defaults) 
 			j.Config = marshalConfig(v)
 		}
 	}
-	if v := n.lookup("udf"); v != nil && w.object(v, child(path, "udf"), "bundle_id", "entrypoint") {
-		j.UDF = &UDF{}
-		j.UDF.BundleID = w.nonEmpty(v, child(path, "udf"), "bundle_id")
+	w.udf(n, path, &j)
+	return j
+}
+
+// udf reads a job's udf block: the bundle it runs, and optionally the entrypoint (the bundle's
+// own unless set). A job of operator udf must have one; the dispatcher runtime, which runs in the
+// server, cannot run one.
+func (w *walker) udf(n *node, path string, j *Job) {
+	v := n.lookup("udf")
+	switch {
+	case v == nil && j.Operator == OperatorUDF:
+		w.node(n, child(path, "udf"), "required for operator udf: {bundle_id, entrypoint}")
+		return
+	case v == nil:
+		return
+	case j.Runtime == RuntimeDispatcher:
+		w.node(v, child(path, "udf"), "not allowed on a dispatcher job: the server runs it and runs no user code; use ecs_udf or lambda")
+		return
+	case !w.object(v, child(path, "udf"), "bundle_id", "entrypoint"):
+		return
+	}
+	j.UDF = &UDF{BundleID: w.nonEmpty(v, child(path, "udf"), "bundle_id")}
+	if e := v.lookup("entrypoint"); e != nil {
 		j.UDF.Entrypoint = w.nonEmpty(v, child(path, "udf"), "entrypoint")
 	}
-	return j
 }
 
 // marshalConfig writes a config map as compact JSON, keys sorted, and "<", ">" and "&" as they are.

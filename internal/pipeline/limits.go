@@ -101,13 +101,13 @@ func applyDefaults(j *Job, own, def Defaults) {
 }
 
 // RuntimeTimeoutSeconds is the execution deadline of a task of a job on runtime that sets no
-// timeout_seconds, itself or in defaults: 60 s on lambda, 1800 s on ecs_platform; none (0) for the
+// timeout_seconds, itself or in defaults: 60 s on lambda, 1800 s on ecs_platform and ecs_udf; none (0) for the
 // server's own dispatcher jobs, which only announce a tick.
 func RuntimeTimeoutSeconds(runtime string) int {
 	switch runtime {
 	case RuntimeLambda:
 		return 60
-	case RuntimeECSPlatform:
+	case RuntimeECSPlatform, RuntimeECSUDF:
 		return 1800
 	}
 	return 0

@@ -74,7 +74,7 @@ func TestParseValidDocumentShape(t *testing.T) {
 
 	follower := d.Job("block_follower")
 	if follower.Source == nil || follower.Source.Kind != SourceAlwaysOn || follower.Inputs != nil ||
-		follower.Bootstrap == nil || follower.Bootstrap.ResetOutputs || !slices.Equal(follower.Secrets, []string{"rpc/eth_mainnet_url"}) {
+		follower.Bootstrap == nil || follower.Bootstrap.ResetOutputs || !slices.Equal(follower.Secrets, []string{"eth_mainnet_rpc_url"}) {
 		t.Errorf("block_follower = %+v", follower)
 	}
 	if s := d.Job("price_snapshot").Source; s == nil || s.Kind != SourceCron || s.Schedule != "rate(5 minutes)" {

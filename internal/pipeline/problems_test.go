@@ -14,7 +14,7 @@ defaults:
 jobs:
   - name: follower
     activation: source
-    runtime: ecs_udf
+    runtime: k8s
     operator: eth.follow
     outputs: 1
     source: {kind: cron, schedule: "rate(5 fortnights)"}
@@ -48,7 +48,7 @@ publish:
 	want := Problems{
 		{"name", `"Bad Name" does not match ^[a-z][a-z0-9_]{0,127}$`, 1},
 		{"defaults.priority", "must be low, normal, high or an integer from -1000 to 1000", 3},
-		{"jobs[0].runtime", "ecs_udf is reserved and not supported; use lambda, ecs_platform or dispatcher", 7},
+		{"jobs[0].runtime", `must be lambda, ecs_platform, dispatcher or ecs_udf, not "k8s"`, 7},
 		{"jobs[0].source.schedule", `bad schedule "rate(5 fortnights)": unknown unit "fortnights": must be minute(s), hour(s) or day(s)`, 10},
 		{"jobs[1]", `unknown key "retries"`, 16},
 		{"jobs[1].inputs[0].from.output", `output 1 is out of range: job "follower" has 1 output`, 18},

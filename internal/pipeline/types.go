@@ -37,6 +37,9 @@ const (
 	RuntimeLambda      = "lambda"
 	RuntimeECSPlatform = "ecs_platform"
 	RuntimeDispatcher  = "dispatcher"
+	// RuntimeECSUDF runs untrusted user code: a bundle, or a `baton worker --exec` child, never
+	// given a secret.
+	RuntimeECSUDF = "ecs_udf"
 
 	PerUpdate    = "PerUpdate"
 	PerPartition = "PerPartition"

@@ -19,6 +19,7 @@ import (
 	"github.com/baton-dev/baton/internal/api"
 	"github.com/baton-dev/baton/internal/auth"
 	"github.com/baton-dev/baton/internal/blob"
+	"github.com/baton-dev/baton/internal/bundle"
 	"github.com/baton-dev/baton/internal/capability"
 	"github.com/baton-dev/baton/internal/dataplane"
 	"github.com/baton-dev/baton/internal/dataplane/staging"
@@ -32,6 +33,7 @@ import (
 	"github.com/baton-dev/baton/internal/sink"
 	"github.com/baton-dev/baton/internal/store"
 	"github.com/baton-dev/baton/internal/transport"
+	"github.com/baton-dev/baton/internal/udf"
 	"github.com/baton-dev/baton/internal/ui"
 )
 
@@ -57,8 +59,11 @@ type Config struct {
 	// Push configures the delivery of push tasks to their HTTP targets.
 	Push push.Config
 
-	// Blob is the object storage of batch artifacts and datasets; nil: none.
+	// Blob is the object storage of batch artifacts, datasets and user code bundles; nil: none
+	// (and no bundle can be uploaded).
 	Blob *blob.Store
+	// BundleLimits are the checks an uploaded bundle passes (bundle.DefaultLimits where zero).
+	BundleLimits bundle.Limits
 	// Credentials configure minting task credentials, used when Blob is an S3 bucket.
 	Credentials grant.MinterOptions
 	// Data is the data database of buffered datasets; nil: none.
@@ -137,8 +142,13 @@ func New(cfg Config) (*Server, error) {
 		return nil, err
 	}
 	pcfg := cfg.DataPlane
+	// The tenants' user code bundles, kept beside the batches: deploys pin them, attempts
+	// download them.
+	var bundles *udf.Registry
 	if cfg.Blob != nil {
 		pcfg.Blob = cfg.Blob
+		bundles = udf.New(udf.Config{Store: st, Blob: cfg.Blob, Limits: cfg.BundleLimits})
+		pcfg.Bundles = bundles
 	}
 	if cfg.Data != nil {
 		pcfg.Tables = dataplane.DatasetDB{DB: cfg.Data}
@@ -160,7 +170,7 @@ func New(cfg Config) (*Server, error) {
 	acfg.Dispatcher, acfg.DataPlane, acfg.Auth, acfg.Capabilities, acfg.Logger = d, dp, authn, caps, log
 	// A transport whose wake-ups are stream entries lets stream-worker claims hand out their ids.
 	acfg.Wakeups, _ = cfg.Transport.(transport.MessageIDs)
-	acfg.Minter, acfg.Dashboard = minter, dash
+	acfg.Minter, acfg.Dashboard, acfg.Bundles = minter, dash, bundles
 	acfg.Metrics, acfg.TracerProvider = cfg.Metrics, cfg.TracerProvider
 	a := api.New(acfg)
 

@@ -10,6 +10,7 @@
 package wrapper
 
 import (
+	"cmp"
 	"context"
 	"encoding/base64"
 	"encoding/json"
@@ -17,6 +18,7 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
@@ -26,8 +28,10 @@ import (
 
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/baton-dev/baton/internal/bundle"
 	"github.com/baton-dev/baton/internal/runner"
 	"github.com/baton-dev/baton/internal/telemetry"
+	"github.com/baton-dev/baton/wire"
 	"github.com/baton-dev/baton/worker"
 )
 
@@ -85,6 +89,14 @@ type Payload struct {
 	Trigger  json.RawMessage        `json:"trigger,omitempty"`
 	// Storage is what the minted object storage credentials allow (S3 object storage only).
 	Storage *Storage `json:"storage,omitempty"`
+
+	// The members of a Lambda-style invocation, so that code written for one runs unchanged:
+	// the capability token, when the attempt must be done by (its timeout), and the work
+	// payload (the task's input); BundleURL where the bundle it runs is downloaded from.
+	CapabilityToken string          `json:"capability_token"`
+	LeaseExpiresAt  string          `json:"lease_expires_at,omitempty"`
+	WorkPayload     json.RawMessage `json:"work_payload"`
+	BundleURL       string          `json:"bundle_url,omitempty"`
 }
 
 // Storage tells the child where its credentials let it read and write.
@@ -98,7 +110,9 @@ type Storage struct {
 
 // Config is a `baton worker --exec` as its flags configure it.
 type Config struct {
-	Command    []string           // the child's command line
+	// Command is the child's command line; nil runs bundles only (a task whose job runs none
+	// fails as a configuration error).
+	Command    []string
 	PublicURL  string             // handed to the child as BATON_URL
 	Credential *runner.Credential // nil: children run as the wrapper's user
 	// Env is what every child gets besides its task's variables (--child-env); no name of
@@ -107,6 +121,12 @@ type Config struct {
 	WorkRoot string // where each task's work directory is made ("": the system's temporary directory)
 	Grace    time.Duration
 	Log      *slog.Logger
+	// Bundles caches the bundles of tasks whose job runs one; nil fails such tasks.
+	Bundles *bundle.Cache
+	// BundleLimits are the checks a downloaded bundle passes again (bundle.DefaultLimits if zero).
+	BundleLimits bundle.Limits
+	// HTTPClient downloads bundles (http.DefaultClient if nil).
+	HTTPClient *http.Client
 }
 
 // Wrapper is a configured `baton worker --exec`: its Handle is the worker SDK's handler of every
@@ -119,12 +139,20 @@ type Wrapper struct {
 	workRoot  string
 	grace     time.Duration
 	log       *slog.Logger
+
+	bundles      *bundle.Cache
+	bundleLimits bundle.Limits
+	http         *http.Client
 }
 
 // New returns the wrapper c configures.
 func New(c Config) *Wrapper {
 	w := &Wrapper{command: c.Command, publicURL: c.PublicURL, cred: c.Credential, workRoot: c.WorkRoot,
-		grace: c.Grace, log: c.Log, baseEnv: map[string]string{}}
+		grace: c.Grace, log: c.Log, baseEnv: map[string]string{}, bundles: c.Bundles, bundleLimits: c.BundleLimits,
+		http: c.HTTPClient}
+	if w.http == nil {
+		w.http = http.DefaultClient
+	}
 	maps.Copy(w.baseEnv, c.Env)
 	for _, k := range PassedThrough {
 		if v, ok := os.LookupEnv(k); ok {
@@ -150,8 +178,16 @@ func (w *Wrapper) ChildEnvNames() []string {
 // Handle runs one attempt as a child process.
 func (w *Wrapper) Handle(ctx context.Context, t *worker.Task) (any, error) {
 	lease := leaseFromToken(t.CapabilityToken)
+	token, _ := t.Token()
 	p := Payload{TaskID: t.ID, JobID: t.JobID, TaskKey: t.Key, Name: t.Name, Attempt: t.Attempt, LeaseToken: lease,
-		Input: t.Input, DependencyOutputs: t.DependencyOutputs, TimeoutSeconds: t.Timeout.Seconds()}
+		Input: t.Input, DependencyOutputs: t.DependencyOutputs, TimeoutSeconds: t.Timeout.Seconds(),
+		CapabilityToken: token, WorkPayload: t.Input}
+	if deadline, ok := ctx.Deadline(); ok {
+		p.LeaseExpiresAt = deadline.UTC().Format(time.RFC3339Nano)
+	}
+	if len(p.WorkPayload) == 0 {
+		p.WorkPayload = json.RawMessage("{}")
+	}
 	if p.DependencyOutputs == nil {
 		p.DependencyOutputs = map[string]json.RawMessage{}
 	}
@@ -160,6 +196,26 @@ func (w *Wrapper) Handle(ctx context.Context, t *worker.Task) (any, error) {
 		p.Operator, p.Config, p.Inputs, p.Outputs, p.Trigger = pt.Operator, t.Input, pt.Inputs, pt.Outputs, pt.Trigger
 	}
 	log := w.log.With("task_id", t.ID, "attempt", t.Attempt, "task", t.Name)
+	command, baseEnv := w.command, w.baseEnv
+	if u := bundleOf(t); u != nil {
+		br, err := w.prepareBundle(ctx, t, u)
+		if err != nil {
+			log.Warn("the task's bundle cannot run", "bundle_id", u.ID, "err", err)
+			return nil, err
+		}
+		defer br.release()
+		command, baseEnv = br.command, allowed(w.baseEnv, br.m.EnvAllowlist)
+		// The interpreter is the child's: found in the PATH the child gets, not the wrapper's.
+		if command[0], err = lookPath(command[0], cmp.Or(w.baseEnv[runner.EnvPath], runner.DefaultPath)); err != nil {
+			br.release()
+			return nil, worker.Permanent(worker.Errorf(worker.Configuration, "bundle %s: %v", u.ID, err))
+		}
+		p.BundleURL = strings.TrimSuffix(w.publicURL, "/") + cmpDownload(u)
+		log = log.With("bundle_id", u.ID, "sha256", u.SHA256)
+	} else if command == nil {
+		return nil, worker.Permanent(worker.Errorf(worker.Configuration,
+			"this worker runs bundles only (it has no --exec command), and the job of task %s runs none", t.ID))
+	}
 	creds, err := t.Credentials(ctx)
 	switch {
 	case errors.Is(err, worker.ErrNoCredentials):
@@ -183,11 +239,9 @@ func (w *Wrapper) Handle(ctx context.Context, t *worker.Task) (any, error) {
 	if err != nil {
 		return nil, worker.Errorf(worker.DataQuality, "encode the payload: %v", err)
 	}
-	env := make(map[string]string, len(w.baseEnv)+8)
-	for k, v := range w.baseEnv {
-		env[k] = v
-	}
-	env[EnvCapability] = t.CapabilityToken
+	env := make(map[string]string, len(baseEnv)+8)
+	maps.Copy(env, baseEnv)
+	env[EnvCapability] = token
 	env[EnvPublicURL] = w.publicURL
 	env[EnvTaskID] = t.ID
 	env[EnvAttempt] = strconv.Itoa(t.Attempt)
@@ -218,7 +272,7 @@ func (w *Wrapper) Handle(ctx context.Context, t *worker.Task) (any, error) {
 		log.Warn("no lease token in the capability token's claims: the child cannot call /v1/task/*")
 	}
 	log.Debug("starting the child")
-	res, err := runner.Run(ctx, runner.Spec{Command: w.command, Payload: payload, Env: env, Credential: w.cred,
+	res, err := runner.Run(ctx, runner.Spec{Command: command, Payload: payload, Env: env, Credential: w.cred,
 		TempRoot: w.workRoot, Grace: w.grace, Collect: func(dir string) error { return w.publishBatches(ctx, t, dir) },
 		Prepare: prepare})
 	var f *runner.Failure
@@ -245,6 +299,41 @@ func (w *Wrapper) Handle(ctx context.Context, t *worker.Task) (any, error) {
 		log.Error("could not run the child", "err", err)
 		return nil, worker.Errorf(worker.Infrastructure, "%s", err.Error())
 	}
+}
+
+// lookPath finds the program name in the directories of path (a PATH value); a name with a
+// slash is itself.
+func lookPath(name, path string) (string, error) {
+	if strings.Contains(name, "/") {
+		return name, nil
+	}
+	for _, dir := range filepath.SplitList(path) {
+		p := filepath.Join(dir, name)
+		if fi, err := os.Stat(p); err == nil && fi.Mode().IsRegular() && fi.Mode().Perm()&0o111 != 0 {
+			return p, nil
+		}
+	}
+	return "", fmt.Errorf("this worker has no %s in the children's PATH (%s): install it, or set PATH with --child-env", name, path)
+}
+
+// bundleOf is the bundle t's job runs, nil when it runs none.
+func bundleOf(t *worker.Task) *wire.Bundle {
+	if t.Pipeline == nil {
+		return nil
+	}
+	return t.Pipeline.Job.UDF
+}
+
+// allowed is the part of env a bundle may see: the variables its manifest's env_allowlist
+// names, and those every child gets (PassedThrough).
+func allowed(env map[string]string, allowlist []string) map[string]string {
+	out := map[string]string{}
+	for k, v := range env {
+		if slices.Contains(allowlist, k) || slices.Contains(PassedThrough, k) {
+			out[k] = v
+		}
+	}
+	return out
 }
 
 // leaseFromToken reads the lease token from the capability token's claims. The child needs it

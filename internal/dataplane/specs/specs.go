@@ -59,10 +59,12 @@ type Job struct {
 	WebhookPath        string          `json:"webhook_path,omitempty"`
 	// Secrets are the names of the secrets the job's tasks need; shown, not yet delivered.
 	Secrets []string `json:"secrets,omitempty"`
-	// Bundle is the user code bundle the job runs (its udf's bundle_id); "" none.
-	Bundle  string   `json:"bundle,omitempty"`
-	Inputs  []Input  `json:"inputs"`
-	Outputs []Output `json:"outputs"`
+	// Bundle is the user code bundle the job runs (its udf's bundle_id); "" none. UDF is that
+	// bundle as the deploy pinned it (nil in versions deployed before bundles could be uploaded).
+	Bundle  string       `json:"bundle,omitempty"`
+	UDF     *wire.Bundle `json:"udf,omitempty"`
+	Inputs  []Input      `json:"inputs"`
+	Outputs []Output     `json:"outputs"`
 }
 
 // Input is one input of a job: the dataset it reads and the filter its tasks apply.
@@ -204,7 +206,7 @@ func (s *Pipeline) Consumers() []*store.Consumer {
 // its build makes.
 func (j *Job) Route(s *Pipeline, known *Known, fired int, e *intake.Routed, trigger json.RawMessage, pins map[string]string) json.RawMessage {
 	r := wire.Route{Job: wire.PipelineJob{DAGName: s.Name, Name: j.Name, Version: s.Version, IdleTimeoutSeconds: j.IdleTimeoutSeconds,
-		UpdateStrategy: j.UpdateStrategy, UniqueKey: j.UniqueKey, Runtime: j.Runtime, Bundle: j.Bundle, Secrets: j.Secrets},
+		UpdateStrategy: j.UpdateStrategy, UniqueKey: j.UniqueKey, Runtime: j.Runtime, Bundle: j.Bundle, Secrets: j.Secrets, UDF: j.UDF},
 		Trigger: trigger,
 		Inputs:  make([]wire.DatasetInput, len(j.Inputs)), Outputs: make([]wire.DatasetOutput, len(j.Outputs))}
 	for i, in := range j.Inputs {
