@@ -37,12 +37,17 @@ var bannerKey = regexp.MustCompile(`API key\s+(bk_\S+)`)
 
 func startBackupDev(t *testing.T, dir string) *backupDev {
 	t.Helper()
+	return startDevWith(t, dir, "--sink=false")
+}
+
+// startDevWith starts `baton dev` on dir with the given flags besides its listeners.
+func startDevWith(t *testing.T, dir string, flags ...string) *backupDev {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	d := &backupDev{stdout: &syncBuffer{}, stderr: &syncBuffer{}, cancel: cancel, exited: make(chan int, 1)}
-	go func() {
-		d.exited <- run(ctx, []string{"dev", "--data-dir", dir, "--listen", "127.0.0.1:0", "--internal-listen", "127.0.0.1:0",
-			"--metrics-listen=", "--sink=false"}, d.stdout, d.stderr)
-	}()
+	args := append([]string{"dev", "--data-dir", dir, "--listen", "127.0.0.1:0", "--internal-listen", "127.0.0.1:0",
+		"--metrics-listen="}, flags...)
+	go func() { d.exited <- run(ctx, args, d.stdout, d.stderr) }()
 	t.Cleanup(func() { d.stop(t) })
 	waitForLine(t, d.stdout, regexp.MustCompile("Press Ctrl-C"), d.exited, d.stderr)
 	banner := d.stdout.String()

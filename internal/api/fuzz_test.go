@@ -87,6 +87,11 @@ var producerRoutes = []fuzzRoute{
 	{"GET", "/docs/api/redoc.standalone.js", nil},
 	{"POST", "/v1/query", nil},
 	{"GET", "/v1/query/audit", nil},
+	{"POST", "/v1/udf/bundles", nil},
+	{"GET", "/v1/udf/bundles", nil},
+	{"GET", "/v1/udf/bundles/{bundle_id}", []string{"bndl_0000"}},
+	{"POST", "/v1/udf/bundles/{bundle_id}/finalize", []string{"bndl_0000"}},
+	{"POST", "/v1/udf/bundles/{bundle_id}/disable", []string{"bndl_0000"}},
 }
 
 // fuzzCronPipeline is a pipeline of cron sources, in the three spellings of a schedule.
@@ -158,6 +163,11 @@ func FuzzProducerAPI(f *testing.F) {
 	add("OPTIONS", "/jobs", "", "", "Origin: https://evil.example\nAccess-Control-Request-Method: POST", nil)
 	add("GET", "/jobs", "", "", "Origin: https://APP.example.com", nil)
 	add("DELETE", "/jobs/{jobId}", "", "", "", nil)
+	add("POST", "/v1/udf/bundles", "", "", "Content-Type: application/zip", []byte("PK\x03\x04 not a zip"))
+	add("POST", "/v1/udf/bundles", "", "", "Content-Type: application/json", []byte(`{}`))
+	add("GET", "/v1/udf/bundles", "", "limit=2&cursor=eA", "", nil)
+	add("GET", "/v1/udf/bundles/{bundle_id}", "", "", "", nil)
+	add("POST", "/v1/udf/bundles/{bundle_id}/disable", "", "", "", nil)
 	add("POST", "/{path...}", "", "", "", nil)
 	add("POST", "/{path...}", "v1/task/heartbeat", "", "", []byte(`{}`))
 	add("GET", "/docs/api", "", "", "", nil)
@@ -288,6 +298,7 @@ var taskScopedRoutes = []fuzzRoute{
 	{"POST", "/v1/task/credentials", nil},
 	{"GET", "/v1/task/datasets/{dataset}/rows", []string{"alert_events"}},
 	{"POST", "/v1/task/query", nil},
+	{"GET", "/v1/task/bundle", nil},
 }
 
 // FuzzTaskScopedDialect sends fuzzed task-scoped requests to the public listener: the route, the
@@ -297,7 +308,7 @@ func FuzzTaskScopedDialect(f *testing.F) {
 	h := newFuzzHarness(f)
 	add := func(path, token, body string) {
 		method := http.MethodPost
-		if strings.HasSuffix(path, "/rows") {
+		if strings.HasSuffix(path, "/rows") || strings.HasSuffix(path, "/bundle") {
 			method = http.MethodGet
 		}
 		f.Add(routeOf(f, taskScopedRoutes, method, path), token, []byte(body))
@@ -321,6 +332,8 @@ func FuzzTaskScopedDialect(f *testing.F) {
 	add("/v1/task/datasets/{dataset}/rows", "$EXPIRED", "")
 	add("/v1/task/query", "$TOKEN", `{"task_id":"$TASK","attempt":$ATTEMPT,"lease_token":"$LEASE","sql":"SELECT * FROM read_csv('/etc/passwd')"}`)
 	add("/v1/task/query", "$TOKEN", `{"task_id":"$TASK","attempt":$ATTEMPT,"lease_token":"$LEASE","sql":"SELECT count(*) FROM alert_events","limit":1}`)
+	add("/v1/task/bundle", "$TOKEN", "")
+	add("/v1/task/bundle", "$EXPIRED", "")
 	f.Fuzz(func(t *testing.T, route uint8, token string, body []byte) {
 		e := &expander{h: h, t: t}
 		hdr := [][2]string{{"Content-Type", "application/json"}}

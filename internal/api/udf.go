@@ -114,6 +114,9 @@ func (s *Server) uploadBundle(w http.ResponseWriter, r *http.Request) (any, erro
 
 // POST /v1/udf/bundles/{bundle_id}/finalize
 func (s *Server) finalizeBundle(w http.ResponseWriter, r *http.Request) (any, error) {
+	if err := request.NoBody(r); err != nil {
+		return nil, err
+	}
 	if s.bundles == nil {
 		return nil, bundleErr(udf.ErrNoStorage)
 	}
@@ -138,6 +141,9 @@ func (s *Server) getBundle(w http.ResponseWriter, r *http.Request) (any, error) 
 
 // POST /v1/udf/bundles/{bundle_id}/disable
 func (s *Server) disableBundle(w http.ResponseWriter, r *http.Request) (any, error) {
+	if err := request.NoBody(r); err != nil {
+		return nil, err
+	}
 	if s.bundles == nil {
 		return nil, bundleErr(udf.ErrNotFound)
 	}
@@ -232,8 +238,9 @@ func (s *Server) taskBundle(w http.ResponseWriter, r *http.Request) (any, error)
 		w.WriteHeader(http.StatusNotModified)
 		return nil, nil
 	}
+	// No Content-Length from the record: the object is sent as it is, and the runner's hash
+	// check (not a short read) is what tells an object changed since its upload.
 	w.Header().Set("Content-Type", "application/zip")
-	w.Header().Set("Content-Length", strconv.FormatInt(b.Size, 10))
 	w.WriteHeader(http.StatusOK)
 	if _, err := io.Copy(w, obj); err != nil {
 		s.log.WarnContext(ctx, "send a bundle", "bundle_id", b.ID, "task_id", t.ID, "err", err)
