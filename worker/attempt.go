@@ -12,6 +12,7 @@ import (
 
 	"go.opentelemetry.io/otel/codes"
 
+	"github.com/baton-dev/baton/internal/secrets"
 	"github.com/baton-dev/baton/internal/transport"
 )
 
@@ -129,6 +130,9 @@ func (w *Worker) settle(a *attempt, r result) {
 		w.reportFailure(a, failure{Code: string(Infrastructure), Message: ErrShutdown.Error(), Retryable: &yes})
 	case r.err == nil:
 		out, err := encodeOutput(r.out)
+		if err == nil {
+			out = redactOutput(a.task.redactor(), out)
+		}
 		if err != nil {
 			no := false
 			w.reportFailure(a, failure{Code: string(UserCode), Message: "encode the handler's output: " + err.Error(), Retryable: &no})
@@ -151,6 +155,9 @@ func (w *Worker) settle(a *attempt, r result) {
 }
 
 func (w *Worker) reportFailure(a *attempt, f failure) {
+	if r := a.task.redactor(); r != nil {
+		f.Message, f.Stack = r.Redact(f.Message), r.Redact(f.Stack)
+	}
 	f.Message, f.Stack = truncate(f.Message), truncate(f.Stack)
 	body := w.body(a)
 	body["error"] = f
@@ -177,6 +184,19 @@ func failureOf(r result) failure {
 		f.Retryable = &yes
 	}
 	return f
+}
+
+// redactOutput is out with the task's secrets redacted (r nil: none); JSON that a secret's
+// removal breaks becomes the JSON string "[REDACTED]".
+func redactOutput(r *secrets.Redactor, out json.RawMessage) json.RawMessage {
+	if r == nil {
+		return out
+	}
+	red := json.RawMessage(r.RedactBytes(out))
+	if !json.Valid(red) {
+		return json.RawMessage(`"[REDACTED]"`)
+	}
+	return red
 }
 
 // encodeOutput is the JSON of a handler's output.

@@ -16,6 +16,7 @@ const (
 )
 
 type config struct {
+	onSecret          func(value string) // WithSecretHook
 	queues            []string
 	concurrency       int
 	batchSize         int
@@ -77,6 +78,10 @@ func WithHTTPClient(hc *http.Client) Option { return func(c *config) { c.httpCli
 func WithClientCert(caFile, certFile, keyFile string) Option {
 	return func(c *config) { c.caFile, c.certFile, c.keyFile = caFile, certFile, keyFile }
 }
+
+// WithSecretHook calls fn with the value of every secret the worker receives for a task (Task.Secret),
+// before any handler sees it: a log redactor learns it there.
+func WithSecretHook(fn func(value string)) Option { return func(c *config) { c.onSecret = fn } }
 
 // WithLogger sets the logger (default slog.Default()).
 func WithLogger(l *slog.Logger) Option { return func(c *config) { c.logger = l } }

@@ -85,13 +85,16 @@ type Task struct {
 
 	publish func(ctx context.Context, dataset string, jsonl []byte) (*PublishedBatch, error)
 	mint    func(ctx context.Context, token string) (*Credentials, error)
-	rows    func(ctx context.Context, token, path string) (*rowPage, error)
+	// fetchSecrets asks the server for the attempt's secrets (Secrets), once.
+	fetchSecrets func(ctx context.Context) (map[string]string, error)
+	rows         func(ctx context.Context, token, path string) (*rowPage, error)
 
 	mu       sync.Mutex
 	token    string // the newest capability token; "" until a heartbeat renewed the claim's
 	tokenExp time.Time
 	creds    *Credentials // the last minted, and when
 	credsAt  time.Time
+	secrets  map[string]string // delivered by the server; nil until asked
 }
 
 // PipelineTask is the data plane of a pipeline job's task.
@@ -465,6 +468,7 @@ func (w *Worker) newAttempt(ctx context.Context, ans claimAnswer) *attempt {
 	}
 	t.publish = (&publisher{w: w, a: a}).publish
 	t.mint = func(ctx context.Context, token string) (*Credentials, error) { return w.mintCredentials(ctx, a, token) }
+	t.fetchSecrets = func(ctx context.Context) (map[string]string, error) { return w.fetchSecrets(ctx, a) }
 	t.rows = w.readRows
 	a.ctx, a.cancel = context.WithCancelCause(withTraceparent(w.runCtx, t.Traceparent))
 	a.handlerCtx, a.stopDeadline = a.ctx, func() {}

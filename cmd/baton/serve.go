@@ -24,6 +24,7 @@ import (
 	"github.com/baton-dev/baton/internal/maintenance"
 	"github.com/baton-dev/baton/internal/push"
 	"github.com/baton-dev/baton/internal/pushsig"
+	"github.com/baton-dev/baton/internal/secrets"
 	"github.com/baton-dev/baton/internal/server"
 	"github.com/baton-dev/baton/internal/sink"
 	"github.com/baton-dev/baton/internal/store"
@@ -36,6 +37,8 @@ type serverFlags struct {
 	maxTasksPerJob         int
 	maxBodyBytes           int64
 	bundleMaxBytes         int64
+	secretsSpec            string
+	secrets                secrets.Provider // opened by bind
 	limits                 auth.Limits
 	defaults               dispatch.Defaults
 	shutdownTimeout        time.Duration
@@ -118,6 +121,7 @@ func (f *serverFlags) register(fs *flag.FlagSet) {
 	fs.IntVar(&f.maxTasksPerJob, "max-tasks-per-job", 50, "most tasks one job may have (0: no cap)")
 	fs.Int64Var(&f.maxBodyBytes, "max-body-bytes", api.DefaultMaxBodyBytes, "largest request body accepted")
 	fs.Int64Var(&f.bundleMaxBytes, "bundle-max-bytes", bundle.DefaultLimits.Archive, "largest user code bundle (zip) an upload may send")
+	fs.StringVar(&f.secretsSpec, "secrets", "env", "where the secrets jobs declare are read: env (monad_rpc_key from BATON_SECRET_MONAD_RPC_KEY), dir:/run/secrets (one file per name, re-read at each use), or both joined by commas (the first that has it wins)")
 	fs.Float64Var(&f.limits.RatePerSecond, "rate-limit", auth.DefaultLimits.RatePerSecond, "requests per second per API key (0: unlimited)")
 	fs.IntVar(&f.limits.Burst, "rate-burst", auth.DefaultLimits.Burst, "burst of requests per API key")
 	fs.Int64Var(&f.limits.DailyQuota, "daily-quota", auth.DefaultLimits.DailyQuota, "requests per API key per UTC day (0: unlimited)")
@@ -269,7 +273,7 @@ func (f *serverFlags) bind(ctx context.Context) (*listeners, error) {
 	if err != nil {
 		return nil, err
 	}
-	secrets, err := f.pushSecretMap(targets)
+	pushSecrets, err := f.pushSecretMap(targets)
 	if err != nil {
 		return nil, err
 	}
@@ -283,6 +287,12 @@ func (f *serverFlags) bind(ctx context.Context) (*listeners, error) {
 	}
 	if f.reconcileEvery <= 0 || f.reconcileGrace <= 0 || f.pushTimeout <= 0 || f.committers < 0 {
 		return nil, errors.New("--reconcile-every, --reconcile-grace and --push-timeout must be positive, --committers not negative")
+	}
+	if f.bundleMaxBytes <= 0 {
+		return nil, errors.New("--bundle-max-bytes must be positive")
+	}
+	if f.secrets, err = secrets.Open(f.secretsSpec); err != nil {
+		return nil, fmt.Errorf("--secrets: %w", err)
 	}
 	if f.publicURL != "" {
 		if u, err := url.Parse(f.publicURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
@@ -303,7 +313,7 @@ func (f *serverFlags) bind(ctx context.Context) (*listeners, error) {
 		return nil, err
 	}
 	return &listeners{producer: sl.Producer, internal: sl.Internal, metrics: sl.Metrics, internalTLS: sl.InternalTLS, transport: tr, pushTargets: targets,
-		pushSecrets: secrets, warnings: sl.Warnings}, nil
+		pushSecrets: pushSecrets, warnings: sl.Warnings}, nil
 }
 
 // serverGCPercent is the server's GOGC unless the environment sets one.
@@ -323,11 +333,17 @@ func serve(ctx context.Context, f *serverFlags, ls *listeners, st store.Store, l
 		return err
 	}
 	defer stopTracing() // last: after the listeners and loops stopped
+	// The values of the secrets the server delivers are redacted from its log and from what
+	// workers report, wherever they appear.
+	redactor := secrets.NewRedactor()
+	log = slog.New(redactor.Handler(log.Handler()))
+	log.Info("secrets", "provider", f.secrets.Name())
 	cfg := server.Config{Store: st, Logger: log,
 		Dispatch: dispatch.Config{MaxTasksPerJob: f.maxTasksPerJob, Defaults: f.defaults,
-			GroupCommit: dispatch.GroupCommit{Off: !f.groupCommit, Committers: f.committers}},
-		DataPlane:    dataplane.Config{Buffer: bufferqueue.Config{Visibility: f.sinkFlags.visibility}},
-		API:          api.Config{MaxBodyBytes: f.maxBodyBytes, PushTargets: ls.pushTargets, CORSOrigins: f.corsOrigins.origins},
+			GroupCommit: dispatch.GroupCommit{Off: !f.groupCommit, Committers: f.committers}, Redact: redactor.Redact},
+		DataPlane: dataplane.Config{Buffer: bufferqueue.Config{Visibility: f.sinkFlags.visibility}},
+		API: api.Config{MaxBodyBytes: f.maxBodyBytes, PushTargets: ls.pushTargets, CORSOrigins: f.corsOrigins.origins,
+			Secrets: f.secrets, Redactor: redactor},
 		BundleLimits: bundle.Limits{Archive: f.bundleMaxBytes},
 		Limits:       f.limits,
 		Push:         push.Config{Targets: ls.pushTargets, Secrets: ls.pushSecrets, Timeout: f.pushTimeout, CallbackBaseURL: f.publicURL},

@@ -22,6 +22,7 @@ import (
 	"github.com/baton-dev/baton/internal/bundle"
 	"github.com/baton-dev/baton/internal/ctl"
 	"github.com/baton-dev/baton/internal/runner"
+	"github.com/baton-dev/baton/internal/secrets"
 	"github.com/baton-dev/baton/internal/wrapper"
 	"github.com/baton-dev/baton/worker"
 )
@@ -137,7 +138,9 @@ func runWorker(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	if err := level.UnmarshalText([]byte(*logLevel)); err != nil {
 		return usageErr("--log-level %q: want debug, info, warn or error", *logLevel)
 	}
-	log := slog.New(logFmt.handler(stderr, &slog.HandlerOptions{Level: level}))
+	// The values of the secrets a trusted operator's task receives are redacted from the log.
+	redactor := secrets.NewRedactor()
+	log := slog.New(redactor.Handler(logFmt.handler(stderr, &slog.HandlerOptions{Level: level})))
 	if u, err := url.Parse(*publicURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		return usageErr("--url %q: want http(s)://host[:port]", *publicURL)
 	}
@@ -216,7 +219,8 @@ func runWorker(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		log.Warn("the wrapper is PID 1: processes orphaned by killed tasks become its zombies; run it under an init (docker run --init, tini)")
 	}
 
-	opts := []worker.Option{worker.WithConcurrency(*concurrency), worker.WithLogger(log), worker.WithBlob(*blobURL)}
+	opts := []worker.Option{worker.WithConcurrency(*concurrency), worker.WithLogger(log), worker.WithBlob(*blobURL),
+		worker.WithSecretHook(redactor.Add)}
 	if idleOpt != nil {
 		opts = append(opts, idleOpt)
 	}

@@ -201,6 +201,7 @@ var internalRoutes = []fuzzRoute{
 	{"POST", "/internal/sink/extend", nil},
 	{"GET", "/internal/task-datasets/{dataset}/rows", []string{"alert_events"}},
 	{"POST", "/internal/task-query", nil},
+	{"POST", "/internal/task-secrets", nil},
 }
 
 // FuzzInternalDialect sends fuzzed requests of the worker dialect and the sink's to the internal
@@ -233,6 +234,7 @@ func FuzzInternalDialect(f *testing.F) {
 	add("GET", "/healthz", "", "", "")
 	add("GET", "/internal/{path...}", "", "", "")
 	add("POST", "/internal/task-credentials", "", "X-Trace-Task-Capability: $TOKEN", exampleHeartbeat)
+	add("POST", "/internal/task-secrets", "", "", exampleHeartbeat)
 	add("POST", "/internal/task-credentials", "", "X-Trace-Task-Capability: $TOKEN2", exampleHeartbeat)
 	add("POST", "/internal/task-credentials", "", "", exampleHeartbeat)
 	add("GET", "/internal/task-datasets/{dataset}/rows", `limit=2&where={"severity":"high"}`, "X-Trace-Task-Capability: $TOKEN", "")

@@ -149,6 +149,8 @@ func (s *Server) Routes() []Route {
 		fenced("POST", "/internal/task-complete", s.fencedComplete(bodyFence)),
 		fenced("POST", "/internal/events", s.fencedEvents(bodyFence)),
 		fenced("POST", "/internal/buffer-publish", s.fencedBufferPublish(bodyFence)),
+		// A trusted runtime's secrets, at launch (secrets.go): never on the public listener.
+		fenced("POST", "/internal/task-secrets", s.taskSecrets),
 		// The wrapper exchanges its child's capability token, which must cover the body too.
 		fenced("POST", "/internal/task-credentials", s.withTaskToken(capabilityHeader, s.fencedCredentials(s.tokenFence))),
 		fenced("GET", "/internal/task-datasets/{dataset}/rows", s.withTaskToken(capabilityHeader, s.taskRows)),

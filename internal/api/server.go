@@ -22,6 +22,7 @@ import (
 	"github.com/baton-dev/baton/internal/grant"
 	"github.com/baton-dev/baton/internal/metrics"
 	"github.com/baton-dev/baton/internal/request"
+	"github.com/baton-dev/baton/internal/secrets"
 	"github.com/baton-dev/baton/internal/transport"
 	"github.com/baton-dev/baton/internal/udf"
 )
@@ -65,6 +66,12 @@ type Config struct {
 	Dashboard http.Handler
 	// Metrics, when not nil, counts the requests of both listeners and the refused credentials.
 	Metrics *metrics.Metrics
+	// Secrets reads the values of the secrets trusted runtimes receive (POST
+	// /internal/task-secrets); nil: a job that declares secrets cannot get them (501).
+	Secrets secrets.Provider
+	// Redactor learns every value delivered, so that the logs it redacts never show one; nil:
+	// a redactor of the server's own, which nothing else uses.
+	Redactor *secrets.Redactor
 	// Bundles keeps the tenants' user code bundles; nil: bundles cannot be uploaded (501) and
 	// none exists.
 	Bundles *udf.Registry
@@ -101,8 +108,10 @@ type Server struct {
 	drainCtx context.Context // ends when the server starts shutting down
 	drain    context.CancelFunc
 
-	tracing trace.TracerProvider // nil: off
-	bundles *udf.Registry        // nil: no bundles
+	tracing  trace.TracerProvider // nil: off
+	bundles  *udf.Registry        // nil: no bundles
+	secrets  secrets.Provider
+	redactor *secrets.Redactor
 }
 
 // Drain ends waiting long polls and event streams: call it when shutdown begins, before
@@ -130,6 +139,10 @@ func New(cfg Config) *Server {
 	s.drainCtx, s.drain = context.WithCancel(context.Background())
 	s.tracing = cfg.TracerProvider
 	s.bundles = cfg.Bundles
+	s.secrets, s.redactor = cfg.Secrets, cfg.Redactor
+	if s.redactor == nil {
+		s.redactor = secrets.NewRedactor()
+	}
 	return s
 }
 

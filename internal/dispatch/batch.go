@@ -21,6 +21,9 @@ func (d *Dispatcher) CompleteMany(ctx context.Context, ps []CompleteParams) ([]*
 	results := make([]*CompleteResult, len(ps))
 	errs := make([]error, len(ps))
 	var fast []int
+	for i := range ps {
+		d.redact(&ps[i])
+	}
 	for i, p := range ps {
 		if p.Outcome == store.OutcomeSucceeded && len(p.Events) == 0 && len(p.Published) == 0 {
 			fast = append(fast, i)

@@ -64,6 +64,9 @@ type Config struct {
 	// TracerProvider, when not nil, traces each transaction (a span per group commit and per
 	// transaction of its own); nil traces nothing.
 	TracerProvider trace.TracerProvider
+	// Redact, when set, rewrites what a worker reports (an output, an error's message) before it
+	// is stored: the server's redaction of the secrets it delivered.
+	Redact func(string) string
 }
 
 // Validate reports a setting that cannot work.

@@ -356,6 +356,26 @@ type CompleteParams struct {
 	Traceparent string
 }
 
+// redact applies Config.Redact to what p reports.
+func (d *Dispatcher) redact(p *CompleteParams) {
+	if d.cfg.Redact == nil {
+		return
+	}
+	if len(p.Output) > 0 {
+		if out := d.cfg.Redact(string(p.Output)); out != string(p.Output) {
+			p.Output = json.RawMessage(out)
+			if !json.Valid(p.Output) { // a secret across JSON's syntax: nothing of it is kept
+				p.Output = json.RawMessage(`"[REDACTED]"`)
+			}
+		}
+	}
+	if p.Error != nil {
+		e := *p.Error
+		e.Message = d.cfg.Redact(e.Message)
+		p.Error = &e
+	}
+}
+
 // CompleteResult says what became of the task.
 type CompleteResult struct {
 	Task         *store.Task
@@ -370,6 +390,7 @@ type CompleteResult struct {
 // that timed out as long as no newer attempt has been claimed.
 func (d *Dispatcher) Complete(ctx context.Context, p CompleteParams) (_ *CompleteResult, rerr error) {
 	defer func() { d.count(reportKind(&p), rerr) }()
+	d.redact(&p)
 	switch p.Outcome {
 	case store.OutcomeSucceeded, store.OutcomeCanceled:
 	case store.OutcomeFailed:
