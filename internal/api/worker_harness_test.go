@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http/httptest"
+	"strings"
 	"testing"
 	"time"
 
@@ -25,6 +26,7 @@ import (
 	"github.com/baton-dev/baton/internal/query/engine"
 	"github.com/baton-dev/baton/internal/store"
 	"github.com/baton-dev/baton/internal/store/storetest"
+	"github.com/baton-dev/baton/internal/secrets"
 	"github.com/baton-dev/baton/internal/udf"
 )
 
@@ -46,6 +48,9 @@ type workerAPI struct {
 // testBundleLimits are the harness's bundle limits: small archives, so that a test of the cap
 // sends little.
 var testBundleLimits = bundle.Limits{Archive: 256 << 10}
+
+// testSecrets are the values of the harness's secret provider, by logical name.
+var testSecrets = map[string]string{"api_key": "s3cr3t-api-key-value"}
 
 // buffered deploys tenant acme's buffered dataset alert_events, whose batches belong under
 // s3://trace-scratch/buffers/ (the object storage the contracts' examples use), and returns its
@@ -167,7 +172,10 @@ func newClockedWorkerAPI(t *testing.T, st store.Store, clock clockwork.Clock) *w
 	dp := dataplane.New(d, dataplane.Config{Blob: bs, Query: queryEngine(t), Bundles: bundles})
 	tokens := auth.NewTokens(st, nil)
 	s := api.New(api.Config{Dispatcher: d, DataPlane: dp, Auth: auth.NewAuthenticator(st, auth.Limits{}, nil), Capabilities: capability.New(capability.Config{Tokens: tokens, Dispatcher: d, StorageRoot: bs.Root()}), Logger: quiet, Minter: minter,
-		Bundles: bundles})
+		Bundles: bundles, Secrets: secrets.EnvWith(func(name string) (string, bool) {
+			v, ok := testSecrets[strings.ToLower(strings.TrimPrefix(name, secrets.EnvPrefix))]
+			return v, ok
+		})})
 	w := &workerAPI{t: t, st: st, d: d, dp: dp, tokens: tokens, server: s, minting: minting, bundles: bundles,
 		public: httptest.NewServer(s.ProducerHandler()), internal: httptest.NewServer(s.InternalHandler())}
 	t.Cleanup(w.public.Close)
