@@ -12,6 +12,7 @@ import (
 	"github.com/baton-dev/baton/internal/dataplane/specs"
 	"github.com/baton-dev/baton/internal/pipeline"
 	"github.com/baton-dev/baton/internal/store"
+	"github.com/baton-dev/baton/wire"
 )
 
 // PipelineView is a pipeline with its active version's spec and its jobs' task counts.
@@ -50,16 +51,18 @@ type BackpressureView struct {
 
 // PipelineJobView is one job of a pipeline view.
 type PipelineJobView struct {
-	Name       string         `json:"name"`
-	Activation string         `json:"activation"`
-	Runtime    string         `json:"runtime"`
-	Operator   string         `json:"operator"`
-	Queue      string         `json:"queue"`
-	Source     string         `json:"source,omitempty"`
-	Secrets    []string       `json:"secrets"`
-	Outputs    []specs.Output `json:"outputs"`
-	Inputs     []specs.Input  `json:"inputs"`
-	Counts     map[string]int `json:"counts"`
+	Name       string   `json:"name"`
+	Activation string   `json:"activation"`
+	Runtime    string   `json:"runtime"`
+	Operator   string   `json:"operator"`
+	Queue      string   `json:"queue"`
+	Source     string   `json:"source,omitempty"`
+	Secrets    []string `json:"secrets"`
+	// UDF is the bundle the job runs, as its deploy pinned it; nil when it runs none.
+	UDF     *wire.Bundle   `json:"udf,omitempty"`
+	Outputs []specs.Output `json:"outputs"`
+	Inputs  []specs.Input  `json:"inputs"`
+	Counts  map[string]int `json:"counts"`
 	// Backpressure is set for a job with max_queue_depth or max_queue_age, or that holds
 	// routings.
 	Backpressure *BackpressureView `json:"backpressure,omitempty"`
@@ -74,7 +77,7 @@ func (v *PipelineView) Jobs() []PipelineJobView {
 	out := make([]PipelineJobView, 0, len(v.Spec.Jobs))
 	for _, j := range v.Spec.Jobs {
 		jv := PipelineJobView{Name: j.Name, Activation: j.Activation, Runtime: j.Runtime, Operator: j.Operator,
-			Queue: j.Queue, Source: j.SourceKind, Secrets: append([]string{}, j.Secrets...), Outputs: j.Outputs, Inputs: j.Inputs,
+			Queue: j.Queue, Source: j.SourceKind, Secrets: append([]string{}, j.Secrets...), UDF: j.UDF, Outputs: j.Outputs, Inputs: j.Inputs,
 			Counts: map[string]int{"routed": 0, "waiting": 0, "pending": 0, "running": 0, "completed": 0, "failed": 0, "canceled": 0}}
 		if jv.Outputs == nil {
 			jv.Outputs = []specs.Output{}

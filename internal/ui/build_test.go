@@ -1,7 +1,9 @@
 package ui_test
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"net/url"
@@ -13,6 +15,7 @@ import (
 
 	"github.com/chromedp/chromedp"
 
+	"github.com/baton-dev/baton/internal/bundle"
 	"github.com/baton-dev/baton/internal/dataplane"
 	"github.com/baton-dev/baton/internal/dispatch"
 	"github.com/baton-dev/baton/internal/report"
@@ -349,5 +352,49 @@ func TestBrowserPipelineBuild(t *testing.T) {
 	state := eval[string](t, ctx, fmt.Sprintf(`document.querySelector('#pipeline-versions tr[data-version=%q] .badge').textContent`, v2))
 	if state != "active" {
 		t.Errorf("after activate the version list shows %s %s, want active", v2, state)
+	}
+}
+
+// The pipeline page names the bundle each job runs, with its pinned hash.
+func TestPipelinePageShowsEachJobsBundle(t *testing.T) {
+	s := newServer(t)
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "main.py"), []byte("print('{}')\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var zip bytes.Buffer
+	if _, err := bundle.Build(dir, bundle.Python, "main.py", nil, &zip); err != nil {
+		t.Fatal(err)
+	}
+	req, _ := http.NewRequest(http.MethodPost, s.public.URL+"/v1/udf/bundles", &zip)
+	req.Header.Set("x-api-key", s.keys["acme"])
+	req.Header.Set("Content-Type", "application/zip")
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b struct{ BundleID, SHA256 string }
+	err = json.NewDecoder(res.Body).Decode(&struct {
+		ID  *string `json:"bundle_id"`
+		Sum *string `json:"sha256"`
+	}{&b.BundleID, &b.SHA256})
+	res.Body.Close()
+	if err != nil || res.StatusCode != http.StatusCreated {
+		t.Fatalf("upload: %d %v", res.StatusCode, err)
+	}
+	s.deploy(t, "acme", `
+name: coded
+jobs:
+  - {name: run, activation: source, runtime: ecs_udf, operator: udf, outputs: 0, source: {kind: manual}, udf: {bundle_id: `+b.BundleID+`}}
+  - {name: monitor, activation: source, runtime: ecs_platform, operator: monitor, outputs: 0, source: {kind: manual}, secrets: [rpc_key]}
+`)
+	c := client(t)
+	signIn(t, s, c, s.keys["acme"])
+	_, body := get(t, c, s.public.URL+"/ui/pipelines/coded")
+	for _, want := range []string{`<code title="sha256 ` + b.SHA256 + `">` + b.BundleID + `</code>`, "python main.py · sha256 " + b.SHA256[:12],
+		"secrets: rpc_key"} {
+		if !strings.Contains(body, want) {
+			t.Errorf("the pipeline page lacks %q", want)
+		}
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"html/template"
 	"net/url"
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -79,6 +80,7 @@ func (u *UI) funcs() template.FuncMap {
 			return "/ui/jobs/" + url.PathEscape(jobID) + "/tasks/" + url.PathEscape(taskID)
 		},
 		"pathEscape": url.PathEscape,
+		"join":       strings.Join,
 		"deref": func(p *int64) string {
 			if p == nil {
 				return ""

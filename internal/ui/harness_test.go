@@ -14,6 +14,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/baton-dev/baton/internal/blob"
+	"github.com/baton-dev/baton/internal/blob/blobtest"
+
 	"github.com/baton-dev/baton/internal/auth"
 	"github.com/baton-dev/baton/internal/dataplane"
 	"github.com/baton-dev/baton/internal/dispatch"
@@ -41,7 +44,11 @@ func newServer(t testing.TB) *server {
 	t.Helper()
 	st := storetest.OpenSQLite(t)
 	m := metrics.New()
-	b, err := batonserver.New(batonserver.Config{Store: st, Logger: slog.New(slog.DiscardHandler), Metrics: m,
+	bs, err := blob.Open(context.Background(), blobtest.File(t), blob.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := batonserver.New(batonserver.Config{Store: st, Logger: slog.New(slog.DiscardHandler), Metrics: m, Blob: bs,
 		UI: ui.Config{Poll: 100 * time.Millisecond}})
 	if err != nil {
 		t.Fatal(err)
