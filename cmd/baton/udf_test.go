@@ -3,6 +3,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"net/http"
@@ -14,6 +15,7 @@ import (
 	"time"
 
 	"github.com/baton-dev/baton/client"
+	"github.com/baton-dev/baton/internal/store/storetest"
 )
 
 // The bundles of the end-to-end tests. feeder (Python, a program) writes three readings into
@@ -265,4 +267,56 @@ func TestDevRefusesATamperedBundle(t *testing.T) {
 func pyQuote(s string) string {
 	b, _ := json.Marshal(s)
 	return string(b)
+}
+
+// On PostgreSQL, a production server runs no bundle itself: `baton worker` runs them, the
+// Python program, the Python handler and the Node program alike, untrusted, with their outputs,
+// buffered publishes and token reads as on baton dev.
+func TestServerBundlesRunUnderBatonWorker(t *testing.T) {
+	if _, err := exec.LookPath("node"); err != nil {
+		t.Skip("node is not installed: apt-get install nodejs")
+	}
+	t.Parallel()
+	control, data := storetest.NewPostgresDatabase(t).URL, storetest.NewPostgresDatabase(t).URL
+	var out, errOut bytes.Buffer
+	if code := run(context.Background(), []string{"migrate", "--database-url", control}, &out, &errOut); code != 0 {
+		t.Fatalf("migrate: %s", errOut.String())
+	}
+	out.Reset()
+	if code := run(context.Background(), []string{"apikey", "create", "--name", "t", "--database-url", control}, &out, &errOut); code != 0 {
+		t.Fatalf("apikey: %s", errOut.String())
+	}
+	key := strings.TrimSpace(out.String())
+	addr, internal := freeAddr(t), freeAddr(t)
+	public := "http://" + addr
+	srvErr, blobURL := &syncBuffer{}, "file://"+t.TempDir()
+	runUntilCleanup(t, []string{"server", "--database-url", control, "--data-database-url", data, "--internal-insecure",
+		"--listen", addr, "--internal-listen", internal, "--metrics-listen=", "--blob-url", blobURL, "--sink"},
+		&syncBuffer{}, srvErr)
+	(&producer{t: t, url: public, key: key}).waitReady()
+	feeder := uploadZip(t, public, key, buildBundleDir(t, feederBundle))
+	evaluate := uploadZip(t, public, key, buildBundleDir(t, evaluateBundle, "--entrypoint", "trace.py"))
+	summarize := uploadZip(t, public, key, buildBundleDir(t, summarizeBundle))
+	cl := client.New(public, key)
+	// evaluate is a lambda job: without a push target the server holds its tasks for one, so here
+	// it runs on ecs_udf, pulled like the others.
+	doc := strings.Replace(userlandPipeline(feeder, evaluate, summarize), "runtime: lambda", "runtime: ecs_udf", 1)
+	if _, err := cl.DeployPipeline(context.Background(), []byte(doc), "application/yaml"); err != nil {
+		t.Fatal(err)
+	}
+	wk := &syncBuffer{}
+	runUntilCleanup(t, []string{"worker", "--task", "udf", "--task", "alert_evaluate", "--task", "summarize", "--concurrency", "2",
+		"--internal-url", "http://" + internal, "--url", public, "--bundle-cache", filepath.Join(sharedDir(t, 0o755), "cache"),
+		"--blob-url", blobURL, "--poll-wait", "1s"}, &syncBuffer{}, wk)
+	runSource(t, public, key, "userland", "feed")
+	for name, want := range map[string]string{"userland.feed": `"fed":3`, "userland.evaluate": `"alerts":2`, "userland.summarize": `"inputs":["alerts"]`} {
+		tk := finishedTask(t, cl, name, 90*time.Second)
+		if tk.Status != client.TaskCompleted || !strings.Contains(string(tk.Output), want) {
+			t.Fatalf("%s: %s %s %+v\nworker:\n%s\nserver:\n%s", name, tk.Status, tk.Output, tk.Error, wk.String(), srvErr.String())
+		}
+	}
+	rows, err := cl.DatasetRows(context.Background(), "alerts", client.RowsQuery{})
+	if err != nil || len(rows.Rows) != 2 {
+		t.Fatalf("the alerts the bundle published: %+v %v", rows, err)
+	}
 }
