@@ -179,7 +179,6 @@ func httpGet(t *testing.T, c *http.Client, u string) string {
 	return string(b)
 }
 
-
 func mustJSON(t *testing.T, v any) string {
 	t.Helper()
 	b, err := json.Marshal(v)

@@ -24,9 +24,9 @@ import (
 	"github.com/baton-dev/baton/internal/pipeline/pipelinetest"
 	"github.com/baton-dev/baton/internal/query"
 	"github.com/baton-dev/baton/internal/query/engine"
+	"github.com/baton-dev/baton/internal/secrets"
 	"github.com/baton-dev/baton/internal/store"
 	"github.com/baton-dev/baton/internal/store/storetest"
-	"github.com/baton-dev/baton/internal/secrets"
 	"github.com/baton-dev/baton/internal/udf"
 )
 
