@@ -6,12 +6,11 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"net/http"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/baton-dev/baton/internal/bundle"
+	"github.com/baton-dev/baton/internal/bundle/bundletest"
 	"github.com/baton-dev/baton/internal/dataplane"
 	"github.com/baton-dev/baton/internal/store"
 )
@@ -19,25 +18,10 @@ import (
 // pyBundle is a small Python bundle: main.py, and lib/helper.py beside it.
 func pyBundle(t testing.TB) []byte {
 	t.Helper()
-	dir := t.TempDir()
-	files := map[string]string{
+	return bundletest.Zip(t, map[string]string{
 		"main.py":       "import json, sys\nprint(json.dumps({'ok': True}))\n",
 		"lib/helper.py": "def handler(event, context):\n    return {'n': 1}\n",
-	}
-	for name, text := range files {
-		p := filepath.Join(dir, filepath.FromSlash(name))
-		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(p, []byte(text), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	var buf bytes.Buffer
-	if _, err := bundle.Build(dir, bundle.Python, "main.py", nil, &buf); err != nil {
-		t.Fatal(err)
-	}
-	return buf.Bytes()
+	}, bundle.Python, "main.py")
 }
 
 // uploadBundle uploads zip as tenant's and returns its id.

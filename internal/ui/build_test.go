@@ -16,6 +16,7 @@ import (
 	"github.com/chromedp/chromedp"
 
 	"github.com/baton-dev/baton/internal/bundle"
+	"github.com/baton-dev/baton/internal/bundle/bundletest"
 	"github.com/baton-dev/baton/internal/dataplane"
 	"github.com/baton-dev/baton/internal/dispatch"
 	"github.com/baton-dev/baton/internal/report"
@@ -358,15 +359,8 @@ func TestBrowserPipelineBuild(t *testing.T) {
 // The pipeline page names the bundle each job runs, with its pinned hash.
 func TestPipelinePageShowsEachJobsBundle(t *testing.T) {
 	s := newServer(t)
-	dir := t.TempDir()
-	if err := os.WriteFile(filepath.Join(dir, "main.py"), []byte("print('{}')\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	var zip bytes.Buffer
-	if _, err := bundle.Build(dir, bundle.Python, "main.py", nil, &zip); err != nil {
-		t.Fatal(err)
-	}
-	req, _ := http.NewRequest(http.MethodPost, s.public.URL+"/v1/udf/bundles", &zip)
+	zip := bundletest.Zip(t, map[string]string{"main.py": "print('{}')\n"}, bundle.Python, "main.py")
+	req, _ := http.NewRequest(http.MethodPost, s.public.URL+"/v1/udf/bundles", bytes.NewReader(zip))
 	req.Header.Set("x-api-key", s.keys["acme"])
 	req.Header.Set("Content-Type", "application/zip")
 	res, err := http.DefaultClient.Do(req)
