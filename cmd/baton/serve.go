@@ -340,7 +340,7 @@ func serve(ctx context.Context, f *serverFlags, ls *listeners, st store.Store, l
 	log.Info("secrets", "provider", f.secrets.Name())
 	cfg := server.Config{Store: st, Logger: log,
 		Dispatch: dispatch.Config{MaxTasksPerJob: f.maxTasksPerJob, Defaults: f.defaults,
-			GroupCommit: dispatch.GroupCommit{Off: !f.groupCommit, Committers: f.committers}, Redact: redactor.Redact},
+			GroupCommit: dispatch.GroupCommit{Off: !f.groupCommit, Committers: f.committers}, Redact: redactor.RedactBytes},
 		DataPlane: dataplane.Config{Buffer: bufferqueue.Config{Visibility: f.sinkFlags.visibility}},
 		API: api.Config{MaxBodyBytes: f.maxBodyBytes, PushTargets: ls.pushTargets, CORSOrigins: f.corsOrigins.origins,
 			Secrets: f.secrets, Redactor: redactor},

@@ -66,7 +66,7 @@ type Config struct {
 	TracerProvider trace.TracerProvider
 	// Redact, when set, rewrites what a worker reports (an output, an error's message) before it
 	// is stored: the server's redaction of the secrets it delivered.
-	Redact func(string) string
+	Redact func([]byte) []byte
 }
 
 // Validate reports a setting that cannot work.

@@ -361,17 +361,18 @@ func (d *Dispatcher) redact(p *CompleteParams) {
 	if d.cfg.Redact == nil {
 		return
 	}
+	// A redactor that finds nothing answers its argument: nothing is copied then.
 	if len(p.Output) > 0 {
-		if out := d.cfg.Redact(string(p.Output)); out != string(p.Output) {
-			p.Output = json.RawMessage(out)
+		if out := d.cfg.Redact(p.Output); len(out) == 0 || &out[0] != &p.Output[0] {
+			p.Output = out
 			if !json.Valid(p.Output) { // a secret across JSON's syntax: nothing of it is kept
 				p.Output = json.RawMessage(`"[REDACTED]"`)
 			}
 		}
 	}
-	if p.Error != nil {
+	if p.Error != nil && p.Error.Message != "" {
 		e := *p.Error
-		e.Message = d.cfg.Redact(e.Message)
+		e.Message = string(d.cfg.Redact([]byte(e.Message)))
 		p.Error = &e
 	}
 }
