@@ -1,7 +1,9 @@
 package dispatch_test
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"strings"
 	"testing"
@@ -237,5 +239,43 @@ func TestReportsWithDatasetEventsNeedADataPlane(t *testing.T) {
 			t.Fatalf("after the refusals the task is %s, want running", got)
 		}
 		e.Succeed(c)
+	})
+}
+
+// Config.Redact rewrites what a worker reports before it is stored: the output, on the fast path
+// of plain successes and in a batch too, and a failure's message.
+func TestReportsAreRedactedBeforeTheyAreStored(t *testing.T) {
+	storetest.ForEachDriver(t, func(t *testing.T, st store.Store) {
+		redact := func(b []byte) []byte {
+			if !bytes.Contains(b, []byte("hunter2")) {
+				return b
+			}
+			return bytes.ReplaceAll(b, []byte("hunter2"), []byte("[REDACTED]"))
+		}
+		e := newEnv(t, st, func(c *dispatch.Config) { c.Redact = redact })
+		job := e.Submit(spec("a"), spec("b"), spec("c"))
+		a, b, c := e.Claim(job, "a"), e.Claim(job, "b"), e.Claim(job, "c")
+		if _, err := e.D.Complete(e.Ctx, dispatch.CompleteParams{TaskID: a.Task.ID, Attempt: 1, LeaseToken: a.Task.LeaseToken,
+			Outcome: store.OutcomeSucceeded, Output: json.RawMessage(`{"key":"hunter2"}`)}); err != nil {
+			t.Fatal(err)
+		}
+		_, errs := e.D.CompleteMany(e.Ctx, []dispatch.CompleteParams{{TaskID: b.Task.ID, Attempt: 1, LeaseToken: b.Task.LeaseToken,
+			Outcome: store.OutcomeSucceeded, Output: json.RawMessage(`"hunter2 and more"`)}})
+		if errs[0] != nil {
+			t.Fatal(errs[0])
+		}
+		no := false
+		if _, err := e.D.Complete(e.Ctx, dispatch.CompleteParams{TaskID: c.Task.ID, Attempt: 1, LeaseToken: c.Task.LeaseToken,
+			Outcome: store.OutcomeFailed, Error: &store.TaskError{Category: lifecycle.UserCode, Message: "bad password hunter2", Retryable: &no}}); err != nil {
+			t.Fatal(err)
+		}
+		for key, want := range map[string]string{"a": `{"key":"[REDACTED]"}`, "b": `"[REDACTED] and more"`} {
+			if got := string(e.Task(job, key).Output); got != want {
+				t.Errorf("%s's output = %s, want %s", key, got, want)
+			}
+		}
+		if got := e.Task(job, "c").Error; got == nil || got.Message != "bad password [REDACTED]" {
+			t.Errorf("c's error = %+v, want its message redacted", got)
+		}
 	})
 }
