@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -318,5 +319,48 @@ func TestServerBundlesRunUnderBatonWorker(t *testing.T) {
 	rows, err := cl.DatasetRows(context.Background(), "alerts", client.RowsQuery{})
 	if err != nil || len(rows.Rows) != 2 {
 		t.Fatalf("the alerts the bundle published: %+v %v", rows, err)
+	}
+}
+
+// baton udf list, get and disable print the bundles; bad uses are usage errors.
+func TestUDFCommands(t *testing.T) {
+	t.Parallel()
+	d := startDevWith(t, sharedDir(t, 0o700), "--sink=false")
+	key := bannerKey.FindStringSubmatch(d.stdout.String())[1]
+	id := uploadZip(t, d.producer, key, buildBundleDir(t, map[string]string{"main.py": "print('{}')\n", "lib/util.py": "X = 1\n"}))
+	flags := []string{"--url", d.producer, "--api-key", key}
+	code, out, errOut := baton(append([]string{"udf", "list"}, flags...)...)
+	if code != 0 || !strings.Contains(out, id) || !strings.Contains(out, "ready") || !strings.Contains(out, "python") {
+		t.Errorf("udf list: %d %q %q", code, out, errOut)
+	}
+	code, out, _ = baton(append([]string{"udf", "get", id}, flags...)...)
+	if code != 0 || !strings.Contains(out, "lib/util.py") || !strings.Contains(out, "entrypoint: main.py") {
+		t.Errorf("udf get: %d %q", code, out)
+	}
+	code, out, _ = baton(append([]string{"udf", "disable", id, "-o", "json"}, flags...)...)
+	var b client.Bundle
+	if code != 0 || json.Unmarshal([]byte(out), &b) != nil || b.State != "disabled" || b.DisabledAt == nil {
+		t.Errorf("udf disable: %d %q", code, out)
+	}
+	for _, c := range []struct {
+		args []string
+		code int
+		err  string
+	}{
+		{[]string{"udf", "get"}, 2, "ID"},
+		{[]string{"udf", "get", "bndl_nope"}, 1, "Bundle not found"},
+		{[]string{"udf", "upload", "/no/such.zip"}, 1, "no such file"},
+		{[]string{"udf", "build", "/no/such/dir"}, 1, "is not a folder"},
+		{[]string{"udf", "build", t.TempDir()}, 1, "name the entrypoint with --entrypoint"},
+		{[]string{"udf", "frobnicate"}, 2, "frobnicate"},
+	} {
+		args := c.args
+		if c.args[1] == "get" {
+			args = append(slices.Clone(c.args), flags...)
+		}
+		code, _, errOut := baton(args...)
+		if code != c.code || !strings.Contains(errOut, c.err) {
+			t.Errorf("baton %s: exit %d %q, want %d and %q", strings.Join(c.args, " "), code, errOut, c.code, c.err)
+		}
 	}
 }
