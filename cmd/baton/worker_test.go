@@ -647,7 +647,7 @@ func TestWorkerFlags(t *testing.T) {
 		want string
 	}{
 		{nil, 2, "--task NAME is required"},
-		{[]string{"--task", "x"}, 2, "--exec COMMAND is required"},
+		{[]string{"--task", "x", "--bundle-cache-size", "0"}, 2, "--bundle-cache-size must be positive"},
 		{[]string{"--task", "x", "--exec", "true", "extra"}, 2, "quote the whole --exec command"},
 		{[]string{"--task", "x", "--exec", "true", "--grace", "0s"}, 2, "--grace must be positive"},
 		{[]string{"--task", "x", "--exec", "true", "--idle-timeout", "soon"}, 2, `--idle-timeout "soon": want job, never, 0 or a duration such as 5m`},
