@@ -27,7 +27,7 @@ const (
 		fsV3 | fsV5
 
 	readRights  = unix.LANDLOCK_ACCESS_FS_READ_FILE | unix.LANDLOCK_ACCESS_FS_READ_DIR
-	execRights  = unix.LANDLOCK_ACCESS_FS_READ_FILE | unix.LANDLOCK_ACCESS_FS_EXECUTE
+	execRights  = readRights | unix.LANDLOCK_ACCESS_FS_EXECUTE
 	writeRights = readRights | unix.LANDLOCK_ACCESS_FS_WRITE_FILE | unix.LANDLOCK_ACCESS_FS_REMOVE_DIR |
 		unix.LANDLOCK_ACCESS_FS_REMOVE_FILE | unix.LANDLOCK_ACCESS_FS_MAKE_DIR | unix.LANDLOCK_ACCESS_FS_MAKE_REG | fsV3
 )
@@ -36,6 +36,16 @@ const (
 // of it, by size, for older ABIs.
 type rulesetAttr struct {
 	fs, net, scoped uint64
+}
+
+// The rule types of landlock_add_rule, and struct landlock_net_port_attr.
+const (
+	rulePathBeneath = 1
+	ruleNetPort     = 2
+)
+
+type netPortAttr struct {
+	allowed, port uint64
 }
 
 var abi struct {
@@ -54,9 +64,9 @@ func landlockABI() int {
 	return abi.version
 }
 
-// restrict confines the calling thread with Landlock to p (with its Exec files when exec), and
-// sets no_new_privs, which Landlock needs of an unprivileged thread. Without Landlock it does
-// nothing (Supported says so).
+// restrict confines the calling thread with Landlock to p (with its Exec files when exec).
+// Landlock needs no_new_privs of an unprivileged thread: the caller sets it. Without Landlock it
+// does nothing (Supported says so).
 func restrict(p Policy, exec bool) error {
 	v := landlockABI()
 	if v == 0 {
@@ -88,6 +98,10 @@ func restrict(p Policy, exec bool) error {
 		return fmt.Errorf("sandbox: landlock ruleset: %w", errno)
 	}
 	defer unix.Close(int(fd))
+	addRule := func(kind int, rule unsafe.Pointer) unix.Errno {
+		_, _, errno := unix.Syscall6(unix.SYS_LANDLOCK_ADD_RULE, fd, uintptr(kind), uintptr(rule), 0, 0, 0)
+		return errno
+	}
 	add := func(path string, rights uint64) error {
 		pfd, err := unix.Open(path, unix.O_PATH|unix.O_CLOEXEC, 0)
 		if err != nil {
@@ -102,9 +116,7 @@ func restrict(p Policy, exec bool) error {
 			rights &= fileRights
 		}
 		rule := unix.LandlockPathBeneathAttr{Allowed_access: rights & attr.fs, Parent_fd: int32(pfd)}
-		_, _, errno := unix.Syscall6(unix.SYS_LANDLOCK_ADD_RULE, fd, unix.LANDLOCK_RULE_PATH_BENEATH,
-			uintptr(unsafe.Pointer(&rule)), 0, 0, 0)
-		if errno != 0 {
+		if errno := addRule(rulePathBeneath, unsafe.Pointer(&rule)); errno != 0 {
 			return fmt.Errorf("sandbox: landlock rule for %s: %w", path, errno)
 		}
 		return nil
@@ -126,8 +138,13 @@ func restrict(p Policy, exec bool) error {
 			}
 		}
 	}
-	if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
-		return fmt.Errorf("sandbox: no_new_privs: %w", err)
+	if attr.net != 0 {
+		for _, port := range p.ConnectPorts {
+			rule := netPortAttr{allowed: unix.LANDLOCK_ACCESS_NET_CONNECT_TCP, port: uint64(port)}
+			if errno := addRule(ruleNetPort, unsafe.Pointer(&rule)); errno != 0 {
+				return fmt.Errorf("sandbox: landlock rule for TCP port %d: %w", port, errno)
+			}
+		}
 	}
 	if _, _, errno := unix.Syscall(unix.SYS_LANDLOCK_RESTRICT_SELF, fd, 0, 0); errno != 0 {
 		return fmt.Errorf("sandbox: landlock restrict: %w", errno)

@@ -10,10 +10,12 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"os/signal"
 	"path/filepath"
 	"runtime"
 	"runtime/debug"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -68,6 +70,38 @@ func child(action, arg string) int {
 		}
 	case "sleep":
 		time.Sleep(time.Hour)
+	case "ptrace":
+		err = syscall.PtraceAttach(os.Getppid())
+	case "unshare":
+		err = syscall.Unshare(syscall.CLONE_NEWNET)
+	case "clone-namespace":
+		cmd := exec.Command("/proc/self/exe")
+		cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
+		cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWUTS}
+		err = cmd.Run()
+	case "personality":
+		var p uint64
+		fmt.Sscan(arg, &p)
+		if _, _, e := syscall.RawSyscall(syscall.SYS_PERSONALITY, uintptr(p), 0, 0); e != 0 {
+			err = e
+		}
+	case "term":
+		sigs := make(chan os.Signal, 1)
+		signal.Notify(sigs, syscall.SIGTERM)
+		fmt.Println("ready")
+		<-sigs
+		fmt.Println("terminated")
+		return 3
+	case "die":
+		syscall.Kill(os.Getpid(), syscall.SIGTERM) // Go's runtime dies of it
+		time.Sleep(time.Hour)
+	case "leave":
+		// A process of its own that outlives it: this program again, sleeping, arg in its
+		// command line.
+		cmd := exec.Command("/proc/self/exe", arg)
+		cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
+		cmd.Env = []string{childEnv + "=sleep"}
+		err = cmd.Start()
 	}
 	if err != nil {
 		fmt.Println("denied:", err)
@@ -79,13 +113,13 @@ func child(action, arg string) int {
 
 // start runs action contained by p and answers the process and what it prints; its stdin is
 // closed once the test ends or calls go.
-func start(t *testing.T, p Policy, action, arg string) (proc *Process, out *bytes.Buffer, goOn func()) {
+func start(t *testing.T, p Policy, action, arg string) (proc *Process, out *syncBuffer, goOn func()) {
 	t.Helper()
 	r, w, err := os.Pipe()
 	if err != nil {
 		t.Fatal(err)
 	}
-	out = &bytes.Buffer{}
+	out = &syncBuffer{}
 	cmd := exec.Command("/proc/self/exe")
 	cmd.Env = []string{childEnv + "=" + action, childEnv + "_ARG=" + arg, "GORACE=atexit_sleep_ms=0"}
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = r, out, out
@@ -97,6 +131,24 @@ func start(t *testing.T, p Policy, action, arg string) (proc *Process, out *byte
 	}
 	t.Cleanup(func() { w.Close(); proc.Kill(); proc.Wait() })
 	return proc, out, func() { w.Close() }
+}
+
+// syncBuffer is what a program writes, read while it writes.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.String()
 }
 
 func outcome(t *testing.T, p Policy, action, arg string) string {
@@ -180,7 +232,7 @@ func TestSetLimitsCapsMemoryFromWhatTheProgramMapped(t *testing.T) {
 		size int
 		ok   bool
 	}{{1 << 20, true}, {2 << 30, false}} {
-		proc, out, goOn := start(t, Policy{Network: true}, "ready-alloc", fmt.Sprint(c.size))
+		proc, out, goOn := start(t, Policy{Network: true, NoPIDNamespace: true}, "ready-alloc", fmt.Sprint(c.size))
 		u, err := proc.Usage()
 		if err != nil {
 			t.Fatal(err)
@@ -244,10 +296,9 @@ func TestStartCapsCPUTime(t *testing.T) {
 	case <-time.After(60 * time.Second):
 		t.Fatal("a program past its CPU limit still runs")
 	}
-	state, _ := proc.Wait()
-	ws := state.Sys().(syscall.WaitStatus)
+	ws := proc.Status()
 	if !ws.Signaled() || (ws.Signal() != syscall.SIGXCPU && ws.Signal() != syscall.SIGKILL) {
-		t.Errorf("ended %s, want killed by SIGXCPU or SIGKILL", state)
+		t.Errorf("ended with status %#x, want killed by SIGXCPU or SIGKILL", ws)
 	}
 	if proc.Killed() {
 		t.Error("Killed says Kill was called")
@@ -312,4 +363,164 @@ func TestSupportedSaysWhatHolds(t *testing.T) {
 		t.Error("resource limits do not hold on Linux")
 	}
 	t.Logf("here: %s", s)
+}
+
+func needSeccomp(t *testing.T) {
+	if !seccompUsable() {
+		t.Skip("this kernel has no seccomp filters: system calls are not filtered here")
+	}
+}
+
+// The seccomp filter refuses what reaches beyond the program's own process: tracing another,
+// a namespace, by unshare or by clone's flags, and personalities past Linux's own.
+func TestStartFiltersSystemCalls(t *testing.T) {
+	needSeccomp(t)
+	for _, c := range []struct{ action, arg, want string }{
+		{"ptrace", "", "denied: operation not permitted"},
+		{"unshare", "", "denied: operation not permitted"},
+		{"clone-namespace", "", "denied: fork/exec /proc/self/exe: operation not permitted"},
+		{"personality", "4194304", "denied: operation not permitted"}, // ADDR_NO_RANDOMIZE
+		{"personality", "4294967295", "ok"},                           // a query
+		{"personality", "0", "ok"},
+	} {
+		if got := outcome(t, Policy{}, c.action, c.arg); got != c.want {
+			t.Errorf("%s %s: %q, want %q", c.action, c.arg, got, c.want)
+		}
+	}
+}
+
+func needInit(t *testing.T) {
+	if _, pid := namespaces(); !pid {
+		t.Skip("this process cannot make PID namespaces: programs run without an init here")
+	}
+}
+
+// Under an init, a SIGTERM to the process group reaches the program, and Status is the
+// program's exit status, not the init's.
+func TestInitForwardsSIGTERM(t *testing.T) {
+	needInit(t)
+	proc, out, _ := start(t, Policy{}, "term", "")
+	deadline := time.Now().Add(10 * time.Second)
+	for !strings.Contains(out.String(), "ready") {
+		if time.Now().After(deadline) {
+			t.Fatalf("the program did not start: %q", out.String())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	syscall.Kill(-proc.Pid(), syscall.SIGTERM)
+	select {
+	case <-proc.Done():
+	case <-time.After(10 * time.Second):
+		t.Fatal("the program ignored the SIGTERM")
+	}
+	if ws := proc.Status(); !ws.Exited() || ws.ExitStatus() != 3 || !strings.Contains(out.String(), "terminated") {
+		t.Errorf("status %#x, output %q; want exit status 3 after SIGTERM", ws, out.String())
+	}
+}
+
+// A program killed by a signal is reported killed by it, though the init that saw it exits.
+func TestInitReportsTheSignalThatKilledTheProgram(t *testing.T) {
+	needInit(t)
+	proc, _, _ := start(t, Policy{}, "die", "")
+	ws := proc.Status()
+	if !ws.Signaled() || ws.Signal() != syscall.SIGTERM {
+		t.Errorf("status %#x, want killed by SIGTERM", ws)
+	}
+	if state, _ := proc.Wait(); state.ExitCode() != 128+int(syscall.SIGTERM) {
+		t.Errorf("the init ended %s, want exit status %d", state, 128+int(syscall.SIGTERM))
+	}
+}
+
+// What the program leaves running when it ends dies with its init, whatever process group it
+// is in, and Leftovers says there was some.
+func TestInitTakesLeftoversDown(t *testing.T) {
+	needInit(t)
+	marker := fmt.Sprintf("leftover-%d", time.Now().UnixNano())
+	proc, out, _ := start(t, Policy{}, "leave", marker)
+	if ws := proc.Status(); !ws.Exited() || ws.ExitStatus() != 0 || !strings.Contains(out.String(), "ok") {
+		t.Fatalf("status %#x, output %q", ws, out.String())
+	}
+	if !proc.Leftovers() {
+		t.Error("Leftovers does not say the program left a process running")
+	}
+	if pids := withArg(t, marker); len(pids) > 0 {
+		t.Errorf("processes %v outlived the program", pids)
+	}
+}
+
+// withArg lists the processes with arg in their command line.
+func withArg(t *testing.T, arg string) []string {
+	t.Helper()
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, e := range entries {
+		b, err := os.ReadFile("/proc/" + e.Name() + "/cmdline")
+		if err == nil && strings.Contains(string(b), arg) {
+			out = append(out, e.Name())
+		}
+	}
+	return out
+}
+
+// With ConnectPorts the program keeps the network, and reaches only those ports.
+func TestStartHoldsTheProgramToItsPorts(t *testing.T) {
+	if landlockABI() < 4 {
+		t.Skip("this kernel has no Landlock network rules: ports are not restricted here")
+	}
+	var ports []uint16
+	var addrs []string
+	for range 2 {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer l.Close()
+		go func() {
+			for {
+				c, err := l.Accept()
+				if err != nil {
+					return
+				}
+				c.Close()
+			}
+		}()
+		ports = append(ports, uint16(l.Addr().(*net.TCPAddr).Port))
+		addrs = append(addrs, l.Addr().String())
+	}
+	p := Policy{ConnectPorts: ports[:1]}
+	if got := outcome(t, p, "connect", addrs[0]); got != "ok" {
+		t.Errorf("connect to a granted port: %q", got)
+	}
+	if got := outcome(t, p, "connect", addrs[1]); !strings.HasPrefix(got, "denied") {
+		t.Errorf("connect to another port: %q, want denied", got)
+	}
+}
+
+func TestLevels(t *testing.T) {
+	for _, c := range []struct {
+		s    Support
+		want string
+	}{
+		{Support{}, LevelNone},
+		{Support{Limits: true, Seccomp: true}, LevelLimits},
+		{Support{Limits: true, Landlock: 1, UserNamespace: true, PIDNamespace: true}, LevelLandlock},
+		{Support{Limits: true, Landlock: 3, Seccomp: true, UserNamespace: true}, LevelSeccomp},
+		{Support{Limits: true, Landlock: 7, Seccomp: true, UserNamespace: true, PIDNamespace: true}, LevelNamespaces},
+	} {
+		if got := c.s.Level(); got != c.want {
+			t.Errorf("%s: level %s, want %s", c.s, got, c.want)
+		}
+	}
+	if err := CheckLevel(LevelSeccomp, LevelLandlock); err != nil {
+		t.Error(err)
+	}
+	if err := CheckLevel(LevelLimits, LevelNamespaces); err == nil || !strings.Contains(err.Error(), "lacks Landlock") {
+		t.Errorf("limits below namespaces: %v", err)
+	}
+	if err := CheckLevel(LevelLimits, "max"); err == nil || !strings.Contains(err.Error(), "none, limits, landlock, seccomp, namespaces") {
+		t.Errorf("an unknown level: %v", err)
+	}
 }

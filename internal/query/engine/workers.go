@@ -317,8 +317,12 @@ func (ws *workers) start(ctx context.Context, read []string) (*worker, error) {
 	}
 	cmd.Dir = dir
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = inR, outW, w.stderr
+	// No PID namespace: the engine caps the worker's memory once it has started, counting from
+	// what it mapped (Process.SetLimits and Usage), which needs the worker's own pid, not an
+	// init's. The worker starts nothing, and its one process is killed with its group.
 	w.proc, err = sandbox.Start(cmd, sandbox.Policy{Read: slices.Concat(read, engineReads), ReadWrite: []string{dir},
-		Limits: sandbox.Limits{CPU: ws.e.cpuBudget(), FileSize: uint64(cfg.SpillLimit), Files: 4096}})
+		Limits:         sandbox.Limits{CPU: ws.e.cpuBudget(), FileSize: uint64(cfg.SpillLimit), Files: 4096},
+		NoPIDNamespace: true})
 	inR.Close()
 	outW.Close()
 	if err != nil {
