@@ -20,6 +20,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/baton-dev/baton/internal/sandbox"
 )
 
 // Run runs one attempt as Spec describes and waits for it, its process group included. It
@@ -32,13 +34,11 @@ func Run(ctx context.Context, s Spec) (*Result, error) {
 	if ctx.Err() != nil {
 		return nil, fmt.Errorf("runner: not started: %w", context.Cause(ctx))
 	}
-	path := s.Command[0]
-	if !strings.Contains(path, "/") {
-		lp, err := exec.LookPath(path)
-		if err != nil {
-			return nil, fmt.Errorf("runner: %w", err)
-		}
-		path = lp
+	// A name is looked up in the wrapper's PATH; a path is checked here, since the sandbox's
+	// trampoline, not this process, executes it.
+	path, err := exec.LookPath(s.Command[0])
+	if err != nil {
+		return nil, fmt.Errorf("runner: %w", err)
 	}
 	grace := cmp.Or(s.Grace, DefaultGrace)
 	maxOut := cmp.Or(s.MaxStdout, DefaultMaxStdout)
@@ -108,19 +108,21 @@ func Run(ctx context.Context, s Spec) (*Result, error) {
 	closeInheritedOnExec()
 	// The pipes' write ends are *os.File, so the child gets them as fds 1 and 2 directly and
 	// Wait does not wait for copying goroutines: this function reads them itself.
-	cmd := &exec.Cmd{Path: path, Args: s.Command, Env: env, Dir: dir, Stdin: stdin, Stdout: outW, Stderr: errW,
-		SysProcAttr: sysProcAttr(s.Credential)}
+	cmd := &exec.Cmd{Path: path, Args: s.Command, Env: env, Dir: dir, Stdin: stdin, Stdout: outW, Stderr: errW}
 	started := time.Now()
-	err = cmd.Start()
+	proc, err := sandbox.Start(cmd, s.Sandbox.policy(path, dir, s.Credential))
 	outW.Close()
 	errW.Close()
 	if err != nil {
 		if s.Credential != nil && errors.Is(err, fs.ErrPermission) {
-			return nil, fmt.Errorf("runner: start %s as uid %d: %w (can that user reach %s and execute %s?)", s.Command[0], s.Credential.Uid, err, dir, path)
+			self, _ := os.Executable()
+			return nil, fmt.Errorf("runner: start %s as uid %d: %w (can that user reach %s, and execute %s and %s?)", s.Command[0], s.Credential.Uid, err, dir, self, path)
 		}
 		return nil, fmt.Errorf("runner: start %s: %w", s.Command[0], err)
 	}
-	pgid := cmd.Process.Pid // Setpgid: the child leads a new group of its own pid
+	// The child, or the init of its PID namespace, leads a new group of its own pid: a signal to
+	// the group reaches the child, or the init, which passes it on.
+	pgid := proc.Pid()
 
 	stdout := &boundedBuffer{max: maxOut}
 	stderr := &tailBuffer{max: tailN}
@@ -160,11 +162,15 @@ func Run(ctx context.Context, s Spec) (*Result, error) {
 			}
 		}
 	}()
-	waitErr := cmd.Wait()
+	_, waitErr := proc.Wait()
 	close(exited)
 	<-watched
-	// Whatever is left of the group now outlived the task: kill it.
-	leftovers := syscall.Kill(-pgid, syscall.SIGKILL) == nil
+	// Whatever is left of the group now outlived the task: kill it. Under an init, what was
+	// left in the PID namespace died with the init, and the init told.
+	leftovers := proc.Leftovers()
+	if syscall.Kill(-pgid, syscall.SIGKILL) == nil {
+		leftovers = true
+	}
 	select {
 	case <-pipesDone:
 	case <-time.After(pipeDrain):
@@ -181,14 +187,14 @@ func Run(ctx context.Context, s Spec) (*Result, error) {
 		return res, fmt.Errorf("runner: wait for %s: %w", s.Command[0], waitErr)
 	}
 	f := &Failure{Stopped: stopped, Killed: killed, Stderr: res.StderrTail}
-	ws, _ := cmd.ProcessState.Sys().(syscall.WaitStatus)
+	ws := proc.Status()
 	switch {
 	case ws.Signaled():
 		res.ExitCode, res.Signal = -1, ws.Signal()
 		f.Kind, f.Signal = FailSignal, ws.Signal()
 		return res, f
-	case cmd.ProcessState.ExitCode() != 0:
-		res.ExitCode = cmd.ProcessState.ExitCode()
+	case ws.ExitStatus() != 0:
+		res.ExitCode = ws.ExitStatus()
 		f.Kind, f.ExitCode = FailExit, res.ExitCode
 		return res, f
 	case stdout.overflowed():

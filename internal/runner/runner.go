@@ -10,16 +10,42 @@
 //     it in BATON_TASK_PAYLOAD and also opens it as the child's stdin;
 //   - builds the child's environment from Spec.Env alone (the wrapper's own environment is never
 //     inherited) plus HOME, TMPDIR, PWD, BATON_TASK_PAYLOAD and a default PATH;
-//   - runs the child as Spec.Credential's user when set (the wrapper must be root), with no
-//     supplementary groups, in a new process group, and (on Linux) killed if the wrapper dies;
-//     the child inherits only stdin, stdout and stderr (no other file descriptor: the Go runtime
-//     opens every file and socket close-on-exec, and no ExtraFiles are passed);
+//   - starts the child through internal/sandbox, contained as far as the system allows (Isolation
+//     says how far; see below), as Spec.Credential's user when set (the wrapper must be root),
+//     with no supplementary groups, in a new process group, and (on Linux) killed if the wrapper
+//     dies; the child inherits only stdin, stdout and stderr (no other file descriptor: the Go
+//     runtime opens every file and socket close-on-exec, and no ExtraFiles are passed);
 //   - captures stdout (up to Spec.MaxStdout) and the last Spec.StderrTail bytes of stderr;
 //   - when ctx ends (task cancelled, lease lost, timeout, shutdown) sends SIGTERM to the whole
 //     process group, then SIGKILL once Spec.Grace has passed if anything of it is still running;
-//   - when the child exits, kills whatever it left behind in its process group, so nothing of a
-//     task outlives it. (A process that leaves the group with setsid escapes this; containing that
-//     takes a cgroup or a PID namespace around the wrapper.)
+//   - when the child exits, kills whatever it left behind, so nothing of a task outlives it.
+//
+// On Linux, where the kernel has each layer (sandbox.Support), the child also:
+//
+//   - may read only the system's programs and libraries (/usr, /bin, /sbin, /lib*), which it
+//     may also execute, a few files of /etc (the loader's cache, TLS certificates, name service
+//     files, time zone, /etc/alternatives, /etc/python3*: see systemRead), /dev/null, /dev/zero,
+//     /dev/full (also to write), /dev/random and /dev/urandom, the system's counters in /proc
+//     (cpuinfo, meminfo, stat, loadavg, uptime, version) and /sys/devices/system/cpu, its own
+//     program file, and Spec.Sandbox's paths; it may write only in its work directory and
+//     Spec.Sandbox.ReadWrite (Landlock). Of /proc/PID it may read only the entries of the first
+//     process of the child, the one Spec.Command starts (its /proc/self): Landlock grants a path
+//     as the file it names when the rule is made, and /proc/self names one process; that process's
+//     children have no entries they may read (a shell that runs a program with exec hands it its
+//     own). Another process's /proc/PID/environ, mem and the like are doubly out of reach: the
+//     ptrace access checks of the kernel (another user, or the wrapper, which HideFromSameUser
+//     makes not dumpable) and Landlock's own (a sandboxed process may not inspect one outside
+//     its sandbox), besides the path rules, which grant none of /proc/PID;
+//   - may connect to no TCP port but Spec.Sandbox.ConnectPorts, and bind none; without ports it
+//     has no network at all (a network namespace of its own); with Network, every address
+//     and port;
+//   - has its limits (Spec.Sandbox.Limits) and no core dumps;
+//   - cannot trace (ptrace), mount, make namespaces, load BPF or modules, and the like (seccomp);
+//   - runs in user and PID namespaces of its own under an init: the process group gets SIGTERM
+//     and SIGKILL through that init, whose end (once the child has exited, or by SIGKILL) takes
+//     every process of the namespace down, those that left the process group included, and a
+//     fork bomb cannot outlive its task. Without a PID namespace, a process that leaves the group
+//     with setsid escapes the killing of leftovers.
 //
 // The output is the last JSON value on stdout (see LastJSON). A non-zero exit, death by a signal,
 // stdout that is not JSON or that exceeds the limit is a *Failure.
@@ -78,6 +104,8 @@ type Spec struct {
 	// TempRoot is the directory the work directory is made in (os.TempDir() when empty). The
 	// child's user must be able to traverse it.
 	TempRoot string
+	// Sandbox is what else the child may read, write, execute and connect to, and its limits.
+	Sandbox Sandbox
 	// Grace is how long the process group has between SIGTERM and SIGKILL (DefaultGrace if 0).
 	Grace time.Duration
 	// MaxStdout bounds the stdout kept (DefaultMaxStdout if 0); more is a failure.
@@ -109,7 +137,9 @@ type Result struct {
 	// Output is the last JSON value the child wrote to stdout; JSON null if it wrote none.
 	// Set only when the run succeeded.
 	Output json.RawMessage
-	PID    int
+	// PID is the process id of what Run started, which leads the process group: the child, or
+	// the init of its PID namespace.
+	PID int
 	// ExitCode is the child's exit status; -1 when a signal ended it.
 	ExitCode int
 	// Signal is the signal that ended the child, 0 if it exited.
@@ -118,8 +148,8 @@ type Result struct {
 	Stopped bool
 	// Killed says the group outlived the grace period after SIGTERM and got SIGKILL.
 	Killed bool
-	// Leftovers says processes of the child's group were still running when it exited and
-	// were killed.
+	// Leftovers says processes of the child's group (or of its PID namespace) were still
+	// running when it exited and were killed.
 	Leftovers bool
 	// StdoutBytes counts what the child wrote to stdout (all of it, kept or not).
 	StdoutBytes int64

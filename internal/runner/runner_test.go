@@ -19,7 +19,16 @@ import (
 
 func sh(script string) []string { return []string{"/bin/sh", "-c", script} }
 
-// sharedDir is a directory the child can write to whatever user it runs as.
+// hostPID is shell that sets $pid to the process id of the shell that runs it as this test
+// sees it: in a PID namespace of its own, the child's $$ and $! are the namespace's. It reads
+// /proc/self/stat, which a child may read with readProc.
+const hostPID = `read -r pid _ < /proc/self/stat; `
+
+// shared is a child's Sandbox that lets it write to dir (see sharedDir) and read /proc, for the
+// tests that follow its processes.
+func shared(dir string) Sandbox { return Sandbox{ReadWrite: []string{dir}, Read: []string{"/proc"}} }
+
+// sharedDir is a directory the child can write to whatever user it runs as (given shared(dir)).
 func sharedDir(t *testing.T) string {
 	t.Helper()
 	d, err := os.MkdirTemp("", "runner-test-")
@@ -219,8 +228,10 @@ func TestRunCancelKillsProcessGroup(t *testing.T) {
 	done := make(chan ran, 1)
 	go func() {
 		res, err := Run(ctx, Spec{
-			Command: sh(`trap '' TERM; sleep 300 & echo $! > ` + dir + `/grandchild; echo $$ > ` + dir + `/child; wait; wait; echo '"unreachable"'`),
+			Command: sh(`trap '' TERM; sh -c '` + hostPID + `echo $pid > ` + dir + `/grandchild; exec sleep 300' &
+				` + hostPID + `echo $pid > ` + dir + `/child; wait; wait; echo '"unreachable"'`),
 			Grace:   300 * time.Millisecond,
+			Sandbox: shared(dir),
 		})
 		done <- ran{res, err}
 	}()
@@ -257,6 +268,7 @@ func TestRunCancelGraceful(t *testing.T) {
 	res, err := Run(ctx, Spec{
 		Command: sh(`trap 'echo "{\"stopped\":true}"; exit 0' TERM; echo up > ` + dir + `/ready; while :; do sleep 0.05; done`),
 		Grace:   10 * time.Second,
+		Sandbox: shared(dir),
 	})
 	if err != nil || string(res.Output) != `{"stopped":true}` || !res.Stopped || res.Killed {
 		t.Fatalf("res %+v, err %v", res, err)
@@ -269,7 +281,8 @@ func TestRunCancelGraceful(t *testing.T) {
 // Background processes a successful child leaves behind are killed with it.
 func TestRunKillsLeftovers(t *testing.T) {
 	dir := sharedDir(t)
-	res, err := Run(context.Background(), Spec{Command: sh(`sleep 300 >/dev/null 2>&1 & echo $! > ` + dir + `/bg; echo 1`)})
+	res, err := Run(context.Background(), Spec{Command: sh(`sh -c '` + hostPID + `echo $pid > ` + dir + `/bg; exec sleep 300' >/dev/null 2>&1 &
+		while [ ! -s ` + dir + `/bg ]; do sleep 0.01; done; echo 1`), Sandbox: shared(dir)})
 	if err != nil || string(res.Output) != "1" || !res.Leftovers {
 		t.Fatalf("res %+v, err %v", res, err)
 	}
@@ -286,8 +299,9 @@ func TestRunKillsLeftovers(t *testing.T) {
 func TestRunEnvironmentIsOnlyTheSpec(t *testing.T) {
 	t.Setenv("BATON_SECRET_X", "hunter2")
 	res, err := Run(context.Background(), Spec{
-		Command: sh(`tr '\0' '\n' < /proc/$$/environ | cut -d= -f1 | sort | tr '\n' ' ' | sed 's/^/"/; s/ $/"/'`),
+		Command: sh(hostPID + `tr '\0' '\n' < /proc/$pid/environ | cut -d= -f1 | sort | tr '\n' ' ' | sed 's/^/"/; s/ $/"/'`),
 		Env:     map[string]string{"BATON_URL": "http://example", "LANG": "C.UTF-8"},
+		Sandbox: Sandbox{Read: []string{"/proc"}},
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -315,7 +329,8 @@ func TestRunNoExtraFileDescriptors(t *testing.T) {
 	dir := sharedDir(t)
 	done := make(chan error, 1)
 	go func() {
-		_, err := Run(context.Background(), Spec{Command: sh(`echo $$ > ` + dir + `/pid; while [ ! -e ` + dir + `/go ]; do sleep 0.02; done`)})
+		_, err := Run(context.Background(), Spec{Command: sh(hostPID + `echo $pid > ` + dir + `/pid; while [ ! -e ` + dir + `/go ]; do sleep 0.02; done`),
+			Sandbox: shared(dir)})
 		done <- err
 	}()
 	pid := waitFile(t, dir+"/pid")

@@ -2,17 +2,6 @@ package runner
 
 import "syscall"
 
-// sysProcAttr puts the child in a process group of its own, under cred when set, and has the
-// kernel kill it if the wrapper dies.
-func sysProcAttr(cred *Credential) *syscall.SysProcAttr {
-	a := &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	if cred != nil {
-		// An empty, non-nil Groups drops the supplementary groups of the wrapper.
-		a.Credential = &syscall.Credential{Uid: cred.Uid, Gid: cred.Gid, Groups: []uint32{}}
-	}
-	return a
-}
-
 // HideFromSameUser marks this process not dumpable (prctl PR_SET_DUMPABLE 0): its
 // /proc/PID/{environ,mem,fd,...} then belong to root and processes of the same user can neither
 // read them nor ptrace it. It matters when children run as the wrapper's own user.
