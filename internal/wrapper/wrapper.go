@@ -128,6 +128,9 @@ type Config struct {
 	BundleLimits bundle.Limits
 	// HTTPClient downloads bundles (http.DefaultClient if nil).
 	HTTPClient *http.Client
+	// Sandbox is what children may read, write, execute and connect to besides what every child
+	// may (and the ports of the public URL and the object store), and their limits.
+	Sandbox runner.Sandbox
 }
 
 // Wrapper is a configured `baton worker --exec`: its Handle is the worker SDK's handler of every
@@ -140,6 +143,7 @@ type Wrapper struct {
 	workRoot  string
 	grace     time.Duration
 	log       *slog.Logger
+	sandbox   runner.Sandbox
 
 	bundles      *bundle.Cache
 	bundleLimits bundle.Limits
@@ -149,8 +153,8 @@ type Wrapper struct {
 // New returns the wrapper c configures.
 func New(c Config) *Wrapper {
 	w := &Wrapper{command: c.Command, publicURL: c.PublicURL, cred: c.Credential, workRoot: c.WorkRoot,
-		grace: c.Grace, log: c.Log, baseEnv: map[string]string{}, bundles: c.Bundles, bundleLimits: c.BundleLimits,
-		http: c.HTTPClient}
+		grace: c.Grace, log: c.Log, baseEnv: map[string]string{}, sandbox: c.Sandbox, bundles: c.Bundles,
+		bundleLimits: c.BundleLimits, http: c.HTTPClient}
 	if w.http == nil {
 		w.http = http.DefaultClient
 	}
@@ -278,7 +282,7 @@ func (w *Wrapper) Handle(ctx context.Context, t *worker.Task) (any, error) {
 	log.Debug("starting the child")
 	res, err := runner.Run(ctx, runner.Spec{Command: command, Payload: payload, Env: env, Credential: w.cred,
 		TempRoot: w.workRoot, Grace: w.grace, Collect: func(dir string) error { return w.publishBatches(ctx, t, dir) },
-		Prepare: prepare})
+		Prepare: prepare, Sandbox: w.childSandbox(creds)})
 	var f *runner.Failure
 	var we *worker.Error
 	switch {

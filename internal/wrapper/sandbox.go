@@ -1,0 +1,51 @@
+package wrapper
+
+import (
+	"cmp"
+	"net"
+	"net/url"
+	"slices"
+	"strconv"
+
+	"github.com/baton-dev/baton/internal/runner"
+	"github.com/baton-dev/baton/worker"
+)
+
+// childSandbox is a task's child's sandbox: the configured one, and the TCP ports of the
+// public URL and, with minted object storage credentials, of the object store, which the child
+// must reach. Unless it may reach the whole network, these are the only ports it may.
+func (w *Wrapper) childSandbox(creds *worker.Credentials) runner.Sandbox {
+	sb := w.sandbox
+	sb.ConnectPorts = slices.Clone(sb.ConnectPorts)
+	add := func(rawURL string) {
+		if p := urlPort(rawURL); p != 0 && !slices.Contains(sb.ConnectPorts, p) {
+			sb.ConnectPorts = append(sb.ConnectPorts, p)
+		}
+	}
+	add(w.publicURL)
+	if creds != nil {
+		add(cmp.Or(creds.EndpointURL, "https://s3.amazonaws.com")) // AWS's own: https
+	}
+	return sb
+}
+
+// urlPort is the TCP port a URL names, or its scheme's; 0 if it names none.
+func urlPort(rawURL string) uint16 {
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		return 0
+	}
+	port := u.Port()
+	if port == "" {
+		p, err := net.LookupPort("tcp", u.Scheme)
+		if err != nil {
+			return 0
+		}
+		port = strconv.Itoa(p)
+	}
+	p, err := strconv.ParseUint(port, 10, 16)
+	if err != nil {
+		return 0
+	}
+	return uint16(p)
+}
