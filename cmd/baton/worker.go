@@ -50,6 +50,13 @@ attempt: AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN, AWS_CREDEN
 AWS_REGION, AWS_DEFAULT_REGION, AWS_ENDPOINT_URL, AWS_SHARED_CREDENTIALS_FILE and AWS_CONFIG_FILE
 (the two files hold the same credentials, renewed before they expire for long tasks).
 
+Containment: the child may read and execute the system's programs and libraries and read a few
+files of /etc, write only in its work directory, and connect only to the TCP ports of --url and
+the object store; it cannot trace, mount or make namespaces, and runs under an init in PID and
+user namespaces of its own, with everything it started killed when it ends; each where the kernel
+has it (the log line "untrusted children are contained" says what holds; --min-isolation refuses
+less). --child-read, --child-write, --child-exec, --child-connect and --child-network grant more.
+
 Object storage: with S3, the credentials read only the task's input prefixes and write only its
 own prefixes, listed in the payload's "storage" (scratch_prefix, output_prefixes by dataset
 uuid). Buffered datasets: a child adds rows to the buffered dataset NAME by writing them, one JSON
@@ -101,6 +108,8 @@ func runWorker(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	fs.Var(&childEnv, "child-env", "`NAME=VALUE` set in every child's environment (repeatable; PATH may be overridden; not for secrets)")
 	var otlp otlpFlag
 	otlp.register(fs)
+	var iso isolationFlags
+	iso.register(fs)
 	if code, ok := configureFlags(ctx, fs, args); !ok {
 		return code
 	}
@@ -150,8 +159,17 @@ func runWorker(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	}
 	explicitUser := false
 	fs.Visit(func(f *flag.Flag) { explicitUser = explicitUser || f.Name == "child-user" })
+	sb, usage, err := iso.sandbox(log)
+	switch {
+	case usage != nil:
+		return usageErr("%v", usage)
+	case err != nil:
+		fmt.Fprintln(stderr, "baton worker:", err)
+		return 1
+	}
 
-	wc := wrapper.Config{PublicURL: *publicURL, WorkRoot: *workRoot, Grace: *grace, Log: log, Env: map[string]string{}}
+	wc := wrapper.Config{PublicURL: *publicURL, WorkRoot: *workRoot, Grace: *grace, Log: log, Env: map[string]string{},
+		Sandbox: sb}
 	if strings.TrimSpace(*execCmd) != "" {
 		wc.Command = []string{"/bin/sh", "-c", *execCmd}
 	}

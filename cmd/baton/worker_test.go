@@ -399,14 +399,19 @@ echo '{"ok":true}'`
 }
 
 // stubborn is a child that notes SIGTERM but keeps running, with a grandchild that ignores it.
+// It writes their process ids as this test sees them (in a PID namespace of its own, $$ and $!
+// are the namespace's), and so needs childSees(dir).
 func stubborn(dir string) string {
 	return `D=` + dir + `; K=$BATON_TASK_KEY
 trap 'echo TERM >> $D/term-$K' TERM
-(trap '' TERM; exec sleep 300) &
-echo $! > $D/grandchild-$K
-echo $$ > $D/child-$K
+(trap '' TERM; read -r pid _ < /proc/self/stat; echo $pid > $D/grandchild-$K; exec sleep 300) &
+read -r pid _ < /proc/self/stat; echo $pid > $D/child-$K
 while :; do sleep 0.05; done`
 }
+
+// childSees are the flags that let a test's children write to dir and read /proc, which their
+// sandbox does not grant by default.
+func childSees(dir string) []string { return []string{"--child-write", dir, "--child-read", "/proc"} }
 
 func childPIDs(t *testing.T, dir, key string) (int, int) {
 	t.Helper()
@@ -428,7 +433,7 @@ func TestWorkerExecTimeoutKillsProcessGroup(t *testing.T) {
 	s := newExecServer(t)
 	dir := sharedDir(t, 0o777)
 	_, ids := s.submit(t, lifecycle.TaskSpec{Key: "slow", Name: "slow", TimeoutSeconds: intp(1), MaxAttempts: intp(1)})
-	w := startExecWorker(t, s, stubborn(dir), "--task", "slow")
+	w := startExecWorker(t, s, stubborn(dir), append(childSees(dir), "--task", "slow")...)
 	child, grandchild := childPIDs(t, dir, "slow")
 	waitGone(t, 10*time.Second, child, grandchild)
 	if term, _ := os.ReadFile(filepath.Join(dir, "term-slow")); !strings.Contains(string(term), "TERM") {
@@ -446,7 +451,7 @@ func TestWorkerExecCancelKillsProcessGroup(t *testing.T) {
 	s := newExecServer(t)
 	dir := sharedDir(t, 0o777)
 	jobID, ids := s.submit(t, lifecycle.TaskSpec{Key: "long", Name: "long"})
-	w := startExecWorker(t, s, stubborn(dir), "--task", "long")
+	w := startExecWorker(t, s, stubborn(dir), append(childSees(dir), "--task", "long")...)
 	child, grandchild := childPIDs(t, dir, "long")
 	if _, err := s.d.CancelJob(context.Background(), "acme", jobID, ""); err != nil {
 		t.Fatal(err)
@@ -477,18 +482,21 @@ func TestWorkerChildCannotSeeWrapperCredentials(t *testing.T) {
 		t.Fatalf("client key mode %v, want 0600", fi.Mode().Perm())
 	}
 	dir := sharedDir(t, 0o777)
+	// It reads /proc (which it may here) by the pids this test sees: in a PID namespace of its
+	// own, $$ and $PPID are the namespace's.
 	script := `D=` + dir + `
-tr '\0' '\n' < /proc/$$/environ > $D/env
+read -r pid _ < /proc/self/stat
+tr '\0' '\n' < /proc/$pid/environ > $D/env
 if cat ` + s.certs.ClientKey + ` > $D/key-content 2> $D/key-err; then echo readable > $D/key; else echo denied > $D/key; fi
-if cat /proc/$PPID/environ > /dev/null 2> $D/wrapper-env-err; then echo readable > $D/wrapper-env; else echo denied > $D/wrapper-env; fi
-echo $$ > $D/pid
+if cat /proc/` + strconv.Itoa(os.Getpid()) + `/environ > /dev/null 2> $D/wrapper-env-err; then echo readable > $D/wrapper-env; else echo denied > $D/wrapper-env; fi
+echo $pid > $D/pid
 while [ ! -e $D/go ]; do sleep 0.05; done
 echo '{"probe":"done"}'`
 	_, ids := s.submit(t,
 		lifecycle.TaskSpec{Key: "probe", Name: "probe"},
 		lifecycle.TaskSpec{Key: "other", Name: "other-kind"}, // no handler here: claimed below
 	)
-	w := startExecWorker(t, s, script, "--task", "probe")
+	w := startExecWorker(t, s, script, append(childSees(dir), "--task", "probe")...)
 
 	// Its environment: the allowlist and nothing else.
 	env := map[string]string{}
@@ -656,6 +664,8 @@ func TestWorkerFlags(t *testing.T) {
 		{[]string{"--task", "x", "--exec", "true", "--child-env", "HOME=/root"}, 2, "may not set HOME"},
 		{[]string{"--task", "x", "--exec", "true", "--child-env", "NOEQUALS"}, 2, "want NAME=VALUE"},
 		{[]string{"--task", "x", "--exec", "true", "--url", "ftp://x"}, 2, "--url"},
+		{[]string{"--task", "x", "--exec", "true", "--min-isolation", "max"}, 2, `--min-isolation "max": want one of none, limits, landlock, seccomp, namespaces`},
+		{[]string{"--task", "x", "--exec", "true", "--child-connect", "0"}, 2, `--child-connect "0": want a TCP port`},
 		{[]string{"--task", "x", "--exec", "true", "--child-user", "root"}, 1, "refusing to run untrusted children as \"root\""},
 		{[]string{"--task", "x", "--exec", "true", "--child-user", "0"}, 1, "refusing to run untrusted children"},
 	} {

@@ -314,7 +314,7 @@ type process struct {
 
 // startWorker starts `baton worker` for one task name, its output prefixed on stderr.
 func (d *session) startWorker(ctx context.Context, self, taskBin, name string, queues ...string) (*process, error) {
-	args := []string{"worker", "--task", name, "--exec", shellQuote(taskBin) + " demo-task",
+	args := []string{"worker", "--task", name, "--exec", shellQuote(taskBin) + " demo-task", "--child-exec", taskBin,
 		"--internal-url", d.internalURL, "--url", d.producerURL,
 		"--internal-tls-ca", d.certs.CA, "--internal-tls-cert", d.certs.ClientCert, "--internal-tls-key", d.certs.ClientKey,
 		"--worker-id", "demo-" + name, "--grace", "3s", "--log-level", "warn", "--blob-url", d.blobURL,
