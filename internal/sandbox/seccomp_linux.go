@@ -35,11 +35,13 @@ var refused = []string{
 const namespaceFlags = unix.CLONE_NEWUSER | unix.CLONE_NEWNS | unix.CLONE_NEWPID | unix.CLONE_NEWNET |
 	unix.CLONE_NEWUTS | unix.CLONE_NEWIPC | unix.CLONE_NEWCGROUP
 
-// Personalities a program may ask for: Linux's own (0), and none (0xffffffff), which reads the
-// current one. Others turn address space randomization off or emulate other systems.
+// Personalities a program may ask for: Linux's own (0), and none (0xffffffff, which the kernel
+// reads as an unsigned int: -1 too), which reads the current one. Others turn address space
+// randomization off or emulate other systems.
 const (
-	personalityLinux = 0
-	personalityQuery = 0xffffffff
+	personalityLinux   = 0
+	personalityQuery   = 0xffffffff
+	personalityQuery64 = 0xffffffffffffffff
 )
 
 // policy is the seccomp policy on this machine's system calls, those it has among refused.
@@ -63,7 +65,8 @@ func policy(info *arch.Info) seccomp.Policy {
 					{Argument: 0, Operation: seccomp.BitsSet, Value: namespaceFlags}}},
 				{Name: "personality", Conditions: seccomp.ArgumentConditions{
 					{Argument: 0, Operation: seccomp.NotEqual, Value: personalityLinux},
-					{Argument: 0, Operation: seccomp.NotEqual, Value: personalityQuery}}},
+					{Argument: 0, Operation: seccomp.NotEqual, Value: personalityQuery},
+					{Argument: 0, Operation: seccomp.NotEqual, Value: personalityQuery64}}},
 			}, Action: errno(unix.EPERM)},
 		},
 	}

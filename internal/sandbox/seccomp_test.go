@@ -20,6 +20,7 @@ func TestStartFiltersSystemCalls(t *testing.T) {
 		{"clone-namespace", "", "denied: fork/exec /proc/self/exe: operation not permitted"},
 		{"personality", "4194304", "denied: operation not permitted"}, // ADDR_NO_RANDOMIZE
 		{"personality", "4294967295", "ok"},                           // a query
+		{"personality", "18446744073709551615", "ok"},                 // -1
 		{"personality", "0", "ok"},
 	} {
 		if got := outcome(t, Policy{}, c.action, c.arg); got != c.want {
