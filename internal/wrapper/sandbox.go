@@ -4,18 +4,19 @@ import (
 	"cmp"
 	"net"
 	"net/url"
+	"path/filepath"
 	"slices"
 	"strconv"
 
+	"github.com/baton-dev/baton/internal/bundle"
 	"github.com/baton-dev/baton/internal/runner"
 	"github.com/baton-dev/baton/worker"
 )
 
-// childSandbox is a task's child's sandbox: the configured one, and the TCP ports of the
-// public URL and, with minted object storage credentials, of the object store, which the child
-// must reach. Unless it may reach the whole network, these are the only ports it may.
-func (w *Wrapper) childSandbox(creds *worker.Credentials) runner.Sandbox {
-	sb := w.sandbox
+// childSandbox is a task's child's sandbox: sb, and the TCP ports of the public URL and, with
+// minted object storage credentials, of the object store, which the child must reach. Unless it
+// may reach the whole network, these are the only ports it may.
+func (w *Wrapper) childSandbox(sb runner.Sandbox, creds *worker.Credentials) runner.Sandbox {
 	sb.ConnectPorts = slices.Clone(sb.ConnectPorts)
 	add := func(rawURL string) {
 		if p := urlPort(rawURL); p != 0 && !slices.Contains(sb.ConnectPorts, p) {
@@ -25,6 +26,21 @@ func (w *Wrapper) childSandbox(creds *worker.Credentials) runner.Sandbox {
 	add(w.publicURL)
 	if creds != nil {
 		add(cmp.Or(creds.EndpointURL, "https://s3.amazonaws.com")) // AWS's own: https
+	}
+	return sb
+}
+
+// bundleSandbox is sb, and the extracted tree of the bundle the child runs: to read, and to
+// execute when the bundle is a program of its own rather than a script for a runtime.
+func bundleSandbox(sb runner.Sandbox, br *bundleRun) runner.Sandbox {
+	dir, err := filepath.Abs(br.dir)
+	if err != nil {
+		dir = br.dir
+	}
+	if br.m.Runtime == bundle.Binary {
+		sb.Exec = append(slices.Clone(sb.Exec), dir)
+	} else {
+		sb.Read = append(slices.Clone(sb.Read), dir)
 	}
 	return sb
 }

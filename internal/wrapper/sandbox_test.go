@@ -20,7 +20,7 @@ func TestChildSandboxGrantsTheServersPorts(t *testing.T) {
 		{&worker.Credentials{EndpointURL: "http://minio:9000"}, []uint16{5432, 8080, 9000}},
 		{&worker.Credentials{}, []uint16{5432, 8080, 443}},
 	} {
-		if got := w.childSandbox(c.creds).ConnectPorts; !slices.Equal(got, c.want) {
+		if got := w.childSandbox(w.sandbox, c.creds).ConnectPorts; !slices.Equal(got, c.want) {
 			t.Errorf("credentials %+v: ports %v, want %v", c.creds, got, c.want)
 		}
 	}

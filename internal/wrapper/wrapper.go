@@ -201,7 +201,7 @@ func (w *Wrapper) Handle(ctx context.Context, t *worker.Task) (any, error) {
 		p.Operator, p.Config, p.Inputs, p.Outputs, p.Trigger = pt.Operator, t.Input, pt.Inputs, pt.Outputs, pt.Trigger
 	}
 	log := w.log.With("task_id", t.ID, "attempt", t.Attempt, "task", t.Name)
-	command, baseEnv := w.command, w.baseEnv
+	command, baseEnv, sb := w.command, w.baseEnv, w.sandbox
 	if u := bundleOf(t); u != nil {
 		br, err := w.prepareBundle(ctx, t, u)
 		if err != nil {
@@ -209,7 +209,7 @@ func (w *Wrapper) Handle(ctx context.Context, t *worker.Task) (any, error) {
 			return nil, err
 		}
 		defer br.release()
-		command, baseEnv = br.command, allowed(w.baseEnv, br.m.EnvAllowlist)
+		command, baseEnv, sb = br.command, allowed(w.baseEnv, br.m.EnvAllowlist), bundleSandbox(sb, br)
 		// The interpreter is the child's: found in the PATH the child gets, not the wrapper's.
 		if command[0], err = lookPath(command[0], cmp.Or(w.baseEnv[runner.EnvPath], runner.DefaultPath)); err != nil {
 			br.release()
@@ -282,7 +282,7 @@ func (w *Wrapper) Handle(ctx context.Context, t *worker.Task) (any, error) {
 	log.Debug("starting the child")
 	res, err := runner.Run(ctx, runner.Spec{Command: command, Payload: payload, Env: env, Credential: w.cred,
 		TempRoot: w.workRoot, Grace: w.grace, Collect: func(dir string) error { return w.publishBatches(ctx, t, dir) },
-		Prepare: prepare, Sandbox: w.childSandbox(creds)})
+		Prepare: prepare, Sandbox: w.childSandbox(sb, creds)})
 	var f *runner.Failure
 	var we *worker.Error
 	switch {
