@@ -84,7 +84,8 @@ print(json.dumps({"env": dict(os.environ)}))
 	done := make(chan int, 1)
 	go func() {
 		done <- run(ctx, []string{"worker", "--task", "trusted_op", "--task", "failing_op", "--task", "untrusted_op",
-			"--exec", script, "--internal-url", d.internal, "--url", d.producer, "--log-level", "debug", "--poll-wait", "1s"},
+			"--exec", script, "--internal-url", d.internal, "--url", d.producer, "--log-level", "debug", "--poll-wait", "1s",
+			"--child-write", out},
 			io.Discard, workerErr)
 	}()
 	for _, job := range []string{"trusted", "failing", "untrusted", "dumper"} {
