@@ -54,6 +54,8 @@ func runDevBundles(ctx context.Context, f *serverFlags, ls *listeners, st store.
 		scheme = "https://"
 		opts = append(opts, worker.WithClientCert(certs.CA, certs.ClientCert, certs.ClientKey))
 	}
+	iso := runner.Isolation()
+	log.Info("bundle tasks run in this process, contained", "level", iso.Level(), "containment", iso.String())
 	onPull := func(op string) bool { _, ok := ls.pushTargets[op]; return !ok }
 	udfrun.NewLocal(udfrun.Config{Store: st, Wrapper: wrapper.New(wc), InternalURL: scheme + ls.internal.Addr().String(),
 		Options: opts, OnPull: onPull, Log: log}).Run(ctx)

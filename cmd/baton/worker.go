@@ -222,6 +222,9 @@ func runWorker(ctx context.Context, args []string, stdout, stderr io.Writer) int
 				fmt.Fprintf(stderr, "baton worker: --child-user %s: running children as another user needs the wrapper to run as root (it runs as %s)\n", *childUser, name)
 				return 1
 			}
+		} else if runner.Isolation().Landlock > 0 {
+			log.Warn("not running as root: children run as the wrapper's own user; Landlock keeps them from its files, but they share its user's limits and processes: run the wrapper as root to isolate them as --child-user",
+				"user", name, "uid", os.Geteuid())
 		} else {
 			log.Warn("not running as root: children run as the wrapper's own user and can read every file it can, the client key included; run the wrapper as root to isolate them as --child-user",
 				"user", name, "uid", os.Geteuid())
@@ -231,7 +234,11 @@ func runWorker(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		log.Warn("could not make the wrapper's /proc entries private", "err", err)
 	}
 	if strings.HasPrefix(*internalURL, "http://") {
-		log.Warn("the internal URL is not protected by mTLS: anything that can reach it, children included, can call /internal/*; use https with --internal-tls-* outside development", "internal_url", *internalURL)
+		who := "anything that can reach it, children included,"
+		if runner.Isolation().Landlock >= 4 && !iso.network {
+			who = "anything that can reach it (not the children: they connect to the ports of --url and the object store only)"
+		}
+		log.Warn("the internal URL is not protected by mTLS: "+who+" can call /internal/*; use https with --internal-tls-* outside development", "internal_url", *internalURL)
 	}
 	if os.Getpid() == 1 {
 		log.Warn("the wrapper is PID 1: processes orphaned by killed tasks become its zombies; run it under an init (docker run --init, tini)")
