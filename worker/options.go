@@ -17,6 +17,7 @@ const (
 
 type config struct {
 	onSecret          func(value string) // WithSecretHook
+	isolation         string             // WithIsolation
 	queues            []string
 	concurrency       int
 	batchSize         int
@@ -82,6 +83,11 @@ func WithClientCert(caFile, certFile, keyFile string) Option {
 // WithSecretHook calls fn with the value of every secret the worker receives for a task (Task.Secret),
 // before any handler sees it: a log redactor learns it there.
 func WithSecretHook(fn func(value string)) Option { return func(c *config) { c.onSecret = fn } }
+
+// WithIsolation says, with each claim, how contained the untrusted code this worker runs is (an
+// isolation level: none, limits, landlock, seccomp, namespaces); the dashboard's worker list
+// shows it. `baton worker` says its own.
+func WithIsolation(level string) Option { return func(c *config) { c.isolation = level } }
 
 // WithLogger sets the logger (default slog.Default()).
 func WithLogger(l *slog.Logger) Option { return func(c *config) { c.logger = l } }

@@ -55,6 +55,9 @@ func (w *Worker) wakeClaim(ctx context.Context, queues []string, c transport.Con
 	d := ds[0]
 	var ans internalClaimAnswer
 	body := map[string]any{"task_id": d.TaskID(), "worker_id": w.cfg.workerID}
+	if w.cfg.isolation != "" {
+		body["isolation"] = w.cfg.isolation
+	}
 	if err := w.post(ctx, requestTimeout, pathTaskClaim, body, &ans); err != nil {
 		return nil, true, err
 	}

@@ -393,6 +393,9 @@ func (w *Worker) start(a *attempt) {
 // claim-batch for more); it returns none when nothing was claimed.
 func (w *Worker) claim(ctx context.Context, queues []string, n int) ([]*attempt, error) {
 	body := map[string]any{"worker_id": w.cfg.workerID, "streams": queues, "max_wait_ms": w.cfg.pollWait.Milliseconds()}
+	if w.cfg.isolation != "" {
+		body["isolation"] = w.cfg.isolation
+	}
 	if n == 1 {
 		var ans claimAnswer
 		if err := w.post(ctx, w.cfg.pollWait+claimSlack, pathClaim, body, &ans); err != nil {

@@ -49,7 +49,7 @@ func runDevBundles(ctx context.Context, f *serverFlags, ls *listeners, st store.
 	}
 	scheme := "http://"
 	opts := []worker.Option{worker.WithLogger(log), worker.WithConcurrency(4), worker.WithBlob(f.blobURL),
-		worker.WithShutdownTimeout(5 * time.Second)}
+		worker.WithShutdownTimeout(5 * time.Second), worker.WithIsolation(runner.Isolation().Level())}
 	if ls.internalTLS {
 		scheme = "https://"
 		opts = append(opts, worker.WithClientCert(certs.CA, certs.ClientCert, certs.ClientKey))

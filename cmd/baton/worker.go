@@ -245,7 +245,7 @@ func runWorker(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	}
 
 	opts := []worker.Option{worker.WithConcurrency(*concurrency), worker.WithLogger(log), worker.WithBlob(*blobURL),
-		worker.WithSecretHook(redactor.Add)}
+		worker.WithSecretHook(redactor.Add), worker.WithIsolation(runner.Isolation().Level())}
 	if idleOpt != nil {
 		opts = append(opts, idleOpt)
 	}

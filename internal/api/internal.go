@@ -221,8 +221,9 @@ func (s *Server) internalClaim(w http.ResponseWriter, r *http.Request) (any, err
 		return nil, err
 	}
 	taskID, workerID := f.Str("task_id"), f.Str("worker_id")
-	if f.Err != nil {
-		return nil, f.Err
+	isolation, err := readIsolation(f)
+	if err != nil {
+		return nil, err
 	}
 	if err := codec.CheckTaskID(taskID); err != nil {
 		return nil, err
@@ -238,6 +239,7 @@ func (s *Server) internalClaim(w http.ResponseWriter, r *http.Request) (any, err
 		return nil, errors.New("api: no capability token issuer configured (Config.Tokens)")
 	}
 	ctx := r.Context()
+	s.noteWorker(ctx, workerID, isolation)
 	c, err := s.d.ClaimTask(ctx, dispatch.ClaimTaskParams{TaskID: taskID, WorkerID: workerID})
 	var nc *dispatch.NotClaimedError
 	if errors.As(err, &nc) {

@@ -23,6 +23,7 @@ import (
 	"github.com/baton-dev/baton/internal/metrics"
 	"github.com/baton-dev/baton/internal/request"
 	"github.com/baton-dev/baton/internal/secrets"
+	"github.com/baton-dev/baton/internal/store"
 	"github.com/baton-dev/baton/internal/transport"
 	"github.com/baton-dev/baton/internal/udf"
 )
@@ -72,6 +73,9 @@ type Config struct {
 	// Redactor learns every value delivered, so that the logs it redacts never show one; nil:
 	// a redactor of the server's own, which nothing else uses.
 	Redactor *secrets.Redactor
+	// Workers records what workers say of themselves when they claim (their isolation level);
+	// nil records nothing.
+	Workers store.Workers
 	// Bundles keeps the tenants' user code bundles; nil: bundles cannot be uploaded (501) and
 	// none exists.
 	Bundles *udf.Registry
@@ -112,6 +116,8 @@ type Server struct {
 	bundles  *udf.Registry        // nil: no bundles
 	secrets  secrets.Provider
 	redactor *secrets.Redactor
+	workers  store.Workers
+	notes    workerNotes
 }
 
 // Drain ends waiting long polls and event streams: call it when shutdown begins, before
@@ -139,7 +145,7 @@ func New(cfg Config) *Server {
 	s.drainCtx, s.drain = context.WithCancel(context.Background())
 	s.tracing = cfg.TracerProvider
 	s.bundles = cfg.Bundles
-	s.secrets, s.redactor = cfg.Secrets, cfg.Redactor
+	s.secrets, s.redactor, s.workers = cfg.Secrets, cfg.Redactor, cfg.Workers
 	if s.redactor == nil {
 		s.redactor = secrets.NewRedactor()
 	}

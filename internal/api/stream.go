@@ -69,12 +69,14 @@ func (s *Server) streamClaimWait(w http.ResponseWriter, r *http.Request, obj map
 	f := request.Fields{Obj: obj, Where: "body"}
 	workerID := f.Str("worker_id")
 	wait := f.Int64("max_wait_ms")
-	if f.Err != nil {
-		return nil, f.Err
+	isolation, err := readIsolation(&f)
+	if err != nil {
+		return nil, err
 	}
 	if workerID == "" || len(workerID) > streamMaxWorkerID {
 		return nil, request.Errorf(http.StatusBadRequest, "body.worker_id is required: a non-empty string of at most %d bytes", streamMaxWorkerID)
 	}
+	s.noteWorker(r.Context(), workerID, isolation)
 	streams, err := codec.StreamNames(obj["streams"])
 	if err != nil {
 		return nil, err

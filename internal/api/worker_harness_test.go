@@ -172,7 +172,7 @@ func newClockedWorkerAPI(t *testing.T, st store.Store, clock clockwork.Clock) *w
 	dp := dataplane.New(d, dataplane.Config{Blob: bs, Query: queryEngine(t), Bundles: bundles})
 	tokens := auth.NewTokens(st, nil)
 	s := api.New(api.Config{Dispatcher: d, DataPlane: dp, Auth: auth.NewAuthenticator(st, auth.Limits{}, nil), Capabilities: capability.New(capability.Config{Tokens: tokens, Dispatcher: d, StorageRoot: bs.Root()}), Logger: quiet, Minter: minter,
-		Bundles: bundles, Secrets: secrets.EnvWith(func(name string) (string, bool) {
+		Bundles: bundles, Workers: st, Secrets: secrets.EnvWith(func(name string) (string, bool) {
 			v, ok := testSecrets[strings.ToLower(strings.TrimPrefix(name, secrets.EnvPrefix))]
 			return v, ok
 		})})

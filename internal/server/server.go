@@ -159,6 +159,7 @@ func New(cfg Config) (*Server, error) {
 	dashDone := make(chan struct{})
 	ucfg := cfg.UI
 	ucfg.Dispatcher, ucfg.DataPlane, ucfg.Auth, ucfg.Logger, ucfg.Done, ucfg.Metrics = d, dp, authn, log, dashDone, cfg.Metrics
+	ucfg.Workers = st
 	dash, err := ui.New(ucfg)
 	if err != nil {
 		return nil, err
@@ -170,7 +171,7 @@ func New(cfg Config) (*Server, error) {
 	acfg.Dispatcher, acfg.DataPlane, acfg.Auth, acfg.Capabilities, acfg.Logger = d, dp, authn, caps, log
 	// A transport whose wake-ups are stream entries lets stream-worker claims hand out their ids.
 	acfg.Wakeups, _ = cfg.Transport.(transport.MessageIDs)
-	acfg.Minter, acfg.Dashboard, acfg.Bundles = minter, dash, bundles
+	acfg.Minter, acfg.Dashboard, acfg.Bundles, acfg.Workers = minter, dash, bundles, st
 	acfg.Metrics, acfg.TracerProvider = cfg.Metrics, cfg.TracerProvider
 	a := api.New(acfg)
 

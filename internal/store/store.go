@@ -39,6 +39,7 @@ type Store interface {
 	Reader
 	Keys
 	Bundles
+	Workers
 	// InTx runs fn in one read-write transaction, once, and commits when fn returns nil. It does
 	// not retry: a failure for which Transient is true may be followed by running the whole
 	// transaction again, which is the caller's decision.

@@ -247,8 +247,10 @@ const queueWindow = 5 * time.Minute
 type queuesData struct {
 	Queues  []*store.QueueStat
 	Workers []*store.WorkerSeen
-	Window  time.Duration
-	Now     time.Time
+	// Isolation is the isolation level each worker said its untrusted children get, by id.
+	Isolation map[string]string
+	Window    time.Duration
+	Now       time.Time
 }
 
 // GET /ui/queues: per queue what is ready, backing off, running and dead, and recent workers.
@@ -257,8 +259,21 @@ func (u *UI) queues(r *http.Request, s *session) (*view, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &view{page: "queues", title: "Queues", nav: "queues", live: true,
-		data: &queuesData{Queues: st.Queues, Workers: st.Workers, Window: queueWindow, Now: time.Now()}}, nil
+	d := &queuesData{Queues: st.Queues, Workers: st.Workers, Isolation: map[string]string{}, Window: queueWindow, Now: time.Now()}
+	if u.workers != nil && len(st.Workers) > 0 {
+		ids := make([]string, 0, len(st.Workers))
+		for _, w := range st.Workers {
+			ids = append(ids, w.WorkerID)
+		}
+		info, err := u.workers.WorkerInfoList(r.Context(), ids)
+		if err != nil {
+			return nil, err
+		}
+		for _, w := range info {
+			d.Isolation[w.WorkerID] = w.Isolation
+		}
+	}
+	return &view{page: "queues", title: "Queues", nav: "queues", live: true, data: d}, nil
 }
 
 type deadLettersData struct {

@@ -48,6 +48,9 @@ type Config struct {
 	Done <-chan struct{}
 	// Metrics, when not nil, counts the keys the dashboard refuses, as the API does.
 	Metrics *metrics.Metrics
+	// Workers is what workers said of themselves (their isolation), for the worker list; nil
+	// shows none.
+	Workers store.Workers
 }
 
 // UI is the dashboard's HTTP handler.
@@ -59,9 +62,11 @@ type UI struct {
 	poll   time.Duration
 	done   <-chan struct{}
 	metric *metrics.Metrics
-	pages  map[string]*template.Template
-	assets map[string]string // static file name → its URL, with a content hash against stale caches
-	mux    *http.ServeMux
+	// workers: Config.Workers
+	workers store.Workers
+	pages   map[string]*template.Template
+	assets  map[string]string // static file name → its URL, with a content hash against stale caches
+	mux     *http.ServeMux
 }
 
 // The cookies of a signed-in browser. Both are HttpOnly and SameSite=Strict: no script reads
@@ -80,7 +85,7 @@ const contentSecurityPolicy = "default-src 'none'; script-src 'self'; style-src 
 // New returns the dashboard.
 func New(cfg Config) (*UI, error) {
 	u := &UI{d: cfg.Dispatcher, dp: cfg.DataPlane, auth: cfg.Auth, log: cfg.Logger, poll: cfg.Poll, done: cfg.Done, metric: cfg.Metrics,
-		pages: map[string]*template.Template{}, assets: map[string]string{}}
+		workers: cfg.Workers, pages: map[string]*template.Template{}, assets: map[string]string{}}
 	if u.log == nil {
 		u.log = slog.Default()
 	}

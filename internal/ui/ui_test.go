@@ -468,3 +468,21 @@ jobs:
 		}
 	}
 }
+
+// The worker list shows the isolation level each worker said its untrusted children get.
+func TestQueuesPageShowsWorkersIsolation(t *testing.T) {
+	s := newServer(t)
+	s.submit(t, "acme", []byte(`{"tasks":[{"taskId":"a","name":"op"}]}`))
+	body := `{"worker_id":"contained-1","streams":["op"],"max_wait_ms":0,"isolation":"seccomp"}`
+	res, err := http.Post(s.internal.URL+"/internal/worker/claim", "application/json", strings.NewReader(body))
+	if err != nil || res.StatusCode != http.StatusOK {
+		t.Fatalf("claim: %v %v", res, err)
+	}
+	res.Body.Close()
+	c := client(t)
+	signIn(t, s, c, s.keys["acme"])
+	_, page := get(t, c, s.public.URL+"/ui/queues")
+	if !strings.Contains(page, "<code>contained-1</code></td><td>op</td><td>seccomp</td>") {
+		t.Errorf("the worker list lacks the worker's isolation:\n%s", page)
+	}
+}

@@ -1,4 +1,5 @@
-// Bundles: records of user code bundles, pending until finalized, disabled for good.
+// Bundles: records of user code bundles, pending until finalized, disabled for good; and what
+// workers say of themselves (their isolation).
 
 package storetest
 
@@ -114,5 +115,29 @@ func testBundleDisableKeepsTheFirst(t *testing.T, st store.Store) {
 	}
 	if _, err := st.BundleDisable(ctx, "other", "bndl_1", "key-2", t0); !errors.Is(err, store.ErrNotFound) {
 		t.Errorf("another tenant's disable: %v, want ErrNotFound", err)
+	}
+}
+
+func testWorkerInfoPutReplaces(t *testing.T, st store.Store) {
+	ctx := t.Context()
+	for _, w := range []*store.WorkerInfo{
+		{WorkerID: "w-1", Isolation: "landlock", SeenAt: t0},
+		{WorkerID: "w-2", Isolation: "none", SeenAt: t0},
+		{WorkerID: "w-1", Isolation: "namespaces", SeenAt: at(time.Minute)},
+	} {
+		if err := st.WorkerInfoPut(ctx, w); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got, err := st.WorkerInfoList(ctx, []string{"w-1", "w-2", "w-3"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []*store.WorkerInfo{{WorkerID: "w-1", Isolation: "namespaces", SeenAt: at(time.Minute)}, {WorkerID: "w-2", Isolation: "none", SeenAt: t0}}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("WorkerInfoList = %+v, want %+v", got, want)
+	}
+	if got, err := st.WorkerInfoList(ctx, nil); err != nil || len(got) != 0 {
+		t.Errorf("WorkerInfoList(nil) = %v, %v", got, err)
 	}
 }

@@ -33,6 +33,8 @@ func Run(t *testing.T, open func(t testing.TB) store.Store) {
 		{"BundleListNewestFirstWithPaging", testBundleListNewestFirstWithPaging},
 		{"BundleFinalizeOnce", testBundleFinalizeOnce},
 		{"BundleDisableKeepsTheFirst", testBundleDisableKeepsTheFirst},
+		// Workers (bundles.go): what workers say of themselves.
+		{"WorkerInfoPutReplaces", testWorkerInfoPutReplaces},
 
 		// Tasks (tasks.go): task rows, dependencies and results, updates, release and skip.
 		{"TaskRoundTrip", testTaskRoundTrip},
