@@ -32,6 +32,7 @@ var rules = []struct {
 	{"internal/sandbox", []string{"internal/", "worker", "client", "wire"}, "the sandbox only contains a process (the query engine's workers, untrusted programs): it depends on nothing of Baton's"},
 	{"internal/secrets", []string{"internal/", "worker", "client", "wire"}, "secrets reads secrets' values from their providers and redacts them from logs, for the server and for processes beside it alike: it depends on nothing of Baton's"},
 	{"internal/bundle", []string{"internal/", "worker", "client", "wire"}, "the bundle format is checked where bundles are uploaded and run where they are cached, by the server and by workers alike: it depends on nothing of Baton's"},
+	{"internal/udf", []string{"internal/api", "internal/ui", "internal/dataplane", "internal/dispatch", "internal/wrapper", "worker"}, "the bundle registry keeps bundles' records and archives for the API and the data plane's deploys: it lies below both, and runs nothing"},
 	{"internal/sink", without(server, "internal/dataset", "internal/sink"), "the sink is its own process (baton sink): it speaks the Buffer Queue's wire shapes to a server and loads the data database, and links nothing of the server"},
 	{"wire", []string{"internal/"}, "the wire shapes are public and shared by the server, the SDK, the client and the sink"},
 	{"internal/lifecycle", []string{"internal/store", "internal/dispatch"}, "the lifecycle rules are pure functions"},
