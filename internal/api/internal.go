@@ -354,6 +354,18 @@ func (s *Server) fencedComplete(fence fenceFunc) handler {
 				return nil, err
 			}
 		}
+		// output, any JSON, is kept as the task's output as it is, in place of {outputs,
+		// datasets_published}: what a handler returned, as the stream-worker dialect's result.
+		var whole json.RawMessage
+		if raw, ok := b.present("output"); ok {
+			switch {
+			case b.Err == nil && p.Outcome != store.OutcomeSucceeded:
+				return nil, codec.InvalidRequest("output belongs to status Completed only")
+			case output["outputs"] != nil:
+				return nil, codec.InvalidRequest("output and outputs are both the task's output: send one of them")
+			}
+			whole = request.Compact(raw)
+		}
 		message := b.Str("error_message")
 		var taskErr *store.TaskError
 		if raw, ok := b.present("error"); ok {
@@ -368,7 +380,10 @@ func (s *Server) fencedComplete(fence fenceFunc) handler {
 		p.TaskID, p.Attempt, p.LeaseToken = f.TaskID, f.Attempt, f.LeaseToken
 		switch p.Outcome {
 		case store.OutcomeSucceeded:
-			p.Output, _ = json.Marshal(output)
+			p.Output = whole
+			if whole == nil {
+				p.Output, _ = json.Marshal(output)
+			}
 		case store.OutcomeFailed:
 			if taskErr == nil {
 				taskErr = &store.TaskError{}

@@ -472,6 +472,8 @@ func TestTaskScopedBadBodiesAreRejected(t *testing.T) {
 			{"/v1/task/heartbeat", `{` + fence, "JSON"},
 			{"/v1/task/complete", `{` + fence + `,"status":"SUCCEEDED"}`, "status"},
 			{"/v1/task/complete", `{` + fence + `,"status":"Completed","datasets_published":[[]]}`, "datasets_published[0]"},
+			{"/v1/task/complete", `{` + fence + `,"status":"Failed","output":{"n":1}}`, "output"},
+			{"/v1/task/complete", `{` + fence + `,"status":"Completed","output":{"n":1},"outputs":[]}`, "output"},
 			{"/v1/task/events", `{` + fence + `,"events":[{"dataset_uuid":"d","dataset_version":"v","partition_key":"a-b"}]}`, "partition_key"},
 			{"/v1/task/buffer-publish", `{` + fence + `,"content_type":"application/jsonl"}`, "batch_uri"},
 			{"/v1/task/buffer-publish", `{` + fence + `,"batch_uri":"s3://b/x","batch_size_bytes":-5}`, "batch_size_bytes"},
@@ -490,6 +492,23 @@ func TestTaskScopedBadBodiesAreRejected(t *testing.T) {
 		}
 		if fencedState(t, w, jobID, id) != before {
 			t.Error("a rejected body changed state")
+		}
+	})
+}
+
+// A completion's output member is kept as the task's output as it is: what a push target's
+// handler returned, reported through the task-scoped dialect.
+func TestTaskScopedCompleteKeepsTheOutputAsItIs(t *testing.T) {
+	forEachWorkerDriver(t, func(t *testing.T, w *workerAPI) {
+		_, ids := w.submit(lifecycle.TaskSpec{Key: "t", Name: "op"})
+		c, token := w.claim(ids["t"])
+		body := map[string]any{"task_id": c.Task.ID, "attempt": 1, "lease_token": c.Task.LeaseToken, "status": "Completed",
+			"output": map[string]any{"alerts": 2, "ids": []string{"a", "b"}}}
+		if done := wantOK(t, scoped(w, "/v1/task/complete", body, token)); done["status"] != "Completed" {
+			t.Fatalf("complete: %v", done)
+		}
+		if tk := w.task(c.Task.ID); tk.Status != lifecycle.Completed || !jsonBytesEqual(tk.Output, `{"alerts":2,"ids":["a","b"]}`) {
+			t.Errorf("completed task: %s %s", tk.Status, tk.Output)
 		}
 	})
 }
