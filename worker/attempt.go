@@ -7,11 +7,14 @@ import (
 	"fmt"
 	"log/slog"
 	"runtime/debug"
+	"sync"
 	"sync/atomic"
 	"time"
 
 	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
 
+	"github.com/baton-dev/baton/internal/blob"
 	"github.com/baton-dev/baton/internal/secrets"
 	"github.com/baton-dev/baton/internal/transport"
 )
@@ -20,8 +23,32 @@ import (
 // cannot make the report itself too large for the server.
 const maxErrorText = 64 << 10
 
-// attempt is one claimed attempt this worker runs.
+// host is what runs attempts, whatever dialect they speak: a Worker while it runs, a PushHandler
+// until it is shut down. The attempts of both run, heartbeat, settle and publish the same way
+// (this file, publish.go); only their dialect differs (dialect.go).
+type host struct {
+	workerID       string
+	tracerProvider trace.TracerProvider // nil: OpenTelemetry's global one
+	blobURL        string               // WithBlob, WithPushBlob
+
+	runCtx    context.Context // values for handlers; never cancelled
+	reportCtx context.Context // ends when outcomes not reported yet are given up on
+	force     chan struct{}   // closed when the shutdown timeout passed
+	// unreported counts attempts whose outcome could not be delivered before reportCtx ended.
+	unreported atomic.Int64
+
+	blobMu sync.Mutex // guards blob, opened on the first PublishBatch
+	blob   *blob.Store
+}
+
+// attempt is one claimed (or pushed) attempt that a host runs.
 type attempt struct {
+	h       *host
+	d       dialect
+	api     *client // where the attempt's own calls go
+	routes  *routes // their paths in its dialect
+	handler Handler // nil: none for the task's name
+
 	task      *Task
 	taskID    string // the stream-worker dialect's job_id
 	lease     string
@@ -56,22 +83,21 @@ type result struct {
 }
 
 // run runs a's handler under heartbeats and reports its outcome.
-func (w *Worker) run(a *attempt) {
-	defer w.ackWake(a) // last: after the heartbeats stopped and the outcome was reported
+func (a *attempt) run() {
 	defer a.stopDeadline()
 	defer a.cancel(context.Canceled) // the attempt is over; a cause set before stays
 
-	hbCtx, stopHeartbeats := context.WithCancel(w.reportCtx)
+	hbCtx, stopHeartbeats := context.WithCancel(a.h.reportCtx)
 	hbDone := make(chan struct{})
-	go func() { defer close(hbDone); w.heartbeat(hbCtx, a) }()
+	go func() { defer close(hbDone); a.heartbeat(hbCtx) }()
 	defer func() { stopHeartbeats(); <-hbDone }()
 
 	res := make(chan result, 1)
-	go w.call(a, res)
+	go a.call(res)
 	var r result
 	select {
 	case r = <-res:
-	case <-w.force:
+	case <-a.h.force:
 		select {
 		case r = <-res:
 		default:
@@ -79,11 +105,11 @@ func (w *Worker) run(a *attempt) {
 			r = result{forced: true, cause: ErrShutdown, cancelRequested: a.cancelRequested.Load()}
 		}
 	}
-	w.settle(a, r)
+	a.settle(r)
 }
 
 // call runs the handler and sends how it returned, panics included, on res.
-func (w *Worker) call(a *attempt, res chan<- result) {
+func (a *attempt) call(res chan<- result) {
 	returned := false
 	defer func() {
 		if p := recover(); p != nil {
@@ -92,17 +118,16 @@ func (w *Worker) call(a *attempt, res chan<- result) {
 			res <- a.returned(result{err: &Error{Category: UserCode, Message: "the handler exited without returning (runtime.Goexit)"}})
 		}
 	}()
-	h := w.handler(a.task.Name)
-	if h == nil {
+	if a.handler == nil {
 		no := false
 		returned = true
 		res <- a.returned(result{err: &Error{Category: Configuration, Retryable: &no,
-			Message: fmt.Sprintf("no handler for task name %q on worker %s", a.task.Name, w.cfg.workerID)}})
+			Message: fmt.Sprintf("no handler for task name %q on worker %s", a.task.Name, a.h.workerID)}})
 		return
 	}
-	ctx, span := w.startSpan(a)
+	ctx, span := a.h.startSpan(a)
 	defer span.End()
-	out, err := h(ctx, a.task)
+	out, err := a.handler(ctx, a.task)
 	if err != nil {
 		span.RecordError(err)
 		span.SetStatus(codes.Error, err.Error())
@@ -118,16 +143,13 @@ func (a *attempt) returned(r result) result {
 }
 
 // settle reports r, the outcome of a.
-func (w *Worker) settle(a *attempt, r result) {
+func (a *attempt) settle(r result) {
 	switch {
 	case r.cancelRequested:
-		// The stream-worker dialect has no cancelled outcome; the internal dialect's task-complete
-		// has.
-		w.report(a, "canceled", pathTaskComplete, map[string]any{
-			"task_id": a.taskID, "attempt": a.task.Attempt, "lease_token": a.lease, "status": "Canceled"})
+		a.deliver(outcome{status: canceled})
 	case r.forced:
 		yes := true
-		w.reportFailure(a, failure{Code: string(Infrastructure), Message: ErrShutdown.Error(), Retryable: &yes})
+		a.fail(failure{Code: string(Infrastructure), Message: ErrShutdown.Error(), Retryable: &yes})
 	case r.err == nil:
 		out, err := encodeOutput(r.out)
 		if err == nil {
@@ -135,42 +157,30 @@ func (w *Worker) settle(a *attempt, r result) {
 		}
 		if err != nil {
 			no := false
-			w.reportFailure(a, failure{Code: string(UserCode), Message: "encode the handler's output: " + err.Error(), Retryable: &no})
+			a.fail(failure{Code: string(UserCode), Message: "encode the handler's output: " + err.Error(), Retryable: &no})
 			return
 		}
-		body := w.body(a)
-		body["result"] = out
-		if d, err := w.report(a, "completed", pathComplete, body); d == refused {
+		if d, err := a.deliver(outcome{status: completed, output: out}); d == refused {
 			// The result itself is unacceptable (too large, say): fail the attempt instead of
 			// leaving it to time out.
-			w.reportFailure(a, failure{Code: string(UserCode), Message: "the server refused the task's output: " + err.Error()})
+			a.fail(failure{Code: string(UserCode), Message: "the server refused the task's output: " + err.Error()})
 		}
 	case a.lost.Load():
-		a.log.InfoContext(w.runCtx, "attempt lost: its outcome is not reported", "err", r.err)
+		a.log.InfoContext(a.h.runCtx, "attempt lost: its outcome is not reported", "err", r.err)
 	case errors.Is(r.cause, ErrTimeout):
-		a.log.InfoContext(w.runCtx, "task timeout passed: the server times the attempt out", "err", r.err)
+		a.log.InfoContext(a.h.runCtx, "task timeout passed: the server times the attempt out", "err", r.err)
 	default:
-		w.reportFailure(a, failureOf(r))
+		a.fail(failureOf(r))
 	}
 }
 
-func (w *Worker) reportFailure(a *attempt, f failure) {
+// fail reports f, redacted of the task's secrets and truncated.
+func (a *attempt) fail(f failure) {
 	if r := a.task.redactor(); r != nil {
 		f.Message, f.Stack = r.Redact(f.Message), r.Redact(f.Stack)
 	}
 	f.Message, f.Stack = truncate(f.Message), truncate(f.Stack)
-	body := w.body(a)
-	body["error"] = f
-	w.report(a, "failed", pathFail, body)
-}
-
-// body is the fence of a stream-worker report.
-func (w *Worker) body(a *attempt) map[string]any {
-	b := map[string]any{"worker_id": w.cfg.workerID, "job_id": a.taskID, "attempt_id": a.task.Attempt, "lease_token": a.lease, "stream": a.stream}
-	if a.messageID != "" {
-		b["message_id"] = a.messageID
-	}
-	return b
+	a.deliver(outcome{status: failed, failure: f})
 }
 
 // failureOf classifies a handler's error.
@@ -233,40 +243,33 @@ const (
 	abandoned          // Run gave up at the end of shutdown
 )
 
-// report sends a report until the server decides on it, retrying network errors, timeouts, 5xx,
-// 408 and 429 answers with backoff (longer when the answer's Retry-After asks for it), for as long
-// as Run lasts: a server or database that is unreachable for a while delays an outcome but never
-// loses it. It stops when the server accepts the report, answers that the attempt is no longer
-// this worker's (409, 410, 404: the lease is lost), or refuses the report for good (another 4xx).
-// A report is idempotent on the server, so repeating one whose answer was lost is safe.
-func (w *Worker) report(a *attempt, what, path string, body map[string]any) (delivery, error) {
+// deliver sends an outcome until the server decides on it, retrying network errors, timeouts,
+// 5xx, 408 and 429 answers with backoff (longer when the answer's Retry-After asks for it), for as
+// long as the host lasts: a server or database that is unreachable for a while delays an outcome
+// but never loses it. It stops when the server accepts the report, answers that the attempt is no
+// longer this worker's (409, 410, 404: the lease is lost), or refuses the report for good
+// (another 4xx). A report is idempotent on the server, so repeating one whose answer was lost is
+// safe.
+func (a *attempt) deliver(o outcome) (delivery, error) {
 	var b backoff
 	for {
-		var (
-			ans map[string]any
-			err error
-		)
-		if path == pathComplete || path == pathFail {
-			ans, err = w.reports.report(w.reportCtx, path, body)
-		} else {
-			err = w.post(w.reportCtx, requestTimeout, path, body, &ans)
-		}
+		ans, err := a.d.report(a.h.reportCtx, a, o)
 		switch {
 		case err == nil:
-			a.log.InfoContext(w.runCtx, "task "+what, "answer", ans)
+			a.log.InfoContext(a.h.runCtx, "task "+string(o.status), "answer", ans)
 			return delivered, nil
 		case gone(err):
-			a.log.InfoContext(w.runCtx, "attempt no longer ours: outcome not committed", "outcome", what, "err", err)
+			a.log.InfoContext(a.h.runCtx, "attempt no longer ours: outcome not committed", "outcome", o.status, "err", err)
 			return notOurs, err
 		case !transient(err):
-			a.log.ErrorContext(w.runCtx, "server refused report", "outcome", what, "err", err)
+			a.log.ErrorContext(a.h.runCtx, "server refused report", "outcome", o.status, "err", err)
 			return refused, err
 		}
-		a.log.WarnContext(w.runCtx, "report failed, retrying", "outcome", what, "err", err)
-		if !sleep(w.reportCtx, b.after(err)) {
-			w.unreported.Add(1)
+		a.log.WarnContext(a.h.runCtx, "report failed, retrying", "outcome", o.status, "err", err)
+		if !sleep(a.h.reportCtx, b.after(err)) {
+			a.h.unreported.Add(1)
 			a.abandoned.Store(true)
-			a.log.ErrorContext(w.runCtx, "outcome not reported: the worker stopped", "outcome", what, "err", err)
+			a.log.ErrorContext(a.h.runCtx, "outcome not reported: the worker stopped", "outcome", o.status, "err", err)
 			return abandoned, err
 		}
 	}
@@ -274,11 +277,10 @@ func (w *Worker) report(a *attempt, what, path string, body map[string]any) (del
 
 // heartbeat keeps a's lease alive until ctx ends, and turns the server's answers into
 // cancellations of the handler's context.
-func (w *Worker) heartbeat(ctx context.Context, a *attempt) {
+func (a *attempt) heartbeat(ctx context.Context) {
 	timer := time.NewTimer(a.every)
 	defer timer.Stop()
 	deadline := a.handlerCtx.Done()
-	body := map[string]any{"worker_id": w.cfg.workerID, "job_id": a.taskID, "lease_token": a.lease, "attempt_id": a.task.Attempt}
 	var b backoff
 	for {
 		select {
@@ -293,21 +295,15 @@ func (w *Worker) heartbeat(ctx context.Context, a *attempt) {
 			// Past the execution deadline: beat now, so that the server applies its timeout
 			// (answering 410) instead of waiting for its reaper.
 		}
-		var ans heartbeatAnswer
-		err := w.post(ctx, min(requestTimeout, max(a.every, time.Second)), pathHeartbeat, body, &ans)
+		ans, err := a.d.beat(ctx, a)
 		switch {
 		case err == nil:
 			b.reset()
-			if a.wake != nil {
-				if err := a.wake.InProgress(ctx); err != nil {
-					a.log.WarnContext(w.runCtx, "wake-up: mark in progress", "err", err)
-				}
-			}
 			if ans.CapabilityToken != "" {
 				a.task.setToken(ans.CapabilityToken, ans.CapabilityTokenExpiresAt)
 			}
 			if ans.ShouldCancel && !a.cancelRequested.Swap(true) {
-				a.log.InfoContext(w.runCtx, "cancellation requested", "reason", ans.CancelReason)
+				a.log.InfoContext(a.h.runCtx, "cancellation requested", "reason", ans.CancelReason)
 				a.cancel(ErrCancelRequested)
 			}
 			timer.Reset(a.every)
@@ -316,12 +312,15 @@ func (w *Worker) heartbeat(ctx context.Context, a *attempt) {
 		case gone(err), !transient(err):
 			a.lost.Store(true)
 			a.cancel(ErrLeaseLost)
-			a.log.InfoContext(w.runCtx, "lease lost: stopping the handler", "err", err)
+			a.log.InfoContext(a.h.runCtx, "lease lost: stopping the handler", "err", err)
 			return
 		default:
-			a.log.WarnContext(w.runCtx, "heartbeat failed, retrying", "err", err)
+			a.log.WarnContext(a.h.runCtx, "heartbeat failed, retrying", "err", err)
 			// Never later than the next beat would be: the lease must not run out meanwhile.
 			timer.Reset(min(a.every, b.after(err)))
 		}
 	}
 }
+
+// beatTimeout bounds one heartbeat request.
+func (a *attempt) beatTimeout() time.Duration { return min(requestTimeout, max(a.every, time.Second)) }

@@ -138,7 +138,7 @@ func (t *Task) AWSCredentials() aws.CredentialsProvider {
 const pathCredentials = "/internal/task-credentials"
 
 // mintCredentials exchanges the attempt's capability token for credentials.
-func (w *Worker) mintCredentials(ctx context.Context, a *attempt, token string) (*Credentials, error) {
+func (a *attempt) mintCredentials(ctx context.Context, token string) (*Credentials, error) {
 	var ans struct {
 		AccessKeyID     string    `json:"access_key_id"`
 		SecretAccessKey string    `json:"secret_access_key"`
@@ -150,7 +150,7 @@ func (w *Worker) mintCredentials(ctx context.Context, a *attempt, token string) 
 		WritePrefixes   []string  `json:"write_prefixes"`
 	}
 	body := map[string]any{"task_id": a.task.ID, "attempt": a.task.Attempt, "lease_token": a.lease}
-	err := w.postWith(ctx, requestTimeout, pathCredentials, []string{"X-Trace-Task-Capability", token}, body, &ans)
+	err := a.api.postWith(ctx, requestTimeout, a.routes.credentials, []string{capabilityHeader, token}, body, &ans)
 	var e *apiError
 	if errors.As(err, &e) && e.Status == http.StatusNotImplemented {
 		return nil, ErrNoCredentials

@@ -97,7 +97,6 @@ func bufferPrefix(dataset, taskID string, attempt int) string {
 
 // publisher publishes an attempt's batches.
 type publisher struct {
-	w  *Worker
 	a  *attempt
 	mu sync.Mutex
 	n  int // batches so far, for their names
@@ -137,7 +136,7 @@ func (p *publisher) publish(ctx context.Context, dataset string, jsonl []byte) (
 	var ans struct {
 		Duplicate bool `json:"duplicate"`
 	}
-	if err := p.w.post(ctx, 30*time.Second, "/internal/buffer-publish", body, &ans); err != nil {
+	if err := p.a.api.postWith(ctx, 30*time.Second, p.a.routes.publish, p.a.tokenHeader(), body, &ans); err != nil {
 		var e *apiError
 		if errors.As(err, &e) && e.Code == "dataset_version_not_current" {
 			// The task's version of the dataset is over: no attempt of it can publish.
@@ -152,7 +151,7 @@ func (p *publisher) publish(ctx context.Context, dataset string, jsonl []byte) (
 // (its uuid or name), and returns its URI: with the worker's own object storage when it has one
 // (WithBlob), else with the attempt's minted credentials, which can write only there.
 func (p *publisher) write(ctx context.Context, dataset, segment, name string, data []byte) (string, error) {
-	st, err := p.w.blobStore(ctx)
+	st, err := p.a.h.blobStore(ctx)
 	if err == nil {
 		key := bufferPrefix(segment, p.a.task.ID, p.a.task.Attempt) + name
 		if err := st.Put(ctx, key, data, "application/jsonl"); err != nil {
@@ -189,19 +188,19 @@ func (p *publisher) write(ctx context.Context, dataset, segment, name string, da
 }
 
 // blobStore opens the object storage on first use.
-func (w *Worker) blobStore(ctx context.Context) (*blob.Store, error) {
-	w.blobMu.Lock()
-	defer w.blobMu.Unlock()
-	if w.blob != nil {
-		return w.blob, nil
+func (h *host) blobStore(ctx context.Context) (*blob.Store, error) {
+	h.blobMu.Lock()
+	defer h.blobMu.Unlock()
+	if h.blob != nil {
+		return h.blob, nil
 	}
-	if w.cfg.blobURL == "" {
+	if h.blobURL == "" {
 		return nil, ErrNoBlob
 	}
-	st, err := blob.Open(ctx, w.cfg.blobURL, blob.Options{})
+	st, err := blob.Open(ctx, h.blobURL, blob.Options{})
 	if err != nil {
 		return nil, fmt.Errorf("baton worker: object storage: %w", err)
 	}
-	w.blob = st
+	h.blob = st
 	return st, nil
 }

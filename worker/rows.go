@@ -31,7 +31,7 @@ type RowsOptions struct {
 	PageSize int
 }
 
-// pathTaskRows is the internal dialect's read of a task's dataset rows.
+// pathTaskRows is the internal dialect's read of a task's dataset rows: {dataset}/rows follows.
 const pathTaskRows = "/internal/task-datasets/"
 
 // Rows iterates over the rows of in, a dataset the task reads (one of t.Pipeline.Inputs) or
@@ -66,7 +66,7 @@ func (t *Task) Rows(ctx context.Context, in DatasetInput, opts RowsOptions) iter
 		}
 		for {
 			token, _ := t.Token()
-			page, err := t.rows(ctx, token, pathTaskRows+url.PathEscape(in.DatasetUUID)+"/rows?"+q.Encode())
+			page, err := t.rows(ctx, token, url.PathEscape(in.DatasetUUID)+"/rows?"+q.Encode())
 			if err != nil {
 				yield(nil, err)
 				return
@@ -90,10 +90,10 @@ type rowPage struct {
 	NextAfter *int64 `json:"next_after"`
 }
 
-// readRows GETs one page of rows with the attempt's capability token.
-func (w *Worker) readRows(ctx context.Context, token, path string) (*rowPage, error) {
+// readRows GETs one page of rows ({dataset}/rows?query) with the attempt's capability token.
+func (a *attempt) readRows(ctx context.Context, token, path string) (*rowPage, error) {
 	var page rowPage
-	if err := w.getWith(ctx, requestTimeout, path, []string{"X-Trace-Task-Capability", token}, &page); err != nil {
+	if err := a.api.getWith(ctx, requestTimeout, a.routes.rows+path, []string{capabilityHeader, token}, &page); err != nil {
 		return nil, err
 	}
 	return &page, nil

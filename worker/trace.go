@@ -26,9 +26,9 @@ func withTraceparent(ctx context.Context, tp string) context.Context {
 }
 
 // startSpan starts the span "baton.task <name>" of a's handler call, a child of the job's trace
-// context, with the worker's tracer provider (WithTracerProvider, else the global one).
-func (w *Worker) startSpan(a *attempt) (context.Context, trace.Span) {
-	tp := w.cfg.tracerProvider
+// context, with the host's tracer provider (WithTracerProvider, else the global one).
+func (h *host) startSpan(a *attempt) (context.Context, trace.Span) {
+	tp := h.tracerProvider
 	if tp == nil {
 		tp = otel.GetTracerProvider()
 	}
@@ -40,5 +40,5 @@ func (w *Worker) startSpan(a *attempt) (context.Context, trace.Span) {
 			attribute.String("baton.task.key", t.Key),
 			attribute.String("baton.job.id", t.JobID),
 			attribute.Int("baton.attempt", t.Attempt),
-			attribute.String("baton.worker.id", w.cfg.workerID)))
+			attribute.String("baton.worker.id", h.workerID)))
 }

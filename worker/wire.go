@@ -73,34 +73,41 @@ func transient(err error) bool {
 	return e.Status >= 500 || e.Status == http.StatusRequestTimeout || e.Status == http.StatusTooManyRequests
 }
 
+// client sends requests to one listener of the server: the internal one (a Worker), or the
+// public one (a pushed attempt).
+type client struct {
+	url  string // the listener's base URL, without a trailing slash
+	http *http.Client
+}
+
 // post sends body as JSON to the server and decodes a 2xx answer into out (unless nil).
-func (w *Worker) post(ctx context.Context, timeout time.Duration, path string, body, out any) error {
-	return w.postWith(ctx, timeout, path, nil, body, out)
+func (c *client) post(ctx context.Context, timeout time.Duration, path string, body, out any) error {
+	return c.postWith(ctx, timeout, path, nil, body, out)
 }
 
 // postWith is post with extra request headers (name, value pairs).
-func (w *Worker) postWith(ctx context.Context, timeout time.Duration, path string, header []string, body, out any) error {
+func (c *client) postWith(ctx context.Context, timeout time.Duration, path string, header []string, body, out any) error {
 	raw, err := json.Marshal(body)
 	if err != nil {
 		return fmt.Errorf("baton worker: %s: encode the request: %w", path, err)
 	}
-	return w.request(ctx, timeout, http.MethodPost, path, header, raw, out)
+	return c.request(ctx, timeout, http.MethodPost, path, header, raw, out)
 }
 
 // getWith GETs path (with its query) with extra request headers and decodes the answer into out.
-func (w *Worker) getWith(ctx context.Context, timeout time.Duration, path string, header []string, out any) error {
-	return w.request(ctx, timeout, http.MethodGet, path, header, nil, out)
+func (c *client) getWith(ctx context.Context, timeout time.Duration, path string, header []string, out any) error {
+	return c.request(ctx, timeout, http.MethodGet, path, header, nil, out)
 }
 
-// request sends one request of the internal dialect: a JSON body unless it is nil.
-func (w *Worker) request(ctx context.Context, timeout time.Duration, method, path string, header []string, raw []byte, out any) error {
+// request sends one request: a JSON body unless it is nil.
+func (c *client) request(ctx context.Context, timeout time.Duration, method, path string, header []string, raw []byte, out any) error {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	var body io.Reader
 	if raw != nil {
 		body = bytes.NewReader(raw)
 	}
-	req, err := http.NewRequestWithContext(ctx, method, w.url+path, body)
+	req, err := http.NewRequestWithContext(ctx, method, c.url+path, body)
 	if err != nil {
 		return fmt.Errorf("baton worker: %s: %w", path, err)
 	}
@@ -110,7 +117,7 @@ func (w *Worker) request(ctx context.Context, timeout time.Duration, method, pat
 	for i := 0; i+1 < len(header); i += 2 {
 		req.Header.Set(header[i], header[i+1])
 	}
-	res, err := w.http.Do(req)
+	res, err := c.http.Do(req)
 	if err != nil {
 		return fmt.Errorf("baton worker: %s: %w", path, err)
 	}

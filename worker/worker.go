@@ -55,7 +55,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/baton-dev/baton/internal/blob"
 	"github.com/baton-dev/baton/internal/mtls"
 	"github.com/baton-dev/baton/internal/transport/dial"
 	"github.com/baton-dev/baton/wire"
@@ -82,6 +81,10 @@ type Task struct {
 	// carries it as the parent of the worker's span (see WithTracerProvider); a handler that runs
 	// other programs can hand them the traceparent of trace.SpanContextFromContext(ctx).
 	Traceparent string
+	// PublicURL is where the server's public listener is, for calls of the task-scoped dialect
+	// (/v1/task/...) about this attempt: set for a pushed task (the envelope's callbackBaseUrl,
+	// or WithPushPublicURL), "" for a claimed one (its Worker knows only the internal listener).
+	PublicURL string
 
 	publish func(ctx context.Context, dataset string, jsonl []byte) (*PublishedBatch, error)
 	mint    func(ctx context.Context, token string) (*Credentials, error)
@@ -129,28 +132,22 @@ const handBackTimeout = 10 * time.Second
 
 // Worker claims tasks and runs their handlers. Register handlers with Handle, then call Run.
 type Worker struct {
-	url  string
-	cfg  config
-	http *http.Client
-	log  *slog.Logger
+	client // the internal listener
+	// host runs the attempts; its contexts and shutdown signal are set when Run starts: runCtx
+	// is Run's context without its cancellation, reportCtx ends when Run gives up on unreported
+	// outcomes.
+	host
+	cfg config
+	log *slog.Logger
 
 	mu       sync.RWMutex
 	handlers map[string]Handler
 
-	running atomic.Bool
-	// Set when Run starts:
-	runCtx    context.Context // Run's context without its cancellation: values for handlers
-	reportCtx context.Context // ends when Run gives up on unreported outcomes
-	force     chan struct{}   // closed when the shutdown timeout passed
-	slots     chan struct{}   // one per running attempt (concurrency)
-	idle      *idleness       // stops the claim loops once the worker is idle long enough
-	attempts  sync.WaitGroup
-	// unreported counts attempts whose outcome Run could not deliver before returning.
-	unreported atomic.Int64
-	reports    reporter
-
-	blobMu sync.Mutex // guards blob, opened on the first PublishBatch
-	blob   *blob.Store
+	running  atomic.Bool
+	slots    chan struct{} // one per running attempt (concurrency); set when Run starts
+	idle     *idleness     // stops the claim loops once the worker is idle long enough
+	attempts sync.WaitGroup
+	reports  reporter
 }
 
 // New returns a worker of the Baton server whose internal listener is at internalURL
@@ -183,10 +180,7 @@ func New(internalURL string, opts ...Option) (*Worker, error) {
 	cfg.batchSize = cmp.Or(cfg.batchSize, 1)
 	cfg.shutdownTimeout = cmp.Or(cfg.shutdownTimeout, defaultShutdownTimeout)
 	cfg.pollWait = cmp.Or(cfg.pollWait, defaultPollWait)
-	if cfg.workerID == "" {
-		host, _ := os.Hostname()
-		cfg.workerID = fmt.Sprintf("%s-%d", cmp.Or(host, "worker"), os.Getpid())
-	}
+	cfg.workerID = cmp.Or(cfg.workerID, defaultWorkerID())
 	hc := cfg.httpClient
 	if hc == nil {
 		// http.DefaultClient keeps 2 idle connections per host: with more tasks in flight every
@@ -202,14 +196,20 @@ func New(internalURL string, opts ...Option) (*Worker, error) {
 	}
 	log := cmp.Or(cfg.logger, slog.Default())
 	w := &Worker{
-		url:      strings.TrimRight(internalURL, "/"),
+		client:   client{url: strings.TrimRight(internalURL, "/"), http: hc},
+		host:     host{workerID: cfg.workerID, tracerProvider: cfg.tracerProvider, blobURL: cfg.blobURL},
 		cfg:      cfg,
-		http:     hc,
 		log:      log.With("worker_id", cfg.workerID),
 		handlers: map[string]Handler{},
 	}
 	w.reports.w = w
 	return w, nil
+}
+
+// defaultWorkerID is hostname-pid.
+func defaultWorkerID() string {
+	host, _ := os.Hostname()
+	return fmt.Sprintf("%s-%d", cmp.Or(host, "worker"), os.Getpid())
 }
 
 // withClientCert returns a copy of hc whose transport presents the client certificate and trusts
@@ -385,7 +385,8 @@ func (w *Worker) start(a *attempt) {
 		defer w.attempts.Done()
 		defer func() { <-w.slots }()
 		defer w.idle.finished()
-		w.run(a)
+		a.run()
+		w.ackWake(a) // after the heartbeats stopped and the outcome was reported
 	}()
 }
 
@@ -461,6 +462,11 @@ func (w *Worker) newAttempt(ctx context.Context, ans claimAnswer) *attempt {
 		}
 	}
 	a := &attempt{
+		h:         &w.host,
+		d:         streamDialect{w},
+		api:       &w.client,
+		routes:    internalRoutes,
+		handler:   w.handler(ans.TaskName),
 		task:      t,
 		taskID:    ans.JobID,
 		lease:     ans.LeaseToken,
@@ -469,10 +475,8 @@ func (w *Worker) newAttempt(ctx context.Context, ans claimAnswer) *attempt {
 		every:     w.heartbeatEvery(ans),
 		log:       w.log.With("task_id", ans.JobID, "attempt", ans.AttemptID, "task", ans.TaskName),
 	}
-	t.publish = (&publisher{w: w, a: a}).publish
-	t.mint = func(ctx context.Context, token string) (*Credentials, error) { return w.mintCredentials(ctx, a, token) }
+	a.bind()
 	t.fetchSecrets = func(ctx context.Context) (map[string]string, error) { return w.fetchSecrets(ctx, a) }
-	t.rows = w.readRows
 	a.ctx, a.cancel = context.WithCancelCause(withTraceparent(w.runCtx, t.Traceparent))
 	a.handlerCtx, a.stopDeadline = a.ctx, func() {}
 	if t.Timeout > 0 {
