@@ -1,10 +1,13 @@
 package worker_test
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"net/http"
 	"os"
+	"os/signal"
+	"syscall"
 	"time"
 
 	"github.com/baton-dev/baton/worker"
@@ -40,4 +43,27 @@ func ExampleVerifyPushRequest() {
 		_ = body // the TaskEnvelope JSON
 		w.WriteHeader(http.StatusAccepted)
 	})
+}
+
+// A push target that runs the deliveries of resize (baton server --push-target
+// resize=http://HOST:8090/ --push-secret resize=...) with a handler, as a Worker would run them
+// claimed, until SIGTERM.
+func ExampleNewPushHandler() {
+	ph := worker.NewPushHandler(func(ctx context.Context, t *worker.Task) (any, error) {
+		var in struct{ Width int }
+		if err := json.Unmarshal(t.Input, &in); err != nil {
+			return nil, worker.Permanent(err)
+		}
+		return map[string]any{"width": in.Width}, nil
+	}, worker.WithPushSecret(os.Getenv("RESIZE_PUSH_SECRET")), worker.WithPushConcurrency(4))
+	srv := &http.Server{Addr: ":8090", Handler: ph}
+	go func() { _ = srv.ListenAndServe() }()
+
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM)
+	defer stop()
+	<-ctx.Done()
+	shutdown, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	_ = ph.Shutdown(shutdown) // running tasks finish, or are handed back
+	_ = srv.Shutdown(shutdown)
 }

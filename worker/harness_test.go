@@ -88,6 +88,7 @@ type spec struct {
 	timeout          int
 	leaseSeconds     int
 	cancelGrace      int
+	runtime          string // "push": delivered to a push target
 }
 
 // submit creates a job and returns its id and its tasks' ids by key.
@@ -95,7 +96,7 @@ func (s *server) submit(specs ...spec) (string, map[string]string) {
 	s.t.Helper()
 	var ts []lifecycle.TaskSpec
 	for _, sp := range specs {
-		ts_ := lifecycle.TaskSpec{Key: sp.key, Name: sp.name, Queue: sp.queue, DependsOn: sp.dependsOn}
+		ts_ := lifecycle.TaskSpec{Key: sp.key, Name: sp.name, Queue: sp.queue, DependsOn: sp.dependsOn, Runtime: sp.runtime}
 		if sp.input != "" {
 			ts_.Input = json.RawMessage(sp.input)
 		}

@@ -35,8 +35,11 @@
 // the same way. The worker speaks the stream-worker dialect (/internal/worker/...) and reports a
 // cancelled attempt through /internal/task-complete.
 //
-// For the push runtime, where Baton POSTs each task to an HTTP target instead, the target checks
-// that a delivery comes from Baton with VerifyPushRequest or the PushAuth middleware.
+// For the push runtime, where Baton POSTs each task to an HTTP target instead, a PushHandler
+// (NewPushHandler) is such a target: it runs each delivery with a Handler as a Worker runs a
+// claimed task, and reports through the task-scoped dialect (/v1/task/...) with the delivery's
+// token, holding no client certificate. A target of its own checks that a delivery comes from
+// Baton with VerifyPushRequest or the PushAuth middleware.
 package worker
 
 import (
