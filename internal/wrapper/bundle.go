@@ -47,7 +47,7 @@ func (w *Wrapper) prepareBundle(ctx context.Context, t *worker.Task, u *wire.Bun
 	dir, m, release, cached := w.bundles.Get(u.SHA256)
 	ctx, cancel := context.WithTimeout(ctx, downloadTimeout)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, strings.TrimSuffix(w.publicURL, "/")+cmpDownload(u), nil)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, w.publicURLOf(t)+cmpDownload(u), nil)
 	if err != nil {
 		return nil, w.dropRelease(release, worker.Errorf(worker.Configuration, "bundle %s: %v", u.ID, err))
 	}

@@ -109,12 +109,14 @@ type Storage struct {
 	OutputPrefixes map[string]string `json:"output_prefixes"`
 }
 
-// Config is a `baton worker --exec` as its flags configure it.
+// Config is a `baton worker --exec` or a `baton udf-runner` as its flags configure it.
 type Config struct {
 	// Command is the child's command line; nil runs bundles only (a task whose job runs none
 	// fails as a configuration error).
-	Command    []string
-	PublicURL  string             // handed to the child as BATON_URL
+	Command []string
+	// PublicURL is handed to the child as BATON_URL, and bundles are downloaded from it; a
+	// task that says where its server is (Task.PublicURL: a push delivery's) uses its own.
+	PublicURL  string
 	Credential *runner.Credential // nil: children run as the wrapper's user
 	// Env is what every child gets besides its task's variables (--child-env); no name of
 	// Reserved. PassedThrough variables the wrapper has are added where Env does not set them.
@@ -133,8 +135,8 @@ type Config struct {
 	Sandbox runner.Sandbox
 }
 
-// Wrapper is a configured `baton worker --exec`: its Handle is the worker SDK's handler of every
-// task name it runs.
+// Wrapper is a configured `baton worker --exec` or `baton udf-runner`: its Handle is the worker
+// SDK's handler of every task it runs, claimed (worker.Worker) or pushed (worker.PushHandler).
 type Wrapper struct {
 	command   []string
 	publicURL string
@@ -215,7 +217,7 @@ func (w *Wrapper) Handle(ctx context.Context, t *worker.Task) (any, error) {
 			br.release()
 			return nil, worker.Permanent(worker.Errorf(worker.Configuration, "bundle %s: %v", u.ID, err))
 		}
-		p.BundleURL = strings.TrimSuffix(w.publicURL, "/") + cmpDownload(u)
+		p.BundleURL = w.publicURLOf(t) + cmpDownload(u)
 		log = log.With("bundle_id", u.ID, "sha256", u.SHA256)
 	} else if command == nil {
 		return nil, worker.Permanent(worker.Errorf(worker.Configuration,
@@ -250,7 +252,7 @@ func (w *Wrapper) Handle(ctx context.Context, t *worker.Task) (any, error) {
 		return nil, err
 	}
 	env[EnvCapability] = token
-	env[EnvPublicURL] = w.publicURL
+	env[EnvPublicURL] = w.publicURLOf(t)
 	env[EnvTaskID] = t.ID
 	env[EnvAttempt] = strconv.Itoa(t.Attempt)
 	env[EnvLeaseToken] = lease
@@ -307,6 +309,12 @@ func (w *Wrapper) Handle(ctx context.Context, t *worker.Task) (any, error) {
 		log.Error("could not run the child", "err", err)
 		return nil, worker.Errorf(worker.Infrastructure, "%s", err.Error())
 	}
+}
+
+// publicURLOf is the public URL of t's server, without a trailing slash: the task's own when it
+// has one (a pushed task), else the configured one.
+func (w *Wrapper) publicURLOf(t *worker.Task) string {
+	return strings.TrimSuffix(cmp.Or(t.PublicURL, w.publicURL), "/")
 }
 
 // secretEnv adds the secrets of a trusted operator's task to env, each under its name in capitals

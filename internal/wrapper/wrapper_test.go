@@ -3,6 +3,8 @@ package wrapper
 import (
 	"encoding/base64"
 	"testing"
+
+	"github.com/baton-dev/baton/worker"
 )
 
 func TestLeaseFromToken(t *testing.T) {
@@ -16,5 +18,18 @@ func TestLeaseFromToken(t *testing.T) {
 		if got := leaseFromToken(bad); got != "" {
 			t.Errorf("leaseFromToken(%q) = %q", bad, got)
 		}
+	}
+}
+
+// A pushed task reports to, and downloads its bundle from, the server its delivery names; a
+// claimed one, the configured server.
+func TestPublicURLOfATask(t *testing.T) {
+	t.Parallel()
+	w := New(Config{PublicURL: "http://configured:8080/"})
+	if got := w.publicURLOf(&worker.Task{}); got != "http://configured:8080" {
+		t.Errorf("claimed task: %q", got)
+	}
+	if got := w.publicURLOf(&worker.Task{PublicURL: "http://pushed:8080"}); got != "http://pushed:8080" {
+		t.Errorf("pushed task: %q", got)
 	}
 }
