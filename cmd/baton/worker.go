@@ -11,15 +11,10 @@ import (
 	"io"
 	"log/slog"
 	"net/url"
-	"os"
-	"os/user"
-	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
-	"github.com/baton-dev/baton/internal/bundle"
 	"github.com/baton-dev/baton/internal/ctl"
 	"github.com/baton-dev/baton/internal/runner"
 	"github.com/baton-dev/baton/internal/secrets"
@@ -82,18 +77,15 @@ func runWorker(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	var tasks, queues, childEnv listFlag
 	fs.Var(&tasks, "task", "task `NAME` to run (repeatable; at least one)")
 	execCmd := fs.String("exec", "", "`COMMAND` run with /bin/sh -c once per task, as the child process (none: bundle tasks only)")
-	bundleCache := fs.String("bundle-cache", "", "`DIR` where downloaded bundles are kept unpacked, by hash (default: baton-bundles-UID in the system's temporary directory); the child user must be able to traverse it")
-	bundleCacheSize := fs.Int64("bundle-cache-size", bundle.DefaultCacheMax, "`BYTES` of unpacked bundles the cache keeps at most")
+	var cf childFlags
+	cf.register(fs)
 	internalURL := fs.String("internal-url", "http://127.0.0.1:8081", "URL of the server's /internal/* listener (env BATON_INTERNAL_URL); never given to the child")
 	publicURL := fs.String("url", ctl.DefaultURL, "public URL of the server, handed to the child as BATON_URL (env BATON_URL)")
 	concurrency := fs.Int("concurrency", 1, "tasks run at once")
-	childUser := fs.String("child-user", "nobody", "user the child runs as when the wrapper runs as root (never root)")
-	grace := fs.Duration("grace", runner.DefaultGrace, "time a stopped child's process group has between SIGTERM and SIGKILL")
 	caFile := fs.String("internal-tls-ca", "", "PEM CA bundle that the internal listener's certificate must chain to")
 	certFile := fs.String("internal-tls-cert", "", "PEM client certificate for the internal listener (mTLS)")
 	keyFile := fs.String("internal-tls-key", "", "PEM private key of --internal-tls-cert; keep it readable only by the wrapper's user (mode 600)")
 	workerID := fs.String("worker-id", "", "worker id the server records (default: host name and process id)")
-	workRoot := fs.String("work-dir", "", "directory in which each task gets a fresh work directory (default: the system's temporary directory); the child user must be able to traverse it")
 	heartbeat := fs.Duration("heartbeat-interval", 0, "heartbeat at least this often (0: as the server asks)")
 	pollWait := fs.Duration("poll-wait", 0, "how long one wait for work lasts: a long poll of the server, or a wait on the transport (0: 20s; at most 1m)")
 	shutdown := fs.Duration("shutdown-timeout", 0, "on SIGTERM, how long running tasks may finish before they are stopped and handed back (0: 30s)")
@@ -108,8 +100,6 @@ func runWorker(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	fs.Var(&childEnv, "child-env", "`NAME=VALUE` set in every child's environment (repeatable; PATH may be overridden; not for secrets)")
 	var otlp otlpFlag
 	otlp.register(fs)
-	var iso isolationFlags
-	iso.register(fs)
 	if code, ok := configureFlags(ctx, fs, args); !ok {
 		return code
 	}
@@ -122,14 +112,13 @@ func runWorker(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		return usageErr("unexpected argument %q (quote the whole --exec command)", fs.Arg(0))
 	case len(tasks) == 0:
 		return usageErr("--task NAME is required")
-	case *bundleCacheSize < 1:
-		return usageErr("--bundle-cache-size must be positive")
 	case *concurrency < 1:
 		return usageErr("--concurrency must be at least 1")
-	case *grace <= 0:
-		return usageErr("--grace must be positive")
 	case *heartbeat < 0, *shutdown < 0, *pollWait < 0:
 		return usageErr("durations must not be negative")
+	}
+	if err := cf.check(); err != nil {
+		return usageErr("%v", err)
 	}
 	if err := tf.check(); err != nil {
 		return usageErr("%v", err)
@@ -157,31 +146,7 @@ func runWorker(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	if tlsSet != 0 && tlsSet != 3 {
 		return usageErr("mTLS needs all of --internal-tls-ca, --internal-tls-cert and --internal-tls-key")
 	}
-	explicitUser := false
-	fs.Visit(func(f *flag.Flag) { explicitUser = explicitUser || f.Name == "child-user" })
-	sb, usage, err := iso.sandbox(log)
-	switch {
-	case usage != nil:
-		return usageErr("%v", usage)
-	case err != nil:
-		fmt.Fprintln(stderr, "baton worker:", err)
-		return 1
-	}
-
-	wc := wrapper.Config{PublicURL: *publicURL, WorkRoot: *workRoot, Grace: *grace, Log: log, Env: map[string]string{},
-		Sandbox: sb}
-	if strings.TrimSpace(*execCmd) != "" {
-		wc.Command = []string{"/bin/sh", "-c", *execCmd}
-	}
-	if *bundleCache == "" {
-		*bundleCache = filepath.Join(os.TempDir(), "baton-bundles-"+strconv.Itoa(os.Geteuid()))
-	}
-	cache, err := bundle.OpenCache(*bundleCache, *bundleCacheSize)
-	if err != nil {
-		fmt.Fprintln(stderr, "baton worker:", err)
-		return 1
-	}
-	wc.Bundles = cache
+	env := map[string]string{}
 	for _, kv := range childEnv {
 		k, v, ok := strings.Cut(kv, "=")
 		if !ok || k == "" || strings.ContainsAny(k, "\x00") {
@@ -190,58 +155,27 @@ func runWorker(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		if slices.Contains(wrapper.Reserved, k) {
 			return usageErr("--child-env may not set %s: the wrapper sets it", k)
 		}
-		wc.Env[k] = v
+		env[k] = v
 	}
 
-	// Who the child runs as.
-	if os.Geteuid() == 0 {
-		cred, err := runner.LookupChild(*childUser)
-		if err != nil {
-			fmt.Fprintln(stderr, "baton worker:", err)
-			return 1
-		}
-		if *keyFile != "" {
-			if err := runner.CheckPrivate(*keyFile, cred); err != nil {
-				fmt.Fprintln(stderr, "baton worker:", err)
-				return 1
-			}
-		}
-		wc.Credential = cred
-		log.Info("children run as an unprivileged user", "user", cred.Username, "uid", cred.Uid, "gid", cred.Gid)
-	} else {
-		me, _ := user.Current()
-		name := strconv.Itoa(os.Geteuid())
-		if me != nil {
-			name = me.Username
-		}
-		if explicitUser {
-			if cred, err := runner.LookupChild(*childUser); err != nil {
-				fmt.Fprintln(stderr, "baton worker:", err)
-				return 1
-			} else if int(cred.Uid) != os.Geteuid() {
-				fmt.Fprintf(stderr, "baton worker: --child-user %s: running children as another user needs the wrapper to run as root (it runs as %s)\n", *childUser, name)
-				return 1
-			}
-		} else if runner.Isolation().Landlock > 0 {
-			log.Warn("not running as root: children run as the wrapper's own user; Landlock keeps them from its files, but they share its user's limits and processes: run the wrapper as root to isolate them as --child-user",
-				"user", name, "uid", os.Geteuid())
-		} else {
-			log.Warn("not running as root: children run as the wrapper's own user and can read every file it can, the client key included; run the wrapper as root to isolate them as --child-user",
-				"user", name, "uid", os.Geteuid())
-		}
+	wc, usage, err := cf.wrapperConfig(fs, log, *keyFile, ", the client key included")
+	switch {
+	case usage != nil:
+		return usageErr("%v", usage)
+	case err != nil:
+		fmt.Fprintln(stderr, "baton worker:", err)
+		return 1
 	}
-	if err := runner.HideFromSameUser(); err != nil {
-		log.Warn("could not make the wrapper's /proc entries private", "err", err)
+	wc.PublicURL, wc.Env = *publicURL, env
+	if strings.TrimSpace(*execCmd) != "" {
+		wc.Command = []string{"/bin/sh", "-c", *execCmd}
 	}
 	if strings.HasPrefix(*internalURL, "http://") {
 		who := "anything that can reach it, children included,"
-		if runner.Isolation().Landlock >= 4 && !iso.network {
+		if runner.Isolation().Landlock >= 4 && !cf.iso.network {
 			who = "anything that can reach it (not the children: they connect to the ports of --url and the object store only)"
 		}
 		log.Warn("the internal URL is not protected by mTLS: "+who+" can call /internal/*; use https with --internal-tls-* outside development", "internal_url", *internalURL)
-	}
-	if os.Getpid() == 1 {
-		log.Warn("the wrapper is PID 1: processes orphaned by killed tasks become its zombies; run it under an init (docker run --init, tini)")
 	}
 
 	opts := []worker.Option{worker.WithConcurrency(*concurrency), worker.WithLogger(log), worker.WithBlob(*blobURL),
@@ -289,7 +223,7 @@ func runWorker(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	for _, name := range tasks {
 		wk.Handle(name, w.Handle)
 	}
-	log.Info("running tasks as child processes", "tasks", []string(tasks), "exec", *execCmd, "bundle_cache", *bundleCache, "child_env", w.ChildEnvNames())
+	log.Info("running tasks as child processes", "tasks", []string(tasks), "exec", *execCmd, "bundle_cache", cf.bundleCache, "child_env", w.ChildEnvNames())
 	if err := wk.Run(ctx); err != nil {
 		fmt.Fprintln(stderr, "baton worker:", err)
 		return 1
