@@ -13,17 +13,17 @@ import (
 	"github.com/baton-dev/baton/worker"
 )
 
-// childSandbox is a task's child's sandbox: sb, and the TCP ports of the public URL and, with
-// minted object storage credentials, of the object store, which the child must reach. Unless it
-// may reach the whole network, these are the only ports it may.
-func (w *Wrapper) childSandbox(sb runner.Sandbox, creds *worker.Credentials) runner.Sandbox {
+// childSandbox is a task's child's sandbox: sb, and the TCP ports of its server's public URL
+// and, with minted object storage credentials, of the object store, which the child must reach.
+// Unless it may reach the whole network, these are the only ports it may.
+func (w *Wrapper) childSandbox(sb runner.Sandbox, publicURL string, creds *worker.Credentials) runner.Sandbox {
 	sb.ConnectPorts = slices.Clone(sb.ConnectPorts)
 	add := func(rawURL string) {
 		if p := urlPort(rawURL); p != 0 && !slices.Contains(sb.ConnectPorts, p) {
 			sb.ConnectPorts = append(sb.ConnectPorts, p)
 		}
 	}
-	add(w.publicURL)
+	add(publicURL)
 	if creds != nil {
 		add(cmp.Or(creds.EndpointURL, "https://s3.amazonaws.com")) // AWS's own: https
 	}

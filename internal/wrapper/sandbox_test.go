@@ -20,9 +20,14 @@ func TestChildSandboxGrantsTheServersPorts(t *testing.T) {
 		{&worker.Credentials{EndpointURL: "http://minio:9000"}, []uint16{5432, 8080, 9000}},
 		{&worker.Credentials{}, []uint16{5432, 8080, 443}},
 	} {
-		if got := w.childSandbox(w.sandbox, c.creds).ConnectPorts; !slices.Equal(got, c.want) {
+		if got := w.childSandbox(w.sandbox, w.publicURLOf(&worker.Task{}), c.creds).ConnectPorts; !slices.Equal(got, c.want) {
 			t.Errorf("credentials %+v: ports %v, want %v", c.creds, got, c.want)
 		}
+	}
+	// A pushed task's child reaches the server its delivery names.
+	pushed := &worker.Task{PublicURL: "http://callback.example:18300"}
+	if got := w.childSandbox(w.sandbox, w.publicURLOf(pushed), nil).ConnectPorts; !slices.Equal(got, []uint16{5432, 18300}) {
+		t.Errorf("pushed task: ports %v, want the delivery's server's", got)
 	}
 	if got := w.sandbox.ConnectPorts; !slices.Equal(got, []uint16{5432}) {
 		t.Errorf("the configured ports became %v", got)

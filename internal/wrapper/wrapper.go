@@ -284,7 +284,7 @@ func (w *Wrapper) Handle(ctx context.Context, t *worker.Task) (any, error) {
 	log.Debug("starting the child")
 	res, err := runner.Run(ctx, runner.Spec{Command: command, Payload: payload, Env: env, Credential: w.cred,
 		TempRoot: w.workRoot, Grace: w.grace, Collect: func(dir string) error { return w.publishBatches(ctx, t, dir) },
-		Prepare: prepare, Sandbox: w.childSandbox(sb, creds)})
+		Prepare: prepare, Sandbox: w.childSandbox(sb, w.publicURLOf(t), creds)})
 	var f *runner.Failure
 	var we *worker.Error
 	switch {
