@@ -24,7 +24,7 @@ var completionShells = []string{"bash", "fish", "zsh"}
 
 // fileFlags are the flags whose value is a file or directory: completion offers paths for them.
 var fileFlags = map[string]bool{
-	"f": true, "config": true, "out": true, "data-dir": true, "sqlite": true, "cpuprofile": true, "work-dir": true,
+	"f": true, "config": true, "out": true, "data-dir": true, "sqlite": true, "cpuprofile": true, "work-dir": true, "bundle-cache": true,
 	"internal-tls-cert": true, "internal-tls-key": true, "internal-tls-ca": true, "internal-tls-client-ca": true,
 }
 

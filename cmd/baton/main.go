@@ -36,6 +36,9 @@ Commands:
             list, rotate and retire the capability-token signing keys
   certs     make a development CA and mTLS certificates for /internal/* (certs dev --out DIR)
   worker    run untrusted programs and bundles as tasks: baton worker --task NAME --exec 'COMMAND'
+  udf-runner
+            serve push deliveries of bundle tasks, with each task's token only:
+            baton udf-runner --listen ADDR --push-secret SECRET
   sink      load buffered datasets' batches into their tables (a trusted process, like worker)
   job       submit, list, get, cancel, resume and watch jobs (BATON_URL, BATON_API_KEY)
   pipeline  deploy, list, get, list versions of and roll back pipelines (DAG documents)
@@ -93,6 +96,7 @@ func commandTable() []command {
 		{name: "signing-key", run: runSigningKey, subcommands: signingKeyCommands},
 		{name: "certs", run: runCerts, subcommands: []string{"dev"}},
 		{name: "worker", run: runWorker},
+		{name: "udf-runner", run: runUDFRunner},
 		{name: "sink", run: runSink},
 		{name: "job", run: ctl.RunJob, subcommands: ctl.JobCommands()},
 		{name: "pipeline", run: ctl.RunPipeline, subcommands: ctl.PipelineCommands()},
