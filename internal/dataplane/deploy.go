@@ -210,10 +210,10 @@ func (d *deployment) check(ctx context.Context) error {
 		return err
 	}
 	pins, bad, err := d.pinBundles(ctx)
+	more = append(more, bad...)
 	if err != nil {
 		return err
 	}
-	more = append(more, bad...)
 	if d.dp.afterDeployCheck != nil {
 		d.dp.afterDeployCheck()
 	}
@@ -264,19 +264,6 @@ func (d *deployment) planTables() {
 	}
 }
 
-// incompatible is the refusal of tables that cannot serve their new schemas, by publish path.
-func (d *deployment) incompatible(inc *IncompatibleTablesError) error {
-	var problems []string
-	for _, name := range sortedKeys(d.doc.Publish) {
-		if p := d.doc.Publish[name]; p.WriteMode == pipeline.WriteBuffered {
-			if reason, ok := inc.Reasons[d.planned[bufferedProducer(name)]]; ok {
-				problems = append(problems, fmt.Sprintf("publish.%s.schema: %s", name, reason))
-			}
-		}
-	}
-	return &dispatch.ValidationError{Errors: problems}
-}
-
 // store is step 3, the store's transaction: the datasets, the version, and then either its build
 // or its activation. cleared counts the rows step 2 removed for resets, by dataset uuid.
 func (d *deployment) store(ctx context.Context, cleared map[string]int64) error {
@@ -287,9 +274,7 @@ func (d *deployment) store(ctx context.Context, cleared map[string]int64) error 
 		if err != nil {
 			return err
 		}
-		for _, j := range spec.Jobs {
-			j.UDF = d.bundles[j.Name]
-		}
+		d.pin(spec)
 		p, err := tx.PipelineGet(ctx, tenant, doc.Name)
 		switch {
 		case errors.Is(err, store.ErrNotFound):

@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	"github.com/baton-dev/baton/internal/bundle"
+	"github.com/baton-dev/baton/internal/dataplane/specs"
 	"github.com/baton-dev/baton/internal/pipeline"
 	"github.com/baton-dev/baton/internal/udf"
 	"github.com/baton-dev/baton/wire"
@@ -55,4 +56,11 @@ func (d *deployment) pinBundles(ctx context.Context) (map[string]*wire.Bundle, p
 		}
 	}
 	return pins, problems, nil
+}
+
+// pin sets the bundle each job of spec runs, as pinBundles pinned it.
+func (d *deployment) pin(spec *specs.Pipeline) {
+	for _, j := range spec.Jobs {
+		j.UDF = d.bundles[j.Name]
+	}
 }

@@ -201,3 +201,16 @@ func publishedAs(doc *pipeline.Document, job string, i int) *pipeline.Publish {
 	}
 	return nil
 }
+
+// incompatible is the refusal of tables that cannot serve their new schemas, by publish path.
+func (d *deployment) incompatible(inc *IncompatibleTablesError) error {
+	var problems []string
+	for _, name := range sortedKeys(d.doc.Publish) {
+		if p := d.doc.Publish[name]; p.WriteMode == pipeline.WriteBuffered {
+			if reason, ok := inc.Reasons[d.planned[bufferedProducer(name)]]; ok {
+				problems = append(problems, fmt.Sprintf("publish.%s.schema: %s", name, reason))
+			}
+		}
+	}
+	return &dispatch.ValidationError{Errors: problems}
+}
