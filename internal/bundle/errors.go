@@ -63,8 +63,6 @@ func (ps *problems) add(path, format string, args ...any) {
 	ps.list = append(ps.list, &Error{Path: path, Reason: fmt.Sprintf(format, args...)})
 }
 
-func (ps *problems) empty() bool { return len(ps.list) == 0 }
-
 // err is nil, the one *Error found, or Errors.
 func (ps *problems) err() error {
 	switch {
