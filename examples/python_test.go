@@ -127,7 +127,7 @@ func TestPythonExamples(t *testing.T) {
 		dsUUID := deployed["jobs"].([]any)[0].(map[string]any)["outputs"].([]any)[0].(map[string]any)["dataset_uuid"].(string)
 		// The child resolves python3 on its own PATH (an interpreter under /root, e.g. a pyenv
 		// shim, is out of nobody's reach).
-		w := start(t, exec.Command(bin, "worker", "--task", "py-scoped", "--exec", "python3 "+child,
+		w := start(t, exec.Command(bin, "worker", "--task", "py-scoped", "--exec", "python3 "+child, "--child-read", filepath.Dir(child),
 			"--internal-url", "http://"+d.internal, "--url", "http://"+d.public, "--worker-id", "py-scoped-wrapper",
 			"--child-env", "PY_EVENT_DATASET="+dsUUID), nil)
 		job, _ := runProducer(t, d, py, script("producer.py"), dagJob("py-scoped", "pull", ""), 0)
@@ -207,7 +207,7 @@ func testTaskScopedRows(t *testing.T, bin, py string, script func(string) string
 	if status, deployed := apiCall(t, d, "POST", "/pipelines", "application/yaml", rowsPipeline); status != http.StatusCreated {
 		t.Fatalf("deploy: %d %v", status, deployed)
 	}
-	w := start(t, exec.Command(bin, "worker", "--task", "py-scoped-rows", "--exec", "python3 "+child,
+	w := start(t, exec.Command(bin, "worker", "--task", "py-scoped-rows", "--exec", "python3 "+child, "--child-read", filepath.Dir(child),
 		"--internal-url", "http://"+d.internal, "--url", "http://"+d.public, "--worker-id", "py-rows-wrapper"), nil)
 	defer w.stop()
 	status, run := apiCall(t, d, "POST", "/pipelines/py_rows/jobs/emit/run", "application/json",

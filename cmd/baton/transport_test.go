@@ -229,7 +229,7 @@ func startWorkerProcesses(t *testing.T, n int, internalURL, publicURL, runs stri
 	script := `cat >/dev/null; echo "$BATON_ATTEMPT" >> "$RUNS/$BATON_TASK_ID"; sleep 0.05; echo '{"ok":true}'`
 	for i := range n {
 		args := append([]string{"worker", "--task", "step", "--exec", script, "--internal-url", internalURL,
-			"--url", publicURL, "--concurrency", "4", "--child-env", "RUNS=" + runs,
+			"--url", publicURL, "--concurrency", "4", "--child-env", "RUNS=" + runs, "--child-write", runs,
 			"--worker-id", fmt.Sprintf("proc-%d", i), "--shutdown-timeout", "5s", "--poll-wait", "2s"}, transportArgs...)
 		cmd := exec.Command(exe, args...)
 		var stderr bytes.Buffer

@@ -381,7 +381,9 @@ func (r *run) startWorkers(ctx context.Context) error {
 		args = append(args, "--exec", r.cfg.Child,
 			"--internal-url", s.internalURL, "--url", s.producerURL, "--worker-id", name,
 			"--concurrency", fmt.Sprint(r.cfg.Concurrency), "--poll-wait", "2s", "--shutdown-timeout", "2s",
-			"--child-env", EnvChild+"=1", "--child-env", EnvLog+"="+r.execLog)
+			"--child-env", EnvChild+"=1", "--child-env", EnvLog+"="+r.execLog,
+			// The child is this program, and logs its executions: the sandbox grants both.
+			"--child-exec", r.cfg.Child, "--child-write", r.execLog)
 		args = append(args, r.transportArgs()...)
 		w := &worker{proc: &proc{name: name, path: r.cfg.Baton, args: args, out: filepath.Join(r.cfg.Dir, name+".log")}}
 		if err := w.start(ctx); err != nil {

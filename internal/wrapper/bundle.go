@@ -7,6 +7,9 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
+	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -122,4 +125,39 @@ func refusal(resp *http.Response) string {
 		}
 	}
 	return fmt.Sprintf("%q", strings.TrimSpace(string(b)))
+}
+
+// lookPath finds the program name in the directories of path (a PATH value); a name with a
+// slash is itself.
+func lookPath(name, path string) (string, error) {
+	if strings.Contains(name, "/") {
+		return name, nil
+	}
+	for _, dir := range filepath.SplitList(path) {
+		p := filepath.Join(dir, name)
+		if fi, err := os.Stat(p); err == nil && fi.Mode().IsRegular() && fi.Mode().Perm()&0o111 != 0 {
+			return p, nil
+		}
+	}
+	return "", fmt.Errorf("this worker has no %s in the children's PATH (%s): install it, or set PATH with --child-env", name, path)
+}
+
+// bundleOf is the bundle t's job runs, nil when it runs none.
+func bundleOf(t *worker.Task) *wire.Bundle {
+	if t.Pipeline == nil {
+		return nil
+	}
+	return t.Pipeline.Job.UDF
+}
+
+// allowed is the part of env a bundle may see: the variables its manifest's env_allowlist
+// names, and those every child gets (PassedThrough).
+func allowed(env map[string]string, allowlist []string) map[string]string {
+	out := map[string]string{}
+	for k, v := range env {
+		if slices.Contains(allowlist, k) || slices.Contains(PassedThrough, k) {
+			out[k] = v
+		}
+	}
+	return out
 }

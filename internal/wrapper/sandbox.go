@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
+	"strings"
 
 	"github.com/baton-dev/baton/internal/bundle"
 	"github.com/baton-dev/baton/internal/runner"
@@ -64,4 +65,17 @@ func urlPort(rawURL string) uint16 {
 		return 0
 	}
 	return uint16(p)
+}
+
+// containmentHint says, after a failure whose stderr shows a refused access, what the sandbox
+// lets a child reach, and how to grant more: "" when nothing was refused or nothing confines
+// files.
+func containmentHint(stderr string) string {
+	if runner.Isolation().Landlock == 0 || !(strings.Contains(stderr, "Permission denied") || strings.Contains(stderr, "EACCES") ||
+		strings.Contains(stderr, "Operation not permitted")) {
+		return ""
+	}
+	return " (the child is contained: it reads the system's programs and libraries, its work directory and what the worker's " +
+		"--child-read and --child-exec grant; it writes its work directory and --child-write only; it connects to Baton's and the " +
+		"object store's ports and --child-connect only)"
 }

@@ -29,10 +29,8 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/baton-dev/baton/internal/bundle"
-	"github.com/baton-dev/baton/internal/pipeline"
 	"github.com/baton-dev/baton/internal/runner"
 	"github.com/baton-dev/baton/internal/telemetry"
-	"github.com/baton-dev/baton/wire"
 	"github.com/baton-dev/baton/worker"
 )
 
@@ -299,7 +297,7 @@ func (w *Wrapper) Handle(ctx context.Context, t *worker.Task) (any, error) {
 			return nil, fmt.Errorf("stopped (%v): %w", context.Cause(ctx), f)
 		}
 		log.Warn("child failed", "pid", res.PID, "err", f)
-		return nil, worker.Errorf(worker.UserCode, "%s", f.Error())
+		return nil, worker.Errorf(worker.UserCode, "%s%s", f.Error(), containmentHint(f.Stderr))
 	case errors.As(err, &we) && ctx.Err() == nil:
 		// The child succeeded, but what it left cannot be published (a batch of a dataset its
 		// job does not write, a bad file): the failure is the child's, as publishBatches says.
@@ -315,65 +313,6 @@ func (w *Wrapper) Handle(ctx context.Context, t *worker.Task) (any, error) {
 // has one (a pushed task), else the configured one.
 func (w *Wrapper) publicURLOf(t *worker.Task) string {
 	return strings.TrimSuffix(cmp.Or(t.PublicURL, w.publicURL), "/")
-}
-
-// secretEnv adds the secrets of a trusted operator's task to env, each under its name in capitals
-// (monad_rpc_key as MONAD_RPC_KEY): the job's declared secrets, which the server delivers only to
-// a trusted runtime that runs no user code. A bundle's task, or one of the untrusted runtime,
-// never gets one, whatever the server would answer.
-func (w *Wrapper) secretEnv(ctx context.Context, t *worker.Task, env map[string]string) error {
-	pt := t.Pipeline
-	if pt == nil || len(pt.Job.Secrets) == 0 || pt.Job.Bundle != "" || pt.Job.UDF != nil || pt.Job.Runtime == pipeline.RuntimeECSUDF {
-		return nil
-	}
-	vals, err := t.Secrets(ctx)
-	if err != nil {
-		return err
-	}
-	for name, v := range vals {
-		k := strings.ToUpper(name)
-		if slices.Contains(Reserved, k) || k == runner.EnvPath {
-			return worker.Permanent(worker.Errorf(worker.Configuration,
-				"secret %q would be the child's variable %s, which the wrapper sets: rename the secret", name, k))
-		}
-		env[k] = v
-	}
-	return nil
-}
-
-// lookPath finds the program name in the directories of path (a PATH value); a name with a
-// slash is itself.
-func lookPath(name, path string) (string, error) {
-	if strings.Contains(name, "/") {
-		return name, nil
-	}
-	for _, dir := range filepath.SplitList(path) {
-		p := filepath.Join(dir, name)
-		if fi, err := os.Stat(p); err == nil && fi.Mode().IsRegular() && fi.Mode().Perm()&0o111 != 0 {
-			return p, nil
-		}
-	}
-	return "", fmt.Errorf("this worker has no %s in the children's PATH (%s): install it, or set PATH with --child-env", name, path)
-}
-
-// bundleOf is the bundle t's job runs, nil when it runs none.
-func bundleOf(t *worker.Task) *wire.Bundle {
-	if t.Pipeline == nil {
-		return nil
-	}
-	return t.Pipeline.Job.UDF
-}
-
-// allowed is the part of env a bundle may see: the variables its manifest's env_allowlist
-// names, and those every child gets (PassedThrough).
-func allowed(env map[string]string, allowlist []string) map[string]string {
-	out := map[string]string{}
-	for k, v := range env {
-		if slices.Contains(allowlist, k) || slices.Contains(PassedThrough, k) {
-			out[k] = v
-		}
-	}
-	return out
 }
 
 // leaseFromToken reads the lease token from the capability token's claims. The child needs it
