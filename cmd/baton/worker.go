@@ -52,6 +52,10 @@ user namespaces of its own, with everything it started killed when it ends; each
 has it (the log line "untrusted children are contained" says what holds; --min-isolation refuses
 less). --child-read, --child-write, --child-exec, --child-connect and --child-network grant more.
 
+Secrets: the child of an ecs_platform job gets the secrets the job declares as environment
+variables (monad_rpc_key as MONAD_RPC_KEY), from the server's provider; a bundle, or an ecs_udf
+job's child, never does. Their values are redacted from this worker's log and from what it reports.
+
 Object storage: with S3, the credentials read only the task's input prefixes and write only its
 own prefixes, listed in the payload's "storage" (scratch_prefix, output_prefixes by dataset
 uuid). Buffered datasets: a child adds rows to the buffered dataset NAME by writing them, one JSON
