@@ -42,7 +42,8 @@ delivery of an attempt that runs or ran lately is answered 202 and not run again
 The runner heartbeats and reports each outcome through the task-scoped dialect (/v1/task/...)
 of the server's public listener (the delivery's callbackBaseUrl, or --url) with the task's
 token: it holds no client certificate and never calls /internal/*. A task whose job runs no
-bundle fails as a CONFIGURATION error; no task gets a secret.
+bundle fails as a CONFIGURATION error; no task gets a secret. Without --push-secret, --url is
+required: an unsigned delivery could otherwise name any server, and so any bundle.
 
 On SIGTERM or Ctrl-C it takes no more deliveries (503) and waits up to --shutdown-timeout for
 the running tasks; those still running are then stopped and handed back to the server as
@@ -98,6 +99,10 @@ func runUDFRunner(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	if err != nil {
 		return usageErr("%v", err)
 	}
+	if secret == "" && *publicURL == "" {
+		// An unsigned delivery's callbackBaseUrl could name any server, and with it any bundle.
+		return usageErr("without --push-secret, --url is required: an unsigned delivery may come from anyone, so the server whose bundles run here must be this one")
+	}
 	log := slog.New(logFmt.handler(stderr, &slog.HandlerOptions{Level: level}))
 	wc, usage, err := cf.wrapperConfig(fs, log, "", "")
 	switch {
@@ -117,7 +122,7 @@ func runUDFRunner(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	if secret != "" {
 		opts = append(opts, worker.WithPushSecret(secret))
 	} else {
-		log.Warn("no --push-secret: every delivery is taken; keep the runner where only the server can reach it")
+		log.Warn("no --push-secret: every delivery is taken (its bundle and reports go to --url only); keep the runner where only the server can reach it")
 	}
 	if *publicURL != "" {
 		opts = append(opts, worker.WithPushPublicURL(*publicURL))

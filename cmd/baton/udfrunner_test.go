@@ -113,12 +113,13 @@ func TestUDFRunnerFlags(t *testing.T) {
 		{[]string{"--listen", "127.0.0.1:0", "--grace", "0s"}, 2, "--grace must be positive"},
 		{[]string{"--listen", "127.0.0.1:0", "--shutdown-timeout", "0s"}, 2, "--shutdown-timeout must be positive"},
 		{[]string{"--listen", "127.0.0.1:0", "--url", "ftp://x"}, 2, `--url "ftp://x": want http(s)://host[:port]`},
+		{[]string{"--listen", "127.0.0.1:0"}, 2, "without --push-secret, --url is required"},
 		{[]string{"--listen", "127.0.0.1:0", "--blob-url", "http://x"}, 2, "want file://DIR or s3://BUCKET/PREFIX"},
 		{[]string{"--listen", "127.0.0.1:0", "--push-secret", "has space"}, 2, "printable ASCII without spaces"},
 		{[]string{"--listen", "127.0.0.1:0", "--push-secret", "@/no/such/file"}, 2, "--push-secret: read the secret"},
 		{[]string{"--listen", "127.0.0.1:0", "--log-level", "loud"}, 2, `--log-level "loud"`},
-		{[]string{"--listen", "127.0.0.1:0", "--child-user", "root"}, 1, `refusing to run untrusted children as "root"`},
-		{[]string{"--listen", "not-an-address"}, 1, "not-an-address"},
+		{[]string{"--listen", "127.0.0.1:0", "--push-secret", "s", "--child-user", "root"}, 1, `refusing to run untrusted children as "root"`},
+		{[]string{"--listen", "not-an-address", "--push-secret", "s"}, 1, "not-an-address"},
 	} {
 		code, _, stderr := runBaton(t, append([]string{"udf-runner"}, c.args...)...)
 		if code != c.code || !strings.Contains(stderr, c.want) {
