@@ -166,20 +166,16 @@ func (s *Store) PutFrom(ctx context.Context, key string, r io.Reader, contentTyp
 var ErrNoSignedURLs = errors.New("blob: this object storage cannot sign URLs (it is not S3)")
 
 // SignedURL returns a URL that lets its holder, until expiry, GET the object under key, or PUT
-// one there (method "PUT", with contentType the Content-Type the upload must send): an S3
-// pre-signed URL.
-func (s *Store) SignedURL(ctx context.Context, key, method, contentType string, expiry time.Duration) (string, error) {
+// one there (method "PUT"): an S3 pre-signed URL. The upload's Content-Type is not part of the
+// signature (the AWS SDK cannot sign one), so any is accepted.
+func (s *Store) SignedURL(ctx context.Context, key, method string, expiry time.Duration) (string, error) {
 	if err := CheckKey(key); err != nil {
 		return "", err
 	}
 	if s.scheme != "s3" {
 		return "", ErrNoSignedURLs
 	}
-	opts := &cloudblob.SignedURLOptions{Method: method, Expiry: expiry}
-	if method == "PUT" {
-		opts.ContentType, opts.EnforceAbsentContentType = contentType, contentType == ""
-	}
-	u, err := s.bucket.SignedURL(ctx, key, opts)
+	u, err := s.bucket.SignedURL(ctx, key, &cloudblob.SignedURLOptions{Method: method, Expiry: expiry})
 	if err != nil {
 		return "", fmt.Errorf("sign a URL for %s: %w", s.URI(key), err)
 	}

@@ -173,7 +173,7 @@ func (r *Registry) Create(ctx context.Context, tenant, keyID string) (*store.Bun
 	}
 	b := &store.Bundle{Tenant: tenant, ID: newID(), UploadedBy: keyID, CreatedAt: r.now().UTC().Truncate(time.Millisecond)}
 	b.Object = objectKey(tenant, b.ID)
-	u, err := r.blob.SignedURL(ctx, b.Object, "PUT", "application/zip", uploadExpiry)
+	u, err := r.blob.SignedURL(ctx, b.Object, "PUT", uploadExpiry)
 	if err != nil {
 		return nil, nil, err
 	}
