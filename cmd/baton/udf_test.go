@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/baton-dev/baton/client"
+	"github.com/baton-dev/baton/internal/bundle/bundletest"
 	"github.com/baton-dev/baton/internal/store/storetest"
 )
 
@@ -107,16 +108,7 @@ publish:
 // buildBundleDir writes files into a new folder and builds it with `baton udf build`.
 func buildBundleDir(t *testing.T, files map[string]string, flags ...string) string {
 	t.Helper()
-	dir := t.TempDir()
-	for name, text := range files {
-		p := filepath.Join(dir, filepath.FromSlash(name))
-		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(p, []byte(text), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
+	dir := bundletest.Dir(t, files)
 	zip := dir + ".zip"
 	if code, out, errOut := baton(append([]string{"udf", "build", dir, "-o", zip}, flags...)...); code != 0 {
 		t.Fatalf("baton udf build: %d %s %s", code, out, errOut)

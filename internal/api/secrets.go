@@ -24,15 +24,11 @@ func (s *Server) taskSecrets(w http.ResponseWriter, r *http.Request) (any, error
 		return nil, err
 	}
 	ctx := r.Context()
-	t, err := s.d.RunningAttempt(ctx, f)
+	sc, err := scope.Running(ctx, s.d, f)
 	if err != nil {
 		return nil, err
 	}
-	job, err := s.d.JobRef(ctx, t.JobID)
-	if err != nil {
-		return nil, err
-	}
-	names := scope.Of(t, job.Tenant).Secrets
+	names := sc.Secrets
 	out := make(map[string]string, len(names))
 	if len(names) == 0 {
 		return map[string]any{"secrets": out}, nil

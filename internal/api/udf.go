@@ -210,19 +210,14 @@ func decodeBundleCursor(v string) (time.Time, string, bool) {
 func (s *Server) taskBundle(w http.ResponseWriter, r *http.Request) (any, error) {
 	c := capability.Claims(r)
 	ctx := r.Context()
-	t, err := s.d.RunningAttempt(ctx, dispatch.Fence{TaskID: c.TaskID, Attempt: c.Attempt, LeaseToken: c.LeaseToken})
+	sc, err := scope.Running(ctx, s.d, dispatch.Fence{TaskID: c.TaskID, Attempt: c.Attempt, LeaseToken: c.LeaseToken})
 	if err != nil {
 		return nil, err
 	}
-	job, err := s.d.JobRef(ctx, t.JobID)
-	if err != nil {
-		return nil, err
-	}
-	id := scope.Of(t, job.Tenant).Bundle
-	if id == "" || s.bundles == nil {
+	if sc.Bundle == "" || s.bundles == nil {
 		return nil, &dispatch.ForbiddenError{Message: "this task's job runs no bundle"}
 	}
-	b, obj, err := s.bundles.Open(ctx, job.Tenant, id)
+	b, obj, err := s.bundles.Open(ctx, sc.Tenant, sc.Bundle)
 	var state *udf.StateError
 	if errors.As(err, &state) || errors.Is(err, udf.ErrNotFound) {
 		return nil, &dispatch.ForbiddenError{Message: err.Error()}
@@ -243,7 +238,7 @@ func (s *Server) taskBundle(w http.ResponseWriter, r *http.Request) (any, error)
 	w.Header().Set("Content-Type", "application/zip")
 	w.WriteHeader(http.StatusOK)
 	if _, err := io.Copy(w, obj); err != nil {
-		s.log.WarnContext(ctx, "send a bundle", "bundle_id", b.ID, "task_id", t.ID, "err", err)
+		s.log.WarnContext(ctx, "send a bundle", "bundle_id", b.ID, "task_id", sc.TaskID, "err", err)
 	}
 	return nil, nil
 }

@@ -7,6 +7,9 @@
 package scope
 
 import (
+	"context"
+	"fmt"
+
 	"github.com/baton-dev/baton/internal/dispatch"
 	"github.com/baton-dev/baton/internal/grant"
 	"github.com/baton-dev/baton/internal/pipeline"
@@ -159,4 +162,19 @@ func (s *Scope) Commits() map[string]*wire.DatasetOutput {
 		}
 	}
 	return out
+}
+
+// Running returns the scope of the attempt f names, which must be the current one, running
+// under a live lease (a requested cancellation still counts: dispatch.Dispatcher.RunningAttempt):
+// what every task-scoped read asks before it answers.
+func Running(ctx context.Context, d *dispatch.Dispatcher, f dispatch.Fence) (*Scope, error) {
+	t, err := d.RunningAttempt(ctx, f)
+	if err != nil {
+		return nil, err
+	}
+	job, err := d.JobRef(ctx, t.JobID)
+	if err != nil {
+		return nil, fmt.Errorf("task %s: job %s: %w", t.ID, t.JobID, err)
+	}
+	return Of(t, job.Tenant), nil
 }

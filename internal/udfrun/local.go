@@ -35,7 +35,8 @@ type Config struct {
 
 // Local runs the bundle tasks of a server's own pull queues.
 type Local struct {
-	cfg Config
+	cfg   Config
+	specs specs.Cache // versions never change: each is read and decoded once
 }
 
 // NewLocal returns the runner c configures.
@@ -129,11 +130,7 @@ func (l *Local) bundleQueues(ctx context.Context) (map[string][]string, error) {
 				if v == "" {
 					continue
 				}
-				pv, err := l.cfg.Store.PipelineVersionGet(ctx, store.PipelineVersionKey{Tenant: tenant, Pipeline: p.Name, Version: v})
-				if err != nil {
-					return nil, err
-				}
-				s, err := specs.Decode(pv)
+				s, err := l.specs.Get(ctx, l.cfg.Store, tenant, p.Name, v)
 				if err != nil {
 					return nil, err
 				}

@@ -16,6 +16,7 @@ import (
 	"github.com/baton-dev/baton/internal/grant"
 	"github.com/baton-dev/baton/internal/pipeline"
 	"github.com/baton-dev/baton/internal/query"
+	"github.com/baton-dev/baton/internal/scope"
 	"github.com/baton-dev/baton/internal/store"
 )
 
@@ -71,7 +72,7 @@ func (rd *Reader) Query(ctx context.Context, tenant, keyID string, p QueryParams
 // its inputs at their pinned versions, a buffered input's rows as its input's where keeps them,
 // and its job's outputs at their current versions.
 func (rd *Reader) TaskQuery(ctx context.Context, f dispatch.Fence, p QueryParams) (*query.Result, error) {
-	sc, err := rd.attempt(ctx, f)
+	sc, err := scope.Running(ctx, rd.d, f)
 	if err != nil {
 		return nil, err
 	}

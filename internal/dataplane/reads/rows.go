@@ -24,20 +24,6 @@ type TaskRowQuery struct {
 	Limit  int   // 1 to 1000; default 100
 }
 
-// attempt returns the scope of the attempt f names, which must be the current one, running under
-// a live lease (a requested cancellation still reads: dispatch.Dispatcher.RunningAttempt).
-func (rd *Reader) attempt(ctx context.Context, f dispatch.Fence) (*scope.Scope, error) {
-	t, err := rd.d.RunningAttempt(ctx, f)
-	if err != nil {
-		return nil, err
-	}
-	job, err := rd.d.JobRef(ctx, t.JobID)
-	if err != nil {
-		return nil, fmt.Errorf("task %s: job %s: %w", t.ID, t.JobID, err)
-	}
-	return scope.Of(t, job.Tenant), nil
-}
-
 // TaskRows reads a page of the rows of a buffered dataset that the attempt f reads (an input of
 // its job, at the cursor its route pinned) or writes (an output of its job), named by its name or
 // uuid; the attempt must be the current one, running under a live lease. An input's rows are
@@ -45,7 +31,7 @@ func (rd *Reader) attempt(ctx context.Context, f dispatch.Fence) (*scope.Scope, 
 // a *dispatch.ForbiddenError that names it: this is how an untrusted task reads data, with
 // nothing but its capability token.
 func (rd *Reader) TaskRows(ctx context.Context, f dispatch.Fence, dataset string, q TaskRowQuery) (RowPage, error) {
-	sc, err := rd.attempt(ctx, f)
+	sc, err := scope.Running(ctx, rd.d, f)
 	if err != nil {
 		return RowPage{}, err
 	}
