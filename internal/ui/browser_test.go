@@ -109,6 +109,24 @@ func count(t *testing.T, ctx context.Context, selector string) int {
 	return eval[int](t, ctx, fmt.Sprintf(`document.querySelectorAll(%q).length`, selector))
 }
 
+// text reads the text of the first element the selector matches, waiting for one to exist. It
+// reads in one evaluation, so a live page that replaces the element in between cannot make
+// the read fail.
+func text(t *testing.T, ctx context.Context, what, selector string) string {
+	t.Helper()
+	js := fmt.Sprintf(`(() => { const e = document.querySelector(%q); return e ? e.innerText : null })()`, selector)
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		if s := eval[*string](t, ctx, js); s != nil {
+			return strings.TrimSpace(*s)
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: nothing matches %s after 20s", what, selector)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
 // waitFor polls a JavaScript condition in the page.
 func waitFor(t *testing.T, ctx context.Context, what, js string) {
 	t.Helper()
@@ -177,7 +195,7 @@ func TestBrowserJobGoesLive(t *testing.T) {
 		chromedp.Click(chromedp.CSS(fmt.Sprintf(`#dag .node[data-id=%q]`, ids["compile-result"]))),
 		chromedp.WaitVisible(chromedp.CSS(`#attempts`)),
 	)
-	output := value(t, ctx, "read the output", chromedp.Text(chromedp.CSS(`#task-output`)))
+	output := text(t, ctx, "read the output", `#task-output`)
 	if !strings.Contains(output, `"task": "compile-result"`) {
 		t.Errorf("the task page shows output %q", output)
 	}
@@ -209,7 +227,7 @@ func TestBrowserWrongKeyIsRefused(t *testing.T) {
 		chromedp.Submit(chromedp.CSS(`#key`)),
 		chromedp.WaitVisible(chromedp.CSS(`#login-error`)),
 	)
-	msg := value(t, ctx, "read the error", chromedp.Text(chromedp.CSS(`#login-error`)))
+	msg := text(t, ctx, "read the error", `#login-error`)
 	url := value(t, ctx, "read the location", chromedp.Location())
 	if !strings.Contains(msg, "not valid") {
 		t.Errorf("the sign-in page says %q, want that the key is not valid", msg)
@@ -231,9 +249,9 @@ func TestBrowserOtherTenantsJobIsNotReachable(t *testing.T) {
 		chromedp.Navigate(s.public.URL+"/ui/jobs/"+theirs),
 		chromedp.WaitVisible(chromedp.CSS(`.error-message`)),
 	)
-	text := value(t, ctx, "read the page", chromedp.Text(chromedp.CSS(`main`)))
-	if !strings.Contains(text, "Job not found") || strings.Contains(text, "scrape-store") {
-		t.Errorf("the other tenant's job page shows %q", text)
+	pageText := text(t, ctx, "read the page", `main`)
+	if !strings.Contains(pageText, "Job not found") || strings.Contains(pageText, "scrape-store") {
+		t.Errorf("the other tenant's job page shows %q", pageText)
 	}
 	if n := count(t, ctx, "#dag"); n != 0 {
 		t.Error("the other tenant's DAG is drawn")

@@ -313,7 +313,7 @@ func TestBrowserPipelineBuild(t *testing.T) {
 	run(t, ctx, "open the pipeline", chromedp.EmulateViewport(1280, 800), chromedp.Navigate(s.public.URL+"/ui/pipelines/chain"),
 		chromedp.WaitVisible(chromedp.CSS(`#pipeline-build`)))
 
-	title := value(t, ctx, "read the title", chromedp.Text(chromedp.CSS(`#build-title`)))
+	title := text(t, ctx, "read the title", `#build-title`)
 	if want := "Building version " + v2 + " (on " + v1 + ")"; title != want {
 		t.Errorf("the panel's title is %q, want %q", title, want)
 	}
@@ -340,7 +340,7 @@ func TestBrowserPipelineBuild(t *testing.T) {
 	waitFor(t, ctx, "the panel turns ready", `(document.getElementById('pipeline-build')||{dataset:{}}).dataset.state === 'ready'`)
 	waitFor(t, ctx, "Activate is offered", `document.getElementById('activate') !== null`)
 	waitFor(t, ctx, "the page was not reloaded", `window.notReloaded === true`)
-	if got := value(t, ctx, "read the title", chromedp.Text(chromedp.CSS(`#build-title`))); !strings.HasPrefix(got, "Ready to activate: version "+v2) {
+	if got := text(t, ctx, "read the title", `#build-title`); !strings.HasPrefix(got, "Ready to activate: version "+v2) {
 		t.Errorf("the ready panel's title is %q", got)
 	}
 	shot("pipeline-build-ready.png")
