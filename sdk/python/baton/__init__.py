@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from . import push
 from ._ops import PublishedBatch
-from .client import Client, JobEvent
+from .client import Client, JobEvent, build_bundle
 from .errors import (CANCELLED, CATEGORIES, CONFIGURATION, DATA_QUALITY, INFRASTRUCTURE, RETRYABLE_BY_DEFAULT, TIMEOUT,
                      USER_CODE, APIError, Aborted, BadRequest, BatonError, Conflict, Forbidden, Gone, NonRetryable,
                      NotFound, NotImplementedByServer, PayloadTooLarge, RateLimited, RetryAfter, ServerError, TaskError,
@@ -31,7 +31,7 @@ from .worker import AsyncWorker, CancelEvent, PipelineInfo, Task, Worker
 __version__ = "0.1.0"
 
 __all__ = [
-    "Client", "JobEvent", "Worker", "AsyncWorker", "Task", "PipelineInfo", "CancelEvent", "TaskScope", "token_claims",
+    "Client", "JobEvent", "build_bundle", "Worker", "AsyncWorker", "Task", "PipelineInfo", "CancelEvent", "TaskScope", "token_claims",
     "PublishedBatch", "run_local", "LocalTask", "push",
     "BatonError", "APIError", "BadRequest", "Unauthorized", "Forbidden", "NotFound", "Conflict", "Gone",
     "PayloadTooLarge", "Unprocessable", "RateLimited", "ServerError", "NotImplementedByServer", "Unavailable",

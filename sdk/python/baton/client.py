@@ -1,8 +1,10 @@
 """The producer client: jobs, pipelines, datasets, queries and bundles on the public listener."""
 from __future__ import annotations
 
+import io
 import json
 import os
+import zipfile
 import ssl
 import time
 import urllib.parse
@@ -14,7 +16,7 @@ from . import _wire as wire
 from ._http import Backoff, Transport, iter_sse, make_ssl_context, retrying
 from .errors import APIError, BatonError, TransportError, transient
 
-__all__ = ["Client", "JobEvent", "WatchEnded"]
+__all__ = ["Client", "JobEvent", "build_bundle"]
 
 T = TypeVar("T")
 _q = urllib.parse.quote
@@ -34,11 +36,6 @@ def _query(**params: Any) -> str:
 class JobEvent(dict):  # type: ignore[type-arg]
     """One event of a job's stream: the producer API's event object (``id``, ``type``,
     ``taskId``, ``at``, ``data``), as a dict."""
-
-
-class WatchEnded(BatonError):
-    """Raised by nothing: the ``end`` event of a watch is returned as :attr:`Client.watch`'s
-    last item with ``type`` ``"end"`` and ``data`` ``{"jobId", "status"}``."""
 
 
 class Client:
@@ -339,3 +336,53 @@ class Client:
     def disable_bundle(self, bundle_id: str) -> wire.Bundle:
         """Disables a bundle: no new attempt downloads it."""
         return cast(wire.Bundle, self._call("POST", _path("v1", "udf", "bundles", bundle_id, "disable"), {}, idempotent=True))
+
+
+def build_bundle(source: Union[str, "os.PathLike[str]", Mapping[str, bytes]], *, entrypoint: Optional[str] = None,
+                 runtime: Optional[str] = None, env_allowlist: Optional[Sequence[str]] = None) -> bytes:
+    """A user-code bundle (a zip with its ``bundle_manifest.json``) of a folder or of a mapping
+    path → bytes, as ``baton udf build`` makes it: every regular file (``.git`` and
+    ``__pycache__`` left out), the runtime guessed from the entrypoint, the entrypoint from the
+    usual names (``main.py``, ``index.js``, ``index.mjs``, ``handler.py``, ``bootstrap``). Vendor
+    this SDK into the folder with ``pip install --target DIR ./sdk/python``."""
+    import hashlib
+    files: Dict[str, bytes] = {}
+    if isinstance(source, Mapping):
+        files = {str(k): bytes(v) for k, v in source.items()}
+    else:
+        root = os.fspath(source)
+        if not os.path.isdir(root):
+            raise ValueError(f"baton: build_bundle: {root!r} is not a folder")
+        for dirpath, dirnames, filenames in os.walk(root):
+            dirnames[:] = sorted(d for d in dirnames if d not in (".git", "__pycache__"))
+            for fn in sorted(filenames):
+                full = os.path.join(dirpath, fn)
+                if os.path.islink(full) or not os.path.isfile(full):
+                    raise ValueError(f"baton: build_bundle: {full!r} is not a regular file")
+                with open(full, "rb") as f:
+                    files[os.path.relpath(full, root).replace(os.sep, "/")] = f.read()
+    files.pop("bundle_manifest.json", None)
+    if not files:
+        raise ValueError("baton: build_bundle: no files")
+    if entrypoint is None:
+        entrypoint = next((e for e in ("main.py", "index.js", "index.mjs", "handler.py", "bootstrap") if e in files), None)
+        if entrypoint is None:
+            raise ValueError("baton: build_bundle: no entrypoint given and none of the usual names found")
+    if runtime is None:
+        mod = entrypoint.split(".")[0].replace(".", "/")
+        runtime = ("python" if entrypoint.endswith(".py") or f"{mod}.py" in files else
+                   "node" if entrypoint.endswith((".js", ".mjs", ".cjs")) else "binary")
+    manifest: Dict[str, Any] = {"schema_version": 1, "runtime": runtime, "entrypoint": entrypoint,
+                                "files": [{"path": p, "sha256": hashlib.sha256(d).hexdigest(), "bytes": len(d)}
+                                          for p, d in sorted(files.items())]}
+    if env_allowlist:
+        manifest["env_allowlist"] = list(env_allowlist)
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED) as z:
+        z.writestr(zipfile.ZipInfo("bundle_manifest.json", (2020, 1, 1, 0, 0, 0)), json.dumps(manifest, indent=2))
+        for p, d in sorted(files.items()):
+            info = zipfile.ZipInfo(p, (2020, 1, 1, 0, 0, 0))
+            info.compress_type = zipfile.ZIP_DEFLATED
+            info.external_attr = 0o644 << 16
+            z.writestr(info, d)
+    return buf.getvalue()

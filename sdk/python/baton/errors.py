@@ -71,7 +71,8 @@ class APIError(BatonError):
 
     def __init__(self, status: int, code: str, message: str, body: Any = None, *,
                  retry_after: Optional[float] = None, method: str = "", path: str = "") -> None:
-        super().__init__(f"{method} {path}: {status} {code}: {message}".strip())
+        where = f"{method} {path}: ".lstrip() if (method or path) else ""
+        super().__init__(f"{where}{status} {code}: {message}")
         self.status = status
         self.code = code
         self.message = message

@@ -457,6 +457,7 @@ class _BaseWorker:
         self._free = concurrency
         self._attempts: Set[_Attempt] = set()
         self._beat_cond = threading.Condition()
+        self._beat_wake = 0.0  # when the heartbeat thread wakes next (0: it is busy)
         self._stopping = threading.Event()
         self._stopped = threading.Event()
         self._started = False
@@ -677,8 +678,10 @@ class _BaseWorker:
             att.deadline = time.monotonic() + task.timeout
         with self._mu:
             self._attempts.add(att)
-        with self._beat_cond:
-            self._beat_cond.notify()
+        if min(att.next_beat, att.deadline or att.next_beat) < self._beat_wake:
+            # Due before the heartbeat thread's next turn: wake it (it sleeps a second at most).
+            with self._beat_cond:
+                self._beat_cond.notify()
         self._dispatch(att)
 
     def _dispatch(self, att: _Attempt) -> None:
@@ -722,9 +725,11 @@ class _BaseWorker:
                     else:
                         wake = min(wake, a.next_beat)
             with self._beat_cond:
+                self._beat_wake = wake
                 d = wake - time.monotonic()
                 if d > 0:
                     self._beat_cond.wait(d)
+                self._beat_wake = 0.0
 
     def _beat(self, a: _Attempt) -> None:
         t = a.task
