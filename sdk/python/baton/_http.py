@@ -66,6 +66,18 @@ class Backoff:
         self.n = 0
 
 
+def _read_body(res: http.client.HTTPResponse) -> bytes:
+    """The whole answer, refused past MAX_ANSWER. (read(n) would allocate n bytes up front on
+    Python 3.9, so the length is checked first.)"""
+    length = res.getheader("Content-Length")
+    if length is not None and length.isdigit() and int(length) > MAX_ANSWER:
+        raise http.client.HTTPException(f"answer of {length} bytes is over the limit of {MAX_ANSWER}")
+    data = res.read()
+    if len(data) > MAX_ANSWER:
+        raise http.client.HTTPException(f"answer is over the limit of {MAX_ANSWER} bytes")
+    return data
+
+
 class Response:
     """An answer: status, headers (lower-case names) and the raw body."""
 
@@ -180,7 +192,7 @@ class Transport:
                     conn.sock.settimeout(conn.timeout)
                 conn.request(method, self.prefix + path, body=body, headers=hdrs)
                 res = conn.getresponse()
-                data = res.read(MAX_ANSWER)
+                data = _read_body(res)
                 out = Response(res.status, {k.lower(): v for k, v in res.getheaders()}, data)
                 if res.will_close:
                     self._drop()
@@ -236,7 +248,7 @@ class Transport:
             conn.close()
             raise TransportError("GET", self.url(path), e) from e
         if res.status // 100 != 2:
-            body = res.read(MAX_ANSWER)
+            body = _read_body(res)
             conn.close()
             raise APIError.from_answer(res.status, body, retry_after=parse_retry_after(res.getheader("Retry-After")),
                                        method="GET", path=path)
