@@ -23,7 +23,7 @@ import (
 	"github.com/baton-dev/baton/internal/query/engine"
 )
 
-// TestPythonExamples runs each Python example of examples/python — written from the contract pages
+// TestPythonExamples runs each Python example of examples/python/wire — written from the contract pages
 // of docs/contracts alone — against a real `baton dev`: a producer submits a three-task DAG
 // (a → b, a+b → c) whose tasks the example worker runs, and the job must complete with the outputs
 // the worker computed, a parent's output reaching its child (c's total is 100 + b's 11 + a's 1).
@@ -42,7 +42,7 @@ func TestPythonExamples(t *testing.T) {
 	// detector included).
 	bin := filepath.Join(t.TempDir(), "baton")
 	buildtest.Build(t, "..", "./cmd/baton", bin)
-	dir, err := filepath.Abs("python")
+	dir, err := filepath.Abs(filepath.Join("python", "wire"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -40,15 +40,7 @@ def main() -> int:
     profiles: List[cProfile.Profile] = []
     if args.profile:
         lock = threading.Lock()
-
-        def prof(frame: Any, event: str, arg: Any) -> None:
-            p = cProfile.Profile()
-            with lock:
-                profiles.append(p)
-            p.enable()
-            sys.setprofile(None)
-            threading.setprofile(None)  # type: ignore[arg-type]
-        threading.setprofile(lambda *a: _start_thread_profile(profiles, lock))  # type: ignore[arg-type]
+        threading.setprofile(lambda *a: _start_thread_profile(profiles, lock))
         main_prof = cProfile.Profile()
         profiles.append(main_prof)
         main_prof.enable()

@@ -16,11 +16,12 @@ import logging
 import os
 import sys
 import time
-from typing import Any, Dict, Union
+from typing import Any, Callable, Dict, Union
 
 import baton
 
 Worker = Union[baton.Worker, baton.AsyncWorker]
+Handler = Callable[[baton.Task], Dict[str, Any]]
 
 
 def env(name: str) -> str:
@@ -72,8 +73,8 @@ def read(task: baton.Task) -> Dict[str, Any]:
 
 
 def thread_worker(w: baton.Worker) -> None:
-    def task(name: str) -> Any:
-        def deco(fn: Any) -> Any:
+    def task(name: str) -> Callable[[Handler], Handler]:
+        def deco(fn: Handler) -> Handler:
             w.register(name, _started(fn))
             return fn
         return deco

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import unittest
+from typing import List
 
 import baton
 from baton._http import Backoff, parse_retry_after, retrying
@@ -48,7 +49,7 @@ class APIErrorTest(unittest.TestCase):
 
     def test_retrying_retries_transient_errors_only(self) -> None:
         calls = []
-        slept = []
+        slept: List[float] = []
 
         def flaky() -> str:
             calls.append(1)

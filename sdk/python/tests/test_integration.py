@@ -75,7 +75,7 @@ class IntegrationTest(unittest.TestCase):
         kw.setdefault("shutdown_grace", 5.0)
         return cls(os.environ["BATON_INTERNAL_URL"], blob_url=os.environ["BATON_BLOB_URL"], **kw)
 
-    def task_of(self, job: Dict[str, Any], key: str) -> Dict[str, Any]:
+    def task_of(self, job: Any, key: str) -> Dict[str, Any]:
         return next(t for t in job["tasks"] if t["taskId"] == key)
 
     def wait_for(self, cond: Callable[[], bool], timeout: float = 20.0) -> None:
@@ -350,7 +350,7 @@ publish:
             self.assertEqual((int(out["n"]), int(out["s"])), (3, 6))  # sum() is a HUGEINT: a string
         self.assertTrue(scoped["beat"]["ok"])
         self.assertEqual(scoped["rows"], 3)
-        rows = sorted(r["k"] for r in self.client.dataset_rows(ds, where={"k": [1, 3]}))
+        rows = sorted(int(dict(r)["k"]) for r in self.client.dataset_rows(ds, where={"k": [1, 3]}))
         self.assertEqual(rows, [1, 3])
         dataset = self.client.get_dataset(ds)
         self.assertEqual(dataset["name"], ds)

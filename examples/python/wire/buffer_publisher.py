@@ -25,7 +25,7 @@ The store root is BATON_BLOB_URL (the server's --blob-url; for `baton dev` that 
 file://<data-dir>/blobs/). Only file:// stores are written here; an s3:// one needs the
 credentials of /internal/task-credentials and a SigV4 client, out of scope for the standard library.
 
-    python3 examples/python/buffer_publisher.py --task-id 01a20fce-d7d2-765a-bd77-a7734fbeb277
+    python3 examples/python/wire/buffer_publisher.py --task-id 01a20fce-d7d2-765a-bd77-a7734fbeb277
 
 Environment: BATON_INTERNAL_URL (default http://127.0.0.1:8081), BATON_BLOB_URL (required),
 PY_WORKER_ID (default py-buffer-publisher). Prints the completion answer's `status`, and one JSON

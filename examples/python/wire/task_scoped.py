@@ -26,7 +26,7 @@ wrapper reports the outcome again when the child exits; the server answers that 
 the completion already made, so the stored output is this program's. One run is one task (the
 wrapper starts a new child per task). 401/403/409/410/404 stop it (exit 3).
 
-    baton worker --task py-scoped --exec 'python3 examples/python/task_scoped.py'
+    baton worker --task py-scoped --exec 'python3 examples/python/wire/task_scoped.py'
 
 Environment (set by the wrapper): the variables above; optional PY_EVENT_DATASET, the uuid of a
 dataset of the task's tenant to report the event on (an event may name no other; without it no

@@ -31,7 +31,7 @@ The database (--db) holds, per dataset, a table "ds_<dataset uuid without dashes
 the dataset's columns, _cursor and _batch_id, UNIQUE (org_id, unique key...); the ledger "loads";
 the counters "cursors".
 
-    python3 examples/python/sink.py --db sink.db --max-batches 3
+    python3 examples/python/wire/sink.py --db sink.db --max-batches 3
 
 Environment: BATON_INTERNAL_URL (default http://127.0.0.1:8081), BATON_BLOB_URL (the server's
 --blob-url, file://<data-dir>/blobs/ for `baton dev`; only file:// stores are read here).
