@@ -87,9 +87,10 @@ class Client:
 
     # --- jobs -----------------------------------------------------------------------------
 
-    def submit(self, job: Union[wire.CreateJobRequest, Mapping[str, Any]], *, idempotency_key: Optional[str] = None,
+    def submit(self, job: Mapping[str, Any], *, idempotency_key: Optional[str] = None,
                traceparent: Optional[str] = None) -> wire.JobCreated:
-        """Submits a job (``{"name": ..., "tasks": [...]}``) and returns its creation answer.
+        """Submits a job (``{"name": ..., "tasks": [...]}``, a ``CreateJobRequest``) and returns its
+        creation answer.
 
         Every submission carries an ``Idempotency-Key`` (a fresh UUID unless given), so a retry
         after a lost answer returns the same job instead of creating a second one.
@@ -204,8 +205,9 @@ class Client:
         """Resumes a failed or canceled job: its failed, canceled and skipped tasks run again."""
         return cast(wire.JobResumed, self._call("POST", _path("jobs", job_id, "resume"), {}, idempotent=True))
 
-    def add_tasks(self, job_id: str, tasks: Sequence[Union[wire.TaskSpec, Mapping[str, Any]]]) -> wire.TasksAdded:
-        """Adds tasks to a running job (they may depend on its tasks and on each other)."""
+    def add_tasks(self, job_id: str, tasks: Sequence[Mapping[str, Any]]) -> wire.TasksAdded:
+        """Adds tasks (``TaskSpec`` mappings) to a running job; they may depend on its tasks and
+        on each other."""
         if not tasks:
             raise ValueError("baton: add_tasks needs at least one task")
         return cast(wire.TasksAdded, self._call("POST", _path("jobs", job_id, "tasks"), {"tasks": list(tasks)}, idempotent=False))

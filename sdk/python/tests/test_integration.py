@@ -17,7 +17,7 @@ import time
 import unittest
 import uuid
 import zipfile
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional, cast
 
 import baton
 
@@ -157,7 +157,7 @@ class IntegrationTest(unittest.TestCase):
         self.assertEqual(self.task_of(final, "nonretryable")["status"], "failed")
         self.assertEqual(self.task_of(final, "block")["output"], {"attempt": 1})
         self.assertEqual(self.task_of(final, "busy")["output"], {"attempt": 1})
-        flaky_attempts = self.client.get_task(created["jobId"], "flaky")["attempts"]
+        flaky_attempts: Any = self.client.get_task(created["jobId"], "flaky")["attempts"]
         self.assertEqual(flaky_attempts[0]["error"]["category"], "USER_CODE")
         self.assertIn("ConnectionError", flaky_attempts[0]["error"]["message"])
 
@@ -350,7 +350,7 @@ publish:
             self.assertEqual((int(out["n"]), int(out["s"])), (3, 6))  # sum() is a HUGEINT: a string
         self.assertTrue(scoped["beat"]["ok"])
         self.assertEqual(scoped["rows"], 3)
-        rows = sorted(int(dict(r)["k"]) for r in self.client.dataset_rows(ds, where={"k": [1, 3]}))
+        rows = sorted(int(cast(Any, r)["k"]) for r in self.client.dataset_rows(ds, where={"k": [1, 3]}))
         self.assertEqual(rows, [1, 3])
         dataset = self.client.get_dataset(ds)
         self.assertEqual(dataset["name"], ds)

@@ -7,7 +7,7 @@ import io
 import json
 import time
 import unittest
-from typing import Any, Dict, List
+from typing import Any, Dict, List, cast
 
 import baton
 from baton import push
@@ -101,7 +101,7 @@ class MiddlewareTest(unittest.TestCase):
             async def send(m: Dict[str, Any]) -> None:
                 sent.append(m)
             scope = {"type": "http", "method": "POST", "headers": [(k.lower().encode(), v.encode()) for k, v in headers.items()]}
-            asyncio.run(wrapped(scope, receive, send))
+            asyncio.run(cast(Any, wrapped(scope, receive, send)))
             return sent
         self.assertEqual(run(signed())[0]["status"], 202)
         self.assertEqual(seen, [BODY])
