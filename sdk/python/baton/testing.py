@@ -12,7 +12,7 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, cast
 from . import _wire as wire
 from ._http import Transport
 from ._ops import PublishedBatch
-from .errors import CANCELLED, NotImplementedByServer, RetryAfter, TaskError, USER_CODE
+from .errors import CANCELLED, NotImplementedByServer, TaskError, USER_CODE
 from .worker import Task
 
 __all__ = ["run_local", "LocalTask"]
@@ -166,5 +166,3 @@ def run_local(handler: Callable[..., Any], input: Any = None, parents: Optional[
     except (TypeError, ValueError) as e:
         raise TaskError(USER_CODE, f"encode the handler's output: {e}", retryable=False) from e
 
-
-_ = RetryAfter  # re-exported by the package; RetryAfter is raised as a TaskError here

@@ -1036,13 +1036,18 @@ class AsyncWorker(_BaseWorker):
             return
         a.aio_task = asyncio.current_task()
         a.aio_loop = asyncio.get_running_loop()
+        exc: Optional[BaseException]
         with a.lock:
             a.in_handler = True
         try:
             out = await cast(Callable[[Task], Awaitable[Any]], a.handler)(a.task)
             ok, exc, stack = True, None, ""
-        except asyncio.CancelledError:
-            ok, out, exc, stack = False, None, None, ""
+        except asyncio.CancelledError as e:
+            if a.aborted:
+                ok, out, exc, stack = False, None, None, ""
+            else:  # cancelled by the handler's own code, not by the worker: a failure
+                ok, out, exc, stack = False, None, TaskError(USER_CODE, "the handler was cancelled (asyncio.CancelledError)"), \
+                    "".join(traceback.format_exception(type(e), e, e.__traceback__))
         except Aborted:
             ok, out, exc, stack = False, None, None, ""
         except BaseException as e:  # noqa: BLE001
