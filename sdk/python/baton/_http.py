@@ -128,6 +128,7 @@ class Transport:
         self.ssl_context = ssl_context
         self.timeout = timeout
         self._local = threading.local()
+        self._interrupted = False
         self._all: "list[http.client.HTTPConnection]" = []
         self._lock = threading.Lock()
 
@@ -162,7 +163,8 @@ class Transport:
 
     def interrupt(self) -> None:
         """Breaks off the requests in flight on this transport's connections (e.g. a long
-        poll) by shutting their sockets down; they raise TransportError."""
+        poll) by shutting their sockets down; they, and any later request, raise TransportError."""
+        self._interrupted = True
         with self._lock:
             conns = list(self._all)
         for c in conns:
@@ -185,6 +187,8 @@ class Transport:
         if body is not None:
             hdrs.setdefault("Content-Length", str(len(body)))
         for attempt in (0, 1):
+            if self._interrupted:
+                raise TransportError(method, self.url(path), ConnectionAbortedError("the transport was interrupted"))
             conn, reused = self._conn()
             try:
                 conn.timeout = timeout if timeout is not None else self.timeout
