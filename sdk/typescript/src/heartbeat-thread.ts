@@ -1,0 +1,135 @@
+/**
+ * The heartbeat thread of a {@link Worker}: a `worker_threads` Worker with its own event loop and
+ * its own HTTP client, so that heartbeats go out while a handler blocks the main thread. The main
+ * thread tells it which attempts run in which slot; it beats them, and passes back what it
+ * learns (cancellation requested, lease lost, a fresh capability token) through a
+ * SharedArrayBuffer flag per slot and a message.
+ * @internal
+ * @module
+ */
+import { parentPort, workerData } from "node:worker_threads";
+import { ApiError } from "./errors.js";
+import { Backoff, fetchTransport, jsonCall, nodeTransport, type Transport } from "./http.js";
+import { FLAG_CANCEL, FLAG_LOST, setFlag, type FromThread, type ThreadData, type ToThread } from "./flags.js";
+
+interface Beating {
+  slot: number;
+  gen: number;
+  taskId: string;
+  attempt: number;
+  lease: string;
+  everyMs: number;
+  timer?: NodeJS.Timeout;
+  inflight: boolean;
+  again: boolean;
+  cancelled: boolean;
+  backoff: Backoff;
+  stopped: boolean;
+}
+
+interface HeartbeatAnswer {
+  should_cancel?: boolean;
+  cancel_reason?: string | null;
+  capability_token?: string;
+  capability_token_expires_at?: string;
+}
+
+function main(): void {
+  const port = parentPort;
+  const data = workerData as ThreadData | undefined;
+  if (!port || !data || data.batonHeartbeat !== true) return;
+  const flags = new Int32Array(data.flags);
+  const transport: Transport = data.transport === "fetch" ? fetchTransport() : nodeTransport({ maxSockets: 16, tls: data.tls });
+  const slots = new Map<number, Beating>();
+  const post = (m: FromThread) => port.postMessage(m);
+
+  const schedule = (b: Beating, ms: number) => {
+    if (b.stopped) return;
+    if (b.timer) clearTimeout(b.timer);
+    b.timer = setTimeout(() => void beat(b), ms);
+  };
+
+  const beat = async (b: Beating): Promise<void> => {
+    if (b.stopped) return;
+    if (b.inflight) {
+      b.again = true;
+      return;
+    }
+    b.inflight = true;
+    try {
+      const ans = await jsonCall<HeartbeatAnswer>(
+        transport,
+        data.url,
+        "POST",
+        "/internal/worker/heartbeat",
+        { worker_id: data.workerId, job_id: b.taskId, lease_token: b.lease, attempt_id: b.attempt },
+        { timeoutMs: Math.min(30_000, Math.max(b.everyMs, 1000)) },
+      );
+      if (b.stopped) return;
+      b.backoff.reset();
+      if (ans?.capability_token) post({ t: "token", slot: b.slot, gen: b.gen, token: ans.capability_token, expiresAt: ans.capability_token_expires_at ?? "" });
+      if (ans?.should_cancel && !b.cancelled) {
+        b.cancelled = true;
+        setFlag(flags, b.slot, b.gen, FLAG_CANCEL);
+        post({ t: "cancel", slot: b.slot, gen: b.gen, reason: ans.cancel_reason ?? "user_requested" });
+      }
+      schedule(b, b.everyMs);
+    } catch (e) {
+      if (b.stopped) return;
+      if (e instanceof ApiError && !e.transient) {
+        // 409, 410, 404 (or another refusal): the attempt is no longer this worker's.
+        b.stopped = true;
+        slots.delete(b.slot);
+        setFlag(flags, b.slot, b.gen, FLAG_LOST);
+        post({ t: "lost", slot: b.slot, gen: b.gen, message: e.message });
+        return;
+      }
+      post({ t: "warn", message: `heartbeat of task ${b.taskId} attempt ${b.attempt} failed, retrying: ${(e as Error).message}` });
+      // Never later than the next beat would be: the lease must not run out meanwhile.
+      schedule(b, Math.min(b.everyMs, b.backoff.after(e)));
+    } finally {
+      b.inflight = false;
+      if (b.again && !b.stopped) {
+        b.again = false;
+        void beat(b);
+      }
+    }
+  };
+
+  const stop = (slot: number, gen: number) => {
+    const b = slots.get(slot);
+    if (!b || b.gen !== gen) return;
+    b.stopped = true;
+    if (b.timer) clearTimeout(b.timer);
+    slots.delete(slot);
+  };
+
+  port.on("message", (m: ToThread) => {
+    switch (m.t) {
+      case "start":
+        for (const it of m.items) {
+          const old = slots.get(it.slot);
+          if (old) stop(old.slot, old.gen);
+          const b: Beating = { ...it, inflight: false, again: false, cancelled: false, backoff: new Backoff(), stopped: false };
+          slots.set(it.slot, b);
+          schedule(b, it.everyMs);
+        }
+        break;
+      case "stop":
+        for (const it of m.items) stop(it.slot, it.gen);
+        break;
+      case "beat": {
+        const b = slots.get(m.slot);
+        if (b && b.gen === m.gen) void beat(b);
+        break;
+      }
+      case "close":
+        for (const b of [...slots.values()]) stop(b.slot, b.gen);
+        transport.close();
+        port.close();
+        break;
+    }
+  });
+}
+
+main();
