@@ -18,10 +18,12 @@ export function setFlag(flags: Int32Array, slot: number, gen: number, bits: numb
   }
 }
 
-/** Messages from the main thread. */
+/**
+ * Messages from the main thread. An attempt's end needs none: the main thread clears its slot's
+ * flag (generation 0, which no attempt has), and the heartbeat thread stops beating it.
+ */
 export type ToThread =
   | { t: "start"; items: { slot: number; gen: number; taskId: string; attempt: number; lease: string; everyMs: number }[] }
-  | { t: "stop"; items: { slot: number; gen: number }[] }
   | { t: "beat"; slot: number; gen: number }
   | { t: "close" };
 

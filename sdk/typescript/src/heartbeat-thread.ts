@@ -19,13 +19,17 @@ interface Beating {
   attempt: number;
   lease: string;
   everyMs: number;
-  timer?: NodeJS.Timeout;
+  /** When the next beat is due (ms since the epoch). */
+  dueAt: number;
   inflight: boolean;
   again: boolean;
   cancelled: boolean;
-  backoff: Backoff;
+  backoff?: Backoff;
   stopped: boolean;
 }
+
+/** How often the thread looks for due heartbeats, in ms. */
+const TICK_MS = 50;
 
 interface HeartbeatAnswer {
   should_cancel?: boolean;
@@ -44,10 +48,22 @@ function main(): void {
   const post = (m: FromThread) => port.postMessage(m);
 
   const schedule = (b: Beating, ms: number) => {
-    if (b.stopped) return;
-    if (b.timer) clearTimeout(b.timer);
-    b.timer = setTimeout(() => void beat(b), ms);
+    b.dueAt = Date.now() + ms;
   };
+  // The main thread ends an attempt by clearing its slot's flag (a generation no attempt has): a
+  // slot whose flag names another generation is no longer beaten. One ticker serves every slot,
+  // so an attempt costs no timer of its own.
+  const ticker = setInterval(() => {
+    const now = Date.now();
+    for (const b of slots.values()) {
+      if (Atomics.load(flags, b.slot) >>> 2 !== b.gen) {
+        b.stopped = true;
+        slots.delete(b.slot);
+        continue;
+      }
+      if (!b.inflight && now >= b.dueAt) void beat(b);
+    }
+  }, TICK_MS);
 
   const beat = async (b: Beating): Promise<void> => {
     if (b.stopped) return;
@@ -66,7 +82,7 @@ function main(): void {
         { timeoutMs: Math.min(30_000, Math.max(b.everyMs, 1000)) },
       );
       if (b.stopped) return;
-      b.backoff.reset();
+      b.backoff?.reset();
       if (ans?.capability_token) post({ t: "token", slot: b.slot, gen: b.gen, token: ans.capability_token, expiresAt: ans.capability_token_expires_at ?? "" });
       if (ans?.should_cancel && !b.cancelled) {
         b.cancelled = true;
@@ -86,6 +102,7 @@ function main(): void {
       }
       post({ t: "warn", message: `heartbeat of task ${b.taskId} attempt ${b.attempt} failed, retrying: ${(e as Error).message}` });
       // Never later than the next beat would be: the lease must not run out meanwhile.
+      b.backoff ??= new Backoff();
       schedule(b, Math.min(b.everyMs, b.backoff.after(e)));
     } finally {
       b.inflight = false;
@@ -100,7 +117,6 @@ function main(): void {
     const b = slots.get(slot);
     if (!b || b.gen !== gen) return;
     b.stopped = true;
-    if (b.timer) clearTimeout(b.timer);
     slots.delete(slot);
   };
 
@@ -110,13 +126,8 @@ function main(): void {
         for (const it of m.items) {
           const old = slots.get(it.slot);
           if (old) stop(old.slot, old.gen);
-          const b: Beating = { ...it, inflight: false, again: false, cancelled: false, backoff: new Backoff(), stopped: false };
-          slots.set(it.slot, b);
-          schedule(b, it.everyMs);
+          slots.set(it.slot, { ...it, dueAt: Date.now() + it.everyMs, inflight: false, again: false, cancelled: false, stopped: false });
         }
-        break;
-      case "stop":
-        for (const it of m.items) stop(it.slot, it.gen);
         break;
       case "beat": {
         const b = slots.get(m.slot);
@@ -124,6 +135,7 @@ function main(): void {
         break;
       }
       case "close":
+        clearInterval(ticker);
         for (const b of [...slots.values()]) stop(b.slot, b.gen);
         transport.close();
         port.close();

@@ -295,9 +295,6 @@ export class Worker {
   private unreported = 0;
   private attemptsDone: Promise<void>[] = [];
   private health: Server | undefined;
-  private pendingStarts: { slot: number; gen: number; taskId: string; attempt: number; lease: string; everyMs: number }[] = [];
-  private pendingStops: { slot: number; gen: number }[] = [];
-  private stopFlushScheduled = false;
 
   constructor(opts: WorkerOptions) {
     if (!opts || typeof opts !== "object") throw new TypeError("baton: new Worker({internalUrl, ...})");
@@ -407,7 +404,6 @@ export class Worker {
         process.off("SIGTERM", onSignal);
         process.off("SIGINT", onSignal);
       }
-      this.flushStops();
       if (this.thread) {
         this.thread.postMessage({ t: "close" } satisfies ToThread);
         await this.thread.terminate().catch(() => undefined);
@@ -579,14 +575,13 @@ export class Worker {
       for (const s of slots.splice(claims.length)) this.releaseSlot(s);
       const attempts = claims.map((c, i) => this.newAttempt(c, slots[i]));
       // Tell the heartbeat thread before any handler runs: a handler may block the main thread.
-      this.flushStops();
       this.post({ t: "start", items: attempts.map((a) => ({ slot: a.slot, gen: a.gen, taskId: a.claim.job_id, attempt: a.attempt, lease: a.claim.lease_token, everyMs: a.everyMs })) });
       for (const a of attempts) this.start(a);
     }
   }
 
   private newAttempt(c: StreamClaim, slot: number): Attempt {
-    const gen = (this.gens[slot] = (this.gens[slot] + 1) % GEN_MOD);
+    const gen = (this.gens[slot] = (this.gens[slot] % (GEN_MOD - 1)) + 1); // never 0
     Atomics.store(this.flags, slot, gen << 2);
     return new Attempt(this, c, slot, gen, this.heartbeatEvery(c));
   }
@@ -607,27 +602,13 @@ export class Worker {
       .catch((e) => this.log.error("attempt failed unexpectedly", { task_id: a.id, err: String(e) }))
       .finally(() => {
         this.running.delete(a.slot);
-        this.pendingStops.push({ slot: a.slot, gen: a.gen });
-        this.scheduleStopFlush();
+        // Generation 0 is no attempt's: the heartbeat thread stops beating the slot.
+        Atomics.store(this.flags, a.slot, 0);
         this.releaseSlot(a.slot);
         const i = this.attemptsDone.indexOf(done);
         if (i >= 0) this.attemptsDone.splice(i, 1);
       });
     this.attemptsDone.push(done);
-  }
-
-  private scheduleStopFlush(): void {
-    if (this.stopFlushScheduled) return;
-    this.stopFlushScheduled = true;
-    setImmediate(() => this.flushStops());
-  }
-
-  private flushStops(): void {
-    this.stopFlushScheduled = false;
-    if (this.pendingStops.length === 0) return;
-    const items = this.pendingStops;
-    this.pendingStops = [];
-    this.post({ t: "stop", items });
   }
 
   private async runAttempt(a: Attempt): Promise<void> {
