@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -70,6 +71,21 @@ func TestTypeScriptExamples(t *testing.T) {
 		if failed["status"] != "partial_failure" || task["error"].(map[string]any)["category"] != "DATA_QUALITY" {
 			t.Fatalf("failed job: %v", failed)
 		}
+	})
+
+	t.Run("mtls_worker", func(t *testing.T) {
+		certs := t.TempDir()
+		if out, err := exec.Command(bin, "certs", "dev", "--out", certs, "--force").CombinedOutput(); err != nil {
+			t.Fatalf("baton certs dev: %v\n%s", err, out)
+		}
+		pem := func(name string) string { return filepath.Join(certs, name) }
+		d := tsStartDev(t, bin, "--internal-tls-cert", pem("server.pem"), "--internal-tls-key", pem("server-key.pem"),
+			"--internal-tls-client-ca", pem("ca.pem"))
+		env := append(d.env(), "BATON_INTERNAL_URL=https://"+d.internal, "BATON_CA_FILE="+pem("ca.pem"),
+			"BATON_CERT_FILE="+pem("client.pem"), "BATON_KEY_FILE="+pem("client-key.pem"))
+		tsStart(t, exec.Command(node, script("worker.mjs"), "ts-pull"), env)
+		job, _ := tsProducer(t, d, node, script("producer.mjs"), tsDagJob("ts-pull", "pull"), 0)
+		tsCheckOutputs(t, job, "typescript-worker")
 	})
 
 	t.Run("push_target", func(t *testing.T) {
@@ -167,7 +183,7 @@ func tsProducer(t *testing.T, d *tsDev, node, script, doc string, wantExit int, 
 }
 
 // tsStartDev starts `baton dev` on free ports with a fresh data directory and waits until both
-// listeners answer /readyz.
+// listeners answer /readyz (with mutual TLS on the internal listener: until it listens).
 func tsStartDev(t *testing.T, bin string, extra ...string) *tsDev {
 	t.Helper()
 	d := &tsDev{public: tsFreeAddr(t), internal: tsFreeAddr(t)}
@@ -176,6 +192,10 @@ func tsStartDev(t *testing.T, bin string, extra ...string) *tsDev {
 	p := tsStart(t, exec.Command(bin, args...), []string{"BATON_API_KEY=" + tsAPIKey})
 	deadline := time.Now().Add(15 * time.Second)
 	for _, addr := range []string{d.public, d.internal} {
+		if addr == d.internal && slices.Contains(extra, "--internal-tls-cert") {
+			tsWaitListening(t, addr) // mutual TLS: a plain GET cannot ask
+			continue
+		}
 		for {
 			res, err := http.Get("http://" + addr + "/readyz")
 			if err == nil {

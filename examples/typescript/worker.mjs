@@ -3,7 +3,9 @@
 // listener and completes each with {by, task, total, parents}: its input's n plus its parents'
 // totals. An input {"sleep": s} makes the handler block its thread for s seconds (the heartbeat
 // thread keeps the lease alive meanwhile); {"fail": CATEGORY} fails the task with that category.
-// It stops on SIGTERM or SIGINT, letting running tasks finish.
+// It stops on SIGTERM or SIGINT, letting running tasks finish. With BATON_CA_FILE,
+// BATON_CERT_FILE and BATON_KEY_FILE it presents that client certificate to an https:// internal
+// listener (mutual TLS).
 //
 //   BATON_INTERNAL_URL=http://127.0.0.1:8081 node worker.mjs TASK [--concurrency N]
 import { NonRetryable, Worker } from "../../sdk/typescript/dist/index.js";
@@ -18,6 +20,9 @@ const worker = new Worker({
   internalUrl: process.env.BATON_INTERNAL_URL ?? "http://127.0.0.1:8081",
   concurrency: c >= 0 ? Number(rest[c + 1]) : 4,
   healthPort: process.env.HEALTH_PORT ? Number(process.env.HEALTH_PORT) : undefined,
+  tls: process.env.BATON_CERT_FILE
+    ? { ca: process.env.BATON_CA_FILE, cert: process.env.BATON_CERT_FILE, key: process.env.BATON_KEY_FILE }
+    : undefined,
 });
 worker.handle(name, (task) => {
   const input = task.input ?? {};
