@@ -5,8 +5,9 @@
  */
 import type { TlsOptions } from "./http.js";
 
-/** Flag bits of a slot, below its generation (flag = gen << 2 | bits). */
+/** Flag bit of a slot (flag = gen << 2 | bits): cancellation was requested. */
 export const FLAG_CANCEL = 1;
+/** Flag bit of a slot: a heartbeat was refused, the lease is lost. */
 export const FLAG_LOST = 2;
 
 /** Sets `bits` on slot's flag if the slot still runs generation `gen`; reports whether it did. */

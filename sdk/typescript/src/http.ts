@@ -10,8 +10,9 @@ import * as https from "node:https";
 import { readFileSync } from "node:fs";
 import { ApiError } from "./errors.js";
 
-/** The smallest and largest retry delays, in milliseconds. */
+/** The smallest retry delay, in milliseconds. */
 export const MIN_BACKOFF_MS = 100;
+/** The largest retry delay (without a longer Retry-After), in milliseconds. */
 export const MAX_BACKOFF_MS = 10_000;
 /** The longest a Retry-After makes a retry wait. */
 export const MAX_RETRY_AFTER_MS = 60_000;

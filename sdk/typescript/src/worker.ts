@@ -7,7 +7,7 @@
 import { createServer, type Server } from "node:http";
 import { hostname } from "node:os";
 import { Worker as Thread } from "node:worker_threads";
-import { AbortError, ApiError, RetryAfter, TaskError, type Category } from "./errors.js";
+import { AbortError, ApiError, RetryAfter, TaskError } from "./errors.js";
 import { FLAG_CANCEL, FLAG_LOST, type FromThread, type ThreadData, type ToThread } from "./flags.js";
 import { apiErrorOf, Backoff, baseUrl, fetchTransport, jsonCall, nodeTransport, sleep, type TlsOptions, type Transport } from "./http.js";
 import { AttemptCalls, INTERNAL_ROUTES, toJsonl, type PipelineTask, type PublishedBatch, type Task, type TaskCallOptions, type TaskRowsOptions } from "./task.js";
@@ -842,4 +842,3 @@ function RAW(json: string): RawJson {
   return { json };
 }
 
-export type { Category };
