@@ -337,8 +337,9 @@ publish:
     }
   });
 
-  test("bundles: list and a missing bundle", async () => {
+  test("bundles: list, a missing bundle, an upload that is no zip", async () => {
     const c = client();
+    await assert.rejects(c.bundles.upload(new Uint8Array([0x50, 0x4b, 3, 4, 1, 2, 3])), (e) => e instanceof ApiError && e.status === 400 && /zip/.test(e.message));
     const page = await c.bundles.listPage({ limit: 5 });
     assert.ok(Array.isArray(page.bundles));
     await assert.rejects(c.bundles.get(`bndl_${rand()}`), (e) => e instanceof ApiError && e.status === 404);
