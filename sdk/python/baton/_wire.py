@@ -946,6 +946,7 @@ class PipelineTaskInput(_PipelineTaskInputRequired, total=False):
     start: int
     end: int
     where: Dict[str, Any]
+    cursor_end: int
 
 
 class _PipelineTaskJobRequired(TypedDict):
@@ -961,6 +962,9 @@ class PipelineTaskJob(_PipelineTaskJobRequired, total=False):
     bundle_id: str
     secrets: List[str]
     udf: BundleRef
+    idle_timeout_seconds: float
+    update_strategy: Literal["append", "replace"]
+    unique_key: List[str]
 
 
 class _PipelineTaskOutputRequired(TypedDict):
@@ -973,6 +977,7 @@ class PipelineTaskOutput(_PipelineTaskOutputRequired, total=False):
     """A dataset a pipeline task writes, at the version current when the task was created."""
 
     dataset_name: str
+    write_mode: Literal["direct", "buffered"]
 
 
 class _PipelineTaskTriggerRequired(TypedDict):
@@ -1765,6 +1770,9 @@ class WorkerTaskJob(_WorkerTaskJobRequired, total=False):
     """The WorkerTaskJob schema."""
 
     pipeline_version: str
+    idle_timeout_seconds: float
+    update_strategy: Literal["append", "replace"]
+    unique_key: List[str]
 
 
 __all__ = [

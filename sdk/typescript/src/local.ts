@@ -111,7 +111,7 @@ export async function runLocal(handler: Handler, input: JsonValue = {}, opts: Ru
     },
     async publishBatch(dataset: string, rows: readonly unknown[]): Promise<PublishedBatch> {
       if (pipeline) {
-        const ok = pipeline.outputs.some((o) => (o as { write_mode?: string }).write_mode === "buffered" && (o.dataset_name === dataset || o.dataset_uuid === dataset));
+        const ok = pipeline.outputs.some((o) => o.write_mode === "buffered" && (o.dataset_name === dataset || o.dataset_uuid === dataset));
         if (!ok) throw new Error(`baton: publishBatch: dataset ${JSON.stringify(dataset)} is not a buffered output of this task's job`);
       }
       toJsonl(rows);

@@ -249,10 +249,10 @@ export class AttemptCalls {
     if (typeof dataset !== "string" || dataset === "") throw new TypeError("baton: publishBatch needs the dataset's name");
     if (typeof jsonl !== "string") throw new TypeError("baton: publishJsonl needs JSONL text");
     const out = outputs.find(
-      (o) => (o as { write_mode?: string }).write_mode === "buffered" && (o.dataset_name === dataset || o.dataset_uuid === dataset),
+      (o) => o.write_mode === "buffered" && (o.dataset_name === dataset || o.dataset_uuid === dataset),
     );
     if (!out) {
-      const names = outputs.filter((o) => (o as { write_mode?: string }).write_mode === "buffered").map((o) => JSON.stringify(o.dataset_name || o.dataset_uuid));
+      const names = outputs.filter((o) => o.write_mode === "buffered").map((o) => JSON.stringify(o.dataset_name || o.dataset_uuid));
       throw new NonRetryable(
         `baton: publishBatch: dataset ${JSON.stringify(dataset)} is not a buffered output of this task's job (its outputs: ${
           names.length ? names.join(", ") : "no buffered dataset"

@@ -962,6 +962,8 @@ export interface PipelineTaskInput {
   where?: { [key: string]: unknown };
   /** Always present; `null` when the server holds no storage reference for the version. */
   storage_ref: JsonValue;
+  /** Set when backpressure coalesced the events of several consecutive cursors into the task: it reads the batches of every cursor from `cursor` to `cursor_end`; absent otherwise. */
+  cursor_end?: number;
 }
 
 /** The pipeline job a task runs for. */
@@ -979,6 +981,12 @@ export interface PipelineTaskJob {
   /** The names of the secrets the job declares (never their values). */
   secrets?: string[];
   udf?: BundleRef;
+  /** The pipeline job's `idle_timeout` in seconds: how long a worker of its queue stays with nothing to claim before it exits (0: as soon as the queue is empty). Absent: it stays. */
+  idle_timeout_seconds?: number;
+  /** The pipeline job's `update_strategy`; absent when it sets none. */
+  update_strategy?: "append" | "replace";
+  /** The pipeline job's `unique_key`: the columns an append job's rows are deduplicated on; absent when none. */
+  unique_key?: string[];
 }
 
 /** A dataset a pipeline task writes, at the version current when the task was created. */
@@ -988,6 +996,8 @@ export interface PipelineTaskOutput {
   dataset_version: string;
   /** Present only when the output is published. */
   dataset_name?: string;
+  /** The dataset's write mode: `buffered` for one that tasks add rows to by publishing batches (buffer-publish); absent when the dataset sets none. */
+  write_mode?: "direct" | "buffered";
 }
 
 /** What started a source job's task: `kind` with its details, `schedule` and `scheduled_at` (RFC 3339) for `cron`, `run` (1, 2, ...) for `always_on`, for `manual`, `input` (the run request's JSON body, when it sent one); for `webhook`, `path`, `content_type` and `body` (see POST /webhooks/{path}). */
@@ -1746,5 +1756,11 @@ export interface WorkerTaskJob {
   name: string;
   /** Pipeline tasks only. */
   pipeline_version?: string;
+  /** The pipeline job's `idle_timeout` in seconds: how long a worker of its queue stays with nothing to claim before it exits (0: as soon as the queue is empty). Absent: it stays. */
+  idle_timeout_seconds?: number;
+  /** The pipeline job's `update_strategy`; absent when it sets none. */
+  update_strategy?: "append" | "replace";
+  /** The pipeline job's `unique_key`: the columns an append job's rows are deduplicated on; absent when none. */
+  unique_key?: string[];
 }
 
