@@ -10,8 +10,10 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"os"
 	"runtime/pprof"
+	"strconv"
 	"strings"
 	"time"
 
@@ -32,6 +34,26 @@ Every job is checked completed through the producer API. Latencies are client-si
 claim request that returned a task, long-poll wait included) and DAG hand-off (a parent's
 completion acknowledged → its last-released child got by a worker).
 
+With --worker-command LABEL=CMD (repeatable), the work-only phase runs once more for each command,
+on fresh jobs of the same size and shape whose task name (and queue) is the command's own: the
+bench starts sh -c CMD in a process group of its own, with BATON_URL (the producer API),
+BATON_INTERNAL_URL (the internal listener), BATON_API_KEY, BATON_BENCH_TASK (the task name to work)
+and BATON_BENCH_CONCURRENCY (--workers) in its environment, and the command works the tasks with
+no-op handlers until SIGTERM. Its tasks/s runs from the first claim of one of its tasks to the last
+completion, as the server's events recorded them (to the millisecond), so that the interpreter's
+start does not count; the time from the command's start to that first claim is its "ready after".
+Once every job finished, the bench reads the CPU time and peak RSS of the command's process tree
+from /proc, and stops it: SIGTERM to its group, SIGKILL 10s later. One row per worker, side by
+side: the in-process workers, then each command. baton bench worker is the Go SDK's worker as such
+a command (see baton bench worker --help).
+
+With --soak DURATION, the bench runs a soak instead of the phases: the one --worker-command works
+jobs of --dag's shape and at most --job-size tasks, submitted at a steady --rate (required) for
+DURATION, while the bench samples the resident memory of the command's process tree every 2s. It
+prints the RSS after --soak-baseline (the first minute), at the end of the schedule, their ratio and
+the peak, waits until every job completed, and exits 1 when the RSS grew by more than
+--soak-max-growth percent. Without --timeout, a soak gives up DURATION + 10m after it starts.
+
 With --rate N, work-only is skipped and submit-to-done submits its jobs on a steady schedule of N
 tasks/s (a job of k tasks k/N seconds after the one before, never ahead): its tasks/s is the rate
 achieved, its latencies those of a server under that load, and the table says whether the
@@ -45,6 +67,9 @@ Flags:
 func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if len(args) >= 2 && args[0] == bench.ProfileChild {
 		return runProfiled(ctx, args[1], args[2:], stdout, stderr)
+	}
+	if len(args) >= 1 && args[0] == "worker" {
+		return runBenchWorker(ctx, args[1:], stderr)
 	}
 	fs := flag.NewFlagSet("baton bench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -75,6 +100,13 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	fs.Var(&serverFlags, "server-flag", "`FLAG` passed to the server the bench starts, e.g. --server-flag=--committers=2 (repeatable)")
 	verbose := fs.Bool("verbose", false, "print the server's output and the workers' warnings on stderr")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the server process to this file (go tool pprof FILE)")
+	var commands workerCommandFlag
+	fs.Var(&commands, "worker-command", "`LABEL=CMD`: run the work-only phase once more with sh -c CMD as the workers, and print its row as LABEL (repeatable)")
+	var soak bench.SoakConfig
+	fs.DurationVar(&soak.Duration, "soak", 0, "run a soak of this long instead of the phases: the one --worker-command at a steady --rate, its RSS sampled")
+	fs.DurationVar(&soak.Baseline, "soak-baseline", time.Minute, "with --soak: the RSS compared with the end's is sampled this long into the soak")
+	soak.MaxGrowthPercent = 10
+	fs.Var((*percentFlag)(&soak.MaxGrowthPercent), "soak-max-growth", "with --soak: exit 1 when the RSS at the end exceeds the baseline's by more than this `PERCENT` (10 or 10%)")
 	if code, ok := cmdline.ParseFlags(ctx, fs, args); !ok {
 		return code
 	}
@@ -92,13 +124,42 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	if err := tf.check(); err != nil {
 		return usageErr("%v", err)
 	}
+	cfg.Commands = commands
 	if err := cfg.Validate(); err != nil {
 		return usageErr("%v", err)
+	}
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	soaking := set["soak"]
+	if soaking {
+		for _, name := range []string{"tasks", "via", "batch"} {
+			if set[name] {
+				return usageErr("--%s does not apply to --soak, which submits --rate × DURATION tasks to its --worker-command", name)
+			}
+		}
+		if err := soak.Validate(&cfg); err != nil {
+			return usageErr("%v", err)
+		}
+		if !set["timeout"] {
+			*timeout = soak.Duration + 10*time.Minute
+		}
+		if *timeout <= soak.Duration {
+			return usageErr("--timeout %s is no longer than --soak %s", *timeout, soak.Duration)
+		}
+	} else {
+		for _, name := range []string{"soak-baseline", "soak-max-growth"} {
+			if set[name] {
+				return usageErr("--%s goes with --soak", name)
+			}
+		}
+		if len(cfg.Commands) > 0 && cfg.Rate > 0 {
+			return usageErr("%v", bench.ErrCommandsAtRate)
+		}
 	}
 	if *timeout <= 0 {
 		return usageErr("--timeout must be positive")
 	}
-	if cfg.Rate > 0 {
+	if cfg.Rate > 0 && !soaking {
 		if secs := float64(cfg.Tasks) / cfg.Rate; secs >= timeout.Seconds() {
 			return usageErr("--rate %g spreads --tasks %d over %.1fs, no less than --timeout %s: raise --rate or --timeout, or lower --tasks",
 				cfg.Rate, cfg.Tasks, secs, *timeout)
@@ -140,22 +201,30 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		return 1
 	}
 
-	var res *bench.Result
-	var err error
+	var output io.Writer
+	if *verbose {
+		output = stderr
+		cfg.CommandOutput = stderr
+	}
+	srv := bench.ServerConfig{DatabaseURL: *dbURL,
+		Transport: tf.kind, RedisURL: tf.redisURL, NATSURL: tf.natsURL, TransportNamespace: tf.namespace,
+		CPUProfile: *cpuProfile, Flags: serverFlags, Output: output}
 	if external {
 		cfg.ProducerURL, cfg.InternalURL, cfg.APIKey = strings.TrimRight(*url, "/"), strings.TrimRight(*internalURL, "/"), *apiKey
 		cfg.ServerPID = *serverPID
+	}
+	if soaking {
+		return runSoak(ctx, cfg, srv, soak, external, *asJSON, stdout, stderr)
+	}
+
+	var res *bench.Result
+	var err error
+	if external {
 		if res, err = bench.Run(ctx, cfg); err == nil {
 			res.Store = "external"
 		}
 	} else {
-		var output io.Writer
-		if *verbose {
-			output = stderr
-		}
-		res, err = bench.RunServer(ctx, cfg, bench.ServerConfig{DatabaseURL: *dbURL,
-			Transport: tf.kind, RedisURL: tf.redisURL, NATSURL: tf.natsURL, TransportNamespace: tf.namespace,
-			CPUProfile: *cpuProfile, Flags: serverFlags, Output: output})
+		res, err = bench.RunServer(ctx, cfg, srv)
 	}
 	if err != nil {
 		return fail(err)
@@ -176,7 +245,92 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	if *cpuProfile != "" {
 		fmt.Fprintf(stderr, "server CPU profile written to %s (go tool pprof -top %s)\n", *cpuProfile, *cpuProfile)
 	}
+	for _, row := range res.WorkOnlyByWorker {
+		if row.Command != "" && !cleanStop(row.Stop) {
+			fmt.Fprintf(stderr, "baton bench: worker command %s did not stop cleanly on SIGTERM: %s\n", row.Worker, row.Stop)
+		}
+	}
 	return 0
+}
+
+// runSoak runs a soak and prints it; it fails when the worker's RSS grew more than allowed.
+func runSoak(ctx context.Context, cfg bench.Config, srv bench.ServerConfig, soak bench.SoakConfig, external, asJSON bool,
+	stdout, stderr io.Writer) int {
+	var res *bench.SoakResult
+	var err error
+	if external {
+		if res, err = bench.Soak(ctx, cfg, soak); err == nil {
+			res.Store = "external"
+		}
+	} else {
+		res, err = bench.SoakServer(ctx, cfg, srv, soak)
+	}
+	if err != nil {
+		fmt.Fprintln(stderr, "baton bench:", err)
+		return 1
+	}
+	if asJSON {
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		err = enc.Encode(res)
+	} else {
+		err = res.WriteTable(stdout)
+	}
+	if err != nil {
+		fmt.Fprintln(stderr, "baton bench:", err)
+		return 1
+	}
+	if p := res.Pacing; p != nil && p.Behind {
+		fmt.Fprintf(stderr, "baton bench: the submitters fell behind the --rate schedule (%d of %d jobs late, up to %.1f ms)\n", p.LateJobs, res.Jobs, p.MaxLagMs)
+	}
+	if !cleanStop(res.Stop) {
+		fmt.Fprintf(stderr, "baton bench: worker command %s did not stop cleanly on SIGTERM: %s\n", res.Worker, res.Stop)
+	}
+	if res.Grew() {
+		fmt.Fprintf(stderr, "baton bench: worker command %s grew from %.1f MiB after %s to %.1f MiB at the end of the soak: %+.1f%%, more than --soak-max-growth %s%%\n",
+			res.Worker, float64(res.BaselineRSSBytes)/(1<<20), soak.Baseline, float64(res.EndRSSBytes)/(1<<20), res.GrowthPercent,
+			strconv.FormatFloat(res.MaxGrowthPercent, 'f', -1, 64))
+		return 1
+	}
+	return 0
+}
+
+// cleanStop says whether a worker command ended as asked: it exited 0 on SIGTERM, or SIGTERM
+// ended it.
+func cleanStop(stop string) bool { return stop == "exit 0" || stop == "signal: terminated" }
+
+// workerCommandFlag is the repeatable --worker-command LABEL=CMD.
+type workerCommandFlag []bench.WorkerCommand
+
+func (f *workerCommandFlag) String() string {
+	var parts []string
+	for _, c := range *f {
+		parts = append(parts, c.Label+"="+c.Command)
+	}
+	return strings.Join(parts, " ")
+}
+
+func (f *workerCommandFlag) Set(v string) error {
+	c, err := bench.ParseWorkerCommand(v)
+	if err != nil {
+		return err
+	}
+	*f = append(*f, c)
+	return nil
+}
+
+// percentFlag is a percentage, given as 10 or 10%.
+type percentFlag float64
+
+func (p *percentFlag) String() string { return strconv.FormatFloat(float64(*p), 'f', -1, 64) }
+
+func (p *percentFlag) Set(v string) error {
+	x, err := strconv.ParseFloat(strings.TrimSuffix(strings.TrimSpace(v), "%"), 64)
+	if err != nil || x < 0 || math.IsNaN(x) || math.IsInf(x, 0) {
+		return fmt.Errorf("want a percentage of at least 0, like 10 or 10%%, got %q", v)
+	}
+	*p = percentFlag(x)
+	return nil
 }
 
 // runProfiled runs a server command under the CPU profiler, writing the profile when it stops.

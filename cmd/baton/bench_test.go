@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"math"
 	"os"
 	"regexp"
 	"strings"
@@ -267,6 +268,21 @@ func TestBenchRefusesBadFlags(t *testing.T) {
 		{[]string{"--rate", "NaN"}, "--rate must be 0 (no limit) or a number of tasks per second above 0, got NaN"},
 		{[]string{"--rate", "fast"}, `invalid value "fast" for flag -rate`},
 		{[]string{"--rate", "1", "--tasks", "1000", "--timeout", "5m"}, "--rate 1 spreads --tasks 1000 over 1000.0s, no less than --timeout 5m0s: raise --rate or --timeout, or lower --tasks"},
+		{[]string{"--worker-command", "python3 worker.py"}, `invalid value "python3 worker.py" for flag -worker-command: want LABEL=COMMAND`},
+		{[]string{"--worker-command", "py thon=python3 worker.py"}, `the label "py thon" must be 1 to 32 letters`},
+		{[]string{"--worker-command", "py="}, `want LABEL=COMMAND`},
+		{[]string{"--worker-command", "py=a", "--worker-command", "PY=b"}, `--worker-command: the label "PY" is given twice`},
+		{[]string{"--worker-command", "py=a", "--rate", "100"}, "--worker-command runs the work-only phase, which --rate skips"},
+		{[]string{"--soak", "10s", "--rate", "100"}, "--soak runs one --worker-command, got 0"},
+		{[]string{"--soak", "10s", "--rate", "100", "--worker-command", "a=x", "--worker-command", "b=y"}, "--soak runs one --worker-command, got 2"},
+		{[]string{"--soak", "10s", "--worker-command", "a=x"}, "--soak needs --rate"},
+		{[]string{"--soak", "-1s", "--rate", "100", "--worker-command", "a=x"}, "--soak must be a positive duration, got -1s"},
+		{[]string{"--soak", "30s", "--rate", "100", "--worker-command", "a=x"}, "--soak-baseline 1m0s must be above 0 and below --soak 30s"},
+		{[]string{"--soak", "2m", "--rate", "100", "--worker-command", "a=x", "--tasks", "10"}, "--tasks does not apply to --soak"},
+		{[]string{"--soak", "2m", "--rate", "100", "--worker-command", "a=x", "--timeout", "1m"}, "--timeout 1m0s is no longer than --soak 2m0s"},
+		{[]string{"--soak", "2m", "--rate", "0.001", "--worker-command", "a=x"}, "--rate 0.001 for --soak 2m0s submits no task"},
+		{[]string{"--soak-max-growth", "5"}, "--soak-max-growth goes with --soak"},
+		{[]string{"--soak", "2m", "--rate", "100", "--worker-command", "a=x", "--soak-max-growth", "-5%"}, `invalid value "-5%" for flag -soak-max-growth: want a percentage of at least 0`},
 	} {
 		code, stdout, stderr := runBaton(t, append([]string{"bench"}, c.args...)...)
 		if code != 2 || !strings.Contains(stderr, c.want) || stdout != "" {
@@ -292,4 +308,147 @@ func deleteRedisKeys(t *testing.T, url, prefix string) {
 	if err := iter.Err(); err != nil {
 		t.Errorf("clean up redis keys %s*: %v", prefix, err)
 	}
+}
+
+// benchWorkerCommand is the command line of `baton bench worker` in this test binary, which
+// TestMain turns into baton for it.
+func benchWorkerCommand(t *testing.T, args ...string) string {
+	t.Helper()
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !regexp.MustCompile(`^[A-Za-z0-9_./-]+$`).MatchString(exe) {
+		t.Skipf("the test binary's path %q needs quoting in a shell command", exe)
+	}
+	return strings.Join(append([]string{exe, "bench", "worker"}, args...), " ")
+}
+
+// --worker-command runs the work-only phase again with each command as the workers, on jobs of
+// their own, and reports one row per worker: the in-process SDK first. One command is run
+// through a shell that stays between the bench and the worker.
+func TestBenchWorkerCommands(t *testing.T) {
+	t.Parallel()
+	worker := benchWorkerCommand(t)
+	res := runBenchJSON(t, "--tasks", "200", "--job-size", "50", "--workers", "8", "--dag", "diamond",
+		"--worker-command", "go="+worker, "--worker-command", "go-batch1=true && "+benchWorkerCommand(t, "--batch", "1"))
+	checkBench(t, res, "sqlite", bench.ViaSDK, bench.Diamond, 200, true)
+	rows := res.WorkOnlyByWorker
+	if len(rows) != 3 {
+		t.Fatalf("%d rows, want the in-process workers and two commands: %+v", len(rows), rows)
+	}
+	sdk := rows[0]
+	if sdk.Worker != "go sdk" || sdk.Command != "" || sdk.TasksPerSec != res.WorkOnly.TasksPerSec || sdk.Seconds != res.WorkOnly.Seconds ||
+		sdk.CPUSeconds == nil || sdk.ServerCPUSeconds == nil || sdk.PeakRSSBytes != nil || sdk.ReadySeconds != nil || sdk.Stop != "" {
+		t.Errorf("in-process row %+v, want the work-only phase's figures", sdk)
+	}
+	tasks := map[string]bool{sdk.Task: true}
+	for i, want := range []struct{ label, stop string }{{"go", "exit 0"}, {"go-batch1", "signal: terminated"}} {
+		row := rows[i+1]
+		if row.Worker != want.label || !strings.Contains(row.Command, "bench worker") || tasks[row.Task] {
+			t.Errorf("row %d: %+v, want %s with a task name of its own", i+1, row, want.label)
+		}
+		tasks[row.Task] = true
+		if row.TasksPerSec <= 0 || row.Seconds <= 0 || row.SubmitSeconds <= 0 {
+			t.Errorf("%s: %+v", row.Worker, row)
+		}
+		if row.ReadySeconds == nil || *row.ReadySeconds < 0 {
+			t.Errorf("%s: ready after %v", row.Worker, row.ReadySeconds)
+		}
+		if row.CPUSeconds == nil || *row.CPUSeconds <= 0 || row.PeakRSSBytes == nil || *row.PeakRSSBytes < 1<<20 {
+			t.Errorf("%s: CPU %v s, peak RSS %v bytes", row.Worker, row.CPUSeconds, row.PeakRSSBytes)
+		}
+		if row.ServerCPUSeconds == nil || *row.ServerCPUSeconds <= 0 {
+			t.Errorf("%s: server CPU %v", row.Worker, row.ServerCPUSeconds)
+		}
+		// The first command is exec'd by its shell and exits 0 on SIGTERM; the second's shell
+		// stays, and SIGTERM ends it.
+		if row.Stop != want.stop {
+			t.Errorf("%s stopped %q, want %q", row.Worker, row.Stop, want.stop)
+		}
+	}
+
+	// The table puts the rows side by side.
+	out := runBenchTable(t, "--tasks", "50", "--workers", "4", "--worker-command", "go="+worker)
+	for _, row := range []string{
+		`work-only by worker +tasks/s +seconds +ready after s +worker CPU s +worker peak RSS +server CPU s +stop`,
+		`go sdk +` + numRe + ` +` + numRe + ` +n/a +` + numRe + ` +n/a +` + numRe + ` +n/a`,
+		`go +` + numRe + ` +` + numRe + ` +` + numRe + ` +` + numRe + ` +` + numRe + ` MiB +` + numRe + ` +exit 0`,
+	} {
+		if !regexp.MustCompile(`(?m)^` + row + ` *$`).MatchString(out) {
+			t.Errorf("no row %q in\n%s", row, out)
+		}
+	}
+}
+
+// A worker command that exits before its tasks are done fails the run, with its output.
+func TestBenchWorkerCommandExits(t *testing.T) {
+	t.Parallel()
+	var stdout, stderr bytes.Buffer
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	code := run(ctx, []string{"bench", "--tasks", "20", "--workers", "4", "--worker-command", `broken=echo "no worker here: $BATON_BENCH_TASK"; exit 3`}, &stdout, &stderr)
+	if code != 1 || !regexp.MustCompile(`worker command broken exited \(exit status 3\) before its tasks were done; its output:\nno worker here: bench-[0-9a-f]+-cmd1`).MatchString(stderr.String()) {
+		t.Errorf("exit %d, stderr:\n%s", code, stderr.String())
+	}
+}
+
+// A soak runs the worker command at a steady rate and compares its RSS at the end with its RSS
+// at the baseline; a worker that grows more than --soak-max-growth fails it.
+func TestBenchSoak(t *testing.T) {
+	t.Parallel()
+	worker := benchWorkerCommand(t)
+	soak := func(t *testing.T, command string, args ...string) (int, string, string) {
+		var stdout, stderr bytes.Buffer
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		code := run(ctx, append([]string{"bench", "--soak", "4s", "--soak-baseline", "1s", "--rate", "100", "--job-size", "10",
+			"--workers", "4", "--worker-command", command}, args...), &stdout, &stderr)
+		return code, stdout.String(), stderr.String()
+	}
+	t.Run("steady", func(t *testing.T) {
+		t.Parallel()
+		code, stdout, stderr := soak(t, "go="+worker, "--json", "--soak-max-growth", "1000%")
+		if code != 0 {
+			t.Fatalf("exit %d\n%s\n%s", code, stdout, stderr)
+		}
+		var res bench.SoakResult
+		dec := json.NewDecoder(strings.NewReader(stdout))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&res); err != nil {
+			t.Fatalf("decode the result: %v\n%s", err, stdout)
+		}
+		if res.Store != "sqlite" || res.Worker != "go" || res.Tasks != 400 || res.Jobs != 40 || res.DurationSeconds != 4 ||
+			res.RateTasksPerSec != 100 || res.BaselineSeconds != 1 || res.MaxGrowthPercent != 1000 || res.Stop != "exit 0" {
+			t.Errorf("header: %+v", res)
+		}
+		if res.Pacing == nil || res.Pacing.RateTasksPerSec != 100 || res.Pacing.SubmitTasksPerSec > 100 {
+			t.Errorf("pacing %+v", res.Pacing)
+		}
+		if len(res.Samples) < 2 || res.BaselineRSSBytes < 1<<20 || res.EndRSSBytes < 1<<20 || res.PeakRSSBytes < max(res.BaselineRSSBytes, res.EndRSSBytes) {
+			t.Errorf("RSS: baseline %d, end %d, peak %d, samples %+v", res.BaselineRSSBytes, res.EndRSSBytes, res.PeakRSSBytes, res.Samples)
+		}
+		if want := math.Round((float64(res.EndRSSBytes)/float64(res.BaselineRSSBytes)-1)*10000) / 100; res.GrowthPercent != want {
+			t.Errorf("growth %v%%, want %v%%", res.GrowthPercent, want)
+		}
+		if res.WorkerCPUSeconds == nil || *res.WorkerCPUSeconds <= 0 || res.ServerCPUSeconds == nil || res.ServerPeakRSSBytes == nil {
+			t.Errorf("CPU and memory: %v %v %v", res.WorkerCPUSeconds, res.ServerCPUSeconds, res.ServerPeakRSSBytes)
+		}
+	})
+	t.Run("growing", func(t *testing.T) {
+		t.Parallel()
+		// The worker's process group holds a tail that keeps 32 MiB more of a pipe every tenth of
+		// a second (up to 400 MiB): its RSS at the end is well above its RSS after a second.
+		hog := `(while :; do head -c 32M /dev/zero; sleep 0.1; done | tail -c 400M >/dev/null) & ` + worker
+		code, stdout, stderr := soak(t, "hog="+hog)
+		if code != 1 || !regexp.MustCompile(`worker command hog grew from `+numRe+` MiB after 1s to `+numRe+` MiB at the end of the soak: \+`+numRe+`%, more than --soak-max-growth 10%`).MatchString(stderr) {
+			t.Errorf("exit %d\n%s\n%s", code, stdout, stderr)
+		}
+		for _, row := range []string{`RSS after 1s +` + numRe + ` MiB`, `RSS at the end +` + numRe + ` MiB`,
+			`end / baseline +` + numRe + ` \(\+` + numRe + `%, ABOVE the --soak-max-growth of 10%\)`, `peak RSS +` + numRe + ` MiB \(the highest of [0-9]+ samples\)`} {
+			if !regexp.MustCompile(`(?m)^` + row + ` *$`).MatchString(stdout) {
+				t.Errorf("no row %q in\n%s", row, stdout)
+			}
+		}
+	})
 }

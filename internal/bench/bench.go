@@ -88,6 +88,13 @@ type Config struct {
 	ServerPID int
 	// Log receives the workers' warnings; default: discarded.
 	Log *slog.Logger
+
+	// Commands are worker programs to measure besides the in-process workers: after the two
+	// phases, the work-only phase runs once more for each, on fresh jobs of its own task name,
+	// with the command as the workers (see WorkerRow).
+	Commands []WorkerCommand
+	// CommandOutput, if not nil, receives the commands' output, each line after its label.
+	CommandOutput io.Writer
 }
 
 // Validate checks the settings a user chooses.
@@ -113,6 +120,13 @@ func (c *Config) Validate() error {
 	default:
 		return fmt.Errorf("--transport %q: want store, redis or nats", c.Transport)
 	}
+	labels := map[string]bool{}
+	for _, wc := range c.Commands {
+		if labels[strings.ToLower(wc.Label)] {
+			return fmt.Errorf("--worker-command: the label %q is given twice", wc.Label)
+		}
+		labels[strings.ToLower(wc.Label)] = true
+	}
 	if c.Via == ViaInternal && !c.wakeups() {
 		return errors.New("--via internal needs --transport redis or --transport nats: its workers wait for the server's wake-ups on that transport")
 	}
@@ -124,6 +138,9 @@ func (c *Config) wakeups() bool { return c.Transport == "redis" || c.Transport =
 func orList(xs []string) string {
 	return strings.Join(xs[:len(xs)-1], ", ") + " or " + xs[len(xs)-1]
 }
+
+// ErrCommandsAtRate refuses worker commands at a rate: they run the work-only phase.
+var ErrCommandsAtRate = errors.New("--worker-command runs the work-only phase, which --rate skips: drop --rate, or use --soak to run a command at a steady rate")
 
 // Result is what a run measured. Latencies are nil where they do not apply.
 type Result struct {
@@ -139,12 +156,15 @@ type Result struct {
 
 	WorkOnly     *Phase `json:"work_only"` // nil when skipped (Config.Rate)
 	SubmitToDone Phase  `json:"submit_to_done"`
+	// WorkOnlyByWorker is the work-only phase per kind of worker: the in-process workers (the
+	// figures of WorkOnly), then each Config.Commands; nil when the phase was skipped.
+	WorkOnlyByWorker []WorkerRow `json:"work_only_by_worker"`
 
-	// The server process at the end of the run, nil when unknown.
+	// The server process after the in-process workers' two phases, nil when unknown.
 	ServerCPUSeconds   *float64 `json:"server_cpu_seconds"`
 	ServerPeakRSSBytes *int64   `json:"server_peak_rss_bytes"`
-	// BenchCPUSeconds is this process's CPU time during the run: its workers and submitters
-	// compete with the server for the machine's cores.
+	// BenchCPUSeconds is this process's CPU time during the in-process workers' two phases:
+	// its workers and submitters compete with the server for the machine's cores.
 	BenchCPUSeconds *float64 `json:"bench_cpu_seconds"`
 }
 
@@ -186,19 +206,12 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	if cfg.Via != ViaCallback && cfg.Push != nil {
 		return nil, errors.New("a push target is only for --via callback")
 	}
-	if cfg.TaskName == "" {
-		cfg.TaskName = "bench"
+	if len(cfg.Commands) > 0 && cfg.Rate > 0 {
+		return nil, ErrCommandsAtRate
 	}
-	if cfg.Submitters < 1 {
-		cfg.Submitters = 4
-	}
-	if cfg.Log == nil {
-		cfg.Log = slog.New(slog.NewTextHandler(io.Discard, nil))
-	}
-	hc := newHTTPClient(cfg.Workers + cfg.Submitters)
-	defer hc.CloseIdleConnections()
-	b := &bench{cfg: cfg, hc: hc, pc: client.New(cfg.ProducerURL, cfg.APIKey, client.WithHTTPClient(hc),
-		client.WithUserAgent("baton-bench")), runs: cfg.TaskName}
+	b := newBench(cfg)
+	defer b.hc.CloseIdleConnections()
+	cfg = b.cfg
 	if cfg.Push != nil {
 		cfg.Push.attach(b)
 		defer cfg.Push.attach(nil)
@@ -240,6 +253,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	workCtx, stopWorkers := context.WithCancel(ctx)
 	defer stopWorkers()
 	workersDone := make(chan error, 1)
+	server1, self1 := b.serverCPU(), selfCPU()
 	t1 := time.Now()
 	go func() { workersDone <- b.work(workCtx) }()
 	stop := func() error {
@@ -253,6 +267,8 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 			return nil, fmt.Errorf("work-only phase: %w", err)
 		}
 		res.WorkOnly = &p
+		res.WorkOnlyByWorker = []WorkerRow{{Worker: "go " + cfg.Via, Task: cfg.TaskName, SubmitSeconds: p.SubmitSeconds,
+			Seconds: p.Seconds, TasksPerSec: p.TasksPerSec, CPUSeconds: delta(self1, selfCPU()), ServerCPUSeconds: delta(server1, b.serverCPU())}}
 		b.rec.set(recB)
 	}
 
@@ -287,7 +303,32 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		cpu := round(now.CPUSeconds-self.CPUSeconds, 2)
 		res.BenchCPUSeconds = &cpu
 	}
+
+	// The work-only phase again, once per worker command.
+	for i, wc := range cfg.Commands {
+		row, err := b.runCommand(ctx, i, wc)
+		if err != nil {
+			return nil, err
+		}
+		res.WorkOnlyByWorker = append(res.WorkOnlyByWorker, row)
+	}
 	return res, nil
+}
+
+// newBench fills in cfg's defaults and makes the bench's clients.
+func newBench(cfg Config) *bench {
+	if cfg.TaskName == "" {
+		cfg.TaskName = "bench"
+	}
+	if cfg.Submitters < 1 {
+		cfg.Submitters = 4
+	}
+	if cfg.Log == nil {
+		cfg.Log = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	hc := newHTTPClient(cfg.Workers + cfg.Submitters)
+	return &bench{cfg: cfg, hc: hc, pc: client.New(cfg.ProducerURL, cfg.APIKey, client.WithHTTPClient(hc),
+		client.WithUserAgent("baton-bench")), runs: cfg.TaskName}
 }
 
 // backlog is the work-only phase's jobs, submitted before any worker runs.
@@ -392,28 +433,43 @@ func (b *bench) verify(ctx context.Context, jobIDs []string) (time.Time, error) 
 	}
 }
 
+// jobSource gives the POST /jobs bodies of a phase.
+type jobSource interface {
+	count() int
+	body(i int) ([]byte, error)
+}
+
+func (j jobBodies) count() int                 { return len(j) }
+func (j jobBodies) body(i int) ([]byte, error) { return j[i], nil }
+
 // submit submits the jobs with Submitters goroutines, each job when pace lets it go, and returns
 // their ids in order.
-func (b *bench) submit(ctx context.Context, jobs jobBodies, pace *pacer) ([]string, error) {
-	ids := make([]string, len(jobs))
+func (b *bench) submit(ctx context.Context, jobs jobSource, pace *pacer) ([]string, error) {
+	n := jobs.count()
+	ids := make([]string, n)
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	var next atomic.Int64
 	var wg sync.WaitGroup
-	for range min(b.cfg.Submitters, len(jobs)) {
+	for range min(b.cfg.Submitters, n) {
 		wg.Go(func() {
 			for {
 				i := int(next.Add(1)) - 1
-				if i >= len(jobs) || !pace.wait(ctx, i) {
+				if i >= n || !pace.wait(ctx, i) {
 					return
 				}
-				res, err := b.pc.SubmitJobJSON(ctx, jobs[i])
+				body, err := jobs.body(i)
+				if err != nil {
+					cancel(err)
+					return
+				}
+				res, err := b.pc.SubmitJobJSON(ctx, body)
 				if err != nil {
 					var apiErr *client.APIError
 					if errors.As(err, &apiErr) && apiErr.Status == http.StatusTooManyRequests {
 						err = fmt.Errorf("%w (the server rate-limits the key: start it with --rate-limit 0 --daily-quota 0)", err)
 					}
-					cancel(fmt.Errorf("submit job %d of %d: %w", i+1, len(jobs), err))
+					cancel(fmt.Errorf("submit job %d of %d: %w", i+1, n, err))
 					return
 				}
 				ids[i] = res.JobID

@@ -47,32 +47,62 @@ func RunServer(ctx context.Context, cfg Config, sc ServerConfig) (*Result, error
 		defer push.Close()
 		cfg.Push = push
 	}
+	var res *Result
+	err := withServer(ctx, &cfg, sc, func() (err error) {
+		res, err = Run(ctx, cfg)
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	res.Store = sc.store()
+	return res, nil
+}
+
+// SoakServer runs a soak (Soak) on a server it starts, as RunServer does. The result's Store is
+// sqlite or postgres.
+func SoakServer(ctx context.Context, cfg Config, sc ServerConfig, soak SoakConfig) (*SoakResult, error) {
+	var res *SoakResult
+	err := withServer(ctx, &cfg, sc, func() (err error) {
+		res, err = Soak(ctx, cfg, soak)
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	res.Store = sc.store()
+	return res, nil
+}
+
+func (sc ServerConfig) store() string {
+	if sc.DatabaseURL != "" {
+		return "postgres"
+	}
+	return "sqlite"
+}
+
+// withServer starts the server of sc (StartServer), runs fn against it (cfg filled in: its URLs,
+// key and process id), and stops it; a server that did not stop cleanly fails the run.
+func withServer(ctx context.Context, cfg *Config, sc ServerConfig, fn func() error) error {
 	if sc.DatabaseURL == "" && sc.DataDir == "" {
 		dir, err := os.MkdirTemp("", "baton-bench-")
 		if err != nil {
-			return nil, err
+			return err
 		}
 		defer os.RemoveAll(dir) // after the server stopped: defers run last in, first out
 		sc.DataDir = dir
 	}
-	child, err := StartServer(ctx, &cfg, sc)
+	child, err := StartServer(ctx, cfg, sc)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	cfg.ServerPID = child.PID()
 	defer child.Stop(30 * time.Second)
-	res, err := Run(ctx, cfg)
+	err = fn()
 	if stopErr := child.Stop(30 * time.Second); stopErr != nil && err == nil {
 		err = stopErr
 	}
-	if err != nil {
-		return nil, err
-	}
-	res.Store = "sqlite"
-	if sc.DatabaseURL != "" {
-		res.Store = "postgres"
-	}
-	return res, nil
+	return err
 }
 
 // StartServer starts the server of sc as a child process with free loopback ports and no

@@ -5,6 +5,7 @@ import (
 	"io"
 	"strconv"
 	"text/tabwriter"
+	"time"
 )
 
 // WriteTable writes the result as one table. With a rate, the work-only column says it was
@@ -35,9 +36,47 @@ func (r *Result) WriteTable(w io.Writer) error {
 		fmt.Fprintf(tw, "%s\t%s\t%s\n", row.name, a, row.cell(r.SubmitToDone))
 	}
 	fmt.Fprintf(tw, "server CPU seconds\t%s\n", fmtOpt(r.ServerCPUSeconds, func(v float64) string { return strconv.FormatFloat(v, 'f', 2, 64) }))
-	fmt.Fprintf(tw, "server peak RSS\t%s\n", fmtOpt(r.ServerPeakRSSBytes, func(v int64) string { return fmt.Sprintf("%.1f MiB", float64(v)/(1<<20)) }))
+	fmt.Fprintf(tw, "server peak RSS\t%s\n", fmtOpt(r.ServerPeakRSSBytes, fmtMiB))
 	fmt.Fprintf(tw, "bench CPU seconds\t%s\n", fmtOpt(r.BenchCPUSeconds, func(v float64) string { return strconv.FormatFloat(v, 'f', 2, 64) }))
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if len(r.WorkOnlyByWorker) < 2 {
+		return nil // the in-process workers alone: the table above has their figures
+	}
+	fmt.Fprintln(w)
+	return writeWorkerRows(w, r.WorkOnlyByWorker)
+}
+
+// writeWorkerRows writes the work-only phase of each kind of worker side by side, one row each.
+func writeWorkerRows(w io.Writer, rows []WorkerRow) error {
+	tw := tabwriter.NewWriter(w, 2, 4, 3, ' ', 0)
+	fmt.Fprintf(tw, "work-only by worker\ttasks/s\tseconds\tready after s\tworker CPU s\tworker peak RSS\tserver CPU s\tstop\n")
+	secs := func(v float64) string { return strconv.FormatFloat(v, 'f', 2, 64) }
+	for _, row := range rows {
+		fmt.Fprintf(tw, "%s\t%.0f\t%.3f\t%s\t%s\t%s\t%s\t%s\n", row.Worker, row.TasksPerSec, row.Seconds,
+			fmtOptNA(row.ReadySeconds, func(v float64) string { return strconv.FormatFloat(v, 'f', 3, 64) }),
+			fmtOptNA(row.CPUSeconds, secs), fmtOptNA(row.PeakRSSBytes, fmtMiB), fmtOptNA(row.ServerCPUSeconds, secs),
+			cmpStr(row.Stop, "n/a"))
+	}
 	return tw.Flush()
+}
+
+func fmtMiB(v int64) string { return fmt.Sprintf("%.1f MiB", float64(v)/(1<<20)) }
+
+// fmtOptNA is fmtOpt with n/a for a missing value.
+func fmtOptNA[T any](v *T, f func(T) string) string {
+	if v == nil {
+		return "n/a"
+	}
+	return f(*v)
+}
+
+func cmpStr(s, def string) string {
+	if s == "" {
+		return def
+	}
+	return s
 }
 
 // tableRow is a row of the table's phase columns: its name and a phase's cell.
@@ -89,4 +128,32 @@ func fmtOpt[T any](v *T, f func(T) string) string {
 		return "unknown"
 	}
 	return f(*v)
+}
+
+// WriteTable writes the soak's result as one table.
+func (r *SoakResult) WriteTable(w io.Writer) error {
+	tw := tabwriter.NewWriter(w, 2, 4, 3, ' ', 0)
+	secs := func(v float64) string { return strconv.FormatFloat(v, 'f', 2, 64) }
+	fmt.Fprintf(tw, "store\t%s\n", r.Store)
+	fmt.Fprintf(tw, "soak\t%s: %s\n", r.Worker, r.Command)
+	fmt.Fprintf(tw, "dag\t%s, at most %d tasks a job\n", r.DAG, r.JobSize)
+	fmt.Fprintf(tw, "workers\t%d\n", r.Workers)
+	fmt.Fprintf(tw, "schedule\t%s tasks/s for %s: %d tasks in %d jobs\n", fmtRate(r.RateTasksPerSec),
+		time.Duration(r.DurationSeconds*float64(time.Second)), r.Tasks, r.Jobs)
+	fmt.Fprintf(tw, "submitted tasks/s\t%s\n", fmtPacing(r.Pacing))
+	fmt.Fprintf(tw, "drain seconds\t%.3f (from the last submission to every job finished)\n", r.DrainSeconds)
+	fmt.Fprintf(tw, "RSS after %s\t%s\n", time.Duration(r.BaselineSeconds*float64(time.Second)), fmtMiB(r.BaselineRSSBytes))
+	fmt.Fprintf(tw, "RSS at the end\t%s\n", fmtMiB(r.EndRSSBytes))
+	verdict := "within"
+	if r.Grew() {
+		verdict = "ABOVE"
+	}
+	fmt.Fprintf(tw, "end / baseline\t%.3f (%+.1f%%, %s the --soak-max-growth of %s%%)\n", float64(r.EndRSSBytes)/float64(r.BaselineRSSBytes),
+		r.GrowthPercent, verdict, fmtRate(r.MaxGrowthPercent))
+	fmt.Fprintf(tw, "peak RSS\t%s (the highest of %d samples)\n", fmtMiB(r.PeakRSSBytes), len(r.Samples))
+	fmt.Fprintf(tw, "worker CPU seconds\t%s\n", fmtOpt(r.WorkerCPUSeconds, secs))
+	fmt.Fprintf(tw, "server CPU seconds\t%s\n", fmtOpt(r.ServerCPUSeconds, secs))
+	fmt.Fprintf(tw, "server peak RSS\t%s\n", fmtOpt(r.ServerPeakRSSBytes, fmtMiB))
+	fmt.Fprintf(tw, "stop\t%s\n", r.Stop)
+	return tw.Flush()
 }
