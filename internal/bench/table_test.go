@@ -56,3 +56,31 @@ func TestWriteTable(t *testing.T) {
 		t.Errorf("a late submission:\n%s", b.String())
 	}
 }
+
+// Worker rows go side by side, n/a where a figure does not apply.
+func TestWriteWorkerRows(t *testing.T) {
+	cpu, ready, srv, rss := 0.5, 0.125, 1.25, int64(40<<20)
+	phase := Phase{SubmitSeconds: 0.25, Seconds: 1.5, TasksPerSec: 200}
+	r := &Result{Store: "sqlite", Via: ViaSDK, Batch: 8, DAG: Flat, Tasks: 300, Jobs: 3, Workers: 16, WorkOnly: &phase, SubmitToDone: phase,
+		WorkOnlyByWorker: []WorkerRow{{Worker: "go sdk", Seconds: 1.5, TasksPerSec: 200, CPUSeconds: &cpu, ServerCPUSeconds: &srv}}}
+	var b strings.Builder
+	r.WriteTable(&b)
+	if strings.Contains(b.String(), "work-only by worker") {
+		t.Errorf("a table of one worker:\n%s", b.String())
+	}
+	r.WorkOnlyByWorker = append(r.WorkOnlyByWorker, WorkerRow{Worker: "python", Command: "python3 w.py", Seconds: 3, TasksPerSec: 100,
+		ReadySeconds: &ready, CPUSeconds: &cpu, PeakRSSBytes: &rss, Stop: "exit 0"})
+	b.Reset()
+	if err := r.WriteTable(&b); err != nil {
+		t.Fatal(err)
+	}
+	for _, row := range []string{
+		`work-only by worker +tasks/s +seconds +ready after s +worker CPU s +worker peak RSS +server CPU s +stop`,
+		`go sdk +200 +1.500 +n/a +0.50 +n/a +1.25 +n/a`,
+		`python +100 +3.000 +0.125 +0.50 +40.0 MiB +n/a +exit 0`,
+	} {
+		if !regexp.MustCompile(`(?m)^` + row + ` *$`).MatchString(b.String()) {
+			t.Errorf("no row %q in\n%s", row, b.String())
+		}
+	}
+}
