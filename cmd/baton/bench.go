@@ -82,11 +82,11 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	fs.StringVar(&cfg.DAG, "dag", bench.Flat, "shape of each job: "+strings.Join(bench.DAGs, ", ")+
 		" (flat: independent tasks; chain: each task depends on the one before; fanout: a root and its children; diamond: a root, its children and a sink)")
 	fs.IntVar(&cfg.JobSize, "job-size", 1000, "most tasks in one job; a larger DAG is several jobs of its shape")
-	fs.IntVar(&cfg.Workers, "workers", 64, "concurrent workers: SDK slots, dialect goroutines or push handlers")
+	fs.IntVar(&cfg.Workers, "workers", 64, "concurrent workers: SDK slots, dialect goroutines or push handlers; a --worker-command's BATON_BENCH_CONCURRENCY")
 	fs.StringVar(&cfg.Via, "via", bench.ViaSDK, "worker path: "+strings.Join(bench.Vias, ", ")+
 		" (sdk: the Go worker package; stream-worker: /internal/worker/claim and /complete; internal: transport wake-ups, /internal/task-claim and /task-complete; callback: push tasks reported on /v1/tasks/{id}/completed)")
 	fs.IntVar(&cfg.Batch, "batch", 8, "sdk: claim requests in flight (worker.WithBatchSize)")
-	fs.Float64Var(&cfg.Rate, "rate", 0, "submit-to-done submits this many tasks per second on a steady schedule, and work-only is skipped (0: no limit, both phases)")
+	fs.Float64Var(&cfg.Rate, "rate", 0, "submit-to-done submits this many tasks per second on a steady schedule, and work-only is skipped (0: no limit, both phases); with --soak, the soak's steady rate")
 	asJSON := fs.Bool("json", false, "print the result as one JSON object")
 	dbURL := fs.String("database-url", "", "run `baton server` on this PostgreSQL database (migrated first) instead of `baton dev` on SQLite")
 	var tf transportFlags
@@ -95,13 +95,13 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	internalURL := fs.String("internal-url", "", "with --url: the server's internal listener (without TLS)")
 	apiKey := fs.String("api-key", "", "with --url: a producer API key (env BATON_API_KEY)")
 	serverPID := fs.Int("server-pid", 0, "with --url: the server's process id, to report its CPU time and peak RSS")
-	timeout := fs.Duration("timeout", 10*time.Minute, "give up after this long")
+	timeout := fs.Duration("timeout", 10*time.Minute, "give up after this long (with --soak, by default its DURATION + 10m)")
 	var serverFlags listFlag
 	fs.Var(&serverFlags, "server-flag", "`FLAG` passed to the server the bench starts, e.g. --server-flag=--committers=2 (repeatable)")
-	verbose := fs.Bool("verbose", false, "print the server's output and the workers' warnings on stderr")
+	verbose := fs.Bool("verbose", false, "print the server's output, the workers' warnings and the worker commands' output on stderr")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the server process to this file (go tool pprof FILE)")
 	var commands workerCommandFlag
-	fs.Var(&commands, "worker-command", "`LABEL=CMD`: run the work-only phase once more with sh -c CMD as the workers, and print its row as LABEL (repeatable)")
+	fs.Var(&commands, "worker-command", "run the work-only phase once more with sh -c CMD as the workers, its row named LABEL, for each `LABEL=CMD` given (repeatable)")
 	var soak bench.SoakConfig
 	fs.DurationVar(&soak.Duration, "soak", 0, "run a soak of this long instead of the phases: the one --worker-command at a steady --rate, its RSS sampled")
 	fs.DurationVar(&soak.Baseline, "soak-baseline", time.Minute, "with --soak: the RSS compared with the end's is sampled this long into the soak")
