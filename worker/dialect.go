@@ -38,11 +38,12 @@ type routes struct {
 	publish     string // buffer-publish
 	credentials string // object storage credentials
 	rows        string // the prefix of {dataset}/rows
+	query       string // the Query Service's task query
 }
 
 var (
-	internalRoutes = &routes{publish: "/internal/buffer-publish", credentials: pathCredentials, rows: pathTaskRows}
-	scopedRoutes   = &routes{publish: "/v1/task/buffer-publish", credentials: "/v1/task/credentials", rows: "/v1/task/datasets/"}
+	internalRoutes = &routes{publish: "/internal/buffer-publish", credentials: pathCredentials, rows: pathTaskRows, query: "/internal/task-query"}
+	scopedRoutes   = &routes{publish: "/v1/task/buffer-publish", credentials: "/v1/task/credentials", rows: "/v1/task/datasets/", query: "/v1/task/query"}
 )
 
 // bind gives a's task the calls that go through a's dialect.
@@ -50,6 +51,7 @@ func (a *attempt) bind() {
 	a.task.publish = (&publisher{a: a}).publish
 	a.task.mint = a.mintCredentials
 	a.task.rows = a.readRows
+	a.task.query = a.runQuery
 }
 
 // capabilityHeader carries the attempt's capability token.

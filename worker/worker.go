@@ -94,6 +94,7 @@ type Task struct {
 	// fetchSecrets asks the server for the attempt's secrets (Secrets), once.
 	fetchSecrets func(ctx context.Context) (map[string]string, error)
 	rows         func(ctx context.Context, token, path string) (*rowPage, error)
+	query        func(ctx context.Context, token, sql string, opts QueryOptions) (*QueryResult, error)
 
 	mu       sync.Mutex
 	token    string // the newest capability token; "" until a heartbeat renewed the claim's
