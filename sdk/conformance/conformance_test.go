@@ -1,0 +1,513 @@
+package conformance
+
+import (
+	"bytes"
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	_ "github.com/jackc/pgx/v5/stdlib" // the database/sql driver "pgx", to make a schema per run
+
+	"github.com/baton-dev/baton/client"
+	"github.com/baton-dev/baton/internal/buildtest"
+)
+
+// TestConformance runs the scenario of README.md for every SDK against a real `baton dev` on
+// SQLite and a real `baton server` on PostgreSQL (BATON_TEST_POSTGRES_URL), one server of each
+// for all SDKs, each SDK on a queue and a pipeline of its own; then each SDK's own test suite
+// against the same servers. Subtests: TestConformance/{sqlite,postgres}/{go,python,
+// python-asyncio,typescript}/{dag,retry,heartbeats,cancel,pipeline,kill,refused,sigterm} and
+// .../{python,typescript}/suite. The SDKs, and the two servers, run at once: most of the
+// scenario's time is spent waiting on leases and sleeps.
+func TestConformance(t *testing.T) {
+	root, err := filepath.Abs("../..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := &harness{root: root, tmp: t.TempDir(), started: time.Now()}
+	// The baton binary, built once the way this test was built (its race detector included).
+	h.baton = filepath.Join(h.tmp, "baton")
+	built := buildtest.Build(t, root, "./cmd/baton", h.baton)
+	t.Logf("built baton in %s", built.Round(time.Millisecond))
+
+	var wg sync.WaitGroup
+	for _, store := range []string{"sqlite", "postgres"} {
+		wg.Go(func() {
+			t.Run(store, func(t *testing.T) {
+				srv := h.startServer(t, store)
+				var sdks sync.WaitGroup
+				for _, s := range h.sdks() {
+					if s.sqliteOnly && store != "sqlite" {
+						continue
+					}
+					sdks.Go(func() {
+						t.Run(s.name, func(t *testing.T) { h.runSDK(t, srv, s) })
+					})
+				}
+				sdks.Wait()
+			})
+		})
+	}
+	wg.Wait()
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for _, line := range h.timings {
+		t.Log(line)
+	}
+}
+
+// harness is what the subtests of TestConformance share.
+type harness struct {
+	root    string // the repository
+	tmp     string
+	baton   string // the built baton binary
+	started time.Time
+
+	goOnce sync.Once // builds goconf
+	goBin  string
+	goErr  error
+
+	tsOnce sync.Once // builds the TypeScript SDK (npm run build)
+	tsErr  error
+
+	mu      sync.Mutex
+	timings []string // how long each SDK took, for the log
+}
+
+func (h *harness) timing(format string, args ...any) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.timings = append(h.timings, fmt.Sprintf(format, args...))
+}
+
+// inCI reports whether the test runs in CI (CI=true), where a missing tool fails instead of
+// skipping.
+func inCI() bool { return os.Getenv("CI") == "true" }
+
+// need skips the test (fails it in CI) with msg unless ok.
+func need(t *testing.T, ok bool, msg string) {
+	t.Helper()
+	switch {
+	case ok:
+	case inCI():
+		t.Fatal(msg + " (CI=true: CI must run it)")
+	default:
+		t.Skip(msg)
+	}
+}
+
+// sdk is an SDK under test: how to start its conformance program.
+type sdk struct {
+	name       string // go, python, python-asyncio, typescript
+	sqliteOnly bool
+	// program returns the command line of the conformance program (before its mode) and its
+	// extra environment; it skips or fails t when the SDK cannot run here.
+	program func(t *testing.T) (argv, env []string)
+	// suite, when set, runs the SDK's own test suite against the server (the subtest "suite").
+	suite func(t *testing.T, srv *server)
+}
+
+// queue is the SDK's queue, and pipeline its pipeline's name.
+func (s *sdk) queue() string    { return "conf-" + s.name }
+func (s *sdk) pipeline() string { return "conf_" + strings.ReplaceAll(s.name, "-", "_") }
+
+func (h *harness) sdks() []*sdk {
+	return []*sdk{
+		{name: "go", program: h.goProgram},
+		{name: "python", program: h.pythonProgram(false), suite: h.pythonSuite},
+		{name: "python-asyncio", sqliteOnly: true, program: h.pythonProgram(true)},
+		{name: "typescript", program: h.typescriptProgram, suite: h.typescriptSuite},
+	}
+}
+
+// goProgram builds sdk/conformance/goconf once, as the test was built.
+func (h *harness) goProgram(t *testing.T) ([]string, []string) {
+	h.goOnce.Do(func() {
+		h.goBin = filepath.Join(h.tmp, "goconf")
+		cmd := exec.Command("go", append(append([]string{"build", "-o", h.goBin}, buildtest.Flags()...), "./sdk/conformance/goconf")...)
+		cmd.Dir = h.root
+		if out, err := cmd.CombinedOutput(); err != nil {
+			h.goErr = fmt.Errorf("go build ./sdk/conformance/goconf: %v\n%s", err, out)
+		}
+	})
+	if h.goErr != nil {
+		t.Fatal(h.goErr)
+	}
+	return []string{h.goBin}, nil
+}
+
+// python3 is the Python interpreter, 3.9 or newer; it skips or fails t without one.
+func (h *harness) python3(t *testing.T) string {
+	t.Helper()
+	py, err := exec.LookPath("python3")
+	need(t, err == nil, "python3 is not installed; install Python 3.9 or newer to run the Python SDK's conformance")
+	if out, err := exec.Command(py, "-c", "import sys; sys.exit(sys.version_info < (3, 9))").CombinedOutput(); err != nil {
+		t.Fatalf("the Python SDK needs Python 3.9 or newer (%s): %v %s", py, err, out)
+	}
+	return py
+}
+
+func (h *harness) pythonProgram(async bool) func(t *testing.T) ([]string, []string) {
+	return func(t *testing.T) ([]string, []string) {
+		py := h.python3(t)
+		prog := h.file(t, "sdk/python/conformance/conformance.py")
+		env := []string{"PYTHONPATH=" + filepath.Join(h.root, "sdk/python"), "PYTHONUNBUFFERED=1", "PYTHONDONTWRITEBYTECODE=1"}
+		if async {
+			env = append(env, "BATON_CONFORMANCE_ASYNC=1")
+		}
+		return []string{py, prog}, env
+	}
+}
+
+// typescriptReady checks for node and the SDK's node_modules, and builds the SDK once (npm run
+// build), which its conformance program and tests import from dist/.
+func (h *harness) typescriptReady(t *testing.T) {
+	t.Helper()
+	_, errNode := exec.LookPath("node")
+	_, errNpm := exec.LookPath("npm")
+	need(t, errNode == nil && errNpm == nil, "node and npm are not installed; install Node.js 20 or newer to run the TypeScript SDK's conformance")
+	_, err := os.Stat(filepath.Join(h.root, "sdk/typescript/node_modules"))
+	need(t, err == nil, "sdk/typescript/node_modules is missing: run `npm ci --prefix sdk/typescript` to run the TypeScript SDK's conformance")
+	h.tsOnce.Do(func() {
+		cmd := exec.Command("npm", "--prefix", filepath.Join(h.root, "sdk/typescript"), "run", "build")
+		cmd.Dir = h.root
+		start := time.Now()
+		if out, err := cmd.CombinedOutput(); err != nil {
+			h.tsErr = fmt.Errorf("npm --prefix sdk/typescript run build: %v\n%s", err, out)
+		}
+		h.timing("built the TypeScript SDK in %s", time.Since(start).Round(time.Millisecond))
+	})
+	if h.tsErr != nil {
+		t.Fatal(h.tsErr)
+	}
+}
+
+func (h *harness) typescriptProgram(t *testing.T) ([]string, []string) {
+	h.typescriptReady(t)
+	node, _ := exec.LookPath("node")
+	return []string{node, h.file(t, "sdk/typescript/conformance/conformance.mjs")}, nil
+}
+
+// file is the absolute path of a file of the repository, which must exist.
+func (h *harness) file(t *testing.T, rel string) string {
+	t.Helper()
+	p := filepath.Join(h.root, rel)
+	if _, err := os.Stat(p); err != nil {
+		t.Fatalf("%s is missing: %v", rel, err)
+	}
+	return p
+}
+
+// pythonSuite runs the Python SDK's unittest suite against srv.
+func (h *harness) pythonSuite(t *testing.T, srv *server) {
+	py := h.python3(t)
+	h.file(t, "sdk/python/tests")
+	out := h.runSuite(t, srv, []string{"PYTHONPATH=" + filepath.Join(h.root, "sdk/python"), "PYTHONDONTWRITEBYTECODE=1"},
+		py, "-m", "unittest", "discover", "-s", "sdk/python/tests", "-t", "sdk/python")
+	if !regexp.MustCompile(`(?m)^Ran [1-9][0-9]* tests? in `).MatchString(out) {
+		t.Fatalf("the Python suite ran no test:\n%s", out)
+	}
+	checkSkips(t, out, regexp.MustCompile(`skipped=([0-9]+)`))
+}
+
+// typescriptSuite runs the TypeScript SDK's node --test suite against srv.
+func (h *harness) typescriptSuite(t *testing.T, srv *server) {
+	h.typescriptReady(t)
+	out := h.runSuite(t, srv, nil, "npm", "--prefix", filepath.Join(h.root, "sdk/typescript"), "test")
+	if !regexp.MustCompile(`(?m)^(# |ℹ )pass [1-9]`).MatchString(out) {
+		t.Fatalf("the TypeScript suite passed no test:\n%s", out)
+	}
+	checkSkips(t, out, regexp.MustCompile(`(?m)^(?:# |ℹ )skipped ([0-9]+)`))
+}
+
+// checkSkips fails t, in CI, when the suite's output reports skipped tests: every server and tool
+// a suite needs is there.
+func checkSkips(t *testing.T, out string, re *regexp.Regexp) {
+	t.Helper()
+	for _, m := range re.FindAllStringSubmatch(out, -1) {
+		if n, _ := strconv.Atoi(m[len(m)-1]); n > 0 {
+			if inCI() {
+				t.Fatalf("the suite skipped %d tests (CI=true: none may skip):\n%s", n, out)
+			}
+			t.Logf("the suite skipped %d tests", n)
+		}
+	}
+}
+
+// runSuite runs a test suite in the repository with the server's environment, within 150 s; it
+// fails t when the suite fails and returns its output.
+func (h *harness) runSuite(t *testing.T, srv *server, env []string, name string, args ...string) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 150*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, name, args...)
+	cmd.Dir = h.root
+	cmd.Env = append(append(os.Environ(), srv.env()...), env...)
+	// npm runs node in a child process: the whole group is stopped at the timeout.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
+	cmd.WaitDelay = 5 * time.Second
+	start := time.Now()
+	out, err := cmd.CombinedOutput()
+	h.timing("%s: %s's suite took %s", srv.store, filepath.Base(name), time.Since(start).Round(time.Millisecond))
+	if err != nil {
+		t.Fatalf("%s %s: %v\n%s", name, strings.Join(args, " "), err, out)
+	}
+	return string(out)
+}
+
+// runSDK runs the scenario, then the SDK's suite, for one SDK against srv.
+func (h *harness) runSDK(t *testing.T, srv *server, s *sdk) {
+	argv, env := s.program(t)
+	dir := t.TempDir()
+	r := &run{t: t, h: h, srv: srv, sdk: s, argv: argv, env: env, dir: dir, markers: filepath.Join(dir, "markers")}
+	if err := os.Mkdir(r.markers, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	r.scenario(t)
+	h.timing("%s: %s's scenario took %s", srv.store, s.name, time.Since(start).Round(time.Millisecond))
+	if s.suite != nil {
+		t.Run("suite", func(t *testing.T) { s.suite(t, srv) })
+	}
+}
+
+const devAPIKey = "conformance-key-0123456789"
+
+// server is a running Baton server.
+type server struct {
+	store            string // sqlite or postgres
+	public, internal string // http://host:port
+	apiKey, blobURL  string
+	c                *client.Client
+	proc             *proc
+}
+
+// env is the environment a program of the scenario talks to the server with.
+func (s *server) env() []string {
+	return []string{"BATON_URL=" + s.public, "BATON_INTERNAL_URL=" + s.internal, "BATON_API_KEY=" + s.apiKey, "BATON_BLOB_URL=" + s.blobURL}
+}
+
+// startServer starts `baton dev` (sqlite) or `baton server` on a fresh PostgreSQL schema
+// (postgres), on free ports, with a file:// object storage and a sink in the process, and waits
+// until it is ready; it is stopped when t ends.
+func (h *harness) startServer(t *testing.T, store string) *server {
+	t.Helper()
+	start := time.Now()
+	public, internal := freeAddr(t), freeAddr(t)
+	blobs := filepath.Join(t.TempDir(), "blobs")
+	if err := os.Mkdir(blobs, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	s := &server{store: store, public: "http://" + public, internal: "http://" + internal, blobURL: "file://" + blobs}
+	common := []string{"--listen", public, "--internal-listen", internal, "--metrics-listen=", "--blob-url", s.blobURL, "--shutdown-timeout", "2s"}
+	var cmd *exec.Cmd
+	var env []string
+	switch store {
+	case "sqlite":
+		s.apiKey = devAPIKey
+		cmd = exec.Command(h.baton, append([]string{"dev", "--data-dir", t.TempDir()}, common...)...)
+		env = []string{"BATON_API_KEY=" + devAPIKey}
+	case "postgres":
+		dbURL := pgSchemaURL(t)
+		if out, err := exec.Command(h.baton, "migrate", "--database-url", dbURL).CombinedOutput(); err != nil {
+			t.Fatalf("baton migrate: %v\n%s", err, out)
+		}
+		var stderr bytes.Buffer
+		c := exec.Command(h.baton, "apikey", "create", "--name", "conformance", "--tenant", "conformance", "--database-url", dbURL)
+		c.Stderr = &stderr
+		out, err := c.Output()
+		if err != nil {
+			t.Fatalf("baton apikey create: %v\n%s", err, stderr.String())
+		}
+		s.apiKey = strings.TrimSpace(string(out))
+		cmd = exec.Command(h.baton, append([]string{"server", "--database-url", dbURL, "--internal-insecure", "--sink"}, common...)...)
+	default:
+		t.Fatalf("no store %q", store)
+	}
+	s.proc = startProc(t, t, "baton "+store, cmd, env)
+	for _, base := range []string{s.public, s.internal} {
+		waitFor(t, 60*time.Second, "baton "+store+" to answer "+base+"/readyz", func() (bool, error) {
+			if s.proc.exited() {
+				return false, fmt.Errorf("baton %s exited: %v\n%s", store, s.proc.err, s.proc.out.String())
+			}
+			res, err := http.Get(base + "/readyz")
+			if err != nil {
+				return false, nil
+			}
+			res.Body.Close()
+			return res.StatusCode == http.StatusOK, nil
+		})
+	}
+	s.c = client.New(s.public, s.apiKey)
+	h.timing("%s: the server was ready in %s", store, time.Since(start).Round(time.Millisecond))
+	return s
+}
+
+// pgSchemaURL is BATON_TEST_POSTGRES_URL with a fresh schema as its search path, dropped when t
+// ends; it skips t when the variable is not set.
+func pgSchemaURL(t *testing.T) string {
+	t.Helper()
+	base := os.Getenv("BATON_TEST_POSTGRES_URL")
+	if base == "" {
+		t.Skip("BATON_TEST_POSTGRES_URL is not set; skipping the PostgreSQL run (e.g. postgres://postgres@127.0.0.1:5432/test?sslmode=disable)")
+	}
+	admin, err := sql.Open("pgx", base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	schema := "baton_conf_" + strings.ReplaceAll(uuid.NewString(), "-", "")[:12]
+	if _, err := admin.Exec("CREATE SCHEMA " + schema); err != nil {
+		admin.Close()
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		admin.Exec("DROP SCHEMA " + schema + " CASCADE")
+		admin.Close()
+	})
+	if strings.Contains(base, "?") {
+		return base + "&search_path=" + schema
+	}
+	return base + "?search_path=" + schema
+}
+
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+// waitFor polls cond every 50 ms until it holds, fails, or timeout passes (which fails t).
+func waitFor(t *testing.T, timeout time.Duration, what string, cond func() (bool, error)) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		ok, err := cond()
+		if err != nil {
+			t.Fatalf("waiting for %s: %v", what, err)
+		}
+		if ok {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %s waiting for %s", timeout, what)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// proc is a child process whose output is kept for failure messages.
+type proc struct {
+	name string
+	cmd  *exec.Cmd
+	out  *syncBuffer
+	done chan struct{} // closed when the process exited; err is then its Wait error
+	err  error
+}
+
+// startProc starts cmd with env added to the test's environment; when owner ends it is stopped
+// (SIGTERM, then SIGKILL after 10 s) and, if owner failed, its output logged. t fails if it cannot
+// start.
+func startProc(t, owner *testing.T, name string, cmd *exec.Cmd, env []string) *proc {
+	t.Helper()
+	p := &proc{name: name, cmd: cmd, out: &syncBuffer{}, done: make(chan struct{})}
+	cmd.Env = append(os.Environ(), env...)
+	cmd.Stdout, cmd.Stderr = p.out, p.out
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("start %s: %v", name, err)
+	}
+	go func() { p.err = cmd.Wait(); close(p.done) }()
+	owner.Cleanup(func() {
+		p.stop()
+		if owner.Failed() {
+			owner.Logf("output of %s (%s):\n%s", name, strings.Join(cmd.Args, " "), p.out.String())
+		}
+	})
+	return p
+}
+
+func (p *proc) exited() bool {
+	select {
+	case <-p.done:
+		return true
+	default:
+		return false
+	}
+}
+
+func (p *proc) signal(sig syscall.Signal) error {
+	if p.exited() {
+		return fmt.Errorf("%s already exited: %v", p.name, p.err)
+	}
+	return p.cmd.Process.Signal(sig)
+}
+
+// stop ends the process: SIGCONT (it may be stopped) and SIGTERM, then SIGKILL after 10 s.
+func (p *proc) stop() {
+	if p.exited() {
+		return
+	}
+	_ = p.cmd.Process.Signal(syscall.SIGCONT)
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-p.done:
+	case <-time.After(10 * time.Second):
+		_ = p.cmd.Process.Kill()
+		<-p.done
+	}
+}
+
+// wait waits up to timeout for the process to exit and returns its exit status.
+func (p *proc) wait(timeout time.Duration) (int, error) {
+	select {
+	case <-p.done:
+	case <-time.After(timeout):
+		return 0, fmt.Errorf("%s did not exit within %s", p.name, timeout)
+	}
+	var exit *exec.ExitError
+	switch {
+	case p.err == nil:
+		return 0, nil
+	case errors.As(p.err, &exit):
+		if ws, ok := exit.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+			return -1, fmt.Errorf("%s was killed by %s", p.name, ws.Signal())
+		}
+		return exit.ExitCode(), nil
+	}
+	return 0, p.err
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
