@@ -52,14 +52,14 @@ const queryTimeout = 320 * time.Second
 // current one under a live lease (404, 409, 410). A refusal is returned as an error that carries
 // the server's code and message (sql_rejected, query_failed, query_busy, ...).
 func (t *Task) Query(ctx context.Context, sql string, opts QueryOptions) (*QueryResult, error) {
-	if t.query == nil {
-		return nil, errors.New("baton worker: Query: the task was not claimed by a Worker")
-	}
 	if sql == "" {
 		return nil, errors.New("baton worker: Query: the SQL statement is empty")
 	}
 	if opts.Limit < 0 || opts.Limit > 10000 {
 		return nil, fmt.Errorf("baton worker: Query: limit %d: want 1 to 10000 (0: the server's default)", opts.Limit)
+	}
+	if t.query == nil {
+		return nil, errors.New("baton worker: Query: the task was not claimed by a Worker")
 	}
 	token, _ := t.Token()
 	return t.query(ctx, token, sql, opts)
