@@ -253,8 +253,8 @@ func (r *run) dag(t *testing.T) {
 	r.wantMarkers(t, "started-a-1", "started-b-1", "started-c-1")
 }
 
-// retry: a retryable INFRASTRUCTURE failure is retried, a non-retryable DATA_QUALITY one is not;
-// the producer exits 1 for the partly failed job.
+// retry: a retryable TRANSIENT failure is retried, a non-retryable DATA_QUALITY one is not; the
+// producer exits 1 for the partly failed job.
 func (r *run) retry(t *testing.T) {
 	job := r.producer(t, "retry", map[string]any{"name": "conf-retry", "tasks": []any{
 		r.task("flaky", "conf.flaky", map[string]any{}, map[string]any{"maxAttempts": 3, "backoffBaseMs": 0, "backoffMaxMs": 0}),
@@ -268,9 +268,9 @@ func (r *run) retry(t *testing.T) {
 		t.Errorf("flaky: %s on attempt %d (attempts %v), want completed on attempt 2", flaky.Status, flaky.Attempt, outcomes(flaky))
 	} else {
 		wantOutput(t, "flaky", flaky.Output, `{"attempt":2}`)
-		if e := flaky.Attempts[0].Error; flaky.Attempts[0].Outcome != "failed" || e == nil || e.Category != "INFRASTRUCTURE" ||
+		if e := flaky.Attempts[0].Error; flaky.Attempts[0].Outcome != "failed" || e == nil || e.Category != "USER_CODE" || e.Code != "TRANSIENT" ||
 			e.Message != "flaky attempt 1" || (e.Retryable != nil && !*e.Retryable) {
-			t.Errorf("flaky's attempt 1: %s, error %+v; want failed, INFRASTRUCTURE, retryable, \"flaky attempt 1\"", flaky.Attempts[0].Outcome, e)
+			t.Errorf("flaky's attempt 1: %s, error %+v; want failed, USER_CODE with code TRANSIENT, retryable, \"flaky attempt 1\"", flaky.Attempts[0].Outcome, e)
 		}
 	}
 	fatal := r.taskDetail(t, job.JobID, "fatal")

@@ -152,12 +152,14 @@ func (h handlers) add(ctx context.Context, t *worker.Task) (any, error) {
 	return map[string]int64{"sum": sum}, nil
 }
 
-// flaky fails its first attempt with a retryable INFRASTRUCTURE error.
+// flaky fails its first attempt with a retryable error of code TRANSIENT. TRANSIENT is none of
+// the server's categories: the stream-worker dialect, which the worker speaks, files it as the
+// error's code under the category USER_CODE.
 func (h handlers) flaky(ctx context.Context, t *worker.Task) (any, error) {
 	h.started(t)
 	if t.Attempt == 1 {
 		yes := true
-		return nil, &worker.Error{Category: worker.Infrastructure, Message: "flaky attempt 1", Retryable: &yes}
+		return nil, &worker.Error{Category: "TRANSIENT", Message: "flaky attempt 1", Retryable: &yes}
 	}
 	return map[string]int{"attempt": t.Attempt}, nil
 }
@@ -266,8 +268,8 @@ func (h handlers) read(ctx context.Context, t *worker.Task) (any, error) {
 		rows++
 	}
 	// The dataset by its name, as a quoted identifier. sum() of a BIGINT is a HUGEINT, which the
-	// answer writes as a string of digits: the cast keeps it a number.
-	sql := `SELECT count(*) AS n, CAST(sum(k) AS BIGINT) AS s FROM "` + cmp.Or(in.DatasetName, in.DatasetUUID) + `"`
+	// answer writes as a string of digits (integer reads both).
+	sql := `SELECT count(*) AS n, sum(k) AS s FROM "` + cmp.Or(in.DatasetName, in.DatasetUUID) + `"`
 	res, err := t.Query(ctx, sql, worker.QueryOptions{})
 	if err != nil {
 		return nil, fmt.Errorf("conf.read: query: %w", err)
