@@ -5,6 +5,7 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"flag"
 	"fmt"
 	"net"
 	"net/http"
@@ -31,35 +32,75 @@ import (
 // for all SDKs, each SDK on a queue and a pipeline of its own; then each SDK's own test suite
 // against the same servers. Subtests: TestConformance/{sqlite,postgres}/{go,python,
 // python-asyncio,typescript}/{dag,retry,heartbeats,cancel,pipeline,kill,refused,sigterm} and
-// .../{python,typescript}/suite. The SDKs, and the two servers, run at once: most of the
-// scenario's time is spent waiting on leases and sleeps.
+// .../{python,typescript}/suite.
+//
+// The scenario runs on 2 s leases, which a machine busy compiling could break: everything is built
+// first (baton, the Go program, the TypeScript SDK), then the servers start, then every SDK runs
+// its scenario at once (most of its time is spent waiting on leases and sleeps), and only once
+// every scenario has ended do the suites run, two at a time.
 func TestConformance(t *testing.T) {
 	root, err := filepath.Abs("../..")
 	if err != nil {
 		t.Fatal(err)
 	}
-	h := &harness{root: root, tmp: t.TempDir(), started: time.Now()}
-	// The baton binary, built once the way this test was built (its race detector included).
-	h.baton = filepath.Join(h.tmp, "baton")
-	built := buildtest.Build(t, root, "./cmd/baton", h.baton)
-	t.Logf("built baton in %s", built.Round(time.Millisecond))
+	h := &harness{root: root, tmp: t.TempDir(), suites: make(chan struct{}, 2)}
+	sdks := h.sdks()
 
+	// The builds, at once: baton the way this test was built (its race detector included), and
+	// what the selected SDKs need.
+	h.baton = filepath.Join(h.tmp, "baton")
+	var builds sync.WaitGroup
+	var batonErr error
+	builds.Go(func() {
+		start := time.Now()
+		batonErr = h.build("./cmd/baton", h.baton)
+		h.timing("built baton in %s", time.Since(start).Round(time.Millisecond))
+	})
+	for _, s := range sdks {
+		if selected(s.name) {
+			builds.Go(func() { s.prepared = s.prepare() })
+		} else {
+			s.prepared = prepared{skip: "not selected by -run"}
+		}
+	}
+	builds.Wait()
+	if batonErr != nil {
+		t.Fatal(batonErr)
+	}
+
+	stores := []string{"sqlite", "postgres"}
+	// Every (store, SDK) pair's scenario ends once (done), after which the suites may run.
+	dones := map[string]map[string]func(){}
+	for _, store := range stores {
+		dones[store] = map[string]func(){}
+		for _, s := range sdks {
+			if !s.sqliteOnly || store == "sqlite" {
+				h.scenarios.Add(1)
+				dones[store][s.name] = sync.OnceFunc(h.scenarios.Done)
+			}
+		}
+	}
 	var wg sync.WaitGroup
-	for _, store := range []string{"sqlite", "postgres"} {
+	for _, store := range stores {
 		wg.Go(func() {
 			t.Run(store, func(t *testing.T) {
 				srv := h.startServer(t, store)
-				var sdks sync.WaitGroup
-				for _, s := range h.sdks() {
-					if s.sqliteOnly && store != "sqlite" {
+				var runs sync.WaitGroup
+				for _, s := range sdks {
+					done, ok := dones[store][s.name]
+					if !ok {
 						continue
 					}
-					sdks.Go(func() {
-						t.Run(s.name, func(t *testing.T) { h.runSDK(t, srv, s) })
+					runs.Go(func() {
+						t.Run(s.name, func(t *testing.T) { h.runSDK(t, srv, s, done) })
+						done() // a subtest -run did not select
 					})
 				}
-				sdks.Wait()
+				runs.Wait()
 			})
+			for _, done := range dones[store] {
+				done() // a store that skipped, or that -run did not select
+			}
 		})
 	}
 	wg.Wait()
@@ -70,28 +111,78 @@ func TestConformance(t *testing.T) {
 	}
 }
 
+// selected reports whether go test's -run pattern may select the SDK's subtests
+// (TestConformance/STORE/SDK), so that only their builds are made.
+func selected(sdk string) bool {
+	f := flag.Lookup("test.run")
+	if f == nil || f.Value.String() == "" {
+		return true
+	}
+	pats := splitPattern(f.Value.String())
+	for i, name := range []string{"TestConformance", "", sdk} {
+		if i >= len(pats) {
+			break
+		}
+		if name == "" { // the store: either may be selected
+			continue
+		}
+		if ok, err := regexp.MatchString(pats[i], name); err != nil || !ok {
+			return false
+		}
+	}
+	return true
+}
+
+// splitPattern splits a -run pattern into its elements at the slashes outside brackets and
+// parentheses, as go test does.
+func splitPattern(p string) []string {
+	var out []string
+	depth, start := 0, 0
+	for i := 0; i < len(p); i++ {
+		switch p[i] {
+		case '\\':
+			i++
+		case '[', '(':
+			depth++
+		case ']', ')':
+			depth--
+		case '/':
+			if depth == 0 {
+				out = append(out, p[start:i])
+				start = i + 1
+			}
+		}
+	}
+	return append(out, p[start:])
+}
+
 // harness is what the subtests of TestConformance share.
 type harness struct {
-	root    string // the repository
-	tmp     string
-	baton   string // the built baton binary
-	started time.Time
+	root  string // the repository
+	tmp   string
+	baton string // the built baton binary
 
-	goOnce sync.Once // builds goconf
-	goBin  string
-	goErr  error
-
-	tsOnce sync.Once // builds the TypeScript SDK (npm run build)
-	tsErr  error
+	scenarios sync.WaitGroup // the scenarios not ended yet: the suites wait for them
+	suites    chan struct{}  // a slot per suite that may run at once
 
 	mu      sync.Mutex
-	timings []string // how long each SDK took, for the log
+	timings []string // how long things took, for the log
 }
 
 func (h *harness) timing(format string, args ...any) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.timings = append(h.timings, fmt.Sprintf(format, args...))
+}
+
+// build builds the main package pkg of the repository into out with the test's build flags.
+func (h *harness) build(pkg, out string) error {
+	cmd := exec.Command("go", append(append([]string{"build", "-o", out}, buildtest.Flags()...), pkg)...)
+	cmd.Dir = h.root
+	if b, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("go build %s: %v\n%s", pkg, err, b)
+	}
+	return nil
 }
 
 // inCI reports whether the test runs in CI (CI=true), where a missing tool fails instead of
@@ -114,11 +205,27 @@ func need(t *testing.T, ok bool, msg string) {
 type sdk struct {
 	name       string // go, python, python-asyncio, typescript
 	sqliteOnly bool
-	// program returns the command line of the conformance program (before its mode) and its
-	// extra environment; it skips or fails t when the SDK cannot run here.
-	program func(t *testing.T) (argv, env []string)
+	// prepare builds what the SDK needs and says how to start its conformance program.
+	prepare  func() prepared
+	prepared prepared
 	// suite, when set, runs the SDK's own test suite against the server (the subtest "suite").
 	suite func(t *testing.T, srv *server)
+}
+
+// prepared is how to start an SDK's conformance program, or why it cannot run here.
+type prepared struct {
+	argv, env []string // the program's command line (before its mode) and extra environment
+	skip      string   // a tool is missing: the SDK's subtests skip (fail in CI) saying so
+	err       error    // the SDK is broken: its subtests fail
+}
+
+// check skips or fails t when the SDK cannot run.
+func (p prepared) check(t *testing.T) {
+	t.Helper()
+	if p.err != nil {
+		t.Fatal(p.err)
+	}
+	need(t, p.skip == "", p.skip)
 }
 
 // queue is the SDK's queue, and pipeline its pipeline's name.
@@ -127,97 +234,99 @@ func (s *sdk) pipeline() string { return "conf_" + strings.ReplaceAll(s.name, "-
 
 func (h *harness) sdks() []*sdk {
 	return []*sdk{
-		{name: "go", program: h.goProgram},
-		{name: "python", program: h.pythonProgram(false), suite: h.pythonSuite},
-		{name: "python-asyncio", sqliteOnly: true, program: h.pythonProgram(true)},
-		{name: "typescript", program: h.typescriptProgram, suite: h.typescriptSuite},
+		{name: "go", prepare: h.goProgram},
+		{name: "python", prepare: h.pythonProgram(false), suite: h.pythonSuite},
+		{name: "python-asyncio", sqliteOnly: true, prepare: h.pythonProgram(true)},
+		{name: "typescript", prepare: h.typescriptProgram, suite: h.typescriptSuite},
 	}
 }
 
-// goProgram builds sdk/conformance/goconf once, as the test was built.
-func (h *harness) goProgram(t *testing.T) ([]string, []string) {
-	h.goOnce.Do(func() {
-		h.goBin = filepath.Join(h.tmp, "goconf")
-		cmd := exec.Command("go", append(append([]string{"build", "-o", h.goBin}, buildtest.Flags()...), "./sdk/conformance/goconf")...)
-		cmd.Dir = h.root
-		if out, err := cmd.CombinedOutput(); err != nil {
-			h.goErr = fmt.Errorf("go build ./sdk/conformance/goconf: %v\n%s", err, out)
-		}
-	})
-	if h.goErr != nil {
-		t.Fatal(h.goErr)
+// goProgram builds sdk/conformance/goconf as the test was built.
+func (h *harness) goProgram() prepared {
+	bin := filepath.Join(h.tmp, "goconf")
+	start := time.Now()
+	if err := h.build("./sdk/conformance/goconf", bin); err != nil {
+		return prepared{err: err}
 	}
-	return []string{h.goBin}, nil
+	h.timing("built goconf in %s", time.Since(start).Round(time.Millisecond))
+	return prepared{argv: []string{bin}}
 }
 
-// python3 is the Python interpreter, 3.9 or newer; it skips or fails t without one.
-func (h *harness) python3(t *testing.T) string {
-	t.Helper()
+// python3 finds the Python interpreter, 3.9 or newer.
+func python3() (string, prepared) {
 	py, err := exec.LookPath("python3")
-	need(t, err == nil, "python3 is not installed; install Python 3.9 or newer to run the Python SDK's conformance")
-	if out, err := exec.Command(py, "-c", "import sys; sys.exit(sys.version_info < (3, 9))").CombinedOutput(); err != nil {
-		t.Fatalf("the Python SDK needs Python 3.9 or newer (%s): %v %s", py, err, out)
+	if err != nil {
+		return "", prepared{skip: "python3 is not installed; install Python 3.9 or newer to run the Python SDK's conformance"}
 	}
-	return py
+	if out, err := exec.Command(py, "-c", "import sys; sys.exit(sys.version_info < (3, 9))").CombinedOutput(); err != nil {
+		return "", prepared{err: fmt.Errorf("the Python SDK needs Python 3.9 or newer (%s): %v %s", py, err, out)}
+	}
+	return py, prepared{}
 }
 
-func (h *harness) pythonProgram(async bool) func(t *testing.T) ([]string, []string) {
-	return func(t *testing.T) ([]string, []string) {
-		py := h.python3(t)
-		prog := h.file(t, "sdk/python/conformance/conformance.py")
-		env := []string{"PYTHONPATH=" + filepath.Join(h.root, "sdk/python"), "PYTHONUNBUFFERED=1", "PYTHONDONTWRITEBYTECODE=1"}
+func (h *harness) pythonEnv() []string {
+	return []string{"PYTHONPATH=" + filepath.Join(h.root, "sdk/python"), "PYTHONUNBUFFERED=1", "PYTHONDONTWRITEBYTECODE=1"}
+}
+
+func (h *harness) pythonProgram(async bool) func() prepared {
+	return func() prepared {
+		py, p := python3()
+		if py == "" {
+			return p
+		}
+		prog, err := h.file("sdk/python/conformance/conformance.py")
+		if err != nil {
+			return prepared{err: err}
+		}
+		env := h.pythonEnv()
 		if async {
 			env = append(env, "BATON_CONFORMANCE_ASYNC=1")
 		}
-		return []string{py, prog}, env
+		return prepared{argv: []string{py, prog}, env: env}
 	}
 }
 
-// typescriptReady checks for node and the SDK's node_modules, and builds the SDK once (npm run
+// typescriptProgram checks for node, npm and the SDK's node_modules, and builds the SDK (npm run
 // build), which its conformance program and tests import from dist/.
-func (h *harness) typescriptReady(t *testing.T) {
-	t.Helper()
-	_, errNode := exec.LookPath("node")
+func (h *harness) typescriptProgram() prepared {
+	node, errNode := exec.LookPath("node")
 	_, errNpm := exec.LookPath("npm")
-	need(t, errNode == nil && errNpm == nil, "node and npm are not installed; install Node.js 20 or newer to run the TypeScript SDK's conformance")
-	_, err := os.Stat(filepath.Join(h.root, "sdk/typescript/node_modules"))
-	need(t, err == nil, "sdk/typescript/node_modules is missing: run `npm ci --prefix sdk/typescript` to run the TypeScript SDK's conformance")
-	h.tsOnce.Do(func() {
-		cmd := exec.Command("npm", "--prefix", filepath.Join(h.root, "sdk/typescript"), "run", "build")
-		cmd.Dir = h.root
-		start := time.Now()
-		if out, err := cmd.CombinedOutput(); err != nil {
-			h.tsErr = fmt.Errorf("npm --prefix sdk/typescript run build: %v\n%s", err, out)
-		}
-		h.timing("built the TypeScript SDK in %s", time.Since(start).Round(time.Millisecond))
-	})
-	if h.tsErr != nil {
-		t.Fatal(h.tsErr)
+	if errNode != nil || errNpm != nil {
+		return prepared{skip: "node and npm are not installed; install Node.js 20 or newer to run the TypeScript SDK's conformance"}
 	}
-}
-
-func (h *harness) typescriptProgram(t *testing.T) ([]string, []string) {
-	h.typescriptReady(t)
-	node, _ := exec.LookPath("node")
-	return []string{node, h.file(t, "sdk/typescript/conformance/conformance.mjs")}, nil
+	if _, err := os.Stat(filepath.Join(h.root, "sdk/typescript/node_modules")); err != nil {
+		return prepared{skip: "sdk/typescript/node_modules is missing: run `npm ci --prefix sdk/typescript` to run the TypeScript SDK's conformance"}
+	}
+	prog, err := h.file("sdk/typescript/conformance/conformance.mjs")
+	if err != nil {
+		return prepared{err: err}
+	}
+	cmd := exec.Command("npm", "--prefix", filepath.Join(h.root, "sdk/typescript"), "run", "build")
+	cmd.Dir = h.root
+	start := time.Now()
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return prepared{err: fmt.Errorf("npm --prefix sdk/typescript run build: %v\n%s", err, out)}
+	}
+	h.timing("built the TypeScript SDK in %s", time.Since(start).Round(time.Millisecond))
+	return prepared{argv: []string{node, prog}}
 }
 
 // file is the absolute path of a file of the repository, which must exist.
-func (h *harness) file(t *testing.T, rel string) string {
-	t.Helper()
+func (h *harness) file(rel string) (string, error) {
 	p := filepath.Join(h.root, rel)
 	if _, err := os.Stat(p); err != nil {
-		t.Fatalf("%s is missing: %v", rel, err)
+		return "", fmt.Errorf("%s is missing: %v", rel, err)
 	}
-	return p
+	return p, nil
 }
 
 // pythonSuite runs the Python SDK's unittest suite against srv.
 func (h *harness) pythonSuite(t *testing.T, srv *server) {
-	py := h.python3(t)
-	h.file(t, "sdk/python/tests")
-	out := h.runSuite(t, srv, []string{"PYTHONPATH=" + filepath.Join(h.root, "sdk/python"), "PYTHONDONTWRITEBYTECODE=1"},
-		py, "-m", "unittest", "discover", "-s", "sdk/python/tests", "-t", "sdk/python")
+	if _, err := h.file("sdk/python/tests"); err != nil {
+		t.Fatal(err)
+	}
+	py, _ := python3()
+	out := h.runSuite(t, srv, "python", h.pythonEnv(), py, "-m", "unittest", "discover", "-s", "sdk/python/tests", "-t", "sdk/python")
 	if !regexp.MustCompile(`(?m)^Ran [1-9][0-9]* tests? in `).MatchString(out) {
 		t.Fatalf("the Python suite ran no test:\n%s", out)
 	}
@@ -226,8 +335,7 @@ func (h *harness) pythonSuite(t *testing.T, srv *server) {
 
 // typescriptSuite runs the TypeScript SDK's node --test suite against srv.
 func (h *harness) typescriptSuite(t *testing.T, srv *server) {
-	h.typescriptReady(t)
-	out := h.runSuite(t, srv, nil, "npm", "--prefix", filepath.Join(h.root, "sdk/typescript"), "test")
+	out := h.runSuite(t, srv, "typescript", nil, "npm", "--prefix", filepath.Join(h.root, "sdk/typescript"), "test")
 	if !regexp.MustCompile(`(?m)^(# |ℹ )pass [1-9]`).MatchString(out) {
 		t.Fatalf("the TypeScript suite passed no test:\n%s", out)
 	}
@@ -248,10 +356,14 @@ func checkSkips(t *testing.T, out string, re *regexp.Regexp) {
 	}
 }
 
-// runSuite runs a test suite in the repository with the server's environment, within 150 s; it
-// fails t when the suite fails and returns its output.
-func (h *harness) runSuite(t *testing.T, srv *server, env []string, name string, args ...string) string {
+// runSuite runs an SDK's test suite in the repository with the server's environment, once every
+// scenario has ended and a suite slot is free, within 150 s; it fails t when the suite fails and
+// returns its output.
+func (h *harness) runSuite(t *testing.T, srv *server, sdk string, env []string, name string, args ...string) string {
 	t.Helper()
+	h.scenarios.Wait()
+	h.suites <- struct{}{}
+	defer func() { <-h.suites }()
 	ctx, cancel := context.WithTimeout(context.Background(), 150*time.Second)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, name, args...)
@@ -263,24 +375,27 @@ func (h *harness) runSuite(t *testing.T, srv *server, env []string, name string,
 	cmd.WaitDelay = 5 * time.Second
 	start := time.Now()
 	out, err := cmd.CombinedOutput()
-	h.timing("%s: %s's suite took %s", srv.store, filepath.Base(name), time.Since(start).Round(time.Millisecond))
+	h.timing("%s: %s's suite took %s", srv.store, sdk, time.Since(start).Round(time.Millisecond))
 	if err != nil {
 		t.Fatalf("%s %s: %v\n%s", name, strings.Join(args, " "), err, out)
 	}
 	return string(out)
 }
 
-// runSDK runs the scenario, then the SDK's suite, for one SDK against srv.
-func (h *harness) runSDK(t *testing.T, srv *server, s *sdk) {
-	argv, env := s.program(t)
+// runSDK runs the scenario, then the SDK's suite, for one SDK against srv; done says the scenario
+// has ended.
+func (h *harness) runSDK(t *testing.T, srv *server, s *sdk, done func()) {
+	defer done()
+	s.prepared.check(t)
 	dir := t.TempDir()
-	r := &run{t: t, h: h, srv: srv, sdk: s, argv: argv, env: env, dir: dir, markers: filepath.Join(dir, "markers")}
+	r := &run{t: t, h: h, srv: srv, sdk: s, argv: s.prepared.argv, env: s.prepared.env, dir: dir, markers: filepath.Join(dir, "markers")}
 	if err := os.Mkdir(r.markers, 0o755); err != nil {
 		t.Fatal(err)
 	}
 	start := time.Now()
 	r.scenario(t)
 	h.timing("%s: %s's scenario took %s", srv.store, s.name, time.Since(start).Round(time.Millisecond))
+	done()
 	if s.suite != nil {
 		t.Run("suite", func(t *testing.T) { s.suite(t, srv) })
 	}
