@@ -36,8 +36,9 @@ import (
 //
 // The scenario runs on 2 s leases, which a machine busy compiling could break: everything is built
 // first (baton, the Go program, the TypeScript SDK), then the servers start, then every SDK runs
-// its scenario at once (most of its time is spent waiting on leases and sleeps), and only once
-// every scenario has ended do the suites run, two at a time.
+// its scenario at once (most of its time is spent waiting on leases and sleeps), in phases that
+// keep the steps that cost CPU (starting producers, queries) apart from those that time leases;
+// only once every scenario has ended do the suites run, two at a time.
 func TestConformance(t *testing.T) {
 	root, err := filepath.Abs("../..")
 	if err != nil {
@@ -75,8 +76,7 @@ func TestConformance(t *testing.T) {
 		dones[store] = map[string]func(){}
 		for _, s := range sdks {
 			if !s.sqliteOnly || store == "sqlite" {
-				h.scenarios.Add(1)
-				dones[store][s.name] = sync.OnceFunc(h.scenarios.Done)
+				dones[store][s.name] = h.phases.join()
 			}
 		}
 	}
@@ -156,14 +156,70 @@ func splitPattern(p string) []string {
 	return append(out, p[start:])
 }
 
+// phases keeps the scenarios in step: a scenario that calls next waits until every scenario not
+// ended yet has called it too (or ended).
+type phases struct {
+	mu      sync.Mutex
+	cond    *sync.Cond
+	running int // scenarios not ended
+	arrived int // of them, waiting in next
+	gen     int // phases passed
+}
+
+// join adds a scenario and returns the function that ends it (once, whoever calls it).
+func (p *phases) join() func() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.cond == nil {
+		p.cond = sync.NewCond(&p.mu)
+	}
+	p.running++
+	return sync.OnceFunc(func() {
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		p.running--
+		p.release()
+		p.cond.Broadcast()
+	})
+}
+
+// next waits until every running scenario has reached the end of the phase.
+func (p *phases) next() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	gen := p.gen
+	p.arrived++
+	p.release()
+	for gen == p.gen {
+		p.cond.Wait()
+	}
+}
+
+func (p *phases) release() {
+	if p.arrived > 0 && p.arrived >= p.running {
+		p.arrived = 0
+		p.gen++
+		p.cond.Broadcast()
+	}
+}
+
+// waitEnded waits until every scenario has ended.
+func (p *phases) waitEnded() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for p.running > 0 {
+		p.cond.Wait()
+	}
+}
+
 // harness is what the subtests of TestConformance share.
 type harness struct {
 	root  string // the repository
 	tmp   string
 	baton string // the built baton binary
 
-	scenarios sync.WaitGroup // the scenarios not ended yet: the suites wait for them
-	suites    chan struct{}  // a slot per suite that may run at once
+	phases phases        // the scenarios' phases; the suites wait for every scenario's end
+	suites chan struct{} // a slot per suite that may run at once
 
 	mu      sync.Mutex
 	timings []string // how long things took, for the log
@@ -361,7 +417,7 @@ func checkSkips(t *testing.T, out string, re *regexp.Regexp) {
 // returns its output.
 func (h *harness) runSuite(t *testing.T, srv *server, sdk string, env []string, name string, args ...string) string {
 	t.Helper()
-	h.scenarios.Wait()
+	h.phases.waitEnded()
 	h.suites <- struct{}{}
 	defer func() { <-h.suites }()
 	ctx, cancel := context.WithTimeout(context.Background(), 150*time.Second)

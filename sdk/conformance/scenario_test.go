@@ -36,22 +36,29 @@ type run struct {
 	worker  *proc // the worker the sequential steps act on
 }
 
-// scenario runs the steps of README.md as subtests. The steps that need a live worker share one,
-// and run at once; then kill, refused and sigterm, which kill, stop and end their worker, run one
-// after another.
+// scenario runs the steps of README.md as subtests, in three phases, each in step with the other
+// SDKs' scenarios: first dag, retry and pipeline, which start programs and run queries, at once;
+// then heartbeats and cancel, whose leases a busy machine could break, at once; then kill, refused
+// and sigterm, which kill, stop and end their worker, one after another. The steps of the first
+// two phases share one worker.
 func (r *run) scenario(t *testing.T) {
 	r.worker = r.startWorker(t)
-	var wg sync.WaitGroup
-	for _, st := range []struct {
-		name string
-		fn   func(*testing.T)
-	}{{"dag", r.dag}, {"retry", r.retry}, {"heartbeats", r.heartbeats}, {"cancel", r.cancel}, {"pipeline", r.pipeline}} {
-		wg.Go(func() { t.Run(st.name, st.fn) })
-	}
-	wg.Wait()
+	r.together(t, map[string]func(*testing.T){"dag": r.dag, "retry": r.retry, "pipeline": r.pipeline})
+	r.h.phases.next()
+	r.together(t, map[string]func(*testing.T){"heartbeats": r.heartbeats, "cancel": r.cancel})
+	r.h.phases.next()
 	t.Run("kill", r.kill)
 	t.Run("refused", r.refused)
 	t.Run("sigterm", r.sigterm)
+}
+
+// together runs steps as subtests at once.
+func (r *run) together(t *testing.T, steps map[string]func(*testing.T)) {
+	var wg sync.WaitGroup
+	for name, fn := range steps {
+		wg.Go(func() { t.Run(name, fn) })
+	}
+	wg.Wait()
 }
 
 // startWorker starts a worker of the SDK's conformance program; it is stopped when the SDK's
