@@ -38,13 +38,13 @@ import (
 // first (baton, the Go program, the TypeScript SDK), then the servers start, then every SDK runs
 // its scenario at once (most of its time is spent waiting on leases and sleeps), in phases that
 // keep the steps that cost CPU (starting producers, queries) apart from those that time leases;
-// only once every scenario has ended do the suites run, two at a time.
+// only once every scenario has ended do the suites run.
 func TestConformance(t *testing.T) {
 	root, err := filepath.Abs("../..")
 	if err != nil {
 		t.Fatal(err)
 	}
-	h := &harness{root: root, tmp: t.TempDir(), suites: make(chan struct{}, 2)}
+	h := &harness{root: root, tmp: t.TempDir()}
 	sdks := h.sdks()
 
 	// The builds, at once: baton the way this test was built (its race detector included), and
@@ -218,8 +218,7 @@ type harness struct {
 	tmp   string
 	baton string // the built baton binary
 
-	phases phases        // the scenarios' phases; the suites wait for every scenario's end
-	suites chan struct{} // a slot per suite that may run at once
+	phases phases // the scenarios' phases; the suites wait for every scenario's end
 
 	mu      sync.Mutex
 	timings []string // how long things took, for the log
@@ -413,13 +412,10 @@ func checkSkips(t *testing.T, out string, re *regexp.Regexp) {
 }
 
 // runSuite runs an SDK's test suite in the repository with the server's environment, once every
-// scenario has ended and a suite slot is free, within 150 s; it fails t when the suite fails and
-// returns its output.
+// scenario has ended, within 150 s; it fails t when the suite fails and returns its output.
 func (h *harness) runSuite(t *testing.T, srv *server, sdk string, env []string, name string, args ...string) string {
 	t.Helper()
 	h.phases.waitEnded()
-	h.suites <- struct{}{}
-	defer func() { <-h.suites }()
 	ctx, cancel := context.WithTimeout(context.Background(), 150*time.Second)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, name, args...)
@@ -488,9 +484,11 @@ func (h *harness) startServer(t *testing.T, store string) *server {
 	common := []string{"--listen", public, "--internal-listen", internal, "--metrics-listen=", "--blob-url", s.blobURL, "--shutdown-timeout", "2s"}
 	var cmd *exec.Cmd
 	var env []string
+	keyDone := make(chan error, 1)
 	switch store {
 	case "sqlite":
 		s.apiKey = devAPIKey
+		keyDone <- nil
 		cmd = exec.Command(h.baton, append([]string{"dev", "--data-dir", t.TempDir()}, common...)...)
 		env = []string{"BATON_API_KEY=" + devAPIKey}
 	case "postgres":
@@ -498,14 +496,19 @@ func (h *harness) startServer(t *testing.T, store string) *server {
 		if out, err := exec.Command(h.baton, "migrate", "--database-url", dbURL).CombinedOutput(); err != nil {
 			t.Fatalf("baton migrate: %v\n%s", err, out)
 		}
-		var stderr bytes.Buffer
-		c := exec.Command(h.baton, "apikey", "create", "--name", "conformance", "--tenant", "conformance", "--database-url", dbURL)
-		c.Stderr = &stderr
-		out, err := c.Output()
-		if err != nil {
-			t.Fatalf("baton apikey create: %v\n%s", err, stderr.String())
-		}
-		s.apiKey = strings.TrimSpace(string(out))
+		// The key is made while the server starts.
+		go func() {
+			var stderr bytes.Buffer
+			c := exec.Command(h.baton, "apikey", "create", "--name", "conformance", "--tenant", "conformance", "--database-url", dbURL)
+			c.Stderr = &stderr
+			out, err := c.Output()
+			if err != nil {
+				keyDone <- fmt.Errorf("baton apikey create: %v\n%s", err, stderr.String())
+				return
+			}
+			s.apiKey = strings.TrimSpace(string(out))
+			keyDone <- nil
+		}()
 		cmd = exec.Command(h.baton, append([]string{"server", "--database-url", dbURL, "--internal-insecure", "--sink"}, common...)...)
 	default:
 		t.Fatalf("no store %q", store)
@@ -523,6 +526,9 @@ func (h *harness) startServer(t *testing.T, store string) *server {
 			res.Body.Close()
 			return res.StatusCode == http.StatusOK, nil
 		})
+	}
+	if err := <-keyDone; err != nil {
+		t.Fatal(err)
 	}
 	s.c = client.New(s.public, s.apiKey)
 	h.timing("%s: the server was ready in %s", store, time.Since(start).Round(time.Millisecond))
