@@ -293,23 +293,27 @@ func (r *run) retry(t *testing.T) {
 	}
 }
 
-// heartbeats: a handler that blocks for 5 s under a 2 s lease lives on the worker's heartbeats.
+// The lease of the steps whose tasks must live on their heartbeats (every 500 ms): long enough for
+// a busy machine's pauses, short against the 8 s that conf.block blocks.
+const liveLease = 4
+
+// heartbeats: a handler that blocks for 8 s under a 4 s lease lives on the worker's heartbeats.
 func (r *run) heartbeats(t *testing.T) {
-	id := r.submit(t, "conf-heartbeats", r.task("block", "conf.block", map[string]int{"seconds": 5},
-		map[string]any{"heartbeatTimeoutSeconds": 2, "maxAttempts": 1}))
+	id := r.submit(t, "conf-heartbeats", r.task("block", "conf.block", map[string]int{"seconds": 2 * liveLease},
+		map[string]any{"heartbeatTimeoutSeconds": liveLease, "maxAttempts": 1}))
 	job := r.waitJob(t, id, 90*time.Second)
 	d := r.taskDetail(t, id, "block")
 	if job.Status != client.JobCompleted || d.Status != client.TaskCompleted || len(d.Attempts) != 1 {
 		t.Fatalf("block: job %s, task %s, attempts %v (error %+v); want completed on attempt 1", job.Status, d.Status, outcomes(d), d.Error)
 	}
-	wantOutput(t, "block", d.Output, `{"blocked":5}`)
+	wantOutput(t, "block", d.Output, fmt.Sprintf(`{"blocked":%d}`, 2*liveLease))
 }
 
 // cancel: the job is cancelled while its task runs; the handler sees it and the task ends
 // canceled, reported so by the worker.
 func (r *run) cancel(t *testing.T) {
 	id := r.submit(t, "conf-cancel", r.task("cancel", "conf.cancel", map[string]any{},
-		map[string]any{"heartbeatTimeoutSeconds": 2, "maxAttempts": 1, "cancelGraceSeconds": 20}))
+		map[string]any{"heartbeatTimeoutSeconds": liveLease, "maxAttempts": 1, "cancelGraceSeconds": 20}))
 	r.waitMarker(t, "started-cancel-1", 60*time.Second, nil)
 	if _, err := r.srv.c.CancelJob(context.Background(), id); err != nil {
 		t.Fatalf("cancel job %s: %v", id, err)
@@ -389,7 +393,7 @@ func (r *run) refused(t *testing.T) {
 func (r *run) sigterm(t *testing.T) {
 	w := r.liveWorker(t)
 	id := r.submit(t, "conf-sigterm", r.task("term", "conf.term", map[string]any{},
-		map[string]any{"heartbeatTimeoutSeconds": 2, "maxAttempts": 1}))
+		map[string]any{"heartbeatTimeoutSeconds": liveLease, "maxAttempts": 1}))
 	r.waitMarker(t, "started-term-1", 60*time.Second, w)
 	if err := w.signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
