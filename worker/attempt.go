@@ -55,6 +55,7 @@ type attempt struct {
 	stream    string
 	messageID string
 	every     time.Duration // heartbeat interval
+	leaseTTL  time.Duration // how long a heartbeat extends the lease; 0: not known
 	log       *slog.Logger
 
 	// ctx is cancelled (with a cause) by cancellation, a lost lease or shutdown; handlerCtx is
@@ -322,5 +323,10 @@ func (a *attempt) heartbeat(ctx context.Context) {
 	}
 }
 
-// beatTimeout bounds one heartbeat request.
-func (a *attempt) beatTimeout() time.Duration { return min(requestTimeout, max(a.every, time.Second)) }
+// beatTimeout bounds one heartbeat request: at least the interval and a second, and half the
+// lease, so that the answer of a server slower than the interval still lands while the lease
+// lasts. A heartbeat given up on is lost: the server stops working on a request whose client has
+// gone.
+func (a *attempt) beatTimeout() time.Duration {
+	return min(requestTimeout, max(a.every, time.Second, a.leaseTTL/2))
+}

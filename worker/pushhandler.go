@@ -299,7 +299,8 @@ func (p *PushHandler) newAttempt(env *wire.PushEnvelope, base string) *attempt {
 	}
 	a := &attempt{h: &p.host, d: scopedDialect{}, api: &client{url: base, http: p.http}, routes: scopedRoutes, handler: p.h,
 		task: t, taskID: env.TaskID, lease: env.LeaseToken, every: pushHeartbeatEvery(env.HeartbeatIntervalMs, env.HeartbeatTimeoutMs),
-		log: p.log.With("task_id", env.TaskID, "attempt", env.Attempt, "task", env.TaskName)}
+		leaseTTL: time.Duration(env.HeartbeatTimeoutMs) * time.Millisecond,
+		log:      p.log.With("task_id", env.TaskID, "attempt", env.Attempt, "task", env.TaskName)}
 	a.bind()
 	t.fetchSecrets = func(context.Context) (map[string]string, error) {
 		return nil, Permanent(&Error{Category: Configuration, Err: ErrNoSecretsOnPush})

@@ -477,6 +477,7 @@ func (w *Worker) newAttempt(ctx context.Context, ans claimAnswer) *attempt {
 		stream:    ans.Stream,
 		messageID: ans.MessageID,
 		every:     w.heartbeatEvery(ans),
+		leaseTTL:  seconds(ans.LeaseTTLSeconds),
 		log:       w.log.With("task_id", ans.JobID, "attempt", ans.AttemptID, "task", ans.TaskName),
 	}
 	a.bind()

@@ -233,6 +233,35 @@ func TestLostLeaseStopsTheHandlerAndReportsNothing(t *testing.T) {
 	}
 }
 
+// A server that answers heartbeats slower than the worker's interval still gets them while the
+// lease lasts: a heartbeat is waited for up to half the lease, not given up on (and so lost) after
+// the interval.
+func TestSlowHeartbeatsKeepTheLease(t *testing.T) {
+	t.Parallel()
+	s := newServer(t)
+	_, ids := s.submit(spec{key: "t", name: "t", leaseSeconds: 4, maxAttempts: 1})
+	// Every heartbeat reaches the server 1.5 s after it was sent, if the worker still waits for it.
+	p := newProxy(t, s.url(), func(w http.ResponseWriter, r *http.Request, n int, forward func() *http.Response) bool {
+		if r.URL.Path != "/internal/worker/heartbeat" {
+			return false
+		}
+		select {
+		case <-time.After(1500 * time.Millisecond):
+		case <-r.Context().Done():
+			return true
+		}
+		return false
+	})
+	start(t, p.URL, map[string]worker.Handler{"t": func(ctx context.Context, tk *worker.Task) (any, error) {
+		time.Sleep(6 * time.Second) // past the 4 s lease
+		return "done", ctx.Err()
+	}}, worker.WithHeartbeatInterval(500*time.Millisecond))
+	tk := s.waitTask(ids["t"], "completed", func(tk *store.Task) bool { return tk.Status != lifecycle.Running && tk.Status != lifecycle.Pending })
+	if tk.Status != lifecycle.Completed || tk.Attempt != 1 {
+		t.Fatalf("task %s on attempt %d (error %+v); want completed on attempt 1, its lease kept by slow heartbeats", tk.Status, tk.Attempt, tk.Error)
+	}
+}
+
 func TestShutdownWaitsForRunningHandlers(t *testing.T) {
 	t.Parallel()
 	s := newServer(t)
