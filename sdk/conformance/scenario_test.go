@@ -293,20 +293,21 @@ func (r *run) retry(t *testing.T) {
 	}
 }
 
-// The lease of the steps whose tasks must live on their heartbeats (every 500 ms): long enough for
-// a busy machine's pauses, short against the 8 s that conf.block blocks.
+// The lease of the cancel and SIGTERM steps, whose tasks live on their heartbeats (every 500 ms)
+// while the harness acts: room for a busy machine's pauses.
 const liveLease = 4
 
-// heartbeats: a handler that blocks for 8 s under a 4 s lease lives on the worker's heartbeats.
+// heartbeats: a handler that blocks its thread for 5 s lives past its 2 s lease on the worker's
+// heartbeats alone (every 500 ms, from their own thread).
 func (r *run) heartbeats(t *testing.T) {
-	id := r.submit(t, "conf-heartbeats", r.task("block", "conf.block", map[string]int{"seconds": 2 * liveLease},
-		map[string]any{"heartbeatTimeoutSeconds": liveLease, "maxAttempts": 1}))
+	id := r.submit(t, "conf-heartbeats", r.task("block", "conf.block", map[string]int{"seconds": 5},
+		map[string]any{"heartbeatTimeoutSeconds": 2, "maxAttempts": 1}))
 	job := r.waitJob(t, id, 90*time.Second)
 	d := r.taskDetail(t, id, "block")
 	if job.Status != client.JobCompleted || d.Status != client.TaskCompleted || len(d.Attempts) != 1 {
 		t.Fatalf("block: job %s, task %s, attempts %v (error %+v); want completed on attempt 1", job.Status, d.Status, outcomes(d), d.Error)
 	}
-	wantOutput(t, "block", d.Output, fmt.Sprintf(`{"blocked":%d}`, 2*liveLease))
+	wantOutput(t, "block", d.Output, `{"blocked":5}`)
 }
 
 // cancel: the job is cancelled while its task runs; the handler sees it and the task ends

@@ -735,7 +735,10 @@ class _BaseWorker:
         t = a.task
         body = {"worker_id": self.worker_id, "job_id": a.claim["job_id"], "lease_token": t.lease_token, "attempt_id": t.attempt}
         try:
-            ans = self._internal.call("POST", PATH_HEARTBEAT, body, timeout=min(30.0, max(a.every, 1.0)))
+            # Waited for up to half the lease, not only the interval: a server slower than the interval
+            # (a busy machine) still applies a late heartbeat, and one given up on is lost.
+            ttl = float(a.claim.get("lease_ttl_seconds") or 0)
+            ans = self._internal.call("POST", PATH_HEARTBEAT, body, timeout=min(30.0, max(a.every, ttl / 2, 1.0)))
         except Exception as e:  # noqa: BLE001
             if a.state == DONE:
                 pass

@@ -78,7 +78,7 @@ class IntegrationTest(unittest.TestCase):
     def task_of(self, job: Any, key: str) -> Dict[str, Any]:
         return next(t for t in job["tasks"] if t["taskId"] == key)
 
-    def wait_for(self, cond: Callable[[], bool], timeout: float = 20.0) -> None:
+    def wait_for(self, cond: Callable[[], bool], timeout: float = 90.0) -> None:
         end = time.monotonic() + timeout
         while not cond():
             if time.monotonic() > end:
@@ -103,7 +103,7 @@ class IntegrationTest(unittest.TestCase):
         again = self.client.submit(job, idempotency_key=key)
         self.assertEqual(created["jobId"], again["jobId"])
         with Running(w):
-            events = list(self.client.watch(created["jobId"], timeout=30))
+            events = list(self.client.watch(created["jobId"], timeout=90))
         self.assertEqual(events[-1]["type"], "end")
         self.assertEqual(events[-1]["data"]["status"], "completed")
         self.assertIn("Task Completed", [e["type"] for e in events])
@@ -180,7 +180,7 @@ class IntegrationTest(unittest.TestCase):
         with Running(w):
             self.assertTrue(started.wait(20))
             self.client.cancel(created["jobId"])
-            final = self.client.wait(created["jobId"], timeout=30)
+            final = self.client.wait(created["jobId"], timeout=90)
             self.assertEqual(final["status"], "canceled")
             self.assertEqual(self.task_of(final, "w")["status"], "canceled")
             self.assertEqual(saw, ["cancel_requested"])
@@ -188,7 +188,7 @@ class IntegrationTest(unittest.TestCase):
             self.assertIn("w", json.dumps(resumed))
             added = self.client.add_tasks(created["jobId"], [{"taskId": "extra", "name": q, "input": {}}])
             self.assertIn("extra", json.dumps(added))
-            final = self.client.wait(created["jobId"], timeout=30)
+            final = self.client.wait(created["jobId"], timeout=90)
         self.assertEqual(self.task_of(final, "extra")["output"], {"ok": True})
         self.assertEqual(self.task_of(final, "w")["output"], {"late": True})
 
@@ -247,7 +247,7 @@ class IntegrationTest(unittest.TestCase):
             c = self.client.submit({"tasks": [{"taskId": "w", "name": q, "input": {"wait": True}}]})
             self.wait_for(lambda: self.task_of(self.client.get_job(c["jobId"]), "w")["status"] == "processing")
             self.client.cancel(c["jobId"])
-            final = self.client.wait(c["jobId"], timeout=30)
+            final = self.client.wait(c["jobId"], timeout=90)
         self.assertEqual(self.task_of(final, "w")["status"], "canceled")
 
     def test_health_probe(self) -> None:
@@ -337,18 +337,18 @@ publish:
             return {"rows": len(rows), "n": n, "s": s}
         with Running(w):
             run = self.client.run_pipeline_job(name, "publish")
-            final = self.client.wait(run["job_id"], timeout=30)
+            final = self.client.wait(run["job_id"], timeout=90)
             self.assertEqual(final["status"], "completed")
             self.assertEqual(final["tasks"][0]["output"], {"published": 3})
-            end = time.monotonic() + 30
+            end = time.monotonic() + 90
             while len(list(self.client.dataset_rows(ds))) != 3:
                 if time.monotonic() > end:
-                    self.skipTest("the batch was published but no sink loaded it within 30 s: "
+                    self.skipTest("the batch was published but no sink loaded it within 90 s: "
                                   "this server runs no sink (baton server without --sink?)")
                 time.sleep(0.1)
-            self.wait_for(lambda: bool([j for j in self.client.list_jobs(page_size=50) if j.get("name") == f"{name}.read"]), 30)
+            self.wait_for(lambda: bool([j for j in self.client.list_jobs(page_size=50) if j.get("name") == f"{name}.read"]), 90)
             jobs = [j for j in self.client.list_jobs(page_size=50) if j.get("name") == f"{name}.read"]
-            final = self.client.wait(jobs[0]["jobId"], timeout=30)
+            final = self.client.wait(jobs[0]["jobId"], timeout=90)
         out = final["tasks"][0]["output"]
         self.assertEqual(out["rows"], 3)
         if out["n"] is not None:

@@ -24,7 +24,7 @@ export function setFlag(flags: Int32Array, slot: number, gen: number, bits: numb
  * flag (generation 0, which no attempt has), and the heartbeat thread stops beating it.
  */
 export type ToThread =
-  | { t: "start"; items: { slot: number; gen: number; taskId: string; attempt: number; lease: string; everyMs: number }[] }
+  | { t: "start"; items: { slot: number; gen: number; taskId: string; attempt: number; lease: string; everyMs: number; leaseMs: number }[] }
   | { t: "beat"; slot: number; gen: number }
   | { t: "close" };
 

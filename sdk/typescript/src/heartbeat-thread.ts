@@ -19,6 +19,8 @@ interface Beating {
   attempt: number;
   lease: string;
   everyMs: number;
+  /** The lease's length (ms; 0 when the claim gave none). */
+  leaseMs: number;
   /** When the next beat is due (ms since the epoch). */
   dueAt: number;
   inflight: boolean;
@@ -79,7 +81,9 @@ function main(): void {
         "POST",
         "/internal/worker/heartbeat",
         { worker_id: data.workerId, job_id: b.taskId, lease_token: b.lease, attempt_id: b.attempt },
-        { timeoutMs: Math.min(30_000, Math.max(b.everyMs, 1000)) },
+        // Waited for up to half the lease, not only the interval: a server slower than the
+        // interval (a busy machine) still applies a late heartbeat, and one given up on is lost.
+        { timeoutMs: Math.min(30_000, Math.max(b.everyMs, b.leaseMs / 2, 1000)) },
       );
       if (b.stopped) return;
       b.backoff?.reset();

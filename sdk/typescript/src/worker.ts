@@ -575,7 +575,7 @@ export class Worker {
       for (const s of slots.splice(claims.length)) this.releaseSlot(s);
       const attempts = claims.map((c, i) => this.newAttempt(c, slots[i]));
       // Tell the heartbeat thread before any handler runs: a handler may block the main thread.
-      this.post({ t: "start", items: attempts.map((a) => ({ slot: a.slot, gen: a.gen, taskId: a.claim.job_id, attempt: a.attempt, lease: a.claim.lease_token, everyMs: a.everyMs })) });
+      this.post({ t: "start", items: attempts.map((a) => ({ slot: a.slot, gen: a.gen, taskId: a.claim.job_id, attempt: a.attempt, lease: a.claim.lease_token, everyMs: a.everyMs, leaseMs: Math.max(0, a.claim.lease_ttl_seconds || 0) * 1000 })) });
       for (const a of attempts) this.start(a);
     }
   }
