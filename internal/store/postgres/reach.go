@@ -25,8 +25,10 @@ package postgres
 //     holding them until its own keepalives notice (two hours by default).
 //
 //   - With Options.Watch (baton server sets it), a watcher probes the database every 500 ms on a
-//     connection of its own, each probe given 1.5 s. When a probe fails below SQL (no answer in
-//     time, connection refused or reset), the database is held unreachable: every connection of
+//     connection of its own, each probe given 1.5 s. A probe whose own connection broke at once
+//     opens a new one and tries again (up to three times within its 1.5 s): a reset connection
+//     says nothing of the database. When a probe fails below SQL (no answer in time, connection
+//     refused, or reset every time), the database is held unreachable: every connection of
 //     the pool is closed at once, which ends the queries waiting on them, and new connections
 //     fail at once with store.ErrUnreachable without dialling, until a probe succeeds again.
 //     Retry loops above (sqldb's, the dispatcher's) see Unreachable and stop retrying, so a
@@ -68,6 +70,7 @@ const (
 	keepAliveCount         = 3
 	userTimeout            = 20 * time.Second
 	probeCloseTimeout      = time.Second
+	probeRetries           = 3 // new connections a probe tries after its own broke at once
 )
 
 // dialer is the dialer of every connection to the database: keepalives, and on Linux a user
@@ -221,10 +224,12 @@ func (g *gate) watch(ctx context.Context, cfg *pgx.ConnConfig, every, timeout ti
 			defer cancel()
 			err := g.probe(pctx, &conn, cfg)
 			var pe *pgconn.PgError
-			if err != nil && !errors.As(err, &pe) && pctx.Err() == nil {
+			for try := 1; try <= probeRetries && err != nil && !errors.As(err, &pe) && pctx.Err() == nil; try++ {
 				// The probe's own connection broke at once (an administrator terminated it, a
 				// reset, also while it was being opened): that says nothing of the database until
-				// a new one fails too. A probe that timed out is not tried again.
+				// new ones fail too. Resets in a row (a failover closing connections as they
+				// open, on a machine slow to open them) are tried again a few times; a probe
+				// that timed out is not.
 				closeConn()
 				err = g.probe(pctx, &conn, cfg)
 			}
