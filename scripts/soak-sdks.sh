@@ -10,7 +10,8 @@
 # first minute, at the end and their ratio, and fails when the end is more than
 # BATON_SOAK_MAX_GROWTH (default 10) percent above the first minute. The script goes on with the
 # next language after a failure, prints a summary, and exits 1 if any failed. BATON_SOAK_FLAGS
-# adds flags to every `baton bench` (e.g. --workers 16). A soak of a few minutes or more is run by
+# adds flags to every `baton bench` (e.g. --workers 16); BATON_SOAK_SDKS names the workers to soak
+# (default "go python typescript"; e.g. two runs of the script side by side, one per SDK). A soak of a few minutes or more is run by
 # hand, never in CI.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -54,10 +55,15 @@ export PYTHONPATH="$root/sdk/python${PYTHONPATH:+:$PYTHONPATH}"
 
 labels=(go python typescript)
 commands=("$work/baton bench worker" "python3 sdk/python/benchmarks/bench_worker.py" "node sdk/typescript/benchmarks/bench_worker.mjs")
+wanted=" ${BATON_SOAK_SDKS:-${labels[*]}} "
+for w in $wanted; do
+	[[ " ${labels[*]} " == *" $w "* ]] || fail "BATON_SOAK_SDKS: unknown worker $w (known: ${labels[*]})"
+done
 summary=()
 failed=0
 for i in "${!labels[@]}"; do
 	label=${labels[$i]}
+	[[ $wanted == *" $label "* ]] || continue
 	echo "== $label: ${minutes}m at $rate tasks/s" >&2
 	if "$work/baton" bench --soak "${minutes}m" --rate "$rate" --job-size "$job_size" --soak-max-growth "$max_growth" \
 		--worker-command "$label=${commands[$i]}" "${extra[@]}" | tee "$work/$label.out"; then
