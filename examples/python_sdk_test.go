@@ -5,6 +5,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/baton-dev/baton/internal/buildtest"
 )
@@ -50,7 +51,7 @@ func TestPythonSDKExamples(t *testing.T) {
 		if failed["status"] != "partial_failure" || task["error"].(map[string]any)["category"] != "DATA_QUALITY" {
 			t.Fatalf("failed job: %v", failed)
 		}
-		w.wait(t)
+		waitExit(t, w)
 	})
 
 	t.Run("async_worker", func(t *testing.T) {
@@ -58,7 +59,7 @@ func TestPythonSDKExamples(t *testing.T) {
 		w := startPython(t, d, py, script("async_worker.py"), nil, "--task", "py-sdk-async", "--max-tasks", "3")
 		job, _ := runProducer(t, d, py, script("producer.py"), dagJob("py-sdk-async", "pull", ""), 0)
 		checkOutputs(t, job, "sdk-async", false)
-		w.wait(t)
+		waitExit(t, w)
 	})
 
 	t.Run("task_child", func(t *testing.T) {
@@ -92,22 +93,22 @@ func TestPythonSDKExamples(t *testing.T) {
 		}); err != nil {
 			t.Fatal(err)
 		}
-		w := start(t, exec.Command(bin, "worker", "--task", "py-sdk-child", "--exec", "python3 "+child, "--child-read", vendor,
+		w := buildtest.Start(t, exec.Command(bin, "worker", "--task", "py-sdk-child", "--exec", "python3 "+child, "--child-read", vendor,
 			"--internal-url", "http://"+d.internal, "--url", "http://"+d.public, "--worker-id", "py-sdk-wrapper"), nil)
 		job, _ := runProducer(t, d, py, script("producer.py"), dagJob("py-sdk-child", "pull", ""), 0)
 		checkOutputs(t, job, "sdk-task-scoped", false)
-		w.stop()
+		w.Stop()
 	})
 
 	t.Run("push_wsgi", func(t *testing.T) {
 		const secret = "s3cret-for-python-sdk-examples"
-		target := freeAddr(t)
+		target := buildtest.FreeAddr(t)
 		w := startPython(t, nil, py, script("push_wsgi.py"), []string{"BATON_PUSH_SECRET=" + secret},
 			"--listen", target, "--task", "py-sdk-push", "--max-tasks", "3")
-		waitListening(t, target)
+		buildtest.WaitListening(t, target, 10*time.Second)
 		d := startDev(t, bin, "--push-target", "py-sdk-push=http://"+target+"/", "--push-secret", "py-sdk-push="+secret)
 		job, _ := runProducer(t, d, py, script("producer.py"), dagJob("py-sdk-push", "push", ""), 0)
 		checkOutputs(t, job, "sdk-push", false)
-		w.wait(t)
+		waitExit(t, w)
 	})
 }

@@ -5,15 +5,14 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"sort"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -74,7 +73,7 @@ func TestPythonExamples(t *testing.T) {
 		w := startPython(t, d, py, script("stream_worker.py"), nil, "--queue", "py-stream:high", "--queue", "py-stream", "--max-tasks", "3")
 		job, _ := runProducer(t, d, py, script("producer.py"), dagJob("py-stream", "pull", "py-stream:high"), 0)
 		checkOutputs(t, job, "stream-worker", false)
-		w.wait(t)
+		waitExit(t, w)
 	})
 
 	t.Run("internal_worker", func(t *testing.T) {
@@ -97,7 +96,7 @@ func TestPythonExamples(t *testing.T) {
 			[]string{"BATON_REDIS_URL=" + redisURL, "BATON_TRANSPORT_NAMESPACE=" + ns}, "--queue", "py-int", "--max-tasks", "3")
 		job, _ := runProducer(t, d, py, script("producer.py"), dagJob("py-int", "pull", ""), 0)
 		checkOutputs(t, job, "internal", true)
-		w.wait(t)
+		waitExit(t, w)
 		// Every wake-up was settled (XACK and XDEL): none is left outstanding.
 		if n, err := rdb.XLen(context.Background(), ns+":wake:py-int").Result(); err != nil || n != 0 {
 			t.Fatalf("XLEN %s:wake:py-int = %d, %v; want 0 (every wake-up settled)", ns, n, err)
@@ -106,14 +105,14 @@ func TestPythonExamples(t *testing.T) {
 
 	t.Run("push_target", func(t *testing.T) {
 		const secret = "s3cret-for-python-examples"
-		target := freeAddr(t)
+		target := buildtest.FreeAddr(t)
 		w := startPython(t, nil, py, script("push_target.py"), []string{"BATON_PUSH_SECRET=" + secret},
 			"--listen", target, "--max-tasks", "3")
-		waitListening(t, target)
+		buildtest.WaitListening(t, target, 10*time.Second)
 		d := startDev(t, bin, "--push-target", "py-push=http://"+target+"/run", "--push-secret", "py-push="+secret)
 		job, _ := runProducer(t, d, py, script("producer.py"), dagJob("py-push", "push", ""), 0)
 		checkOutputs(t, job, "push", false)
-		w.wait(t)
+		waitExit(t, w)
 	})
 
 	t.Run("task_scoped", func(t *testing.T) {
@@ -127,13 +126,13 @@ func TestPythonExamples(t *testing.T) {
 		dsUUID := deployed["jobs"].([]any)[0].(map[string]any)["outputs"].([]any)[0].(map[string]any)["dataset_uuid"].(string)
 		// The child resolves python3 on its own PATH (an interpreter under /root, e.g. a pyenv
 		// shim, is out of nobody's reach).
-		w := start(t, exec.Command(bin, "worker", "--task", "py-scoped", "--exec", "python3 "+child, "--child-read", filepath.Dir(child),
+		w := buildtest.Start(t, exec.Command(bin, "worker", "--task", "py-scoped", "--exec", "python3 "+child, "--child-read", filepath.Dir(child),
 			"--internal-url", "http://"+d.internal, "--url", "http://"+d.public, "--worker-id", "py-scoped-wrapper",
 			"--child-env", "PY_EVENT_DATASET="+dsUUID), nil)
 		job, _ := runProducer(t, d, py, script("producer.py"), dagJob("py-scoped", "pull", ""), 0)
 		// The output is the child's own /v1/task/complete (it prints nothing for the wrapper).
 		checkOutputs(t, job, "task-scoped", true)
-		w.stop()
+		w.Stop()
 		status, view := apiCall(t, d, "GET", "/datasets/py_sink_alerts", "", "")
 		if events, _ := view["recent_events"].([]any); status != http.StatusOK || len(events) == 0 {
 			t.Fatalf("the children's events on py_sink_alerts: %d %v", status, view["recent_events"])
@@ -207,9 +206,9 @@ func testTaskScopedRows(t *testing.T, bin, py string, script func(string) string
 	if status, deployed := apiCall(t, d, "POST", "/pipelines", "application/yaml", rowsPipeline); status != http.StatusCreated {
 		t.Fatalf("deploy: %d %v", status, deployed)
 	}
-	w := start(t, exec.Command(bin, "worker", "--task", "py-scoped-rows", "--exec", "python3 "+child, "--child-read", filepath.Dir(child),
+	w := buildtest.Start(t, exec.Command(bin, "worker", "--task", "py-scoped-rows", "--exec", "python3 "+child, "--child-read", filepath.Dir(child),
 		"--internal-url", "http://"+d.internal, "--url", "http://"+d.public, "--worker-id", "py-rows-wrapper"), nil)
-	defer w.stop()
+	defer w.Stop()
 	status, run := apiCall(t, d, "POST", "/pipelines/py_rows/jobs/emit/run", "application/json",
 		`{"batches":[[{"dedupe_key":"r1","severity":"high"},{"dedupe_key":"r2","severity":"low"},{"dedupe_key":"r3","severity":"high"}]]}`)
 	if status != http.StatusCreated {
@@ -421,17 +420,17 @@ func apiCall(t *testing.T, d *dev, method, path, contentType, body string) (int,
 // its stdout.
 func runPython(t *testing.T, py string, env []string, wantExit int, args ...string) string {
 	t.Helper()
-	stdout, _ := runPythonWith(t, py, env, "", 20*time.Second, wantExit, args...)
+	stdout, _ := runProgram(t, py, env, "", 20*time.Second, wantExit, args...)
 	return stdout
 }
 
-// runPythonWith runs a Python program to its end, within timeout, with stdin, expects the exit
-// status and returns its stdout and stderr.
-func runPythonWith(t *testing.T, py string, env []string, stdin string, timeout time.Duration, wantExit int, args ...string) (string, string) {
+// runProgram runs a program (python3, node) to its end, within timeout, with stdin, expects the
+// exit status and returns its stdout and stderr.
+func runProgram(t *testing.T, prog string, env []string, stdin string, timeout time.Duration, wantExit int, args ...string) (string, string) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, py, args...)
+	cmd := exec.CommandContext(ctx, prog, args...)
 	cmd.Env = append(os.Environ(), env...)
 	cmd.Stdin = strings.NewReader(stdin)
 	var stdout, stderr bytes.Buffer
@@ -463,8 +462,15 @@ func jsonLines(t *testing.T, out string) []map[string]any {
 	return lines
 }
 
-// dagJob is the three-task job every subtest submits: a → b, and c after both.
+// dagJob is the three-task job every Python subtest submits: a → b, and c after both.
 func dagJob(name, rt, firstQueue string) string {
+	return dagJobOf("py-example", name, rt, firstQueue, true)
+}
+
+// dagJobOf is the job named job of three tasks named name: a → b, and c after both, a and c on
+// firstQueue when it is not "". a has a 2 s lease; with sleep it lasts 1.5 s, and lives only if
+// the worker heartbeats (every second).
+func dagJobOf(job, name, rt, firstQueue string, sleep bool) string {
 	task := func(id string, deps []string, input string, extra string) string {
 		d, _ := json.Marshal(deps)
 		return fmt.Sprintf(`{"taskId":%q,"name":%q,"runtime":%q,"dependsOn":%s,"input":%s%s}`, id, name, rt, d, input, extra)
@@ -473,9 +479,12 @@ func dagJob(name, rt, firstQueue string) string {
 	if firstQueue != "" {
 		queue = fmt.Sprintf(`,"queue":%q`, firstQueue)
 	}
-	// a lasts 1.5 s under a 2 s lease: it lives only if the worker heartbeats (every second).
-	return `{"name":"py-example","tasks":[` +
-		task("a", []string{}, `{"n":1,"sleep":1.5}`, `,"heartbeatTimeoutSeconds":2,"maxAttempts":1`+queue) + "," +
+	a := `{"n":1}`
+	if sleep {
+		a = `{"n":1,"sleep":1.5}`
+	}
+	return fmt.Sprintf(`{"name":%q,"tasks":[`, job) +
+		task("a", []string{}, a, `,"heartbeatTimeoutSeconds":2,"maxAttempts":1`+queue) + "," +
 		task("b", []string{"a"}, `{"n":10}`, "") + "," +
 		task("c", []string{"a", "b"}, `{"n":100}`, queue) + "]}"
 }
@@ -504,99 +513,51 @@ func checkOutputs(t *testing.T, job map[string]any, by string, wrapped bool) {
 	}
 }
 
-const apiKey = "py-examples-key-0123456789"
+// apiKey is the API key of every `baton dev` these tests start.
+const apiKey = "examples-key-0123456789"
 
+// dev is a running `baton dev`: its public and internal listeners and its data directory.
 type dev struct{ public, internal, dataDir string }
 
-// startDev starts `baton dev` on free ports with a fresh data directory and waits until both
-// listeners answer /readyz.
+// env is the environment a producer or worker talks to d with: its URLs and the API key.
+func (d *dev) env() []string {
+	return []string{"BATON_URL=http://" + d.public, "BATON_INTERNAL_URL=http://" + d.internal, "BATON_API_KEY=" + apiKey}
+}
+
+// startDev starts `baton dev` with the extra flags on free ports with a fresh data directory and
+// waits until both listeners answer /readyz (within 15 s in all); an internal listener with mutual
+// TLS (--internal-tls-cert among extra), which a plain GET cannot ask, until it accepts a connection.
 func startDev(t *testing.T, bin string, extra ...string) *dev {
 	t.Helper()
-	d := &dev{public: freeAddr(t), internal: freeAddr(t), dataDir: t.TempDir()}
+	d := &dev{public: buildtest.FreeAddr(t), internal: buildtest.FreeAddr(t), dataDir: t.TempDir()}
 	args := append([]string{"dev", "--data-dir", d.dataDir, "--listen", d.public, "--internal-listen", d.internal,
 		"--metrics-listen=", "--sink=false", "--shutdown-timeout", "2s"}, extra...)
-	p := start(t, exec.Command(bin, args...), []string{"BATON_API_KEY=" + apiKey})
+	p := buildtest.Start(t, exec.Command(bin, args...), []string{"BATON_API_KEY=" + apiKey})
 	deadline := time.Now().Add(15 * time.Second)
-	for _, addr := range []string{d.public, d.internal} {
-		for {
-			res, err := http.Get("http://" + addr + "/readyz")
-			if err == nil {
-				res.Body.Close()
-				if res.StatusCode == http.StatusOK {
-					break
-				}
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("baton dev did not become ready on %s: %v\n%s", addr, err, p.out.String())
-			}
-			time.Sleep(50 * time.Millisecond)
-		}
+	buildtest.WaitReady(t, "http://"+d.public+"/readyz", time.Until(deadline), p)
+	if slices.Contains(extra, "--internal-tls-cert") {
+		buildtest.WaitListening(t, d.internal, 10*time.Second)
+	} else {
+		buildtest.WaitReady(t, "http://"+d.internal+"/readyz", time.Until(deadline), p)
 	}
 	return d
 }
 
-// proc is a child process whose output is kept for failure messages.
-type proc struct {
-	cmd  *exec.Cmd
-	out  *syncBuffer
-	done chan struct{} // closed when the process exited; err is then its Wait error
-	err  error
-}
-
-func start(t *testing.T, cmd *exec.Cmd, env []string) *proc {
+// waitExit waits up to 15 s for a worker that was told --max-tasks to exit by itself, successfully.
+func waitExit(t *testing.T, p *buildtest.Proc) {
 	t.Helper()
-	p := &proc{cmd: cmd, out: &syncBuffer{}, done: make(chan struct{})}
-	cmd.Env = append(os.Environ(), env...)
-	cmd.Stdout, cmd.Stderr = p.out, p.out
-	if err := cmd.Start(); err != nil {
-		t.Fatalf("start %s: %v", cmd.Path, err)
-	}
-	go func() { p.err = cmd.Wait(); close(p.done) }()
-	t.Cleanup(func() {
-		p.stop()
-		if t.Failed() {
-			t.Logf("output of %s:\n%s", strings.Join(cmd.Args, " "), p.out.String())
-		}
-	})
-	return p
-}
-
-// stop asks the process to stop (SIGINT), then kills it after 5 s.
-func (p *proc) stop() {
-	select {
-	case <-p.done:
-		return
-	default:
-	}
-	_ = p.cmd.Process.Signal(os.Interrupt)
-	select {
-	case <-p.done:
-	case <-time.After(5 * time.Second):
-		_ = p.cmd.Process.Kill()
-		<-p.done
-	}
-}
-
-// wait waits for a worker that was told --max-tasks to exit by itself, successfully.
-func (p *proc) wait(t *testing.T) {
-	t.Helper()
-	select {
-	case <-p.done:
-		if p.err != nil {
-			t.Fatalf("%s exited with %v:\n%s", strings.Join(p.cmd.Args, " "), p.err, p.out.String())
-		}
-	case <-time.After(15 * time.Second):
-		t.Fatalf("%s did not stop after its --max-tasks:\n%s", strings.Join(p.cmd.Args, " "), p.out.String())
+	if code, err := p.Wait(15 * time.Second); err != nil || code != 0 {
+		t.Fatalf("%s did not exit successfully after its --max-tasks (exit %d, %v):\n%s", p.Name, code, err, p.Output())
 	}
 }
 
 // startPython starts a Python example with the server's URLs (when d is not nil) in its environment.
-func startPython(t *testing.T, d *dev, py, script string, env []string, args ...string) *proc {
+func startPython(t *testing.T, d *dev, py, script string, env []string, args ...string) *buildtest.Proc {
 	t.Helper()
 	if d != nil {
 		env = append([]string{"BATON_URL=http://" + d.public, "BATON_INTERNAL_URL=http://" + d.internal}, env...)
 	}
-	return start(t, exec.Command(py, append([]string{script}, args...)...), env)
+	return buildtest.Start(t, exec.Command(py, append([]string{script}, args...)...), env)
 }
 
 // runProducer runs producer.py on the job document, expects the exit status, and returns the
@@ -604,50 +565,18 @@ func startPython(t *testing.T, d *dev, py, script string, env []string, args ...
 func runProducer(t *testing.T, d *dev, py, script, doc string, wantExit int, args ...string) (map[string]any, string) {
 	t.Helper()
 	env := []string{"BATON_URL=http://" + d.public, "BATON_API_KEY=" + apiKey}
-	stdout, stderr := runPythonWith(t, py, env, doc, 30*time.Second, wantExit, append([]string{script, "--timeout", "25", "-"}, args...)...)
+	return produce(t, env, 30*time.Second, doc, wantExit, append([]string{py, script, "--timeout", "25", "-"}, args...)...)
+}
+
+// produce runs the producer argv (a program and its arguments) with env, within timeout, on the
+// job document (its stdin), expects the exit status, and returns the final job view it printed
+// and its stderr.
+func produce(t *testing.T, env []string, timeout time.Duration, doc string, wantExit int, argv ...string) (map[string]any, string) {
+	t.Helper()
+	stdout, stderr := runProgram(t, argv[0], env, doc, timeout, wantExit, argv[1:]...)
 	var job map[string]any
 	if err := json.Unmarshal([]byte(stdout), &job); err != nil {
-		t.Fatalf("producer.py printed no job view: %v; stdout:\n%s\nstderr:\n%s", err, stdout, stderr)
+		t.Fatalf("%s printed no job view: %v; stdout:\n%s\nstderr:\n%s", filepath.Base(argv[1]), err, stdout, stderr)
 	}
 	return job, stderr
-}
-
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
-}
-
-func waitListening(t *testing.T, addr string) {
-	t.Helper()
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
-		if c, err := net.Dial("tcp", addr); err == nil {
-			c.Close()
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("nothing listens on %s", addr)
-		}
-	}
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }

@@ -1,6 +1,8 @@
 // Package buildtest builds Baton's commands from tests the way the running test binary was built:
 // with its race detector and its -gcflags and -tags, so that the build reuses the packages the
-// test's own build compiled, and the processes the test starts are checked as the test is.
+// test's own build compiled, and the processes the test starts are checked as the test is; and it
+// runs them: Start keeps a child's output and stops it when the test ends, FreeAddr, WaitListening
+// and WaitReady find it ports and wait for its listeners.
 package buildtest
 
 import (

@@ -4,11 +4,8 @@ import (
 	"bytes"
 	"context"
 	"database/sql"
-	"errors"
 	"flag"
 	"fmt"
-	"net"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -468,7 +465,7 @@ type server struct {
 	public, internal string // http://host:port
 	apiKey, blobURL  string
 	c                *client.Client
-	proc             *proc
+	proc             *buildtest.Proc
 }
 
 // env is the environment a program of the scenario talks to the server with.
@@ -482,7 +479,7 @@ func (s *server) env() []string {
 func (h *harness) startServer(t *testing.T, store string) *server {
 	t.Helper()
 	start := time.Now()
-	public, internal := freeAddr(t), freeAddr(t)
+	public, internal := buildtest.FreeAddr(t), buildtest.FreeAddr(t)
 	blobs := filepath.Join(t.TempDir(), "blobs")
 	if err := os.Mkdir(blobs, 0o755); err != nil {
 		t.Fatal(err)
@@ -522,17 +519,7 @@ func (h *harness) startServer(t *testing.T, store string) *server {
 	}
 	s.proc = startProc(t, t, "baton "+store, cmd, env)
 	for _, base := range []string{s.public, s.internal} {
-		waitFor(t, 60*time.Second, "baton "+store+" to answer "+base+"/readyz", func() (bool, error) {
-			if s.proc.exited() {
-				return false, fmt.Errorf("baton %s exited: %v\n%s", store, s.proc.err, s.proc.out.String())
-			}
-			res, err := http.Get(base + "/readyz")
-			if err != nil {
-				return false, nil
-			}
-			res.Body.Close()
-			return res.StatusCode == http.StatusOK, nil
-		})
+		buildtest.WaitReady(t, base+"/readyz", 60*time.Second, s.proc)
 	}
 	if err := <-keyDone; err != nil {
 		t.Fatal(err)
@@ -569,16 +556,6 @@ func pgSchemaURL(t *testing.T) string {
 	return base + "?search_path=" + schema
 }
 
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
-}
-
 // waitFor polls cond every 50 ms until it holds, fails, or timeout passes (which fails t).
 func waitFor(t *testing.T, timeout time.Duration, what string, cond func() (bool, error)) {
 	t.Helper()
@@ -598,100 +575,11 @@ func waitFor(t *testing.T, timeout time.Duration, what string, cond func() (bool
 	}
 }
 
-// proc is a child process whose output is kept for failure messages.
-type proc struct {
-	name string
-	cmd  *exec.Cmd
-	out  *syncBuffer
-	done chan struct{} // closed when the process exited; err is then its Wait error
-	err  error
-}
-
 // startProc starts cmd with env added to the test's environment; when owner ends it is stopped
-// (SIGTERM, then SIGKILL after 10 s) and, if owner failed, its output logged. t fails if it cannot
-// start.
-func startProc(t, owner *testing.T, name string, cmd *exec.Cmd, env []string) *proc {
+// (SIGCONT, as it may be stopped, and SIGTERM, then SIGKILL after 10 s) and, if owner failed, its
+// output logged. t fails if it cannot start.
+func startProc(t, owner *testing.T, name string, cmd *exec.Cmd, env []string) *buildtest.Proc {
 	t.Helper()
-	p := &proc{name: name, cmd: cmd, out: &syncBuffer{}, done: make(chan struct{})}
-	cmd.Env = append(os.Environ(), env...)
-	cmd.Stdout, cmd.Stderr = p.out, p.out
-	if err := cmd.Start(); err != nil {
-		t.Fatalf("start %s: %v", name, err)
-	}
-	go func() { p.err = cmd.Wait(); close(p.done) }()
-	owner.Cleanup(func() {
-		p.stop()
-		if owner.Failed() {
-			owner.Logf("output of %s (%s):\n%s", name, strings.Join(cmd.Args, " "), p.out.String())
-		}
-	})
-	return p
-}
-
-func (p *proc) exited() bool {
-	select {
-	case <-p.done:
-		return true
-	default:
-		return false
-	}
-}
-
-func (p *proc) signal(sig syscall.Signal) error {
-	if p.exited() {
-		return fmt.Errorf("%s already exited: %v", p.name, p.err)
-	}
-	return p.cmd.Process.Signal(sig)
-}
-
-// stop ends the process: SIGCONT (it may be stopped) and SIGTERM, then SIGKILL after 10 s.
-func (p *proc) stop() {
-	if p.exited() {
-		return
-	}
-	_ = p.cmd.Process.Signal(syscall.SIGCONT)
-	_ = p.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-p.done:
-	case <-time.After(10 * time.Second):
-		_ = p.cmd.Process.Kill()
-		<-p.done
-	}
-}
-
-// wait waits up to timeout for the process to exit and returns its exit status.
-func (p *proc) wait(timeout time.Duration) (int, error) {
-	select {
-	case <-p.done:
-	case <-time.After(timeout):
-		return 0, fmt.Errorf("%s did not exit within %s", p.name, timeout)
-	}
-	var exit *exec.ExitError
-	switch {
-	case p.err == nil:
-		return 0, nil
-	case errors.As(p.err, &exit):
-		if ws, ok := exit.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
-			return -1, fmt.Errorf("%s was killed by %s", p.name, ws.Signal())
-		}
-		return exit.ExitCode(), nil
-	}
-	return 0, p.err
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
+	return buildtest.StartWith(t, cmd, env, buildtest.Options{Name: name, Owner: owner,
+		Signals: []os.Signal{syscall.SIGCONT, syscall.SIGTERM}, Grace: 10 * time.Second})
 }

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/baton-dev/baton/client"
+	"github.com/baton-dev/baton/internal/buildtest"
 )
 
 // run is one SDK's run of the scenario against one server.
@@ -32,8 +33,8 @@ type run struct {
 	markers string
 
 	mu      sync.Mutex
-	workers int   // started so far, for their ids
-	worker  *proc // the worker the sequential steps act on
+	workers int             // started so far, for their ids
+	worker  *buildtest.Proc // the worker the sequential steps act on
 }
 
 // scenario runs the steps of README.md as subtests, in three phases, each in step with the other
@@ -63,7 +64,7 @@ func (r *run) together(t *testing.T, steps map[string]func(*testing.T)) {
 
 // startWorker starts a worker of the SDK's conformance program; it is stopped when the SDK's
 // test ends, after every step.
-func (r *run) startWorker(t *testing.T) *proc {
+func (r *run) startWorker(t *testing.T) *buildtest.Proc {
 	t.Helper()
 	r.mu.Lock()
 	r.workers++
@@ -77,9 +78,9 @@ func (r *run) startWorker(t *testing.T) *proc {
 }
 
 // liveWorker is the worker of the sequential steps, started anew if the last one is gone.
-func (r *run) liveWorker(t *testing.T) *proc {
+func (r *run) liveWorker(t *testing.T) *buildtest.Proc {
 	t.Helper()
-	if r.worker == nil || r.worker.exited() {
+	if r.worker == nil || r.worker.Exited() {
 		r.worker = r.startWorker(t)
 	}
 	return r.worker
@@ -185,11 +186,11 @@ func (r *run) marker(name string) bool {
 }
 
 // waitMarker waits for the marker file NAME; while it waits, w (if not nil) must stay alive.
-func (r *run) waitMarker(t *testing.T, name string, timeout time.Duration, w *proc) {
+func (r *run) waitMarker(t *testing.T, name string, timeout time.Duration, w *buildtest.Proc) {
 	t.Helper()
 	waitFor(t, timeout, "the marker "+name, func() (bool, error) {
-		if w != nil && w.exited() {
-			return false, fmt.Errorf("%s exited: %v", w.name, w.err)
+		if w != nil && w.Exited() {
+			return false, fmt.Errorf("%s exited: %v", w.Name, w.Err())
 		}
 		return r.marker(name), nil
 	})
@@ -334,10 +335,10 @@ func (r *run) kill(t *testing.T) {
 	id := r.submit(t, "conf-kill", r.task("kill", "conf.kill", map[string]any{},
 		map[string]any{"heartbeatTimeoutSeconds": 2, "maxAttempts": 3, "backoffBaseMs": 0, "backoffMaxMs": 0}))
 	r.waitMarker(t, "started-kill-1", 60*time.Second, w)
-	if err := w.signal(syscall.SIGKILL); err != nil {
+	if err := w.Signal(syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := w.wait(10 * time.Second); err == nil || !strings.Contains(err.Error(), "killed") {
+	if _, err := w.Wait(10 * time.Second); err == nil || !strings.Contains(err.Error(), "killed") {
 		t.Fatalf("the killed worker: %v", err)
 	}
 	r.worker = r.startWorker(t)
@@ -362,20 +363,20 @@ func (r *run) refused(t *testing.T) {
 	id := r.submit(t, "conf-refused", r.task("refused", "conf.refused", map[string]any{},
 		map[string]any{"heartbeatTimeoutSeconds": 2, "maxAttempts": 3, "backoffBaseMs": 1000, "backoffMaxMs": 1000}))
 	r.waitMarker(t, "started-refused-1", 60*time.Second, w)
-	if err := w.signal(syscall.SIGSTOP); err != nil {
+	if err := w.Signal(syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
 	}
 	stopped := true
 	defer func() {
 		if stopped {
-			_ = w.signal(syscall.SIGCONT)
+			_ = w.Signal(syscall.SIGCONT)
 		}
 	}()
 	waitFor(t, 30*time.Second, "the server to time attempt 1 of refused out", func() (bool, error) {
 		d := r.taskDetail(t, id, "refused")
 		return len(d.Attempts) > 0 && d.Attempts[0].FinishedAt != nil, nil
 	})
-	if err := w.signal(syscall.SIGCONT); err != nil {
+	if err := w.Signal(syscall.SIGCONT); err != nil {
 		t.Fatal(err)
 	}
 	stopped = false
@@ -396,10 +397,10 @@ func (r *run) sigterm(t *testing.T) {
 	id := r.submit(t, "conf-sigterm", r.task("term", "conf.term", map[string]any{},
 		map[string]any{"heartbeatTimeoutSeconds": liveLease, "maxAttempts": 1}))
 	r.waitMarker(t, "started-term-1", 60*time.Second, w)
-	if err := w.signal(syscall.SIGTERM); err != nil {
+	if err := w.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
-	code, err := w.wait(15 * time.Second)
+	code, err := w.Wait(15 * time.Second)
 	if err != nil || code != 0 {
 		t.Fatalf("the worker after SIGTERM: exit %d, %v; want exit 0 within 15 s", code, err)
 	}
