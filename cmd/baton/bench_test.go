@@ -15,6 +15,7 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/baton-dev/baton/internal/bench"
+	"github.com/baton-dev/baton/internal/store/storetest"
 )
 
 // runBenchJSON runs `baton bench` with args and --json, and decodes its result. The bench starts its
@@ -229,7 +230,7 @@ func TestBenchRunningServer(t *testing.T) {
 
 func TestBenchPostgres(t *testing.T) {
 	t.Parallel()
-	url := pgSchemaURL(t)
+	url := storetest.NewPostgresSchema(t)
 	res := runBenchJSON(t, "--database-url", url, "--tasks", "150", "--job-size", "50", "--workers", "16", "--via", "sdk", "--dag", "diamond")
 	checkBench(t, res, "postgres", bench.ViaSDK, bench.Diamond, 150, true)
 }

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/baton-dev/baton/internal/store/storetest"
 )
 
 // buildPipeline: a manual source feeds cursors into ranges, which writes ranges_out; totals reads
@@ -259,7 +261,7 @@ func TestChangedDeployEndToEnd(t *testing.T) {
 // startServerPair starts two `baton server` replicas on one fresh PostgreSQL schema, with one
 // API key.
 func startServerPair(t *testing.T) []*metricsServer {
-	url := pgSchemaURL(t)
+	url := storetest.NewPostgresSchema(t)
 	var out, errOut bytes.Buffer
 	if code := run(context.Background(), []string{"migrate", "--database-url", url}, &out, &errOut); code != 0 {
 		t.Fatalf("migrate: exit %d, %s", code, errOut.String())

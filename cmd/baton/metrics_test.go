@@ -20,6 +20,7 @@ import (
 	"github.com/prometheus/common/model"
 
 	"github.com/baton-dev/baton/internal/metrics/metricstest"
+	"github.com/baton-dev/baton/internal/store/storetest"
 )
 
 // scrape reads GET /metrics and parses the text exposition.
@@ -347,7 +348,7 @@ func startMetricsDev(t *testing.T, extra ...string) *metricsServer {
 // startMetricsServer starts `baton server` on a fresh PostgreSQL schema with a metrics listener
 // and JSON logs; its started line names the metrics URL.
 func startMetricsServer(t *testing.T, extra ...string) *metricsServer {
-	url := pgSchemaURL(t)
+	url := storetest.NewPostgresSchema(t)
 	var out, errOut bytes.Buffer
 	if code := run(context.Background(), []string{"migrate", "--database-url", url}, &out, &errOut); code != 0 {
 		t.Fatalf("migrate: exit %d, %s", code, errOut.String())

@@ -12,13 +12,14 @@ import (
 	"time"
 
 	"github.com/baton-dev/baton/internal/faultnet"
+	"github.com/baton-dev/baton/internal/store/storetest"
 )
 
 // TestServerWhileItsDatabaseIsPartitioned runs `baton server` with its PostgreSQL behind a
 // partitioning proxy: cut off, it answers 503 with Retry-After within a few seconds instead of
 // hanging; healed, it serves again without a restart.
 func TestServerWhileItsDatabaseIsPartitioned(t *testing.T) {
-	direct := pgSchemaURL(t)
+	direct := storetest.NewPostgresSchema(t)
 	ctx := context.Background()
 	var out, errOut bytes.Buffer
 	if code := run(ctx, []string{"migrate", "--database-url", direct}, &out, &errOut); code != 0 {

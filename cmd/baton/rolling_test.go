@@ -23,6 +23,7 @@ import (
 
 	"github.com/baton-dev/baton/client"
 	"github.com/baton-dev/baton/internal/buildtest"
+	"github.com/baton-dev/baton/internal/store/storetest"
 	"github.com/baton-dev/baton/worker"
 )
 
@@ -282,7 +283,7 @@ func (r *replica) stop(t *testing.T) {
 // that replica keeps serving; then a replica of each release serves one job, its tasks claimed
 // and completed through both.
 func TestRollingUpgradeOnPostgres(t *testing.T) {
-	dbURL := pgSchemaURL(t)
+	dbURL := storetest.NewPostgresSchema(t)
 	root, commit, why := previousSchemaCommit(t)
 	t.Parallel()
 	ctx := context.Background()

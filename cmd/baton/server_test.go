@@ -3,7 +3,6 @@ package main
 import (
 	"bytes"
 	"context"
-	"database/sql"
 	"encoding/json"
 	"net"
 	"net/http"
@@ -12,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/google/uuid"
+	"github.com/baton-dev/baton/internal/store/storetest"
 	_ "github.com/jackc/pgx/v5/stdlib"
 )
 
@@ -27,36 +26,10 @@ func freeAddr(t *testing.T) string {
 	return l.Addr().String()
 }
 
-// pgSchemaURL returns the URL of a fresh schema of the test PostgreSQL database, dropped when the
-// test ends; it skips the test when BATON_TEST_POSTGRES_URL is not set.
-func pgSchemaURL(t *testing.T) string {
-	base := os.Getenv("BATON_TEST_POSTGRES_URL")
-	if base == "" {
-		t.Skip("BATON_TEST_POSTGRES_URL is not set; skipping the PostgreSQL run")
-	}
-	admin, err := sql.Open("pgx", base)
-	if err != nil {
-		t.Fatal(err)
-	}
-	schema := "baton_cmd_" + strings.ReplaceAll(uuid.NewString(), "-", "")[:12]
-	if _, err := admin.Exec("CREATE SCHEMA " + schema); err != nil {
-		admin.Close()
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		admin.Exec("DROP SCHEMA " + schema + " CASCADE")
-		admin.Close()
-	})
-	if strings.Contains(base, "?") {
-		return base + "&search_path=" + schema
-	}
-	return base + "?search_path=" + schema
-}
-
 // TestServerReplicasOnPostgres runs the commands a production setup runs: migrate, create a key,
 // and two `baton server` replicas on one database that serve the same job.
 func TestServerReplicasOnPostgres(t *testing.T) {
-	url := pgSchemaURL(t)
+	url := storetest.NewPostgresSchema(t)
 	ctx := context.Background()
 	var out, errOut bytes.Buffer
 	if code := run(ctx, []string{"server", "--database-url", url, "--internal-insecure"}, &out, &errOut); code != 1 || !strings.Contains(errOut.String(), "baton migrate") {

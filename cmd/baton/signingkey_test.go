@@ -16,6 +16,7 @@ import (
 	"github.com/baton-dev/baton/internal/store"
 	"github.com/baton-dev/baton/internal/store/postgres"
 	"github.com/baton-dev/baton/internal/store/sqlite"
+	"github.com/baton-dev/baton/internal/store/storetest"
 )
 
 func TestSigningKeyCommands_SQLite(t *testing.T) {
@@ -27,7 +28,7 @@ func TestSigningKeyCommands_SQLite(t *testing.T) {
 }
 
 func TestSigningKeyCommands_Postgres(t *testing.T) {
-	url := pgSchemaURL(t)
+	url := storetest.NewPostgresSchema(t)
 	if code, _, errOut := baton("migrate", "--database-url", url); code != 0 {
 		t.Fatalf("migrate: exit %d, %s", code, errOut)
 	}

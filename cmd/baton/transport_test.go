@@ -21,6 +21,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	goredis "github.com/redis/go-redis/v9"
 
+	"github.com/baton-dev/baton/internal/store/storetest"
 	"github.com/baton-dev/baton/internal/transport"
 	"github.com/baton-dev/baton/internal/transport/dial"
 )
@@ -395,7 +396,7 @@ func TestTransportEndToEnd(t *testing.T) {
 // reconciler, with the Redis Streams transport and workers woken through it: every outbox
 // wake-up is published exactly once and no task is claimed twice.
 func TestServerReplicasRelayToRedis(t *testing.T) {
-	dbURL := pgSchemaURL(t)
+	dbURL := storetest.NewPostgresSchema(t)
 	tc := redisCase(t)
 	ctx := context.Background()
 	var out, errOut bytes.Buffer

@@ -3,7 +3,6 @@ package conformance
 import (
 	"bytes"
 	"context"
-	"database/sql"
 	"flag"
 	"fmt"
 	"os"
@@ -17,11 +16,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/google/uuid"
 	_ "github.com/jackc/pgx/v5/stdlib" // the database/sql driver "pgx", to make a schema per run
 
 	"github.com/baton-dev/baton/client"
 	"github.com/baton-dev/baton/internal/buildtest"
+	"github.com/baton-dev/baton/internal/store/storetest"
 )
 
 // TestConformance runs the scenario of README.md for every SDK against a real `baton dev` on
@@ -496,7 +495,7 @@ func (h *harness) startServer(t *testing.T, store string) *server {
 		cmd = exec.Command(h.baton, append([]string{"dev", "--data-dir", t.TempDir()}, common...)...)
 		env = []string{"BATON_API_KEY=" + devAPIKey}
 	case "postgres":
-		dbURL := pgSchemaURL(t)
+		dbURL := storetest.NewPostgresSchema(t)
 		if out, err := exec.Command(h.baton, "migrate", "--database-url", dbURL).CombinedOutput(); err != nil {
 			t.Fatalf("baton migrate: %v\n%s", err, out)
 		}
@@ -527,33 +526,6 @@ func (h *harness) startServer(t *testing.T, store string) *server {
 	s.c = client.New(s.public, s.apiKey)
 	h.timing("%s: the server was ready in %s", store, time.Since(start).Round(time.Millisecond))
 	return s
-}
-
-// pgSchemaURL is BATON_TEST_POSTGRES_URL with a fresh schema as its search path, dropped when t
-// ends; it skips t when the variable is not set.
-func pgSchemaURL(t *testing.T) string {
-	t.Helper()
-	base := os.Getenv("BATON_TEST_POSTGRES_URL")
-	if base == "" {
-		t.Skip("BATON_TEST_POSTGRES_URL is not set; skipping the PostgreSQL run (e.g. postgres://postgres@127.0.0.1:5432/test?sslmode=disable)")
-	}
-	admin, err := sql.Open("pgx", base)
-	if err != nil {
-		t.Fatal(err)
-	}
-	schema := "baton_conf_" + strings.ReplaceAll(uuid.NewString(), "-", "")[:12]
-	if _, err := admin.Exec("CREATE SCHEMA " + schema); err != nil {
-		admin.Close()
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		admin.Exec("DROP SCHEMA " + schema + " CASCADE")
-		admin.Close()
-	})
-	if strings.Contains(base, "?") {
-		return base + "&search_path=" + schema
-	}
-	return base + "?search_path=" + schema
 }
 
 // waitFor polls cond every 50 ms until it holds, fails, or timeout passes (which fails t).

@@ -170,6 +170,26 @@ func withSearchPath(url, schema string) string {
 	return fmt.Sprintf("%s search_path=%s", url, schema)
 }
 
+// NewPostgresSchema creates an empty schema (not migrated) in the test PostgreSQL database and
+// returns the URL that connects to it, as a process started by the test (`baton migrate`,
+// `baton server`) would be given; the schema is dropped when the test ends. It skips the test
+// when BATON_TEST_POSTGRES_URL is unset.
+func NewPostgresSchema(t testing.TB) string {
+	t.Helper()
+	url := connectAdmin(t)
+	ctx := context.Background()
+	schema := uniqueName()
+	if _, err := admin.db.ExecContext(ctx, "CREATE SCHEMA "+schema); err != nil {
+		t.Fatalf("create schema: %v", err)
+	}
+	t.Cleanup(func() {
+		if _, err := admin.db.ExecContext(ctx, "DROP SCHEMA "+schema+" CASCADE"); err != nil {
+			t.Errorf("drop schema %s: %v", schema, err)
+		}
+	})
+	return withSearchPath(url, schema)
+}
+
 // PostgresDatabase is a database of its own for one test, for figures PostgreSQL keeps per
 // database (deadlocks, for one) that other tests sharing a database would blur.
 type PostgresDatabase struct {
