@@ -6,21 +6,15 @@
  */
 import { createHmac, timingSafeEqual } from "node:crypto";
 import type { IncomingMessage, ServerResponse } from "node:http";
-import type { StorageCredentials } from "./blob.js";
 import { AbortError, ApiError, isCategory } from "./errors.js";
 import { Backoff, baseUrl, fetchTransport, jsonCall, sleep, type Transport } from "./http.js";
-import { AttemptCalls, SCOPED_ROUTES, toJsonl, type PipelineTask, type PublishedBatch, type Task, type TaskCallOptions, type TaskRowsOptions } from "./task.js";
+import { AttemptCalls, CallingTask, SCOPED_ROUTES, type Task } from "./task.js";
 import { failureOf, type Handler } from "./worker.js";
 import type {
   CallbackCompletedAnswer,
   CallbackHeartbeatAnswer,
-  DatasetRow,
-  EventsAnswer,
   JsonValue,
-  PipelineTaskInput,
-  QueryResult,
   TaskEnvelope,
-  UpstreamEvent,
 } from "./wire.js";
 
 /** Baton's own tolerance for a delivery's timestamp, in seconds. */
@@ -191,17 +185,7 @@ export interface PushHandlerOptions {
 }
 
 /** A push target's task: the {@link Task} of a delivered envelope. */
-class PushTask implements Task {
-  readonly id: string;
-  readonly jobId: string;
-  readonly key: string;
-  readonly name: string;
-  readonly attempt: number;
-  readonly input: JsonValue;
-  readonly parents: Record<string, JsonValue>;
-  readonly timeoutMs: number | undefined;
-  readonly traceparent: string | undefined;
-  readonly pipeline: PipelineTask | undefined;
+class PushTask extends CallingTask {
   readonly controller = new AbortController();
   readonly signal = this.controller.signal;
   cancelRequested = false;
@@ -213,19 +197,21 @@ class PushTask implements Task {
     readonly reporter: CallbackReporter,
     private readonly beatNow: () => void,
   ) {
-    this.id = env.taskId;
-    this.jobId = env.runId;
-    this.key = env.taskKey;
-    this.name = env.taskName;
-    this.attempt = env.attempt;
-    this.input = env.input;
-    this.parents = (env.dependencyOutputs ?? {}) as Record<string, JsonValue>;
     const dl = env.deadline ? Date.parse(env.deadline) : NaN;
-    this.timeoutMs = Number.isNaN(dl) ? undefined : Math.max(0, dl - Date.now());
-    this.traceparent = env.traceparent;
-    this.pipeline = env.job
-      ? { job: env.job, operator: env.operator ?? env.taskName, inputs: env.inputs ?? [], outputs: env.outputs ?? [], trigger: env.trigger }
-      : undefined;
+    super({
+      id: env.taskId,
+      jobId: env.runId,
+      key: env.taskKey,
+      name: env.taskName,
+      attempt: env.attempt,
+      input: env.input,
+      parents: (env.dependencyOutputs ?? {}) as Record<string, JsonValue>,
+      timeoutMs: Number.isNaN(dl) ? undefined : Math.max(0, dl - Date.now()),
+      traceparent: env.traceparent,
+      pipeline: env.job
+        ? { job: env.job, operator: env.operator ?? env.taskName, inputs: env.inputs ?? [], outputs: env.outputs ?? [], trigger: env.trigger }
+        : undefined,
+    });
     this.calls = new AttemptCalls(
       fetchTransport(),
       baseUrl(env.callbackBaseUrl, "callbackBaseUrl"),
@@ -244,21 +230,6 @@ class PushTask implements Task {
   }
   async heartbeat(): Promise<void> {
     this.beatNow();
-  }
-  publishBatch(dataset: string, rows: readonly unknown[], opts: TaskCallOptions = {}): Promise<PublishedBatch> {
-    return this.calls.publish(this.pipeline?.outputs ?? [], dataset, toJsonl(rows), opts.signal);
-  }
-  rows(dataset: string | PipelineTaskInput, opts?: TaskRowsOptions): AsyncGenerator<DatasetRow, void, undefined> {
-    return this.calls.rows(dataset, opts);
-  }
-  query(sql: string, opts: TaskCallOptions & { limit?: number } = {}): Promise<QueryResult> {
-    return this.calls.query(sql, opts.limit, opts.signal);
-  }
-  credentials(opts: TaskCallOptions = {}): Promise<StorageCredentials> {
-    return this.calls.credentials(opts.signal);
-  }
-  events(events: UpstreamEvent[], opts: TaskCallOptions = {}): Promise<EventsAnswer> {
-    return this.calls.events(events, opts.signal);
   }
   async secrets(): Promise<Record<string, string>> {
     if (this.pipeline?.job.secrets?.length) throw new Error("baton: a push target gets no secrets from Baton: its own environment holds them");

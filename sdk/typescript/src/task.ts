@@ -312,3 +312,81 @@ export class AttemptCalls {
     return putS3Object(creds, prefix + name, data, "application/jsonl", signal);
   }
 }
+
+/** The fields every {@link Task} has, read from a claim or from a push envelope. */
+export interface TaskFields {
+  id: string;
+  jobId: string;
+  key: string;
+  name: string;
+  attempt: number;
+  input: JsonValue;
+  parents: Record<string, JsonValue>;
+  timeoutMs: number | undefined;
+  traceparent: string | undefined;
+  pipeline: PipelineTask | undefined;
+}
+
+/**
+ * A {@link Task} whose dataset, query, storage and event calls go through its attempt's
+ * {@link AttemptCalls}: a Worker's attempts and a push target's tasks differ only in how they
+ * heartbeat, learn of cancellation and get secrets.
+ */
+export abstract class CallingTask implements Task {
+  readonly id: string;
+  readonly jobId: string;
+  readonly key: string;
+  readonly name: string;
+  readonly attempt: number;
+  readonly input: JsonValue;
+  readonly parents: Record<string, JsonValue>;
+  readonly timeoutMs: number | undefined;
+  readonly traceparent: string | undefined;
+  readonly pipeline: PipelineTask | undefined;
+  abstract readonly calls: AttemptCalls;
+  abstract readonly signal: AbortSignal;
+  abstract readonly capabilityToken: string;
+
+  constructor(f: TaskFields) {
+    this.id = f.id;
+    this.jobId = f.jobId;
+    this.key = f.key;
+    this.name = f.name;
+    this.attempt = f.attempt;
+    this.input = f.input;
+    this.parents = f.parents;
+    this.timeoutMs = f.timeoutMs;
+    this.traceparent = f.traceparent;
+    this.pipeline = f.pipeline;
+  }
+
+  abstract shouldCancel(): boolean;
+  abstract heartbeat(): Promise<void>;
+  abstract secrets(opts?: TaskCallOptions): Promise<Record<string, string>>;
+  abstract secret(name: string, opts?: TaskCallOptions): Promise<string>;
+
+  publishBatch(dataset: string, rows: readonly unknown[], opts: TaskCallOptions = {}): Promise<PublishedBatch> {
+    return this.calls.publish(this.pipeline?.outputs ?? [], dataset, toJsonl(rows), opts.signal);
+  }
+
+  /** Publishes JSONL text (one JSON object a line) as one batch. */
+  publishJsonl(dataset: string, jsonl: string, opts: TaskCallOptions = {}): Promise<PublishedBatch> {
+    return this.calls.publish(this.pipeline?.outputs ?? [], dataset, jsonl, opts.signal);
+  }
+
+  rows(dataset: string | PipelineTaskInput, opts?: TaskRowsOptions): AsyncGenerator<DatasetRow, void, undefined> {
+    return this.calls.rows(dataset, opts);
+  }
+
+  query(sql: string, opts: TaskCallOptions & { limit?: number } = {}): Promise<QueryResult> {
+    return this.calls.query(sql, opts.limit, opts.signal);
+  }
+
+  credentials(opts: TaskCallOptions = {}): Promise<StorageCredentials> {
+    return this.calls.credentials(opts.signal);
+  }
+
+  events(events: UpstreamEvent[], opts: TaskCallOptions = {}): Promise<EventsAnswer> {
+    return this.calls.events(events, opts.signal);
+  }
+}

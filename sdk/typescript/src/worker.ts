@@ -10,9 +10,8 @@ import { Worker as Thread } from "node:worker_threads";
 import { AbortError, ApiError, RetryAfter, TaskError } from "./errors.js";
 import { FLAG_CANCEL, FLAG_LOST, type FromThread, type ThreadData, type ToThread } from "./flags.js";
 import { apiErrorOf, Backoff, baseUrl, fetchTransport, jsonCall, nodeTransport, sleep, type TlsOptions, type Transport } from "./http.js";
-import { AttemptCalls, INTERNAL_ROUTES, toJsonl, type PipelineTask, type PublishedBatch, type Task, type TaskCallOptions, type TaskRowsOptions } from "./task.js";
-import type { StorageCredentials } from "./blob.js";
-import type { DatasetRow, EventsAnswer, JsonValue, PipelineTaskInput, QueryResult, StreamClaim, UpstreamEvent } from "./wire.js";
+import { AttemptCalls, CallingTask, INTERNAL_ROUTES, type Task, type TaskCallOptions } from "./task.js";
+import type { JsonValue, StreamClaim } from "./wire.js";
 
 /** A handler: runs one attempt and returns its output (any JSON value; `undefined` is `null`). */
 export type Handler = (task: Task) => unknown | Promise<unknown>;
@@ -125,17 +124,7 @@ function safeString(v: unknown): string {
 }
 
 /** One claimed attempt. */
-class Attempt implements Task {
-  readonly id: string;
-  readonly jobId: string;
-  readonly key: string;
-  readonly name: string;
-  readonly attempt: number;
-  readonly input: JsonValue;
-  readonly parents: Record<string, JsonValue>;
-  readonly timeoutMs: number | undefined;
-  readonly traceparent: string | undefined;
-  readonly pipeline: PipelineTask | undefined;
+class Attempt extends CallingTask {
   readonly signal: AbortSignal;
   readonly claim: StreamClaim;
   readonly controller = new AbortController();
@@ -158,19 +147,21 @@ class Attempt implements Task {
     readonly gen: number,
     readonly everyMs: number,
   ) {
+    super({
+      id: c.task_id || c.job_id,
+      jobId: c.run_id,
+      key: c.task_key,
+      name: c.task_name,
+      attempt: c.attempt_id,
+      input: c.payload,
+      parents: (c.dependency_outputs ?? {}) as Record<string, JsonValue>,
+      timeoutMs: typeof c.timeout_seconds === "number" && c.timeout_seconds > 0 ? c.timeout_seconds * 1000 : undefined,
+      traceparent: c.traceparent,
+      pipeline: c.job
+        ? { job: c.job, operator: c.operator ?? c.task_name, inputs: c.inputs ?? [], outputs: c.outputs ?? [], trigger: c.trigger }
+        : undefined,
+    });
     this.claim = c;
-    this.id = c.task_id || c.job_id;
-    this.jobId = c.run_id;
-    this.key = c.task_key;
-    this.name = c.task_name;
-    this.attempt = c.attempt_id;
-    this.input = c.payload;
-    this.parents = (c.dependency_outputs ?? {}) as Record<string, JsonValue>;
-    this.timeoutMs = typeof c.timeout_seconds === "number" && c.timeout_seconds > 0 ? c.timeout_seconds * 1000 : undefined;
-    this.traceparent = c.traceparent;
-    this.pipeline = c.job
-      ? { job: c.job, operator: c.operator ?? c.task_name, inputs: c.inputs ?? [], outputs: c.outputs ?? [], trigger: c.trigger }
-      : undefined;
     this.token = c.capability_token;
     this.tokenExpiresAt = c.capability_token_expires_at ?? "";
     this.signal = this.controller.signal;
@@ -190,31 +181,6 @@ class Attempt implements Task {
 
   async heartbeat(): Promise<void> {
     this.w.post({ t: "beat", slot: this.slot, gen: this.gen });
-  }
-
-  publishBatch(dataset: string, rows: readonly unknown[], opts: TaskCallOptions = {}): Promise<PublishedBatch> {
-    return this.calls.publish(this.pipeline?.outputs ?? [], dataset, toJsonl(rows), opts.signal);
-  }
-
-  /** Publishes JSONL text (one JSON object a line) as one batch. */
-  publishJsonl(dataset: string, jsonl: string, opts: TaskCallOptions = {}): Promise<PublishedBatch> {
-    return this.calls.publish(this.pipeline?.outputs ?? [], dataset, jsonl, opts.signal);
-  }
-
-  rows(dataset: string | PipelineTaskInput, opts?: TaskRowsOptions): AsyncGenerator<DatasetRow, void, undefined> {
-    return this.calls.rows(dataset, opts);
-  }
-
-  query(sql: string, opts: TaskCallOptions & { limit?: number } = {}): Promise<QueryResult> {
-    return this.calls.query(sql, opts.limit, opts.signal);
-  }
-
-  credentials(opts: TaskCallOptions = {}): Promise<StorageCredentials> {
-    return this.calls.credentials(opts.signal);
-  }
-
-  events(events: UpstreamEvent[], opts: TaskCallOptions = {}): Promise<EventsAnswer> {
-    return this.calls.events(events, opts.signal);
   }
 
   async secrets(opts: TaskCallOptions = {}): Promise<Record<string, string>> {
