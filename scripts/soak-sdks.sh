@@ -15,7 +15,6 @@
 # hand, never in CI.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-root=$PWD
 
 usage() {
 	echo "usage: $0 [MINUTES]" >&2
@@ -34,27 +33,9 @@ fail() {
 	echo "$0: $*" >&2
 	exit 1
 }
-command -v go >/dev/null || fail "go is needed to build baton"
-command -v python3 >/dev/null || fail "python3 is needed for the Python SDK's worker"
-command -v node >/dev/null || fail "node is needed for the TypeScript SDK's worker"
-
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
-echo "building baton..." >&2
-go build -o "$work/baton" ./cmd/baton
-ts=sdk/typescript
-if [ ! -f $ts/dist/index.js ] || [ -n "$(find $ts/src $ts/package.json $ts/tsconfig.json -newer $ts/dist/index.js -print -quit)" ]; then
-	if [ ! -d $ts/node_modules ]; then
-		echo "installing the TypeScript SDK's build tools (npm ci)..." >&2
-		npm --prefix $ts ci --no-audit --no-fund >&2
-	fi
-	echo "building the TypeScript SDK..." >&2
-	npm --prefix $ts run build >&2
-fi
-export PYTHONPATH="$root/sdk/python${PYTHONPATH:+:$PYTHONPATH}"
-
-labels=(go python typescript)
-commands=("$work/baton bench worker" "python3 sdk/python/benchmarks/bench_worker.py" "node sdk/typescript/benchmarks/bench_worker.mjs")
+. scripts/sdk-workers.sh
+labels=("${sdk_labels[@]}")
+commands=("${sdk_commands[@]}")
 wanted=" ${BATON_SOAK_SDKS:-${labels[*]}} "
 for w in $wanted; do
 	[[ " ${labels[*]} " == *" $w "* ]] || fail "BATON_SOAK_SDKS: unknown worker $w (known: ${labels[*]})"
