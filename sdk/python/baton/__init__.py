@@ -26,7 +26,8 @@ from .errors import (CANCELLED, CATEGORIES, CONFIGURATION, DATA_QUALITY, INFRAST
                      TransportError, Unauthorized, Unavailable, Unprocessable)
 from .scoped import TaskScope, token_claims
 from .testing import LocalTask, run_local
-from .worker import AsyncWorker, CancelEvent, PipelineInfo, Task, Worker
+from .task import CancelEvent, PipelineInfo, Task
+from .worker import AsyncWorker, Worker
 
 __version__ = "0.1.0"
 

@@ -14,7 +14,7 @@ from . import _wire as wire
 from ._http import Backoff, Transport
 from ._ops import SCOPED_ROUTES, TaskOperations
 from .errors import APIError, CATEGORIES, TaskError, USER_CODE
-from .worker import CancelEvent, PipelineInfo
+from .task import CancelEvent, PipelineInfo
 
 __all__ = ["TaskScope", "token_claims"]
 

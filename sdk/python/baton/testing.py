@@ -13,7 +13,7 @@ from . import _wire as wire
 from ._http import Transport
 from ._ops import PublishedBatch
 from .errors import CANCELLED, NotImplementedByServer, TaskError, USER_CODE
-from .worker import Task
+from .task import Task
 
 __all__ = ["run_local", "LocalTask"]
 
