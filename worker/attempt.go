@@ -70,6 +70,10 @@ type attempt struct {
 	abandoned       atomic.Bool // the outcome could not be reported before Run gave up
 
 	wake transport.Delivery // the wake-up that led to the claim, if any: acknowledged once settled
+
+	// handlerReturned, when set, is called once the handler has returned (or was given up on at
+	// shutdown), before its outcome is reported: a Worker frees the attempt's slot there.
+	handlerReturned func()
 }
 
 // result is how a handler returned.
@@ -105,6 +109,9 @@ func (a *attempt) run() {
 			a.cancel(ErrShutdown)
 			r = result{forced: true, cause: ErrShutdown, cancelRequested: a.cancelRequested.Load()}
 		}
+	}
+	if a.handlerReturned != nil {
+		a.handlerReturned()
 	}
 	a.settle(r)
 }

@@ -51,7 +51,10 @@ func WithQueues(queues ...string) Option {
 	return func(c *config) { c.queues = append([]string(nil), queues...) }
 }
 
-// WithConcurrency sets how many tasks run at once (default 1).
+// WithConcurrency sets how many tasks run at once (default 1). A task's slot is free again once
+// its handler returns; its outcome is then reported in the background, with at most as many
+// outcomes waiting for the server's answer as the concurrency, so that a worker holds at most
+// twice its concurrency in leases.
 func WithConcurrency(n int) Option { return func(c *config) { c.concurrency = n } }
 
 // WithBatchSize sets how many claim requests are in flight at once (default 1). The worker never

@@ -149,6 +149,9 @@ type Worker struct {
 
 	running  atomic.Bool
 	slots    chan struct{} // one per running attempt (concurrency); set when Run starts
+	// settling holds one place per attempt whose handler returned and whose outcome is being
+	// reported (concurrency places): see start.
+	settling chan struct{}
 	idle     *idleness     // stops the claim loops once the worker is idle long enough
 	attempts sync.WaitGroup
 	reports  reporter
@@ -282,6 +285,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	w.reportCtx = reportCtx
 	w.force = make(chan struct{})
 	w.slots = make(chan struct{}, w.cfg.concurrency)
+	w.settling = make(chan struct{}, w.cfg.concurrency)
 	w.idle = newIdleness(w.cfg, time.Now)
 
 	w.log.InfoContext(ctx, "worker started", "queues", queues, "concurrency", w.cfg.concurrency)
@@ -382,12 +386,34 @@ func (w *Worker) claimLoop(ctx context.Context, queues []string) {
 }
 
 // start runs a claimed attempt in a slot the claim loop took for it.
+//
+// The slot is freed as soon as the handler returns, not when its outcome has been reported: the
+// report waits for the server's commit, and a slot held through it would sit idle for a round
+// trip per task, which for short tasks halves what a worker gets through (River's executors free
+// theirs the same way, leaving the completion to a batching completer). What bounds the
+// attempts a worker holds is then its concurrency of running handlers plus as many outcomes
+// being reported (settling): when that many reports are pending, the slot stays taken until one
+// is answered, so a slow server still slows the claims down.
 func (w *Worker) start(a *attempt) {
 	w.idle.started(a.task)
 	w.attempts.Add(1)
+	var freed, settling bool
+	a.handlerReturned = func() {
+		w.settling <- struct{}{}
+		settling = true
+		<-w.slots
+		freed = true
+	}
 	go func() {
 		defer w.attempts.Done()
-		defer func() { <-w.slots }()
+		defer func() {
+			if settling {
+				<-w.settling
+			}
+			if !freed {
+				<-w.slots
+			}
+		}()
 		defer w.idle.finished()
 		a.run()
 		w.ackWake(a) // after the heartbeats stopped and the outcome was reported

@@ -44,6 +44,10 @@ func (s *Server) streamClaimBatch(w http.ResponseWriter, r *http.Request) (any, 
 	return map[string]any{"claims": out}, nil
 }
 
+// okResult is report-batch's result for a report applied: what /internal/worker/complete answers
+// a success with, and its status.
+var okResult = json.RawMessage(`{"ack":true,"ok":true,"status":200}`)
+
 // POST /internal/worker/report-batch {worker_id, reports: [{type: "complete"|"fail", ...the body
 // of /internal/worker/complete or /fail without worker_id}]}
 // → {"results": [{"status": <the status the per-task endpoint would answer>, ...its body,
@@ -88,7 +92,10 @@ func (s *Server) streamReportBatch(w http.ResponseWriter, r *http.Request) (any,
 		delete(o, "type")
 		items[i] = item{fail: typ == "fail", obj: o}
 	}
-	results := make([]map[string]any, len(items))
+	// Each result is a map, or okResult for a plain success (the common case, written as is
+	// rather than built and encoded for every report).
+	results := make([]any, len(items))
+	acks := make([]bool, len(items))
 	refused := func(i int, err error) {
 		he := s.toHTTP(s.streamRefusal(err))
 		if he.Status >= 500 {
@@ -103,14 +110,14 @@ func (s *Server) streamReportBatch(w http.ResponseWriter, r *http.Request) (any,
 		if secs, err := strconv.Atoi(he.Header.Get("Retry-After")); err == nil {
 			out["retry_after"] = secs
 		}
-		results[i] = out
+		results[i], acks[i] = out, out["ack"] == true
 	}
 	answered := func(i int, res any) {
 		out := map[string]any{"status": http.StatusOK}
 		for k, v := range res.(map[string]any) {
 			out[k] = v
 		}
-		results[i] = out
+		results[i], acks[i] = out, out["ack"] == true
 	}
 	// Successes go to the core together (set-based, one transaction); failures one by one,
 	// concurrently, so that group commit still batches them.
@@ -144,14 +151,14 @@ func (s *Server) streamReportBatch(w http.ResponseWriter, r *http.Request) (any,
 			if err != nil {
 				refused(where[k], err)
 			} else {
-				answered(where[k], map[string]any{"ok": true, "ack": true})
+				results[where[k]], acks[where[k]] = okResult, true
 			}
 		}
 	}
 	wg.Wait()
 	var acked []map[string]json.RawMessage
-	for i, res := range results {
-		if res["ack"] == true {
+	for i, ack := range acks {
+		if ack {
 			acked = append(acked, items[i].obj)
 		}
 	}
