@@ -108,7 +108,7 @@ func TestPythonExamples(t *testing.T) {
 		target := buildtest.FreeAddr(t)
 		w := startPython(t, nil, py, script("push_target.py"), []string{"BATON_PUSH_SECRET=" + secret},
 			"--listen", target, "--max-tasks", "3")
-		buildtest.WaitListening(t, target, 10*time.Second)
+		buildtest.WaitListening(t, target, time.Minute)
 		d := startDev(t, bin, "--push-target", "py-push=http://"+target+"/run", "--push-secret", "py-push="+secret)
 		job, _ := runProducer(t, d, py, script("producer.py"), dagJob("py-push", "push", ""), 0)
 		checkOutputs(t, job, "push", false)
@@ -533,20 +533,20 @@ func startDev(t *testing.T, bin string, extra ...string) *dev {
 	args := append([]string{"dev", "--data-dir", d.dataDir, "--listen", d.public, "--internal-listen", d.internal,
 		"--metrics-listen=", "--sink=false", "--shutdown-timeout", "2s"}, extra...)
 	p := buildtest.Start(t, exec.Command(bin, args...), []string{"BATON_API_KEY=" + apiKey})
-	deadline := time.Now().Add(15 * time.Second)
+	deadline := time.Now().Add(90 * time.Second)
 	buildtest.WaitReady(t, "http://"+d.public+"/readyz", time.Until(deadline), p)
 	if slices.Contains(extra, "--internal-tls-cert") {
-		buildtest.WaitListening(t, d.internal, 10*time.Second)
+		buildtest.WaitListening(t, d.internal, time.Minute)
 	} else {
 		buildtest.WaitReady(t, "http://"+d.internal+"/readyz", time.Until(deadline), p)
 	}
 	return d
 }
 
-// waitExit waits up to 15 s for a worker that was told --max-tasks to exit by itself, successfully.
+// waitExit waits up to a minute for a worker that was told --max-tasks to exit by itself, successfully.
 func waitExit(t *testing.T, p *buildtest.Proc) {
 	t.Helper()
-	if code, err := p.Wait(15 * time.Second); err != nil || code != 0 {
+	if code, err := p.Wait(time.Minute); err != nil || code != 0 {
 		t.Fatalf("%s did not exit successfully after its --max-tasks (exit %d, %v):\n%s", p.Name, code, err, p.Output())
 	}
 }

@@ -46,7 +46,7 @@ func envContext(ctx context.Context, kv ...string) context.Context {
 }
 
 // `baton dev --demo` runs the five-task example job end to end with real worker processes, whose
-// children call the task-scoped API with their token, well within a minute; then it stops
+// children call the task-scoped API with their token, well within 4 minutes; then it stops
 // cleanly.
 func TestDevDemo(t *testing.T) {
 	t.Parallel()
@@ -110,8 +110,10 @@ func runDevDemoInspect(t *testing.T, done string, inspect func(stdout string), d
 			t.Fatalf("baton dev %v exited %d early\nstdout:\n%s\nstderr:\n%s", demo, code, stdout.String(), stderr.String())
 		case <-time.After(50 * time.Millisecond):
 		}
-		if time.Since(start) > 60*time.Second {
-			t.Fatalf("the demo did not finish within a minute\nstdout:\n%s\nstderr:\n%s", stdout.String(), stderr.String())
+		// A hang detector, not a speed check: the demo takes ~30 s with -race on a quiet 2-core
+		// machine, and several times that beside the rest of the suite.
+		if time.Since(start) > 4*time.Minute {
+			t.Fatalf("the demo did not finish within 4 minutes\nstdout:\n%s\nstderr:\n%s", stdout.String(), stderr.String())
 		}
 	}
 	t.Logf("demo finished %s after start", time.Since(start).Round(time.Millisecond))

@@ -137,10 +137,15 @@ func (p producer) call(method, path, body string) (int, map[string]any) {
 	return res.StatusCode, v
 }
 
+// jobPatience is how long the end-to-end tests wait for a server to get ready or a job to finish
+// before calling it a hang: the race detector's servers and workers, beside the rest of the suite
+// on a 2-core machine, take several times what they take alone.
+const jobPatience = 4 * time.Minute
+
 // waitReady polls /readyz of a server that is starting in this process or another.
 func (p producer) waitReady() {
 	p.t.Helper()
-	deadline := time.Now().Add(time.Minute) // a server built with -race on a loaded machine
+	deadline := time.Now().Add(jobPatience) // a server built with -race on a loaded machine
 	for {
 		if code, _ := p.call("GET", "/readyz", ""); code == 200 {
 			return
@@ -322,7 +327,7 @@ func TestTransportEndToEnd(t *testing.T) {
 			t.Run("DAG", func(t *testing.T) {
 				p.t = t
 				id := p.submit(fanJob(20))
-				checkRanOnce(t, p.waitJob(id, time.Minute), runs)
+				checkRanOnce(t, p.waitJob(id, jobPatience), runs)
 			})
 
 			t.Run("DuplicatedWakeups", func(t *testing.T) {
@@ -358,7 +363,7 @@ func TestTransportEndToEnd(t *testing.T) {
 						}
 					}
 				})
-				job := p.waitJob(id, time.Minute)
+				job := p.waitJob(id, jobPatience)
 				close(stopDup)
 				wg.Wait()
 				checkRanOnce(t, job, runs)
@@ -368,7 +373,7 @@ func TestTransportEndToEnd(t *testing.T) {
 				p.t = t
 				id := p.submit(chainJob(12))
 				// Wait until part of the chain is done, then lose the transport's state.
-				deadline := time.Now().Add(time.Minute)
+				deadline := time.Now().Add(jobPatience)
 				for {
 					_, job := p.call("GET", "/jobs/"+id, "")
 					done := 0
@@ -386,7 +391,7 @@ func TestTransportEndToEnd(t *testing.T) {
 					time.Sleep(20 * time.Millisecond) // polling a real server
 				}
 				tc.lose(t, ns)
-				checkRanOnce(t, p.waitJob(id, time.Minute), runs)
+				checkRanOnce(t, p.waitJob(id, jobPatience), runs)
 			})
 		})
 	}
@@ -444,7 +449,7 @@ func TestServerReplicasRelayToRedis(t *testing.T) {
 		ids = append(ids, replicas[i%2].submit(fanJob(30)))
 	}
 	for i, id := range ids {
-		checkRanOnce(t, replicas[(i+1)%2].waitJob(id, 2*time.Minute), runs)
+		checkRanOnce(t, replicas[(i+1)%2].waitJob(id, 2*jobPatience), runs)
 	}
 
 	// Every wake-up written to the outbox was published, once.

@@ -198,7 +198,7 @@ func (w *execWorker) stop(t *testing.T) int {
 // readWhenWritten waits for a file the child writes (a line ending in a newline).
 func readWhenWritten(t *testing.T, path string) string {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
+	deadline := time.Now().Add(2 * time.Minute)
 	for time.Now().Before(deadline) {
 		if b, err := os.ReadFile(path); err == nil && bytes.HasSuffix(b, []byte("\n")) {
 			return string(b)
@@ -435,7 +435,7 @@ func TestWorkerExecTimeoutKillsProcessGroup(t *testing.T) {
 	_, ids := s.submit(t, lifecycle.TaskSpec{Key: "slow", Name: "slow", TimeoutSeconds: intp(1), MaxAttempts: intp(1)})
 	w := startExecWorker(t, s, stubborn(dir), append(childSees(dir), "--task", "slow")...)
 	child, grandchild := childPIDs(t, dir, "slow")
-	waitGone(t, 10*time.Second, child, grandchild)
+	waitGone(t, time.Minute, child, grandchild)
 	if term, _ := os.ReadFile(filepath.Join(dir, "term-slow")); !strings.Contains(string(term), "TERM") {
 		t.Fatalf("the child never saw SIGTERM; worker:\n%s", w.stderr.String())
 	}
@@ -456,7 +456,7 @@ func TestWorkerExecCancelKillsProcessGroup(t *testing.T) {
 	if _, err := s.d.CancelJob(context.Background(), "acme", jobID, ""); err != nil {
 		t.Fatal(err)
 	}
-	waitGone(t, 10*time.Second, child, grandchild)
+	waitGone(t, time.Minute, child, grandchild)
 	if term, _ := os.ReadFile(filepath.Join(dir, "term-long")); !strings.Contains(string(term), "TERM") {
 		t.Fatalf("the child never saw SIGTERM; worker:\n%s", w.stderr.String())
 	}

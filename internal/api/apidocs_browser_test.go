@@ -83,12 +83,12 @@ func TestDocsAPIInBrowser(t *testing.T) {
 
 	for _, prefix := range []string{"", "/baton"} {
 		target := srv.URL + prefix + "/docs/api"
-		tctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		tctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 		// Redoc draws each operation's summary as a heading of the middle panel.
 		rendered := fmt.Sprintf(`[...document.querySelectorAll('h2')].some(h => h.textContent.includes(%q))`, summary)
 		err := chromedp.Do(tctx,
 			chromedp.Navigate(target),
-			chromedp.Poll[chromedp.Void](rendered, chromedp.WithPollingTimeout(25*time.Second)),
+			chromedp.Poll[chromedp.Void](rendered, chromedp.WithPollingTimeout(110*time.Second)),
 		)
 		cancel()
 		if err != nil {
