@@ -54,6 +54,26 @@ prints the RSS after --soak-baseline (the first minute), at the end of the sched
 the peak, waits until every job completed, and exits 1 when the RSS grew by more than
 --soak-max-growth percent. Without --timeout, a soak gives up DURATION + 10m after it starts.
 
+With --steady DURATION, the bench offers a steady load instead of the phases, as queue benchmarks
+do: jobs of independent tasks (--job-size of them, 1 unless given: each task a job of its own)
+submitted at --rate (required) tasks/s for DURATION, worked by the in-process SDK workers
+(--workers, --batch). As each --window (10s) closes it prints a row: the tasks offered (their
+POST /jobs sent) and completed per second; the pickup latency p50 and p99, from a job's POST /jobs
+answer to a worker's handler starting its task (0 when the handler came first); the POST /jobs
+round trip's p99; and on PostgreSQL the run's tasks ready and not claimed (queue depth) and the
+hot tables' dead tuples and total size (pg_stat_user_tables, pg_total_relation_size; the tables the
+submission, claims and completions write: jobs, tasks, task_deps, attempts, events, outbox).
+With --pin-at D --pin-for P (PostgreSQL: --database-url, or --url with --steady-database-url), D
+into the load a session of its own runs BEGIN; SELECT txid_current(), stays idle in that
+transaction for P and rolls back: meanwhile vacuum cannot reclaim a dead row version. The pin ends
+by the end of DURATION, so that the tables recover under the load that bloated them.
+After the load, the windows go on for --steady-after with none offered, then to the first window
+end at which every task has completed. A summary follows, and the goals read as met, missed or n/a:
+pickup p99 < 100 ms and completions at the offered rate during the pin (over the run without
+one), the hot tables back within 10% of their size before the pin within 5m of its end. It is a
+measurement: the exit is 0 unless the bench itself failed. Without --timeout, it gives up DURATION
++ --steady-after + 10m after it starts.
+
 With --rate N, work-only is skipped and submit-to-done submits its jobs on a steady schedule of N
 tasks/s (a job of k tasks k/N seconds after the one before, never ahead): its tasks/s is the rate
 achieved, its latencies those of a server under that load, and the table says whether the
@@ -81,12 +101,12 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	fs.IntVar(&cfg.Tasks, "tasks", 10000, "tasks per phase")
 	fs.StringVar(&cfg.DAG, "dag", bench.Flat, "shape of each job: "+strings.Join(bench.DAGs, ", ")+
 		" (flat: independent tasks; chain: each task depends on the one before; fanout: a root and its children; diamond: a root, its children and a sink)")
-	fs.IntVar(&cfg.JobSize, "job-size", 1000, "most tasks in one job; a larger DAG is several jobs of its shape")
+	fs.IntVar(&cfg.JobSize, "job-size", 1000, "most tasks in one job; a larger DAG is several jobs of its shape (with --steady, default 1)")
 	fs.IntVar(&cfg.Workers, "workers", 64, "concurrent workers: SDK slots, dialect goroutines or push handlers; a --worker-command's BATON_BENCH_CONCURRENCY")
 	fs.StringVar(&cfg.Via, "via", bench.ViaSDK, "worker path: "+strings.Join(bench.Vias, ", ")+
 		" (sdk: the Go worker package; stream-worker: /internal/worker/claim and /complete; internal: transport wake-ups, /internal/task-claim and /task-complete; callback: push tasks reported on /v1/tasks/{id}/completed)")
 	fs.IntVar(&cfg.Batch, "batch", 8, "sdk: claim requests in flight (worker.WithBatchSize)")
-	fs.Float64Var(&cfg.Rate, "rate", 0, "submit-to-done submits this many tasks per second on a steady schedule, and work-only is skipped (0: no limit, both phases); with --soak, the soak's steady rate")
+	fs.Float64Var(&cfg.Rate, "rate", 0, "submit-to-done submits this many tasks per second on a steady schedule, and work-only is skipped (0: no limit, both phases); with --soak, the soak's steady rate; with --steady, the offered rate")
 	asJSON := fs.Bool("json", false, "print the result as one JSON object")
 	dbURL := fs.String("database-url", "", "run `baton server` on this PostgreSQL database (migrated first) instead of `baton dev` on SQLite")
 	var tf transportFlags
@@ -95,7 +115,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	internalURL := fs.String("internal-url", "", "with --url: the server's internal listener (without TLS)")
 	apiKey := fs.String("api-key", "", "with --url: a producer API key (env BATON_API_KEY)")
 	serverPID := fs.Int("server-pid", 0, "with --url: the server's process id, to report its CPU time and peak RSS")
-	timeout := fs.Duration("timeout", 10*time.Minute, "give up after this long (with --soak, by default its DURATION + 10m)")
+	timeout := fs.Duration("timeout", 10*time.Minute, "give up after this long (with --soak, by default its DURATION + 10m; with --steady, DURATION + --steady-after + 10m)")
 	var serverFlags listFlag
 	fs.Var(&serverFlags, "server-flag", "`FLAG` passed to the server the bench starts, e.g. --server-flag=--committers=2 (repeatable)")
 	verbose := fs.Bool("verbose", false, "print the server's output, the workers' warnings and the worker commands' output on stderr")
@@ -107,6 +127,13 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	fs.DurationVar(&soak.Baseline, "soak-baseline", time.Minute, "with --soak: the RSS compared with the end's is sampled this long into the soak")
 	soak.MaxGrowthPercent = 10
 	fs.Var((*percentFlag)(&soak.MaxGrowthPercent), "soak-max-growth", "with --soak: exit 1 when the RSS at the end exceeds the baseline's by more than this `PERCENT` (10 or 10%)")
+	var steady bench.SteadyConfig
+	fs.DurationVar(&steady.Duration, "steady", 0, "run a steady load of this long instead of the phases: flat jobs at --rate worked by the SDK's workers, read every --window")
+	fs.DurationVar(&steady.Window, "window", 10*time.Second, "with --steady: the reporting window")
+	fs.DurationVar(&steady.After, "steady-after", 0, "with --steady: go on reading the windows this long after the load, with none offered")
+	fs.DurationVar(&steady.PinAt, "pin-at", 0, "with --steady on PostgreSQL: hold the database's xmin horizon with an idle transaction from this far into the load (with --pin-for)")
+	fs.DurationVar(&steady.PinFor, "pin-for", 0, "with --steady: how long the pin holds; it ends by the end of --steady")
+	steadyDB := fs.String("steady-database-url", "", "with --url and --steady: the server's PostgreSQL database, for its tables' figures and the pin")
 	if code, ok := cmdline.ParseFlags(ctx, fs, args); !ok {
 		return code
 	}
@@ -130,7 +157,44 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	}
 	set := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
-	soaking := set["soak"]
+	soaking, steadying := set["soak"], set["steady"]
+	if !steadying {
+		for _, name := range []string{"window", "steady-after", "pin-at", "pin-for", "steady-database-url"} {
+			if set[name] {
+				return usageErr("--%s goes with --steady", name)
+			}
+		}
+	}
+	external := *url != ""
+	if steadying {
+		if soaking {
+			return usageErr("--soak and --steady are two runs: give one or the other")
+		}
+		if set["tasks"] {
+			return usageErr("--tasks does not apply to --steady, which submits --rate × DURATION tasks")
+		}
+		if !set["job-size"] {
+			cfg.JobSize = 1 // a queue's load: each task a job of its own
+		}
+		switch {
+		case external && *steadyDB != "":
+			steady.DatabaseURL = *steadyDB
+		case !external && *steadyDB != "":
+			return usageErr("--steady-database-url goes with --url; the server the bench starts on --database-url is read on it")
+		default:
+			steady.DatabaseURL = *dbURL
+		}
+		if err := steady.Validate(&cfg); err != nil {
+			return usageErr("%v", err)
+		}
+		run := steady.Duration + steady.After
+		if !set["timeout"] {
+			*timeout = run + 10*time.Minute
+		}
+		if *timeout <= run {
+			return usageErr("--timeout %s is no longer than --steady %s and --steady-after %s", *timeout, steady.Duration, steady.After)
+		}
+	}
 	if soaking {
 		for _, name := range []string{"tasks", "via", "batch"} {
 			if set[name] {
@@ -159,13 +223,12 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	if *timeout <= 0 {
 		return usageErr("--timeout must be positive")
 	}
-	if cfg.Rate > 0 && !soaking {
+	if cfg.Rate > 0 && !soaking && !steadying {
 		if secs := float64(cfg.Tasks) / cfg.Rate; secs >= timeout.Seconds() {
 			return usageErr("--rate %g spreads --tasks %d over %.1fs, no less than --timeout %s: raise --rate or --timeout, or lower --tasks",
 				cfg.Rate, cfg.Tasks, secs, *timeout)
 		}
 	}
-	external := *url != ""
 	switch {
 	case external && *dbURL != "":
 		return usageErr("--url uses a running server; --database-url starts one: give one or the other")
@@ -215,6 +278,9 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	}
 	if soaking {
 		return runSoak(ctx, cfg, srv, soak, external, *asJSON, stdout, stderr)
+	}
+	if steadying {
+		return runSteady(ctx, cfg, srv, steady, external, *asJSON, stdout, stderr)
 	}
 
 	var res *bench.Result
@@ -291,6 +357,47 @@ func runSoak(ctx context.Context, cfg bench.Config, srv bench.ServerConfig, soak
 			res.Worker, float64(res.BaselineRSSBytes)/(1<<20), soak.Baseline, float64(res.EndRSSBytes)/(1<<20), res.GrowthPercent,
 			strconv.FormatFloat(res.MaxGrowthPercent, 'f', -1, 64))
 		return 1
+	}
+	return 0
+}
+
+// runSteady runs a steady load and prints it: in a table, each window's row as it closes, or as
+// one JSON object at the end. The goals' checks are printed, not enforced: it fails only when the
+// bench did.
+func runSteady(ctx context.Context, cfg bench.Config, srv bench.ServerConfig, steady bench.SteadyConfig, external, asJSON bool,
+	stdout, stderr io.Writer) int {
+	if !asJSON {
+		steady.Live = stdout
+	}
+	var res *bench.SteadyResult
+	var err error
+	if external {
+		steady.Store = "external"
+		res, err = bench.Steady(ctx, cfg, steady)
+	} else {
+		res, err = bench.SteadyServer(ctx, cfg, srv, steady)
+	}
+	if err != nil {
+		fmt.Fprintln(stderr, "baton bench:", err)
+		return 1
+	}
+	if asJSON {
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		err = enc.Encode(res)
+	} else {
+		err = res.WriteSummary(stdout)
+	}
+	if err != nil {
+		fmt.Fprintln(stderr, "baton bench:", err)
+		return 1
+	}
+	if p := res.Pacing; p != nil && p.Behind {
+		fmt.Fprintf(stderr, "baton bench: the submitters fell behind the --rate schedule (%d of %d jobs late, up to %.1f ms): "+
+			"the load came in bursts, not at %g tasks/s\n", p.LateJobs, res.Jobs, p.MaxLagMs, p.RateTasksPerSec)
+	}
+	if res.Autovacuum != nil && !*res.Autovacuum {
+		fmt.Fprintln(stderr, "baton bench: autovacuum is off on the database server: nothing reclaimed the dead tuples, pin or not")
 	}
 	return 0
 }

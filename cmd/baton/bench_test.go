@@ -453,3 +453,145 @@ func TestBenchSoak(t *testing.T) {
 		}
 	})
 }
+
+// Bad steady-run flags are refused with a message that names the flag, before anything starts.
+func TestBenchSteadyRefusesBadFlags(t *testing.T) {
+	t.Parallel()
+	running := []string{"--url", "http://127.0.0.1:1", "--internal-url", "http://127.0.0.1:1", "--api-key", "k"}
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--steady", "10s"}, "--steady needs --rate"},
+		{[]string{"--steady", "-1s", "--rate", "100"}, "--steady must be a positive duration, got -1s"},
+		{[]string{"--steady", "10s", "--rate", "100", "--tasks", "10"}, "--tasks does not apply to --steady"},
+		{[]string{"--steady", "10s", "--rate", "100", "--soak", "10s"}, "--soak and --steady are two runs"},
+		{[]string{"--steady", "10s", "--rate", "100", "--dag", "chain"}, "--dag chain does not apply (flat)"},
+		{[]string{"--steady", "10s", "--rate", "100", "--via", "stream-worker"}, "--via stream-worker does not apply (sdk)"},
+		{[]string{"--steady", "10s", "--rate", "100", "--worker-command", "a=x"}, "--worker-command does not go with --steady"},
+		{[]string{"--steady", "10s", "--rate", "100", "--window", "20s"}, "--window 20s must be above 0 and at most --steady 10s"},
+		{[]string{"--steady", "10s", "--rate", "100", "--steady-after", "-1s"}, "--steady-after must be 0 or more"},
+		{[]string{"--steady", "10s", "--rate", "100", "--pin-at", "1s"}, "--pin-at needs --pin-for"},
+		{[]string{"--steady", "10s", "--rate", "100", "--pin-at", "1s", "--pin-for", "2s"}, "--pin-at holds a transaction open on the server's PostgreSQL database: give --database-url"},
+		{append([]string{"--steady", "10s", "--rate", "100", "--pin-at", "1s", "--pin-for", "2s"}, running...), "give --database-url (or, with --url, --steady-database-url)"},
+		{[]string{"--steady", "10s", "--rate", "100", "--pin-at", "5s", "--pin-for", "6s", "--database-url", "postgres://127.0.0.1:1/none"},
+			"the pin (--pin-at 5s, --pin-for 6s) must end by the end of --steady 10s"},
+		{[]string{"--steady", "10s", "--rate", "100", "--steady-database-url", "postgres://127.0.0.1:1/none"}, "--steady-database-url goes with --url"},
+		{[]string{"--steady", "10s", "--rate", "100", "--timeout", "10s"}, "--timeout 10s is no longer than --steady 10s and --steady-after 0s"},
+		{[]string{"--steady", "10s", "--rate", "0.01"}, "--rate 0.01 for --steady 10s submits no task"},
+		{[]string{"--steady", "10s", "--rate", "100", "--soak-baseline", "1s"}, "--soak-baseline goes with --soak"},
+		{[]string{"--window", "5s"}, "--window goes with --steady"},
+		{[]string{"--pin-for", "5s"}, "--pin-for goes with --steady"},
+		{[]string{"--steady-after", "5m"}, "--steady-after goes with --steady"},
+	} {
+		code, stdout, stderr := runBaton(t, append([]string{"bench"}, c.args...)...)
+		if code != 2 || !strings.Contains(stderr, c.want) || stdout != "" {
+			t.Errorf("bench %v: exit %d, stdout %q, stderr %q; want 2 and %q", c.args, code, stdout, stderr, c.want)
+		}
+	}
+}
+
+// A short steady run: its windows cover the run back to back, their counts add up to the tasks
+// submitted, and on PostgreSQL each has the queue depth and the hot tables, and the pin is marked
+// on the window it held in. Speed is not checked.
+func TestBenchSteady(t *testing.T) {
+	t.Parallel()
+	steady := func(t *testing.T, args ...string) *bench.SteadyResult {
+		t.Helper()
+		var stdout, stderr bytes.Buffer
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		args = append([]string{"bench", "--json", "--timeout", "90s", "--steady", "3s", "--rate", "200", "--window", "1s", "--workers", "16"}, args...)
+		if code := run(ctx, args, &stdout, &stderr); code != 0 {
+			t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s", code, stdout.String(), stderr.String())
+		}
+		var res bench.SteadyResult
+		dec := json.NewDecoder(&stdout)
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&res); err != nil {
+			t.Fatalf("decode the result: %v\n%s", err, stdout.String())
+		}
+		if res.Tasks != 600 || res.Jobs != 600 || res.JobSize != 1 || res.RateTasksPerSec != 200 || res.DurationSeconds != 3 ||
+			res.WindowSeconds != 1 || res.Via != bench.ViaSDK || res.Workers != 16 {
+			t.Errorf("header: %+v", res)
+		}
+		if len(res.Windows) < 3 {
+			t.Fatalf("%d windows for a run of 3 s in windows of 1 s", len(res.Windows))
+		}
+		offered, completed, picked := 0, 0, 0
+		for i, w := range res.Windows {
+			if w.StartSeconds != float64(i) || w.EndSeconds != float64(i+1) ||
+				w.OfferedPerSec != float64(w.OfferedTasks) || w.CompletedPerSec != float64(w.CompletedTasks) {
+				t.Errorf("window %d: %+v", i, w)
+			}
+			offered += w.OfferedTasks
+			completed += w.CompletedTasks
+			if w.Pickup != nil {
+				picked += w.Pickup.Samples
+			}
+		}
+		if offered != 600 || completed != 600 || picked != 600 {
+			t.Errorf("the windows offered %d, completed %d and picked up %d tasks; want 600 each", offered, completed, picked)
+		}
+		s := res.Summary
+		if s.OfferedPerSec != 200 || s.ScheduleCompletedTasks > 600 || s.Pickup == nil || s.Pickup.Samples != 600 || res.Pacing == nil {
+			t.Errorf("summary %+v, pacing %+v", s, res.Pacing)
+		}
+		if len(res.Checks) != 3 {
+			t.Errorf("checks: %+v", res.Checks)
+		}
+		for _, c := range res.Checks {
+			if c.Status != "met" && c.Status != "missed" && c.Status != "n/a" {
+				t.Errorf("check %+v", c)
+			}
+		}
+		return &res
+	}
+	t.Run("sqlite", func(t *testing.T) {
+		t.Parallel()
+		res := steady(t)
+		if res.Store != "sqlite" || res.Pin != nil || res.HotTables != nil || res.Autovacuum != nil {
+			t.Errorf("store %s, pin %+v, hot tables %v, autovacuum %v", res.Store, res.Pin, res.HotTables, res.Autovacuum)
+		}
+		for i, w := range res.Windows {
+			if w.PinHeld || w.QueueDepth != nil || w.Tables != nil {
+				t.Errorf("window %d on SQLite: %+v", i, w)
+			}
+		}
+		if res.Checks[2].Status != "n/a" {
+			t.Errorf("a size check without a pin: %+v", res.Checks[2])
+		}
+	})
+	t.Run("postgres", func(t *testing.T) {
+		t.Parallel()
+		res := steady(t, "--database-url", storetest.NewPostgresSchema(t), "--pin-at", "1s", "--pin-for", "1s")
+		p := res.Pin
+		if res.Store != "postgres" || res.Autovacuum == nil || p == nil || p.AtSeconds != 1 || p.ForSeconds != 1 || p.XID <= 0 ||
+			p.HeldFromSeconds < 1 || p.HeldToSeconds < p.HeldFromSeconds || p.TablesBefore == nil || p.TablesAtEnd == nil {
+			t.Fatalf("store %s, pin %+v", res.Store, p)
+		}
+		for i, w := range res.Windows {
+			if w.PinHeld != (i == 1) {
+				t.Errorf("window %d: pin held %v; the pin holds from 1 s to 2 s", i, w.PinHeld)
+			}
+			if w.QueueDepth == nil || *w.QueueDepth < 0 || w.Tables == nil || len(w.Tables.PerTable) != len(bench.HotTables) {
+				t.Fatalf("window %d: depth %v, tables %+v", i, w.QueueDepth, w.Tables)
+			}
+			var size int64
+			for j, tb := range w.Tables.PerTable {
+				if tb.Table != bench.HotTables[j] || tb.SizeBytes <= 0 {
+					t.Errorf("window %d, table %d: %+v", i, j, tb)
+				}
+				size += tb.SizeBytes
+			}
+			if size != w.Tables.SizeBytes {
+				t.Errorf("window %d: the tables' size %d, their sum %d", i, w.Tables.SizeBytes, size)
+			}
+		}
+		s := res.Summary
+		if s.PickupPinned == nil || s.SizeBeforePinBytes == nil || s.SizeAtPinEndBytes == nil || s.SizeAtEndBytes == nil ||
+			*s.SizeBeforePinBytes <= 0 || s.ObservedAfterPinSeconds == nil || s.PinnedOfferedTasks <= 0 {
+			t.Errorf("summary %+v", s)
+		}
+	})
+}

@@ -16,6 +16,10 @@
 // known rate rather than one that drains a backlog.
 //
 // Each phase ends with a check through the producer API that every one of its jobs completed.
+//
+// Instead of the phases, Soak runs a worker command at a steady rate and samples its memory, and
+// Steady offers a fixed rate of independent tasks for a while and reads the server window by
+// window, on PostgreSQL with the database's xmin horizon held for part of it (SteadyConfig).
 package bench
 
 import (
@@ -193,6 +197,9 @@ type bench struct {
 	pc   *client.Client
 	rec  phaseRecorder
 	runs string // prefix of job names
+	// steady, in a steady run, hears of the submissions and of what the SDK's workers do,
+	// instead of rec.
+	steady *steadyLog
 }
 
 // Run runs both phases and returns what they measured. It gives up when ctx ends.
@@ -463,7 +470,12 @@ func (b *bench) submit(ctx context.Context, jobs jobSource, pace *pacer) ([]stri
 					cancel(err)
 					return
 				}
+				sent := time.Now()
+				if b.steady != nil {
+					b.steady.sending(i, sent)
+				}
 				res, err := b.pc.SubmitJobJSON(ctx, body)
+				answered := time.Now()
 				if err != nil {
 					var apiErr *client.APIError
 					if errors.As(err, &apiErr) && apiErr.Status == http.StatusTooManyRequests {
@@ -471,6 +483,9 @@ func (b *bench) submit(ctx context.Context, jobs jobSource, pace *pacer) ([]stri
 					}
 					cancel(fmt.Errorf("submit job %d of %d: %w", i+1, n, err))
 					return
+				}
+				if b.steady != nil {
+					b.steady.submitted(i, res.JobID, sent, answered)
 				}
 				ids[i] = res.JobID
 			}

@@ -34,10 +34,26 @@ func (b *bench) workSDK(ctx context.Context) error {
 	}
 	output := json.RawMessage(`{}`)
 	w.Handle(b.cfg.TaskName, func(ctx context.Context, t *worker.Task) (any, error) {
-		b.rec.cur().started(t.ID, ref{t.JobID, t.Key}, parentKeys(t.DependencyOutputs), time.Now())
+		b.observer().started(t.ID, ref{t.JobID, t.Key}, parentKeys(t.DependencyOutputs), time.Now())
 		return output, nil
 	})
 	return w.Run(ctx)
+}
+
+// sdkObserver hears what the SDK's workers do: the recorder of the phase that runs, or a steady
+// run's log.
+type sdkObserver interface {
+	claimed(d time.Duration)
+	started(id string, t ref, parents []string, at time.Time)
+	completedID(id string, at time.Time)
+}
+
+// observer is the steady run's log if there is one, else the phase's recorder.
+func (b *bench) observer() sdkObserver {
+	if b.steady != nil {
+		return b.steady
+	}
+	return b.rec.cur()
 }
 
 // The requests the hook looks at: the SDK's claims and completions, per task (stream-worker,
@@ -79,7 +95,7 @@ func (h *sdkHook) RoundTrip(req *http.Request) (*http.Response, error) {
 			if ans.Claimed || ans.Status == "Claimed" {
 				n = 1
 			}
-			rec := h.b.rec.cur()
+			rec := h.b.observer()
 			for range n {
 				rec.claimed(took)
 			}
@@ -105,7 +121,7 @@ func (h *sdkHook) RoundTrip(req *http.Request) (*http.Response, error) {
 			return res, err
 		}
 		now := time.Now()
-		rec := h.b.rec.cur()
+		rec := h.b.observer()
 		if req.URL.Path == pathStreamComplete {
 			if sent.JobID != "" {
 				rec.completedID(sent.JobID, now)

@@ -91,7 +91,7 @@ type RSSSample struct {
 // Grew says whether the RSS grew more than allowed.
 func (r *SoakResult) Grew() bool { return r.GrowthPercent > r.MaxGrowthPercent }
 
-// soakJobs are a soak's jobs, encoded as they go (a long soak has many).
+// soakJobs are the jobs of a soak or a steady run, encoded as they go (a long run has many).
 type soakJobs struct {
 	shape, task, prefix string
 	sizes               []int

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"strconv"
+	"strings"
 	"text/tabwriter"
 	"time"
 )
@@ -156,4 +157,125 @@ func (r *SoakResult) WriteTable(w io.Writer) error {
 	fmt.Fprintf(tw, "server peak RSS\t%s\n", fmtOpt(r.ServerPeakRSSBytes, fmtMiB))
 	fmt.Fprintf(tw, "stop\t%s\n", r.Stop)
 	return tw.Flush()
+}
+
+// WriteTable writes a steady run's result: its header, a row per window, and its summary.
+func (r *SteadyResult) WriteTable(w io.Writer) error {
+	if err := r.writeHeader(w); err != nil {
+		return err
+	}
+	for _, win := range r.Windows {
+		if err := writeWindowRow(w, win); err != nil {
+			return err
+		}
+	}
+	return r.WriteSummary(w)
+}
+
+// writeHeader writes what the steady run does, then the windows' column heads.
+func (r *SteadyResult) writeHeader(w io.Writer) error {
+	tw := tabwriter.NewWriter(w, 2, 4, 3, ' ', 0)
+	fmt.Fprintf(tw, "store\t%s\n", r.Store)
+	fmt.Fprintf(tw, "workers\t%d, via %s (batch %d)\n", r.Workers, r.Via, r.Batch)
+	fmt.Fprintf(tw, "schedule\t%s tasks/s for %s, jobs of %d: %d tasks in %d jobs\n", fmtRate(r.RateTasksPerSec),
+		fmtSeconds(r.DurationSeconds), r.JobSize, r.Tasks, r.Jobs)
+	if r.AfterSeconds > 0 {
+		fmt.Fprintf(tw, "after\t%s more, no load offered\n", fmtSeconds(r.AfterSeconds))
+	}
+	if r.Pin != nil {
+		fmt.Fprintf(tw, "pin\tat %s for %s: an idle transaction holds the xmin horizon\n", fmtSeconds(r.Pin.AtSeconds), fmtSeconds(r.Pin.ForSeconds))
+	}
+	if r.HotTables != nil {
+		fmt.Fprintf(tw, "hot tables\t%s\n", strings.Join(r.HotTables, ", "))
+	}
+	if r.Autovacuum != nil && !*r.Autovacuum {
+		fmt.Fprintf(tw, "autovacuum\toff on the database server: nothing reclaims dead tuples, pin or not\n")
+	}
+	fmt.Fprintf(tw, "window\t%s\n\n", fmtSeconds(r.WindowSeconds))
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	_, err := fmt.Fprintf(w, windowFormat, "window", "pin", "offered/s", "completed/s", "pickup ms p50 / p99", "submit ms p99",
+		"queue depth", "dead tuples", "hot tables")
+	return err
+}
+
+// windowFormat lays a window's row out in fixed columns, so that each can be printed as its
+// window closes.
+const windowFormat = "%-13s %-4s %10s %12s %20s %14s %12s %12s %11s\n"
+
+// writeWindowRow writes one window's row; "-" where the store gives no figure.
+func writeWindowRow(w io.Writer, win SteadyWindow) error {
+	pin := ""
+	if win.PinHeld {
+		pin = "held"
+	}
+	pickup, submit := "-", "-"
+	if l := win.Pickup; l != nil {
+		pickup = fmt.Sprintf("%.2f / %.2f", l.P50, l.P99)
+	}
+	if l := win.Submit; l != nil {
+		submit = fmt.Sprintf("%.2f", l.P99)
+	}
+	depth, dead, size := "-", "-", "-"
+	if win.QueueDepth != nil {
+		depth = strconv.Itoa(*win.QueueDepth)
+	}
+	if t := win.Tables; t != nil {
+		dead, size = strconv.FormatInt(t.DeadTuples, 10), fmtMiB(t.SizeBytes)
+	}
+	_, err := fmt.Fprintf(w, windowFormat, fmtSeconds(win.StartSeconds)+"-"+fmtSeconds(win.EndSeconds), pin,
+		fmt.Sprintf("%.0f", win.OfferedPerSec), fmt.Sprintf("%.0f", win.CompletedPerSec), pickup, submit, depth, dead, size)
+	return err
+}
+
+// WriteSummary writes the steady run's summary and the goals' checks, after its windows.
+func (r *SteadyResult) WriteSummary(w io.Writer) error {
+	s := r.Summary
+	tw := tabwriter.NewWriter(w, 2, 4, 3, ' ', 0)
+	fmt.Fprintln(tw)
+	fmt.Fprintf(tw, "offered\t%.1f tasks/s over the schedule: %d tasks\n", s.OfferedPerSec, r.Tasks)
+	fmt.Fprintf(tw, "completed\t%.1f tasks/s over the schedule (%d tasks in it), every task by the run's end (%s)\n",
+		s.CompletedPerSec, s.ScheduleCompletedTasks, fmtSeconds(r.lastEnd()))
+	pickup := "over the run " + fmtLatency(s.Pickup)
+	if r.Pin != nil {
+		pickup += "; during the pin " + fmtLatency(s.PickupPinned)
+	}
+	fmt.Fprintf(tw, "pickup ms p50 / p95 / p99\t%s\n", pickup)
+	fmt.Fprintf(tw, "submitted tasks/s\t%s\n", fmtPacing(r.Pacing))
+	if p := r.Pin; p != nil {
+		fmt.Fprintf(tw, "pin held\tfrom %s to %s (xid %d)\n", fmtSeconds(p.HeldFromSeconds), fmtSeconds(p.HeldToSeconds), p.XID)
+	}
+	if s.SizeAtEndBytes != nil {
+		var parts []string
+		if s.SizeBeforePinBytes != nil {
+			parts = append(parts, fmt.Sprintf("before the pin %s (%d dead tuples)", fmtMiB(*s.SizeBeforePinBytes), *s.DeadBeforePin),
+				fmt.Sprintf("at its end %s (%d)", fmtMiB(*s.SizeAtPinEndBytes), *s.DeadAtPinEnd))
+		}
+		parts = append(parts, fmt.Sprintf("at the run's end %s (%d)", fmtMiB(*s.SizeAtEndBytes), *s.DeadAtEnd))
+		fmt.Fprintf(tw, "hot tables\t%s\n", strings.Join(parts, ", "))
+	}
+	if s.SizeBeforePinBytes != nil {
+		back := "not within the run"
+		if s.SizeBackSeconds != nil {
+			back = fmtSeconds(*s.SizeBackSeconds) + " after the pin ended"
+		}
+		fmt.Fprintf(tw, "size back within 10%%\t%s\n", back)
+	}
+	secs := func(v float64) string { return strconv.FormatFloat(v, 'f', 2, 64) }
+	fmt.Fprintf(tw, "server CPU seconds\t%s\n", fmtOpt(r.ServerCPUSeconds, secs))
+	fmt.Fprintf(tw, "server peak RSS\t%s\n", fmtOpt(r.ServerPeakRSSBytes, fmtMiB))
+	fmt.Fprintln(tw)
+	for _, c := range r.Checks {
+		fmt.Fprintf(tw, "%s\t%s: %s\n", c.Status, c.Goal, c.Detail)
+	}
+	return tw.Flush()
+}
+
+// lastEnd is when the last window ended, in seconds from the start.
+func (r *SteadyResult) lastEnd() float64 {
+	if len(r.Windows) == 0 {
+		return 0
+	}
+	return r.Windows[len(r.Windows)-1].EndSeconds
 }
