@@ -147,12 +147,12 @@ type Worker struct {
 	mu       sync.RWMutex
 	handlers map[string]Handler
 
-	running  atomic.Bool
-	slots    chan struct{} // one per running attempt (concurrency); set when Run starts
+	running atomic.Bool
+	slots   chan struct{} // one per running attempt (concurrency); set when Run starts
 	// settling holds one place per attempt whose handler returned and whose outcome is being
 	// reported (concurrency places): see start.
 	settling chan struct{}
-	idle     *idleness     // stops the claim loops once the worker is idle long enough
+	idle     *idleness // stops the claim loops once the worker is idle long enough
 	attempts sync.WaitGroup
 	reports  reporter
 }
