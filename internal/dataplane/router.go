@@ -24,9 +24,9 @@ type RouteConfig struct {
 // Router turns accepted dataset events into tasks: each pass claims a batch of the outbox's
 // dataset events (skipping rows other replicas' routers hold), and in the same transaction
 // creates, for every reactive job of an active pipeline version that reads the event's dataset,
-// one task per dedupe key, then marks the events routed. Events of a dataset version that is not
-// the dataset's current one, and events on datasets of another tenant, route nothing; they stay
-// stored for audit.
+// one task per dedupe key, then deletes the events' outbox rows (the events themselves stay
+// stored, in dataset_events). Events of a dataset version that is not the dataset's current one,
+// and events on datasets of another tenant, route nothing; they stay stored for audit.
 type Router struct {
 	dp      *Plane
 	batch   int
@@ -137,7 +137,7 @@ func (r *Router) RunOnce(ctx context.Context) (events, tasks int, err error) {
 		if len(ids) == 0 {
 			return nil
 		}
-		return tx.OutboxMarkSent(ctx, ids, c.Now())
+		return tx.OutboxDelete(ctx, ids)
 	})
 	if err == nil {
 		r.dp.d.NoteJobs(created)

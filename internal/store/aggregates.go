@@ -189,6 +189,8 @@ type OutboxWriter interface {
 	OutboxClaim(ctx context.Context, p OutboxClaimParams) ([]*OutboxMessage, error)
 	// OutboxMarkSent sets the sent time of the messages; ids that do not exist are ignored.
 	OutboxMarkSent(ctx context.Context, ids []int64, at time.Time) error
+	// OutboxDelete deletes the messages of ids, sent or not; ids that do not exist are ignored.
+	OutboxDelete(ctx context.Context, ids []int64) error
 	// OutboxRetry records a failed publish of message p.ID: its attempt count becomes p.Attempts
 	// and it is not claimable again before p.NextAt. ErrNotFound if there is no such message.
 	OutboxRetry(ctx context.Context, p OutboxRetryParams) error

@@ -84,6 +84,7 @@ func Run(t *testing.T, open func(t testing.TB) store.Store) {
 		// Outbox (outbox.go): messages, the relay's queries, unsent messages by key, the backlog.
 		{"Outbox", testOutbox},
 		{"OutboxRelayQueries", testOutboxRelayQueries},
+		{"OutboxDelete", testOutboxDelete},
 		{"OutboxUnsentByKey", testOutboxUnsentByKey},
 		{"OutboxBacklog", testOutboxBacklog},
 
