@@ -58,22 +58,22 @@ type routing struct {
 // what they held as far as their backlogs leave room (openGates); then admit each new routing,
 // which creates its task or is held behind the others (admit). The tasks and held routings are
 // written last (write).
-func (r *Router) route(ctx context.Context, tx store.Tx, c *dispatch.Work, evs []*intake.Routed, held []*store.HeldSummary, tally *heldTally) (int, error) {
+func (r *Router) route(ctx context.Context, tx store.Tx, c *dispatch.Work, evs []*intake.Routed, held []*store.HeldSummary, tally *heldTally) ([]*store.Job, error) {
 	p := &routingPass{r: r, tx: tx, c: c, tally: tally, known: specs.NewKnown(), gates: map[store.PipelineJobKey]*gate{},
 		tasks: map[string]*store.Task{}, released: map[int64]bool{}}
 	routings, err := p.match(ctx, evs)
 	if err != nil || len(routings)+len(held) == 0 {
-		return 0, err
+		return nil, err
 	}
 	if err := p.openGates(ctx, held, routings); err != nil {
-		return 0, err
+		return nil, err
 	}
 	if err := p.known.Load(ctx, tx, p.more); err != nil {
-		return 0, fmt.Errorf("load the datasets of the routed versions: %w", err)
+		return nil, fmt.Errorf("load the datasets of the routed versions: %w", err)
 	}
 	for _, rt := range routings {
 		if err := p.admit(ctx, rt); err != nil {
-			return 0, err
+			return nil, err
 		}
 	}
 	return p.write(ctx)
@@ -183,8 +183,8 @@ func (p *routingPass) create(spec *specs.Pipeline, js *specs.Job, input int, e *
 }
 
 // write stores what the pass decided: the held routings it coalesced into, released and held, and
-// the tasks it created (once per routing key).
-func (p *routingPass) write(ctx context.Context) (int, error) {
+// the tasks it created (once per routing key); it returns the jobs of those tasks.
+func (p *routingPass) write(ctx context.Context) ([]*store.Job, error) {
 	for _, g := range p.gates {
 		if g.wasPaused && !g.holding {
 			p.tally.pauses = append(p.tally.pauses, p.c.Now().Sub(g.pausedSince))
@@ -193,13 +193,13 @@ func (p *routingPass) write(ctx context.Context) (int, error) {
 			if hr.dirty {
 				hr.h.Event, _ = json.Marshal(hr.e)
 				if err := p.tx.HeldRoutingCoalesce(ctx, hr.h); err != nil {
-					return 0, fmt.Errorf("pipeline %s job %s: coalesce held routing %d: %w", hr.h.Pipeline, hr.h.Job, hr.h.ID, err)
+					return nil, fmt.Errorf("pipeline %s job %s: coalesce held routing %d: %w", hr.h.Pipeline, hr.h.Job, hr.h.ID, err)
 				}
 			}
 		}
 	}
 	if _, err := p.tx.HeldRoutingDelete(ctx, slices.Collect(maps.Keys(p.released))); err != nil {
-		return 0, fmt.Errorf("delete released routings: %w", err)
+		return nil, fmt.Errorf("delete released routings: %w", err)
 	}
 	if len(p.hold) > 0 {
 		hs := make([]*store.HeldRouting, len(p.hold))
@@ -208,7 +208,7 @@ func (p *routingPass) write(ctx context.Context) (int, error) {
 			hs[i] = hr.h
 		}
 		if err := p.tx.HeldRoutingInsertMany(ctx, hs); err != nil {
-			return 0, fmt.Errorf("hold routings: %w", err)
+			return nil, fmt.Errorf("hold routings: %w", err)
 		}
 	}
 	return p.c.InsertJobsIfAbsent(ctx, p.tx, p.jobs, p.tasks)

@@ -24,9 +24,9 @@ type RouteConfig struct {
 // Router turns accepted dataset events into tasks: each pass claims a batch of the outbox's
 // dataset events (skipping rows other replicas' routers hold), and in the same transaction
 // creates, for every reactive job of an active pipeline version that reads the event's dataset,
-// one task per dedupe key, then marks the events routed. Events of a dataset version that is not
-// the dataset's current one, and events on datasets of another tenant, route nothing; they stay
-// stored for audit.
+// one task per dedupe key, then deletes the events' outbox rows (the events themselves stay
+// stored, in dataset_events). Events of a dataset version that is not the dataset's current one,
+// and events on datasets of another tenant, route nothing; they stay stored for audit.
 type Router struct {
 	dp      *Plane
 	batch   int
@@ -102,9 +102,12 @@ func (r *Router) pass(ctx context.Context) (full bool, err error) {
 // it created. In the same transaction it releases the routings backpressure held for jobs whose
 // backlog has drained (see route).
 func (r *Router) RunOnce(ctx context.Context) (events, tasks int, err error) {
-	var tally heldTally
+	var (
+		tally   heldTally
+		created []*store.Job
+	)
 	err = r.dp.d.UpdateAlone(ctx, store.LockSet{}, func(tx store.Tx, c *dispatch.Work) error {
-		events, tasks, tally = 0, 0, heldTally{}
+		events, tasks, tally, created = 0, 0, heldTally{}, nil
 		msgs, err := tx.OutboxClaim(ctx, store.OutboxClaimParams{
 			Now: c.Now(), Limit: r.batch, Filter: store.OutboxFilter{Topic: store.TopicDatasetEvent},
 		})
@@ -127,15 +130,17 @@ func (r *Router) RunOnce(ctx context.Context) (events, tasks int, err error) {
 			}
 			evs = append(evs, &e)
 		}
-		if tasks, err = r.route(ctx, tx, c, evs, held, &tally); err != nil {
+		if created, err = r.route(ctx, tx, c, evs, held, &tally); err != nil {
 			return fmt.Errorf("route %d dataset events and %d jobs' held routings: %w", len(evs), len(held), err)
 		}
+		tasks = len(created)
 		if len(ids) == 0 {
 			return nil
 		}
-		return tx.OutboxMarkSent(ctx, ids, c.Now())
+		return tx.OutboxDelete(ctx, ids)
 	})
 	if err == nil {
+		r.dp.d.NoteJobs(created)
 		r.dp.d.Metrics().Backpressure(tally.held, tally.coalesced, tally.released, tally.pauses)
 	}
 	return events, tasks, err

@@ -176,10 +176,11 @@ func (dp *Plane) startSource(ctx context.Context, spec *specs.Pipeline, js *spec
 			return fmt.Errorf("run %s: load the datasets of version %s: %w", key, spec.Version, err)
 		}
 		job, task := dp.pipelineTask(spec, js, known, -1, nil, trigger, pins, c.Now(), sourceKey(spec, js, key))
-		var err error
-		if n, err = c.InsertJobsIfAbsent(ctx, tx, []*store.Job{job}, map[string]*store.Task{job.ID: task}); err != nil {
+		created, err := c.InsertJobsIfAbsent(ctx, tx, []*store.Job{job}, map[string]*store.Task{job.ID: task})
+		if err != nil {
 			return fmt.Errorf("run %s: %w", key, err)
 		}
+		n = len(created)
 		return nil
 	})
 	return n, err

@@ -17,7 +17,7 @@ import (
 func (dp *Plane) newPipelineTask(spec *specs.Pipeline, js *specs.Job, now time.Time, key string) (*store.Job, *store.Task) {
 	def := dp.d.Defaults()
 	job := &store.Job{
-		ID:              "job-" + uuid.NewString(),
+		ID:              "job-" + uuid.Must(uuid.NewV7()).String(),
 		Tenant:          spec.Tenant,
 		Name:            spec.Name + "." + js.Name,
 		Status:          lifecycle.JobProcessing,

@@ -94,3 +94,56 @@ func TestCompleteManyAnswersEachReportAsComplete(t *testing.T) {
 		}
 	})
 }
+
+// A transaction that ends tasks of many jobs settles each job as a transaction of its own would:
+// its counter, its end once no task is left (completed, canceled or partially failed, with the
+// event that says so), and nothing for a job with tasks left.
+func TestCompleteManySettlesEachJob(t *testing.T) {
+	storetest.ForEachDriver(t, func(t *testing.T, st store.Store) {
+		e := newEnv(t, st)
+		one := e.Submit(spec("a"))                    // ends completed
+		two := e.Submit(spec("b"), spec("c"))         // keeps c unfinished
+		canceled := e.Submit(spec("d"), spec("idle")) // canceled: d still completes
+		failed := e.Submit(spec("f"), spec("g"))      // f failed for good: ends partially failed
+		a, b, d, g := e.Claim(one, "a"), e.Claim(two, "b"), e.Claim(canceled, "d"), e.Claim(failed, "g")
+		if _, err := e.D.CancelJob(e.Ctx, tenant, canceled.ID, "enough"); err != nil {
+			t.Fatal(err)
+		}
+		f := e.Claim(failed, "f")
+		e.Fail(f, lifecycle.DataQuality)
+		ok := func(c *dispatch.Claim) dispatch.CompleteParams {
+			return dispatch.CompleteParams{TaskID: c.Task.ID, Attempt: c.Task.Attempt, LeaseToken: c.Task.LeaseToken,
+				Outcome: store.OutcomeSucceeded, Output: []byte(`{}`)}
+		}
+		if _, errs := e.D.CompleteMany(e.Ctx, []dispatch.CompleteParams{ok(a), ok(b), ok(d), ok(g)}); errors.Join(errs...) != nil {
+			t.Fatal(errs)
+		}
+		for _, c := range []struct {
+			job        *store.Job
+			status     lifecycle.JobStatus
+			unfinished int
+			last       string // the job's last event
+		}{
+			{one, lifecycle.JobCompleted, 0, dispatch.EventJobCompleted},
+			{two, lifecycle.JobProcessing, 1, dispatch.EventTaskCompleted},
+			{canceled, lifecycle.JobCanceled, 0, dispatch.EventJobCanceled},
+			{failed, lifecycle.JobPartialFailure, 0, dispatch.EventTaskCompleted},
+		} {
+			job := e.Job(c.job.ID)
+			if job.Status != c.status || job.UnfinishedTasks != c.unfinished || job.FinishedAt.IsZero() != (c.status == lifecycle.JobProcessing) {
+				t.Errorf("job of %s: status %s, %d unfinished, finished at %v; want %s, %d", c.job.ID, job.Status, job.UnfinishedTasks,
+					job.FinishedAt, c.status, c.unfinished)
+			}
+			evs := e.Events(c.job)
+			if evs[len(evs)-1] != c.last {
+				t.Errorf("job %s: events %q, want the last to be %s", c.job.ID, evs, c.last)
+			}
+			if n := count(evs, dispatch.EventJobCompleted) + count(evs, dispatch.EventJobCanceled); n > 1 {
+				t.Errorf("job %s: events %q end the job %d times", c.job.ID, evs, n)
+			}
+		}
+		if evs := e.Events(failed); count(evs, dispatch.EventJobFailure) != 1 {
+			t.Errorf("the failed job's events %q, want one %s", evs, dispatch.EventJobFailure)
+		}
+	})
+}

@@ -468,7 +468,15 @@ func (d *Dispatcher) settle(ctx context.Context, tx store.Tx, c *changes) error 
 		})
 	}
 	c.released, c.ended = nil, nil
-	for _, id := range slices.Sorted(maps.Keys(c.finished)) {
+	ids := slices.Sorted(maps.Keys(c.finished))
+	if len(ids) > 1 {
+		if err := d.settleJobs(ctx, tx, c, ids); err != nil {
+			return err
+		}
+		c.finished = nil
+		return nil
+	}
+	for _, id := range ids {
 		p := c.finished[id]
 		var err error
 		c.withTraceparent(p.traceparent, func() { _, err = d.settleJob(ctx, tx, c, nil, id, p.finished, p.failedKey) })
@@ -477,6 +485,49 @@ func (d *Dispatcher) settle(ctx context.Context, tx store.Tx, c *changes) error 
 		}
 	}
 	c.finished = nil
+	return nil
+}
+
+// settleJobs is settleJob for the jobs of ids (sorted) in c.finished, in a few statements
+// whatever their number: one reads the jobs and locks them in id order (as settleJob one job after
+// another would), one reads which of those left with no task unfinished have a task that did not
+// complete, and one writes the jobs. A transaction finishes tasks of many jobs when they are
+// pipeline jobs of one task each, routed from dataset events.
+func (d *Dispatcher) settleJobs(ctx context.Context, tx store.Tx, c *changes, ids []string) error {
+	jobs, err := tx.JobLockMany(ctx, ids)
+	if err != nil {
+		return fmt.Errorf("settle %d jobs: %w", len(ids), err)
+	}
+	if len(jobs) != len(ids) {
+		return fmt.Errorf("settle %d jobs: %d of them: %w", len(ids), len(ids)-len(jobs), store.ErrNotFound)
+	}
+	var ending []string
+	for _, job := range jobs {
+		job.UnfinishedTasks -= c.finished[job.ID].finished
+		if job.UnfinishedTasks == 0 && job.Status == lifecycle.JobProcessing {
+			ending = append(ending, job.ID)
+		}
+	}
+	incomplete := map[string]bool{}
+	if len(ending) > 0 {
+		notCompleted, err := tx.TaskJobsNotCompleted(ctx, ending)
+		if err != nil {
+			return fmt.Errorf("settle %d jobs: %w", len(ids), err)
+		}
+		for _, id := range notCompleted {
+			incomplete[id] = true
+		}
+	}
+	for _, job := range jobs {
+		p := c.finished[job.ID]
+		c.withTraceparent(p.traceparent, func() {
+			// Never fails: whether every task completed is known already.
+			_, _ = settled(c, job, p.failedKey, func() (bool, error) { return !incomplete[job.ID], nil })
+		})
+	}
+	if err := tx.JobUpdateMany(ctx, jobs); err != nil {
+		return fmt.Errorf("settle %d jobs: %w", len(ids), err)
+	}
 	return nil
 }
 
@@ -496,22 +547,47 @@ func (d *Dispatcher) settleJob(ctx context.Context, tx store.Tx, c *changes, job
 	} else {
 		job.UnfinishedTasks -= finished
 	}
-	if failedKey != "" && job.FailureDetectedAt.IsZero() && job.CancelRequestedAt.IsZero() {
-		dirty = true
-		job.FailureDetectedAt = c.now
-		c.event(job.ID, "", "", EventJobFailure, map[string]any{"jobId": job.ID, "taskId": failedKey})
-	}
-	if job.UnfinishedTasks == 0 && job.Status == lifecycle.JobProcessing {
+	changed, err := settled(c, job, failedKey, func() (bool, error) {
 		tasks, err := tx.TaskListByJob(ctx, job.ID)
 		if err != nil {
-			return nil, fmt.Errorf("settle job %s: %w", job.ID, err)
+			return false, err
 		}
 		allCompleted := true
 		for _, t := range tasks {
 			allCompleted = allCompleted && t.Status == lifecycle.Completed
 		}
-		dirty = true
-		job.Status = lifecycle.FinishedJobStatus(!job.CancelRequestedAt.IsZero(), allCompleted)
+		return allCompleted, nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("settle job %s: %w", job.ID, err)
+	}
+	if !dirty && !changed {
+		return job, nil
+	}
+	if err := tx.JobUpdate(ctx, job); err != nil {
+		return job, fmt.Errorf("settle job %s: %w", job.ID, err)
+	}
+	return job, nil
+}
+
+// settled applies to job, whose counters are up to date, what its tasks' ends mean: Job Failure
+// Detected for failedKey, a task that failed for good (once per run of a job, and not while it is
+// being canceled), and the job's end when no task is left unfinished (allCompleted tells whether
+// every task completed; it is asked only then). It reports whether it changed the job.
+func settled(c *changes, job *store.Job, failedKey string, allCompleted func() (bool, error)) (bool, error) {
+	changed := false
+	if failedKey != "" && job.FailureDetectedAt.IsZero() && job.CancelRequestedAt.IsZero() {
+		changed = true
+		job.FailureDetectedAt = c.now
+		c.event(job.ID, "", "", EventJobFailure, map[string]any{"jobId": job.ID, "taskId": failedKey})
+	}
+	if job.UnfinishedTasks == 0 && job.Status == lifecycle.JobProcessing {
+		all, err := allCompleted()
+		if err != nil {
+			return false, err
+		}
+		changed = true
+		job.Status = lifecycle.FinishedJobStatus(!job.CancelRequestedAt.IsZero(), all)
 		job.FinishedAt = c.now
 		switch job.Status {
 		case lifecycle.JobCompleted:
@@ -520,13 +596,7 @@ func (d *Dispatcher) settleJob(ctx context.Context, tx store.Tx, c *changes, job
 			c.event(job.ID, "", "", EventJobCanceled, map[string]any{"jobId": job.ID, "status": job.Status, "totalTasks": job.TotalTasks})
 		}
 	}
-	if !dirty {
-		return job, nil
-	}
-	if err := tx.JobUpdate(ctx, job); err != nil {
-		return job, fmt.Errorf("settle job %s: %w", job.ID, err)
-	}
-	return job, nil
+	return changed, nil
 }
 
 // ResumeResult lists what a resume put back to work.

@@ -51,12 +51,12 @@ func (d *Dispatcher) LockAttempt(ctx context.Context, tx store.Tx, f Fence) (*st
 func (d *Dispatcher) Now() time.Time { return d.now() }
 
 // InsertJobsIfAbsent stores the one-task jobs whose idempotency key is new, each with its task
-// in tasks (by job id), with their audit events and wake-ups, and returns how many it stored.
+// in tasks (by job id), with their audit events and wake-ups, and returns the jobs it stored.
 // Jobs whose key exists already are left as they are.
-func (w *Work) InsertJobsIfAbsent(ctx context.Context, tx store.Tx, jobs []*store.Job, tasks map[string]*store.Task) (int, error) {
+func (w *Work) InsertJobsIfAbsent(ctx context.Context, tx store.Tx, jobs []*store.Job, tasks map[string]*store.Task) ([]*store.Job, error) {
 	c := w.c
 	if len(jobs) == 0 {
-		return 0, nil
+		return nil, nil
 	}
 	// The jobs in key order, so that concurrent callers wait on each other's keys without
 	// deadlock; their tasks in the caller's order, which is the order they are claimed in (of
@@ -64,21 +64,23 @@ func (w *Work) InsertJobsIfAbsent(ctx context.Context, tx store.Tx, jobs []*stor
 	sorted := slices.SortedFunc(slices.Values(jobs), func(a, b *store.Job) int { return strings.Compare(a.IdempotencyKey, b.IdempotencyKey) })
 	inserted, err := tx.JobInsertManyIfAbsent(ctx, sorted)
 	if err != nil {
-		return 0, fmt.Errorf("insert %d one-task jobs: %w", len(jobs), err)
+		return nil, fmt.Errorf("insert %d one-task jobs: %w", len(jobs), err)
 	}
 	if len(inserted) == 0 {
-		return 0, nil
+		return nil, nil
 	}
 	fresh := make(map[string]bool, len(inserted))
 	for _, id := range inserted {
 		fresh[id] = true
 	}
+	stored := make([]*store.Job, 0, len(inserted))
 	created := make([]*store.Task, 0, len(inserted))
 	for _, job := range jobs {
 		if !fresh[job.ID] {
 			continue
 		}
 		id, t := job.ID, tasks[job.ID]
+		stored = append(stored, job)
 		created = append(created, t)
 		c.event(id, "", "", EventJobCreated, map[string]any{"jobId": id, "totalTasks": 1, "pipeline": job.Pipeline,
 			"pipelineVersion": job.PipelineVersion, "pipelineJob": job.PipelineJob, "routeKey": job.IdempotencyKey,
@@ -87,9 +89,22 @@ func (w *Work) InsertJobsIfAbsent(ctx context.Context, tx store.Tx, jobs []*stor
 		c.wake(t.ID, t.Queue, t.Runtime, t.AvailableAt)
 	}
 	if err := tx.TaskInsertMany(ctx, created); err != nil {
-		return 0, fmt.Errorf("insert the tasks of %d new one-task jobs: %w", len(created), err)
+		return nil, fmt.Errorf("insert the tasks of %d new one-task jobs: %w", len(created), err)
 	}
-	return len(created), nil
+	return stored, nil
+}
+
+// NoteJobs keeps the refs of jobs that a committed transaction created, so that the claims of
+// their tasks do not read the job rows back (see JobRef): every routed task is a new job.
+func (d *Dispatcher) NoteJobs(jobs []*store.Job) {
+	d.jobs.mu.Lock()
+	defer d.jobs.mu.Unlock()
+	for _, job := range jobs {
+		if d.jobs.m == nil || len(d.jobs.m) >= maxJobRefs {
+			d.jobs.m = map[string]JobRef{}
+		}
+		d.jobs.m[job.ID] = JobRef{ID: job.ID, Tenant: job.Tenant, Name: job.Name}
+	}
 }
 
 // Signal wakes the goroutines waiting for something a transaction did, once it committed: the

@@ -28,6 +28,13 @@ type JobWriter interface {
 	// JobAddUnfinished adds delta to the job's count of non-terminal tasks and returns the job,
 	// locked for the rest of the transaction.
 	JobAddUnfinished(ctx context.Context, jobID string, delta int) (*Job, error)
+	// JobLockMany returns the jobs of ids that exist, in id order, each locked for the rest of
+	// the transaction (in that order, where rows are locked).
+	JobLockMany(ctx context.Context, ids []string) ([]*Job, error)
+	// JobUpdateMany is JobUpdate for several distinct jobs in one statement; ErrNotFound, having
+	// changed nothing the caller may keep, when a job does not exist. Where several transactions
+	// may update the same jobs, lock them first (JobLockMany).
+	JobUpdateMany(ctx context.Context, jobs []*Job) error
 	// JobDeleteExpired deletes up to p.Limit finished jobs that p says have expired, oldest
 	// finish first, with every row that belongs to them, children before parents, and returns how
 	// many rows of each table it deleted. Where rows are locked (PostgreSQL) it skips jobs, and
@@ -45,6 +52,9 @@ type TaskReader interface {
 	TaskGet(ctx context.Context, id string) (*Task, error)
 	// TaskListByJob lists a job's tasks in submission order, without their inputs and outputs.
 	TaskListByJob(ctx context.Context, jobID string) ([]*TaskSummary, error)
+	// TaskJobsNotCompleted returns those of jobIDs that have a task that is not completed, in no
+	// particular order: a job with no task left unfinished completed when it is not one of them.
+	TaskJobsNotCompleted(ctx context.Context, jobIDs []string) ([]string, error)
 	// TaskListByJobWithResults is TaskListByJob with the Output of each completed task and the Error of
 	// each failed one; other tasks' results are left out (nil) and not even read.
 	TaskListByJobWithResults(ctx context.Context, jobID string) ([]*TaskSummary, error)
@@ -179,6 +189,8 @@ type OutboxWriter interface {
 	OutboxClaim(ctx context.Context, p OutboxClaimParams) ([]*OutboxMessage, error)
 	// OutboxMarkSent sets the sent time of the messages; ids that do not exist are ignored.
 	OutboxMarkSent(ctx context.Context, ids []int64, at time.Time) error
+	// OutboxDelete deletes the messages of ids, sent or not; ids that do not exist are ignored.
+	OutboxDelete(ctx context.Context, ids []int64) error
 	// OutboxRetry records a failed publish of message p.ID: its attempt count becomes p.Attempts
 	// and it is not claimable again before p.NextAt. ErrNotFound if there is no such message.
 	OutboxRetry(ctx context.Context, p OutboxRetryParams) error

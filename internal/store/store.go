@@ -604,7 +604,8 @@ const (
 	// the payload {"id": <Buffer Queue message id>, ...}. The relay wakes the sinks with it.
 	TopicBufferBatch = "buffer.batch"
 	// TopicDatasetEvent: a dataset event was accepted; Key is the dataset's uuid. The data plane's
-	// router reads these itself and turns them into tasks; the relay leaves them alone.
+	// router reads these itself, turns them into tasks and deletes them; the relay leaves them
+	// alone.
 	TopicDatasetEvent = "dataset.event"
 )
 

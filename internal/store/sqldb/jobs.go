@@ -6,8 +6,10 @@ package sqldb
 import (
 	"context"
 	"database/sql"
+	"encoding/json"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/baton-dev/baton/internal/store"
 	"github.com/baton-dev/baton/internal/store/sqldb/sqltext"
@@ -120,4 +122,86 @@ func (t *tx) JobUpdate(ctx context.Context, j *store.Job) error {
 func (t *tx) JobAddUnfinished(ctx context.Context, jobID string, delta int) (*store.Job, error) {
 	return scanJob(t.queryRow(ctx, `UPDATE jobs SET unfinished_tasks = unfinished_tasks + $2
 		WHERE id = $1 RETURNING `+jobCols, jobID, delta))
+}
+
+// JobLockMany implements store.Tx.
+func (t *tx) JobLockMany(ctx context.Context, ids []string) ([]*store.Job, error) {
+	if len(ids) == 0 {
+		return nil, nil
+	}
+	in, arg := "id = ANY($1)", any(ids)
+	if !t.d.Arrays {
+		b, err := json.Marshal(ids)
+		if err != nil {
+			return nil, err
+		}
+		in, arg = "id IN (SELECT value FROM json_each($1))", string(b)
+	}
+	rows, err := t.query(ctx, `SELECT `+jobCols+` FROM jobs WHERE `+in+` ORDER BY id`+t.d.LockRow, arg)
+	if err != nil {
+		return nil, fmt.Errorf("lock jobs: %w", err)
+	}
+	jobs, err := collect(rows, scanJob)
+	if err != nil {
+		return nil, fmt.Errorf("lock jobs: %w", err)
+	}
+	return jobs, nil
+}
+
+// JobUpdateMany implements store.Tx.
+func (t *tx) JobUpdateMany(ctx context.Context, jobs []*store.Job) error {
+	if len(jobs) == 0 {
+		return nil
+	}
+	var (
+		res sql.Result
+		err error
+	)
+	if t.d.Arrays {
+		n := len(jobs)
+		ids, statuses := make([]string, n), make([]string, n)
+		total, unfinished := make([]int64, n), make([]int64, n)
+		finished, cancel, failure := make([]*int64, n), make([]*int64, n), make([]*int64, n)
+		for i, j := range jobs {
+			ids[i], statuses[i], total[i], unfinished[i] = j.ID, string(j.Status), int64(j.TotalTasks), int64(j.UnfinishedTasks)
+			finished[i], cancel[i], failure[i] = millisPtr(j.FinishedAt), millisPtr(j.CancelRequestedAt), millisPtr(j.FailureDetectedAt)
+		}
+		res, err = t.exec(ctx, `UPDATE jobs SET status = u.u_status, total_tasks = u.u_total,
+			unfinished_tasks = u.u_unfinished, finished_at = u.u_finished, cancel_requested_at = u.u_cancel,
+			failure_detected_at = u.u_failure
+			FROM unnest($1::text[], $2::text[], $3::bigint[], $4::bigint[], $5::bigint[], $6::bigint[], $7::bigint[])
+				AS u(u_id, u_status, u_total, u_unfinished, u_finished, u_cancel, u_failure)
+			WHERE jobs.id = u.u_id`, ids, statuses, total, unfinished, finished, cancel, failure)
+	} else {
+		vals := make([][]any, len(jobs))
+		for i, j := range jobs {
+			vals[i] = []any{j.ID, string(j.Status), j.TotalTasks, j.UnfinishedTasks, sqltext.Millis(j.FinishedAt),
+				sqltext.Millis(j.CancelRequestedAt), sqltext.Millis(j.FailureDetectedAt)}
+		}
+		from, arg, jerr := sqltext.JSONRows(1, "u", []string{"u_id", "u_status", "u_total", "u_unfinished", "u_finished",
+			"u_cancel", "u_failure"}, vals)
+		if jerr != nil {
+			return fmt.Errorf("update jobs: %w", jerr)
+		}
+		res, err = t.exec(ctx, `UPDATE jobs SET status = u.u_status, total_tasks = u.u_total,
+			unfinished_tasks = u.u_unfinished, finished_at = u.u_finished, cancel_requested_at = u.u_cancel,
+			failure_detected_at = u.u_failure
+			FROM `+from+` WHERE jobs.id = u.u_id`, arg)
+	}
+	if err != nil {
+		return fmt.Errorf("update jobs: %w", err)
+	}
+	if n, _ := res.RowsAffected(); int(n) != len(jobs) {
+		return store.ErrNotFound
+	}
+	return nil
+}
+
+// millisPtr is a time as milliseconds, nil for the zero time: an element of a nullable array.
+func millisPtr(at time.Time) *int64 {
+	if at.IsZero() {
+		return nil
+	}
+	ms := at.UnixMilli()
+	return &ms
 }

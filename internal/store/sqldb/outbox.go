@@ -126,6 +126,14 @@ func (t *tx) OutboxMarkSent(ctx context.Context, ids []int64, at time.Time) erro
 	return nil
 }
 
+// OutboxDelete implements store.Tx.
+func (t *tx) OutboxDelete(ctx context.Context, ids []int64) error {
+	if _, err := t.execIDs(ctx, "DELETE FROM outbox WHERE id = ANY($1)", "DELETE FROM outbox WHERE id IN (", ids); err != nil {
+		return fmt.Errorf("delete outbox messages: %w", err)
+	}
+	return nil
+}
+
 // OutboxRetry implements store.Tx.
 func (t *tx) OutboxRetry(ctx context.Context, p store.OutboxRetryParams) error {
 	res, err := t.exec(ctx, `UPDATE outbox SET attempts = $1, available_at = $2 WHERE id = $3`,

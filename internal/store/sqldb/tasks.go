@@ -81,6 +81,26 @@ func (q q) TaskListByJob(ctx context.Context, jobID string) ([]*store.TaskSummar
 	return q.jobTasks(ctx, jobID, false)
 }
 
+// TaskJobsNotCompleted implements store.Reader.
+func (q q) TaskJobsNotCompleted(ctx context.Context, jobIDs []string) ([]string, error) {
+	if len(jobIDs) == 0 {
+		return nil, nil
+	}
+	in, arg := "job_id = ANY($1)", any(jobIDs)
+	if !q.d.Arrays {
+		b, err := json.Marshal(jobIDs)
+		if err != nil {
+			return nil, err
+		}
+		in, arg = "job_id IN (SELECT value FROM json_each($1))", string(b)
+	}
+	ids, err := q.ids(ctx, `SELECT DISTINCT job_id FROM tasks WHERE `+in+` AND status <> 'completed'`, arg)
+	if err != nil {
+		return nil, fmt.Errorf("jobs with tasks not completed: %w", err)
+	}
+	return ids, nil
+}
+
 // TaskListByJobWithResults implements store.Reader.
 func (q q) TaskListByJobWithResults(ctx context.Context, jobID string) ([]*store.TaskSummary, error) {
 	return q.jobTasks(ctx, jobID, true)

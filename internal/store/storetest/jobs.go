@@ -5,6 +5,9 @@ package storetest
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -315,6 +318,67 @@ func testAddUnfinished(t *testing.T, st store.Store) {
 	})
 	if !errors.Is(err, store.ErrNotFound) {
 		t.Errorf("AddUnfinished(unknown): err = %v, want ErrNotFound", err)
+	}
+}
+
+// testJobLockMany: JobLockMany reads the jobs of ids that exist, in id order.
+func testJobLockMany(t *testing.T, st store.Store) {
+	ctx := t.Context()
+	jobs := []*store.Job{newJob("tenant"), newJob("tenant"), newJob("other")}
+	for _, j := range jobs {
+		seed(t, st, j, newTask(j.ID, "a"))
+	}
+	seed(t, st, newJob("tenant")) // not asked for
+	want := slices.Clone(jobs)
+	slices.SortFunc(want, func(a, b *store.Job) int { return strings.Compare(a.ID, b.ID) })
+	var got []*store.Job
+	inTx(t, st, func(tx store.Tx) error {
+		var err error
+		got, err = tx.JobLockMany(ctx, []string{jobs[2].ID, "job-" + uuid.NewString(), jobs[0].ID, jobs[1].ID})
+		return err
+	})
+	if len(got) != len(want) {
+		t.Fatalf("JobLockMany returned %d jobs, want %d", len(got), len(want))
+	}
+	for i, w := range want {
+		checkSame(t, fmt.Sprintf("JobLockMany's job %d", i), w, got[i])
+	}
+}
+
+// testUpdateJobManyWritesMutableFields: JobUpdateMany writes what JobUpdate writes, of every job
+// it is given and of no other; an unknown job makes it ErrNotFound.
+func testUpdateJobManyWritesMutableFields(t *testing.T, st store.Store) {
+	ctx := t.Context()
+	a, b, neighbour := newJob("tenant"), newJob("tenant"), newJob("tenant")
+	a.IdempotencyKey, a.RequestHash = "k", "h"
+	for _, j := range []*store.Job{a, b, neighbour} {
+		seed(t, st, j)
+	}
+	ua, ub := *a, *b
+	ua.Status, ua.TotalTasks, ua.UnfinishedTasks = lifecycle.JobPartialFailure, 12, 0
+	ua.FinishedAt, ua.CancelRequestedAt, ua.FailureDetectedAt = at(time.Hour), at(time.Minute), at(30*time.Second)
+	ub.Status, ub.UnfinishedTasks, ub.FinishedAt = lifecycle.JobCompleted, 0, at(2*time.Hour)
+	inTx(t, st, func(tx store.Tx) error { return tx.JobUpdateMany(ctx, []*store.Job{&ua, &ub}) })
+	checkSame(t, "a after UpdateJobMany", &ua, getJob(t, st, a.ID))
+	checkSame(t, "b after UpdateJobMany", &ub, getJob(t, st, b.ID))
+	checkSame(t, "neighbour", neighbour, getJob(t, st, neighbour.ID))
+
+	// Clearing the optional times.
+	za := ua
+	za.Status, za.UnfinishedTasks = lifecycle.JobProcessing, 4
+	za.FinishedAt, za.CancelRequestedAt, za.FailureDetectedAt = time.Time{}, time.Time{}, time.Time{}
+	inTx(t, st, func(tx store.Tx) error { return tx.JobUpdateMany(ctx, []*store.Job{&za}) })
+	checkSame(t, "after clearing with UpdateJobMany", &za, getJob(t, st, a.ID))
+
+	unknown := newJob("tenant")
+	zb := ub
+	zb.Status = lifecycle.JobProcessing
+	err := st.InTx(ctx, func(tx store.Tx) error { return tx.JobUpdateMany(ctx, []*store.Job{&zb, unknown}) })
+	if !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("UpdateJobMany(with an unknown job): err = %v, want ErrNotFound", err)
+	}
+	if _, err := st.JobGet(ctx, unknown.ID); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("GetJob after UpdateJobMany(unknown): %v, want ErrNotFound", err)
 	}
 }
 

@@ -168,6 +168,29 @@ func testOutboxRelayQueries(t *testing.T, st store.Store) {
 	}
 }
 
+// testOutboxDelete: OutboxDelete deletes the messages named, sent or not, and no other; an id
+// without a message is ignored.
+func testOutboxDelete(t *testing.T, st store.Store) {
+	ctx := t.Context()
+	inTx(t, st, func(tx store.Tx) error {
+		return tx.OutboxInsertMany(ctx, []*store.OutboxMessage{
+			{Topic: store.TopicDatasetEvent, Key: "a", Payload: json.RawMessage(`{}`), AvailableAt: t0, CreatedAt: t0},
+			{Topic: store.TopicDatasetEvent, Key: "b", Payload: json.RawMessage(`{}`), AvailableAt: t0, CreatedAt: t0},
+			{Topic: store.TopicDatasetEvent, Key: "c", Payload: json.RawMessage(`{}`), AvailableAt: t0, CreatedAt: t0},
+		})
+	})
+	all := outboxIDs(outboxAfter(t, st, 0, 10))
+	if len(all) != 3 {
+		t.Fatalf("inserted %v, want 3 messages", all)
+	}
+	inTx(t, st, func(tx store.Tx) error { return tx.OutboxMarkSent(ctx, all[:1], at(time.Second)) })
+	inTx(t, st, func(tx store.Tx) error { return tx.OutboxDelete(ctx, []int64{all[0], all[2], 1 << 40}) })
+	if left := outboxIDs(outboxAfter(t, st, 0, 10)); !slices.Equal(left, all[1:2]) {
+		t.Errorf("after OutboxDelete: %v, want %v", left, all[1:2])
+	}
+	inTx(t, st, func(tx store.Tx) error { return tx.OutboxDelete(ctx, nil) })
+}
+
 // ---------------------------------------------------------------------------------------------
 // Unsent messages by key
 

@@ -27,6 +27,8 @@ func Run(t *testing.T, open func(t testing.TB) store.Store) {
 		{"AddUnfinished", testAddUnfinished},
 		{"UpdateJobWritesMutableFields", testUpdateJobWritesMutableFields},
 		{"UpdateJobUnknownIsNotFound", testUpdateJobUnknownIsNotFound},
+		{"JobLockMany", testJobLockMany},
+		{"UpdateJobManyWritesMutableFields", testUpdateJobManyWritesMutableFields},
 
 		// Bundles (bundles.go): user code bundles' records.
 		{"BundleRoundTripAndTenants", testBundleRoundTripAndTenants},
@@ -40,6 +42,7 @@ func Run(t *testing.T, open func(t testing.TB) store.Store) {
 		{"TaskRoundTrip", testTaskRoundTrip},
 		{"JobTasksInInsertionOrder", testJobTasksInInsertionOrder},
 		{"JobTasksWithResults", testJobTasksWithResults},
+		{"TaskJobsNotCompleted", testTaskJobsNotCompleted},
 		{"ParentOutputs", testParentOutputs},
 		{"UpdateTaskWritesMutableFields", testUpdateTaskWritesMutableFields},
 		{"ReleaseChildrenWaitsForEveryParent", testReleaseChildrenWaitsForEveryParent},
@@ -81,6 +84,7 @@ func Run(t *testing.T, open func(t testing.TB) store.Store) {
 		// Outbox (outbox.go): messages, the relay's queries, unsent messages by key, the backlog.
 		{"Outbox", testOutbox},
 		{"OutboxRelayQueries", testOutboxRelayQueries},
+		{"OutboxDelete", testOutboxDelete},
 		{"OutboxUnsentByKey", testOutboxUnsentByKey},
 		{"OutboxBacklog", testOutboxBacklog},
 

@@ -571,3 +571,30 @@ func testBulkInsertTasksAndDeps(t *testing.T, st store.Store) {
 		t.Errorf("SkipDescendants(t0000) skipped %d, want %d", len(refs), want)
 	}
 }
+
+// testTaskJobsNotCompleted: TaskJobsNotCompleted names the jobs, of those asked about, with a task
+// in any state but completed.
+func testTaskJobsNotCompleted(t *testing.T, st store.Store) {
+	ctx := t.Context()
+	done, pending, failed, running, other := newJob("tenant"), newJob("tenant"), newJob("tenant"), newJob("tenant"), newJob("tenant")
+	ts := seed(t, st, done, newTask(done.ID, "a"), newTask(done.ID, "b"))
+	for _, tk := range ts {
+		setStatus(t, st, tk.ID, lifecycle.Completed, at(time.Minute))
+	}
+	ts = seed(t, st, pending, newTask(pending.ID, "a"), newTask(pending.ID, "b"))
+	setStatus(t, st, ts["a"].ID, lifecycle.Completed, at(time.Minute))
+	ts = seed(t, st, failed, newTask(failed.ID, "a"))
+	setStatus(t, st, ts["a"].ID, lifecycle.Failed, at(time.Minute))
+	ts = seed(t, st, running, newTask(running.ID, "a"))
+	mustClaim(t, st, ts["a"].ID, at(time.Minute))
+	seed(t, st, other, newTask(other.ID, "a")) // pending, but not asked about
+
+	got, err := st.TaskJobsNotCompleted(ctx, []string{done.ID, pending.ID, failed.ID, running.ID, "job-" + uuid.NewString()})
+	if err != nil {
+		t.Fatalf("TaskJobsNotCompleted: %v", err)
+	}
+	checkIDs(t, "TaskJobsNotCompleted", sortedStrings(got), sortedStrings([]string{pending.ID, failed.ID, running.ID}))
+	if got, err := st.TaskJobsNotCompleted(ctx, []string{done.ID}); err != nil || len(got) != 0 {
+		t.Errorf("TaskJobsNotCompleted(a completed job) = %v, %v; want none", got, err)
+	}
+}
