@@ -319,6 +319,17 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	return 0
 }
 
+// printResult prints a soak's or a steady run's result: as one indented JSON object, or as
+// written by its table writer.
+func printResult(stdout io.Writer, asJSON bool, res any, writeTable func(io.Writer) error) error {
+	if !asJSON {
+		return writeTable(stdout)
+	}
+	enc := json.NewEncoder(stdout)
+	enc.SetIndent("", "  ")
+	return enc.Encode(res)
+}
+
 // runSoak runs a soak and prints it; it fails when the worker's RSS grew more than allowed.
 func runSoak(ctx context.Context, cfg bench.Config, srv bench.ServerConfig, soak bench.SoakConfig, external, asJSON bool,
 	stdout, stderr io.Writer) int {
@@ -335,14 +346,7 @@ func runSoak(ctx context.Context, cfg bench.Config, srv bench.ServerConfig, soak
 		fmt.Fprintln(stderr, "baton bench:", err)
 		return 1
 	}
-	if asJSON {
-		enc := json.NewEncoder(stdout)
-		enc.SetIndent("", "  ")
-		err = enc.Encode(res)
-	} else {
-		err = res.WriteTable(stdout)
-	}
-	if err != nil {
+	if err := printResult(stdout, asJSON, res, res.WriteTable); err != nil {
 		fmt.Fprintln(stderr, "baton bench:", err)
 		return 1
 	}
@@ -381,14 +385,7 @@ func runSteady(ctx context.Context, cfg bench.Config, srv bench.ServerConfig, st
 		fmt.Fprintln(stderr, "baton bench:", err)
 		return 1
 	}
-	if asJSON {
-		enc := json.NewEncoder(stdout)
-		enc.SetIndent("", "  ")
-		err = enc.Encode(res)
-	} else {
-		err = res.WriteSummary(stdout)
-	}
-	if err != nil {
+	if err := printResult(stdout, asJSON, res, res.WriteSummary); err != nil {
 		fmt.Fprintln(stderr, "baton bench:", err)
 		return 1
 	}
