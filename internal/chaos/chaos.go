@@ -41,8 +41,9 @@ const (
 	// plus the backoff cap (the retry waits at most that long).
 	RecoveryBound = 2*leaseTTL + backoffMax
 	// stuckAfter is how long after the last fault, and after the last task that finished, a
-	// task may still be unfinished before it counts as stuck.
-	stuckAfter = 2 * time.Minute
+	// task may still be unfinished before it counts as stuck: a hang detector, with room for the
+	// four rounds' race-built processes (each child sleeps a second as it exits) sharing two cores.
+	stuckAfter = 4 * time.Minute
 	taskName   = "chaos"
 )
 
