@@ -304,7 +304,9 @@ func TestHostileChildIgnoringSIGTERMDiesWithItsGrandchildren(t *testing.T) {
 	}
 	script += `
 		while :; do sleep 0.05; done`
-	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	// The deadline leaves the shell time to set its trap before the SIGTERM, on a loaded machine
+	// too: a child still starting when the signal comes dies of it, which is not what this tests.
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	start := time.Now()
 	res, err := Run(ctx, Spec{Command: sh(script), Credential: hostile(t), Grace: 300 * time.Millisecond})
@@ -312,7 +314,7 @@ func TestHostileChildIgnoringSIGTERMDiesWithItsGrandchildren(t *testing.T) {
 	if !errors.As(err, &f) || f.Signal != syscall.SIGKILL || !res.Killed {
 		t.Fatalf("err %v, result %+v; want killed by SIGKILL after the grace period", err, res)
 	}
-	if took := time.Since(start); took < 1300*time.Millisecond || took > 10*time.Second {
+	if took := time.Since(start); took < 5300*time.Millisecond || took > 30*time.Second {
 		t.Errorf("took %s; want the deadline, then the grace period", took)
 	}
 	if pids := running(t, m); len(pids) > 0 {
